@@ -1,0 +1,309 @@
+"""The epilogue declaration, the GEMM call, and the operand rules both backends share.
+
+A candidate declares ``@epilogue(...)`` over a plain fn ``fn(acc, **operands) -> dict`` and calls
+``gemm(epi, A, B, C, **operands)``. Everything a backend needs (operand kinds, shapes, dtypes, the
+config) is resolved here once, so the emulator and QuACK see exactly the same request and a mistake
+is reported identically on the CPU and on the GPU.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from ._ops import ColVecLoad, ColVecReduce, ColVecSelect, OnlineLSEReduce, Pin, RowVecLoad, RowVecReduce, Sink
+
+Mode = Literal["element", "acc_pair", "packed"]
+OperandKind = Literal["scalar", "row", "col", "tile"]
+RESERVED = frozenset({"acc", "D"})
+
+
+class EpilogueError(ValueError):
+    """A candidate broke the epilogue contract (declaration, call or fn result)."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """Explicit GEMM kernel configuration (SM90 rules; ``None`` fields take QuACK's arch default).
+
+    SM90 default: 128x192 tile, 2x1 cluster, pingpong. Pingpong needs tile_m in {64, 128, 192} and
+    tile_n <= 256/208/128 respectively; cooperative (pingpong=False) allows tile_m up to 320.
+    tile_n must be a multiple of 16 (of 32 for acc_pair mode with an extra output).
+    """
+
+    tile_m: int = 128
+    tile_n: int = 192
+    cluster_m: int = 2
+    cluster_n: int = 1
+    pingpong: bool = True
+    max_swizzle_size: int = 8
+
+    def check(self, mode: Mode, has_outputs: bool) -> None:
+        """Reject configs QuACK would reject on SM90, with the rule that failed."""
+        problems = []
+        if self.tile_n % 16:
+            problems.append(f"tile_n={self.tile_n} must be a multiple of 16")
+        if self.pingpong:
+            limits = {64: 256, 128: 208, 192: 128}
+            if self.tile_m not in limits:
+                problems.append(f"pingpong needs tile_m in {sorted(limits)}, got {self.tile_m}")
+            elif self.tile_n > limits[self.tile_m]:
+                problems.append(f"pingpong with tile_m={self.tile_m} needs tile_n <= {limits[self.tile_m]}")
+        elif self.tile_m not in (64, 128, 192, 256, 320):
+            problems.append(f"cooperative needs tile_m in (64, 128, 192, 256, 320), got {self.tile_m}")
+        if self.cluster_m * self.cluster_n not in (1, 2, 4):
+            problems.append("cluster_m * cluster_n must be 1, 2 or 4")
+        if mode == "acc_pair" and has_outputs and self.tile_n % 32:
+            problems.append("acc_pair mode with extra outputs needs tile_n % 32 == 0")
+        if problems:
+            raise EpilogueError("invalid Config: " + "; ".join(problems))
+
+
+@dataclass
+class Epilogue:
+    """A declared epilogue: the fn plus what it reads and writes. Create it with :func:`epilogue`."""
+
+    fn: Callable[..., dict[str, Any]]
+    outputs: tuple[str, ...]
+    pins: Mapping[str, Pin]
+    sinks: Mapping[str, Sink]
+    mode: Mode
+    params: tuple[str, ...]  # the fn's parameters after ``acc``
+    backend_cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def name(self) -> str:
+        return getattr(self.fn, "__name__", "epilogue")
+
+    @property
+    def operand_params(self) -> tuple[str, ...]:
+        """Parameters fed from ``gemm(**operands)`` (everything but ``c``)."""
+        return tuple(p for p in self.params if p != "c")
+
+    @property
+    def index_operands(self) -> tuple[str, ...]:
+        """Integer operands that feed :class:`ColVecSelect` sinks, not the fn."""
+        return tuple(s.index for s in self.sinks.values() if isinstance(s, ColVecSelect))
+
+
+def epilogue(
+    outputs: tuple[str, ...] | list[str] = (),
+    *,
+    operands: Mapping[str, Pin] | None = None,
+    reduces: Mapping[str, Sink] | None = None,
+    mode: Mode = "element",
+) -> Callable[[Callable[..., dict[str, Any]]], Epilogue]:
+    """Declare a GEMM epilogue: ``fn(acc, **operands) -> {"D": ..., <outputs>, <reduces>}``.
+
+    The fn runs on the FP32 accumulator while the output tile is still on chip. Its first parameter must
+    be ``acc``; a parameter named ``c`` receives the GEMM's C operand (``gemm(..., C=...)``); every other
+    parameter is an operand passed to :func:`gemm` by keyword, whose kind follows from its shape:
+    a number or 1-element tensor is a scalar, shape (M, N) a tile, (N,) or (1, N) a row vector, (M,) or
+    (1, M) a column vector. Pin vectors with ``operands={"x": ColVecLoad()}`` / ``RowVecLoad()`` (required
+    when M == N).
+
+    Args:
+        outputs: extra full-tile outputs (each in D's dtype; half width in ``acc_pair`` mode).
+        operands: pins for vector operands.
+        reduces: reduction sinks by name (:class:`ColVecReduce`, :class:`RowVecReduce`,
+            :class:`OnlineLSEReduce`, :class:`ColVecSelect`); the fn returns each one's per-element value.
+        mode: ``"element"`` (default; one value per accumulator element), ``"acc_pair"`` (adjacent columns
+            (2j, 2j+1) arrive as one Pair: ``g, u = unpack(acc)``; extra outputs are half width; vectors,
+            tiles and ``c`` arrive paired too, except column vectors), or ``"packed"`` (dgated backward:
+            ``c`` is a 16-bit (M, 2N) interleaved tensor, ``x, y = unpack(c)``; ``acc`` is (M, N);
+            ``"D": pack(dx, dy)`` writes (M, 2N) in C's dtype; requires a ``c`` parameter and ``"D"``).
+
+    Return dict: ``"D"`` (optional except in packed mode; the raw accumulator is stored when missing),
+    every declared output and every reduce. A ``scaled`` reduce takes a ``(value, scale)`` tuple;
+    in ``acc_pair`` mode a reduce takes one value per lane, ``(lane0, lane1)``.
+    """
+    pins = dict(operands or {})
+    sinks = dict(reduces or {})
+    outs = tuple(outputs)
+
+    def decorate(fn: Callable[..., dict[str, Any]]) -> Epilogue:
+        try:
+            sig = inspect.signature(fn)
+        except (TypeError, ValueError) as exc:
+            raise EpilogueError(f"@epilogue needs a plain function, got {fn!r}") from exc
+        names = list(sig.parameters)
+        if not names or names[0] != "acc":
+            raise EpilogueError(f"epilogue fn {fn.__name__}: the first parameter must be named 'acc', got {names[:1]}")
+        params = tuple(names[1:])
+        for p in sig.parameters.values():
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise EpilogueError(f"epilogue fn {fn.__name__}: *args/**kwargs are not allowed ({p.name})")
+        if mode not in ("element", "acc_pair", "packed"):
+            raise EpilogueError(f"mode must be 'element', 'acc_pair' or 'packed', not {mode!r}")
+        clash = RESERVED & (set(params) | set(outs) - {"D"} | set(sinks))
+        if clash:
+            raise EpilogueError(f"names {sorted(clash)} are reserved ('acc' is the accumulator, 'D' the main output)")
+        dup = (set(outs) & set(sinks)) | (set(params) & (set(outs) | set(sinks)))
+        if dup:
+            raise EpilogueError(f"names {sorted(dup)} are used twice (parameters, outputs and reduces must differ)")
+        for name, pin in pins.items():
+            if name not in params or name == "c":
+                raise EpilogueError(f"operands pins {name!r}, which is not an operand parameter of {fn.__name__}")
+            if not isinstance(pin, (ColVecLoad, RowVecLoad)):
+                raise EpilogueError(f"operands[{name!r}] must be ColVecLoad() or RowVecLoad(), got {pin!r}")
+        for name, sink in sinks.items():
+            if not isinstance(sink, (ColVecReduce, RowVecReduce, OnlineLSEReduce, ColVecSelect)):
+                raise EpilogueError(f"reduces[{name!r}] must be a ColVecReduce, RowVecReduce, OnlineLSEReduce or ColVecSelect")
+            scaled = getattr(sink, "scaled", False)
+            if mode == "acc_pair" and (scaled or isinstance(sink, (OnlineLSEReduce, ColVecSelect))):
+                raise EpilogueError(f"reduces[{name!r}]: acc_pair mode allows only unscaled ColVecReduce/RowVecReduce")
+            if isinstance(sink, ColVecSelect) and sink.index in params:
+                raise EpilogueError(f"reduces[{name!r}]: the index operand {sink.index!r} feeds the select, not the fn; drop it from the parameters")
+        if mode == "packed" and "c" not in params:
+            raise EpilogueError("packed mode needs a 'c' parameter (the interleaved 16-bit preactivation)")
+        return Epilogue(fn=fn, outputs=outs, pins=pins, sinks=sinks, mode=mode, params=params)
+
+    return decorate
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One resolved operand: its kind and its value (a float for scalars, else a 2-D tensor)."""
+
+    kind: OperandKind
+    value: Any
+
+
+@dataclass(frozen=True)
+class GemmCall:
+    """A fully checked GEMM+epilogue request, the same object for every backend."""
+
+    epi: Epilogue
+    A: torch.Tensor  # (M, K)
+    B: torch.Tensor  # (K, N)
+    C: torch.Tensor | None
+    operands: Mapping[str, Operand]  # fn operands (rank-2 vectors as (1, len))
+    indices: Mapping[str, torch.Tensor]  # ColVecSelect index tensors, (M,)
+    out_dtype: torch.dtype
+    config: Config | None
+
+    @property
+    def m(self) -> int:
+        return self.A.shape[0]
+
+    @property
+    def n(self) -> int:
+        return self.B.shape[1]
+
+
+def _is_scalar(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) or (isinstance(v, torch.Tensor) and v.numel() == 1)
+
+
+def resolve_operand(epi: Epilogue, name: str, v: Any, m: int, n: int) -> Operand:
+    """Decide an operand's kind from its shape (and pin), as QuACK does, but with one clear message."""
+    if _is_scalar(v):
+        return Operand("scalar", float(v.item()) if isinstance(v, torch.Tensor) else float(v))
+    if not isinstance(v, torch.Tensor):
+        raise EpilogueError(f"operand {name!r} must be a number or a torch.Tensor, got {type(v).__name__}")
+    shape = tuple(v.shape)
+    if v.dim() == 2 and shape == (m, n):
+        if name in epi.pins:
+            raise EpilogueError(f"operand {name!r} is pinned as a vector but has the tile shape {shape}")
+        return Operand("tile", v)
+    if v.dim() == 1 or (v.dim() == 2 and shape[0] == 1):
+        length = shape[-1]
+        pin = epi.pins.get(name)
+        if isinstance(pin, ColVecLoad) or (pin is None and length == m and m != n):
+            kind: OperandKind = "col"
+            want = m
+        elif isinstance(pin, RowVecLoad) or (pin is None and length == n and m != n):
+            kind, want = "row", n
+        elif pin is None and length == m == n:
+            raise EpilogueError(
+                f"operand {name!r} of length {length}: M == N, so row/column cannot be inferred; "
+                f"pin it with operands={{{name!r}: ColVecLoad()}} or RowVecLoad()"
+            )
+        else:
+            raise EpilogueError(f"operand {name!r} has length {length}, matching neither M={m} (column) nor N={n} (row)")
+        if length != want:
+            raise EpilogueError(f"operand {name!r} is a {kind} vector and must have length {want}, got {length}")
+        return Operand(kind, v.reshape(1, length))
+    raise EpilogueError(
+        f"operand {name!r} has shape {shape}: expected a scalar, a tile ({m}, {n}), a row vector ({n},) "
+        f"or a column vector ({m},)"
+    )
+
+
+def gemm(
+    epi: Epilogue,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor | None = None,
+    *,
+    out_dtype: torch.dtype | None = None,
+    config: Config | None = None,
+    **operands: Any,
+) -> dict[str, torch.Tensor]:
+    """Run ``D = epi(A @ B)`` as one fused GEMM kernel and return its results by name.
+
+    Args:
+        epi: an :func:`epilogue`.
+        A: (M, K), bf16 or fp16. B: (K, N), same dtype (any strides: pass ``W.t()`` for an (N, K) weight).
+        C: optional (M, N) tensor read by the fn's ``c`` parameter ((M, 2N) interleaved in packed mode).
+        out_dtype: dtype of D and the extra outputs (default: A's dtype; packed mode: C's).
+        config: an explicit :class:`Config`, or None for the arch default. No autotuning happens here.
+        **operands: the fn's other parameters, plus the index tensors of ColVecSelect reduces.
+
+    Returns:
+        ``{"D": ..., <outputs>..., <reduces>...}``; reduces come back finalised over the whole row/column:
+        ColVecReduce/OnlineLSEReduce/ColVecSelect as (M,) f32, RowVecReduce as (N,) f32.
+    """
+    from . import backend
+
+    if not isinstance(epi, Epilogue):
+        raise EpilogueError("gemm() takes an @epilogue-decorated function as its first argument")
+    for label, t in (("A", A), ("B", B)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 2:
+            raise EpilogueError(f"{label} must be a 2-D tensor, got {getattr(t, 'shape', type(t).__name__)}")
+        if t.dtype not in (torch.bfloat16, torch.float16):
+            raise EpilogueError(f"{label} must be bf16 or fp16 (the GEMM runs on tensor cores), got {t.dtype}")
+    if A.dtype != B.dtype:
+        raise EpilogueError(f"A and B must have the same dtype, got {A.dtype} and {B.dtype}")
+    if A.shape[1] != B.shape[0]:
+        raise EpilogueError(f"A is {tuple(A.shape)} and B is {tuple(B.shape)}: B must be (K, N) with K = A.shape[1]")
+    m, n = A.shape[0], B.shape[1]
+    wants_c = "c" in epi.params
+    if wants_c != (C is not None):
+        raise EpilogueError("pass C=... exactly when the epilogue fn has a 'c' parameter")
+    if C is not None:
+        want = (m, 2 * n) if epi.mode == "packed" else (m, n)
+        if tuple(C.shape) != want:
+            raise EpilogueError(f"C must have shape {want}, got {tuple(C.shape)}")
+        if epi.mode == "packed" and C.dtype not in (torch.bfloat16, torch.float16):
+            raise EpilogueError("packed mode needs a 16-bit C")
+    if epi.mode in ("acc_pair",) and n % 2:
+        raise EpilogueError(f"acc_pair mode needs an even N, got {n}")
+    expected = set(epi.operand_params) | set(epi.index_operands)
+    missing, extra = expected - set(operands), set(operands) - expected
+    if missing or extra:
+        raise EpilogueError(
+            f"gemm({epi.name}) operands: missing {sorted(missing)}, unexpected {sorted(extra)}"
+            if missing and extra
+            else f"gemm({epi.name}) is missing operands {sorted(missing)}"
+            if missing
+            else f"gemm({epi.name}) got unexpected operands {sorted(extra)} (not parameters of the fn)"
+        )
+    resolved = {p: resolve_operand(epi, p, operands[p], m, n) for p in epi.operand_params}
+    indices = {}
+    for idx in epi.index_operands:
+        t = operands[idx]
+        if not isinstance(t, torch.Tensor) or t.dtype not in (torch.int32, torch.int64) or t.shape != (m,):
+            raise EpilogueError(f"select index {idx!r} must be an int32/int64 tensor of shape ({m},)")
+        indices[idx] = t
+    dtype = C.dtype if (epi.mode == "packed" and C is not None) else (out_dtype or A.dtype)
+    if config is not None:
+        if not isinstance(config, Config):
+            raise EpilogueError("config must be a primitives.Config")
+        config.check(epi.mode, bool(epi.outputs))
+    call = GemmCall(epi, A, B, C, resolved, indices, dtype, config)
+    return backend.active().run(call)

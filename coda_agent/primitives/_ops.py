@@ -1,0 +1,86 @@
+"""Declarations a candidate attaches to an epilogue: operand pins and reduction sinks.
+
+They mirror QuACK's op names (``ColVecLoad``, ``ColVecReduce`` …) so that code written against
+``quack.epilogue`` reads the same here, but they are plain frozen dataclasses: the torch emulator
+interprets them directly and the quack backend translates them into ``quack.epilogue.ops`` objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Combine = Literal["add", "max", "max_abs"]
+
+
+@dataclass(frozen=True)
+class ColVecLoad:
+    """Pin an operand as a per-row vector of length M (one value per output row), e.g. rstd.
+
+    Needed when M == N (the kind cannot be inferred from the shape); harmless otherwise.
+    """
+
+
+@dataclass(frozen=True)
+class RowVecLoad:
+    """Pin an operand as a per-column vector of length N (one value per output column), e.g. gamma."""
+
+
+@dataclass(frozen=True)
+class ColVecReduce:
+    """Reduce the fn's per-element value over N (across a row); the result is one value per row, shape (M,).
+
+    ``combine``: ``"add"`` (sum), ``"max"`` or ``"max_abs"``. ``scaled=True`` (add only): the fn returns a
+    pair ``(value, scale)`` and the sum is of ``value * scale`` folded as one fma, e.g. ``(y, y)`` for a
+    sum of squares. Not allowed in ``acc_pair`` mode.
+    """
+
+    combine: Combine = "add"
+    scaled: bool = False
+
+    def __post_init__(self) -> None:
+        _check_reduce(self.combine, self.scaled)
+
+
+@dataclass(frozen=True)
+class RowVecReduce:
+    """Reduce the fn's per-element value over M (down a column); one value per column, shape (N,).
+
+    Same ``combine`` / ``scaled`` rules as :class:`ColVecReduce`. dgamma of an RMSNorm is one.
+    """
+
+    combine: Combine = "add"
+    scaled: bool = False
+
+    def __post_init__(self) -> None:
+        _check_reduce(self.combine, self.scaled)
+
+
+@dataclass(frozen=True)
+class OnlineLSEReduce:
+    """Numerically stable log-sum-exp of the fn's value over N: one f32 value per row, shape (M,).
+
+    Keeps a running (max, sum) per tile; the partials are merged with logsumexp.
+    """
+
+
+@dataclass(frozen=True)
+class ColVecSelect:
+    """Gather, per row m, the fn's value at column ``idx[m]``: one exact f32 value per row, shape (M,).
+
+    ``index`` names the integer operand (int32/int64, shape (M,)) passed to :func:`gemm` by keyword.
+    Rows whose index is outside [0, N) are not written and come back as NaN.
+    """
+
+    index: str = "target"
+
+
+Pin = ColVecLoad | RowVecLoad
+Sink = ColVecReduce | RowVecReduce | OnlineLSEReduce | ColVecSelect
+
+
+def _check_reduce(combine: str, scaled: bool) -> None:
+    if combine not in ("add", "max", "max_abs"):
+        raise ValueError(f"combine must be 'add', 'max' or 'max_abs', not {combine!r}")
+    if scaled and combine != "add":
+        raise ValueError("scaled=True is only allowed with combine='add'")

@@ -1,0 +1,130 @@
+"""The QuACK backend: translate an :class:`Epilogue` into a ``quack.epilogue`` EpiMod and run it.
+
+Imported lazily (only the harness selects it). Two flavours:
+
+* ``quack``: a real launch through QuACK's eager call (GPU), reduces finalised by QuACK's host_finalize;
+* ``quack-compile``: compile for the configured arch through ``EpiMod.plan`` without launching, so the
+  sm_90a kernels of a candidate build on a CPU-only machine (``QUACK_ARCH=90 CUTE_DSL_ARCH=sm_90a``).
+  The returned tensors have the right shapes and dtypes but no meaningful values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ._epilogue import Config, GemmCall
+from ._ops import ColVecLoad, ColVecReduce, ColVecSelect, OnlineLSEReduce, RowVecLoad, RowVecReduce
+
+_QUACK_MODE = {"element": None, "acc_pair": "acc_pair", "packed": "packed_cd_b16x2"}
+
+
+def _epimod(call: GemmCall) -> Any:
+    """Build (once per Epilogue) the QuACK EpiMod with the same pins, sinks and mode."""
+    epi = call.epi
+    mod = epi.backend_cache.get("quack")
+    if mod is not None:
+        return mod
+    from quack.epilogue import gemm_epilogue
+    from quack.epilogue import ops as q
+
+    pins = {
+        name: (q.ColVecLoad(name) if isinstance(pin, ColVecLoad) else q.RowVecLoad(name))
+        for name, pin in epi.pins.items()
+        if isinstance(pin, (ColVecLoad, RowVecLoad))
+    }
+    outs: dict[str, Any] = {}
+    extra: list[Any] = []
+    for name, sink in epi.sinks.items():
+        if isinstance(sink, ColVecReduce):
+            outs[name] = q.ColVecReduce(name, combine=sink.combine, scaled=sink.scaled)
+        elif isinstance(sink, RowVecReduce):
+            outs[name] = q.RowVecReduce(name, combine=sink.combine, scaled=sink.scaled)
+        elif isinstance(sink, OnlineLSEReduce):
+            outs[name] = q.OnlineLSEReduce(name)
+        elif isinstance(sink, ColVecSelect):
+            idx_op = q.ColVecLoad(sink.index)
+            extra.append(idx_op)
+            outs[name] = q.ColVecSelect(name, idx_op=idx_op)
+    mod = gemm_epilogue(
+        outputs=epi.outputs,
+        ops=pins or None,
+        outs=outs or None,
+        mode=_QUACK_MODE[epi.mode],
+        extra_ops=tuple(extra),
+    )(epi.fn)
+    epi.backend_cache["quack"] = mod
+    return mod
+
+
+def _gemm_config(config: Config | None) -> Any:
+    if config is None:
+        return None
+    from quack.gemm_config import GemmConfig
+
+    return GemmConfig(
+        tile_m=config.tile_m,
+        tile_n=config.tile_n,
+        cluster_m=config.cluster_m,
+        cluster_n=config.cluster_n,
+        pingpong=config.pingpong,
+        is_dynamic_persistent=False,
+        max_swizzle_size=config.max_swizzle_size,
+    )
+
+
+def _operands(call: GemmCall) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """Operands as QuACK takes them, plus NaN-filled buffers for the select sinks."""
+    kw: dict[str, Any] = {}
+    for name, op in call.operands.items():
+        kw[name] = op.value if op.kind == "scalar" else op.value.contiguous()
+    kw.update(call.indices)
+    selects = {
+        name: torch.full((call.m,), float("nan"), dtype=torch.float32, device=call.A.device)
+        for name, sink in call.epi.sinks.items()
+        if isinstance(sink, ColVecSelect)
+    }
+    kw.update(selects)
+    return kw, selects
+
+
+def run(call: GemmCall) -> dict[str, torch.Tensor]:
+    """Launch the fused kernel through QuACK's eager interface (explicit config or arch default; no tuning)."""
+    mod = _epimod(call)
+    kw, selects = _operands(call)
+    res = mod(
+        call.A,
+        call.B,
+        call.C,
+        out_dtype=None if call.epi.mode == "packed" else call.out_dtype,
+        config=_gemm_config(call.config),
+        tuned=False,
+        **kw,
+    )
+    out = dict(res)
+    out.update(selects)
+    return out
+
+
+def run_compile_only(call: GemmCall) -> dict[str, torch.Tensor]:
+    """Compile the kernel for the configured arch without launching it (works without a GPU)."""
+    mod = _epimod(call)
+    kw, selects = _operands(call)
+    m, n = call.m, call.n
+    width = n // 2 if call.epi.mode == "acc_pair" else n
+    d_shape = (m, 2 * n) if call.epi.mode == "packed" else (m, n)
+    out = {"D": torch.zeros(d_shape, dtype=call.out_dtype)}
+    out.update({name: torch.zeros(m, width, dtype=call.out_dtype) for name in call.epi.outputs})
+    mod.plan(call.A, call.B, call.C, out=out, config=_gemm_config(call.config), **kw)
+    for name, sink in call.epi.sinks.items():
+        out[name] = torch.zeros(n if isinstance(sink, RowVecReduce) else m, dtype=torch.float32)
+    out.update(selects)
+    return out
+
+
+def prepare_compile_only() -> None:
+    """Let QuACK build persistent-kernel plans with no CUDA driver (only the SM count is asked for)."""
+    import quack.gemm_runtime.host as host
+
+    host.get_max_active_clusters = lambda cluster_size: 132 // cluster_size

@@ -1,0 +1,232 @@
+"""Value math for epilogue fns, valid in both backends.
+
+Inside an epilogue fn a value is either a torch tensor (the CPU emulator evaluates the fn once over
+whole FP32 tiles) or a CuTe DSL ``Float32`` scalar (QuACK traces the fn once per accumulator element).
+Each function dispatches on the type of its argument, so one fn body serves both and the candidate never
+chooses a backend. On the QuACK side the functions are QuACK's own (``quack.activation``,
+``quack.epilogue.pexp``), the ones its library mods use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+Value = Any  # a torch.Tensor (emulator) or a CuTe DSL Float32 (QuACK trace)
+
+
+class Pair:
+    """Two lanes of a paired value (``acc_pair`` / ``packed`` modes) with lane-wise ``+ - *``.
+
+    Scalars and unpaired values broadcast to both lanes, so ``acc * rstd`` works before ``unpack``.
+    There is no division and no math function on a Pair: ``unpack`` it first.
+    """
+
+    __slots__ = ("a", "b")
+
+    def __init__(self, a: Value, b: Value) -> None:
+        self.a, self.b = a, b
+
+    @staticmethod
+    def _lanes(v: Value) -> tuple[Value, Value]:
+        return (v.a, v.b) if isinstance(v, Pair) else (v, v)
+
+    def __add__(self, other: Value) -> Pair:
+        oa, ob = Pair._lanes(other)
+        return Pair(self.a + oa, self.b + ob)
+
+    __radd__ = __add__
+
+    def __mul__(self, other: Value) -> Pair:
+        oa, ob = Pair._lanes(other)
+        return Pair(self.a * oa, self.b * ob)
+
+    __rmul__ = __mul__
+
+    def __sub__(self, other: Value) -> Pair:
+        oa, ob = Pair._lanes(other)
+        return Pair(self.a - oa, self.b - ob)
+
+    def __rsub__(self, other: Value) -> Pair:
+        oa, ob = Pair._lanes(other)
+        return Pair(oa - self.a, ob - self.b)
+
+    def __neg__(self) -> Pair:
+        return Pair(-self.a, -self.b)
+
+    def __repr__(self) -> str:
+        return f"Pair({self.a!r}, {self.b!r})"
+
+
+def _emulated(x: Value) -> bool:
+    return isinstance(x, (torch.Tensor, Pair, int, float))
+
+
+def _scalar_only(name: str, x: Value) -> None:
+    if isinstance(x, Pair) or type(x).__name__ == "Pair":
+        raise TypeError(f"{name}() takes one lane, not a Pair: split it first with `a, b = unpack(v)`")
+
+
+def _t(x: Value) -> torch.Tensor:
+    return x if isinstance(x, torch.Tensor) else torch.tensor(float(x), dtype=torch.float32)
+
+
+def pack(a: Value, b: Value) -> Value:
+    """Join two lanes into a paired value: return ``{"D": pack(x, y)}`` to write both lanes of a pair."""
+    if _emulated(a):
+        return Pair(a, b)
+    from quack.epilogue import pack as quack_pack
+
+    return quack_pack(a, b)
+
+
+def unpack(v: Value) -> tuple[Value, Value]:
+    """Split a paired value into its lanes: ``gate, up = unpack(acc)`` (acc_pair) or ``x, y = unpack(c)`` (packed)."""
+    if isinstance(v, Pair):
+        return v.a, v.b
+    if isinstance(v, torch.Tensor):
+        raise TypeError(
+            "unpack() got an unpaired value: declare mode='acc_pair' (adjacent accumulator columns) "
+            "or mode='packed' (interleaved 16-bit C/D) in @epilogue"
+        )
+    from quack.epilogue import unpack as quack_unpack
+
+    return quack_unpack(v)
+
+
+def exp(x: Value) -> Value:
+    """e**x (fast-math on the GPU)."""
+    _scalar_only("exp", x)
+    if _emulated(x):
+        return torch.exp(_t(x))
+    from quack.epilogue import pexp
+
+    return pexp(x)
+
+
+def log(x: Value) -> Value:
+    """Natural logarithm (fast-math on the GPU)."""
+    _scalar_only("log", x)
+    if _emulated(x):
+        return torch.log(_t(x))
+    import cutlass.cute as cute
+
+    return cute.math.log(x, fastmath=True)
+
+
+def sqrt(x: Value) -> Value:
+    """Square root."""
+    _scalar_only("sqrt", x)
+    if _emulated(x):
+        return torch.sqrt(_t(x))
+    import cutlass.cute as cute
+
+    return cute.math.sqrt(x)
+
+
+def rsqrt(x: Value) -> Value:
+    """1 / sqrt(x)."""
+    _scalar_only("rsqrt", x)
+    if _emulated(x):
+        return torch.rsqrt(_t(x))
+    import cutlass.cute as cute
+
+    return cute.math.rsqrt(x)
+
+
+def tanh(x: Value) -> Value:
+    """Hyperbolic tangent."""
+    _scalar_only("tanh", x)
+    if _emulated(x):
+        return torch.tanh(_t(x))
+    from quack import activation
+
+    return activation.tanh(x)
+
+
+def sigmoid(x: Value) -> Value:
+    """1 / (1 + exp(-x))."""
+    _scalar_only("sigmoid", x)
+    if _emulated(x):
+        return torch.sigmoid(_t(x))
+    from quack import activation
+
+    return activation.sigmoid(x)
+
+
+def silu(x: Value) -> Value:
+    """x * sigmoid(x) (a.k.a. swish)."""
+    _scalar_only("silu", x)
+    if _emulated(x):
+        return torch.nn.functional.silu(_t(x))
+    from quack import activation
+
+    return activation.silu(x)
+
+
+def relu(x: Value) -> Value:
+    """max(x, 0)."""
+    _scalar_only("relu", x)
+    if _emulated(x):
+        return torch.relu(_t(x))
+    from quack import activation
+
+    return activation.relu(x)
+
+
+def gelu_tanh(x: Value) -> Value:
+    """GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    _scalar_only("gelu_tanh", x)
+    if _emulated(x):
+        return torch.nn.functional.gelu(_t(x), approximate="tanh")
+    from quack import activation
+
+    return activation.gelu_tanh_approx(x)
+
+
+def swiglu(gate: Value, up: Value) -> Value:
+    """SwiGLU: silu(gate) * up."""
+    _scalar_only("swiglu", gate)
+    _scalar_only("swiglu", up)
+    if _emulated(gate):
+        return torch.nn.functional.silu(_t(gate)) * up
+    from quack import activation
+
+    return activation.swiglu(gate, up)
+
+
+def dswiglu(gate: Value, up: Value, dout: Value) -> tuple[Value, Value, Value]:
+    """SwiGLU backward: returns ``(dgate, dup, out)``.
+
+    With s = sigmoid(gate): dgate = dout * up * s * (1 + gate * (1 - s)), dup = dout * silu(gate),
+    out = silu(gate) * up (the forward value, recomputed for free).
+    """
+    for v in (gate, up, dout):
+        _scalar_only("dswiglu", v)
+    if _emulated(gate):
+        g = _t(gate)
+        s = torch.sigmoid(g)
+        silu_g = g * s
+        return dout * up * s * (1 + g * (1 - s)), dout * silu_g, silu_g * up
+    from quack import activation
+
+    return activation.dswiglu(gate, up, dout)
+
+
+__all__ = [
+    "Pair",
+    "dswiglu",
+    "exp",
+    "gelu_tanh",
+    "log",
+    "pack",
+    "relu",
+    "rsqrt",
+    "sigmoid",
+    "silu",
+    "sqrt",
+    "swiglu",
+    "tanh",
+    "unpack",
+]

@@ -1,0 +1,73 @@
+"""Backend selection: the harness picks how ``gemm`` runs; candidate code never does.
+
+* ``torch``: the FP32 emulator (any device; the CPU check of a candidate's algebra);
+* ``quack``: real fused kernels through QuACK (needs an SM90+ GPU);
+* ``quack-compile``: compile the kernels for sm_90a without launching (no GPU needed).
+
+This module is not part of the candidate surface (``coda_agent.primitives.__all__``); the static check
+rejects candidates that import it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+from ._epilogue import GemmCall
+
+BACKENDS = ("torch", "quack", "quack-compile")
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A named way to execute a :class:`GemmCall`."""
+
+    name: str
+    run: Callable[[GemmCall], dict[str, torch.Tensor]]
+
+
+def _make(name: str) -> Backend:
+    if name == "torch":
+        from . import _emulator
+
+        return Backend(name, _emulator.run)
+    if name == "quack":
+        from . import _quack
+
+        return Backend(name, _quack.run)
+    if name == "quack-compile":
+        os.environ.setdefault("QUACK_ARCH", "90")
+        os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+        from . import _quack
+
+        _quack.prepare_compile_only()
+        return Backend(name, _quack.run_compile_only)
+    raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+
+
+_active: list[Backend] = [_make("torch")]
+
+
+def active() -> Backend:
+    """The backend ``gemm`` runs on now."""
+    return _active[-1]
+
+
+def set_backend(name: str) -> Backend:
+    """Select the backend for the rest of the process (the harness calls this before loading a candidate)."""
+    _active[-1] = _make(name)
+    return _active[-1]
+
+
+@contextmanager
+def using(name: str) -> Iterator[Backend]:
+    """Run a block on another backend, then restore the previous one."""
+    _active.append(_make(name))
+    try:
+        yield _active[-1]
+    finally:
+        _active.pop()
