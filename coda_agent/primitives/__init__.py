@@ -18,7 +18,25 @@ The same code runs on the torch emulator (CPU) and as a QuACK kernel (GPU); the 
 
 from ._epilogue import Config, Epilogue, EpilogueError, epilogue, gemm
 from ._ops import ColVecLoad, ColVecReduce, ColVecSelect, OnlineLSEReduce, RowVecLoad, RowVecReduce
-from ._values import dswiglu, exp, gelu_tanh, log, pack, relu, rsqrt, sigmoid, silu, sqrt, swiglu, tanh, unpack
+from ._values import (
+    cos,
+    dswiglu,
+    exp,
+    gelu_tanh,
+    log,
+    maximum,
+    minimum,
+    pack,
+    relu,
+    rsqrt,
+    sigmoid,
+    silu,
+    sin,
+    sqrt,
+    swiglu,
+    tanh,
+    unpack,
+)
 from .host import rstd_correction, rstd_from_sqsum
 
 __all__ = [
@@ -31,12 +49,15 @@ __all__ = [
     "OnlineLSEReduce",
     "RowVecLoad",
     "RowVecReduce",
+    "cos",
     "dswiglu",
     "epilogue",
     "exp",
     "gelu_tanh",
     "gemm",
     "log",
+    "maximum",
+    "minimum",
     "pack",
     "relu",
     "rsqrt",
@@ -44,6 +65,7 @@ __all__ = [
     "rstd_from_sqsum",
     "sigmoid",
     "silu",
+    "sin",
     "sqrt",
     "swiglu",
     "tanh",

@@ -135,6 +135,46 @@ def rsqrt(x: Value) -> Value:
     return cute.math.rsqrt(x)
 
 
+def sin(x: Value) -> Value:
+    """Sine (radians), e.g. for RoPE angles computed in the epilogue."""
+    _scalar_only("sin", x)
+    if _emulated(x):
+        return torch.sin(_t(x))
+    import cutlass.cute as cute
+
+    return cute.math.sin(x)
+
+
+def cos(x: Value) -> Value:
+    """Cosine (radians)."""
+    _scalar_only("cos", x)
+    if _emulated(x):
+        return torch.cos(_t(x))
+    import cutlass.cute as cute
+
+    return cute.math.cos(x)
+
+
+def maximum(x: Value, y: Value) -> Value:
+    """Element-wise max of two values (the only data-dependent select an fn needs for clamping)."""
+    _scalar_only("maximum", x)
+    if _emulated(x):
+        return torch.maximum(_t(x), _t(y))
+    import cutlass.cute as cute
+
+    return cute.math.max(x, y)
+
+
+def minimum(x: Value, y: Value) -> Value:
+    """Element-wise min of two values."""
+    _scalar_only("minimum", x)
+    if _emulated(x):
+        return torch.minimum(_t(x), _t(y))
+    import cutlass.cute as cute
+
+    return cute.math.min(x, y)
+
+
 def tanh(x: Value) -> Value:
     """Hyperbolic tangent."""
     _scalar_only("tanh", x)
@@ -216,15 +256,19 @@ def dswiglu(gate: Value, up: Value, dout: Value) -> tuple[Value, Value, Value]:
 
 __all__ = [
     "Pair",
+    "cos",
     "dswiglu",
     "exp",
     "gelu_tanh",
     "log",
+    "maximum",
+    "minimum",
     "pack",
     "relu",
     "rsqrt",
     "sigmoid",
     "silu",
+    "sin",
     "sqrt",
     "swiglu",
     "tanh",

@@ -1,0 +1,50 @@
+"""The ``coda-agent`` command line. Each command family lives in its own module and registers on ``app``."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+
+from ..tasks.loader import TaskError
+
+app = typer.Typer(
+    name="coda-agent",
+    help="LLM-driven authoring of fused GEMM-epilogue kernels (CODA / QuACK), checked against FP32 references.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+
+class UserError(Exception):
+    """A problem the user can fix (bad argument, missing file); printed as one line, exit code 2."""
+
+
+def main() -> None:
+    """Entry point: user errors become one clear line, Ctrl-C exits 130, never a traceback for bad input."""
+    from . import tasks_cmd, verify_cmd  # noqa: F401 - registers the commands
+
+    try:
+        app(standalone_mode=False)
+    except (TaskError, UserError) as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        sys.exit(130)
+    except Exception as exc:  # click's own usage errors
+        import click
+
+        if isinstance(exc, click.exceptions.Exit):
+            sys.exit(exc.exit_code)
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        if isinstance(exc, click.exceptions.Abort):
+            err_console.print("aborted")
+            sys.exit(130)
+        raise

@@ -1,0 +1,73 @@
+"""``coda-agent verify TASK CANDIDATE``: the same verifier the agent uses, on one file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from ..tasks.loader import find_task
+from ..verifier import COMPILE_STAGES, CPU_STAGES, verify
+from ..verifier.verdict import Verdict
+from . import UserError, app, console
+
+
+def verdict_table(verdict: Verdict) -> Table:
+    """Per output, the worst check over shapes and seeds."""
+    table = Table(title="error vs FP32 reference (worst over shapes and seeds)")
+    for col in ("output", "ok", "max |err|", "allowed", "task-dtype ref err", "worst at", "shape/seed"):
+        table.add_column(col)
+    for c in verdict.worst_checks():
+        fmt = lambda v: "-" if v is None else f"{v:.3g}"  # noqa: E731
+        table.add_row(
+            c.output, "[green]yes[/]" if c.ok else "[red]no[/]", fmt(c.max_abs_err), fmt(c.allowed), fmt(c.lowp_err),
+            str(c.worst_index) if c.worst_index is not None else "-", f"{c.shape_point}/{c.seed}",
+        )
+    return table
+
+
+def print_verdict(verdict: Verdict) -> None:
+    for s in verdict.stages:
+        mark = "[green]pass[/]" if s.outcome.value == "passed" else f"[red]{s.outcome.value}[/]"
+        console.print(f"  {s.stage:<16} {mark}  {s.seconds:6.1f} s")
+    if any(s.checks for s in verdict.stages):
+        console.print(verdict_table(verdict))
+    colour = "green" if verdict.passed else "red"
+    console.print(f"[bold {colour}]{verdict.outcome.value.upper()}[/] {verdict.task} v{verdict.task_version}", highlight=False)
+    if verdict.reason and not verdict.passed:
+        console.print(verdict.reason, highlight=False, markup=False)
+
+
+@app.command("verify")
+def verify_cmd(
+    task: str = typer.Argument(..., help="task name or YAML path"),
+    candidate: Path = typer.Argument(None, help="candidate .py (default: the task's human kernel)"),
+    backend: str = typer.Option("torch", help="torch: the CPU emulator; quack: real kernels on a GPU"),
+    compile_only: bool = typer.Option(False, "--compile-only", help="only build the kernels for sm_90a (no GPU needed)"),
+    shapes: str = typer.Option(None, help="shape set (default: small for torch, bench for quack)"),
+    seeds: int = typer.Option(3, help="number of seeds"),
+    json_out: Path = typer.Option(None, "--json", help="also write the verdict as JSON"),
+) -> None:
+    """Verify a candidate (or the task's human kernel) and print a per-output error table."""
+    t = find_task(task)
+    path = candidate or t.human_file
+    if path is None:
+        raise UserError(f"task {t.name} has no human kernel; pass a candidate file")
+    if not path.exists():
+        raise UserError(f"{path}: no such candidate file")
+    if compile_only:
+        stages, label, shape_set = COMPILE_STAGES, "quack-compile", shapes or "small"
+    elif backend == "torch":
+        stages, label, shape_set = CPU_STAGES, "torch", shapes or "small"
+    elif backend == "quack":
+        stages, label, shape_set = ("gpu_correctness",), "quack", shapes or "bench"
+    else:
+        raise UserError(f"unknown backend {backend!r}: use torch or quack (or --compile-only)")
+    console.print(f"verifying [bold]{path}[/] on [bold]{t.name}[/] ({label}, shapes: {shape_set})")
+    verdict = verify(t, path.read_text(), stages, shape_set=shape_set, seeds=list(range(seeds)), backend_label=label)
+    print_verdict(verdict)
+    if json_out:
+        json_out.write_text(verdict.model_dump_json(indent=2))
+    if not verdict.passed:
+        raise typer.Exit(1)

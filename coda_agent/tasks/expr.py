@@ -1,0 +1,63 @@
+"""Tiny, safe arithmetic over shape symbols (``2*M*N*K``, ``1/sqrt(K)``) for task files."""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+from collections.abc import Mapping
+
+_BINOPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+_FUNCS = {"sqrt": math.sqrt, "ceil": math.ceil, "floor": math.floor, "cdiv": lambda a, b: -(-a // b), "log": math.log}
+
+
+class ExprError(ValueError):
+    """An expression uses something other than numbers, shape symbols, arithmetic and a few functions."""
+
+
+def names(expr: str) -> set[str]:
+    """The symbols an expression reads (function names excluded)."""
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError as exc:
+        raise ExprError(f"cannot parse {expr!r}: {exc.msg}") from exc
+    called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - called
+
+
+def evaluate(expr: str | int | float, env: Mapping[str, float]) -> float:
+    """Evaluate ``expr`` with the symbols in ``env``; numbers pass through."""
+    if isinstance(expr, (int, float)):
+        return expr
+    try:
+        tree = ast.parse(str(expr), mode="eval")
+    except SyntaxError as exc:
+        raise ExprError(f"cannot parse {expr!r}: {exc.msg}") from exc
+
+    def ev(node: ast.AST) -> float:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id not in env:
+                raise ExprError(f"{expr!r} uses unknown symbol {node.id!r} (known: {', '.join(sorted(env))})")
+            return env[node.id]
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+            return _BINOPS[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            v = ev(node.operand)
+            return -v if isinstance(node.op, ast.USub) else v
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS and not node.keywords:
+            return _FUNCS[node.func.id](*(ev(a) for a in node.args))
+        raise ExprError(f"{expr!r}: only numbers, shape symbols, + - * / // % ** and {', '.join(_FUNCS)} are allowed")
+
+    return ev(tree)

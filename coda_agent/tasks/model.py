@@ -1,0 +1,245 @@
+"""The task file format: what to compute, at which shapes, how it is checked and what "fast" means.
+
+A task is a YAML file plus a Python FP32 reference next to it (and a human kernel). Shapes are symbolic
+(``[M, K]``); named shape sets bind the symbols (``small`` for CPU checks, ``bench`` for real sizes).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+
+from . import expr
+
+DType = Literal["bfloat16", "float16", "float32", "int32", "int64"]
+Family = Literal["forward", "backward", "block"]
+Expr = str | int | float
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a task dtype name."""
+    return getattr(torch, name)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Init(_Strict):
+    """How an input is drawn: ``normal`` (mean, std), ``uniform`` [low, high) or ``randint`` [low, high).
+
+    Parameters may be expressions over the shape symbols, e.g. ``std: 1/sqrt(K)`` or ``high: N``.
+    """
+
+    dist: Literal["normal", "uniform", "randint"] = "normal"
+    mean: Expr = 0.0
+    std: Expr = 1.0
+    low: Expr = 0.0
+    high: Expr = 1.0
+
+
+class TensorSpec(_Strict):
+    """One input or output: a name, a symbolic shape and a dtype."""
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    shape: list[str | int]
+    dtype: DType
+    description: str = ""
+
+    def concrete_shape(self, dims: dict[str, int]) -> tuple[int, ...]:
+        return tuple(int(expr.evaluate(s if isinstance(s, int) else str(s), dims)) for s in self.shape)
+
+
+class InputSpec(TensorSpec):
+    init: Init = Init()
+
+
+class ShapePoint(_Strict):
+    """One binding of the shape symbols, e.g. ``{name: llama3-8b-down, dims: {M: 8192, N: 4096, K: 14336}}``."""
+
+    name: str
+    dims: dict[str, int]
+    note: str = ""
+
+    @field_validator("dims")
+    @classmethod
+    def _positive(cls, v: dict[str, int]) -> dict[str, int]:
+        bad = [k for k, x in v.items() if x <= 0]
+        if bad:
+            raise ValueError(f"dimensions must be positive: {bad}")
+        return v
+
+
+class OutputTolerance(_Strict):
+    factor: float | None = None
+    floor: float | None = None
+
+
+class Tolerance(_Strict):
+    """Per output: max|cand - ref_fp32| <= factor * max|ref_taskdtype - ref_fp32| + floor * max(1, max|ref_fp32|).
+
+    The default (factor 2, as in CODA's tests) means "no worse than twice the error of computing the
+    reference itself in the task dtype". NaN or Inf anywhere always fails.
+    """
+
+    factor: float = 2.0
+    floor: float = 1e-5
+    outputs: dict[str, OutputTolerance] = {}
+
+    def for_output(self, name: str) -> tuple[float, float]:
+        o = self.outputs.get(name, OutputTolerance())
+        return (o.factor if o.factor is not None else self.factor, o.floor if o.floor is not None else self.floor)
+
+
+class SpeedOfLight(_Strict):
+    """Data for the speed-of-light model: FLOPs (an expression) and minimal bytes (default: every input read
+    once and every output written once)."""
+
+    flops: Expr
+    bytes: Expr | None = None
+
+
+class Task(_Strict):
+    """A target operator for the agent and the verifier."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_\-]*$")
+    version: int = Field(ge=1)
+    family: Family
+    description: str
+    conventions: str = ""
+    inputs: list[InputSpec] = Field(min_length=1)
+    outputs: list[TensorSpec] = Field(min_length=1)
+    constants: dict[str, float | int] = {}
+    shapes: dict[str, list[ShapePoint]]
+    reference: str = Field(description="'file.py:function', relative to the YAML file")
+    human: str | None = Field(default=None, description="path of the hand-written candidate, relative to the YAML")
+    tolerance: Tolerance = Tolerance()
+    launch_budget: int = Field(ge=1, description="max kernel launches in one forward call")
+    sol: SpeedOfLight
+    _path: Path | None = PrivateAttr(default=None)
+
+    @field_validator("reference")
+    @classmethod
+    def _ref_form(cls, v: str) -> str:
+        if ":" not in v or not v.split(":", 1)[0].endswith(".py"):
+            raise ValueError("must look like 'file.py:function'")
+        return v
+
+    @field_validator("shapes")
+    @classmethod
+    def _need_sets(cls, v: dict[str, list[ShapePoint]]) -> dict[str, list[ShapePoint]]:
+        for required in ("small", "bench"):
+            if not v.get(required):
+                raise ValueError(f"needs a non-empty '{required}' shape set")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Task:
+        names = [t.name for t in (*self.inputs, *self.outputs)]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"input/output names must be unique; repeated: {dup}")
+        clash = set(self.constants) & set(names)
+        if clash:
+            raise ValueError(f"constants {sorted(clash)} clash with input/output names")
+        symbols: set[str] = set()
+        for t in (*self.inputs, *self.outputs):
+            for s in t.shape:
+                if isinstance(s, str):
+                    symbols |= expr.names(s)
+        symbols |= expr.names(str(self.sol.flops))
+        for set_name, points in self.shapes.items():
+            for p in points:
+                missing = symbols - set(p.dims)
+                if missing:
+                    raise ValueError(f"shape {set_name}/{p.name} does not bind {sorted(missing)}")
+        for name in self.tolerance.outputs:
+            if name not in {o.name for o in self.outputs}:
+                raise ValueError(f"tolerance.outputs names {name!r}, which is not an output")
+        return self
+
+    # --- derived facts -------------------------------------------------------------------------
+
+    @property
+    def path(self) -> Path:
+        if self._path is None:
+            raise RuntimeError(f"task {self.name} was not loaded from a file")
+        return self._path
+
+    def bind_path(self, path: Path) -> Task:
+        self._path = path
+        return self
+
+    @property
+    def reference_file(self) -> Path:
+        return self.path.parent / self.reference.split(":", 1)[0]
+
+    @property
+    def reference_function(self) -> str:
+        return self.reference.split(":", 1)[1]
+
+    @property
+    def human_file(self) -> Path | None:
+        return self.path.parent / self.human if self.human else None
+
+    def shape(self, set_name: str, name: str | None = None) -> list[ShapePoint]:
+        """The shape points of a set (or the one named ``name``)."""
+        if set_name not in self.shapes:
+            raise KeyError(f"task {self.name} has no shape set {set_name!r} (has: {', '.join(self.shapes)})")
+        points = self.shapes[set_name]
+        if name is None:
+            return points
+        found = [p for p in points if p.name == name]
+        if not found:
+            raise KeyError(f"task {self.name} has no shape {name!r} in {set_name!r}")
+        return found
+
+    def output_shapes(self, dims: dict[str, int]) -> dict[str, tuple[int, ...]]:
+        return {o.name: o.concrete_shape(dims) for o in self.outputs}
+
+    def flops(self, dims: dict[str, int]) -> float:
+        return float(expr.evaluate(self.sol.flops, dims))
+
+    def min_bytes(self, dims: dict[str, int]) -> float:
+        """Minimal HBM traffic: the SoL model's byte count."""
+        if self.sol.bytes is not None:
+            return float(expr.evaluate(self.sol.bytes, dims))
+        total = 0
+        for t in (*self.inputs, *self.outputs):
+            total += math.prod(t.concrete_shape(dims)) * torch_dtype(t.dtype).itemsize
+        return float(total)
+
+    def make_inputs(self, dims: dict[str, int], seed: int, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+        """Fresh random inputs for one shape point and seed (drawn in FP32, then cast)."""
+        gen = torch.Generator(device=device).manual_seed(seed)
+        out: dict[str, torch.Tensor] = {}
+        env = {k: float(v) for k, v in dims.items()}
+        for spec in self.inputs:
+            shape = spec.concrete_shape(dims)
+            dt = torch_dtype(spec.dtype)
+            ini = spec.init
+            if ini.dist == "randint":
+                lo, hi = int(expr.evaluate(ini.low, env)), int(expr.evaluate(ini.high, env))
+                out[spec.name] = torch.randint(lo, hi, shape, generator=gen, device=device, dtype=dt)
+                continue
+            if ini.dist == "normal":
+                t = torch.randn(shape, generator=gen, device=device, dtype=torch.float32)
+                t = t * expr.evaluate(ini.std, env) + expr.evaluate(ini.mean, env)
+            else:
+                lo, hi = expr.evaluate(ini.low, env), expr.evaluate(ini.high, env)
+                t = torch.rand(shape, generator=gen, device=device, dtype=torch.float32) * (hi - lo) + lo
+            out[spec.name] = t.to(dt)
+        return out
+
+    def summary_shapes(self, set_name: str) -> str:
+        return ", ".join(
+            f"{p.name}(" + ",".join(f"{k}={v}" for k, v in p.dims.items()) + ")" for p in self.shapes.get(set_name, [])
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-friendly view for prompts and records."""
+        return self.model_dump(mode="json")

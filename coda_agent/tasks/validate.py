@@ -1,0 +1,92 @@
+"""``coda-agent validate``: a task must load, its reference must run, and it must not be degenerate.
+
+Degenerate tasks are the ones a trivial candidate could pass (robust-kbench's filters): an output that is
+near zero, constant, or that does not change when the inputs do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .loader import TaskError, load_task, reference_function
+from .model import Task, torch_dtype
+
+
+@dataclass
+class TaskReport:
+    """What validation found for one task file (problems empty = valid)."""
+
+    path: Path
+    task: Task | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _run(task: Task, dims: dict[str, int], seed: int, fp32: bool) -> dict[str, torch.Tensor]:
+    inputs = task.make_inputs(dims, seed)
+    if fp32:
+        inputs = {k: (v.float() if v.is_floating_point() else v) for k, v in inputs.items()}
+    with torch.no_grad():
+        out = reference_function(task)(**inputs, **task.constants)
+    if not isinstance(out, dict):
+        raise TaskError(f"{task.path}: reference must return a dict of outputs, got {type(out).__name__}")
+    return out
+
+
+def validate_task(task: Task) -> list[str]:
+    """Problems with a loaded task (schema already checked): the reference on every small shape."""
+    problems: list[str] = []
+    if task.human_file is not None and not task.human_file.exists():
+        problems.append(f"human: {task.human} not found")
+    for point in task.shape("small"):
+        where = f"shape small/{point.name}"
+        try:
+            lowp = _run(task, point.dims, 0, fp32=False)
+            ref = _run(task, point.dims, 0, fp32=True)
+            other = _run(task, point.dims, 1, fp32=True)
+        except TaskError as exc:
+            return [str(exc)]
+        except Exception as exc:
+            return [f"{where}: the reference raised {type(exc).__name__}: {exc}"]
+        for spec in task.outputs:
+            if spec.name not in lowp:
+                problems.append(f"{where}: the reference does not return output {spec.name!r}")
+                continue
+            want = spec.concrete_shape(point.dims)
+            got = lowp[spec.name]
+            if tuple(got.shape) != want:
+                problems.append(f"{where}: output {spec.name!r} has shape {tuple(got.shape)}, the task declares {want}")
+            if got.dtype != torch_dtype(spec.dtype):
+                problems.append(f"{where}: output {spec.name!r} comes back as {got.dtype} in the task dtype, declared {spec.dtype}")
+            r, o = ref[spec.name].double(), other[spec.name].double()
+            if not bool(torch.isfinite(r).all()):
+                problems.append(f"{where}: output {spec.name!r} of the FP32 reference has NaN/Inf")
+                continue
+            scale = float(r.abs().max())
+            if scale < 1e-6:
+                problems.append(f"{where}: output {spec.name!r} is near zero (max |x| = {scale:.2g}); zeros would pass")
+            elif r.numel() > 1 and float(r.std()) < 1e-6 * scale:
+                problems.append(f"{where}: output {spec.name!r} is constant; a constant would pass")
+            if torch.equal(r, o):
+                problems.append(f"{where}: output {spec.name!r} does not change when the inputs change")
+        extra = set(lowp) - {o.name for o in task.outputs}
+        if extra:
+            problems.append(f"{where}: the reference returns undeclared outputs {sorted(extra)}")
+    return problems
+
+
+def validate_path(path: Path) -> TaskReport:
+    report = TaskReport(path)
+    try:
+        report.task = load_task(path)
+    except TaskError as exc:
+        report.problems.append(str(exc))
+        return report
+    report.problems.extend(validate_task(report.task))
+    return report

@@ -1,0 +1,105 @@
+"""The tolerance rule: a candidate may be at most ``factor`` times as wrong as the task-dtype reference.
+
+For each output: err = max|cand - ref_fp32|, lowp = max|ref_taskdtype - ref_fp32|, and the candidate
+passes when err <= factor * lowp + floor * max(1, max|ref_fp32|). NaN or Inf in the candidate always fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from ..tasks.model import Task, torch_dtype
+from .verdict import OutputCheck
+
+
+def _max_abs(a: torch.Tensor, b: torch.Tensor) -> tuple[float, int]:
+    diff = (a.double() - b.double()).abs().reshape(-1)
+    idx = int(diff.argmax()) if diff.numel() else 0
+    return (float(diff[idx]) if diff.numel() else 0.0), idx
+
+
+def _unravel(flat: int, shape: tuple[int, ...]) -> list[int]:
+    out = []
+    for d in reversed(shape):
+        out.append(flat % d if d else 0)
+        flat = flat // d if d else 0
+    return list(reversed(out))
+
+
+def check_outputs(
+    task: Task,
+    candidate: Mapping[str, object],
+    ref_fp32: Mapping[str, torch.Tensor],
+    ref_lowp: Mapping[str, torch.Tensor],
+    dims: dict[str, int],
+    shape_point: str,
+    seed: int,
+) -> list[OutputCheck]:
+    """Check every declared output; the reason of a failing check says what to fix."""
+    checks: list[OutputCheck] = []
+    if not isinstance(candidate, Mapping):
+        return [
+            OutputCheck(
+                output=o.name, shape_point=shape_point, seed=seed, ok=False,
+                reason=f"forward() must return a dict keyed by output name, got {type(candidate).__name__}",
+            )
+            for o in task.outputs
+        ]
+    for spec in task.outputs:
+        base = {"output": spec.name, "shape_point": shape_point, "seed": seed}
+        want_shape = spec.concrete_shape(dims)
+        want_dtype = torch_dtype(spec.dtype)
+        got = candidate.get(spec.name)
+        if got is None:
+            checks.append(OutputCheck(**base, ok=False, reason=f"output {spec.name!r} is missing from forward()'s dict"))
+            continue
+        if not isinstance(got, torch.Tensor) or type(got) is not torch.Tensor:
+            checks.append(OutputCheck(**base, ok=False, reason=f"output {spec.name!r} must be a plain torch.Tensor, got {type(got).__name__}"))
+            continue
+        if tuple(got.shape) != want_shape:
+            checks.append(OutputCheck(**base, ok=False, reason=f"output {spec.name!r} has shape {tuple(got.shape)}, expected {want_shape}"))
+            continue
+        if got.dtype != want_dtype:
+            checks.append(OutputCheck(**base, ok=False, reason=f"output {spec.name!r} has dtype {got.dtype}, expected {want_dtype}"))
+            continue
+        cand = got.detach().to("cpu", torch.float64) if got.device.type != "cpu" else got.detach().double()
+        ref = ref_fp32[spec.name].detach().cpu().double()
+        lowp = ref_lowp[spec.name].detach().cpu().double()
+        bad = ~torch.isfinite(cand)
+        if bool(bad.any()):
+            first = _unravel(int(bad.reshape(-1).nonzero()[0]), want_shape)
+            checks.append(
+                OutputCheck(
+                    **base, ok=False, worst_index=first,
+                    reason=f"output {spec.name!r} has {int(bad.sum())} NaN/Inf values (first at {first}); "
+                    "an unwritten element or an overflow",
+                )
+            )
+            continue
+        err, flat = _max_abs(cand, ref)
+        lowp_err, _ = _max_abs(lowp, ref)
+        factor, floor = task.tolerance.for_output(spec.name)
+        scale = max(1.0, float(ref.abs().max())) if ref.numel() else 1.0
+        allowed = factor * lowp_err + floor * scale
+        where = _unravel(flat, want_shape)
+        ok = err <= allowed
+        checks.append(
+            OutputCheck(
+                **base, ok=ok, max_abs_err=err, allowed=allowed, lowp_err=lowp_err, worst_index=where,
+                worst_value=float(cand.reshape(-1)[flat]), expected_value=float(ref.reshape(-1)[flat]),
+                reason="" if ok else (
+                    f"output {spec.name!r}: max error {err:.3g} at {where} (got {float(cand.reshape(-1)[flat]):.6g}, "
+                    f"expected {float(ref.reshape(-1)[flat]):.6g}) exceeds the allowed {allowed:.3g} "
+                    f"({factor:g} x task-dtype reference error {lowp_err:.3g} + floor)"
+                ),
+            )
+        )
+    extra = set(candidate) - {o.name for o in task.outputs}
+    if extra:
+        checks.append(
+            OutputCheck(output=",".join(sorted(extra)), shape_point=shape_point, seed=seed, ok=False,
+                        reason=f"forward() returned names that are not task outputs: {sorted(extra)}")
+        )
+    return checks

@@ -1,0 +1,90 @@
+"""Verdicts: what the verifier concluded, with a reason a person or an LLM can act on.
+
+Pure data (pydantic), so a verdict crosses the worker-process boundary as JSON and lands unchanged in
+run records.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, Field
+
+
+class Outcome(str, Enum):
+    """Every way a candidate can end; the first five are failures a model can fix in its code."""
+
+    PASSED = "passed"
+    STATIC_REJECTED = "static_rejected"  # the AST check refused the source
+    COMPILE_ERROR = "compile_error"  # QuACK/CuTe DSL could not build a kernel
+    RUNTIME_ERROR = "runtime_error"  # forward() raised (contract violation, shape error...)
+    WRONG_OUTPUT = "wrong_output"  # ran, but an output is missing, misshaped or outside tolerance
+    CHEAT_DETECTED = "cheat_detected"  # mutated inputs, non-determinism, torch matmul, side streams...
+    OVER_LAUNCH_BUDGET = "over_launch_budget"
+    TIMEOUT = "timeout"
+    CRASH = "crash"  # the worker process died (segfault, CUDA fault, OOM)
+    INFRA_ERROR = "infra_error"  # the harness itself failed; not the candidate's fault
+
+
+class OutputCheck(BaseModel):
+    """One output at one shape and seed, against the FP32 reference."""
+
+    output: str
+    shape_point: str
+    seed: int
+    ok: bool
+    max_abs_err: float | None = None
+    allowed: float | None = None
+    lowp_err: float | None = Field(default=None, description="error of the reference computed in the task dtype")
+    worst_index: list[int] | None = None
+    worst_value: float | None = None
+    expected_value: float | None = None
+    reason: str = ""
+
+
+class StageResult(BaseModel):
+    """One verifier stage (static, compile, correctness, gpu_correctness, profile)."""
+
+    stage: str
+    outcome: Outcome
+    reason: str = ""
+    seconds: float = 0.0
+    checks: list[OutputCheck] = []
+    details: dict[str, object] = {}
+
+
+class Verdict(BaseModel):
+    """The verifier's conclusion on one candidate for one task."""
+
+    task: str
+    task_version: int
+    backend: str
+    outcome: Outcome
+    reason: str = ""
+    stages: list[StageResult] = []
+    timings: dict[str, object] = {}
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome is Outcome.PASSED
+
+    def stage(self, name: str) -> StageResult | None:
+        return next((s for s in self.stages if s.stage == name), None)
+
+    def worst_checks(self) -> list[OutputCheck]:
+        """Per output, the check with the largest error ratio (the table people and models read)."""
+        worst: dict[str, OutputCheck] = {}
+        for st in self.stages:
+            for c in st.checks:
+                cur = worst.get(c.output)
+                if cur is None or _ratio(c) > _ratio(cur) or (cur.ok and not c.ok):
+                    worst[c.output] = c
+        return list(worst.values())
+
+
+def _ratio(c: OutputCheck) -> float:
+    if not c.ok and c.max_abs_err is None:
+        return float("inf")
+    if c.max_abs_err is None or not c.allowed:
+        return 0.0
+    return c.max_abs_err / c.allowed
