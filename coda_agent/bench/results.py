@@ -1,0 +1,61 @@
+"""The bench results file (``bench/results/<device>-<date>.json``): schema shared by ``bench`` and the store."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+BENCH_SCHEMA_VERSION = 1
+
+
+class Timing(BaseModel):
+    """One timed variant: median and spread over repetitions, in microseconds."""
+
+    median_us: float
+    p10_us: float | None = None
+    p90_us: float | None = None
+    reps: int = 0
+
+
+class BenchRow(BaseModel):
+    """One task at one shape: the human kernel against the baselines."""
+
+    task: str
+    task_version: int
+    shape: str
+    dims: dict[str, int]
+    author: str = "human"
+    correct: bool
+    verdict_reason: str = ""
+    candidate: Timing | None = None
+    eager: Timing | None = None
+    compiled: Timing | None = None
+    cublas: Timing | None = Field(default=None, description="the task's GEMM(s) alone through torch.matmul (cuBLAS)")
+    sol_us: float | None = None
+    flops: float
+    min_bytes: float
+    launches: int | None = None
+
+    def ratio(self, baseline: str) -> float | None:
+        """baseline time / candidate time (>1 means the candidate is faster)."""
+        base = getattr(self, baseline)
+        if self.candidate is None or base is None:
+            return None
+        return base.median_us / self.candidate.median_us
+
+
+class BenchRun(BaseModel):
+    """A whole bench invocation with everything its numbers depend on."""
+
+    schema_version: int = BENCH_SCHEMA_VERSION
+    created: datetime
+    command: str
+    device: str
+    driver: str = ""
+    packages: dict[str, str] = {}
+    git_commit: str | None = None
+    peak_tflops_bf16: float | None = Field(default=None, description="measured at the start of the bench")
+    peak_hbm_tbps: float | None = None
+    timing_method: str = ""
+    rows: list[BenchRow] = []

@@ -1,0 +1,63 @@
+"""The provider interface: every model backend turns a chat into a :class:`Completion`.
+
+Providers are addressed as ``provider/model`` strings (``anthropic/claude-sonnet-4-5``,
+``openai/gpt-4.1``, ``openai-compatible/qwen2.5-coder`` with ``--base-url``, ``mock/script.yaml``,
+``replay/RUN``, ``manual``). Prompt building is not their business.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from enum import Enum
+
+from ..store.records import ChatMessage
+
+
+class ErrorKind(str, Enum):
+    AUTH = "auth"  # bad or missing key: stop the run
+    NOT_FOUND = "not_found"  # unknown model: stop the run
+    RATE_LIMIT = "rate_limit"  # retried with backoff
+    SERVER = "server"  # 5xx: retried
+    TIMEOUT = "timeout"  # retried
+    BAD_REQUEST = "bad_request"  # the request itself is wrong: recorded, not retried
+    DISABLED = "disabled"  # real API calls are forbidden by CODA_AGENT_NO_REAL_API
+    OTHER = "other"
+
+    @property
+    def retryable(self) -> bool:
+        return self in (ErrorKind.RATE_LIMIT, ErrorKind.SERVER, ErrorKind.TIMEOUT)
+
+    @property
+    def fatal(self) -> bool:
+        """Errors that no later attempt can fix: the run stops with one clear line."""
+        return self in (ErrorKind.AUTH, ErrorKind.NOT_FOUND, ErrorKind.DISABLED)
+
+
+class ProviderError(Exception):
+    """A provider call failed; ``kind`` says whether to retry, record or stop."""
+
+    def __init__(self, kind: ErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A model's reply and what it cost."""
+
+    text: str
+    model: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    finish_reason: str = ""
+
+
+class Provider(ABC):
+    """One model endpoint. Implementations must be safe to call concurrently (K candidates per round)."""
+
+    name: str
+
+    @abstractmethod
+    async def complete(self, messages: list[ChatMessage], *, max_tokens: int, temperature: float) -> Completion:
+        """Send the chat (system message first, if any) and return the reply; raise ProviderError on failure."""

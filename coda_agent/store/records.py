@@ -1,0 +1,133 @@
+"""Run records: the versioned, on-disk schema of an agent run (pydantic; JSON files, atomic writes).
+
+Layout of one run, ``runs/<YYYYmmdd-HHMMSS>_<task>_<id>/``::
+
+    header.json          RunHeader: what was run, with what, where (written once at start)
+    attempts/0001.json   Attempt: one candidate, from prompt to verdict (written when it finishes)
+    summary.json         RunSummary: rolled up after every attempt (status, best, totals)
+    best.py              the best correct candidate, exported as a file
+
+Each attempt is its own file, written atomically once finished, so a run killed at any point (even
+``kill -9``) loses only attempts in flight, and ``--resume`` continues after the last finished one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from ..verifier.verdict import Verdict
+
+SCHEMA_VERSION = 1
+
+RunStatus = Literal["running", "target_reached", "budget_exhausted", "completed", "interrupted", "failed"]
+
+
+class Budgets(BaseModel):
+    """Hard stops for a run; None means unlimited."""
+
+    rounds: int = 5
+    candidates_per_round: int = 1
+    max_tokens: int | None = None
+    max_dollars: float | None = None
+    max_wall_seconds: float | None = None
+
+
+class RunHeader(BaseModel):
+    """Everything a run's figures depend on, written once when the run starts."""
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    created: datetime
+    task: str
+    task_version: int
+    task_path: str
+    model: str = Field(description="provider/model, e.g. anthropic/claude-sonnet-4-5, or 'human'")
+    params: dict[str, Any] = {}
+    budgets: Budgets = Budgets()
+    target: dict[str, Any] = Field(default_factory=dict, description="stopping target, e.g. {'speedup_vs_human': 0.95}")
+    verifier_stages: list[str] = []
+    git_commit: str | None = None
+    git_dirty: bool = False
+    packages: dict[str, str] = {}
+    device: str = "cpu"
+    host: str = ""
+
+
+class ChatMessage(BaseModel):
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class Usage(BaseModel):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+
+
+class Attempt(BaseModel):
+    """One candidate: the messages sent, the raw reply, the extracted code and every check's result."""
+
+    index: int = Field(ge=1, description="1-based, unique in the run")
+    round: int = Field(ge=1)
+    slot: int = Field(ge=0, description="which of the round's K concurrent candidates")
+    started: datetime
+    finished: datetime
+    messages: list[ChatMessage]
+    raw_response: str | None = None
+    provider_error: str | None = None
+    code: str | None = None
+    extraction_error: str | None = None
+    verdict: Verdict | None = None
+    usage: Usage = Usage()
+    durations: dict[str, float] = Field(default_factory=dict, description="seconds: llm, verify")
+    timing: dict[str, Any] = Field(default_factory=dict, description="GPU timing of a correct candidate, if profiled")
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict is not None and self.verdict.passed
+
+    @property
+    def outcome(self) -> str:
+        if self.provider_error:
+            return "provider_error"
+        if self.code is None:
+            return "no_code"
+        return self.verdict.outcome.value if self.verdict else "unverified"
+
+
+class RunSummary(BaseModel):
+    """Totals and the best candidate, rewritten after every attempt."""
+
+    schema_version: int = SCHEMA_VERSION
+    status: RunStatus = "running"
+    stop_reason: str = ""
+    rounds: int = 0
+    attempts: int = 0
+    passes: int = 0
+    best_attempt: int | None = None
+    best_time_us: float | None = None
+    speedup_vs_human: float | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    wall_seconds: float = 0.0
+    seconds_to_first_correct: float | None = None
+    updated: datetime | None = None
+
+
+def write_json_atomic(path: Path, data: BaseModel | dict[str, Any]) -> None:
+    """Write JSON via temp file + fsync + rename, so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = data.model_dump_json(indent=2) if isinstance(data, BaseModel) else json.dumps(data, indent=2, default=str)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
