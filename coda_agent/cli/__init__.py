@@ -26,8 +26,6 @@ class UserError(Exception):
 
 def main() -> None:
     """Entry point: user errors become one clear line, Ctrl-C exits 130, never a traceback for bad input."""
-    from . import tasks_cmd, verify_cmd  # noqa: F401 - registers the commands
-
     try:
         app(standalone_mode=False)
     except (TaskError, UserError) as exc:
@@ -48,3 +46,7 @@ def main() -> None:
             err_console.print("aborted")
             sys.exit(130)
         raise
+
+
+# Command modules register themselves on `app` when imported; add new ones to this line.
+from . import tasks_cmd, verify_cmd  # noqa: E402, F401

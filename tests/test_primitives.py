@@ -1,0 +1,236 @@
+"""The torch emulator of each primitive against plain torch, and the contract's error messages."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from coda_agent import primitives as P
+from coda_agent.primitives import backend
+
+M, N, K = 64, 96, 32
+
+
+@pytest.fixture
+def ab():
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(M, K, generator=g).bfloat16()
+    w = (torch.randn(N, K, generator=g) / K**0.5).bfloat16()
+    return a, w, a.float() @ w.float().t()
+
+
+def test_backend_defaults_to_the_emulator():
+    assert backend.active().name == "torch"
+    with backend.using("quack-compile") as b:
+        assert b.name == "quack-compile"
+    assert backend.active().name == "torch"
+    with pytest.raises(ValueError, match="unknown backend"):
+        backend.set_backend("cuda")
+
+
+def test_plain_gemm_stores_the_accumulator_rounded(ab):
+    a, w, ref = ab
+
+    @P.epilogue()
+    def ident(acc):
+        return {}
+
+    out = P.gemm(ident, a, w.t())
+    assert out["D"].dtype == torch.bfloat16
+    assert torch.equal(out["D"], ref.bfloat16())
+    assert P.gemm(ident, a, w.t(), out_dtype=torch.float32)["D"].dtype == torch.float32
+
+
+POSITIVE_DOMAIN = (P.log, P.sqrt, P.rsqrt)
+
+
+@pytest.mark.parametrize(
+    ("fn", "ref"),
+    [
+        (P.exp, torch.exp), (P.log, torch.log), (P.sqrt, torch.sqrt), (P.rsqrt, torch.rsqrt),
+        (P.tanh, torch.tanh), (P.sigmoid, torch.sigmoid), (P.silu, F.silu), (P.relu, torch.relu),
+        (P.sin, torch.sin), (P.cos, torch.cos), (P.gelu_tanh, lambda x: F.gelu(x, approximate="tanh")),
+    ],
+    ids=lambda v: getattr(v, "__name__", ""),
+)
+def test_unary_value_math_matches_torch(ab, fn, ref):
+    a, w, acc = ab
+    positive = fn in POSITIVE_DOMAIN
+
+    @P.epilogue(outputs=("y",))
+    def epi(acc):
+        return {"y": fn(acc * acc + 1 if positive else acc)}
+
+    got = P.gemm(epi, a, w.t(), out_dtype=torch.float32)["y"]
+    torch.testing.assert_close(got, ref(acc * acc + 1 if positive else acc), rtol=1e-6, atol=1e-6)
+
+
+def test_swiglu_and_dswiglu_match_autograd():
+    g = torch.randn(50, dtype=torch.float64, requires_grad=True)
+    u = torch.randn(50, dtype=torch.float64, requires_grad=True)
+    dout = torch.randn(50, dtype=torch.float64)
+    out = F.silu(g) * u
+    out.backward(dout)
+    torch.testing.assert_close(P.swiglu(g.detach(), u.detach()), out.detach())
+    dg, du, fwd = P.dswiglu(g.detach(), u.detach(), dout)
+    torch.testing.assert_close(dg, g.grad)
+    torch.testing.assert_close(du, u.grad)
+    torch.testing.assert_close(fwd, out.detach())
+    torch.testing.assert_close(P.maximum(g.detach(), u.detach()), torch.maximum(g, u).detach())
+    torch.testing.assert_close(P.minimum(g.detach(), u.detach()), torch.minimum(g, u).detach())
+
+
+def test_operand_kinds_and_reductions(ab):
+    a, w, acc = ab
+    c = torch.randn(M, N).bfloat16()
+    row = torch.randn(N)
+    col = torch.rand(M) + 0.5
+
+    @P.epilogue(
+        outputs=("y",),
+        reduces={
+            "rsum": P.ColVecReduce(), "rsq": P.ColVecReduce(scaled=True), "rmax": P.ColVecReduce(combine="max"),
+            "cabs": P.RowVecReduce(combine="max_abs"), "csum": P.RowVecReduce(), "lse": P.OnlineLSEReduce(),
+        },
+    )
+    def epi(acc, c, row, col, s):
+        y = (acc + c) * row * col + s
+        return {"D": y, "y": -y, "rsum": y, "rsq": (y, y), "rmax": y, "cabs": y, "csum": y, "lse": y}
+
+    out = P.gemm(epi, a, w.t(), C=c, row=row, col=col, s=0.25, out_dtype=torch.float32)
+    y = (acc + c.float()) * row[None] * col[:, None] + 0.25
+    torch.testing.assert_close(out["D"], y)
+    torch.testing.assert_close(out["y"], -y)
+    torch.testing.assert_close(out["rsum"], y.sum(1))
+    torch.testing.assert_close(out["rsq"], (y * y).sum(1))
+    torch.testing.assert_close(out["rmax"], y.amax(1))
+    torch.testing.assert_close(out["cabs"], y.abs().amax(0))
+    torch.testing.assert_close(out["csum"], y.sum(0))
+    torch.testing.assert_close(out["lse"], torch.logsumexp(y, 1))
+    assert out["rsum"].shape == (M,) and out["csum"].shape == (N,)
+
+
+def test_col_vec_select_gathers_and_marks_out_of_range_rows_nan(ab):
+    a, w, acc = ab
+    target = torch.randint(0, N, (M,))
+    target[3] = -100
+
+    @P.epilogue(reduces={"t": P.ColVecSelect(index="target")})
+    def epi(acc):
+        return {"t": acc * 2}
+
+    got = P.gemm(epi, a, w.t(), target=target)["t"]
+    want = (acc * 2).gather(1, target.clamp(min=0)[:, None])[:, 0]
+    assert torch.isnan(got[3])
+    mask = torch.arange(M) != 3
+    torch.testing.assert_close(got[mask], want[mask])
+
+
+def test_acc_pair_mode_pairs_adjacent_columns(ab):
+    a, w, acc = ab
+    rstd = torch.rand(M) + 0.5
+
+    @P.epilogue(outputs=("act",), mode="acc_pair", reduces={"s": P.ColVecReduce()})
+    def epi(acc, rstd):
+        g, u = P.unpack(acc * rstd)
+        return {"D": P.pack(g, u), "act": P.swiglu(g, u), "s": (g, u)}
+
+    out = P.gemm(epi, a, w.t(), rstd=rstd, out_dtype=torch.float32)
+    z = acc * rstd[:, None]
+    torch.testing.assert_close(out["D"], z)
+    torch.testing.assert_close(out["act"], F.silu(z[:, 0::2]) * z[:, 1::2])
+    torch.testing.assert_close(out["s"], z.sum(1))
+    assert out["act"].shape == (M, N // 2)
+
+
+def test_packed_mode_reads_interleaved_c_and_writes_double_width(ab):
+    a, w, acc = ab
+    preact = torch.randn(M, 2 * N).bfloat16()
+
+    @P.epilogue(outputs=("act",), mode="packed")
+    def epi(acc, c):
+        x, y = P.unpack(c)
+        dx, dy, out = P.dswiglu(x, y, acc)
+        return {"D": P.pack(dx, dy), "act": out}
+
+    out = P.gemm(epi, a, w.t(), C=preact)
+    x, y = preact.float()[:, 0::2], preact.float()[:, 1::2]
+    dx, dy, act = P.dswiglu(x, y, acc)
+    expected = torch.stack((dx, dy), -1).reshape(M, 2 * N)
+    assert out["D"].shape == (M, 2 * N) and out["D"].dtype == torch.bfloat16
+    torch.testing.assert_close(out["D"], expected.bfloat16())
+    torch.testing.assert_close(out["act"], act.bfloat16())
+
+
+@pytest.mark.parametrize(
+    ("declare", "call", "message"),
+    [
+        (dict(reduces={"s": P.ColVecReduce()}), dict(extra=1.0), "unexpected operands"),
+        (dict(outputs=("y",), reduces={"s": P.ColVecReduce()}), dict(), "did not return declared names"),
+        (dict(mode="acc_pair", reduces={"s": P.ColVecReduce()}), dict(), "one value per lane"),
+        (dict(reduces={"s": P.ColVecReduce(scaled=True)}), dict(), "scaled: return a"),
+        (dict(), dict(), "undeclared names"),
+    ],
+)
+def test_contract_violations_have_clear_messages(ab, declare, call, message):
+    a, w, _ = ab
+
+    @P.epilogue(**declare)
+    def epi(acc):
+        return {"D": acc, "s": acc}
+
+    with pytest.raises(P.EpilogueError, match=message):
+        P.gemm(epi, a, w.t(), **call)
+
+
+def test_square_problems_need_pinned_vectors():
+    a = torch.randn(32, 16).bfloat16()
+    b = torch.randn(16, 32).bfloat16()
+
+    @P.epilogue()
+    def epi(acc, v):
+        return {"D": acc * v}
+
+    with pytest.raises(P.EpilogueError, match="pin it"):
+        P.gemm(epi, a, b, v=torch.ones(32))
+
+    @P.epilogue(operands={"v": P.ColVecLoad()})
+    def pinned(acc, v):
+        return {"D": acc * v}
+
+    v = torch.arange(32.0)
+    torch.testing.assert_close(P.gemm(pinned, a, b, v=v, out_dtype=torch.float32)["D"], (a.float() @ b.float()) * v[:, None])
+
+
+def test_declaration_errors():
+    with pytest.raises(P.EpilogueError, match="first parameter must be named 'acc'"):
+        P.epilogue()(lambda x: {})
+    with pytest.raises(P.EpilogueError, match="packed mode needs a 'c'"):
+        P.epilogue(mode="packed")(lambda acc: {})
+    with pytest.raises(P.EpilogueError, match="acc_pair mode allows only"):
+        P.epilogue(mode="acc_pair", reduces={"s": P.ColVecReduce(scaled=True)})(lambda acc: {})
+    with pytest.raises(ValueError, match="scaled=True is only allowed"):
+        P.ColVecReduce(combine="max", scaled=True)
+
+
+def test_config_rules():
+    P.Config().check("element", False)
+    with pytest.raises(P.EpilogueError, match="pingpong with tile_m=128 needs tile_n <= 208"):
+        P.Config(tile_n=256).check("element", False)
+    P.Config(tile_m=256, tile_n=256, pingpong=False).check("element", False)
+    with pytest.raises(P.EpilogueError, match="tile_n % 32"):
+        P.Config(tile_n=208).check("acc_pair", True)
+
+
+def test_host_helpers():
+    ss = torch.tensor([4.0, 16.0])
+    torch.testing.assert_close(P.rstd_from_sqsum(ss, 4, 0.0), torch.tensor([1.0, 0.5]))
+    torch.testing.assert_close(P.rstd_correction(torch.tensor([2.0]), torch.tensor([0.5]), 4), torch.tensor([-0.0625]))
+
+
+def test_value_math_rejects_pairs():
+    with pytest.raises(TypeError, match="unpack"):
+        P.silu(P.pack(torch.ones(2), torch.ones(2)))
+    with pytest.raises(TypeError, match="unpaired value"):
+        P.unpack(torch.ones(2))

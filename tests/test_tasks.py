@@ -1,0 +1,160 @@
+"""Task files: schema, clear error messages, validation of references, and the shipped suite."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from coda_agent.cli import app
+from coda_agent.tasks import TaskError, load_task, load_tasks
+from coda_agent.tasks.expr import ExprError, evaluate
+from coda_agent.tasks.validate import validate_path
+
+from .conftest import TASK_DIR
+
+EXAMPLE = TASK_DIR / "gemm_residual_rmsnorm.yaml"
+
+
+def write_task(tmp_path: Path, edit=None, reference: str | None = None, name: str = "t") -> Path:
+    """A copy of the example task in tmp_path, optionally edited (dict -> dict) and with another reference."""
+    data = yaml.safe_load(EXAMPLE.read_text())
+    data["name"] = name
+    data["reference"] = "ref.py:reference"
+    data["human"] = None
+    if edit:
+        edit(data)
+    (tmp_path / "ref.py").write_text(reference or (TASK_DIR / "gemm_residual_rmsnorm.py").read_text())
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_the_suite_loads_and_is_valid():
+    tasks = load_tasks([TASK_DIR])
+    assert tasks, "no tasks shipped"
+    for task in tasks:
+        report = validate_path(task.path)
+        assert report.ok, report.problems
+
+
+def test_example_task_derived_facts():
+    task = load_task(EXAMPLE)
+    dims = {"M": 8192, "N": 4096, "K": 14336}
+    assert task.flops(dims) == 2 * 8192 * 4096 * 14336
+    # x, w, residual, gamma in bf16; h, normed in bf16; rstd in fp32
+    assert task.min_bytes(dims) == 2 * (8192 * 14336 + 4096 * 14336 + 8192 * 4096 + 4096) + 2 * 2 * 8192 * 4096 + 4 * 8192
+    inputs = task.make_inputs({"M": 8, "N": 16, "K": 32}, seed=1)
+    assert inputs["w"].shape == (16, 32) and str(inputs["w"].dtype) == "torch.bfloat16"
+    assert 0.5 <= float(inputs["gamma"].float().min()) and float(inputs["gamma"].float().max()) <= 1.5
+    again = task.make_inputs({"M": 8, "N": 16, "K": 32}, seed=1)
+    other = task.make_inputs({"M": 8, "N": 16, "K": 32}, seed=2)
+    assert all((inputs[k] == again[k]).all() for k in inputs)
+    assert not (inputs["x"] == other["x"]).all()
+    assert task.tolerance.for_output("h") == (2.0, 1e-5)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: d.pop("family"), "family: Field required"),
+        (lambda d: d.update(family="sideways"), "family: Input should be 'forward', 'backward' or 'block'"),
+        (lambda d: d["inputs"][1].update(dtype="bf16"), "inputs[1](w).dtype"),
+        (lambda d: d.update(launch_budget=0), "launch_budget: Input should be greater than or equal to 1"),
+        (lambda d: d.update(reference="ref:reference"), "reference: must look like 'file.py:function'"),
+        (lambda d: d["shapes"].pop("bench"), "needs a non-empty 'bench' shape set"),
+        (lambda d: d["shapes"]["small"][0]["dims"].pop("K"), "does not bind ['K']"),
+        (lambda d: d.update(colour="blue"), "colour: unknown field (typo?)"),
+        (lambda d: d["outputs"].append(dict(d["outputs"][0])), "names must be unique"),
+        (lambda d: d["tolerance"].update(outputs={"nope": {"floor": 1}}) if "tolerance" in d else d.update(tolerance={"outputs": {"nope": {"floor": 1}}}), "'nope', which is not an output"),
+    ],
+)
+def test_schema_errors_name_the_file_field_and_problem(tmp_path, edit, message):
+    path = write_task(tmp_path, edit)
+    with pytest.raises(TaskError) as err:
+        load_task(path)
+    text = str(err.value)
+    assert str(path) in text
+    assert message in text
+
+
+def test_yaml_syntax_error_names_line(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: x\ninputs: [\n  - a: b\n")
+    with pytest.raises(TaskError, match=r"bad.yaml: line \d+, column \d+: not valid YAML"):
+        load_task(path)
+
+
+def test_cli_reports_malformed_task_in_one_clean_message(tmp_path):
+    path = write_task(tmp_path, lambda d: d.update(family="sideways"))
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 1
+    assert "FAIL" in result.output and "family" in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("reference", "problem"),
+    [
+        ("def reference(x, w, residual, gamma, *, eps):\n    raise RuntimeError('boom')\n", "the reference raised RuntimeError: boom"),
+        (
+            "import torch\ndef reference(x, w, residual, gamma, *, eps):\n    h = x @ w.t() + residual\n"
+            "    return {'h': h, 'normed': h * 0, 'rstd': torch.ones(h.shape[0])}\n",
+            "output 'normed' is near zero",
+        ),
+        (
+            "import torch\ndef reference(x, w, residual, gamma, *, eps):\n    h = x @ w.t() + residual\n"
+            "    return {'h': h, 'normed': h * gamma, 'rstd': torch.full((h.shape[0],), 3.0)}\n",
+            "output 'rstd' is constant",
+        ),
+        (
+            "import torch\ndef reference(x, w, residual, gamma, *, eps):\n    h = x @ w.t() + residual\n"
+            "    return {'h': h, 'normed': h * gamma}\n",
+            "does not return output 'rstd'",
+        ),
+        (
+            "import torch\ndef reference(x, w, residual, gamma, *, eps):\n    h = x @ w.t() + residual\n"
+            "    return {'h': h.float(), 'normed': h * gamma, 'rstd': h.float().sum(-1)}\n",
+            "output 'h' comes back as torch.float32 in the task dtype, declared bfloat16",
+        ),
+        (
+            "import torch\ndef reference(x, w, residual, gamma, *, eps):\n    h = x @ w.t() + residual\n"
+            "    return {'h': h[:, :5], 'normed': h * gamma, 'rstd': h.float().sum(-1)}\n",
+            "output 'h' has shape",
+        ),
+        (
+            "import torch\ndef reference(x, w, residual, gamma, *, eps):\n    h = torch.ones_like(residual).cumsum(-1)\n"
+            "    return {'h': h, 'normed': h * gamma, 'rstd': (x @ w.t()).float().sum(-1)}\n",
+            "output 'h' does not change when the inputs change",
+        ),
+    ],
+)
+def test_validate_rejects_broken_and_degenerate_references(tmp_path, reference, problem):
+    report = validate_path(write_task(tmp_path, reference=textwrap.dedent(reference)))
+    assert not report.ok
+    assert any(problem in p for p in report.problems), report.problems
+
+
+def test_missing_reference_function_is_reported(tmp_path):
+    path = write_task(tmp_path, lambda d: d.update(reference="ref.py:nope"))
+    report = validate_path(path)
+    assert any("has no function 'nope'" in p for p in report.problems)
+
+
+def test_expressions_are_safe_arithmetic():
+    assert evaluate("2*M*N*K", {"M": 2, "N": 3, "K": 4}) == 48
+    assert evaluate("1/sqrt(K)", {"K": 16}) == 0.25
+    assert evaluate("cdiv(N, 128)", {"N": 300}) == 3
+    with pytest.raises(ExprError, match="unknown symbol 'Q'"):
+        evaluate("Q + 1", {"M": 1})
+    with pytest.raises(ExprError, match="only numbers"):
+        evaluate("__import__('os')", {})
+
+
+def test_tasks_command_lists_the_suite():
+    result = CliRunner().invoke(app, ["tasks"])
+    assert result.exit_code == 0, result.output
+    assert "gemm_residual_rmsnorm" in result.output and "forward" in result.output
