@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 import tempfile
 import traceback
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from typing import Any
 from ..tasks.loader import import_file
 
 _counter = itertools.count()
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class CandidateModule:
@@ -31,7 +33,7 @@ def candidate_trace(exc: BaseException, path: Path, limit: int = 1200) -> str:
     """The exception message plus the candidate's own frames (``line N: code``), trimmed for a prompt."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == path]
     lines = [f"line {f.lineno}: {(f.line or '').strip()}" for f in frames]
-    msg = f"{type(exc).__name__}: {exc}".strip()
+    msg = _ANSI.sub("", f"{type(exc).__name__}: {exc}").strip()
     if len(msg) > limit:
         msg = msg[: limit // 2] + " ... " + msg[-limit // 2 :]
     return "\n".join([*lines, msg]) if lines else msg

@@ -1,0 +1,56 @@
+"""The static check refuses everything outside the candidate contract, and nothing inside it."""
+
+from __future__ import annotations
+
+import pytest
+
+from coda_agent.verifier.static import check_source
+
+from .conftest import TASK_DIR
+
+OK_HEADER = "import math\nimport torch\nfrom coda_agent.primitives import epilogue, gemm\n"
+
+
+def test_every_human_kernel_passes():
+    for path in sorted((TASK_DIR / "human").glob("*.py")):
+        assert check_source(path.read_text()) == [], path.name
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("import os\n", "import of 'os' is not allowed"),
+        ("import numpy as np\n", "import of 'numpy' is not allowed"),
+        ("from coda_agent.primitives import backend\n", "'backend' is not part of coda_agent.primitives"),
+        ("from coda_agent.primitives._quack import run\n", "import from 'coda_agent.primitives._quack' is not allowed"),
+        ("from coda_agent.primitives import *\n", "star imports"),
+        ("def forward(x, w):\n    return {'y': x @ w.t()}\n", "the @ operator"),
+        ("def forward(x, w):\n    return {'y': torch.matmul(x, w)}\n", "torch.matmul is not allowed"),
+        ("def forward(x, w):\n    return {'y': x.mm(w)}\n", ".mm() is not allowed"),
+        ("def forward(x):\n    s = torch.cuda.Stream()\n    return {}\n", "torch.cuda is not allowed"),
+        ("def forward(x):\n    return {'y': eval('x')}\n", "eval() is not allowed"),
+        ("def forward(x):\n    return {'y': open('f').read()}\n", "open() is not allowed"),
+        ("def forward(x):\n    return {'y': x.__class__}\n", "private attribute '__class__'"),
+        ("class T(torch.Tensor):\n    pass\n", "class definitions"),
+        ("CACHE = {}\ndef forward(x):\n    global CACHE\n    return {}\n", "global statements"),
+        ("def forward(x):\n    try:\n        pass\n    except Exception:\n        pass\n    return {}\n", "try/except"),
+        ("import torch.nn.functional as F\n", "import of 'torch.nn.functional' is not allowed"),
+        ("def forward(x):\n    return {'y': torch.nn.functional.linear(x, x)}\n", "torch.nn is not allowed"),
+        ("for i in range(3):\n    pass\n", "top-level For statements"),
+        ("def f(x):\n    return x\n", "must define a top-level function forward"),
+        ("def forward(x:\n", "syntax error"),
+    ],
+)
+def test_violations_are_reported_with_line_and_reason(body, message):
+    source = OK_HEADER + body + ("" if "def forward" in body or "syntax" in message or "must define" in message else "\ndef forward(x):\n    return {}\n")
+    violations = check_source(source)
+    assert violations, f"not rejected: {body!r}"
+    assert any(message in v.message for v in violations), [str(v) for v in violations]
+    assert all(v.line >= 0 for v in violations)
+
+
+def test_line_numbers_point_at_the_offending_line():
+    source = OK_HEADER + "\n\ndef forward(x, w):\n    y = x\n    return {'y': y @ w}\n"
+    (v,) = check_source(source)
+    assert v.line == 8
+    assert str(v).startswith("line 8:")

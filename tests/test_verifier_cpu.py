@@ -1,0 +1,112 @@
+"""The CPU verifier: wrong candidates are rejected with the right outcome and an actionable reason."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from coda_agent.tasks import find_task
+from coda_agent.verifier import scrubbed_env, verify
+from coda_agent.verifier.verdict import Outcome
+
+K0 = find_task("gemm_residual_rmsnorm")
+HUMAN = K0.human_file.read_text()
+
+
+def variant(old: str, new: str, source: str = HUMAN) -> str:
+    assert old in source, f"{old!r} not in the human kernel"
+    return source.replace(old, new)
+
+
+def test_human_kernel_passes_with_a_full_error_table():
+    v = verify(K0, HUMAN)
+    assert v.outcome is Outcome.PASSED, v.reason
+    worst = {c.output: c for c in v.worst_checks()}
+    assert set(worst) == {"h", "normed", "rstd"}
+    assert all(c.ok and c.max_abs_err is not None and c.max_abs_err <= c.allowed for c in worst.values())
+    # 2 small shapes x 3 seeds x 3 outputs
+    assert len(v.stage("correctness").checks) == 18
+
+
+def test_wrong_sign_is_wrong_output_naming_the_output_and_location():
+    v = verify(K0, variant("h = acc + c", "h = acc - c"))
+    assert v.outcome is Outcome.WRONG_OUTPUT
+    assert "output 'h'" in v.reason and "exceeds the allowed" in v.reason
+    bad = [c for c in v.worst_checks() if not c.ok]
+    assert {c.output for c in bad} == {"h", "normed", "rstd"}
+    assert all(c.worst_index is not None for c in bad)
+
+
+def test_missing_output_is_named():
+    v = verify(K0, variant('"normed": out["D"], ', ""))
+    assert v.outcome is Outcome.WRONG_OUTPUT
+    assert "output 'normed' is missing" in v.reason
+
+
+def test_wrong_reduction_axis_is_caught_by_shape():
+    src = variant("ColVecReduce(scaled=True)", "RowVecReduce(scaled=True)")
+    src = variant("from coda_agent.primitives import ColVecReduce,", "from coda_agent.primitives import RowVecReduce,", src)
+    v = verify(K0, src)
+    assert v.outcome is Outcome.WRONG_OUTPUT
+    assert "output 'rstd' has shape" in v.reason
+
+
+def test_partial_write_is_caught_where_it_happens():
+    src = variant(
+        'return {"h": out["h"],',
+        'h = out["h"].clone()\n    h[h.shape[0] // 2 :] = 0\n    return {"h": h,',
+    )
+    v = verify(K0, src)
+    assert v.outcome is Outcome.WRONG_OUTPUT
+    (h,) = [c for c in v.worst_checks() if c.output == "h"]
+    assert not h.ok and h.worst_index[0] >= 100  # the unwritten half of the rows
+
+
+def test_input_mutation_is_a_cheat():
+    src = variant("    out = gemm(", "    residual.zero_()\n    out = gemm(")
+    v = verify(K0, src)
+    assert v.outcome is Outcome.CHEAT_DETECTED
+    assert "modified its inputs ['residual']" in v.reason
+
+
+def test_runtime_error_points_at_the_candidates_line():
+    src = variant("gamma=gamma)", "gamma=gamma, bogus=1.0)")
+    v = verify(K0, src)
+    assert v.outcome is Outcome.RUNTIME_ERROR
+    line = next(i for i, text in enumerate(src.splitlines(), 1) if "bogus" in text)
+    assert f"line {line}:" in v.reason and "unexpected operands ['bogus']" in v.reason
+
+
+def test_static_rejection_never_starts_a_worker():
+    v = verify(K0, HUMAN.replace("import", "import os\nimport", 1))
+    assert v.outcome is Outcome.STATIC_REJECTED
+    assert [s.stage for s in v.stages] == ["static"]
+    assert "wall_s" not in v.timings
+
+
+def test_endless_candidate_times_out():
+    src = variant("    out = gemm(", "    while True:\n        pass\n    out = gemm(")
+    v = verify(K0, src, timeout=8)
+    assert v.outcome is Outcome.TIMEOUT
+    assert "did not finish within 8 s" in v.reason
+
+
+def test_worker_environment_has_no_secrets(monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-secret")
+    monkeypatch.setenv("QUACK_CACHE_DIR", "/tmp/q")
+    monkeypatch.setenv("RANDOM_SETTING", "x")
+    env = scrubbed_env()
+    assert "ANTHROPIC_API_KEY" not in env and "RANDOM_SETTING" not in env
+    assert env["QUACK_CACHE_DIR"] == "/tmp/q" and env["PATH"] == os.environ["PATH"]
+
+
+def test_compile_error_reports_the_candidates_line():
+    """A Python branch on a traced value cannot compile; the reason points at the candidate's line."""
+    src = variant("    h = acc + c\n", "    h = acc + c\n    if h > 0:\n        h = h * 2\n")
+    v = verify(K0, src, ("compile",))
+    assert v.outcome is Outcome.COMPILE_ERROR
+    line = next(i for i, text in enumerate(src.splitlines(), 1) if "if h > 0" in text)
+    assert f"line {line}: if h > 0:" in v.reason
+    assert "building the sm_90a kernels failed" in v.reason
+    assert "\x1b[" not in v.reason  # no terminal colour codes in a prompt
