@@ -34,6 +34,7 @@ def test_every_human_kernel_passes():
         ("class T(torch.Tensor):\n    pass\n", "class definitions"),
         ("CACHE = {}\ndef forward(x):\n    global CACHE\n    return {}\n", "global statements"),
         ("def forward(x):\n    try:\n        pass\n    except Exception:\n        pass\n    return {}\n", "try/except"),
+        ("t = torch\ndef forward(x):\n    return {'y': t.einsum('ij,jk', x, x)}\n", "torch may only be used as torch.<name>"),
         ("import torch.nn.functional as F\n", "import of 'torch.nn.functional' is not allowed"),
         ("def forward(x):\n    return {'y': torch.nn.functional.linear(x, x)}\n", "torch.nn is not allowed"),
         ("for i in range(3):\n    pass\n", "top-level For statements"),

@@ -196,7 +196,7 @@ class GemmCall:
 
 
 def _is_scalar(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) or (isinstance(v, torch.Tensor) and v.numel() == 1)
+    return (isinstance(v, (int, float)) and not isinstance(v, bool)) or (isinstance(v, torch.Tensor) and v.numel() == 1)
 
 
 def resolve_operand(epi: Epilogue, name: str, v: Any, m: int, n: int) -> Operand:

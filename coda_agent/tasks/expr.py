@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 _BINOPS = {
     ast.Add: operator.add,
@@ -16,7 +16,7 @@ _BINOPS = {
     ast.Mod: operator.mod,
     ast.Pow: operator.pow,
 }
-_FUNCS = {"sqrt": math.sqrt, "ceil": math.ceil, "floor": math.floor, "cdiv": lambda a, b: -(-a // b), "log": math.log}
+_FUNCS: dict[str, Callable[..., float]] = {"sqrt": math.sqrt, "ceil": math.ceil, "floor": math.floor, "cdiv": lambda a, b: -(-a // b), "log": math.log}
 
 
 class ExprError(ValueError):

@@ -223,8 +223,8 @@ class Task(_Strict):
             dt = torch_dtype(spec.dtype)
             ini = spec.init
             if ini.dist == "randint":
-                lo, hi = int(expr.evaluate(ini.low, env)), int(expr.evaluate(ini.high, env))
-                out[spec.name] = torch.randint(lo, hi, shape, generator=gen, device=device, dtype=dt)
+                ilo, ihi = int(expr.evaluate(ini.low, env)), int(expr.evaluate(ini.high, env))
+                out[spec.name] = torch.randint(ilo, ihi, shape, generator=gen, device=device, dtype=dt)
                 continue
             if ini.dist == "normal":
                 t = torch.randn(shape, generator=gen, device=device, dtype=torch.float32)

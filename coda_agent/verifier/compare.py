@@ -7,6 +7,7 @@ passes when err <= factor * lowp + floor * max(1, max|ref_fp32|). NaN or Inf in 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -48,7 +49,7 @@ def check_outputs(
             for o in task.outputs
         ]
     for spec in task.outputs:
-        base = {"output": spec.name, "shape_point": shape_point, "seed": seed}
+        base: dict[str, Any] = {"output": spec.name, "shape_point": shape_point, "seed": seed}
         want_shape = spec.concrete_shape(dims)
         want_dtype = torch_dtype(spec.dtype)
         got = candidate.get(spec.name)

@@ -45,6 +45,7 @@ class _Checker(ast.NodeVisitor):
     def __init__(self) -> None:
         self.violations: list[Violation] = []
         self.torch_names: set[str] = set()
+        self.torch_attr_roots: set[int] = set()  # torch Names used as `torch.<attr>` (the only allowed use)
 
     def flag(self, node: ast.AST, message: str) -> None:
         self.violations.append(Violation(getattr(node, "lineno", 0), message))
@@ -84,17 +85,27 @@ class _Checker(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
+        if isinstance(node.value, ast.Name) and node.value.id in self.torch_names:
+            self.torch_attr_roots.add(id(node.value))
         if node.attr.startswith("_"):
             self.flag(node, f"access to private attribute {node.attr!r} is not allowed")
         root = node
         while isinstance(root, ast.Attribute):
             root = root.value  # type: ignore[assignment]
-        if isinstance(root, ast.Name) and root.id in self.torch_names and isinstance(node.value, ast.Name):
-            if node.attr in BANNED_TORCH_ATTRS:
-                self.flag(node, f"torch.{node.attr} is not allowed in a candidate (the GEMM and all kernels go through primitives)")
-        if isinstance(node.value, ast.Name) and node.value.id in {"P", "primitives"} and not node.attr.startswith("_"):
-            if node.attr not in primitives.__all__:
-                self.flag(node, f"primitives.{node.attr} does not exist (see the API reference)")
+        if (
+            isinstance(root, ast.Name)
+            and root.id in self.torch_names
+            and isinstance(node.value, ast.Name)
+            and node.attr in BANNED_TORCH_ATTRS
+        ):
+            self.flag(node, f"torch.{node.attr} is not allowed in a candidate (the GEMM and all kernels go through primitives)")
+        if (
+            isinstance(node.value, ast.Name)
+            and node.value.id in {"P", "primitives"}
+            and not node.attr.startswith("_")
+            and node.attr not in primitives.__all__
+        ):
+            self.flag(node, f"primitives.{node.attr} does not exist (see the API reference)")
         self.generic_visit(node)
 
     def visit_BinOp(self, node: ast.BinOp) -> None:
@@ -103,6 +114,8 @@ class _Checker(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> None:
+        if node.id in self.torch_names and id(node) not in self.torch_attr_roots:
+            self.flag(node, f"{node.id} may only be used as {node.id}.<name> (no aliases or passing the module around)")
         if node.id.startswith("__") and node.id not in {"__name__", "__doc__"}:
             self.flag(node, f"{node.id} is not allowed")
         self.generic_visit(node)
@@ -123,7 +136,8 @@ class _Checker(ast.NodeVisitor):
     def visit_Try(self, node: ast.Try) -> None:
         self._banned_stmt(node, "try/except blocks (fallback paths)")
 
-    visit_TryStar = visit_Try
+    def visit_TryStar(self, node: ast.TryStar) -> None:
+        self._banned_stmt(node, "try/except blocks (fallback paths)")
 
     def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> None:
         self._banned_stmt(node, "async functions")
