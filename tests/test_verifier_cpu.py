@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 
-import pytest
-
 from coda_agent.tasks import find_task
 from coda_agent.verifier import scrubbed_env, verify
 from coda_agent.verifier.verdict import Outcome

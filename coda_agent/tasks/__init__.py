@@ -1,6 +1,14 @@
 """Tasks: the YAML format, loading with clear errors, and validation of the suite."""
 
-from .loader import DEFAULT_TASK_DIR, TaskError, find_task, load_task, load_tasks, reference_function, task_files
+from .loader import (
+    DEFAULT_TASK_DIR,
+    TaskError,
+    find_task,
+    load_task,
+    load_tasks,
+    reference_function,
+    task_files,
+)
 from .model import InputSpec, ShapePoint, Task, TensorSpec, Tolerance, torch_dtype
 
 __all__ = [
