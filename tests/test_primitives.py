@@ -131,16 +131,19 @@ def test_acc_pair_mode_pairs_adjacent_columns(ab):
     a, w, acc = ab
     rstd = torch.rand(M) + 0.5
 
-    @P.epilogue(outputs=("act",), mode="acc_pair", reduces={"s": P.ColVecReduce()})
+    @P.epilogue(outputs=("act",), mode="acc_pair", reduces={"s": P.ColVecReduce(), "cols": P.RowVecReduce()})
     def epi(acc, rstd):
         g, u = P.unpack(acc * rstd)
-        return {"D": P.pack(g, u), "act": P.swiglu(g, u), "s": (g, u)}
+        return {"D": P.pack(g, u), "act": P.swiglu(g, u), "s": (g, u), "cols": (g, u * 2)}
 
     out = P.gemm(epi, a, w.t(), rstd=rstd, out_dtype=torch.float32)
     z = acc * rstd[:, None]
     torch.testing.assert_close(out["D"], z)
     torch.testing.assert_close(out["act"], F.silu(z[:, 0::2]) * z[:, 1::2])
     torch.testing.assert_close(out["s"], z.sum(1))
+    # sinks span both lanes: a column reduce is per full-width column (lane 1 = odd columns)
+    torch.testing.assert_close(out["cols"][0::2], z[:, 0::2].sum(0))
+    torch.testing.assert_close(out["cols"][1::2], 2 * z[:, 1::2].sum(0))
     assert out["act"].shape == (M, N // 2)
 
 

@@ -43,8 +43,8 @@ def _reduce(name: str, sink: Sink, value: Any, call: GemmCall, shape: tuple[int,
     if call.epi.mode == "acc_pair":
         if not (isinstance(value, tuple) and len(value) == 2):
             raise EpilogueError(f"reduce {name!r}: in acc_pair mode return one value per lane, (lane0, lane1)")
-        parts = [_full(v, shape, f"reduce {name!r}") for v in value]
-        stacked = torch.cat(parts, dim=dim)
+        lanes = Pair(*(_full(v, shape, f"reduce {name!r}") for v in value))
+        stacked = _interleave(lanes, shape[0], 2 * shape[1])  # sinks span both lanes: the full N
     elif getattr(sink, "scaled", False):
         if not (isinstance(value, tuple) and len(value) == 2):
             raise EpilogueError(f"reduce {name!r} is scaled: return a (value, scale) tuple")
