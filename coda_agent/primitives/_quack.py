@@ -10,6 +10,7 @@ Imported lazily (only the harness selects it). Two flavours:
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -58,7 +59,9 @@ def _epimod(call: GemmCall) -> Any:
     return mod
 
 
+@functools.cache
 def _gemm_config(config: Config | None) -> Any:
+    """One GemmConfig object per Config: QuACK's eager call cache is keyed on the config's identity."""
     if config is None:
         return None
     from quack.gemm_config import GemmConfig
