@@ -22,6 +22,7 @@ class ErrorKind(str, Enum):
     TIMEOUT = "timeout"  # retried
     BAD_REQUEST = "bad_request"  # the request itself is wrong: recorded, not retried
     DISABLED = "disabled"  # real API calls are forbidden by CODA_AGENT_NO_REAL_API
+    CONFIG = "config"  # bad provider spec, missing base URL, unreadable or exhausted script: stop the run
     OTHER = "other"
 
     @property
@@ -31,15 +32,26 @@ class ErrorKind(str, Enum):
     @property
     def fatal(self) -> bool:
         """Errors that no later attempt can fix: the run stops with one clear line."""
-        return self in (ErrorKind.AUTH, ErrorKind.NOT_FOUND, ErrorKind.DISABLED)
+        return self in (ErrorKind.AUTH, ErrorKind.NOT_FOUND, ErrorKind.DISABLED, ErrorKind.CONFIG)
 
 
 class ProviderError(Exception):
-    """A provider call failed; ``kind`` says whether to retry, record or stop."""
+    """A provider call failed; ``kind`` says whether to retry, record or stop.
 
-    def __init__(self, kind: ErrorKind, message: str) -> None:
+    ``retry_after`` carries the server's Retry-After hint (seconds), when it sent one.
+    """
+
+    def __init__(self, kind: ErrorKind, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.kind = kind
+        self.retry_after = retry_after
+
+
+class ProviderConfigError(ProviderError, ValueError):
+    """The provider cannot be set up as asked (unknown prefix, missing base URL, bad script file)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorKind.CONFIG, message)
 
 
 @dataclass(frozen=True)
@@ -51,6 +63,8 @@ class Completion:
     input_tokens: int = 0
     output_tokens: int = 0
     finish_reason: str = ""
+    cost_usd: float = 0.0
+    price_known: bool = True  # False: the model is not in the price table, so cost_usd is 0 but unknown
 
 
 class Provider(ABC):
@@ -61,3 +75,6 @@ class Provider(ABC):
     @abstractmethod
     async def complete(self, messages: list[ChatMessage], *, max_tokens: int, temperature: float) -> Completion:
         """Send the chat (system message first, if any) and return the reply; raise ProviderError on failure."""
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook, most providers hold nothing
+        """Release connections; providers without any keep the default."""

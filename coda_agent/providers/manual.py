@@ -1,0 +1,82 @@
+"""``manual``: a person is the model, through any chat UI or another coding agent.
+
+Each call writes the chat to ``<dir>/prompt-N.md``, prints one line saying where, and polls for
+``<dir>/answer-N.md``. The answer is taken once it is non-empty and unchanged between two polls
+(so a half-saved file is not read). Numbering continues after any files already in the folder, so
+a stale answer is never picked up. No tokens are counted and nothing is charged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from ..store.records import ChatMessage
+from .base import Completion, ErrorKind, Provider, ProviderError
+
+_NUMBERED = re.compile(r"^(?:prompt|answer)-(\d+)\.md$")
+
+
+def _print_to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def render_prompt(messages: list[ChatMessage]) -> str:
+    """The chat as one Markdown file, a section per message."""
+    return "\n\n".join(f"## [{m.role}]\n\n{m.content.strip()}" for m in messages) + "\n"
+
+
+class ManualProvider(Provider):
+    name = "manual"
+
+    def __init__(
+        self,
+        directory: str | Path = "coda-manual",
+        *,
+        timeout: float = 3600.0,
+        poll_interval: float = 1.0,
+        notify: Callable[[str], None] = _print_to_stderr,
+    ) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.timeout = timeout
+        self.poll_interval = poll_interval
+        self.notify = notify
+        numbers = [int(m.group(1)) for p in self.directory.iterdir() if (m := _NUMBERED.match(p.name))]
+        self._next_number = max(numbers, default=0) + 1
+
+    async def complete(
+        self, messages: list[ChatMessage], *, max_tokens: int, temperature: float
+    ) -> Completion:
+        number = self._next_number
+        self._next_number += 1
+        prompt_path = self.directory / f"prompt-{number}.md"
+        answer_path = self.directory / f"answer-{number}.md"
+        tmp = prompt_path.with_name(f".{prompt_path.name}.tmp")
+        tmp.write_text(render_prompt(messages))
+        tmp.replace(prompt_path)
+        self.notify(
+            f"manual: prompt in {prompt_path}; save the reply as {answer_path} (waiting up to {self.timeout:g}s)"
+        )
+        text = await self._wait_for(answer_path)
+        return Completion(text=text, model="manual", finish_reason="manual")
+
+    async def _wait_for(self, path: Path) -> str:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        seen: tuple[int, int] | None = None
+        while True:
+            if path.is_file():
+                stat = path.stat()
+                current = (stat.st_size, stat.st_mtime_ns)
+                if current == seen and stat.st_size > 0:
+                    text = path.read_text()
+                    if text.strip():
+                        return text
+                seen = current
+            if loop.time() >= deadline:
+                raise ProviderError(ErrorKind.TIMEOUT, f"manual: no answer in {path} after {self.timeout:g}s")
+            await asyncio.sleep(self.poll_interval)
