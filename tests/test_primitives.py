@@ -147,6 +147,19 @@ def test_acc_pair_mode_pairs_adjacent_columns(ab):
     assert out["act"].shape == (M, N // 2)
 
 
+def test_store_d_false_skips_the_main_output(ab):
+    a, w, acc = ab
+
+    @P.epilogue(outputs=("act",), mode="acc_pair")
+    def epi(acc):
+        g, u = P.unpack(acc)
+        return {"act": P.swiglu(g, u)}
+
+    out = P.gemm(epi, a, w.t(), store_d=False, out_dtype=torch.float32)
+    assert set(out) == {"act"}
+    torch.testing.assert_close(out["act"], F.silu(acc[:, 0::2]) * acc[:, 1::2])
+
+
 def test_packed_mode_reads_interleaved_c_and_writes_double_width(ab):
     a, w, acc = ab
     preact = torch.randn(M, 2 * N).bfloat16()

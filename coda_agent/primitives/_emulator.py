@@ -111,6 +111,8 @@ def run(call: GemmCall) -> dict[str, torch.Tensor]:
             out["D"] = _interleave(d, m, n).to(call.out_dtype)
     else:
         out["D"] = (acc if d is None else _full(d, (m, n), "'D'")).to(call.out_dtype)
+    if not call.store_d:
+        del out["D"]
     width = n // 2 if paired else n
     for name in epi.outputs:
         out[name] = _full(result[name], (m, width), f"output {name!r}").to(call.out_dtype)

@@ -185,6 +185,7 @@ class GemmCall:
     indices: Mapping[str, torch.Tensor]  # ColVecSelect index tensors, (M,)
     out_dtype: torch.dtype
     config: Config | None
+    store_d: bool = True
 
     @property
     def m(self) -> int:
@@ -242,6 +243,7 @@ def gemm(
     *,
     out_dtype: torch.dtype | None = None,
     config: Config | None = None,
+    store_d: bool = True,
     **operands: Any,
 ) -> dict[str, torch.Tensor]:
     """Run ``D = epi(A @ B)`` as one fused GEMM kernel and return its results by name.
@@ -252,6 +254,8 @@ def gemm(
         C: optional (M, N) tensor read by the fn's ``c`` parameter ((M, 2N) interleaved in packed mode).
         out_dtype: dtype of D and the extra outputs (default: A's dtype; packed mode: C's).
         config: an explicit :class:`Config`, or None for the arch default. No autotuning happens here.
+        store_d: False skips writing D (saves its HBM traffic when only the extra outputs and reduces are
+            needed, e.g. a SwiGLU activation); the result then has no "D". Not allowed in packed mode.
         **operands: the fn's other parameters, plus the index tensors of ColVecSelect reduces.
 
     Returns:
@@ -300,10 +304,12 @@ def gemm(
         if not isinstance(t, torch.Tensor) or t.dtype not in (torch.int32, torch.int64) or t.shape != (m,):
             raise EpilogueError(f"select index {idx!r} must be an int32/int64 tensor of shape ({m},)")
         indices[idx] = t
+    if not store_d and epi.mode == "packed":
+        raise EpilogueError("packed mode always writes D (the interleaved gradient); store_d=False is not allowed")
     dtype = C.dtype if (epi.mode == "packed" and C is not None) else (out_dtype or A.dtype)
     if config is not None:
         if not isinstance(config, Config):
             raise EpilogueError("config must be a primitives.Config")
         config.check(epi.mode, bool(epi.outputs))
-    call = GemmCall(epi, A, B, C, resolved, indices, dtype, config)
+    call = GemmCall(epi, A, B, C, resolved, indices, dtype, config, store_d)
     return backend.active().run(call)

@@ -103,6 +103,7 @@ def run(call: GemmCall) -> dict[str, torch.Tensor]:
         out_dtype=None if call.epi.mode == "packed" else call.out_dtype,
         config=_gemm_config(call.config),
         tuned=False,
+        store_d=call.store_d,
         **kw,
     )
     out = dict(res)
@@ -117,7 +118,7 @@ def run_compile_only(call: GemmCall) -> dict[str, torch.Tensor]:
     m, n = call.m, call.n
     width = n // 2 if call.epi.mode == "acc_pair" else n
     d_shape = (m, 2 * n) if call.epi.mode == "packed" else (m, n)
-    out = {"D": torch.zeros(d_shape, dtype=call.out_dtype)}
+    out = {"D": torch.zeros(d_shape, dtype=call.out_dtype)} if call.store_d else {}
     out.update({name: torch.zeros(m, width, dtype=call.out_dtype) for name in call.epi.outputs})
     mod.plan(call.A, call.B, call.C, out=out, config=_gemm_config(call.config), **kw)
     for name, sink in call.epi.sinks.items():

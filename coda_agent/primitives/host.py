@@ -1,4 +1,4 @@
-"""Small host-side helpers for auxiliary reductions between GEMMs (tiny tensors, one kernel each)."""
+"""Small host-side helpers for auxiliary reductions between GEMMs (tiny (M,) tensors, few kernels)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import torch
 
 
 def rstd_from_sqsum(sqsum: torch.Tensor, n: int, eps: float) -> torch.Tensor:
-    """RMSNorm reciprocal std from a row's sum of squares: ``rsqrt(sqsum / n + eps)`` in FP32."""
-    return torch.rsqrt(sqsum.float() / n + eps)
+    """RMSNorm reciprocal std from a row's sum of squares: ``rsqrt(sqsum / n + eps)`` in FP32 (two small kernels)."""
+    return torch.add(eps, sqsum.float(), alpha=1.0 / n).rsqrt_()
 
 
 def rstd_correction(dot: torch.Tensor, rstd: torch.Tensor, n: int) -> torch.Tensor:
