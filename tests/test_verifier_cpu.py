@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from coda_agent.tasks import find_task
 from coda_agent.verifier import scrubbed_env, verify
 from coda_agent.verifier.verdict import Outcome
@@ -108,3 +110,56 @@ def test_compile_error_reports_the_candidates_line():
     assert f"line {line}: if h > 0:" in v.reason
     assert "building the sm_90a kernels failed" in v.reason
     assert "\x1b[" not in v.reason  # no terminal colour codes in a prompt
+
+
+# One task per family; each mutation is (old, new) text edits of the human kernel and the expected reason.
+FAMILY_MUTATIONS = {
+    "gemm_swiglu_bwd": [  # backward
+        ("wrong sign", [("dgate * gate + dup * up", "dgate * gate - dup * up")], Outcome.WRONG_OUTPUT, "output 'zdz'"),
+        ("missing output", [('"act": out["act"], ', "")], Outcome.WRONG_OUTPUT, "output 'act' is missing"),
+        (
+            "wrong reduction axis",
+            [("ColVecReduce()", "RowVecReduce()"), ("import ColVecReduce,", "import RowVecReduce,")],
+            Outcome.WRONG_OUTPUT,
+            "output 'zdz' has shape",
+        ),
+        (
+            "partial write",
+            [('return {"dpreact": out["D"],', 'd = out["D"].clone()\n    d[:, ::7] = 0\n    return {"dpreact": d,')],
+            Outcome.WRONG_OUTPUT,
+            "output 'dpreact'",
+        ),
+    ],
+    "gemm_rmsnorm_bwd": [  # backward, row reduce
+        ("wrong sign", [("xhat * (zdz * neg_inv_n)", "xhat * (zdz * -neg_inv_n)")], Outcome.WRONG_OUTPUT, "output 'dh'"),
+        (
+            "wrong reduction axis",
+            [("RowVecReduce(scaled=True)", "ColVecReduce(scaled=True)"), ("RowVecReduce, epilogue", "ColVecReduce, epilogue")],
+            Outcome.WRONG_OUTPUT,
+            "output 'dgamma' has shape",
+        ),
+    ],
+    "gemm_rmsnorm_gemm": [  # block
+        ("missing rstd", [("unpack(acc * rstd)", "unpack(acc)")], Outcome.WRONG_OUTPUT, "output 'act'"),
+        ("wrong sign", [("h = acc + c", "h = acc - c")], Outcome.WRONG_OUTPUT, "output 'h'"),
+        ("missing output", [('"rstd": rstd}', "}")], Outcome.WRONG_OUTPUT, "output 'rstd' is missing"),
+        (
+            "partial write",
+            [('"act": second["act"]', '"act": torch.cat([second["act"][:100], second["act"][100:] * 0])')],
+            Outcome.WRONG_OUTPUT,
+            "output 'act'",
+        ),
+    ],
+}
+CASES = [(task, *case) for task, cases in FAMILY_MUTATIONS.items() for case in cases]
+
+
+@pytest.mark.parametrize(("task_name", "label", "edits", "outcome", "reason"), CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
+def test_wrong_candidates_of_every_family_are_rejected(task_name, label, edits, outcome, reason):
+    task = find_task(task_name)
+    src = task.human_file.read_text()
+    for old, new in edits:
+        src = variant(old, new, src)
+    v = verify(task, src)
+    assert v.outcome is outcome, f"{label}: {v.outcome} {v.reason}"
+    assert reason in v.reason, v.reason
