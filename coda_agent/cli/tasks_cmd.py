@@ -19,11 +19,15 @@ def list_tasks(
 ) -> None:
     """List tasks: name, family, version, launch budget and shapes."""
     tasks = load_tasks(paths or [DEFAULT_TASK_DIR])
-    table = Table(title=f"{len(tasks)} tasks", show_lines=False)
+    table = Table(title=f"{len(tasks)} tasks", show_lines=True)
     for col in ("task", "family", "v", "launches", f"{shapes} shapes"):
         table.add_column(col, overflow="fold")
     for t in sorted(tasks, key=lambda t: (t.family, t.name)):
-        table.add_row(t.name, t.family, str(t.version), str(t.launch_budget), t.summary_shapes(shapes))
+        points = t.shapes.get(shapes, [])
+        table.add_row(
+            t.name, t.family, str(t.version), str(t.launch_budget),
+            "\n".join(f"{p.name}: " + " ".join(f"{k}={v}" for k, v in p.dims.items()) for p in points),
+        )
     console.print(table)
 
 
