@@ -49,4 +49,4 @@ def main() -> None:
 
 
 # Command modules register themselves on `app` when imported; add new ones to this line.
-from . import tasks_cmd, verify_cmd  # noqa: E402, F401
+from . import store_cmd, tasks_cmd, verify_cmd  # noqa: E402, F401

@@ -1,0 +1,297 @@
+"""``coda-agent index rebuild``, ``leaderboard``, ``show``, ``diff`` and ``view``: browsing runs and bench results."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.syntax import Syntax
+from rich.table import Table
+
+from ..store import leaderboard as lb
+from ..store.compare import diff_runs
+from ..store.index import (
+    DEFAULT_BENCH_DIR,
+    DEFAULT_RUNS_DIR,
+    Index,
+    Problem,
+    RunFiles,
+    read_run,
+    timing_points,
+)
+from . import UserError, app, console, err_console
+
+index_app = typer.Typer(help="The SQLite index over run records and bench results (a rebuildable cache).")
+app.add_typer(index_app, name="index")
+
+
+@index_app.callback(invoke_without_command=True)
+def index_help(ctx: typer.Context) -> None:
+    """The SQLite index over run records and bench results (a rebuildable cache)."""
+    if ctx.invoked_subcommand is None:
+        console.print(ctx.get_help())
+
+RUNS_DIR = typer.Option(DEFAULT_RUNS_DIR, "--runs-dir", envvar="CODA_AGENT_RUNS_DIR", help="folder of run records")
+BENCH_DIR = typer.Option(
+    DEFAULT_BENCH_DIR, "--bench-dir", envvar="CODA_AGENT_BENCH_DIR", help="folder of bench result JSON files"
+)
+OUTCOME_STYLE = {"passed": "green", "provider_error": "magenta", "no_code": "yellow", "infra_error": "magenta"}
+
+
+def _wide() -> Console:
+    """The console, or for a file or pipe one wide enough that table rows stay whole."""
+    return console if console.is_terminal else Console(width=160)
+
+
+def open_index(runs_dir: Path, bench_dir: Path) -> Index:
+    """The index, brought up to date with the files."""
+    if runs_dir.exists() and not runs_dir.is_dir():
+        raise UserError(f"{runs_dir}: not a folder (--runs-dir)")
+    ix = Index.open(runs_dir, bench_dir)
+    ix.refresh()
+    return ix
+
+
+def print_problems(problems: list[Problem]) -> None:
+    if not problems:
+        return
+    err_console.print(f"[yellow]{len(problems)} file(s) could not be read (shown without them):[/]")
+    for p in problems:
+        err_console.print(f"  {escape(p.file)}: {escape(p.message)}", highlight=False, soft_wrap=True)
+
+
+@index_app.command("rebuild")
+def index_rebuild(runs_dir: Path = RUNS_DIR, bench_dir: Path = BENCH_DIR) -> None:
+    """Forget the index and read every run record and bench result again."""
+    if not runs_dir.is_dir():
+        raise UserError(f"{runs_dir}: no such runs folder (set --runs-dir or CODA_AGENT_RUNS_DIR)")
+    with Index.open(runs_dir, bench_dir) as ix:
+        stats = ix.rebuild()
+        runs, bench = len(ix.runs()), len({b.bench_path for b in ix.bench_rows()})
+        console.print(f"indexed {runs} runs and {bench} bench results into {ix.path} ({stats.indexed} sources)")
+        print_problems(ix.problems())
+
+
+# ---------------------------------------------------------------------------------------------- leaderboard
+
+
+def _rich_group(g: lb.Group) -> Table:
+    table = Table(title=escape(g.title), title_justify="left", title_style="bold", box=box.SIMPLE_HEAD)
+    for header, key in lb.columns_for(g):
+        if key == "author":
+            table.add_column(header, overflow="fold", min_width=12)
+        else:
+            table.add_column(header, justify="right", no_wrap=True)
+    for e in g.entries:
+        style = "dim" if e.kind == "baseline" else "bold" if e.kind == "human" else ""
+        cells = [escape(lb.cell(e, k)) for _, k in lb.columns_for(g)]
+        if e.correct is False:
+            cells[1] = "[red]no[/]"
+        table.add_row(*cells, style=style)
+    return table
+
+
+@app.command("leaderboard")
+def leaderboard(
+    task: str = typer.Option(None, "--task", "-t", help="only this task"),
+    device: str = typer.Option(None, "--device", "-d", help="only this device (as recorded, e.g. 'NVIDIA H200' or cpu)"),
+    fmt: str = typer.Option("table", "--format", "-f", help="table, json, csv or md"),
+    runs_dir: Path = RUNS_DIR,
+    bench_dir: Path = BENCH_DIR,
+) -> None:
+    """Per task, the best correct kernel of each author (human, each model) against eager, torch.compile, cuBLAS and SoL."""
+    if fmt not in ("table", "json", "csv", "md"):
+        raise UserError(f"unknown --format {fmt!r}: use table, json, csv or md")
+    with open_index(runs_dir, bench_dir) as ix:
+        if task is not None and task not in ix.tasks():
+            known = ", ".join(ix.tasks()) or "none yet"
+            raise UserError(f"no runs or bench results for task {task!r} (known: {known})")
+        board = lb.build(ix, task=task, device=device)
+    if device is not None and board.empty:
+        raise UserError(f"no runs or bench results on device {device!r}")
+    if fmt == "json":
+        print(lb.to_json(board))
+        return
+    if fmt in ("csv", "md"):
+        print(lb.to_csv(board) if fmt == "csv" else lb.to_markdown(board), end="" if fmt == "csv" else "\n")
+        print_problems(board.problems)
+        return
+    out = _wide()
+    if board.empty:
+        out.print(f"no run records in {runs_dir} and no bench results in {bench_dir} yet")
+    for g in board.groups:
+        out.print(_rich_group(g))
+    if board.apart:
+        out.rule("other versions / devices (not compared with the tables above)")
+        for g in board.apart:
+            out.print(_rich_group(g))
+    print_problems(board.problems)
+
+
+# ---------------------------------------------------------------------------------------------- show / diff
+
+
+def find_run(ix: Index, ref: str) -> RunFiles:
+    """A run by folder path, folder name, run id or unique prefix; the folder is read even without a header."""
+    for candidate in (Path(ref), ix.runs_dir / ref):
+        if candidate.is_dir() and ((candidate / "header.json").exists() or (candidate / "attempts").is_dir()):
+            return read_run(candidate)
+    try:
+        row = ix.resolve_run(ref)
+    except LookupError as exc:
+        raise UserError(str(exc)) from None
+    return read_run(ix.runs_dir / row.dir)
+
+
+def _outcome(outcome: str) -> str:
+    style = OUTCOME_STYLE.get(outcome, "red")
+    return f"[{style}]{escape(outcome)}[/]"
+
+
+@app.command("show")
+def show(
+    run: str = typer.Argument(..., help="run folder, run id or a unique prefix"),
+    runs_dir: Path = RUNS_DIR,
+    bench_dir: Path = BENCH_DIR,
+) -> None:
+    """A run's header and attempt timeline: verdicts, tokens, cost, durations."""
+    with open_index(runs_dir, bench_dir) as ix:
+        rf = find_run(ix, run)
+    h, s = rf.header, rf.effective_summary()
+    out = _wide()
+    out.print(f"[bold]{escape(rf.name)}[/]" + (f"  (run id {escape(h.run_id)})" if h else ""), highlight=False)
+    if h:
+        out.print(
+            f"task [bold]{escape(h.task)}[/] v{h.task_version} · model [bold]{escape(h.model)}[/] · "
+            f"device {escape(h.device)}" + (f" · host {escape(h.host)}" if h.host else ""), highlight=False,
+        )
+        git = f" · git {h.git_commit[:10]}{' (dirty)' if h.git_dirty else ''}" if h.git_commit else ""
+        out.print(f"created {h.created:%Y-%m-%d %H:%M:%S}{git}", highlight=False)
+        b = h.budgets
+        out.print(
+            f"budgets: {b.rounds} rounds × {b.candidates_per_round} · tokens {b.max_tokens or '-'} · "
+            f"$ {b.max_dollars or '-'} · wall {lb.fmt_seconds(b.max_wall_seconds)} · "
+            f"stages {', '.join(h.verifier_stages) or '-'}", highlight=False,
+        )
+    status = f"{s.status}" + (f" ({escape(s.stop_reason)})" if s.stop_reason else "")
+    out.print(f"status {status}", highlight=False)
+
+    table = Table(title="attempts", title_justify="left", box=box.SIMPLE_HEAD)
+    for col in ("#", "round.slot", "at", "outcome", "reason", "tokens in/out", "$", "llm", "verify", "time µs"):
+        if col == "reason":
+            table.add_column(col, overflow="fold", min_width=20, ratio=1)
+        else:
+            table.add_column(col, justify="left" if col == "outcome" else "right", no_wrap=True)
+    start = h.created if h else None
+    for a in rf.attempts:
+        reason = a.provider_error or a.extraction_error or (a.verdict.reason if a.verdict else "") or ""
+        at = (a.started - start).total_seconds() if start and a.started.tzinfo == start.tzinfo else None
+        points = timing_points(a.timing)
+        times = ", ".join(lb.fmt_us(v.median_us) + (f" @{k}" if k else "") for k, v in points.items()) or "-"
+        table.add_row(
+            str(a.index), f"{a.round}.{a.slot}", "-" if at is None else f"+{lb.fmt_seconds(at)}", _outcome(a.outcome),
+            escape(lb.headline(reason, 90)), f"{lb.fmt_tokens(a.usage.input_tokens)}/{lb.fmt_tokens(a.usage.output_tokens)}",
+            lb.fmt_money(a.usage.cost_usd), lb.fmt_seconds(a.durations.get("llm")),
+            lb.fmt_seconds(a.durations.get("verify")), escape(times),
+        )
+    if rf.attempts:
+        out.print(table)
+    else:
+        out.print("no finished attempts yet")
+    best = f"best #{s.best_attempt}" + (f" ({lb.fmt_us(s.best_time_us)} µs)" if s.best_time_us else "")
+    out.print(
+        f"{s.attempts} attempts in {s.rounds} rounds, {s.passes} passed"
+        + (f", {best}" if s.best_attempt else "")
+        + f" · tokens {lb.fmt_tokens(s.input_tokens + s.output_tokens)} · {lb.fmt_money(s.cost_usd)}"
+        + f" · wall {lb.fmt_seconds(s.wall_seconds)} · first correct after {lb.fmt_seconds(s.seconds_to_first_correct)}",
+        highlight=False,
+    )
+    print_problems(rf.problems)
+
+
+@app.command("diff")
+def diff(
+    run_a: str = typer.Argument(..., help="first run (folder, id or unique prefix)"),
+    run_b: str = typer.Argument(..., help="second run"),
+    runs_dir: Path = RUNS_DIR,
+    bench_dir: Path = BENCH_DIR,
+) -> None:
+    """What changed between two runs: header (model, params, task version, stages), outcomes per attempt, best code."""
+    with open_index(runs_dir, bench_dir) as ix:
+        a, b = find_run(ix, run_a), find_run(ix, run_b)
+    d = diff_runs(a, b)
+    out = _wide()
+    out.print(f"[bold]A[/] {escape(a.name)}\n[bold]B[/] {escape(b.name)}", highlight=False)
+    for title, changes in (("header", d.header), ("summary", d.summary)):
+        if not changes:
+            out.print(f"{title}: identical")
+            continue
+        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+        for col in ("field", "A", "B"):
+            table.add_column(col, overflow="fold")
+        for c in changes:
+            table.add_row(escape(c.key), escape(c.a), escape(c.b))
+        out.print(table)
+    table = Table(title="outcome per attempt", title_justify="left", box=box.SIMPLE_HEAD)
+    for col in ("#", "A", "B", ""):
+        table.add_column(col)
+    for p in d.attempts:
+        table.add_row(str(p.index), _outcome(p.a) if p.a else "-", _outcome(p.b) if p.b else "-",
+                      "[yellow]changed[/]" if p.changed else "")
+    out.print(table)
+    if d.code:
+        out.print("best code:")
+        out.print(Syntax(d.code, "diff", theme="ansi_dark", background_color="default"))
+    if d.code_note:
+        out.print(f"best code: {d.code_note}")
+    print_problems(a.problems + b.problems)
+
+
+# ---------------------------------------------------------------------------------------------- view
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@app.command("view")
+def view(
+    port: int = typer.Option(7575, "--port", "-p", help="port on 127.0.0.1 (0: any free port)"),
+    host: str = typer.Option("127.0.0.1", "--host", help="address to bind (loopback only, unless --unsafe-host)"),
+    unsafe_host: bool = typer.Option(False, "--unsafe-host", help="allow a non-loopback --host: anyone who can reach it sees every run"),
+    export: Path = typer.Option(None, "--export", help="write a static site to this folder instead of serving"),
+    runs_dir: Path = RUNS_DIR,
+    bench_dir: Path = BENCH_DIR,
+) -> None:
+    """A local web viewer: leaderboard, per-task charts, run timelines with transcripts and code."""
+    from ..viewer import Site, export_site, serve
+
+    site = Site(runs_dir, bench_dir)
+    if export is not None:
+        if export.exists() and not export.is_dir():
+            raise UserError(f"{export}: exists and is not a folder")
+        written = export_site(site, export)
+        console.print(f"wrote {written} files to {export} (open {export / 'index.html'})")
+        return
+    if not _loopback(host) and not unsafe_host:
+        raise UserError(f"refusing to serve on {host}: runs hold prompts and code; pass --unsafe-host to allow it")
+    if not 0 <= port <= 65535:
+        raise UserError(f"--port {port}: must be 0-65535")
+    try:
+        server = serve(site, host=host, port=port)
+    except OSError as exc:
+        raise UserError(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+    console.print(f"coda-agent viewer on http://{host}:{server.server_address[1]}/ (Ctrl-C to stop)", highlight=False)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()

@@ -1,0 +1,698 @@
+"""The SQLite index over run records and bench results: a cache, rebuildable from the JSON at any time.
+
+The JSON files are the truth (``runs/<ts>_<task>_<id>/``, ``bench/results/*.json``); ``runs/index.db``
+only makes queries (leaderboard, viewer) fast. ``Index.refresh()`` re-reads the sources whose files
+changed (size + mtime signature) and drops vanished ones; ``Index.rebuild()`` forgets everything and
+re-reads it all. A file that cannot be read becomes a row in ``problems`` naming it, never a crash.
+
+The schema evolves through ``MIGRATIONS``, an append-only list applied in order and tracked by SQLite's
+``PRAGMA user_version``. A migration that adds derived data marks every source stale, so the next
+refresh re-reads the JSON and the new columns are filled for old runs too. An index written by a newer
+coda-agent, or one that is not a database at all, is simply recreated: nothing in it is irreplaceable.
+
+Timing of an attempt (``Attempt.timing``) is read as median microseconds per bench shape; the forms
+understood are listed in :func:`timing_points`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import sqlite3
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from ..bench.results import BenchRun
+from .records import Attempt, RunHeader, RunSummary
+
+M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
+
+DEFAULT_RUNS_DIR = Path("runs")
+DEFAULT_BENCH_DIR = Path("bench/results")
+INDEX_NAME = "index.db"
+
+
+@dataclass(frozen=True)
+class Migration:
+    name: str
+    sql: str
+    reindex: bool = False  # adds derived data: every source must be read again
+
+
+MIGRATIONS: list[Migration] = [
+    Migration(
+        "m001_initial",
+        """
+        CREATE TABLE sources (path TEXT PRIMARY KEY, kind TEXT NOT NULL, signature TEXT NOT NULL);
+        CREATE TABLE problems (source TEXT NOT NULL, file TEXT NOT NULL, message TEXT NOT NULL);
+        CREATE TABLE runs (
+            dir TEXT PRIMARY KEY, run_id TEXT NOT NULL, task TEXT NOT NULL, task_version INTEGER NOT NULL,
+            model TEXT NOT NULL, device TEXT NOT NULL, host TEXT, created TEXT NOT NULL,
+            status TEXT NOT NULL, stop_reason TEXT, rounds INTEGER, attempts INTEGER, passes INTEGER,
+            best_attempt INTEGER, best_time_us REAL, input_tokens INTEGER, output_tokens INTEGER,
+            cost_usd REAL, wall_seconds REAL, seconds_to_first_correct REAL,
+            verifier_stages TEXT, params TEXT, git_commit TEXT, git_dirty INTEGER
+        );
+        CREATE INDEX runs_task ON runs (task, task_version, device);
+        CREATE TABLE attempts (
+            run_dir TEXT NOT NULL, idx INTEGER NOT NULL, round INTEGER, slot INTEGER,
+            started TEXT, finished TEXT, outcome TEXT NOT NULL, passed INTEGER NOT NULL, reason TEXT,
+            input_tokens INTEGER, output_tokens INTEGER, cost_usd REAL,
+            llm_seconds REAL, verify_seconds REAL,
+            PRIMARY KEY (run_dir, idx)
+        );
+        CREATE TABLE bench_runs (
+            path TEXT PRIMARY KEY, created TEXT NOT NULL, device TEXT NOT NULL, command TEXT, driver TEXT,
+            git_commit TEXT, timing_method TEXT, peak_tflops_bf16 REAL, peak_hbm_tbps REAL
+        );
+        CREATE TABLE bench_rows (
+            bench_path TEXT NOT NULL, row INTEGER NOT NULL, task TEXT NOT NULL, task_version INTEGER NOT NULL,
+            shape TEXT NOT NULL, author TEXT NOT NULL, correct INTEGER NOT NULL, verdict_reason TEXT,
+            candidate_us REAL, eager_us REAL, compiled_us REAL, cublas_us REAL, sol_us REAL,
+            flops REAL, min_bytes REAL, launches INTEGER,
+            PRIMARY KEY (bench_path, row)
+        );
+        CREATE INDEX bench_rows_task ON bench_rows (task, task_version);
+        """,
+    ),
+    Migration(
+        "m002_attempt_timings",
+        """
+        CREATE TABLE attempt_timings (
+            run_dir TEXT NOT NULL, idx INTEGER NOT NULL, shape TEXT, median_us REAL NOT NULL,
+            human_us REAL, sol_us REAL, eager_us REAL, compiled_us REAL, cublas_us REAL
+        );
+        CREATE INDEX attempt_timings_run ON attempt_timings (run_dir);
+        ALTER TABLE runs ADD COLUMN first_correct_attempt INTEGER;
+        ALTER TABLE runs ADD COLUMN human_timing TEXT;
+        """,
+        reindex=True,
+    ),
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def migrate(conn: sqlite3.Connection, upto: int | None = None) -> int:
+    """Apply the pending migrations (up to ``upto``, default all) in one transaction; return the version.
+
+    The version is read inside ``BEGIN IMMEDIATE``, so two processes opening an old index at once
+    cannot both apply the same step. ``conn`` must be in autocommit mode (``isolation_level=None``).
+    """
+    target = SCHEMA_VERSION if upto is None else upto
+    with _Transaction(conn):
+        current = conn.execute("PRAGMA user_version").fetchone()[0]
+        for version in range(current + 1, target + 1):
+            m = MIGRATIONS[version - 1]
+            for statement in filter(str.strip, m.sql.split(";")):
+                conn.execute(statement)
+            if m.reindex:
+                conn.execute("DELETE FROM sources")
+            conn.execute(f"PRAGMA user_version = {version}")
+    return max(current, target)
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading the JSON, tolerantly
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A file that could not be read, and why."""
+
+    file: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.message}"
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        errs = exc.errors()
+        parts = [f"{'.'.join(str(x) for x in e['loc']) or '(top level)'}: {e['msg']}" for e in errs[:3]]
+        more = f" (+{len(errs) - 3} more)" if len(errs) > 3 else ""
+        return "does not match the schema: " + "; ".join(parts) + more
+    if isinstance(exc, json.JSONDecodeError):
+        return f"invalid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8 text"
+    if isinstance(exc, OSError):
+        return f"cannot read ({exc.strerror or exc})"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _load(path: Path, model: type[M], problems: list[Problem]) -> M | None:
+    """Parse one JSON file into ``model``; on failure, note a problem and return None."""
+    try:
+        text = path.read_text()
+        if not text.strip():
+            problems.append(Problem(str(path), "empty file"))
+            return None
+        return model.model_validate(json.loads(text))
+    except (OSError, ValueError) as exc:  # JSONDecodeError, UnicodeDecodeError, ValidationError are ValueErrors
+        problems.append(Problem(str(path), _describe(exc)))
+        return None
+
+
+@dataclass
+class RunFiles:
+    """One run directory as far as it could be read."""
+
+    dir: Path
+    header: RunHeader | None
+    summary: RunSummary | None
+    attempts: list[Attempt]
+    best_code: str | None
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.dir.name
+
+    def effective_summary(self) -> RunSummary:
+        """The run's summary, or one rolled up from the attempts when summary.json is missing or unreadable."""
+        if self.summary is not None:
+            return self.summary
+        passed = [a for a in self.attempts if a.passed]
+        start = self.header.created if self.header else None
+        best = min(passed, key=lambda a: geomean_time(a) or math.inf, default=None)
+        first = min(passed, key=lambda a: a.finished, default=None)
+        return RunSummary(
+            status="running",
+            stop_reason="no readable summary.json; figures rolled up from the attempts",
+            rounds=max((a.round for a in self.attempts), default=0),
+            attempts=len(self.attempts),
+            passes=len(passed),
+            best_attempt=best.index if best else None,
+            best_time_us=geomean_time(best) if best else None,
+            input_tokens=sum(a.usage.input_tokens for a in self.attempts),
+            output_tokens=sum(a.usage.output_tokens for a in self.attempts),
+            cost_usd=sum(a.usage.cost_usd for a in self.attempts),
+            wall_seconds=_seconds(start, max((a.finished for a in self.attempts), default=None)) or 0.0,
+            seconds_to_first_correct=_seconds(start, first.finished) if first else None,
+        )
+
+    def first_correct_attempt(self) -> int | None:
+        return min((a.index for a in self.attempts if a.passed), default=None)
+
+    def attempt(self, index: int) -> Attempt | None:
+        return next((a for a in self.attempts if a.index == index), None)
+
+
+def _seconds(start: datetime | None, end: datetime | None) -> float | None:
+    if start is None or end is None:
+        return None
+    try:
+        return max(0.0, (end - start).total_seconds())
+    except TypeError:  # one aware, one naive
+        return None
+
+
+def read_run(run_dir: Path) -> RunFiles:
+    """Read a run directory; unreadable files become problems, the rest is kept."""
+    problems: list[Problem] = []
+    header_path = run_dir / "header.json"
+    header = None
+    if header_path.exists():
+        header = _load(header_path, RunHeader, problems)
+    else:
+        problems.append(Problem(str(header_path), "missing (empty or incomplete run directory)"))
+    summary_path = run_dir / "summary.json"
+    summary = _load(summary_path, RunSummary, problems) if summary_path.exists() else None
+    attempts: dict[int, Attempt] = {}
+    for p in sorted((run_dir / "attempts").glob("*.json")):
+        a = _load(p, Attempt, problems)
+        if a is None:
+            continue
+        if a.index in attempts:
+            problems.append(Problem(str(p), f"repeats attempt index {a.index}; ignored"))
+            continue
+        attempts[a.index] = a
+    best_path = run_dir / "best.py"
+    best_code = None
+    if best_path.exists():
+        try:
+            best_code = best_path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append(Problem(str(best_path), _describe(exc)))
+    ordered = [attempts[i] for i in sorted(attempts)]
+    return RunFiles(run_dir, header, summary, ordered, best_code, problems)
+
+
+def _positive(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return None
+    return float(x) if math.isfinite(x) and x > 0 else None
+
+
+def _us(value: Any) -> float | None:
+    """Microseconds from a number or a bench ``Timing``-like mapping (``median_us``)."""
+    return _positive(value.get("median_us")) if isinstance(value, Mapping) else _positive(value)
+
+
+@dataclass(frozen=True)
+class TimingPoint:
+    """A candidate's median time at one shape, with what the same session measured next to it."""
+
+    median_us: float
+    human_us: float | None = None
+    sol_us: float | None = None
+    eager_us: float | None = None
+    compiled_us: float | None = None
+    cublas_us: float | None = None
+
+
+def _timing_point(entry: Any) -> TimingPoint | None:
+    if not isinstance(entry, Mapping):
+        v = _positive(entry)
+        return TimingPoint(v) if v is not None else None
+    median = _us(entry["candidate"]) if "candidate" in entry else _us(entry.get("median_us"))
+    if median is None:
+        return None
+    nested = entry.get("baselines")
+    base: Mapping[str, Any] = nested if isinstance(nested, Mapping) else entry
+
+    def pick(name: str) -> float | None:
+        return _us(base.get(name, base.get(f"{name}_us")))
+
+    return TimingPoint(
+        median, human_us=_us(entry.get("human_us", entry.get("human"))), sol_us=_us(entry.get("sol_us")),
+        eager_us=pick("eager"), compiled_us=pick("compiled"), cublas_us=pick("cublas"),
+    )
+
+
+def timing_points(timing: Mapping[str, Any]) -> dict[str | None, TimingPoint]:
+    """Per shape (None: shape not named), the candidate's time from an attempt's ``timing`` dict.
+
+    Understood forms: the agent's ``{shapes: {name: {median_us, human_us?, sol_us?, baselines?}}}``
+    (see ``coda_agent/agent/timing.py``); ``{shapes|rows: [{shape, ...}]}``; a bench row
+    ``{candidate: {median_us}, eager: {median_us}, ..., shape?}``; ``{median_us, shape?}``.
+    Anything else (or a non-positive number) yields nothing rather than a guess.
+    """
+    if not isinstance(timing, Mapping) or not timing:
+        return {}
+    single = _timing_point(timing) if ("median_us" in timing or "candidate" in timing) else None
+    if single is not None:
+        shape = timing.get("shape")
+        return {str(shape) if shape else None: single}
+    for key in ("shapes", "rows"):
+        nested = timing.get(key)
+        if isinstance(nested, Mapping):
+            return {str(k): v for k, e in nested.items() if (v := _timing_point(e)) is not None}
+        if isinstance(nested, list):
+            out: dict[str | None, TimingPoint] = {}
+            for e in nested:
+                if isinstance(e, Mapping) and (v := _timing_point(e)) is not None:
+                    out[str(e["shape"]) if e.get("shape") else None] = v
+            return out
+    return {}
+
+
+def geomean_time(attempt: Attempt | None) -> float | None:
+    """Geometric mean of an attempt's times over its shapes (as the agent's ``RunSummary.best_time_us``)."""
+    pts = timing_points(attempt.timing) if attempt else {}
+    if not pts:
+        return None
+    return math.exp(sum(math.log(p.median_us) for p in pts.values()) / len(pts))
+
+
+# --------------------------------------------------------------------------------------------------
+# The index
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One run as the index holds it."""
+
+    dir: str
+    run_id: str
+    task: str
+    task_version: int
+    model: str
+    device: str
+    host: str | None
+    created: str
+    status: str
+    stop_reason: str | None
+    rounds: int | None
+    attempts: int | None
+    passes: int | None
+    best_attempt: int | None
+    best_time_us: float | None
+    input_tokens: int | None
+    output_tokens: int | None
+    cost_usd: float | None
+    wall_seconds: float | None
+    seconds_to_first_correct: float | None
+    verifier_stages: str | None
+    params: str | None
+    git_commit: str | None
+    git_dirty: int | None
+    first_correct_attempt: int | None
+    human_timing: str | None  # JSON: shape -> µs of the human kernel timed in this run's session
+
+    def human_us(self) -> dict[str, float]:
+        data = json.loads(self.human_timing) if self.human_timing else {}
+        return {str(k): v for k, v in data.items() if _positive(v) is not None}
+
+    @property
+    def tokens(self) -> int:
+        return (self.input_tokens or 0) + (self.output_tokens or 0)
+
+
+@dataclass(frozen=True)
+class BenchRowRecord:
+    """One bench row joined with its bench run (device, date)."""
+
+    bench_path: str
+    created: str
+    device: str
+    task: str
+    task_version: int
+    shape: str
+    author: str
+    correct: bool
+    verdict_reason: str | None
+    candidate_us: float | None
+    eager_us: float | None
+    compiled_us: float | None
+    cublas_us: float | None
+    sol_us: float | None
+    flops: float | None
+    min_bytes: float | None
+    launches: int | None
+
+
+@dataclass(frozen=True)
+class AttemptTiming:
+    run_dir: str
+    idx: int
+    shape: str | None
+    median_us: float
+    human_us: float | None
+    sol_us: float | None
+    eager_us: float | None
+    compiled_us: float | None
+    cublas_us: float | None
+
+
+@dataclass
+class RefreshStats:
+    indexed: int = 0
+    unchanged: int = 0
+    removed: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.indexed} read, {self.unchanged} unchanged, {self.removed} removed"
+
+
+def _signature(files: list[Path]) -> str:
+    h = hashlib.sha1()
+    for f in files:
+        try:
+            st = f.stat()
+            h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+        except OSError:
+            h.update(f"{f.name}:gone\n".encode())
+    return h.hexdigest()
+
+
+def _run_files(run_dir: Path) -> list[Path]:
+    named = [run_dir / n for n in ("header.json", "summary.json", "best.py") if (run_dir / n).exists()]
+    return named + sorted((run_dir / "attempts").glob("*.json"))
+
+
+def _norm_device(device: str) -> str:
+    return " ".join(device.split())
+
+
+def _row(cls: type[T], row: sqlite3.Row) -> T:
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]  # T is always a dataclass here
+    columns = row.keys()  # iterating a Row yields values, not names
+    return cls(**{k: row[k] for k in columns if k in names})
+
+
+class Index:
+    """An open index: ``with Index.open(runs_dir, bench_dir) as ix: ix.refresh(); ix.runs()``."""
+
+    def __init__(self, conn: sqlite3.Connection, runs_dir: Path, bench_dir: Path | None, path: Path | None) -> None:
+        self.conn = conn
+        self.runs_dir = runs_dir
+        self.bench_dir = bench_dir
+        self.path = path
+
+    @classmethod
+    def open(cls, runs_dir: Path, bench_dir: Path | None = None, db_path: Path | None = None) -> Index:
+        """Open (creating or migrating) the index; in memory when the runs folder does not exist or the
+        index file cannot be written (a read-only results folder): it is only a cache."""
+        if db_path is None and runs_dir.is_dir():
+            db_path = runs_dir / INDEX_NAME
+        conn = None
+        if db_path is not None:
+            try:
+                conn = _connect(db_path)
+            except sqlite3.OperationalError:
+                db_path = None
+        if conn is None:
+            conn = sqlite3.connect(":memory:", isolation_level=None)
+            migrate(conn)
+        conn.row_factory = sqlite3.Row
+        return cls(conn, runs_dir, bench_dir, db_path)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Index:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- writing
+
+    def rebuild(self) -> RefreshStats:
+        """Forget everything and read all sources again (in one transaction: readers never see it half-done)."""
+        return self.refresh(full=True)
+
+    def refresh(self, *, full: bool = False) -> RefreshStats:
+        """Bring the index up to date with the files: read changed sources, drop vanished ones."""
+        stats = RefreshStats()
+        found: dict[str, tuple[str, Path, str]] = {}  # key -> (kind, path, signature)
+        for d in iter_run_dirs(self.runs_dir):
+            found[f"run:{d.name}"] = ("run", d, _signature(_run_files(d)))
+        if self.bench_dir is not None and self.bench_dir.is_dir():
+            for f in sorted(self.bench_dir.glob("*.json")):
+                found[f"bench:{f}"] = ("bench", f, _signature([f]))
+        with self._transaction():  # read and write under one lock: concurrent refreshes cannot interleave
+            if full:
+                for table in ("sources", "problems", "runs", "attempts", "attempt_timings", "bench_runs", "bench_rows"):
+                    self.conn.execute(f"DELETE FROM {table}")
+            known = {r["path"]: r["signature"] for r in self.conn.execute("SELECT path, signature FROM sources")}
+            for key in known.keys() - found.keys():
+                self._forget(key)
+                stats.removed += 1
+            for key, (kind, path, sig) in found.items():
+                if known.get(key) == sig:
+                    stats.unchanged += 1
+                    continue
+                self._forget(key)
+                if kind == "run":
+                    self._index_run(key, read_run(path))
+                else:
+                    self._index_bench(key, path)
+                self.conn.execute("INSERT INTO sources VALUES (?, ?, ?)", (key, kind, sig))
+                stats.indexed += 1
+        return stats
+
+    def _forget(self, key: str) -> None:
+        kind, _, name = key.partition(":")
+        self.conn.execute("DELETE FROM sources WHERE path = ?", (key,))
+        self.conn.execute("DELETE FROM problems WHERE source = ?", (key,))
+        if kind == "run":
+            for table in ("runs", "attempts", "attempt_timings"):
+                col = "dir" if table == "runs" else "run_dir"
+                self.conn.execute(f"DELETE FROM {table} WHERE {col} = ?", (name,))
+        else:
+            self.conn.execute("DELETE FROM bench_runs WHERE path = ?", (name,))
+            self.conn.execute("DELETE FROM bench_rows WHERE bench_path = ?", (name,))
+
+    def _note(self, key: str, problems: list[Problem]) -> None:
+        self.conn.executemany("INSERT INTO problems VALUES (?, ?, ?)", [(key, p.file, p.message) for p in problems])
+
+    def _index_run(self, key: str, run: RunFiles) -> None:
+        self._note(key, run.problems)
+        h = run.header
+        if h is None:
+            return
+        s = run.effective_summary()
+        self.conn.execute(
+            "INSERT INTO runs (dir, run_id, task, task_version, model, device, host, created, status, stop_reason,"
+            " rounds, attempts, passes, best_attempt, best_time_us, input_tokens, output_tokens, cost_usd,"
+            " wall_seconds, seconds_to_first_correct, verifier_stages, params, git_commit, git_dirty,"
+            " first_correct_attempt, human_timing) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                run.name, h.run_id, h.task, h.task_version, h.model, _norm_device(h.device), h.host,
+                h.created.isoformat(), s.status, s.stop_reason, s.rounds, s.attempts, s.passes, s.best_attempt,
+                s.best_time_us, s.input_tokens, s.output_tokens, s.cost_usd, s.wall_seconds,
+                s.seconds_to_first_correct, json.dumps(h.verifier_stages), json.dumps(h.params, default=str),
+                h.git_commit, int(h.git_dirty), run.first_correct_attempt(),
+                json.dumps(getattr(h, "human_timing", None) or {}),
+            ),
+        )
+        for a in run.attempts:
+            reason = a.provider_error or a.extraction_error or (a.verdict.reason if a.verdict else "") or ""
+            self.conn.execute(
+                "INSERT INTO attempts VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    run.name, a.index, a.round, a.slot, a.started.isoformat(), a.finished.isoformat(), a.outcome,
+                    int(a.passed), reason, a.usage.input_tokens, a.usage.output_tokens, a.usage.cost_usd,
+                    a.durations.get("llm"), a.durations.get("verify"),
+                ),
+            )
+            points = timing_points(a.timing) if a.passed else {}
+            best_us = _positive(s.best_time_us)
+            if a.passed and not points and a.index == s.best_attempt and best_us is not None:
+                points = {None: TimingPoint(best_us)}  # a figure without its shape: shown, never compared
+            self.conn.executemany(
+                "INSERT INTO attempt_timings VALUES (?,?,?,?,?,?,?,?,?)",
+                [
+                    (run.name, a.index, k, p.median_us, p.human_us, p.sol_us, p.eager_us, p.compiled_us, p.cublas_us)
+                    for k, p in points.items()
+                ],
+            )
+
+    def _index_bench(self, key: str, path: Path) -> None:
+        problems: list[Problem] = []
+        bench = _load(path, BenchRun, problems)
+        self._note(key, problems)
+        if bench is None:
+            return
+        name = str(path)
+        self.conn.execute(
+            "INSERT INTO bench_runs VALUES (?,?,?,?,?,?,?,?,?)",
+            (
+                name, bench.created.isoformat(), _norm_device(bench.device), bench.command, bench.driver,
+                bench.git_commit, bench.timing_method, bench.peak_tflops_bf16, bench.peak_hbm_tbps,
+            ),
+        )
+        us = lambda t: t.median_us if t is not None else None  # noqa: E731
+        self.conn.executemany(
+            "INSERT INTO bench_rows VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            [
+                (
+                    name, i, r.task, r.task_version, r.shape, r.author, int(r.correct), r.verdict_reason,
+                    us(r.candidate), us(r.eager), us(r.compiled), us(r.cublas), r.sol_us, r.flops, r.min_bytes,
+                    r.launches,
+                )
+                for i, r in enumerate(bench.rows)
+            ],
+        )
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self.conn)
+
+    # ---- reading
+
+    def runs(self, task: str | None = None) -> list[RunRow]:
+        sql = "SELECT * FROM runs"
+        args: tuple[str, ...] = ()
+        if task is not None:
+            sql, args = sql + " WHERE task = ?", (task,)
+        return [_row(RunRow, r) for r in self.conn.execute(sql + " ORDER BY created, dir", args)]
+
+    def run(self, dir_name: str) -> RunRow | None:
+        r = self.conn.execute("SELECT * FROM runs WHERE dir = ?", (dir_name,)).fetchone()
+        return _row(RunRow, r) if r else None
+
+    def attempt_timings(self, task: str | None = None) -> list[AttemptTiming]:
+        sql = "SELECT t.* FROM attempt_timings t JOIN runs r ON r.dir = t.run_dir"
+        rows = self.conn.execute(sql + (" WHERE r.task = ?" if task else ""), (task,) if task else ())
+        return [_row(AttemptTiming, r) for r in rows]
+
+    def bench_rows(self, task: str | None = None) -> list[BenchRowRecord]:
+        sql = "SELECT b.*, r.created, r.device FROM bench_rows b JOIN bench_runs r ON r.path = b.bench_path"
+        rows = self.conn.execute(
+            sql + (" WHERE b.task = ?" if task else "") + " ORDER BY r.created, b.bench_path, b.row",
+            (task,) if task else (),
+        )
+        return [replace(rec, correct=bool(rec.correct)) for rec in (_row(BenchRowRecord, r) for r in rows)]
+
+    def tasks(self) -> list[str]:
+        rows = self.conn.execute("SELECT task FROM runs UNION SELECT task FROM bench_rows ORDER BY task")
+        return [r[0] for r in rows]
+
+    def problems(self) -> list[Problem]:
+        return [Problem(r["file"], r["message"]) for r in self.conn.execute("SELECT * FROM problems ORDER BY file")]
+
+    def resolve_run(self, ref: str) -> RunRow:
+        """A run by directory name, run id, path, or a unique prefix or suffix of either; LookupError says why not."""
+        name = Path(ref).name if ("/" in ref or os.sep in ref) else ref
+        exact = self.conn.execute("SELECT * FROM runs WHERE dir = ? OR run_id = ?", (name, name)).fetchall()
+        if len(exact) == 1:
+            return _row(RunRow, exact[0])
+        literal = name.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        prefix, suffix = literal + "%", "%" + literal
+        matches = exact or self.conn.execute(
+            "SELECT * FROM runs WHERE dir LIKE ?1 ESCAPE '\\' OR run_id LIKE ?1 ESCAPE '\\'"
+            " OR dir LIKE ?2 ESCAPE '\\' OR run_id LIKE ?2 ESCAPE '\\'",
+            (prefix, suffix),
+        ).fetchall()
+        if not matches:
+            raise LookupError(f"no run {ref!r} in {self.runs_dir}")
+        if len(matches) > 1:
+            names = ", ".join(r["dir"] for r in matches[:5])
+            raise LookupError(f"{ref!r} matches {len(matches)} runs ({names}{', ...' if len(matches) > 5 else ''})")
+        return _row(RunRow, matches[0])
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT (ROLLBACK on error), for a connection in autocommit mode."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def __enter__(self) -> None:
+        self.conn.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
+
+
+def _open_migrated(db_path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(db_path, isolation_level=None, timeout=30)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")  # the viewer reads while a CLI refreshes
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise sqlite3.DatabaseError(f"index schema {version} is newer than this coda-agent's")
+        migrate(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _connect(db_path: Path) -> sqlite3.Connection:
+    """Open and migrate the index file; recreate it if it is not a database or from a newer schema."""
+    try:
+        return _open_migrated(db_path)
+    except sqlite3.OperationalError:  # locked, read-only, disk full: a real error, keep the file
+        raise
+    except sqlite3.DatabaseError:
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db_path}{suffix}").unlink(missing_ok=True)
+        return _open_migrated(db_path)
+
+
+def iter_run_dirs(runs_dir: Path) -> Iterator[Path]:
+    """Run directories (children that are folders, hidden ones skipped)."""
+    if runs_dir.is_dir():
+        yield from (d for d in sorted(runs_dir.iterdir()) if d.is_dir() and not d.name.startswith("."))

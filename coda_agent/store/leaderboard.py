@@ -1,0 +1,472 @@
+"""The leaderboard: per task, the best correct kernel of each author against the same baselines.
+
+Numbers are compared only where they are comparable: one *group* is one task version on one device at
+one bench shape. Per task, the latest version on one device (the one with bench results, else the most
+recent) is the main table; every other version/device is listed apart. Runs without timing (a CPU-only
+machine, a verdict not profiled) form the group with no shape: correctness and cost, no invented times.
+
+Sources: the human author and the baselines (eager, torch.compile, cuBLAS GEMM alone, speed of light)
+come from the newest bench result per task/version/device/shape; where no bench result covers a shape,
+from the newest agent run that timed them in its own session. Each model's best is its fastest passing
+attempt over all its runs; "what it took" is that run's rounds, attempts, tokens, $ and time to its
+first correct candidate. A human run record (``model: human``) competes with the bench figure.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from .index import AttemptTiming, BenchRowRecord, Index, Problem, RunRow
+
+BASELINES: dict[str, str] = {
+    "eager_us": "eager",
+    "compiled_us": "torch.compile",
+    "cublas_us": "cuBLAS (GEMM alone)",
+    "sol_us": "SoL",
+}
+
+
+class Entry(BaseModel):
+    """One row of a group: an author's best kernel, or a baseline."""
+
+    author: str
+    kind: Literal["human", "model", "baseline"]
+    correct: bool | None = None  # None for baselines
+    time_us: float | None = None
+    vs_eager: float | None = None
+    vs_compiled: float | None = None
+    vs_human: float | None = None
+    pct_sol: float | None = None
+    runs: int = 0  # this author's runs on the group's task version and device
+    correct_runs: int = 0
+    run: str | None = None  # run directory the figures come from
+    attempt: int | None = None
+    rounds: int | None = None
+    attempts: int | None = None
+    tokens: int | None = None
+    cost_usd: float | None = None
+    seconds_to_first_correct: float | None = None
+    first_correct_attempt: int | None = None
+    source: str | None = None  # bench result file, for human and baselines
+    note: str = ""
+
+
+class Group(BaseModel):
+    """Rows that may be compared with each other."""
+
+    task: str
+    task_version: int
+    device: str
+    shape: str | None  # None: untimed (correctness and cost only)
+    entries: list[Entry]
+
+    @property
+    def timed(self) -> bool:
+        return any(e.time_us is not None for e in self.entries)
+
+    @property
+    def title(self) -> str:
+        where = f"shape {self.shape}" if self.shape else "untimed (correctness and cost)"
+        return f"{self.task} v{self.task_version} · {self.device} · {where}"
+
+
+class Leaderboard(BaseModel):
+    groups: list[Group]  # the main tables: per task, its latest version on one device
+    apart: list[Group]  # other versions/devices, never compared with the main tables
+    problems: list[Problem]
+
+    @property
+    def empty(self) -> bool:
+        return not self.groups and not self.apart
+
+
+Combo = tuple[str, int, str]  # task, version, device
+
+
+def same_device(a: str, b: str) -> bool:
+    return " ".join(a.split()).casefold() == " ".join(b.split()).casefold()
+
+
+def build(index: Index, task: str | None = None, device: str | None = None) -> Leaderboard:
+    """The leaderboard from the index (call ``index.refresh()`` first to see the latest files)."""
+    runs = index.runs(task)
+    bench = index.bench_rows(task)
+    if device is not None:
+        runs = [r for r in runs if same_device(r.device, device)]
+        bench = [b for b in bench if same_device(b.device, device)]
+    timings: dict[str, list[AttemptTiming]] = defaultdict(list)
+    for t in index.attempt_timings(task):
+        timings[t.run_dir].append(t)
+
+    runs_by: dict[Combo, list[RunRow]] = defaultdict(list)
+    for r in runs:
+        runs_by[(r.task, r.task_version, r.device)].append(r)
+    bench_by: dict[Combo, list[BenchRowRecord]] = defaultdict(list)
+    for b in bench:
+        bench_by[(b.task, b.task_version, b.device)].append(b)
+
+    main: list[Group] = []
+    apart: list[Group] = []
+    combos = sorted(runs_by.keys() | bench_by.keys(), key=lambda c: (c[0], -c[1], c[2]))
+    primary = _primary_combos(combos, runs_by, bench_by)
+    for combo in combos:
+        groups = _combo_groups(combo, runs_by.get(combo, []), bench_by.get(combo, []), timings)
+        (main if combo in primary else apart).extend(groups)
+    return Leaderboard(groups=main, apart=apart, problems=index.problems())
+
+
+def _primary_combos(
+    combos: list[Combo], runs_by: dict[Combo, list[RunRow]], bench_by: dict[Combo, list[BenchRowRecord]]
+) -> set[Combo]:
+    """Per task: the latest version; among its devices, one with bench results, then the most recent."""
+    chosen: set[Combo] = set()
+    for name in {c[0] for c in combos}:
+        latest = max(c[1] for c in combos if c[0] == name)
+        candidates = [c for c in combos if c[0] == name and c[1] == latest]
+
+        def rank(c: Combo) -> tuple[bool, str]:
+            stamps = [r.created for r in runs_by.get(c, [])] + [b.created for b in bench_by.get(c, [])]
+            return (bool(bench_by.get(c)), max(stamps, default=""))
+
+        chosen.add(max(candidates, key=rank))
+    return chosen
+
+
+def _ratio(base: float | None, time: float | None) -> float | None:
+    if base is None or time is None or time <= 0:
+        return None
+    return base / time
+
+
+def _run_figures(run: RunRow) -> dict[str, Any]:
+    return {
+        "run": run.dir,
+        "rounds": run.rounds,
+        "attempts": run.attempts,
+        "tokens": run.tokens,
+        "cost_usd": run.cost_usd,
+        "seconds_to_first_correct": run.seconds_to_first_correct,
+        "first_correct_attempt": run.first_correct_attempt,
+    }
+
+
+@dataclass(frozen=True)
+class _Reference:
+    """What a group's entries are compared with at one shape: baselines (and where they come from)."""
+
+    eager_us: float | None
+    compiled_us: float | None
+    cublas_us: float | None
+    sol_us: float | None
+    source: str
+    note: str = ""
+
+
+def _session_references(
+    runs: list[RunRow], timings: dict[str, list[AttemptTiming]]
+) -> tuple[dict[str, _Reference], dict[str, tuple[float, str]]]:
+    """Per shape, baselines and human time measured in the newest run session that has them.
+
+    The fallback when no bench result covers a task version, device and shape: an agent run on a GPU
+    times the human kernel and the baselines next to its candidates.
+    """
+    refs: dict[str, _Reference] = {}
+    human: dict[str, tuple[float, str]] = {}
+    for run in sorted(runs, key=lambda r: r.created, reverse=True):
+        for shape, us in run.human_us().items():
+            human.setdefault(shape, (us, run.dir))
+        for t in sorted(timings.get(run.dir, []), key=lambda t: -t.idx):
+            if t.shape is None:
+                continue
+            if t.human_us is not None:
+                human.setdefault(t.shape, (t.human_us, run.dir))
+            if t.shape not in refs and any(x is not None for x in (t.eager_us, t.compiled_us, t.cublas_us, t.sol_us)):
+                refs[t.shape] = _Reference(t.eager_us, t.compiled_us, t.cublas_us, t.sol_us, run.dir,
+                                           note=f"timed in the session of run {run.dir}")
+    return refs, human
+
+
+def _combo_groups(
+    combo: Combo, runs: list[RunRow], bench: list[BenchRowRecord], timings: dict[str, list[AttemptTiming]]
+) -> list[Group]:
+    task, version, device = combo
+    latest: dict[tuple[str, str], BenchRowRecord] = {}  # newest bench row per (shape, author)
+    refs: dict[str | None, _Reference] = {}
+    shapes: list[str | None] = []
+    for b in bench:  # oldest first, so newer rows overwrite
+        latest[(b.shape, b.author)] = b
+        refs[b.shape] = _Reference(b.eager_us, b.compiled_us, b.cublas_us, b.sol_us, b.bench_path)
+        if b.shape not in shapes:
+            shapes.append(b.shape)
+    session_refs, session_human = _session_references(runs, timings)
+    for ref_shape, session_ref in session_refs.items():
+        refs.setdefault(ref_shape, session_ref)
+
+    by_author: dict[str, list[RunRow]] = defaultdict(list)
+    for r in runs:
+        by_author[r.model].append(r)
+
+    rows: dict[str | None, list[Entry]] = defaultdict(list)
+    for (bench_shape, author), b in latest.items():
+        rows[bench_shape].append(
+            Entry(
+                author=author, kind="human" if author == "human" else "model", correct=b.correct,
+                time_us=b.candidate_us if b.correct else None, source=b.bench_path,
+                note="" if b.correct else (b.verdict_reason or "incorrect"),
+            )
+        )
+    for timed_shape, (us, run_dir) in session_human.items():
+        if (timed_shape, "human") not in latest:
+            rows[timed_shape].append(Entry(author="human", kind="human", correct=True, time_us=us, source=run_dir,
+                                           note=f"timed in the session of run {run_dir}"))
+    for author, author_runs in by_author.items():
+        for at_shape, entry in _author_entries(author, author_runs, timings).items():
+            same = [i for i, e in enumerate(rows[at_shape]) if e.author == author]
+            if not same:
+                rows[at_shape].append(entry)
+            elif _entry_order(entry) < _entry_order(rows[at_shape][same[0]]):  # a human run beat the bench figure
+                rows[at_shape][same[0]] = entry
+    shapes += sorted((s for s in rows if s is not None and s not in shapes), key=str)
+    if rows.get(None):
+        shapes.append(None)
+
+    groups = []
+    for shape in shapes:
+        entries = rows.get(shape, [])
+        ref = refs.get(shape)
+        human = next((e.time_us for e in entries if e.author == "human" and e.correct), None)
+        for e in entries:
+            author_runs = by_author.get(e.author, [])
+            e.runs = len(author_runs)
+            e.correct_runs = sum(1 for r in author_runs if (r.passes or 0) > 0)
+        if ref is not None:
+            for col, label in BASELINES.items():
+                t = getattr(ref, col)
+                if t is not None:
+                    entries.append(Entry(author=label, kind="baseline", time_us=t, source=ref.source, note=ref.note))
+        for e in entries:
+            e.vs_eager = _ratio(ref.eager_us if ref else None, e.time_us)
+            e.vs_compiled = _ratio(ref.compiled_us if ref else None, e.time_us)
+            e.vs_human = _ratio(human, e.time_us)
+            sol = _ratio(ref.sol_us if ref else None, e.time_us)
+            e.pct_sol = 100 * sol if sol is not None else None
+        entries.sort(key=_entry_order)
+        groups.append(Group(task=task, task_version=version, device=device, shape=shape, entries=entries))
+    return groups
+
+
+def _entry_order(e: Entry) -> tuple[int, float, str]:
+    if e.kind == "baseline":
+        return (3, list(BASELINES.values()).index(e.author), e.author)
+    if e.correct and e.time_us is not None:
+        return (0, e.time_us, e.author)
+    return (1 if e.correct else 2, 0.0, e.author)
+
+
+def _author_entries(
+    author: str, runs: list[RunRow], timings: dict[str, list[AttemptTiming]]
+) -> dict[str | None, Entry]:
+    """Per shape, this author's fastest passing attempt; with no timing at all, one untimed entry."""
+    kind: Literal["human", "model"] = "human" if author == "human" else "model"
+    best: dict[str | None, tuple[float, RunRow, int]] = {}
+    for r in runs:
+        for t in timings.get(r.dir, []):
+            if t.shape is None:
+                continue
+            if t.shape not in best or t.median_us < best[t.shape][0]:
+                best[t.shape] = (t.median_us, r, t.idx)
+    if best:
+        return {
+            shape: Entry(author=author, kind=kind, correct=True, time_us=us, attempt=idx, **_run_figures(run))
+            for shape, (us, run, idx) in best.items()
+        }
+    correct = [r for r in runs if (r.passes or 0) > 0]
+    if correct:
+        run = min(correct, key=_cheapest_success)
+        untimed = [t for t in timings.get(run.dir, []) if t.shape is None]
+        note = "timed at an unnamed shape; not comparable" if untimed else ""
+        return {None: Entry(author=author, kind=kind, correct=True, note=note, **_run_figures(run))}
+    run = max(runs, key=lambda r: r.created)
+    return {None: Entry(author=author, kind=kind, correct=False, note=f"no correct kernel ({run.status})", **_run_figures(run))}
+
+
+def _cheapest_success(r: RunRow) -> tuple[float, float, float]:
+    inf = math.inf
+    s = r.seconds_to_first_correct
+    a = r.first_correct_attempt
+    return (s if s is not None else inf, a if a is not None else inf, r.cost_usd or 0.0)
+
+
+# --------------------------------------------------------------------------------------------------
+# Formatting (shared by the CLI and the viewer)
+
+
+def fmt_us(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.1f}" if v < 1000 else f"{v:,.0f}"
+
+
+def fmt_ratio(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}×"
+
+
+def fmt_pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0f}%"
+
+
+def fmt_tokens(v: int | None) -> str:
+    if not v:
+        return "-"
+    return f"{v / 1e6:.2f}M" if v >= 1_000_000 else f"{v / 1e3:.1f}k" if v >= 1000 else str(v)
+
+
+def fmt_money(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return "$0" if v == 0 else f"${v:.2f}" if v >= 0.01 else f"${v:.4f}"
+
+
+def fmt_seconds(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if v < 60:
+        return f"{v:.1f}s"
+    m, s = divmod(round(v), 60)
+    return f"{m}m{s:02d}s" if m < 60 else f"{m // 60}h{m % 60:02d}m"
+
+
+def headline(text: str, width: int = 110) -> str:
+    """The first line of a reason (with the next one when the first only introduces it), clipped."""
+    lines = [x.strip() for x in text.splitlines() if x.strip()]
+    if not lines:
+        return ""
+    line = f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def fmt_correct(e: Entry) -> str:
+    return "" if e.correct is None else "yes" if e.correct else "no"
+
+
+def fmt_runs(e: Entry) -> str:
+    return f"{e.correct_runs}/{e.runs}" if e.runs else "-"
+
+
+# (header, Entry key, needs timing) for the text formats
+COLUMNS: list[tuple[str, str, bool]] = [
+    ("author", "author", False),
+    ("correct", "correct", False),
+    ("time µs", "time_us", True),
+    ("×eager", "vs_eager", True),
+    ("×compile", "vs_compiled", True),
+    ("×human", "vs_human", True),
+    ("%SoL", "pct_sol", True),
+    ("runs ok", "runs", False),
+    ("rounds", "rounds", False),
+    ("attempts", "attempts", False),
+    ("tokens", "tokens", False),
+    ("$", "cost_usd", False),
+    ("1st correct", "seconds_to_first_correct", False),
+]
+
+
+def cell(e: Entry, key: str) -> str:
+    """One entry's value for a COLUMNS key, as text."""
+    match key:
+        case "author":
+            return e.author
+        case "correct":
+            return fmt_correct(e)
+        case "time_us":
+            return fmt_us(e.time_us)
+        case "vs_eager" | "vs_compiled" | "vs_human":
+            return fmt_ratio(getattr(e, key))
+        case "pct_sol":
+            return fmt_pct(e.pct_sol)
+        case "runs":
+            return fmt_runs(e)
+        case "rounds" | "attempts":
+            v = getattr(e, key)
+            return "-" if v is None else str(v)
+        case "tokens":
+            return fmt_tokens(e.tokens)
+        case "cost_usd":
+            return fmt_money(e.cost_usd)
+        case "seconds_to_first_correct":
+            s = fmt_seconds(e.seconds_to_first_correct)
+            return f"{s} (#{e.first_correct_attempt})" if e.first_correct_attempt and s != "-" else s
+    raise KeyError(key)
+
+
+def columns_for(group: Group) -> list[tuple[str, str]]:
+    return [(h, k) for h, k, timed in COLUMNS if group.timed or not timed]
+
+
+def to_json(board: Leaderboard) -> str:
+    data = {
+        "groups": [_group_json(g) for g in board.groups],
+        "apart": [_group_json(g) for g in board.apart],
+        "problems": [{"file": p.file, "message": p.message} for p in board.problems],
+    }
+    return json.dumps(data, indent=2)
+
+
+def _group_json(g: Group) -> dict[str, object]:
+    return {**g.model_dump(), "timed": g.timed}
+
+
+CSV_FIELDS = ["section", "task", "task_version", "device", "shape", *Entry.model_fields]
+
+
+def to_csv(board: Leaderboard) -> str:
+    out = io.StringIO()
+    w = csv.DictWriter(out, fieldnames=CSV_FIELDS, lineterminator="\n")
+    w.writeheader()
+    for section, groups in (("main", board.groups), ("apart", board.apart)):
+        for g in groups:
+            for e in g.entries:
+                w.writerow({"section": section, "task": g.task, "task_version": g.task_version,
+                            "device": g.device, "shape": g.shape or "", **e.model_dump()})
+    return out.getvalue()
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _md_groups(groups: Iterable[Group], level: str) -> list[str]:
+    lines: list[str] = []
+    for g in groups:
+        cols = columns_for(g)
+        lines += [f"{level} {_md_escape(g.title)}", ""]
+        lines.append("| " + " | ".join(h for h, _ in cols) + " |")
+        lines.append("|" + "|".join("---" if k == "author" else "--:" for _, k in cols) + "|")
+        for e in g.entries:
+            lines.append("| " + " | ".join(_md_escape(cell(e, k)) for _, k in cols) + " |")
+        lines.append("")
+    return lines
+
+
+def to_markdown(board: Leaderboard) -> str:
+    lines = ["# Leaderboard", ""]
+    if board.empty:
+        lines += ["No run records or bench results yet.", ""]
+    lines += _md_groups(board.groups, "##")
+    if board.apart:
+        lines += ["## Other versions / devices (not compared with the tables above)", ""]
+        lines += _md_groups(board.apart, "###")
+    if board.problems:
+        lines += ["## Files that could not be read", ""]
+        lines += [f"- `{p.file}`: {_md_escape(p.message)}" for p in board.problems]
+        lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,274 @@
+"""The viewer's pages: every URL maps to HTML (or SVG/CSS) and has a JSON twin; the server and the static
+export both go through :meth:`Site.get`, so what is exported is exactly what is served.
+
+Links are relative (``task/X.html`` from the leaderboard, ``../run/Y.html`` from a task page), so an
+exported folder works from ``file://`` and from any static host. The viewer only reads: the index is
+refreshed from the JSON on each request, the JSON is never written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from markupsafe import Markup
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import PythonLexer
+
+from ..store import leaderboard as lb
+from ..store.index import Index, RunFiles, RunRow, TimingPoint, iter_run_dirs, read_run, timing_points
+from ..store.records import Attempt
+from . import plots
+
+HERE = Path(__file__).parent
+_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,150}$")
+_FORMATTER = HtmlFormatter(cssclass="hl")
+
+
+def slug(name: str) -> str:
+    """A URL- and file-safe key: the name itself when it is plain, else a stable hash."""
+    return name if _SAFE.match(name) and not name.endswith((".html", ".json", ".svg")) else (
+        "x-" + hashlib.sha1(name.encode()).hexdigest()[:16]
+    )
+
+
+def highlight_python(code: str) -> Markup:
+    return Markup(highlight(code, PythonLexer(), _FORMATTER))  # pygments escapes the source
+
+
+@dataclass(frozen=True)
+class Page:
+    status: int
+    content_type: str
+    body: bytes
+
+
+def _json_page(data: Any, status: int = 200) -> Page:
+    return Page(status, "application/json; charset=utf-8", json.dumps(data, indent=2, default=str).encode())
+
+
+def _run_json(r: RunRow) -> dict[str, Any]:
+    return {k: getattr(r, k) for k in RunRow.__dataclass_fields__} | {"slug": slug(r.dir)}
+
+
+class Site:
+    """Renders the pages of one runs folder and bench folder."""
+
+    def __init__(self, runs_dir: Path, bench_dir: Path | None) -> None:
+        self.runs_dir = runs_dir
+        self.bench_dir = bench_dir
+        self._lock = threading.Lock()
+        self._pinned: Index | None = None
+        self.env = Environment(
+            loader=FileSystemLoader(HERE / "templates"), autoescape=True, undefined=StrictUndefined,
+            trim_blocks=True, lstrip_blocks=True,
+        )
+        self.env.globals.update(slug=slug, columns_for=lb.columns_for, cell=lb.cell)
+        self.env.filters.update(us=lb.fmt_us, ratio=lb.fmt_ratio, money=lb.fmt_money, seconds=lb.fmt_seconds,
+                                tokens=lb.fmt_tokens, python=highlight_python, headline=lb.headline)
+
+    @contextmanager
+    def index(self) -> Iterator[Index]:
+        """An up-to-date index (one shared snapshot while exporting)."""
+        if self._pinned is not None:
+            yield self._pinned
+            return
+        with self._lock:
+            ix = Index.open(self.runs_dir, self.bench_dir)
+            try:
+                ix.refresh()
+                yield ix
+            finally:
+                ix.close()
+
+    @contextmanager
+    def snapshot(self) -> Iterator[Index]:
+        """Pin one refreshed index for a batch of pages (the static export)."""
+        with self.index() as ix:
+            self._pinned = ix
+            try:
+                yield ix
+            finally:
+                self._pinned = None
+
+    # ---- routing
+
+    def get(self, raw_path: str) -> Page:
+        path = unquote(raw_path.split("?", 1)[0].split("#", 1)[0])
+        if path in ("/", "/index.html"):
+            return self.leaderboard_page()
+        if path in ("/index.json", "/leaderboard.json"):
+            return _json_page(self.leaderboard_data())
+        if path == "/static/style.css":
+            css = (HERE / "static" / "style.css").read_text() + _FORMATTER.get_style_defs(".hl")
+            return Page(200, "text/css; charset=utf-8", css.encode())
+        if path == "/plots/speedup.svg":
+            with self.index() as ix:
+                board = lb.build(ix)
+            svg = plots.speedup_chart(board.groups, "Speedup by task (latest version, one device per task)")
+            return Page(200, "image/svg+xml", svg.encode())
+        m = re.fullmatch(r"/(task|run|plots/task)/([^/]+?)(\.html|\.json|\.svg)?", path)
+        if m:
+            kind, key, ext = m.group(1), m.group(2), m.group(3) or ".html"
+            if kind == "task" and ext in (".html", ".json"):
+                return self.task_page(key, ext == ".json")
+            if kind == "run" and ext in (".html", ".json"):
+                return self.run_page(key, ext == ".json")
+            if kind == "plots/task" and ext == ".svg":
+                return self.task_chart(key)
+        return self.not_found(f"no page at {path}", path.endswith(".json"))
+
+    def paths(self) -> list[str]:
+        """Every page of the site, for the static export."""
+        with self.index() as ix:
+            tasks = ix.tasks()
+        runs = [d.name for d in iter_run_dirs(self.runs_dir)]  # header-less ones too: their page names the problem
+        out = ["/index.html", "/index.json", "/static/style.css", "/plots/speedup.svg"]
+        for t in tasks:
+            out += [f"/task/{slug(t)}.html", f"/task/{slug(t)}.json", f"/plots/task/{slug(t)}.svg"]
+        for r in runs:
+            out += [f"/run/{slug(r)}.html", f"/run/{slug(r)}.json"]
+        return out
+
+    def _render(self, template: str, status: int = 200, **ctx: Any) -> Page:
+        html = self.env.get_template(template).render(**ctx)
+        return Page(status, "text/html; charset=utf-8", html.encode())
+
+    def not_found(self, message: str, as_json: bool = False) -> Page:
+        if as_json:
+            return _json_page({"error": message}, 404)
+        return self._render("not_found.html", 404, root="/", title="Not found", message=message, json_url=None)
+
+    # ---- leaderboard
+
+    def leaderboard_data(self) -> dict[str, Any]:
+        with self.index() as ix:
+            board = lb.build(ix)
+            runs = ix.runs()
+        data = json.loads(lb.to_json(board))
+        data["runs"] = [_run_json(r) for r in reversed(runs)]
+        return data
+
+    def leaderboard_page(self) -> Page:
+        with self.index() as ix:
+            board = lb.build(ix)
+            runs = list(reversed(ix.runs()))
+        return self._render(
+            "leaderboard.html", root="", title="Leaderboard", board=board, runs=runs, runs_dir=str(self.runs_dir),
+            bench_dir=str(self.bench_dir), json_url="index.json", has_timing=any(g.timed for g in board.groups),
+        )
+
+    # ---- task
+
+    def _task_name(self, ix: Index, key: str) -> str | None:
+        return next((t for t in ix.tasks() if slug(t) == key), None)
+
+    def task_page(self, key: str, as_json: bool) -> Page:
+        with self.index() as ix:
+            name = self._task_name(ix, key)
+            if name is None:
+                return self.not_found(f"no runs or bench results for task {key!r}", as_json)
+            board = lb.build(ix, task=name)
+            runs = list(reversed(ix.runs(name)))
+        if as_json:
+            data = json.loads(lb.to_json(board))
+            return _json_page({"task": name, **data, "runs": [_run_json(r) for r in runs]})
+        return self._render(
+            "task.html", root="../", title=name, task=name, board=board, runs=runs, json_url=f"{slug(name)}.json",
+            has_timing=any(g.timed for g in (*board.groups, *board.apart)),
+        )
+
+    def task_chart(self, key: str) -> Page:
+        with self.index() as ix:
+            name = self._task_name(ix, key)
+            if name is None:
+                return Page(404, "image/svg+xml", plots.speedup_chart([], f"no task {key}").encode())
+            board = lb.build(ix, task=name)
+        svg = plots.speedup_chart([*board.groups, *board.apart], f"{name}: human vs models vs baselines")
+        return Page(200, "image/svg+xml", svg.encode())
+
+    # ---- run
+
+    def run_page(self, key: str, as_json: bool) -> Page:
+        run_dir = next((d for d in iter_run_dirs(self.runs_dir) if slug(d.name) == key), None)
+        if run_dir is None:
+            return self.not_found(f"no run {key!r} in {self.runs_dir}", as_json)
+        rf = read_run(run_dir)
+        if as_json:
+            return _json_page(run_json(rf))
+        return self._render("run.html", root="../", title=rf.name, **run_context(rf), json_url=f"{key}.json")
+
+
+def run_json(rf: RunFiles) -> dict[str, Any]:
+    return {
+        "dir": rf.name,
+        "header": rf.header.model_dump(mode="json") if rf.header else None,
+        "summary": rf.effective_summary().model_dump(mode="json"),
+        "summary_from_file": rf.summary is not None,
+        "attempts": [a.model_dump(mode="json") for a in rf.attempts],
+        "best_code": rf.best_code,
+        "problems": [{"file": p.file, "message": p.message} for p in rf.problems],
+    }
+
+
+POINT_COLUMNS = [("candidate", "median_us"), ("human", "human_us"), ("eager", "eager_us"),
+                 ("torch.compile", "compiled_us"), ("cuBLAS", "cublas_us"), ("SoL", "sol_us")]
+
+
+@dataclass
+class AttemptView:
+    """What the run page shows for one attempt."""
+
+    attempt: Attempt
+    offset: float | None  # seconds since the run started
+    seconds: float
+    reason: str
+    points: list[tuple[str, TimingPoint]]  # per shape: the candidate and what its session measured next to it
+    point_columns: list[tuple[str, str]]  # (header, TimingPoint field) of the columns that hold any number
+    facts: list[tuple[str, str]]  # other timing figures: geomean, ratios, durations, verifier timings
+    is_best: bool
+
+
+def _flat(data: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for k, v in data.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out += _flat(v, key + ".")
+        elif isinstance(v, float):
+            out.append((key, f"{v:.4g}"))
+        else:
+            out.append((key, json.dumps(v) if isinstance(v, list | dict) else str(v)))
+    return out
+
+
+def run_context(rf: RunFiles) -> dict[str, Any]:
+    summary = rf.effective_summary()
+    start = rf.header.created if rf.header else (rf.attempts[0].started if rf.attempts else None)
+    views: list[AttemptView] = []
+    for a in rf.attempts:
+        try:
+            offset = (a.started - start).total_seconds() if start else None
+        except TypeError:  # one aware, one naive timestamp
+            offset = None
+        reason = a.provider_error or a.extraction_error or (a.verdict.reason if a.verdict else "") or ""
+        points = [(k or "unnamed shape", p) for k, p in timing_points(a.timing).items()]
+        rest = {k: v for k, v in a.timing.items() if k not in ("shapes", "rows") or not points}
+        facts = _flat(rest) + _flat(a.durations, "seconds ")
+        if a.verdict:
+            facts += _flat(dict(a.verdict.timings), "verifier ")
+        columns = [(h, f) for h, f in POINT_COLUMNS if any(getattr(p, f) is not None for _, p in points)]
+        views.append(AttemptView(a, offset, max(0.0, (a.finished - a.started).total_seconds()), reason, points,
+                                 columns, facts, a.index == summary.best_attempt))
+    span = max([(v.offset or 0) + v.seconds for v in views] + [summary.wall_seconds or 0, 1e-9])
+    return {"run": rf, "summary": summary, "attempts": views, "span": span}

@@ -1,0 +1,252 @@
+"""Leaderboard logic on synthetic records, its text formats, and the store commands (leaderboard, show, diff)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from datetime import timedelta
+
+import pytest
+
+from coda_agent.cli import main
+from coda_agent.store import leaderboard as lb
+from coda_agent.store.index import Index
+
+from .records_factory import H200, T0, bench_row, make_bench, make_run
+
+B200 = "NVIDIA B200"
+
+
+def board(tmp_path, **kw) -> lb.Leaderboard:
+    with Index.open(tmp_path / "runs", tmp_path / "bench") as ix:
+        ix.refresh()
+        return lb.build(ix, **kw)
+
+
+def entry(group: lb.Group, author: str) -> lb.Entry:
+    return next(e for e in group.entries if e.author == author)
+
+
+def group(groups: list[lb.Group], version: int, device: str, shape: str | None) -> lb.Group:
+    return next(g for g in groups if (g.task_version, g.device, g.shape) == (version, device, shape))
+
+
+def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "argv", ["coda-agent", *args])
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, " ".join(out.err.split())
+
+
+def test_best_correct_kernel_of_each_author_with_what_it_took(tmp_path):
+    runs = tmp_path / "runs"
+    make_bench(tmp_path / "bench", [bench_row("gemm_rmsnorm", "llama3-8b", 100.0)])
+    make_run(runs, model="anthropic/claude", outcomes=("passed",), times={"llama3-8b": 110.0}, cost=0.02)
+    faster = make_run(runs, model="anthropic/claude", outcomes=("wrong_output", "compile_error", "passed"),
+                      times={"llama3-8b": 104.0}, cost=0.10, created=T0 + timedelta(hours=1))
+    make_run(runs, model="openai/gpt-5", outcomes=("wrong_output", "wrong_output"), created=T0 + timedelta(hours=2))
+
+    b = board(tmp_path)
+    assert b.apart == []
+    timed = group(b.groups, 1, H200, "llama3-8b")
+    assert [e.author for e in timed.entries] == [
+        "human", "anthropic/claude", "eager", "torch.compile", "cuBLAS (GEMM alone)", "SoL"]
+    claude = entry(timed, "anthropic/claude")
+    assert (claude.time_us, claude.run, claude.attempt) == (104.0, faster.name, 3)
+    assert (claude.rounds, claude.attempts, claude.tokens, claude.first_correct_attempt) == (3, 3, 3 * 3800, 3)
+    assert claude.cost_usd == pytest.approx(0.30) and claude.seconds_to_first_correct == pytest.approx(80.0)
+    assert (claude.runs, claude.correct_runs) == (2, 2)
+    assert claude.vs_eager == pytest.approx(200 / 104) and claude.vs_compiled == pytest.approx(150 / 104)
+    assert claude.vs_human == pytest.approx(100 / 104) and claude.pct_sol == pytest.approx(100 * 80 / 104)
+    human = entry(timed, "human")
+    assert (human.vs_human, human.correct, human.run, human.source) == (1.0, True, None, str(tmp_path / "bench" / "h200-20260501-120000.json"))
+    assert entry(timed, "eager").vs_eager == 1.0 and entry(timed, "SoL").pct_sol == 100.0
+
+    failed = group(b.groups, 1, H200, None)  # same task version and device, nothing timed
+    gpt = entry(failed, "openai/gpt-5")
+    assert (gpt.correct, gpt.time_us, gpt.vs_human, gpt.attempts, gpt.runs, gpt.correct_runs) == (False, None, None, 2, 1, 0)
+    assert gpt.note == "no correct kernel (budget_exhausted)"
+
+
+def test_rows_compare_only_within_version_and_device_the_rest_is_apart(tmp_path):
+    runs, bench = tmp_path / "runs", tmp_path / "bench"
+    make_bench(bench, [bench_row("gemm_rmsnorm", "llama3-8b", 100.0)], name="h200.json")
+    make_bench(bench, [bench_row("gemm_rmsnorm", "llama3-8b", 70.0, eager=140.0)], device=B200,
+               created=T0 + timedelta(days=1), name="b200.json")
+    make_run(runs, model="anthropic/claude", outcomes=("passed",), times={"llama3-8b": 104.0})
+    make_run(runs, model="anthropic/claude", outcomes=("passed",), times={"llama3-8b": 75.0}, device=B200,
+             created=T0 + timedelta(hours=1))
+    make_run(runs, model="openai/gpt-5", version=2, outcomes=("passed",), times={"llama3-8b": 90.0},
+             created=T0 + timedelta(hours=2))
+
+    b = board(tmp_path)
+    # the latest task version is the main table; v1 (both devices) is apart
+    assert [(g.task_version, g.device, g.shape) for g in b.groups] == [(2, H200, "llama3-8b")]
+    v2 = b.groups[0]
+    assert [e.author for e in v2.entries] == ["openai/gpt-5"]
+    assert v2.entries[0].vs_human is None and v2.entries[0].vs_eager is None  # v1's numbers are never borrowed
+    assert {(g.task_version, g.device) for g in b.apart} == {(1, H200), (1, B200)}
+    on_b200 = group(b.apart, 1, B200, "llama3-8b")
+    assert entry(on_b200, "anthropic/claude").vs_human == pytest.approx(70 / 75)
+    assert entry(on_b200, "anthropic/claude").vs_eager == pytest.approx(140 / 75)
+    on_h200 = group(b.apart, 1, H200, "llama3-8b")
+    assert entry(on_h200, "anthropic/claude").vs_human == pytest.approx(100 / 104)
+
+    only_b200 = board(tmp_path, device="nvidia  b200")  # spacing and case do not matter
+    assert [(g.task_version, g.device) for g in only_b200.groups] == [(1, B200)] and only_b200.apart == []
+
+
+def test_main_device_prefers_bench_results_then_recency(tmp_path):
+    make_bench(tmp_path / "bench", [bench_row("gemm_swiglu", "s", 100.0)])
+    make_run(tmp_path / "runs", task="gemm_swiglu", outcomes=("passed",), times={"s": 99.0})
+    make_run(tmp_path / "runs", task="gemm_swiglu", outcomes=("passed",), device=B200, times={"s": 50.0},
+             created=T0 + timedelta(days=3))
+    b = board(tmp_path)
+    assert {g.device for g in b.groups} == {H200} and {g.device for g in b.apart} == {B200}
+    make_run(tmp_path / "runs", task="gemm_swiglu", model="x/y", outcomes=("passed",), device="cpu",
+             created=T0 + timedelta(days=4))
+    assert {g.device for g in board(tmp_path, task="gemm_swiglu").groups} == {H200}
+
+
+def test_cpu_only_runs_show_correctness_and_cost_never_times(tmp_path):
+    runs = tmp_path / "runs"
+    make_run(runs, model="mock/good", device="cpu", outcomes=("static_rejected", "passed"), cost=0.0)
+    make_run(runs, model="anthropic/claude", device="cpu", outcomes=("wrong_output", "passed", "passed"), cost=0.04)
+    make_run(runs, model="openai/gpt-5", device="cpu", outcomes=("wrong_output",), created=T0 + timedelta(hours=1))
+    b = board(tmp_path)
+    assert len(b.groups) == 1
+    g = b.groups[0]
+    assert (g.device, g.shape, g.timed) == ("cpu", None, False)
+    assert [(e.author, e.correct) for e in g.entries] == [
+        ("anthropic/claude", True), ("mock/good", True), ("openai/gpt-5", False)]
+    assert all(e.time_us is None and e.vs_eager is None and e.vs_human is None and e.pct_sol is None for e in g.entries)
+    assert entry(g, "mock/good").cost_usd == 0.0 and entry(g, "anthropic/claude").cost_usd == pytest.approx(0.12)
+    md = lb.to_markdown(b)
+    assert "untimed (correctness and cost)" in md and "time µs" not in md and "×eager" not in md
+    assert "| mock/good | yes | 1/1 | 2 | 2 | 7.6k | $0 | 50.0s (#2) |" in md
+    rows = list(csv.DictReader(io.StringIO(lb.to_csv(b))))
+    assert {r["time_us"] for r in rows} == {""} and {r["device"] for r in rows} == {"cpu"}
+
+
+def test_session_timings_stand_in_when_no_bench_covers_the_shape(tmp_path):
+    make_run(tmp_path / "runs", model="openai/gpt-5", outcomes=("passed",), times={"llama3-8b": 90.0},
+             session={"llama3-8b": {"human_us": 99.0, "eager": 180.0, "compiled": 120.0, "cublas": 85.0, "sol_us": 60.0}})
+    g = board(tmp_path).groups[0]
+    assert [e.author for e in g.entries] == ["openai/gpt-5", "human", "eager", "torch.compile", "cuBLAS (GEMM alone)", "SoL"]
+    gpt = entry(g, "openai/gpt-5")
+    assert gpt.vs_human == pytest.approx(99 / 90) and gpt.vs_eager == pytest.approx(2.0)
+    assert gpt.pct_sol == pytest.approx(100 * 60 / 90)
+    assert "timed in the session of run" in entry(g, "human").note
+
+
+def test_incorrect_human_kernel_and_a_human_run_record(tmp_path):
+    make_bench(tmp_path / "bench", [bench_row("t", "s", 100.0, correct=False)])
+    g = board(tmp_path).groups[0]
+    human = entry(g, "human")
+    assert (human.correct, human.time_us, human.note) == (False, None, "output y outside tolerance")
+    assert entry(g, "eager").vs_human is None  # no correct human: no "vs human" for anyone
+    make_run(tmp_path / "runs", task="t", model="human", outcomes=("passed",), times={"s": 95.0})
+    human = entry(board(tmp_path).groups[0], "human")
+    assert (human.correct, human.time_us, human.runs) == (True, 95.0, 1)
+
+
+def test_json_and_csv_carry_every_group_and_problem(tmp_path):
+    make_bench(tmp_path / "bench", [bench_row("gemm_rmsnorm", "llama3-8b", 100.0)])
+    make_run(tmp_path / "runs", outcomes=("passed",), times={"llama3-8b": 104.0})
+    make_run(tmp_path / "runs", version=2, outcomes=("passed",), device="cpu", created=T0 + timedelta(hours=1))
+    (tmp_path / "runs" / "bad").mkdir()
+    b = board(tmp_path)
+    data = json.loads(lb.to_json(b))
+    assert [(g["task_version"], g["device"], g["timed"]) for g in data["groups"]] == [(2, "cpu", False)]
+    assert [(g["task_version"], g["shape"]) for g in data["apart"]] == [(1, "llama3-8b")]
+    assert data["problems"][0]["file"].endswith("runs/bad/header.json")
+    rows = list(csv.DictReader(io.StringIO(lb.to_csv(b))))
+    assert [(r["section"], r["author"]) for r in rows][:2] == [("main", "anthropic/claude-sonnet-4-5"), ("apart", "human")]
+    assert len(rows) == 1 + 2 + 4
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+
+
+@pytest.fixture
+def cli_store(tmp_path, monkeypatch):
+    runs, bench = tmp_path / "runs", tmp_path / "bench"
+    monkeypatch.setenv("CODA_AGENT_RUNS_DIR", str(runs))
+    monkeypatch.setenv("CODA_AGENT_BENCH_DIR", str(bench))
+    make_bench(bench, [bench_row("gemm_rmsnorm", "llama3-8b", 100.0)])
+    a = make_run(runs, model="anthropic/claude", outcomes=("compile_error", "wrong_output", "passed"),
+                 times={"llama3-8b": 104.0}, run_id="aaaa1111")
+    b = make_run(runs, model="openai/gpt-5", version=2, outcomes=("passed", "wrong_output"), times={"llama3-8b": 90.0},
+                 params={"temperature": 0.7, "top_p": 0.9}, stages=["static", "correctness", "compile"],
+                 created=T0 + timedelta(hours=1), run_id="bbbb2222", code="def forward(x):\n    return x\n")
+    return a, b
+
+
+def test_leaderboard_command_formats_and_errors(cli_store, monkeypatch, capsys):
+    code, out, _ = run_cli(monkeypatch, capsys, "leaderboard")
+    assert code == 0
+    assert "gemm_rmsnorm v2 · NVIDIA H200 · shape llama3-8b" in out and "other versions / devices" in out
+    assert "anthropic/claude" in out and "0.96×" in out and "cuBLAS (GEMM alone)" in out
+    code, out, _ = run_cli(monkeypatch, capsys, "leaderboard", "--format", "json", "--task", "gemm_rmsnorm")
+    assert code == 0 and json.loads(out)["groups"][0]["entries"][0]["author"] == "openai/gpt-5"
+    code, out, _ = run_cli(monkeypatch, capsys, "leaderboard", "-f", "md")
+    assert code == 0 and out.startswith("# Leaderboard") and "## Other versions / devices" in out
+    code, out, _ = run_cli(monkeypatch, capsys, "leaderboard", "-f", "csv", "--device", "cpu")
+    assert code == 2
+    code, _, err = run_cli(monkeypatch, capsys, "leaderboard", "--task", "nope")
+    assert code == 2 and "no runs or bench results for task 'nope' (known: gemm_rmsnorm)" in err
+    code, _, err = run_cli(monkeypatch, capsys, "leaderboard", "--format", "xml")
+    assert code == 2 and "unknown --format 'xml'" in err
+
+
+def test_leaderboard_names_bad_files_and_still_prints(cli_store, monkeypatch, capsys):
+    a, _ = cli_store
+    (a / "summary.json").write_text("{")
+    code, out, err = run_cli(monkeypatch, capsys, "leaderboard")
+    assert code == 0 and "anthropic/claude" in out
+    assert f"{a / 'summary.json'}: invalid JSON" in err
+
+
+def test_show_prints_the_attempt_timeline(cli_store, monkeypatch, capsys):
+    a, _ = cli_store
+    code, out, _ = run_cli(monkeypatch, capsys, "show", "aaaa")
+    assert code == 0
+    assert f"{a.name}  (run id aaaa1111)" in out
+    assert "task gemm_rmsnorm v1 · model anthropic/claude · device NVIDIA H200" in out
+    lines = [row for row in map(str.split, out.splitlines()) if len(row) > 3 and row[1] in ("1.0", "2.0", "3.0")]
+    assert [row[:4] for row in lines] == [["1", "1.0", "+0.0s", "compile_error"], ["2", "2.0", "+30.0s", "wrong_output"],
+                                          ["3", "3.0", "+1m00s", "passed"]]
+    assert "SyntaxError: invalid syntax" in out and "104.0 @llama3-8b" in out and "3.0k/800" in out
+    assert "3 attempts in 3 rounds, 1 passed, best #3 (104.0 µs) · tokens 11.4k · $0.15" in out
+    code, _, err = run_cli(monkeypatch, capsys, "show", "zzz")
+    assert code == 2 and "no run 'zzz'" in err
+
+
+def test_show_a_run_with_a_broken_header_names_it(cli_store, monkeypatch, capsys):
+    a, _ = cli_store
+    (a / "header.json").write_text("[]")
+    code, out, err = run_cli(monkeypatch, capsys, "show", str(a))
+    assert code == 0 and "3 attempts in 3 rounds" in out
+    assert f"{a / 'header.json'}: does not match the schema" in err
+
+
+def test_diff_shows_header_changes_outcomes_and_code(cli_store, monkeypatch, capsys):
+    a, b = cli_store
+    code, out, _ = run_cli(monkeypatch, capsys, "diff", "aaaa1111", "bbbb2222")
+    assert code == 0
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.strip()}
+    assert rows["model"] == ["anthropic/claude", "openai/gpt-5"]
+    assert rows["task_version"] == ["1", "2"]
+    assert rows["params.temperature"] == ["0.2", "0.7"] and rows["params.top_p"] == ["-", "0.9"]
+    assert rows["verifier_stages"] == ["static,", "correctness", "static,", "correctness,", "compile"]
+    assert rows["1"] == ["compile_error", "passed", "changed"]
+    assert rows["2"] == ["wrong_output", "wrong_output"]
+    assert rows["3"] == ["passed", "-", "changed"]
+    assert f"--- {a.name}/best.py" in out and f"+++ {b.name}/best.py" in out
+    assert "+    return x" in out and "-    return gemm(x, w, epilogue=epilogue.rmsnorm(gamma, eps=1e-6))" in out
