@@ -27,9 +27,13 @@ class UserError(Exception):
 def main() -> None:
     """Entry point: user errors become one clear line, Ctrl-C exits 130, never a traceback for bad input."""
     try:
-        app(standalone_mode=False)
+        rc = app(standalone_mode=False)  # without standalone mode, click returns typer.Exit's code
+        if isinstance(rc, int) and rc:
+            sys.exit(rc)
     except (TaskError, UserError) as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        from rich.markup import escape
+
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except KeyboardInterrupt:
         err_console.print("interrupted")
@@ -49,4 +53,4 @@ def main() -> None:
 
 
 # Command modules register themselves on `app` when imported; add new ones to this line.
-from . import store_cmd, tasks_cmd, verify_cmd  # noqa: E402, F401
+from . import run_cmd, store_cmd, tasks_cmd, verify_cmd  # noqa: E402, F401

@@ -57,6 +57,9 @@ class RunHeader(BaseModel):
     packages: dict[str, str] = {}
     device: str = "cpu"
     host: str = ""
+    human_timing: dict[str, float] = Field(
+        default_factory=dict, description="shape -> median µs of the task's human kernel, timed in this run's session (GPU only)"
+    )
 
 
 class ChatMessage(BaseModel):
@@ -68,6 +71,7 @@ class Usage(BaseModel):
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
+    price_known: bool = Field(default=True, description="False: the model has no price in the table, cost_usd is 0 but unknown")
 
 
 class Attempt(BaseModel):
@@ -80,13 +84,18 @@ class Attempt(BaseModel):
     finished: datetime
     messages: list[ChatMessage]
     raw_response: str | None = None
-    provider_error: str | None = None
+    finish_reason: str = Field(default="", description="why the model stopped, as the provider said (e.g. 'length': cut off)")
+    provider_error: str | None = Field(default=None, description="'<ErrorKind>: message' when the request failed")
     code: str | None = None
     extraction_error: str | None = None
     verdict: Verdict | None = None
     usage: Usage = Usage()
     durations: dict[str, float] = Field(default_factory=dict, description="seconds: llm, verify")
-    timing: dict[str, Any] = Field(default_factory=dict, description="GPU timing of a correct candidate, if profiled")
+    timing: dict[str, Any] = Field(
+        default_factory=dict,
+        description="GPU timing of a correct candidate, if profiled: {shapes: {name: {median_us, human_us?, sol_us?, "
+        "baselines?}}, geomean_us, speedup_vs_human?, sol_fraction?} (see coda_agent/agent/timing.py)",
+    )
 
     @property
     def passed(self) -> bool:
@@ -111,8 +120,10 @@ class RunSummary(BaseModel):
     attempts: int = 0
     passes: int = 0
     best_attempt: int | None = None
-    best_time_us: float | None = None
+    best_time_us: float | None = Field(default=None, description="geometric mean over the timed shapes of the best attempt")
     speedup_vs_human: float | None = None
+    sol_fraction: float | None = Field(default=None, description="best attempt: geometric mean of SoL time / its time")
+    outcomes: dict[str, int] = Field(default_factory=dict, description="attempt count per outcome (Attempt.outcome)")
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0

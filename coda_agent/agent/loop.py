@@ -1,0 +1,517 @@
+"""The agent loop: rounds of K concurrent candidates, verified, fed back, recorded, until a target or a budget.
+
+State lives in the run directory, not in memory: the prompts of round r are a pure function of the task
+and the attempts of rounds < r, so ``Agent.resume`` rebuilds the conversation from the attempt files
+and redoes only the attempts that were in flight when the previous process died.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib
+import importlib.util
+import math
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ..prompts.render import build_messages, describe_checks, select_examples, system_prompt, task_prompt
+from ..providers.base import Completion, Provider, ProviderError
+from ..store.records import Attempt, Budgets, ChatMessage, RunHeader, RunSummary, Usage
+from ..store.runs import (
+    RunReader,
+    RunRecordError,
+    RunWriter,
+    git_state,
+    host_name,
+    new_run_id,
+    package_versions,
+)
+from ..tasks.loader import TaskError, load_task
+from ..tasks.model import Task
+from ..verifier import verify
+from ..verifier.verdict import Outcome, Verdict
+from .extract import extract_code
+from .timing import NOMINAL_LABEL, human_times, speed_of_light, timing_from_verdict
+
+CPU_STAGES = ("correctness", "compile")
+GPU_STAGES = ("gpu_correctness", "profile")
+VerifyFn = Callable[..., Verdict]
+
+
+class FatalProviderError(Exception):
+    """The provider cannot serve this run at all (auth, unknown model, disabled, bad config): stop."""
+
+
+def gpu_verifier_available() -> bool:
+    """A CUDA device and the verifier's GPU stages (``coda_agent.verifier.gpu``) are both present."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available() or importlib.util.find_spec("coda_agent.verifier.gpu") is None:
+            return False
+        importlib.import_module("coda_agent.verifier.gpu")
+        from ..verifier.stages import STAGES
+    except Exception:
+        return False
+    return all(s in STAGES for s in GPU_STAGES)
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """How a run is conducted; everything here is recorded in the run header."""
+
+    model: str
+    budgets: Budgets = field(default_factory=Budgets)
+    temperature: float = 0.7
+    max_reply_tokens: int = 8192
+    stages: tuple[str, ...] = CPU_STAGES
+    shape_set: str = "small"
+    seeds: tuple[int, ...] = (0, 1, 2)
+    backend_label: str = "torch"
+    target_speedup: float | None = 1.0
+    target_sol: float | None = None
+    examples: tuple[str, ...] | None = None
+    base_url: str | None = None
+    verify_timeout: float = 600.0
+    verify_workers: int = 2
+
+    @classmethod
+    def for_this_machine(cls, model: str, *, compile: bool = True, **kwargs: Any) -> AgentConfig:
+        """GPU stages on a machine that has them, else the CPU emulator (+ the sm_90a compile unless ``compile=False``)."""
+        if gpu_verifier_available():
+            # Timings must not overlap: one verification at a time on the GPU.
+            base = {"stages": GPU_STAGES, "shape_set": "bench", "backend_label": "quack", "verify_workers": 1}
+        else:
+            base = {"stages": CPU_STAGES if compile else ("correctness",), "shape_set": "small", "backend_label": "torch"}
+        return cls(model=model, **{**base, **kwargs})
+
+    @property
+    def timed(self) -> bool:
+        return "profile" in self.stages
+
+    @property
+    def target(self) -> dict[str, Any]:
+        if not self.timed:
+            return {"correct": True}
+        target: dict[str, Any] = {"correct": True}
+        if self.target_speedup is not None:
+            target["speedup_vs_human"] = self.target_speedup
+        if self.target_sol is not None:
+            target["sol_fraction"] = self.target_sol
+        return target
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "temperature": self.temperature, "max_reply_tokens": self.max_reply_tokens, "shape_set": self.shape_set,
+            "seeds": list(self.seeds), "backend_label": self.backend_label, "examples": list(self.examples or []),
+            "base_url": self.base_url, "verify_timeout": self.verify_timeout, "verify_workers": self.verify_workers,
+            "target_speedup": self.target_speedup, "target_sol": self.target_sol,
+        }
+
+    @classmethod
+    def from_header(cls, header: RunHeader, **overrides: Any) -> AgentConfig:
+        """The configuration a recorded run used (budgets may be overridden to extend it)."""
+        p = header.params
+        cfg = cls(
+            model=header.model, budgets=header.budgets, temperature=p.get("temperature", 0.7),
+            max_reply_tokens=p.get("max_reply_tokens", 8192), stages=tuple(header.verifier_stages) or CPU_STAGES,
+            shape_set=p.get("shape_set", "small"), seeds=tuple(p.get("seeds", (0, 1, 2))),
+            backend_label=p.get("backend_label", "torch"), target_speedup=p.get("target_speedup", 1.0),
+            target_sol=p.get("target_sol"), examples=tuple(p.get("examples") or ()), base_url=p.get("base_url"),
+            verify_timeout=p.get("verify_timeout", 600.0), verify_workers=p.get("verify_workers", 2),
+        )
+        return replace(cfg, **overrides)
+
+
+class RunEvents:
+    """What a display hears about a run; every method is optional (the default does nothing)."""
+
+    def note(self, message: str) -> None: ...
+
+    def round_started(self, round_no: int, slots: int) -> None: ...
+
+    def attempt_started(self, index: int, round_no: int, slot: int) -> None: ...
+
+    def attempt_phase(self, index: int, phase: str) -> None: ...
+
+    def attempt_finished(self, attempt: Attempt, summary: RunSummary) -> None: ...
+
+    def run_finished(self, summary: RunSummary) -> None: ...
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _device(config: AgentConfig) -> str:
+    if config.backend_label == "torch":
+        return "cpu"
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+
+
+def better(a: Attempt, b: Attempt) -> bool:
+    """Is passed attempt ``a`` better than passed attempt ``b``? Faster when both are timed; else the earlier stays."""
+    ta, tb = a.timing, b.timing
+    if not ta:
+        return False
+    if not tb:
+        return True
+    for key, sign in (("speedup_vs_human", 1), ("sol_fraction", 1), ("geomean_us", -1)):
+        if key in ta and key in tb:
+            return sign * ta[key] > sign * tb[key]
+    return False
+
+
+class Agent:
+    """One run of the loop over one task with one provider, recording into one run directory."""
+
+    def __init__(
+        self,
+        task: Task,
+        provider: Provider,
+        config: AgentConfig,
+        writer: RunWriter,
+        header: RunHeader,
+        *,
+        attempts: Sequence[Attempt] = (),
+        previous: RunSummary | None = None,
+        events: RunEvents | None = None,
+        verify_fn: VerifyFn = verify,
+    ) -> None:
+        self.task, self.provider, self.config, self.writer, self.header = task, provider, config, writer, header
+        self.events = events or RunEvents()
+        self.verify_fn = verify_fn
+        self.attempts: list[Attempt] = sorted(attempts, key=lambda a: a.index)
+        self.previous = previous
+        self.examples = select_examples(task, names=config.examples) if config.examples is not None else select_examples(task)
+        self.sol = speed_of_light(task, "bench")
+        self.system = system_prompt(self.examples)
+        self.summary = previous.model_copy() if previous else RunSummary()
+        self._prior_wall = previous.wall_seconds if previous else 0.0
+        self._session_start = time.monotonic()
+        self._pending = self._unfinished_slots()
+        self._executor: ThreadPoolExecutor | None = None
+        self._best_written: int | None = previous.best_attempt if previous else None
+
+    # --- creating and resuming ------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls, task: Task, provider: Provider, config: AgentConfig, runs_dir: Path, **kwargs: Any
+    ) -> Agent:
+        """Start a new run directory (header written) for ``task``."""
+        examples = select_examples(task, names=config.examples) if config.examples is not None else select_examples(task)
+        config = replace(config, examples=tuple(e.name for e in examples))
+        created = _now()
+        commit, dirty = git_state()
+        header = RunHeader(
+            run_id=new_run_id(task.name, created.astimezone()), created=created, task=task.name, task_version=task.version,
+            task_path=str(task.path), model=config.model, params=config.params(), budgets=config.budgets,
+            target=config.target, verifier_stages=list(config.stages), git_commit=commit, git_dirty=dirty,
+            packages=package_versions(), device=_device(config), host=host_name(),
+        )
+        writer = RunWriter.create(runs_dir, header)
+        return cls(task, provider, config, writer, header, **kwargs)
+
+    @classmethod
+    def resume(cls, run_dir: Path, provider: Provider, *, budgets: Budgets | None = None, **kwargs: Any) -> Agent:
+        """Continue a recorded run: same task, model and settings; ``budgets`` may extend it."""
+        reader = RunReader(run_dir)
+        header = reader.header
+        task = load_task(header.task_path)
+        if task.version != header.task_version:
+            raise TaskError(
+                f"{header.task_path} is now version {task.version}, but the run was started on version "
+                f"{header.task_version}; start a new run"
+            )
+        overrides: dict[str, Any] = {}
+        if budgets is not None:
+            if budgets.candidates_per_round != header.budgets.candidates_per_round:
+                raise RunRecordError(
+                    f"the run asks {header.budgets.candidates_per_round} candidates per round; a resumed run keeps that"
+                )
+            header = header.model_copy(update={"budgets": budgets})
+            RunWriter(run_dir).write_header(header)
+            overrides["budgets"] = budgets
+        config = AgentConfig.from_header(header, **overrides)
+        return cls(
+            task, provider, config, RunWriter(run_dir), header, attempts=reader.attempts(), previous=reader.summary(), **kwargs
+        )
+
+    @property
+    def run_dir(self) -> Path:
+        return self.writer.run_dir
+
+    # --- the loop -------------------------------------------------------------------------------
+
+    async def run(self) -> RunSummary:
+        """Rounds until the target or a budget; Ctrl-C (cancellation) leaves an ``interrupted`` summary."""
+        self._session_start = time.monotonic()
+        self._executor = ThreadPoolExecutor(max_workers=max(1, self.config.verify_workers), thread_name_prefix="verify")
+        self._verify_slots = asyncio.Semaphore(max(1, self.config.verify_workers))
+        try:
+            await self._time_human_kernel()
+            while True:
+                stop = self._stop_reason()
+                if stop is not None:
+                    self._finish(*stop)
+                    break
+                round_no, slots = self._next_slots()
+                await self._round(round_no, slots)
+        except asyncio.CancelledError:
+            self._finish("interrupted", "interrupted (Ctrl-C); finished attempts are recorded")
+            raise
+        except FatalProviderError as exc:
+            self._finish("failed", str(exc))
+            raise
+        finally:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+        return self.summary
+
+    def _unfinished_slots(self) -> tuple[int, list[int]] | None:
+        """On resume: the last round's slots that never finished (in flight when the process died)."""
+        if not self.attempts:
+            return None
+        last = max(a.round for a in self.attempts)
+        done = {a.slot for a in self.attempts if a.round == last}
+        missing = [s for s in range(self.config.budgets.candidates_per_round) if s not in done]
+        return (last, missing) if missing else None
+
+    def _next_slots(self) -> tuple[int, list[int]]:
+        if self._pending is not None:
+            round_no, slots = self._pending
+            self._pending = None
+        else:
+            round_no = max((a.round for a in self.attempts), default=0) + 1
+            slots = list(range(self.config.budgets.candidates_per_round))
+        return round_no, slots[: self._affordable(len(slots))]
+
+    def _spent(self) -> tuple[int, float]:
+        tokens = sum(a.usage.input_tokens + a.usage.output_tokens for a in self.attempts)
+        return tokens, sum(a.usage.cost_usd for a in self.attempts)
+
+    def _affordable(self, wanted: int, *, tokens: bool = True, dollars: bool = True) -> int:
+        """How many attempts the token and dollar budgets can still pay for, at the average cost so far."""
+        b = self.config.budgets
+        paid = [a for a in self.attempts if a.usage.input_tokens + a.usage.output_tokens > 0]
+        if not paid:
+            return wanted
+        spent_tokens, spent_dollars = self._spent()
+        n = wanted
+        if tokens and b.max_tokens is not None and spent_tokens > 0:
+            n = min(n, math.floor((b.max_tokens - spent_tokens) / (spent_tokens / len(paid))))
+        if dollars and b.max_dollars is not None and spent_dollars > 0:
+            n = min(n, math.floor((b.max_dollars - spent_dollars) / (spent_dollars / len(paid))))
+        return max(n, 0)
+
+    def elapsed(self) -> float:
+        return self._prior_wall + (time.monotonic() - self._session_start)
+
+    def _stop_reason(self) -> tuple[str, str] | None:
+        b = self.config.budgets
+        best = self.best()
+        if best is not None and self.target_met(best):
+            return "target_reached", f"target reached by attempt #{best.index}"
+        if b.max_wall_seconds is not None and self.elapsed() >= b.max_wall_seconds:
+            return "budget_exhausted", f"wall-time budget spent ({self.elapsed():.0f} s of {b.max_wall_seconds:g} s)"
+        tokens, dollars = self._spent()
+        if b.max_tokens is not None and tokens >= b.max_tokens:
+            return "budget_exhausted", f"token budget spent ({tokens} of {b.max_tokens})"
+        if b.max_dollars is not None and dollars >= b.max_dollars:
+            return "budget_exhausted", f"dollar budget spent (${dollars:.4f} of ${b.max_dollars:g})"
+        if self._pending is None and max((a.round for a in self.attempts), default=0) >= b.rounds:
+            return "completed", f"all {b.rounds} round{'s' if b.rounds != 1 else ''} done"
+        slots = self._pending[1] if self._pending else list(range(b.candidates_per_round))
+        if slots and self._affordable(len(slots)) == 0:
+            which = "token" if self._affordable(1, dollars=False) == 0 else "dollar"
+            return "budget_exhausted", f"{which} budget: the next attempt would exceed it (at the average cost so far)"
+        return None
+
+    def target_met(self, best: Attempt) -> bool:
+        """Correct, and (when timed) at least the target fraction of the human kernel's speed or of SoL."""
+        if not best.passed:
+            return False
+        if not self.config.timed:
+            return True
+        t = best.timing
+        checks = []
+        if self.config.target_speedup is not None and "speedup_vs_human" in t:
+            checks.append(t["speedup_vs_human"] >= self.config.target_speedup)
+        if self.config.target_sol is not None and "sol_fraction" in t:
+            checks.append(t["sol_fraction"] >= self.config.target_sol)
+        return any(checks) if checks else bool(t)
+
+    def best(self) -> Attempt | None:
+        best: Attempt | None = None
+        for a in self.attempts:
+            if a.passed and (best is None or better(a, best)):
+                best = a
+        return best
+
+    # --- prompts --------------------------------------------------------------------------------
+
+    def target_text(self) -> str:
+        if not self.config.timed:
+            built = " and builds for sm_90a" if "compile" in self.config.stages else ""
+            return (
+                f"a correct candidate: every output within tolerance on the emulator{built}. There is no GPU in this "
+                "run, so speed is not measured here; still write the kernel you would want timed (everything fused, "
+                "within the launch budget)"
+            )
+        parts = []
+        if self.config.target_speedup is not None and self.header.human_timing:
+            parts.append(f"at least {self.config.target_speedup:g}x the speed of the hand-written kernel")
+        if self.config.target_sol is not None:
+            parts.append(f"at least {100 * self.config.target_sol:.0f}% of the speed of light")
+        goal = " or ".join(parts) if parts else "as fast as you can make it"
+        return f"correct, and {goal} (geometric mean over the bench shapes)"
+
+    def task_message(self) -> str:
+        return task_prompt(
+            self.task, checks=describe_checks(self.task, self.config.stages, self.config.shape_set, self.config.seeds),
+            target=self.target_text(), sol=self.sol, sol_label=NOMINAL_LABEL, human_us=self.header.human_timing or None,
+        )
+
+    def messages_for(self, round_no: int) -> list[ChatMessage]:
+        """The chat every candidate of ``round_no`` receives: built only from earlier rounds' attempts."""
+        earlier = [a for a in self.attempts if a.round < round_no]
+        best = None
+        for a in earlier:
+            if a.passed and (best is None or better(a, best)):
+                best = a
+        return build_messages(self.system, self.task_message(), earlier, best=best, goal_is_speed=self.config.timed)
+
+    # --- one round, one attempt -----------------------------------------------------------------
+
+    async def _time_human_kernel(self) -> None:
+        """On the GPU, time the human kernel once with the same stages, so speedups compare like with like."""
+        human = self.task.human_file
+        if not self.config.timed or self.header.human_timing or human is None or not human.exists():
+            return
+        self.events.note("timing the human kernel (the speed reference for this run)")
+        verdict = await self._verify(human.read_text())
+        times = human_times(timing_from_verdict(verdict)) if verdict.passed else {}
+        if not times:
+            self.events.note(f"the human kernel could not be timed ({verdict.outcome.value}); speedups vs human are unavailable")
+            return
+        self.header = self.header.model_copy(update={"human_timing": times})
+        self.writer.write_header(self.header)
+
+    async def _round(self, round_no: int, slots: list[int]) -> None:
+        messages = self.messages_for(round_no)
+        self.events.round_started(round_no, len(slots))
+        # Tasks start in slot order, so each provider call is made in (round, slot) order (replay relies on it).
+        tasks = [asyncio.create_task(self._attempt(round_no, slot, messages)) for slot in slots]
+        wall = self.config.budgets.max_wall_seconds
+        timeout = None if wall is None else max(0.0, wall - self.elapsed())
+        try:
+            done, pending = await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_EXCEPTION)
+        finally:
+            for t in tasks:
+                if not t.done():
+                    t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for t in done:
+            exc = t.exception()
+            if exc is not None:
+                raise exc
+        if pending:
+            self.events.note(f"wall-time budget reached: {len(pending)} attempt(s) in flight were abandoned")
+
+    async def _verify(self, code: str) -> Verdict:
+        assert self._executor is not None
+        call = functools.partial(
+            self.verify_fn, self.task, code, self.config.stages, shape_set=self.config.shape_set,
+            seeds=list(self.config.seeds), timeout=self.config.verify_timeout, backend_label=self.config.backend_label,
+        )
+        async with self._verify_slots:
+            try:
+                return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+            except Exception as exc:  # the harness failed, not the candidate: record it and go on
+                reason = "the verifier itself failed:\n" + "".join(traceback.format_exception_only(type(exc), exc)).strip()
+                return Verdict(
+                    task=self.task.name, task_version=self.task.version, backend=self.config.backend_label,
+                    outcome=Outcome.INFRA_ERROR, reason=reason,
+                )
+
+    async def _attempt(self, round_no: int, slot: int, messages: list[ChatMessage]) -> None:
+        index = (round_no - 1) * self.config.budgets.candidates_per_round + slot + 1
+        started = _now()
+        self.events.attempt_started(index, round_no, slot)
+        t0 = time.monotonic()
+        try:
+            completion: Completion = await self.provider.complete(
+                messages, max_tokens=self.config.max_reply_tokens, temperature=self.config.temperature
+            )
+        except ProviderError as exc:
+            if exc.kind.fatal:
+                raise FatalProviderError(f"{self.config.model}: {exc}") from None
+            self._record(Attempt(
+                index=index, round=round_no, slot=slot, started=started, finished=_now(), messages=messages,
+                provider_error=f"{exc.kind.value}: {exc}", durations={"llm": round(time.monotonic() - t0, 3)},
+            ))
+            return
+        llm_s = time.monotonic() - t0
+        usage = Usage(
+            input_tokens=completion.input_tokens, output_tokens=completion.output_tokens,
+            cost_usd=completion.cost_usd, price_known=completion.price_known,
+        )
+        extraction = extract_code(completion.text)
+        verdict, timing, durations = None, {}, {"llm": round(llm_s, 3)}
+        if extraction.code is not None:
+            self.events.attempt_phase(index, "verifying")
+            t1 = time.monotonic()
+            verdict = await self._verify(extraction.code)
+            durations["verify"] = round(time.monotonic() - t1, 3)
+            if verdict.passed:
+                timing = timing_from_verdict(verdict, self.header.human_timing, {p.shape: p.sol_us for p in self.sol})
+        self._record(Attempt(
+            index=index, round=round_no, slot=slot, started=started, finished=_now(), messages=messages,
+            raw_response=completion.text, finish_reason=completion.finish_reason, code=extraction.code,
+            extraction_error=extraction.error, verdict=verdict, usage=usage, durations=durations, timing=timing,
+        ))
+
+    # --- records --------------------------------------------------------------------------------
+
+    def _record(self, attempt: Attempt) -> None:
+        """Write the attempt, then the best candidate and the summary (each file atomically)."""
+        self.writer.write_attempt(attempt)
+        self.attempts = sorted([*(a for a in self.attempts if a.index != attempt.index), attempt], key=lambda a: a.index)
+        best = self.best()
+        if best is not None and best.index != self._best_written and best.code is not None:
+            self.writer.write_best(best.code)
+            self._best_written = best.index
+        if attempt.passed and self.summary.seconds_to_first_correct is None:
+            self.summary.seconds_to_first_correct = round(self.elapsed(), 3)
+        self._summarise("running")
+        self.events.attempt_finished(attempt, self.summary)
+
+    def _summarise(self, status: str, stop_reason: str = "") -> None:
+        best = self.best()
+        tokens_in = sum(a.usage.input_tokens for a in self.attempts)
+        tokens_out = sum(a.usage.output_tokens for a in self.attempts)
+        t = best.timing if best else {}
+        self.summary = self.summary.model_copy(update={
+            "status": status, "stop_reason": stop_reason, "rounds": max((a.round for a in self.attempts), default=0),
+            "attempts": len(self.attempts), "passes": sum(a.passed for a in self.attempts),
+            "best_attempt": best.index if best else None, "best_time_us": t.get("geomean_us"),
+            "speedup_vs_human": t.get("speedup_vs_human"), "sol_fraction": t.get("sol_fraction"),
+            "outcomes": dict(Counter(a.outcome for a in self.attempts)), "input_tokens": tokens_in,
+            "output_tokens": tokens_out, "cost_usd": round(sum(a.usage.cost_usd for a in self.attempts), 6),
+            "wall_seconds": round(self.elapsed(), 3), "updated": _now(),
+        })
+        self.writer.write_summary(self.summary)
+
+    def _finish(self, status: str, stop_reason: str) -> None:
+        self._summarise(status, stop_reason)
+        self.events.run_finished(self.summary)

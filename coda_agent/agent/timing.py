@@ -1,0 +1,137 @@
+"""Speed facts the agent reasons with: nominal speed of light, and GPU timings read from a verdict.
+
+The agent measures nothing itself. Timings come from the verifier's ``profile`` stage (GPU only); the
+speed of light shown in prompts uses nominal H200 peaks, labelled as such, because a prompt must not
+depend on a measurement the CPU-only path cannot make.
+
+``Attempt.timing`` (see ``store/records.py``) holds what :func:`timing_from_verdict` returns::
+
+    {"shapes": {"<shape>": {"median_us": 812.3, "human_us": 790.1, "sol_us": 480.2,
+                            "baselines": {"eager": 1500.0, "compiled": 1100.0, "cublas": 700.0}}},
+     "geomean_us": 812.3, "speedup_vs_human": 0.97, "sol_fraction": 0.59}
+
+Ratios are geometric means over the shapes that have both numbers; a ratio that cannot be formed is absent.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..tasks.model import Task
+from ..verifier.verdict import Verdict
+
+NOMINAL_PEAK_TFLOPS = 989.0  # H200 SXM, bf16 dense tensor-core peak (datasheet)
+NOMINAL_PEAK_TBPS = 4.8  # H200 SXM HBM3e bandwidth (datasheet)
+NOMINAL_LABEL = (
+    f"Nominal H200 peaks (datasheet, not measured): {NOMINAL_PEAK_TFLOPS:g} TFLOP/s bf16 dense, "
+    f"{NOMINAL_PEAK_TBPS:g} TB/s HBM"
+)
+BASELINES = ("eager", "compiled", "cublas")
+
+
+@dataclass(frozen=True)
+class SolPoint:
+    """Speed of light of one shape point under the nominal peaks."""
+
+    shape: str
+    dims: str
+    flops: float
+    bytes: float
+    compute_us: float
+    memory_us: float
+
+    @property
+    def sol_us(self) -> float:
+        return max(self.compute_us, self.memory_us)
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.compute_us >= self.memory_us else "memory"
+
+
+def speed_of_light(task: Task, set_name: str = "bench") -> list[SolPoint]:
+    """SoL time = max(FLOPs / peak, minimal bytes / bandwidth) at each shape of ``set_name``."""
+    points = []
+    for p in task.shape(set_name):
+        flops, nbytes = task.flops(p.dims), task.min_bytes(p.dims)
+        points.append(
+            SolPoint(
+                shape=p.name,
+                dims=", ".join(f"{k}={v}" for k, v in p.dims.items()),
+                flops=flops,
+                bytes=nbytes,
+                compute_us=flops / (NOMINAL_PEAK_TFLOPS * 1e12) * 1e6,
+                memory_us=nbytes / (NOMINAL_PEAK_TBPS * 1e12) * 1e6,
+            )
+        )
+    return points
+
+
+def geomean(values: list[float]) -> float | None:
+    good = [v for v in values if v > 0 and math.isfinite(v)]
+    return math.exp(sum(math.log(v) for v in good) / len(good)) if good else None
+
+
+def _median_us(value: Any) -> float | None:
+    """A time in µs from a number or a bench ``Timing``-like mapping (``median_us``)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, Mapping):
+        return _median_us(value.get("median_us", value.get("us")))
+    return None
+
+
+def _shape_rows(details: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """Per-shape rows from a profile stage's details: ``rows`` (bench ``BenchRow``s) or ``shapes`` (by name)."""
+    if isinstance(details.get("rows"), list):
+        return {str(r.get("shape")): r for r in details["rows"] if isinstance(r, Mapping) and r.get("shape")}
+    if isinstance(details.get("shapes"), Mapping):
+        return {str(k): v for k, v in details["shapes"].items() if isinstance(v, Mapping)}
+    return {}
+
+
+def timing_from_verdict(
+    verdict: Verdict | None, human: Mapping[str, float] | None = None, sol: Mapping[str, float] | None = None
+) -> dict[str, Any]:
+    """The ``Attempt.timing`` record of a profiled verdict; ``{}`` when it was not timed.
+
+    ``human`` (shape -> µs of the human kernel in this session) and ``sol`` (shape -> nominal SoL µs)
+    fill in what the profile stage does not report itself.
+    """
+    stage = verdict.stage("profile") if verdict is not None else None
+    if stage is None or not stage.details:
+        return {}
+    shapes: dict[str, dict[str, Any]] = {}
+    for name, row in _shape_rows(stage.details).items():
+        us = _median_us(row.get("candidate", row))
+        if us is None:
+            continue
+        entry: dict[str, Any] = {"median_us": us}
+        human_us = _median_us(row.get("human", row.get("human_us"))) or (human or {}).get(name)
+        if human_us:
+            entry["human_us"] = float(human_us)
+        sol_us = _median_us(row.get("sol_us", row.get("sol"))) or (sol or {}).get(name)
+        if sol_us:
+            entry["sol_us"] = float(sol_us)
+        base = {b: t for b in BASELINES if (t := _median_us(row.get(b, row.get(f"{b}_us")))) is not None}
+        if base:
+            entry["baselines"] = base
+        shapes[name] = entry
+    if not shapes:
+        return {}
+    out: dict[str, Any] = {"shapes": shapes, "geomean_us": geomean([s["median_us"] for s in shapes.values()])}
+    vs_human = geomean([s["human_us"] / s["median_us"] for s in shapes.values() if "human_us" in s])
+    if vs_human is not None:
+        out["speedup_vs_human"] = vs_human
+    sol_fraction = geomean([s["sol_us"] / s["median_us"] for s in shapes.values() if "sol_us" in s])
+    if sol_fraction is not None:
+        out["sol_fraction"] = sol_fraction
+    return out
+
+
+def human_times(timing: Mapping[str, Any]) -> dict[str, float]:
+    """shape -> µs of a timing record (used to keep the human kernel's session timing in the header)."""
+    return {name: float(s["median_us"]) for name, s in timing.get("shapes", {}).items() if "median_us" in s}

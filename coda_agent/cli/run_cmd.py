@@ -1,0 +1,361 @@
+"""``coda-agent run``: the agent loop on one task, with a live progress display and a run record."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console, Group
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from ..agent import Agent, AgentConfig, FatalProviderError, RunEvents
+from ..prompts.render import attempt_headline
+from ..providers import KNOWN_PROVIDERS, Completion, Provider, ProviderError, get_provider
+from ..store.records import Attempt, Budgets, ChatMessage, RunHeader, RunSummary
+from ..store.runs import RUNS_DIR_ENV, RunReader, RunRecordError, default_runs_dir, resolve_run
+from ..tasks.loader import find_task
+from . import UserError, app, console, err_console
+
+MODEL_ENV = "CODA_AGENT_MODEL"
+NO_MODEL = (
+    "no model: pass --model anthropic/<model>, openai/<model>, openai-compatible/<model> --base-url URL, "
+    f"mock/<script.yaml>, replay/<run-dir> or manual (or set {MODEL_ENV})"
+)
+OUTCOME_STYLE = {
+    "passed": "green", "wrong_output": "yellow", "provider_error": "magenta", "infra_error": "magenta",
+    "no_code": "red", "static_rejected": "red",
+}
+
+
+def _tokens(n: int) -> str:
+    return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
+
+
+def _clock(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    return f"{m // 60}:{m % 60:02d}:{s:02d}" if m >= 60 else f"{m}:{s:02d}"
+
+
+def _speed_text(summary: RunSummary) -> str:
+    parts = []
+    if summary.speedup_vs_human is not None:
+        parts.append(f"{summary.speedup_vs_human:.2f}x human")
+    if summary.sol_fraction is not None:
+        parts.append(f"{100 * summary.sol_fraction:.0f}% SoL")
+    if summary.best_time_us is not None and not parts:
+        parts.append(f"{summary.best_time_us:.1f} µs")
+    return ", ".join(parts)
+
+
+def _best_text(summary: RunSummary) -> str:
+    if summary.best_attempt is None:
+        return "none correct yet"
+    speed = _speed_text(summary)
+    return f"#{summary.best_attempt} correct" + (f", {speed}" if speed else "")
+
+
+def attempt_line(attempt: Attempt) -> Text:
+    """``#3  r3.0  passed  correct  · llm 1.2 s · verify 9.8 s · 8.7k tok``."""
+    outcome = attempt.outcome
+    line = Text(f"#{attempt.index:<3} r{attempt.round}.{attempt.slot}  ")
+    line.append(f"{outcome:<16}", style=OUTCOME_STYLE.get(outcome, "red"))
+    line.append(attempt_headline(attempt).splitlines()[0][:160])
+    bits = [f"{k} {v:.1f} s" for k, v in attempt.durations.items()]
+    tokens = attempt.usage.input_tokens + attempt.usage.output_tokens
+    if tokens:
+        bits.append(f"{_tokens(tokens)} tok")
+    if attempt.usage.cost_usd:
+        bits.append(f"${attempt.usage.cost_usd:.4f}")
+    line.append("  · " + " · ".join(bits), style="dim")
+    return line
+
+
+class _Display(RunEvents):
+    """Shared bookkeeping of the two displays: what is in flight, and the latest summary."""
+
+    def __init__(self, out: Console, header: RunHeader, rounds: int) -> None:
+        self.out, self.header, self.rounds = out, header, rounds
+        self.summary = RunSummary()
+        self.round_no = 0
+        self.in_flight: dict[int, str] = {}
+        self.t0 = time.monotonic()
+        self.prior_wall = 0.0
+
+    def round_started(self, round_no: int, slots: int) -> None:
+        self.round_no = round_no
+        self.line(Text(f"round {round_no}/{self.rounds}: asking for {slots} candidate{'s' if slots != 1 else ''}", style="bold"))
+
+    def attempt_started(self, index: int, round_no: int, slot: int) -> None:
+        self.in_flight[index] = "waiting for the model"
+
+    def attempt_phase(self, index: int, phase: str) -> None:
+        self.in_flight[index] = phase
+
+    def attempt_finished(self, attempt: Attempt, summary: RunSummary) -> None:
+        self.in_flight.pop(attempt.index, None)
+        self.summary = summary
+        self.line(attempt_line(attempt))
+
+    def note(self, message: str) -> None:
+        self.line(Text(message, style="dim italic"))
+
+    def line(self, text: Text) -> None:
+        self.out.print(text, highlight=False, soft_wrap=True)
+
+    def status(self) -> Text:
+        s = self.summary
+        wall = self.prior_wall + time.monotonic() - self.t0
+        text = Text()
+        text.append(f"round {self.round_no}/{self.rounds}", style="bold")
+        text.append(f" · attempts {s.attempts}")
+        if self.in_flight:
+            text.append(f" (+{len(self.in_flight)} running)", style="cyan")
+        text.append(" · passes ")
+        text.append(str(s.passes), style="green" if s.passes else "")
+        text.append(" · best ")
+        text.append(_best_text(s), style="green" if s.best_attempt else "dim")
+        text.append(f" · tokens {_tokens(s.input_tokens + s.output_tokens)} · ${s.cost_usd:.4f} · {_clock(wall)}")
+        return text
+
+
+class PlainDisplay(_Display):
+    """One line per event, no cursor tricks: for CI logs and pipes."""
+
+    def attempt_finished(self, attempt: Attempt, summary: RunSummary) -> None:
+        super().attempt_finished(attempt, summary)
+        self.line(Text("  " + self.status().plain, style="dim"))
+
+
+class LiveDisplay(_Display):
+    """A rich live status block under the scrolling attempt log."""
+
+    def __init__(self, out: Console, header: RunHeader, rounds: int) -> None:
+        super().__init__(out, header, rounds)
+        self.live = Live(console=out, refresh_per_second=4, get_renderable=self.render, transient=True)
+
+    def render(self) -> Group:
+        grid = Table.grid(padding=(0, 2))
+        for index, phase in sorted(self.in_flight.items()):
+            grid.add_row(Text(f"#{index}", style="cyan"), Text(phase + "…", style="dim"))
+        return Group(Text("─" * min(self.out.width, 100), style="dim"), self.status(), grid)
+
+    def line(self, text: Text) -> None:
+        (self.live.console if self.live.is_started else self.out).print(text, highlight=False, soft_wrap=True)
+
+
+def _provider(model: str, base_url: str | None) -> Provider:
+    try:
+        return get_provider(model, base_url=base_url)
+    except ProviderError as exc:  # ProviderConfigError included: a bad spec, option or missing key
+        raise UserError(str(exc)) from None
+
+
+class _Advanced(Provider):
+    """A scripted provider moved past the replies a resumed run already consumed."""
+
+    def __init__(self, inner: Provider) -> None:
+        self.inner, self.name, self.skip = inner, inner.name, 0
+        self._lock = asyncio.Lock()
+
+    async def complete(self, messages: list[ChatMessage], *, max_tokens: int, temperature: float) -> Completion:
+        async with self._lock:
+            while self.skip > 0:
+                self.skip -= 1
+                with contextlib.suppress(ProviderError):
+                    await self.inner.complete(messages, max_tokens=max_tokens, temperature=temperature)
+        return await self.inner.complete(messages, max_tokens=max_tokens, temperature=temperature)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def _budgets(base: Budgets, **given: Any) -> Budgets:
+    return base.model_copy(update={k: v for k, v in given.items() if v is not None})
+
+
+def _replayed_header(model: str) -> RunHeader | None:
+    """The header of the run a ``replay/<run-dir>`` model serves, for defaults (task, rounds, K)."""
+    if not model.startswith("replay/"):
+        return None
+    try:
+        return RunReader(Path(model.partition("/")[2])).header
+    except RunRecordError as exc:
+        raise UserError(str(exc)) from None
+
+
+async def _drive(agent: Agent, provider: Provider) -> RunSummary:
+    """Run the agent; SIGINT cancels it cleanly (the summary is marked interrupted before we exit)."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    with contextlib.suppress(NotImplementedError):  # not on Windows: Ctrl-C then raises KeyboardInterrupt
+        loop.add_signal_handler(signal.SIGINT, task.cancel)
+    try:
+        return await agent.run()
+    finally:
+        with contextlib.suppress(NotImplementedError):
+            loop.remove_signal_handler(signal.SIGINT)
+        await provider.aclose()
+
+
+def print_result(summary: RunSummary, header: RunHeader, run_dir: Path) -> None:
+    """The final verdict: what the best candidate achieved, why the run stopped, where things are."""
+    if summary.best_attempt is not None:
+        console.print(
+            f"[bold green]PASSED[/] {header.task} v{header.task_version}: attempt #{summary.best_attempt} is correct"
+            + (f" ({_speed_text(summary)})" if _speed_text(summary) else "")
+            + f", after {summary.attempts} attempt{'s' if summary.attempts != 1 else ''}",
+            highlight=False, soft_wrap=True,
+        )
+        console.print(f"  best candidate: {run_dir / 'best.py'}", highlight=False, soft_wrap=True, markup=False)
+    else:
+        console.print(
+            f"[bold red]FAILED[/] {header.task} v{header.task_version}: no correct candidate in "
+            f"{summary.attempts} attempt{'s' if summary.attempts != 1 else ''}",
+            highlight=False, soft_wrap=True,
+        )
+    outcomes = ", ".join(f"{k} {v}" for k, v in sorted(summary.outcomes.items(), key=lambda kv: -kv[1]))
+    console.print(f"  stopped: {escape(summary.stop_reason or summary.status)}", highlight=False, soft_wrap=True)
+    console.print(
+        f"  {summary.rounds} round{'s' if summary.rounds != 1 else ''} · {outcomes or 'no attempts'} · tokens "
+        f"{_tokens(summary.input_tokens)} in / {_tokens(summary.output_tokens)} out · ${summary.cost_usd:.4f} · "
+        f"wall {summary.wall_seconds:.0f} s",
+        highlight=False, soft_wrap=True,
+    )
+    console.print(f"  record: {run_dir}", highlight=False, soft_wrap=True, markup=False)
+
+
+@app.command("run")
+def run_cmd(
+    task: str = typer.Argument(None, help="task name or YAML path (taken from the run with --resume)"),
+    model: str = typer.Option(
+        None, "--model", "-m", envvar=MODEL_ENV, help="provider/model: " + ", ".join(KNOWN_PROVIDERS.values())
+    ),
+    base_url: str = typer.Option(None, "--base-url", help="server URL for openai-compatible/<model>"),
+    rounds: int = typer.Option(None, min=1, help="max rounds [default: 5]"),
+    candidates: int = typer.Option(None, "--candidates", "-k", min=1, help="candidates per round, asked concurrently [default: 1]"),
+    max_tokens_total: int = typer.Option(None, min=1, help="stop before the run's tokens (in + out) exceed this"),
+    max_dollars: float = typer.Option(None, min=0, help="stop before the run's cost exceeds this (USD)"),
+    max_wall: float = typer.Option(None, min=1, help="stop after this many seconds of wall time"),
+    temperature: float = typer.Option(None, min=0, help="sampling temperature [default: 0.7]"),
+    max_reply_tokens: int = typer.Option(None, min=256, help="output-token limit per reply [default: 8192]"),
+    target_speedup: float = typer.Option(
+        None, min=0, help="GPU: stop once correct and at least this fraction of the human kernel's speed [default: 1.0]"
+    ),
+    target_sol: float = typer.Option(None, min=0, max=1, help="GPU: ... or this fraction of the speed of light"),
+    no_compile: bool = typer.Option(False, "--no-compile", help="CPU: skip the sm_90a compile stage (~10 s per candidate)"),
+    seeds: int = typer.Option(None, min=1, help="seeds per shape in the correctness check [default: 3]"),
+    examples: str = typer.Option(None, help="comma-separated tasks whose human kernels are shown as examples [default: chosen by similarity]"),
+    runs_dir: Path = typer.Option(None, "--runs-dir", envvar=RUNS_DIR_ENV, help="where run records go [default: ./runs]"),
+    resume: str = typer.Option(None, "--resume", help="continue an interrupted run (its directory or id)"),
+    plain: bool = typer.Option(False, "--plain", help="plain log lines even on a terminal"),
+) -> None:
+    """Run the agent on a task: prompt the model, verify each candidate, feed results back, record everything."""
+    budget_flags = {
+        "rounds": rounds, "candidates_per_round": candidates, "max_tokens": max_tokens_total,
+        "max_dollars": max_dollars, "max_wall_seconds": max_wall,
+    }
+    base = runs_dir or default_runs_dir()
+    if resume:
+        run_dir, agent, provider = _resume(resume, base, model, base_url, budget_flags, task)
+    else:
+        if not model:
+            raise UserError(NO_MODEL)
+        replayed = _replayed_header(model)
+        if replayed is not None:  # re-verify under the schedule the recorded run used, unless told otherwise
+            task = task or replayed.task_path
+            budget_flags["rounds"] = rounds or replayed.budgets.rounds
+            budget_flags["candidates_per_round"] = candidates or replayed.budgets.candidates_per_round
+        if not task:
+            raise UserError("which task? pass a task name or YAML path (see `coda-agent tasks`)")
+        t = find_task(task)
+        provider = _provider(model, base_url)
+        settings = {
+            "temperature": temperature, "max_reply_tokens": max_reply_tokens, "target_speedup": target_speedup,
+            "target_sol": target_sol, "base_url": base_url, "seeds": tuple(range(seeds)) if seeds else None,
+            "examples": tuple(e.strip() for e in examples.split(",") if e.strip()) if examples else None,
+        }
+        config = AgentConfig.for_this_machine(
+            model, compile=not no_compile, budgets=_budgets(Budgets(), **budget_flags),
+            **{k: v for k, v in settings.items() if v is not None},
+        )
+        try:
+            agent = Agent.create(t, provider, config, base)
+        except (RunRecordError, OSError) as exc:
+            raise UserError(f"cannot create the run directory under {base}: {exc}") from None
+        run_dir = agent.run_dir
+    header = agent.header
+    console.print(
+        f"run [bold]{escape(header.run_id)}[/]: {escape(header.task)} v{header.task_version} with {escape(header.model)} "
+        f"({', '.join(header.verifier_stages)} on {escape(header.device)})",
+        highlight=False, soft_wrap=True,
+    )
+    console.print(f"  record: {run_dir}", highlight=False, soft_wrap=True, markup=False)
+    display_cls = LiveDisplay if console.is_terminal and not plain else PlainDisplay
+    display = display_cls(console, header, agent.config.budgets.rounds)
+    if agent.previous is not None:
+        display.summary, display.prior_wall = agent.previous, agent.previous.wall_seconds
+        display.note(f"resuming after {len(agent.attempts)} finished attempt(s)")
+    agent.events = display
+    try:
+        with display.live if isinstance(display, LiveDisplay) else contextlib.nullcontext():
+            summary = asyncio.run(_drive(agent, provider))
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        err_console.print(f"interrupted; finished attempts are saved. Resume with: coda-agent run --resume {run_dir}", highlight=False, soft_wrap=True, markup=False)
+        raise typer.Exit(130) from None
+    except FatalProviderError as exc:
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        err_console.print(f"  (the run is saved; after fixing this: coda-agent run --resume {run_dir})", highlight=False, soft_wrap=True, markup=False)
+        raise typer.Exit(2) from None
+    print_result(summary, agent.header, run_dir)
+    if summary.best_attempt is None:
+        raise typer.Exit(1)
+
+
+def _resume(
+    name: str, base: Path, model: str | None, base_url: str | None, budget_flags: dict[str, Any], task: str | None
+) -> tuple[Path, Agent, Provider]:
+    try:
+        run_dir = resolve_run(name, base)
+        header = RunReader(run_dir).header
+    except RunRecordError as exc:
+        raise UserError(str(exc)) from None
+    if task and Path(task).stem != header.task and task != header.task:
+        raise UserError(f"run {header.run_id} is on task {header.task}, not {task}")
+    if model and model != header.model:
+        raise UserError(f"run {header.run_id} used {header.model}; a resumed run continues with the same model")
+    provider = _provider(header.model, base_url or header.params.get("base_url"))
+    if header.model.startswith(("mock/", "replay/")):
+        provider = _Advanced(provider)
+    given = {k: v for k, v in budget_flags.items() if v is not None}
+    budgets = _budgets(header.budgets, **given) if given else None
+    try:
+        agent = Agent.resume(run_dir, provider, budgets=budgets)
+    except RunRecordError as exc:
+        raise UserError(str(exc)) from None
+    if isinstance(provider, _Advanced):
+        provider.skip = scripted_replies_used(agent)
+    return run_dir, agent, provider
+
+
+def scripted_replies_used(agent: Agent) -> int:
+    """How many replies a scripted model (mock/, replay/) served before the first unfinished attempt.
+
+    Calls are made in (round, slot) order, so skipping this many replies hands a resumed run the reply
+    the killed process was waiting for (exact with one candidate per round; with several, the redone
+    slots take the following replies in order).
+    """
+    k = agent.config.budgets.candidates_per_round
+    done = {(a.round, a.slot) for a in agent.attempts}
+    last = max((r for r, _ in done), default=0)
+    missing = [(last, s) for s in range(k) if (last, s) not in done]
+    first_missing = missing[0] if missing else (last + 1, 0)
+    return sum(1 for key in done if key < first_missing)

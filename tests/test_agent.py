@@ -1,0 +1,286 @@
+"""The agent loop on a real task: budgets, errors, concurrency, interruption and resume, GPU plumbing.
+
+Most replies here are refused by the static check (no worker process), so these tests stay fast; the
+end-to-end runs through the real verifier are in test_agent_cli.py and test_agent_compile below.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from coda_agent.agent import Agent, AgentConfig, FatalProviderError
+from coda_agent.providers import Completion, MockProvider
+from coda_agent.store.records import Budgets, ChatMessage
+from coda_agent.store.runs import RunReader
+from coda_agent.tasks import TaskError, find_task
+from coda_agent.verifier.verdict import Outcome, StageResult, Verdict
+
+from .conftest import REPO
+
+TASK = find_task("gemm_residual_rmsnorm")
+SCRIPT = REPO / "examples" / "mock" / "gemm_residual_three_attempts.yaml"
+CORRECT = yaml.safe_load(SCRIPT.read_text())["responses"][-1]["text"]
+REFUSED = "```python\nimport os\n\n\ndef forward(x, w, residual, gamma, eps):\n    return {}\n```"
+
+
+def config(**kw) -> AgentConfig:
+    budgets = Budgets(**{k: kw.pop(k) for k in list(kw) if k in Budgets.model_fields})
+    return AgentConfig(model="mock/test", stages=("correctness",), budgets=budgets, **kw)
+
+
+def run(agent: Agent):
+    return asyncio.run(agent.run())
+
+
+def round_of(messages: list[ChatMessage]) -> int:
+    """Which round a prompt belongs to: 1 + the attempts it reports on (resume-safe, unlike call order)."""
+    if len(messages) == 2:
+        return 1
+    first = messages[-1].content.split("\n")[2]  # "N attempts so far, ..."
+    return int(first.split()[0]) + 1
+
+
+def test_rounds_budget_and_concurrent_candidates(tmp_path):
+    in_flight, peak = 0, 0
+
+    async def reply(messages):
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await asyncio.sleep(0.05)
+        in_flight -= 1
+        return REFUSED
+
+    provider = MockProvider(reply)
+    agent = Agent.create(TASK, provider, config(rounds=2, candidates_per_round=3), tmp_path)
+    summary = run(agent)
+    assert peak == 3, "the K candidates of a round must be asked concurrently"
+    assert summary.status == "completed" and summary.stop_reason == "all 2 rounds done"
+    attempts = RunReader(agent.run_dir).attempts()
+    assert [(a.index, a.round, a.slot) for a in attempts] == [(1, 1, 0), (2, 1, 1), (3, 1, 2), (4, 2, 0), (5, 2, 1), (6, 2, 2)]
+    assert summary.outcomes == {"static_rejected": 6} and summary.passes == 0 and summary.best_attempt is None
+    # round 2 sees round 1's results; all three candidates of a round get the same prompt
+    assert attempts[3].messages == attempts[4].messages == attempts[5].messages
+    assert "import of 'os' is not allowed" in attempts[3].messages[-1].content
+    assert not (agent.run_dir / "best.py").exists()
+
+
+def test_token_budget_is_a_hard_stop_that_shrinks_the_last_round(tmp_path):
+    provider = MockProvider([{"text": REFUSED, "input_tokens": 900, "output_tokens": 100}] * 10)
+    agent = Agent.create(TASK, provider, config(rounds=10, candidates_per_round=2, max_tokens=3500), tmp_path)
+    summary = run(agent)
+    assert summary.status == "budget_exhausted" and "token budget" in summary.stop_reason
+    assert summary.attempts == 3  # 2 + 1: the second round could pay for one more attempt only
+    assert summary.input_tokens + summary.output_tokens == 3000 <= 3500
+    assert len(provider.calls) == 3
+
+
+def test_dollar_budget_uses_the_providers_cost(tmp_path):
+    provider = MockProvider(lambda messages: Completion(text=REFUSED, model="m", input_tokens=10, output_tokens=10, cost_usd=0.4))
+    agent = Agent.create(TASK, provider, config(rounds=10, max_dollars=1.0), tmp_path)
+    summary = run(agent)
+    assert summary.status == "budget_exhausted" and "dollar budget" in summary.stop_reason
+    assert summary.attempts == 2 and summary.cost_usd == pytest.approx(0.8)
+    assert RunReader(agent.run_dir).attempts()[0].usage.cost_usd == pytest.approx(0.4)
+
+
+def test_wall_time_budget_abandons_attempts_in_flight(tmp_path):
+    async def slow(messages):
+        await asyncio.sleep(0.3)
+        return REFUSED
+
+    agent = Agent.create(TASK, MockProvider(slow), config(rounds=10, max_wall_seconds=0.5), tmp_path)
+    t0 = time.monotonic()
+    summary = run(agent)
+    assert time.monotonic() - t0 < 5
+    assert summary.status == "budget_exhausted" and "wall-time" in summary.stop_reason
+    assert summary.attempts == 1
+
+
+def test_a_reply_without_code_is_a_recorded_attempt_and_fed_back(tmp_path):
+    provider = MockProvider(["I would need to know more about the hardware first.", REFUSED])
+    agent = Agent.create(TASK, provider, config(rounds=2), tmp_path)
+    summary = run(agent)
+    first, second = RunReader(agent.run_dir).attempts()
+    assert first.outcome == "no_code" and first.code is None and first.verdict is None
+    assert "no ```python block" in first.extraction_error
+    assert "Attempt #1 (your reply above): NO CODE" in second.messages[-1].content
+    assert summary.outcomes == {"no_code": 1, "static_rejected": 1}
+
+
+def test_provider_errors_are_recorded_attempts_but_fatal_ones_stop_the_run(tmp_path):
+    provider = MockProvider([{"error": "rate_limit", "message": "429 slow down"}, REFUSED])
+    agent = Agent.create(TASK, provider, config(rounds=2), tmp_path / "a")
+    run(agent)
+    failed, refused = RunReader(agent.run_dir).attempts()
+    assert failed.outcome == "provider_error" and failed.provider_error == "rate_limit: 429 slow down"
+    assert [m.role for m in refused.messages] == ["system", "user"]  # nothing to feed back yet
+
+    fatal = MockProvider([{"error": "auth", "message": "invalid x-api-key"}])
+    agent = Agent.create(TASK, fatal, config(rounds=3), tmp_path / "b")
+    with pytest.raises(FatalProviderError, match="invalid x-api-key"):
+        run(agent)
+    reader = RunReader(agent.run_dir)
+    assert reader.attempts() == []
+    assert reader.summary().status == "failed" and "invalid x-api-key" in reader.summary().stop_reason
+
+
+def test_interrupt_then_resume_loses_nothing(tmp_path):
+    hold = None
+
+    async def reply(messages):
+        if round_of(messages) == 2:
+            await hold.wait()  # never set: the run is interrupted here
+        return REFUSED
+
+    async def interrupted(agent: Agent) -> None:
+        nonlocal hold
+        hold = asyncio.Event()
+        task = asyncio.create_task(agent.run())
+        while len(provider.calls) < 2:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    provider = MockProvider(reply)
+    agent = Agent.create(TASK, provider, config(rounds=2), tmp_path)
+    asyncio.run(interrupted(agent))
+    reader = RunReader(agent.run_dir)
+    assert reader.summary().status == "interrupted" and [a.index for a in reader.attempts()] == [1]
+    first = (agent.run_dir / "attempts" / "0001.json").read_bytes()
+
+    again = MockProvider([REFUSED])
+    summary = run(Agent.resume(agent.run_dir, again))
+    assert len(again.calls) == 1, "the finished attempt must not be redone"
+    assert (agent.run_dir / "attempts" / "0001.json").read_bytes() == first
+    assert summary.status == "completed" and summary.attempts == 2
+    assert "import of 'os'" in RunReader(agent.run_dir).attempts()[1].messages[-1].content
+
+
+KILLED_RUN = """
+import asyncio, sys
+from pathlib import Path
+from coda_agent.agent import Agent, AgentConfig
+from coda_agent.providers import MockProvider
+from coda_agent.store.records import Budgets
+from coda_agent.tasks import TaskError, find_task
+
+REFUSED = {refused!r}
+
+async def reply(messages):
+    if len(messages) > 2 and messages[-1].content.split("\\n")[2].startswith("2 attempts"):
+        await asyncio.sleep(3600)  # round 3 never answers: the process is killed here
+    return REFUSED
+
+agent = Agent.create(find_task("gemm_residual_rmsnorm"), MockProvider(reply),
+                     AgentConfig(model="mock/test", stages=("correctness",), budgets=Budgets(rounds=3)), Path(sys.argv[1]))
+print(agent.run_dir, flush=True)
+asyncio.run(agent.run())
+"""
+
+
+def test_resume_after_kill_9_redoes_only_the_attempt_in_flight(tmp_path):
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED_RUN.format(refused=REFUSED))
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "runs")], stdout=subprocess.PIPE, text=True)
+    try:
+        run_dir = Path(proc.stdout.readline().strip())
+        deadline = time.monotonic() + 120
+        while not (run_dir / "attempts" / "0002.json").exists():
+            assert time.monotonic() < deadline and proc.poll() is None, "the run did not get to attempt 2"
+            time.sleep(0.05)
+        time.sleep(0.3)  # round 3 is now waiting for its reply
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
+    before = {p.name: p.read_bytes() for p in (run_dir / "attempts").glob("*.json")}
+    assert sorted(before) == ["0001.json", "0002.json"]
+    assert RunReader(run_dir).summary().status == "running"  # what kill -9 leaves behind
+
+    provider = MockProvider([REFUSED])
+    summary = run(Agent.resume(run_dir, provider))
+    assert len(provider.calls) == 1
+    assert all((run_dir / "attempts" / name).read_bytes() == data for name, data in before.items())
+    assert summary.status == "completed" and summary.attempts == 3
+    third = RunReader(run_dir).attempts()[2]
+    assert third.round == 3 and "2 attempts so far" in third.messages[-1].content
+
+
+# --- the GPU path, with a stand-in verifier (no GPU here) ---------------------------------------
+
+
+def fake_gpu_verify(task, source, stages, **kw):
+    """A GPU verdict: gpu_correctness passes, profile times the candidate (its code says how fast)."""
+    us = 1000.0 if source == task.human_file.read_text() else (2000.0 if "SLOW" in source else 900.0)
+    shapes = {p.name: {"candidate": {"median_us": us}, "eager": {"median_us": 3000.0}} for p in task.shape("bench")[:2]}
+    stage_results = [
+        StageResult(stage="static", outcome=Outcome.PASSED),
+        StageResult(stage="gpu_correctness", outcome=Outcome.PASSED),
+        StageResult(stage="profile", outcome=Outcome.PASSED, details={"shapes": shapes}),
+    ]
+    assert tuple(stages) == ("gpu_correctness", "profile") and kw["shape_set"] == "bench"
+    return Verdict(task=task.name, task_version=task.version, backend="quack", outcome=Outcome.PASSED, stages=stage_results)
+
+
+def test_gpu_path_times_the_human_kernel_keeps_the_fastest_and_stops_at_the_speed_target(tmp_path):
+    slow = CORRECT.replace("def forward(", "# SLOW first version\ndef forward(")
+    provider = MockProvider([slow, CORRECT])
+    cfg = AgentConfig(
+        model="mock/test", stages=("gpu_correctness", "profile"), shape_set="bench", backend_label="quack",
+        budgets=Budgets(rounds=5), target_speedup=1.05,
+    )
+    agent = Agent.create(TASK, provider, cfg, tmp_path, verify_fn=fake_gpu_verify)
+    summary = run(agent)
+    reader = RunReader(agent.run_dir)
+    assert reader.header.human_timing == {"llama3-8b-down": 1000.0, "llama3-1b-down": 1000.0}
+    assert reader.header.target == {"correct": True, "speedup_vs_human": 1.05}
+    first, second = reader.attempts()
+    assert first.timing["speedup_vs_human"] == pytest.approx(0.5) and first.passed
+    assert summary.status == "target_reached" and summary.best_attempt == 2
+    assert summary.speedup_vs_human == pytest.approx(1000 / 900) and summary.best_time_us == pytest.approx(900)
+    assert reader.best_code() == second.code
+    task_message, feedback = second.messages[1].content, second.messages[-1].content
+    assert "The hand-written kernel for this task runs at" in task_message and "1000.0 µs" in task_message
+    assert "at least 1.05x the speed of the hand-written kernel" in task_message
+    assert "| llama3-8b-down | 2000.0 | 1e+03 | 0.50x | 1.50x |" in feedback and "make it faster" in feedback
+
+
+# --- one run with the sm_90a compile stage on (the CPU default) --------------------------------
+
+
+def test_agent_compile_stage_on_by_default(tmp_path):
+    provider = MockProvider([CORRECT])
+    cfg = AgentConfig.for_this_machine("mock/test", budgets=Budgets(rounds=1), seeds=(0,))
+    assert cfg.stages == ("correctness", "compile")
+    summary = run(Agent.create(TASK, provider, cfg, tmp_path))
+    assert summary.status == "target_reached"
+    verdict = RunReader(next(tmp_path.iterdir())).attempts()[0].verdict
+    assert [(s.stage, s.outcome.value) for s in verdict.stages] == [
+        ("static", "passed"), ("correctness", "passed"), ("compile", "passed"),
+    ]
+    assert "sm_90a build" in provider.calls[0].messages[1].content
+
+
+def test_task_changed_since_the_run_started_refuses_to_resume(tmp_path):
+    task_dir = tmp_path / "tasks"
+    (task_dir / "human").mkdir(parents=True)
+    for rel in ("gemm_residual_rmsnorm.yaml", "gemm_residual_rmsnorm.py", "human/gemm_residual_rmsnorm.py"):
+        (task_dir / rel).write_text((REPO / "tasks" / rel).read_text())
+    copy = find_task(str(task_dir / "gemm_residual_rmsnorm.yaml"))
+    agent = Agent.create(copy, MockProvider([REFUSED]), config(rounds=1), tmp_path / "runs")
+    run(agent)
+    yaml_file = task_dir / "gemm_residual_rmsnorm.yaml"
+    yaml_file.write_text(yaml_file.read_text().replace("version: 1", "version: 2"))
+    with pytest.raises(TaskError, match="now version 2"):
+        Agent.resume(agent.run_dir, MockProvider([REFUSED]))

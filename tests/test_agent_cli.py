@@ -1,0 +1,192 @@
+"""``coda-agent run`` end to end with the scripted model of examples/mock: record, feedback, resume, replay, Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from coda_agent.cli import main
+from coda_agent.store.runs import RunReader
+
+from .conftest import REPO
+
+SCRIPT = "examples/mock/gemm_residual_three_attempts.yaml"
+TASK_YAML = "tasks/gemm_residual_rmsnorm.yaml"
+
+
+def cli(capsys, *args: str) -> tuple[int, str, str]:
+    """Run the real entry point in-process: (exit code, stdout, stderr)."""
+    saved = sys.argv
+    sys.argv = ["coda-agent", *args]
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    finally:
+        sys.argv = saved
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> tuple[Path, str]:
+    """One run of the README's main job (compile off to stay fast): the record every test below reads."""
+    runs = tmp_path_factory.mktemp("runs")
+    cwd = os.getcwd()
+    os.chdir(REPO)
+    saved = sys.argv
+    sys.argv = ["coda-agent", "run", TASK_YAML, "--model", f"mock/{SCRIPT}", "--no-compile", "--runs-dir", str(runs)]
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    finally:
+        sys.argv = saved
+        os.chdir(cwd)
+    assert code == 0
+    (run_dir,) = runs.iterdir()
+    return run_dir, SCRIPT
+
+
+def test_run_converges_in_three_attempts_and_writes_a_complete_record(recorded):
+    run_dir, _ = recorded
+    reader = RunReader(run_dir)
+    h = reader.header
+    assert h.task == "gemm_residual_rmsnorm" and h.task_version == 1 and h.task_path.endswith(TASK_YAML)
+    assert h.model == f"mock/{SCRIPT}" and h.verifier_stages == ["correctness"] and h.device == "cpu"
+    assert h.budgets.rounds == 5 and h.budgets.candidates_per_round == 1 and h.target == {"correct": True}
+    assert {"coda-agent", "torch", "quack-kernels", "nvidia-cutlass-dsl"} <= set(h.packages)
+    assert h.params["temperature"] == 0.7 and len(h.params["examples"]) == 3
+    assert h.git_commit is None or len(h.git_commit) == 40
+    assert run_dir.name.startswith(h.created.astimezone().strftime("%Y%m%d-")) and "_gemm_residual_rmsnorm_" in run_dir.name
+
+    attempts = reader.attempts()
+    assert [a.outcome for a in attempts] == ["static_rejected", "wrong_output", "passed"]
+    assert [a.round for a in attempts] == [1, 2, 3]
+    assert all(a.raw_response and a.code and a.usage.input_tokens and "llm" in a.durations for a in attempts)
+    assert "verify" in attempts[2].durations and attempts[2].verdict.stage("correctness").checks
+
+    summary = reader.summary()
+    assert summary.status == "target_reached" and summary.best_attempt == 3
+    assert (summary.attempts, summary.passes, summary.rounds) == (3, 1, 3)
+    assert summary.input_tokens == 5200 + 6900 + 8400 and summary.output_tokens == 310 + 290 + 280
+    assert summary.seconds_to_first_correct is not None and summary.wall_seconds >= summary.seconds_to_first_correct
+    assert reader.best_code() == attempts[2].code
+
+
+def test_the_model_was_fed_each_previous_attempts_errors(recorded):
+    first, second, third = RunReader(recorded[0]).attempts()
+    assert [m.role for m in first.messages] == ["system", "user"]
+    feedback2 = second.messages[-1].content
+    assert second.messages[-2].content == first.raw_response.strip()
+    assert "STATIC REJECTED" in feedback2 and "syntax error: expected ':'" in feedback2
+    assert "`def fused(acc, c, gamma)`" in feedback2  # the offending line, quoted
+    feedback3 = third.messages[-1].content
+    assert "Attempt #2 (your reply above): WRONG OUTPUT" in feedback3
+    assert "| `rstd` | NO |" in feedback3 and "| `h` | yes |" in feedback3
+    assert "| 1 | 1 | static_rejected | line 5: syntax error: expected ':' |" in feedback3
+
+
+def test_prompts_show_other_tasks_kernels_never_this_ones(recorded):
+    system = RunReader(recorded[0]).attempts()[0].messages[0].content
+    own = (REPO / "tasks/human/gemm_residual_rmsnorm.py").read_text().split('"""', 2)[2].strip()
+    assert own not in system
+    examples = RunReader(recorded[0]).header.params["examples"]
+    for name in examples:
+        kernel = (REPO / "tasks/human" / f"{name}.py").read_text().split('"""', 2)[2].strip()
+        assert kernel in system
+
+
+def test_the_run_command_prints_the_record_and_the_verdict(tmp_path, capsys):
+    code, out, _ = cli(capsys, "run", str(REPO / TASK_YAML), "--model", f"mock/{REPO / SCRIPT}", "--rounds", "1",
+                       "--no-compile", "--runs-dir", str(tmp_path))
+    assert code == 1  # one round: only the syntax error, so no correct candidate
+    (run_dir,) = tmp_path.iterdir()
+    assert f"record: {run_dir}" in out
+    assert "#1   r1.0  static_rejected" in out
+    assert "FAILED gemm_residual_rmsnorm v1: no correct candidate in 1 attempt" in out
+    assert "stopped: all 1 round done" in out
+
+
+def test_resume_after_a_kill_redoes_only_the_unfinished_attempt(recorded, tmp_path, capsys):
+    """A kill -9 during attempt 3 leaves attempts 1-2 and a 'running' summary; resume finishes the job."""
+    run_dir = tmp_path / recorded[0].name
+    shutil.copytree(recorded[0], run_dir)
+    original = RunReader(run_dir).attempts()
+    (run_dir / "attempts" / "0003.json").unlink()
+    (run_dir / "best.py").unlink()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "summary.json").write_text(json.dumps({**summary, "status": "running", "best_attempt": None}))
+    kept = {n: (run_dir / "attempts" / n).read_bytes() for n in ("0001.json", "0002.json")}
+
+    cwd = os.getcwd()
+    os.chdir(REPO)  # the mock script path in the header is relative to where the run started
+    try:
+        code, out, _ = cli(capsys, "run", "--resume", run_dir.name, "--runs-dir", str(tmp_path))
+    finally:
+        os.chdir(cwd)
+    assert code == 0, out
+    assert "resuming after 2 finished attempt(s)" in out and "#3   r3.0  passed" in out
+    assert all((run_dir / "attempts" / n).read_bytes() == data for n, data in kept.items())
+    redone = RunReader(run_dir).attempts()
+    assert [a.outcome for a in redone] == ["static_rejected", "wrong_output", "passed"]
+    assert redone[2].messages == original[2].messages  # the conversation was rebuilt exactly
+    assert RunReader(run_dir).summary().status == "target_reached"
+
+
+def test_replay_reproduces_a_recorded_runs_verdicts(recorded, tmp_path, capsys):
+    code, out, _ = cli(capsys, "run", "--model", f"replay/{recorded[0]}", "--no-compile", "--runs-dir", str(tmp_path))
+    assert code == 0, out
+    (replayed,) = tmp_path.iterdir()
+    original = RunReader(recorded[0]).attempts()
+    again = RunReader(replayed).attempts()
+    assert [a.outcome for a in again] == [a.outcome for a in original]
+    assert [a.code for a in again] == [a.code for a in original]
+    assert RunReader(replayed).header.task == "gemm_residual_rmsnorm"
+    assert RunReader(replayed).summary().cost_usd == 0
+
+
+def test_missing_or_bad_model_is_one_clear_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("CODA_AGENT_MODEL", raising=False)
+    code, _, err = cli(capsys, "run", TASK_YAML, "--runs-dir", str(tmp_path))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("error: no model")
+    for way in ("--model anthropic/", "openai/", "openai-compatible/", "--base-url", "mock/", "replay/", "manual", "CODA_AGENT_MODEL"):
+        assert way in err
+    code, _, err = cli(capsys, "run", TASK_YAML, "--model", "nosuch/model", "--runs-dir", str(tmp_path))
+    assert code == 2 and "unknown provider" in err and "manual[/<dir>]" in err and len(err.strip().splitlines()) == 1
+    code, _, err = cli(capsys, "run", "--resume", "nope", "--runs-dir", str(tmp_path))
+    assert code == 2 and "no run 'nope'" in err
+    assert not list(tmp_path.iterdir())
+
+
+def test_ctrl_c_marks_the_run_interrupted_and_says_how_to_resume(tmp_path):
+    answers = tmp_path / "manual"
+    env = {**os.environ, "CODA_AGENT_RUNS_DIR": str(tmp_path / "runs")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "coda_agent", "run", str(REPO / TASK_YAML), "--model", f"manual/{answers}", "--no-compile"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (answers / "prompt-1.md").exists():
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert f"coda-agent run --resume {run_dir}" in err
+    assert "Traceback" not in err
+    assert RunReader(run_dir).summary().status == "interrupted"

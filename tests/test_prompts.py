@@ -1,0 +1,199 @@
+"""Prompts: the contract and API in the system message, examples from other tasks only, and feedback a model can act on."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from coda_agent.agent.timing import NOMINAL_LABEL, speed_of_light, timing_from_verdict
+from coda_agent.prompts.api_reference import api_reference
+from coda_agent.prompts.render import (
+    build_messages,
+    describe_checks,
+    epilogue_signatures,
+    feedback_prompt,
+    library_examples,
+    select_examples,
+    system_prompt,
+    task_prompt,
+    trim_error,
+)
+from coda_agent.store.records import Attempt, ChatMessage
+from coda_agent.tasks import TaskError, find_task, load_tasks
+from coda_agent.verifier import static
+from coda_agent.verifier.verdict import Outcome, OutputCheck, StageResult, Verdict
+
+from .conftest import TASK_DIR
+
+TASKS = load_tasks([TASK_DIR])
+NOW = datetime(2026, 11, 29, tzinfo=timezone.utc)
+TASK = find_task("gemm_residual_rmsnorm")
+
+
+def kernel_body(source: str) -> str:
+    """The code of a kernel without its docstring (what would give the answer away)."""
+    return source.split('"""', 2)[-1].strip() if source.lstrip().startswith('"""') else source.strip()
+
+
+@pytest.mark.parametrize("task", TASKS, ids=[t.name for t in TASKS])
+def test_examples_never_include_the_targets_own_solution(task):
+    examples = select_examples(task)
+    assert 1 <= len(examples) <= 3
+    own = kernel_body(task.human_file.read_text())
+    system = system_prompt(examples)
+    assert own not in system
+    assert all(e.name != task.name for e in examples)
+    # ...but they do show other tasks' hand-written kernels, verbatim
+    for e in examples:
+        assert kernel_body(e.kernel_source) in system
+        assert e.reference_source in system
+
+
+def test_a_block_task_that_embeds_the_target_kernel_is_not_an_example():
+    """gemm_rmsnorm_gemm's first GEMM *is* the gemm_residual_rmsnorm kernel: showing it would give the answer."""
+    block = find_task("gemm_rmsnorm_gemm")
+    assert epilogue_signatures(block.human_file.read_text()) & epilogue_signatures(TASK.human_file.read_text())
+    assert "gemm_rmsnorm_gemm" not in {e.name for e in library_examples(TASK)}
+    assert "gemm_residual_rmsnorm" not in {e.name for e in library_examples(block)}
+    assert "gemm_rmsnorm" in {e.name for e in library_examples(TASK)}
+
+
+def test_explicit_examples_are_honoured_but_never_the_target():
+    chosen = select_examples(TASK, names=["gemm_swiglu", "gemm_rope"])
+    assert [e.name for e in chosen] == ["gemm_swiglu", "gemm_rope"]
+    with pytest.raises(TaskError, match="no usable example"):
+        select_examples(TASK, names=["gemm_residual_rmsnorm"])
+
+
+def test_system_prompt_has_the_contract_the_static_check_and_the_generated_api():
+    system = system_prompt(select_examples(TASK))
+    assert api_reference().strip() in system
+    for rule in ("ONE ```python fenced block", "forward(", "read-only", "no Python\n   `if`", "maximum"):
+        assert rule in system
+    # the refused names come from the static check itself, so the prompt cannot drift from it
+    assert all(name in system for name in static.BANNED_CALLS | static.BANNED_TORCH_ATTRS | static.BANNED_METHODS)
+
+
+def test_task_prompt_states_everything_the_verifier_judges():
+    sol = speed_of_light(TASK)
+    text = task_prompt(
+        TASK, checks=describe_checks(TASK, ("correctness", "compile"), "small", [0, 1, 2]), target="a correct candidate",
+        sol=sol, sol_label=NOMINAL_LABEL,
+    )
+    assert "def forward(x, w, residual, gamma, eps) -> dict" in text
+    assert TASK.reference_file.read_text().strip() in text
+    assert "| `rstd` | (M,) | float32 |" in text
+    assert "tiny(M=256,N=384,K=128)" in text and "llama3-8b-down" in text
+    assert "At most 4 kernel launches" in text
+    assert "factor 2" in text and "NaN or Inf anywhere fails" in text
+    assert "989 TFLOP/s" in text and "4.8 TB/s" in text and "not measured" in text
+    # llama3-8b-down: 2*8192*4096*14336 FLOP at 989 TFLOP/s = 972.8 µs, compute-bound
+    assert "| llama3-8b-down | M=8192, N=4096, K=14336 | 962.1 |" in text and "| 972.8 | compute |" in text
+    assert "sm_90a build" in text and "seeds 0, 1, 2" in text
+
+
+# --- feedback ---------------------------------------------------------------------------------
+
+
+def make_attempt(index: int, round_no: int, code: str | None, verdict: Verdict | None, **kw) -> Attempt:
+    return Attempt(
+        index=index, round=round_no, slot=kw.pop("slot", 0), started=NOW, finished=NOW,
+        messages=[ChatMessage(role="user", content="task")],
+        raw_response=kw.pop("raw", f"```python\n{code}\n```" if code else "I am not sure."), code=code,
+        verdict=verdict, **kw,
+    )
+
+
+def verdict(outcome: Outcome, reason: str = "", checks: list[OutputCheck] | None = None, **details) -> Verdict:
+    stages = [StageResult(stage="static", outcome=Outcome.PASSED)]
+    if outcome is not Outcome.STATIC_REJECTED:
+        stages.append(StageResult(stage="correctness", outcome=outcome, reason=reason, checks=checks or []))
+    if details:
+        stages.append(StageResult(stage="profile", outcome=Outcome.PASSED, details=details))
+    return Verdict(task=TASK.name, task_version=1, backend="torch", outcome=outcome, reason=reason, stages=stages)
+
+
+CODE = "from coda_agent.primitives import epilogue, gemm\nimport numpy\n\ndef forward(x, w, residual, gamma, eps):\n    return {}\n"
+
+
+def test_feedback_quotes_static_violations_with_the_offending_line():
+    v = verdict(Outcome.STATIC_REJECTED, "the static check rejected the candidate:\nline 2: import of 'numpy' is not allowed")
+    text = feedback_prompt([make_attempt(1, 1, CODE, v)], best=None, goal_is_speed=False)
+    assert "Attempt #1 (your reply above): STATIC REJECTED" in text
+    assert "- line 2: import of 'numpy' is not allowed  ->  `import numpy`" in text
+    assert "Fix every violation" in text
+
+
+def test_feedback_error_table_says_which_output_where_and_by_how_much():
+    checks = [
+        OutputCheck(output="h", shape_point="tiny", seed=0, ok=True, max_abs_err=0.01, allowed=0.05, lowp_err=0.02),
+        OutputCheck(output="rstd", shape_point="tiny", seed=0, ok=True, max_abs_err=1e-4, allowed=7e-4),
+        OutputCheck(output="rstd", shape_point="ragged", seed=1, ok=False, max_abs_err=0.5, allowed=7e-4,
+                    worst_index=[199], worst_value=1.22, expected_value=0.727, reason="rstd wrong"),
+    ]
+    v = verdict(Outcome.WRONG_OUTPUT, "output 'rstd': max error 0.5", checks)
+    text = feedback_prompt([make_attempt(1, 1, CODE, v)], best=None, goal_is_speed=False)
+    assert "| `rstd` | NO | 0.5 | 0.0007 | 714 | [199] | 1.22 | 0.727 | ragged/1 | ragged |" in text
+    assert "| `h` | yes |" in text
+    assert "`rstd` fails at ragged but passes at tiny" in text
+    assert "far off" in text and "algebra" in text
+
+
+def test_feedback_trims_long_compile_errors_and_keeps_the_candidates_lines():
+    trace = "building the sm_90a kernels failed at shape tiny:\nline 7: out = gemm(fused, x, w.t())\n" + "\n".join(
+        f"  cute internal frame {i}" for i in range(200)
+    ) + "\nDSLRuntimeError: unsupported op"
+    v = Verdict(task=TASK.name, task_version=1, backend="torch", outcome=Outcome.COMPILE_ERROR, reason=trace)
+    text = feedback_prompt([make_attempt(1, 1, CODE, v)], best=None, goal_is_speed=False)
+    assert "line 7: out = gemm(fused, x, w.t())" in text
+    assert "DSLRuntimeError: unsupported op" in text
+    assert "lines cut" in text and "cute internal frame 100" not in text
+    assert len(trim_error(trace)) <= 2600
+
+
+def test_feedback_shows_history_no_code_replies_and_the_best_so_far():
+    good = make_attempt(1, 1, "def forward():\n    return {}\n", verdict(Outcome.PASSED))
+    bad = make_attempt(2, 2, CODE, verdict(Outcome.STATIC_REJECTED, "the static check rejected the candidate:\nline 2: no numpy"))
+    none = make_attempt(3, 2, None, None, slot=1, extraction_error="the reply held no ```python block", raw="Let me think.")
+    failed = make_attempt(4, 2, None, None, slot=2, raw=None, provider_error="rate_limit: slow down")
+    text = feedback_prompt([good, bad, none, failed], best=good, goal_is_speed=True)
+    assert "3 attempts so far, 1 correct. Best so far: attempt #1 (correct on the emulator)" in text
+    assert "| 1 | 1 | passed | correct on the emulator |" in text  # history row
+    assert "## Attempt #3: NO CODE" in text and "no ```python block" in text
+    assert "slow down" not in text  # a failed request says nothing about the model's code
+    assert "## The best correct candidate so far (attempt #1)" in text and good.code.strip() in text
+    assert "make it faster" in text
+
+
+def test_feedback_timing_table_against_human_baselines_and_sol():
+    """The profile stage's details (verifier/gpu.py: per shape, candidate and baselines as bench Timings)."""
+    details = {"shapes": {"llama3-8b-down": {
+        "dims": {"M": 8192, "N": 4096, "K": 14336}, "candidate": {"median_us": 1100.0, "p10_us": 1090.0},
+        "eager": {"median_us": 1500.0}, "cublas": {"median_us": 1050.0},
+    }}}
+    v = verdict(Outcome.PASSED, **details)
+    timing = timing_from_verdict(v, human={"llama3-8b-down": 1045.0}, sol={"llama3-8b-down": 972.8})
+    assert timing["shapes"]["llama3-8b-down"] == {
+        "median_us": 1100.0, "human_us": 1045.0, "sol_us": 972.8, "baselines": {"eager": 1500.0, "cublas": 1050.0},
+    }
+    assert timing["speedup_vs_human"] == pytest.approx(1045 / 1100)
+    assert timing["sol_fraction"] == pytest.approx(972.8 / 1100)
+    a = make_attempt(1, 1, "def forward():\n    return {}\n", v, timing=timing)
+    text = feedback_prompt([a], best=a, goal_is_speed=True)
+    assert "| shape | yours µs | human µs | vs human | vs cublas | vs eager | SoL µs | % of SoL |" in text
+    assert "| llama3-8b-down | 1100.0 | 1.04e+03 | 0.95x | 0.95x | 1.36x | 973 | 88% |" in text
+    assert "0.95x the human kernel, 88% of SoL" in text
+    assert timing_from_verdict(verdict(Outcome.PASSED)) == {}
+
+
+def test_messages_alternate_and_continue_from_the_best_reply_of_the_last_round():
+    wrong = make_attempt(1, 1, CODE, verdict(Outcome.RUNTIME_ERROR, "forward() raised:\nline 4: KeyError: 'h'"), slot=0)
+    static_bad = make_attempt(2, 1, CODE, verdict(Outcome.STATIC_REJECTED, "x:\nline 2: no numpy"), slot=1)
+    assert [m.role for m in build_messages("S", "T", [], best=None, goal_is_speed=False)] == ["system", "user"]
+    msgs = build_messages("S", "T", [wrong, static_bad], best=None, goal_is_speed=False)
+    assert [m.role for m in msgs] == ["system", "user", "assistant", "user"]
+    assert msgs[2].content == wrong.raw_response  # runtime error ranks closer to success than a static rejection
+    assert "Attempt #1 (your reply above): RUNTIME ERROR" in msgs[3].content
+    assert "Attempt #2: STATIC REJECTED" in msgs[3].content and "Its code:" in msgs[3].content
+    assert build_messages("S", "T", [wrong, static_bad], best=None, goal_is_speed=False) == msgs  # pure
