@@ -36,6 +36,8 @@ class BenchRow(BaseModel):
     flops: float
     min_bytes: float
     launches: int | None = None
+    family: str = ""
+    gemms: list[list[int]] = Field(default=[], description="the GEMM shapes [M, N, K] the cuBLAS baseline ran")
 
     def ratio(self, baseline: str) -> float | None:
         """baseline time / candidate time (>1 means the candidate is faster)."""
@@ -43,6 +45,20 @@ class BenchRow(BaseModel):
         if self.candidate is None or base is None:
             return None
         return base.median_us / self.candidate.median_us
+
+    def tflops(self) -> float | None:
+        """Achieved TFLOP/s of the candidate."""
+        return self.flops / self.candidate.median_us / 1e6 if self.candidate else None
+
+    def tbps(self) -> float | None:
+        """Achieved TB/s of the candidate over the minimal byte count."""
+        return self.min_bytes / self.candidate.median_us / 1e6 if self.candidate else None
+
+    def pct_sol(self) -> float | None:
+        """Speed of light as a percentage of the candidate's time (100 = at the roofline)."""
+        if self.candidate is None or self.sol_us is None:
+            return None
+        return 100.0 * self.sol_us / self.candidate.median_us
 
 
 class BenchRun(BaseModel):
@@ -57,5 +73,7 @@ class BenchRun(BaseModel):
     git_commit: str | None = None
     peak_tflops_bf16: float | None = Field(default=None, description="measured at the start of the bench")
     peak_hbm_tbps: float | None = None
+    peaks_method: str = ""
     timing_method: str = ""
+    correctness_seeds: int = 0
     rows: list[BenchRow] = []

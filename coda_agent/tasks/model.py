@@ -120,6 +120,11 @@ class Task(_Strict):
     tolerance: Tolerance = Tolerance()
     launch_budget: int = Field(ge=1, description="max kernel launches in one forward call")
     sol: SpeedOfLight
+    gemms: list[list[Expr]] = Field(
+        default=[],
+        description="the GEMMs the task contains, [M, N, K] each (A (M, K) times an nn.Linear-style (N, K) "
+        "weight); the bench times them alone through cuBLAS as the practical floor",
+    )
     _path: Path | None = PrivateAttr(default=None)
 
     @field_validator("reference")
@@ -152,6 +157,10 @@ class Task(_Strict):
                 if isinstance(s, str):
                     symbols |= expr.names(s)
         symbols |= expr.names(str(self.sol.flops))
+        for g in self.gemms:
+            if len(g) != 3:
+                raise ValueError(f"gemms: each entry must be [M, N, K], got {g}")
+            symbols |= set().union(*(expr.names(str(d)) for d in g))
         for set_name, points in self.shapes.items():
             for p in points:
                 missing = symbols - set(p.dims)
@@ -212,6 +221,11 @@ class Task(_Strict):
         for t in (*self.inputs, *self.outputs):
             total += math.prod(t.concrete_shape(dims)) * torch_dtype(t.dtype).itemsize
         return float(total)
+
+    def gemm_shapes(self, dims: dict[str, int]) -> list[tuple[int, int, int]]:
+        """The task's GEMMs as concrete (M, N, K) at one shape point."""
+        env = {k: float(v) for k, v in dims.items()}
+        return [(int(expr.evaluate(m, env)), int(expr.evaluate(n, env)), int(expr.evaluate(k, env))) for m, n, k in self.gemms]
 
     def make_inputs(self, dims: dict[str, int], seed: int, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
         """Fresh random inputs for one shape point and seed (drawn in FP32, then cast)."""

@@ -65,9 +65,10 @@ def check_outputs(
         if got.dtype != want_dtype:
             checks.append(OutputCheck(**base, ok=False, reason=f"output {spec.name!r} has dtype {got.dtype}, expected {want_dtype}"))
             continue
-        cand = got.detach().to("cpu", torch.float64) if got.device.type != "cpu" else got.detach().double()
-        ref = ref_fp32[spec.name].detach().cpu().double()
-        lowp = ref_lowp[spec.name].detach().cpu().double()
+        # FP64 on the candidate's device: bench-size outputs are compared on the GPU in milliseconds.
+        cand = got.detach().double()
+        ref = ref_fp32[spec.name].detach().to(cand.device).double()
+        lowp = ref_lowp[spec.name].detach().to(cand.device).double()
         bad = ~torch.isfinite(cand)
         if bool(bad.any()):
             first = _unravel(int(bad.reshape(-1).nonzero()[0]), want_shape)

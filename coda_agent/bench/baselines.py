@@ -1,0 +1,76 @@
+"""The baselines a kernel is timed against, per task and shape.
+
+* ``eager``: the task's reference called on task-dtype inputs (unfused PyTorch, cuBLAS GEMMs);
+* ``compiled``: ``torch.compile`` of the same function (Inductor defaults, static shapes);
+* ``cublas``: only the task's GEMMs (its ``gemms`` field) through ``torch.mm``, the practical floor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..tasks.loader import reference_function
+from ..tasks.model import Task, torch_dtype
+
+
+def gemm_dtype(task: Task) -> torch.dtype:
+    """The GEMMs' operand dtype: the first 16-bit floating input's (bf16 when there is none)."""
+    for spec in task.inputs:
+        dt = torch_dtype(spec.dtype)
+        if dt in (torch.bfloat16, torch.float16):
+            return dt
+    return torch.bfloat16
+
+
+def compiled_reference(task: Task) -> Callable[..., Any]:
+    """``torch.compile`` of the reference, one static graph per shape (no recompile limit in the way).
+
+    Inductor compiles in-process: these graphs hold one to three small Triton kernels, and the bench runs
+    several workers at once, so a compile pool per worker would cost more to start than it saves.
+    """
+    import torch._dynamo
+    import torch._inductor.config
+
+    torch._inductor.config.compile_threads = 1
+    cfg = torch._dynamo.config
+    if hasattr(cfg, "recompile_limit"):
+        cfg.recompile_limit = max(cfg.recompile_limit, 64)
+    else:  # older torch
+        cfg.cache_size_limit = max(cfg.cache_size_limit, 64)
+    return torch.compile(reference_function(task), dynamic=False)
+
+
+def cublas_gemms(task: Task, dims: dict[str, int], device: str = "cuda") -> Callable[[], object] | None:
+    """The task's GEMMs alone: A (M, K) @ W(N, K)^T per entry of ``gemms``; None when the task lists none."""
+    shapes = task.gemm_shapes(dims)
+    if not shapes:
+        return None
+    dt = gemm_dtype(task)
+    gen = torch.Generator(device=device).manual_seed(0)
+    ops = [
+        (torch.randn(m, k, device=device, dtype=dt, generator=gen), torch.randn(n, k, device=device, dtype=dt, generator=gen) / k**0.5)
+        for m, n, k in shapes
+    ]
+
+    def run() -> object:
+        return [torch.mm(a, w.t()) for a, w in ops]
+
+    return run
+
+
+def baseline_variants(
+    task: Task, dims: dict[str, int], inputs: dict[str, torch.Tensor], device: str = "cuda", with_compile: bool = True
+) -> dict[str, Callable[[], object]]:
+    """Name -> zero-argument callable for every baseline that applies to this task and shape."""
+    ref = reference_function(task)
+    out: dict[str, Callable[[], object]] = {"eager": lambda: ref(**inputs, **task.constants)}
+    if with_compile:
+        comp = compiled_reference(task)
+        out["compiled"] = lambda: comp(**inputs, **task.constants)
+    gemms = cublas_gemms(task, dims, device)
+    if gemms is not None:
+        out["cublas"] = gemms
+    return out

@@ -1,0 +1,166 @@
+"""The timing protocol: interleaved repetitions, a cold L2 before each one, median and spread.
+
+Method: CUDA events around each call on the current stream, with the L2 flushed (a 256 MiB memset) just
+before the start event. Why events and not CUDA-graph replay: QuACK's eager call does host work on every
+call (plan lookup, output allocation) and the agent's kernels are used eagerly, so that host cost is part
+of what a user pays; at these millisecond-scale shapes the GPU work dwarfs it anyway (the flush gives the
+host ~60 µs of slack to enqueue the call). Graph replay would hide the host cost and forbid the harness's
+own allocations between calls.
+
+Variants (candidate, eager, torch.compile, cuBLAS) are timed interleaved, rep by rep and in rotating
+order, in one process, so clock and thermal drift hit every variant alike.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch
+
+from .results import Timing
+
+#: Bytes written to flush the L2 before each timed call (the H200's L2 is 50 MB; 256 MiB as in Triton).
+FLUSH_BYTES = 256 * 1024 * 1024
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolated percentile (q in [0, 100]) of an already sorted list."""
+    if not sorted_values:
+        raise ValueError("percentile of an empty list")
+    pos = (len(sorted_values) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def summarize(samples_us: list[float]) -> Timing:
+    """Median and p10/p90 of per-call times in microseconds."""
+    s = sorted(samples_us)
+    return Timing(median_us=percentile(s, 50), p10_us=percentile(s, 10), p90_us=percentile(s, 90), reps=len(s))
+
+
+class Clock:
+    """Measures one call; ``cuda`` uses events on the current stream, ``cpu`` the host clock (tests)."""
+
+    def __init__(self, device: str = "cuda", flush_bytes: int = FLUSH_BYTES) -> None:
+        self.device = device
+        self._flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device=device) if device == "cuda" else None
+        self._pending: list[tuple[object, object]] = []
+
+    def flush_l2(self) -> None:
+        if self._flush is not None:
+            self._flush.zero_()
+
+    def start(self, fn: Callable[[], object]) -> int:
+        """Flush, then time ``fn()``; returns a handle whose time :meth:`collect` reads later."""
+        self.flush_l2()
+        if self.device == "cuda":
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            fn()
+            end.record()
+            self._pending.append((begin, end))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            self._pending.append((t0, time.perf_counter()))
+        return len(self._pending) - 1
+
+    def collect(self) -> list[float]:
+        """Microseconds of every call started since the last collect, in start order."""
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+            out = [b.elapsed_time(e) * 1e3 for b, e in self._pending]  # type: ignore[attr-defined]
+        else:
+            out = [(e - b) * 1e6 for b, e in self._pending]  # type: ignore[operator]
+        self._pending.clear()
+        return out
+
+
+@dataclass(frozen=True)
+class RepPlan:
+    """How many repetitions: enough for ``target_s`` of measured time per variant, within [min, max]."""
+
+    warmup: int = 3
+    target_s: float = 0.15
+    min_reps: int = 15
+    max_reps: int = 60
+
+    def reps_for(self, slowest_us: float) -> int:
+        want = int(self.target_s * 1e6 / max(slowest_us, 1.0))
+        return max(self.min_reps, min(self.max_reps, want))
+
+
+def time_interleaved(
+    variants: Mapping[str, Callable[[], object]], clock: Clock, plan: RepPlan = RepPlan()
+) -> dict[str, Timing]:
+    """Time every variant, interleaved rep by rep in rotating order; returns a Timing per variant.
+
+    Warm-up calls (compiles, allocator growth, cuBLAS heuristics) run first and are not measured; three
+    probe reps then size the run so the slowest variant gets about ``plan.target_s`` of samples.
+    """
+    names = list(variants)
+    for _ in range(plan.warmup):
+        for name in names:
+            variants[name]()
+    probe = _run_reps(variants, names, clock, 3)
+    reps = plan.reps_for(max(sorted(v)[1] for v in probe.values()))
+    samples = _run_reps(variants, names, clock, reps)
+    return {name: summarize(samples[name]) for name in names}
+
+
+def _run_reps(
+    variants: Mapping[str, Callable[[], object]], names: list[str], clock: Clock, reps: int
+) -> dict[str, list[float]]:
+    order: list[str] = []
+    for rep in range(reps):
+        k = rep % len(names)
+        for name in names[k:] + names[:k]:
+            clock.start(variants[name])
+            order.append(name)
+    times = clock.collect()
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    for name, t in zip(order, times, strict=True):
+        samples[name].append(t)
+    return samples
+
+
+@dataclass(frozen=True)
+class Peaks:
+    """The device's ceilings, measured (not taken from a datasheet)."""
+
+    tflops_bf16: float
+    hbm_tbps: float
+    how: str
+
+
+def measure_peaks(clock: Clock | None = None, n: int = 8192, copy_bytes: int = 2 * 1024**3) -> Peaks:
+    """Peak bf16 matmul rate (cuBLAS, n x n x n on random data) and HBM bandwidth (a device-to-device copy).
+
+    Taken as the median over interleaved repetitions; the copy counts read + write bytes.
+    """
+    clock = clock or Clock("cuda")
+    a = torch.randn(n, n, device=clock.device, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=clock.device, dtype=torch.bfloat16)
+    out = torch.empty(n, n, device=clock.device, dtype=torch.bfloat16)
+    src = torch.empty(copy_bytes // 2, device=clock.device, dtype=torch.bfloat16).normal_()
+    dst = torch.empty_like(src)
+    t = time_interleaved(
+        {"mm": lambda: torch.mm(a, b, out=out), "copy": lambda: dst.copy_(src)},
+        clock,
+        RepPlan(warmup=5, target_s=0.3, min_reps=20, max_reps=60),
+    )
+    tflops = 2 * n**3 / (t["mm"].median_us * 1e-6) / 1e12
+    tbps = 2 * src.numel() * src.element_size() / (t["copy"].median_us * 1e-6) / 1e12
+    how = (
+        f"bf16 cuBLAS mm {n}x{n}x{n} on random data; device copy of {copy_bytes / 2**30:.0f} GiB "
+        "(read + write); medians of interleaved reps"
+    )
+    return Peaks(tflops_bf16=tflops, hbm_tbps=tbps, how=how)
+
+
+def speed_of_light_us(flops: float, min_bytes: float, peaks: Peaks) -> float:
+    """max(compute time at the peak matmul rate, memory time at the peak bandwidth), in microseconds."""
+    return max(flops / (peaks.tflops_bf16 * 1e12), min_bytes / (peaks.hbm_tbps * 1e12)) * 1e6

@@ -1,0 +1,217 @@
+"""``coda-agent bench``: the human library against eager, torch.compile, cuBLAS and the speed of light.
+
+Every number goes through the verifier, exactly as an LLM's candidate would:
+
+1. peaks: the device's bf16 matmul rate and HBM bandwidth, measured here first;
+2. correctness, in parallel: ``gpu_correctness`` (which also builds every QuACK kernel into the disk
+   cache) and ``bench_prepare`` (compiles the torch.compile baselines into Inductor's cache), one worker
+   per task, a few at a time (compiles are CPU-bound; nothing is timed in this phase);
+3. timing, one task at a time: ``bench`` times the kernel interleaved with its baselines in one worker,
+   on the shapes that passed.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ..tasks.model import Task
+from ..verifier import verify
+from ..verifier.verdict import Outcome, Verdict
+from .profiler import Peaks, speed_of_light_us
+from .results import BenchRow, BenchRun, Timing
+
+PACKAGES = ("torch", "triton", "nvidia-cutlass-dsl", "quack-kernels", "pydantic")
+REPO = Path(__file__).resolve().parents[2]
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    shape_set: str = "bench"
+    shape_names: list[str] | None = None
+    seeds: int = 3
+    jobs: int = 4
+    timeout: float = 900.0
+
+
+def package_versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    from .. import __version__
+
+    out["coda-agent"] = __version__
+    return out
+
+
+def git_commit(repo: Path = REPO) -> str | None:
+    """HEAD, with ``-dirty`` when tracked files differ from it; ``CODA_AGENT_GIT_COMMIT`` where the tree was
+    copied without its ``.git`` (the GPU machine); None when neither is known."""
+    if os.environ.get("CODA_AGENT_GIT_COMMIT"):
+        return os.environ["CODA_AGENT_GIT_COMMIT"]
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo, capture_output=True, text=True, timeout=10)
+        return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def driver_version() -> str:
+    try:
+        res = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
+        )
+        return res.stdout.strip().splitlines()[0] if res.returncode == 0 and res.stdout.strip() else ""
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def device_slug(device: str) -> str:
+    """``NVIDIA H200`` -> ``h200`` (for result file names)."""
+    words = [w for w in device.lower().replace("nvidia", "").split() if w]
+    return "-".join(words) or "gpu"
+
+
+def shape_points(task: Task, opts: BenchOptions) -> list[Any]:
+    points = task.shape(opts.shape_set)
+    if opts.shape_names:
+        points = [p for p in points if p.name in opts.shape_names]
+    return points
+
+
+def _source(task: Task) -> str:
+    assert task.human_file is not None
+    return task.human_file.read_text()
+
+
+def check_tasks(tasks: list[Task], opts: BenchOptions, progress: Progress) -> dict[str, Verdict]:
+    """Phase 2: correctness + compile warm-up, ``opts.jobs`` workers at a time."""
+
+    def one(task: Task) -> Verdict:
+        v = verify(
+            task, _source(task), ("gpu_correctness", "bench_prepare"), shape_set=opts.shape_set,
+            shape_names=[p.name for p in shape_points(task, opts)], seeds=list(range(opts.seeds)),
+            timeout=opts.timeout, backend_label="quack",
+        )
+        progress(f"checked {task.name}: {v.outcome.value}")
+        return v
+
+    with ThreadPoolExecutor(max_workers=max(1, opts.jobs)) as pool:
+        return dict(zip([t.name for t in tasks], pool.map(one, tasks), strict=True))
+
+
+def passed_shapes(verdict: Verdict) -> list[str]:
+    st = verdict.stage("gpu_correctness")
+    shapes: dict[str, Any] = st.details.get("shapes", {}) if st else {}  # type: ignore[assignment]
+    return [name for name, d in shapes.items() if isinstance(d, dict) and d.get("outcome") == Outcome.PASSED.value]
+
+
+def time_task(task: Task, shapes: list[str], opts: BenchOptions) -> Verdict:
+    """Phase 3: the ``bench`` stage (kernel + baselines, interleaved) in one worker."""
+    return verify(
+        task, _source(task), ("bench",), shape_set=opts.shape_set, shape_names=shapes, seeds=[0],
+        timeout=opts.timeout, backend_label="quack",
+    )
+
+
+def _timing(d: dict[str, Any], key: str) -> Timing | None:
+    v = d.get(key)
+    return Timing.model_validate(v) if isinstance(v, dict) else None
+
+
+def build_rows(task: Task, opts: BenchOptions, checked: Verdict, timed: Verdict | None, peaks: Peaks) -> list[BenchRow]:
+    """One row per shape point: correctness from the check, times from the bench stage, SoL from the peaks."""
+    st = checked.stage("gpu_correctness")
+    shape_info: dict[str, Any] = st.details.get("shapes", {}) if st else {}  # type: ignore[assignment]
+    bench_st = timed.stage("bench") if timed else None
+    times: dict[str, Any] = bench_st.details.get("shapes", {}) if bench_st else {}  # type: ignore[assignment]
+    rows = []
+    for point in shape_points(task, opts):
+        info = shape_info.get(point.name, {})
+        ok = info.get("outcome") == Outcome.PASSED.value
+        if not info:
+            reason = checked.reason or "not checked"
+        elif ok:
+            reason = ""
+        else:
+            reason = info.get("reason", "")
+        t = times.get(point.name, {})
+        if ok and timed is not None and not t:
+            reason = timed.reason
+        flops, nbytes = task.flops(point.dims), task.min_bytes(point.dims)
+        rows.append(
+            BenchRow(
+                task=task.name, task_version=task.version, shape=point.name, dims=point.dims, correct=ok,
+                verdict_reason=reason, candidate=_timing(t, "candidate"), eager=_timing(t, "eager"),
+                compiled=_timing(t, "compiled"), cublas=_timing(t, "cublas"),
+                sol_us=speed_of_light_us(flops, nbytes, peaks), flops=flops, min_bytes=nbytes,
+                launches=info.get("launches"), family=task.family, gemms=[list(g) for g in task.gemm_shapes(point.dims)],
+            )
+        )
+    return rows
+
+
+def run_bench(
+    tasks: list[Task], opts: BenchOptions, peaks: Peaks, device: str, command: str, progress: Progress = lambda _: None,
+    checkpoint: Callable[[BenchRun], None] | None = None,
+) -> BenchRun:
+    """Phases 2 and 3 (the caller measured the peaks); returns the whole run, ready to write.
+
+    ``checkpoint`` gets the run after every timed task, so an interrupted bench keeps what it measured.
+    """
+    from ..verifier.gpu import TIMING_METHOD
+
+    runnable = [t for t in tasks if t.human_file is not None and t.human_file.exists()]
+    checked = check_tasks(runnable, opts, progress)
+    run = BenchRun(
+        created=datetime.now(timezone.utc), command=command, device=device, driver=driver_version(),
+        packages=package_versions(), git_commit=git_commit(), peak_tflops_bf16=peaks.tflops_bf16,
+        peak_hbm_tbps=peaks.hbm_tbps, peaks_method=peaks.how, timing_method=TIMING_METHOD,
+        correctness_seeds=opts.seeds,
+    )
+    for task in runnable:
+        shapes = passed_shapes(checked[task.name])
+        timed = time_task(task, shapes, opts) if shapes else None
+        if timed is not None:
+            progress(f"timed {task.name}: {timed.outcome.value}")
+        run.rows.extend(build_rows(task, opts, checked[task.name], timed, peaks))
+        if checkpoint is not None:
+            checkpoint(run)
+    return run
+
+
+def command_line() -> str:
+    return shlex.join(["coda-agent", *sys.argv[1:]])
+
+
+def write_run(run: BenchRun, json_path: Path | None, md_path: Path | None) -> list[Path]:
+    from .report import markdown_summary
+
+    written = []
+    if json_path:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(run.model_dump_json(indent=2) + "\n")
+        written.append(json_path)
+    if md_path:
+        md_path.parent.mkdir(parents=True, exist_ok=True)
+        md_path.write_text(markdown_summary(run))
+        written.append(md_path)
+    return written

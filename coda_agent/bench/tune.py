@@ -1,0 +1,209 @@
+"""Offline kernel-config tuning for the human kernels (``coda-agent bench --tune``; GPU only).
+
+Each ``primitives.gemm`` call a human kernel makes at a bench shape is autotuned by QuACK's own
+autotuner (L2-cold CUDA-graph timing, compiles overlapped in a process pool) over :data:`TILES` x both
+2-CTA clusters: the large-tile part of QuACK's SM90 space where these shapes' winners live, small enough
+that a whole suite tunes in minutes (``full=True`` sweeps QuACK's whole space; swap_ab is always left
+out, as :class:`~coda_agent.primitives.Config` cannot express it). The winners are then checked
+end to end: the whole forward() with the kernel's current configs and with the winners, timed
+interleaved by :mod:`coda_agent.bench.profiler`. The result is a table to paste into the human kernel
+(``CONFIGS = {(M, N, K): Config(...)}``): configs live with the kernel, so bench never autotunes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..primitives import Config, backend
+from ..primitives._epilogue import GemmCall
+from ..tasks.model import Task
+from ..verifier.candidate import CandidateModule
+from .profiler import Clock, RepPlan, time_interleaved
+
+#: (tile_m, tile_n, pingpong) candidates; each runs with cluster 2x1 and 1x2.
+TILES = ((128, 192, True), (128, 208, True), (128, 256, False), (256, 128, False), (256, 160, False), (256, 192, False))
+
+
+@dataclass
+class TunedCall:
+    """One gemm call of forward(): its epilogue, GEMM shape and QuACK's winning config."""
+
+    epilogue: str
+    mnk: tuple[int, int, int]
+    config: Config
+    current: Config | None
+    timings_us: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class TunedShape:
+    task: str
+    shape: str
+    calls: list[TunedCall]
+    current_us: float
+    tuned_us: float
+
+    @property
+    def gain(self) -> float:
+        return self.current_us / self.tuned_us
+
+
+def config_from_quack(c: Any) -> Config:
+    return Config(
+        tile_m=c.tile_m, tile_n=c.tile_n, cluster_m=c.cluster_m, cluster_n=c.cluster_n, pingpong=c.pingpong,
+        max_swizzle_size=c.max_swizzle_size,
+    )
+
+
+def config_literal(c: Config) -> str:
+    """``Config(...)`` source for a config, naming only the fields that differ from the default."""
+    default = Config()
+    fields = [f"{f.name}={getattr(c, f.name)!r}" for f in dataclasses.fields(c) if getattr(c, f.name) != getattr(default, f.name)]
+    return f"Config({', '.join(fields)})"
+
+
+def config_label(c: Config | None) -> str:
+    if c is None:
+        return "default"
+    kind = "pingpong" if c.pingpong else "coop"
+    return f"{c.tile_m}x{c.tile_n} {kind} {c.cluster_m}x{c.cluster_n}"
+
+
+@contextmanager
+def _backend(run: Callable[[GemmCall], dict[str, torch.Tensor]]) -> Iterator[None]:
+    """Run gemm calls through ``run`` (a harness-side wrapper of the QuACK backend)."""
+    stack = backend._active  # the harness owns the backend stack; candidates never see this module
+    stack.append(backend.Backend("quack-tune", run))
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
+class _Recorder:
+    """Autotunes every gemm call through QuACK and remembers each call's winner, in call order."""
+
+    def __init__(self, full: bool = False) -> None:
+        from quack.gemm_runtime import autotune
+
+        self.full = full
+        self.calls: list[TunedCall] = []
+        self._autotune = autotune
+        self._tuners: list[Any] = []
+
+    def run(self, call: GemmCall) -> dict[str, torch.Tensor]:
+        from ..primitives import _quack
+
+        mod = _quack._epimod(call)
+        kw, selects = _quack._operands(call)
+        self._tuners.clear()
+        res = mod(
+            call.A, call.B, call.C, out_dtype=None if call.epi.mode == "packed" else call.out_dtype,
+            config=None, tuned=True, **kw,
+        )
+        tuner = self._tuners[-1] if self._tuners else None
+        timings = {}
+        if tuner is not None and getattr(tuner, "configs_timings", None):
+            timings = {
+                config_label(config_from_quack(c.kwargs["config"])): float(t[0]) * 1e3
+                for c, t in tuner.configs_timings.items()
+            }
+        best = tuner.best_config.kwargs["config"] if tuner is not None else None
+        self.calls.append(
+            TunedCall(
+                epilogue=call.epi.name, mnk=(call.m, call.n, call.A.shape[1]),
+                config=config_from_quack(best) if best is not None else Config(), current=call.config, timings_us=timings,
+            )
+        )
+        out = dict(res)
+        out.update(selects)
+        return out
+
+    @contextmanager
+    def patched(self) -> Iterator[None]:
+        """QuACK's tuner over our space (see the module docstring), and a hook that hands us each tuner it uses."""
+        a = self._autotune
+        space, get_tuner = a._config_space, a._get_tuner
+
+        def no_swap(mod: Any, device: Any) -> list[Any]:
+            return [c for c in space(mod, device) if not c.swap_ab and (self.full or (c.tile_m, c.tile_n, c.pingpong) in TILES)]
+
+        def remember(*args: Any, **kwargs: Any) -> Any:
+            tuner = get_tuner(*args, **kwargs)
+            self._tuners.append(tuner)
+            return tuner
+
+        a._config_space, a._get_tuner = no_swap, remember
+        try:
+            with _backend(self.run):
+                yield
+        finally:
+            a._config_space, a._get_tuner = space, get_tuner
+
+
+def _override(configs: list[Config]) -> Callable[[GemmCall], dict[str, torch.Tensor]]:
+    """A backend run that gives the i-th gemm call of each forward() the i-th config."""
+    from ..primitives import _quack
+
+    count = [0]
+
+    def run(call: GemmCall) -> dict[str, torch.Tensor]:
+        cfg = configs[count[0] % len(configs)]
+        count[0] += 1
+        return _quack.run(dataclasses.replace(call, config=cfg))
+
+    return run
+
+
+def tune_task(task: Task, points: list[Any], clock: Clock | None = None, full: bool = False) -> list[TunedShape]:
+    """Autotune every gemm call of the task's human kernel at each shape point; see the module docstring."""
+    if task.human_file is None:
+        raise ValueError(f"task {task.name} has no human kernel")
+    backend.set_backend("quack")
+    module = CandidateModule(task.human_file.read_text())
+    clock = clock or Clock("cuda")
+    results = []
+    for point in points:
+        inputs = task.make_inputs(point.dims, 0, device="cuda")
+        rec = _Recorder(full)
+        with torch.no_grad(), rec.patched():
+            module.forward(**inputs, **task.constants)
+        variants = _current_vs_tuned(module.forward, {**inputs, **task.constants}, [c.config for c in rec.calls])
+        with torch.no_grad():
+            t = time_interleaved(variants, clock, RepPlan(target_s=0.3, min_reps=20))
+        results.append(TunedShape(task.name, point.name, rec.calls, t["current"].median_us, t["tuned"].median_us))
+        del inputs, variants
+    return results
+
+
+def _current_vs_tuned(forward: Callable[..., Any], kwargs: dict[str, Any], winners: list[Config]) -> dict[str, Callable[[], object]]:
+    tuned_run = _override(winners)
+
+    def tuned() -> object:
+        with _backend(tuned_run):
+            return forward(**kwargs)
+
+    return {"current": lambda: forward(**kwargs), "tuned": tuned}
+
+
+def config_table(shapes: list[TunedShape], min_gain: float = 1.01) -> str:
+    """The ``CONFIGS`` source to paste into the human kernel: winners that beat the current configs."""
+    entries: dict[str, dict[tuple[int, int, int], Config]] = {}
+    for s in shapes:
+        if s.gain < min_gain:
+            continue
+        for call in s.calls:
+            entries.setdefault(call.epilogue, {})[call.mnk] = call.config
+    lines = []
+    for epi, table in entries.items():
+        lines.append(f"# {epi}: tuned offline on the H200 by `coda-agent bench --tune` (QuACK autotuner, no swap_ab)")
+        lines.append("CONFIGS = {")
+        lines += [f"    {mnk!r}: {config_literal(cfg)}," for mnk, cfg in sorted(table.items())]
+        lines.append("}")
+    return "\n".join(lines)

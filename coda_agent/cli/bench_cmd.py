@@ -1,0 +1,149 @@
+"""``coda-agent bench``: the human kernels against eager, torch.compile, cuBLAS and the speed of light."""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..bench.results import BenchRun
+from ..tasks.loader import DEFAULT_TASK_DIR, find_task, load_tasks
+from ..tasks.model import Task
+from . import UserError, app, console
+
+RESULTS_DIR = DEFAULT_TASK_DIR.parent / "bench" / "results"
+NO_GPU = (
+    "no CUDA GPU on this machine: `coda-agent bench` times real kernels on an H200; "
+    "to check a kernel's algebra on the CPU emulator, run `coda-agent verify TASK --backend torch`"
+)
+
+
+def select_tasks(names: list[str] | None, shape_set: str, shape_names: list[str] | None) -> list[Task]:
+    """The tasks to bench (default: every task with a human kernel), narrowed to those with the shapes asked for."""
+    tasks = [find_task(n) for n in names] if names else [t for t in load_tasks() if t.human_file is not None]
+    for t in tasks:
+        if t.human_file is None or not t.human_file.exists():
+            raise UserError(f"task {t.name} has no human kernel to bench")
+        if shape_set not in t.shapes:
+            raise UserError(f"task {t.name} has no shape set {shape_set!r} (has: {', '.join(t.shapes)})")
+    if shape_names:
+        known = {p.name for t in tasks for p in t.shape(shape_set)}
+        unknown = sorted(set(shape_names) - known)
+        if unknown:
+            raise UserError(f"no selected task has {shape_set} shape(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+        tasks = [t for t in tasks if any(p.name in shape_names for p in t.shape(shape_set))]
+    if not tasks:
+        raise UserError("no tasks to bench")
+    return tasks
+
+
+def default_paths(device: str, stem: str = "") -> tuple[Path, Path]:
+    from ..bench.runner import device_slug
+
+    base = RESULTS_DIR / f"{stem}{device_slug(device)}-{date.today().isoformat()}"
+    return base.with_suffix(".json"), base.with_suffix(".md")
+
+
+@app.command("bench")
+def bench_cmd(
+    tasks: list[str] = typer.Argument(None, help="task names or YAML paths (default: every task with a human kernel)"),
+    shapes: str = typer.Option("bench", "--shapes", help="shape set to run"),
+    shape: list[str] = typer.Option(None, "--shape", help="only this shape point (repeatable)"),
+    seeds: int = typer.Option(3, min=1, help="correctness seeds per shape"),
+    jobs: int = typer.Option(4, min=1, help="correctness workers in parallel (kernel builds are CPU-bound)"),
+    json_out: Path = typer.Option(None, "--json", help="results JSON (default: bench/results/<device>-<date>.json)"),
+    md_out: Path = typer.Option(None, "--md", help="markdown summary (default: next to the JSON)"),
+    save: bool = typer.Option(True, "--save/--no-save", help="write the JSON and markdown files"),
+    tune: bool = typer.Option(False, "--tune", help="autotune the human kernels' configs offline (prints CONFIGS tables)"),
+) -> None:
+    """Time each human kernel against eager PyTorch, torch.compile, cuBLAS alone and the speed of light."""
+    selected = select_tasks(tasks, shapes, shape)
+    import torch
+
+    if not torch.cuda.is_available():
+        typer.echo(NO_GPU)
+        raise typer.Exit(1)
+    device = torch.cuda.get_device_name(0)
+    if tune:
+        _tune(selected, shapes, shape, device, json_out if save else None)
+        return
+    from ..bench.profiler import measure_peaks
+    from ..bench.report import target_checks, task_table
+    from ..bench.runner import BenchOptions, command_line, run_bench, write_run
+
+    opts = BenchOptions(shape_set=shapes, shape_names=shape or None, seeds=seeds, jobs=jobs)
+    json_path, md_path = default_paths(device)
+    json_path = json_out or json_path
+    md_path = md_out or (json_path.with_suffix(".md") if json_out else md_path)
+
+    def checkpoint(partial: BenchRun) -> None:
+        if save:
+            write_run(partial, json_path, md_path)
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
+        job = bar.add_task("measuring peaks", total=1 + 2 * len(selected))
+        peaks = measure_peaks()
+        bar.update(job, advance=1, description=f"peaks {peaks.tflops_bf16:.0f} TFLOP/s, {peaks.hbm_tbps:.2f} TB/s")
+
+        def step(msg: str) -> None:
+            bar.update(job, advance=1, description=msg)
+
+        run = run_bench(selected, opts, peaks, device, command_line(), step, checkpoint)
+    console.print(f"{device}: measured {peaks.tflops_bf16:.0f} TFLOP/s bf16, {peaks.hbm_tbps:.2f} TB/s ({peaks.how})")
+    from ..bench.report import by_task
+
+    for name, rows in by_task(run.rows).items():
+        console.print(task_table(name, rows))
+    checks = target_checks(run)
+    if checks:
+        met = sum(c.met for c in checks)
+        console.print(f"targets (Llama-3 8B / CODA shapes): {met}/{len(checks)} rows met")
+        for c in checks:
+            if not c.met:
+                console.print(f"  [yellow]missed[/] {c.describe()}", highlight=False)
+    for r in run.rows:
+        if not r.correct:
+            console.print(f"[red]FAILED[/] {r.task} @ {r.shape}: {r.verdict_reason}", highlight=False, markup=False)
+    if save:
+        for p in write_run(run, json_path, md_path):
+            console.print(f"wrote {p}")
+    if not all(r.correct for r in run.rows):
+        raise typer.Exit(1)
+
+
+def _tune(selected: list[Task], shapes: str, shape: list[str] | None, device: str, json_out: Path | None) -> None:
+    from ..bench.tune import config_label, config_table, tune_task
+
+    report: dict[str, object] = {"device": device, "date": date.today().isoformat(), "tasks": {}}
+    for task in selected:
+        points = [p for p in task.shape(shapes) if not shape or p.name in shape]
+        console.print(f"tuning [bold]{task.name}[/] at {len(points)} shapes (QuACK autotuner)")
+        results = tune_task(task, points)
+        table = Table(title=f"{task.name}: QuACK's winners vs the kernel's current configs", title_justify="left")
+        for col in ("shape", "gemm (M, N, K)", "current", "tuned", "current µs", "tuned µs", "gain"):
+            table.add_column(col)
+        for s in results:
+            for i, c in enumerate(s.calls):
+                table.add_row(
+                    s.shape if i == 0 else "", f"{c.epilogue} {c.mnk}", config_label(c.current), config_label(c.config),
+                    f"{s.current_us:,.1f}" if i == 0 else "", f"{s.tuned_us:,.1f}" if i == 0 else "",
+                    f"{s.gain:.3f}" if i == 0 else "",
+                )
+        console.print(table)
+        snippet = config_table(results)
+        console.print(snippet or "(no winner beats the current configs by 1% or more)", highlight=False, markup=False)
+        report["tasks"][task.name] = [  # type: ignore[index]
+            {"shape": s.shape, "current_us": s.current_us, "tuned_us": s.tuned_us, "snippet": snippet,
+             "calls": [{"epilogue": c.epilogue, "mnk": c.mnk, "current": config_label(c.current), "tuned": config_label(c.config),
+                        "tuned_config": c.config.__dict__, "timings_us": c.timings_us} for c in s.calls]}
+            for s in results
+        ]
+        if json_out:  # after every task: a long sweep keeps what it finished
+            json_out.parent.mkdir(parents=True, exist_ok=True)
+            json_out.write_text(json.dumps(report, indent=2) + "\n")
+    if json_out:
+        console.print(f"wrote {json_out}")

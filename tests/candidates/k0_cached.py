@@ -1,0 +1,19 @@
+"""Bad candidate: computes once per shape, then answers every later call from a module-level cache."""
+
+from coda_agent.primitives import ColVecReduce, RowVecLoad, epilogue, gemm, rstd_from_sqsum
+
+CACHE = {}
+
+
+@epilogue(outputs=("h",), operands={"gamma": RowVecLoad()}, reduces={"sqsum": ColVecReduce(scaled=True)})
+def residual_rms(acc, c, gamma):
+    h = acc + c
+    return {"D": h * gamma, "h": h, "sqsum": (h, h)}
+
+
+def forward(x, w, residual, gamma, eps):
+    key = tuple(x.shape)
+    if key not in CACHE:
+        out = gemm(residual_rms, x, w.t(), C=residual, gamma=gamma)
+        CACHE[key] = {"h": out["h"], "normed": out["D"], "rstd": rstd_from_sqsum(out["sqsum"], w.shape[0], eps)}
+    return CACHE[key]

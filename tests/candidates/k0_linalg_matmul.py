@@ -1,0 +1,9 @@
+"""Bad candidate: the GEMM smuggled past the static check through torch.linalg.multi_dot (cuBLAS)."""
+
+import torch
+
+
+def forward(x, w, residual, gamma, eps):
+    h = torch.linalg.multi_dot([x, w.t()]) + residual
+    rstd = torch.rsqrt(h.float().pow(2).mean(-1) + eps)
+    return {"h": h, "normed": h * gamma, "rstd": rstd}

@@ -1,0 +1,229 @@
+"""The bench on the CPU: timing statistics and interleaving, speed of light, baselines, the task's gemms
+field, result rows, rendering, the CLI's no-GPU answer and the tuner's config tables."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+
+import pytest
+import torch
+from rich.console import Console
+from typer.testing import CliRunner
+
+from coda_agent.bench import profiler, report, runner, tune
+from coda_agent.bench.baselines import baseline_variants, cublas_gemms, gemm_dtype
+from coda_agent.bench.results import BenchRow, BenchRun, Timing
+from coda_agent.cli import app
+from coda_agent.primitives import Config
+from coda_agent.tasks import find_task
+from coda_agent.tasks.loader import TaskError, load_task
+from coda_agent.verifier import gpu
+from coda_agent.verifier.stages import Context
+from coda_agent.verifier.verdict import Outcome, StageResult, Verdict
+
+K0 = find_task("gemm_residual_rmsnorm")
+PEAKS = profiler.Peaks(tflops_bf16=800.0, hbm_tbps=4.0, how="test")
+
+
+def test_percentiles_interpolate_and_summaries_carry_the_spread():
+    s = [float(x) for x in range(1, 11)]
+    assert profiler.percentile(s, 50) == 5.5
+    assert profiler.percentile(s, 10) == pytest.approx(1.9)
+    t = profiler.summarize([5.0, 1.0, 3.0])
+    assert (t.median_us, t.p10_us, t.p90_us, t.reps) == (3.0, pytest.approx(1.4), pytest.approx(4.6), 3)
+    with pytest.raises(ValueError):
+        profiler.percentile([], 50)
+
+
+def test_rep_plan_sizes_runs_to_the_target_within_bounds():
+    plan = profiler.RepPlan(target_s=0.2, min_reps=15, max_reps=100)
+    assert plan.reps_for(1000.0) == 100  # 1 ms: 200 wanted, capped
+    assert plan.reps_for(5000.0) == 40
+    assert plan.reps_for(1e6) == 15
+
+
+def test_interleaved_timing_rotates_order_and_ranks_variants():
+    calls: list[str] = []
+
+    def sleeper(name: str, seconds: float):
+        def fn() -> None:
+            calls.append(name)
+            time.sleep(seconds)
+
+        return fn
+
+    variants = {"fast": sleeper("fast", 0.0005), "slow": sleeper("slow", 0.003)}
+    plan = profiler.RepPlan(warmup=1, target_s=0.02, min_reps=4, max_reps=6)
+    t = profiler.time_interleaved(variants, profiler.Clock("cpu"), plan)
+    assert t["fast"].median_us < t["slow"].median_us
+    assert t["slow"].median_us >= 3000
+    assert t["fast"].reps == t["slow"].reps == 6
+    timed = calls[2 + 6 :]  # after the warm-up and the 3 probe reps
+    assert timed[:4] == ["fast", "slow", "slow", "fast"]  # the start rotates every rep
+
+
+def test_speed_of_light_takes_the_binding_roof():
+    assert profiler.speed_of_light_us(8e12, 1e6, PEAKS) == pytest.approx(1e4)  # compute-bound: 8 TFLOP at 800
+    assert profiler.speed_of_light_us(1e6, 4e9, PEAKS) == pytest.approx(1e3)  # memory-bound: 4 GB at 4 TB/s
+
+
+def test_gemms_field_evaluates_and_is_validated(tmp_path):
+    assert K0.gemm_shapes({"M": 8, "N": 16, "K": 32}) == [(8, 16, 32)]
+    text = K0.path.read_text()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace("gemms: [[M, N, K]]", "gemms: [[M, N]]"))
+    with pytest.raises(TaskError, match=r"gemms: each entry must be \[M, N, K\]"):
+        load_task(bad)
+    bad.write_text(text.replace("gemms: [[M, N, K]]", "gemms: [[M, 2*Q, K]]"))
+    with pytest.raises(TaskError, match=r"does not bind \['Q'\]"):
+        load_task(bad)
+
+
+def test_cublas_baseline_runs_the_tasks_gemms_in_the_task_dtype():
+    fn = cublas_gemms(K0, {"M": 8, "N": 16, "K": 32}, device="cpu")
+    (out,) = fn()
+    assert out.shape == (8, 16) and out.dtype == gemm_dtype(K0) == torch.bfloat16
+    assert cublas_gemms(K0.model_copy(update={"gemms": []}), {"M": 8, "N": 16, "K": 32}, device="cpu") is None
+
+
+def test_baselines_include_eager_reference_and_cublas():
+    dims = K0.shape("small", "tiny")[0].dims
+    inputs = K0.make_inputs(dims, 0)
+    v = baseline_variants(K0, dims, inputs, device="cpu", with_compile=False)
+    assert set(v) == {"eager", "cublas"}
+    assert set(v["eager"]()) == {"h", "normed", "rstd"}
+
+
+def test_timing_stage_times_the_candidate_with_its_baselines_on_the_emulator():
+    ctx = Context(task=K0, source=K0.human_file.read_text(), shape_set="small", shape_names=["tiny"], seeds=[0])
+    res = gpu.run_timing(ctx, with_compile=False, device="cpu", backend_name="torch",
+                         plan=profiler.RepPlan(warmup=1, target_s=0.01, min_reps=3, max_reps=3))
+    assert res.outcome is Outcome.PASSED, res.reason
+    tiny = res.details["shapes"]["tiny"]
+    assert set(tiny) == {"dims", "candidate", "eager", "cublas"}
+    for key in ("candidate", "eager", "cublas"):
+        t = Timing.model_validate(tiny[key])
+        assert t.reps == 3 and t.p10_us <= t.median_us <= t.p90_us
+    assert res.reason.startswith("median tiny:")
+
+
+def _row(task="t", shape="llama3-8b-down", family="forward", cand=100.0, cublas=98.0, compiled=110.0, correct=True):
+    tm = lambda us: None if us is None else Timing(median_us=us, p10_us=us * 0.98, p90_us=us * 1.02, reps=20)  # noqa: E731
+    return BenchRow(
+        task=task, task_version=1, shape=shape, dims={"M": 1}, correct=correct, candidate=tm(cand) if correct else None,
+        eager=tm(150.0), compiled=tm(compiled), cublas=tm(cublas), sol_us=80.0, flops=8e10, min_bytes=4e8, launches=2,
+        family=family,
+    )
+
+
+def _run(rows):
+    return BenchRun(
+        created=datetime(2026, 11, 29, tzinfo=timezone.utc), command="coda-agent bench", device="NVIDIA H200",
+        driver="580.1", packages={"torch": "2.11.0"}, git_commit="abc123", peak_tflops_bf16=800.0, peak_hbm_tbps=4.0,
+        timing_method="events", correctness_seeds=3, rows=rows,
+    )
+
+
+def test_row_metrics_and_cells():
+    r = _row()
+    assert r.ratio("cublas") == pytest.approx(0.98) and r.pct_sol() == pytest.approx(80.0)
+    assert r.tflops() == pytest.approx(800.0) and r.tbps() == pytest.approx(4.0)
+    cells = report.row_cells(r)
+    assert cells[:3] == ["llama3-8b-down", "yes", "2"] and cells[3] == "100.0 (98-102)"
+    assert cells[-4:] == ["0.98", "80", "800", "4.00"]
+
+
+def test_targets_apply_to_llama3_8b_and_coda_shapes_with_the_block_floor():
+    run = _run([
+        _row(),  # 0.98x cuBLAS, 1.1x compile: met
+        _row(shape="coda-h4096", cublas=95.0),  # 0.95x cuBLAS: missed for a forward kernel
+        _row(task="blk", shape="coda-h4096", family="block", cublas=95.0),  # 0.95x is the block floor: met
+        _row(shape="llama3-1b-down", cublas=50.0),  # not a target shape
+        _row(shape="coda-h2048", compiled=99.0),  # slower than compile: missed
+    ])
+    checks = report.target_checks(run)
+    assert [c.met for c in checks] == [True, False, True, False]
+    assert "x eager" in checks[2].describe()
+
+
+def test_markdown_summary_has_provenance_tables_targets_and_failures():
+    run = _run([_row(), _row(shape="ragged", correct=False)])
+    run.rows[1].verdict_reason = "output 'h' has 3 NaN/Inf values\nmore"
+    md = report.markdown_summary(run)
+    for needle in ("# Bench: human kernels on NVIDIA H200 (2026-11-29)", "`coda-agent bench`", "driver 580.1", "abc123",
+                   "800 TFLOP/s bf16, 4.00 TB/s", "## t (forward)", "| llama3-8b-down | yes | 2 |", "## Targets",
+                   "1 of 1 rows meet", "## Failures", "- t @ ragged: output 'h' has 3 NaN/Inf values"):
+        assert needle in md, needle
+    console = Console(record=True, width=200)
+    console.print(report.task_table("t", run.rows))
+    assert "NO" in console.export_text()
+
+
+def test_results_round_trip_and_old_files_still_load():
+    run = _run([_row()])
+    again = BenchRun.model_validate_json(run.model_dump_json())
+    assert again == run
+    old = run.model_dump(mode="json")
+    for key in ("peaks_method", "correctness_seeds"):
+        old.pop(key)
+    for key in ("family", "gemms"):
+        old["rows"][0].pop(key)
+    assert BenchRun.model_validate(old).rows[0].family == ""
+
+
+def _verdict(stage: str, shapes: dict) -> Verdict:
+    return Verdict(task="gemm_residual_rmsnorm", task_version=1, backend="quack", outcome=Outcome.PASSED,
+                   stages=[StageResult(stage=stage, outcome=Outcome.PASSED, details={"shapes": shapes})])
+
+
+def test_rows_join_correctness_timings_and_speed_of_light():
+    opts = runner.BenchOptions(shape_names=["llama3-8b-down", "ragged"])
+    checked = _verdict("gpu_correctness", {
+        "llama3-8b-down": {"outcome": "passed", "launches": 3},
+        "ragged": {"outcome": "wrong_output", "reason": "output 'h': max error"},
+    })
+    t = {"median_us": 2000.0, "p10_us": 1990.0, "p90_us": 2010.0, "reps": 50}
+    timed = _verdict("bench", {"llama3-8b-down": {"candidate": t, "eager": t, "compiled": t, "cublas": t}})
+    assert runner.passed_shapes(checked) == ["llama3-8b-down"]
+    good, bad = runner.build_rows(K0, opts, checked, timed, PEAKS)
+    assert good.correct and good.launches == 3 and good.candidate.median_us == 2000.0 and good.gemms == [[8192, 4096, 14336]]
+    assert good.sol_us == pytest.approx(2 * 8192 * 4096 * 14336 / 800e12 * 1e6)
+    assert not bad.correct and bad.candidate is None and bad.verdict_reason == "output 'h': max error"
+
+
+def test_environment_helpers():
+    assert runner.device_slug("NVIDIA H200") == "h200"
+    assert runner.device_slug("NVIDIA H100 80GB HBM3") == "h100-80gb-hbm3"
+    versions = runner.package_versions()
+    assert "torch" in versions and "coda-agent" in versions and "python" in versions
+    commit = runner.git_commit()
+    assert commit is None or len(commit.removesuffix("-dirty")) == 40
+
+
+def test_bench_without_a_gpu_says_so_in_one_line(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    res = CliRunner().invoke(app, ["bench", "gemm_residual_rmsnorm"])
+    assert res.exit_code == 1
+    assert res.output.count("\n") == 1
+    assert "no CUDA GPU" in res.output and "coda-agent verify TASK --backend torch" in res.output
+
+
+def test_bench_rejects_unknown_shapes_before_looking_for_a_gpu():
+    res = CliRunner().invoke(app, ["bench", "gemm_residual_rmsnorm", "--shape", "nope"])
+    assert res.exit_code != 0 and "no selected task has bench shape(s) nope" in str(res.exception)
+
+
+def test_tuned_configs_render_as_source_to_paste():
+    from quack.gemm_config import GemmConfig
+
+    cfg = tune.config_from_quack(GemmConfig(tile_m=128, tile_n=256, pingpong=False, cluster_m=1, cluster_n=2))
+    assert cfg == Config(tile_m=128, tile_n=256, pingpong=False, cluster_m=1, cluster_n=2)
+    assert tune.config_literal(cfg) == "Config(tile_n=256, cluster_m=1, cluster_n=2, pingpong=False)"
+    assert tune.config_label(cfg) == "128x256 coop 1x2" and tune.config_label(None) == "default"
+    call = tune.TunedCall(epilogue="residual_rms", mnk=(8192, 4096, 14336), config=cfg, current=None)
+    win = tune.TunedShape("t", "llama3-8b-down", [call], current_us=1050.0, tuned_us=1000.0)
+    tie = tune.TunedShape("t", "coda", [tune.TunedCall("residual_rms", (1, 2, 3), Config(), None)], 1000.0, 1000.0)
+    src = tune.config_table([win, tie])
+    assert "(8192, 4096, 14336): Config(tile_n=256, cluster_m=1, cluster_n=2, pingpong=False)," in src
+    assert "(1, 2, 3)" not in src  # no gain: the kernel keeps its current config

@@ -1,0 +1,122 @@
+"""On the GPU (skipped without one): every human kernel passes ``gpu_correctness``, deliberately bad
+candidates are rejected each with the right reason, and the profiler times a kernel with its baselines.
+
+Candidates the static check would already refuse (a torch matmul, a side stream) are sent straight to the
+worker, so these tests prove the GPU-side detector on its own.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from coda_agent.tasks import load_tasks
+from coda_agent.tasks.model import Task
+from coda_agent.verifier import scrubbed_env, verify
+from coda_agent.verifier.verdict import Outcome, Verdict
+from coda_agent.verifier.worker import Job
+
+from .conftest import REPO, TASK_DIR
+
+pytestmark = pytest.mark.gpu
+
+TASKS = {t.name: t for t in load_tasks([TASK_DIR]) if t.human_file is not None}
+K0 = TASKS["gemm_residual_rmsnorm"]
+K0_SHAPE = "llama3-1b-down"
+CANDIDATES = REPO / "tests" / "candidates"
+
+
+def smallest_bench_shape(task: Task) -> str:
+    return min(task.shape("bench"), key=lambda p: task.flops(p.dims)).name
+
+
+def worker_verdict(task: Task, source: str, stages: list[str], shape: str) -> Verdict:
+    """Run stages in the sandboxed worker *without* the static check (what verify() adds in front)."""
+    job = Job(task_path=str(task.path), source=source, stages=stages, shape_set="bench", shape_names=[shape], backend_label="quack")
+    with tempfile.TemporaryDirectory() as tmp:
+        job_file, out = Path(tmp) / "job.json", Path(tmp) / "verdict.json"
+        job_file.write_text(job.model_dump_json())
+        subprocess.run([sys.executable, "-m", "coda_agent.verifier.worker", str(job_file), str(out)],
+                       env=scrubbed_env({"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}),
+                       cwd=tmp, timeout=900, check=False)
+        return Verdict.model_validate_json(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def human_verdicts() -> dict[str, Verdict]:
+    """Every human kernel through verify() at its smallest bench shape, four workers at a time."""
+
+    def one(task: Task) -> Verdict:
+        return verify(task, task.human_file.read_text(), ("gpu_correctness",), shape_set="bench",
+                      shape_names=[smallest_bench_shape(task)], timeout=900, backend_label="quack")
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return dict(zip(TASKS, pool.map(one, TASKS.values()), strict=True))
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_human_kernel_passes_gpu_correctness(name, human_verdicts):
+    v = human_verdicts[name]
+    assert v.outcome is Outcome.PASSED, v.reason
+    st = v.stage("gpu_correctness")
+    (shape,) = st.details["shapes"].values()
+    assert shape["outcome"] == "passed" and 1 <= shape["launches"] <= TASKS[name].launch_budget
+    assert shape["quack_kernels"] >= 1
+    assert {c.seed for c in st.checks} == {0, 1, 2} and all(c.ok for c in st.checks)
+
+
+def _candidate(name: str) -> str:
+    return (CANDIDATES / name).read_text()
+
+
+def test_torch_matmul_fallback_is_rejected_by_the_trace():
+    v = worker_verdict(K0, _candidate("k0_torch_matmul.py"), ["gpu_correctness"], K0_SHAPE)
+    assert v.outcome is Outcome.CHEAT_DETECTED, v.reason
+    assert "cuBLAS/torch matmul kernel" in v.reason
+
+
+def test_matmul_smuggled_past_the_static_check_is_rejected():
+    v = verify(K0, _candidate("k0_linalg_matmul.py"), ("gpu_correctness",), shape_set="bench", shape_names=[K0_SHAPE], backend_label="quack")
+    assert [s.stage for s in v.stages] == ["static", "gpu_correctness"]
+    assert v.outcome is Outcome.CHEAT_DETECTED and "cuBLAS/torch matmul kernel" in v.reason
+
+
+def test_partial_write_is_rejected_as_unwritten_nan():
+    v = verify(K0, _candidate("k0_partial_write.py"), ("gpu_correctness",), shape_set="bench", shape_names=[K0_SHAPE], backend_label="quack")
+    assert v.outcome is Outcome.WRONG_OUTPUT, v.reason
+    assert "NaN/Inf" in v.reason and "unwritten element" in v.reason
+
+
+def test_input_mutation_is_rejected():
+    v = verify(K0, _candidate("k0_mutates_input.py"), ("gpu_correctness",), shape_set="bench", shape_names=[K0_SHAPE], backend_label="quack")
+    assert v.outcome is Outcome.CHEAT_DETECTED and "modified its inputs ['residual']" in v.reason
+
+
+@pytest.mark.parametrize("name", ["k0_cached.py", "k0_cached_copy.py"])
+def test_answers_cached_across_calls_are_rejected(name):
+    v = verify(K0, _candidate(name), ("gpu_correctness",), shape_set="bench", shape_names=[K0_SHAPE], backend_label="quack")
+    assert v.outcome is Outcome.CHEAT_DETECTED, v.reason
+    assert "cache" in v.reason
+
+
+def test_side_stream_work_is_rejected():
+    v = worker_verdict(K0, _candidate("k0_side_stream.py"), ["gpu_correctness"], K0_SHAPE)
+    assert v.outcome is Outcome.CHEAT_DETECTED, v.reason
+    assert "side stream" in v.reason
+
+
+def test_profile_times_the_kernel_with_eager_and_cublas():
+    v = verify(K0, K0.human_file.read_text(), ("gpu_correctness", "profile"), shape_set="bench", shape_names=[K0_SHAPE], backend_label="quack")
+    assert v.outcome is Outcome.PASSED, v.reason
+    shape = v.stage("profile").details["shapes"][K0_SHAPE]
+    for key in ("candidate", "eager", "cublas"):
+        t = shape[key]
+        assert t["reps"] >= 15 and t["p10_us"] <= t["median_us"] <= t["p90_us"]
+    # the fused kernel is within a reasonable band of cuBLAS alone (a gross regression would fail here)
+    assert shape["cublas"]["median_us"] / shape["candidate"]["median_us"] > 0.7
