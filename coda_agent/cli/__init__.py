@@ -25,11 +25,13 @@ class UserError(Exception):
 
 
 def main() -> None:
-    """Entry point: user errors become one clear line, Ctrl-C exits 130, never a traceback for bad input."""
+    """Entry point: user errors become one clear line, Ctrl-C exits 130, never a traceback for bad input.
+
+    Typer's standalone mode handles usage errors, ``--help`` and ``typer.Exit`` codes; our own
+    exceptions for bad input (TaskError, UserError) propagate out of it and are printed here.
+    """
     try:
-        rc = app(standalone_mode=False)  # without standalone mode, click returns typer.Exit's code
-        if isinstance(rc, int) and rc:
-            sys.exit(rc)
+        app(standalone_mode=True)
     except (TaskError, UserError) as exc:
         from rich.markup import escape
 
@@ -38,18 +40,6 @@ def main() -> None:
     except KeyboardInterrupt:
         err_console.print("interrupted")
         sys.exit(130)
-    except Exception as exc:  # click's own usage errors
-        import click
-
-        if isinstance(exc, click.exceptions.Exit):
-            sys.exit(exc.exit_code)
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Abort):
-            err_console.print("aborted")
-            sys.exit(130)
-        raise
 
 
 # Command modules register themselves on `app` when imported; add new ones to this line.
