@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from coda_agent.agent import Agent, AgentConfig, FatalProviderError
+from coda_agent.agent import Agent, AgentConfig, FatalProviderError, RunEvents
 from coda_agent.providers import Completion, MockProvider
 from coda_agent.store.records import Budgets, ChatMessage
 from coda_agent.store.runs import RunReader
@@ -91,6 +91,20 @@ def test_dollar_budget_uses_the_providers_cost(tmp_path):
     assert summary.status == "budget_exhausted" and "dollar budget" in summary.stop_reason
     assert summary.attempts == 2 and summary.cost_usd == pytest.approx(0.8)
     assert RunReader(agent.run_dir).attempts()[0].usage.cost_usd == pytest.approx(0.4)
+
+
+def test_an_unpriced_model_under_a_dollar_budget_is_flagged(tmp_path):
+    class Notes(RunEvents):
+        def __init__(self):
+            self.notes = []
+
+        def note(self, message):
+            self.notes.append(message)
+
+    events = Notes()
+    unpriced = MockProvider(lambda m: Completion(text=REFUSED, model="m", input_tokens=5, output_tokens=5, price_known=False))
+    run(Agent.create(TASK, unpriced, config(rounds=2, max_dollars=1.0), tmp_path, events=events))
+    assert len(events.notes) == 1 and "no known price" in events.notes[0]
 
 
 def test_wall_time_budget_abandons_attempts_in_flight(tmp_path):
@@ -253,7 +267,7 @@ def test_gpu_path_times_the_human_kernel_keeps_the_fastest_and_stops_at_the_spee
     task_message, feedback = second.messages[1].content, second.messages[-1].content
     assert "The hand-written kernel for this task runs at" in task_message and "1000.0 µs" in task_message
     assert "at least 1.05x the speed of the hand-written kernel" in task_message
-    assert "| llama3-8b-down | 2000.0 | 1e+03 | 0.50x | 1.50x |" in feedback and "make it faster" in feedback
+    assert "| llama3-8b-down | 2000.0 | 1000.0 | 0.50x | 1.50x | 972.8 | 49% |" in feedback and "make it faster" in feedback
 
 
 # --- one run with the sm_90a compile stage on (the CPU default) --------------------------------
@@ -284,3 +298,22 @@ def test_task_changed_since_the_run_started_refuses_to_resume(tmp_path):
     yaml_file.write_text(yaml_file.read_text().replace("version: 1", "version: 2"))
     with pytest.raises(TaskError, match="now version 2"):
         Agent.resume(agent.run_dir, MockProvider([REFUSED]))
+
+
+@pytest.mark.gpu
+def test_agent_on_the_gpu_times_candidates_against_the_human_kernel(tmp_path):
+    """The real GPU stages: the human kernel is timed once, a correct candidate gets a timing record."""
+    provider = MockProvider([REFUSED, CORRECT])
+    cfg = AgentConfig.for_this_machine("mock/test", budgets=Budgets(rounds=2), target_speedup=0.8, seeds=(0,))
+    assert cfg.stages == ("gpu_correctness", "profile") and cfg.shape_set == "bench"
+    agent = Agent.create(TASK, provider, cfg, tmp_path)
+    summary = run(agent)
+    reader = RunReader(agent.run_dir)
+    assert set(reader.header.human_timing) == {p.name for p in TASK.shape("bench")}
+    assert reader.header.device != "cpu"
+    refused, correct = reader.attempts()
+    assert refused.outcome == "static_rejected" and correct.passed, correct.verdict.reason
+    assert set(correct.timing["shapes"]) == set(reader.header.human_timing)
+    assert 0.5 < correct.timing["speedup_vs_human"] < 2 and 0 < correct.timing["sol_fraction"] <= 1.5
+    assert summary.best_attempt == 2 and summary.speedup_vs_human == correct.timing["speedup_vs_human"]
+    assert summary.status in ("target_reached", "completed")

@@ -248,7 +248,7 @@ def run_cmd(
     temperature: float = typer.Option(None, min=0, help="sampling temperature [default: 0.7]"),
     max_reply_tokens: int = typer.Option(None, min=256, help="output-token limit per reply [default: 8192]"),
     target_speedup: float = typer.Option(
-        None, min=0, help="GPU: stop once correct and at least this fraction of the human kernel's speed [default: 1.0]"
+        None, min=0, help="GPU: stop once correct and at least this fraction of the human kernel's speed [default: 0.97, parity within noise]"
     ),
     target_sol: float = typer.Option(None, min=0, max=1, help="GPU: ... or this fraction of the speed of light"),
     no_compile: bool = typer.Option(False, "--no-compile", help="CPU: skip the sm_90a compile stage (~10 s per candidate)"),

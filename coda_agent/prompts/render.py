@@ -314,6 +314,15 @@ def _num(v: float | None) -> str:
     return "-" if v is None else f"{v:.3g}"
 
 
+def _times(r: float) -> str:
+    """An error ratio: ``x0.337``, ``x12.5``, ``x1020`` (never exponent notation)."""
+    return f"x{r:.0f}" if r >= 100 else f"x{r:.3g}"
+
+
+def _us(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
 def trim_error(text: str, max_lines: int = ERROR_LINES, max_chars: int = ERROR_CHARS) -> str:
     """Head and tail of a long error, with a marker where lines were cut."""
     lines = text.strip().splitlines()
@@ -379,7 +388,7 @@ def attempt_headline(attempt: Attempt) -> str:
             if r is None:
                 bits.append(c.reason.split(";")[0] if c.reason else f"{c.output}: wrong")
             else:
-                bits.append(f"{c.output} err {_num(c.max_abs_err)} > {_num(c.allowed)} (x{r:.3g}) at {c.worst_index} {c.shape_point}/{c.seed}")
+                bits.append(f"{c.output} err {_num(c.max_abs_err)} > {_num(c.allowed)} ({_times(r)}) at {c.worst_index} {c.shape_point}/{c.seed}")
         more = f" (+{len(failing) - 3} more)" if len(failing) > 3 else ""
         return "; ".join(bits) + more
     lines = [ln.strip() for ln in verdict.reason.strip().splitlines() if ln.strip()]
@@ -412,7 +421,7 @@ def _check_rows(verdict: Verdict) -> tuple[list[dict[str, Any]], list[str]]:
         r = _ratio(c)
         rows.append({
             "output": c.output, "ok": c.ok, "err": _num(c.max_abs_err), "allowed": _num(c.allowed),
-            "ratio": "-" if r is None else f"{r:.3g}", "where": str(c.worst_index) if c.worst_index is not None else "-",
+            "ratio": "-" if r is None else f"{r:.3g}" if r < 100 else f"{r:.0f}", "where": str(c.worst_index) if c.worst_index is not None else "-",
             "got": _num(c.worst_value), "expected": _num(c.expected_value), "at": f"{c.shape_point}/{c.seed}",
             "fails_at": ", ".join(fails) if fails else "-",
         })
@@ -422,11 +431,11 @@ def _check_rows(verdict: Verdict) -> tuple[list[dict[str, Any]], list[str]]:
             notes.append(f"`{c.output}`: {c.reason}")
         elif r <= 10:
             notes.append(
-                f"`{c.output}` is close (x{r:.3g} the tolerance): look for lost precision, e.g. an intermediate rounded "
+                f"`{c.output}` is close ({_times(r)} the tolerance): look for lost precision, e.g. an intermediate rounded "
                 "to the task dtype, or a statistic taken from a rounded value instead of the FP32 accumulator."
             )
         else:
-            notes.append(f"`{c.output}` is far off (x{r:.3g} the tolerance): its formula differs from the reference.")
+            notes.append(f"`{c.output}` is far off ({_times(r)} the tolerance): its formula differs from the reference.")
         passing = [p for p, ok in per.items() if ok]
         if fails and passing:
             notes.append(
@@ -449,9 +458,9 @@ def _timing_view(timing: Mapping[str, Any]) -> dict[str, Any] | None:
     for name, s in shapes.items():
         us = s["median_us"]
         rows.append({
-            "shape": name, "us": f"{us:.1f}", "human_us": _num(s.get("human_us")), "vs_human": ratio(s.get("human_us"), us),
+            "shape": name, "us": _us(us), "human_us": _us(s.get("human_us")), "vs_human": ratio(s.get("human_us"), us),
             "vs": {b: ratio(s.get("baselines", {}).get(b), us) for b in baselines},
-            "sol_us": _num(s.get("sol_us")), "sol_pct": f"{100 * s['sol_us'] / us:.0f}%" if s.get("sol_us") else "-",
+            "sol_us": _us(s.get("sol_us")), "sol_pct": f"{100 * s['sol_us'] / us:.0f}%" if s.get("sol_us") else "-",
         })
     return {"rows": rows, "baselines": baselines}
 
