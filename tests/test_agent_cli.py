@@ -190,3 +190,11 @@ def test_ctrl_c_marks_the_run_interrupted_and_says_how_to_resume(tmp_path):
     assert f"coda-agent run --resume {run_dir}" in err
     assert "Traceback" not in err
     assert RunReader(run_dir).summary().status == "interrupted"
+
+
+def test_help_lists_every_option(capsys):
+    code, out, _ = cli(capsys, "run", "--help")
+    assert code == 0
+    for option in ("--model", "--base-url", "--rounds", "--candidates", "--max-tokens-total", "--max-dollars",
+                   "--max-wall", "--temperature", "--target-speedup", "--no-compile", "--runs-dir", "--resume"):
+        assert option in out

@@ -18,7 +18,7 @@ from rich.text import Text
 
 from ..agent import Agent, AgentConfig, FatalProviderError, RunEvents
 from ..prompts.render import attempt_headline
-from ..providers import KNOWN_PROVIDERS, Completion, Provider, ProviderError, get_provider
+from ..providers import Completion, Provider, ProviderError, get_provider
 from ..store.records import Attempt, Budgets, ChatMessage, RunHeader, RunSummary
 from ..store.runs import RUNS_DIR_ENV, RunReader, RunRecordError, default_runs_dir, resolve_run
 from ..tasks.loader import find_task
@@ -237,24 +237,26 @@ def print_result(summary: RunSummary, header: RunHeader, run_dir: Path) -> None:
 def run_cmd(
     task: str = typer.Argument(None, help="task name or YAML path (taken from the run with --resume)"),
     model: str = typer.Option(
-        None, "--model", "-m", envvar=MODEL_ENV, help="provider/model: " + ", ".join(KNOWN_PROVIDERS.values())
+        None, "--model", "-m", envvar=MODEL_ENV,
+        help="anthropic/<model>, openai/<model>, openai-compatible/<model> (with --base-url), mock/<script.yaml>, "
+        "replay/<run-dir>, manual or manual/<dir>",
     ),
     base_url: str = typer.Option(None, "--base-url", help="server URL for openai-compatible/<model>"),
-    rounds: int = typer.Option(None, min=1, help="max rounds [default: 5]"),
-    candidates: int = typer.Option(None, "--candidates", "-k", min=1, help="candidates per round, asked concurrently [default: 1]"),
+    rounds: int = typer.Option(None, min=1, help="max rounds (default 5)"),
+    candidates: int = typer.Option(None, "--candidates", "-k", min=1, help="candidates per round, asked concurrently (default 1)"),
     max_tokens_total: int = typer.Option(None, min=1, help="stop before the run's tokens (in + out) exceed this"),
     max_dollars: float = typer.Option(None, min=0, help="stop before the run's cost exceeds this (USD)"),
     max_wall: float = typer.Option(None, min=1, help="stop after this many seconds of wall time"),
-    temperature: float = typer.Option(None, min=0, help="sampling temperature [default: 0.7]"),
-    max_reply_tokens: int = typer.Option(None, min=256, help="output-token limit per reply [default: 8192]"),
+    temperature: float = typer.Option(None, min=0, help="sampling temperature (default 0.7)"),
+    max_reply_tokens: int = typer.Option(None, min=256, help="output-token limit per reply (default 8192)"),
     target_speedup: float = typer.Option(
-        None, min=0, help="GPU: stop once correct and at least this fraction of the human kernel's speed [default: 0.97, parity within noise]"
+        None, min=0, help="GPU: stop once correct and at least this fraction of the human kernel's speed (default 0.97, parity within noise)"
     ),
     target_sol: float = typer.Option(None, min=0, max=1, help="GPU: ... or this fraction of the speed of light"),
     no_compile: bool = typer.Option(False, "--no-compile", help="CPU: skip the sm_90a compile stage (~10 s per candidate)"),
-    seeds: int = typer.Option(None, min=1, help="seeds per shape in the correctness check [default: 3]"),
-    examples: str = typer.Option(None, help="comma-separated tasks whose human kernels are shown as examples [default: chosen by similarity]"),
-    runs_dir: Path = typer.Option(None, "--runs-dir", envvar=RUNS_DIR_ENV, help="where run records go [default: ./runs]"),
+    seeds: int = typer.Option(None, min=1, help="seeds per shape in the correctness check (default 3)"),
+    examples: str = typer.Option(None, help="comma-separated tasks whose human kernels are shown as examples (default chosen by similarity)"),
+    runs_dir: Path = typer.Option(None, "--runs-dir", envvar=RUNS_DIR_ENV, help="where run records go (default ./runs)"),
     resume: str = typer.Option(None, "--resume", help="continue an interrupted run (its directory or id)"),
     plain: bool = typer.Option(False, "--plain", help="plain log lines even on a terminal"),
 ) -> None:
