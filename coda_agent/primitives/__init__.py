@@ -1,17 +1,18 @@
 """The constrained primitive API candidates (human or LLM) write kernels against.
 
-A candidate declares an epilogue over the FP32 accumulator of a GEMM and calls it::
+A candidate declares an epilogue over the FP32 accumulator of a GEMM and calls it. For example,
+a projection with a bias, a tanh-GELU and a per-row absolute maximum (say, for a later FP8 scale)::
 
-    from coda_agent.primitives import ColVecReduce, RowVecLoad, epilogue, gemm, rstd_from_sqsum
+    from coda_agent.primitives import ColVecReduce, RowVecLoad, epilogue, gemm, gelu_tanh
 
-    @epilogue(outputs=("h",), operands={"gamma": RowVecLoad()}, reduces={"sqsum": ColVecReduce(scaled=True)})
-    def residual_norm(acc, c, gamma):
-        y = acc + c
-        return {"D": y * gamma, "h": y, "sqsum": (y, y)}
+    @epilogue(operands={"bias": RowVecLoad()}, reduces={"amax": ColVecReduce(combine="max_abs")})
+    def bias_gelu_amax(acc, bias):
+        y = gelu_tanh(acc + bias)
+        return {"D": y, "amax": y}
 
-    def forward(x, w, residual, gamma):
-        out = gemm(residual_norm, x, w.t(), C=residual, gamma=gamma)
-        return {"h": out["h"], "rstd": rstd_from_sqsum(out["sqsum"], w.shape[0], 1e-6)}
+    def forward(x, w, bias):
+        out = gemm(bias_gelu_amax, x, w.t(), bias=bias)   # w stored (N, K): B = w.t() is (K, N)
+        return {"y": out["D"], "amax": out["amax"]}
 
 The same code runs on the torch emulator (CPU) and as a QuACK kernel (GPU); the harness chooses.
 """
