@@ -20,5 +20,5 @@ def residual_rms(acc, c, gamma):
 
 def forward(x, w, residual, gamma, eps):
     config = CONFIGS.get((x.shape[0], w.shape[0], x.shape[1]))
-    out = gemm(residual_rms, x, w.t(), C=residual, gamma=gamma, config=config)
+    out = gemm(residual_rms, x, w.t(), C=residual, config=config, gamma=gamma)
     return {"h": out["h"], "normed": out["D"], "rstd": rstd_from_sqsum(out["sqsum"], w.shape[0], eps)}
