@@ -28,3 +28,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _quack_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Compile-only tests share one QuACK cache per session (compiles are keyed, so this is safe)."""
     os.environ.setdefault("QUACK_CACHE_DIR", str(tmp_path_factory.mktemp("quack_cache")))
+
+
+@pytest.fixture(autouse=True)
+def _isolated_store(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test writes run records into the repository or reads its committed bench results by accident."""
+    base = tmp_path_factory.mktemp("store")
+    monkeypatch.setenv("CODA_AGENT_RUNS_DIR", str(base / "runs"))
+    monkeypatch.setenv("CODA_AGENT_BENCH_DIR", str(base / "bench"))

@@ -195,6 +195,7 @@ def test_server_on_loopback_serves_pages_with_safe_headers(site):
 
 def test_view_refuses_other_hosts_without_the_unsafe_flag(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("CODA_AGENT_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("CODA_AGENT_BENCH_DIR", str(tmp_path / "bench"))  # not the repository's results
     code, _, err = run_cli(monkeypatch, capsys, "view", "--host", "0.0.0.0")
     assert code == 2 and "refusing to serve on 0.0.0.0" in err and "--unsafe-host" in err
     code, _, err = run_cli(monkeypatch, capsys, "view", "--port", "70000")
