@@ -27,6 +27,7 @@ def test_every_human_kernel_passes():
         ("def forward(x, w):\n    return {'y': x @ w.t()}\n", "the @ operator"),
         ("def forward(x, w):\n    return {'y': torch.matmul(x, w)}\n", "torch.matmul is not allowed"),
         ("def forward(x, w):\n    return {'y': x.mm(w)}\n", ".mm() is not allowed"),
+        ("def forward(x, w):\n    return {'y': torch.linalg.multi_dot([x, w])}\n", "torch.linalg is not allowed"),
         ("def forward(x):\n    s = torch.cuda.Stream()\n    return {}\n", "torch.cuda is not allowed"),
         ("def forward(x):\n    return {'y': eval('x')}\n", "eval() is not allowed"),
         ("def forward(x):\n    return {'y': open('f').read()}\n", "open() is not allowed"),

@@ -135,24 +135,47 @@ def rsqrt(x: Value) -> Value:
     return cute.math.rsqrt(x)
 
 
+_TWO_PI = 6.283185307179586
+_INV_TWO_PI = 0.15915494309189535
+_ROUND_BIAS = 12582912.0  # 1.5 * 2**23: (t + bias) - bias rounds |t| < 2**22 to the nearest integer
+
+
+def _reduced_radians(x: Value) -> Value:
+    """x mod 2pi, in [-pi, pi], reduced in turns (as QuACK's RoPE epilogues do).
+
+    The hardware sin/cos approximations (MUFU) are accurate only near zero and libdevice's precise sinf is
+    slow in an epilogue; reducing in turns is one multiply, a round done with full-rate adds (the
+    magic-bias trick, not FRND on the quarter-rate pipe) and a subtract.
+    """
+    import cutlass.cute as cute
+
+    t = x * _INV_TWO_PI
+    q = cute.math.fma(t, 1.0, _ROUND_BIAS) - _ROUND_BIAS
+    return (t - q) * _TWO_PI
+
+
 def sin(x: Value) -> Value:
-    """Sine (radians), e.g. for RoPE angles computed in the epilogue."""
+    """Sine (radians), e.g. for RoPE angles computed in the epilogue.
+
+    On the GPU: the hardware approximation after reducing x to [-pi, pi]; the error is about 1e-6 plus
+    the FP32 rounding of x / 2pi (|x| * 6e-8 rad), far below bf16 resolution for RoPE angles.
+    """
     _scalar_only("sin", x)
     if _emulated(x):
         return torch.sin(_t(x))
     import cutlass.cute as cute
 
-    return cute.math.sin(x)
+    return cute.math.sin(_reduced_radians(x), fastmath=True)
 
 
 def cos(x: Value) -> Value:
-    """Cosine (radians)."""
+    """Cosine (radians); on the GPU computed like :func:`sin`."""
     _scalar_only("cos", x)
     if _emulated(x):
         return torch.cos(_t(x))
     import cutlass.cute as cute
 
-    return cute.math.cos(x)
+    return cute.math.cos(_reduced_radians(x), fastmath=True)
 
 
 def maximum(x: Value, y: Value) -> Value:

@@ -27,7 +27,8 @@ BANNED_TORCH_ATTRS = {
     "distributed", "multiprocessing", "hub", "save", "load", "from_file", "autograd", "profiler",
     "set_default_dtype", "set_default_device", "manual_seed", "random", "cpu", "mps", "xpu", "fx",
     "export", "func", "nn", "overrides", "classes", "storage", "UntypedStorage", "set_grad_enabled",
-    "use_deterministic_algorithms", "set_float32_matmul_precision",
+    "use_deterministic_algorithms", "set_float32_matmul_precision", "linalg", "sparse", "nested", "functional",
+    "special", "fft", "masked",
 }
 BANNED_METHODS = {"matmul", "mm", "bmm", "addmm", "mv", "dot", "record_stream", "share_memory_", "data_ptr", "untyped_storage", "numpy", "tolist"}
 
