@@ -81,9 +81,12 @@ def test_torch_matmul_fallback_is_rejected_by_the_trace():
     assert "cuBLAS/torch matmul kernel" in v.reason
 
 
-def test_matmul_smuggled_past_the_static_check_is_rejected():
-    v = verify(K0, _candidate("k0_linalg_matmul.py"), ("gpu_correctness",), shape_set="bench", shape_names=[K0_SHAPE], backend_label="quack")
-    assert [s.stage for s in v.stages] == ["static", "gpu_correctness"]
+def test_matmul_through_torch_linalg_is_rejected_by_both_layers():
+    """The static check refuses torch.linalg; were it to miss it, the kernel trace still catches cuBLAS."""
+    source = _candidate("k0_linalg_matmul.py")
+    v = verify(K0, source, ("gpu_correctness",), shape_set="bench", shape_names=[K0_SHAPE], backend_label="quack")
+    assert v.outcome is Outcome.STATIC_REJECTED and "torch.linalg is not allowed" in v.reason
+    v = worker_verdict(K0, source, ["gpu_correctness"], K0_SHAPE)
     assert v.outcome is Outcome.CHEAT_DETECTED and "cuBLAS/torch matmul kernel" in v.reason
 
 

@@ -1,4 +1,4 @@
-"""Bad candidate: the GEMM smuggled past the static check through torch.linalg.multi_dot (cuBLAS)."""
+"""Bad candidate: the GEMM through torch.linalg.multi_dot (cuBLAS); refused statically and caught by the kernel trace."""
 
 import torch
 
