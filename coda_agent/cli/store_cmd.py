@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 from pathlib import Path
 
 import typer
@@ -12,6 +11,7 @@ from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
 
+from ..providers.remote import is_loopback_host
 from ..store import leaderboard as lb
 from ..store.compare import diff_runs
 from ..store.index import (
@@ -254,15 +254,6 @@ def diff(
 # ---------------------------------------------------------------------------------------------- view
 
 
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 @app.command("view")
 def view(
     port: int = typer.Option(7575, "--port", "-p", help="port on 127.0.0.1 (0: any free port)"),
@@ -282,7 +273,7 @@ def view(
         written = export_site(site, export)
         console.print(f"wrote {written} files to {export} (open {export / 'index.html'})")
         return
-    if not _loopback(host) and not unsafe_host:
+    if not is_loopback_host(host) and not unsafe_host:
         raise UserError(f"refusing to serve on {host}: runs hold prompts and code; pass --unsafe-host to allow it")
     if not 0 <= port <= 65535:
         raise UserError(f"--port {port}: must be 0-65535")

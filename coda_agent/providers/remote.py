@@ -33,17 +33,20 @@ def real_api_disabled() -> bool:
     return os.environ.get(NO_REAL_API_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
 
-def is_loopback(url: str) -> bool:
-    """True for http(s) URLs whose host is this machine (the only ones allowed under the switch)."""
-    host = urlsplit(url).hostname
-    if host is None:
-        return False
+def is_loopback_host(host: str) -> bool:
+    """True for ``localhost`` and loopback IP addresses (127.0.0.0/8, ::1)."""
     if host == "localhost":
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def is_loopback(url: str) -> bool:
+    """True for http(s) URLs whose host is this machine (the only ones allowed under the switch)."""
+    host = urlsplit(url).hostname
+    return host is not None and is_loopback_host(host)
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,13 @@ Each attempt is its own file, written atomically once finished, so a run killed 
 from __future__ import annotations
 
 import json
-import os
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from ..atomic import write_text_atomic
 from ..verifier.verdict import Verdict
 
 SCHEMA_VERSION = 1
@@ -134,11 +134,5 @@ class RunSummary(BaseModel):
 
 def write_json_atomic(path: Path, data: BaseModel | dict[str, Any]) -> None:
     """Write JSON via temp file + fsync + rename, so a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     text = data.model_dump_json(indent=2) if isinstance(data, BaseModel) else json.dumps(data, indent=2, default=str)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_text_atomic(path, text)

@@ -18,6 +18,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from ..atomic import write_text_atomic
 from .records import SCHEMA_VERSION, Attempt, RunHeader, RunSummary, write_json_atomic
 
 RUNS_DIR_ENV = "CODA_AGENT_RUNS_DIR"
@@ -57,16 +58,6 @@ def resolve_run(name_or_path: str | Path, runs_dir: Path | None = None) -> Path:
     if len(matches) > 1:
         raise RunRecordError(f"{text!r} matches {len(matches)} runs in {base}: {', '.join(m.name for m in matches[:5])}")
     raise RunRecordError(f"no run {text!r}: not a run directory, and no run of that name in {base}")
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def attempt_file(run_dir: Path, index: int) -> Path:

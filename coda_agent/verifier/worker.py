@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 import sys
 import time
 import traceback
@@ -17,6 +16,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from ..atomic import write_text_atomic
 from .verdict import Outcome, StageResult, Verdict
 
 #: Modules that register further stages when present (the GPU stages need a GPU worker).
@@ -33,15 +33,6 @@ class Job(BaseModel):
     shape_names: list[str] | None = None
     seeds: list[int] = [0, 1, 2]
     backend_label: str = "torch"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def run_job(job: Job, out_path: Path | None = None) -> Verdict:
@@ -69,13 +60,13 @@ def run_job(job: Job, out_path: Path | None = None) -> Verdict:
         if result.outcome is not Outcome.PASSED:
             verdict.outcome, verdict.reason = result.outcome, result.reason
         if out_path is not None:
-            write_atomic(out_path, verdict.model_dump_json())
+            write_text_atomic(out_path, verdict.model_dump_json())
         if result.outcome is not Outcome.PASSED:
             break
     if verdict.passed:
         verdict.reason = "; ".join(s.reason for s in verdict.stages if s.reason)
     if out_path is not None:
-        write_atomic(out_path, verdict.model_dump_json())
+        write_text_atomic(out_path, verdict.model_dump_json())
     return verdict
 
 
