@@ -158,3 +158,10 @@ def test_tasks_command_lists_the_suite():
     result = CliRunner().invoke(app, ["tasks"])
     assert result.exit_code == 0, result.output
     assert "gemm_residual_rmsnorm" in result.output and "forward" in result.output
+
+
+def test_version_flag():
+    from coda_agent import __version__
+
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"coda-agent {__version__}"

@@ -20,6 +20,21 @@ console = Console()
 err_console = Console(stderr=True)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        console.print(f"coda-agent {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, help="print the version and exit"),
+) -> None:
+    """LLM-driven authoring of fused GEMM-epilogue kernels (CODA / QuACK), checked against FP32 references."""
+
+
 class UserError(Exception):
     """A problem the user can fix (bad argument, missing file); printed as one line, exit code 2."""
 
