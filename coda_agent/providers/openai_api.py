@@ -3,7 +3,7 @@
 ``openai-compatible`` serves any server speaking the OpenAI chat-completions API (vLLM, SGLang,
 Ollama, llama.cpp, hosted gateways): ``base_url`` is required (usually ending in ``/v1``), the key
 comes from ``OPENAI_COMPATIBLE_API_KEY`` (or the variable named by ``api_key_env``), and when the
-default variable is unset a placeholder key is sent, which is all a local server needs.
+default variable is unset a dummy key is sent, which is all a keyless local server needs.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class OpenAICompatibleProvider(OpenAIProvider):
     default_key_env = "OPENAI_COMPATIBLE_API_KEY"
     base_url_env = None
     default_base_url = ""
-    placeholder_key = "not-needed"
+    keyless_server_key = "not-needed"
 
     def __init__(self, model: str, *, base_url: str | None = None, **options: Any) -> None:
         if not base_url:
@@ -75,7 +75,7 @@ class OpenAICompatibleProvider(OpenAIProvider):
 
     def _missing_key(self) -> str:
         if self.key_env == self.default_key_env:
-            return self.placeholder_key
+            return self.keyless_server_key
         return super()._missing_key()
 
     def _not_found_hint(self) -> str:
