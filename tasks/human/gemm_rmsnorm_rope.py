@@ -5,10 +5,11 @@ epilogue (the per-column frequency table arrives paired: its even lane is the pa
 from coda_agent.primitives import ColVecLoad, Config, RowVecLoad, cos, epilogue, gemm, pack, sin, unpack
 
 
-#: Tuned offline on the H200 (`coda-agent bench --tune`, QuACK's autotuner, then checked end to end): with the
-#: sin/cos epilogue the 128x192 pingpong default runs about 20% behind the cooperative 128x256 tile at every
-#: tuned shape (llama3-8b-qkv, coda-h2048-qkv, coda-h4096-qkv), so the kernel uses it everywhere.
-CONFIG = Config(tile_n=256, pingpong=False)
+#: Re-swept on the H200 after sin/cos moved to the hardware approximation (bench/tuning/h200-2026-11-29-rope.json):
+#: a 192x128 pingpong tile with a 1x2 cluster overlaps one warp group's rotation with the other's MMA and beats
+#: the 128x256 cooperative tile (chosen for the old, slower sin/cos) by 9.6% (geomean of llama3-8b-qkv,
+#: coda-h2048-qkv, coda-h4096-qkv); the 128x192 default is within 0.2% of it.
+CONFIG = Config(tile_m=192, tile_n=128, cluster_m=1, cluster_n=2)
 
 
 @epilogue(
