@@ -22,17 +22,22 @@ SCRIPT = "examples/mock/gemm_residual_three_attempts.yaml"
 TASK_YAML = "tasks/gemm_residual_rmsnorm.yaml"
 
 
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    """Run the real entry point in-process: (exit code, stdout, stderr)."""
+def invoke(*args: str) -> int:
+    """Run the real entry point in-process; returns its exit code."""
     saved = sys.argv
     sys.argv = ["coda-agent", *args]
     try:
         main()
-        code = 0
+        return 0
     except SystemExit as exc:
-        code = int(exc.code or 0)
+        return int(exc.code or 0)
     finally:
         sys.argv = saved
+
+
+def cli(capsys, *args: str) -> tuple[int, str, str]:
+    """Run the real entry point in-process: (exit code, stdout, stderr)."""
+    code = invoke(*args)
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -43,15 +48,9 @@ def recorded(tmp_path_factory) -> tuple[Path, str]:
     runs = tmp_path_factory.mktemp("runs")
     cwd = os.getcwd()
     os.chdir(REPO)
-    saved = sys.argv
-    sys.argv = ["coda-agent", "run", TASK_YAML, "--model", f"mock/{SCRIPT}", "--no-compile", "--runs-dir", str(runs)]
     try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
+        code = invoke("run", TASK_YAML, "--model", f"mock/{SCRIPT}", "--no-compile", "--runs-dir", str(runs))
     finally:
-        sys.argv = saved
         os.chdir(cwd)
     assert code == 0
     (run_dir,) = runs.iterdir()

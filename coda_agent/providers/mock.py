@@ -21,17 +21,15 @@ Every call is recorded in ``provider.calls`` for tests to inspect.
 from __future__ import annotations
 
 import inspect
-import json
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..store.records import ChatMessage
 from .base import Completion, ErrorKind, Provider, ProviderConfigError, ProviderError
+from .datafile import read_data_file
 
 Response = str | Mapping[str, Any] | Completion
 Responder = Callable[[list[ChatMessage]], Response | Awaitable[Response]]
@@ -101,11 +99,7 @@ class MockProvider(Provider):
     ) -> MockProvider:
         """Load a YAML/JSON script; ``repeat_last`` given here wins over the file's."""
         path = Path(path)
-        try:
-            text = path.read_text()
-            data: Any = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-        except (OSError, ValueError, yaml.YAMLError) as exc:
-            raise ProviderConfigError(f"cannot read mock script {path}: {exc}") from exc
+        data: Any = read_data_file(path, "mock script")
         file_repeat = False
         if isinstance(data, Mapping):
             unknown = set(data) - {"responses", "repeat_last"}

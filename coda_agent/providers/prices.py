@@ -14,16 +14,14 @@ silently wrong. Dated snapshots (``claude-sonnet-4-5-20250929``, ``gpt-4o-2024-0
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .base import ProviderConfigError
+from .datafile import read_data_file
 
 PRICES_ENV = "CODA_AGENT_PRICES"
 
@@ -83,11 +81,7 @@ _SNAPSHOT_SUFFIX = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2}|latest)$")
 def load_price_file(path: str | Path) -> dict[str, Price]:
     """Read an override file: a mapping of ``provider/model`` to ``{input: USD/Mtok, output: USD/Mtok}``."""
     path = Path(path)
-    try:
-        text = path.read_text()
-        data: Any = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (OSError, ValueError, yaml.YAMLError) as exc:
-        raise ProviderConfigError(f"cannot read price file {path}: {exc}") from exc
+    data: Any = read_data_file(path, "price file")
     if not isinstance(data, dict):
         raise ProviderConfigError(
             f"price file {path} must map 'provider/model' to {{input: ..., output: ...}}"
