@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One-shot set-up: a project virtualenv with the CPU build of torch and coda-agent (+ dev tools).
+# One-shot set-up: a project virtualenv with the CPU build of torch and coda-agent (+ dev tools), and bubblewrap.
 # Idempotent; re-running only installs what changed. Usage: bash scripts/setup.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,4 +9,10 @@ PY=${PYTHON:-python3}
 # torch first, pinned: on these machines 2.13.0 is a local CPU wheel; a bare `torch` would pull a multi-GB CUDA build.
 .venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/python -m pip install -q "torch==2.13.0"
 .venv/bin/python -m pip install -q -e ".[dev]"
+# Candidates run inside bubblewrap (the verifier's OS sandbox); without it they run as plain processes.
+if ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  SUDO=$([ "$(id -u)" = 0 ] && echo "" || echo "sudo -n")
+  { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; } >/dev/null 2>&1 \
+    || echo "note: could not install bubblewrap; candidates will run WITHOUT an OS sandbox (apt-get install bubblewrap)"
+fi
 echo "set-up done: $(.venv/bin/coda-agent --help >/dev/null && echo coda-agent ready)"

@@ -7,7 +7,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from coda_agent.bench.results import BenchRow, BenchRun, Timing
+from coda_agent.bench.results import BenchRow, BenchRun
+from coda_agent.measure.timing import Timing
 from coda_agent.store.records import Attempt, ChatMessage, RunHeader, RunSummary, Usage, write_json_atomic
 from coda_agent.verifier.verdict import Outcome, OutputCheck, StageResult, Verdict
 

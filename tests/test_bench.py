@@ -11,33 +11,35 @@ import torch
 from rich.console import Console
 from typer.testing import CliRunner
 
-from coda_agent.bench import profiler, report, runner, tune
-from coda_agent.bench.baselines import baseline_variants, cublas_gemms, gemm_dtype
-from coda_agent.bench.results import BenchRow, BenchRun, Timing
+from coda_agent.bench import report, runner, tune
+from coda_agent.bench.results import BenchRow, BenchRun
 from coda_agent.cli import app
+from coda_agent.measure import peaks, timing
+from coda_agent.measure.baselines import baseline_variants, cublas_gemms, gemm_dtype
+from coda_agent.measure.timing import Timing
 from coda_agent.primitives import Config
 from coda_agent.tasks import find_task
 from coda_agent.tasks.loader import TaskError, load_task
-from coda_agent.verifier import gpu
+from coda_agent.verifier import Plan, gpu
 from coda_agent.verifier.stages import Context
 from coda_agent.verifier.verdict import Outcome, StageResult, Verdict
 
 K0 = find_task("gemm_residual_rmsnorm")
-PEAKS = profiler.Peaks(tflops_bf16=800.0, hbm_tbps=4.0, how="test")
+PEAKS = peaks.Peaks(tflops_bf16=800.0, hbm_tbps=4.0, how="test")
 
 
 def test_percentiles_interpolate_and_summaries_carry_the_spread():
     s = [float(x) for x in range(1, 11)]
-    assert profiler.percentile(s, 50) == 5.5
-    assert profiler.percentile(s, 10) == pytest.approx(1.9)
-    t = profiler.summarize([5.0, 1.0, 3.0])
+    assert timing.percentile(s, 50) == 5.5
+    assert timing.percentile(s, 10) == pytest.approx(1.9)
+    t = timing.summarize([5.0, 1.0, 3.0])
     assert (t.median_us, t.p10_us, t.p90_us, t.reps) == (3.0, pytest.approx(1.4), pytest.approx(4.6), 3)
     with pytest.raises(ValueError):
-        profiler.percentile([], 50)
+        timing.percentile([], 50)
 
 
 def test_rep_plan_sizes_runs_to_the_target_within_bounds():
-    plan = profiler.RepPlan(target_s=0.2, min_reps=15, max_reps=100)
+    plan = timing.RepPlan(target_s=0.2, min_reps=15, max_reps=100)
     assert plan.reps_for(1000.0) == 100  # 1 ms: 200 wanted, capped
     assert plan.reps_for(5000.0) == 40
     assert plan.reps_for(1e6) == 15
@@ -54,8 +56,8 @@ def test_interleaved_timing_rotates_order_and_ranks_variants():
         return fn
 
     variants = {"fast": sleeper("fast", 0.0005), "slow": sleeper("slow", 0.003)}
-    plan = profiler.RepPlan(warmup=1, target_s=0.02, min_reps=4, max_reps=6)
-    t = profiler.time_interleaved(variants, profiler.Clock("cpu"), plan)
+    plan = timing.RepPlan(warmup=1, target_s=0.02, min_reps=4, max_reps=6)
+    t = timing.time_interleaved(variants, timing.Clock("cpu"), plan)
     assert t["fast"].median_us < t["slow"].median_us
     assert t["slow"].median_us >= 3000
     assert t["fast"].reps == t["slow"].reps == 6
@@ -64,8 +66,8 @@ def test_interleaved_timing_rotates_order_and_ranks_variants():
 
 
 def test_speed_of_light_takes_the_binding_roof():
-    assert profiler.speed_of_light_us(8e12, 1e6, PEAKS) == pytest.approx(1e4)  # compute-bound: 8 TFLOP at 800
-    assert profiler.speed_of_light_us(1e6, 4e9, PEAKS) == pytest.approx(1e3)  # memory-bound: 4 GB at 4 TB/s
+    assert peaks.speed_of_light_us(8e12, 1e6, PEAKS) == pytest.approx(1e4)  # compute-bound: 8 TFLOP at 800
+    assert peaks.speed_of_light_us(1e6, 4e9, PEAKS) == pytest.approx(1e3)  # memory-bound: 4 GB at 4 TB/s
 
 
 def test_gemms_field_evaluates_and_is_validated(tmp_path):
@@ -96,16 +98,23 @@ def test_baselines_include_eager_reference_and_cublas():
 
 
 def test_timing_stage_times_the_candidate_with_its_baselines_on_the_emulator():
-    ctx = Context(task=K0, source=K0.human_file.read_text(), shape_set="small", shape_names=["tiny"], seeds=[0])
+    ctx = Context(task=K0, source=K0.human_file.read_text(), plan=Plan(shape_names=["tiny"], seeds=[0]), deadline=time.monotonic() + 120)
     res = gpu.run_timing(ctx, with_compile=False, device="cpu", backend_name="torch",
-                         plan=profiler.RepPlan(warmup=1, target_s=0.01, min_reps=3, max_reps=3))
+                         plan=timing.RepPlan(warmup=1, target_s=0.01, min_reps=3, max_reps=3))
     assert res.outcome is Outcome.PASSED, res.reason
     tiny = res.details["shapes"]["tiny"]
     assert set(tiny) == {"dims", "candidate", "eager", "cublas"}
     for key in ("candidate", "eager", "cublas"):
         t = Timing.model_validate(tiny[key])
-        assert t.reps == 3 and t.p10_us <= t.median_us <= t.p90_us
+        assert t.reps == 3 and t.p10_us <= t.median_us <= t.p90_us and t.bound in ("events", "wall")
     assert res.reason.startswith("median tiny:")
+
+
+def test_forged_event_times_are_raised_to_the_wall_clock():
+    honest = gpu.honest_timing([100.0, 101.0, 99.0], [102.0, 98.0])
+    assert honest.median_us == 100.0 and honest.bound == "events"
+    forged = gpu.honest_timing([1.0, 1.0, 1.2], [400.0, 410.0])
+    assert forged.median_us == 405.0 and forged.bound == "wall" and forged.p90_us >= forged.median_us
 
 
 def _row(task="t", shape="llama3-8b-down", family="forward", cand=100.0, cublas=98.0, compiled=110.0, correct=True):

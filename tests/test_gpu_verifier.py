@@ -1,15 +1,18 @@
-"""The GPU correctness stage's logic, on the CPU: kernel-trace rules, NaN poisoning, and the
-candidate -> reference -> candidate protocol run with the torch emulator (the same code the GPU runs)."""
+"""The checker's logic on the CPU: kernel-trace rules (on recorded traces), and the correctness protocol
+run through a sandboxed runner with the torch emulator (the same code the GPU runs)."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 import torch
 
 from coda_agent.tasks import find_task
-from coda_agent.verifier import gpu
-from coda_agent.verifier.stages import Context
-from coda_agent.verifier.verdict import Outcome
+from coda_agent.verifier import Plan, trace
+from coda_agent.verifier.client import Batch, CallOutput
+from coda_agent.verifier.stages import Context, Reject, agreement, call_problems, run_correctness
+from coda_agent.verifier.verdict import Outcome, OutputCheck
 
 from .conftest import REPO
 
@@ -39,32 +42,51 @@ OTHERS = [
 
 @pytest.mark.parametrize("name", MATMULS)
 def test_cublas_and_torch_matmul_kernels_are_recognised(name):
-    assert gpu.classify_kernel(name) == "matmul"
+    assert trace.classify_kernel(name) == "matmul"
 
 
 def test_quack_kernels_are_recognised_even_with_gemm_in_the_epilogue_name():
-    assert gpu.classify_kernel(QUACK) == "quack"
-    assert gpu.classify_kernel(QUACK.replace("residual_rms", "my_gemm_epi")) == "quack"
+    assert trace.classify_kernel(QUACK) == "quack"
+    assert trace.classify_kernel(QUACK.replace("residual_rms", "my_gemm_epi")) == "quack"
 
 
 @pytest.mark.parametrize("name", OTHERS)
 def test_elementwise_and_reduction_kernels_are_other(name):
-    assert gpu.classify_kernel(name) == "other"
+    assert trace.classify_kernel(name) == "other"
 
 
-def _trace(*kernels: tuple[str, int]) -> gpu.LaunchTrace:
-    """A marker on stream 7, then the given (name, stream) kernels, as a Chrome trace the profiler would write."""
-    events = [{"ph": "X", "cat": "kernel", "name": n, "args": {"stream": s, "correlation": 100 + i}} for i, (n, s) in enumerate(kernels, 1)]
-    events.append({"ph": "X", "cat": "kernel", "name": OTHERS[0], "args": {"stream": 7, "correlation": 100}})
+MARKER = "void at::cuda::(anonymous namespace)::spin_kernel(long)"
+FLUSH = OTHERS[0]
+
+
+def _chrome(*calls: list[tuple[str, int]]) -> dict:
+    """A Chrome trace as the runner's profiler writes it: per call, marker and flush on stream 7, then the kernels."""
+    events, order = [], 100
+    for kernels in calls:
+        for name, stream in [(MARKER, 7), (FLUSH, 7), *kernels]:
+            events.append({"ph": "X", "cat": "kernel", "name": name, "args": {"stream": stream, "correlation": order}})
+            order += 1
     events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "args": {"correlation": 101}})
-    return gpu.LaunchTrace.from_events(gpu.kernels_from_chrome_trace({"traceEvents": events}))
+    return {"traceEvents": events}
 
 
-def test_the_marker_names_the_stream_and_is_not_counted():
+def _trace(*kernels: tuple[str, int]) -> trace.LaunchTrace:
+    (one,) = trace.calls_from_trace(_chrome(list(kernels)), 1)
+    return one
+
+
+def test_the_marker_and_flush_name_the_stream_and_are_not_counted():
     t = _trace((QUACK, 7), (OTHERS[1], 7))
     assert t.main_stream == 7 and t.launches == 2
     assert t.problem(K0, "s") is None
     assert t.describe()["quack_kernels"] == 1
+
+
+def test_a_batch_trace_splits_into_calls_at_the_markers():
+    calls = trace.calls_from_trace(_chrome([(QUACK, 7)], [(QUACK, 7), (OTHERS[1], 7)], []), 3)
+    assert [c.launches for c in calls] == [1, 2, 0]
+    with pytest.raises(ValueError, match="CUPTI"):
+        trace.calls_from_trace(_chrome([(QUACK, 7)]), 2)
 
 
 def test_a_cublas_kernel_is_a_cheat_naming_the_kernel():
@@ -91,25 +113,57 @@ def test_launches_over_budget_are_counted_and_listed():
     assert f"launched {K0.launch_budget + 1} kernels, over the task's budget of {K0.launch_budget}" in reason
 
 
-def test_an_empty_trace_is_a_harness_problem_not_the_candidate():
-    with pytest.raises(RuntimeError, match="CUPTI"):
-        gpu.LaunchTrace.from_events([])
+# --- the CPU's op log ---------------------------------------------------------------------------------
+
+TINY = K0.shape("small", "tiny")[0]
+GEMM = {"gemm": [TINY.dims["M"], TINY.dims["N"], TINY.dims["K"]], "sinks": ["ColVecReduce"], "mode": "element"}
 
 
-def test_poisoned_allocations_fill_empty_with_nan_and_restore_the_mode():
-    with gpu.poisoned_allocations():
-        assert torch.isnan(torch.empty(64)).all()
-        assert torch.isnan(torch.empty_like(torch.ones(3, 5, dtype=torch.bfloat16))).all()
-        assert (torch.empty(4, dtype=torch.int32) == torch.iinfo(torch.int32).max).all()
-    assert not torch.are_deterministic_algorithms_enabled()
+def _estimate(*ops: dict) -> trace.LaunchEstimate:
+    return trace.LaunchEstimate.from_ops(list(ops))
 
 
-# --- the protocol on the CPU emulator -----------------------------------------------------------------
+def test_the_estimate_counts_gemms_their_finalisation_and_host_ops():
+    est = _estimate(GEMM, {"op": "aten::add.Tensor", "numel": 256}, {"op": "aten::empty_like", "numel": 10})
+    assert est.launches == 3 and est.host_ops == ["aten::add.Tensor"]
+    assert est.problem(K0, TINY.dims, "tiny") is None
+
+
+def test_a_gemm_that_bypasses_primitives_is_a_cheat_on_the_cpu():
+    outcome, reason = _estimate({"op": "aten::mul.Tensor", "numel": 10}).problem(K0, TINY.dims, "tiny")
+    assert outcome is Outcome.CHEAT_DETECTED and "did not all run through primitives.gemm" in reason
+    small = {**GEMM, "gemm": [TINY.dims["M"], TINY.dims["N"], 1]}  # a trivial gemm, the real one elsewhere
+    assert _estimate(small).problem(K0, TINY.dims, "tiny")[0] is Outcome.CHEAT_DETECTED
+
+
+def test_gemm_sized_host_work_is_a_cheat():
+    m, n, k = GEMM["gemm"]
+    outcome, reason = _estimate(GEMM, {"op": "aten::mul.Tensor", "numel": m * n * k}).problem(K0, TINY.dims, "tiny")
+    assert outcome is Outcome.CHEAT_DETECTED and "GEMM-sized work" in reason
+
+
+def test_the_cpu_holds_the_launch_budget():
+    ops = [GEMM] + [{"op": "aten::add.Tensor", "numel": 8}] * K0.launch_budget
+    outcome, reason = _estimate(*ops).problem(K0, TINY.dims, "tiny")
+    assert outcome is Outcome.OVER_LAUNCH_BUDGET and "would launch about" in reason
+    assert _estimate(*ops).problem(K0, TINY.dims, "tiny", budget=False) is None
+
+
+def test_calls_that_launch_different_work_are_a_cheat():
+    ctx = Context(task=K0, source="", plan=Plan(), deadline=time.monotonic() + 60)
+    same = [GEMM, {"op": "aten::add.Tensor", "numel": 8}]
+    call_problems(ctx, Batch(times_us=[1.0, 1.0], wall_s=0.0, ops=[same, same]), TINY)
+    cheap = [GEMM]
+    with pytest.raises(Reject, match="launched different kernels"):
+        call_problems(ctx, Batch(times_us=[1.0], wall_s=0.0, ops=[cheap]), TINY)
+
+
+# --- the protocol on the CPU emulator, through the sandboxed runner --------------------------------------
 
 
 def _check(source: str, seeds=(0, 1)) -> object:
-    ctx = Context(task=K0, source=source, shape_set="small", shape_names=["tiny"], seeds=list(seeds))
-    return gpu.run_correctness(ctx, device="cpu", backend_name="torch", trace=False)
+    ctx = Context(task=K0, source=source, plan=Plan(shape_names=["tiny"], seeds=list(seeds)), deadline=time.monotonic() + 120)
+    return run_correctness(ctx, "gpu_correctness", "torch", "cpu")
 
 
 def _candidate(name: str) -> str:
@@ -121,12 +175,12 @@ def test_the_human_kernel_passes_the_protocol():
     assert res.outcome is Outcome.PASSED, res.reason
     assert len(res.checks) == 2 * 3  # 2 seeds x 3 outputs
     assert res.details["shapes"]["tiny"]["outcome"] == "passed"
+    assert res.details["shapes"]["tiny"]["launches"]["launches_estimate"] == 4
 
 
-def test_a_partial_write_shows_up_as_nan():
+def test_a_partial_write_is_wrong_output():
     res = _check(_candidate("k0_partial_write.py"))
-    assert res.outcome is Outcome.WRONG_OUTPUT
-    assert "NaN/Inf" in res.reason and "unwritten element" in res.reason
+    assert res.outcome is Outcome.WRONG_OUTPUT, res.reason
 
 
 def test_an_input_mutating_kernel_is_a_cheat():
@@ -135,26 +189,24 @@ def test_an_input_mutating_kernel_is_a_cheat():
     assert "modified its inputs ['residual']" in res.reason
 
 
-def test_an_answer_cached_across_calls_is_a_cheat():
-    res = _check(_candidate("k0_cached.py"))
-    assert res.outcome is Outcome.CHEAT_DETECTED and "cached across calls" in res.reason
-
-
-def test_a_copied_cached_answer_is_caught_on_the_next_seed():
-    res = _check(_candidate("k0_cached_copy.py"))
-    assert res.outcome is Outcome.CHEAT_DETECTED
-    assert "seed 1" in res.reason and "previous inputs" in res.reason
+@pytest.mark.parametrize("name", ["k0_cached.py", "k0_cached_copy.py"])
+def test_a_module_level_cache_cannot_be_written_even_past_the_static_check(name):
+    res = _check(_candidate(name))
+    assert res.outcome is Outcome.RUNTIME_ERROR and "does not support item assignment" in res.reason
 
 
 def test_runs_that_disagree_beyond_tolerance_are_flagged_and_small_drift_is_noted():
-    point = K0.shape("small", "tiny")[0]
-    ok = gpu.OutputCheck(output="rstd", shape_point="tiny", seed=0, ok=True, max_abs_err=1e-3, allowed=1e-2)
+    ok = OutputCheck(output="rstd", shape_point="tiny", seed=0, ok=True, max_abs_err=1e-3, allowed=1e-2)
     a = {"h": torch.ones(2), "normed": torch.ones(2), "rstd": torch.ones(2)}
+
+    def out(t: dict) -> CallOutput:
+        return CallOutput(call=0, kind="dict", tensors=t, bad={}, storages={}, inputs_modified=[], keys=list(t))
+
     info: dict[str, object] = {}
-    gpu._check_agreement(K0, a, {**a, "rstd": torch.ones(2) + 1e-3}, [ok], point, 0, info)
+    agreement(K0, out(a), out({**a, "rstd": torch.ones(2) + 1e-3}), [ok], TINY, 0, info)
     assert info["not_bitwise_reproducible"] == ["rstd"]
-    with pytest.raises(gpu._Reject, match=r"disagree on 'rstd' by 0\.5"):
-        gpu._check_agreement(K0, a, {**a, "rstd": torch.ones(2) + 0.5}, [ok], point, 0, {})
+    with pytest.raises(Reject, match=r"disagree on 'rstd' by 0\.5"):
+        agreement(K0, out(a), out({**a, "rstd": torch.ones(2) + 0.5}), [ok], TINY, 0, {})
 
 
 def test_a_forward_that_raises_is_a_runtime_error_with_the_candidates_line():

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import importlib
-import importlib.util
 import math
 import time
 import traceback
@@ -53,17 +51,10 @@ class FatalProviderError(Exception):
 
 
 def gpu_verifier_available() -> bool:
-    """A CUDA device and the verifier's GPU stages (``coda_agent.verifier.gpu``) are both present."""
-    try:
-        import torch
+    """A CUDA device is present (the verifier's GPU stages are always registered)."""
+    import torch
 
-        if not torch.cuda.is_available() or importlib.util.find_spec("coda_agent.verifier.gpu") is None:
-            return False
-        importlib.import_module("coda_agent.verifier.gpu")
-        from ..verifier.stages import STAGES
-    except Exception:
-        return False
-    return all(s in STAGES for s in GPU_STAGES)
+    return bool(torch.cuda.is_available())
 
 
 @dataclass(frozen=True)

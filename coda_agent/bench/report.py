@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from rich.table import Table
 
-from .results import BenchRow, BenchRun, Timing
+from ..measure.timing import Timing
+from .results import BenchRow, BenchRun
 
 #: Shapes the performance targets apply to (issue 3): the Llama-3 8B and CODA block bench shapes.
 TARGET_SHAPE_PREFIXES = ("llama3-8b", "coda")

@@ -6,16 +6,9 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
+from ..measure.timing import Timing
+
 BENCH_SCHEMA_VERSION = 1
-
-
-class Timing(BaseModel):
-    """One timed variant: median and spread over repetitions, in microseconds."""
-
-    median_us: float
-    p10_us: float | None = None
-    p90_us: float | None = None
-    reps: int = 0
 
 
 class BenchRow(BaseModel):

@@ -25,11 +25,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ..measure.peaks import Peaks, speed_of_light_us
+from ..measure.timing import Timing
 from ..tasks.model import Task
 from ..verifier import verify
 from ..verifier.verdict import Outcome, Verdict
-from .profiler import Peaks, speed_of_light_us
-from .results import BenchRow, BenchRun, Timing
+from .results import BenchRow, BenchRun
 
 PACKAGES = ("torch", "triton", "nvidia-cutlass-dsl", "quack-kernels", "pydantic")
 REPO = Path(__file__).resolve().parents[2]

@@ -6,25 +6,27 @@ autotuner (L2-cold CUDA-graph timing, compiles overlapped in a process pool) ove
 that a whole suite tunes in minutes (``full=True`` sweeps QuACK's whole space; swap_ab is always left
 out, as :class:`~coda_agent.primitives.Config` cannot express it). The winners are then checked
 end to end: the whole forward() with the kernel's current configs and with the winners, timed
-interleaved by :mod:`coda_agent.bench.profiler`. The result is a table to paste into the human kernel
+interleaved by :mod:`coda_agent.measure.timing`. The result is a table to paste into the human kernel
 (``CONFIGS = {(M, N, K): Config(...)}``): configs live with the kernel, so bench never autotunes.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from ..measure.timing import Clock, RepPlan, time_interleaved
 from ..primitives import Config, backend
 from ..primitives._epilogue import GemmCall
 from ..tasks.model import Task
 from ..verifier.candidate import CandidateModule
-from .profiler import Clock, RepPlan, time_interleaved
 
 #: (tile_m, tile_n, pingpong) candidates; each runs with cluster 2x1 and 1x2.
 TILES = ((128, 192, True), (128, 208, True), (128, 256, False), (256, 128, False), (256, 160, False), (256, 192, False))
@@ -166,7 +168,7 @@ def tune_task(task: Task, points: list[Any], clock: Clock | None = None, full: b
     if task.human_file is None:
         raise ValueError(f"task {task.name} has no human kernel")
     backend.set_backend("quack")
-    module = CandidateModule(task.human_file.read_text())
+    module = CandidateModule(task.human_file.read_text(), Path(tempfile.mkdtemp(prefix="coda_tune_")) / "candidate.py")
     clock = clock or Clock("cuda")
     results = []
     for point in points:

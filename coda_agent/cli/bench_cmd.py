@@ -71,9 +71,9 @@ def bench_cmd(
     if tune:
         _tune(selected, shapes, shape, device, json_out if save else None)
         return
-    from ..bench.profiler import measure_peaks
     from ..bench.report import target_checks, task_table
     from ..bench.runner import BenchOptions, command_line, run_bench, write_run
+    from ..measure.peaks import measure_peaks
 
     opts = BenchOptions(shape_set=shapes, shape_names=shape or None, seeds=seeds, jobs=jobs)
     json_path, md_path = default_paths(device)

@@ -22,6 +22,7 @@ from ..providers import Completion, Provider, ProviderError, get_provider
 from ..store.records import Attempt, Budgets, ChatMessage, RunHeader, RunSummary
 from ..store.runs import RUNS_DIR_ENV, RunReader, RunRecordError, default_runs_dir, resolve_run
 from ..tasks.loader import find_task
+from ..verifier.sandbox import UNSANDBOXED_OPT_IN, SandboxUnavailable, require_isolation
 from . import UserError, app, console, err_console
 
 MODEL_ENV = "CODA_AGENT_MODEL"
@@ -151,7 +152,18 @@ class LiveDisplay(_Display):
         (self.live.console if self.live.is_started else self.out).print(text, highlight=False, soft_wrap=True)
 
 
+#: Providers whose candidates come from a real model: they never run without an OS sandbox unless asked to.
+REAL_PROVIDERS = ("anthropic/", "openai/", "openai-compatible/")
+
+
 def _provider(model: str, base_url: str | None) -> Provider:
+    if model.startswith(REAL_PROVIDERS):
+        try:
+            box = require_isolation(f"an agent run with {model}")
+        except SandboxUnavailable as exc:
+            raise UserError(str(exc)) from None
+        if not box.isolated:
+            err_console.print(f"[bold red]warning:[/] {box.describe()} ({UNSANDBOXED_OPT_IN} is set)")
     try:
         return get_provider(model, base_url=base_url)
     except ProviderError as exc:  # ProviderConfigError included: a bad spec, option or missing key

@@ -57,9 +57,16 @@ def active() -> Backend:
     return _active[-1]
 
 
-def set_backend(name: str) -> Backend:
-    """Select the backend for the rest of the process (the harness calls this before loading a candidate)."""
-    _active[-1] = _make(name)
+Runner = Callable[[GemmCall], dict[str, torch.Tensor]]
+
+
+def set_backend(name: str, wrap: Callable[[Runner], Runner] | None = None) -> Backend:
+    """Select the backend for the rest of the process (the harness calls this before loading a candidate).
+
+    ``wrap`` lets the harness observe every gemm call (the CPU runner logs them for the launch estimate).
+    """
+    made = _make(name)
+    _active[-1] = made if wrap is None else Backend(made.name, wrap(made.run))
     return _active[-1]
 
 

@@ -232,9 +232,11 @@ def system_prompt(examples: Sequence[Example]) -> str:
         "system.j2",
         api_reference=api_reference().strip(),
         examples=examples,
-        banned_calls=sorted(static.BANNED_CALLS),
-        banned_torch=sorted(static.BANNED_TORCH_ATTRS),
-        banned_methods=sorted(static.BANNED_METHODS),
+        torch_functions=sorted(static.TORCH_FUNCTIONS),
+        torch_values=sorted(static.TORCH_VALUES),
+        methods=sorted(static.METHODS),
+        data_attrs=sorted(static.DATA_ATTRS),
+        builtins=sorted(static.BUILTINS - {"True", "False", "None"}),
     )
 
 

@@ -1,43 +1,31 @@
-"""The verifier: static check in-process, everything that runs candidate code in a sandboxed worker.
+"""The verifier: the static check and the checker here, candidate code only in a sandboxed runner.
 
 ``verify(task, source, stages)`` is the one entry point used by ``verify``, ``bench``, ``run`` and
-``replay``: a human kernel and an LLM's candidate take exactly the same path.
+``replay``: a human kernel and an LLM's candidate take exactly the same path. The checker (trusted code,
+in the calling process) owns the task, inputs, references, tolerances, launch rules, timing statistics
+and the verdict; the candidate runs in a runner process inside the OS sandbox (:mod:`.sandbox`), which
+gets inputs and gives back outputs and never learns whether a call is checked or timed.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
 from ..tasks.model import Task
+from . import gpu as _gpu  # noqa: F401 - registers the GPU stages
+from .plan import COMPILE_STAGES, CPU_STAGES, Plan
+from .sandbox import detect as detect_sandbox
+from .stages import STAGES, Context
 from .static import check_source
 from .verdict import Outcome, OutputCheck, StageResult, Verdict
-from .worker import Job
 
-#: Environment variables a candidate's worker may see; nothing else (API keys never reach candidate code).
-ENV_ALLOW = re.compile(
-    r"^(PATH|HOME|LANG|LC_[A-Z]+|TMPDIR|TEMP|TMP|PYTHONPATH|VIRTUAL_ENV|LD_LIBRARY_PATH|CUDA_VISIBLE_DEVICES|"
-    r"CUDA_HOME|CUDA_PATH|NVIDIA_[A-Z_]+|QUACK_[A-Z_]+|CUTE_DSL_[A-Z_]+|CUTLASS_[A-Z_]+|TRITON_[A-Z_]+|"
-    r"OMP_NUM_THREADS|OPENBLAS_[A-Z_]+|MKL_NUM_THREADS|XDG_CACHE_HOME|PYTHONUNBUFFERED)$"
-)
-ENV_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
+__all__ = ["COMPILE_STAGES", "CPU_STAGES", "Outcome", "OutputCheck", "Plan", "StageResult", "Verdict", "detect_sandbox", "verify"]
 
-CPU_STAGES = ("correctness",)
-COMPILE_STAGES = ("compile",)
-
-__all__ = ["Outcome", "OutputCheck", "StageResult", "Verdict", "scrubbed_env", "verify"]
-
-
-def scrubbed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The worker's environment: the allowlist above, minus anything that looks like a secret."""
-    env = {k: v for k, v in os.environ.items() if ENV_ALLOW.match(k) and not ENV_SECRET.search(k)}
-    env.update(extra or {})
-    return env
+#: Longest reason kept in a verdict (reasons reach the model's prompt).
+MAX_REASON = 2500
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH", re.IGNORECASE)
 
 
 def verify(
@@ -51,50 +39,64 @@ def verify(
     timeout: float = 600.0,
     backend_label: str = "torch",
 ) -> Verdict:
-    """Check ``source`` against ``task``: static check here, then ``stages`` in a fresh worker process."""
+    """Check ``source`` against ``task``: the static check, then every stage of the plan, in order."""
+    plan = Plan(stages=list(stages), backend=backend_label, shape_set=shape_set, shape_names=shape_names,
+                seeds=list(seeds) if seeds is not None else [0, 1, 2], timeout=timeout)
+    return run_plan(task, source, plan)
+
+
+def run_plan(task: Task, source: str, plan: Plan) -> Verdict:
+    t0 = time.perf_counter()
+    verdict = Verdict(task=task.name, task_version=task.version, backend=plan.backend, outcome=Outcome.PASSED,
+                      sandbox=detect_sandbox().kind)
     violations = check_source(source)
     if violations:
-        reason = "the static check rejected the candidate:\n" + "\n".join(str(v) for v in violations)
-        return Verdict(
-            task=task.name, task_version=task.version, backend=backend_label, outcome=Outcome.STATIC_REJECTED,
-            reason=reason, stages=[StageResult(stage="static", outcome=Outcome.STATIC_REJECTED, reason=reason)],
-        )
-    static = StageResult(stage="static", outcome=Outcome.PASSED, reason="")
-    job = Job(
-        task_path=str(task.path), source=source, stages=list(stages), shape_set=shape_set,
-        shape_names=shape_names, seeds=seeds if seeds is not None else [0, 1, 2], backend_label=backend_label,
-    )
-    with tempfile.TemporaryDirectory(prefix="coda_job_") as tmp:
-        job_file, out_file = Path(tmp) / "job.json", Path(tmp) / "verdict.json"
-        job_file.write_text(job.model_dump_json())
-        t0 = time.perf_counter()
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-m", "coda_agent.verifier.worker", str(job_file), str(out_file)],
-                env=scrubbed_env({"PYTHONPATH": _package_root()}), cwd=tmp, capture_output=True, text=True,
-                timeout=timeout, stdin=subprocess.DEVNULL,
-            )
-            died = proc.returncode != 0
-            tail = (proc.stderr or "")[-1500:]
-        except subprocess.TimeoutExpired:
-            died, tail = True, ""
-            timed_out = True
+        reason = "the static check rejected the candidate:\n" + "\n".join(str(v) for v in violations[:12])
+        verdict.stages.append(StageResult(stage="static", outcome=Outcome.STATIC_REJECTED, reason=reason))
+        return _finish(verdict, t0)
+    verdict.stages.append(StageResult(stage="static", outcome=Outcome.PASSED, reason=""))
+    ctx = Context(task=task, source=source, plan=plan, deadline=time.monotonic() + plan.timeout)
+    for name in plan.stages:
+        fn = STAGES.get(name)
+        s0 = time.perf_counter()
+        if fn is None:
+            result = StageResult(stage=name, outcome=Outcome.INFRA_ERROR, reason=f"unknown stage {name!r} (known: {', '.join(STAGES)})")
         else:
-            timed_out = False
-        verdict = Verdict.model_validate_json(out_file.read_text()) if out_file.exists() else None
-    if verdict is None or (died and verdict.passed):
-        done = verdict.stages if verdict else []
-        if timed_out:
-            outcome, reason = Outcome.TIMEOUT, f"the candidate did not finish within {timeout:.0f} s"
-        else:
-            outcome, reason = Outcome.CRASH, f"the worker process died (exit {proc.returncode}):\n{tail}"
-        verdict = Verdict(task=task.name, task_version=task.version, backend=backend_label, outcome=outcome, reason=reason, stages=done)
-    verdict.stages.insert(0, static)
+            try:
+                result = fn(ctx)
+            except Exception as exc:  # the harness failed, not the candidate
+                result = StageResult(stage=name, outcome=Outcome.INFRA_ERROR, reason=f"the checker failed: {type(exc).__name__}: {exc}")
+        result.seconds = result.seconds or time.perf_counter() - s0
+        verdict.stages.append(result)
+        if result.outcome is not Outcome.PASSED:
+            break
+    return _finish(verdict, t0, plan)
+
+
+def _finish(verdict: Verdict, t0: float, plan: Plan | None = None) -> Verdict:
+    """Outcome from the stages; every planned stage present when passed; reasons bounded and scrubbed."""
+    failed = next((s for s in verdict.stages if s.outcome is not Outcome.PASSED), None)
+    ran = [s.stage for s in verdict.stages]
+    if failed is None and plan is not None and ran[1:] != plan.stages:
+        failed = StageResult(stage="checker", outcome=Outcome.INFRA_ERROR, reason=f"stages {plan.stages} were planned, {ran[1:]} ran")
+        verdict.stages.append(failed)
+    for st in verdict.stages:
+        st.reason = sanitize(st.reason)
+        for c in st.checks:
+            c.reason = sanitize(c.reason)
+    if failed is not None:
+        verdict.outcome, verdict.reason = failed.outcome, failed.reason
+    else:
+        verdict.reason = "; ".join(s.reason for s in verdict.stages if s.reason)
     verdict.timings["wall_s"] = round(time.perf_counter() - t0, 3)
     return verdict
 
 
-def _package_root() -> str:
-    root = str(Path(__file__).resolve().parents[2])
-    current = os.environ.get("PYTHONPATH")
-    return root + (os.pathsep + current if current else "")
+def sanitize(text: str, limit: int = MAX_REASON) -> str:
+    """A reason fit for a prompt: no value of a secret-looking environment variable, bounded in length."""
+    for name, value in os.environ.items():
+        if len(value) >= 8 and _SECRET_NAME.search(name) and value in text:
+            text = text.replace(value, "[redacted]")
+    if len(text) > limit:
+        text = text[: limit - 200] + "\n[...]\n" + text[-180:]
+    return text

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import re
-import tempfile
+import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-from ..tasks.loader import import_file
 
 _counter = itertools.count()
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -19,10 +18,16 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 class CandidateModule:
     """A candidate written to a real file and imported, so tracebacks and QuACK's source fingerprint work."""
 
-    def __init__(self, source: str, path: Path | None = None) -> None:
-        self.path = path or Path(tempfile.mkdtemp(prefix="coda_candidate_")) / "candidate.py"
-        self.path.write_text(source)
-        self.module = import_file(self.path, f"coda_candidate_{next(_counter)}")
+    def __init__(self, source: str, path: Path) -> None:
+        self.path = path
+        if not path.exists() or path.read_text() != source:
+            path.write_text(source)
+        name = f"coda_candidate_{next(_counter)}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        self.module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = self.module
+        spec.loader.exec_module(self.module)
         fn = getattr(self.module, "forward", None)
         if not callable(fn):
             raise TypeError("the candidate module must define forward(**inputs)")

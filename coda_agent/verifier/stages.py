@@ -1,52 +1,85 @@
-"""Verifier stages that run inside the worker process: each takes a :class:`Context`, returns a StageResult.
+"""Verifier stages, run by the checker: each takes a :class:`Context` and returns a StageResult.
 
-The registry :data:`STAGES` maps a stage name to its function; the GPU stages register themselves from
-``coda_agent.verifier.gpu`` when that module is importable on the worker.
+The checker owns the task, the inputs, both references, the comparison and the verdict; the candidate
+runs only in a sandboxed runner (:mod:`.client`) that never sees any of them. :data:`STAGES` maps a stage
+name to its function; the GPU stages register themselves from :mod:`.gpu`.
+
+The correctness protocol (CPU and GPU alike) at each shape: one input set per seed (plus a decoy when
+there is one seed), sent to the runner; a warm-up call; then one batch calling every set in turn and the
+first set again, so no call follows a call on the same inputs (stale memory never holds the right
+answer) and the repeat shows whether the result depends on anything but the inputs. Every call's output
+is checked against the FP32 reference, every call's launches against the task's rules, and the inputs
+must come back unchanged.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..primitives import backend
-from ..tasks.loader import reference_function
-from ..tasks.model import Task
-from .candidate import CandidateModule, candidate_trace
+from ..tasks.loader import DEFAULT_TASK_DIR, reference_function
+from ..tasks.model import ShapePoint, Task
+from .client import Batch, CallOutput, CandidateRaised, RunnerClient, RunnerCrashed, RunnerTimedOut
 from .compare import check_outputs
+from .plan import Plan
+from .trace import LaunchEstimate, LaunchTrace, calls_from_trace
 from .verdict import Outcome, OutputCheck, StageResult
 
 
 @dataclass
 class Context:
-    """What every stage may use: the task, the candidate's source and module, and the job's settings."""
+    """What every stage may use: the task, the candidate's source, the plan and its deadline."""
 
     task: Task
     source: str
-    shape_set: str = "small"
-    shape_names: list[str] | None = None
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    candidate_path: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="coda_candidate_")) / "candidate.py")
-    _candidate: CandidateModule | None = None
+    plan: Plan
+    deadline: float
+    #: Per shape, the kernels the checked calls launched (timed calls must launch the same).
+    signatures: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def candidate(self) -> CandidateModule:
-        """The candidate, imported on first use (an import error propagates with the candidate's lines)."""
-        if self._candidate is None:
-            self._candidate = CandidateModule(self.source, self.candidate_path)
-        return self._candidate
-
-    def shape_points(self) -> list[Any]:
-        points = self.task.shape(self.shape_set)
-        if self.shape_names:
-            points = [p for p in points if p.name in self.shape_names]
+    def shape_points(self) -> list[ShapePoint]:
+        points = self.task.shape(self.plan.shape_set)
+        if self.plan.shape_names:
+            points = [p for p in points if p.name in self.plan.shape_names]
         return points
+
+    @contextmanager
+    def runner(self, backend: str, device: str) -> Iterator[RunnerClient]:
+        client = RunnerClient(
+            self.source, backend=backend, device=device, constants=dict(self.task.constants), deadline=self.deadline,
+            cache_dir=quack_cache_for(self.source), hidden=hidden_paths(self.task),
+        )
+        try:
+            yield client
+        finally:
+            client.close()
+
+
+def quack_cache_for(source: str) -> Path:
+    """A QuACK compile cache per candidate source: a runner can write only the cache of its own code."""
+    root = Path(os.environ.get("QUACK_CACHE_DIR") or Path(tempfile.gettempdir()) / "coda_quack_cache")
+    return root / "by-source" / hashlib.sha256(source.encode()).hexdigest()[:20]
+
+
+def hidden_paths(task: Task) -> tuple[Path, ...]:
+    """What the runner must not see: the task's folder and files, the built-in suite, the run store, home."""
+    out = [DEFAULT_TASK_DIR, Path.home()]
+    if task.path is not None:
+        out += [task.path.parent, task.path, task.reference_file]
+        if task.human_file is not None:
+            out.append(task.human_file)
+    runs = os.environ.get("CODA_AGENT_RUNS_DIR")
+    out.append(Path(runs) if runs else Path.cwd() / "runs")
+    return tuple(dict.fromkeys(out))
 
 
 StageFn = Callable[[Context], StageResult]
@@ -61,88 +94,204 @@ def stage(name: str) -> Callable[[StageFn], StageFn]:
     return register
 
 
-def upcast(inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def upcast(inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Floating inputs in FP32 (the FP32 reference's view of the same data); integer inputs unchanged."""
     return {k: (v.float() if v.is_floating_point() else v) for k, v in inputs.items()}
 
 
-def clone(inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {k: v.clone() for k, v in inputs.items()}
-
-
-def references(task: Task, inputs: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+def references(task: Task, inputs: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """(FP32 reference, task-dtype reference) on the same inputs."""
     ref = reference_function(task)
     with torch.no_grad():
-        return ref(**upcast(inputs), **task.constants), ref(**clone(inputs), **task.constants)
+        return ref(**upcast(inputs), **task.constants), ref(**{k: v.clone() for k, v in inputs.items()}, **task.constants)
 
 
-def _call_candidate(ctx: Context, inputs: dict[str, torch.Tensor]) -> Any:
-    return ctx.candidate.forward(**inputs, **ctx.task.constants)
+class Reject(Exception):
+    """Ends the check of one shape with an outcome and a reason."""
+
+    def __init__(self, outcome: Outcome, reason: str) -> None:
+        super().__init__(reason)
+        self.outcome, self.reason = outcome, reason
+
+
+def returned_checks(task: Task, out: CallOutput, ref32: Mapping[str, torch.Tensor], reflp: Mapping[str, torch.Tensor],
+                    point: ShapePoint, seed: int) -> list[OutputCheck]:
+    """The tolerance checks of one returned output (a non-dict or a non-tensor value fails every check)."""
+    if out.kind != "dict":
+        return [OutputCheck(output=o.name, shape_point=point.name, seed=seed, ok=False,
+                            reason=f"forward() must return a dict keyed by output name, got {out.kind}") for o in task.outputs]
+    if out.bad:
+        name, kind = next(iter(out.bad.items()))
+        return [OutputCheck(output=name, shape_point=point.name, seed=seed, ok=False,
+                            reason=f"output {name!r} must be a plain torch.Tensor, got {kind}")]
+    extra = {k: None for k in out.keys if k not in out.tensors}
+    return check_outputs(task, {**out.tensors, **extra}, ref32, reflp, point.dims, point.name, seed)
+
+
+def call_problems(ctx: Context, batch: Batch, point: ShapePoint, skip_first: bool = False) -> list[dict[str, object]]:
+    """Per call, what it launched; raises :class:`Reject` for the first call that breaks a launch rule."""
+    described: list[dict[str, object]] = []
+    traces: list[LaunchTrace | None] = [None] * len(batch.times_us)
+    if batch.trace is not None:
+        traces = list(calls_from_trace(batch.trace, len(batch.times_us)))
+    if len(batch.ops) != len(batch.times_us):
+        raise Reject(Outcome.CRASH, f"the runner logged {len(batch.ops)} calls for {len(batch.times_us)}")
+    for i, (ops, tr) in enumerate(zip(batch.ops, traces, strict=True)):
+        if skip_first and i == 0:
+            continue
+        est = LaunchEstimate.from_ops(ops)
+        problem = (tr.problem(ctx.task, point.name) if tr else None) or est.problem(ctx.task, point.dims, point.name, budget=tr is None)
+        if problem:
+            raise Reject(*problem)
+        signature = tr.signature() if tr else est.signature()
+        first = ctx.signatures.setdefault(f"{point.name}:{'trace' if tr else 'ops'}", signature)
+        if signature != first:
+            raise Reject(Outcome.CHEAT_DETECTED, (
+                f"at shape {point.name}, calls on different inputs launched different kernels ({_diff(first, signature)}): "
+                "every call must do the same work, whatever the inputs and however often it is called"
+            ))
+        described.append({**est.describe(), **(tr.describe() if tr else {})})
+    return described
+
+
+def _diff(a: Any, b: Any) -> str:
+    gone, new = a - b, b - a
+    parts = [f"missing {', '.join(list(gone)[:2])[:120]}" if gone else "", f"extra {', '.join(list(new)[:2])[:120]}" if new else ""]
+    return "; ".join(p for p in parts if p)
+
+
+def check_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: str, checks: list[OutputCheck]) -> dict[str, object]:
+    """The correctness protocol at one shape (module docstring), adding to ``checks``; raises :class:`Reject` on a fault."""
+    task = ctx.task
+    seeds = list(ctx.plan.seeds)
+    decoys = [] if len(seeds) > 1 else [seeds[0] + 7919]
+    ids = {s: f"{point.name}-{s}" for s in seeds + decoys}
+    inputs = {s: task.make_inputs(point.dims, s, device=device) for s in ids}
+    for s, set_id in ids.items():
+        client.put(set_id, inputs[s])
+    info: dict[str, object] = {"dims": point.dims}
+    try:
+        warm = client.run([ids[(decoys or seeds)[-1]]], keep=[])  # builds the kernels; its launches are not judged
+        del warm
+        calls = [ids[s] for s in seeds + decoys] + [ids[seeds[0]]]
+        batch = client.run(calls, keep=list(range(len(calls))))
+    except CandidateRaised as exc:
+        raise Reject(Outcome.RUNTIME_ERROR, f"forward() raised at shape {point.name} {point.dims}:\n{exc}") from None
+    outs = client.fetch()
+    modified = client.drop(list(ids.values()))
+    changed = sorted({k for v in modified.values() for k in v} | {k for o in outs for k in o.inputs_modified})
+    if changed:
+        raise Reject(Outcome.CHEAT_DETECTED, f"at shape {point.name}, forward() modified its inputs {changed}; inputs are read-only")
+    if len(outs) != len(calls):
+        raise Reject(Outcome.CRASH, f"the runner returned {len(outs)} outputs for {len(calls)} calls")
+    storages = [set(o.storages.values()) - {0} for o in outs]
+    for i in range(len(outs)):
+        for j in range(i):
+            if storages[i] & storages[j]:
+                raise Reject(Outcome.CHEAT_DETECTED, (
+                    f"at shape {point.name}, forward() returned a buffer it had already returned from an earlier call "
+                    "(an answer kept across calls); compute every output from the current inputs"
+                ))
+    order = seeds + decoys + [seeds[0]]
+    refs: dict[int, tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]] = {}
+    for out, seed in zip(outs, order, strict=True):
+        if seed not in refs:
+            refs[seed] = references(task, inputs[seed])
+        found = returned_checks(task, out, *refs[seed], point, seed)
+        if seed in seeds and out is not outs[-1]:
+            checks.extend(found)
+        failed = [c for c in found if not c.ok]
+        if failed:
+            raise Reject(Outcome.WRONG_OUTPUT, failed[0].reason)
+    launches = call_problems(ctx, batch, point)
+    info["launches"] = launches[0] if launches else {}
+    agreement(task, outs[0], outs[-1], checks, point, seeds[0], info)
+    return info
+
+
+def agreement(task: Task, first: CallOutput, again: CallOutput, found: list[OutputCheck], point: ShapePoint, seed: int,
+              info: dict[str, object]) -> None:
+    """The repeat call must match the first: bitwise, or at least within the tolerance of the check.
+
+    Bitwise is not required (a reduction may legitimately vary its order), but a difference beyond the
+    tolerance means the result depends on memory contents or timing.
+    """
+    allowed = {c.output: c.allowed for c in found if c.allowed is not None and c.seed == seed}
+    for spec in task.outputs:
+        a, b = first.tensors[spec.name], again.tensors[spec.name]
+        if torch.equal(a, b):
+            continue
+        diff = (a.double() - b.double()).abs()
+        worst = float(torch.where(torch.isnan(diff), torch.full_like(diff, float("inf")), diff).max()) if diff.numel() else 0.0
+        limit = allowed.get(spec.name, 0.0)
+        if worst > limit:
+            raise Reject(Outcome.CHEAT_DETECTED, (
+                f"at shape {point.name} seed {seed}, two calls on identical inputs disagree on {spec.name!r} by {worst:.3g} "
+                f"(allowed {limit:.3g}): the result depends on memory contents or timing"
+            ))
+        drifted = info.setdefault("not_bitwise_reproducible", [])
+        assert isinstance(drifted, list)
+        drifted.append(spec.name)
+
+
+def run_correctness(ctx: Context, name: str, backend_name: str, device: str) -> StageResult:
+    """Every selected shape through :func:`check_shape` (the first fault ends the stage)."""
+    t0 = time.perf_counter()
+    shapes: dict[str, dict[str, object]] = {}
+    checks: list[OutputCheck] = []
+    details: dict[str, object] = {"shapes": shapes, "seeds": list(ctx.plan.seeds), "device": device}
+
+    def result(outcome: Outcome, reason: str) -> StageResult:
+        return StageResult(stage=name, outcome=outcome, reason=reason, seconds=time.perf_counter() - t0, checks=checks, details=details)
+
+    try:
+        with ctx.runner(backend_name, device) as client:
+            for point in ctx.shape_points():
+                try:
+                    info = check_shape(ctx, client, point, device, checks)
+                except Reject as rej:
+                    shapes[point.name] = {"outcome": rej.outcome.value, "reason": rej.reason, "dims": point.dims}
+                    return result(rej.outcome, rej.reason)
+                shapes[point.name] = {"outcome": Outcome.PASSED.value, "reason": "", **info}
+    except CandidateRaised as exc:
+        return result(Outcome.RUNTIME_ERROR, str(exc))
+    except RunnerTimedOut:
+        return result(Outcome.TIMEOUT, f"the candidate did not finish within {ctx.plan.timeout:.0f} s")
+    except RunnerCrashed as exc:
+        return result(Outcome.CRASH, str(exc))
+    n = len(ctx.shape_points())
+    return result(Outcome.PASSED, f"all outputs within tolerance on {n} {ctx.plan.shape_set} shapes x {len(ctx.plan.seeds)} seeds, launch budget kept")
 
 
 @stage("correctness")
 def cpu_correctness(ctx: Context) -> StageResult:
-    """The emulator (torch backend) against the FP32 reference: every small shape, several seeds."""
-    t0 = time.perf_counter()
-    backend.set_backend("torch")
-    checks: list[OutputCheck] = []
-    try:
-        ctx.candidate  # noqa: B018 - import now, so an import error is reported as such
-    except Exception as exc:
-        return StageResult(
-            stage="correctness", outcome=Outcome.RUNTIME_ERROR,
-            reason=f"importing the candidate failed:\n{candidate_trace(exc, ctx.candidate_path)}",
-        )
-    for point in ctx.shape_points():
-        for seed in ctx.seeds:
-            inputs = ctx.task.make_inputs(point.dims, seed)
-            ref32, reflp = references(ctx.task, inputs)
-            mine = clone(inputs)
-            try:
-                with torch.no_grad():
-                    out = _call_candidate(ctx, mine)
-            except Exception as exc:
-                return StageResult(
-                    stage="correctness", outcome=Outcome.RUNTIME_ERROR, seconds=time.perf_counter() - t0,
-                    reason=f"forward() raised at shape {point.name} {point.dims}:\n{candidate_trace(exc, ctx.candidate_path)}",
-                    checks=checks,
-                )
-            changed = [k for k in inputs if not torch.equal(inputs[k], mine[k])]
-            if changed:
-                return StageResult(
-                    stage="correctness", outcome=Outcome.CHEAT_DETECTED, seconds=time.perf_counter() - t0,
-                    reason=f"forward() modified its inputs {changed}; inputs are read-only", checks=checks,
-                )
-            checks.extend(check_outputs(ctx.task, out, ref32, reflp, point.dims, point.name, seed))
-    failed = [c for c in checks if not c.ok]
-    return StageResult(
-        stage="correctness",
-        outcome=Outcome.WRONG_OUTPUT if failed else Outcome.PASSED,
-        reason=failed[0].reason if failed else f"all outputs within tolerance on {len(ctx.shape_points())} shapes x {len(ctx.seeds)} seeds",
-        seconds=time.perf_counter() - t0,
-        checks=checks,
-    )
+    """The emulator (torch backend) against the FP32 reference, with the launch estimate and GEMM rules."""
+    return run_correctness(ctx, "correctness", "torch", "cpu")
 
 
 @stage("compile")
 def compile_sm90(ctx: Context) -> StageResult:
     """Build every kernel forward() launches for sm_90a, without a GPU (QuACK compile-only)."""
     t0 = time.perf_counter()
-    backend.set_backend("quack-compile")
     point = ctx.shape_points()[0]
-    inputs = ctx.task.make_inputs(point.dims, 0)
+
+    def result(outcome: Outcome, reason: str, details: dict[str, object] | None = None) -> StageResult:
+        return StageResult(stage="compile", outcome=outcome, reason=reason, seconds=time.perf_counter() - t0, details=details or {})
+
     try:
-        with torch.no_grad():
-            _call_candidate(ctx, inputs)
-    except Exception as exc:
-        return StageResult(
-            stage="compile", outcome=Outcome.COMPILE_ERROR, seconds=time.perf_counter() - t0,
-            reason=f"building the sm_90a kernels failed at shape {point.name}:\n{candidate_trace(exc, ctx.candidate_path)}",
-        )
-    finally:
-        backend.set_backend("torch")
-    return StageResult(
-        stage="compile", outcome=Outcome.PASSED, seconds=time.perf_counter() - t0,
-        reason=f"compiled every kernel for sm_90a at shape {point.name}",
-    )
+        with ctx.runner("quack-compile", "cpu") as client:
+            client.put("compile", ctx.task.make_inputs(point.dims, 0))
+            batch = client.run(["compile"], keep=[])
+    except CandidateRaised as exc:
+        return result(Outcome.COMPILE_ERROR, f"building the sm_90a kernels failed at shape {point.name}:\n{exc}")
+    except RunnerTimedOut:
+        return result(Outcome.TIMEOUT, f"the build did not finish within {ctx.plan.timeout:.0f} s")
+    except RunnerCrashed as exc:
+        return result(Outcome.CRASH, str(exc))
+    est = LaunchEstimate.from_ops(batch.ops[0] if batch.ops else [])
+    if not est.gemms:
+        return result(Outcome.CHEAT_DETECTED, f"at shape {point.name}, forward() built no GEMM kernel: every GEMM must be a primitives.gemm call")
+    missing = [g for g in ctx.task.gemm_shapes(point.dims) if g not in est.gemms]
+    if missing:
+        return result(Outcome.CHEAT_DETECTED, f"at shape {point.name}, no kernel was built for the task's GEMM {missing[0]} (built: {est.gemms})")
+    return result(Outcome.PASSED, f"built {len(est.gemms)} GEMM kernel(s) for sm_90a at shape {point.name}", est.describe())

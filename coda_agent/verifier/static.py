@@ -1,9 +1,14 @@
-"""The static check: an AST allowlist for candidate modules.
+"""The static check: an allowlist for candidate modules, checked on the AST before anything runs.
 
-A candidate may import only ``coda_agent.primitives`` (its public names), ``math`` and ``torch`` (for
-light host glue on small tensors), and must define ``forward``. Everything that could reach around the
-harness is refused by construction: other imports, dynamic code, I/O, threads, CUDA streams/graphs,
-classes (tensor subclasses), global state, and any torch matmul that would replace the fused GEMM.
+A candidate may import the public names of ``coda_agent.primitives``, ``math`` and ``torch``, and must define
+``forward``. Host glue may call the torch functions in :data:`TORCH_FUNCTIONS`, the methods in
+:data:`METHODS` and the builtins in :data:`BUILTINS`; everything else is refused: any other attribute chain
+(``torch.serialization.os``…), a method taken as a value, dunder or private access, assignment to an
+attribute anywhere or to an item of an input or a module-level name, mutable defaults, classes,
+``global``/``nonlocal``, ``try``, ``with``, generators, and top-level code other than imports, functions
+and constant declarations. The contract text of the prompt is generated from these tables.
+
+This is the first line, not the only one: the runner is sandboxed and the checker judges what it returns.
 """
 
 from __future__ import annotations
@@ -13,24 +18,49 @@ from dataclasses import dataclass
 
 from .. import primitives
 
-ALLOWED_MODULES = {"math", "torch"}
 PRIMITIVES = "coda_agent.primitives"
-BANNED_CALLS = {
-    "exec", "eval", "compile", "open", "__import__", "globals", "locals", "vars", "getattr", "setattr",
-    "delattr", "input", "breakpoint", "memoryview", "help", "exit", "quit",
-}
-#: torch attributes that would replace the fused GEMM or escape the harness (streams, graphs, I/O, ...).
-BANNED_TORCH_ATTRS = {
-    "matmul", "mm", "bmm", "addmm", "addbmm", "baddbmm", "einsum", "tensordot", "linear", "bilinear",
-    "chain_matmul", "mv", "addmv", "dot", "vdot", "inner", "outer", "ger", "conv1d", "conv2d", "kron",
-    "cuda", "Stream", "Event", "stream", "compile", "jit", "ops", "library", "utils", "backends",
-    "distributed", "multiprocessing", "hub", "save", "load", "from_file", "autograd", "profiler",
-    "set_default_dtype", "set_default_device", "manual_seed", "random", "cpu", "mps", "xpu", "fx",
-    "export", "func", "nn", "overrides", "classes", "storage", "UntypedStorage", "set_grad_enabled",
-    "use_deterministic_algorithms", "set_float32_matmul_precision", "linalg", "sparse", "nested", "functional",
-    "special", "fft", "masked",
-}
-BANNED_METHODS = {"matmul", "mm", "bmm", "addmm", "mv", "dot", "record_stream", "share_memory_", "data_ptr", "untyped_storage", "numpy", "tolist"}
+ALLOWED_MODULES = ("math", "torch", PRIMITIVES)
+
+#: torch functions host glue may call (elementwise math, reductions, creation, shape and indexing; no GEMMs).
+TORCH_FUNCTIONS = frozenset({
+    "abs", "add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide", "neg", "negative", "rsub",
+    "exp", "exp2", "expm1", "log", "log1p", "log2", "sqrt", "rsqrt", "pow", "square", "reciprocal", "sigmoid",
+    "tanh", "sin", "cos", "erf", "sign", "floor", "ceil", "round", "trunc", "clamp", "clip", "minimum", "maximum",
+    "where", "lerp", "addcmul", "addcdiv", "sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin",
+    "logsumexp", "cumsum", "isfinite", "isnan", "isinf", "nan_to_num", "zeros", "ones", "full", "empty",
+    "zeros_like", "ones_like", "full_like", "empty_like", "arange", "tensor", "cat", "concat", "stack", "gather",
+    "index_select", "take_along_dim", "reshape", "flatten", "squeeze", "unsqueeze", "transpose", "permute",
+    "chunk", "split", "narrow", "broadcast_to", "repeat_interleave", "flip", "roll", "tril", "triu",
+})
+#: torch attributes that are values, not functions (dtypes).
+TORCH_VALUES = frozenset({
+    "float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool", "float",
+    "half", "double", "long", "int", "Tensor",
+})
+#: Methods host glue may call on tensors, dicts and lists.
+METHODS = frozenset({
+    "t", "view", "view_as", "reshape", "reshape_as", "transpose", "permute", "contiguous", "expand", "expand_as",
+    "flatten", "unflatten", "squeeze", "unsqueeze", "chunk", "split", "narrow", "unbind", "repeat", "size", "dim",
+    "numel", "stride", "float", "half", "bfloat16", "double", "int", "long", "bool", "to", "type_as", "clone",
+    "detach", "new_zeros", "new_ones", "new_full", "new_empty", "masked_fill", "fill_", "zero_", "copy_",
+    "add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "neg", "neg_", "abs", "exp", "exp_", "log",
+    "log1p", "sqrt", "rsqrt", "rsqrt_", "pow", "square", "reciprocal", "sigmoid", "tanh", "sin", "cos", "clamp",
+    "clamp_", "clamp_min", "clamp_max", "sum", "mean", "amax", "amin", "max", "min", "argmax", "logsumexp",
+    "cumsum", "gather", "index_select", "isfinite", "isnan", "nan_to_num", "where", "lerp", "roll", "flip",
+    "get", "items", "keys", "values", "append", "extend", "update", "pop", "copy", "index", "count",
+})
+#: Attributes that may be read without calling them.
+DATA_ATTRS = frozenset({"shape", "dtype", "device", "T", "mT", "ndim", "is_cuda"})
+#: Builtins a candidate may name.
+BUILTINS = frozenset({
+    "len", "range", "min", "max", "abs", "sum", "round", "divmod", "pow", "int", "float", "bool", "str", "tuple",
+    "list", "dict", "set", "frozenset", "zip", "enumerate", "map", "filter", "sorted", "reversed", "any", "all",
+    "isinstance", "slice", "print", "iter", "next", "True", "False", "None", "ValueError", "RuntimeError",
+    "TypeError", "AssertionError", "NotImplementedError",
+})
+#: Top-level values a constant declaration may be built from (besides literals and primitives' names).
+_CONST_NODES = (ast.Constant, ast.Tuple, ast.List, ast.Dict, ast.Set, ast.UnaryOp, ast.BinOp, ast.Name, ast.Load,
+                ast.keyword, ast.operator, ast.unaryop, ast.Attribute, ast.Call, ast.Subscript, ast.Slice)
 
 
 @dataclass(frozen=True)
@@ -42,21 +72,54 @@ class Violation:
         return f"line {self.line}: {self.message}"
 
 
+def _bound_names(tree: ast.Module) -> set[str]:
+    """Every name the module itself binds (imports, functions, assignments, parameters, loop targets)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, ast.FunctionDef):
+            names.add(node.name)
+            a = node.args
+            for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg):
+                if arg is not None:
+                    names.add(arg.arg)
+        elif isinstance(node, ast.Lambda):
+            a = node.args
+            names.update(arg.arg for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((al.asname or al.name).split(".")[0] for al in node.names)
+    return names
+
+
 class _Checker(ast.NodeVisitor):
-    def __init__(self) -> None:
+    def __init__(self, tree: ast.Module) -> None:
         self.violations: list[Violation] = []
-        self.torch_names: set[str] = set()
-        self.torch_attr_roots: set[int] = set()  # torch Names used as `torch.<attr>` (the only allowed use)
+        self.torch: set[str] = set()
+        self.math: set[str] = set()
+        self.prims: set[str] = set()  # names bound to the primitives module
+        self.globals: set[str] = set()
+        self.bound = _bound_names(tree)
+        self.params: list[set[str]] = []  # parameters of the enclosing functions
+        self.scopes: list[set[str]] = []  # names the enclosing functions assign themselves
+        self._call_funcs: set[int] = set()
+        self._value_roots: set[int] = set()  # module Names used as module.<attr>
 
     def flag(self, node: ast.AST, message: str) -> None:
         self.violations.append(Violation(getattr(node, "lineno", 0), message))
 
+    # --- imports -------------------------------------------------------------------------------
+
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
-            if alias.name in ALLOWED_MODULES:
-                if alias.name == "torch":
-                    self.torch_names.add(alias.asname or "torch")
-            elif alias.name != PRIMITIVES:
+            bound = alias.asname or alias.name
+            if alias.name == "torch":
+                self.torch.add(bound)
+            elif alias.name == "math":
+                self.math.add(bound)
+            elif alias.name == PRIMITIVES and alias.asname:
+                self.prims.add(alias.asname)
+            else:
                 self.flag(node, f"import of {alias.name!r} is not allowed (only coda_agent.primitives, math, torch)")
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
@@ -64,8 +127,11 @@ class _Checker(ast.NodeVisitor):
         if node.level:
             self.flag(node, "relative imports are not allowed")
         elif mod == "coda_agent":
-            if any(a.name != "primitives" for a in node.names):
-                self.flag(node, "from coda_agent, only 'primitives' may be imported")
+            for a in node.names:
+                if a.name == "primitives":
+                    self.prims.add(a.asname or a.name)
+                else:
+                    self.flag(node, "from coda_agent, only 'primitives' may be imported")
         elif mod == PRIMITIVES:
             for a in node.names:
                 if a.name == "*":
@@ -73,40 +139,160 @@ class _Checker(ast.NodeVisitor):
                 elif a.name not in primitives.__all__:
                     self.flag(node, f"{a.name!r} is not part of coda_agent.primitives (see the API reference)")
         elif mod == "math":
-            pass
+            for a in node.names:
+                if a.name == "*" or a.name.startswith("_"):
+                    self.flag(node, f"from math, {a.name!r} may not be imported")
         else:
             self.flag(node, f"import from {mod!r} is not allowed (only coda_agent.primitives, math, torch)")
+
+    # --- definitions ---------------------------------------------------------------------------
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        for dec in node.decorator_list:
+            target = dec.func if isinstance(dec, ast.Call) else dec
+            if not self._is_primitive(target, "epilogue"):
+                self.flag(dec, "the only decorator allowed is @epilogue(...)")
+        for default in (*node.args.defaults, *(d for d in node.args.kw_defaults if d is not None)):
+            if not _is_constant(default):
+                self.flag(default, "default values must be constants (None, numbers, strings, tuples): a mutable default keeps state across calls")
+        a = node.args
+        self.params.append({arg.arg for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if arg})
+        self.scopes.append({n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)})
         self.generic_visit(node)
+        self.params.pop()
+        self.scopes.pop()
+
+    def _banned(self, node: ast.AST, what: str) -> None:
+        self.flag(node, f"{what} are not allowed in a candidate")
+        self.generic_visit(node)
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self._banned(node, "class definitions")
+
+    def visit_Global(self, node: ast.Global) -> None:
+        self._banned(node, "global statements (state across calls)")
+
+    def visit_Nonlocal(self, node: ast.Nonlocal) -> None:
+        self._banned(node, "nonlocal statements (state across calls)")
+
+    def visit_Try(self, node: ast.Try) -> None:
+        self._banned(node, "try/except blocks (fallback paths)")
+
+    def visit_TryStar(self, node: ast.TryStar) -> None:
+        self._banned(node, "try/except blocks (fallback paths)")
+
+    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> None:
+        self._banned(node, "async functions")
+
+    def visit_Await(self, node: ast.Await) -> None:
+        self._banned(node, "await expressions")
+
+    def visit_Yield(self, node: ast.Yield) -> None:
+        self._banned(node, "generators")
+
+    def visit_YieldFrom(self, node: ast.YieldFrom) -> None:
+        self._banned(node, "generators")
+
+    def visit_With(self, node: ast.With) -> None:
+        self._banned(node, "with blocks")
+
+    def visit_AsyncWith(self, node: ast.AsyncWith) -> None:
+        self._banned(node, "with blocks")
+
+    def visit_AsyncFor(self, node: ast.AsyncFor) -> None:
+        self._banned(node, "async loops")
+
+    def visit_Match(self, node: ast.AST) -> None:
+        self._banned(node, "match statements")
+
+    # --- stores --------------------------------------------------------------------------------
+
+    def _check_target(self, target: ast.expr) -> None:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            for t in target.elts:
+                self._check_target(t)
+        elif isinstance(target, ast.Starred):
+            self._check_target(target.value)
+        elif isinstance(target, ast.Attribute):
+            self.flag(target, f"assigning to an attribute ({ast.unparse(target)}) is not allowed: no state on objects, modules or tensors")
+        elif isinstance(target, ast.Subscript):
+            root = target.value
+            while isinstance(root, (ast.Subscript, ast.Attribute)):
+                root = root.value
+            if isinstance(root, ast.Name):
+                if self.params and root.id in self.params[-1]:
+                    self.flag(target, f"writing into the input {root.id!r} is not allowed: inputs are read-only")
+                elif self.params and root.id in self.globals and not self._local(root.id):
+                    self.flag(target, f"writing into the module-level {root.id!r} is not allowed (state across calls)")
+
+    def _local(self, name: str) -> bool:
+        return bool(self.scopes) and name in self.scopes[-1]
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        for t in node.targets:
+            self._check_target(t)
+        self.generic_visit(node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        self._check_target(node.target)
+        if isinstance(node.target, ast.Name) and self.params and node.target.id in self.params[-1]:
+            self.flag(node, f"'{node.target.id} {ast.unparse(node.op)}= ...' updates an input in place; write 'y = {node.target.id} ...' instead")
+        if isinstance(node.target, ast.Name) and self.params and node.target.id in self.globals and not self._local(node.target.id):
+            self.flag(node, f"updating the module-level {node.target.id!r} is not allowed (state across calls)")
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self._check_target(node.target)
+        self.generic_visit(node)
+
+    def visit_Delete(self, node: ast.Delete) -> None:
+        for t in node.targets:
+            self._check_target(t)
+        self.generic_visit(node)
+
+    # --- expressions ---------------------------------------------------------------------------
+
+    def _is_primitive(self, node: ast.AST, name: str | None = None) -> bool:
+        if isinstance(node, ast.Name):
+            return node.id in primitives.__all__ and node.id in self.bound and (name is None or node.id == name)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in self.prims:
+            return node.attr in primitives.__all__ and (name is None or node.attr == name)
+        return False
 
     def visit_Call(self, node: ast.Call) -> None:
-        if isinstance(node.func, ast.Name) and node.func.id in BANNED_CALLS:
-            self.flag(node, f"{node.func.id}() is not allowed in a candidate")
-        if isinstance(node.func, ast.Attribute) and node.func.attr in BANNED_METHODS:
-            self.flag(node, f".{node.func.attr}() is not allowed: the GEMM must run through primitives.gemm")
+        self._call_funcs.add(id(node.func))
+        func = node.func
+        if isinstance(func, ast.Name) and func.id not in self.bound and func.id not in BUILTINS:
+            self.flag(node, f"{func.id}() is not allowed in a candidate")
+        elif isinstance(func, ast.Attribute) and not self._module_attr(func):
+            if func.attr not in METHODS:
+                self.flag(node, f".{func.attr}() is not allowed (host glue may call: see the contract's method list)")
+            root = func.value
+            if isinstance(root, ast.Name) and root.id in self.globals and self.params and not self._local(root.id) and func.attr not in ("get", "items", "keys", "values", "copy"):
+                self.flag(node, f"calling .{func.attr}() on the module-level {root.id!r} is not allowed (state across calls)")
         self.generic_visit(node)
 
+    def _module_attr(self, node: ast.Attribute) -> bool:
+        """``torch.f`` / ``math.f`` / ``P.f`` (checked in visit_Attribute); True when node is one."""
+        return isinstance(node.value, ast.Name) and node.value.id in (self.torch | self.math | self.prims)
+
     def visit_Attribute(self, node: ast.Attribute) -> None:
-        if isinstance(node.value, ast.Name) and node.value.id in self.torch_names:
-            self.torch_attr_roots.add(id(node.value))
         if node.attr.startswith("_"):
             self.flag(node, f"access to private attribute {node.attr!r} is not allowed")
-        root = node
-        while isinstance(root, ast.Attribute):
-            root = root.value  # type: ignore[assignment]
-        if (
-            isinstance(root, ast.Name)
-            and root.id in self.torch_names
-            and isinstance(node.value, ast.Name)
-            and node.attr in BANNED_TORCH_ATTRS
-        ):
-            self.flag(node, f"torch.{node.attr} is not allowed in a candidate (the GEMM and all kernels go through primitives)")
-        if (
-            isinstance(node.value, ast.Name)
-            and node.value.id in {"P", "primitives"}
-            and not node.attr.startswith("_")
-            and node.attr not in primitives.__all__
-        ):
-            self.flag(node, f"primitives.{node.attr} does not exist (see the API reference)")
+        elif self._module_attr(node):
+            assert isinstance(node.value, ast.Name)
+            self._value_roots.add(id(node.value))
+            mod = node.value.id
+            if mod in self.torch and node.attr not in TORCH_FUNCTIONS | TORCH_VALUES:
+                self.flag(node, f"torch.{node.attr} is not allowed in a candidate (the GEMM and all kernels go through primitives; host glue: see the contract's torch list)")
+            elif mod in self.torch and node.attr in TORCH_FUNCTIONS and id(node) not in self._call_funcs:
+                self.flag(node, f"torch.{node.attr} may only be called, not passed around")
+            elif mod in self.prims and node.attr not in primitives.__all__:
+                self.flag(node, f"primitives.{node.attr} does not exist (see the API reference)")
+        elif id(node) not in self._call_funcs and node.attr not in DATA_ATTRS:
+            self.flag(node, f"reading the attribute .{node.attr} is not allowed (a method must be called where it is named; data: {', '.join(sorted(DATA_ATTRS))})")
+        if isinstance(node.value, ast.Attribute) and self._module_attr(node.value):
+            self.flag(node, f"{ast.unparse(node)}: attribute chains beyond torch.<name> are not allowed")
         self.generic_visit(node)
 
     def visit_BinOp(self, node: ast.BinOp) -> None:
@@ -115,39 +301,24 @@ class _Checker(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> None:
-        if node.id in self.torch_names and id(node) not in self.torch_attr_roots:
-            self.flag(node, f"{node.id} may only be used as {node.id}.<name> (no aliases or passing the module around)")
-        if node.id.startswith("__") and node.id not in {"__name__", "__doc__"}:
+        if node.id.startswith("__"):
             self.flag(node, f"{node.id} is not allowed")
+        elif isinstance(node.ctx, ast.Load):
+            if node.id in self.torch | self.math | self.prims and id(node) not in self._value_roots:
+                self.flag(node, f"{node.id} may only be used as {node.id}.<name> (no aliases or passing the module around)")
+            elif node.id not in self.bound and node.id not in BUILTINS:
+                self.flag(node, f"the name {node.id!r} is not allowed in a candidate")
         self.generic_visit(node)
 
-    def _banned_stmt(self, node: ast.AST, what: str) -> None:
-        self.flag(node, f"{what} are not allowed in a candidate")
-        self.generic_visit(node)
 
-    def visit_ClassDef(self, node: ast.ClassDef) -> None:
-        self._banned_stmt(node, "class definitions")
-
-    def visit_Global(self, node: ast.Global) -> None:
-        self._banned_stmt(node, "global statements (state across calls)")
-
-    def visit_Nonlocal(self, node: ast.Nonlocal) -> None:
-        self._banned_stmt(node, "nonlocal statements (state across calls)")
-
-    def visit_Try(self, node: ast.Try) -> None:
-        self._banned_stmt(node, "try/except blocks (fallback paths)")
-
-    def visit_TryStar(self, node: ast.TryStar) -> None:
-        self._banned_stmt(node, "try/except blocks (fallback paths)")
-
-    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> None:
-        self._banned_stmt(node, "async functions")
-
-    def visit_Yield(self, node: ast.Yield) -> None:
-        self._banned_stmt(node, "generators")
-
-    def visit_With(self, node: ast.With) -> None:
-        self._banned_stmt(node, "with blocks")
+def _is_constant(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.Tuple):
+        return all(_is_constant(e) for e in node.elts)
+    if isinstance(node, ast.UnaryOp):
+        return _is_constant(node.operand)
+    return False
 
 
 def check_source(source: str) -> list[Violation]:
@@ -156,12 +327,39 @@ def check_source(source: str) -> list[Violation]:
         tree = ast.parse(source)
     except SyntaxError as exc:
         return [Violation(exc.lineno or 0, f"syntax error: {exc.msg}")]
-    checker = _Checker()
-    checker.visit(tree)
+    checker = _Checker(tree)
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Name):
+                    checker.globals.add(t.id)
+                else:
+                    checker.flag(node, "top-level assignments must bind plain names")
+            value = node.value
+            if value is not None:
+                bad = [n for n in ast.walk(value) if not isinstance(n, _CONST_NODES)]
+                calls = [n for n in ast.walk(value) if isinstance(n, ast.Call) and not checker._is_primitive(n.func)]
+                if bad or calls:
+                    checker.flag(node, "top-level assignments must be constants (literals, tuples, dicts, primitives such as Config(...)): no tensors or other state")
+        elif isinstance(node, ast.Expr) and not (isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+            checker.flag(node, "top-level expressions other than the docstring are not allowed")
+        elif not isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.Assign, ast.AnnAssign, ast.Expr)):
+            checker.flag(node, f"top-level {type(node).__name__} statements are not allowed (imports, functions and constants only)")
+    # Imports first (module names), then call sites (so attributes know whether they are called), then the rest.
+    for sub in ast.walk(tree):
+        if isinstance(sub, (ast.Import, ast.ImportFrom)):
+            checker.visit(sub)
+    for sub in ast.walk(tree):
+        if isinstance(sub, ast.Call):
+            checker._call_funcs.add(id(sub.func))
+        if isinstance(sub, ast.Attribute) and checker._module_attr(sub):
+            assert isinstance(sub.value, ast.Name)
+            checker._value_roots.add(id(sub.value))
+    for node in tree.body:
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            checker.visit(node)
     has_forward = any(isinstance(n, ast.FunctionDef) and n.name == "forward" for n in tree.body)
     if not has_forward:
         checker.violations.append(Violation(0, "the module must define a top-level function forward(**inputs)"))
-    for node in tree.body:
-        if not isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.Assign, ast.AnnAssign, ast.Expr)):
-            checker.flag(node, f"top-level {type(node).__name__} statements are not allowed (imports, functions and constants only)")
-    return sorted(checker.violations, key=lambda v: v.line)
+    return sorted(set(checker.violations), key=lambda v: (v.line, v.message))

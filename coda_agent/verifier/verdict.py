@@ -61,6 +61,7 @@ class Verdict(BaseModel):
     backend: str
     outcome: Outcome
     reason: str = ""
+    sandbox: str = Field(default="", description="how the candidate was isolated: bwrap, or process (no OS sandbox)")
     stages: list[StageResult] = []
     timings: dict[str, object] = {}
 

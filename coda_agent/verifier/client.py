@@ -1,0 +1,230 @@
+"""The checker's handle on one sandboxed runner: start it, talk to it, bound it in time, end it.
+
+Everything the runner says is data (validated by :mod:`.protocol`); its exit code and its files mean
+nothing to the verdict. A runner that dies becomes :class:`RunnerCrashed`, one that overruns the deadline
+is killed and becomes :class:`RunnerTimedOut`, and a ``forward`` that raised is :class:`CandidateRaised`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .protocol import Channel, ProtocolError, TensorRef, read_tensors, write_tensors
+from .sandbox import Limits, Sandbox, Spec, detect, kill
+
+STDERR_TAIL = 4000
+#: Sets rlimits and the parent-death signal, then execs the real command (no preexec_fn: the caller has threads).
+_SHIM = (
+    "import ctypes,json,os,resource,signal,sys\n"
+    "lim=json.loads(sys.argv[1])\n"
+    "ctypes.CDLL(None).prctl(1,signal.SIGKILL,0,0,0)\n"
+    "for k,v in lim.items():\n"
+    " r=getattr(resource,k);s,h=resource.getrlimit(r)\n"
+    " v=v if h==resource.RLIM_INFINITY else min(v,h)\n"
+    " resource.setrlimit(r,(v,v))\n"
+    "os.execvp(sys.argv[2],sys.argv[2:])\n"
+)
+
+
+class RunnerError(Exception):
+    """The runner did not answer as asked."""
+
+
+class RunnerCrashed(RunnerError):
+    pass
+
+
+class RunnerTimedOut(RunnerError):
+    pass
+
+
+class CandidateRaised(RunnerError):
+    """``forward`` (or the import) raised; the message is the candidate's own trace."""
+
+    def __init__(self, message: str, call: int | None = None) -> None:
+        super().__init__(message)
+        self.call = call
+
+
+@dataclass
+class Batch:
+    """What one ``run`` request came back with; ``wall_s`` is the checker's own clock around it."""
+
+    times_us: list[float]
+    wall_s: float
+    trace: dict[str, Any] | None = None
+    ops: list[list[dict[str, Any]]] = field(default_factory=list)
+
+
+@dataclass
+class CallOutput:
+    """The kept output of one call, as the checker rebuilt it from the runner's bytes."""
+
+    call: int
+    kind: str
+    tensors: dict[str, torch.Tensor]
+    bad: dict[str, str]
+    storages: dict[str, int]
+    inputs_modified: list[str]
+    keys: list[str]
+
+
+class RunnerClient:
+    """One runner process in the sandbox, for one backend on one device."""
+
+    def __init__(
+        self, source: str, *, backend: str, device: str, constants: dict[str, Any], deadline: float,
+        cache_dir: Path | None = None, hidden: tuple[Path, ...] = (), sandbox: Sandbox | None = None,
+    ) -> None:
+        self.sandbox = sandbox or detect()
+        self.device, self.deadline = device, deadline
+        self.scratch = Path(tempfile.mkdtemp(prefix="coda_runner_"))
+        (self.scratch / "candidate.py").write_text(source)
+        env = {"QUACK_CACHE_DIR": str(cache_dir)} if cache_dir else {}
+        if backend == "quack-compile":
+            env.update({"QUACK_ARCH": "90", "CUTE_DSL_ARCH": "sm_90a"})
+        spec = Spec(
+            scratch=self.scratch, writable=(cache_dir,) if cache_dir else (), hidden=hidden, gpu=device == "cuda",
+            env=env, limits=Limits(memory_bytes=None if device == "cuda" else Limits().memory_bytes),
+        )
+        argv = [sys.executable, "-m", "coda_agent.verifier.runner"]
+        limits = {
+            "RLIMIT_CPU": spec.limits.cpu_seconds, "RLIMIT_CORE": 0, "RLIMIT_NOFILE": spec.limits.open_files,
+            "RLIMIT_FSIZE": spec.limits.file_bytes, "RLIMIT_NPROC": spec.limits.processes,
+            **({"RLIMIT_AS": spec.limits.memory_bytes} if spec.limits.memory_bytes else {}),
+        }
+        shim = [sys.executable, "-S", "-c", _SHIM, json.dumps(limits)]
+        self._timed_out = False
+        self._tail = bytearray()
+        self.proc = self.sandbox.popen(argv, spec, prefix=shim, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert self.proc.stdin and self.proc.stdout and self.proc.stderr
+        self.channel = Channel(self.proc.stdout, self.proc.stdin)
+        self._stderr = threading.Thread(target=self._drain, args=(self.proc.stderr,), daemon=True)
+        self._stderr.start()
+        self._watchdog = threading.Thread(target=self._watch, daemon=True)
+        self._closed = threading.Event()
+        self._watchdog.start()
+        try:
+            self._request({"op": "load", "backend": backend, "device": device, "constants": constants})
+        except BaseException:
+            self.close()
+            raise
+
+    # --- plumbing --------------------------------------------------------------------------------
+
+    def _drain(self, stream: Any) -> None:
+        for chunk in iter(lambda: stream.read(4096), b""):
+            self._tail += chunk
+            del self._tail[:-STDERR_TAIL]
+
+    def _watch(self) -> None:
+        while not self._closed.wait(0.2):
+            if time.monotonic() > self.deadline:
+                self._timed_out = True
+                kill(self.proc)
+                return
+
+    def stderr_tail(self) -> str:
+        return self._tail.decode(errors="replace")[-1500:]
+
+    def _request(self, message: dict[str, Any]) -> dict[str, Any]:
+        try:
+            self.channel.send(message)
+            reply = self.channel.recv()
+        except ProtocolError as exc:
+            self._fail(exc)
+        if not reply.get("ok"):
+            error = str(reply.get("error", "no reason given"))
+            if reply.get("harness"):
+                raise RunnerCrashed(f"the runner failed while handling {message.get('op')!r}:\n{error}")
+            raise CandidateRaised(error, reply.get("call"))
+        return reply
+
+    def _fail(self, exc: Exception) -> Any:
+        if self._timed_out:
+            raise RunnerTimedOut("the candidate did not finish in time") from None
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+        self._stderr.join(timeout=1)
+        raise RunnerCrashed(f"the runner process died (exit {code}): {exc}\n{self.stderr_tail()}") from None
+
+    # --- requests --------------------------------------------------------------------------------
+
+    def put(self, set_id: str, tensors: dict[str, torch.Tensor]) -> None:
+        path = self.scratch / f"in_{set_id}.bin"
+        refs = write_tensors(path, tensors)
+        self._request({"op": "inputs", "set": set_id, "file": path.name, "tensors": [r.model_dump() for r in refs]})
+
+    def drop(self, set_ids: list[str]) -> dict[str, list[str]]:
+        """Forget input sets; returns, per set, the inputs forward() modified while it was held."""
+        reply = self._request({"op": "drop", "sets": set_ids})
+        modified = reply.get("modified", {})
+        return {str(k): [str(n) for n in v] for k, v in modified.items()} if isinstance(modified, dict) else {}
+
+    def run(self, calls: list[str], keep: list[int]) -> Batch:
+        t0 = time.perf_counter()
+        reply = self._request({"op": "run", "calls": calls, "keep": keep})
+        wall = time.perf_counter() - t0
+        times = [float(t) for t in reply.get("times_us", [])]
+        if len(times) != len(calls):
+            raise RunnerCrashed(f"the runner reported {len(times)} timings for {len(calls)} calls")
+        trace = None
+        if reply.get("trace"):
+            path = self.scratch / Path(str(reply["trace"])).name
+            if path.stat().st_size > 256 * 1024 * 1024:
+                raise RunnerCrashed("the kernel trace is implausibly large")
+            trace = json.loads(path.read_text())
+            path.unlink()
+        ops = reply.get("ops") or []
+        return Batch(times_us=times, wall_s=wall, trace=trace, ops=ops if isinstance(ops, list) else [])
+
+    def fetch(self) -> list[CallOutput]:
+        reply = self._request({"op": "fetch"})
+        path = self.scratch / Path(str(reply["file"])).name
+        refs = [TensorRef.model_validate(r) for r in reply.get("tensors", [])]
+        flat = read_tensors(path, refs, self.device)
+        path.unlink()
+        outs = []
+        for entry in reply.get("calls", []):
+            index = int(entry["call"])
+            prefix = f"{index}/"
+            outs.append(CallOutput(
+                call=index, kind=str(entry.get("kind", "")),
+                tensors={k.removeprefix(prefix): v for k, v in flat.items() if k.startswith(prefix)},
+                bad={str(k): str(v) for k, v in dict(entry.get("bad", {})).items()},
+                storages={str(k): int(v) for k, v in dict(entry.get("storages", {})).items()},
+                inputs_modified=[str(k) for k in entry.get("inputs_modified", [])],
+                keys=[str(k) for k in entry.get("keys", [])],
+            ))
+        return outs
+
+    def close(self) -> None:
+        self._closed.set()
+        with contextlib.suppress(ProtocolError):
+            self.channel.send({"op": "exit"})
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=2)
+        kill(self.proc)
+        self.channel.close()
+        self._stderr.join(timeout=1)
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def __enter__(self) -> RunnerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

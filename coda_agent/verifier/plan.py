@@ -1,0 +1,38 @@
+"""The verification plan: which stages, on which backend, at which shapes and seeds, within what time.
+
+One object, owned by the verifier, so every caller (``verify``, ``bench``, ``run``, ``replay``) states the
+same things the same way and a verdict can say exactly what was checked.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field, field_validator
+
+#: Stages on the CPU (emulator) and the sm_90a compile; the GPU stages are ``gpu_correctness``, ``profile``, ``bench``.
+CPU_STAGES = ("correctness",)
+COMPILE_STAGES = ("compile",)
+
+
+class Plan(BaseModel):
+    """What to check; the checker refuses a plan that would check nothing."""
+
+    stages: list[str] = Field(default_factory=lambda: list(CPU_STAGES))
+    backend: str = "torch"
+    shape_set: str = "small"
+    shape_names: list[str] | None = None
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
+    timeout: float = Field(default=600.0, gt=0)
+
+    @field_validator("stages")
+    @classmethod
+    def _some_stage(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("a verification needs at least one stage")
+        return v
+
+    @field_validator("seeds")
+    @classmethod
+    def _some_seed(cls, v: list[int]) -> list[int]:
+        if not v:
+            raise ValueError("a verification needs at least one seed")
+        return v

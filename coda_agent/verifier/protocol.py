@@ -1,0 +1,118 @@
+"""The wire between the trusted checker and the sandboxed runner: JSON lines plus raw tensor files.
+
+Nothing on this wire is ever unpickled or executed: messages are JSON objects (one per line, bounded in
+size), tensors are raw bytes in a file of the runner's scratch folder, described by a :class:`TensorRef`
+the reader validates (known dtype, sane shape, inside the file) before viewing the bytes. So whatever the
+runner sends, the worst it can do is send wrong numbers, which the checker is there to catch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any
+
+import torch
+from pydantic import BaseModel, Field
+
+#: A message larger than this is refused (a runner cannot make the checker buffer without bound).
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64,
+    "int64": torch.int64, "int32": torch.int32, "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8,
+    "bool": torch.bool,
+}
+
+
+class ProtocolError(Exception):
+    """The other side sent something malformed, or went away."""
+
+
+class TensorRef(BaseModel):
+    """Where one tensor's bytes lie in a tensor file."""
+
+    name: str
+    dtype: str
+    shape: list[int]
+    offset: int = Field(ge=0)
+    nbytes: int = Field(ge=0)
+
+
+def dtype_name(dt: torch.dtype) -> str:
+    return str(dt).removeprefix("torch.")
+
+
+def write_tensors(path: Path, tensors: Mapping[str, torch.Tensor]) -> list[TensorRef]:
+    """Write each tensor's bytes (host copy, contiguous) one after another; returns their refs."""
+    refs, offset = [], 0
+    with open(path, "wb") as f:
+        for name, t in tensors.items():
+            data = t.detach().contiguous().cpu()
+            raw = data.reshape(-1).view(torch.uint8) if data.numel() else torch.empty(0, dtype=torch.uint8)
+            f.write(raw.numpy().tobytes())
+            refs.append(TensorRef(name=name, dtype=dtype_name(t.dtype), shape=list(t.shape), offset=offset, nbytes=raw.numel()))
+            offset += raw.numel()
+    return refs
+
+
+def read_tensors(path: Path, refs: list[TensorRef], device: str = "cpu") -> dict[str, torch.Tensor]:
+    """The tensors ``refs`` describe, validated against the file before any byte is interpreted."""
+    size = path.stat().st_size
+    blob = torch.from_file(str(path), shared=False, size=size, dtype=torch.uint8) if size else torch.empty(0, dtype=torch.uint8)
+    out: dict[str, torch.Tensor] = {}
+    for ref in refs:
+        dt = DTYPES.get(ref.dtype)
+        if dt is None:
+            raise ProtocolError(f"tensor {ref.name!r} has an unknown dtype {ref.dtype!r}")
+        if any(d < 0 for d in ref.shape) or len(ref.shape) > 8:
+            raise ProtocolError(f"tensor {ref.name!r} has an invalid shape {ref.shape}")
+        want = math.prod(ref.shape) * torch.empty(0, dtype=dt).element_size()
+        if ref.nbytes != want or ref.offset + ref.nbytes > size:
+            raise ProtocolError(f"tensor {ref.name!r} does not fit its file ({ref.nbytes} bytes at {ref.offset}, file {size})")
+        raw = blob[ref.offset : ref.offset + ref.nbytes]
+        t = raw.clone().view(dt).reshape(ref.shape) if ref.nbytes else torch.empty(ref.shape, dtype=dt)
+        out[ref.name] = t.to(device) if device != "cpu" else t
+    return out
+
+
+class Channel:
+    """One JSON object per line in each direction, over a pair of file descriptors."""
+
+    def __init__(self, reader: IO[bytes], writer: IO[bytes]) -> None:
+        self._reader, self._writer = reader, writer
+
+    @classmethod
+    def from_fds(cls, read_fd: int, write_fd: int) -> Channel:
+        return cls(os.fdopen(read_fd, "rb"), os.fdopen(write_fd, "wb"))
+
+    def send(self, message: Mapping[str, Any]) -> None:
+        data = json.dumps(message, separators=(",", ":")).encode() + b"\n"
+        try:
+            self._writer.write(data)
+            self._writer.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise ProtocolError(f"the other side closed the channel ({exc})") from None
+
+    def recv(self) -> dict[str, Any]:
+        line = self._reader.readline(MAX_MESSAGE_BYTES + 1)
+        if not line:
+            raise ProtocolError("the other side closed the channel")
+        if len(line) > MAX_MESSAGE_BYTES or not line.endswith(b"\n"):
+            raise ProtocolError("a message was larger than the protocol allows")
+        try:
+            message = json.loads(line)
+        except ValueError:
+            raise ProtocolError("a message was not valid JSON") from None
+        if not isinstance(message, dict):
+            raise ProtocolError("a message was not a JSON object")
+        return message
+
+    def close(self) -> None:
+        for f in (self._reader, self._writer):
+            with contextlib.suppress(OSError):
+                f.close()

@@ -1,0 +1,276 @@
+"""The candidate runner: ``python -m coda_agent.verifier.runner``, started by the checker inside the sandbox.
+
+This is the only process that imports candidate code, and it holds nothing worth stealing or forging: no
+task, no reference, no tolerance, no verdict, no secret. It receives input tensors, calls ``forward`` the
+way it is told, and sends back what came out (:mod:`.protocol`). Every call is made the same way, checked
+or timed: one of the input sets the checker sent (as it is; it must stay unchanged), a marker kernel and an L2 flush (GPU), CUDA events (GPU) or the
+host clock (CPU) around the call, the kernel trace (GPU) and the op log recorded throughout. Which
+calls' outputs the checker will read is known here only after the whole batch has run.
+
+Its stdout is the protocol; anything the candidate prints goes to stderr, which the checker keeps a
+bounded tail of for crash reports.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from types import MappingProxyType, ModuleType
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ..primitives import backend
+from ..primitives._epilogue import GemmCall
+from .candidate import CandidateModule, candidate_trace
+from .protocol import Channel, ProtocolError, TensorRef, read_tensors, write_tensors
+
+FLUSH_BYTES = 256 * 1024 * 1024  # as measure.timing.FLUSH_BYTES (the runner imports nothing of the measurement layer)
+
+
+class OpLog(TorchDispatchMode):
+    """CPU: every aten op forward() runs outside ``primitives.gemm``, and every gemm call (the launch estimate)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[list[dict[str, Any]]] = []
+        self._recording = False
+        self._inside_gemm = 0
+
+    @contextmanager
+    def call(self) -> Iterator[None]:
+        """Log what runs inside this block as one more call."""
+        self.calls.append([])
+        self._recording = True
+        try:
+            yield
+        finally:
+            self._recording = False
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if self._recording and not self._inside_gemm and not func.is_view:
+            sizes = [t.numel() for t in _tensors((args, kwargs, out))]
+            self.calls[-1].append({"op": str(func.name()), "numel": max(sizes, default=0)})
+        return out
+
+    def wrap_backend(self, run: Callable[[GemmCall], dict[str, torch.Tensor]]) -> Callable[[GemmCall], dict[str, torch.Tensor]]:
+        def observed(call: GemmCall) -> dict[str, torch.Tensor]:
+            if self._recording:
+                self.calls[-1].append({
+                    "gemm": [call.m, call.n, int(call.A.shape[1])],
+                    "sinks": sorted(type(s).__name__ for s in call.epi.sinks.values()), "mode": call.epi.mode,
+                })
+            self._inside_gemm += 1
+            try:
+                return run(call)
+            finally:
+                self._inside_gemm -= 1
+
+        return observed
+
+
+def _tensors(obj: Any) -> Iterator[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for o in obj:
+            yield from _tensors(o)
+    elif isinstance(obj, dict):
+        for o in obj.values():
+            yield from _tensors(o)
+
+
+def freeze_globals(module: ModuleType) -> None:
+    """Module-level dicts, lists and sets become read-only: no answer can be kept across calls in them."""
+    for name, value in list(vars(module).items()):
+        if name.startswith("__"):
+            continue
+        if type(value) is dict:
+            setattr(module, name, MappingProxyType(value))
+        elif type(value) is list:
+            setattr(module, name, tuple(value))
+        elif type(value) is set:
+            setattr(module, name, frozenset(value))
+
+
+class Runner:
+    """The runner's state between requests."""
+
+    def __init__(self, scratch: Path) -> None:
+        self.scratch = scratch
+        self.device = "cpu"
+        self.candidate: CandidateModule | None = None
+        self.sets: dict[str, dict[str, torch.Tensor]] = {}
+        self.constants: dict[str, Any] = {}
+        self.snapshots: dict[str, dict[str, torch.Tensor]] = {}
+        self.kept: list[tuple[int, Any, str]] = []
+        self.oplog = OpLog()
+        self.batches = 0
+        self._flush: torch.Tensor | None = None
+
+    # --- requests -----------------------------------------------------------------------------
+
+    def load(self, msg: dict[str, Any]) -> dict[str, Any]:
+        self.device = str(msg.get("device", "cpu"))
+        name = str(msg["backend"])
+        backend.set_backend(name, wrap=self.oplog.wrap_backend)
+        self.constants = dict(msg.get("constants", {}))
+        path = self.scratch / "candidate.py"
+        try:
+            self.candidate = CandidateModule(path.read_text(), path)
+        except Exception as exc:
+            return {"ok": False, "error": f"importing the candidate failed:\n{candidate_trace(exc, path)}"}
+        freeze_globals(self.candidate.module)
+        if self.device == "cuda":
+            self._flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+        return {"ok": True}
+
+    def inputs(self, msg: dict[str, Any]) -> dict[str, Any]:
+        path = self.scratch / Path(str(msg["file"])).name
+        refs = [TensorRef.model_validate(r) for r in msg["tensors"]]
+        tensors = read_tensors(path, refs, self.device)
+        path.unlink()
+        self.sets[str(msg["set"])] = tensors
+        self.snapshots[str(msg["set"])] = {k: v.clone() for k, v in tensors.items()}
+        return {"ok": True}
+
+    def modified(self, set_id: str) -> list[str]:
+        """Inputs of a set that no longer hold what the checker sent (inputs are read-only)."""
+        now, then = self.sets[set_id], self.snapshots[set_id]
+        return [k for k in now if not torch.equal(now[k], then[k])]
+
+    def drop(self, msg: dict[str, Any]) -> dict[str, Any]:
+        modified = {}
+        for s in (str(x) for x in msg.get("sets", [])):
+            if s in self.sets:
+                modified[s] = self.modified(s)
+                del self.sets[s], self.snapshots[s]
+        if self.device == "cuda":
+            torch.cuda.empty_cache()
+        return {"ok": True, "modified": modified}
+
+    def run(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Run a batch of calls; keep the outputs of the ``keep`` indices for a later ``fetch``."""
+        assert self.candidate is not None, "load first"
+        calls, keep = [str(c) for c in msg["calls"]], {int(k) for k in msg.get("keep", [])}
+        self.batches += 1
+        cuda = self.device == "cuda"
+        marks: list[tuple[Any, Any]] = []
+        self.oplog.calls.clear()
+        trace_path = self.scratch / f"trace_{self.batches}.json" if cuda and calls else None
+        profiler = _cuda_profiler() if trace_path else nullcontext()
+        error: dict[str, Any] | None = None
+        with torch.no_grad(), profiler as prof, self.oplog:
+            for i, set_id in enumerate(calls):
+                try:
+                    marks.append(self._one_call(i in keep, i, set_id, cuda))
+                except Exception as exc:
+                    error = {"ok": False, "call": i, "error": candidate_trace(exc, self.candidate.path)}
+                    break
+            if cuda:
+                torch.cuda.synchronize()
+        if error:
+            self.kept.clear()
+            return error
+        if cuda:
+            times = [b.elapsed_time(e) * 1e3 for b, e in marks]
+        else:
+            times = [(e - b) * 1e6 for b, e in marks]
+        reply: dict[str, Any] = {"ok": True, "times_us": times}
+        if trace_path is not None and prof is not None:
+            prof.export_chrome_trace(str(trace_path))
+            reply["trace"] = trace_path.name
+        reply["ops"] = self.oplog.calls[: len(calls)]
+        return reply
+
+    def _one_call(self, kept: bool, index: int, set_id: str, cuda: bool) -> tuple[Any, Any]:
+        assert self.candidate is not None
+        inputs = self.sets[set_id]
+        if cuda:
+            torch.cuda._sleep(1)  # the marker kernel: the trace splits into calls here
+            assert self._flush is not None
+            self._flush.zero_()
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            with self.oplog.call():
+                begin.record()
+                out = self.candidate.forward(**inputs, **self.constants)
+                end.record()
+            mark: tuple[Any, Any] = (begin, end)
+        else:
+            with self.oplog.call():
+                t0 = time.perf_counter()
+                out = self.candidate.forward(**inputs, **self.constants)
+                mark = (t0, time.perf_counter())
+        if kept:
+            self.kept.append((index, out, set_id))
+        return mark
+
+    def fetch(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Write the kept outputs to a tensor file; describe what is not a dict of plain tensors."""
+        described, tensors = [], {}
+        for index, out, set_id in self.kept:
+            entry: dict[str, Any] = {"call": index, "kind": type(out).__name__, "bad": {}, "storages": {}}
+            if isinstance(out, dict):
+                for key, value in out.items():
+                    name = str(key)
+                    if type(value) is not torch.Tensor:
+                        entry["bad"][name] = type(value).__name__
+                        continue
+                    tensors[f"{index}/{name}"] = value
+                    entry["storages"][name] = value.untyped_storage().data_ptr() if value.numel() else 0
+                entry["keys"] = [str(k) for k in out]
+            entry["inputs_modified"] = self.modified(set_id)
+            described.append(entry)
+        path = self.scratch / f"out_{self.batches}.bin"
+        refs = write_tensors(path, tensors)
+        self.kept.clear()
+        return {"ok": True, "file": path.name, "tensors": [r.model_dump() for r in refs], "calls": described}
+
+
+def _cuda_profiler() -> Any:
+    from torch.profiler import ProfilerActivity, profile
+
+    return profile(activities=[ProfilerActivity.CUDA])
+
+
+def serve(channel: Channel, runner: Runner) -> None:
+    handlers = {"load": runner.load, "inputs": runner.inputs, "drop": runner.drop, "run": runner.run, "fetch": runner.fetch}
+    while True:
+        try:
+            msg = channel.recv()
+        except ProtocolError:
+            return
+        op = msg.get("op")
+        if op == "exit":
+            return
+        handler = handlers.get(str(op))
+        if handler is None:
+            channel.send({"ok": False, "error": f"unknown request {op!r}"})
+            continue
+        try:
+            reply = handler(msg)
+        except Exception:
+            reply = {"ok": False, "harness": True, "error": traceback.format_exc(limit=4)[-2000:]}
+        channel.send(reply)
+
+
+def main() -> int:
+    # The protocol keeps private copies of stdin/stdout; the candidate's prints go to stderr.
+    channel = Channel.from_fds(os.dup(0), os.dup(1))
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    serve(channel, Runner(Path.cwd()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,221 @@
+"""The OS sandbox the candidate runner lives in: bubblewrap namespaces, an unprivileged user, rlimits.
+
+With bubblewrap (``bwrap`` on the PATH, or ``CODA_AGENT_BWRAP``) the runner gets its own PID, network,
+IPC, UTS and mount namespaces: it cannot see the agent or the checker (``/proc`` is its own), has no
+network, sees the filesystem read-only except its scratch folder, a private ``/tmp`` and the QuACK cache of
+its own source, and does not see task folders, the run store or the home folder. When the checker runs
+as root the runner runs as ``nobody``. bubblewrap's ``--die-with-parent`` and the PID namespace end every
+process the runner started when the checker ends it, detached or not.
+
+Without bubblewrap the runner is a plain child process (own session, cleared environment, rlimits, as
+``nobody`` when possible): enough against accidents, not against a determined candidate. That mode is
+reported loudly and real-API agent runs refuse it unless the user opts in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import glob
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+NOBODY = 65534
+#: Environment variables the runner inherits (values only from this allowlist; never a secret).
+PASS_ENV = (
+    "PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH", "QUACK_ARCH",
+    "CUTE_DSL_ARCH", "QUACK_COMPILE_WORKERS", "OMP_NUM_THREADS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
+    "MKL_NUM_THREADS", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
+)
+UNSANDBOXED_OPT_IN = "CODA_AGENT_ALLOW_UNSANDBOXED"
+#: The probe: can the sandboxed user read the interpreter, the package and every Python path?
+_READABLE = "import os,sys; sys.exit(0 if all(os.access(p, os.R_OK | os.X_OK) for p in sys.argv[1:]) else 3)"
+
+Kind = Literal["bwrap", "process"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one runner."""
+
+    cpu_seconds: int = 3600
+    memory_bytes: int | None = 16 * 1024**3  # address space; None on a GPU (CUDA reserves huge ranges)
+    processes: int = 2048  # threads count too (torch, CUDA and QuACK's compile pool start many)
+    open_files: int = 4096
+    file_bytes: int = 32 * 1024**3
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What one runner may touch."""
+
+    scratch: Path
+    writable: tuple[Path, ...] = ()
+    hidden: tuple[Path, ...] = ()
+    gpu: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+    limits: Limits = Limits()
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """How runners are isolated on this machine; ``kind`` is ``bwrap`` or, weaker, ``process``."""
+
+    kind: Kind
+    bwrap: str | None = None
+    as_nobody: bool = False
+    note: str = ""
+
+    @property
+    def isolated(self) -> bool:
+        return self.kind == "bwrap"
+
+    def describe(self) -> str:
+        if self.isolated:
+            who = "as nobody" if self.as_nobody else "as this user"
+            return f"bubblewrap sandbox ({self.bwrap}, {who}: own PID/net/mount namespaces, read-only filesystem)"
+        return f"NO OS sandbox ({self.note}): candidates run as plain child processes"
+
+    def popen(self, argv: list[str], spec: Spec, prefix: list[str] = (), **kwargs: Any) -> subprocess.Popen[bytes]:  # type: ignore[assignment]
+        """Start ``argv`` inside the sandbox described by ``spec``; ``prefix`` (the rlimit shim) runs first.
+
+        No ``preexec_fn``: the checker runs in threads, where forking into Python code can deadlock.
+        """
+        env = runner_env(spec)
+        owner = NOBODY if self.as_nobody else None
+        for p in (spec.scratch, *spec.writable):
+            p.mkdir(parents=True, exist_ok=True)
+            if owner is not None:
+                os.chown(p, owner, owner)
+            elif self.kind == "bwrap":
+                p.chmod(0o777)  # in bwrap's user namespace the owner may not map back to this user
+        cmd = self._bwrap_argv(argv, spec, env) if self.kind == "bwrap" else argv
+        user = dict(user=NOBODY, group=NOBODY, extra_groups=[]) if self.as_nobody else {}
+        return subprocess.Popen(  # type: ignore[call-overload]
+            [*prefix, *cmd], env=env if self.kind == "process" else _bwrap_own_env(), cwd=spec.scratch,
+            start_new_session=True, close_fds=True, **user, **kwargs,
+        )
+
+    def _bwrap_argv(self, argv: list[str], spec: Spec, env: dict[str, str]) -> list[str]:
+        assert self.bwrap is not None
+        cmd = [self.bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/", "/",
+               "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+        for keep in _needed_under_tmp():
+            cmd += ["--ro-bind", keep, keep]
+        for folder in (spec.scratch, *spec.writable):
+            cmd += ["--bind", str(folder), str(folder)]
+        if spec.gpu:
+            for node in sorted(glob.glob("/dev/nvidia*")):
+                cmd += ["--dev-bind", node, node]
+        needed = [n.resolve() for n in _needed_paths(spec)]
+        for h in spec.hidden:
+            cmd += _hide(h, needed)
+        cmd += ["--clearenv"]
+        for k, v in env.items():
+            cmd += ["--setenv", k, v]
+        return [*cmd, "--chdir", str(spec.scratch), "--", *argv]
+
+
+def runner_env(spec: Spec) -> dict[str, str]:
+    """The runner's whole environment: an allowlist of the checker's, plus where it may write."""
+    env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
+    env.update({
+        "HOME": str(spec.scratch), "TMPDIR": "/tmp", "XDG_CACHE_HOME": str(spec.scratch / ".cache"),
+        "TRITON_CACHE_DIR": str(spec.scratch / ".triton"), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)),
+    })
+    env.update(spec.env)
+    return env
+
+
+def _bwrap_own_env() -> dict[str, str]:
+    """bubblewrap itself is PID 1 of the namespace and its environ is readable there: give it nothing."""
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+
+
+def _hide(path: Path, needed: list[Path], depth: int = 2) -> list[str]:
+    """bwrap arguments that make ``path`` invisible, except the parts of it the runner needs to run."""
+    try:
+        real = path.resolve()
+        if not real.exists() or any(real.is_relative_to(n) for n in needed):
+            return []
+        if not any(n.is_relative_to(real) for n in needed):
+            return ["--tmpfs", str(real)] if real.is_dir() else ["--ro-bind", "/dev/null", str(real)]
+        if depth == 0 or not real.is_dir():
+            return []
+        return [arg for child in sorted(real.iterdir()) for arg in _hide(child, needed, depth - 1)]
+    except OSError:
+        return []
+
+
+def _needed_paths(spec: Spec) -> list[Path]:
+    """What the runner reads or writes: the interpreter, the package, Python's paths, its folders."""
+    return [Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent, Path(__file__).resolve().parents[1],
+            spec.scratch, *spec.writable, *(Path(p) for p in sys.path if p and os.path.isdir(p))]
+
+
+def _needed_under_tmp() -> list[str]:
+    """Python paths that live under /tmp (the GPU machine's site-packages) survive the private /tmp."""
+    out: list[str] = []
+    for p in sorted({sys.prefix, *sys.path}):
+        if p and p.startswith("/tmp/") and os.path.isdir(p) and not any(p.startswith(q + "/") for q in out):
+            out.append(p)
+    return out
+
+
+def kill(proc: subprocess.Popen[bytes]) -> None:
+    """End the runner and everything in its session (with bubblewrap, its whole PID namespace)."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            proc.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+
+
+@functools.cache
+def detect() -> Sandbox:
+    """The strongest sandbox that works here (probed once per process by running ``true`` inside it)."""
+    bwrap = os.environ.get("CODA_AGENT_BWRAP") or shutil.which("bwrap")
+    if not bwrap:
+        return Sandbox("process", note="bubblewrap is not installed: apt-get install bubblewrap")
+    tries = [True, False] if os.geteuid() == 0 else [False]
+    errors = []
+    for as_nobody in tries:
+        box = Sandbox("bwrap", bwrap=bwrap, as_nobody=as_nobody)
+        binds = [arg for keep in _needed_under_tmp() for arg in ("--ro-bind", keep, keep)]
+        readable = [str(p) for p in _needed_paths(Spec(scratch=Path("/")))]
+        probe = [bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+                 "--tmpfs", "/tmp", *binds, "--", sys.executable, "-S", "-c", _READABLE, *readable]
+        user = dict(user=NOBODY, group=NOBODY, extra_groups=[]) if as_nobody else {}
+        try:
+            res = subprocess.run(probe, capture_output=True, timeout=20, env=_bwrap_own_env(), **user)  # type: ignore[call-overload]
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            errors.append(str(exc))
+            continue
+        if res.returncode == 0:
+            return box
+        errors.append(res.stderr.decode(errors="replace").strip()[:200] or f"{'nobody' if as_nobody else 'this user'} cannot read Python's files")
+    return Sandbox("process", note=f"bubblewrap cannot create namespaces here ({'; '.join(errors)})")
+
+
+class SandboxUnavailable(Exception):
+    """Candidates would run without an OS sandbox and the user has not opted in."""
+
+
+def require_isolation(purpose: str) -> Sandbox:
+    """The sandbox, or :class:`SandboxUnavailable` when there is none and ``CODA_AGENT_ALLOW_UNSANDBOXED`` is unset."""
+    box = detect()
+    if not box.isolated and os.environ.get(UNSANDBOXED_OPT_IN, "") in ("", "0"):
+        raise SandboxUnavailable(
+            f"{purpose} runs model-written code, and this machine has {box.describe()}; install bubblewrap "
+            f"(apt-get install bubblewrap) or set {UNSANDBOXED_OPT_IN}=1 to run without an OS sandbox"
+        )
+    return box

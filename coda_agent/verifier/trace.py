@@ -1,0 +1,215 @@
+"""What a candidate's call launched: the GPU kernel trace, and on the CPU the launch estimate from the op log.
+
+Both are recorded in the runner and judged here, in the checker, by the same rules: every task GEMM runs
+through ``primitives.gemm`` (a QuACK kernel on the GPU, a logged gemm call on the CPU), no cuBLAS/torch
+matmul, nothing on a side stream, no GEMM-sized work on the host, and no more launches than the budget.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..tasks.model import Task
+from .verdict import Outcome
+
+KernelKind = Literal["quack", "matmul", "marker", "other"]
+
+#: CuTe DSL kernels that QuACK builds: ``kernel_cutlass_kernel_quack...`` (the GEMM + epilogue).
+QUACK_KERNEL = re.compile(r"^kernel_cutlass_kernel_quack")
+#: cuBLAS/cuBLASLt, CUTLASS-in-cuBLAS and Inductor matmul kernels: a GEMM that bypassed primitives.gemm.
+MATMUL_KERNEL = re.compile(
+    r"nvjet|gemm|gemv|xmma|cublas|cutlass|wgmma|tensorop|[sh]1688|[sh]16816|splitKreduce|dot_kernel|triton_tem",
+    re.IGNORECASE,
+)
+#: The runner's marker (``torch.cuda._sleep``), launched before each call: the trace splits there.
+MARKER_KERNEL = re.compile(r"spin_kernel")
+
+#: Kernels QuACK's host side launches after the GEMM to finalise a reduce, by sink (measured on the H200:
+#: a partial-buffer sum or amax is one kernel; torch.logsumexp over the partials is nine; a select sink's
+#: NaN-filled buffer is one fill).
+FINALISE_LAUNCHES = {"ColVecReduce": 1, "RowVecReduce": 1, "OnlineLSEReduce": 9, "ColVecSelect": 1}
+#: Host ops that launch no kernel (allocation without a fill).
+NO_KERNEL_OPS = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::lift_fresh"}
+
+
+def classify_kernel(name: str) -> KernelKind:
+    """``quack`` for QuACK's CuTe DSL kernels, ``matmul`` for cuBLAS-style GEMMs, the runner's marker, else ``other``."""
+    if QUACK_KERNEL.match(name):
+        return "quack"
+    if MARKER_KERNEL.search(name):
+        return "marker"
+    if MATMUL_KERNEL.search(name):
+        return "matmul"
+    return "other"
+
+
+@dataclass(frozen=True)
+class KernelEvent:
+    """One kernel the profiler saw: its name, stream and launch order (CUPTI correlation id)."""
+
+    name: str
+    stream: int
+    order: int
+
+    @property
+    def kind(self) -> KernelKind:
+        return classify_kernel(self.name)
+
+
+def kernels_from_chrome_trace(trace: Mapping[str, Any]) -> list[KernelEvent]:
+    """Kernel events of a ``torch.profiler`` Chrome trace, in launch order."""
+    events = []
+    for e in trace.get("traceEvents", []):
+        if not isinstance(e, dict) or e.get("cat") != "kernel":
+            continue
+        args = e.get("args", {}) if isinstance(e.get("args"), dict) else {}
+        order = args.get("correlation", e.get("ts", 0)) or 0
+        stream = args.get("stream", e.get("tid", -1))
+        events.append(KernelEvent(name=str(e.get("name", "")), stream=int(stream if stream is not None else -1), order=int(order)))
+    return sorted(events, key=lambda k: k.order)
+
+
+@dataclass
+class LaunchTrace:
+    """The kernels one call launched, after the runner's marker and its L2 flush; ``main_stream`` is the marker's."""
+
+    main_stream: int
+    kernels: list[KernelEvent] = field(default_factory=list)
+
+    @property
+    def launches(self) -> int:
+        return len(self.kernels)
+
+    def of_kind(self, kind: KernelKind) -> list[KernelEvent]:
+        return [k for k in self.kernels if k.kind == kind]
+
+    @property
+    def side_stream(self) -> list[KernelEvent]:
+        return [k for k in self.kernels if k.stream != self.main_stream]
+
+    def signature(self) -> Counter[str]:
+        """The multiset of kernel names: timed calls must launch what the checked calls launched."""
+        return Counter(k.name for k in self.kernels)
+
+    def problem(self, task: Task, shape: str) -> tuple[Outcome, str] | None:
+        """The first rule the trace breaks, with what to change; None when it breaks none."""
+        matmul = self.of_kind("matmul")
+        if matmul:
+            return Outcome.CHEAT_DETECTED, (
+                f"at shape {shape}, forward() launched a cuBLAS/torch matmul kernel ({_short(matmul[0].name)}): "
+                "every GEMM must run through primitives.gemm, fused with its epilogue"
+            )
+        side = self.side_stream
+        if side:
+            return Outcome.CHEAT_DETECTED, (
+                f"at shape {shape}, forward() launched {len(side)} kernel(s) on a side stream "
+                f"({_short(side[0].name)}): all work must run on the caller's stream"
+            )
+        if task.gemms and len(self.of_kind("quack")) < len(task.gemms):
+            return Outcome.CHEAT_DETECTED, (
+                f"at shape {shape}, {len(self.of_kind('quack'))} GEMM kernel(s) ran through primitives.gemm for the "
+                f"task's {len(task.gemms)} GEMM(s) (kernels: {', '.join(_short(k.name) for k in self.kernels[:4]) or 'none'}); "
+                "every call must compute each GEMM with primitives.gemm, not another way and not from a cache"
+            )
+        if self.launches > task.launch_budget:
+            names = ", ".join(_short(k.name, 50) for k in self.kernels)
+            return Outcome.OVER_LAUNCH_BUDGET, (
+                f"at shape {shape}, forward() launched {self.launches} kernels, over the task's budget of "
+                f"{task.launch_budget} ({names}); move host-side glue into the epilogue or merge steps"
+            )
+        return None
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "launches": self.launches,
+            "quack_kernels": len(self.of_kind("quack")),
+            "kernels": [_short(k.name, 90) for k in self.kernels],
+        }
+
+
+def calls_from_trace(trace: Mapping[str, Any], calls: int) -> list[LaunchTrace]:
+    """Split a batch's trace at the runner's markers: per call, the kernels after the marker and the flush."""
+    events = kernels_from_chrome_trace(trace)
+    starts = [i for i, k in enumerate(events) if k.kind == "marker"]
+    if len(starts) != calls:
+        raise ValueError(f"the kernel trace holds {len(starts)} call markers for {calls} calls (is CUPTI available?)")
+    out = []
+    for n, i in enumerate(starts):
+        end = starts[n + 1] if n + 1 < len(starts) else len(events)
+        marker, body = events[i], events[i + 1 : end]
+        out.append(LaunchTrace(main_stream=marker.stream, kernels=body[1:]))  # body[0] is the runner's L2 flush
+    return out
+
+
+def _short(name: str, limit: int = 70) -> str:
+    return name if len(name) <= limit else name[: limit - 3] + "..."
+
+
+# --- the CPU's view: an op log ----------------------------------------------------------------------
+
+
+@dataclass
+class LaunchEstimate:
+    """What one call would launch on the GPU, from the runner's op log of the emulator run."""
+
+    gemms: list[tuple[int, int, int]]
+    gemm_launches: int
+    host_ops: list[str]
+    largest_host_tensor: int
+
+    @property
+    def launches(self) -> int:
+        return self.gemm_launches + len(self.host_ops)
+
+    @classmethod
+    def from_ops(cls, ops: list[dict[str, Any]]) -> LaunchEstimate:
+        gemms, gemm_launches, host, largest = [], 0, [], 0
+        for op in ops:
+            if "gemm" in op:
+                m, n, k = (int(v) for v in op["gemm"])
+                gemms.append((m, n, k))
+                gemm_launches += 1 + sum(FINALISE_LAUNCHES.get(str(s), 0) for s in op.get("sinks", []))
+            elif str(op.get("op")) not in NO_KERNEL_OPS:
+                host.append(str(op.get("op")))
+                largest = max(largest, int(op.get("numel", 0)))
+        return cls(gemms, gemm_launches, host, largest)
+
+    def signature(self) -> Counter[str]:
+        return Counter([*self.host_ops, *(f"gemm{g}" for g in self.gemms)])
+
+    def problem(self, task: Task, dims: dict[str, int], shape: str, budget: bool = True) -> tuple[Outcome, str] | None:
+        """The GEMM and host-work rules (and, where no kernel trace exists, the launch budget)."""
+        want = task.gemm_shapes(dims)
+        flops, want_flops = sum(m * n * k for m, n, k in self.gemms), sum(m * n * k for m, n, k in want)
+        if len(self.gemms) < len(want) or flops < want_flops:
+            return Outcome.CHEAT_DETECTED, (
+                f"at shape {shape}, the task's GEMMs {want} did not all run through primitives.gemm "
+                f"(gemm calls seen: {self.gemms or 'none'}); every GEMM must be a primitives.gemm call"
+            )
+        biggest = max(task_numel(task, dims), default=0)
+        if self.largest_host_tensor > biggest:
+            return Outcome.CHEAT_DETECTED, (
+                f"at shape {shape}, host code outside primitives.gemm touched a tensor of {self.largest_host_tensor} "
+                f"elements, more than any input or output has ({biggest}): GEMM-sized work must run inside "
+                "primitives.gemm"
+            )
+        if budget and self.launches > task.launch_budget:
+            return Outcome.OVER_LAUNCH_BUDGET, (
+                f"at shape {shape}, forward() would launch about {self.launches} kernels on the GPU, over the task's "
+                f"budget of {task.launch_budget} (GEMM kernels and their reduce finalisation: {self.gemm_launches}; "
+                f"host ops: {', '.join(self.host_ops) or 'none'}); move host-side glue into the epilogue or merge steps"
+            )
+        return None
+
+    def describe(self) -> dict[str, object]:
+        return {"launches_estimate": self.launches, "gemm_calls": [list(g) for g in self.gemms], "host_ops": self.host_ops}
+
+
+def task_numel(task: Task, dims: dict[str, int]) -> list[int]:
+    """Element counts of every declared input and output at one shape."""
+    return [math.prod(s.concrete_shape(dims)) for s in (*task.inputs, *task.outputs)]
