@@ -65,7 +65,7 @@ class Batch:
     times_us: list[float]
     wall_s: float
     trace: dict[str, Any] | None = None
-    ops: list[list[dict[str, Any]]] = field(default_factory=list)
+    ops: list[list[dict[str, Any]]] | None = None  # None: a batch run without the op log
 
 
 @dataclass
@@ -107,6 +107,7 @@ class RunnerClient:
         }
         shim = [sys.executable, "-S", "-c", _SHIM, json.dumps(limits)]
         self._timed_out = False
+        self._op = ""
         self._tail = bytearray()
         self.proc = self.sandbox.popen(argv, spec, prefix=shim, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         assert self.proc.stdin and self.proc.stdout and self.proc.stderr
@@ -142,13 +143,20 @@ class RunnerClient:
     def _request(self, message: dict[str, Any]) -> dict[str, Any]:
         try:
             self.channel.send(message)
+        except ProtocolError as exc:
+            self._fail(exc)
+        self._op = str(message.get("op"))
+        return self._reply()
+
+    def _reply(self) -> dict[str, Any]:
+        try:
             reply = self.channel.recv()
         except ProtocolError as exc:
             self._fail(exc)
         if not reply.get("ok"):
             error = str(reply.get("error", "no reason given"))
             if reply.get("harness"):
-                raise RunnerCrashed(f"the runner failed while handling {message.get('op')!r}:\n{error}")
+                raise RunnerCrashed(f"the runner failed while handling {self._op!r}:\n{error}")
             raise CandidateRaised(error, reply.get("call"))
         return reply
 
@@ -175,22 +183,25 @@ class RunnerClient:
         modified = reply.get("modified", {})
         return {str(k): [str(n) for n in v] for k, v in modified.items()} if isinstance(modified, dict) else {}
 
-    def run(self, calls: list[str], keep: list[int]) -> Batch:
+    def run(self, calls: list[str], keep: list[int], dry: bool = False, trace: bool = True) -> Batch:
+        """One batch; ``wall_s`` runs from the runner's ``started`` to its ``synced`` message."""
+        self._request({"op": "run", "calls": calls, "keep": keep, "dry": dry, "trace": trace})
         t0 = time.perf_counter()
-        reply = self._request({"op": "run", "calls": calls, "keep": keep})
+        self._reply()
         wall = time.perf_counter() - t0
+        reply = self._reply()
         times = [float(t) for t in reply.get("times_us", [])]
         if len(times) != len(calls):
             raise RunnerCrashed(f"the runner reported {len(times)} timings for {len(calls)} calls")
-        trace = None
+        trace_data = None
         if reply.get("trace"):
             path = self.scratch / Path(str(reply["trace"])).name
             if path.stat().st_size > 256 * 1024 * 1024:
                 raise RunnerCrashed("the kernel trace is implausibly large")
-            trace = json.loads(path.read_text())
+            trace_data = json.loads(path.read_text())
             path.unlink()
-        ops = reply.get("ops") or []
-        return Batch(times_us=times, wall_s=wall, trace=trace, ops=ops if isinstance(ops, list) else [])
+        ops = reply.get("ops")
+        return Batch(times_us=times, wall_s=wall, trace=trace_data, ops=ops if isinstance(ops, list) else None)
 
     def fetch(self) -> list[CallOutput]:
         reply = self._request({"op": "fetch"})

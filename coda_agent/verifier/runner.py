@@ -24,14 +24,14 @@ from types import MappingProxyType, ModuleType
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
+from ..measure.timing import FLUSH_BYTES, lead_in
 from ..primitives import backend
 from ..primitives._epilogue import GemmCall
 from .candidate import CandidateModule, candidate_trace
 from .protocol import Channel, ProtocolError, TensorRef, read_tensors, write_tensors
 
-FLUSH_BYTES = 256 * 1024 * 1024  # as measure.timing.FLUSH_BYTES (the runner imports nothing of the measurement layer)
 
 
 class OpLog(TorchDispatchMode):
@@ -40,12 +40,16 @@ class OpLog(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.calls: list[list[dict[str, Any]]] = []
+        self.enabled = True
         self._recording = False
         self._inside_gemm = 0
 
     @contextmanager
     def call(self) -> Iterator[None]:
-        """Log what runs inside this block as one more call."""
+        """Log what runs inside this block as one more call (nothing while disabled)."""
+        if not self.enabled:
+            yield
+            return
         self.calls.append([])
         self._recording = True
         try:
@@ -69,7 +73,8 @@ class OpLog(TorchDispatchMode):
                 })
             self._inside_gemm += 1
             try:
-                return run(call)
+                with _disable_current_modes():  # QuACK's own host ops skip the log (and its Python cost)
+                    return run(call)
             finally:
                 self._inside_gemm -= 1
 
@@ -113,6 +118,7 @@ class Runner:
         self.kept: list[tuple[int, Any, str]] = []
         self.oplog = OpLog()
         self.batches = 0
+        self.channel: Channel | None = None
         self._flush: torch.Tensor | None = None
 
     # --- requests -----------------------------------------------------------------------------
@@ -157,28 +163,38 @@ class Runner:
         return {"ok": True, "modified": modified}
 
     def run(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Run a batch of calls; keep the outputs of the ``keep`` indices for a later ``fetch``."""
-        assert self.candidate is not None, "load first"
+        """Run a batch of calls; keep the outputs of the ``keep`` indices for a later ``fetch``.
+
+        Two interim messages bracket the calls (``started`` before the first, ``synced`` once the device is
+        idle), so the checker's wall clock holds the calls and not the profiler's start or trace export.
+        A ``dry`` batch does everything but call forward (the checker's measure of the harness's own cost).
+        With ``trace`` off (timed batches the checker chose not to inspect) the profiler and the op log stay
+        off: forward cannot tell the difference, and the host pays nothing for them.
+        """
+        assert self.candidate is not None and self.channel is not None, "load first"
         calls, keep = [str(c) for c in msg["calls"]], {int(k) for k in msg.get("keep", [])}
+        dry, traced = bool(msg.get("dry", False)), bool(msg.get("trace", True))
         self.batches += 1
         cuda = self.device == "cuda"
         marks: list[tuple[Any, Any]] = []
         self.oplog.calls.clear()
-        trace_path = self.scratch / f"trace_{self.batches}.json" if cuda and calls else None
+        self.oplog.enabled = traced
+        trace_path = self.scratch / f"trace_{self.batches}.json" if cuda and calls and traced and not dry else None
         profiler = _cuda_profiler() if trace_path else nullcontext()
-        error: dict[str, Any] | None = None
-        with torch.no_grad(), profiler as prof, self.oplog:
-            for i, set_id in enumerate(calls):
-                try:
-                    marks.append(self._one_call(i in keep, i, set_id, cuda))
-                except Exception as exc:
-                    error = {"ok": False, "call": i, "error": candidate_trace(exc, self.candidate.path)}
-                    break
+        with torch.no_grad(), profiler as prof, (self.oplog if traced else nullcontext()):
             if cuda:
                 torch.cuda.synchronize()
-        if error:
-            self.kept.clear()
-            return error
+            self.channel.send({"ok": True, "started": True})
+            lead_in(self.device)
+            for i, set_id in enumerate(calls):
+                try:
+                    marks.append(self._one_call(i in keep, i, set_id, cuda, dry))
+                except Exception as exc:
+                    self.kept.clear()
+                    return {"ok": False, "call": i, "error": candidate_trace(exc, self.candidate.path)}
+            if cuda:
+                torch.cuda.synchronize()
+            self.channel.send({"ok": True, "synced": True})
         if cuda:
             times = [b.elapsed_time(e) * 1e3 for b, e in marks]
         else:
@@ -187,12 +203,14 @@ class Runner:
         if trace_path is not None and prof is not None:
             prof.export_chrome_trace(str(trace_path))
             reply["trace"] = trace_path.name
-        reply["ops"] = self.oplog.calls[: len(calls)]
+        if traced:
+            reply["ops"] = self.oplog.calls[: len(calls)]
         return reply
 
-    def _one_call(self, kept: bool, index: int, set_id: str, cuda: bool) -> tuple[Any, Any]:
+    def _one_call(self, kept: bool, index: int, set_id: str, cuda: bool, dry: bool = False) -> tuple[Any, Any]:
         assert self.candidate is not None
-        inputs = self.sets[set_id]
+        inputs = {} if dry else self.sets[set_id]
+        forward = (lambda **_: None) if dry else self.candidate.forward
         if cuda:
             torch.cuda._sleep(1)  # the marker kernel: the trace splits into calls here
             assert self._flush is not None
@@ -200,15 +218,15 @@ class Runner:
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             with self.oplog.call():
                 begin.record()
-                out = self.candidate.forward(**inputs, **self.constants)
+                out = forward(**inputs, **self.constants)
                 end.record()
             mark: tuple[Any, Any] = (begin, end)
         else:
             with self.oplog.call():
                 t0 = time.perf_counter()
-                out = self.candidate.forward(**inputs, **self.constants)
+                out = forward(**inputs, **self.constants)
                 mark = (t0, time.perf_counter())
-        if kept:
+        if kept and not dry:
             self.kept.append((index, out, set_id))
         return mark
 
@@ -241,6 +259,7 @@ def _cuda_profiler() -> Any:
 
 
 def serve(channel: Channel, runner: Runner) -> None:
+    runner.channel = channel
     handlers = {"load": runner.load, "inputs": runner.inputs, "drop": runner.drop, "run": runner.run, "fetch": runner.fetch}
     while True:
         try:

@@ -134,8 +134,8 @@ def call_problems(ctx: Context, batch: Batch, point: ShapePoint, skip_first: boo
     traces: list[LaunchTrace | None] = [None] * len(batch.times_us)
     if batch.trace is not None:
         traces = list(calls_from_trace(batch.trace, len(batch.times_us)))
-    if len(batch.ops) != len(batch.times_us):
-        raise Reject(Outcome.CRASH, f"the runner logged {len(batch.ops)} calls for {len(batch.times_us)}")
+    if batch.ops is None or len(batch.ops) != len(batch.times_us):
+        raise Reject(Outcome.CRASH, f"the runner logged {len(batch.ops or [])} calls for {len(batch.times_us)}")
     for i, (ops, tr) in enumerate(zip(batch.ops, traces, strict=True)):
         if skip_first and i == 0:
             continue
@@ -288,7 +288,7 @@ def compile_sm90(ctx: Context) -> StageResult:
         return result(Outcome.TIMEOUT, f"the build did not finish within {ctx.plan.timeout:.0f} s")
     except RunnerCrashed as exc:
         return result(Outcome.CRASH, str(exc))
-    est = LaunchEstimate.from_ops(batch.ops[0] if batch.ops else [])
+    est = LaunchEstimate.from_ops(batch.ops[0] if batch.ops else [])  # the compile batch is always traced
     if not est.gemms:
         return result(Outcome.CHEAT_DETECTED, f"at shape {point.name}, forward() built no GEMM kernel: every GEMM must be a primitives.gemm call")
     missing = [g for g in ctx.task.gemm_shapes(point.dims) if g not in est.gemms]
