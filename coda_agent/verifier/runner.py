@@ -33,7 +33,6 @@ from .candidate import CandidateModule, candidate_trace
 from .protocol import Channel, ProtocolError, TensorRef, read_tensors, write_tensors
 
 
-
 class OpLog(TorchDispatchMode):
     """CPU: every aten op forward() runs outside ``primitives.gemm``, and every gemm call (the launch estimate)."""
 
