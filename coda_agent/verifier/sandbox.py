@@ -143,7 +143,7 @@ def _hide(path: Path, needed: list[Path], depth: int = 2) -> list[str]:
     """bwrap arguments that make ``path`` invisible, except the parts of it the runner needs to run."""
     try:
         real = path.resolve()
-        if not real.exists() or any(real.is_relative_to(n) for n in needed):
+        if not real.exists() or real in needed:
             return []
         if not any(n.is_relative_to(real) for n in needed):
             return ["--tmpfs", str(real)] if real.is_dir() else ["--ro-bind", "/dev/null", str(real)]

@@ -1,0 +1,81 @@
+"""Benchmark: how long ``verify()`` takes for the human kernels (the verifier's own overhead), with provenance.
+
+    python scripts/verify_overhead.py [--stages correctness] [--shape-set small] [--repeat 3] [--out FILE.md]
+
+Runs each human kernel's verification ``--repeat`` times in this process and prints per task the median
+wall time (sandbox start, candidate import, the stage's work) as a markdown table headed by the device,
+packages, date, commit and command. A benchmark, not a test: it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import shlex
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from coda_agent.bench.runner import git_commit, package_versions
+from coda_agent.tasks.loader import load_tasks
+from coda_agent.verifier import verify
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--stages", default="correctness")
+    ap.add_argument("--shape-set", default="small")
+    ap.add_argument("--backend", default="torch")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--tasks", nargs="*", default=None)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    try:
+        from coda_agent.verifier import detect_sandbox
+
+        sandbox = detect_sandbox().describe()
+    except ImportError:  # a checkout from before the sandbox
+        sandbox = "worker subprocess (before the sandbox)"
+    try:
+        import torch
+
+        device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU ({platform.processor() or platform.machine()})"
+    except Exception:
+        device = "unknown"
+    lines = [
+        f"# verify() overhead: {args.stages} on {args.shape_set} shapes",
+        "",
+        f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; device: {device}; cores: {len(__import__('os').sched_getaffinity(0))}",
+        f"- commit: {git_commit()}; packages: {', '.join(f'{k} {v}' for k, v in package_versions().items())}",
+        f"- isolation: {sandbox}",
+        f"- command: `{shlex.join(['python', *sys.argv])}`",
+        "",
+        "| task | outcome | median s | min s | max s |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    medians = []
+    for task in load_tasks():
+        if args.tasks and task.name not in args.tasks or task.human_file is None:
+            continue
+        source, times, outcome = task.human_file.read_text(), [], ""
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            v = verify(task, source, args.stages.split(","), shape_set=args.shape_set, backend_label=args.backend)
+            times.append(time.perf_counter() - t0)
+            outcome = v.outcome.value
+        medians.append(statistics.median(times))
+        lines.append(f"| {task.name} | {outcome} | {medians[-1]:.2f} | {min(times):.2f} | {max(times):.2f} |")
+        print(lines[-1], flush=True)
+    lines += ["", f"Median over tasks: {statistics.median(medians):.2f} s." if medians else "No tasks.", ""]
+    text = "\n".join(lines)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""The runner's OS sandbox: what it hides, that it ends with its caller, and when real runs refuse to start."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from coda_agent.verifier import sandbox
+from coda_agent.verifier.sandbox import Sandbox, SandboxUnavailable, Spec
+
+from .conftest import REPO
+
+needs_bwrap = pytest.mark.skipif(not sandbox.detect().isolated, reason="bubblewrap cannot create namespaces here")
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (a sandboxed process shows in the host's /proc with its host pid)."""
+    parents: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+                parents[int(d.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+            except (OSError, ValueError):
+                continue
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, pp in parents.items() if pp in frontier} - found
+        found |= frontier
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2 :].split()[0] not in ("Z", "X")
+
+
+def test_hidden_folders_keep_only_what_the_runner_needs(tmp_path):
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_rsa").write_text("secret")
+    (home / ".pyenv" / "bin").mkdir(parents=True)
+    (home / "notes.txt").write_text("x")
+    args = sandbox._hide(home, [home / ".pyenv" / "bin"])
+    hidden = {args[i + 1] for i, a in enumerate(args) if a == "--tmpfs"} | {args[i + 2] for i, a in enumerate(args) if a == "--ro-bind"}
+    assert str((home / ".ssh").resolve()) in hidden and str((home / "notes.txt").resolve()) in hidden
+    assert not any(".pyenv" in h for h in hidden)
+    assert sandbox._hide(tmp_path / "tasks-elsewhere", []) == []  # missing paths need nothing
+
+
+@needs_bwrap
+def test_the_sandbox_sees_no_other_process_no_network_no_secret_and_a_read_only_filesystem(tmp_path, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-FAKE-sandbox-test")
+    probe = textwrap.dedent(
+        """
+        import os, socket
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+        try:
+            socket.create_connection(("127.0.0.1", 22), timeout=1)
+            net = "connected"
+        except OSError as exc:
+            net = type(exc).__name__
+        try:
+            open("/etc/coda-probe", "w")
+            ro = "writable"
+        except OSError:
+            ro = "read-only"
+        environ = "".join(open(f"/proc/{p}/environ", errors="replace").read() for p in pids)
+        print(len(pids), net, ro, "sk-ant-FAKE" in environ + str(os.environ))
+        """
+    )
+    proc = sandbox.detect().popen([sys.executable, "-c", probe], Spec(scratch=tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = proc.communicate(timeout=60)
+    count, net, ro, leaked = out.decode().split()
+    assert int(count) <= 2, out  # bubblewrap's init and the probe: nothing of the host
+    assert net != "connected" and ro == "read-only" and leaked == "False", (out, err)
+
+
+@needs_bwrap
+def test_hidden_task_files_are_empty_inside(tmp_path):
+    listing = "import os; print(sorted(os.listdir(%r)))" % str(REPO / "tasks")
+    proc = sandbox.detect().popen([sys.executable, "-c", listing], Spec(scratch=tmp_path, hidden=(REPO / "tasks",)),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, _ = proc.communicate(timeout=60)
+    assert out.decode().strip() == "[]"
+
+
+def test_a_killed_caller_takes_its_runner_with_it(tmp_path):
+    """kill -9 of the process that called verify() leaves no runner behind (parent-death signal, PID namespace)."""
+    script = tmp_path / "caller.py"
+    script.write_text(textwrap.dedent("""
+        from coda_agent.tasks import find_task
+        from coda_agent.verifier import verify
+        task = find_task("gemm_residual_rmsnorm")
+        src = task.human_file.read_text().replace("    out = gemm(", "    while True:\\n        pass\\n    out = gemm(")
+        verify(task, src, timeout=300)
+    """))
+    caller = subprocess.Popen([sys.executable, str(script)], env={**os.environ, "PYTHONPATH": str(REPO)})
+    deadline, below = time.monotonic() + 60, set()
+    while time.monotonic() < deadline and len(below) < 3:  # the shim-turned-bwrap, its init, the runner
+        time.sleep(0.3)
+        below = _descendants(caller.pid)
+    assert len(below) >= 3, "the runner never started"
+    time.sleep(1.0)
+    below = _descendants(caller.pid)
+    os.kill(caller.pid, signal.SIGKILL)
+    caller.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(p) for p in below):
+        time.sleep(0.2)
+    assert not [p for p in below if _alive(p)]
+
+
+def test_real_runs_refuse_without_a_sandbox_unless_asked(monkeypatch):
+    weak = Sandbox("process", note="bubblewrap is not installed")
+    monkeypatch.setattr(sandbox, "detect", lambda: weak)
+    monkeypatch.delenv(sandbox.UNSANDBOXED_OPT_IN, raising=False)
+    with pytest.raises(SandboxUnavailable, match="CODA_AGENT_ALLOW_UNSANDBOXED=1"):
+        sandbox.require_isolation("an agent run")
+    monkeypatch.setenv(sandbox.UNSANDBOXED_OPT_IN, "1")
+    assert sandbox.require_isolation("an agent run") is weak
