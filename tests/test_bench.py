@@ -102,10 +102,9 @@ def test_timing_stage_times_the_candidate_with_its_baselines_on_the_emulator():
     res = gpu.run_timing(ctx, with_compile=False, device="cpu", backend_name="torch",
                          plan=timing.RepPlan(warmup=1, target_s=0.01, min_reps=3, max_reps=3))
     assert res.outcome is Outcome.PASSED, res.reason
-    tiny = res.details["shapes"]["tiny"]
-    assert set(tiny) == {"dims", "candidate", "eager", "cublas"}
-    for key in ("candidate", "eager", "cublas"):
-        t = Timing.model_validate(tiny[key])
+    tiny = res.timings["tiny"]
+    assert tiny.compiled is None and set(tiny.baselines()) == {"eager", "cublas"}
+    for t in (tiny.candidate, *tiny.baselines().values()):
         assert t.reps == 3 and t.p10_us <= t.median_us <= t.p90_us and t.bound in ("events", "wall")
     assert res.reason.startswith("median tiny:")
 
@@ -182,6 +181,7 @@ def test_results_round_trip_and_old_files_still_load():
 
 
 def _verdict(stage: str, shapes: dict) -> Verdict:
+    """A verdict as schema-1 run records stored it (per-shape results in ``details``; still read)."""
     return Verdict(task="gemm_residual_rmsnorm", task_version=1, backend="quack", outcome=Outcome.PASSED,
                    stages=[StageResult(stage=stage, outcome=Outcome.PASSED, details={"shapes": shapes})])
 
@@ -193,7 +193,8 @@ def test_rows_join_correctness_timings_and_speed_of_light():
         "ragged": {"outcome": "wrong_output", "reason": "output 'h': max error"},
     })
     t = {"median_us": 2000.0, "p10_us": 1990.0, "p90_us": 2010.0, "reps": 50}
-    timed = _verdict("bench", {"llama3-8b-down": {"candidate": t, "eager": t, "compiled": t, "cublas": t}})
+    timed = _verdict("bench", {"llama3-8b-down": {"dims": {"M": 8192}, "candidate": t, "eager": t, "compiled": t, "cublas": t}})
+    assert timed.stage("bench").timings["llama3-8b-down"].compiled.median_us == 2000.0
     assert runner.passed_shapes(checked) == ["llama3-8b-down"]
     good, bad = runner.build_rows(K0, opts, checked, timed, PEAKS)
     assert good.correct and good.launches == 3 and good.candidate.median_us == 2000.0 and good.gemms == [[8192, 4096, 14336]]

@@ -88,7 +88,7 @@ def test_the_sandbox_sees_no_other_process_no_network_no_secret_and_a_read_only_
 
 @needs_bwrap
 def test_hidden_task_files_are_empty_inside(tmp_path):
-    listing = "import os; print(sorted(os.listdir(%r)))" % str(REPO / "tasks")
+    listing = f"import os; print(sorted(os.listdir({str(REPO / 'tasks')!r})))"
     proc = sandbox.detect().popen([sys.executable, "-c", listing], Spec(scratch=tmp_path, hidden=(REPO / "tasks",)),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, _ = proc.communicate(timeout=60)

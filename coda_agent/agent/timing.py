@@ -75,24 +75,6 @@ def geomean(values: list[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in good) / len(good)) if good else None
 
 
-def _median_us(value: Any) -> float | None:
-    """A time in µs from a number or a bench ``Timing``-like mapping (``median_us``)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, Mapping):
-        return _median_us(value.get("median_us", value.get("us")))
-    return None
-
-
-def _shape_rows(details: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    """Per-shape rows from a profile stage's details: ``rows`` (bench ``BenchRow``s) or ``shapes`` (by name)."""
-    if isinstance(details.get("rows"), list):
-        return {str(r.get("shape")): r for r in details["rows"] if isinstance(r, Mapping) and r.get("shape")}
-    if isinstance(details.get("shapes"), Mapping):
-        return {str(k): v for k, v in details["shapes"].items() if isinstance(v, Mapping)}
-    return {}
-
-
 def timing_from_verdict(
     verdict: Verdict | None, human: Mapping[str, float] | None = None, sol: Mapping[str, float] | None = None
 ) -> dict[str, Any]:
@@ -102,26 +84,19 @@ def timing_from_verdict(
     fill in what the profile stage does not report itself.
     """
     stage = verdict.stage("profile") if verdict is not None else None
-    if stage is None or not stage.details:
+    if stage is None or not stage.timings:
         return {}
     shapes: dict[str, dict[str, Any]] = {}
-    for name, row in _shape_rows(stage.details).items():
-        us = _median_us(row.get("candidate", row))
-        if us is None:
-            continue
-        entry: dict[str, Any] = {"median_us": us}
-        human_us = _median_us(row.get("human", row.get("human_us"))) or (human or {}).get(name)
-        if human_us:
-            entry["human_us"] = float(human_us)
-        sol_us = _median_us(row.get("sol_us", row.get("sol"))) or (sol or {}).get(name)
-        if sol_us:
-            entry["sol_us"] = float(sol_us)
-        base = {b: t for b in BASELINES if (t := _median_us(row.get(b, row.get(f"{b}_us")))) is not None}
+    for name, row in stage.timings.items():
+        entry: dict[str, Any] = {"median_us": row.candidate.median_us}
+        if (human or {}).get(name):
+            entry["human_us"] = float((human or {})[name])
+        if (sol or {}).get(name):
+            entry["sol_us"] = float((sol or {})[name])
+        base = {b: t.median_us for b, t in row.baselines().items()}
         if base:
             entry["baselines"] = base
         shapes[name] = entry
-    if not shapes:
-        return {}
     out: dict[str, Any] = {"shapes": shapes, "geomean_us": geomean([s["median_us"] for s in shapes.values()])}
     vs_human = geomean([s["human_us"] / s["median_us"] for s in shapes.values() if "human_us" in s])
     if vs_human is not None:

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from ..measure.peaks import Peaks, speed_of_light_us
-from ..measure.timing import Timing
 from ..tasks.model import Task
 from ..verifier import verify
 from ..verifier.verdict import Outcome, Verdict
@@ -133,17 +132,12 @@ def time_task(task: Task, shapes: list[str], opts: BenchOptions) -> Verdict:
     )
 
 
-def _timing(d: dict[str, Any], key: str) -> Timing | None:
-    v = d.get(key)
-    return Timing.model_validate(v) if isinstance(v, dict) else None
-
-
 def build_rows(task: Task, opts: BenchOptions, checked: Verdict, timed: Verdict | None, peaks: Peaks) -> list[BenchRow]:
     """One row per shape point: correctness from the check, times from the bench stage, SoL from the peaks."""
     st = checked.stage("gpu_correctness")
     shape_info: dict[str, Any] = st.details.get("shapes", {}) if st else {}  # type: ignore[assignment]
     bench_st = timed.stage("bench") if timed else None
-    times: dict[str, Any] = bench_st.details.get("shapes", {}) if bench_st else {}  # type: ignore[assignment]
+    times = bench_st.timings if bench_st else {}
     rows = []
     for point in shape_points(task, opts):
         info = shape_info.get(point.name, {})
@@ -154,17 +148,18 @@ def build_rows(task: Task, opts: BenchOptions, checked: Verdict, timed: Verdict 
             reason = ""
         else:
             reason = info.get("reason", "")
-        t = times.get(point.name, {})
-        if ok and timed is not None and not t:
+        t = times.get(point.name)
+        if ok and timed is not None and t is None:
             reason = timed.reason
+        launched = info.get("launches")
         flops, nbytes = task.flops(point.dims), task.min_bytes(point.dims)
         rows.append(
             BenchRow(
                 task=task.name, task_version=task.version, shape=point.name, dims=point.dims, correct=ok,
-                verdict_reason=reason, candidate=_timing(t, "candidate"), eager=_timing(t, "eager"),
-                compiled=_timing(t, "compiled"), cublas=_timing(t, "cublas"),
+                verdict_reason=reason, candidate=t.candidate if t else None, eager=t.eager if t else None,
+                compiled=t.compiled if t else None, cublas=t.cublas if t else None,
                 sol_us=speed_of_light_us(flops, nbytes, peaks), flops=flops, min_bytes=nbytes,
-                launches=info.get("launches"), family=task.family, gemms=[list(g) for g in task.gemm_shapes(point.dims)],
+                launches=launched.get("launches") if isinstance(launched, dict) else launched, family=task.family, gemms=[list(g) for g in task.gemm_shapes(point.dims)],
             )
         )
     return rows

@@ -23,7 +23,8 @@ from pydantic import BaseModel, Field
 from ..atomic import write_text_atomic
 from ..verifier.verdict import Verdict
 
-SCHEMA_VERSION = 1
+#: 2: a timing stage's per-shape times are typed (``StageResult.timings``); schema 1 records still read.
+SCHEMA_VERSION = 2
 
 RunStatus = Literal["running", "target_reached", "budget_exhausted", "completed", "interrupted", "failed"]
 

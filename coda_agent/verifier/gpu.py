@@ -27,7 +27,7 @@ from ..measure.timing import Clock, RepPlan, Timing, lead_in, summarize
 from ..tasks.model import ShapePoint
 from .client import CandidateRaised, RunnerClient, RunnerCrashed, RunnerTimedOut
 from .stages import Context, Reject, call_problems, references, returned_checks, run_correctness, stage
-from .verdict import Outcome, StageResult
+from .verdict import Outcome, ShapeTiming, StageResult
 
 TIMING_METHOD = (
     "candidate in its sandboxed runner, baselines in the checker, batches of 5 calls interleaved in rotating order, "
@@ -85,11 +85,11 @@ def run_timing(ctx: Context, with_compile: bool, device: str = "cuda", backend_n
     """Time the candidate (runner) interleaved with the baselines (checker) at every selected shape."""
     name = "bench" if with_compile else "profile"
     t0 = time.perf_counter()
-    shapes: dict[str, dict[str, object]] = {}
+    shapes: dict[str, ShapeTiming] = {}
 
     def result(outcome: Outcome, reason: str) -> StageResult:
         return StageResult(stage=name, outcome=outcome, reason=reason, seconds=time.perf_counter() - t0,
-                           details={"shapes": shapes, "timing_method": TIMING_METHOD})
+                           timings=shapes, details={"timing_method": TIMING_METHOD})
 
     try:
         with ctx.runner(backend_name, device) as client:
@@ -104,12 +104,12 @@ def run_timing(ctx: Context, with_compile: bool, device: str = "cuda", backend_n
         return result(Outcome.TIMEOUT, f"timing did not finish within {ctx.plan.timeout:.0f} s")
     except RunnerCrashed as exc:
         return result(Outcome.CRASH, str(exc))
-    summary = "; ".join(f"{s}: {d['candidate']['median_us']:.0f} µs" for s, d in shapes.items())  # type: ignore[index]
+    summary = "; ".join(f"{s}: {d.candidate.median_us:.0f} µs" for s, d in shapes.items())
     return result(Outcome.PASSED, f"median {summary}")
 
 
 def time_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: str, with_compile: bool,
-               plan: RepPlan) -> dict[str, object]:
+               plan: RepPlan) -> ShapeTiming:
     """The timing protocol at one shape (module docstring)."""
     task, rng = ctx.task, random.SystemRandom()
     seeds = [rng.randrange(1 << 30) for _ in range(TIMING_SETS)]
@@ -184,10 +184,7 @@ def time_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: st
     changed = sorted({k for v in modified.values() for k in v})
     if changed:
         raise Reject(Outcome.CHEAT_DETECTED, f"at shape {point.name}, forward() modified its inputs {changed} while timed; inputs are read-only")
-    out: dict[str, object] = {"dims": point.dims}
-    for name in names:
-        out[name] = honest_timing(events[name], walls[name]).model_dump()
-    return out
+    return ShapeTiming(dims=point.dims, **{name: honest_timing(events[name], walls[name]) for name in names})
 
 
 #: Events may understate the batch's wall clock per call by this much before the wall clock is reported.

@@ -7,8 +7,11 @@ run records.
 from __future__ import annotations
 
 from enum import Enum
+from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
+
+from ..measure.timing import Timing
 
 
 class Outcome(str, Enum):
@@ -42,15 +45,41 @@ class OutputCheck(BaseModel):
     reason: str = ""
 
 
+class ShapeTiming(BaseModel):
+    """One shape of a timing stage: the candidate and the baselines timed with it (medians and spread, µs)."""
+
+    dims: dict[str, int]
+    candidate: Timing
+    eager: Timing | None = None
+    compiled: Timing | None = None
+    cublas: Timing | None = None
+
+    def baselines(self) -> dict[str, Timing]:
+        return {k: t for k in ("eager", "compiled", "cublas") if (t := getattr(self, k)) is not None}
+
+
 class StageResult(BaseModel):
-    """One verifier stage (static, compile, correctness, gpu_correctness, profile)."""
+    """One verifier stage (static, compile, correctness, gpu_correctness, profile, bench)."""
 
     stage: str
     outcome: Outcome
     reason: str = ""
     seconds: float = 0.0
     checks: list[OutputCheck] = []
+    timings: dict[str, ShapeTiming] = Field(default_factory=dict, description="profile / bench: per shape")
     details: dict[str, object] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _timings_of_schema_1(cls, data: Any) -> Any:
+        """Run records of schema 1 kept a timing stage's shapes untyped in ``details['shapes']``."""
+        if isinstance(data, dict) and not data.get("timings") and data.get("stage") in ("profile", "bench"):
+            shapes = (data.get("details") or {}).get("shapes")
+            if isinstance(shapes, dict) and all(isinstance(v, dict) and "candidate" in v for v in shapes.values()):
+                details = {k: v for k, v in data["details"].items() if k != "shapes"}
+                timings = {k: {"dims": {}, **v} for k, v in shapes.items()}
+                data = {**data, "timings": timings, "details": details}
+        return data
 
 
 class Verdict(BaseModel):
