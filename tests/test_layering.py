@@ -1,0 +1,58 @@
+"""No package of coda_agent imports a package above it (docs/architecture.md states the layers)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "coda_agent"
+LAYERS = ["atomic", "tasks", "primitives", "measure", "verifier", "bench", "store", "providers", "prompts", "agent",
+          "viewer", "cli", "__main__"]
+#: Packages of one layer that do not import each other.
+SAME_LAYER = {"atomic": 0, "tasks": 0, "primitives": 0}
+
+
+def _rank(pkg: str) -> int:
+    return SAME_LAYER.get(pkg, LAYERS.index(pkg))
+
+
+def imports_of(path: Path) -> set[str]:
+    """The coda_agent top-level packages a module imports (absolute or relative)."""
+    rel = path.relative_to(PACKAGE).parts
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level == 0 and node.module and node.module.startswith("coda_agent."):
+                out.add(node.module.split(".")[1])
+            elif node.level:
+                base = list(rel[:-1])[: len(rel) - node.level] if node.level > 1 else list(rel[:-1])
+                parts = base + [m for m in (node.module or "").split(".") if m]
+                if parts:
+                    out.add(parts[0].removesuffix(".py"))
+        elif isinstance(node, ast.Import):
+            out |= {a.name.split(".")[1] for a in node.names if a.name.startswith("coda_agent.")}
+    return out
+
+
+def test_every_package_is_in_a_layer():
+    found = {p.name.removesuffix(".py") for p in PACKAGE.iterdir() if (p.is_dir() and (p / "__init__.py").exists()) or p.suffix == ".py"}
+    assert found - {"__init__"} <= set(LAYERS), sorted(found - set(LAYERS))
+
+
+def test_no_package_imports_a_package_above_it():
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        pkg = path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+        if pkg == "__init__":
+            continue
+        for target in imports_of(path) - {pkg}:
+            if target in LAYERS and _rank(target) >= _rank(pkg):
+                wrong.append(f"{path.relative_to(PACKAGE)} imports {target}")
+    assert not wrong, wrong
+
+
+def test_the_runner_stays_clear_of_the_checker():
+    """The only process with candidate code imports no reference, tolerance, stage or task loading."""
+    runner = PACKAGE / "verifier" / "runner.py"
+    names = {n.module for n in ast.walk(ast.parse(runner.read_text())) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not names & {"stages", "gpu", "compare", "trace", "client", "sandbox", "tasks", "tasks.loader"}, names
