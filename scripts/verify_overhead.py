@@ -30,6 +30,7 @@ def main() -> int:
     ap.add_argument("--backend", default="torch")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--tasks", nargs="*", default=None)
+    ap.add_argument("--shapes", nargs="*", default=None, help="only these shape points of the set")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     try:
@@ -62,7 +63,8 @@ def main() -> int:
         source, times, outcome = task.human_file.read_text(), [], ""
         for _ in range(args.repeat):
             t0 = time.perf_counter()
-            v = verify(task, source, args.stages.split(","), shape_set=args.shape_set, backend_label=args.backend)
+            v = verify(task, source, args.stages.split(","), shape_set=args.shape_set, shape_names=args.shapes,
+                       backend_label=args.backend)
             times.append(time.perf_counter() - t0)
             outcome = v.outcome.value
         medians.append(statistics.median(times))
