@@ -1,0 +1,59 @@
+"""The adversarial suite on the CPU stages: every case in ``manifest.CPU_CASES`` must be refused with an
+acceptable outcome and a reason, leak no planted secret, reach no listener, leave no process and touch no file.
+
+Negative control: every human kernel passes through the very same driver (no false rejections).
+
+``verify()`` runs inside a fake agent process that holds fake API keys in its initial environment, as the
+real ``coda-agent run`` does (see ``agent_proc.py``). With ``CODA_ADV_REPORT=path`` set, one JSON line per
+case is appended to that file (outcome, reason, problems), for a summary of the holes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from coda_agent.verifier.static import check_source
+
+from .harness import Agent, Listener, run_case
+from .manifest import ALL_CHECKS, CPU_CASES, Case
+
+REPO = Path(__file__).resolve().parents[2]
+HUMANS = sorted((REPO / "tasks" / "human").glob("*.py"))
+
+
+@pytest.mark.parametrize("case", CPU_CASES, ids=[c.id for c in CPU_CASES])
+def test_adversarial_case_is_refused(case: Case, agent: Agent, listener: Listener, tmp_path: Path) -> None:
+    result = run_case(case, agent, listener, tmp_path)
+    assert not result.problems, f"{case.file} ({case.family}) -> {result.outcome}:\n  " + "\n  ".join(result.problems)
+
+
+@pytest.mark.parametrize("human", HUMANS, ids=[p.stem for p in HUMANS])
+def test_human_kernel_passes_through_the_same_driver(human: Path, agent: Agent, listener: Listener, tmp_path: Path) -> None:
+    case = Case(f"../../../tasks/human/{human.name}", "control", frozenset({"passed"}), task=human.stem)
+    reply = agent.verify(human.stem, human.read_text(), ("correctness",), 60.0, wait=120.0)
+    assert "verdict" in reply, reply
+    from coda_agent.verifier.verdict import Verdict
+
+    v = Verdict.model_validate_json(str(reply["verdict"]))
+    assert v.passed, f"{human.name}: {v.outcome.value}: {v.reason}"
+    assert case.checks == ALL_CHECKS
+    assert listener.connections == 0
+
+
+def test_manifest_covers_every_case_file_once() -> None:
+    files = sorted(p.name for p in (REPO / "tests" / "adversarial" / "cases").glob("*.py"))
+    listed = sorted(c.file for c in CPU_CASES)
+    assert listed == files
+    for c in CPU_CASES:
+        assert "passed" not in c.accept
+        assert c.path.read_text().startswith('"""'), f"{c.file} must start with its docstring"
+        assert "Family:" in c.path.read_text(), c.file
+
+
+def test_cases_are_real_candidates() -> None:
+    """Each case parses and defines forward() (a syntax error would be a strawman, not a cheat)."""
+    for c in CPU_CASES:
+        violations = check_source(c.path.read_text())
+        assert not any("syntax error" in v.message or "must define" in v.message for v in violations), (c.file, violations)
