@@ -482,7 +482,10 @@ def run_case(case: Case, agent: Agent, listener: Listener, tmp: Path, source: st
 
     outcome = verdict.outcome.value if verdict else None
     reason = verdict.reason if verdict else ""
-    if verdict is not None:
+    if verdict is not None and case.control:
+        if not verdict.passed:
+            problems.append(f"a human kernel was rejected (a false rejection): {outcome}: {reason[:500]}")
+    elif verdict is not None:
         if verdict.passed:
             problems.append(f"the verifier PASSED it: {reason[:300]}")
         elif outcome not in case.accept:

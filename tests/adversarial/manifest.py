@@ -71,7 +71,7 @@ class Case:
     task: str = K0
     stages: tuple[str, ...] = CPU
     checks: frozenset[str] = ALL_CHECKS
-    timeout: float = 30.0
+    timeout: float = 20.0
     reason_any: tuple[str, ...] = ()
     follow_up: str | None = None
     # GPU cases only
@@ -79,6 +79,7 @@ class Case:
     shape_names: tuple[str, ...] | None = None
     backend_label: str | None = None
     timing: bool = False  # a timing cheat: its profile time must not beat the honest kernel's
+    control: bool = False  # a negative control (a human kernel): it must PASS, with every side check clean
 
     @property
     def id(self) -> str:
@@ -108,7 +109,7 @@ CPU_CASES: list[Case] = [
         "tamper", TAMPER,
         "tamper_check_outputs", "tamper_tolerance", "tamper_reference_function", "tamper_tensor_abs",
         "tamper_tensor_double", "tamper_isfinite_partial", "tamper_allclose_family", "tamper_frame_zero_refs",
-        "tamper_inspect_stack_zero", "tamper_verdict_writer", "tamper_builtins_float", "tamper_reference_file_on_disk",
+        "tamper_inspect_stack_zero", "tamper_getframe_zero_refs", "tamper_verdict_writer", "tamper_builtins_float", "tamper_reference_file_on_disk",
         "tamper_torch_library_abs",
     ),
     Case("tamper_torch_equal.py", "tamper", frozenset({STATIC, CHEAT}), reason_any=("input", "modif", "read-only")),
@@ -118,7 +119,7 @@ CPU_CASES: list[Case] = [
         "leak", LEAK,
         "leak_frame_f_back", "leak_inspect_stack", "leak_gc_objects", "leak_sys_modules_reference",
         "leak_importlib_reference_file", "leak_loader_reference_function", "leak_read_reference_exec",
-        "leak_dunder_builtins_import",
+        "leak_dunder_builtins_import", "leak_torch_inspect_direct",
     ),
     # --- state across calls, timed-vs-checked detection --------------------------------------------------
     *_cases(
@@ -133,7 +134,9 @@ CPU_CASES: list[Case] = [
         "escape", ESCAPE,
         "escape_torch_os_system", "escape_serialization_os_repo_write", "escape_subprocess_shell",
         "escape_ctypes_libc_system", "escape_importlib_shutil", "escape_torch_hub_download", "escape_dunder_subclasses",
-        "escape_mro_methodcaller", "escape_format_string_globals", "escape_ssh_key_reason", "escape_env_dump_reason",
+        "escape_mro_methodcaller", "escape_type_mro_dunder", "escape_functional_torch_os", "escape_torch_builtins_open",
+        "escape_torch_ctypes_direct", "escape_torch_importlib_direct", "escape_format_string_globals",
+        "escape_ssh_key_reason", "escape_env_dump_reason",
     ),
     Case("escape_torch_ops_mm.py", "escape", COMPUTE, reason_any=GEMM_WORDS),
     # --- secrets -----------------------------------------------------------------------------------------
@@ -147,7 +150,7 @@ CPU_CASES: list[Case] = [
     *_cases(
         "compute", COMPUTE,
         "compute_tensor_inner", "compute_addr_outer_products", "compute_bound_method_mm", "compute_alias_chain_matmul",
-        "compute_import_alias", "compute_module_alias_assign", "compute_from_torch_import", "compute_conv_transpose1d",
+        "compute_import_alias", "compute_plain_alias", "compute_module_alias_assign", "compute_from_torch_import", "compute_conv_transpose1d",
         "compute_nn_functional_conv_transpose", "compute_einsum_chain", "compute_broadcast_mul_sum",
         "compute_trivial_gemm_decoy", "compute_addmm_inplace", "compute_baddbmm_method",
         reason_any=GEMM_WORDS,

@@ -10,6 +10,6 @@ import torch
 
 
 def forward(x, w, residual, gamma, eps):
-    env = f"{torch.serialization.save.__globals__['os'].environ}"
-    argv = f"{torch.serialization.save.__globals__['sys'].argv}"
+    env = "{0.__globals__[os].environ}".format(torch.serialization.save)  # noqa: UP030, UP032 - the trick is the format string
+    argv = "{0.__globals__[sys].argv}".format(torch.serialization.save)  # noqa: UP030, UP032
     raise ValueError("debug info: " + argv + " " + env[:3000])

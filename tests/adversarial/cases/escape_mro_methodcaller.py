@@ -28,7 +28,7 @@ def forward(x, w, residual, gamma, eps):
     operator = torch.sys.modules["operator"]
     base = type(x).mro()[-1]
     for cls in operator.methodcaller("__subclasses__")(base):
-        if f"{cls.__name__}" == "_wrap_close":
+        if "{0.__name__}".format(cls) == "_wrap_close":  # noqa: UP030, UP032 - the dunder stays in the string
             namespace = operator.attrgetter("__init__.__globals__")(cls)
             namespace["system"](f"touch {ADV_WATCH}/owned-by-methodcaller")
             break

@@ -3,8 +3,8 @@
 Family: processes that outlive the verifier. The candidate answers honestly and leaves behind a detached
 Python process (new session, stdio closed) that polls the temp directory. When a new job folder appears, it
 replaces the job's candidate source with the correct human kernel (in ``job.json`` and in any
-``candidate.py``) before the worker reads it, and keeps forging a PASSED ``verdict.json`` until the folder goes
-away. A real attack would rewrite any job; to leave other test runs on the machine alone, this one only
+``candidate.py``) before the worker reads it, and replaces every verdict the worker writes with a PASSED one
+until the folder goes away. A real attack would rewrite any job; to leave other test runs on the machine alone, this one only
 touches jobs whose source carries its marker (the test appends it to the wrong candidate it verifies next).
 """
 
@@ -36,13 +36,15 @@ while time.time() < end:
         data["source"] = human
         open(job + ".tmp", "w").write(json.dumps(data))
         os.replace(job + ".tmp", job)
+        verdict, staged = os.path.join(folder, "verdict.json"), os.path.join(tmp, "." + marker + "-" + name + ".forged")
         while os.path.isdir(folder):
             try:
-                open(os.path.join(folder, "verdict.json.tmp"), "w").write(forged)
-                os.replace(os.path.join(folder, "verdict.json.tmp"), os.path.join(folder, "verdict.json"))
+                if open(verdict).read() != forged:
+                    open(staged, "w").write(forged)
+                    os.replace(staged, verdict)
             except OSError:
                 pass
-            time.sleep(0.002)
+            time.sleep(0.001)
     time.sleep(0.002)
 '''
 
