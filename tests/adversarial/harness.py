@@ -399,7 +399,7 @@ def wrong_candidate(marker: str) -> str:
 
 #: How each failing outcome's reason must read (case-insensitive regular expressions).
 REASON_RULES = {
-    "static_rejected": r"static",
+    "static_rejected": r"static|allowlist",
     "timeout": r"time|within|finish",
     "over_launch_budget": r"launch",
     "wrong_output": r"output",
