@@ -174,7 +174,7 @@ CPU_CASES: list[Case] = [
     Case("proc_pipe_holder.py", "proc", PROC, timeout=15.0),
     Case("proc_next_job_rewrite.py", "proc", PROC, follow_up="next_job"),
     Case("proc_busy_loop.py", "proc", BUSY, timeout=5.0),
-    Case("proc_busy_import.py", "proc", BUSY, timeout=5.0),
+    Case("proc_busy_import.py", "proc", BUSY | {STATIC}, timeout=5.0),
     Case("proc_busy_ignore_signals.py", "proc", BUSY | {STATIC}, timeout=5.0),
     Case("proc_thread_keeps_alive.py", "proc", frozenset({STATIC, TIMEOUT, CHEAT, RUNTIME}), timeout=10.0),
 ]

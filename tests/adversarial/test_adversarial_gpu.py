@@ -31,11 +31,7 @@ _HONEST: dict[tuple[str, tuple[str, ...] | None], dict[str, float]] = {}
 
 def _medians(verdict: Verdict) -> dict[str, float]:
     prof = verdict.stage("profile")
-    if prof is None:
-        return {}
-    shapes = prof.details.get("shapes", {})
-    assert isinstance(shapes, dict)
-    return {name: float(d["candidate"]["median_us"]) for name, d in shapes.items() if isinstance(d, dict) and "candidate" in d}
+    return {name: t.candidate.median_us for name, t in prof.timings.items()} if prof is not None else {}
 
 
 def _honest_medians(case: Case, agent: Agent) -> dict[str, float]:
