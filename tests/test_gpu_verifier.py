@@ -83,8 +83,12 @@ def test_the_marker_and_flush_name_the_stream_and_are_not_counted():
 
 
 def test_a_batch_trace_splits_into_calls_at_the_markers():
-    calls = trace.calls_from_trace(_chrome([(QUACK, 7)], [(QUACK, 7), (OTHERS[1], 7)], []), 3)
+    chrome = _chrome([(QUACK, 7)], [(QUACK, 7), (OTHERS[1], 7)], [])
+    calls = trace.calls_from_trace(chrome, 3)
     assert [c.launches for c in calls] == [1, 2, 0]
+    lead_in = {"ph": "X", "cat": "kernel", "name": MARKER, "args": {"stream": 7, "correlation": 99}}
+    with_lead_in = {"traceEvents": [lead_in, *chrome["traceEvents"]]}
+    assert [c.launches for c in trace.calls_from_trace(with_lead_in, 3)] == [1, 2, 0]
     with pytest.raises(ValueError, match="CUPTI"):
         trace.calls_from_trace(_chrome([(QUACK, 7)]), 2)
 
