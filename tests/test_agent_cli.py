@@ -1,4 +1,4 @@
-"""``coda-agent run`` end to end with the scripted model of examples/mock: record, feedback, resume, replay, Ctrl-C."""
+"""``coda-agent run`` end to end with the shipped mock script: record, feedback, resume, replay, Ctrl-C."""
 
 from __future__ import annotations
 
@@ -13,43 +13,22 @@ from pathlib import Path
 
 import pytest
 
-from coda_agent.cli import main
 from coda_agent.store.runs import RunReader
 
-from .conftest import REPO
+from .conftest import EXAMPLE_SCRIPT, TASK_DIR, cli, invoke
 
-SCRIPT = "examples/mock/gemm_residual_three_attempts.yaml"
-TASK_YAML = "tasks/gemm_residual_rmsnorm.yaml"
-
-
-def invoke(*args: str) -> int:
-    """Run the real entry point in-process; returns its exit code."""
-    saved = sys.argv
-    sys.argv = ["coda-agent", *args]
-    try:
-        main()
-        return 0
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    finally:
-        sys.argv = saved
-
-
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    """Run the real entry point in-process: (exit code, stdout, stderr)."""
-    code = invoke(*args)
-    out, err = capsys.readouterr()
-    return code, out, err
+SCRIPT = "gemm_residual_three_attempts"  # the shipped example, by name: works from any folder
+TASK_YAML = str(TASK_DIR / "gemm_residual_rmsnorm.yaml")
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> tuple[Path, str]:
-    """One run of the README's main job (compile off to stay fast): the record every test below reads."""
+    """One run of the README's main job from an empty folder (compile off to stay fast): the record every test below reads."""
     runs = tmp_path_factory.mktemp("runs")
     cwd = os.getcwd()
-    os.chdir(REPO)
+    os.chdir(tmp_path_factory.mktemp("elsewhere"))
     try:
-        code = invoke("run", TASK_YAML, "--model", f"mock/{SCRIPT}", "--no-compile", "--runs-dir", str(runs))
+        code = invoke("run", "gemm_residual_rmsnorm", "--model", f"mock/{SCRIPT}", "--no-compile", "--runs-dir", str(runs))
     finally:
         os.chdir(cwd)
     assert code == 0
@@ -61,7 +40,7 @@ def test_run_converges_in_three_attempts_and_writes_a_complete_record(recorded):
     run_dir, _ = recorded
     reader = RunReader(run_dir)
     h = reader.header
-    assert h.task == "gemm_residual_rmsnorm" and h.task_version == 1 and h.task_path.endswith(TASK_YAML)
+    assert h.task == "gemm_residual_rmsnorm" and h.task_version == 1 and h.task_path == TASK_YAML
     assert h.model == f"mock/{SCRIPT}" and h.verifier_stages == ["correctness"] and h.device == "cpu"
     assert h.budgets.rounds == 5 and h.budgets.candidates_per_round == 1 and h.target == {"correct": True}
     assert {"coda-agent", "torch", "quack-kernels", "nvidia-cutlass-dsl"} <= set(h.packages)
@@ -98,16 +77,16 @@ def test_the_model_was_fed_each_previous_attempts_errors(recorded):
 
 def test_prompts_show_other_tasks_kernels_never_this_ones(recorded):
     system = RunReader(recorded[0]).attempts()[0].messages[0].content
-    own = (REPO / "tasks/human/gemm_residual_rmsnorm.py").read_text().split('"""', 2)[2].strip()
+    own = (TASK_DIR / "human/gemm_residual_rmsnorm.py").read_text().split('"""', 2)[2].strip()
     assert own not in system
     examples = RunReader(recorded[0]).header.params["examples"]
     for name in examples:
-        kernel = (REPO / "tasks/human" / f"{name}.py").read_text().split('"""', 2)[2].strip()
+        kernel = (TASK_DIR / "human" / f"{name}.py").read_text().split('"""', 2)[2].strip()
         assert kernel in system
 
 
 def test_the_run_command_prints_the_record_and_the_verdict(tmp_path, capsys):
-    code, out, _ = cli(capsys, "run", str(REPO / TASK_YAML), "--model", f"mock/{REPO / SCRIPT}", "--rounds", "1",
+    code, out, _ = cli(capsys, "run", TASK_YAML, "--model", f"mock/{EXAMPLE_SCRIPT}", "--rounds", "1",
                        "--no-compile", "--runs-dir", str(tmp_path))
     assert code == 1  # one round: only the syntax error, so no correct candidate
     (run_dir,) = tmp_path.iterdir()
@@ -128,12 +107,7 @@ def test_resume_after_a_kill_redoes_only_the_unfinished_attempt(recorded, tmp_pa
     (run_dir / "summary.json").write_text(json.dumps({**summary, "status": "running", "best_attempt": None}))
     kept = {n: (run_dir / "attempts" / n).read_bytes() for n in ("0001.json", "0002.json")}
 
-    cwd = os.getcwd()
-    os.chdir(REPO)  # the mock script path in the header is relative to where the run started
-    try:
-        code, out, _ = cli(capsys, "run", "--resume", run_dir.name, "--runs-dir", str(tmp_path))
-    finally:
-        os.chdir(cwd)
+    code, out, _ = cli(capsys, "run", "--resume", run_dir.name, "--runs-dir", str(tmp_path))
     assert code == 0, out
     assert "resuming after 2 finished attempt(s)" in out and "#3   r3.0  passed" in out
     assert all((run_dir / "attempts" / n).read_bytes() == data for n, data in kept.items())
@@ -172,7 +146,7 @@ def test_ctrl_c_marks_the_run_interrupted_and_says_how_to_resume(tmp_path):
     answers = tmp_path / "manual"
     env = {**os.environ, "CODA_AGENT_RUNS_DIR": str(tmp_path / "runs")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "coda_agent", "run", str(REPO / TASK_YAML), "--model", f"manual/{answers}", "--no-compile"],
+        [sys.executable, "-m", "coda_agent", "run", TASK_YAML, "--model", f"manual/{answers}", "--no-compile"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )
     try:
