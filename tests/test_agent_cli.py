@@ -6,12 +6,14 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from coda_agent.store.runs import RunReader
 
@@ -171,3 +173,96 @@ def test_help_lists_every_option(capsys):
     for option in ("--model", "--base-url", "--rounds", "--candidates", "--max-tokens-total", "--max-dollars",
                    "--max-wall", "--temperature", "--target-speedup", "--no-compile", "--runs-dir", "--resume"):
         assert option in out
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def broken_task(tmp_path: Path, reference: str | None = None, **edits: object) -> Path:
+    """A copy of gemm_residual_rmsnorm in tmp_path with another reference (None: none written) or YAML edits."""
+    data = yaml.safe_load((TASK_DIR / "gemm_residual_rmsnorm.yaml").read_text())
+    data.update(name="broken", reference="ref.py:reference", human=None, **edits)
+    if reference is not None:
+        (tmp_path / "ref.py").write_text(reference)
+    path = tmp_path / "broken.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_broken_task_stops_before_any_model_call(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    raising = broken_task(tmp_path, "def reference(**kw):\n    raise RuntimeError('reference bug')\n")
+    code, _, err = cli(capsys, "run", str(raising), "--model", "mock/echo", "--runs-dir", str(runs))
+    assert code == 2 and "the reference raised RuntimeError: reference bug" in err and err.count("\n") == 1
+    (tmp_path / "ref.py").unlink()
+    code, _, err = cli(capsys, "run", str(raising), "--model", "mock/echo", "--runs-dir", str(runs))
+    assert code == 2 and "reference: file ref.py not found" in err
+    bad_sol = broken_task(tmp_path, "", sol={"flops": "2*M*N*K/(K-K)"})
+    code, _, err = cli(capsys, "run", str(bad_sol), "--model", "mock/echo", "--runs-dir", str(runs))
+    assert code == 2 and "shape bench/" in err and "sol.flops" in err and "Traceback" not in err
+    code, _, err = cli(capsys, "validate", str(bad_sol))
+    assert code == 1  # validate and run agree
+    assert not runs.exists()  # no empty run directory left "running"
+
+
+def test_run_checks_seeds_and_sets_the_verify_time_limit(tmp_path, capsys):
+    code, _, err = cli(capsys, "run", "gemm_residual_rmsnorm", "--model", "mock/echo", "--seeds", "0", "--runs-dir", str(tmp_path))
+    assert code == 2 and "--seeds 0: must be at least 1" in err and err.count("\n") == 1
+    for extra, limit in ((["--rounds", "1", "--no-compile"], 120), (["--rounds", "1", "--no-compile", "--timeout", "42"], 42)):
+        code, _, _ = cli(capsys, "run", "gemm_residual_rmsnorm", "--model", "mock/echo", *extra, "--runs-dir", str(tmp_path / str(limit)))
+        assert code == 1
+        (run_dir,) = (tmp_path / str(limit)).iterdir()
+        assert RunReader(run_dir).header.params["verify_timeout"] == limit
+
+
+def test_an_unreachable_server_stops_the_run_at_once(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("CODA_AGENT_RETRY_BASE_DELAY", "0")
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    code, _, err = cli(capsys, "run", "gemm_residual_rmsnorm", "--model", "openai-compatible/qwen", "--base-url", url,
+                       "--no-compile", "--runs-dir", str(tmp_path))
+    assert code == 2, err
+    first, *rest = err.splitlines()
+    assert first.startswith(f"error: openai-compatible/qwen: cannot connect to {url}") and "is the server up" in first
+    assert len(rest) == 1 and "--resume" in rest[0]  # nothing else: no retries, no traceback
+    (run_dir,) = tmp_path.iterdir()
+    assert RunReader(run_dir).attempts() == [] and RunReader(run_dir).summary().status == "failed"
+
+
+def test_sigterm_marks_the_run_interrupted(tmp_path):
+    answers = tmp_path / "manual"
+    env = {**os.environ, "CODA_AGENT_RUNS_DIR": str(tmp_path / "runs")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "coda_agent", "run", TASK_YAML, "--model", f"manual/{answers}", "--no-compile"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (answers / "prompt-1.md").exists():
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.1)
+        proc.terminate()
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert "Traceback" not in err and f"coda-agent run --resume {run_dir}" in err
+    summary = RunReader(run_dir).summary()
+    assert summary.status == "interrupted" and "SIGTERM" in summary.stop_reason
+
+
+def test_resume_with_a_corrupt_attempt_says_how_to_redo_it(recorded, tmp_path, capsys):
+    run_dir = tmp_path / recorded[0].name
+    shutil.copytree(recorded[0], run_dir)
+    (run_dir / "attempts" / "0002.json").write_text('{"index": 2, "trunc')
+    code, _, err = cli(capsys, "run", "--resume", run_dir.name, "--runs-dir", str(tmp_path))
+    assert code == 2 and "0002.json: unreadable attempt file" in err and "--redo-corrupt" in err
+    code, out, err = cli(capsys, "run", "--resume", run_dir.name, "--redo-corrupt", "--runs-dir", str(tmp_path))
+    assert code == 0, out + err
+    assert "set aside 2 attempt file(s) to redo: 0002.json, 0003.json" in err
+    assert (run_dir / "attempts" / "0002.json.corrupt").exists() and (run_dir / "attempts" / "0003.json.superseded").exists()
+    assert [a.outcome for a in RunReader(run_dir).attempts()] == ["static_rejected", "wrong_output", "passed"]

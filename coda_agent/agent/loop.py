@@ -205,6 +205,8 @@ class Agent:
         self._executor: ThreadPoolExecutor | None = None
         self._best_written: int | None = previous.best_attempt if previous else None
         self._warned_price = False
+        #: What stopped the run when it is cancelled (set by whoever cancels it; recorded in the summary).
+        self.interrupted_by = "Ctrl-C"
 
     # --- creating and resuming ------------------------------------------------------------------
 
@@ -258,7 +260,7 @@ class Agent:
     # --- the loop -------------------------------------------------------------------------------
 
     async def run(self) -> RunSummary:
-        """Rounds until the target or a budget; Ctrl-C (cancellation) leaves an ``interrupted`` summary."""
+        """Rounds until the target or a budget; cancellation (Ctrl-C, SIGTERM) leaves an ``interrupted`` summary."""
         self._session_start = time.monotonic()
         self._executor = ThreadPoolExecutor(max_workers=max(1, self.config.verify_workers), thread_name_prefix="verify")
         self._verify_slots = asyncio.Semaphore(max(1, self.config.verify_workers))
@@ -272,7 +274,7 @@ class Agent:
                 round_no, slots = self._next_slots()
                 await self._round(round_no, slots)
         except asyncio.CancelledError:
-            self._finish("interrupted", "interrupted (Ctrl-C); finished attempts are recorded")
+            self._finish("interrupted", f"interrupted ({self.interrupted_by}); finished attempts are recorded")
             raise
         except FatalProviderError as exc:
             self._finish("failed", str(exc))
@@ -458,7 +460,8 @@ class Agent:
             )
         except ProviderError as exc:
             if exc.kind.fatal:
-                raise FatalProviderError(f"{self.config.model}: {exc}") from None
+                message = str(exc) if str(exc).startswith(self.config.model) else f"{self.config.model}: {exc}"
+                raise FatalProviderError(message) from None
             self._record(Attempt(
                 index=index, round=round_no, slot=slot, started=started, finished=_now(), messages=messages,
                 provider_error=f"{exc.kind.value}: {exc}", durations={"llm": round(time.monotonic() - t0, 3)},

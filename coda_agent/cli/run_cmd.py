@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import signal
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from ..store.records import Attempt, Budgets, ChatMessage, RunHeader, RunSummary
 from ..store.runs import RUNS_DIR_ENV, RunReader, RunRecordError, default_runs_dir, resolve_run
 from ..tasks.loader import find_task
 from . import UserError, app, console, err_console
+from .inputs import check_task_runs, default_timeout, seed_list, timeout_value
 
 MODEL_ENV = "CODA_AGENT_MODEL"
 NO_MODEL = (
@@ -191,18 +193,31 @@ def _replayed_header(model: str) -> RunHeader | None:
         raise UserError(str(exc)) from None
 
 
-async def _drive(agent: Agent, provider: Provider) -> RunSummary:
-    """Run the agent; SIGINT cancels it cleanly (the summary is marked interrupted before we exit)."""
+#: The signals that stop a run cleanly (summary marked interrupted), and the exit status each gives.
+STOP_SIGNALS = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+async def _drive(agent: Agent, provider: Provider, received: list[signal.Signals]) -> RunSummary:
+    """Run the agent; SIGINT (Ctrl-C) or SIGTERM (``timeout``, ``kill``) cancels it cleanly: the summary is
+    marked interrupted before we exit. The signal is appended to ``received``."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None
-    with contextlib.suppress(NotImplementedError):  # not on Windows: Ctrl-C then raises KeyboardInterrupt
-        loop.add_signal_handler(signal.SIGINT, task.cancel)
+
+    def stop(sig: signal.Signals) -> None:
+        received.append(sig)
+        agent.interrupted_by = "Ctrl-C" if sig == signal.SIGINT else sig.name
+        task.cancel()
+
+    for sig in STOP_SIGNALS:
+        with contextlib.suppress(NotImplementedError):  # not on Windows: Ctrl-C then raises KeyboardInterrupt
+            loop.add_signal_handler(sig, stop, sig)
     try:
         return await agent.run()
     finally:
-        with contextlib.suppress(NotImplementedError):
-            loop.remove_signal_handler(signal.SIGINT)
+        for sig in STOP_SIGNALS:
+            with contextlib.suppress(NotImplementedError):
+                loop.remove_signal_handler(sig)
         await provider.aclose()
 
 
@@ -254,10 +269,16 @@ def run_cmd(
     ),
     target_sol: float = typer.Option(None, min=0, max=1, help="GPU: ... or this fraction of the speed of light"),
     no_compile: bool = typer.Option(False, "--no-compile", help="CPU: skip the sm_90a compile stage (~10 s per candidate)"),
-    seeds: int = typer.Option(None, min=1, help="seeds per shape in the correctness check (default 3)"),
+    seeds: int = typer.Option(None, help="seeds per shape in the correctness check (default 3)"),
+    timeout: float = typer.Option(
+        None, help="seconds one candidate's verification may take (default from the stages and shapes: 330 s on a CPU)"
+    ),
     examples: str = typer.Option(None, help="comma-separated tasks whose human kernels are shown as examples (default chosen by similarity)"),
     runs_dir: Path = typer.Option(None, "--runs-dir", envvar=RUNS_DIR_ENV, help="where run records go (default ./runs)"),
     resume: str = typer.Option(None, "--resume", help="continue an interrupted run (its directory or id)"),
+    redo_corrupt: bool = typer.Option(
+        False, "--redo-corrupt", help="with --resume: set unreadable attempt files aside and redo those attempts"
+    ),
     plain: bool = typer.Option(False, "--plain", help="plain log lines even on a terminal"),
 ) -> None:
     """Run the agent on a task: prompt the model, verify each candidate, feed results back, record everything."""
@@ -266,8 +287,10 @@ def run_cmd(
         "max_dollars": max_dollars, "max_wall_seconds": max_wall,
     }
     base = runs_dir or default_runs_dir()
+    if redo_corrupt and not resume:
+        raise UserError("--redo-corrupt goes with --resume RUN")
     if resume:
-        run_dir, agent, provider = _resume(resume, base, model, base_url, budget_flags, task)
+        run_dir, agent, provider = _resume(resume, base, model, base_url, budget_flags, task, redo_corrupt)
     else:
         if not model:
             raise UserError(NO_MODEL)
@@ -279,16 +302,19 @@ def run_cmd(
         if not task:
             raise UserError("which task? pass a task name or YAML path (see `coda-agent tasks`)")
         t = find_task(task)
+        check_task_runs(t)
         provider = _provider(model, base_url)
         settings = {
             "temperature": temperature, "max_reply_tokens": max_reply_tokens, "target_speedup": target_speedup,
-            "target_sol": target_sol, "base_url": base_url, "seeds": tuple(range(seeds)) if seeds else None,
+            "target_sol": target_sol, "base_url": base_url, "seeds": tuple(seed_list(seeds)) if seeds is not None else None,
             "examples": tuple(e.strip() for e in examples.split(",") if e.strip()) if examples else None,
         }
         config = AgentConfig.for_this_machine(
             model, compile=not no_compile, budgets=_budgets(Budgets(), **budget_flags),
             **{k: v for k, v in settings.items() if v is not None},
         )
+        limit = default_timeout(t, config.stages, config.shape_set, len(config.seeds))
+        config = dataclasses.replace(config, verify_timeout=timeout_value(timeout, limit))
         try:
             agent = Agent.create(t, provider, config, base)
         except (RunRecordError, OSError) as exc:
@@ -307,12 +333,13 @@ def run_cmd(
         display.summary, display.prior_wall = agent.previous, agent.previous.wall_seconds
         display.note(f"resuming after {len(agent.attempts)} finished attempt(s)")
     agent.events = display
+    received: list[signal.Signals] = []
     try:
         with display.live if isinstance(display, LiveDisplay) else contextlib.nullcontext():
-            summary = asyncio.run(_drive(agent, provider))
+            summary = asyncio.run(_drive(agent, provider, received))
     except (asyncio.CancelledError, KeyboardInterrupt):
         err_console.print(f"interrupted; finished attempts are saved. Resume with: coda-agent run --resume {run_dir}", highlight=False, soft_wrap=True, markup=False)
-        raise typer.Exit(130) from None
+        raise typer.Exit(STOP_SIGNALS[received[0]] if received else 130) from None
     except FatalProviderError as exc:
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         err_console.print(f"  (the run is saved; after fixing this: coda-agent run --resume {run_dir})", highlight=False, soft_wrap=True, markup=False)
@@ -323,17 +350,28 @@ def run_cmd(
 
 
 def _resume(
-    name: str, base: Path, model: str | None, base_url: str | None, budget_flags: dict[str, Any], task: str | None
+    name: str, base: Path, model: str | None, base_url: str | None, budget_flags: dict[str, Any], task: str | None,
+    redo_corrupt: bool,
 ) -> tuple[Path, Agent, Provider]:
     try:
         run_dir = resolve_run(name, base)
-        header = RunReader(run_dir).header
+        reader = RunReader(run_dir)
     except RunRecordError as exc:
         raise UserError(str(exc)) from None
+    header = reader.header
+    unreadable = reader.unreadable_attempts()
+    if unreadable and not redo_corrupt:
+        raise UserError(
+            f"{', '.join(str(p) for p in unreadable)}: unreadable attempt file(s); to set them aside and redo those "
+            f"attempts (and any later round, whose prompts were built on them): coda-agent run --resume {run_dir} --redo-corrupt"
+        )
     if task and Path(task).stem != header.task and task != header.task:
         raise UserError(f"run {header.run_id} is on task {header.task}, not {task}")
     if model and model != header.model:
         raise UserError(f"run {header.run_id} used {header.model}; a resumed run continues with the same model")
+    if unreadable:
+        moved = reader.set_aside_unreadable(header.budgets.candidates_per_round)
+        err_console.print(f"set aside {len(moved)} attempt file(s) to redo: {', '.join(p.name for p in moved)}", highlight=False, soft_wrap=True)
     provider = _provider(header.model, base_url or header.params.get("base_url"))
     if header.model.startswith(("mock/", "replay/")):
         provider = _Advanced(provider)
@@ -343,6 +381,7 @@ def _resume(
         agent = Agent.resume(run_dir, provider, budgets=budgets)
     except RunRecordError as exc:
         raise UserError(str(exc)) from None
+    check_task_runs(agent.task)
     if isinstance(provider, _Advanced):
         provider.skip = scripted_replies_used(agent)
     return run_dir, agent, provider

@@ -169,7 +169,37 @@ class Task(_Strict):
         for name in self.tolerance.outputs:
             if name not in {o.name for o in self.outputs}:
                 raise ValueError(f"tolerance.outputs names {name!r}, which is not an output")
+        for set_name, points in self.shapes.items():
+            for p in points:
+                self._check_expressions(f"shape {set_name}/{p.name}", p.dims)
         return self
+
+    def _check_expressions(self, where: str, dims: dict[str, int]) -> None:
+        """Every expression evaluates at this shape point (so no command meets a bad one halfway through a run)."""
+        env = {k: float(v) for k, v in dims.items()}
+
+        def value(field: str, e: Expr, kind: str = "number") -> None:
+            try:
+                v = expr.evaluate(e, env)
+            except (expr.ExprError, ArithmeticError, ValueError, TypeError) as exc:
+                raise ValueError(f"{where}: {field} = {e!r}: {exc}") from None
+            if not math.isfinite(v):
+                raise ValueError(f"{where}: {field} = {e!r} is {v}")
+            if kind == "size" and (v != int(v) or v < 1):
+                raise ValueError(f"{where}: {field} = {e!r} is {v:g}, not a positive whole number")
+
+        for t in (*self.inputs, *self.outputs):
+            for i, d in enumerate(t.shape):
+                value(f"{t.name}.shape[{i}]", d, "size")
+        for spec in self.inputs:
+            for param in ("mean", "std") if spec.init.dist == "normal" else ("low", "high"):
+                value(f"{spec.name}.init.{param}", getattr(spec.init, param))
+        value("sol.flops", self.sol.flops)
+        if self.sol.bytes is not None:
+            value("sol.bytes", self.sol.bytes)
+        for g, gemm in enumerate(self.gemms):
+            for d, name in zip(gemm, "MNK", strict=True):
+                value(f"gemms[{g}].{name}", d, "size")
 
     # --- derived facts -------------------------------------------------------------------------
 
