@@ -189,8 +189,8 @@ class Task(_Strict):
                 raise ValueError(f"{where}: {field} = {e!r} is {v:g}, not a positive whole number")
 
         for t in (*self.inputs, *self.outputs):
-            for i, d in enumerate(t.shape):
-                value(f"{t.name}.shape[{i}]", d, "size")
+            for i, dim in enumerate(t.shape):
+                value(f"{t.name}.shape[{i}]", dim, "size")
         for spec in self.inputs:
             for param in ("mean", "std") if spec.init.dist == "normal" else ("low", "high"):
                 value(f"{spec.name}.init.{param}", getattr(spec.init, param))
