@@ -18,6 +18,7 @@ import yaml
 from coda_agent.store.runs import RunReader
 
 from .conftest import EXAMPLE_SCRIPT, TASK_DIR, cli, invoke
+from .fake_llm_server import OPENAI_PATH, FakeLLMServer, openai_chat
 
 SCRIPT = "gemm_residual_three_attempts"  # the shipped example, by name: works from any folder
 TASK_YAML = str(TASK_DIR / "gemm_residual_rmsnorm.yaml")
@@ -266,3 +267,18 @@ def test_resume_with_a_corrupt_attempt_says_how_to_redo_it(recorded, tmp_path, c
     assert "set aside 2 attempt file(s) to redo: 0002.json, 0003.json" in err
     assert (run_dir / "attempts" / "0002.json.corrupt").exists() and (run_dir / "attempts" / "0003.json.superseded").exists()
     assert [a.outcome for a in RunReader(run_dir).attempts()] == ["static_rejected", "wrong_output", "passed"]
+
+
+def test_a_run_on_an_unpriced_model_shows_unpriced_not_zero_dollars(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("CODA_AGENT_PRICES", raising=False)
+    server = FakeLLMServer().start()
+    try:
+        server.reply(OPENAI_PATH, openai_chat("no code here", model="qwen"))
+        code, out, _ = cli(capsys, "run", "gemm_residual_rmsnorm", "--model", "openai-compatible/qwen", "--base-url",
+                           f"{server.url}/v1", "--rounds", "1", "--no-compile", "--runs-dir", str(tmp_path))
+    finally:
+        server.stop()
+    assert code == 1
+    assert "unpriced" in out.splitlines()[-2] and "$0" not in out  # the totals line, and the attempt line
+    (run_dir,) = tmp_path.iterdir()
+    assert RunReader(run_dir).summary().cost_known is False

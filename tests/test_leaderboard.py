@@ -250,3 +250,19 @@ def test_diff_shows_header_changes_outcomes_and_code(cli_store, monkeypatch, cap
     assert rows["3"] == ["passed", "-", "changed"]
     assert f"--- {a.name}/best.py" in out and f"+++ {b.name}/best.py" in out
     assert "+    return x" in out and "-    return gemm(x, w, epilogue=epilogue.rmsnorm(gamma, eps=1e-6))" in out
+
+
+def test_unpriced_models_say_so_in_every_table(tmp_path, monkeypatch, capsys):
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("CODA_AGENT_RUNS_DIR", str(runs))
+    run = make_run(runs, model="openai-compatible/qwen", outcomes=("wrong_output", "passed"), priced=False, run_id="cafe01")
+    for args in (("leaderboard", "--task", "gemm_rmsnorm"), ("show", "cafe01")):
+        code, out, _ = run_cli(monkeypatch, capsys, *args)
+        assert code == 0 and "unpriced" in out and "$0" not in out, out
+    code, out, _ = run_cli(monkeypatch, capsys, "leaderboard", "--format", "json")
+    entry = next(e for g in json.loads(out)["groups"] for e in g["entries"] if e["author"] == "openai-compatible/qwen")
+    assert entry["cost_usd"] is None and entry["cost_known"] is False
+    from coda_agent.viewer import Site
+
+    page = Site(runs, tmp_path / "bench").get(f"/run/{run.name}.html")
+    assert page.status == 200 and "unpriced" in page.body.decode()

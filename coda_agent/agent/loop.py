@@ -520,6 +520,7 @@ class Agent:
             "speedup_vs_human": t.get("speedup_vs_human"), "sol_fraction": t.get("sol_fraction"),
             "outcomes": dict(Counter(a.outcome for a in self.attempts)), "input_tokens": tokens_in,
             "output_tokens": tokens_out, "cost_usd": round(sum(a.usage.cost_usd for a in self.attempts), 6),
+            "cost_known": all(a.usage.price_known for a in self.attempts),
             "wall_seconds": round(self.elapsed(), 3), "updated": _now(),
         })
         self.writer.write_summary(self.summary)

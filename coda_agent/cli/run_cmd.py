@@ -41,6 +41,11 @@ def _tokens(n: int) -> str:
     return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
 
 
+def _money(cost: float, known: bool) -> str:
+    """A run's cost so far; "unpriced" for a model missing from the price table (its $0 means unknown)."""
+    return f"${cost:.4f}" if known else "unpriced"
+
+
 def _clock(seconds: float) -> str:
     m, s = divmod(int(seconds), 60)
     return f"{m // 60}:{m % 60:02d}:{s:02d}" if m >= 60 else f"{m}:{s:02d}"
@@ -74,8 +79,8 @@ def attempt_line(attempt: Attempt) -> Text:
     tokens = attempt.usage.input_tokens + attempt.usage.output_tokens
     if tokens:
         bits.append(f"{_tokens(tokens)} tok")
-    if attempt.usage.cost_usd:
-        bits.append(f"${attempt.usage.cost_usd:.4f}")
+    if attempt.usage.cost_usd or not attempt.usage.price_known:
+        bits.append(_money(attempt.usage.cost_usd, attempt.usage.price_known))
     line.append("  · " + " · ".join(bits), style="dim")
     return line
 
@@ -124,7 +129,7 @@ class _Display(RunEvents):
         text.append(str(s.passes), style="green" if s.passes else "")
         text.append(" · best ")
         text.append(_best_text(s), style="green" if s.best_attempt else "dim")
-        text.append(f" · tokens {_tokens(s.input_tokens + s.output_tokens)} · ${s.cost_usd:.4f} · {_clock(wall)}")
+        text.append(f" · tokens {_tokens(s.input_tokens + s.output_tokens)} · {_money(s.cost_usd, s.cost_known)} · {_clock(wall)}")
         return text
 
 
@@ -241,7 +246,7 @@ def print_result(summary: RunSummary, header: RunHeader, run_dir: Path) -> None:
     console.print(f"  stopped: {escape(summary.stop_reason or summary.status)}", highlight=False, soft_wrap=True)
     console.print(
         f"  {summary.rounds} round{'s' if summary.rounds != 1 else ''} · {outcomes or 'no attempts'} · tokens "
-        f"{_tokens(summary.input_tokens)} in / {_tokens(summary.output_tokens)} out · ${summary.cost_usd:.4f} · "
+        f"{_tokens(summary.input_tokens)} in / {_tokens(summary.output_tokens)} out · {_money(summary.cost_usd, summary.cost_known)} · "
         f"wall {summary.wall_seconds:.0f} s",
         highlight=False, soft_wrap=True,
     )

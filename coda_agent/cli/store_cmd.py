@@ -195,7 +195,7 @@ def show(
         table.add_row(
             str(a.index), f"{a.round}.{a.slot}", "-" if at is None else f"+{lb.fmt_seconds(at)}", _outcome(a.outcome),
             escape(lb.headline(reason, 90)), f"{lb.fmt_tokens(a.usage.input_tokens)}/{lb.fmt_tokens(a.usage.output_tokens)}",
-            lb.fmt_money(a.usage.cost_usd), lb.fmt_seconds(a.durations.get("llm")),
+            lb.fmt_money(a.usage.cost_usd, a.usage.price_known), lb.fmt_seconds(a.durations.get("llm")),
             lb.fmt_seconds(a.durations.get("verify")), escape(times),
         )
     if rf.attempts:
@@ -206,7 +206,7 @@ def show(
     out.print(
         f"{s.attempts} attempts in {s.rounds} rounds, {s.passes} passed"
         + (f", {best}" if s.best_attempt else "")
-        + f" · tokens {lb.fmt_tokens(s.input_tokens + s.output_tokens)} · {lb.fmt_money(s.cost_usd)}"
+        + f" · tokens {lb.fmt_tokens(s.input_tokens + s.output_tokens)} · {lb.fmt_money(s.cost_usd, s.cost_known)}"
         + f" · wall {lb.fmt_seconds(s.wall_seconds)} · first correct after {lb.fmt_seconds(s.seconds_to_first_correct)}",
         highlight=False,
     )

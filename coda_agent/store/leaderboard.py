@@ -54,6 +54,7 @@ class Entry(BaseModel):
     attempts: int | None = None
     tokens: int | None = None
     cost_usd: float | None = None
+    cost_known: bool = True  # False: the model has no known price (shown "unpriced", never $0)
     seconds_to_first_correct: float | None = None
     first_correct_attempt: int | None = None
     source: str | None = None  # bench result file, for human and baselines
@@ -154,6 +155,7 @@ def _run_figures(run: RunRow) -> dict[str, Any]:
         "attempts": run.attempts,
         "tokens": run.tokens,
         "cost_usd": run.cost_usd,
+        "cost_known": run.cost_known,
         "seconds_to_first_correct": run.seconds_to_first_correct,
         "first_correct_attempt": run.first_correct_attempt,
     }
@@ -330,7 +332,10 @@ def fmt_tokens(v: int | None) -> str:
     return f"{v / 1e6:.2f}M" if v >= 1_000_000 else f"{v / 1e3:.1f}k" if v >= 1000 else str(v)
 
 
-def fmt_money(v: float | None) -> str:
+def fmt_money(v: float | None, known: bool = True) -> str:
+    """Dollars; a cost that is not known (a model missing from the price table) is "unpriced", never $0."""
+    if not known:
+        return "unpriced"
     if v is None:
         return "-"
     return "$0" if v == 0 else f"${v:.2f}" if v >= 0.01 else f"${v:.4f}"
@@ -401,7 +406,7 @@ def cell(e: Entry, key: str) -> str:
         case "tokens":
             return fmt_tokens(e.tokens)
         case "cost_usd":
-            return fmt_money(e.cost_usd)
+            return fmt_money(e.cost_usd, e.cost_known)
         case "seconds_to_first_correct":
             s = fmt_seconds(e.seconds_to_first_correct)
             return f"{s} (#{e.first_correct_attempt})" if e.first_correct_attempt and s != "-" else s

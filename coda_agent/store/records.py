@@ -127,6 +127,7 @@ class RunSummary(BaseModel):
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
+    cost_known: bool = Field(default=True, description="False: some attempt used a model with no known price (its cost counts 0)")
     wall_seconds: float = 0.0
     seconds_to_first_correct: float | None = None
     updated: datetime | None = None
