@@ -17,7 +17,7 @@ import yaml
 
 from coda_agent.store.runs import RunReader
 
-from .conftest import EXAMPLE_SCRIPT, TASK_DIR, cli, invoke
+from .conftest import EXAMPLE_SCRIPT, REPO, TASK_DIR, cli, invoke
 from .fake_llm_server import OPENAI_PATH, FakeLLMServer, openai_chat
 
 SCRIPT = "gemm_residual_three_attempts"  # the shipped example, by name: works from any folder
@@ -132,6 +132,16 @@ def test_replay_reproduces_a_recorded_runs_verdicts(recorded, tmp_path, capsys):
     assert RunReader(replayed).summary().cost_usd == 0
 
 
+def test_replay_takes_a_run_id_or_a_unique_prefix(recorded, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    shutil.copytree(recorded[0], runs / recorded[0].name)
+    for ref in (recorded[0].name[-6:], recorded[0].name[:-1]):
+        code, out, err = cli(capsys, "run", "--model", f"replay/{ref}", "--rounds", "1", "--no-compile", "--runs-dir", str(runs))
+        assert code == 1, out + err  # one round: the recorded syntax error
+    code, _, err = cli(capsys, "run", "--model", "replay/nosuch", "--runs-dir", str(runs))
+    assert code == 2 and "replay/nosuch: no run 'nosuch'" in err
+
+
 def test_missing_or_bad_model_is_one_clear_line(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("CODA_AGENT_MODEL", raising=False)
     code, _, err = cli(capsys, "run", TASK_YAML, "--runs-dir", str(tmp_path))
@@ -233,16 +243,15 @@ def test_an_unreachable_server_stops_the_run_at_once(tmp_path, capsys, monkeypat
     assert RunReader(run_dir).attempts() == [] and RunReader(run_dir).summary().status == "failed"
 
 
-def test_sigterm_marks_the_run_interrupted(tmp_path):
-    answers = tmp_path / "manual"
-    env = {**os.environ, "CODA_AGENT_RUNS_DIR": str(tmp_path / "runs")}
+def test_sigterm_marks_the_run_interrupted_and_bare_manual_works_in_the_run_directory(tmp_path):
+    env = {**os.environ, "CODA_AGENT_RUNS_DIR": str(tmp_path / "runs"), "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "coda_agent", "run", TASK_YAML, "--model", f"manual/{answers}", "--no-compile"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        [sys.executable, "-m", "coda_agent", "run", TASK_YAML, "--model", "manual", "--no-compile"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
     )
     try:
         deadline = time.monotonic() + 120
-        while not (answers / "prompt-1.md").exists():
+        while not list(tmp_path.glob("runs/*/manual/prompt-1.md")):
             assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
             time.sleep(0.1)
         proc.terminate()
@@ -251,6 +260,7 @@ def test_sigterm_marks_the_run_interrupted(tmp_path):
         proc.kill()
     assert proc.returncode == 143, err
     (run_dir,) = (tmp_path / "runs").iterdir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]  # no coda-manual/ in the working folder
     assert "Traceback" not in err and f"coda-agent run --resume {run_dir}" in err
     summary = RunReader(run_dir).summary()
     assert summary.status == "interrupted" and "SIGTERM" in summary.stop_reason

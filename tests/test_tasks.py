@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -194,6 +196,21 @@ def test_tasks_refuses_an_unknown_shape_set_and_format(capsys):
     assert code == 2 and err.count("\n") == 1 and "no task has a shape set 'nosuch'" in err and "bench, small" in err
     code, _, err = cli(capsys, "tasks", "--format", "xml")
     assert code == 2 and "table or json" in err
+
+
+def test_version_answers_without_importing_torch():
+    probe = "import sys; from coda_agent.launch import main; sys.argv = ['coda-agent', '--version']; main(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    from coda_agent import __version__
+
+    assert out.split("\n")[:2] == [f"coda-agent {__version__}", "False"]
+
+
+@pytest.mark.parametrize("command", ["", "run", "verify", "tasks", "validate", "bench", "leaderboard", "show", "view", "index rebuild"])
+def test_help_shows_no_python_types(command):
+    result = CliRunner().invoke(app, [*command.split(), "--help"])
+    assert result.exit_code == 0 and "Usage" in result.output
+    assert "<bool>" not in result.output and "list[" not in result.output
 
 
 def test_version_flag():

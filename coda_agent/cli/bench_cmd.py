@@ -52,9 +52,11 @@ def default_paths(device: str, stem: str = "") -> tuple[Path, Path]:
 
 @app.command("bench")
 def bench_cmd(
-    tasks: list[str] = typer.Argument(None, help="task names or YAML paths (default: every task with a human kernel)"),
+    tasks: list[str] = typer.Argument(
+        None, help="task names or YAML paths (default: every task with a human kernel)", metavar="TASK"
+    ),
     shapes: str = typer.Option("bench", "--shapes", help="shape set to run"),
-    shape: list[str] = typer.Option(None, "--shape", help="only this shape point (repeatable)"),
+    shape: list[str] = typer.Option(None, "--shape", help="only this shape point (repeatable)", metavar="<name>"),
     seeds: int = typer.Option(3, min=1, help="correctness seeds per shape"),
     jobs: int = typer.Option(4, min=1, help="correctness workers in parallel (kernel builds are CPU-bound)"),
     json_out: Path = typer.Option(

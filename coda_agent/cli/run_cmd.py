@@ -19,7 +19,7 @@ from rich.text import Text
 
 from ..agent import Agent, AgentConfig, FatalProviderError, RunEvents
 from ..prompts.render import attempt_headline
-from ..providers import Completion, Provider, ProviderError, get_provider
+from ..providers import Completion, ManualProvider, Provider, ProviderError, get_provider
 from ..store.records import Attempt, Budgets, ChatMessage, RunHeader, RunSummary
 from ..store.runs import RUNS_DIR_ENV, RunReader, RunRecordError, default_runs_dir, resolve_run
 from ..tasks.loader import find_task
@@ -165,6 +165,12 @@ def _provider(model: str, base_url: str | None) -> Provider:
         raise UserError(str(exc)) from None
 
 
+def _exchange_in_run_dir(provider: Provider, model: str, run_dir: Path) -> None:
+    """Bare ``manual`` (no folder given) trades its prompt and answer files in ``<run-dir>/manual``."""
+    if model == "manual" and isinstance(provider, ManualProvider):
+        provider.directory = run_dir / "manual"
+
+
 class _Advanced(Provider):
     """A scripted provider moved past the replies a resumed run already consumed."""
 
@@ -188,14 +194,16 @@ def _budgets(base: Budgets, **given: Any) -> Budgets:
     return base.model_copy(update={k: v for k, v in given.items() if v is not None})
 
 
-def _replayed_header(model: str) -> RunHeader | None:
-    """The header of the run a ``replay/<run-dir>`` model serves, for defaults (task, rounds, K)."""
+def _replayed(model: str, runs_dir: Path) -> tuple[str, RunHeader | None]:
+    """For ``replay/<run>`` (its folder, run id or a unique prefix, as ``show`` takes them): the spec naming the
+    run's folder, and its header, for defaults (task, rounds, K). Other models come back as they are."""
     if not model.startswith("replay/"):
-        return None
+        return model, None
     try:
-        return RunReader(Path(model.partition("/")[2])).header
+        run_dir = resolve_run(model.partition("/")[2], runs_dir)
+        return f"replay/{run_dir}", RunReader(run_dir).header
     except RunRecordError as exc:
-        raise UserError(str(exc)) from None
+        raise UserError(f"{model}: {exc}") from None
 
 
 #: The signals that stop a run cleanly (summary marked interrupted), and the exit status each gives.
@@ -299,7 +307,7 @@ def run_cmd(
     else:
         if not model:
             raise UserError(NO_MODEL)
-        replayed = _replayed_header(model)
+        model, replayed = _replayed(model, base)
         if replayed is not None:  # re-verify under the schedule the recorded run used, unless told otherwise
             task = task or replayed.task_path
             budget_flags["rounds"] = rounds or replayed.budgets.rounds
@@ -325,6 +333,7 @@ def run_cmd(
         except (RunRecordError, OSError) as exc:
             raise UserError(f"cannot create the run directory under {base}: {exc}") from None
         run_dir = agent.run_dir
+        _exchange_in_run_dir(provider, model, run_dir)
     header = agent.header
     console.print(
         f"run [bold]{escape(header.run_id)}[/]: {escape(header.task)} v{header.task_version} with {escape(header.model)} "
@@ -378,6 +387,7 @@ def _resume(
         moved = reader.set_aside_unreadable(header.budgets.candidates_per_round)
         err_console.print(f"set aside {len(moved)} attempt file(s) to redo: {', '.join(p.name for p in moved)}", highlight=False, soft_wrap=True)
     provider = _provider(header.model, base_url or header.params.get("base_url"))
+    _exchange_in_run_dir(provider, header.model, run_dir)
     if header.model.startswith(("mock/", "replay/")):
         provider = _Advanced(provider)
     given = {k: v for k, v in budget_flags.items() if v is not None}

@@ -9,7 +9,6 @@ import typer
 from rich.table import Table
 
 from ..tasks.loader import TASKS_ENV, discover_task_files, load_task, task_files
-from ..tasks.validate import validate_path
 from . import UserError, app, console
 
 SEARCH_HELP = f"task files or folders (default: the built-in suite, then ${TASKS_ENV}, then ./tasks)"
@@ -24,7 +23,7 @@ def _located(paths: list[Path] | None) -> list[tuple[str, Path]]:
 
 @app.command("tasks")
 def list_tasks(
-    paths: list[Path] = typer.Argument(None, help=SEARCH_HELP, metavar="[PATH]..."),
+    paths: list[Path] = typer.Argument(None, help=SEARCH_HELP, metavar="PATH"),
     shapes: str = typer.Option("bench", help="which shape set to show"),
     fmt: str = typer.Option("table", "--format", "-f", help="table or json"),
 ) -> None:
@@ -63,8 +62,10 @@ def list_tasks(
 
 
 @app.command("validate")
-def validate(paths: list[Path] = typer.Argument(None, help=SEARCH_HELP, metavar="[PATH]...")) -> None:
+def validate(paths: list[Path] = typer.Argument(None, help=SEARCH_HELP, metavar="PATH")) -> None:
     """Check task files: schema, reference runs on the small shapes (CPU), output shapes/dtypes, non-degeneracy."""
+    from ..tasks.validate import validate_path
+
     files = [path for _, path in _located(paths)]
     if not files:
         console.print("no task files found")

@@ -8,20 +8,28 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from . import expr
+
+if TYPE_CHECKING:  # torch is imported where tensors are made: loading and listing tasks stays fast
+    import torch
 
 DType = Literal["bfloat16", "float16", "float32", "int32", "int64"]
 Family = Literal["forward", "backward", "block"]
 Expr = str | int | float
 
 
+#: Bytes per element of each task dtype (the speed-of-light byte count needs no torch).
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "int32": 4, "int64": 8}
+
+
 def torch_dtype(name: str) -> torch.dtype:
     """The torch dtype of a task dtype name."""
+    import torch
+
     return getattr(torch, name)
 
 
@@ -249,7 +257,7 @@ class Task(_Strict):
             return float(expr.evaluate(self.sol.bytes, dims))
         total = 0
         for t in (*self.inputs, *self.outputs):
-            total += math.prod(t.concrete_shape(dims)) * torch_dtype(t.dtype).itemsize
+            total += math.prod(t.concrete_shape(dims)) * DTYPE_BYTES[t.dtype]
         return float(total)
 
     def gemm_shapes(self, dims: dict[str, int]) -> list[tuple[int, int, int]]:
@@ -259,6 +267,8 @@ class Task(_Strict):
 
     def make_inputs(self, dims: dict[str, int], seed: int, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
         """Fresh random inputs for one shape point and seed (drawn in FP32, then cast)."""
+        import torch
+
         gen = torch.Generator(device=device).manual_seed(seed)
         out: dict[str, torch.Tensor] = {}
         env = {k: float(v) for k, v in dims.items()}
