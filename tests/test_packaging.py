@@ -11,7 +11,7 @@ from .conftest import EXAMPLE_SCRIPT, REPO, TASK_DIR
 
 
 def test_the_wheel_ships_the_task_suite_and_the_examples(tmp_path):
-    src = tmp_path / "src"  # a copy, so the build leaves no build/ or egg-info in the checkout
+    src = tmp_path / "checkout"  # a copy, so the build leaves no build/ or egg-info in the checkout
     shutil.copytree(REPO / "coda_agent", src / "coda_agent", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, src / name)

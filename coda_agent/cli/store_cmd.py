@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import typer
@@ -95,15 +96,35 @@ def _rich_group(g: lb.Group) -> Table:
     return table
 
 
+def _summary_table(rows: list[lb.SummaryRow]) -> Table:
+    table = Table(title="leaderboard: geometric means over the timed shapes (per-shape tables: --task T)",
+                  title_justify="left", title_style="bold", box=box.SIMPLE_HEAD)
+    for header, key in lb.SUMMARY_COLUMNS:
+        if key in ("task", "device", "author"):
+            table.add_column(header, overflow="fold")
+        else:
+            table.add_column(header, justify="right", no_wrap=True)
+    previous: tuple[str, int, str] | None = None
+    for r in rows:
+        cells = [escape(lb.summary_cell(r, k)) for _, k in lb.SUMMARY_COLUMNS]
+        if (r.task, r.task_version, r.device) == previous:
+            cells[0] = cells[1] = ""
+        if r.correct is False:
+            cells[3] = "[red]no[/]"
+        table.add_row(*cells, style="bold" if r.kind == "human" else "dim" if r.section == "apart" else "")
+        previous = (r.task, r.task_version, r.device)
+    return table
+
+
 @app.command("leaderboard")
 def leaderboard(
-    task: str = typer.Option(None, "--task", "-t", help="only this task"),
+    task: str = typer.Option(None, "--task", "-t", help="only this task, with a table per shape"),
     device: str = typer.Option(None, "--device", "-d", help="only this device (as recorded, e.g. 'NVIDIA H200' or cpu)"),
     fmt: str = typer.Option("table", "--format", "-f", help="table, json, csv or md"),
     runs_dir: Path = RUNS_DIR,
     bench_dir: Path = BENCH_DIR,
 ) -> None:
-    """Per task, the best correct kernel of each author (human, each model) against eager, torch.compile, cuBLAS and SoL."""
+    """Per task, each author (human, each model) against eager, torch.compile, cuBLAS and SoL; --task: per shape."""
     if fmt not in ("table", "json", "csv", "md"):
         raise UserError(f"unknown --format {fmt!r}: use table, json, csv or md")
     with open_index(runs_dir, bench_dir) as ix:
@@ -111,24 +132,29 @@ def leaderboard(
             known = ", ".join(ix.tasks()) or "none yet"
             raise UserError(f"no runs or bench results for task {task!r} (known: {known})")
         board = lb.build(ix, task=task, device=device)
+        devices = sorted({r.device for r in ix.runs(task)} | {b.device for b in ix.bench_rows(task)})
     if device is not None and board.empty:
-        raise UserError(f"no runs or bench results on device {device!r}")
+        raise UserError(f"no runs or bench results on device {device!r} (known: {', '.join(devices) or 'none yet'})")
+    details = task is not None
     if fmt == "json":
-        print(lb.to_json(board))
+        print(lb.to_json(board) if details else lb.summary_json(board))
         return
-    if fmt in ("csv", "md"):
-        print(lb.to_csv(board) if fmt == "csv" else lb.to_markdown(board), end="" if fmt == "csv" else "\n")
-        print_problems(board.problems)
-        return
-    out = _wide()
-    if board.empty:
-        out.print(f"no run records in {runs_dir} and no bench results in {bench_dir} yet")
-    for g in board.groups:
-        out.print(_rich_group(g))
-    if board.apart:
-        out.rule("other versions / devices (not compared with the tables above)")
-        for g in board.apart:
+    if fmt == "csv":
+        print(lb.to_csv(board) if details else lb.summary_csv(board), end="")
+    elif fmt == "md":
+        print(lb.to_markdown(board) if details else lb.summary_markdown(board))
+    elif board.empty:
+        _wide().print(f"no run records in {runs_dir} and no bench results in {bench_dir} yet")
+    elif not details:
+        _wide().print(_summary_table(lb.summarize(board)))
+    else:
+        out = _wide()
+        for g in board.groups:
             out.print(_rich_group(g))
+        if board.apart:
+            out.rule("other versions / devices (not compared with the tables above)")
+            for g in board.apart:
+                out.print(_rich_group(g))
     print_problems(board.problems)
 
 
@@ -152,15 +178,51 @@ def _outcome(outcome: str) -> str:
     return f"[{style}]{escape(outcome)}[/]"
 
 
+def _show_attempt(rf: RunFiles, index: int, fmt: str) -> None:
+    """One attempt in full: outcome, the whole reason (every check), tokens and cost, and its code."""
+    a = rf.attempt(index)
+    if a is None:
+        known = ", ".join(str(x.index) for x in rf.attempts) or "none finished yet"
+        raise UserError(f"run {rf.name} has no attempt #{index} (attempts: {known})")
+    if fmt == "json":
+        print(a.model_dump_json(indent=2))
+        return
+    out = _wide()
+    out.print(f"[bold]{escape(rf.name)}[/] attempt #{a.index} (round {a.round}, slot {a.slot}): {_outcome(a.outcome)}", highlight=False)
+    out.print(
+        f"tokens {lb.fmt_tokens(a.usage.input_tokens)} in / {lb.fmt_tokens(a.usage.output_tokens)} out · "
+        f"{lb.fmt_money(a.usage.cost_usd, a.usage.price_known)} · "
+        + " · ".join(f"{k} {lb.fmt_seconds(v)}" for k, v in a.durations.items()), highlight=False,
+    )
+    reason = a.provider_error or a.extraction_error or (a.verdict.reason if a.verdict else "") or "(no reason recorded)"
+    out.rule("reason")
+    out.print(reason, markup=False, highlight=False)
+    out.rule("code")
+    if a.code is None:
+        out.print("(no code was extracted from the reply)")
+    else:
+        out.print(Syntax(a.code, "python", theme="ansi_dark", background_color="default", line_numbers=True))
+
+
 @app.command("show")
 def show(
     run: str = typer.Argument(..., help="run folder, run id or a unique prefix"),
+    attempt: int = typer.Option(None, "--attempt", "-a", help="one attempt in full: its whole reason and its code"),
+    fmt: str = typer.Option("table", "--format", "-f", help="table or json"),
     runs_dir: Path = RUNS_DIR,
     bench_dir: Path = BENCH_DIR,
 ) -> None:
-    """A run's header and attempt timeline: verdicts, tokens, cost, durations."""
+    """A run's header and attempt timeline: verdicts, tokens, cost, durations (--attempt N: one in full)."""
+    if fmt not in ("table", "json"):
+        raise UserError(f"unknown --format {fmt!r}: use table or json")
     with open_index(runs_dir, bench_dir) as ix:
         rf = find_run(ix, run)
+    if attempt is not None:
+        _show_attempt(rf, attempt, fmt)
+        return
+    if fmt == "json":
+        print(json.dumps(rf.as_json(), indent=2))
+        return
     h, s = rf.header, rf.effective_summary()
     out = _wide()
     out.print(f"[bold]{escape(rf.name)}[/]" + (f"  (run id {escape(h.run_id)})" if h else ""), highlight=False)

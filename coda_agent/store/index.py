@@ -207,6 +207,18 @@ class RunFiles:
             seconds_to_first_correct=_seconds(start, first.finished) if first else None,
         )
 
+    def as_json(self) -> dict[str, Any]:
+        """Everything read, as JSON-ready data (``show --format json``, the viewer's run page twin)."""
+        return {
+            "dir": self.name,
+            "header": self.header.model_dump(mode="json") if self.header else None,
+            "summary": self.effective_summary().model_dump(mode="json"),
+            "summary_from_file": self.summary is not None,
+            "attempts": [a.model_dump(mode="json") for a in self.attempts],
+            "best_code": self.best_code,
+            "problems": [{"file": p.file, "message": p.message} for p in self.problems],
+        }
+
     def first_correct_attempt(self) -> int | None:
         return min((a.index for a in self.attempts if a.passed), default=None)
 

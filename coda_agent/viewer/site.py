@@ -205,20 +205,8 @@ class Site:
             return self.not_found(f"no run {key!r} in {self.runs_dir}", as_json)
         rf = read_run(run_dir)
         if as_json:
-            return _json_page(run_json(rf))
+            return _json_page(rf.as_json())
         return self._render("run.html", root="../", title=rf.name, **run_context(rf), json_url=f"{key}.json")
-
-
-def run_json(rf: RunFiles) -> dict[str, Any]:
-    return {
-        "dir": rf.name,
-        "header": rf.header.model_dump(mode="json") if rf.header else None,
-        "summary": rf.effective_summary().model_dump(mode="json"),
-        "summary_from_file": rf.summary is not None,
-        "attempts": [a.model_dump(mode="json") for a in rf.attempts],
-        "best_code": rf.best_code,
-        "problems": [{"file": p.file, "message": p.message} for p in rf.problems],
-    }
 
 
 POINT_COLUMNS = [("candidate", "median_us"), ("human", "human_us"), ("eager", "eager_us"),
