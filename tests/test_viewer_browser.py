@@ -57,15 +57,16 @@ def test_click_from_leaderboard_to_task_to_run(viewer_url, tmp_path, capsys):
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             page.goto(viewer_url + "/")
             assert page.locator("h1").inner_text() == "Leaderboard"
-            board = page.locator("table.board", has_text="shape llama3-8b").filter(has_text="gemm_rmsnorm").first
-            authors = board.locator("tbody td:first-child").all_inner_texts()
-            assert [a.split("\n")[0] for a in authors[:3]] == ["openai/gpt-5", "human", "anthropic/claude-sonnet-4-5"]
+            summary = page.locator("table.summary")
+            rows = [r.split("\t") for r in summary.locator("tbody tr", has_text="gemm_rmsnorm").all_inner_texts()]
+            assert [r[2].strip() for r in rows[:3]] == ["human", "openai/gpt-5", "anthropic/claude-sonnet-4-5"]
+            assert not page.locator("details.per-shape table.board").first.is_visible()  # per-shape tables folded away
             assert "1 file could not be read" in page.locator("#problems").inner_text()
             assert "20260502-000000_gemm_rmsnorm_broken/header.json" in page.locator("#problems").inner_text()
             assert _image_loaded(page, "figure.chart img")
             page.screenshot(path=shots / "leaderboard.png", full_page=True)
 
-            board.locator("caption a", has_text="gemm_rmsnorm").click()
+            summary.locator("a", has_text="gemm_rmsnorm").first.click()
             page.wait_for_url("**/task/gemm_rmsnorm.html")
             assert page.locator("h1").inner_text() == "gemm_rmsnorm"
             assert _image_loaded(page, "figure.chart img")
