@@ -56,6 +56,11 @@ console = Console()
 err_console = Console(stderr=True)
 
 
+def wide_console() -> Console:
+    """The console, or for a file or pipe one wide enough that table rows stay whole."""
+    return console if console.is_terminal else Console(width=160)
+
+
 def _print_version(value: bool) -> None:
     if value:
         from ..launch import version_line

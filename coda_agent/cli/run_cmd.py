@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from pydantic import BaseModel
 from rich.console import Console, Group
 from rich.live import Live
 from rich.markup import escape
@@ -23,6 +24,7 @@ from ..providers import Completion, ManualProvider, Provider, ProviderError, get
 from ..store.records import Attempt, Budgets, ChatMessage, RunHeader, RunSummary
 from ..store.runs import RUNS_DIR_ENV, RunReader, RunRecordError, default_runs_dir, resolve_run
 from ..tasks.loader import find_task
+from ..tasks.model import Task
 from . import UserError, app, console, err_console
 from .inputs import check_task_runs, default_timeout, seed_list, timeout_value
 
@@ -261,19 +263,76 @@ def print_result(summary: RunSummary, header: RunHeader, run_dir: Path) -> None:
     console.print(f"  record: {run_dir}", highlight=False, soft_wrap=True, markup=False)
 
 
+class RunOptions(BaseModel):
+    """The command line's settings for new runs, as given; a sweep records them to start its later runs alike."""
+
+    base_url: str | None = None
+    rounds: int | None = None
+    candidates: int | None = None
+    max_tokens_total: int | None = None
+    max_dollars: float | None = None
+    max_wall: float | None = None
+    temperature: float | None = None
+    max_reply_tokens: int | None = None
+    target_speedup: float | None = None
+    target_sol: float | None = None
+    no_compile: bool = False
+    seeds: int | None = None
+    timeout: float | None = None
+    examples: str | None = None
+
+    def budget_flags(self) -> dict[str, Any]:
+        """The budgets given (the others keep their defaults, or a resumed run's values)."""
+        flags = {
+            "rounds": self.rounds, "candidates_per_round": self.candidates, "max_tokens": self.max_tokens_total,
+            "max_dollars": self.max_dollars, "max_wall_seconds": self.max_wall,
+        }
+        return {k: v for k, v in flags.items() if v is not None}
+
+    def config(self, task: Task, model: str) -> AgentConfig:
+        """This machine's stages with these settings; the verify time limit follows from the stages and shapes."""
+        settings = {
+            "temperature": self.temperature, "max_reply_tokens": self.max_reply_tokens,
+            "target_speedup": self.target_speedup, "target_sol": self.target_sol, "base_url": self.base_url,
+            "seeds": tuple(seed_list(self.seeds)) if self.seeds is not None else None,
+            "examples": tuple(e.strip() for e in self.examples.split(",") if e.strip()) if self.examples else None,
+        }
+        config = AgentConfig.for_this_machine(
+            model, compile=not self.no_compile, budgets=_budgets(Budgets(), **self.budget_flags()),
+            **{k: v for k, v in settings.items() if v is not None},
+        )
+        limit = default_timeout(task, config.stages, config.shape_set, len(config.seeds))
+        return dataclasses.replace(config, verify_timeout=timeout_value(self.timeout, limit))
+
+
+def new_run(task: Task, model: str, base: Path, options: RunOptions) -> tuple[Agent, Provider]:
+    """A fresh run directory for ``task`` with ``model`` (the task already checked), and its provider."""
+    config = options.config(task, model)
+    provider = _provider(model, options.base_url)
+    try:
+        agent = Agent.create(task, provider, config, base)
+    except (RunRecordError, OSError) as exc:
+        raise UserError(f"cannot create the run directory under {base}: {exc}") from None
+    _exchange_in_run_dir(provider, model, agent.run_dir)
+    return agent, provider
+
+
 @app.command("run")
 def run_cmd(
-    task: str = typer.Argument(None, help="task name or YAML path (taken from the run with --resume)"),
-    model: str = typer.Option(
-        None, "--model", "-m", envvar=MODEL_ENV,
+    task: list[str] = typer.Argument(
+        None, metavar="TASK", help="task names, YAML paths or folders of tasks (taken from the run with --resume); "
+        "several tasks or models make a sweep",
+    ),
+    model: list[str] = typer.Option(
+        None, "--model", "-m", envvar=MODEL_ENV, metavar="<spec>",
         help="anthropic/<model>, openai/<model>, openai-compatible/<model> (with --base-url), mock/<script.yaml>, "
-        "replay/<run-dir>, manual or manual/<dir>",
+        "replay/<run-dir>, manual or manual/<dir>; repeat for a sweep over models",
     ),
     base_url: str = typer.Option(None, "--base-url", help="server URL for openai-compatible/<model>"),
     rounds: int = typer.Option(None, min=1, help="max rounds (default 5)"),
     candidates: int = typer.Option(None, "--candidates", "-k", min=1, help="candidates per round, asked concurrently (default 1)"),
     max_tokens_total: int = typer.Option(None, min=1, help="stop before the run's tokens (in + out) exceed this"),
-    max_dollars: float = typer.Option(None, min=0, help="stop before the run's cost exceeds this (USD)"),
+    max_dollars: float = typer.Option(None, min=0, help="stop before the run's cost exceeds this (USD; per run in a sweep)"),
     max_wall: float = typer.Option(None, min=1, help="stop after this many seconds of wall time"),
     temperature: float = typer.Option(None, min=0, help="sampling temperature (default 0.7)"),
     max_reply_tokens: int = typer.Option(None, min=256, help="output-token limit per reply (default 8192)"),
@@ -287,53 +346,56 @@ def run_cmd(
         None, help="seconds one candidate's verification may take (default from the stages and shapes: 330 s on a CPU)"
     ),
     examples: str = typer.Option(None, help="comma-separated tasks whose human kernels are shown as examples (default chosen by similarity)"),
+    jobs: int = typer.Option(2, min=1, help="sweep: runs in flight at once"),
     runs_dir: Path = typer.Option(None, "--runs-dir", envvar=RUNS_DIR_ENV, help="where run records go (default ./runs)"),
-    resume: str = typer.Option(None, "--resume", help="continue an interrupted run (its directory or id)"),
+    resume: str = typer.Option(None, "--resume", help="continue an interrupted run (its directory or id) or sweep (its file)"),
     redo_corrupt: bool = typer.Option(
         False, "--redo-corrupt", help="with --resume: set unreadable attempt files aside and redo those attempts"
     ),
     plain: bool = typer.Option(False, "--plain", help="plain log lines even on a terminal"),
 ) -> None:
-    """Run the agent on a task: prompt the model, verify each candidate, feed results back, record everything."""
-    budget_flags = {
-        "rounds": rounds, "candidates_per_round": candidates, "max_tokens": max_tokens_total,
-        "max_dollars": max_dollars, "max_wall_seconds": max_wall,
-    }
+    """Run the agent on a task: prompt the model, verify each candidate, feed results back, record everything.
+
+    Several tasks (or a folder) and/or several --model make a sweep: every task with every model, --jobs runs at
+    a time, each with the budgets given, a summary table at the end; --resume SWEEP continues it.
+    """
+    options = RunOptions(
+        base_url=base_url, rounds=rounds, candidates=candidates, max_tokens_total=max_tokens_total,
+        max_dollars=max_dollars, max_wall=max_wall, temperature=temperature, max_reply_tokens=max_reply_tokens,
+        target_speedup=target_speedup, target_sol=target_sol, no_compile=no_compile, seeds=seeds, timeout=timeout,
+        examples=examples,
+    )
     base = runs_dir or default_runs_dir()
+    tasks, models = list(task or []), list(model or [])
     if redo_corrupt and not resume:
         raise UserError("--redo-corrupt goes with --resume RUN")
+    from .sweep import is_sweep, resume_sweep, start_sweep
+
+    if resume and is_sweep(resume, base):
+        raise typer.Exit(resume_sweep(resume, base, jobs, redo_corrupt))
+    if not resume and (len(models) > 1 or len(tasks) > 1 or any(Path(t).is_dir() for t in tasks)):
+        raise typer.Exit(start_sweep(tasks, models, options, base, jobs))
+    if len(models) > 1 or len(tasks) > 1:
+        raise UserError("--resume continues one run (or a sweep): pass at most one task and one --model")
+    one_task: str | None = tasks[0] if tasks else None
+    one_model: str | None = models[0] if models else None
     if resume:
-        run_dir, agent, provider = _resume(resume, base, model, base_url, budget_flags, task, redo_corrupt)
+        run_dir, agent, provider = _resume(resume, base, one_model, base_url, options.budget_flags(), one_task, redo_corrupt)
     else:
-        if not model:
+        if not one_model:
             raise UserError(NO_MODEL)
-        model, replayed = _replayed(model, base)
+        one_model, replayed = _replayed(one_model, base)
         if replayed is not None:  # re-verify under the schedule the recorded run used, unless told otherwise
-            task = task or replayed.task_path
-            budget_flags["rounds"] = rounds or replayed.budgets.rounds
-            budget_flags["candidates_per_round"] = candidates or replayed.budgets.candidates_per_round
-        if not task:
+            one_task = one_task or replayed.task_path
+            options = options.model_copy(update={
+                "rounds": rounds or replayed.budgets.rounds, "candidates": candidates or replayed.budgets.candidates_per_round,
+            })
+        if not one_task:
             raise UserError("which task? pass a task name or YAML path (see `coda-agent tasks`)")
-        t = find_task(task)
+        t = find_task(one_task)
         check_task_runs(t)
-        provider = _provider(model, base_url)
-        settings = {
-            "temperature": temperature, "max_reply_tokens": max_reply_tokens, "target_speedup": target_speedup,
-            "target_sol": target_sol, "base_url": base_url, "seeds": tuple(seed_list(seeds)) if seeds is not None else None,
-            "examples": tuple(e.strip() for e in examples.split(",") if e.strip()) if examples else None,
-        }
-        config = AgentConfig.for_this_machine(
-            model, compile=not no_compile, budgets=_budgets(Budgets(), **budget_flags),
-            **{k: v for k, v in settings.items() if v is not None},
-        )
-        limit = default_timeout(t, config.stages, config.shape_set, len(config.seeds))
-        config = dataclasses.replace(config, verify_timeout=timeout_value(timeout, limit))
-        try:
-            agent = Agent.create(t, provider, config, base)
-        except (RunRecordError, OSError) as exc:
-            raise UserError(f"cannot create the run directory under {base}: {exc}") from None
+        agent, provider = new_run(t, one_model, base, options)
         run_dir = agent.run_dir
-        _exchange_in_run_dir(provider, model, run_dir)
     header = agent.header
     console.print(
         f"run [bold]{escape(header.run_id)}[/]: {escape(header.task)} v{header.task_version} with {escape(header.model)} "
@@ -364,7 +426,7 @@ def run_cmd(
 
 
 def _resume(
-    name: str, base: Path, model: str | None, base_url: str | None, budget_flags: dict[str, Any], task: str | None,
+    name: str, base: Path, model: str | None, base_url: str | None, given: dict[str, Any], task: str | None,
     redo_corrupt: bool,
 ) -> tuple[Path, Agent, Provider]:
     try:
@@ -390,7 +452,6 @@ def _resume(
     _exchange_in_run_dir(provider, header.model, run_dir)
     if header.model.startswith(("mock/", "replay/")):
         provider = _Advanced(provider)
-    given = {k: v for k, v in budget_flags.items() if v is not None}
     budgets = _budgets(header.budgets, **given) if given else None
     try:
         agent = Agent.resume(run_dir, provider, budgets=budgets)

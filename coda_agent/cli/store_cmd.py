@@ -7,7 +7,6 @@ from pathlib import Path
 
 import typer
 from rich import box
-from rich.console import Console
 from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
@@ -24,7 +23,7 @@ from ..store.index import (
     read_run,
     timing_points,
 )
-from . import UserError, _App, app, console, err_console
+from . import UserError, _App, app, console, err_console, wide_console
 
 index_app = _App(help="The SQLite index over run records and bench results (a rebuildable cache).")
 app.add_typer(index_app, name="index")
@@ -41,11 +40,6 @@ BENCH_DIR = typer.Option(
     DEFAULT_BENCH_DIR, "--bench-dir", envvar="CODA_AGENT_BENCH_DIR", help="folder of bench result JSON files"
 )
 OUTCOME_STYLE = {"passed": "green", "provider_error": "magenta", "no_code": "yellow", "infra_error": "magenta"}
-
-
-def _wide() -> Console:
-    """The console, or for a file or pipe one wide enough that table rows stay whole."""
-    return console if console.is_terminal else Console(width=160)
 
 
 def open_index(runs_dir: Path, bench_dir: Path) -> Index:
@@ -144,11 +138,11 @@ def leaderboard(
     elif fmt == "md":
         print(lb.to_markdown(board) if details else lb.summary_markdown(board))
     elif board.empty:
-        _wide().print(f"no run records in {runs_dir} and no bench results in {bench_dir} yet")
+        wide_console().print(f"no run records in {runs_dir} and no bench results in {bench_dir} yet")
     elif not details:
-        _wide().print(_summary_table(lb.summarize(board)))
+        wide_console().print(_summary_table(lb.summarize(board)))
     else:
-        out = _wide()
+        out = wide_console()
         for g in board.groups:
             out.print(_rich_group(g))
         if board.apart:
@@ -187,7 +181,7 @@ def _show_attempt(rf: RunFiles, index: int, fmt: str) -> None:
     if fmt == "json":
         print(a.model_dump_json(indent=2))
         return
-    out = _wide()
+    out = wide_console()
     out.print(f"[bold]{escape(rf.name)}[/] attempt #{a.index} (round {a.round}, slot {a.slot}): {_outcome(a.outcome)}", highlight=False)
     out.print(
         f"tokens {lb.fmt_tokens(a.usage.input_tokens)} in / {lb.fmt_tokens(a.usage.output_tokens)} out · "
@@ -224,7 +218,7 @@ def show(
         print(json.dumps(rf.as_json(), indent=2))
         return
     h, s = rf.header, rf.effective_summary()
-    out = _wide()
+    out = wide_console()
     out.print(f"[bold]{escape(rf.name)}[/]" + (f"  (run id {escape(h.run_id)})" if h else ""), highlight=False)
     if h:
         out.print(
@@ -286,7 +280,7 @@ def diff(
     with open_index(runs_dir, bench_dir) as ix:
         a, b = find_run(ix, run_a), find_run(ix, run_b)
     d = diff_runs(a, b)
-    out = _wide()
+    out = wide_console()
     out.print(f"[bold]A[/] {escape(a.name)}\n[bold]B[/] {escape(b.name)}", highlight=False)
     for title, changes in (("header", d.header), ("summary", d.summary)):
         if not changes:

@@ -133,6 +133,25 @@ class RunSummary(BaseModel):
     updated: datetime | None = None
 
 
+class SweepMember(BaseModel):
+    """One task and model of a sweep; ``run`` names its run directory once it has started."""
+
+    task: str  # the task file
+    model: str
+    run: str | None = None
+
+
+class SweepRecord(BaseModel):
+    """A sweep: every task with every model under one set of command-line options (``coda-agent run`` with
+    several tasks or models). The runs are ordinary run directories; this file only lists them."""
+
+    schema_version: int = SCHEMA_VERSION
+    sweep_id: str
+    created: datetime
+    options: dict[str, Any] = Field(description="the run command's options for new runs, as given")
+    members: list[SweepMember]
+
+
 def write_json_atomic(path: Path, data: BaseModel | dict[str, Any]) -> None:
     """Write JSON via temp file + fsync + rename, so a reader never sees half a file."""
     text = data.model_dump_json(indent=2) if isinstance(data, BaseModel) else json.dumps(data, indent=2, default=str)

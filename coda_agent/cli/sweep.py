@@ -1,0 +1,242 @@
+"""Sweeps: several tasks (or folders of them) and several models in one ``coda-agent run``.
+
+Every task runs with every model under the same options and per-run budgets, ``--jobs`` runs at a time.
+The runs are ordinary run directories; ``<runs-dir>/<sweep-id>.sweep.json`` lists them, so ``--resume``
+on it starts the runs not started yet, resumes the interrupted ones and leaves the finished ones be.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import signal
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from pydantic import ValidationError
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from ..agent import Agent, FatalProviderError, RunEvents
+from ..providers import Provider
+from ..store.records import Attempt, RunSummary, SweepMember, SweepRecord, write_json_atomic
+from ..store.runs import RunReader, RunRecordError
+from ..tasks.loader import TaskError, find_task, load_task, task_files
+from ..tasks.model import Task
+from . import UserError, console, err_console, wide_console
+from .inputs import check_task_runs
+from .run_cmd import (
+    NO_MODEL,
+    STOP_SIGNALS,
+    RunOptions,
+    _money,
+    _provider,
+    _resume,
+    _speed_text,
+    _tokens,
+    attempt_line,
+    new_run,
+)
+
+SWEEP_SUFFIX = ".sweep.json"
+#: A run in one of these states is not started again when its sweep is resumed.
+FINISHED = ("target_reached", "budget_exhausted", "completed", "failed")
+
+
+def sweep_file(ref: str, base: Path) -> Path | None:
+    """The sweep file named by a path, a sweep id or a unique prefix of one; None when ``ref`` names none."""
+    for candidate in (Path(ref), base / ref, base / f"{ref}{SWEEP_SUFFIX}"):
+        if candidate.name.endswith(SWEEP_SUFFIX) and candidate.is_file():
+            return candidate
+    matches = sorted(base.glob(f"{ref}*{SWEEP_SUFFIX}")) if base.is_dir() else []
+    return matches[0] if len(matches) == 1 else None
+
+
+def is_sweep(ref: str, base: Path) -> bool:
+    return sweep_file(ref, base) is not None
+
+
+def _tasks(refs: list[str]) -> list[Task]:
+    """Task names, files and folders, each task once (in the order given), each checked to run."""
+    found: dict[Path, Task] = {}
+    for ref in refs:
+        if Path(ref).is_dir():
+            files = task_files([ref])
+            if not files:
+                raise UserError(f"{ref}: no task files (*.yaml) in this folder")
+            loaded = [load_task(f) for f in files]
+        else:
+            loaded = [find_task(ref)]
+        for t in loaded:
+            found.setdefault(t.path, t)
+    for t in found.values():
+        check_task_runs(t)
+    return list(found.values())
+
+
+def start_sweep(tasks: list[str], models: list[str], options: RunOptions, base: Path, jobs: int) -> int:
+    """Check everything (tasks, model specs and keys, options), record the sweep, run it; the exit status."""
+    if not models:
+        raise UserError(NO_MODEL)
+    if not tasks:
+        raise UserError("which tasks? pass task names, YAML paths or folders (see `coda-agent tasks`)")
+    replays = [m for m in models if m.startswith("replay/")]
+    if replays:
+        raise UserError(f"{replays[0]} replays one run's replies on its own task: it cannot be part of a sweep")
+    selected = _tasks(tasks)
+    for m in dict.fromkeys(models):
+        _provider(m, options.base_url)  # a bad spec or a missing key: one line before any run starts
+    options.config(selected[0], models[0])  # bad seeds or time limit: likewise
+    now = datetime.now(timezone.utc)
+    record = SweepRecord(
+        sweep_id=f"sweep_{now.astimezone():%Y%m%d-%H%M%S}_{secrets.token_hex(3)}", created=now,
+        options=options.model_dump(), members=[SweepMember(task=str(t.path), model=m) for t in selected for m in dict.fromkeys(models)],
+    )
+    path = base / f"{record.sweep_id}{SWEEP_SUFFIX}"
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, record)
+    except OSError as exc:
+        raise UserError(f"cannot write the sweep record under {base}: {exc}") from None
+    console.print(
+        f"sweep [bold]{record.sweep_id}[/]: {len(selected)} task(s) × {len(set(models))} model(s) = "
+        f"{len(record.members)} runs, {jobs} at a time", highlight=False,
+    )
+    console.print(f"  record: {path}", highlight=False, soft_wrap=True, markup=False)
+    return _run_sweep(path, record, base, jobs, redo_corrupt=False)
+
+
+def resume_sweep(ref: str, base: Path, jobs: int, redo_corrupt: bool) -> int:
+    """Continue a sweep with the options it was started with."""
+    path = sweep_file(ref, base)
+    assert path is not None
+    try:
+        record = SweepRecord.model_validate_json(path.read_text())
+    except (OSError, ValidationError, ValueError) as exc:
+        raise UserError(f"{path}: unreadable sweep record ({str(exc).splitlines()[0]})") from None
+    done = sum(1 for m in record.members if m.run is not None)
+    console.print(f"resuming sweep [bold]{record.sweep_id}[/]: {done} of {len(record.members)} runs started before", highlight=False)
+    return _run_sweep(path, record, base, jobs, redo_corrupt)
+
+
+@dataclass
+class _Outcome:
+    """How one member ended in this session (or before it)."""
+
+    member: SweepMember
+    summary: RunSummary | None = None
+    error: str = ""
+    fatal: bool = False
+
+
+class _Lines(RunEvents):
+    """One plain line per finished attempt, prefixed with the run's task and model."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def note(self, message: str) -> None:
+        console.print(Text(f"[{self.label}] {message}", style="dim italic"), highlight=False, soft_wrap=True)
+
+    def attempt_finished(self, attempt: Attempt, summary: RunSummary) -> None:
+        line = Text(f"[{self.label}] ", style="bold")
+        line.append_text(attempt_line(attempt))
+        console.print(line, highlight=False, soft_wrap=True)
+
+
+def _label(member: SweepMember) -> str:
+    return f"{Path(member.task).stem} · {member.model}"
+
+
+async def _member(member: SweepMember, record: SweepRecord, path: Path, base: Path, slots: asyncio.Semaphore,
+                  agents: list[Agent], redo_corrupt: bool) -> _Outcome:
+    async with slots:
+        provider: Provider
+        try:
+            if member.run is None:
+                agent, provider = new_run(load_task(member.task), member.model, base, RunOptions(**record.options))
+                member.run = agent.run_dir.name
+                write_json_atomic(path, record)
+            else:
+                summary = RunReader(base / member.run).summary()
+                if summary is not None and summary.status in FINISHED:
+                    return _Outcome(member, summary)
+                _, agent, provider = _resume(str(base / member.run), base, member.model, None, {}, None, redo_corrupt)
+        except (UserError, TaskError, RunRecordError) as exc:
+            return _Outcome(member, error=str(exc), fatal=True)
+        agent.events = _Lines(_label(member))
+        agents.append(agent)
+        try:
+            return _Outcome(member, await agent.run())
+        except FatalProviderError as exc:
+            return _Outcome(member, agent.summary, error=str(exc), fatal=True)
+        finally:
+            await provider.aclose()
+
+
+async def _sweep(record: SweepRecord, path: Path, base: Path, jobs: int, redo_corrupt: bool,
+                 received: list[signal.Signals]) -> list[_Outcome]:
+    """Every member, ``jobs`` at a time; SIGINT/SIGTERM interrupt them all (each summary says so)."""
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    assert main is not None
+    agents: list[Agent] = []
+
+    def stop(sig: signal.Signals) -> None:
+        received.append(sig)
+        for a in agents:
+            a.interrupted_by = "Ctrl-C" if sig == signal.SIGINT else sig.name
+        main.cancel()
+
+    for sig in STOP_SIGNALS:
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop, sig)
+    slots = asyncio.Semaphore(jobs)
+    try:
+        return list(await asyncio.gather(*(_member(m, record, path, base, slots, agents, redo_corrupt) for m in record.members)))
+    finally:
+        for sig in STOP_SIGNALS:
+            with contextlib.suppress(NotImplementedError):
+                loop.remove_signal_handler(sig)
+
+
+def _run_sweep(path: Path, record: SweepRecord, base: Path, jobs: int, redo_corrupt: bool) -> int:
+    received: list[signal.Signals] = []
+    try:
+        outcomes = asyncio.run(_sweep(record, path, base, jobs, redo_corrupt, received))
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        err_console.print(
+            f"interrupted; finished attempts are saved. Resume with: coda-agent run --resume {path}",
+            highlight=False, soft_wrap=True, markup=False,
+        )
+        return STOP_SIGNALS[received[0]] if received else 130
+    wide_console().print(summary_table(record, outcomes))
+    for o in outcomes:
+        if o.error:
+            err_console.print(f"[bold red]error:[/] [{escape(_label(o.member))}] {escape(o.error)}", highlight=False, soft_wrap=True)
+    console.print(f"  record: {path}", highlight=False, soft_wrap=True, markup=False)
+    if any(o.fatal for o in outcomes):
+        return 2
+    return 0 if all(o.summary is not None and o.summary.best_attempt is not None for o in outcomes) else 1
+
+
+def summary_table(record: SweepRecord, outcomes: list[_Outcome]) -> Table:
+    """One row per run: status, best, attempts, tokens, cost, where its record is."""
+    table = Table(title=f"sweep {record.sweep_id}", title_justify="left", title_style="bold")
+    for col in ("task", "model", "status", "best", "attempts", "tokens", "$", "run"):
+        table.add_column(col, overflow="fold", no_wrap=col == "run", justify="right" if col in ("attempts", "tokens", "$") else "left")
+    for o in outcomes:
+        s = o.summary
+        if s is None:
+            table.add_row(Path(o.member.task).stem, o.member.model, "[red]error[/]", "-", "-", "-", "-", o.member.run or "-")
+            continue
+        best = f"#{s.best_attempt}" + (f" ({_speed_text(s)})" if _speed_text(s) else "") if s.best_attempt else "none correct"
+        colour = "green" if s.best_attempt else "red"
+        table.add_row(
+            escape(Path(o.member.task).stem), escape(o.member.model), f"[{colour}]{s.status}[/]", best, str(s.attempts),
+            _tokens(s.input_tokens + s.output_tokens), _money(s.cost_usd, s.cost_known), escape(o.member.run or "-"),
+        )
+    return table
