@@ -39,11 +39,11 @@ OUTCOME_STYLE = {
 }
 
 
-def _tokens(n: int) -> str:
+def tokens_text(n: int) -> str:
     return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
 
 
-def _money(cost: float, known: bool) -> str:
+def money_text(cost: float, known: bool) -> str:
     """A run's cost so far; "unpriced" for a model missing from the price table (its $0 means unknown)."""
     return f"${cost:.4f}" if known else "unpriced"
 
@@ -53,7 +53,7 @@ def _clock(seconds: float) -> str:
     return f"{m // 60}:{m % 60:02d}:{s:02d}" if m >= 60 else f"{m}:{s:02d}"
 
 
-def _speed_text(summary: RunSummary) -> str:
+def speed_text(summary: RunSummary) -> str:
     parts = []
     if summary.speedup_vs_human is not None:
         parts.append(f"{summary.speedup_vs_human:.2f}x human")
@@ -67,7 +67,7 @@ def _speed_text(summary: RunSummary) -> str:
 def _best_text(summary: RunSummary) -> str:
     if summary.best_attempt is None:
         return "none correct yet"
-    speed = _speed_text(summary)
+    speed = speed_text(summary)
     return f"#{summary.best_attempt} correct" + (f", {speed}" if speed else "")
 
 
@@ -80,9 +80,9 @@ def attempt_line(attempt: Attempt) -> Text:
     bits = [f"{k} {v:.1f} s" for k, v in attempt.durations.items()]
     tokens = attempt.usage.input_tokens + attempt.usage.output_tokens
     if tokens:
-        bits.append(f"{_tokens(tokens)} tok")
+        bits.append(f"{tokens_text(tokens)} tok")
     if attempt.usage.cost_usd or not attempt.usage.price_known:
-        bits.append(_money(attempt.usage.cost_usd, attempt.usage.price_known))
+        bits.append(money_text(attempt.usage.cost_usd, attempt.usage.price_known))
     line.append("  · " + " · ".join(bits), style="dim")
     return line
 
@@ -131,7 +131,7 @@ class _Display(RunEvents):
         text.append(str(s.passes), style="green" if s.passes else "")
         text.append(" · best ")
         text.append(_best_text(s), style="green" if s.best_attempt else "dim")
-        text.append(f" · tokens {_tokens(s.input_tokens + s.output_tokens)} · {_money(s.cost_usd, s.cost_known)} · {_clock(wall)}")
+        text.append(f" · tokens {tokens_text(s.input_tokens + s.output_tokens)} · {money_text(s.cost_usd, s.cost_known)} · {_clock(wall)}")
         return text
 
 
@@ -160,7 +160,7 @@ class LiveDisplay(_Display):
         (self.live.console if self.live.is_started else self.out).print(text, highlight=False, soft_wrap=True)
 
 
-def _provider(model: str, base_url: str | None) -> Provider:
+def make_provider(model: str, base_url: str | None) -> Provider:
     try:
         return get_provider(model, base_url=base_url)
     except ProviderError as exc:  # ProviderConfigError included: a bad spec, option or missing key
@@ -241,7 +241,7 @@ def print_result(summary: RunSummary, header: RunHeader, run_dir: Path) -> None:
     if summary.best_attempt is not None:
         console.print(
             f"[bold green]PASSED[/] {header.task} v{header.task_version}: attempt #{summary.best_attempt} is correct"
-            + (f" ({_speed_text(summary)})" if _speed_text(summary) else "")
+            + (f" ({speed_text(summary)})" if speed_text(summary) else "")
             + f", after {summary.attempts} attempt{'s' if summary.attempts != 1 else ''}",
             highlight=False, soft_wrap=True,
         )
@@ -256,7 +256,7 @@ def print_result(summary: RunSummary, header: RunHeader, run_dir: Path) -> None:
     console.print(f"  stopped: {escape(summary.stop_reason or summary.status)}", highlight=False, soft_wrap=True)
     console.print(
         f"  {summary.rounds} round{'s' if summary.rounds != 1 else ''} · {outcomes or 'no attempts'} · tokens "
-        f"{_tokens(summary.input_tokens)} in / {_tokens(summary.output_tokens)} out · {_money(summary.cost_usd, summary.cost_known)} · "
+        f"{tokens_text(summary.input_tokens)} in / {tokens_text(summary.output_tokens)} out · {money_text(summary.cost_usd, summary.cost_known)} · "
         f"wall {summary.wall_seconds:.0f} s",
         highlight=False, soft_wrap=True,
     )
@@ -308,7 +308,7 @@ class RunOptions(BaseModel):
 def new_run(task: Task, model: str, base: Path, options: RunOptions) -> tuple[Agent, Provider]:
     """A fresh run directory for ``task`` with ``model`` (the task already checked), and its provider."""
     config = options.config(task, model)
-    provider = _provider(model, options.base_url)
+    provider = make_provider(model, options.base_url)
     try:
         agent = Agent.create(task, provider, config, base)
     except (RunRecordError, OSError) as exc:
@@ -356,8 +356,7 @@ def run_cmd(
 ) -> None:
     """Run the agent on a task: prompt the model, verify each candidate, feed results back, record everything.
 
-    Several tasks (or a folder) and/or several --model make a sweep: every task with every model, --jobs runs at
-    a time, each with the budgets given, a summary table at the end; --resume SWEEP continues it.
+    Several tasks (or a folder) and/or several --model make a sweep: every task with every model, --jobs at a time, each with the budgets given, and a table at the end; --resume SWEEP continues it.
     """
     options = RunOptions(
         base_url=base_url, rounds=rounds, candidates=candidates, max_tokens_total=max_tokens_total,
@@ -380,7 +379,7 @@ def run_cmd(
     one_task: str | None = tasks[0] if tasks else None
     one_model: str | None = models[0] if models else None
     if resume:
-        run_dir, agent, provider = _resume(resume, base, one_model, base_url, options.budget_flags(), one_task, redo_corrupt)
+        run_dir, agent, provider = resume_run(resume, base, one_model, base_url, options.budget_flags(), one_task, redo_corrupt)
     else:
         if not one_model:
             raise UserError(NO_MODEL)
@@ -425,7 +424,7 @@ def run_cmd(
         raise typer.Exit(1)
 
 
-def _resume(
+def resume_run(
     name: str, base: Path, model: str | None, base_url: str | None, given: dict[str, Any], task: str | None,
     redo_corrupt: bool,
 ) -> tuple[Path, Agent, Provider]:
@@ -448,7 +447,7 @@ def _resume(
     if unreadable:
         moved = reader.set_aside_unreadable(header.budgets.candidates_per_round)
         err_console.print(f"set aside {len(moved)} attempt file(s) to redo: {', '.join(p.name for p in moved)}", highlight=False, soft_wrap=True)
-    provider = _provider(header.model, base_url or header.params.get("base_url"))
+    provider = make_provider(header.model, base_url or header.params.get("base_url"))
     _exchange_in_run_dir(provider, header.model, run_dir)
     if header.model.startswith(("mock/", "replay/")):
         provider = _Advanced(provider)

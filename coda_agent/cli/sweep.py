@@ -32,13 +32,13 @@ from .run_cmd import (
     NO_MODEL,
     STOP_SIGNALS,
     RunOptions,
-    _money,
-    _provider,
-    _resume,
-    _speed_text,
-    _tokens,
     attempt_line,
+    make_provider,
+    money_text,
     new_run,
+    resume_run,
+    speed_text,
+    tokens_text,
 )
 
 SWEEP_SUFFIX = ".sweep.json"
@@ -88,7 +88,7 @@ def start_sweep(tasks: list[str], models: list[str], options: RunOptions, base: 
         raise UserError(f"{replays[0]} replays one run's replies on its own task: it cannot be part of a sweep")
     selected = _tasks(tasks)
     for m in dict.fromkeys(models):
-        _provider(m, options.base_url)  # a bad spec or a missing key: one line before any run starts
+        make_provider(m, options.base_url)  # a bad spec or a missing key: one line before any run starts
     options.config(selected[0], models[0])  # bad seeds or time limit: likewise
     now = datetime.now(timezone.utc)
     record = SweepRecord(
@@ -164,7 +164,7 @@ async def _member(member: SweepMember, record: SweepRecord, path: Path, base: Pa
                 summary = RunReader(base / member.run).summary()
                 if summary is not None and summary.status in FINISHED:
                     return _Outcome(member, summary)
-                _, agent, provider = _resume(str(base / member.run), base, member.model, None, {}, None, redo_corrupt)
+                _, agent, provider = resume_run(str(base / member.run), base, member.model, None, {}, None, redo_corrupt)
         except (UserError, TaskError, RunRecordError) as exc:
             return _Outcome(member, error=str(exc), fatal=True)
         agent.events = _Lines(_label(member))
@@ -233,10 +233,10 @@ def summary_table(record: SweepRecord, outcomes: list[_Outcome]) -> Table:
         if s is None:
             table.add_row(Path(o.member.task).stem, o.member.model, "[red]error[/]", "-", "-", "-", "-", o.member.run or "-")
             continue
-        best = f"#{s.best_attempt}" + (f" ({_speed_text(s)})" if _speed_text(s) else "") if s.best_attempt else "none correct"
+        best = f"#{s.best_attempt}" + (f" ({speed_text(s)})" if speed_text(s) else "") if s.best_attempt else "none correct"
         colour = "green" if s.best_attempt else "red"
         table.add_row(
             escape(Path(o.member.task).stem), escape(o.member.model), f"[{colour}]{s.status}[/]", best, str(s.attempts),
-            _tokens(s.input_tokens + s.output_tokens), _money(s.cost_usd, s.cost_known), escape(o.member.run or "-"),
+            tokens_text(s.input_tokens + s.output_tokens), money_text(s.cost_usd, s.cost_known), escape(o.member.run or "-"),
         )
     return table
