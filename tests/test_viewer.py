@@ -85,6 +85,17 @@ def test_leaderboard_page_opens_with_the_summary(site):
     assert summary.index(">human<") < summary.index(">anthropic/claude<") and "0.96×" in summary
     rows = json.loads(get(s, "/index.json")[1])["summary"]
     assert [(r["task"], r["author"]) for r in rows][:2] == [("gemm_rmsnorm", "human"), ("gemm_rmsnorm", "anthropic/claude")]
+    labels = [t.text for t in ET.fromstring(s.get("/plots/speedup.svg").body).iter("{http://www.w3.org/2000/svg}text")]
+    assert "gemm_rmsnorm v1 · NVIDIA H200 — geomean speedup vs eager over 1 shape" in labels
+    assert "0.96×" not in " ".join(labels) and "1.92×  (1 shape)" in labels  # the summary, drawn: ×eager per author
+
+
+def test_the_front_page_lists_the_newest_runs_only(site, monkeypatch):
+    s, a, evil = site
+    monkeypatch.setattr("coda_agent.viewer.site.RECENT_RUNS", 1)
+    html = get(s, "/")[1]
+    runs = html[html.index("<h2>Runs"):html.index("</table>", html.index("<h2>Runs"))]
+    assert evil.name in runs and a.name not in runs and "… and 1 older runs" in html
 
 
 def test_task_page_shows_the_task_itself(site):

@@ -291,7 +291,7 @@ class SummaryRow(BaseModel):
     run: str | None = None
 
 
-def _geomean(values: Iterable[float | None]) -> float | None:
+def geomean(values: Iterable[float | None]) -> float | None:
     vals = [v for v in values if v is not None and v > 0]
     return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
 
@@ -323,10 +323,10 @@ def summarize(board: Leaderboard) -> list[SummaryRow]:
                 section="apart" if apart else "main", task=task, task_version=version, device=device, author=author,
                 kind="human" if seen[0][1].kind == "human" else "model",
                 correct=all(checked) if checked else None, shapes=len(timed), of_shapes=len(timed_shapes),
-                vs_eager=_geomean(e.vs_eager for _, e in timed), vs_compiled=_geomean(e.vs_compiled for _, e in timed),
-                vs_cublas=_geomean(_ratio(cublas.get(g.shape), e.time_us) for g, e in timed),
-                vs_human=_geomean(e.vs_human for _, e in timed),
-                pct_sol=_geomean(e.pct_sol for _, e in timed), runs=figures.runs, correct_runs=figures.correct_runs,
+                vs_eager=geomean(e.vs_eager for _, e in timed), vs_compiled=geomean(e.vs_compiled for _, e in timed),
+                vs_cublas=geomean(_ratio(cublas.get(g.shape), e.time_us) for g, e in timed),
+                vs_human=geomean(e.vs_human for _, e in timed),
+                pct_sol=geomean(e.pct_sol for _, e in timed), runs=figures.runs, correct_runs=figures.correct_runs,
                 cost_usd=figures.cost_usd, cost_known=figures.cost_known, run=figures.run,
             ))
         task_rows.sort(key=lambda r: (r.kind != "human", r.correct is not True, -(r.vs_cublas or r.vs_eager or 0.0), r.author))

@@ -59,6 +59,10 @@ def _json_page(data: Any, status: int = 200) -> Page:
     return Page(status, "application/json; charset=utf-8", json.dumps(data, indent=2, default=str).encode())
 
 
+#: Runs listed on the front page (newest first); each task's page lists all of its own.
+RECENT_RUNS = 25
+
+
 def _task_spec(name: str) -> Task | None:
     """The task's definition, when its file is on this machine's task search path."""
     try:
@@ -133,7 +137,7 @@ class Site:
         if path == "/plots/speedup.svg":
             with self.index() as ix:
                 board = lb.build(ix)
-            svg = plots.speedup_chart(board.groups, "Speedup by task (latest version, one device per task)")
+            svg = plots.summary_chart(board, "Speedup by task (latest version, one device per task)")
             return Page(200, "image/svg+xml", svg.encode())
         m = re.fullmatch(r"/(task|run|plots/task)/([^/]+?)(\.html|\.json|\.svg)?", path)
         if m:
@@ -184,7 +188,7 @@ class Site:
             runs = list(reversed(ix.runs()))
         return self._render(
             "leaderboard.html", root="", title="Leaderboard", board=board, summary=lb.summarize(board), runs=runs,
-            runs_dir=str(self.runs_dir),
+            recent_runs=RECENT_RUNS, runs_dir=str(self.runs_dir),
             bench_dir=str(self.bench_dir), json_url="index.json", has_timing=any(g.timed for g in board.groups),
         )
 
