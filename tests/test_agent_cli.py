@@ -120,6 +120,19 @@ def test_resume_after_a_kill_redoes_only_the_unfinished_attempt(recorded, tmp_pa
     assert RunReader(run_dir).summary().status == "target_reached"
 
 
+def test_runs_recorded_before_the_suite_moved_still_resume_and_replay(recorded, tmp_path, capsys):
+    """Older records name <repo>/tasks/<name>.yaml; the task is then found by name."""
+    run_dir = tmp_path / recorded[0].name
+    shutil.copytree(recorded[0], run_dir)
+    header = json.loads((run_dir / "header.json").read_text())
+    (run_dir / "header.json").write_text(json.dumps({**header, "task_path": "/old/checkout/tasks/gemm_residual_rmsnorm.yaml"}))
+    (run_dir / "attempts" / "0003.json").unlink()
+    code, out, err = cli(capsys, "run", "--resume", run_dir.name, "--runs-dir", str(tmp_path))
+    assert code == 0, out + err
+    code, out, err = cli(capsys, "run", "--model", f"replay/{run_dir}", "--no-compile", "--runs-dir", str(tmp_path / "again"))
+    assert code == 0, out + err
+
+
 def test_replay_reproduces_a_recorded_runs_verdicts(recorded, tmp_path, capsys):
     code, out, _ = cli(capsys, "run", "--model", f"replay/{recorded[0]}", "--no-compile", "--runs-dir", str(tmp_path))
     assert code == 0, out

@@ -34,7 +34,7 @@ from ..store.runs import (
     new_run_id,
     package_versions,
 )
-from ..tasks.loader import TaskError, load_task
+from ..tasks.loader import TaskError, find_recorded_task
 from ..tasks.model import Task
 from ..verifier import verify
 from ..verifier.verdict import Outcome, Verdict
@@ -233,7 +233,7 @@ class Agent:
         """Continue a recorded run: same task, model and settings; ``budgets`` may extend it."""
         reader = RunReader(run_dir)
         header = reader.header
-        task = load_task(header.task_path)
+        task = find_recorded_task(header.task_path, header.task)
         if task.version != header.task_version:
             raise TaskError(
                 f"{header.task_path} is now version {task.version}, but the run was started on version "

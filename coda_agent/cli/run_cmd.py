@@ -23,7 +23,7 @@ from ..prompts.render import attempt_headline
 from ..providers import Completion, ManualProvider, Provider, ProviderError, get_provider
 from ..store.records import Attempt, Budgets, ChatMessage, RunHeader, RunSummary
 from ..store.runs import RUNS_DIR_ENV, RunReader, RunRecordError, default_runs_dir, resolve_run
-from ..tasks.loader import find_task
+from ..tasks.loader import find_recorded_task, find_task
 from ..tasks.model import Task
 from . import UserError, app, console, err_console
 from .inputs import check_task_runs, default_timeout, seed_list, timeout_value
@@ -385,7 +385,8 @@ def run_cmd(
             raise UserError(NO_MODEL)
         one_model, replayed = _replayed(one_model, base)
         if replayed is not None:  # re-verify under the schedule the recorded run used, unless told otherwise
-            one_task = one_task or replayed.task_path
+            recorded = find_recorded_task(replayed.task_path, replayed.task)
+            one_task = one_task or str(recorded.path)
             options = options.model_copy(update={
                 "rounds": rounds or replayed.budgets.rounds, "candidates": candidates or replayed.budgets.candidates_per_round,
             })

@@ -151,6 +151,14 @@ def find_task(name_or_path: str) -> Task:
     raise TaskError(f"no task named {name_or_path!r} in {where} (known: {known})")
 
 
+def find_recorded_task(path: str, name: str) -> Task:
+    """The task a run record names: its file if it is still there, else the task of that name on the search
+    path (records made before the suite moved into the package name ``<repo>/tasks/...``)."""
+    if Path(path).is_file():
+        return load_task(path)
+    return find_task(name)
+
+
 def import_file(path: Path, module_name: str) -> ModuleType:
     """Import a Python file as a fresh module (source stays inspectable, tracebacks show its lines)."""
     spec = importlib.util.spec_from_file_location(module_name, path)
