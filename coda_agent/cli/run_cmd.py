@@ -343,7 +343,7 @@ def run_cmd(
     no_compile: bool = typer.Option(False, "--no-compile", help="CPU: skip the sm_90a compile stage (~10 s per candidate)"),
     seeds: int = typer.Option(None, help="seeds per shape in the correctness check (default 3)"),
     timeout: float = typer.Option(
-        None, help="seconds one candidate's verification may take (default from the stages and shapes: 330 s on a CPU)"
+        None, help="seconds one candidate's verification may take (default from the stages and shapes: 300 s on a CPU, 120 s with --no-compile)"
     ),
     examples: str = typer.Option(None, help="comma-separated tasks whose human kernels are shown as examples (default chosen by similarity)"),
     jobs: int = typer.Option(2, min=1, help="sweep: runs in flight at once"),
