@@ -346,7 +346,7 @@ def run_cmd(
         None, help="seconds one candidate's verification may take (default from the stages and shapes: 300 s on a CPU, 120 s with --no-compile)"
     ),
     examples: str = typer.Option(None, help="comma-separated tasks whose human kernels are shown as examples (default chosen by similarity)"),
-    jobs: int = typer.Option(2, min=1, help="sweep: runs in flight at once"),
+    jobs: int = typer.Option(2, min=1, help="sweep: runs in flight at once (one on a GPU, so timings never overlap)"),
     runs_dir: Path = typer.Option(None, "--runs-dir", envvar=RUNS_DIR_ENV, help="where run records go (default ./runs)"),
     resume: str = typer.Option(None, "--resume", help="continue an interrupted run (its directory or id) or sweep (its file)"),
     redo_corrupt: bool = typer.Option(

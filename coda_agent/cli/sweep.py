@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ..agent import Agent, FatalProviderError, RunEvents
+from ..agent import Agent, FatalProviderError, RunEvents, gpu_verifier_available
 from ..providers import Provider
 from ..store.records import Attempt, RunSummary, SweepMember, SweepRecord, write_json_atomic
 from ..store.runs import RunReader, RunRecordError
@@ -204,6 +204,9 @@ async def _sweep(record: SweepRecord, path: Path, base: Path, jobs: int, redo_co
 
 
 def _run_sweep(path: Path, record: SweepRecord, base: Path, jobs: int, redo_corrupt: bool) -> int:
+    if jobs > 1 and gpu_verifier_available():
+        console.print("on the GPU, timings must not overlap: one run at a time", style="dim italic")
+        jobs = 1
     received: list[signal.Signals] = []
     try:
         outcomes = asyncio.run(_sweep(record, path, base, jobs, redo_corrupt, received))
