@@ -34,7 +34,7 @@ class _Group(_PlainHelp, TyperGroup):
     pass
 
 
-class _App(typer.Typer):
+class CliApp(typer.Typer):
     """A Typer whose commands and groups use the help tweaks above."""
 
     def __init__(self, **kwargs: Any) -> None:
@@ -45,7 +45,7 @@ class _App(typer.Typer):
         return super().command(*args, **kwargs)
 
 
-app = _App(
+app = CliApp(
     name="coda-agent",
     help="LLM-driven authoring of fused GEMM-epilogue kernels (CODA / QuACK), checked against FP32 references.",
     no_args_is_help=True,

@@ -23,9 +23,9 @@ from ..store.index import (
     read_run,
     timing_points,
 )
-from . import UserError, _App, app, console, err_console, wide_console
+from . import UserError, CliApp, app, console, err_console, wide_console
 
-index_app = _App(help="The SQLite index over run records and bench results (a rebuildable cache).")
+index_app = CliApp(help="The SQLite index over run records and bench results (a rebuildable cache).")
 app.add_typer(index_app, name="index")
 
 
