@@ -23,7 +23,7 @@ from ..store.index import (
     read_run,
     timing_points,
 )
-from . import UserError, CliApp, app, console, err_console, wide_console
+from . import CliApp, UserError, app, console, err_console, wide_console
 
 index_app = CliApp(help="The SQLite index over run records and bench results (a rebuildable cache).")
 app.add_typer(index_app, name="index")
