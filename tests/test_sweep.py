@@ -86,3 +86,15 @@ def test_bad_input_stops_a_sweep_before_any_run(tmp_path, capsys):
     code, _, err = cli(capsys, "run", "gemm_residual", "--model", "mock/echo", "--model", "replay/x", "--runs-dir", str(runs))
     assert code == 2 and "cannot be part of a sweep" in err
     assert not runs.exists()
+
+
+def test_resume_with_higher_budgets_extends_every_run(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    cli(capsys, "run", "gemm_residual_rmsnorm", *MODELS, "--rounds", "1", "--no-compile", "--runs-dir", str(runs))
+    record = sweep_record(runs)
+    code, _, err = cli(capsys, "run", "--resume", record.sweep_id, "--temperature", "0.1", "--runs-dir", str(runs))
+    assert code == 2 and "only budgets" in err and "temperature" in err
+    code, out, err = cli(capsys, "run", "--resume", record.sweep_id, "--rounds", "2", "--runs-dir", str(runs))
+    assert code == 1, out + err
+    assert [RunReader(runs / m.run).summary().rounds for m in record.members] == [2, 2]
+    assert sweep_record(runs).options["rounds"] == 2

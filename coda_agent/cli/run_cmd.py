@@ -371,7 +371,7 @@ def run_cmd(
     from .sweep import is_sweep, resume_sweep, start_sweep
 
     if resume and is_sweep(resume, base):
-        raise typer.Exit(resume_sweep(resume, base, jobs, redo_corrupt))
+        raise typer.Exit(resume_sweep(resume, base, options, jobs, redo_corrupt))
     if not resume and (len(models) > 1 or len(tasks) > 1 or any(Path(t).is_dir() for t in tasks)):
         raise typer.Exit(start_sweep(tasks, models, options, base, jobs))
     if len(models) > 1 or len(tasks) > 1:

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import secrets
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -106,20 +106,31 @@ def start_sweep(tasks: list[str], models: list[str], options: RunOptions, base: 
         f"{len(record.members)} runs, {jobs} at a time", highlight=False,
     )
     console.print(f"  record: {path}", highlight=False, soft_wrap=True, markup=False)
-    return _run_sweep(path, record, base, jobs, redo_corrupt=False)
+    return _Session(record, path, base, jobs).run()
 
 
-def resume_sweep(ref: str, base: Path, jobs: int, redo_corrupt: bool) -> int:
-    """Continue a sweep with the options it was started with."""
+#: The options a resumed sweep may change, as ``run --resume RUN --rounds N`` extends one run.
+EXTENSIBLE = ("rounds", "max_tokens_total", "max_dollars", "max_wall")
+
+
+def resume_sweep(ref: str, base: Path, given: RunOptions, jobs: int, redo_corrupt: bool) -> int:
+    """Continue a sweep with the options it was started with; budgets given now extend every run."""
     path = sweep_file(ref, base)
     assert path is not None
     try:
         record = SweepRecord.model_validate_json(path.read_text())
     except (OSError, ValidationError, ValueError) as exc:
         raise UserError(f"{path}: unreadable sweep record ({str(exc).splitlines()[0]})") from None
+    changed = given.model_dump(exclude_defaults=True)
+    fixed = sorted(set(changed) - set(EXTENSIBLE))
+    if fixed:
+        raise UserError(f"a resumed sweep keeps its settings; only budgets ({', '.join(EXTENSIBLE)}) may change, not {', '.join(fixed)}")
+    if changed:
+        record.options.update(changed)
+        write_json_atomic(path, record)
     done = sum(1 for m in record.members if m.run is not None)
     console.print(f"resuming sweep [bold]{record.sweep_id}[/]: {done} of {len(record.members)} runs started before", highlight=False)
-    return _run_sweep(path, record, base, jobs, redo_corrupt)
+    return _Session(record, path, base, jobs, redo_corrupt, extended=bool(changed)).run()
 
 
 @dataclass
@@ -151,79 +162,97 @@ def _label(member: SweepMember) -> str:
     return f"{Path(member.task).stem} · {member.model}"
 
 
-async def _member(member: SweepMember, record: SweepRecord, path: Path, base: Path, slots: asyncio.Semaphore,
-                  agents: list[Agent], redo_corrupt: bool) -> _Outcome:
-    async with slots:
-        provider: Provider
-        try:
-            if member.run is None:
-                agent, provider = new_run(load_task(member.task), member.model, base, RunOptions(**record.options))
-                member.run = agent.run_dir.name
-                write_json_atomic(path, record)
-            else:
-                summary = RunReader(base / member.run).summary()
-                if summary is not None and summary.status in FINISHED:
-                    return _Outcome(member, summary)
-                _, agent, provider = resume_run(str(base / member.run), base, member.model, None, {}, None, redo_corrupt)
-        except (UserError, TaskError, RunRecordError) as exc:
-            return _Outcome(member, error=str(exc), fatal=True)
-        agent.events = _Lines(_label(member))
-        agents.append(agent)
-        try:
-            return _Outcome(member, await agent.run())
-        except FatalProviderError as exc:
-            return _Outcome(member, agent.summary, error=str(exc), fatal=True)
-        finally:
-            await provider.aclose()
+@dataclass
+class _Session:
+    """One process's go at a sweep: which members to (re)start, ``jobs`` at a time, and the agents in flight."""
 
+    record: SweepRecord
+    path: Path
+    base: Path
+    jobs: int
+    redo_corrupt: bool = False
+    extended: bool = False  # budgets were raised: runs that stopped on a budget or their rounds go on
+    agents: list[Agent] = field(default_factory=list)
 
-async def _sweep(record: SweepRecord, path: Path, base: Path, jobs: int, redo_corrupt: bool,
-                 received: list[signal.Signals]) -> list[_Outcome]:
-    """Every member, ``jobs`` at a time; SIGINT/SIGTERM interrupt them all (each summary says so)."""
-    loop = asyncio.get_running_loop()
-    main = asyncio.current_task()
-    assert main is not None
-    agents: list[Agent] = []
+    def settled(self, summary: RunSummary | None) -> bool:
+        """A run not to touch again: finished, unless it stopped on budgets that were raised since."""
+        if summary is None or summary.status not in FINISHED:
+            return False
+        return not (self.extended and summary.status in ("completed", "budget_exhausted"))
 
-    def stop(sig: signal.Signals) -> None:
-        received.append(sig)
-        for a in agents:
-            a.interrupted_by = "Ctrl-C" if sig == signal.SIGINT else sig.name
-        main.cancel()
+    async def member(self, member: SweepMember, slots: asyncio.Semaphore) -> _Outcome:
+        async with slots:
+            options = RunOptions(**self.record.options)
+            provider: Provider
+            try:
+                if member.run is None:
+                    agent, provider = new_run(load_task(member.task), member.model, self.base, options)
+                    member.run = agent.run_dir.name
+                    write_json_atomic(self.path, self.record)
+                else:
+                    summary = RunReader(self.base / member.run).summary()
+                    if self.settled(summary):
+                        return _Outcome(member, summary)
+                    _, agent, provider = resume_run(
+                        str(self.base / member.run), self.base, member.model, None, options.budget_flags(), None,
+                        self.redo_corrupt,
+                    )
+            except (UserError, TaskError, RunRecordError) as exc:
+                return _Outcome(member, error=str(exc), fatal=True)
+            agent.events = _Lines(_label(member))
+            self.agents.append(agent)
+            try:
+                return _Outcome(member, await agent.run())
+            except FatalProviderError as exc:
+                return _Outcome(member, agent.summary, error=str(exc), fatal=True)
+            finally:
+                await provider.aclose()
 
-    for sig in STOP_SIGNALS:
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop, sig)
-    slots = asyncio.Semaphore(jobs)
-    try:
-        return list(await asyncio.gather(*(_member(m, record, path, base, slots, agents, redo_corrupt) for m in record.members)))
-    finally:
+    async def all_members(self, received: list[signal.Signals]) -> list[_Outcome]:
+        """Every member, ``jobs`` at a time; SIGINT/SIGTERM interrupt them all (each summary says so)."""
+        loop = asyncio.get_running_loop()
+        main = asyncio.current_task()
+        assert main is not None
+
+        def stop(sig: signal.Signals) -> None:
+            received.append(sig)
+            for a in self.agents:
+                a.interrupted_by = "Ctrl-C" if sig == signal.SIGINT else sig.name
+            main.cancel()
+
         for sig in STOP_SIGNALS:
             with contextlib.suppress(NotImplementedError):
-                loop.remove_signal_handler(sig)
+                loop.add_signal_handler(sig, stop, sig)
+        slots = asyncio.Semaphore(self.jobs)
+        try:
+            return list(await asyncio.gather(*(self.member(m, slots) for m in self.record.members)))
+        finally:
+            for sig in STOP_SIGNALS:
+                with contextlib.suppress(NotImplementedError):
+                    loop.remove_signal_handler(sig)
 
-
-def _run_sweep(path: Path, record: SweepRecord, base: Path, jobs: int, redo_corrupt: bool) -> int:
-    if jobs > 1 and gpu_verifier_available():
-        console.print("on the GPU, timings must not overlap: one run at a time", style="dim italic")
-        jobs = 1
-    received: list[signal.Signals] = []
-    try:
-        outcomes = asyncio.run(_sweep(record, path, base, jobs, redo_corrupt, received))
-    except (asyncio.CancelledError, KeyboardInterrupt):
-        err_console.print(
-            f"interrupted; finished attempts are saved. Resume with: coda-agent run --resume {path}",
-            highlight=False, soft_wrap=True, markup=False,
-        )
-        return STOP_SIGNALS[received[0]] if received else 130
-    wide_console().print(summary_table(record, outcomes))
-    for o in outcomes:
-        if o.error:
-            err_console.print(f"[bold red]error:[/] [{escape(_label(o.member))}] {escape(o.error)}", highlight=False, soft_wrap=True)
-    console.print(f"  record: {path}", highlight=False, soft_wrap=True, markup=False)
-    if any(o.fatal for o in outcomes):
-        return 2
-    return 0 if all(o.summary is not None and o.summary.best_attempt is not None for o in outcomes) else 1
+    def run(self) -> int:
+        """Run it to the end (or a signal) and print the table; the exit status."""
+        if self.jobs > 1 and gpu_verifier_available():
+            console.print("on the GPU, timings must not overlap: one run at a time", style="dim italic")
+            self.jobs = 1
+        received: list[signal.Signals] = []
+        try:
+            outcomes = asyncio.run(self.all_members(received))
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            err_console.print(
+                f"interrupted; finished attempts are saved. Resume with: coda-agent run --resume {self.path}",
+                highlight=False, soft_wrap=True, markup=False,
+            )
+            return STOP_SIGNALS[received[0]] if received else 130
+        wide_console().print(summary_table(self.record, outcomes))
+        for o in outcomes:
+            if o.error:
+                err_console.print(f"[bold red]error:[/] [{escape(_label(o.member))}] {escape(o.error)}", highlight=False, soft_wrap=True)
+        console.print(f"  record: {self.path}", highlight=False, soft_wrap=True, markup=False)
+        if any(o.fatal for o in outcomes):
+            return 2
+        return 0 if all(o.summary is not None and o.summary.best_attempt is not None for o in outcomes) else 1
 
 
 def summary_table(record: SweepRecord, outcomes: list[_Outcome]) -> Table:
