@@ -9,6 +9,7 @@ from coda_agent.store.records import SweepRecord
 from coda_agent.store.runs import RunReader
 
 from .conftest import TASK_DIR, cli
+from .fake_llm_server import OPENAI_PATH, FakeLLMServer, openai_chat
 
 MODELS = ("--model", "mock/gemm_residual_three_attempts", "--model", "mock/echo")
 
@@ -98,3 +99,25 @@ def test_resume_with_higher_budgets_extends_every_run(tmp_path, capsys):
     assert code == 1, out + err
     assert [RunReader(runs / m.run).summary().rounds for m in record.members] == [2, 2]
     assert sweep_record(runs).options["rounds"] == 2
+
+
+def test_total_dollars_stops_the_whole_sweep(tmp_path, capsys, monkeypatch):
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("openai-compatible/qwen: {input: 100000, output: 0}\n")  # 10 prompt tokens: $1 a call
+    monkeypatch.setenv("CODA_AGENT_PRICES", str(prices))
+    server = FakeLLMServer().start()
+    try:
+        for _ in range(6):
+            server.reply(OPENAI_PATH, openai_chat("no code in this reply", model="qwen"))
+        code, out, err = cli(capsys, "run", "gemm_residual", "gemm_rmsnorm", "--model", "openai-compatible/qwen",
+                             "--base-url", f"{server.url}/v1", "--rounds", "3", "--jobs", "1", "--total-dollars", "1.5",
+                             "--no-compile", "--runs-dir", str(tmp_path / "runs"))
+    finally:
+        server.stop()
+    assert code == 1, out + err
+    first, second = sweep_record(tmp_path / "runs").members
+    summary = RunReader(tmp_path / "runs" / first.run).summary()
+    assert summary.status == "budget_exhausted" and summary.attempts == 2 and "sweep's dollar budget" in summary.stop_reason
+    assert second.run is None and "not started" in out
+    code, _, err = cli(capsys, "run", "gemm_residual", "--model", "mock/echo", "--total-dollars", "1", "--runs-dir", str(tmp_path))
+    assert code == 2 and "--total-dollars is for sweeps" in err

@@ -149,6 +149,22 @@ class RunEvents:
     def run_finished(self, summary: RunSummary) -> None: ...
 
 
+class SharedBudget:
+    """Dollars several runs draw on together (a sweep's ``--total-dollars``): each of them stops once the
+    total reaches the limit. Runs in flight may overshoot it by what their last round costs."""
+
+    def __init__(self, max_dollars: float, already_spent: float = 0.0) -> None:
+        self.max_dollars = max_dollars
+        self.already_spent = already_spent  # by runs that are not in this process (finished ones)
+        self.agents: list[Agent] = []
+
+    def spent(self) -> float:
+        return self.already_spent + sum(a.spent_dollars() for a in self.agents)
+
+    def exhausted(self) -> bool:
+        return self.spent() >= self.max_dollars
+
+
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -207,6 +223,8 @@ class Agent:
         self._warned_price = False
         #: What stopped the run when it is cancelled (set by whoever cancels it; recorded in the summary).
         self.interrupted_by = "Ctrl-C"
+        #: A budget shared with other runs (a sweep's), checked with this run's own.
+        self.shared: SharedBudget | None = None
 
     # --- creating and resuming ------------------------------------------------------------------
 
@@ -301,6 +319,9 @@ class Agent:
             slots = list(range(self.config.budgets.candidates_per_round))
         return round_no, slots[: self._affordable(len(slots))]
 
+    def spent_dollars(self) -> float:
+        return self._spent()[1]
+
     def _spent(self) -> tuple[int, float]:
         tokens = sum(a.usage.input_tokens + a.usage.output_tokens for a in self.attempts)
         return tokens, sum(a.usage.cost_usd for a in self.attempts)
@@ -334,6 +355,8 @@ class Agent:
             return "budget_exhausted", f"token budget spent ({tokens} of {b.max_tokens})"
         if b.max_dollars is not None and dollars >= b.max_dollars:
             return "budget_exhausted", f"dollar budget spent (${dollars:.4f} of ${b.max_dollars:g})"
+        if self.shared is not None and self.shared.exhausted():
+            return "budget_exhausted", f"the sweep's dollar budget is spent (${self.shared.spent():.4f} of ${self.shared.max_dollars:g})"
         if self._pending is None and max((a.round for a in self.attempts), default=0) >= b.rounds:
             return "completed", f"all {b.rounds} round{'s' if b.rounds != 1 else ''} done"
         slots = self._pending[1] if self._pending else list(range(b.candidates_per_round))

@@ -347,6 +347,9 @@ def run_cmd(
     ),
     examples: str = typer.Option(None, help="comma-separated tasks whose human kernels are shown as examples (default chosen by similarity)"),
     jobs: int = typer.Option(2, min=1, help="sweep: runs in flight at once (one on a GPU, so timings never overlap)"),
+    total_dollars: float = typer.Option(
+        None, min=0, help="sweep: every run stops (and no new one starts) once the sweep's runs together cost this much (USD)"
+    ),
     runs_dir: Path = typer.Option(None, "--runs-dir", envvar=RUNS_DIR_ENV, help="where run records go (default ./runs)"),
     resume: str = typer.Option(None, "--resume", help="continue an interrupted run (its directory or id) or sweep (its file)"),
     redo_corrupt: bool = typer.Option(
@@ -371,9 +374,11 @@ def run_cmd(
     from .sweep import is_sweep, resume_sweep, start_sweep
 
     if resume and is_sweep(resume, base):
-        raise typer.Exit(resume_sweep(resume, base, options, jobs, redo_corrupt))
+        raise typer.Exit(resume_sweep(resume, base, options, jobs, redo_corrupt, total_dollars))
     if not resume and (len(models) > 1 or len(tasks) > 1 or any(Path(t).is_dir() for t in tasks)):
-        raise typer.Exit(start_sweep(tasks, models, options, base, jobs))
+        raise typer.Exit(start_sweep(tasks, models, options, base, jobs, total_dollars))
+    if total_dollars is not None:
+        raise UserError("--total-dollars is for sweeps (several tasks or models); one run takes --max-dollars")
     if len(models) > 1 or len(tasks) > 1:
         raise UserError("--resume continues one run (or a sweep): pass at most one task and one --model")
     one_task: str | None = tasks[0] if tasks else None

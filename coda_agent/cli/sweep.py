@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ..agent import Agent, FatalProviderError, RunEvents, gpu_verifier_available
+from ..agent import Agent, FatalProviderError, RunEvents, SharedBudget, gpu_verifier_available
 from ..providers import Provider
 from ..store.records import Attempt, RunSummary, SweepMember, SweepRecord, write_json_atomic
 from ..store.runs import RunReader, RunRecordError
@@ -77,7 +77,9 @@ def _tasks(refs: list[str]) -> list[Task]:
     return list(found.values())
 
 
-def start_sweep(tasks: list[str], models: list[str], options: RunOptions, base: Path, jobs: int) -> int:
+def start_sweep(
+    tasks: list[str], models: list[str], options: RunOptions, base: Path, jobs: int, total_dollars: float | None
+) -> int:
     """Check everything (tasks, model specs and keys, options), record the sweep, run it; the exit status."""
     if not models:
         raise UserError(NO_MODEL)
@@ -93,7 +95,7 @@ def start_sweep(tasks: list[str], models: list[str], options: RunOptions, base: 
     now = datetime.now(timezone.utc)
     record = SweepRecord(
         sweep_id=f"sweep_{now.astimezone():%Y%m%d-%H%M%S}_{secrets.token_hex(3)}", created=now,
-        options=options.model_dump(), members=[SweepMember(task=str(t.path), model=m) for t in selected for m in dict.fromkeys(models)],
+        options=options.model_dump(), total_dollars=total_dollars, members=[SweepMember(task=str(t.path), model=m) for t in selected for m in dict.fromkeys(models)],
     )
     path = base / f"{record.sweep_id}{SWEEP_SUFFIX}"
     try:
@@ -113,7 +115,9 @@ def start_sweep(tasks: list[str], models: list[str], options: RunOptions, base: 
 EXTENSIBLE = ("rounds", "max_tokens_total", "max_dollars", "max_wall")
 
 
-def resume_sweep(ref: str, base: Path, given: RunOptions, jobs: int, redo_corrupt: bool) -> int:
+def resume_sweep(
+    ref: str, base: Path, given: RunOptions, jobs: int, redo_corrupt: bool, total_dollars: float | None
+) -> int:
     """Continue a sweep with the options it was started with; budgets given now extend every run."""
     path = sweep_file(ref, base)
     assert path is not None
@@ -125,12 +129,14 @@ def resume_sweep(ref: str, base: Path, given: RunOptions, jobs: int, redo_corrup
     fixed = sorted(set(changed) - set(EXTENSIBLE))
     if fixed:
         raise UserError(f"a resumed sweep keeps its settings; only budgets ({', '.join(EXTENSIBLE)}) may change, not {', '.join(fixed)}")
-    if changed:
+    if total_dollars is not None:
+        record.total_dollars = total_dollars
+    if changed or total_dollars is not None:
         record.options.update(changed)
         write_json_atomic(path, record)
     done = sum(1 for m in record.members if m.run is not None)
     console.print(f"resuming sweep [bold]{record.sweep_id}[/]: {done} of {len(record.members)} runs started before", highlight=False)
-    return _Session(record, path, base, jobs, redo_corrupt, extended=bool(changed)).run()
+    return _Session(record, path, base, jobs, redo_corrupt, extended=bool(changed) or total_dollars is not None).run()
 
 
 @dataclass
@@ -173,6 +179,11 @@ class _Session:
     redo_corrupt: bool = False
     extended: bool = False  # budgets were raised: runs that stopped on a budget or their rounds go on
     agents: list[Agent] = field(default_factory=list)
+    shared: SharedBudget | None = None
+
+    def __post_init__(self) -> None:
+        if self.record.total_dollars is not None:
+            self.shared = SharedBudget(self.record.total_dollars)
 
     def settled(self, summary: RunSummary | None) -> bool:
         """A run not to touch again: finished, unless it stopped on budgets that were raised since."""
@@ -185,6 +196,8 @@ class _Session:
             options = RunOptions(**self.record.options)
             provider: Provider
             try:
+                if member.run is None and self.shared is not None and self.shared.exhausted():
+                    return _Outcome(member, error=f"not started: the sweep's ${self.shared.max_dollars:g} are spent")
                 if member.run is None:
                     agent, provider = new_run(load_task(member.task), member.model, self.base, options)
                     member.run = agent.run_dir.name
@@ -201,6 +214,9 @@ class _Session:
                 return _Outcome(member, error=str(exc), fatal=True)
             agent.events = _Lines(_label(member))
             self.agents.append(agent)
+            if self.shared is not None:
+                agent.shared = self.shared
+                self.shared.agents.append(agent)
             try:
                 return _Outcome(member, await agent.run())
             except FatalProviderError as exc:
@@ -236,6 +252,12 @@ class _Session:
         if self.jobs > 1 and gpu_verifier_available():
             console.print("on the GPU, timings must not overlap: one run at a time", style="dim italic")
             self.jobs = 1
+        if self.shared is not None:  # what the runs left alone spent counts, too
+            for m in self.record.members:
+                with contextlib.suppress(RunRecordError):
+                    summary = RunReader(self.base / m.run).summary() if m.run else None
+                    if summary is not None and self.settled(summary):
+                        self.shared.already_spent += summary.cost_usd
         received: list[signal.Signals] = []
         try:
             outcomes = asyncio.run(self.all_members(received))
@@ -248,7 +270,8 @@ class _Session:
         wide_console().print(summary_table(self.record, outcomes))
         for o in outcomes:
             if o.error:
-                err_console.print(f"[bold red]error:[/] [{escape(_label(o.member))}] {escape(o.error)}", highlight=False, soft_wrap=True)
+                kind = "[bold red]error:[/]" if o.fatal else "note:"
+                err_console.print(f"{kind} [{escape(_label(o.member))}] {escape(o.error)}", highlight=False, soft_wrap=True)
         console.print(f"  record: {self.path}", highlight=False, soft_wrap=True, markup=False)
         if any(o.fatal for o in outcomes):
             return 2
@@ -263,7 +286,8 @@ def summary_table(record: SweepRecord, outcomes: list[_Outcome]) -> Table:
     for o in outcomes:
         s = o.summary
         if s is None:
-            table.add_row(Path(o.member.task).stem, o.member.model, "[red]error[/]", "-", "-", "-", "-", o.member.run or "-")
+            status = "[red]error[/]" if o.fatal else "not started"
+            table.add_row(Path(o.member.task).stem, o.member.model, status, "-", "-", "-", "-", o.member.run or "-")
             continue
         best = f"#{s.best_attempt}" + (f" ({speed_text(s)})" if speed_text(s) else "") if s.best_attempt else "none correct"
         colour = "green" if s.best_attempt else "red"

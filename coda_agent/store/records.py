@@ -149,6 +149,7 @@ class SweepRecord(BaseModel):
     sweep_id: str
     created: datetime
     options: dict[str, Any] = Field(description="the run command's options for new runs, as given")
+    total_dollars: float | None = Field(default=None, description="the runs together stop once they cost this much")
     members: list[SweepMember]
 
 
