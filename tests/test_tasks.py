@@ -191,11 +191,13 @@ def test_tasks_are_found_in_the_suite_then_coda_agent_tasks_then_dot_tasks(tmp_p
     assert code == 2 and err.count("\n") == 1
 
 
-def test_tasks_refuses_an_unknown_shape_set_and_format(capsys):
+def test_tasks_refuses_an_unknown_shape_set_and_format(capsys, tmp_path):
     code, _, err = cli(capsys, "tasks", "--shapes", "nosuch")
     assert code == 2 and err.count("\n") == 1 and "no task has a shape set 'nosuch'" in err and "bench, small" in err
     code, _, err = cli(capsys, "tasks", "--format", "xml")
     assert code == 2 and "table or json" in err
+    code, _, err = cli(capsys, "tasks", str(tmp_path))
+    assert code == 2 and f"no task files (*.yaml) in {tmp_path}" in err
 
 
 def test_version_answers_without_importing_torch():

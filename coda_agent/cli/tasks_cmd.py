@@ -31,7 +31,9 @@ def list_tasks(
     if fmt not in ("table", "json"):
         raise UserError(f"unknown --format {fmt!r}: use table or json")
     located = [(source, load_task(path)) for source, path in _located(paths)]
-    if located and not any(shapes in t.shapes for _, t in located):
+    if not located:
+        raise UserError(f"no task files (*.yaml) in {', '.join(map(str, paths or []))}")
+    if not any(shapes in t.shapes for _, t in located):
         sets = sorted({name for _, t in located for name in t.shapes})
         raise UserError(f"no task has a shape set {shapes!r} (shape sets: {', '.join(sets)})")
     located.sort(key=lambda st: (st[1].family, st[1].name))
