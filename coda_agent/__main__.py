@@ -1,5 +1,5 @@
 """``python -m coda_agent`` runs the CLI (used on machines where the package is on PYTHONPATH, not installed)."""
 
-from .cli import main
+from .launch import main
 
 main()

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from coda_agent.cli import main
+from coda_agent.providers.mock import EXAMPLE_DIR
+from coda_agent.tasks.loader import BUILTIN_TASK_DIR
+
 REPO = Path(__file__).resolve().parents[1]
-TASK_DIR = REPO / "tasks"
+TASK_DIR = BUILTIN_TASK_DIR
+EXAMPLE_SCRIPT = EXAMPLE_DIR / "gemm_residual_three_attempts.yaml"
 
 # Never let a test reach a real LLM API, whatever the environment holds.
 os.environ.setdefault("CODA_AGENT_NO_REAL_API", "1")
@@ -36,3 +42,23 @@ def _isolated_store(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
     base = tmp_path_factory.mktemp("store")
     monkeypatch.setenv("CODA_AGENT_RUNS_DIR", str(base / "runs"))
     monkeypatch.setenv("CODA_AGENT_BENCH_DIR", str(base / "bench"))
+
+
+def invoke(*args: str) -> int:
+    """Run the real entry point in-process (one-line errors included); returns its exit code."""
+    saved = sys.argv
+    sys.argv = ["coda-agent", *args]
+    try:
+        main()
+        return 0
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    finally:
+        sys.argv = saved
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """Run the real entry point in-process: (exit code, stdout, stderr)."""
+    code = invoke(*args)
+    out, err = capsys.readouterr()
+    return code, out, err

@@ -68,8 +68,11 @@ def make_run(
     params: dict[str, Any] | None = None,
     stages: list[str] | None = None,
     code: str = GOOD_CODE,
+    priced: bool = True,
 ) -> Path:
     """A finished run: one attempt per outcome (one per round); passing attempts timed at ``times`` (shape -> µs).
+
+    ``priced=False``: a model missing from the price table (cost 0, unknown), as summaries used to record it.
 
     ``session`` adds what the agent's profile stage records next to a candidate (shape -> human_us,
     eager, compiled, cublas, sol_us), and the header's ``human_timing``.
@@ -113,7 +116,7 @@ def make_run(
             code=None if outcome == "no_code" else (code if passed else BAD_CODE),
             extraction_error="no code block in the reply" if outcome == "no_code" else None,
             verdict=None if outcome == "no_code" else verdict(outcome, task, version),
-            usage=Usage(input_tokens=tokens[0], output_tokens=tokens[1], cost_usd=cost),
+            usage=Usage(input_tokens=tokens[0], output_tokens=tokens[1], cost_usd=cost if priced else 0.0, price_known=priced),
             durations={"llm": 15.0, "verify": 5.0}, timing=timing,
         )
         write_json_atomic(d / "attempts" / f"{i:04d}.json", a)
@@ -128,7 +131,7 @@ def make_run(
             status="target_reached" if first_correct else "budget_exhausted", rounds=n, attempts=n,
             passes=sum(o == "passed" for o in outcomes), best_attempt=best[1] if best else None,
             best_time_us=best[0] if best and times else None, input_tokens=tokens[0] * n, output_tokens=tokens[1] * n,
-            cost_usd=cost * n, wall_seconds=30.0 * n, seconds_to_first_correct=first_correct[1] if first_correct else None,
+            cost_usd=cost * n if priced else 0.0, wall_seconds=30.0 * n, seconds_to_first_correct=first_correct[1] if first_correct else None,
             updated=t,
         )
         write_json_atomic(d / "summary.json", s)

@@ -24,10 +24,10 @@ from coda_agent.store.runs import RunReader
 from coda_agent.tasks import TaskError, find_task
 from coda_agent.verifier.verdict import Outcome, StageResult, Verdict
 
-from .conftest import REPO
+from .conftest import EXAMPLE_SCRIPT as SCRIPT
+from .conftest import TASK_DIR
 
 TASK = find_task("gemm_residual_rmsnorm")
-SCRIPT = REPO / "examples" / "mock" / "gemm_residual_three_attempts.yaml"
 CORRECT = yaml.safe_load(SCRIPT.read_text())["responses"][-1]["text"]
 REFUSED = "```python\nimport os\n\n\ndef forward(x, w, residual, gamma, eps):\n    return {}\n```"
 
@@ -290,7 +290,7 @@ def test_task_changed_since_the_run_started_refuses_to_resume(tmp_path):
     task_dir = tmp_path / "tasks"
     (task_dir / "human").mkdir(parents=True)
     for rel in ("gemm_residual_rmsnorm.yaml", "gemm_residual_rmsnorm.py", "human/gemm_residual_rmsnorm.py"):
-        (task_dir / rel).write_text((REPO / "tasks" / rel).read_text())
+        (task_dir / rel).write_text((TASK_DIR / rel).read_text())
     copy = find_task(str(task_dir / "gemm_residual_rmsnorm.yaml"))
     agent = Agent.create(copy, MockProvider([REFUSED]), config(rounds=1), tmp_path / "runs")
     run(agent)

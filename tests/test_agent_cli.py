@@ -1,4 +1,4 @@
-"""``coda-agent run`` end to end with the scripted model of examples/mock: record, feedback, resume, replay, Ctrl-C."""
+"""``coda-agent run`` end to end with the shipped mock script: record, feedback, resume, replay, Ctrl-C."""
 
 from __future__ import annotations
 
@@ -6,50 +6,32 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 
-from coda_agent.cli import main
 from coda_agent.store.runs import RunReader
 
-from .conftest import REPO
+from .conftest import EXAMPLE_SCRIPT, REPO, TASK_DIR, cli, invoke
+from .fake_llm_server import OPENAI_PATH, FakeLLMServer, openai_chat
 
-SCRIPT = "examples/mock/gemm_residual_three_attempts.yaml"
-TASK_YAML = "tasks/gemm_residual_rmsnorm.yaml"
-
-
-def invoke(*args: str) -> int:
-    """Run the real entry point in-process; returns its exit code."""
-    saved = sys.argv
-    sys.argv = ["coda-agent", *args]
-    try:
-        main()
-        return 0
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    finally:
-        sys.argv = saved
-
-
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    """Run the real entry point in-process: (exit code, stdout, stderr)."""
-    code = invoke(*args)
-    out, err = capsys.readouterr()
-    return code, out, err
+SCRIPT = "gemm_residual_three_attempts"  # the shipped example, by name: works from any folder
+TASK_YAML = str(TASK_DIR / "gemm_residual_rmsnorm.yaml")
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> tuple[Path, str]:
-    """One run of the README's main job (compile off to stay fast): the record every test below reads."""
+    """One run of the README's main job from an empty folder (compile off to stay fast): the record every test below reads."""
     runs = tmp_path_factory.mktemp("runs")
     cwd = os.getcwd()
-    os.chdir(REPO)
+    os.chdir(tmp_path_factory.mktemp("elsewhere"))
     try:
-        code = invoke("run", TASK_YAML, "--model", f"mock/{SCRIPT}", "--no-compile", "--runs-dir", str(runs))
+        code = invoke("run", "gemm_residual_rmsnorm", "--model", f"mock/{SCRIPT}", "--no-compile", "--runs-dir", str(runs))
     finally:
         os.chdir(cwd)
     assert code == 0
@@ -61,7 +43,7 @@ def test_run_converges_in_three_attempts_and_writes_a_complete_record(recorded):
     run_dir, _ = recorded
     reader = RunReader(run_dir)
     h = reader.header
-    assert h.task == "gemm_residual_rmsnorm" and h.task_version == 1 and h.task_path.endswith(TASK_YAML)
+    assert h.task == "gemm_residual_rmsnorm" and h.task_version == 1 and h.task_path == TASK_YAML
     assert h.model == f"mock/{SCRIPT}" and h.verifier_stages == ["correctness"] and h.device == "cpu"
     assert h.budgets.rounds == 5 and h.budgets.candidates_per_round == 1 and h.target == {"correct": True}
     assert {"coda-agent", "torch", "quack-kernels", "nvidia-cutlass-dsl"} <= set(h.packages)
@@ -98,16 +80,16 @@ def test_the_model_was_fed_each_previous_attempts_errors(recorded):
 
 def test_prompts_show_other_tasks_kernels_never_this_ones(recorded):
     system = RunReader(recorded[0]).attempts()[0].messages[0].content
-    own = (REPO / "tasks/human/gemm_residual_rmsnorm.py").read_text().split('"""', 2)[2].strip()
+    own = (TASK_DIR / "human/gemm_residual_rmsnorm.py").read_text().split('"""', 2)[2].strip()
     assert own not in system
     examples = RunReader(recorded[0]).header.params["examples"]
     for name in examples:
-        kernel = (REPO / "tasks/human" / f"{name}.py").read_text().split('"""', 2)[2].strip()
+        kernel = (TASK_DIR / "human" / f"{name}.py").read_text().split('"""', 2)[2].strip()
         assert kernel in system
 
 
 def test_the_run_command_prints_the_record_and_the_verdict(tmp_path, capsys):
-    code, out, _ = cli(capsys, "run", str(REPO / TASK_YAML), "--model", f"mock/{REPO / SCRIPT}", "--rounds", "1",
+    code, out, _ = cli(capsys, "run", TASK_YAML, "--model", f"mock/{EXAMPLE_SCRIPT}", "--rounds", "1",
                        "--no-compile", "--runs-dir", str(tmp_path))
     assert code == 1  # one round: only the syntax error, so no correct candidate
     (run_dir,) = tmp_path.iterdir()
@@ -128,12 +110,7 @@ def test_resume_after_a_kill_redoes_only_the_unfinished_attempt(recorded, tmp_pa
     (run_dir / "summary.json").write_text(json.dumps({**summary, "status": "running", "best_attempt": None}))
     kept = {n: (run_dir / "attempts" / n).read_bytes() for n in ("0001.json", "0002.json")}
 
-    cwd = os.getcwd()
-    os.chdir(REPO)  # the mock script path in the header is relative to where the run started
-    try:
-        code, out, _ = cli(capsys, "run", "--resume", run_dir.name, "--runs-dir", str(tmp_path))
-    finally:
-        os.chdir(cwd)
+    code, out, _ = cli(capsys, "run", "--resume", run_dir.name, "--runs-dir", str(tmp_path))
     assert code == 0, out
     assert "resuming after 2 finished attempt(s)" in out and "#3   r3.0  passed" in out
     assert all((run_dir / "attempts" / n).read_bytes() == data for n, data in kept.items())
@@ -141,6 +118,19 @@ def test_resume_after_a_kill_redoes_only_the_unfinished_attempt(recorded, tmp_pa
     assert [a.outcome for a in redone] == ["static_rejected", "wrong_output", "passed"]
     assert redone[2].messages == original[2].messages  # the conversation was rebuilt exactly
     assert RunReader(run_dir).summary().status == "target_reached"
+
+
+def test_runs_recorded_before_the_suite_moved_still_resume_and_replay(recorded, tmp_path, capsys):
+    """Older records name <repo>/tasks/<name>.yaml; the task is then found by name."""
+    run_dir = tmp_path / recorded[0].name
+    shutil.copytree(recorded[0], run_dir)
+    header = json.loads((run_dir / "header.json").read_text())
+    (run_dir / "header.json").write_text(json.dumps({**header, "task_path": "/old/checkout/tasks/gemm_residual_rmsnorm.yaml"}))
+    (run_dir / "attempts" / "0003.json").unlink()
+    code, out, err = cli(capsys, "run", "--resume", run_dir.name, "--runs-dir", str(tmp_path))
+    assert code == 0, out + err
+    code, out, err = cli(capsys, "run", "--model", f"replay/{run_dir}", "--no-compile", "--runs-dir", str(tmp_path / "again"))
+    assert code == 0, out + err
 
 
 def test_replay_reproduces_a_recorded_runs_verdicts(recorded, tmp_path, capsys):
@@ -153,6 +143,16 @@ def test_replay_reproduces_a_recorded_runs_verdicts(recorded, tmp_path, capsys):
     assert [a.code for a in again] == [a.code for a in original]
     assert RunReader(replayed).header.task == "gemm_residual_rmsnorm"
     assert RunReader(replayed).summary().cost_usd == 0
+
+
+def test_replay_takes_a_run_id_or_a_unique_prefix(recorded, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    shutil.copytree(recorded[0], runs / recorded[0].name)
+    for ref in (recorded[0].name[-6:], recorded[0].name[:-1]):
+        code, out, err = cli(capsys, "run", "--model", f"replay/{ref}", "--rounds", "1", "--no-compile", "--runs-dir", str(runs))
+        assert code == 1, out + err  # one round: the recorded syntax error
+    code, _, err = cli(capsys, "run", "--model", "replay/nosuch", "--runs-dir", str(runs))
+    assert code == 2 and "replay/nosuch: no run 'nosuch'" in err
 
 
 def test_missing_or_bad_model_is_one_clear_line(tmp_path, capsys, monkeypatch):
@@ -172,7 +172,7 @@ def test_ctrl_c_marks_the_run_interrupted_and_says_how_to_resume(tmp_path):
     answers = tmp_path / "manual"
     env = {**os.environ, "CODA_AGENT_RUNS_DIR": str(tmp_path / "runs")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "coda_agent", "run", str(REPO / TASK_YAML), "--model", f"manual/{answers}", "--no-compile"],
+        [sys.executable, "-m", "coda_agent", "run", TASK_YAML, "--model", f"manual/{answers}", "--no-compile"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )
     try:
@@ -197,3 +197,111 @@ def test_help_lists_every_option(capsys):
     for option in ("--model", "--base-url", "--rounds", "--candidates", "--max-tokens-total", "--max-dollars",
                    "--max-wall", "--temperature", "--target-speedup", "--no-compile", "--runs-dir", "--resume"):
         assert option in out
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def broken_task(tmp_path: Path, reference: str | None = None, **edits: object) -> Path:
+    """A copy of gemm_residual_rmsnorm in tmp_path with another reference (None: none written) or YAML edits."""
+    data = yaml.safe_load((TASK_DIR / "gemm_residual_rmsnorm.yaml").read_text())
+    data.update(name="broken", reference="ref.py:reference", human=None, **edits)
+    if reference is not None:
+        (tmp_path / "ref.py").write_text(reference)
+    path = tmp_path / "broken.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_broken_task_stops_before_any_model_call(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    raising = broken_task(tmp_path, "def reference(**kw):\n    raise RuntimeError('reference bug')\n")
+    code, _, err = cli(capsys, "run", str(raising), "--model", "mock/echo", "--runs-dir", str(runs))
+    assert code == 2 and "the reference raised RuntimeError: reference bug" in err and err.count("\n") == 1
+    (tmp_path / "ref.py").unlink()
+    code, _, err = cli(capsys, "run", str(raising), "--model", "mock/echo", "--runs-dir", str(runs))
+    assert code == 2 and "reference: file ref.py not found" in err
+    bad_sol = broken_task(tmp_path, "", sol={"flops": "2*M*N*K/(K-K)"})
+    code, _, err = cli(capsys, "run", str(bad_sol), "--model", "mock/echo", "--runs-dir", str(runs))
+    assert code == 2 and "shape bench/" in err and "sol.flops" in err and "Traceback" not in err
+    code, _, err = cli(capsys, "validate", str(bad_sol))
+    assert code == 1  # validate and run agree
+    assert not runs.exists()  # no empty run directory left "running"
+
+
+def test_run_checks_seeds_and_sets_the_verify_time_limit(tmp_path, capsys):
+    code, _, err = cli(capsys, "run", "gemm_residual_rmsnorm", "--model", "mock/echo", "--seeds", "0", "--runs-dir", str(tmp_path))
+    assert code == 2 and "--seeds 0: must be at least 1" in err and err.count("\n") == 1
+    for extra, limit in ((["--rounds", "1", "--no-compile"], 120), (["--rounds", "1", "--no-compile", "--timeout", "42"], 42)):
+        code, _, _ = cli(capsys, "run", "gemm_residual_rmsnorm", "--model", "mock/echo", *extra, "--runs-dir", str(tmp_path / str(limit)))
+        assert code == 1
+        (run_dir,) = (tmp_path / str(limit)).iterdir()
+        assert RunReader(run_dir).header.params["verify_timeout"] == limit
+
+
+def test_an_unreachable_server_stops_the_run_at_once(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("CODA_AGENT_RETRY_BASE_DELAY", "0")
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    code, _, err = cli(capsys, "run", "gemm_residual_rmsnorm", "--model", "openai-compatible/qwen", "--base-url", url,
+                       "--no-compile", "--runs-dir", str(tmp_path))
+    assert code == 2, err
+    first, *rest = err.splitlines()
+    assert first.startswith(f"error: openai-compatible/qwen: cannot connect to {url}") and "is the server up" in first
+    assert len(rest) == 1 and "--resume" in rest[0]  # nothing else: no retries, no traceback
+    (run_dir,) = tmp_path.iterdir()
+    assert RunReader(run_dir).attempts() == [] and RunReader(run_dir).summary().status == "failed"
+
+
+def test_sigterm_marks_the_run_interrupted_and_bare_manual_works_in_the_run_directory(tmp_path):
+    env = {**os.environ, "CODA_AGENT_RUNS_DIR": str(tmp_path / "runs"), "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "coda_agent", "run", TASK_YAML, "--model", "manual", "--no-compile"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob("runs/*/manual/prompt-1.md")):
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.1)
+        proc.terminate()
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]  # no coda-manual/ in the working folder
+    assert "Traceback" not in err and f"coda-agent run --resume {run_dir}" in err
+    summary = RunReader(run_dir).summary()
+    assert summary.status == "interrupted" and "SIGTERM" in summary.stop_reason
+
+
+def test_resume_with_a_corrupt_attempt_says_how_to_redo_it(recorded, tmp_path, capsys):
+    run_dir = tmp_path / recorded[0].name
+    shutil.copytree(recorded[0], run_dir)
+    (run_dir / "attempts" / "0002.json").write_text('{"index": 2, "trunc')
+    code, _, err = cli(capsys, "run", "--resume", run_dir.name, "--runs-dir", str(tmp_path))
+    assert code == 2 and "0002.json: unreadable attempt file" in err and "--redo-corrupt" in err
+    code, out, err = cli(capsys, "run", "--resume", run_dir.name, "--redo-corrupt", "--runs-dir", str(tmp_path))
+    assert code == 0, out + err
+    assert "set aside 2 attempt file(s) to redo: 0002.json, 0003.json" in err
+    assert (run_dir / "attempts" / "0002.json.corrupt").exists() and (run_dir / "attempts" / "0003.json.superseded").exists()
+    assert [a.outcome for a in RunReader(run_dir).attempts()] == ["static_rejected", "wrong_output", "passed"]
+
+
+def test_a_run_on_an_unpriced_model_shows_unpriced_not_zero_dollars(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("CODA_AGENT_PRICES", raising=False)
+    server = FakeLLMServer().start()
+    try:
+        server.reply(OPENAI_PATH, openai_chat("no code here", model="qwen"))
+        code, out, _ = cli(capsys, "run", "gemm_residual_rmsnorm", "--model", "openai-compatible/qwen", "--base-url",
+                           f"{server.url}/v1", "--rounds", "1", "--no-compile", "--runs-dir", str(tmp_path))
+    finally:
+        server.stop()
+    assert code == 1
+    assert "unpriced" in out.splitlines()[-2] and "$0" not in out  # the totals line, and the attempt line
+    (run_dir,) = tmp_path.iterdir()
+    assert RunReader(run_dir).summary().cost_known is False

@@ -14,7 +14,7 @@ from coda_agent.cli import main
 from coda_agent.store import leaderboard as lb
 from coda_agent.store.index import Index
 
-from .records_factory import H200, T0, bench_row, make_bench, make_run
+from .records_factory import H200, REASONS, T0, bench_row, make_bench, make_run
 
 B200 = "NVIDIA B200"
 
@@ -189,16 +189,29 @@ def cli_store(tmp_path, monkeypatch):
 
 
 def test_leaderboard_command_formats_and_errors(cli_store, monkeypatch, capsys):
-    code, out, _ = run_cli(monkeypatch, capsys, "leaderboard")
-    assert code == 0
+    code, out, _ = run_cli(monkeypatch, capsys, "leaderboard")  # the summary: a row per task version, device, author
+    assert code == 0 and "geometric means over the timed shapes" in out and "shape llama3-8b" not in out
+    assert "gemm_rmsnorm v2" in out and "gemm_rmsnorm v1" in out and "anthropic/claude" in out and "0.96×" in out
+    code, out, _ = run_cli(monkeypatch, capsys, "leaderboard", "--format", "json")
+    rows = {(r["task_version"], r["author"]): r for r in json.loads(out)["summary"]}
+    assert list(rows) == [(2, "openai/gpt-5"), (1, "human"), (1, "anthropic/claude")]
+    claude = rows[(1, "anthropic/claude")]
+    assert claude["section"] == "apart" and claude["shapes"] == claude["of_shapes"] == 1 and claude["correct"]
+    assert claude["vs_human"] == pytest.approx(100 / 104) and claude["vs_cublas"] == pytest.approx(95 / 104)
+    assert claude["vs_eager"] == pytest.approx(200 / 104) and claude["cost_usd"] == pytest.approx(0.15)
+    code, out, _ = run_cli(monkeypatch, capsys, "leaderboard", "--task", "gemm_rmsnorm")
     assert "gemm_rmsnorm v2 · NVIDIA H200 · shape llama3-8b" in out and "other versions / devices" in out
-    assert "anthropic/claude" in out and "0.96×" in out and "cuBLAS (GEMM alone)" in out
+    assert "cuBLAS (GEMM alone)" in out
     code, out, _ = run_cli(monkeypatch, capsys, "leaderboard", "--format", "json", "--task", "gemm_rmsnorm")
     assert code == 0 and json.loads(out)["groups"][0]["entries"][0]["author"] == "openai/gpt-5"
     code, out, _ = run_cli(monkeypatch, capsys, "leaderboard", "-f", "md")
+    assert code == 0 and out.startswith("# Leaderboard (summary") and "| gemm_rmsnorm v1 | NVIDIA H200 | human |" in out
+    code, out, _ = run_cli(monkeypatch, capsys, "leaderboard", "-f", "md", "-t", "gemm_rmsnorm")
     assert code == 0 and out.startswith("# Leaderboard") and "## Other versions / devices" in out
-    code, out, _ = run_cli(monkeypatch, capsys, "leaderboard", "-f", "csv", "--device", "cpu")
-    assert code == 2
+    code, out, _ = run_cli(monkeypatch, capsys, "leaderboard", "-f", "csv")
+    assert code == 0 and out.splitlines()[0].startswith("section,task,task_version,device,author") and len(out.splitlines()) == 4
+    code, _, err = run_cli(monkeypatch, capsys, "leaderboard", "-f", "csv", "--device", "cpu")
+    assert code == 2 and "no runs or bench results on device 'cpu' (known: NVIDIA H200)" in err
     code, _, err = run_cli(monkeypatch, capsys, "leaderboard", "--task", "nope")
     assert code == 2 and "no runs or bench results for task 'nope' (known: gemm_rmsnorm)" in err
     code, _, err = run_cli(monkeypatch, capsys, "leaderboard", "--format", "xml")
@@ -228,6 +241,19 @@ def test_show_prints_the_attempt_timeline(cli_store, monkeypatch, capsys):
     assert code == 2 and "no run 'zzz'" in err
 
 
+def test_show_one_attempt_in_full_and_as_json(cli_store, monkeypatch, capsys):
+    code, out, _ = run_cli(monkeypatch, capsys, "show", "aaaa", "--attempt", "2")
+    assert code == 0 and "attempt #2 (round 2, slot 0): wrong_output" in out
+    assert REASONS["wrong_output"] in out and "eps=1e-2" in out  # the whole reason, and the code
+    code, out, _ = run_cli(monkeypatch, capsys, "show", "aaaa", "-a", "3", "--format", "json")
+    assert code == 0 and json.loads(out)["index"] == 3 and "eps=1e-6" in json.loads(out)["code"]
+    code, out, _ = run_cli(monkeypatch, capsys, "show", "aaaa", "--format", "json")
+    data = json.loads(out)
+    assert code == 0 and data["header"]["run_id"] == "aaaa1111" and [a["index"] for a in data["attempts"]] == [1, 2, 3]
+    code, _, err = run_cli(monkeypatch, capsys, "show", "aaaa", "--attempt", "9")
+    assert code == 2 and "has no attempt #9 (attempts: 1, 2, 3)" in err
+
+
 def test_show_a_run_with_a_broken_header_names_it(cli_store, monkeypatch, capsys):
     a, _ = cli_store
     (a / "header.json").write_text("[]")
@@ -250,3 +276,19 @@ def test_diff_shows_header_changes_outcomes_and_code(cli_store, monkeypatch, cap
     assert rows["3"] == ["passed", "-", "changed"]
     assert f"--- {a.name}/best.py" in out and f"+++ {b.name}/best.py" in out
     assert "+    return x" in out and "-    return gemm(x, w, epilogue=epilogue.rmsnorm(gamma, eps=1e-6))" in out
+
+
+def test_unpriced_models_say_so_in_every_table(tmp_path, monkeypatch, capsys):
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("CODA_AGENT_RUNS_DIR", str(runs))
+    run = make_run(runs, model="openai-compatible/qwen", outcomes=("wrong_output", "passed"), priced=False, run_id="cafe01")
+    for args in (("leaderboard",), ("leaderboard", "--task", "gemm_rmsnorm"), ("show", "cafe01")):
+        code, out, _ = run_cli(monkeypatch, capsys, *args)
+        assert code == 0 and "unpriced" in out and "$0" not in out, out
+    code, out, _ = run_cli(monkeypatch, capsys, "leaderboard", "--format", "json", "--task", "gemm_rmsnorm")
+    entry = next(e for g in json.loads(out)["groups"] for e in g["entries"] if e["author"] == "openai-compatible/qwen")
+    assert entry["cost_usd"] is None and entry["cost_known"] is False
+    from coda_agent.viewer import Site
+
+    page = Site(runs, tmp_path / "bench").get(f"/run/{run.name}.html")
+    assert page.status == 200 and "unpriced" in page.body.decode()

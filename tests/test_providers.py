@@ -257,12 +257,19 @@ def test_slow_server_times_out(fake_llm: FakeLLMServer) -> None:
 
 
 def test_connection_refused_is_retried_then_reported(fake_llm: FakeLLMServer) -> None:
+    """Never reached: unreachable (fatal, the run stops); reached once before: a passing failure (retryable)."""
     url = fake_llm.url
+    fake_llm.reply(OPENAI_PATH, openai_chat("hello"))
+    reached = get_provider("openai/gpt-4.1", base_url=f"{url}/v1", retry_base_delay=0, max_retries=1)
+    assert complete(reached).text == "hello"
     fake_llm.stop()  # nothing listens on that port any more
-    provider = get_provider("openai/gpt-4.1", base_url=f"{url}/v1", retry_base_delay=0, max_retries=1)
-    error = failure(provider)
-    assert error.kind is ErrorKind.TIMEOUT
-    assert "cannot connect" in str(error) and "gave up after 2 tries" in str(error)
+    never = get_provider("openai/gpt-4.1", base_url=f"{url}/v1", retry_base_delay=0, max_retries=1)
+    error = failure(never)
+    assert error.kind is ErrorKind.UNREACHABLE and error.kind.fatal and not error.kind.retryable
+    assert "cannot connect" in str(error) and "is the server up" in str(error)
+    later = failure(reached)
+    assert later.kind is ErrorKind.TIMEOUT and not later.kind.fatal
+    assert "cannot connect" in str(later) and "gave up after 2 tries" in str(later)
 
 
 def test_concurrent_calls_and_a_new_event_loop_share_one_provider(fake_llm: FakeLLMServer) -> None:

@@ -16,7 +16,7 @@ from coda_agent.verifier import sandbox
 from coda_agent.verifier.sandbox import Sandbox, SandboxUnavailable, Spec
 from coda_agent.verifier.verdict import Outcome
 
-from .conftest import REPO
+from .conftest import REPO, TASK_DIR
 
 needs_bwrap = pytest.mark.skipif(not sandbox.detect().isolated, reason="bubblewrap cannot create namespaces here")
 
@@ -89,8 +89,8 @@ def test_the_sandbox_sees_no_other_process_no_network_no_secret_and_a_read_only_
 
 @needs_bwrap
 def test_hidden_task_files_are_empty_inside(tmp_path):
-    listing = f"import os; print(sorted(os.listdir({str(REPO / 'tasks')!r})))"
-    proc = sandbox.detect().popen([sys.executable, "-c", listing], Spec(scratch=tmp_path, hidden=(REPO / "tasks",)),
+    listing = f"import os; print(sorted(os.listdir({str(TASK_DIR)!r})))"
+    proc = sandbox.detect().popen([sys.executable, "-c", listing], Spec(scratch=tmp_path, hidden=(TASK_DIR,)),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, _ = proc.communicate(timeout=60)
     assert out.decode().strip() == "[]"

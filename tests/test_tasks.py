@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -10,11 +14,11 @@ import yaml
 from typer.testing import CliRunner
 
 from coda_agent.cli import app
-from coda_agent.tasks import TaskError, load_task, load_tasks
+from coda_agent.tasks import TaskError, find_task, load_task, load_tasks
 from coda_agent.tasks.expr import ExprError, evaluate
 from coda_agent.tasks.validate import validate_path
 
-from .conftest import TASK_DIR
+from .conftest import TASK_DIR, cli
 
 EXAMPLE = TASK_DIR / "gemm_residual_rmsnorm.yaml"
 
@@ -158,6 +162,57 @@ def test_tasks_command_lists_the_suite():
     result = CliRunner().invoke(app, ["tasks"])
     assert result.exit_code == 0, result.output
     assert "gemm_residual_rmsnorm" in result.output and "forward" in result.output
+
+
+def test_tasks_are_found_in_the_suite_then_coda_agent_tasks_then_dot_tasks(tmp_path, monkeypatch, capsys):
+    extra, work = tmp_path / "extra", tmp_path / "work"
+    extra.mkdir()
+    (work / "tasks").mkdir(parents=True)
+    write_task(extra, name="mine")
+    write_task(extra, name="gemm_residual")  # shadowed by the built-in task of that name
+    write_task(work / "tasks", name="local")
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("CODA_AGENT_TASKS", str(extra) + os.pathsep)  # empty entries are skipped, as in PATH
+    assert find_task("mine").path == (extra / "mine.yaml").resolve()
+    assert find_task("local").path == (work / "tasks" / "local.yaml").resolve()
+    assert find_task("gemm_residual").path == TASK_DIR / "gemm_residual.yaml"
+    code, out, err = cli(capsys, "tasks", "--format", "json")
+    assert code == 0, err
+    rows = {r["name"]: r for r in json.loads(out)}
+    assert len(rows) == 14 and rows["mine"]["source"] == "CODA_AGENT_TASKS" and rows["local"]["source"] == "./tasks"
+    assert rows["gemm_residual"]["source"] == "built-in" and rows["gemm_swiglu"]["shapes"]["small"]
+    code, out, _ = cli(capsys, "tasks")
+    assert code == 0 and "14 tasks" in out and "built-in" in out and "./tasks" in out
+
+    monkeypatch.setenv("CODA_AGENT_TASKS", str(tmp_path / "nosuch"))
+    code, _, err = cli(capsys, "tasks")
+    assert code == 2 and err.count("\n") == 1 and "CODA_AGENT_TASKS" in err and "no such folder" in err
+    code, _, err = cli(capsys, "run", "nosuch", "--model", "mock/echo")
+    assert code == 2 and err.count("\n") == 1
+
+
+def test_tasks_refuses_an_unknown_shape_set_and_format(capsys, tmp_path):
+    code, _, err = cli(capsys, "tasks", "--shapes", "nosuch")
+    assert code == 2 and err.count("\n") == 1 and "no task has a shape set 'nosuch'" in err and "bench, small" in err
+    code, _, err = cli(capsys, "tasks", "--format", "xml")
+    assert code == 2 and "table or json" in err
+    code, _, err = cli(capsys, "tasks", str(tmp_path))
+    assert code == 2 and f"no task files (*.yaml) in {tmp_path}" in err
+
+
+def test_version_answers_without_importing_torch():
+    probe = "import sys; from coda_agent.launch import main; sys.argv = ['coda-agent', '--version']; main(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    from coda_agent import __version__
+
+    assert out.split("\n")[:2] == [f"coda-agent {__version__}", "False"]
+
+
+@pytest.mark.parametrize("command", ["", "run", "verify", "tasks", "validate", "bench", "leaderboard", "show", "view", "index rebuild"])
+def test_help_shows_no_python_types(command):
+    result = CliRunner().invoke(app, [*command.split(), "--help"])
+    assert result.exit_code == 0 and "Usage" in result.output
+    assert "<bool>" not in result.output and "list[" not in result.output
 
 
 def test_version_flag():

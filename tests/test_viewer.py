@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from coda_agent.tasks import find_task
 from coda_agent.viewer import Site, export_site, serve
 
 from .records_factory import T0, bench_row, make_bench, make_run
@@ -73,6 +74,38 @@ def test_leaderboard_page_and_its_json_twin(site):
     claude = next(e for g in data["groups"] for e in g["entries"] if e["author"] == "anthropic/claude")
     assert claude["time_us"] == 104.0 and claude["vs_human"] == pytest.approx(100 / 104)
     assert [r["dir"] for r in data["runs"]][-1] == a.name
+
+
+def test_leaderboard_page_opens_with_the_summary(site):
+    s, _, _ = site
+    html = get(s, "/")[1]
+    summary_at, per_shape_at = html.index('<table class="board summary">'), html.index('<details class="per-shape">')
+    assert summary_at < html.index("<h2>Runs") < per_shape_at < html.index('<table class="board" data-task')
+    summary = html[summary_at:html.index("</table>", summary_at)]
+    assert summary.index(">human<") < summary.index(">anthropic/claude<") and "0.96×" in summary
+    rows = json.loads(get(s, "/index.json")[1])["summary"]
+    assert [(r["task"], r["author"]) for r in rows][:2] == [("gemm_rmsnorm", "human"), ("gemm_rmsnorm", "anthropic/claude")]
+    labels = [t.text for t in ET.fromstring(s.get("/plots/speedup.svg").body).iter("{http://www.w3.org/2000/svg}text")]
+    assert "gemm_rmsnorm v1 · NVIDIA H200 — geomean speedup vs eager over 1 shape" in labels
+    assert "0.96×" not in " ".join(labels) and "1.92×  (1 shape)" in labels  # the summary, drawn: ×eager per author
+
+
+def test_the_front_page_lists_the_newest_runs_only(site, monkeypatch):
+    s, a, evil = site
+    monkeypatch.setattr("coda_agent.viewer.site.RECENT_RUNS", 1)
+    html = get(s, "/")[1]
+    runs = html[html.index("<h2>Runs"):html.index("</table>", html.index("<h2>Runs"))]
+    assert evil.name in runs and a.name not in runs and "… and 1 older runs" in html
+
+
+def test_task_page_shows_the_task_itself(site):
+    s, _, _ = site
+    text = " ".join(" ".join(parse(get(s, "/task/gemm_rmsnorm")[1]).text).split())
+    task = find_task("gemm_rmsnorm")
+    for expected in (" ".join(task.description.split()), "conventions", "launch budget 2", "Shapes", "llama3-8b-qkv",
+                     "FP32 reference", "human kernel", "def forward"):
+        assert expected in text, expected
+    assert json.loads(get(s, "/task/gemm_rmsnorm.json")[1])["definition"]["name"] == "gemm_rmsnorm"
 
 
 def test_task_page_chart_and_json(site):
@@ -145,7 +178,7 @@ def test_empty_runs_folder(tmp_path):
     assert status == 200 and "Nothing to compare yet" in html
     svg = get(s, "/plots/speedup.svg")[1]
     assert "no timed results yet" in svg
-    assert json.loads(get(s, "/index.json")[1]) == {"groups": [], "apart": [], "problems": [], "runs": []}
+    assert json.loads(get(s, "/index.json")[1]) == {"groups": [], "apart": [], "problems": [], "summary": [], "runs": []}
 
 
 def test_cpu_only_task_page_says_there_is_no_timing(tmp_path):

@@ -35,7 +35,8 @@ def viewer_url(tmp_path):
              times={"llama3-8b": 104.0}, run_id="claude01")
     make_run(runs, model="openai/gpt-5", outcomes=("wrong_output", "passed"), times={"llama3-8b": 96.0},
              created=T0 + timedelta(hours=1))
-    make_run(runs, model="mock/script", device="cpu", outcomes=("passed",), created=T0 + timedelta(hours=2))
+    make_run(runs, model="openai-compatible/Qwen2.5-Coder-32B-Instruct-AWQ-int4-gs128", device="cpu", outcomes=("passed",),
+             created=T0 + timedelta(hours=2))  # a long name must wrap, not widen the page
     (runs / "20260502-000000_gemm_rmsnorm_broken").mkdir()
     server = serve(Site(runs, bench), port=0)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -49,6 +50,11 @@ def _image_loaded(page, selector: str) -> bool:
     return page.eval_on_selector(selector, "img => img.complete && img.naturalWidth > 0")
 
 
+def _fits(page) -> bool:
+    """Nothing wider than the 1280 px window: no horizontal scrolling."""
+    return page.evaluate("document.documentElement.scrollWidth") <= 1280
+
+
 def test_click_from_leaderboard_to_task_to_run(viewer_url, tmp_path, capsys):
     shots = tmp_path / "screenshots"
     with sync_api.sync_playwright() as p:
@@ -57,22 +63,23 @@ def test_click_from_leaderboard_to_task_to_run(viewer_url, tmp_path, capsys):
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             page.goto(viewer_url + "/")
             assert page.locator("h1").inner_text() == "Leaderboard"
-            board = page.locator("table.board", has_text="shape llama3-8b").filter(has_text="gemm_rmsnorm").first
-            authors = board.locator("tbody td:first-child").all_inner_texts()
-            assert [a.split("\n")[0] for a in authors[:3]] == ["openai/gpt-5", "human", "anthropic/claude-sonnet-4-5"]
+            summary = page.locator("table.summary")
+            rows = [r.split("\t") for r in summary.locator("tbody tr", has_text="gemm_rmsnorm").all_inner_texts()]
+            assert [r[2].strip() for r in rows[:3]] == ["human", "openai/gpt-5", "anthropic/claude-sonnet-4-5"]
+            assert not page.locator("details.per-shape table.board").first.is_visible()  # per-shape tables folded away
             assert "1 file could not be read" in page.locator("#problems").inner_text()
             assert "20260502-000000_gemm_rmsnorm_broken/header.json" in page.locator("#problems").inner_text()
-            assert _image_loaded(page, "figure.chart img")
+            assert _image_loaded(page, "figure.chart img") and _fits(page)
             page.screenshot(path=shots / "leaderboard.png", full_page=True)
 
-            board.locator("caption a", has_text="gemm_rmsnorm").click()
+            summary.locator("a", has_text="gemm_rmsnorm").first.click()
             page.wait_for_url("**/task/gemm_rmsnorm.html")
             assert page.locator("h1").inner_text() == "gemm_rmsnorm"
             assert _image_loaded(page, "figure.chart img")
             chart = page.request.get(urljoin(page.url, page.locator("figure.chart img").get_attribute("src")))
             assert chart.ok and "cuBLAS (GEMM alone)" in chart.text()
             row = page.locator("table.board tr.model", has_text="anthropic/claude-sonnet-4-5").first
-            assert "0.96×" in row.inner_text()
+            assert "0.96×" in row.inner_text() and _fits(page)
             page.screenshot(path=shots / "task.png", full_page=True)
 
             row.locator("a").click()
@@ -91,6 +98,7 @@ def test_click_from_leaderboard_to_task_to_run(viewer_url, tmp_path, capsys):
             assert not transcript.locator(".msg-user").is_visible()
             transcript.locator("summary").click()
             assert "fuse RMSNorm into the GEMM epilogue" in transcript.locator(".msg-user").inner_text()
+            assert _fits(page)
             page.screenshot(path=shots / "run.png", full_page=True)
 
             page.goto(viewer_url + "/run/20260502-000000_gemm_rmsnorm_broken.html")

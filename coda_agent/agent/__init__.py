@@ -5,6 +5,9 @@ continues one; ``await agent.run()`` returns the final :class:`~coda_agent.store
 """
 
 from .extract import Extraction, extract_code
-from .loop import Agent, AgentConfig, FatalProviderError, RunEvents, gpu_verifier_available
+from .loop import Agent, AgentConfig, FatalProviderError, RunEvents, SharedBudget, gpu_verifier_available
 
-__all__ = ["Agent", "AgentConfig", "Extraction", "FatalProviderError", "RunEvents", "extract_code", "gpu_verifier_available"]
+__all__ = [
+    "Agent", "AgentConfig", "Extraction", "FatalProviderError", "RunEvents", "SharedBudget", "extract_code",
+    "gpu_verifier_available",
+]

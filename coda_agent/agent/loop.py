@@ -32,7 +32,7 @@ from ..store.runs import (
     new_run_id,
     package_versions,
 )
-from ..tasks.loader import TaskError, load_task
+from ..tasks.loader import TaskError, find_recorded_task
 from ..tasks.model import Task
 from ..verifier import verify
 from ..verifier.verdict import Outcome, Verdict
@@ -140,6 +140,22 @@ class RunEvents:
     def run_finished(self, summary: RunSummary) -> None: ...
 
 
+class SharedBudget:
+    """Dollars several runs draw on together (a sweep's ``--total-dollars``): each of them stops once the
+    total reaches the limit. Runs in flight may overshoot it by what their last round costs."""
+
+    def __init__(self, max_dollars: float, already_spent: float = 0.0) -> None:
+        self.max_dollars = max_dollars
+        self.already_spent = already_spent  # by runs that are not in this process (finished ones)
+        self.agents: list[Agent] = []
+
+    def spent(self) -> float:
+        return self.already_spent + sum(a.spent_dollars() for a in self.agents)
+
+    def exhausted(self) -> bool:
+        return self.spent() >= self.max_dollars
+
+
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -196,6 +212,10 @@ class Agent:
         self._executor: ThreadPoolExecutor | None = None
         self._best_written: int | None = previous.best_attempt if previous else None
         self._warned_price = False
+        #: What stopped the run when it is cancelled (set by whoever cancels it; recorded in the summary).
+        self.interrupted_by = "Ctrl-C"
+        #: A budget shared with other runs (a sweep's), checked with this run's own.
+        self.shared: SharedBudget | None = None
 
     # --- creating and resuming ------------------------------------------------------------------
 
@@ -222,7 +242,7 @@ class Agent:
         """Continue a recorded run: same task, model and settings; ``budgets`` may extend it."""
         reader = RunReader(run_dir)
         header = reader.header
-        task = load_task(header.task_path)
+        task = find_recorded_task(header.task_path, header.task)
         if task.version != header.task_version:
             raise TaskError(
                 f"{header.task_path} is now version {task.version}, but the run was started on version "
@@ -249,7 +269,7 @@ class Agent:
     # --- the loop -------------------------------------------------------------------------------
 
     async def run(self) -> RunSummary:
-        """Rounds until the target or a budget; Ctrl-C (cancellation) leaves an ``interrupted`` summary."""
+        """Rounds until the target or a budget; cancellation (Ctrl-C, SIGTERM) leaves an ``interrupted`` summary."""
         self._session_start = time.monotonic()
         self._executor = ThreadPoolExecutor(max_workers=max(1, self.config.verify_workers), thread_name_prefix="verify")
         self._verify_slots = asyncio.Semaphore(max(1, self.config.verify_workers))
@@ -263,7 +283,7 @@ class Agent:
                 round_no, slots = self._next_slots()
                 await self._round(round_no, slots)
         except asyncio.CancelledError:
-            self._finish("interrupted", "interrupted (Ctrl-C); finished attempts are recorded")
+            self._finish("interrupted", f"interrupted ({self.interrupted_by}); finished attempts are recorded")
             raise
         except FatalProviderError as exc:
             self._finish("failed", str(exc))
@@ -289,6 +309,9 @@ class Agent:
             round_no = max((a.round for a in self.attempts), default=0) + 1
             slots = list(range(self.config.budgets.candidates_per_round))
         return round_no, slots[: self._affordable(len(slots))]
+
+    def spent_dollars(self) -> float:
+        return self._spent()[1]
 
     def _spent(self) -> tuple[int, float]:
         tokens = sum(a.usage.input_tokens + a.usage.output_tokens for a in self.attempts)
@@ -323,6 +346,8 @@ class Agent:
             return "budget_exhausted", f"token budget spent ({tokens} of {b.max_tokens})"
         if b.max_dollars is not None and dollars >= b.max_dollars:
             return "budget_exhausted", f"dollar budget spent (${dollars:.4f} of ${b.max_dollars:g})"
+        if self.shared is not None and self.shared.exhausted():
+            return "budget_exhausted", f"the sweep's dollar budget is spent (${self.shared.spent():.4f} of ${self.shared.max_dollars:g})"
         if self._pending is None and max((a.round for a in self.attempts), default=0) >= b.rounds:
             return "completed", f"all {b.rounds} round{'s' if b.rounds != 1 else ''} done"
         slots = self._pending[1] if self._pending else list(range(b.candidates_per_round))
@@ -449,7 +474,8 @@ class Agent:
             )
         except ProviderError as exc:
             if exc.kind.fatal:
-                raise FatalProviderError(f"{self.config.model}: {exc}") from None
+                message = str(exc) if str(exc).startswith(self.config.model) else f"{self.config.model}: {exc}"
+                raise FatalProviderError(message) from None
             self._record(Attempt(
                 index=index, round=round_no, slot=slot, started=started, finished=_now(), messages=messages,
                 provider_error=f"{exc.kind.value}: {exc}", durations={"llm": round(time.monotonic() - t0, 3)},
@@ -508,6 +534,7 @@ class Agent:
             "speedup_vs_human": t.get("speedup_vs_human"), "sol_fraction": t.get("sol_fraction"),
             "outcomes": dict(Counter(a.outcome for a in self.attempts)), "input_tokens": tokens_in,
             "output_tokens": tokens_out, "cost_usd": round(sum(a.usage.cost_usd for a in self.attempts), 6),
+            "cost_known": all(a.usage.price_known for a in self.attempts),
             "wall_seconds": round(self.elapsed(), 3), "updated": _now(),
         })
         self.writer.write_summary(self.summary)

@@ -3,13 +3,49 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
 from rich.console import Console
+from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from ..tasks.loader import TaskError
 
-app = typer.Typer(
+
+class _PlainHelp:
+    """Help without typer's annotation types where they read as code: ``<bool>`` on flags (``--no-compile``,
+    ``--help``), ``<list[Path]>`` on repeated arguments (their metavar, e.g. ``PATH``, says it)."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)  # type: ignore[misc]
+        for p in params:
+            if getattr(p, "is_flag", False) and p.metavar is None:
+                p.metavar = ""
+            elif isinstance(p, TyperArgument) and p.nargs != 1 and p.metavar is not None:
+                setattr(p, "display_type_rich", lambda ctx: None)  # noqa: B010 - one instance, not the class
+        return params
+
+
+class _Command(_PlainHelp, TyperCommand):
+    pass
+
+
+class _Group(_PlainHelp, TyperGroup):
+    pass
+
+
+class CliApp(typer.Typer):
+    """A Typer whose commands and groups use the help tweaks above."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(cls=_Group, **kwargs)
+
+    def command(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("cls", _Command)
+        return super().command(*args, **kwargs)
+
+
+app = CliApp(
     name="coda-agent",
     help="LLM-driven authoring of fused GEMM-epilogue kernels (CODA / QuACK), checked against FP32 references.",
     no_args_is_help=True,
@@ -20,11 +56,16 @@ console = Console()
 err_console = Console(stderr=True)
 
 
+def wide_console() -> Console:
+    """The console, or for a file or pipe one wide enough that table rows stay whole."""
+    return console if console.is_terminal else Console(width=160)
+
+
 def _print_version(value: bool) -> None:
     if value:
-        from .. import __version__
+        from ..launch import version_line
 
-        console.print(f"coda-agent {__version__}")
+        console.print(version_line())
         raise typer.Exit()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from datetime import date
 from pathlib import Path
 
@@ -11,11 +12,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..bench.results import BenchRun
-from ..tasks.loader import DEFAULT_TASK_DIR, find_task, load_tasks
+from ..store.index import DEFAULT_BENCH_DIR
+from ..tasks.loader import find_task, load_tasks
 from ..tasks.model import Task
 from . import UserError, app, console
 
-RESULTS_DIR = DEFAULT_TASK_DIR.parent / "bench" / "results"
 NO_GPU = (
     "no CUDA GPU on this machine: `coda-agent bench` times real kernels on an H200; "
     "to check a kernel's algebra on the CPU emulator, run `coda-agent verify TASK --backend torch`"
@@ -44,18 +45,23 @@ def select_tasks(names: list[str] | None, shape_set: str, shape_names: list[str]
 def default_paths(device: str, stem: str = "") -> tuple[Path, Path]:
     from ..bench.runner import device_slug
 
-    base = RESULTS_DIR / f"{stem}{device_slug(device)}-{date.today().isoformat()}"
+    results = Path(os.environ.get("CODA_AGENT_BENCH_DIR") or DEFAULT_BENCH_DIR)  # where the leaderboard reads them
+    base = results / f"{stem}{device_slug(device)}-{date.today().isoformat()}"
     return base.with_suffix(".json"), base.with_suffix(".md")
 
 
 @app.command("bench")
 def bench_cmd(
-    tasks: list[str] = typer.Argument(None, help="task names or YAML paths (default: every task with a human kernel)"),
+    tasks: list[str] = typer.Argument(
+        None, help="task names or YAML paths (default: every task with a human kernel)", metavar="TASK"
+    ),
     shapes: str = typer.Option("bench", "--shapes", help="shape set to run"),
-    shape: list[str] = typer.Option(None, "--shape", help="only this shape point (repeatable)"),
+    shape: list[str] = typer.Option(None, "--shape", help="only this shape point (repeatable)", metavar="<name>"),
     seeds: int = typer.Option(3, min=1, help="correctness seeds per shape"),
     jobs: int = typer.Option(4, min=1, help="correctness workers in parallel (kernel builds are CPU-bound)"),
-    json_out: Path = typer.Option(None, "--json", help="results JSON (default: bench/results/<device>-<date>.json)"),
+    json_out: Path = typer.Option(
+        None, "--json", help="results JSON (default: $CODA_AGENT_BENCH_DIR or ./bench/results, <device>-<date>.json)"
+    ),
     md_out: Path = typer.Option(None, "--md", help="markdown summary (default: next to the JSON)"),
     save: bool = typer.Option(True, "--save/--no-save", help="write the JSON and markdown files"),
     tune: bool = typer.Option(False, "--tune", help="autotune the human kernels' configs offline (prints CONFIGS tables)"),

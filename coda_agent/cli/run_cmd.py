@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import signal
 import time
 from pathlib import Path
 from typing import Any
 
 import typer
+from pydantic import BaseModel
 from rich.console import Console, Group
 from rich.live import Live
 from rich.markup import escape
@@ -18,12 +20,14 @@ from rich.text import Text
 
 from ..agent import Agent, AgentConfig, FatalProviderError, RunEvents
 from ..prompts.render import attempt_headline
-from ..providers import Completion, Provider, ProviderError, get_provider
+from ..providers import Completion, ManualProvider, Provider, ProviderError, get_provider
 from ..store.records import Attempt, Budgets, ChatMessage, RunHeader, RunSummary
 from ..store.runs import RUNS_DIR_ENV, RunReader, RunRecordError, default_runs_dir, resolve_run
-from ..tasks.loader import find_task
+from ..tasks.loader import find_recorded_task, find_task
+from ..tasks.model import Task
 from ..verifier.sandbox import UNSANDBOXED_OPT_IN, SandboxUnavailable, require_isolation
 from . import UserError, app, console, err_console
+from .inputs import check_task_runs, default_timeout, seed_list, timeout_value
 
 MODEL_ENV = "CODA_AGENT_MODEL"
 NO_MODEL = (
@@ -36,8 +40,13 @@ OUTCOME_STYLE = {
 }
 
 
-def _tokens(n: int) -> str:
+def tokens_text(n: int) -> str:
     return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
+
+
+def money_text(cost: float, known: bool) -> str:
+    """A run's cost so far; "unpriced" for a model missing from the price table (its $0 means unknown)."""
+    return f"${cost:.4f}" if known else "unpriced"
 
 
 def _clock(seconds: float) -> str:
@@ -45,7 +54,7 @@ def _clock(seconds: float) -> str:
     return f"{m // 60}:{m % 60:02d}:{s:02d}" if m >= 60 else f"{m}:{s:02d}"
 
 
-def _speed_text(summary: RunSummary) -> str:
+def speed_text(summary: RunSummary) -> str:
     parts = []
     if summary.speedup_vs_human is not None:
         parts.append(f"{summary.speedup_vs_human:.2f}x human")
@@ -59,7 +68,7 @@ def _speed_text(summary: RunSummary) -> str:
 def _best_text(summary: RunSummary) -> str:
     if summary.best_attempt is None:
         return "none correct yet"
-    speed = _speed_text(summary)
+    speed = speed_text(summary)
     return f"#{summary.best_attempt} correct" + (f", {speed}" if speed else "")
 
 
@@ -72,9 +81,9 @@ def attempt_line(attempt: Attempt) -> Text:
     bits = [f"{k} {v:.1f} s" for k, v in attempt.durations.items()]
     tokens = attempt.usage.input_tokens + attempt.usage.output_tokens
     if tokens:
-        bits.append(f"{_tokens(tokens)} tok")
-    if attempt.usage.cost_usd:
-        bits.append(f"${attempt.usage.cost_usd:.4f}")
+        bits.append(f"{tokens_text(tokens)} tok")
+    if attempt.usage.cost_usd or not attempt.usage.price_known:
+        bits.append(money_text(attempt.usage.cost_usd, attempt.usage.price_known))
     line.append("  · " + " · ".join(bits), style="dim")
     return line
 
@@ -123,7 +132,7 @@ class _Display(RunEvents):
         text.append(str(s.passes), style="green" if s.passes else "")
         text.append(" · best ")
         text.append(_best_text(s), style="green" if s.best_attempt else "dim")
-        text.append(f" · tokens {_tokens(s.input_tokens + s.output_tokens)} · ${s.cost_usd:.4f} · {_clock(wall)}")
+        text.append(f" · tokens {tokens_text(s.input_tokens + s.output_tokens)} · {money_text(s.cost_usd, s.cost_known)} · {_clock(wall)}")
         return text
 
 
@@ -156,7 +165,7 @@ class LiveDisplay(_Display):
 REAL_PROVIDERS = ("anthropic/", "openai/", "openai-compatible/")
 
 
-def _provider(model: str, base_url: str | None) -> Provider:
+def make_provider(model: str, base_url: str | None) -> Provider:
     if model.startswith(REAL_PROVIDERS):
         try:
             box = require_isolation(f"an agent run with {model}")
@@ -168,6 +177,12 @@ def _provider(model: str, base_url: str | None) -> Provider:
         return get_provider(model, base_url=base_url)
     except ProviderError as exc:  # ProviderConfigError included: a bad spec, option or missing key
         raise UserError(str(exc)) from None
+
+
+def _exchange_in_run_dir(provider: Provider, model: str, run_dir: Path) -> None:
+    """Bare ``manual`` (no folder given) trades its prompt and answer files in ``<run-dir>/manual``."""
+    if model == "manual" and isinstance(provider, ManualProvider):
+        provider.directory = run_dir / "manual"
 
 
 class _Advanced(Provider):
@@ -193,28 +208,43 @@ def _budgets(base: Budgets, **given: Any) -> Budgets:
     return base.model_copy(update={k: v for k, v in given.items() if v is not None})
 
 
-def _replayed_header(model: str) -> RunHeader | None:
-    """The header of the run a ``replay/<run-dir>`` model serves, for defaults (task, rounds, K)."""
+def _replayed(model: str, runs_dir: Path) -> tuple[str, RunHeader | None]:
+    """For ``replay/<run>`` (its folder, run id or a unique prefix, as ``show`` takes them): the spec naming the
+    run's folder, and its header, for defaults (task, rounds, K). Other models come back as they are."""
     if not model.startswith("replay/"):
-        return None
+        return model, None
     try:
-        return RunReader(Path(model.partition("/")[2])).header
+        run_dir = resolve_run(model.partition("/")[2], runs_dir)
+        return f"replay/{run_dir}", RunReader(run_dir).header
     except RunRecordError as exc:
-        raise UserError(str(exc)) from None
+        raise UserError(f"{model}: {exc}") from None
 
 
-async def _drive(agent: Agent, provider: Provider) -> RunSummary:
-    """Run the agent; SIGINT cancels it cleanly (the summary is marked interrupted before we exit)."""
+#: The signals that stop a run cleanly (summary marked interrupted), and the exit status each gives.
+STOP_SIGNALS = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+async def _drive(agent: Agent, provider: Provider, received: list[signal.Signals]) -> RunSummary:
+    """Run the agent; SIGINT (Ctrl-C) or SIGTERM (``timeout``, ``kill``) cancels it cleanly: the summary is
+    marked interrupted before we exit. The signal is appended to ``received``."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None
-    with contextlib.suppress(NotImplementedError):  # not on Windows: Ctrl-C then raises KeyboardInterrupt
-        loop.add_signal_handler(signal.SIGINT, task.cancel)
+
+    def stop(sig: signal.Signals) -> None:
+        received.append(sig)
+        agent.interrupted_by = "Ctrl-C" if sig == signal.SIGINT else sig.name
+        task.cancel()
+
+    for sig in STOP_SIGNALS:
+        with contextlib.suppress(NotImplementedError):  # not on Windows: Ctrl-C then raises KeyboardInterrupt
+            loop.add_signal_handler(sig, stop, sig)
     try:
         return await agent.run()
     finally:
-        with contextlib.suppress(NotImplementedError):
-            loop.remove_signal_handler(signal.SIGINT)
+        for sig in STOP_SIGNALS:
+            with contextlib.suppress(NotImplementedError):
+                loop.remove_signal_handler(sig)
         await provider.aclose()
 
 
@@ -223,7 +253,7 @@ def print_result(summary: RunSummary, header: RunHeader, run_dir: Path) -> None:
     if summary.best_attempt is not None:
         console.print(
             f"[bold green]PASSED[/] {header.task} v{header.task_version}: attempt #{summary.best_attempt} is correct"
-            + (f" ({_speed_text(summary)})" if _speed_text(summary) else "")
+            + (f" ({speed_text(summary)})" if speed_text(summary) else "")
             + f", after {summary.attempts} attempt{'s' if summary.attempts != 1 else ''}",
             highlight=False, soft_wrap=True,
         )
@@ -238,26 +268,83 @@ def print_result(summary: RunSummary, header: RunHeader, run_dir: Path) -> None:
     console.print(f"  stopped: {escape(summary.stop_reason or summary.status)}", highlight=False, soft_wrap=True)
     console.print(
         f"  {summary.rounds} round{'s' if summary.rounds != 1 else ''} · {outcomes or 'no attempts'} · tokens "
-        f"{_tokens(summary.input_tokens)} in / {_tokens(summary.output_tokens)} out · ${summary.cost_usd:.4f} · "
+        f"{tokens_text(summary.input_tokens)} in / {tokens_text(summary.output_tokens)} out · {money_text(summary.cost_usd, summary.cost_known)} · "
         f"wall {summary.wall_seconds:.0f} s",
         highlight=False, soft_wrap=True,
     )
     console.print(f"  record: {run_dir}", highlight=False, soft_wrap=True, markup=False)
 
 
+class RunOptions(BaseModel):
+    """The command line's settings for new runs, as given; a sweep records them to start its later runs alike."""
+
+    base_url: str | None = None
+    rounds: int | None = None
+    candidates: int | None = None
+    max_tokens_total: int | None = None
+    max_dollars: float | None = None
+    max_wall: float | None = None
+    temperature: float | None = None
+    max_reply_tokens: int | None = None
+    target_speedup: float | None = None
+    target_sol: float | None = None
+    no_compile: bool = False
+    seeds: int | None = None
+    timeout: float | None = None
+    examples: str | None = None
+
+    def budget_flags(self) -> dict[str, Any]:
+        """The budgets given (the others keep their defaults, or a resumed run's values)."""
+        flags = {
+            "rounds": self.rounds, "candidates_per_round": self.candidates, "max_tokens": self.max_tokens_total,
+            "max_dollars": self.max_dollars, "max_wall_seconds": self.max_wall,
+        }
+        return {k: v for k, v in flags.items() if v is not None}
+
+    def config(self, task: Task, model: str) -> AgentConfig:
+        """This machine's stages with these settings; the verify time limit follows from the stages and shapes."""
+        settings = {
+            "temperature": self.temperature, "max_reply_tokens": self.max_reply_tokens,
+            "target_speedup": self.target_speedup, "target_sol": self.target_sol, "base_url": self.base_url,
+            "seeds": tuple(seed_list(self.seeds)) if self.seeds is not None else None,
+            "examples": tuple(e.strip() for e in self.examples.split(",") if e.strip()) if self.examples else None,
+        }
+        config = AgentConfig.for_this_machine(
+            model, compile=not self.no_compile, budgets=_budgets(Budgets(), **self.budget_flags()),
+            **{k: v for k, v in settings.items() if v is not None},
+        )
+        limit = default_timeout(task, config.stages, config.shape_set, len(config.seeds))
+        return dataclasses.replace(config, verify_timeout=timeout_value(self.timeout, limit))
+
+
+def new_run(task: Task, model: str, base: Path, options: RunOptions) -> tuple[Agent, Provider]:
+    """A fresh run directory for ``task`` with ``model`` (the task already checked), and its provider."""
+    config = options.config(task, model)
+    provider = make_provider(model, options.base_url)
+    try:
+        agent = Agent.create(task, provider, config, base)
+    except (RunRecordError, OSError) as exc:
+        raise UserError(f"cannot create the run directory under {base}: {exc}") from None
+    _exchange_in_run_dir(provider, model, agent.run_dir)
+    return agent, provider
+
+
 @app.command("run")
 def run_cmd(
-    task: str = typer.Argument(None, help="task name or YAML path (taken from the run with --resume)"),
-    model: str = typer.Option(
-        None, "--model", "-m", envvar=MODEL_ENV,
+    task: list[str] = typer.Argument(
+        None, metavar="TASK", help="task names, YAML paths or folders of tasks (taken from the run with --resume); "
+        "several tasks or models make a sweep",
+    ),
+    model: list[str] = typer.Option(
+        None, "--model", "-m", envvar=MODEL_ENV, metavar="<spec>",
         help="anthropic/<model>, openai/<model>, openai-compatible/<model> (with --base-url), mock/<script.yaml>, "
-        "replay/<run-dir>, manual or manual/<dir>",
+        "replay/<run-dir>, manual or manual/<dir>; repeat for a sweep over models",
     ),
     base_url: str = typer.Option(None, "--base-url", help="server URL for openai-compatible/<model>"),
     rounds: int = typer.Option(None, min=1, help="max rounds (default 5)"),
     candidates: int = typer.Option(None, "--candidates", "-k", min=1, help="candidates per round, asked concurrently (default 1)"),
     max_tokens_total: int = typer.Option(None, min=1, help="stop before the run's tokens (in + out) exceed this"),
-    max_dollars: float = typer.Option(None, min=0, help="stop before the run's cost exceeds this (USD)"),
+    max_dollars: float = typer.Option(None, min=0, help="stop before the run's cost exceeds this (USD; per run in a sweep)"),
     max_wall: float = typer.Option(None, min=1, help="stop after this many seconds of wall time"),
     temperature: float = typer.Option(None, min=0, help="sampling temperature (default 0.7)"),
     max_reply_tokens: int = typer.Option(None, min=256, help="output-token limit per reply (default 8192)"),
@@ -266,45 +353,65 @@ def run_cmd(
     ),
     target_sol: float = typer.Option(None, min=0, max=1, help="GPU: ... or this fraction of the speed of light"),
     no_compile: bool = typer.Option(False, "--no-compile", help="CPU: skip the sm_90a compile stage (~10 s per candidate)"),
-    seeds: int = typer.Option(None, min=1, help="seeds per shape in the correctness check (default 3)"),
+    seeds: int = typer.Option(None, help="seeds per shape in the correctness check (default 3)"),
+    timeout: float = typer.Option(
+        None, help="seconds one candidate's verification may take (default from the stages and shapes: 300 s on a CPU, 120 s with --no-compile)"
+    ),
     examples: str = typer.Option(None, help="comma-separated tasks whose human kernels are shown as examples (default chosen by similarity)"),
+    jobs: int = typer.Option(2, min=1, help="sweep: runs in flight at once (one on a GPU, so timings never overlap)"),
+    total_dollars: float = typer.Option(
+        None, min=0, help="sweep: every run stops (and no new one starts) once the sweep's runs together cost this much (USD)"
+    ),
     runs_dir: Path = typer.Option(None, "--runs-dir", envvar=RUNS_DIR_ENV, help="where run records go (default ./runs)"),
-    resume: str = typer.Option(None, "--resume", help="continue an interrupted run (its directory or id)"),
+    resume: str = typer.Option(None, "--resume", help="continue an interrupted run (its directory or id) or sweep (its file)"),
+    redo_corrupt: bool = typer.Option(
+        False, "--redo-corrupt", help="with --resume: set unreadable attempt files aside and redo those attempts"
+    ),
     plain: bool = typer.Option(False, "--plain", help="plain log lines even on a terminal"),
 ) -> None:
-    """Run the agent on a task: prompt the model, verify each candidate, feed results back, record everything."""
-    budget_flags = {
-        "rounds": rounds, "candidates_per_round": candidates, "max_tokens": max_tokens_total,
-        "max_dollars": max_dollars, "max_wall_seconds": max_wall,
-    }
+    """Run the agent on a task: prompt the model, verify each candidate, feed results back, record everything.
+
+    Several tasks (or a folder) and/or several --model make a sweep: every task with every model, --jobs at a time, each with the budgets given, and a table at the end; --resume SWEEP continues it.
+    """
+    options = RunOptions(
+        base_url=base_url, rounds=rounds, candidates=candidates, max_tokens_total=max_tokens_total,
+        max_dollars=max_dollars, max_wall=max_wall, temperature=temperature, max_reply_tokens=max_reply_tokens,
+        target_speedup=target_speedup, target_sol=target_sol, no_compile=no_compile, seeds=seeds, timeout=timeout,
+        examples=examples,
+    )
     base = runs_dir or default_runs_dir()
+    tasks, models = list(task or []), list(model or [])
+    if redo_corrupt and not resume:
+        raise UserError("--redo-corrupt goes with --resume RUN")
+    from .sweep import is_sweep, resume_sweep, start_sweep
+
+    if resume and is_sweep(resume, base):
+        raise typer.Exit(resume_sweep(resume, base, options, jobs, redo_corrupt, total_dollars))
+    if not resume and (len(models) > 1 or len(tasks) > 1 or any(Path(t).is_dir() for t in tasks)):
+        raise typer.Exit(start_sweep(tasks, models, options, base, jobs, total_dollars))
+    if total_dollars is not None:
+        raise UserError("--total-dollars is for sweeps (several tasks or models); one run takes --max-dollars")
+    if len(models) > 1 or len(tasks) > 1:
+        raise UserError("--resume continues one run (or a sweep): pass at most one task and one --model")
+    one_task: str | None = tasks[0] if tasks else None
+    one_model: str | None = models[0] if models else None
     if resume:
-        run_dir, agent, provider = _resume(resume, base, model, base_url, budget_flags, task)
+        run_dir, agent, provider = resume_run(resume, base, one_model, base_url, options.budget_flags(), one_task, redo_corrupt)
     else:
-        if not model:
+        if not one_model:
             raise UserError(NO_MODEL)
-        replayed = _replayed_header(model)
+        one_model, replayed = _replayed(one_model, base)
         if replayed is not None:  # re-verify under the schedule the recorded run used, unless told otherwise
-            task = task or replayed.task_path
-            budget_flags["rounds"] = rounds or replayed.budgets.rounds
-            budget_flags["candidates_per_round"] = candidates or replayed.budgets.candidates_per_round
-        if not task:
+            recorded = find_recorded_task(replayed.task_path, replayed.task)
+            one_task = one_task or str(recorded.path)
+            options = options.model_copy(update={
+                "rounds": rounds or replayed.budgets.rounds, "candidates": candidates or replayed.budgets.candidates_per_round,
+            })
+        if not one_task:
             raise UserError("which task? pass a task name or YAML path (see `coda-agent tasks`)")
-        t = find_task(task)
-        provider = _provider(model, base_url)
-        settings = {
-            "temperature": temperature, "max_reply_tokens": max_reply_tokens, "target_speedup": target_speedup,
-            "target_sol": target_sol, "base_url": base_url, "seeds": tuple(range(seeds)) if seeds else None,
-            "examples": tuple(e.strip() for e in examples.split(",") if e.strip()) if examples else None,
-        }
-        config = AgentConfig.for_this_machine(
-            model, compile=not no_compile, budgets=_budgets(Budgets(), **budget_flags),
-            **{k: v for k, v in settings.items() if v is not None},
-        )
-        try:
-            agent = Agent.create(t, provider, config, base)
-        except (RunRecordError, OSError) as exc:
-            raise UserError(f"cannot create the run directory under {base}: {exc}") from None
+        t = find_task(one_task)
+        check_task_runs(t)
+        agent, provider = new_run(t, one_model, base, options)
         run_dir = agent.run_dir
     header = agent.header
     console.print(
@@ -319,12 +426,13 @@ def run_cmd(
         display.summary, display.prior_wall = agent.previous, agent.previous.wall_seconds
         display.note(f"resuming after {len(agent.attempts)} finished attempt(s)")
     agent.events = display
+    received: list[signal.Signals] = []
     try:
         with display.live if isinstance(display, LiveDisplay) else contextlib.nullcontext():
-            summary = asyncio.run(_drive(agent, provider))
+            summary = asyncio.run(_drive(agent, provider, received))
     except (asyncio.CancelledError, KeyboardInterrupt):
         err_console.print(f"interrupted; finished attempts are saved. Resume with: coda-agent run --resume {run_dir}", highlight=False, soft_wrap=True, markup=False)
-        raise typer.Exit(130) from None
+        raise typer.Exit(STOP_SIGNALS[received[0]] if received else 130) from None
     except FatalProviderError as exc:
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         err_console.print(f"  (the run is saved; after fixing this: coda-agent run --resume {run_dir})", highlight=False, soft_wrap=True, markup=False)
@@ -334,27 +442,39 @@ def run_cmd(
         raise typer.Exit(1)
 
 
-def _resume(
-    name: str, base: Path, model: str | None, base_url: str | None, budget_flags: dict[str, Any], task: str | None
+def resume_run(
+    name: str, base: Path, model: str | None, base_url: str | None, given: dict[str, Any], task: str | None,
+    redo_corrupt: bool,
 ) -> tuple[Path, Agent, Provider]:
     try:
         run_dir = resolve_run(name, base)
-        header = RunReader(run_dir).header
+        reader = RunReader(run_dir)
     except RunRecordError as exc:
         raise UserError(str(exc)) from None
+    header = reader.header
+    unreadable = reader.unreadable_attempts()
+    if unreadable and not redo_corrupt:
+        raise UserError(
+            f"{', '.join(str(p) for p in unreadable)}: unreadable attempt file(s); to set them aside and redo those "
+            f"attempts (and any later round, whose prompts were built on them): coda-agent run --resume {run_dir} --redo-corrupt"
+        )
     if task and Path(task).stem != header.task and task != header.task:
         raise UserError(f"run {header.run_id} is on task {header.task}, not {task}")
     if model and model != header.model:
         raise UserError(f"run {header.run_id} used {header.model}; a resumed run continues with the same model")
-    provider = _provider(header.model, base_url or header.params.get("base_url"))
+    if unreadable:
+        moved = reader.set_aside_unreadable(header.budgets.candidates_per_round)
+        err_console.print(f"set aside {len(moved)} attempt file(s) to redo: {', '.join(p.name for p in moved)}", highlight=False, soft_wrap=True)
+    provider = make_provider(header.model, base_url or header.params.get("base_url"))
+    _exchange_in_run_dir(provider, header.model, run_dir)
     if header.model.startswith(("mock/", "replay/")):
         provider = _Advanced(provider)
-    given = {k: v for k, v in budget_flags.items() if v is not None}
     budgets = _budgets(header.budgets, **given) if given else None
     try:
         agent = Agent.resume(run_dir, provider, budgets=budgets)
     except RunRecordError as exc:
         raise UserError(str(exc)) from None
+    check_task_runs(agent.task)
     if isinstance(provider, _Advanced):
         provider.skip = scripted_replies_used(agent)
     return run_dir, agent, provider

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import typer
 from rich import box
-from rich.console import Console
 from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
@@ -23,9 +23,9 @@ from ..store.index import (
     read_run,
     timing_points,
 )
-from . import UserError, app, console, err_console
+from . import CliApp, UserError, app, console, err_console, wide_console
 
-index_app = typer.Typer(help="The SQLite index over run records and bench results (a rebuildable cache).")
+index_app = CliApp(help="The SQLite index over run records and bench results (a rebuildable cache).")
 app.add_typer(index_app, name="index")
 
 
@@ -40,11 +40,6 @@ BENCH_DIR = typer.Option(
     DEFAULT_BENCH_DIR, "--bench-dir", envvar="CODA_AGENT_BENCH_DIR", help="folder of bench result JSON files"
 )
 OUTCOME_STYLE = {"passed": "green", "provider_error": "magenta", "no_code": "yellow", "infra_error": "magenta"}
-
-
-def _wide() -> Console:
-    """The console, or for a file or pipe one wide enough that table rows stay whole."""
-    return console if console.is_terminal else Console(width=160)
 
 
 def open_index(runs_dir: Path, bench_dir: Path) -> Index:
@@ -95,15 +90,35 @@ def _rich_group(g: lb.Group) -> Table:
     return table
 
 
+def _summary_table(rows: list[lb.SummaryRow]) -> Table:
+    table = Table(title="leaderboard: geometric means over the timed shapes (per-shape tables: --task T)",
+                  title_justify="left", title_style="bold", box=box.SIMPLE_HEAD)
+    for header, key in lb.SUMMARY_COLUMNS:
+        if key in ("task", "device", "author"):
+            table.add_column(header, overflow="fold")
+        else:
+            table.add_column(header, justify="right", no_wrap=True)
+    previous: tuple[str, int, str] | None = None
+    for r in rows:
+        cells = [escape(lb.summary_cell(r, k)) for _, k in lb.SUMMARY_COLUMNS]
+        if (r.task, r.task_version, r.device) == previous:
+            cells[0] = cells[1] = ""
+        if r.correct is False:
+            cells[3] = "[red]no[/]"
+        table.add_row(*cells, style="bold" if r.kind == "human" else "dim" if r.section == "apart" else "")
+        previous = (r.task, r.task_version, r.device)
+    return table
+
+
 @app.command("leaderboard")
 def leaderboard(
-    task: str = typer.Option(None, "--task", "-t", help="only this task"),
+    task: str = typer.Option(None, "--task", "-t", help="only this task, with a table per shape"),
     device: str = typer.Option(None, "--device", "-d", help="only this device (as recorded, e.g. 'NVIDIA H200' or cpu)"),
     fmt: str = typer.Option("table", "--format", "-f", help="table, json, csv or md"),
     runs_dir: Path = RUNS_DIR,
     bench_dir: Path = BENCH_DIR,
 ) -> None:
-    """Per task, the best correct kernel of each author (human, each model) against eager, torch.compile, cuBLAS and SoL."""
+    """Per task, each author (human, each model) against eager, torch.compile, cuBLAS and SoL; --task: per shape."""
     if fmt not in ("table", "json", "csv", "md"):
         raise UserError(f"unknown --format {fmt!r}: use table, json, csv or md")
     with open_index(runs_dir, bench_dir) as ix:
@@ -111,24 +126,29 @@ def leaderboard(
             known = ", ".join(ix.tasks()) or "none yet"
             raise UserError(f"no runs or bench results for task {task!r} (known: {known})")
         board = lb.build(ix, task=task, device=device)
+        devices = sorted({r.device for r in ix.runs(task)} | {b.device for b in ix.bench_rows(task)})
     if device is not None and board.empty:
-        raise UserError(f"no runs or bench results on device {device!r}")
+        raise UserError(f"no runs or bench results on device {device!r} (known: {', '.join(devices) or 'none yet'})")
+    details = task is not None
     if fmt == "json":
-        print(lb.to_json(board))
+        print(lb.to_json(board) if details else lb.summary_json(board))
         return
-    if fmt in ("csv", "md"):
-        print(lb.to_csv(board) if fmt == "csv" else lb.to_markdown(board), end="" if fmt == "csv" else "\n")
-        print_problems(board.problems)
-        return
-    out = _wide()
-    if board.empty:
-        out.print(f"no run records in {runs_dir} and no bench results in {bench_dir} yet")
-    for g in board.groups:
-        out.print(_rich_group(g))
-    if board.apart:
-        out.rule("other versions / devices (not compared with the tables above)")
-        for g in board.apart:
+    if fmt == "csv":
+        print(lb.to_csv(board) if details else lb.summary_csv(board), end="")
+    elif fmt == "md":
+        print(lb.to_markdown(board) if details else lb.summary_markdown(board))
+    elif board.empty:
+        wide_console().print(f"no run records in {runs_dir} and no bench results in {bench_dir} yet")
+    elif not details:
+        wide_console().print(_summary_table(lb.summarize(board)))
+    else:
+        out = wide_console()
+        for g in board.groups:
             out.print(_rich_group(g))
+        if board.apart:
+            out.rule("other versions / devices (not compared with the tables above)")
+            for g in board.apart:
+                out.print(_rich_group(g))
     print_problems(board.problems)
 
 
@@ -152,17 +172,53 @@ def _outcome(outcome: str) -> str:
     return f"[{style}]{escape(outcome)}[/]"
 
 
+def _show_attempt(rf: RunFiles, index: int, fmt: str) -> None:
+    """One attempt in full: outcome, the whole reason (every check), tokens and cost, and its code."""
+    a = rf.attempt(index)
+    if a is None:
+        known = ", ".join(str(x.index) for x in rf.attempts) or "none finished yet"
+        raise UserError(f"run {rf.name} has no attempt #{index} (attempts: {known})")
+    if fmt == "json":
+        print(a.model_dump_json(indent=2))
+        return
+    out = wide_console()
+    out.print(f"[bold]{escape(rf.name)}[/] attempt #{a.index} (round {a.round}, slot {a.slot}): {_outcome(a.outcome)}", highlight=False)
+    out.print(
+        f"tokens {lb.fmt_tokens(a.usage.input_tokens)} in / {lb.fmt_tokens(a.usage.output_tokens)} out · "
+        f"{lb.fmt_money(a.usage.cost_usd, a.usage.price_known)} · "
+        + " · ".join(f"{k} {lb.fmt_seconds(v)}" for k, v in a.durations.items()), highlight=False,
+    )
+    reason = a.provider_error or a.extraction_error or (a.verdict.reason if a.verdict else "") or "(no reason recorded)"
+    out.rule("reason")
+    out.print(reason, markup=False, highlight=False)
+    out.rule("code")
+    if a.code is None:
+        out.print("(no code was extracted from the reply)")
+    else:
+        out.print(Syntax(a.code, "python", theme="ansi_dark", background_color="default", line_numbers=True))
+
+
 @app.command("show")
 def show(
     run: str = typer.Argument(..., help="run folder, run id or a unique prefix"),
+    attempt: int = typer.Option(None, "--attempt", "-a", help="one attempt in full: its whole reason and its code"),
+    fmt: str = typer.Option("table", "--format", "-f", help="table or json"),
     runs_dir: Path = RUNS_DIR,
     bench_dir: Path = BENCH_DIR,
 ) -> None:
-    """A run's header and attempt timeline: verdicts, tokens, cost, durations."""
+    """A run's header and attempt timeline: verdicts, tokens, cost, durations (--attempt N: one in full)."""
+    if fmt not in ("table", "json"):
+        raise UserError(f"unknown --format {fmt!r}: use table or json")
     with open_index(runs_dir, bench_dir) as ix:
         rf = find_run(ix, run)
+    if attempt is not None:
+        _show_attempt(rf, attempt, fmt)
+        return
+    if fmt == "json":
+        print(json.dumps(rf.as_json(), indent=2))
+        return
     h, s = rf.header, rf.effective_summary()
-    out = _wide()
+    out = wide_console()
     out.print(f"[bold]{escape(rf.name)}[/]" + (f"  (run id {escape(h.run_id)})" if h else ""), highlight=False)
     if h:
         out.print(
@@ -195,7 +251,7 @@ def show(
         table.add_row(
             str(a.index), f"{a.round}.{a.slot}", "-" if at is None else f"+{lb.fmt_seconds(at)}", _outcome(a.outcome),
             escape(lb.headline(reason, 90)), f"{lb.fmt_tokens(a.usage.input_tokens)}/{lb.fmt_tokens(a.usage.output_tokens)}",
-            lb.fmt_money(a.usage.cost_usd), lb.fmt_seconds(a.durations.get("llm")),
+            lb.fmt_money(a.usage.cost_usd, a.usage.price_known), lb.fmt_seconds(a.durations.get("llm")),
             lb.fmt_seconds(a.durations.get("verify")), escape(times),
         )
     if rf.attempts:
@@ -206,7 +262,7 @@ def show(
     out.print(
         f"{s.attempts} attempts in {s.rounds} rounds, {s.passes} passed"
         + (f", {best}" if s.best_attempt else "")
-        + f" · tokens {lb.fmt_tokens(s.input_tokens + s.output_tokens)} · {lb.fmt_money(s.cost_usd)}"
+        + f" · tokens {lb.fmt_tokens(s.input_tokens + s.output_tokens)} · {lb.fmt_money(s.cost_usd, s.cost_known)}"
         + f" · wall {lb.fmt_seconds(s.wall_seconds)} · first correct after {lb.fmt_seconds(s.seconds_to_first_correct)}",
         highlight=False,
     )
@@ -224,7 +280,7 @@ def diff(
     with open_index(runs_dir, bench_dir) as ix:
         a, b = find_run(ix, run_a), find_run(ix, run_b)
     d = diff_runs(a, b)
-    out = _wide()
+    out = wide_console()
     out.print(f"[bold]A[/] {escape(a.name)}\n[bold]B[/] {escape(b.name)}", highlight=False)
     for title, changes in (("header", d.header), ("summary", d.summary)):
         if not changes:

@@ -2,39 +2,73 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import typer
 from rich.table import Table
 
-from ..tasks.loader import DEFAULT_TASK_DIR, load_tasks, task_files
-from ..tasks.validate import validate_path
-from . import app, console
+from ..tasks.loader import TASKS_ENV, discover_task_files, load_task, task_files
+from . import UserError, app, console
+
+SEARCH_HELP = f"task files or folders (default: the built-in suite, then ${TASKS_ENV}, then ./tasks)"
+
+
+def _located(paths: list[Path] | None) -> list[tuple[str, Path]]:
+    """(where it comes from, file) for the files asked for, or for every task on the search path."""
+    if paths:
+        return [("argument", p) for p in task_files(paths)]
+    return [(source.label, path) for source, path in discover_task_files()]
 
 
 @app.command("tasks")
 def list_tasks(
-    paths: list[Path] = typer.Argument(None, help="task files or folders (default: the built-in suite)"),
+    paths: list[Path] = typer.Argument(None, help=SEARCH_HELP, metavar="PATH"),
     shapes: str = typer.Option("bench", help="which shape set to show"),
+    fmt: str = typer.Option("table", "--format", "-f", help="table or json"),
 ) -> None:
-    """List tasks: name, family, version, launch budget and shapes."""
-    tasks = load_tasks(paths or [DEFAULT_TASK_DIR])
-    table = Table(title=f"{len(tasks)} tasks", show_lines=True)
-    for col in ("task", "family", "v", "launches", f"{shapes} shapes"):
-        table.add_column(col, overflow="fold")
-    for t in sorted(tasks, key=lambda t: (t.family, t.name)):
+    """List tasks: name, family, version, launch budget, shapes and where each comes from."""
+    if fmt not in ("table", "json"):
+        raise UserError(f"unknown --format {fmt!r}: use table or json")
+    located = [(source, load_task(path)) for source, path in _located(paths)]
+    if not located:
+        raise UserError(f"no task files (*.yaml) in {', '.join(map(str, paths or []))}")
+    if not any(shapes in t.shapes for _, t in located):
+        sets = sorted({name for _, t in located for name in t.shapes})
+        raise UserError(f"no task has a shape set {shapes!r} (shape sets: {', '.join(sets)})")
+    located.sort(key=lambda st: (st[1].family, st[1].name))
+    if fmt == "json":
+        rows = [
+            {
+                "name": t.name, "family": t.family, "version": t.version, "launch_budget": t.launch_budget,
+                "source": source, "path": str(t.path), "human": str(t.human_file) if t.human_file else None,
+                "shapes": {k: [p.model_dump() for p in v] for k, v in t.shapes.items()},
+            }
+            for source, t in located
+        ]
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table(title=f"{len(located)} tasks", show_lines=True)
+    for col in ("task", "family", "v", "launches"):
+        table.add_column(col, no_wrap=True)
+    table.add_column(f"{shapes} shapes", overflow="fold", ratio=2)
+    table.add_column("from", overflow="fold", ratio=1)
+    for source, t in located:
         points = t.shapes.get(shapes, [])
         table.add_row(
             t.name, t.family, str(t.version), str(t.launch_budget),
-            "\n".join(f"{p.name}: " + " ".join(f"{k}={v}" for k, v in p.dims.items()) for p in points),
+            "\n".join(f"{p.name}: " + " ".join(f"{k}={v}" for k, v in p.dims.items()) for p in points) or "-",
+            source if source == "built-in" else f"{source}: {t.path.parent}",
         )
     console.print(table)
 
 
 @app.command("validate")
-def validate(paths: list[Path] = typer.Argument(None, help="task files or folders (default: the built-in suite)")) -> None:
+def validate(paths: list[Path] = typer.Argument(None, help=SEARCH_HELP, metavar="PATH")) -> None:
     """Check task files: schema, reference runs on the small shapes (CPU), output shapes/dtypes, non-degeneracy."""
-    files = task_files(paths or [DEFAULT_TASK_DIR])
+    from ..tasks.validate import validate_path
+
+    files = [path for _, path in _located(paths)]
     if not files:
         console.print("no task files found")
         raise typer.Exit(1)

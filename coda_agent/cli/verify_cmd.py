@@ -11,6 +11,7 @@ from ..tasks.loader import find_task
 from ..verifier import COMPILE_STAGES, CPU_STAGES, verify
 from ..verifier.verdict import Verdict
 from . import UserError, app, console
+from .inputs import check_shape_set, default_timeout, read_candidate, seed_list, timeout_value
 
 
 def verdict_table(verdict: Verdict) -> Table:
@@ -47,6 +48,9 @@ def verify_cmd(
     compile_only: bool = typer.Option(False, "--compile-only", help="only build the kernels for sm_90a (no GPU needed)"),
     shapes: str = typer.Option(None, help="shape set (default: small for torch, bench for quack)"),
     seeds: int = typer.Option(3, help="number of seeds"),
+    timeout: float = typer.Option(
+        None, help="seconds before the candidate counts as hung (default from the stages and shapes: 120 s for the emulator)"
+    ),
     json_out: Path = typer.Option(None, "--json", help="also write the verdict as JSON"),
 ) -> None:
     """Verify a candidate (or the task's human kernel) and print a per-output error table."""
@@ -54,8 +58,6 @@ def verify_cmd(
     path = candidate or t.human_file
     if path is None:
         raise UserError(f"task {t.name} has no human kernel; pass a candidate file")
-    if not path.exists():
-        raise UserError(f"{path}: no such candidate file")
     if compile_only:
         stages, label, shape_set = COMPILE_STAGES, "quack-compile", shapes or "small"
     elif backend == "torch":
@@ -64,8 +66,12 @@ def verify_cmd(
         stages, label, shape_set = ("gpu_correctness",), "quack", shapes or "bench"
     else:
         raise UserError(f"unknown backend {backend!r}: use torch or quack (or --compile-only)")
+    seed_values = seed_list(seeds)
+    check_shape_set(t, shape_set, label)
+    limit = timeout_value(timeout, default_timeout(t, stages, shape_set, len(seed_values)))
+    source = read_candidate(path)
     console.print(f"verifying [bold]{path}[/] on [bold]{t.name}[/] ({label}, shapes: {shape_set})")
-    verdict = verify(t, path.read_text(), stages, shape_set=shape_set, seeds=list(range(seeds)), backend_label=label)
+    verdict = verify(t, source, stages, shape_set=shape_set, seeds=seed_values, timeout=limit, backend_label=label)
     print_verdict(verdict)
     if json_out:
         json_out.write_text(verdict.model_dump_json(indent=2))

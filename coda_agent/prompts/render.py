@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import jinja2
 
 from ..store.records import Attempt, ChatMessage
-from ..tasks.loader import TaskError, load_task, task_files
+from ..tasks.loader import BUILTIN_TASK_DIR, TaskError, load_task, task_files
 from ..tasks.model import Task
 from ..verifier import static
 from ..verifier.verdict import Outcome, OutputCheck, Verdict
@@ -155,20 +155,22 @@ def library_examples(task: Task, library: Path | None = None) -> list[Example]:
     Refused: the target itself, the same kernel file or text, and any kernel containing an epilogue with
     the same structure as one of the target's (a block task embedding the target's kernel gives the
     answer away). Task files that fail to load are skipped: examples are help, not a reason to stop a run.
+    By default the library is the task's own folder, then the built-in suite (a user's task still gets the
+    suite's kernels as examples); a name seen once is not taken again.
     """
-    folder = library or task.path.parent
+    folders = [library] if library else list(dict.fromkeys([task.path.parent.resolve(), BUILTIN_TASK_DIR.resolve()]))
     own_file = task.human_file.resolve() if task.human_file else None
     own_source = task.human_file.read_text() if task.human_file and task.human_file.exists() else None
     own_text = _normalised(own_source) if own_source is not None else None
     own_epilogues = epilogue_signatures(own_source) if own_source is not None else set()
-    found = []
-    for path in task_files([folder]):
+    found: list[Example] = []
+    for path in task_files(folders):
         try:
             other = load_task(path)
         except TaskError:
             continue
         human = other.human_file
-        if other.name == task.name or human is None or not human.exists() or not other.reference_file.exists():
+        if other.name == task.name or other.name in {e.name for e in found} or human is None or not human.exists() or not other.reference_file.exists():
             continue
         kernel = human.read_text()
         if human.resolve() == own_file or _normalised(kernel) == own_text or own_epilogues & epilogue_signatures(kernel):

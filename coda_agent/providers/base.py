@@ -20,6 +20,7 @@ class ErrorKind(str, Enum):
     RATE_LIMIT = "rate_limit"  # retried with backoff
     SERVER = "server"  # 5xx: retried
     TIMEOUT = "timeout"  # retried
+    UNREACHABLE = "unreachable"  # no connection to a server never reached yet (wrong URL, server down): stop
     BAD_REQUEST = "bad_request"  # the request itself is wrong: recorded, not retried
     DISABLED = "disabled"  # real API calls are forbidden by CODA_AGENT_NO_REAL_API
     CONFIG = "config"  # bad provider spec, missing base URL, unreadable or exhausted script: stop the run
@@ -32,7 +33,7 @@ class ErrorKind(str, Enum):
     @property
     def fatal(self) -> bool:
         """Errors that no later attempt can fix: the run stops with one clear line."""
-        return self in (ErrorKind.AUTH, ErrorKind.NOT_FOUND, ErrorKind.DISABLED, ErrorKind.CONFIG)
+        return self in (ErrorKind.AUTH, ErrorKind.NOT_FOUND, ErrorKind.DISABLED, ErrorKind.CONFIG, ErrorKind.UNREACHABLE)
 
 
 class ProviderError(Exception):

@@ -3,7 +3,9 @@
 Each call writes the chat to ``<dir>/prompt-N.md``, prints one line saying where, and polls for
 ``<dir>/answer-N.md``. The answer is taken once it is non-empty and unchanged between two polls
 (so a half-saved file is not read). Numbering continues after any files already in the folder, so
-a stale answer is never picked up. No tokens are counted and nothing is charged.
+a stale answer is never picked up. No tokens are counted and nothing is charged. The folder is made at
+the first call, so a caller may still point ``directory`` elsewhere (``coda-agent run --model manual`` uses
+``<run-dir>/manual``).
 """
 
 from __future__ import annotations
@@ -41,16 +43,18 @@ class ManualProvider(Provider):
         notify: Callable[[str], None] = _print_to_stderr,
     ) -> None:
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
         self.timeout = timeout
         self.poll_interval = poll_interval
         self.notify = notify
-        numbers = [int(m.group(1)) for p in self.directory.iterdir() if (m := _NUMBERED.match(p.name))]
-        self._next_number = max(numbers, default=0) + 1
+        self._next_number: int | None = None
 
     async def complete(
         self, messages: list[ChatMessage], *, max_tokens: int, temperature: float
     ) -> Completion:
+        if self._next_number is None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            numbers = [int(m.group(1)) for p in self.directory.iterdir() if (m := _NUMBERED.match(p.name))]
+            self._next_number = max(numbers, default=0) + 1
         number = self._next_number
         self._next_number += 1
         prompt_path = self.directory / f"prompt-{number}.md"

@@ -166,15 +166,23 @@ def _echo(messages: list[ChatMessage]) -> str:
 
 
 BUILTIN_SCRIPTS: dict[str, Responder] = {"echo": _echo}
+#: Example scripts shipped with the package, addressed by file stem (``mock/gemm_residual_three_attempts``).
+EXAMPLE_DIR = Path(__file__).resolve().parents[1] / "examples" / "mock"
+
+
+def example_scripts() -> dict[str, Path]:
+    return {p.stem: p for p in sorted(EXAMPLE_DIR.glob("*.yaml"))}
 
 
 def mock_from_spec(target: str, *, repeat_last: bool | None = None) -> MockProvider:
-    """``mock/<file>`` loads a script file; ``mock/<name>`` a built-in script."""
+    """``mock/<file>`` loads a script file; ``mock/<name>`` a built-in responder or a shipped example script."""
     if target in BUILTIN_SCRIPTS:
         return MockProvider(BUILTIN_SCRIPTS[target], name=f"mock/{target}")
     path = Path(target)
     if path.is_file():
         return MockProvider.from_file(path, repeat_last=repeat_last)
-    raise ProviderConfigError(
-        f"mock/{target}: no such script file, and not a built-in mock (built-ins: {', '.join(BUILTIN_SCRIPTS)})"
-    )
+    examples = example_scripts()
+    if target in examples:
+        return MockProvider.from_file(examples[target], name=f"mock/{target}", repeat_last=repeat_last)
+    builtins = ", ".join([*BUILTIN_SCRIPTS, *examples])
+    raise ProviderConfigError(f"mock/{target}: no such script file, and not a built-in mock (built-ins: {builtins})")

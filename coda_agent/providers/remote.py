@@ -95,6 +95,9 @@ class RemoteProvider(Provider):
         self.api_key = os.environ.get(self.key_env) or self._missing_key()
         self._client: Any = None
         self._client_loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
+        # Until one call has got through, "cannot connect" means a wrong URL or a server that is not up: the run
+        # stops at once. Once reached, a lost connection is a passing failure, retried like a timeout.
+        self._reached = False
 
     def _missing_key(self) -> str:
         raise ProviderError(
@@ -140,6 +143,7 @@ class RemoteProvider(Provider):
                 raise self._map_error(exc) from exc
 
         reply = await with_retries(once, self.retry)
+        self._reached = True
         cost = self.price.cost(reply.input_tokens, reply.output_tokens) if self.price else 0.0
         return Completion(
             text=reply.text,
@@ -164,6 +168,10 @@ class RemoteProvider(Provider):
         if isinstance(exc, self.sdk.APITimeoutError):
             return ProviderError(ErrorKind.TIMEOUT, f"{self.name}: no reply within {self.timeout:g}s")
         if isinstance(exc, self.sdk.APIConnectionError):
+            if not self._reached:
+                return ProviderError(
+                    ErrorKind.UNREACHABLE, f"{self.name}: cannot connect to {self.base_url} ({exc}); is the server up and the URL right?"
+                )
             return ProviderError(ErrorKind.TIMEOUT, f"{self.name}: cannot connect to {self.base_url} ({exc})")
         if not isinstance(exc, self.sdk.APIStatusError):
             return ProviderError(ErrorKind.OTHER, f"{self.name}: unexpected reply ({_one_line(str(exc))})")

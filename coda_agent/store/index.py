@@ -96,6 +96,8 @@ MIGRATIONS: list[Migration] = [
         """,
         reindex=True,
     ),
+    # Unpriced runs and attempts get a NULL cost (shown "unpriced"), no longer $0: every run is read again.
+    Migration("m003_unpriced_cost_is_null", "", reindex=True),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -178,9 +180,13 @@ class RunFiles:
         return self.dir.name
 
     def effective_summary(self) -> RunSummary:
-        """The run's summary, or one rolled up from the attempts when summary.json is missing or unreadable."""
+        """The run's summary, or one rolled up from the attempts when summary.json is missing or unreadable.
+
+        ``cost_known`` also looks at the attempts: summaries written before the field existed lack it.
+        """
         if self.summary is not None:
-            return self.summary
+            known = self.summary.cost_known and all(a.usage.price_known for a in self.attempts)
+            return self.summary if known else self.summary.model_copy(update={"cost_known": False})
         passed = [a for a in self.attempts if a.passed]
         start = self.header.created if self.header else None
         best = min(passed, key=lambda a: geomean_time(a) or math.inf, default=None)
@@ -196,9 +202,22 @@ class RunFiles:
             input_tokens=sum(a.usage.input_tokens for a in self.attempts),
             output_tokens=sum(a.usage.output_tokens for a in self.attempts),
             cost_usd=sum(a.usage.cost_usd for a in self.attempts),
+            cost_known=all(a.usage.price_known for a in self.attempts),
             wall_seconds=_seconds(start, max((a.finished for a in self.attempts), default=None)) or 0.0,
             seconds_to_first_correct=_seconds(start, first.finished) if first else None,
         )
+
+    def as_json(self) -> dict[str, Any]:
+        """Everything read, as JSON-ready data (``show --format json``, the viewer's run page twin)."""
+        return {
+            "dir": self.name,
+            "header": self.header.model_dump(mode="json") if self.header else None,
+            "summary": self.effective_summary().model_dump(mode="json"),
+            "summary_from_file": self.summary is not None,
+            "attempts": [a.model_dump(mode="json") for a in self.attempts],
+            "best_code": self.best_code,
+            "problems": [{"file": p.file, "message": p.message} for p in self.problems],
+        }
 
     def first_correct_attempt(self) -> int | None:
         return min((a.index for a in self.attempts if a.passed), default=None)
@@ -366,6 +385,11 @@ class RunRow:
     @property
     def tokens(self) -> int:
         return (self.input_tokens or 0) + (self.output_tokens or 0)
+
+    @property
+    def cost_known(self) -> bool:
+        """False for a run of a model with no known price: the index stores its cost as NULL."""
+        return self.cost_usd is not None
 
 
 @dataclass(frozen=True)
@@ -541,7 +565,7 @@ class Index:
             (
                 run.name, h.run_id, h.task, h.task_version, h.model, _norm_device(h.device), h.host,
                 h.created.isoformat(), s.status, s.stop_reason, s.rounds, s.attempts, s.passes, s.best_attempt,
-                s.best_time_us, s.input_tokens, s.output_tokens, s.cost_usd, s.wall_seconds,
+                s.best_time_us, s.input_tokens, s.output_tokens, s.cost_usd if s.cost_known else None, s.wall_seconds,
                 s.seconds_to_first_correct, json.dumps(h.verifier_stages), json.dumps(h.params, default=str),
                 h.git_commit, int(h.git_dirty), run.first_correct_attempt(),
                 json.dumps(getattr(h, "human_timing", None) or {}),
@@ -553,7 +577,8 @@ class Index:
                 "INSERT INTO attempts VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     run.name, a.index, a.round, a.slot, a.started.isoformat(), a.finished.isoformat(), a.outcome,
-                    int(a.passed), reason, a.usage.input_tokens, a.usage.output_tokens, a.usage.cost_usd,
+                    int(a.passed), reason, a.usage.input_tokens, a.usage.output_tokens,
+                    a.usage.cost_usd if a.usage.price_known else None,
                     a.durations.get("llm"), a.durations.get("verify"),
                 ),
             )

@@ -54,6 +54,7 @@ class Entry(BaseModel):
     attempts: int | None = None
     tokens: int | None = None
     cost_usd: float | None = None
+    cost_known: bool = True  # False: the model has no known price (shown "unpriced", never $0)
     seconds_to_first_correct: float | None = None
     first_correct_attempt: int | None = None
     source: str | None = None  # bench result file, for human and baselines
@@ -154,6 +155,7 @@ def _run_figures(run: RunRow) -> dict[str, Any]:
         "attempts": run.attempts,
         "tokens": run.tokens,
         "cost_usd": run.cost_usd,
+        "cost_known": run.cost_known,
         "seconds_to_first_correct": run.seconds_to_first_correct,
         "first_correct_attempt": run.first_correct_attempt,
     }
@@ -264,6 +266,134 @@ def _combo_groups(
     return groups
 
 
+class SummaryRow(BaseModel):
+    """One author's standing on one task version and device: geometric means over the shapes where it has a
+    correct time, so one row per author says what the per-shape tables say at length."""
+
+    section: Literal["main", "apart"]  # apart: another version or device than the task's main tables
+    task: str
+    task_version: int
+    device: str
+    author: str
+    kind: Literal["human", "model"]
+    correct: bool | None  # correct wherever it was checked; None: never checked
+    shapes: int  # timed shapes behind the ratios
+    of_shapes: int  # timed shapes of the task on this device
+    vs_eager: float | None = None
+    vs_compiled: float | None = None
+    vs_cublas: float | None = None
+    vs_human: float | None = None
+    pct_sol: float | None = None
+    runs: int = 0
+    correct_runs: int = 0
+    cost_usd: float | None = None  # of the run behind the figures (the cheapest, where several are)
+    cost_known: bool = True
+    run: str | None = None
+
+
+def geomean(values: Iterable[float | None]) -> float | None:
+    vals = [v for v in values if v is not None and v > 0]
+    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
+
+
+def summarize(board: Leaderboard) -> list[SummaryRow]:
+    """Per task, version and device, one row per author (human first, then models, fastest first); per task
+    the main tables' rows come first, then other versions and devices (never compared with them)."""
+    combos: dict[tuple[str, bool, int, str], list[Group]] = defaultdict(list)
+    for section, groups in ((False, board.groups), (True, board.apart)):
+        for g in groups:
+            combos[(g.task, section, -g.task_version, g.device)].append(g)
+    rows: list[SummaryRow] = []
+    for (task, apart, neg_version, device), groups in sorted(combos.items(), key=lambda kv: kv[0]):
+        version = -neg_version
+        timed_shapes = [g for g in groups if g.shape is not None and g.timed]
+        pairs: dict[str, list[tuple[Group, Entry]]] = defaultdict(list)
+        for g in groups:
+            for e in g.entries:
+                if e.kind != "baseline":
+                    pairs[e.author].append((g, e))
+        task_rows = []
+        for author, seen in pairs.items():
+            timed = [(g, e) for g, e in seen if g.shape is not None and e.correct and e.time_us is not None]
+            cublas = {g.shape: b.time_us for g in groups for b in g.entries if b.author == BASELINES["cublas_us"]}
+            checked = [e.correct for _, e in seen if e.correct is not None]
+            with_run = [e for _, e in seen if e.run is not None]
+            figures = min(with_run, key=lambda e: e.cost_usd or 0.0) if with_run else seen[0][1]
+            task_rows.append(SummaryRow(
+                section="apart" if apart else "main", task=task, task_version=version, device=device, author=author,
+                kind="human" if seen[0][1].kind == "human" else "model",
+                correct=all(checked) if checked else None, shapes=len(timed), of_shapes=len(timed_shapes),
+                vs_eager=geomean(e.vs_eager for _, e in timed), vs_compiled=geomean(e.vs_compiled for _, e in timed),
+                vs_cublas=geomean(_ratio(cublas.get(g.shape), e.time_us) for g, e in timed),
+                vs_human=geomean(e.vs_human for _, e in timed),
+                pct_sol=geomean(e.pct_sol for _, e in timed), runs=figures.runs, correct_runs=figures.correct_runs,
+                cost_usd=figures.cost_usd, cost_known=figures.cost_known, run=figures.run,
+            ))
+        task_rows.sort(key=lambda r: (r.kind != "human", r.correct is not True, -(r.vs_cublas or r.vs_eager or 0.0), r.author))
+        rows.extend(task_rows)
+    return rows
+
+
+SUMMARY_COLUMNS: list[tuple[str, str]] = [
+    ("task", "task"), ("device", "device"), ("author", "author"), ("correct", "correct"), ("shapes", "shapes"), ("×eager", "vs_eager"),
+    ("×compile", "vs_compiled"), ("×cuBLAS", "vs_cublas"), ("×human", "vs_human"), ("%SoL", "pct_sol"),
+    ("runs ok", "runs"), ("$", "cost_usd"),
+]
+
+
+def summary_cell(r: SummaryRow, key: str) -> str:
+    """One summary row's value for a SUMMARY_COLUMNS key, as text."""
+    match key:
+        case "task":
+            return f"{r.task} v{r.task_version}"
+        case "device":
+            return r.device
+        case "author":
+            return r.author
+        case "correct":
+            return "-" if r.correct is None else "yes" if r.correct else "no"
+        case "shapes":
+            return f"{r.shapes}/{r.of_shapes}" if r.of_shapes else "untimed"
+        case "vs_eager" | "vs_compiled" | "vs_cublas" | "vs_human":
+            return fmt_ratio(getattr(r, key))
+        case "pct_sol":
+            return fmt_pct(r.pct_sol)
+        case "runs":
+            return f"{r.correct_runs}/{r.runs}" if r.runs else "-"
+        case "cost_usd":
+            return fmt_money(r.cost_usd, r.cost_known)
+    raise KeyError(key)
+
+
+def summary_json(board: Leaderboard) -> str:
+    return json.dumps({
+        "summary": [r.model_dump() for r in summarize(board)],
+        "problems": [{"file": p.file, "message": p.message} for p in board.problems],
+    }, indent=2)
+
+
+def summary_csv(board: Leaderboard) -> str:
+    out = io.StringIO()
+    w = csv.DictWriter(out, fieldnames=list(SummaryRow.model_fields), lineterminator="\n")
+    w.writeheader()
+    for r in summarize(board):
+        w.writerow(r.model_dump())
+    return out.getvalue()
+
+
+def summary_markdown(board: Leaderboard) -> str:
+    lines = ["# Leaderboard (summary: geometric means over the timed shapes)", ""]
+    rows = summarize(board)
+    if not rows:
+        lines += ["No run records or bench results yet.", ""]
+    else:
+        lines.append("| " + " | ".join(h for h, _ in SUMMARY_COLUMNS) + " |")
+        lines.append("|" + "|".join("---" if k in ("task", "device", "author") else "--:" for _, k in SUMMARY_COLUMNS) + "|")
+        lines += ["| " + " | ".join(_md_escape(summary_cell(r, k)) for _, k in SUMMARY_COLUMNS) + " |" for r in rows]
+        lines.append("")
+    return "\n".join(lines)
+
+
 def _entry_order(e: Entry) -> tuple[int, float, str]:
     if e.kind == "baseline":
         return (3, list(BASELINES.values()).index(e.author), e.author)
@@ -330,7 +460,10 @@ def fmt_tokens(v: int | None) -> str:
     return f"{v / 1e6:.2f}M" if v >= 1_000_000 else f"{v / 1e3:.1f}k" if v >= 1000 else str(v)
 
 
-def fmt_money(v: float | None) -> str:
+def fmt_money(v: float | None, known: bool = True) -> str:
+    """Dollars; a cost that is not known (a model missing from the price table) is "unpriced", never $0."""
+    if not known:
+        return "unpriced"
     if v is None:
         return "-"
     return "$0" if v == 0 else f"${v:.2f}" if v >= 0.01 else f"${v:.4f}"
@@ -401,7 +534,7 @@ def cell(e: Entry, key: str) -> str:
         case "tokens":
             return fmt_tokens(e.tokens)
         case "cost_usd":
-            return fmt_money(e.cost_usd)
+            return fmt_money(e.cost_usd, e.cost_known)
         case "seconds_to_first_correct":
             s = fmt_seconds(e.seconds_to_first_correct)
             return f"{s} (#{e.first_correct_attempt})" if e.first_correct_attempt and s != "-" else s

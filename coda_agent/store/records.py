@@ -128,9 +128,30 @@ class RunSummary(BaseModel):
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
+    cost_known: bool = Field(default=True, description="False: some attempt used a model with no known price (its cost counts 0)")
     wall_seconds: float = 0.0
     seconds_to_first_correct: float | None = None
     updated: datetime | None = None
+
+
+class SweepMember(BaseModel):
+    """One task and model of a sweep; ``run`` names its run directory once it has started."""
+
+    task: str  # the task file
+    model: str
+    run: str | None = None
+
+
+class SweepRecord(BaseModel):
+    """A sweep: every task with every model under one set of command-line options (``coda-agent run`` with
+    several tasks or models). The runs are ordinary run directories; this file only lists them."""
+
+    schema_version: int = SCHEMA_VERSION
+    sweep_id: str
+    created: datetime
+    options: dict[str, Any] = Field(description="the run command's options for new runs, as given")
+    total_dollars: float | None = Field(default=None, description="the runs together stop once they cost this much")
+    members: list[SweepMember]
 
 
 def write_json_atomic(path: Path, data: BaseModel | dict[str, Any]) -> None:

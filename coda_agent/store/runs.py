@@ -118,11 +118,35 @@ class RunReader:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise RunRecordError(f"{path}: unreadable run record ({first})") from None
 
+    def attempt_files(self) -> list[Path]:
+        folder = self.run_dir / ATTEMPTS
+        return sorted(p for p in folder.glob("*.json") if _ATTEMPT_FILE.match(p.name)) if folder.exists() else []
+
     def attempts(self) -> list[Attempt]:
         """Every finished attempt, by index."""
-        folder = self.run_dir / ATTEMPTS
-        files = sorted(p for p in folder.glob("*.json") if _ATTEMPT_FILE.match(p.name)) if folder.exists() else []
-        return sorted((self._load(p, Attempt) for p in files), key=lambda a: a.index)
+        return sorted((self._load(p, Attempt) for p in self.attempt_files()), key=lambda a: a.index)
+
+    def unreadable_attempts(self) -> list[Path]:
+        """Attempt files that do not parse (edited by hand, cut short by a full disk...)."""
+        bad = []
+        for p in self.attempt_files():
+            try:
+                self._load(p, Attempt)
+            except RunRecordError:
+                bad.append(p)
+        return bad
+
+    def set_aside_unreadable(self, candidates_per_round: int) -> list[Path]:
+        """Rename unreadable attempts to ``*.json.corrupt``, and every attempt of a later round (its prompt was
+        built from the lost one) to ``*.json.superseded``, so a resume redoes them; returns the files moved."""
+        bad = self.unreadable_attempts()
+        if not bad:
+            return []
+        first_round = min((int(p.stem) - 1) // candidates_per_round + 1 for p in bad)
+        later = [p for p in self.attempt_files() if p not in bad and int(p.stem) > first_round * candidates_per_round]
+        for p, suffix in [*((p, ".corrupt") for p in bad), *((p, ".superseded") for p in later)]:
+            p.rename(p.with_name(p.name + suffix))
+        return [*bad, *later]
 
     def summary(self) -> RunSummary | None:
         path = self.run_dir / SUMMARY

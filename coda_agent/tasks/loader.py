@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -14,8 +16,12 @@ from pydantic import ValidationError
 
 from .model import Task
 
-#: Where the built-in task suite lives (the repository's ``tasks/`` folder).
-DEFAULT_TASK_DIR = Path(__file__).resolve().parents[2] / "tasks"
+#: The built-in task suite: YAML files, their references and ``human/`` kernels, shipped inside the package.
+BUILTIN_TASK_DIR = Path(__file__).resolve().parents[1] / "suite"
+#: More task folders, searched after the built-in suite (``os.pathsep``-separated, like PATH).
+TASKS_ENV = "CODA_AGENT_TASKS"
+#: A ``tasks/`` folder in the working directory is searched last.
+LOCAL_TASK_DIR = Path("tasks")
 
 
 class TaskError(Exception):
@@ -55,6 +61,8 @@ def load_task(path: str | Path) -> Task:
         text = p.read_text()
     except OSError as exc:
         raise TaskError(f"{p}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise TaskError(f"{p}: not a text file (a task is a YAML file)") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -84,20 +92,71 @@ def task_files(paths: Iterable[str | Path]) -> list[Path]:
     return found
 
 
-def load_tasks(paths: Iterable[str | Path] = (DEFAULT_TASK_DIR,)) -> list[Task]:
-    return [load_task(p) for p in task_files(paths)]
+@dataclass(frozen=True)
+class TaskSource:
+    """A folder tasks are found in by name, and how it came to be searched (shown by ``coda-agent tasks``)."""
+
+    label: str  # "built-in", "CODA_AGENT_TASKS" or "./tasks"
+    folder: Path
 
 
-def find_task(name_or_path: str, task_dir: Path = DEFAULT_TASK_DIR) -> Task:
-    """A task by file path, or by name in the task folder."""
+def task_sources() -> list[TaskSource]:
+    """The folders searched for a task name, in order: the built-in suite, ``$CODA_AGENT_TASKS``, ``./tasks``."""
+    sources = [TaskSource("built-in", BUILTIN_TASK_DIR)]
+    for raw in os.environ.get(TASKS_ENV, "").split(os.pathsep):
+        if raw.strip():
+            folder = Path(raw.strip()).expanduser()
+            if not folder.is_dir():
+                raise TaskError(f"{TASKS_ENV}: {folder}: no such folder")
+            sources.append(TaskSource(TASKS_ENV, folder))
+    if LOCAL_TASK_DIR.is_dir():
+        sources.append(TaskSource("./tasks", LOCAL_TASK_DIR))
+    seen: set[Path] = set()
+    unique = []
+    for s in sources:
+        if s.folder.resolve() not in seen:
+            seen.add(s.folder.resolve())
+            unique.append(s)
+    return unique
+
+
+def discover_task_files() -> list[tuple[TaskSource, Path]]:
+    """Every task file on the search path, the first of each name only (an earlier folder shadows a later one)."""
+    found: dict[str, tuple[TaskSource, Path]] = {}
+    for source in task_sources():
+        for path in task_files([source.folder]):
+            found.setdefault(path.stem, (source, path))
+    return list(found.values())
+
+
+def load_tasks(paths: Iterable[str | Path] | None = None) -> list[Task]:
+    """The tasks in ``paths`` (files or folders), or every task on the search path."""
+    files = task_files(paths) if paths is not None else [p for _, p in discover_task_files()]
+    return [load_task(p) for p in files]
+
+
+def find_task(name_or_path: str) -> Task:
+    """A task by file path, or by name on the search path (see :func:`task_sources`)."""
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") or p.exists():
+        if p.is_dir():
+            raise TaskError(f"{p}: a folder, not a task file (pass a task name or a .yaml file)")
         return load_task(p)
-    candidate = task_dir / f"{name_or_path}.yaml"
-    if candidate.exists():
-        return load_task(candidate)
-    known = ", ".join(sorted(q.stem for q in task_dir.glob("*.yaml")))
-    raise TaskError(f"no task named {name_or_path!r} in {task_dir} (known: {known})")
+    for source in task_sources():
+        candidate = source.folder / f"{name_or_path}.yaml"
+        if candidate.is_file():
+            return load_task(candidate)
+    known = ", ".join(sorted(path.stem for _, path in discover_task_files()))
+    where = ", ".join(str(s.folder) for s in task_sources())
+    raise TaskError(f"no task named {name_or_path!r} in {where} (known: {known})")
+
+
+def find_recorded_task(path: str, name: str) -> Task:
+    """The task a run record names: its file if it is still there, else the task of that name on the search
+    path (records made before the suite moved into the package name ``<repo>/tasks/...``)."""
+    if Path(path).is_file():
+        return load_task(path)
+    return find_task(name)
 
 
 def import_file(path: Path, module_name: str) -> ModuleType:

@@ -8,20 +8,28 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from . import expr
+
+if TYPE_CHECKING:  # torch is imported where tensors are made: loading and listing tasks stays fast
+    import torch
 
 DType = Literal["bfloat16", "float16", "float32", "int32", "int64"]
 Family = Literal["forward", "backward", "block"]
 Expr = str | int | float
 
 
+#: Bytes per element of each task dtype (the speed-of-light byte count needs no torch).
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "int32": 4, "int64": 8}
+
+
 def torch_dtype(name: str) -> torch.dtype:
     """The torch dtype of a task dtype name."""
+    import torch
+
     return getattr(torch, name)
 
 
@@ -169,7 +177,37 @@ class Task(_Strict):
         for name in self.tolerance.outputs:
             if name not in {o.name for o in self.outputs}:
                 raise ValueError(f"tolerance.outputs names {name!r}, which is not an output")
+        for set_name, points in self.shapes.items():
+            for p in points:
+                self._check_expressions(f"shape {set_name}/{p.name}", p.dims)
         return self
+
+    def _check_expressions(self, where: str, dims: dict[str, int]) -> None:
+        """Every expression evaluates at this shape point (so no command meets a bad one halfway through a run)."""
+        env = {k: float(v) for k, v in dims.items()}
+
+        def value(field: str, e: Expr, kind: str = "number") -> None:
+            try:
+                v = expr.evaluate(e, env)
+            except (expr.ExprError, ArithmeticError, ValueError, TypeError) as exc:
+                raise ValueError(f"{where}: {field} = {e!r}: {exc}") from None
+            if not math.isfinite(v):
+                raise ValueError(f"{where}: {field} = {e!r} is {v}")
+            if kind == "size" and (v != int(v) or v < 1):
+                raise ValueError(f"{where}: {field} = {e!r} is {v:g}, not a positive whole number")
+
+        for t in (*self.inputs, *self.outputs):
+            for i, dim in enumerate(t.shape):
+                value(f"{t.name}.shape[{i}]", dim, "size")
+        for spec in self.inputs:
+            for param in ("mean", "std") if spec.init.dist == "normal" else ("low", "high"):
+                value(f"{spec.name}.init.{param}", getattr(spec.init, param))
+        value("sol.flops", self.sol.flops)
+        if self.sol.bytes is not None:
+            value("sol.bytes", self.sol.bytes)
+        for g, gemm in enumerate(self.gemms):
+            for d, name in zip(gemm, "MNK", strict=True):
+                value(f"gemms[{g}].{name}", d, "size")
 
     # --- derived facts -------------------------------------------------------------------------
 
@@ -219,7 +257,7 @@ class Task(_Strict):
             return float(expr.evaluate(self.sol.bytes, dims))
         total = 0
         for t in (*self.inputs, *self.outputs):
-            total += math.prod(t.concrete_shape(dims)) * torch_dtype(t.dtype).itemsize
+            total += math.prod(t.concrete_shape(dims)) * DTYPE_BYTES[t.dtype]
         return float(total)
 
     def gemm_shapes(self, dims: dict[str, int]) -> list[tuple[int, int, int]]:
@@ -229,6 +267,8 @@ class Task(_Strict):
 
     def make_inputs(self, dims: dict[str, int], seed: int, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
         """Fresh random inputs for one shape point and seed (drawn in FP32, then cast)."""
+        import torch
+
         gen = torch.Generator(device=device).manual_seed(seed)
         out: dict[str, torch.Tensor] = {}
         env = {k: float(v) for k, v in dims.items()}

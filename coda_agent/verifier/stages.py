@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from ..tasks.loader import DEFAULT_TASK_DIR, reference_function
+from ..tasks.loader import BUILTIN_TASK_DIR, TaskError, reference_function, task_sources
 from ..tasks.model import ShapePoint, Task
 from .client import Batch, CallOutput, CandidateRaised, RunnerClient, RunnerCrashed, RunnerTimedOut
 from .compare import check_outputs
@@ -71,8 +71,12 @@ def quack_cache_for(source: str) -> Path:
 
 
 def hidden_paths(task: Task) -> tuple[Path, ...]:
-    """What the runner must not see: the task's folder and files, the built-in suite, the run store, home."""
-    out = [DEFAULT_TASK_DIR, Path.home()]
+    """What the runner must not see: every task folder and the task's files, the run store, the home folder."""
+    try:
+        folders = [s.folder for s in task_sources()]
+    except TaskError:
+        folders = [BUILTIN_TASK_DIR]
+    out = [*folders, Path.home()]
     if task.path is not None:
         out += [task.path.parent, task.path, task.reference_file]
         if task.human_file is not None:

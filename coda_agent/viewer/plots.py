@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from xml.sax.saxutils import escape, quoteattr
 
-from ..store.leaderboard import Entry, Group, fmt_ratio, fmt_us
+from ..store.leaderboard import BASELINES, Entry, Group, Leaderboard, fmt_ratio, fmt_us, geomean
 
 COLOURS = {"human": "#2563eb", "model": "#ea7a1a", "baseline": "#9ca3af", "sol": "#4b5563"}
 WIDTH = 760
@@ -47,15 +47,54 @@ def group_bars(g: Group) -> tuple[str, list[Bar], float | None]:
     return "time in µs (lower is better)", bars, None
 
 
+Section = tuple[str, list[Bar], float | None]  # heading, bars, reference value (a dashed line)
+NOTHING_TIMED = "no timed results yet (CPU-only runs have correctness and cost only)"
+
+
 def speedup_chart(groups: list[Group], title: str) -> str:
     """One SVG with a section per timed group; an explanatory SVG when nothing was timed."""
-    sections = [(g, *group_bars(g)) for g in groups if g.timed]
+    sections: list[Section] = []
+    for g in groups:
+        if g.timed:
+            caption, bars, ref = group_bars(g)
+            sections.append((f"{g.title} — {caption}", bars, ref))
+    return _chart(title, sections)
+
+
+def summary_chart(board: Leaderboard, title: str) -> str:
+    """A section per task of the main tables: each author's and baseline's geometric-mean speedup vs eager over
+    the timed shapes (the summary table, drawn), so the front page stays short."""
+    combos: dict[tuple[str, int, str], list[Group]] = {}
+    for g in board.groups:
+        if g.timed and g.shape is not None:
+            combos.setdefault((g.task, g.task_version, g.device), []).append(g)
+    sections: list[Section] = []
+    for (task, version, device), groups in combos.items():
+        seen: dict[str, list[Entry]] = {}
+        for g in groups:
+            for e in g.entries:
+                if e.vs_eager is not None:
+                    seen.setdefault(e.author, []).append(e)
+        ranked = sorted(seen.items(), key=lambda kv: (
+            kv[1][0].kind == "baseline", list(BASELINES.values()).index(kv[0]) if kv[1][0].kind == "baseline" else 0,
+            -(geomean(e.vs_eager for e in kv[1]) or 0.0)))
+        bars = []
+        for author, entries in ranked:
+            gm = geomean(e.vs_eager for e in entries) or 0.0
+            n = len(entries)
+            bars.append(Bar(author, gm, f"{fmt_ratio(gm)}  ({n} shape{'s' if n != 1 else ''})", _colour(entries[0])))
+        heading = f"{task} v{version} · {device} — geomean speedup vs eager over {len(groups)} shape{'s' if len(groups) != 1 else ''}"
+        sections.append((heading, bars, 1.0))
+    return _chart(title, sections)
+
+
+def _chart(title: str, sections: list[Section]) -> str:
     if not sections:
-        return _message_svg(title, "no timed results yet (CPU-only runs have correctness and cost only)")
+        return _message_svg(title, NOTHING_TIMED)
     y = HEAD_H + 34
     parts: list[str] = []
-    for g, caption, bars, ref in sections:
-        parts.append(_text(8, y, f"{g.title} — {caption}", weight="bold"))
+    for heading, bars, ref in sections:
+        parts.append(_text(8, y, heading, weight="bold"))
         y += 10
         top = max([b.value for b in bars] + ([ref] if ref else []))
         scale = (WIDTH - LABEL_W - VALUE_W - 16) / top if top > 0 else 0.0

@@ -28,6 +28,8 @@ from pygments.lexers import PythonLexer
 from ..store import leaderboard as lb
 from ..store.index import Index, RunFiles, RunRow, TimingPoint, iter_run_dirs, read_run, timing_points
 from ..store.records import Attempt
+from ..tasks.loader import TaskError, find_task
+from ..tasks.model import Task
 from . import plots
 
 HERE = Path(__file__).parent
@@ -57,6 +59,25 @@ def _json_page(data: Any, status: int = 200) -> Page:
     return Page(status, "application/json; charset=utf-8", json.dumps(data, indent=2, default=str).encode())
 
 
+#: Runs listed on the front page (newest first); each task's page lists all of its own.
+RECENT_RUNS = 25
+
+
+def _task_spec(name: str) -> Task | None:
+    """The task's definition, when its file is on this machine's task search path."""
+    try:
+        return find_task(name)
+    except TaskError:
+        return None
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def _run_json(r: RunRow) -> dict[str, Any]:
     return {k: getattr(r, k) for k in RunRow.__dataclass_fields__} | {"slug": slug(r.dir)}
 
@@ -73,7 +94,8 @@ class Site:
             loader=FileSystemLoader(HERE / "templates"), autoescape=True, undefined=StrictUndefined,
             trim_blocks=True, lstrip_blocks=True,
         )
-        self.env.globals.update(slug=slug, columns_for=lb.columns_for, cell=lb.cell)
+        self.env.globals.update(slug=slug, columns_for=lb.columns_for, cell=lb.cell, summary_cell=lb.summary_cell,
+                                summary_columns=lb.SUMMARY_COLUMNS)
         self.env.filters.update(us=lb.fmt_us, ratio=lb.fmt_ratio, money=lb.fmt_money, seconds=lb.fmt_seconds,
                                 tokens=lb.fmt_tokens, python=highlight_python, headline=lb.headline)
 
@@ -115,7 +137,7 @@ class Site:
         if path == "/plots/speedup.svg":
             with self.index() as ix:
                 board = lb.build(ix)
-            svg = plots.speedup_chart(board.groups, "Speedup by task (latest version, one device per task)")
+            svg = plots.summary_chart(board, "Speedup by task (latest version, one device per task)")
             return Page(200, "image/svg+xml", svg.encode())
         m = re.fullmatch(r"/(task|run|plots/task)/([^/]+?)(\.html|\.json|\.svg)?", path)
         if m:
@@ -156,6 +178,7 @@ class Site:
             board = lb.build(ix)
             runs = ix.runs()
         data = json.loads(lb.to_json(board))
+        data["summary"] = [r.model_dump() for r in lb.summarize(board)]
         data["runs"] = [_run_json(r) for r in reversed(runs)]
         return data
 
@@ -164,7 +187,8 @@ class Site:
             board = lb.build(ix)
             runs = list(reversed(ix.runs()))
         return self._render(
-            "leaderboard.html", root="", title="Leaderboard", board=board, runs=runs, runs_dir=str(self.runs_dir),
+            "leaderboard.html", root="", title="Leaderboard", board=board, summary=lb.summarize(board), runs=runs,
+            recent_runs=RECENT_RUNS, runs_dir=str(self.runs_dir),
             bench_dir=str(self.bench_dir), json_url="index.json", has_timing=any(g.timed for g in board.groups),
         )
 
@@ -180,12 +204,16 @@ class Site:
                 return self.not_found(f"no runs or bench results for task {key!r}", as_json)
             board = lb.build(ix, task=name)
             runs = list(reversed(ix.runs(name)))
+        spec = _task_spec(name)
         if as_json:
             data = json.loads(lb.to_json(board))
-            return _json_page({"task": name, **data, "runs": [_run_json(r) for r in runs]})
+            definition = {"definition": spec.describe() if spec else None}
+            return _json_page({"task": name, **definition, **data, "runs": [_run_json(r) for r in runs]})
         return self._render(
             "task.html", root="../", title=name, task=name, board=board, runs=runs, json_url=f"{slug(name)}.json",
-            has_timing=any(g.timed for g in (*board.groups, *board.apart)),
+            has_timing=any(g.timed for g in (*board.groups, *board.apart)), spec=spec,
+            reference_source=_read(spec.reference_file) if spec else None,
+            human_source=_read(spec.human_file) if spec and spec.human_file else None,
         )
 
     def task_chart(self, key: str) -> Page:
@@ -205,20 +233,8 @@ class Site:
             return self.not_found(f"no run {key!r} in {self.runs_dir}", as_json)
         rf = read_run(run_dir)
         if as_json:
-            return _json_page(run_json(rf))
+            return _json_page(rf.as_json())
         return self._render("run.html", root="../", title=rf.name, **run_context(rf), json_url=f"{key}.json")
-
-
-def run_json(rf: RunFiles) -> dict[str, Any]:
-    return {
-        "dir": rf.name,
-        "header": rf.header.model_dump(mode="json") if rf.header else None,
-        "summary": rf.effective_summary().model_dump(mode="json"),
-        "summary_from_file": rf.summary is not None,
-        "attempts": [a.model_dump(mode="json") for a in rf.attempts],
-        "best_code": rf.best_code,
-        "problems": [{"file": p.file, "message": p.message} for p in rf.problems],
-    }
 
 
 POINT_COLUMNS = [("candidate", "median_us"), ("human", "human_us"), ("eager", "eager_us"),

@@ -32,7 +32,7 @@ from .manifest import Case
 REPO = Path(__file__).resolve().parents[2]
 #: Repository folders whose files are snapshotted before every case and restored after it (a candidate that
 #: rewrites the task's reference or the verifier's own source must not poison the rest of the run).
-RESTORE_DIRS = ("tasks", "coda_agent")
+RESTORE_DIRS = ("coda_agent",)  # the task suite lives in coda_agent/suite
 
 #: The fake secrets, one set per test session. The values carry a random part so that a hit cannot be a
 #: coincidence, and the hex part alone is searched too (a truncated or re-encoded leak still counts).

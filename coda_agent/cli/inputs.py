@@ -1,0 +1,85 @@
+"""Checks on what the user passed, made before any work starts: each mistake is one line and exit 2.
+
+The verifier trusts its arguments; a command that hands it zero seeds, a shape set the task lacks or a
+binary file would get a meaningless verdict (or a traceback) back, so the commands check here first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..tasks.model import Task
+from . import UserError
+
+#: The shape set the CPU emulator runs: real sizes on a CPU take hours and prove nothing the small ones don't.
+EMULATOR_SHAPES = "small"
+
+#: Per stage: (fixed seconds, seconds per shape point and seed) of a verification's default time limit, about
+#: ten times what a correct kernel needs, so only a hung or looping candidate ever reaches it.
+STAGE_SECONDS = {
+    "correctness": (30.0, 10.0),  # the emulator at the small shapes on a CPU
+    "compile": (180.0, 0.0),  # every kernel built for sm_90a on a CPU
+    "gpu_correctness": (180.0, 20.0),  # one QuACK build per bench shape, then the checks
+    "profile": (60.0, 5.0),
+    "bench": (60.0, 5.0),
+}
+START_UP_SECONDS = 30.0  # the worker process importing torch and the primitives
+
+
+def seed_list(n: int) -> list[int]:
+    """Seeds ``0..n-1``; zero or fewer would check nothing and report a pass."""
+    if n < 1:
+        raise UserError(f"--seeds {n}: must be at least 1 (with no seeds nothing is checked)")
+    return list(range(n))
+
+
+def check_shape_set(task: Task, shape_set: str, backend_label: str) -> None:
+    """The task has this shape set, and the CPU emulator is not asked for real sizes."""
+    if shape_set not in task.shapes:
+        raise UserError(f"task {task.name} has no shape set {shape_set!r} (has: {', '.join(task.shapes)})")
+    if backend_label == "torch" and shape_set != EMULATOR_SHAPES:
+        raise UserError(
+            f"--shapes {shape_set}: the CPU emulator runs the {EMULATOR_SHAPES!r} shapes only (real sizes would run "
+            "for hours on a CPU); use --backend quack on a GPU for the bench shapes"
+        )
+
+
+def default_timeout(task: Task, stages: tuple[str, ...] | list[str], shape_set: str, seeds: int) -> float:
+    """Seconds one ``verify()`` call may take: worker start-up plus each stage's share (see STAGE_SECONDS)."""
+    checks = len(task.shape(shape_set)) * seeds
+    total = START_UP_SECONDS
+    for stage in stages:
+        fixed, per_check = STAGE_SECONDS.get(stage, (60.0, 10.0))
+        total += fixed + per_check * checks
+    return total
+
+
+def timeout_value(given: float | None, default: float) -> float:
+    if given is None:
+        return default
+    if given <= 0:
+        raise UserError(f"--timeout {given:g}: must be a positive number of seconds")
+    return given
+
+
+def read_candidate(path: Path) -> str:
+    """A candidate's source text, or one line saying why the file cannot be one."""
+    if path.is_dir():
+        raise UserError(f"{path}: a folder, not a candidate file (pass the .py file)")
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such candidate file") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a text file (a candidate is Python source)") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def check_task_runs(task: Task) -> None:
+    """The task's reference imports and runs on the small shapes (CPU): a broken task stops here, not per attempt."""
+    from ..tasks.validate import validate_task
+
+    problems = validate_task(task)
+    if problems:
+        raise UserError(f"task {task.name} is not usable: " + "; ".join(problems))

@@ -1,0 +1,298 @@
+"""Sweeps: several tasks (or folders of them) and several models in one ``coda-agent run``.
+
+Every task runs with every model under the same options and per-run budgets, ``--jobs`` runs at a time.
+The runs are ordinary run directories; ``<runs-dir>/<sweep-id>.sweep.json`` lists them, so ``--resume``
+on it starts the runs not started yet, resumes the interrupted ones and leaves the finished ones be.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import signal
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from pydantic import ValidationError
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from ..agent import Agent, FatalProviderError, RunEvents, SharedBudget, gpu_verifier_available
+from ..providers import Provider
+from ..store.records import Attempt, RunSummary, SweepMember, SweepRecord, write_json_atomic
+from ..store.runs import RunReader, RunRecordError
+from ..tasks.loader import TaskError, find_task, load_task, task_files
+from ..tasks.model import Task
+from . import UserError, console, err_console, wide_console
+from .inputs import check_task_runs
+from .run_cmd import (
+    NO_MODEL,
+    STOP_SIGNALS,
+    RunOptions,
+    attempt_line,
+    make_provider,
+    money_text,
+    new_run,
+    resume_run,
+    speed_text,
+    tokens_text,
+)
+
+SWEEP_SUFFIX = ".sweep.json"
+#: A run in one of these states is not started again when its sweep is resumed.
+FINISHED = ("target_reached", "budget_exhausted", "completed", "failed")
+
+
+def sweep_file(ref: str, base: Path) -> Path | None:
+    """The sweep file named by a path, a sweep id or a unique prefix of one; None when ``ref`` names none."""
+    for candidate in (Path(ref), base / ref, base / f"{ref}{SWEEP_SUFFIX}"):
+        if candidate.name.endswith(SWEEP_SUFFIX) and candidate.is_file():
+            return candidate
+    matches = sorted(base.glob(f"{ref}*{SWEEP_SUFFIX}")) if base.is_dir() else []
+    return matches[0] if len(matches) == 1 else None
+
+
+def is_sweep(ref: str, base: Path) -> bool:
+    return sweep_file(ref, base) is not None
+
+
+def _tasks(refs: list[str]) -> list[Task]:
+    """Task names, files and folders, each task once (in the order given), each checked to run."""
+    found: dict[Path, Task] = {}
+    for ref in refs:
+        if Path(ref).is_dir():
+            files = task_files([ref])
+            if not files:
+                raise UserError(f"{ref}: no task files (*.yaml) in this folder")
+            loaded = [load_task(f) for f in files]
+        else:
+            loaded = [find_task(ref)]
+        for t in loaded:
+            found.setdefault(t.path, t)
+    for t in found.values():
+        check_task_runs(t)
+    return list(found.values())
+
+
+def start_sweep(
+    tasks: list[str], models: list[str], options: RunOptions, base: Path, jobs: int, total_dollars: float | None
+) -> int:
+    """Check everything (tasks, model specs and keys, options), record the sweep, run it; the exit status."""
+    if not models:
+        raise UserError(NO_MODEL)
+    if not tasks:
+        raise UserError("which tasks? pass task names, YAML paths or folders (see `coda-agent tasks`)")
+    replays = [m for m in models if m.startswith("replay/")]
+    if replays:
+        raise UserError(f"{replays[0]} replays one run's replies on its own task: it cannot be part of a sweep")
+    selected = _tasks(tasks)
+    for m in dict.fromkeys(models):
+        make_provider(m, options.base_url)  # a bad spec or a missing key: one line before any run starts
+    options.config(selected[0], models[0])  # bad seeds or time limit: likewise
+    now = datetime.now(timezone.utc)
+    record = SweepRecord(
+        sweep_id=f"sweep_{now.astimezone():%Y%m%d-%H%M%S}_{secrets.token_hex(3)}", created=now,
+        options=options.model_dump(), total_dollars=total_dollars, members=[SweepMember(task=str(t.path), model=m) for t in selected for m in dict.fromkeys(models)],
+    )
+    path = base / f"{record.sweep_id}{SWEEP_SUFFIX}"
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, record)
+    except OSError as exc:
+        raise UserError(f"cannot write the sweep record under {base}: {exc}") from None
+    console.print(
+        f"sweep [bold]{record.sweep_id}[/]: {len(selected)} task(s) × {len(set(models))} model(s) = "
+        f"{len(record.members)} runs, {jobs} at a time", highlight=False,
+    )
+    console.print(f"  record: {path}", highlight=False, soft_wrap=True, markup=False)
+    return _Session(record, path, base, jobs).run()
+
+
+#: The options a resumed sweep may change, as ``run --resume RUN --rounds N`` extends one run.
+EXTENSIBLE = ("rounds", "max_tokens_total", "max_dollars", "max_wall")
+
+
+def resume_sweep(
+    ref: str, base: Path, given: RunOptions, jobs: int, redo_corrupt: bool, total_dollars: float | None
+) -> int:
+    """Continue a sweep with the options it was started with; budgets given now extend every run."""
+    path = sweep_file(ref, base)
+    assert path is not None
+    try:
+        record = SweepRecord.model_validate_json(path.read_text())
+    except (OSError, ValidationError, ValueError) as exc:
+        raise UserError(f"{path}: unreadable sweep record ({str(exc).splitlines()[0]})") from None
+    changed = given.model_dump(exclude_defaults=True)
+    fixed = sorted(set(changed) - set(EXTENSIBLE))
+    if fixed:
+        raise UserError(f"a resumed sweep keeps its settings; only budgets ({', '.join(EXTENSIBLE)}) may change, not {', '.join(fixed)}")
+    if total_dollars is not None:
+        record.total_dollars = total_dollars
+    if changed or total_dollars is not None:
+        record.options.update(changed)
+        write_json_atomic(path, record)
+    done = sum(1 for m in record.members if m.run is not None)
+    console.print(f"resuming sweep [bold]{record.sweep_id}[/]: {done} of {len(record.members)} runs started before", highlight=False)
+    return _Session(record, path, base, jobs, redo_corrupt, extended=bool(changed) or total_dollars is not None).run()
+
+
+@dataclass
+class _Outcome:
+    """How one member ended in this session (or before it)."""
+
+    member: SweepMember
+    summary: RunSummary | None = None
+    error: str = ""
+    fatal: bool = False
+
+
+class _Lines(RunEvents):
+    """One plain line per finished attempt, prefixed with the run's task and model."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def note(self, message: str) -> None:
+        console.print(Text(f"[{self.label}] {message}", style="dim italic"), highlight=False, soft_wrap=True)
+
+    def attempt_finished(self, attempt: Attempt, summary: RunSummary) -> None:
+        line = Text(f"[{self.label}] ", style="bold")
+        line.append_text(attempt_line(attempt))
+        console.print(line, highlight=False, soft_wrap=True)
+
+
+def _label(member: SweepMember) -> str:
+    return f"{Path(member.task).stem} · {member.model}"
+
+
+@dataclass
+class _Session:
+    """One process's go at a sweep: which members to (re)start, ``jobs`` at a time, and the agents in flight."""
+
+    record: SweepRecord
+    path: Path
+    base: Path
+    jobs: int
+    redo_corrupt: bool = False
+    extended: bool = False  # budgets were raised: runs that stopped on a budget or their rounds go on
+    agents: list[Agent] = field(default_factory=list)
+    shared: SharedBudget | None = None
+
+    def __post_init__(self) -> None:
+        if self.record.total_dollars is not None:
+            self.shared = SharedBudget(self.record.total_dollars)
+
+    def settled(self, summary: RunSummary | None) -> bool:
+        """A run not to touch again: finished, unless it stopped on budgets that were raised since."""
+        if summary is None or summary.status not in FINISHED:
+            return False
+        return not (self.extended and summary.status in ("completed", "budget_exhausted"))
+
+    async def member(self, member: SweepMember, slots: asyncio.Semaphore) -> _Outcome:
+        async with slots:
+            options = RunOptions(**self.record.options)
+            provider: Provider
+            try:
+                if member.run is None and self.shared is not None and self.shared.exhausted():
+                    return _Outcome(member, error=f"not started: the sweep's ${self.shared.max_dollars:g} are spent")
+                if member.run is None:
+                    agent, provider = new_run(load_task(member.task), member.model, self.base, options)
+                    member.run = agent.run_dir.name
+                    write_json_atomic(self.path, self.record)
+                else:
+                    summary = RunReader(self.base / member.run).summary()
+                    if self.settled(summary):
+                        return _Outcome(member, summary)
+                    _, agent, provider = resume_run(
+                        str(self.base / member.run), self.base, member.model, None, options.budget_flags(), None,
+                        self.redo_corrupt,
+                    )
+            except (UserError, TaskError, RunRecordError) as exc:
+                return _Outcome(member, error=str(exc), fatal=True)
+            agent.events = _Lines(_label(member))
+            self.agents.append(agent)
+            if self.shared is not None:
+                agent.shared = self.shared
+                self.shared.agents.append(agent)
+            try:
+                return _Outcome(member, await agent.run())
+            except FatalProviderError as exc:
+                return _Outcome(member, agent.summary, error=str(exc), fatal=True)
+            finally:
+                await provider.aclose()
+
+    async def all_members(self, received: list[signal.Signals]) -> list[_Outcome]:
+        """Every member, ``jobs`` at a time; SIGINT/SIGTERM interrupt them all (each summary says so)."""
+        loop = asyncio.get_running_loop()
+        main = asyncio.current_task()
+        assert main is not None
+
+        def stop(sig: signal.Signals) -> None:
+            received.append(sig)
+            for a in self.agents:
+                a.interrupted_by = "Ctrl-C" if sig == signal.SIGINT else sig.name
+            main.cancel()
+
+        for sig in STOP_SIGNALS:
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, stop, sig)
+        slots = asyncio.Semaphore(self.jobs)
+        try:
+            return list(await asyncio.gather(*(self.member(m, slots) for m in self.record.members)))
+        finally:
+            for sig in STOP_SIGNALS:
+                with contextlib.suppress(NotImplementedError):
+                    loop.remove_signal_handler(sig)
+
+    def run(self) -> int:
+        """Run it to the end (or a signal) and print the table; the exit status."""
+        if self.jobs > 1 and gpu_verifier_available():
+            console.print("on the GPU, timings must not overlap: one run at a time", style="dim italic")
+            self.jobs = 1
+        if self.shared is not None:  # what the runs left alone spent counts, too
+            for m in self.record.members:
+                with contextlib.suppress(RunRecordError):
+                    summary = RunReader(self.base / m.run).summary() if m.run else None
+                    if summary is not None and self.settled(summary):
+                        self.shared.already_spent += summary.cost_usd
+        received: list[signal.Signals] = []
+        try:
+            outcomes = asyncio.run(self.all_members(received))
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            err_console.print(
+                f"interrupted; finished attempts are saved. Resume with: coda-agent run --resume {self.path}",
+                highlight=False, soft_wrap=True, markup=False,
+            )
+            return STOP_SIGNALS[received[0]] if received else 130
+        wide_console().print(summary_table(self.record, outcomes))
+        for o in outcomes:
+            if o.error:
+                kind = "[bold red]error:[/]" if o.fatal else "note:"
+                err_console.print(f"{kind} [{escape(_label(o.member))}] {escape(o.error)}", highlight=False, soft_wrap=True)
+        console.print(f"  record: {self.path}", highlight=False, soft_wrap=True, markup=False)
+        if any(o.fatal for o in outcomes):
+            return 2
+        return 0 if all(o.summary is not None and o.summary.best_attempt is not None for o in outcomes) else 1
+
+
+def summary_table(record: SweepRecord, outcomes: list[_Outcome]) -> Table:
+    """One row per run: status, best, attempts, tokens, cost, where its record is."""
+    table = Table(title=f"sweep {record.sweep_id}", title_justify="left", title_style="bold")
+    for col in ("task", "model", "status", "best", "attempts", "tokens", "$", "run"):
+        table.add_column(col, overflow="fold", no_wrap=col == "run", justify="right" if col in ("attempts", "tokens", "$") else "left")
+    for o in outcomes:
+        s = o.summary
+        if s is None:
+            status = "[red]error[/]" if o.fatal else "not started"
+            table.add_row(Path(o.member.task).stem, o.member.model, status, "-", "-", "-", "-", o.member.run or "-")
+            continue
+        best = f"#{s.best_attempt}" + (f" ({speed_text(s)})" if speed_text(s) else "") if s.best_attempt else "none correct"
+        colour = "green" if s.best_attempt else "red"
+        table.add_row(
+            escape(Path(o.member.task).stem), escape(o.member.model), f"[{colour}]{s.status}[/]", best, str(s.attempts),
+            tokens_text(s.input_tokens + s.output_tokens), money_text(s.cost_usd, s.cost_known), escape(o.member.run or "-"),
+        )
+    return table

@@ -1,0 +1,34 @@
+"""The wheel is a complete install: the task suite and the example scripts ship inside it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+
+from .conftest import EXAMPLE_SCRIPT, REPO, TASK_DIR
+
+
+def test_the_wheel_ships_the_task_suite_and_the_examples(tmp_path):
+    src = tmp_path / "checkout"  # a copy, so the build leaves no build/ or egg-info in the checkout
+    shutil.copytree(REPO / "coda_agent", src / "coda_agent", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), str(src)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Warning" not in proc.stdout + proc.stderr  # e.g. setuptools' deprecated TOML-table license
+    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    suite = sorted(p.relative_to(TASK_DIR).as_posix() for p in TASK_DIR.rglob("*") if p.suffix in (".yaml", ".py"))
+    assert len([p for p in suite if p.endswith(".yaml")]) == 12 and len([p for p in suite if p.startswith("human/")]) == 12
+    missing = [p for p in suite if f"coda_agent/suite/{p}" not in names]
+    assert not missing
+    assert f"coda_agent/examples/mock/{EXAMPLE_SCRIPT.name}" in names
+    assert "coda_agent/bench/runner.py" in names and "coda_agent/viewer/templates/task.html" in names
+    read = lambda suffix: zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(suffix))).decode()  # noqa: E731
+    assert "License-Expression: Apache-2.0" in read(".dist-info/METADATA")
+    assert "coda-agent = coda_agent.launch:main" in read(".dist-info/entry_points.txt")  # --version without torch

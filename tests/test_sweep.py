@@ -1,0 +1,123 @@
+"""Sweeps: several tasks (or a folder) and several models in one ``coda-agent run``, resumable, one table at the end."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+from coda_agent.store.records import SweepRecord
+from coda_agent.store.runs import RunReader
+
+from .conftest import TASK_DIR, cli
+from .fake_llm_server import OPENAI_PATH, FakeLLMServer, openai_chat
+
+MODELS = ("--model", "mock/gemm_residual_three_attempts", "--model", "mock/echo")
+
+
+def sweep_record(runs) -> SweepRecord:
+    (path,) = runs.glob("*.sweep.json")
+    return SweepRecord.model_validate_json(path.read_text())
+
+
+def test_every_task_with_every_model_then_a_table(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    code, out, err = cli(capsys, "run", "gemm_residual_rmsnorm", "gemm_rmsnorm", *MODELS, "--rounds", "3", "--no-compile",
+                         "--runs-dir", str(runs))
+    assert code == 1, out + err  # not every run found a correct kernel
+    assert "2 task(s) × 2 model(s) = 4 runs, 2 at a time" in out
+    record = sweep_record(runs)
+    pairs = [(m.task.rsplit("/", 1)[-1], m.model) for m in record.members]
+    assert pairs == [(t, m) for t in ("gemm_residual_rmsnorm.yaml", "gemm_rmsnorm.yaml")
+                     for m in ("mock/gemm_residual_three_attempts", "mock/echo")]
+    headers = [RunReader(runs / m.run).header for m in record.members]
+    assert [(h.task, h.model) for h in headers] == [(t.split(".")[0], m) for t, m in pairs]
+    assert RunReader(runs / record.members[0].run).summary().status == "target_reached"
+    assert "[gemm_residual_rmsnorm · mock/echo] #1" in out  # attempt lines say which run they belong to
+    table = out[out.index(f"sweep {record.sweep_id}"):]
+    assert table.count("target_reached") == 1 and table.count("none correct") == 3
+    assert all(m.run in table for m in record.members)
+
+
+def test_a_folder_of_tasks_is_a_sweep(tmp_path, capsys):
+    folder = tmp_path / "mine"
+    (folder / "human").mkdir(parents=True)
+    for name in ("gemm_residual", "gemm_swiglu"):
+        for rel in (f"{name}.yaml", f"{name}.py", f"human/{name}.py"):
+            shutil.copy(TASK_DIR / rel, folder / rel)
+    code, out, _ = cli(capsys, "run", str(folder), "--model", "mock/echo", "--rounds", "1", "--no-compile",
+                       "--runs-dir", str(tmp_path / "runs"))
+    assert code == 1 and "2 task(s) × 1 model(s) = 2 runs" in out
+    assert sorted(m.task for m in sweep_record(tmp_path / "runs").members) == sorted(
+        str((folder / f"{n}.yaml").resolve()) for n in ("gemm_residual", "gemm_swiglu"))
+
+
+def test_resume_starts_the_missing_runs_and_continues_the_interrupted_ones(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    cli(capsys, "run", "gemm_residual_rmsnorm", "gemm_rmsnorm", *MODELS, "--rounds", "3", "--no-compile", "--runs-dir", str(runs))
+    (path,) = runs.glob("*.sweep.json")
+    record = sweep_record(runs)
+    interrupted, finished, never = runs / record.members[0].run, runs / record.members[1].run, record.members[3].run
+    (interrupted / "attempts" / "0003.json").unlink()
+    summary = json.loads((interrupted / "summary.json").read_text())
+    (interrupted / "summary.json").write_text(json.dumps({**summary, "status": "interrupted", "best_attempt": None}))
+    shutil.rmtree(runs / never)
+    data = json.loads(path.read_text())
+    data["members"][3]["run"] = None
+    path.write_text(json.dumps(data))
+    untouched = (finished / "summary.json").read_bytes()
+
+    code, out, err = cli(capsys, "run", "--resume", record.sweep_id[:14], "--runs-dir", str(runs))
+    assert code == 1, out + err
+    assert "resuming sweep" in out and "3 of 4 runs started before" in out
+    assert [a.outcome for a in RunReader(interrupted).attempts()] == ["static_rejected", "wrong_output", "passed"]
+    assert RunReader(interrupted).summary().status == "target_reached"
+    assert (finished / "summary.json").read_bytes() == untouched
+    again = sweep_record(runs)
+    assert again.members[3].run is not None and again.members[3].run != never
+    assert len([d for d in runs.iterdir() if d.is_dir()]) == 4
+
+
+def test_bad_input_stops_a_sweep_before_any_run(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    code, _, err = cli(capsys, "run", "gemm_residual", "gemm_rmsnorm", "--model", "mock/echo", "--model", "nosuch/x",
+                       "--runs-dir", str(runs))
+    assert code == 2 and "unknown provider 'nosuch/x'" in err and err.count("\n") == 1
+    code, _, err = cli(capsys, "run", "gemm_residual", "nosuch_task", "--model", "mock/echo", "--runs-dir", str(runs))
+    assert code == 2 and "no task named 'nosuch_task'" in err
+    code, _, err = cli(capsys, "run", "gemm_residual", "--model", "mock/echo", "--model", "replay/x", "--runs-dir", str(runs))
+    assert code == 2 and "cannot be part of a sweep" in err
+    assert not runs.exists()
+
+
+def test_resume_with_higher_budgets_extends_every_run(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    cli(capsys, "run", "gemm_residual_rmsnorm", *MODELS, "--rounds", "1", "--no-compile", "--runs-dir", str(runs))
+    record = sweep_record(runs)
+    code, _, err = cli(capsys, "run", "--resume", record.sweep_id, "--temperature", "0.1", "--runs-dir", str(runs))
+    assert code == 2 and "only budgets" in err and "temperature" in err
+    code, out, err = cli(capsys, "run", "--resume", record.sweep_id, "--rounds", "2", "--runs-dir", str(runs))
+    assert code == 1, out + err
+    assert [RunReader(runs / m.run).summary().rounds for m in record.members] == [2, 2]
+    assert sweep_record(runs).options["rounds"] == 2
+
+
+def test_total_dollars_stops_the_whole_sweep(tmp_path, capsys, monkeypatch):
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("openai-compatible/qwen: {input: 100000, output: 0}\n")  # 10 prompt tokens: $1 a call
+    monkeypatch.setenv("CODA_AGENT_PRICES", str(prices))
+    server = FakeLLMServer().start()
+    try:
+        for _ in range(6):
+            server.reply(OPENAI_PATH, openai_chat("no code in this reply", model="qwen"))
+        code, out, err = cli(capsys, "run", "gemm_residual", "gemm_rmsnorm", "--model", "openai-compatible/qwen",
+                             "--base-url", f"{server.url}/v1", "--rounds", "3", "--jobs", "1", "--total-dollars", "1.5",
+                             "--no-compile", "--runs-dir", str(tmp_path / "runs"))
+    finally:
+        server.stop()
+    assert code == 1, out + err
+    first, second = sweep_record(tmp_path / "runs").members
+    summary = RunReader(tmp_path / "runs" / first.run).summary()
+    assert summary.status == "budget_exhausted" and summary.attempts == 2 and "sweep's dollar budget" in summary.stop_reason
+    assert second.run is None and "not started" in out
+    code, _, err = cli(capsys, "run", "gemm_residual", "--model", "mock/echo", "--total-dollars", "1", "--runs-dir", str(tmp_path))
+    assert code == 2 and "--total-dollars is for sweeps" in err

@@ -1,0 +1,55 @@
+"""``coda-agent verify``: every input mistake is one line and exit 2, never a traceback or a false PASSED."""
+
+from __future__ import annotations
+
+import pytest
+
+from coda_agent.cli.inputs import default_timeout
+from coda_agent.tasks import find_task
+
+from .conftest import cli
+
+K0 = find_task("gemm_residual_rmsnorm")
+
+
+def one_line_error(capsys, *args: str) -> str:
+    code, out, err = cli(capsys, "verify", *args)
+    assert code == 2, out + err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("seeds", ["0", "-1"])
+def test_zero_or_negative_seeds_are_refused_not_passed(capsys, seeds):
+    assert "must be at least 1" in one_line_error(capsys, "gemm_residual_rmsnorm", "--seeds", seeds)
+
+
+def test_real_sizes_on_the_cpu_emulator_are_refused(capsys):
+    err = one_line_error(capsys, "gemm_residual_rmsnorm", "--shapes", "bench")
+    assert "CPU emulator runs the 'small' shapes only" in err and "--backend quack" in err
+
+
+def test_an_unknown_shape_set_is_named(capsys):
+    assert "has no shape set 'nosuch' (has: small, bench)" in one_line_error(capsys, "gemm_residual_rmsnorm", "--shapes", "nosuch")
+
+
+def test_unusable_candidate_files_are_one_line(capsys, tmp_path):
+    binary = tmp_path / "kernel.py"
+    binary.write_bytes(b"\xff\xfe\x00\x81 not python")
+    assert "not a text file" in one_line_error(capsys, "gemm_residual_rmsnorm", str(binary))
+    assert "a folder, not a candidate file" in one_line_error(capsys, "gemm_residual_rmsnorm", str(tmp_path))
+    assert "no such candidate file" in one_line_error(capsys, "gemm_residual_rmsnorm", str(tmp_path / "nope.py"))
+    assert "must be a positive number" in one_line_error(capsys, "gemm_residual_rmsnorm", "--timeout", "0")
+
+
+def test_timeout_option_stops_a_looping_candidate(capsys, tmp_path):
+    looping = tmp_path / "loop.py"
+    looping.write_text(K0.human_file.read_text().replace("    out = gemm(", "    while True:\n        pass\n    out = gemm(", 1))
+    code, out, _ = cli(capsys, "verify", "gemm_residual_rmsnorm", str(looping), "--timeout", "6")
+    assert code == 1 and "TIMEOUT" in out and "did not finish within 6 s" in out
+
+
+def test_default_time_limit_follows_the_stages_and_shapes():
+    assert default_timeout(K0, ("correctness",), "small", 3) == 120
+    assert default_timeout(K0, ("correctness", "compile"), "small", 3) == 300  # as the run command's help says
+    assert default_timeout(K0, ("gpu_correctness", "profile"), "bench", 3) > 600  # a QuACK build per bench shape
