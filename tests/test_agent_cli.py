@@ -305,3 +305,39 @@ def test_a_run_on_an_unpriced_model_shows_unpriced_not_zero_dollars(tmp_path, ca
     assert "unpriced" in out.splitlines()[-2] and "$0" not in out  # the totals line, and the attempt line
     (run_dir,) = tmp_path.iterdir()
     assert RunReader(run_dir).summary().cost_known is False
+
+
+def test_sigterm_ends_a_verification_in_flight_at_once(tmp_path):
+    """A candidate that never returns does not hold an interrupted run until its time limit."""
+    human = (TASK_DIR / "human" / "gemm_residual_rmsnorm.py").read_text()
+    spinning = human.replace("    out = gemm(", "    while True:\n        pass\n    out = gemm(")
+    script = tmp_path / "spin.yaml"
+    script.write_text(yaml.safe_dump({"responses": [{"text": f"```python\n{spinning}```\n"}]}))
+    env = {**os.environ, "CODA_AGENT_RUNS_DIR": str(tmp_path / "runs"), "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "coda_agent", "run", TASK_YAML, "--model", f"mock/{script}", "--no-compile", "--timeout", "300"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not any("verifier.runner" in p.read_text(errors="replace") for p in Path("/proc").glob("*/cmdline") if _readable(p)):
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        proc.terminate()
+        _, err = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        proc.kill()
+    assert proc.returncode == 143 and took < 15, (took, err)
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert RunReader(run_dir).summary().status == "interrupted"
+
+
+def _readable(path: Path) -> bool:
+    try:
+        path.read_bytes()
+    except OSError:
+        return False
+    return True

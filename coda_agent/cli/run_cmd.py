@@ -25,6 +25,7 @@ from ..store.records import Attempt, Budgets, ChatMessage, RunHeader, RunSummary
 from ..store.runs import RUNS_DIR_ENV, RunReader, RunRecordError, default_runs_dir, resolve_run
 from ..tasks.loader import find_recorded_task, find_task
 from ..tasks.model import Task
+from ..verifier import cancel_all
 from ..verifier.sandbox import UNSANDBOXED_OPT_IN, SandboxUnavailable, require_isolation
 from . import UserError, app, console, err_console
 from .inputs import check_task_runs, default_timeout, seed_list, timeout_value
@@ -235,6 +236,7 @@ async def _drive(agent: Agent, provider: Provider, received: list[signal.Signals
         received.append(sig)
         agent.interrupted_by = "Ctrl-C" if sig == signal.SIGINT else sig.name
         task.cancel()
+        cancel_all()  # verifications in flight return at once instead of running to their time limit
 
     for sig in STOP_SIGNALS:
         with contextlib.suppress(NotImplementedError):  # not on Windows: Ctrl-C then raises KeyboardInterrupt

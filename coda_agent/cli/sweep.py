@@ -26,6 +26,7 @@ from ..store.records import Attempt, RunSummary, SweepMember, SweepRecord, write
 from ..store.runs import RunReader, RunRecordError
 from ..tasks.loader import TaskError, find_task, load_task, task_files
 from ..tasks.model import Task
+from ..verifier import cancel_all
 from . import UserError, console, err_console, wide_console
 from .inputs import check_task_runs
 from .run_cmd import (
@@ -235,6 +236,7 @@ class _Session:
             for a in self.agents:
                 a.interrupted_by = "Ctrl-C" if sig == signal.SIGINT else sig.name
             main.cancel()
+            cancel_all()
 
         for sig in STOP_SIGNALS:
             with contextlib.suppress(NotImplementedError):

@@ -15,13 +15,17 @@ import time
 
 from ..tasks.model import Task
 from . import gpu as _gpu  # noqa: F401 - registers the GPU stages
+from .client import cancel_all
 from .plan import COMPILE_STAGES, CPU_STAGES, Plan
 from .sandbox import detect as detect_sandbox
 from .stages import STAGES, Context
 from .static import check_source
 from .verdict import Outcome, OutputCheck, StageResult, Verdict
 
-__all__ = ["COMPILE_STAGES", "CPU_STAGES", "Outcome", "OutputCheck", "Plan", "StageResult", "Verdict", "detect_sandbox", "verify"]
+__all__ = [
+    "COMPILE_STAGES", "CPU_STAGES", "Outcome", "OutputCheck", "Plan", "StageResult", "Verdict", "cancel_all", "detect_sandbox",
+    "verify",
+]
 
 #: Longest reason kept in a verdict (reasons reach the model's prompt).
 MAX_REASON = 2500

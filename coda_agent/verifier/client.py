@@ -38,6 +38,20 @@ _SHIM = (
 )
 
 
+#: Every runner alive in this process, so that an interrupted caller can end them all at once.
+_LIVE: set[RunnerClient] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def cancel_all() -> int:
+    """End every runner of this process (Ctrl-C, SIGTERM): their verifications return at once as cancelled."""
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for client in live:
+        client.cancel()
+    return len(live)
+
+
 class RunnerError(Exception):
     """The runner did not answer as asked."""
 
@@ -48,6 +62,10 @@ class RunnerCrashed(RunnerError):
 
 class RunnerTimedOut(RunnerError):
     pass
+
+
+class RunnerCancelled(RunnerError):
+    """The caller was interrupted and ended the runner."""
 
 
 class CandidateRaised(RunnerError):
@@ -106,7 +124,7 @@ class RunnerClient:
             **({"RLIMIT_AS": spec.limits.memory_bytes} if spec.limits.memory_bytes else {}),
         }
         shim = [sys.executable, "-S", "-c", _SHIM, json.dumps(limits)]
-        self._timed_out = False
+        self._timed_out = self._cancelled = False
         self._op = ""
         self._tail = bytearray()
         self.proc = self.sandbox.popen(argv, spec, prefix=shim, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -117,6 +135,8 @@ class RunnerClient:
         self._watchdog = threading.Thread(target=self._watch, daemon=True)
         self._closed = threading.Event()
         self._watchdog.start()
+        with _LIVE_LOCK:
+            _LIVE.add(self)
         try:
             self._request({"op": "load", "backend": backend, "device": device, "constants": constants})
         except BaseException:
@@ -160,7 +180,13 @@ class RunnerClient:
             raise CandidateRaised(error, reply.get("call"))
         return reply
 
+    def cancel(self) -> None:
+        self._cancelled = True
+        kill(self.proc)
+
     def _fail(self, exc: Exception) -> Any:
+        if self._cancelled:
+            raise RunnerCancelled("the verification was cancelled (the caller was interrupted)") from None
         if self._timed_out:
             raise RunnerTimedOut("the candidate did not finish in time") from None
         try:
@@ -225,6 +251,8 @@ class RunnerClient:
 
     def close(self) -> None:
         self._closed.set()
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
         with contextlib.suppress(ProtocolError):
             self.channel.send({"op": "exit"})
         with contextlib.suppress(subprocess.TimeoutExpired):

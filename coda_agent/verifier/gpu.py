@@ -25,7 +25,7 @@ import torch
 from ..measure.baselines import baseline_variants, compiled_reference
 from ..measure.timing import Clock, RepPlan, Timing, lead_in, summarize
 from ..tasks.model import ShapePoint
-from .client import CandidateRaised, RunnerClient, RunnerCrashed, RunnerTimedOut
+from .client import CandidateRaised, RunnerCancelled, RunnerClient, RunnerCrashed, RunnerTimedOut
 from .stages import Context, Reject, call_problems, references, returned_checks, run_correctness, stage
 from .verdict import Outcome, ShapeTiming, StageResult
 
@@ -100,6 +100,8 @@ def run_timing(ctx: Context, with_compile: bool, device: str = "cuda", backend_n
                     return result(rej.outcome, rej.reason)
     except CandidateRaised as exc:
         return result(Outcome.RUNTIME_ERROR, f"timing failed:\n{exc}")
+    except RunnerCancelled as exc:
+        return result(Outcome.INFRA_ERROR, str(exc))
     except RunnerTimedOut:
         return result(Outcome.TIMEOUT, f"timing did not finish within {ctx.plan.timeout:.0f} s")
     except RunnerCrashed as exc:

@@ -28,7 +28,15 @@ import torch
 
 from ..tasks.loader import BUILTIN_TASK_DIR, TaskError, reference_function, task_sources
 from ..tasks.model import ShapePoint, Task
-from .client import Batch, CallOutput, CandidateRaised, RunnerClient, RunnerCrashed, RunnerTimedOut
+from .client import (
+    Batch,
+    CallOutput,
+    CandidateRaised,
+    RunnerCancelled,
+    RunnerClient,
+    RunnerCrashed,
+    RunnerTimedOut,
+)
 from .compare import check_outputs
 from .plan import Plan
 from .trace import LaunchEstimate, LaunchTrace, calls_from_trace
@@ -259,6 +267,8 @@ def run_correctness(ctx: Context, name: str, backend_name: str, device: str) -> 
                 shapes[point.name] = {"outcome": Outcome.PASSED.value, "reason": "", **info}
     except CandidateRaised as exc:
         return result(Outcome.RUNTIME_ERROR, str(exc))
+    except RunnerCancelled as exc:
+        return result(Outcome.INFRA_ERROR, str(exc))
     except RunnerTimedOut:
         return result(Outcome.TIMEOUT, f"the candidate did not finish within {ctx.plan.timeout:.0f} s")
     except RunnerCrashed as exc:
@@ -288,6 +298,8 @@ def compile_sm90(ctx: Context) -> StageResult:
             batch = client.run(["compile"], keep=[])
     except CandidateRaised as exc:
         return result(Outcome.COMPILE_ERROR, f"building the sm_90a kernels failed at shape {point.name}:\n{exc}")
+    except RunnerCancelled as exc:
+        return result(Outcome.INFRA_ERROR, str(exc))
     except RunnerTimedOut:
         return result(Outcome.TIMEOUT, f"the build did not finish within {ctx.plan.timeout:.0f} s")
     except RunnerCrashed as exc:
