@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import sys
 
-
-def version_line() -> str:
-    from . import __version__
-
-    return f"coda-agent {__version__}"
+from . import version_line
 
 
 def main() -> None:

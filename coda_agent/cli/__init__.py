@@ -63,7 +63,7 @@ def wide_console() -> Console:
 
 def _print_version(value: bool) -> None:
     if value:
-        from ..launch import version_line
+        from .. import version_line
 
         console.print(version_line())
         raise typer.Exit()

@@ -25,8 +25,17 @@ import torch
 from ..measure.baselines import baseline_variants, compiled_reference
 from ..measure.timing import Clock, RepPlan, Timing, lead_in, summarize
 from ..tasks.model import ShapePoint
-from .client import CandidateRaised, RunnerCancelled, RunnerClient, RunnerCrashed, RunnerTimedOut
-from .stages import Context, Reject, call_problems, references, returned_checks, run_correctness, stage
+from .client import CandidateRaised, RunnerClient, RunnerError
+from .stages import (
+    Context,
+    Reject,
+    call_problems,
+    references,
+    returned_checks,
+    run_correctness,
+    runner_failure,
+    stage,
+)
 from .verdict import Outcome, ShapeTiming, StageResult
 
 TIMING_METHOD = (
@@ -98,14 +107,8 @@ def run_timing(ctx: Context, with_compile: bool, device: str = "cuda", backend_n
                     shapes[point.name] = time_shape(ctx, client, point, device, with_compile, plan or RepPlan())
                 except Reject as rej:
                     return result(rej.outcome, rej.reason)
-    except CandidateRaised as exc:
-        return result(Outcome.RUNTIME_ERROR, f"timing failed:\n{exc}")
-    except RunnerCancelled as exc:
-        return result(Outcome.INFRA_ERROR, str(exc))
-    except RunnerTimedOut:
-        return result(Outcome.TIMEOUT, f"timing did not finish within {ctx.plan.timeout:.0f} s")
-    except RunnerCrashed as exc:
-        return result(Outcome.CRASH, str(exc))
+    except RunnerError as exc:
+        return result(*runner_failure(exc, ctx.plan, Outcome.RUNTIME_ERROR, "timing failed:\n"))
     summary = "; ".join(f"{s}: {d.candidate.median_us:.0f} µs" for s, d in shapes.items())
     return result(Outcome.PASSED, f"median {summary}")
 

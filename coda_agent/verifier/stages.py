@@ -34,7 +34,7 @@ from .client import (
     CandidateRaised,
     RunnerCancelled,
     RunnerClient,
-    RunnerCrashed,
+    RunnerError,
     RunnerTimedOut,
 )
 from .compare import check_outputs
@@ -246,6 +246,17 @@ def agreement(task: Task, first: CallOutput, again: CallOutput, found: list[Outp
         drifted.append(spec.name)
 
 
+def runner_failure(exc: RunnerError, plan: Plan, raised: Outcome, prefix: str) -> tuple[Outcome, str]:
+    """How a runner's fault ends a stage: the candidate raised (``raised``), ran out of time, was cancelled or died."""
+    if isinstance(exc, CandidateRaised):
+        return raised, f"{prefix}{exc}"
+    if isinstance(exc, RunnerCancelled):
+        return Outcome.INFRA_ERROR, str(exc)
+    if isinstance(exc, RunnerTimedOut):
+        return Outcome.TIMEOUT, f"the candidate did not finish within {plan.timeout:.0f} s"
+    return Outcome.CRASH, str(exc)
+
+
 def run_correctness(ctx: Context, name: str, backend_name: str, device: str) -> StageResult:
     """Every selected shape through :func:`check_shape` (the first fault ends the stage)."""
     t0 = time.perf_counter()
@@ -265,14 +276,8 @@ def run_correctness(ctx: Context, name: str, backend_name: str, device: str) -> 
                     shapes[point.name] = {"outcome": rej.outcome.value, "reason": rej.reason, "dims": point.dims}
                     return result(rej.outcome, rej.reason)
                 shapes[point.name] = {"outcome": Outcome.PASSED.value, "reason": "", **info}
-    except CandidateRaised as exc:
-        return result(Outcome.RUNTIME_ERROR, str(exc))
-    except RunnerCancelled as exc:
-        return result(Outcome.INFRA_ERROR, str(exc))
-    except RunnerTimedOut:
-        return result(Outcome.TIMEOUT, f"the candidate did not finish within {ctx.plan.timeout:.0f} s")
-    except RunnerCrashed as exc:
-        return result(Outcome.CRASH, str(exc))
+    except RunnerError as exc:
+        return result(*runner_failure(exc, ctx.plan, Outcome.RUNTIME_ERROR, ""))
     n = len(ctx.shape_points())
     return result(Outcome.PASSED, f"all outputs within tolerance on {n} {ctx.plan.shape_set} shapes x {len(ctx.plan.seeds)} seeds, launch budget kept")
 
@@ -296,14 +301,8 @@ def compile_sm90(ctx: Context) -> StageResult:
         with ctx.runner("quack-compile", "cpu") as client:
             client.put("compile", ctx.task.make_inputs(point.dims, 0))
             batch = client.run(["compile"], keep=[])
-    except CandidateRaised as exc:
-        return result(Outcome.COMPILE_ERROR, f"building the sm_90a kernels failed at shape {point.name}:\n{exc}")
-    except RunnerCancelled as exc:
-        return result(Outcome.INFRA_ERROR, str(exc))
-    except RunnerTimedOut:
-        return result(Outcome.TIMEOUT, f"the build did not finish within {ctx.plan.timeout:.0f} s")
-    except RunnerCrashed as exc:
-        return result(Outcome.CRASH, str(exc))
+    except RunnerError as exc:
+        return result(*runner_failure(exc, ctx.plan, Outcome.COMPILE_ERROR, f"building the sm_90a kernels failed at shape {point.name}:\n"))
     est = LaunchEstimate.from_ops(batch.ops[0] if batch.ops else [])  # the compile batch is always traced
     if not est.gemms:
         return result(Outcome.CHEAT_DETECTED, f"at shape {point.name}, forward() built no GEMM kernel: every GEMM must be a primitives.gemm call")
