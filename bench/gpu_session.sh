@@ -5,13 +5,15 @@
 #   source .gpu2/env.sh && bash bench/gpu_session.sh [pytest -k expression]
 # Set CODA_AGENT_GIT_COMMIT when the tree travels without .git. Results are copied to $OUT when it is set.
 set -o pipefail
+# The runner's sandbox: the image has no bubblewrap, scripts/gpu_bwrap.sh carries Debian's binary in .gpu2/.
+[ -x .gpu2/bwrap ] && export CODA_AGENT_BWRAP=$PWD/.gpu2/bwrap
 t0=$(date +%s)
 timeout "${BENCH_TIMEOUT:-540}" python3 -m coda_agent bench --jobs "${BENCH_JOBS:-6}" 2>&1 | tee /tmp/bench.log
 echo "bench: exit $? after $(( $(date +%s) - t0 )) s"
 if [ -n "${OUT:-}" ]; then cp bench/results/*-"$(date +%F)".* /tmp/bench.log "$OUT"/ 2>/dev/null; fi
 left=$(( ${SESSION_SECONDS:-590} - ($(date +%s) - t0) ))
 if [ "$left" -gt 30 ]; then
-  timeout "$left" python3 -m pytest -m gpu -q -rfE -p no:cacheprovider tests/test_gpu_kernels.py ${1:+-k "$1"} 2>&1 | tee /tmp/gpu-tests.log
+  timeout "$left" python3 -m pytest -m gpu -q -rfE -p no:cacheprovider tests/test_gpu_kernels.py tests/adversarial/test_adversarial_gpu.py ${1:+-k "$1"} 2>&1 | tee /tmp/gpu-tests.log
   if [ -n "${OUT:-}" ]; then cp /tmp/gpu-tests.log "$OUT"/; fi
 fi
 echo "session: $(( $(date +%s) - t0 )) s"
