@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ..atomic import write_text_atomic
 from ..measure.peaks import Peaks, speed_of_light_us
 from ..tasks.model import Task
 from ..verifier import verify
@@ -203,11 +204,9 @@ def write_run(run: BenchRun, json_path: Path | None, md_path: Path | None) -> li
 
     written = []
     if json_path:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(run.model_dump_json(indent=2) + "\n")
+        write_text_atomic(json_path, run.model_dump_json(indent=2) + "\n")
         written.append(json_path)
     if md_path:
-        md_path.parent.mkdir(parents=True, exist_ok=True)
-        md_path.write_text(markdown_summary(run))
+        write_text_atomic(md_path, markdown_summary(run))
         written.append(md_path)
     return written

@@ -11,6 +11,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ..atomic import write_text_atomic
 from ..bench.results import BenchRun
 from ..store.index import DEFAULT_BENCH_DIR
 from ..tasks.loader import find_task, load_tasks
@@ -149,7 +150,6 @@ def _tune(selected: list[Task], shapes: str, shape: list[str] | None, device: st
             for s in results
         ]
         if json_out:  # after every task: a long sweep keeps what it finished
-            json_out.parent.mkdir(parents=True, exist_ok=True)
-            json_out.write_text(json.dumps(report, indent=2) + "\n")
+            write_text_atomic(json_out, json.dumps(report, indent=2) + "\n")
     if json_out:
         console.print(f"wrote {json_out}")

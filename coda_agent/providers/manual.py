@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from ..atomic import write_text_atomic
 from ..store.records import ChatMessage
 from .base import Completion, ErrorKind, Provider, ProviderError
 
@@ -59,9 +60,7 @@ class ManualProvider(Provider):
         self._next_number += 1
         prompt_path = self.directory / f"prompt-{number}.md"
         answer_path = self.directory / f"answer-{number}.md"
-        tmp = prompt_path.with_name(f".{prompt_path.name}.tmp")
-        tmp.write_text(render_prompt(messages))
-        tmp.replace(prompt_path)
+        write_text_atomic(prompt_path, render_prompt(messages))
         self.notify(
             f"manual: prompt in {prompt_path}; save the reply as {answer_path} (waiting up to {self.timeout:g}s)"
         )
