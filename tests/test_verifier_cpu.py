@@ -163,3 +163,12 @@ def test_wrong_candidates_of_every_family_are_rejected(task_name, label, edits, 
     v = verify(task, src)
     assert v.outcome is outcome, f"{label}: {v.outcome} {v.reason}"
     assert reason in v.reason, v.reason
+
+
+def test_reasons_are_bounded_and_never_carry_a_secret_value(monkeypatch):
+    from coda_agent.verifier import sanitize
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-FAKE-0123456789abcdef")
+    text = sanitize("forward() raised: KeyError: 'sk-FAKE-0123456789abcdef'" + "x" * 10_000)
+    assert "sk-FAKE-0123456789abcdef" not in text and "[redacted]" in text
+    assert len(text) <= 2500

@@ -7,10 +7,11 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from ..atomic import write_text_atomic
 from ..tasks.loader import find_task
-from ..verifier import COMPILE_STAGES, CPU_STAGES, verify
+from ..verifier import COMPILE_STAGES, CPU_STAGES, detect_sandbox, verify
 from ..verifier.verdict import Verdict
-from . import UserError, app, console
+from . import UserError, app, console, err_console
 from .inputs import check_shape_set, default_timeout, read_candidate, seed_list, timeout_value
 
 
@@ -71,9 +72,12 @@ def verify_cmd(
     limit = timeout_value(timeout, default_timeout(t, stages, shape_set, len(seed_values)))
     source = read_candidate(path)
     console.print(f"verifying [bold]{path}[/] on [bold]{t.name}[/] ({label}, shapes: {shape_set})")
+    box = detect_sandbox()
+    if not box.isolated:
+        err_console.print(f"[bold yellow]warning:[/] {box.describe()}", highlight=False)
     verdict = verify(t, source, stages, shape_set=shape_set, seeds=seed_values, timeout=limit, backend_label=label)
     print_verdict(verdict)
     if json_out:
-        json_out.write_text(verdict.model_dump_json(indent=2))
+        write_text_atomic(json_out, verdict.model_dump_json(indent=2))
     if not verdict.passed:
         raise typer.Exit(1)
