@@ -11,6 +11,8 @@ Imported lazily (only the harness selects it). Two flavours:
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -120,15 +122,22 @@ def run_compile_only(call: GemmCall) -> dict[str, torch.Tensor]:
     d_shape = (m, 2 * n) if call.epi.mode == "packed" else (m, n)
     out = {"D": torch.zeros(d_shape, dtype=call.out_dtype)} if call.store_d else {}
     out.update({name: torch.zeros(m, width, dtype=call.out_dtype) for name in call.epi.outputs})
-    mod.plan(call.A, call.B, call.C, out=out, config=_gemm_config(call.config), **kw)
+    with without_driver():
+        mod.plan(call.A, call.B, call.C, out=out, config=_gemm_config(call.config), **kw)
     for name, sink in call.epi.sinks.items():
         out[name] = torch.zeros(n if isinstance(sink, RowVecReduce) else m, dtype=torch.float32)
     out.update(selects)
     return out
 
 
-def prepare_compile_only() -> None:
-    """Let QuACK build persistent-kernel plans with no CUDA driver (only the SM count is asked for)."""
+@contextmanager
+def without_driver() -> Iterator[None]:
+    """While planning compile-only, QuACK asks the driver only for the SM count: answer it (H200: 132), then restore."""
     import quack.gemm_runtime.host as host
 
+    original = host.get_max_active_clusters
     host.get_max_active_clusters = lambda cluster_size: 132 // cluster_size
+    try:
+        yield
+    finally:
+        host.get_max_active_clusters = original
