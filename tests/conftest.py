@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -62,3 +65,39 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     code = invoke(*args)
     out, err = capsys.readouterr()
     return code, out, err
+
+
+@dataclass
+class EscapeBait:
+    """What an escaping candidate goes for: a planted key, a sentinel file, a loopback listener (and its source)."""
+
+    key: str
+    sentinel: Path
+    listener: socket.socket
+    source: str
+
+    def reached(self) -> bool:
+        """Did anything connect to the listener?"""
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:
+            return False
+        conn.close()
+        return True
+
+
+@pytest.fixture
+def escape_bait(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[EscapeBait]:
+    """tests/candidates/k0_escape_template.py aimed at this test's key, sentinel and listener."""
+    key = f"sk-ant-FAKE-{os.getpid()}-{tmp_path.name}"
+    monkeypatch.setenv("ANTHROPIC_API_KEY", key)
+    sentinel = tmp_path / "sentinel.txt"
+    sentinel.write_text("original")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    listener.settimeout(0.5)
+    template = (REPO / "tests" / "candidates" / "k0_escape_template.py").read_text()
+    source = template.replace("SENTINEL", repr(str(sentinel))).replace("PORT", str(listener.getsockname()[1]))
+    yield EscapeBait(key, sentinel, listener, source)
+    listener.close()

@@ -118,23 +118,9 @@ def test_profile_times_the_kernel_with_eager_and_cublas():
     assert shape.candidate.bound == "events" and shape.cublas.bound == "events", shape
 
 
-def test_code_past_the_static_check_reaches_nothing_from_the_gpu_runner(tmp_path, monkeypatch):
+def test_code_past_the_static_check_reaches_nothing_from_the_gpu_runner(escape_bait):
     """The GPU runner (device nodes bound in) is as contained as the CPU one: no secret, network or host file."""
-    import socket
-
-    key = "sk-ant-FAKE-gpu-sandbox"
-    monkeypatch.setenv("ANTHROPIC_API_KEY", key)
-    sentinel = tmp_path / "sentinel.txt"
-    sentinel.write_text("original")
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(4)
-    listener.settimeout(0.5)
-    template = _candidate("k0_escape_template.py")
-    source = template.replace("SENTINEL", repr(str(sentinel))).replace("PORT", str(listener.getsockname()[1]))
-    v = unchecked(K0, source, "gpu_correctness", K0_SHAPE)
-    with pytest.raises(OSError):
-        listener.accept()
-    listener.close()
-    assert key not in v.model_dump_json() and sentinel.read_text() == "original"
+    v = unchecked(K0, escape_bait.source, "gpu_correctness", K0_SHAPE)
+    assert not escape_bait.reached(), "the candidate reached a loopback listener"
+    assert escape_bait.key not in v.model_dump_json() and escape_bait.sentinel.read_text() == "original"
     assert v.outcome is Outcome.PASSED, v.reason

@@ -135,38 +135,19 @@ def test_real_runs_refuse_without_a_sandbox_unless_asked(monkeypatch):
 
 
 @needs_bwrap
-def test_code_past_the_static_check_still_reaches_nothing(tmp_path, monkeypatch):
+def test_code_past_the_static_check_still_reaches_nothing(escape_bait):
     """Defence in depth: a candidate that the allowlist would refuse, run straight through the checker."""
-    import socket
-
     from coda_agent.tasks import find_task
     from coda_agent.verifier import Plan
     from coda_agent.verifier.stages import STAGES, Context
 
-    key = f"sk-ant-FAKE-{os.getpid()}"
-    monkeypatch.setenv("ANTHROPIC_API_KEY", key)
-    sentinel = tmp_path / "sentinel.txt"
-    sentinel.write_text("original")
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(4)
-    listener.settimeout(0.5)
-    template = (REPO / "tests" / "candidates" / "k0_escape_template.py").read_text()
-    source = template.replace("SENTINEL", repr(str(sentinel))).replace("PORT", str(listener.getsockname()[1]))
     task = find_task("gemm_residual_rmsnorm")
     before = _descendants(os.getpid())
-    result = STAGES["correctness"](Context(task=task, source=source, plan=Plan(shape_names=["tiny"], seeds=[0, 1]),
+    result = STAGES["correctness"](Context(task=task, source=escape_bait.source, plan=Plan(shape_names=["tiny"], seeds=[0, 1]),
                                            deadline=time.monotonic() + 120))
-    try:
-        conn, _ = listener.accept()
-        conn.close()
-        reached = True
-    except OSError:
-        reached = False
-    listener.close()
-    assert not reached, "the candidate reached a loopback listener"
-    assert key not in result.model_dump_json()
+    assert not escape_bait.reached(), "the candidate reached a loopback listener"
+    assert escape_bait.key not in result.model_dump_json()
     assert result.outcome is Outcome.PASSED, result.reason  # it computed the task; nothing of the host leaked
-    assert sentinel.read_text() == "original" and not Path("/tmp/coda-escape-probe").exists()
+    assert escape_bait.sentinel.read_text() == "original" and not Path("/tmp/coda-escape-probe").exists()
     time.sleep(0.5)
     assert not [p for p in _descendants(os.getpid()) - before if _alive(p)], "a process outlived the verification"
