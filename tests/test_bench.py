@@ -110,8 +110,8 @@ def test_timing_stage_times_the_candidate_with_its_baselines_on_the_emulator():
 
 
 def test_forged_event_times_are_raised_to_the_wall_clock():
-    honest = gpu.honest_timing([100.0, 101.0, 99.0], [102.0, 98.0])
-    assert honest.median_us == 100.0 and honest.bound == "events"
+    honest = gpu.honest_timing([400.0, 401.0, 399.0], [430.0, 436.0])  # within the slack: the events stand
+    assert honest.median_us == 400.0 and honest.bound == "events"
     forged = gpu.honest_timing([1.0, 1.0, 1.2], [400.0, 410.0])
     assert forged.median_us == 405.0 and forged.bound == "wall" and forged.p90_us >= forged.median_us
 
