@@ -62,14 +62,11 @@ class Context:
 
     @contextmanager
     def runner(self, backend: str, device: str) -> Iterator[RunnerClient]:
-        client = RunnerClient(
+        with RunnerClient(
             self.source, backend=backend, device=device, constants=dict(self.task.constants), deadline=self.deadline,
             cache_dir=quack_cache_for(self.source), hidden=hidden_paths(self.task),
-        )
-        try:
+        ) as client:
             yield client
-        finally:
-            client.close()
 
 
 def quack_cache_for(source: str) -> Path:
