@@ -42,6 +42,8 @@ class Timing(BaseModel):
     p90_us: float | None = None
     reps: int = 0
     bound: str | None = Field(default=None, description="events | wall: which clock set the median (verifier timings)")
+    events_median_us: float | None = Field(default=None, description="verifier timings: the CUDA events' median")
+    wall_median_us: float | None = Field(default=None, description="verifier timings: the checker's wall clock per call")
 
 
 def percentile(sorted_values: list[float], q: float) -> float:

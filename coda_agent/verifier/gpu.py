@@ -200,11 +200,12 @@ def honest_timing(events_us: list[float], walls_us: list[float]) -> Timing:
     """The events' summary, or the wall clock's per-call median when the events claim clearly less."""
     t = summarize(events_us)
     wall = summarize(walls_us).median_us
+    both = {"events_median_us": t.median_us, "wall_median_us": wall}
     if wall > t.median_us * WALL_SLACK + WALL_SLACK_US:
         scale = wall / t.median_us if t.median_us > 0 else 1.0
         return Timing(median_us=wall, p10_us=(t.p10_us or wall) * scale, p90_us=(t.p90_us or wall) * scale, reps=t.reps,
-                      bound="wall")
-    return t.model_copy(update={"bound": "events"})
+                      bound="wall", **both)
+    return t.model_copy(update={"bound": "events", **both})
 
 
 def _overheads(clock: Clock, client: RunnerClient, device: str, n: int) -> dict[str, float]:
