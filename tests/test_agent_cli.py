@@ -320,7 +320,7 @@ def test_sigterm_ends_a_verification_in_flight_at_once(tmp_path):
     )
     try:
         deadline = time.monotonic() + 120
-        while not any("verifier.runner" in p.read_text(errors="replace") for p in Path("/proc").glob("*/cmdline") if _readable(p)):
+        while not _runs_a_runner(proc.pid):
             assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
             time.sleep(0.2)
         time.sleep(1.0)
@@ -335,9 +335,20 @@ def test_sigterm_ends_a_verification_in_flight_at_once(tmp_path):
     assert RunReader(run_dir).summary().status == "interrupted"
 
 
-def _readable(path: Path) -> bool:
-    try:
-        path.read_bytes()
-    except OSError:
-        return False
-    return True
+def _runs_a_runner(pid: int) -> bool:
+    """Has ``pid`` a descendant that is the verifier's runner (the candidate is running)?"""
+    parents, cmdlines = {}, {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            parents[int(d.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+            cmdlines[int(d.name)] = (d / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+    below, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, pp in parents.items() if pp in frontier} - below
+        below |= frontier
+    return any(cmdlines.get(p, b"").startswith(sys.executable.encode()) and b"verifier.runner" in cmdlines[p] for p in below)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from datetime import date
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from rich.table import Table
 
 from ..atomic import write_text_atomic
 from ..bench.results import BenchRun
-from ..store.index import DEFAULT_BENCH_DIR
+from ..settings import bench_dir
 from ..tasks.loader import find_task, load_tasks
 from ..tasks.model import Task
 from . import UserError, app, console
@@ -46,7 +45,7 @@ def select_tasks(names: list[str] | None, shape_set: str, shape_names: list[str]
 def default_paths(device: str, stem: str = "") -> tuple[Path, Path]:
     from ..bench.runner import device_slug
 
-    results = Path(os.environ.get("CODA_AGENT_BENCH_DIR") or DEFAULT_BENCH_DIR)  # where the leaderboard reads them
+    results = bench_dir()  # where the leaderboard reads them
     base = results / f"{stem}{device_slug(device)}-{date.today().isoformat()}"
     return base.with_suffix(".json"), base.with_suffix(".md")
 

@@ -21,8 +21,9 @@ from rich.text import Text
 from ..agent import Agent, AgentConfig, FatalProviderError, RunEvents
 from ..prompts.render import attempt_headline
 from ..providers import Completion, ManualProvider, Provider, ProviderError, get_provider
+from ..settings import RUNS_DIR_ENV
 from ..store.records import Attempt, Budgets, ChatMessage, RunHeader, RunSummary
-from ..store.runs import RUNS_DIR_ENV, RunReader, RunRecordError, default_runs_dir, resolve_run
+from ..store.runs import RunReader, RunRecordError, default_runs_dir, resolve_run
 from ..tasks.loader import find_recorded_task, find_task
 from ..tasks.model import Task
 from ..verifier import cancel_all

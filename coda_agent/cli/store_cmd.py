@@ -12,11 +12,10 @@ from rich.syntax import Syntax
 from rich.table import Table
 
 from ..providers.remote import is_loopback_host
+from ..settings import BENCH_DIR_ENV, DEFAULT_BENCH_DIR, DEFAULT_RUNS_DIR, RUNS_DIR_ENV
 from ..store import leaderboard as lb
 from ..store.compare import diff_runs
 from ..store.index import (
-    DEFAULT_BENCH_DIR,
-    DEFAULT_RUNS_DIR,
     Index,
     Problem,
     RunFiles,
@@ -35,10 +34,8 @@ def index_help(ctx: typer.Context) -> None:
     if ctx.invoked_subcommand is None:
         console.print(ctx.get_help())
 
-RUNS_DIR = typer.Option(DEFAULT_RUNS_DIR, "--runs-dir", envvar="CODA_AGENT_RUNS_DIR", help="folder of run records")
-BENCH_DIR = typer.Option(
-    DEFAULT_BENCH_DIR, "--bench-dir", envvar="CODA_AGENT_BENCH_DIR", help="folder of bench result JSON files"
-)
+RUNS_DIR = typer.Option(DEFAULT_RUNS_DIR, "--runs-dir", envvar=RUNS_DIR_ENV, help="folder of run records")
+BENCH_DIR = typer.Option(DEFAULT_BENCH_DIR, "--bench-dir", envvar=BENCH_DIR_ENV, help="folder of bench result JSON files")
 OUTCOME_STYLE = {"passed": "green", "provider_error": "magenta", "no_code": "yellow", "infra_error": "magenta"}
 
 

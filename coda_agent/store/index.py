@@ -35,8 +35,6 @@ from .records import Attempt, RunHeader, RunSummary
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 
-DEFAULT_RUNS_DIR = Path("runs")
-DEFAULT_BENCH_DIR = Path("bench/results")
 INDEX_NAME = "index.db"
 
 

@@ -6,7 +6,6 @@ viewer) sees either the previous or the next version of a file, never half of on
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
 import socket
@@ -18,10 +17,10 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from .. import settings
 from ..atomic import write_text_atomic
 from .records import SCHEMA_VERSION, Attempt, RunHeader, RunSummary, write_json_atomic
 
-RUNS_DIR_ENV = "CODA_AGENT_RUNS_DIR"
 HEADER, SUMMARY, BEST, ATTEMPTS = "header.json", "summary.json", "best.py", "attempts"
 #: Distributions whose versions every run and bench records (what the figures depend on).
 RECORDED_PACKAGES = ("coda-agent", "torch", "quack-kernels", "nvidia-cutlass-dsl", "anthropic", "openai")
@@ -34,8 +33,8 @@ class RunRecordError(Exception):
 
 
 def default_runs_dir() -> Path:
-    """``$CODA_AGENT_RUNS_DIR``, else ``./runs``."""
-    return Path(os.environ.get(RUNS_DIR_ENV) or "runs")
+    """Where run records go (``coda_agent.settings``)."""
+    return settings.runs_dir()
 
 
 def new_run_id(task: str, created: datetime) -> str:

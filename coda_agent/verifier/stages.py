@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from ..settings import runs_dir
 from ..tasks.loader import BUILTIN_TASK_DIR, TaskError, reference_function, task_sources
 from ..tasks.model import ShapePoint, Task
 from .client import (
@@ -86,8 +87,7 @@ def hidden_paths(task: Task) -> tuple[Path, ...]:
         out += [task.path.parent, task.path, task.reference_file]
         if task.human_file is not None:
             out.append(task.human_file)
-    runs = os.environ.get("CODA_AGENT_RUNS_DIR")
-    out.append(Path(runs) if runs else Path.cwd() / "runs")
+    out.append(runs_dir().resolve())
     return tuple(dict.fromkeys(out))
 
 
