@@ -18,7 +18,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from coda_agent.bench.runner import git_commit, package_versions
+from coda_agent.provenance import git_commit, package_versions
 from coda_agent.tasks.loader import load_tasks
 from coda_agent.verifier import verify
 
@@ -58,7 +58,7 @@ def main() -> int:
     ]
     medians = []
     for task in load_tasks():
-        if args.tasks and task.name not in args.tasks or task.human_file is None:
+        if (args.tasks and task.name not in args.tasks) or task.human_file is None:
             continue
         source, times, outcome = task.human_file.read_text(), [], ""
         for _ in range(args.repeat):

@@ -11,6 +11,7 @@ import torch
 from rich.console import Console
 from typer.testing import CliRunner
 
+from coda_agent import provenance
 from coda_agent.bench import report, runner, tune
 from coda_agent.bench.results import BenchRow, BenchRun
 from coda_agent.cli import app
@@ -205,9 +206,9 @@ def test_rows_join_correctness_timings_and_speed_of_light():
 def test_environment_helpers():
     assert runner.device_slug("NVIDIA H200") == "h200"
     assert runner.device_slug("NVIDIA H100 80GB HBM3") == "h100-80gb-hbm3"
-    versions = runner.package_versions()
+    versions = provenance.package_versions()
     assert "torch" in versions and "coda-agent" in versions and "python" in versions
-    commit = runner.git_commit()
+    commit = provenance.git_commit()
     assert commit is None or len(commit.removesuffix("-dirty")) == 40
 
 

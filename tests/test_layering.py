@@ -6,12 +6,12 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "coda_agent"
-LAYERS = ["atomic", "settings", "tasks", "primitives", "measure", "verifier", "bench", "store", "providers", "prompts", "agent",
+LAYERS = ["atomic", "settings", "provenance", "tasks", "primitives", "measure", "verifier", "bench", "store", "providers", "prompts", "agent",
           "viewer", "cli", "launch", "__main__"]
 #: Data shipped inside the package (tasks, human kernels, mock scripts): candidates' code, not layers.
 DATA = {"suite", "examples"}
 #: Packages of one layer that do not import each other.
-SAME_LAYER = {"atomic": 0, "settings": 0, "tasks": 0, "primitives": 0}
+SAME_LAYER = {"atomic": 0, "settings": 0, "provenance": 0, "tasks": 0, "primitives": 0}
 
 
 def _rank(pkg: str) -> int:

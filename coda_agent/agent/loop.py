@@ -21,17 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from ..prompts.render import build_messages, describe_checks, select_examples, system_prompt, task_prompt
+from ..provenance import git_state, host_name, package_versions
 from ..providers.base import Completion, Provider, ProviderError
 from ..store.records import Attempt, Budgets, ChatMessage, RunHeader, RunSummary, Usage
-from ..store.runs import (
-    RunReader,
-    RunRecordError,
-    RunWriter,
-    git_state,
-    host_name,
-    new_run_id,
-    package_versions,
-)
+from ..store.runs import RunReader, RunRecordError, RunWriter, new_run_id
 from ..tasks.loader import TaskError, find_recorded_task
 from ..tasks.model import Task
 from ..verifier import verify

@@ -12,11 +12,7 @@ Every number goes through the verifier, exactly as an LLM's candidate would:
 
 from __future__ import annotations
 
-import importlib.metadata
-import os
-import platform
 import shlex
-import subprocess
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -27,13 +23,11 @@ from typing import Any
 
 from ..atomic import write_text_atomic
 from ..measure.peaks import Peaks, speed_of_light_us
+from ..provenance import driver_version, git_commit, package_versions
 from ..tasks.model import Task
 from ..verifier import verify
 from ..verifier.verdict import Outcome, Verdict
 from .results import BenchRow, BenchRun
-
-PACKAGES = ("torch", "triton", "nvidia-cutlass-dsl", "quack-kernels", "pydantic")
-REPO = Path(__file__).resolve().parents[2]
 
 Progress = Callable[[str], None]
 
@@ -45,44 +39,6 @@ class BenchOptions:
     seeds: int = 3
     jobs: int = 4
     timeout: float = 900.0
-
-
-def package_versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for name in PACKAGES:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    from .. import __version__
-
-    out["coda-agent"] = __version__
-    return out
-
-
-def git_commit(repo: Path = REPO) -> str | None:
-    """HEAD, with ``-dirty`` when tracked files differ from it; ``CODA_AGENT_GIT_COMMIT`` where the tree was
-    copied without its ``.git`` (the GPU machine); None when neither is known."""
-    if os.environ.get("CODA_AGENT_GIT_COMMIT"):
-        return os.environ["CODA_AGENT_GIT_COMMIT"]
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=10)
-        if head.returncode != 0:
-            return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo, capture_output=True, text=True, timeout=10)
-        return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def driver_version() -> str:
-    try:
-        res = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
-        )
-        return res.stdout.strip().splitlines()[0] if res.returncode == 0 and res.stdout.strip() else ""
-    except (OSError, subprocess.SubprocessError):
-        return ""
 
 
 def device_slug(device: str) -> str:

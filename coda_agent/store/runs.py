@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import re
 import secrets
-import socket
-import subprocess
 from datetime import datetime
-from importlib import metadata
 from pathlib import Path
 from typing import TypeVar
 
@@ -22,8 +19,6 @@ from ..atomic import write_text_atomic
 from .records import SCHEMA_VERSION, Attempt, RunHeader, RunSummary, write_json_atomic
 
 HEADER, SUMMARY, BEST, ATTEMPTS = "header.json", "summary.json", "best.py", "attempts"
-#: Distributions whose versions every run and bench records (what the figures depend on).
-RECORDED_PACKAGES = ("coda-agent", "torch", "quack-kernels", "nvidia-cutlass-dsl", "anthropic", "openai")
 _ATTEMPT_FILE = re.compile(r"^(\d{4,})\.json$")
 M = TypeVar("M", bound=BaseModel)
 
@@ -156,34 +151,3 @@ class RunReader:
         return path.read_text() if path.exists() else None
 
 
-def package_versions(names: tuple[str, ...] = RECORDED_PACKAGES) -> dict[str, str]:
-    """Installed versions of the packages a result depends on (absent ones are left out)."""
-    found: dict[str, str] = {}
-    for name in names:
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return found
-
-
-def git_state(repo: Path | None = None) -> tuple[str | None, bool]:
-    """(commit, dirty) of the checkout coda-agent runs from; (None, False) outside a git checkout."""
-    root = repo or Path(__file__).resolve().parents[2]
-
-    def git(*args: str) -> str | None:
-        try:
-            out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return out.stdout if out.returncode == 0 else None
-
-    commit = git("rev-parse", "HEAD")
-    if commit is None:
-        return None, False
-    status = git("status", "--porcelain")
-    return commit.strip(), bool(status and status.strip())
-
-
-def host_name() -> str:
-    return socket.gethostname()
