@@ -11,6 +11,7 @@
 | ``CODA_AGENT_NO_REAL_API`` | unset | refuse every real provider endpoint (tests set it) |
 | ``CODA_AGENT_PRICES`` | built-in table | a price file for the providers |
 | ``CODA_AGENT_MODEL`` | unset | the default ``--model`` of ``coda-agent run`` |
+| ``CODA_AGENT_RETRY_BASE_DELAY`` | the providers' own | backoff base in seconds (``0``: no waits, for tests) |
 """
 
 from __future__ import annotations
