@@ -3,9 +3,9 @@
 This is the only process that imports candidate code, and it holds nothing worth stealing or forging: no
 task, no reference, no tolerance, no verdict, no secret. It receives input tensors, calls ``forward`` the
 way it is told, and sends back what came out (:mod:`.protocol`). Every call is made the same way, checked
-or timed: one of the input sets the checker sent (as it is; it must stay unchanged), a marker kernel and an L2 flush (GPU), CUDA events (GPU) or the
-host clock (CPU) around the call, the kernel trace (GPU) and the op log recorded throughout. Which
-calls' outputs the checker will read is known here only after the whole batch has run.
+or timed: one of the input sets the checker sent (as sent; it must stay unchanged), a marker kernel and an
+L2 flush (GPU), CUDA events (GPU) or the host clock (CPU) around the call. Which calls' outputs the checker
+will read is known to forward() only through the outputs it is asked for after the whole batch has run.
 
 Its stdout is the protocol; anything the candidate prints goes to stderr, which the checker keeps a
 bounded tail of for crash reports.
@@ -34,7 +34,7 @@ from .protocol import Channel, ProtocolError, TensorRef, read_tensors, write_ten
 
 
 class OpLog(TorchDispatchMode):
-    """CPU: every aten op forward() runs outside ``primitives.gemm``, and every gemm call (the launch estimate)."""
+    """Every aten op forward() runs outside ``primitives.gemm``, and every gemm call (the launch estimate)."""
 
     def __init__(self) -> None:
         super().__init__()
