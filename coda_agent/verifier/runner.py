@@ -4,8 +4,8 @@ This is the only process that imports candidate code, and it holds nothing worth
 task, no reference, no tolerance, no verdict, no secret. It receives input tensors, calls ``forward`` the
 way it is told, and sends back what came out (:mod:`.protocol`). Every call is made the same way, checked
 or timed: one of the input sets the checker sent (as sent; it must stay unchanged), a marker kernel and an
-L2 flush (GPU), CUDA events (GPU) or the host clock (CPU) around the call. Which calls' outputs the checker
-will read is known to forward() only through the outputs it is asked for after the whole batch has run.
+L2 flush (GPU), CUDA events (GPU) or the host clock (CPU) around the call. The harness learns with each batch
+which calls' outputs to keep for the checker; forward() never does.
 
 Its stdout is the protocol; anything the candidate prints goes to stderr, which the checker keeps a
 bounded tail of for crash reports.
