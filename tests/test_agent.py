@@ -68,8 +68,12 @@ def test_rounds_budget_and_concurrent_candidates(tmp_path):
     attempts = RunReader(agent.run_dir).attempts()
     assert [(a.index, a.round, a.slot) for a in attempts] == [(1, 1, 0), (2, 1, 1), (3, 1, 2), (4, 2, 0), (5, 2, 1), (6, 2, 2)]
     assert summary.outcomes == {"static_rejected": 6} and summary.passes == 0 and summary.best_attempt is None
-    # round 2 sees round 1's results; all three candidates of a round get the same prompt
-    assert attempts[3].messages == attempts[4].messages == attempts[5].messages
+    # round 2 sees round 1's results; the three candidates of a round get the same prompt, each asked for its own approach
+    assert attempts[3].messages[:-1] == attempts[4].messages[:-1] == attempts[5].messages[:-1]
+    lasts = [a.messages[-1].content for a in attempts[3:]]
+    assert len({text.split("You are candidate")[0] for text in lasts}) == 1
+    assert [f"You are candidate {i} of 3" in text for i, text in enumerate(lasts, 1)] == [True] * 3
+    assert len({text.split("Yours: ")[1] for text in lasts}) == 3
     assert "import of 'os' is not allowed" in attempts[3].messages[-1].content
     assert not (agent.run_dir / "best.py").exists()
 

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import jinja2
 
+from ..store.ranking import attempt_time_us, shape_ratio
 from ..store.records import Attempt, ChatMessage
 from ..tasks.loader import BUILTIN_TASK_DIR, TaskError, load_task, task_files
 from ..tasks.model import Task
@@ -32,6 +33,26 @@ OUTCOME_RANK = {
     "no_code": 11, "provider_error": 12,
 }
 HISTORY_ROWS = 40
+#: What each of a round's K candidates is asked to try (slot i takes entry i mod len), so they do not all converge.
+APPROACHES = (
+    "refine the best candidate so far (or, with none yet, the most direct fusion of the reference): the smallest "
+    "change that makes it faster",
+    "a different GEMM `Config` (tile_m, tile_n, cluster, pingpong or cooperative) from the best candidate's, "
+    "suited to the bench shapes",
+    "a different split of the work: what the epilogue computes, what goes into reduce sinks, and what (if anything) "
+    "is left to a second gemm or to host ops",
+    "a different algebra: reorder or re-associate the computation so fewer bytes move and fewer launches are needed "
+    "(e.g. fold a scale into an operand, or reuse a statistic)",
+)
+#: The speed targets a run can name (``RunHeader.target`` keys), as the feedback spells them.
+GOAL_NAMES = {"speedup_vs_human": "the human kernel", "speedup_vs_cublas": "cuBLAS alone", "sol_fraction": "SoL"}
+BASELINE_NAMES = {"cublas": "cuBLAS alone", "compiled": "torch.compile", "eager": "eager"}
+BOUND_ADVICE = {
+    "memory": "memory-bound: the time goes to bytes moved. Read each input and write each output once, keep "
+    "intermediates in the epilogue's registers instead of HBM, and drop host ops that make extra passes",
+    "compute": "compute-bound: the time goes to the GEMM mainloop. Choose a `Config` (tile, cluster, pingpong or "
+    "cooperative) that fills the SMs at this shape, and keep the epilogue light",
+}
 ERROR_LINES, ERROR_CHARS = 30, 2500
 
 
@@ -374,6 +395,8 @@ def attempt_headline(attempt: Attempt) -> str:
         parts = ["correct"]
         if "speedup_vs_human" in t:
             parts.append(f"{t['speedup_vs_human']:.2f}x the human kernel")
+        if "speedup_vs_cublas" in t:
+            parts.append(f"{t['speedup_vs_cublas']:.2f}x cuBLAS alone")
         if "sol_fraction" in t:
             parts.append(f"{100 * t['sol_fraction']:.0f}% of SoL")
         if "geomean_us" in t and len(parts) == 1:
@@ -453,7 +476,8 @@ def _timing_view(timing: Mapping[str, Any]) -> dict[str, Any] | None:
     shapes = timing.get("shapes") or {}
     if not shapes:
         return None
-    baselines = sorted({b for s in shapes.values() for b in s.get("baselines", {})})
+    present = {b for s in shapes.values() for b in s.get("baselines", {})}
+    baselines = [b for b in BASELINE_NAMES if b in present]
 
     def ratio(num: float | None, den: float) -> str:
         return f"{num / den:.2f}x" if num else "-"
@@ -465,8 +489,9 @@ def _timing_view(timing: Mapping[str, Any]) -> dict[str, Any] | None:
             "shape": name, "us": _us(us), "human_us": _us(s.get("human_us")), "vs_human": ratio(s.get("human_us"), us),
             "vs": {b: ratio(s.get("baselines", {}).get(b), us) for b in baselines},
             "sol_us": _us(s.get("sol_us")), "sol_pct": f"{100 * s['sol_us'] / us:.0f}%" if s.get("sol_us") else "-",
+            "bound": s.get("bound", "-"),
         })
-    return {"rows": rows, "baselines": baselines}
+    return {"rows": rows, "baselines": [{"key": b, "name": BASELINE_NAMES[b]} for b in baselines]}
 
 
 def _attempt_view(attempt: Attempt, *, is_lead: bool) -> dict[str, Any]:
@@ -489,14 +514,14 @@ def _attempt_view(attempt: Attempt, *, is_lead: bool) -> dict[str, Any]:
 
 
 def rank_key(attempt: Attempt) -> tuple[float, ...]:
-    """Sort key, best first: outcome, then speed (passed) or error ratio (wrong output), then slot."""
+    """Sort key, best first: outcome, then time (passed, as ``store.ranking``) or error ratio (wrong output), then slot."""
     rank = OUTCOME_RANK.get(attempt.outcome, 10)
-    speed = -float(attempt.timing.get("speedup_vs_human", attempt.timing.get("sol_fraction", 0.0))) if attempt.timing else 0.0
+    us = attempt_time_us(attempt) if attempt.passed else None
     err = 0.0
     if attempt.verdict is not None and attempt.outcome == "wrong_output":
         ratios = [r for c in attempt.verdict.worst_checks() if (r := _ratio(c)) is not None]
         err = max(ratios) if ratios else float("inf")
-    return (rank, speed, err, attempt.slot)
+    return (rank, float(us is None), us or 0.0, err, attempt.slot)
 
 
 def _replied(attempts: Iterable[Attempt]) -> list[Attempt]:
@@ -513,12 +538,35 @@ def lead_attempt(attempts: Sequence[Attempt]) -> Attempt | None:
     return min((a for a in replied if a.round == last_round), key=rank_key)
 
 
-def _next_steps(lead: Attempt, latest: Sequence[Attempt], best: Attempt | None, goal_is_speed: bool) -> list[str]:
+def _speed_steps(best: Attempt, goals: Mapping[str, float]) -> list[str]:
+    """Where the best candidate stands against the run's target, and the shape farthest behind it."""
+    t = best.timing
+    steps = []
+    for goal, wanted in goals.items():
+        have = t.get(goal)
+        if have is None:
+            continue
+        fmt = (lambda v: f"{100 * v:.0f}%") if goal == "sol_fraction" else (lambda v: f"{v:.2f}x")
+        ratios = {name: r for name, sh in (t.get("shapes") or {}).items() if (r := shape_ratio(sh, goal)) is not None}
+        text = f"Target: {fmt(wanted)} of {GOAL_NAMES.get(goal, goal)} (geomean over the bench shapes); the best is at {fmt(have)}."
+        if ratios:
+            worst = min(ratios, key=lambda n: ratios[n])
+            bound = t["shapes"][worst].get("bound")
+            text += f" Farthest behind: `{worst}` at {fmt(ratios[worst])}"
+            text += f", {BOUND_ADVICE[bound]}." if bound in BOUND_ADVICE else "."
+        steps.append(text)
+    return steps
+
+
+def _next_steps(
+    lead: Attempt, latest: Sequence[Attempt], best: Attempt | None, goal_is_speed: bool, goals: Mapping[str, float]
+) -> list[str]:
     if best is not None:
         if not goal_is_speed:
             return ["A correct candidate exists; improve on it only if you see a clear gain, and keep it correct."]
         steps = [
-            "Keep it correct and make it faster; start from the best candidate.",
+            "Keep it correct and make it faster; start from the best candidates above.",
+            *_speed_steps(best, goals),
             "Move every element-wise op on (M, N) data into the epilogue fn and every row/column statistic into a "
             "reduce sink; count your launches against the budget.",
             "Pick a GEMM `Config` (tile_m, tile_n, cluster, pingpong) suited to the bench shapes; the default is "
@@ -548,10 +596,28 @@ def _next_steps(lead: Attempt, latest: Sequence[Attempt], best: Attempt | None, 
     return steps
 
 
+def _population_view(population: Sequence[Attempt], shown: set[int]) -> list[dict[str, Any]]:
+    rows = []
+    for a in population:
+        t = a.timing
+        rows.append({
+            "index": a.index, "round": a.round, "us": _us(attempt_time_us(a)), "headline": attempt_headline(a),
+            "vs": {k: (f"{100 * t[k]:.0f}%" if k == "sol_fraction" else f"{t[k]:.2f}x") if k in t else "-" for k in GOAL_NAMES},
+            "code": None if a.index in shown else a.code,
+        })
+    return rows
+
+
 def feedback_prompt(
-    attempts: Sequence[Attempt], *, best: Attempt | None, goal_is_speed: bool, lead: Attempt | None = None
+    attempts: Sequence[Attempt],
+    *,
+    population: Sequence[Attempt],
+    goal_is_speed: bool,
+    goals: Mapping[str, float] | None = None,
+    lead: Attempt | None = None,
 ) -> str:
-    """Structured results of all previous attempts: the latest round in detail, earlier ones as a table."""
+    """Structured results of all previous attempts: the latest round in detail, earlier ones as a table, and the
+    population (the best distinct correct candidates, best first, as ``store.ranking`` orders them) with code."""
     replied = _replied(attempts)
     if not replied:
         raise ValueError("feedback needs at least one attempt with a model reply")
@@ -560,9 +626,7 @@ def feedback_prompt(
     last_round = max(a.round for a in replied)
     latest = sorted((a for a in replied if a.round == last_round), key=lambda a: (a.index != lead.index, a.slot))
     history = [a for a in replied if a.round < last_round][-HISTORY_ROWS:]
-    best_view = None
-    if best is not None:
-        best_view = {"index": best.index, "headline": attempt_headline(best), "code": None if best.index in {a.index for a in latest} else best.code}
+    best = population[0] if population else None
     n, passed = len(replied), sum(a.passed for a in replied)
     overview = f"{n} attempt{'s' if n != 1 else ''} so far, {passed} correct."
     if best is not None:
@@ -570,34 +634,55 @@ def feedback_prompt(
     return _render(
         "feedback.j2",
         overview=overview,
-        best=best_view,
+        population=_population_view(population, {a.index for a in latest}),
+        timed=any(a.timing for a in population),
         latest=[_attempt_view(a, is_lead=a.index == lead.index) for a in latest],
         history=[
             {"index": a.index, "round": a.round, "outcome": a.outcome, "headline": attempt_headline(a).replace("|", "/")}
             for a in history
         ],
-        next_steps=_next_steps(lead, latest, best, goal_is_speed),
+        next_steps=_next_steps(lead, latest, best, goal_is_speed, goals or {}),
+    )
+
+
+def approach_note(slot: int, slots: int) -> str:
+    """What candidate ``slot`` of a round of ``slots`` should try; empty for a round of one."""
+    if slots <= 1:
+        return ""
+    return (
+        f"You are candidate {slot + 1} of {slots} written from this same message; the others take other approaches. "
+        f"Yours: {APPROACHES[slot % len(APPROACHES)]}."
     )
 
 
 def build_messages(
-    system: str, task_message: str, attempts: Sequence[Attempt], *, best: Attempt | None, goal_is_speed: bool
+    system: str,
+    task_message: str,
+    attempts: Sequence[Attempt],
+    *,
+    population: Sequence[Attempt],
+    goal_is_speed: bool,
+    goals: Mapping[str, float] | None = None,
+    slot: int = 0,
+    slots: int = 1,
 ) -> list[ChatMessage]:
-    """The chat for the next round: system, task, then (after round 1) the lead reply and the feedback.
+    """The chat for candidate ``slot`` of the next round: system, task, then (after round 1) the lead reply and
+    the feedback; with several candidates per round the last message asks each for a different approach.
 
     The model sees its own best reply of the last round as its turn, and the results of every attempt
     so far (with the code of the attempts it did not "say" in this chat) as the next user turn.
     """
     messages = [ChatMessage(role="system", content=system)]
+    note = approach_note(slot, slots)
     lead = lead_attempt(attempts)
     if lead is None:
-        return [*messages, ChatMessage(role="user", content=task_message)]
-    feedback = feedback_prompt(attempts, best=best, goal_is_speed=goal_is_speed, lead=lead)
+        return [*messages, ChatMessage(role="user", content="\n\n".join(p for p in (task_message.rstrip(), note) if p) + "\n")]
+    feedback = feedback_prompt(attempts, population=population, goal_is_speed=goal_is_speed, goals=goals, lead=lead)
     return [
         *messages,
         ChatMessage(role="user", content=task_message),
         ChatMessage(role="assistant", content=strip_thinking(lead.raw_response or "").strip() or "(empty reply)"),
-        ChatMessage(role="user", content=feedback),
+        ChatMessage(role="user", content="\n\n".join(p for p in (feedback.rstrip(), note) if p) + "\n"),
     ]
 
 

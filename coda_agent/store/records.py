@@ -51,7 +51,8 @@ class RunHeader(BaseModel):
     model: str = Field(description="provider/model, e.g. anthropic/claude-sonnet-4-5, or 'human'")
     params: dict[str, Any] = {}
     budgets: Budgets = Budgets()
-    target: dict[str, Any] = Field(default_factory=dict, description="stopping target, e.g. {'speedup_vs_human': 0.95}")
+    target: dict[str, Any] = Field(default_factory=dict, description="stopping target: correct, and (timed) any of e.g. {'speedup_vs_human': 0.97} or "
+                                    "{'speedup_vs_cublas': 0.97}, {'sol_fraction': 0.6}")
     verifier_stages: list[str] = []
     git_commit: str | None = None
     git_dirty: bool = False
@@ -94,8 +95,8 @@ class Attempt(BaseModel):
     durations: dict[str, float] = Field(default_factory=dict, description="seconds: llm, verify")
     timing: dict[str, Any] = Field(
         default_factory=dict,
-        description="GPU timing of a correct candidate, if profiled: {shapes: {name: {median_us, human_us?, sol_us?, "
-        "baselines?}}, geomean_us, speedup_vs_human?, sol_fraction?} (see coda_agent/agent/timing.py)",
+        description="GPU timing of a correct candidate, if profiled: {shapes: {name: {median_us, human_us?, sol_us?, bound?, "
+        "baselines?}}, geomean_us, speedup_vs_{human,cublas,compiled,eager}?, sol_fraction?} (see coda_agent/agent/timing.py)",
     )
 
     @property
@@ -123,6 +124,7 @@ class RunSummary(BaseModel):
     best_attempt: int | None = None
     best_time_us: float | None = Field(default=None, description="geometric mean over the timed shapes of the best attempt")
     speedup_vs_human: float | None = None
+    speedup_vs_cublas: float | None = Field(default=None, description="best attempt: geometric mean of cuBLAS-alone time / its time")
     sol_fraction: float | None = Field(default=None, description="best attempt: geometric mean of SoL time / its time")
     outcomes: dict[str, int] = Field(default_factory=dict, description="attempt count per outcome (Attempt.outcome)")
     input_tokens: int = 0
