@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
@@ -16,11 +17,12 @@ from coda_agent.prompts.render import (
     library_examples,
     select_examples,
     system_prompt,
+    task_needs,
     task_prompt,
     trim_error,
 )
 from coda_agent.store.records import Attempt, ChatMessage
-from coda_agent.tasks import TaskError, find_task, load_tasks
+from coda_agent.tasks import Task, TaskError, find_task, load_tasks
 from coda_agent.verifier import static
 from coda_agent.verifier.verdict import Outcome, OutputCheck, StageResult, Verdict
 
@@ -57,6 +59,61 @@ def test_a_block_task_that_embeds_the_target_kernel_is_not_an_example():
     assert "gemm_rmsnorm_gemm" not in {e.name for e in library_examples(TASK)}
     assert "gemm_residual_rmsnorm" not in {e.name for e in library_examples(block)}
     assert "gemm_rmsnorm" in {e.name for e in library_examples(TASK)}
+
+
+NOVEL_YAML = """\
+name: scaled_peak
+version: 1
+family: forward
+description: A projection scaled per column, with the largest magnitude of each row.
+inputs:
+  - {name: a, shape: [M, K], dtype: bfloat16}
+  - {name: b, shape: [N, K], dtype: bfloat16, init: {dist: normal, std: "1/sqrt(K)"}}
+  - {name: s, shape: [N], dtype: bfloat16}
+outputs:
+  - {name: y, shape: [M, N], dtype: bfloat16}
+  - {name: peak, shape: [M], dtype: float32}
+shapes:
+  small:
+    - {name: tiny, dims: {M: 256, N: 384, K: 128}}
+  bench:
+    - {name: big, dims: {M: 8192, N: 4096, K: 4096}}
+reference: scaled_peak.py:reference
+launch_budget: 2
+sol: {flops: "2*M*N*K"}
+gemms: [[M, N, K]]
+"""
+NOVEL_REFERENCE = """\
+def reference(a, b, s):
+    y = a.float() @ b.float().T
+    return {"y": (y * s.float()).to(a.dtype), "peak": y.abs().amax(dim=-1)}
+"""
+
+
+def novel_task_in(folder: Path) -> Task:
+    """A user's operator outside the suite, with no human kernel: a column-vector operand and a row statistic."""
+    folder.mkdir(parents=True)
+    (folder / "scaled_peak.yaml").write_text(NOVEL_YAML)
+    (folder / "scaled_peak.py").write_text(NOVEL_REFERENCE)
+    return find_task(str(folder / "scaled_peak.yaml"))
+
+
+def test_a_task_in_its_own_folder_gets_the_suites_examples_picked_by_what_it_needs(tmp_path):
+    task = novel_task_in(tmp_path / "mine")
+    needs = task_needs(task)
+    assert task.human_file is None and needs == {"family:forward", "in:N", "out:M", "out:M,N"}
+    examples = select_examples(task)
+    assert len(examples) == 3 and {e.name for e in examples} <= {t.name for t in TASKS}
+    # the first example does all the task needs (a column operand, a row statistic); word overlap alone
+    # would put gemm_rmsnorm_rope (no row statistic) first
+    assert examples[0].needs >= needs
+    assert kernel_body(examples[0].kernel_source) in system_prompt(examples)
+
+
+def test_task_needs_read_the_tensors_against_the_first_gemm():
+    assert task_needs(TASK) == {"family:forward", "in:M,N", "in:N", "out:M", "out:M,N", "out:several-tiles"}
+    assert "gemms:several" in task_needs(find_task("gemm_rmsnorm_gemm"))
+    assert "in:M:int" in task_needs(find_task("gemm_cross_entropy"))  # the labels: an integer row operand
 
 
 def test_explicit_examples_are_honoured_but_never_the_target():

@@ -109,6 +109,7 @@ class Example:
     reference_name: str
     reference_source: str
     kernel_source: str
+    needs: frozenset[str] = frozenset()
 
     @property
     def primitives(self) -> frozenset[str]:
@@ -170,6 +171,39 @@ def epilogue_signatures(source: str) -> set[str]:
     return found
 
 
+def _role(symbol: str | int, m: str, n: str, k: str) -> str:
+    """A dimension's role in the task's first GEMM: M, N, K, N/2 (one of a packed pair's halves) or other."""
+    sym = str(symbol).replace(" ", "")
+    roles = {m: "M", n: "N", k: "K"}
+    if sym in roles:
+        return roles[sym]
+    return "N/2" if f"2*{sym}" == n else "other"
+
+
+def task_needs(task: Task) -> frozenset[str]:
+    """What a kernel for ``task`` has to do, from its tensors' shapes against its first GEMM: row or column
+    statistics (a reduce sink), vector and full-tile operands, packed pairs (``acc_pair`` mode), extra
+    outputs, integer indices, several GEMMs. Worked examples are picked to cover these, not only by wording."""
+    if not task.gemms:
+        return frozenset({f"family:{task.family}"})
+    m, n, k = (str(d).replace(" ", "") for d in task.gemms[0])
+    needs = {f"family:{task.family}"}
+    if len(task.gemms) > 1:
+        needs.add("gemms:several")
+    full_outputs = 0
+    for kind, specs in (("in", task.inputs), ("out", task.outputs)):
+        for spec in specs:
+            roles = ",".join(_role(d, m, n, k) for d in spec.shape)
+            if kind == "in" and roles in ("M,K", "N,K"):
+                continue  # the GEMM's own operands: every task has them
+            integer = spec.dtype.startswith(("int", "uint"))
+            needs.add(f"{kind}:{roles}" + (":int" if integer else ""))
+            full_outputs += kind == "out" and roles in ("M,N", "M,N/2")
+    if full_outputs > 1:
+        needs.add("out:several-tiles")
+    return frozenset(needs)
+
+
 def library_examples(task: Task, library: Path | None = None) -> list[Example]:
     """Every other task with a human kernel, never the target's own solution.
 
@@ -200,7 +234,7 @@ def library_examples(task: Task, library: Path | None = None) -> list[Example]:
             Example(
                 name=other.name, family=other.family, description=" ".join(other.description.split()),
                 reference_name=other.reference, reference_source=other.reference_file.read_text().strip(),
-                kernel_source=kernel.strip(),
+                kernel_source=kernel.strip(), needs=task_needs(other),
             )
         )
     return found
@@ -213,10 +247,10 @@ def _words(text: str) -> set[str]:
 def select_examples(
     task: Task, *, library: Path | None = None, names: Sequence[str] | None = None, limit: int = 3, max_chars: int = 12000
 ) -> list[Example]:
-    """Up to ``limit`` worked examples: the most similar other tasks, favouring ones that show primitives not yet shown.
-
-    Similarity is word overlap of description, conventions and reference code. ``names`` picks examples
-    explicitly (the target itself is still refused).
+    """Up to ``limit`` worked examples: the other tasks that best cover what the target needs
+    (:func:`task_needs`) not yet covered by the examples chosen so far, then word overlap of description,
+    conventions and reference code, then primitives not yet shown. ``names`` picks examples explicitly (the
+    target itself is still refused).
     """
     pool = library_examples(task, library)
     if names is not None:
@@ -228,6 +262,7 @@ def select_examples(
             )
         return [by_name[n] for n in names]
     target = _words(task.description + " " + task.conventions + " " + task.reference_file.read_text())
+    needs = task_needs(task)
 
     def similarity(e: Example) -> float:
         words = _words(e.description + " " + e.reference_source)
@@ -235,14 +270,19 @@ def select_examples(
 
     chosen: list[Example] = []
     shown: set[str] = set()
+    covered: set[str] = set()
     remaining = sorted(pool, key=lambda e: e.name)
     while remaining and len(chosen) < limit:
-        best = max(remaining, key=lambda e: (similarity(e) + 0.03 * len(e.primitives - shown), -len(e.name)))
+        best = max(remaining, key=lambda e: (
+            len((needs - covered) & e.needs) / max(1, len(needs)) + similarity(e) + 0.03 * len(e.primitives - shown),
+            -len(e.name),
+        ))
         remaining.remove(best)
         if chosen and sum(e.size for e in chosen) + best.size > max_chars:
             continue
         chosen.append(best)
         shown |= best.primitives
+        covered |= best.needs & needs
     return chosen
 
 
