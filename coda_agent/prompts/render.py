@@ -578,6 +578,11 @@ def lead_attempt(attempts: Sequence[Attempt]) -> Attempt | None:
     return min((a for a in replied if a.round == last_round), key=rank_key)
 
 
+def _ratio_text(key: str, value: float) -> str:
+    """A target ratio as the feedback prints it: ``54%`` of SoL, ``0.80x`` of anything else."""
+    return f"{100 * value:.0f}%" if key == "sol_fraction" else f"{value:.2f}x"
+
+
 def _speed_steps(best: Attempt, goals: Mapping[str, float]) -> list[str]:
     """Where the best candidate stands against the run's target, and the shape farthest behind it."""
     t = best.timing
@@ -586,13 +591,15 @@ def _speed_steps(best: Attempt, goals: Mapping[str, float]) -> list[str]:
         have = t.get(goal)
         if have is None:
             continue
-        fmt = (lambda v: f"{100 * v:.0f}%") if goal == "sol_fraction" else (lambda v: f"{v:.2f}x")
         ratios = {name: r for name, sh in (t.get("shapes") or {}).items() if (r := shape_ratio(sh, goal)) is not None}
-        text = f"Target: {fmt(wanted)} of {GOAL_NAMES.get(goal, goal)} (geomean over the bench shapes); the best is at {fmt(have)}."
+        text = (
+            f"Target: {_ratio_text(goal, wanted)} of {GOAL_NAMES.get(goal, goal)} (geomean over the bench shapes); "
+            f"the best is at {_ratio_text(goal, have)}."
+        )
         if ratios:
             worst = min(ratios, key=lambda n: ratios[n])
             bound = t["shapes"][worst].get("bound")
-            text += f" Farthest behind: `{worst}` at {fmt(ratios[worst])}"
+            text += f" Farthest behind: `{worst}` at {_ratio_text(goal, ratios[worst])}"
             text += f", {BOUND_ADVICE[bound]}." if bound in BOUND_ADVICE else "."
         steps.append(text)
     return steps
@@ -642,7 +649,7 @@ def _population_view(population: Sequence[Attempt], shown: set[int]) -> list[dic
         t = a.timing
         rows.append({
             "index": a.index, "round": a.round, "us": _us(attempt_time_us(a)), "headline": attempt_headline(a),
-            "vs": {k: (f"{100 * t[k]:.0f}%" if k == "sol_fraction" else f"{t[k]:.2f}x") if k in t else "-" for k in GOAL_NAMES},
+            "vs": {k: _ratio_text(k, t[k]) if k in t else "-" for k in GOAL_NAMES},
             "code": None if a.index in shown else a.code,
         })
     return rows
