@@ -372,6 +372,43 @@ def test_a_target_the_timings_cannot_judge_runs_to_the_budget(tmp_path):
     assert summary.status == "completed" and summary.passes == 2 and summary.best_attempt == 2
 
 
+def test_the_tune_hook_pins_a_correct_candidates_configs_and_the_tuned_module_ships(tmp_path):
+    """A stand-in tuner (the GPU one is the harness's job): it rewrites the candidate's timing marker, as pinning
+    a faster config would; the tuned module is verified and timed like any candidate, and adopted when faster."""
+    seen = []
+
+    def tune(task, source, verdict):
+        seen.append(verdict.passed)
+        return source.replace("TIME_US = 1250", "TIME_US = 1000").replace("TIME_US = 900", "TIME_US = 950")
+
+    task = task_without_human_kernel(tmp_path / "mine")
+    provider = MockProvider([timed(900), timed(1250)])
+    cfg = AgentConfig(model="mock/test", budgets=Budgets(rounds=1, candidates_per_round=2), target_speedup=1.05, **GPU)
+    agent = Agent.create(task, provider, cfg, tmp_path / "runs", verify_fn=fake_timing_backend(), tune_fn=tune)
+    summary = run(agent)
+    reader = RunReader(agent.run_dir)
+    fast, tuned = reader.attempts()
+    assert seen == [True, True]
+    # 900 µs "tuned" to 950 µs: slower, so not adopted; the model's module stands
+    assert fast.tuning is not None and not fast.tuning.adopted and fast.timing["geomean_us"] == pytest.approx(900)
+    # 1250 µs tuned to 1000 µs: adopted; before and after are both on record
+    assert tuned.tuning.adopted and tuned.tuning.before["speedup_vs_cublas"] == pytest.approx(0.8)
+    assert tuned.timing["speedup_vs_cublas"] == pytest.approx(1.0) and "tune" in tuned.durations
+    assert tuned.shipped_code == tuned.tuning.code != tuned.code
+    assert summary.best_attempt == 1 and reader.best_code() == fast.code
+
+
+def test_a_tuned_candidate_can_become_the_best_and_reach_the_target(tmp_path):
+    task = task_without_human_kernel(tmp_path / "mine")
+    provider = MockProvider([timed(1250)])
+    cfg = AgentConfig(model="mock/test", budgets=Budgets(rounds=3), **GPU)
+    agent = Agent.create(task, provider, cfg, tmp_path / "runs", verify_fn=fake_timing_backend(),
+                         tune_fn=lambda task, source, verdict: source.replace("TIME_US = 1250", "TIME_US = 1000"))
+    summary = run(agent)
+    assert summary.status == "target_reached" and summary.speedup_vs_cublas == pytest.approx(1.0)
+    assert "TIME_US = 1000" in RunReader(agent.run_dir).best_code()
+
+
 # --- one run with the sm_90a compile stage on (the CPU default) --------------------------------
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from ..prompts.render import build_messages, describe_checks, select_examples, system_prompt, task_prompt
 from ..providers.base import Completion, Provider, ProviderError
 from ..store.ranking import best_attempt, population
-from ..store.records import Attempt, Budgets, ChatMessage, RunHeader, RunSummary, Usage
+from ..store.records import Attempt, Budgets, ChatMessage, RunHeader, RunSummary, Tuning, Usage
 from ..store.runs import (
     RunReader,
     RunRecordError,
@@ -47,6 +47,9 @@ DEFAULT_TARGET_SPEEDUP = 0.97
 DEFAULT_POPULATION = 3
 GPU_STAGES = ("gpu_correctness", "profile")
 VerifyFn = Callable[..., Verdict]
+#: The harness's schedule tuner (issue 10: tile, cluster, pingpong/cooperative per gemm): given the task and a
+#: correct, timed candidate's module and verdict, the module with its configs pinned, or None (nothing to tune).
+TuneFn = Callable[[Task, str, Verdict], "str | None"]
 
 
 class FatalProviderError(Exception):
@@ -204,10 +207,12 @@ class Agent:
         previous: RunSummary | None = None,
         events: RunEvents | None = None,
         verify_fn: VerifyFn = verify,
+        tune_fn: TuneFn | None = None,
     ) -> None:
         self.task, self.provider, self.config, self.writer, self.header = task, provider, config, writer, header
         self.events = events or RunEvents()
         self.verify_fn = verify_fn
+        self.tune_fn = tune_fn
         self.attempts: list[Attempt] = sorted(attempts, key=lambda a: a.index)
         self.previous = previous
         self.examples = select_examples(task, names=config.examples) if config.examples is not None else select_examples(task)
@@ -498,12 +503,42 @@ class Agent:
             verdict = await self._verify(extraction.code)
             durations["verify"] = round(time.monotonic() - t1, 3)
             if verdict.passed:
-                timing = timing_from_verdict(verdict, self.header.human_timing, {p.shape: p for p in self.sol})
+                timing = self._timing(verdict)
+        tuning = None
+        if verdict is not None and timing and self.tune_fn is not None and extraction.code is not None:
+            self.events.attempt_phase(index, "tuning")
+            t2 = time.monotonic()
+            tuning = await self._tune(extraction.code, verdict, timing)
+            durations["tune"] = round(time.monotonic() - t2, 3)
+            if tuning is not None and tuning.adopted:
+                timing = self._timing(tuning.verdict)
         self._record(Attempt(
             index=index, round=round_no, slot=slot, started=started, finished=_now(), messages=messages,
             raw_response=completion.text, finish_reason=completion.finish_reason, code=extraction.code,
             extraction_error=extraction.error, verdict=verdict, usage=usage, durations=durations, timing=timing,
+            tuning=tuning,
         ))
+
+    def _timing(self, verdict: Verdict) -> dict[str, Any]:
+        return timing_from_verdict(verdict, self.header.human_timing, {p.shape: p for p in self.sol})
+
+    async def _tune(self, code: str, verdict: Verdict, timing: dict[str, Any]) -> Tuning | None:
+        """Let the harness pin the candidate's configs, then verify and time the result like any candidate;
+        adopted when correct and faster (geomean over the shapes)."""
+        assert self._executor is not None and self.tune_fn is not None
+        call = functools.partial(self.tune_fn, self.task, code, verdict)
+        async with self._verify_slots:
+            try:
+                tuned = await asyncio.get_running_loop().run_in_executor(self._executor, call)
+            except Exception as exc:  # the tuner failed: the candidate stands as the model wrote it
+                self.events.note(f"tuning failed: {type(exc).__name__}: {exc}")
+                return None
+        if tuned is None or tuned == code:
+            return None
+        tuned_verdict = await self._verify(tuned)
+        after = self._timing(tuned_verdict) if tuned_verdict.passed else {}
+        faster = bool(after) and (after.get("geomean_us") or math.inf) < (timing.get("geomean_us") or math.inf)
+        return Tuning(code=tuned, verdict=tuned_verdict, adopted=faster, before=timing)
 
     # --- records --------------------------------------------------------------------------------
 
@@ -518,8 +553,8 @@ class Agent:
             )
         self.attempts = sorted([*(a for a in self.attempts if a.index != attempt.index), attempt], key=lambda a: a.index)
         best = self.best()
-        if best is not None and best.index != self._best_written and best.code is not None:
-            self.writer.write_best(best.code)
+        if best is not None and best.index != self._best_written and best.shipped_code is not None:
+            self.writer.write_best(best.shipped_code)
             self._best_written = best.index
         if attempt.passed and self.summary.seconds_to_first_correct is None:
             self.summary.seconds_to_first_correct = round(self.elapsed(), 3)

@@ -441,6 +441,8 @@ def attempt_headline(attempt: Attempt) -> str:
             parts.append(f"{100 * t['sol_fraction']:.0f}% of SoL")
         if "geomean_us" in t and len(parts) == 1:
             parts.append(f"{t['geomean_us']:.1f} µs")
+        if attempt.tuning is not None and attempt.tuning.adopted and attempt.tuning.before.get("geomean_us"):
+            parts.append(f"once the harness tuned its configs (from {attempt.tuning.before['geomean_us']:.1f} µs)")
         if not t:
             ran = {s.stage for s in verdict.stages}
             where = "on the GPU" if "gpu_correctness" in ran else "on the emulator" if "correctness" in ran else ""
@@ -650,7 +652,7 @@ def _population_view(population: Sequence[Attempt], shown: set[int]) -> list[dic
         rows.append({
             "index": a.index, "round": a.round, "us": _us(attempt_time_us(a)), "headline": attempt_headline(a),
             "vs": {k: _ratio_text(k, t[k]) if k in t else "-" for k in GOAL_NAMES},
-            "code": None if a.index in shown else a.code,
+            "code": None if a.index in shown and a.shipped_code == a.code else a.shipped_code,
         })
     return rows
 

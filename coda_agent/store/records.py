@@ -76,6 +76,17 @@ class Usage(BaseModel):
     price_known: bool = Field(default=True, description="False: the model has no price in the table, cost_usd is 0 but unknown")
 
 
+class Tuning(BaseModel):
+    """The harness's schedule for a correct, timed candidate: the module with its GEMM configs pinned, verified
+    and timed again. Adopted when correct and faster; then ``Attempt.timing`` is the tuned module's and
+    ``best.py`` ships it."""
+
+    code: str
+    verdict: Verdict
+    adopted: bool
+    before: dict[str, Any] = Field(default_factory=dict, description="the model's module's timing, before tuning")
+
+
 class Attempt(BaseModel):
     """One candidate: the messages sent, the raw reply, the extracted code and every check's result."""
 
@@ -96,8 +107,15 @@ class Attempt(BaseModel):
     timing: dict[str, Any] = Field(
         default_factory=dict,
         description="GPU timing of a correct candidate, if profiled: {shapes: {name: {median_us, human_us?, sol_us?, bound?, "
-        "baselines?}}, geomean_us, speedup_vs_{human,cublas,compiled,eager}?, sol_fraction?} (see coda_agent/agent/timing.py)",
+        "baselines?}}, geomean_us, speedup_vs_{human,cublas,compiled,eager}?, sol_fraction?} (see coda_agent/agent/timing.py); "
+        "of the tuned module when a tuning was adopted",
     )
+    tuning: Tuning | None = None
+
+    @property
+    def shipped_code(self) -> str | None:
+        """What the attempt ships as ``best.py``: the tuned module when its tuning was adopted, else the model's."""
+        return self.tuning.code if self.tuning is not None and self.tuning.adopted else self.code
 
     @property
     def passed(self) -> bool:
