@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,11 +19,12 @@ import pytest
 import yaml
 
 from coda_agent.agent import Agent, AgentConfig, FatalProviderError, RunEvents
+from coda_agent.measure.timing import Timing
 from coda_agent.providers import Completion, MockProvider
 from coda_agent.store.records import Budgets, ChatMessage
 from coda_agent.store.runs import RunReader
-from coda_agent.tasks import TaskError, find_task
-from coda_agent.verifier.verdict import Outcome, StageResult, Verdict
+from coda_agent.tasks import Task, TaskError, find_task
+from coda_agent.verifier.verdict import Outcome, ShapeTiming, StageResult, Verdict
 
 from .conftest import EXAMPLE_SCRIPT as SCRIPT
 from .conftest import TASK_DIR
@@ -68,8 +70,12 @@ def test_rounds_budget_and_concurrent_candidates(tmp_path):
     attempts = RunReader(agent.run_dir).attempts()
     assert [(a.index, a.round, a.slot) for a in attempts] == [(1, 1, 0), (2, 1, 1), (3, 1, 2), (4, 2, 0), (5, 2, 1), (6, 2, 2)]
     assert summary.outcomes == {"static_rejected": 6} and summary.passes == 0 and summary.best_attempt is None
-    # round 2 sees round 1's results; all three candidates of a round get the same prompt
-    assert attempts[3].messages == attempts[4].messages == attempts[5].messages
+    # round 2 sees round 1's results; the three candidates of a round get the same prompt, each asked for its own approach
+    assert attempts[3].messages[:-1] == attempts[4].messages[:-1] == attempts[5].messages[:-1]
+    lasts = [a.messages[-1].content for a in attempts[3:]]
+    assert len({text.split("You are candidate")[0] for text in lasts}) == 1
+    assert [f"You are candidate {i} of 3" in text for i, text in enumerate(lasts, 1)] == [True] * 3
+    assert len({text.split("Yours: ")[1] for text in lasts}) == 3
     assert "import of 'os' is not allowed" in attempts[3].messages[-1].content
     assert not (agent.run_dir / "best.py").exists()
 
@@ -187,7 +193,8 @@ from pathlib import Path
 from coda_agent.agent import Agent, AgentConfig
 from coda_agent.providers import MockProvider
 from coda_agent.store.records import Budgets
-from coda_agent.tasks import TaskError, find_task
+from coda_agent.measure.timing import Timing
+from coda_agent.tasks import Task, TaskError, find_task
 
 REFUSED = {refused!r}
 
@@ -268,6 +275,138 @@ def test_gpu_path_times_the_human_kernel_keeps_the_fastest_and_stops_at_the_spee
     assert "The hand-written kernel for this task runs at" in task_message and "1000.0 µs" in task_message
     assert "at least 1.05x the speed of the hand-written kernel" in task_message
     assert "| llama3-8b-down | 2000.0 | 1000.0 | 0.50x | 1.50x | 972.8 | 49% |" in feedback and "make it faster" in feedback
+
+
+# --- speed targets and search, with a fake timing backend --------------------------------------
+
+
+GPU = {"stages": ("gpu_correctness", "profile"), "shape_set": "bench", "backend_label": "quack"}
+
+
+def timed(us: int) -> str:
+    """The correct reply, marked with the time the fake backend gives it (a constant: a distinct candidate)."""
+    return CORRECT.replace("def forward(", f"TIME_US = {us}\n\n\ndef forward(", 1)
+
+
+def fake_timing_backend(*, cublas: float | None = 1000.0, human_fails: bool = False):
+    """A verify function whose profile stage reports typed timings: a candidate runs at its ``TIME_US``, cuBLAS
+    alone at ``cublas`` and torch.compile at 1500 µs at every bench shape."""
+
+    def verify_fn(task, source, stages, **kw):
+        assert tuple(stages) == GPU["stages"] and kw["shape_set"] == "bench"
+        human = task.human_file is not None and source == task.human_file.read_text()
+        if human and human_fails:
+            return Verdict(task=task.name, task_version=task.version, backend="quack", outcome=Outcome.WRONG_OUTPUT)
+        found = re.search(r"^TIME_US = (\d+)$", source, re.MULTILINE)
+        us = float(found.group(1)) if found else 1000.0
+        timings = {
+            p.name: ShapeTiming(
+                dims=p.dims, candidate=Timing(median_us=us), compiled=Timing(median_us=1500.0),
+                cublas=Timing(median_us=cublas) if cublas else None,
+            )
+            for p in task.shape("bench")
+        }
+        stage_results = [
+            StageResult(stage="static", outcome=Outcome.PASSED), StageResult(stage="gpu_correctness", outcome=Outcome.PASSED),
+            StageResult(stage="profile", outcome=Outcome.PASSED, timings=timings),
+        ]
+        return Verdict(task=task.name, task_version=task.version, backend="quack", outcome=Outcome.PASSED, stages=stage_results)
+
+    return verify_fn
+
+
+def task_without_human_kernel(folder: Path) -> Task:
+    folder.mkdir()
+    (folder / "gemm_residual_rmsnorm.yaml").write_text(
+        (TASK_DIR / "gemm_residual_rmsnorm.yaml").read_text().replace("human: human/gemm_residual_rmsnorm.py\n", "")
+    )
+    (folder / "gemm_residual_rmsnorm.py").write_text((TASK_DIR / "gemm_residual_rmsnorm.py").read_text())
+    return find_task(str(folder / "gemm_residual_rmsnorm.yaml"))
+
+
+def test_without_a_human_kernel_the_run_improves_over_rounds_until_it_reaches_the_cublas_target(tmp_path):
+    task = task_without_human_kernel(tmp_path / "mine")
+    provider = MockProvider([timed(2000), timed(1250), timed(1020), timed(900)])
+    cfg = AgentConfig(model="mock/test", budgets=Budgets(rounds=6), **GPU)
+    agent = Agent.create(task, provider, cfg, tmp_path / "runs", verify_fn=fake_timing_backend())
+    summary = run(agent)
+    reader = RunReader(agent.run_dir)
+    assert reader.header.target == {"correct": True, "speedup_vs_cublas": 0.97} and reader.header.human_timing == {}
+    # not stopped at the first correct candidate (0.5x cuBLAS): on until 1000/1020 = 0.98x
+    assert summary.status == "target_reached" and len(provider.calls) == 3 and summary.best_attempt == 3
+    assert summary.speedup_vs_cublas == pytest.approx(1000 / 1020) and summary.speedup_vs_human is None
+    first, second, third = reader.attempts()
+    assert first.passed and first.timing["speedup_vs_cublas"] == pytest.approx(0.5)
+    assert first.timing["speedup_vs_compiled"] == pytest.approx(0.75)
+    assert reader.best_code() == third.code
+    assert "at least 0.97x the speed of the task's GEMMs alone in cuBLAS" in first.messages[1].content
+    feedback2, feedback3 = second.messages[-1].content, third.messages[-1].content
+    assert "| shape | yours µs | human µs | vs human | vs cuBLAS alone | vs torch.compile | SoL µs | % of SoL | bound |" in feedback2
+    assert "| llama3-8b-down | 2000.0 | - | - | 0.50x | 0.75x | 972.8 | 49% | compute |" in feedback2
+    assert "Target: 0.97x of cuBLAS alone (geomean over the bench shapes); the best is at 0.50x." in feedback2
+    assert "Farthest behind: `llama3-8b-down` at 0.50x, compute-bound" in feedback2
+    # round 3 sees both correct candidates, the faster first, each with its code
+    assert "| 2 | 2 | 1250.0 | - | 0.80x |" in feedback3 and "| 1 | 1 | 2000.0 | - | 0.50x |" in feedback3
+    assert feedback3.index("| 2 | 2 | 1250.0") < feedback3.index("| 1 | 1 | 2000.0")
+    assert "### Attempt #1: correct, 0.50x cuBLAS alone" in feedback3 and "TIME_US = 2000" in feedback3
+    assert "TIME_US = 1250" in third.messages[-2].content  # the lead reply: the best of the last round
+
+
+def test_a_human_kernel_that_cannot_be_timed_leaves_the_cublas_target(tmp_path):
+    provider = MockProvider([timed(1020)])
+    cfg = AgentConfig(model="mock/test", budgets=Budgets(rounds=2), **GPU)
+    agent = Agent.create(TASK, provider, cfg, tmp_path, verify_fn=fake_timing_backend(human_fails=True))
+    assert agent.header.target == {"correct": True, "speedup_vs_human": 0.97}
+    summary = run(agent)
+    assert RunReader(agent.run_dir).header.target == {"correct": True, "speedup_vs_cublas": 0.97}
+    assert summary.status == "target_reached" and summary.best_attempt == 1
+
+
+def test_a_target_the_timings_cannot_judge_runs_to_the_budget(tmp_path):
+    """No cuBLAS baseline in the timings: a correct candidate is not taken as on target; the rounds run out."""
+    task = task_without_human_kernel(tmp_path / "mine")
+    provider = MockProvider([timed(1200), timed(1100)])
+    cfg = AgentConfig(model="mock/test", budgets=Budgets(rounds=2), **GPU)
+    agent = Agent.create(task, provider, cfg, tmp_path / "runs", verify_fn=fake_timing_backend(cublas=None))
+    summary = run(agent)
+    assert summary.status == "completed" and summary.passes == 2 and summary.best_attempt == 2
+
+
+def test_the_tune_hook_pins_a_correct_candidates_configs_and_the_tuned_module_ships(tmp_path):
+    """A stand-in tuner (the GPU one is the harness's job): it rewrites the candidate's timing marker, as pinning
+    a faster config would; the tuned module is verified and timed like any candidate, and adopted when faster."""
+    seen = []
+
+    def tune(task, source, verdict):
+        seen.append(verdict.passed)
+        return source.replace("TIME_US = 1250", "TIME_US = 1000").replace("TIME_US = 900", "TIME_US = 950")
+
+    task = task_without_human_kernel(tmp_path / "mine")
+    provider = MockProvider([timed(900), timed(1250)])
+    cfg = AgentConfig(model="mock/test", budgets=Budgets(rounds=1, candidates_per_round=2), target_speedup=1.05, **GPU)
+    agent = Agent.create(task, provider, cfg, tmp_path / "runs", verify_fn=fake_timing_backend(), tune_fn=tune)
+    summary = run(agent)
+    reader = RunReader(agent.run_dir)
+    fast, tuned = reader.attempts()
+    assert seen == [True, True]
+    # 900 µs "tuned" to 950 µs: slower, so not adopted; the model's module stands
+    assert fast.tuning is not None and not fast.tuning.adopted and fast.timing["geomean_us"] == pytest.approx(900)
+    # 1250 µs tuned to 1000 µs: adopted; before and after are both on record
+    assert tuned.tuning.adopted and tuned.tuning.before["speedup_vs_cublas"] == pytest.approx(0.8)
+    assert tuned.timing["speedup_vs_cublas"] == pytest.approx(1.0) and "tune" in tuned.durations
+    assert tuned.shipped_code == tuned.tuning.code != tuned.code
+    assert summary.best_attempt == 1 and reader.best_code() == fast.code
+
+
+def test_a_tuned_candidate_can_become_the_best_and_reach_the_target(tmp_path):
+    task = task_without_human_kernel(tmp_path / "mine")
+    provider = MockProvider([timed(1250)])
+    cfg = AgentConfig(model="mock/test", budgets=Budgets(rounds=3), **GPU)
+    agent = Agent.create(task, provider, cfg, tmp_path / "runs", verify_fn=fake_timing_backend(),
+                         tune_fn=lambda task, source, verdict: source.replace("TIME_US = 1250", "TIME_US = 1000"))
+    summary = run(agent)
+    assert summary.status == "target_reached" and summary.speedup_vs_cublas == pytest.approx(1.0)
+    assert "TIME_US = 1000" in RunReader(agent.run_dir).best_code()
 
 
 # --- one run with the sm_90a compile stage on (the CPU default) --------------------------------

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
-from coda_agent.agent.timing import NOMINAL_LABEL, speed_of_light, timing_from_verdict
+from coda_agent.agent.timing import NOMINAL_LABEL, SolPoint, speed_of_light, timing_from_verdict
 from coda_agent.prompts.api_reference import api_reference
 from coda_agent.prompts.render import (
     build_messages,
@@ -16,11 +17,12 @@ from coda_agent.prompts.render import (
     library_examples,
     select_examples,
     system_prompt,
+    task_needs,
     task_prompt,
     trim_error,
 )
 from coda_agent.store.records import Attempt, ChatMessage
-from coda_agent.tasks import TaskError, find_task, load_tasks
+from coda_agent.tasks import Task, TaskError, find_task, load_tasks
 from coda_agent.verifier import static
 from coda_agent.verifier.verdict import Outcome, OutputCheck, StageResult, Verdict
 
@@ -57,6 +59,61 @@ def test_a_block_task_that_embeds_the_target_kernel_is_not_an_example():
     assert "gemm_rmsnorm_gemm" not in {e.name for e in library_examples(TASK)}
     assert "gemm_residual_rmsnorm" not in {e.name for e in library_examples(block)}
     assert "gemm_rmsnorm" in {e.name for e in library_examples(TASK)}
+
+
+NOVEL_YAML = """\
+name: scaled_peak
+version: 1
+family: forward
+description: A projection scaled per column, with the largest magnitude of each row.
+inputs:
+  - {name: a, shape: [M, K], dtype: bfloat16}
+  - {name: b, shape: [N, K], dtype: bfloat16, init: {dist: normal, std: "1/sqrt(K)"}}
+  - {name: s, shape: [N], dtype: bfloat16}
+outputs:
+  - {name: y, shape: [M, N], dtype: bfloat16}
+  - {name: peak, shape: [M], dtype: float32}
+shapes:
+  small:
+    - {name: tiny, dims: {M: 256, N: 384, K: 128}}
+  bench:
+    - {name: big, dims: {M: 8192, N: 4096, K: 4096}}
+reference: scaled_peak.py:reference
+launch_budget: 2
+sol: {flops: "2*M*N*K"}
+gemms: [[M, N, K]]
+"""
+NOVEL_REFERENCE = """\
+def reference(a, b, s):
+    y = a.float() @ b.float().T
+    return {"y": (y * s.float()).to(a.dtype), "peak": y.abs().amax(dim=-1)}
+"""
+
+
+def novel_task_in(folder: Path) -> Task:
+    """A user's operator outside the suite, with no human kernel: a column-vector operand and a row statistic."""
+    folder.mkdir(parents=True)
+    (folder / "scaled_peak.yaml").write_text(NOVEL_YAML)
+    (folder / "scaled_peak.py").write_text(NOVEL_REFERENCE)
+    return find_task(str(folder / "scaled_peak.yaml"))
+
+
+def test_a_task_in_its_own_folder_gets_the_suites_examples_picked_by_what_it_needs(tmp_path):
+    task = novel_task_in(tmp_path / "mine")
+    needs = task_needs(task)
+    assert task.human_file is None and needs == {"family:forward", "in:N", "out:M", "out:M,N"}
+    examples = select_examples(task)
+    assert len(examples) == 3 and {e.name for e in examples} <= {t.name for t in TASKS}
+    # the first example does all the task needs (a column operand, a row statistic); word overlap alone
+    # would put gemm_rmsnorm_rope (no row statistic) first
+    assert examples[0].needs >= needs
+    assert kernel_body(examples[0].kernel_source) in system_prompt(examples)
+
+
+def test_task_needs_read_the_tensors_against_the_first_gemm():
+    assert task_needs(TASK) == {"family:forward", "in:M,N", "in:N", "out:M", "out:M,N", "out:several-tiles"}
+    assert "gemms:several" in task_needs(find_task("gemm_rmsnorm_gemm"))
+    assert "in:M:int" in task_needs(find_task("gemm_cross_entropy"))  # the labels: an integer row operand
 
 
 def test_explicit_examples_are_honoured_but_never_the_target():
@@ -119,7 +176,7 @@ CODE = "from coda_agent.primitives import epilogue, gemm\nimport numpy\n\ndef fo
 
 def test_feedback_quotes_static_violations_with_the_offending_line():
     v = verdict(Outcome.STATIC_REJECTED, "the static check rejected the candidate:\nline 2: import of 'numpy' is not allowed")
-    text = feedback_prompt([make_attempt(1, 1, CODE, v)], best=None, goal_is_speed=False)
+    text = feedback_prompt([make_attempt(1, 1, CODE, v)], population=[], goal_is_speed=False)
     assert "Attempt #1 (your reply above): STATIC REJECTED" in text
     assert "- line 2: import of 'numpy' is not allowed  ->  `import numpy`" in text
     assert "Fix every violation" in text
@@ -133,7 +190,7 @@ def test_feedback_error_table_says_which_output_where_and_by_how_much():
                     worst_index=[199], worst_value=1.22, expected_value=0.727, reason="rstd wrong"),
     ]
     v = verdict(Outcome.WRONG_OUTPUT, "output 'rstd': max error 0.5", checks)
-    text = feedback_prompt([make_attempt(1, 1, CODE, v)], best=None, goal_is_speed=False)
+    text = feedback_prompt([make_attempt(1, 1, CODE, v)], population=[], goal_is_speed=False)
     assert "| `rstd` | NO | 0.5 | 0.0007 | 714 | [199] | 1.22 | 0.727 | ragged/1 | ragged |" in text
     assert "| `h` | yes |" in text
     assert "`rstd` fails at ragged but passes at tiny" in text
@@ -145,7 +202,7 @@ def test_feedback_trims_long_compile_errors_and_keeps_the_candidates_lines():
         f"  cute internal frame {i}" for i in range(200)
     ) + "\nDSLRuntimeError: unsupported op"
     v = Verdict(task=TASK.name, task_version=1, backend="torch", outcome=Outcome.COMPILE_ERROR, reason=trace)
-    text = feedback_prompt([make_attempt(1, 1, CODE, v)], best=None, goal_is_speed=False)
+    text = feedback_prompt([make_attempt(1, 1, CODE, v)], population=[], goal_is_speed=False)
     assert "line 7: out = gemm(fused, x, w.t())" in text
     assert "DSLRuntimeError: unsupported op" in text
     assert "lines cut" in text and "cute internal frame 100" not in text
@@ -157,12 +214,12 @@ def test_feedback_shows_history_no_code_replies_and_the_best_so_far():
     bad = make_attempt(2, 2, CODE, verdict(Outcome.STATIC_REJECTED, "the static check rejected the candidate:\nline 2: no numpy"))
     none = make_attempt(3, 2, None, None, slot=1, extraction_error="the reply held no ```python block", raw="Let me think.")
     failed = make_attempt(4, 2, None, None, slot=2, raw=None, provider_error="rate_limit: slow down")
-    text = feedback_prompt([good, bad, none, failed], best=good, goal_is_speed=True)
+    text = feedback_prompt([good, bad, none, failed], population=[good], goal_is_speed=True)
     assert "3 attempts so far, 1 correct. Best so far: attempt #1 (correct on the emulator)" in text
     assert "| 1 | 1 | passed | correct on the emulator |" in text  # history row
     assert "## Attempt #3: NO CODE" in text and "no ```python block" in text
     assert "slow down" not in text  # a failed request says nothing about the model's code
-    assert "## The best correct candidate so far (attempt #1)" in text and good.code.strip() in text
+    assert "## The best correct candidates so far (best first)" in text and good.code.strip() in text
     assert "make it faster" in text
 
 
@@ -173,27 +230,34 @@ def test_feedback_timing_table_against_human_baselines_and_sol():
         "eager": {"median_us": 1500.0}, "cublas": {"median_us": 1050.0},
     }}}
     v = verdict(Outcome.PASSED, **details)
-    timing = timing_from_verdict(v, human={"llama3-8b-down": 1045.0}, sol={"llama3-8b-down": 972.8})
+    sol = SolPoint(shape="llama3-8b-down", dims="", flops=0.0, bytes=0.0, compute_us=972.8, memory_us=300.0)
+    timing = timing_from_verdict(v, human={"llama3-8b-down": 1045.0}, sol={"llama3-8b-down": sol})
     assert timing["shapes"]["llama3-8b-down"] == {
-        "median_us": 1100.0, "human_us": 1045.0, "sol_us": 972.8, "baselines": {"eager": 1500.0, "cublas": 1050.0},
+        "median_us": 1100.0, "human_us": 1045.0, "sol_us": 972.8, "bound": "compute",
+        "baselines": {"eager": 1500.0, "cublas": 1050.0},
     }
     assert timing["speedup_vs_human"] == pytest.approx(1045 / 1100)
+    assert timing["speedup_vs_cublas"] == pytest.approx(1050 / 1100)
+    assert timing["speedup_vs_eager"] == pytest.approx(1500 / 1100) and "speedup_vs_compiled" not in timing
     assert timing["sol_fraction"] == pytest.approx(972.8 / 1100)
     a = make_attempt(1, 1, "def forward():\n    return {}\n", v, timing=timing)
-    text = feedback_prompt([a], best=a, goal_is_speed=True)
-    assert "| shape | yours µs | human µs | vs human | vs cublas | vs eager | SoL µs | % of SoL |" in text
-    assert "| llama3-8b-down | 1100.0 | 1045.0 | 0.95x | 0.95x | 1.36x | 972.8 | 88% |" in text
-    assert "0.95x the human kernel, 88% of SoL" in text
+    text = feedback_prompt([a], population=[a], goal_is_speed=True, goals={"speedup_vs_human": 0.97})
+    assert "| shape | yours µs | human µs | vs human | vs cuBLAS alone | vs eager | SoL µs | % of SoL | bound |" in text
+    assert "| llama3-8b-down | 1100.0 | 1045.0 | 0.95x | 0.95x | 1.36x | 972.8 | 88% | compute |" in text
+    assert "0.95x the human kernel, 0.95x cuBLAS alone, 88% of SoL" in text
+    assert "| 1 | 1 | 1100.0 | 0.95x | 0.95x | 88% |" in text  # the population table
+    assert "Target: 0.97x of the human kernel (geomean over the bench shapes); the best is at 0.95x." in text
+    assert "Farthest behind: `llama3-8b-down` at 0.95x, compute-bound" in text
     assert timing_from_verdict(verdict(Outcome.PASSED)) == {}
 
 
 def test_messages_alternate_and_continue_from_the_best_reply_of_the_last_round():
     wrong = make_attempt(1, 1, CODE, verdict(Outcome.RUNTIME_ERROR, "forward() raised:\nline 4: KeyError: 'h'"), slot=0)
     static_bad = make_attempt(2, 1, CODE, verdict(Outcome.STATIC_REJECTED, "x:\nline 2: no numpy"), slot=1)
-    assert [m.role for m in build_messages("S", "T", [], best=None, goal_is_speed=False)] == ["system", "user"]
-    msgs = build_messages("S", "T", [wrong, static_bad], best=None, goal_is_speed=False)
+    assert [m.role for m in build_messages("S", "T", [], population=[], goal_is_speed=False)] == ["system", "user"]
+    msgs = build_messages("S", "T", [wrong, static_bad], population=[], goal_is_speed=False)
     assert [m.role for m in msgs] == ["system", "user", "assistant", "user"]
     assert msgs[2].content == wrong.raw_response  # runtime error ranks closer to success than a static rejection
     assert "Attempt #1 (your reply above): RUNTIME ERROR" in msgs[3].content
     assert "Attempt #2: STATIC REJECTED" in msgs[3].content and "Its code:" in msgs[3].content
-    assert build_messages("S", "T", [wrong, static_bad], best=None, goal_is_speed=False) == msgs  # pure
+    assert build_messages("S", "T", [wrong, static_bad], population=[], goal_is_speed=False) == msgs  # pure

@@ -6,20 +6,22 @@ depend on a measurement the CPU-only path cannot make.
 
 ``Attempt.timing`` (see ``store/records.py``) holds what :func:`timing_from_verdict` returns::
 
-    {"shapes": {"<shape>": {"median_us": 812.3, "human_us": 790.1, "sol_us": 480.2,
+    {"shapes": {"<shape>": {"median_us": 812.3, "human_us": 790.1, "sol_us": 480.2, "bound": "compute",
                             "baselines": {"eager": 1500.0, "compiled": 1100.0, "cublas": 700.0}}},
-     "geomean_us": 812.3, "speedup_vs_human": 0.97, "sol_fraction": 0.59}
+     "geomean_us": 812.3, "speedup_vs_human": 0.97, "speedup_vs_cublas": 0.86, "speedup_vs_compiled": 1.35,
+     "sol_fraction": 0.59}
 
-Ratios are geometric means over the shapes that have both numbers; a ratio that cannot be formed is absent.
+Ratios (other time / candidate time, > 1 is faster) are geometric means over the shapes that have both
+numbers; a ratio that cannot be formed is absent. The ``speedup_vs_*`` keys are what a run's target names.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..store.ranking import geomean, shape_ratio
 from ..tasks.model import Task
 from ..verifier.verdict import Verdict
 
@@ -70,17 +72,12 @@ def speed_of_light(task: Task, set_name: str = "bench") -> list[SolPoint]:
     return points
 
 
-def geomean(values: list[float]) -> float | None:
-    good = [v for v in values if v > 0 and math.isfinite(v)]
-    return math.exp(sum(math.log(v) for v in good) / len(good)) if good else None
-
-
 def timing_from_verdict(
-    verdict: Verdict | None, human: Mapping[str, float] | None = None, sol: Mapping[str, float] | None = None
+    verdict: Verdict | None, human: Mapping[str, float] | None = None, sol: Mapping[str, SolPoint] | None = None
 ) -> dict[str, Any]:
     """The ``Attempt.timing`` record of a profiled verdict; ``{}`` when it was not timed.
 
-    ``human`` (shape -> µs of the human kernel in this session) and ``sol`` (shape -> nominal SoL µs)
+    ``human`` (shape -> µs of the human kernel in this session) and ``sol`` (shape -> nominal SoL point)
     fill in what the profile stage does not report itself.
     """
     stage = verdict.stage("profile") if verdict is not None else None
@@ -91,19 +88,18 @@ def timing_from_verdict(
         entry: dict[str, Any] = {"median_us": row.candidate.median_us}
         if (human or {}).get(name):
             entry["human_us"] = float((human or {})[name])
-        if (sol or {}).get(name):
-            entry["sol_us"] = float((sol or {})[name])
+        point = (sol or {}).get(name)
+        if point is not None:
+            entry["sol_us"], entry["bound"] = point.sol_us, point.bound
         base = {b: t.median_us for b, t in row.baselines().items()}
         if base:
             entry["baselines"] = base
         shapes[name] = entry
-    out: dict[str, Any] = {"shapes": shapes, "geomean_us": geomean([s["median_us"] for s in shapes.values()])}
-    vs_human = geomean([s["human_us"] / s["median_us"] for s in shapes.values() if "human_us" in s])
-    if vs_human is not None:
-        out["speedup_vs_human"] = vs_human
-    sol_fraction = geomean([s["sol_us"] / s["median_us"] for s in shapes.values() if "sol_us" in s])
-    if sol_fraction is not None:
-        out["sol_fraction"] = sol_fraction
+    out: dict[str, Any] = {"shapes": shapes, "geomean_us": geomean(s["median_us"] for s in shapes.values())}
+    for key in ("speedup_vs_human", *(f"speedup_vs_{b}" for b in BASELINES), "sol_fraction"):
+        ratio = geomean(shape_ratio(s, key) for s in shapes.values())
+        if ratio is not None:
+            out[key] = ratio
     return out
 
 

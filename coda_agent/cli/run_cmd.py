@@ -60,6 +60,8 @@ def speed_text(summary: RunSummary) -> str:
     parts = []
     if summary.speedup_vs_human is not None:
         parts.append(f"{summary.speedup_vs_human:.2f}x human")
+    if summary.speedup_vs_cublas is not None:
+        parts.append(f"{summary.speedup_vs_cublas:.2f}x cuBLAS")
     if summary.sol_fraction is not None:
         parts.append(f"{100 * summary.sol_fraction:.0f}% SoL")
     if summary.best_time_us is not None and not parts:
@@ -352,7 +354,8 @@ def run_cmd(
     temperature: float = typer.Option(None, min=0, help="sampling temperature (default 0.7)"),
     max_reply_tokens: int = typer.Option(None, min=256, help="output-token limit per reply (default 8192)"),
     target_speedup: float = typer.Option(
-        None, min=0, help="GPU: stop once correct and at least this fraction of the human kernel's speed (default 0.97, parity within noise)"
+        None, min=0, help="GPU: stop once correct and at least this fraction of the human kernel's speed, or of cuBLAS-alone's "
+        "for a task without one (default 0.97, parity within noise)"
     ),
     target_sol: float = typer.Option(None, min=0, max=1, help="GPU: ... or this fraction of the speed of light"),
     no_compile: bool = typer.Option(False, "--no-compile", help="CPU: skip the sm_90a compile stage (~10 s per candidate)"),

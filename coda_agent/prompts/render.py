@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import jinja2
 
+from ..store.ranking import attempt_time_us, shape_ratio
 from ..store.records import Attempt, ChatMessage
 from ..tasks.loader import BUILTIN_TASK_DIR, TaskError, load_task, task_files
 from ..tasks.model import Task
@@ -32,6 +33,26 @@ OUTCOME_RANK = {
     "no_code": 11, "provider_error": 12,
 }
 HISTORY_ROWS = 40
+#: What each of a round's K candidates is asked to try (slot i takes entry i mod len), so they do not all converge.
+APPROACHES = (
+    "refine the best candidate so far (or, with none yet, the most direct fusion of the reference): the smallest "
+    "change that makes it faster",
+    "a different GEMM `Config` (tile_m, tile_n, cluster, pingpong or cooperative) from the best candidate's, "
+    "suited to the bench shapes",
+    "a different split of the work: what the epilogue computes, what goes into reduce sinks, and what (if anything) "
+    "is left to a second gemm or to host ops",
+    "a different algebra: reorder or re-associate the computation so fewer bytes move and fewer launches are needed "
+    "(e.g. fold a scale into an operand, or reuse a statistic)",
+)
+#: The speed targets a run can name (``RunHeader.target`` keys), as the feedback spells them.
+GOAL_NAMES = {"speedup_vs_human": "the human kernel", "speedup_vs_cublas": "cuBLAS alone", "sol_fraction": "SoL"}
+BASELINE_NAMES = {"cublas": "cuBLAS alone", "compiled": "torch.compile", "eager": "eager"}
+BOUND_ADVICE = {
+    "memory": "memory-bound: the time goes to bytes moved. Read each input and write each output once, keep "
+    "intermediates in the epilogue's registers instead of HBM, and drop host ops that make extra passes",
+    "compute": "compute-bound: the time goes to the GEMM mainloop. Choose a `Config` (tile, cluster, pingpong or "
+    "cooperative) that fills the SMs at this shape, and keep the epilogue light",
+}
 ERROR_LINES, ERROR_CHARS = 30, 2500
 
 
@@ -88,6 +109,7 @@ class Example:
     reference_name: str
     reference_source: str
     kernel_source: str
+    needs: frozenset[str] = frozenset()
 
     @property
     def primitives(self) -> frozenset[str]:
@@ -149,6 +171,39 @@ def epilogue_signatures(source: str) -> set[str]:
     return found
 
 
+def _role(symbol: str | int, m: str, n: str, k: str) -> str:
+    """A dimension's role in the task's first GEMM: M, N, K, N/2 (one of a packed pair's halves) or other."""
+    sym = str(symbol).replace(" ", "")
+    roles = {m: "M", n: "N", k: "K"}
+    if sym in roles:
+        return roles[sym]
+    return "N/2" if f"2*{sym}" == n else "other"
+
+
+def task_needs(task: Task) -> frozenset[str]:
+    """What a kernel for ``task`` has to do, from its tensors' shapes against its first GEMM: row or column
+    statistics (a reduce sink), vector and full-tile operands, packed pairs (``acc_pair`` mode), extra
+    outputs, integer indices, several GEMMs. Worked examples are picked to cover these, not only by wording."""
+    if not task.gemms:
+        return frozenset({f"family:{task.family}"})
+    m, n, k = (str(d).replace(" ", "") for d in task.gemms[0])
+    needs = {f"family:{task.family}"}
+    if len(task.gemms) > 1:
+        needs.add("gemms:several")
+    full_outputs = 0
+    for kind, specs in (("in", task.inputs), ("out", task.outputs)):
+        for spec in specs:
+            roles = ",".join(_role(d, m, n, k) for d in spec.shape)
+            if kind == "in" and roles in ("M,K", "N,K"):
+                continue  # the GEMM's own operands: every task has them
+            integer = spec.dtype.startswith(("int", "uint"))
+            needs.add(f"{kind}:{roles}" + (":int" if integer else ""))
+            full_outputs += kind == "out" and roles in ("M,N", "M,N/2")
+    if full_outputs > 1:
+        needs.add("out:several-tiles")
+    return frozenset(needs)
+
+
 def library_examples(task: Task, library: Path | None = None) -> list[Example]:
     """Every other task with a human kernel, never the target's own solution.
 
@@ -179,7 +234,7 @@ def library_examples(task: Task, library: Path | None = None) -> list[Example]:
             Example(
                 name=other.name, family=other.family, description=" ".join(other.description.split()),
                 reference_name=other.reference, reference_source=other.reference_file.read_text().strip(),
-                kernel_source=kernel.strip(),
+                kernel_source=kernel.strip(), needs=task_needs(other),
             )
         )
     return found
@@ -192,10 +247,10 @@ def _words(text: str) -> set[str]:
 def select_examples(
     task: Task, *, library: Path | None = None, names: Sequence[str] | None = None, limit: int = 3, max_chars: int = 12000
 ) -> list[Example]:
-    """Up to ``limit`` worked examples: the most similar other tasks, favouring ones that show primitives not yet shown.
-
-    Similarity is word overlap of description, conventions and reference code. ``names`` picks examples
-    explicitly (the target itself is still refused).
+    """Up to ``limit`` worked examples: the other tasks that best cover what the target needs
+    (:func:`task_needs`) not yet covered by the examples chosen so far, then word overlap of description,
+    conventions and reference code, then primitives not yet shown. ``names`` picks examples explicitly (the
+    target itself is still refused).
     """
     pool = library_examples(task, library)
     if names is not None:
@@ -207,6 +262,7 @@ def select_examples(
             )
         return [by_name[n] for n in names]
     target = _words(task.description + " " + task.conventions + " " + task.reference_file.read_text())
+    needs = task_needs(task)
 
     def similarity(e: Example) -> float:
         words = _words(e.description + " " + e.reference_source)
@@ -214,14 +270,19 @@ def select_examples(
 
     chosen: list[Example] = []
     shown: set[str] = set()
+    covered: set[str] = set()
     remaining = sorted(pool, key=lambda e: e.name)
     while remaining and len(chosen) < limit:
-        best = max(remaining, key=lambda e: (similarity(e) + 0.03 * len(e.primitives - shown), -len(e.name)))
+        best = max(remaining, key=lambda e: (
+            len((needs - covered) & e.needs) / max(1, len(needs)) + similarity(e) + 0.03 * len(e.primitives - shown),
+            -len(e.name),
+        ))
         remaining.remove(best)
         if chosen and sum(e.size for e in chosen) + best.size > max_chars:
             continue
         chosen.append(best)
         shown |= best.primitives
+        covered |= best.needs & needs
     return chosen
 
 
@@ -374,10 +435,14 @@ def attempt_headline(attempt: Attempt) -> str:
         parts = ["correct"]
         if "speedup_vs_human" in t:
             parts.append(f"{t['speedup_vs_human']:.2f}x the human kernel")
+        if "speedup_vs_cublas" in t:
+            parts.append(f"{t['speedup_vs_cublas']:.2f}x cuBLAS alone")
         if "sol_fraction" in t:
             parts.append(f"{100 * t['sol_fraction']:.0f}% of SoL")
         if "geomean_us" in t and len(parts) == 1:
             parts.append(f"{t['geomean_us']:.1f} µs")
+        if attempt.tuning is not None and attempt.tuning.adopted and attempt.tuning.before.get("geomean_us"):
+            parts.append(f"once the harness tuned its configs (from {attempt.tuning.before['geomean_us']:.1f} µs)")
         if not t:
             ran = {s.stage for s in verdict.stages}
             where = "on the GPU" if "gpu_correctness" in ran else "on the emulator" if "correctness" in ran else ""
@@ -453,7 +518,8 @@ def _timing_view(timing: Mapping[str, Any]) -> dict[str, Any] | None:
     shapes = timing.get("shapes") or {}
     if not shapes:
         return None
-    baselines = sorted({b for s in shapes.values() for b in s.get("baselines", {})})
+    present = {b for s in shapes.values() for b in s.get("baselines", {})}
+    baselines = [b for b in BASELINE_NAMES if b in present]
 
     def ratio(num: float | None, den: float) -> str:
         return f"{num / den:.2f}x" if num else "-"
@@ -465,8 +531,9 @@ def _timing_view(timing: Mapping[str, Any]) -> dict[str, Any] | None:
             "shape": name, "us": _us(us), "human_us": _us(s.get("human_us")), "vs_human": ratio(s.get("human_us"), us),
             "vs": {b: ratio(s.get("baselines", {}).get(b), us) for b in baselines},
             "sol_us": _us(s.get("sol_us")), "sol_pct": f"{100 * s['sol_us'] / us:.0f}%" if s.get("sol_us") else "-",
+            "bound": s.get("bound", "-"),
         })
-    return {"rows": rows, "baselines": baselines}
+    return {"rows": rows, "baselines": [{"key": b, "name": BASELINE_NAMES[b]} for b in baselines]}
 
 
 def _attempt_view(attempt: Attempt, *, is_lead: bool) -> dict[str, Any]:
@@ -489,14 +556,14 @@ def _attempt_view(attempt: Attempt, *, is_lead: bool) -> dict[str, Any]:
 
 
 def rank_key(attempt: Attempt) -> tuple[float, ...]:
-    """Sort key, best first: outcome, then speed (passed) or error ratio (wrong output), then slot."""
+    """Sort key, best first: outcome, then time (passed, as ``store.ranking``) or error ratio (wrong output), then slot."""
     rank = OUTCOME_RANK.get(attempt.outcome, 10)
-    speed = -float(attempt.timing.get("speedup_vs_human", attempt.timing.get("sol_fraction", 0.0))) if attempt.timing else 0.0
+    us = attempt_time_us(attempt) if attempt.passed else None
     err = 0.0
     if attempt.verdict is not None and attempt.outcome == "wrong_output":
         ratios = [r for c in attempt.verdict.worst_checks() if (r := _ratio(c)) is not None]
         err = max(ratios) if ratios else float("inf")
-    return (rank, speed, err, attempt.slot)
+    return (rank, float(us is None), us or 0.0, err, attempt.slot)
 
 
 def _replied(attempts: Iterable[Attempt]) -> list[Attempt]:
@@ -513,12 +580,42 @@ def lead_attempt(attempts: Sequence[Attempt]) -> Attempt | None:
     return min((a for a in replied if a.round == last_round), key=rank_key)
 
 
-def _next_steps(lead: Attempt, latest: Sequence[Attempt], best: Attempt | None, goal_is_speed: bool) -> list[str]:
+def _ratio_text(key: str, value: float) -> str:
+    """A target ratio as the feedback prints it: ``54%`` of SoL, ``0.80x`` of anything else."""
+    return f"{100 * value:.0f}%" if key == "sol_fraction" else f"{value:.2f}x"
+
+
+def _speed_steps(best: Attempt, goals: Mapping[str, float]) -> list[str]:
+    """Where the best candidate stands against the run's target, and the shape farthest behind it."""
+    t = best.timing
+    steps = []
+    for goal, wanted in goals.items():
+        have = t.get(goal)
+        if have is None:
+            continue
+        ratios = {name: r for name, sh in (t.get("shapes") or {}).items() if (r := shape_ratio(sh, goal)) is not None}
+        text = (
+            f"Target: {_ratio_text(goal, wanted)} of {GOAL_NAMES.get(goal, goal)} (geomean over the bench shapes); "
+            f"the best is at {_ratio_text(goal, have)}."
+        )
+        if ratios:
+            worst = min(ratios, key=lambda n: ratios[n])
+            bound = t["shapes"][worst].get("bound")
+            text += f" Farthest behind: `{worst}` at {_ratio_text(goal, ratios[worst])}"
+            text += f", {BOUND_ADVICE[bound]}." if bound in BOUND_ADVICE else "."
+        steps.append(text)
+    return steps
+
+
+def _next_steps(
+    lead: Attempt, latest: Sequence[Attempt], best: Attempt | None, goal_is_speed: bool, goals: Mapping[str, float]
+) -> list[str]:
     if best is not None:
         if not goal_is_speed:
             return ["A correct candidate exists; improve on it only if you see a clear gain, and keep it correct."]
         steps = [
-            "Keep it correct and make it faster; start from the best candidate.",
+            "Keep it correct and make it faster; start from the best candidates above.",
+            *_speed_steps(best, goals),
             "Move every element-wise op on (M, N) data into the epilogue fn and every row/column statistic into a "
             "reduce sink; count your launches against the budget.",
             "Pick a GEMM `Config` (tile_m, tile_n, cluster, pingpong) suited to the bench shapes; the default is "
@@ -548,10 +645,28 @@ def _next_steps(lead: Attempt, latest: Sequence[Attempt], best: Attempt | None, 
     return steps
 
 
+def _population_view(population: Sequence[Attempt], shown: set[int]) -> list[dict[str, Any]]:
+    rows = []
+    for a in population:
+        t = a.timing
+        rows.append({
+            "index": a.index, "round": a.round, "us": _us(attempt_time_us(a)), "headline": attempt_headline(a),
+            "vs": {k: _ratio_text(k, t[k]) if k in t else "-" for k in GOAL_NAMES},
+            "code": None if a.index in shown and a.shipped_code == a.code else a.shipped_code,
+        })
+    return rows
+
+
 def feedback_prompt(
-    attempts: Sequence[Attempt], *, best: Attempt | None, goal_is_speed: bool, lead: Attempt | None = None
+    attempts: Sequence[Attempt],
+    *,
+    population: Sequence[Attempt],
+    goal_is_speed: bool,
+    goals: Mapping[str, float] | None = None,
+    lead: Attempt | None = None,
 ) -> str:
-    """Structured results of all previous attempts: the latest round in detail, earlier ones as a table."""
+    """Structured results of all previous attempts: the latest round in detail, earlier ones as a table, and the
+    population (the best distinct correct candidates, best first, as ``store.ranking`` orders them) with code."""
     replied = _replied(attempts)
     if not replied:
         raise ValueError("feedback needs at least one attempt with a model reply")
@@ -560,9 +675,7 @@ def feedback_prompt(
     last_round = max(a.round for a in replied)
     latest = sorted((a for a in replied if a.round == last_round), key=lambda a: (a.index != lead.index, a.slot))
     history = [a for a in replied if a.round < last_round][-HISTORY_ROWS:]
-    best_view = None
-    if best is not None:
-        best_view = {"index": best.index, "headline": attempt_headline(best), "code": None if best.index in {a.index for a in latest} else best.code}
+    best = population[0] if population else None
     n, passed = len(replied), sum(a.passed for a in replied)
     overview = f"{n} attempt{'s' if n != 1 else ''} so far, {passed} correct."
     if best is not None:
@@ -570,34 +683,55 @@ def feedback_prompt(
     return _render(
         "feedback.j2",
         overview=overview,
-        best=best_view,
+        population=_population_view(population, {a.index for a in latest}),
+        timed=any(a.timing for a in population),
         latest=[_attempt_view(a, is_lead=a.index == lead.index) for a in latest],
         history=[
             {"index": a.index, "round": a.round, "outcome": a.outcome, "headline": attempt_headline(a).replace("|", "/")}
             for a in history
         ],
-        next_steps=_next_steps(lead, latest, best, goal_is_speed),
+        next_steps=_next_steps(lead, latest, best, goal_is_speed, goals or {}),
+    )
+
+
+def approach_note(slot: int, slots: int) -> str:
+    """What candidate ``slot`` of a round of ``slots`` should try; empty for a round of one."""
+    if slots <= 1:
+        return ""
+    return (
+        f"You are candidate {slot + 1} of {slots} written from this same message; the others take other approaches. "
+        f"Yours: {APPROACHES[slot % len(APPROACHES)]}."
     )
 
 
 def build_messages(
-    system: str, task_message: str, attempts: Sequence[Attempt], *, best: Attempt | None, goal_is_speed: bool
+    system: str,
+    task_message: str,
+    attempts: Sequence[Attempt],
+    *,
+    population: Sequence[Attempt],
+    goal_is_speed: bool,
+    goals: Mapping[str, float] | None = None,
+    slot: int = 0,
+    slots: int = 1,
 ) -> list[ChatMessage]:
-    """The chat for the next round: system, task, then (after round 1) the lead reply and the feedback.
+    """The chat for candidate ``slot`` of the next round: system, task, then (after round 1) the lead reply and
+    the feedback; with several candidates per round the last message asks each for a different approach.
 
     The model sees its own best reply of the last round as its turn, and the results of every attempt
     so far (with the code of the attempts it did not "say" in this chat) as the next user turn.
     """
     messages = [ChatMessage(role="system", content=system)]
+    note = approach_note(slot, slots)
     lead = lead_attempt(attempts)
     if lead is None:
-        return [*messages, ChatMessage(role="user", content=task_message)]
-    feedback = feedback_prompt(attempts, best=best, goal_is_speed=goal_is_speed, lead=lead)
+        return [*messages, ChatMessage(role="user", content="\n\n".join(p for p in (task_message.rstrip(), note) if p) + "\n")]
+    feedback = feedback_prompt(attempts, population=population, goal_is_speed=goal_is_speed, goals=goals, lead=lead)
     return [
         *messages,
         ChatMessage(role="user", content=task_message),
         ChatMessage(role="assistant", content=strip_thinking(lead.raw_response or "").strip() or "(empty reply)"),
-        ChatMessage(role="user", content=feedback),
+        ChatMessage(role="user", content="\n\n".join(p for p in (feedback.rstrip(), note) if p) + "\n"),
     ]
 
 

@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from ..bench.results import BenchRun
+from .ranking import best_attempt, geomean
 from .records import Attempt, RunHeader, RunSummary
 
 M = TypeVar("M", bound=BaseModel)
@@ -187,7 +188,7 @@ class RunFiles:
             return self.summary if known else self.summary.model_copy(update={"cost_known": False})
         passed = [a for a in self.attempts if a.passed]
         start = self.header.created if self.header else None
-        best = min(passed, key=lambda a: geomean_time(a) or math.inf, default=None)
+        best = best_attempt(passed, geomean_time)
         first = min(passed, key=lambda a: a.finished, default=None)
         return RunSummary(
             status="running",
@@ -336,9 +337,7 @@ def timing_points(timing: Mapping[str, Any]) -> dict[str | None, TimingPoint]:
 def geomean_time(attempt: Attempt | None) -> float | None:
     """Geometric mean of an attempt's times over its shapes (as the agent's ``RunSummary.best_time_us``)."""
     pts = timing_points(attempt.timing) if attempt else {}
-    if not pts:
-        return None
-    return math.exp(sum(math.log(p.median_us) for p in pts.values()) / len(pts))
+    return geomean(p.median_us for p in pts.values())
 
 
 # --------------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from .index import AttemptTiming, BenchRowRecord, Index, Problem, RunRow
+from .ranking import geomean
 
 BASELINES: dict[str, str] = {
     "eager_us": "eager",
@@ -289,11 +290,6 @@ class SummaryRow(BaseModel):
     cost_usd: float | None = None  # of the run behind the figures (the cheapest, where several are)
     cost_known: bool = True
     run: str | None = None
-
-
-def geomean(values: Iterable[float | None]) -> float | None:
-    vals = [v for v in values if v is not None and v > 0]
-    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
 
 
 def summarize(board: Leaderboard) -> list[SummaryRow]:

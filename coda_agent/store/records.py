@@ -51,7 +51,8 @@ class RunHeader(BaseModel):
     model: str = Field(description="provider/model, e.g. anthropic/claude-sonnet-4-5, or 'human'")
     params: dict[str, Any] = {}
     budgets: Budgets = Budgets()
-    target: dict[str, Any] = Field(default_factory=dict, description="stopping target, e.g. {'speedup_vs_human': 0.95}")
+    target: dict[str, Any] = Field(default_factory=dict, description="stopping target: correct, and (timed) any of e.g. {'speedup_vs_human': 0.97} or "
+                                    "{'speedup_vs_cublas': 0.97}, {'sol_fraction': 0.6}")
     verifier_stages: list[str] = []
     git_commit: str | None = None
     git_dirty: bool = False
@@ -75,6 +76,17 @@ class Usage(BaseModel):
     price_known: bool = Field(default=True, description="False: the model has no price in the table, cost_usd is 0 but unknown")
 
 
+class Tuning(BaseModel):
+    """The harness's schedule for a correct, timed candidate: the module with its GEMM configs pinned, verified
+    and timed again. Adopted when correct and faster; then ``Attempt.timing`` is the tuned module's and
+    ``best.py`` ships it."""
+
+    code: str
+    verdict: Verdict
+    adopted: bool
+    before: dict[str, Any] = Field(default_factory=dict, description="the model's module's timing, before tuning")
+
+
 class Attempt(BaseModel):
     """One candidate: the messages sent, the raw reply, the extracted code and every check's result."""
 
@@ -94,9 +106,16 @@ class Attempt(BaseModel):
     durations: dict[str, float] = Field(default_factory=dict, description="seconds: llm, verify")
     timing: dict[str, Any] = Field(
         default_factory=dict,
-        description="GPU timing of a correct candidate, if profiled: {shapes: {name: {median_us, human_us?, sol_us?, "
-        "baselines?}}, geomean_us, speedup_vs_human?, sol_fraction?} (see coda_agent/agent/timing.py)",
+        description="GPU timing of a correct candidate, if profiled: {shapes: {name: {median_us, human_us?, sol_us?, bound?, "
+        "baselines?}}, geomean_us, speedup_vs_{human,cublas,compiled,eager}?, sol_fraction?} (see coda_agent/agent/timing.py); "
+        "of the tuned module when a tuning was adopted",
     )
+    tuning: Tuning | None = None
+
+    @property
+    def shipped_code(self) -> str | None:
+        """What the attempt ships as ``best.py``: the tuned module when its tuning was adopted, else the model's."""
+        return self.tuning.code if self.tuning is not None and self.tuning.adopted else self.code
 
     @property
     def passed(self) -> bool:
@@ -123,6 +142,7 @@ class RunSummary(BaseModel):
     best_attempt: int | None = None
     best_time_us: float | None = Field(default=None, description="geometric mean over the timed shapes of the best attempt")
     speedup_vs_human: float | None = None
+    speedup_vs_cublas: float | None = Field(default=None, description="best attempt: geometric mean of cuBLAS-alone time / its time")
     sol_fraction: float | None = Field(default=None, description="best attempt: geometric mean of SoL time / its time")
     outcomes: dict[str, int] = Field(default_factory=dict, description="attempt count per outcome (Attempt.outcome)")
     input_tokens: int = 0

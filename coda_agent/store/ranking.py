@@ -1,0 +1,78 @@
+"""The one rule for which candidate is best, used by the agent loop, the prompts and the index.
+
+Correct beats incorrect; among correct candidates a timed one beats an untimed one, and the lower
+geometric mean of its per-shape median times wins (within one run every candidate is timed at the same
+shapes, so this orders them exactly as the geomean of any per-shape speedup would); ties go to the earlier
+attempt. The population the model is shown is the best *distinct* correct candidates by the same rule.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from .records import Attempt
+
+TimeOf = Callable[[Attempt], "float | None"]
+
+
+def geomean(values: Iterable[float | None]) -> float | None:
+    """Geometric mean of the positive finite values; None when there is none."""
+    good = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
+    return math.exp(sum(math.log(v) for v in good) / len(good)) if good else None
+
+
+def shape_ratio(shape: Mapping[str, Any], key: str) -> float | None:
+    """One shape of an ``Attempt.timing`` record, by a ratio key: ``speedup_vs_human`` / ``_cublas`` / ``_compiled`` /
+    ``_eager`` (that time / the candidate's, > 1 is faster) or ``sol_fraction``; None when a number is missing."""
+    if key == "speedup_vs_human":
+        other = shape.get("human_us")
+    elif key == "sol_fraction":
+        other = shape.get("sol_us")
+    else:
+        other = (shape.get("baselines") or {}).get(key.removeprefix("speedup_vs_"))
+    us = shape.get("median_us")
+    return float(other) / float(us) if other and us else None
+
+
+def attempt_time_us(attempt: Attempt) -> float | None:
+    """Geometric mean of an attempt's median times over its timed shapes (µs); None when untimed."""
+    shapes = attempt.timing.get("shapes") or {}
+    return geomean(float(s["median_us"]) for s in shapes.values() if isinstance(s, dict) and "median_us" in s)
+
+
+def speed_key(attempt: Attempt, time_of: TimeOf = attempt_time_us) -> tuple[bool, bool, float, int]:
+    """Sort key, best first: passed, timed, faster, earlier."""
+    us = time_of(attempt) if attempt.passed else None
+    return (not attempt.passed, us is None, us if us is not None else 0.0, attempt.index)
+
+
+def best_attempt(attempts: Iterable[Attempt], time_of: TimeOf = attempt_time_us) -> Attempt | None:
+    """The best correct attempt, or None when none passed. ``time_of`` reads times (the index reads old layouts too)."""
+    passed = [a for a in attempts if a.passed]
+    return min(passed, key=lambda a: speed_key(a, time_of), default=None)
+
+
+def code_fingerprint(code: str) -> str:
+    """Two candidates are the same when their code parses to the same tree (comments and layout do not count)."""
+    try:
+        return ast.dump(ast.parse(code))
+    except SyntaxError:
+        return " ".join(code.split())
+
+
+def population(attempts: Sequence[Attempt], size: int) -> list[Attempt]:
+    """The ``size`` best distinct correct attempts, best first (a resubmitted candidate counts once, at its best time)."""
+    seen: set[str] = set()
+    out: list[Attempt] = []
+    for a in sorted((a for a in attempts if a.passed and a.code is not None), key=speed_key):
+        fp = code_fingerprint(a.code or "")
+        if fp in seen:
+            continue
+        seen.add(fp)
+        out.append(a)
+        if len(out) == size:
+            break
+    return out
