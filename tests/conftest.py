@@ -101,3 +101,44 @@ def escape_bait(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Esc
     source = template.replace("SENTINEL", repr(str(sentinel))).replace("PORT", str(listener.getsockname()[1]))
     yield EscapeBait(key, sentinel, listener, source)
     listener.close()
+
+
+class Processes:
+    """The host's process table, read from /proc (a sandboxed process shows there with its host pid)."""
+
+    @staticmethod
+    def _stat(pid: int) -> list[str]:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat[stat.rindex(")") + 2 :].split()
+
+    def descendants(self, pid: int) -> set[int]:
+        """Every process below ``pid``."""
+        parents: dict[int, int] = {}
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit():
+                try:
+                    parents[int(d.name)] = int(self._stat(int(d.name))[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+        found, frontier = set(), {pid}
+        while frontier:
+            frontier = {p for p, pp in parents.items() if pp in frontier} - found
+            found |= frontier
+        return found
+
+    def alive(self, pid: int) -> bool:
+        try:
+            return self._stat(pid)[0] not in ("Z", "X")
+        except (OSError, IndexError):
+            return False
+
+    def cmdline(self, pid: int) -> bytes:
+        try:
+            return Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return b""
+
+
+@pytest.fixture
+def procs() -> Processes:
+    return Processes()

@@ -307,7 +307,7 @@ def test_a_run_on_an_unpriced_model_shows_unpriced_not_zero_dollars(tmp_path, ca
     assert RunReader(run_dir).summary().cost_known is False
 
 
-def test_sigterm_ends_a_verification_in_flight_at_once(tmp_path):
+def test_sigterm_ends_a_verification_in_flight_at_once(tmp_path, procs):
     """A candidate that never returns does not hold an interrupted run until its time limit."""
     human = (TASK_DIR / "human" / "gemm_residual_rmsnorm.py").read_text()
     spinning = human.replace("    out = gemm(", "    while True:\n        pass\n    out = gemm(")
@@ -320,7 +320,8 @@ def test_sigterm_ends_a_verification_in_flight_at_once(tmp_path):
     )
     try:
         deadline = time.monotonic() + 120
-        while not _runs_a_runner(proc.pid):
+        while not any(b"verifier.runner" in procs.cmdline(p) and procs.cmdline(p).startswith(sys.executable.encode())
+                      for p in procs.descendants(proc.pid)):
             assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
             time.sleep(0.2)
         time.sleep(1.0)
@@ -333,22 +334,3 @@ def test_sigterm_ends_a_verification_in_flight_at_once(tmp_path):
     assert proc.returncode == 143 and took < 15, (took, err)
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert RunReader(run_dir).summary().status == "interrupted"
-
-
-def _runs_a_runner(pid: int) -> bool:
-    """Has ``pid`` a descendant that is the verifier's runner (the candidate is running)?"""
-    parents, cmdlines = {}, {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-            parents[int(d.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
-            cmdlines[int(d.name)] = (d / "cmdline").read_bytes()
-        except (OSError, ValueError):
-            continue
-    below, frontier = set(), {pid}
-    while frontier:
-        frontier = {p for p, pp in parents.items() if pp in frontier} - below
-        below |= frontier
-    return any(cmdlines.get(p, b"").startswith(sys.executable.encode()) and b"verifier.runner" in cmdlines[p] for p in below)

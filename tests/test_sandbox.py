@@ -21,31 +21,6 @@ from .conftest import REPO, TASK_DIR
 needs_bwrap = pytest.mark.skipif(not sandbox.detect().isolated, reason="bubblewrap cannot create namespaces here")
 
 
-def _descendants(pid: int) -> set[int]:
-    """Every live process below ``pid`` (a sandboxed process shows in the host's /proc with its host pid)."""
-    parents: dict[int, int] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-                parents[int(d.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
-            except (OSError, ValueError):
-                continue
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {p for p, pp in parents.items() if pp in frontier} - found
-        found |= frontier
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2 :].split()[0] not in ("Z", "X")
-
-
 def test_hidden_folders_keep_only_what_the_runner_needs(tmp_path):
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
@@ -96,7 +71,7 @@ def test_hidden_task_files_are_empty_inside(tmp_path):
     assert out.decode().strip() == "[]"
 
 
-def test_a_killed_caller_takes_its_runner_with_it(tmp_path):
+def test_a_killed_caller_takes_its_runner_with_it(tmp_path, procs):
     """kill -9 of the process that called verify() leaves no runner behind (parent-death signal, PID namespace)."""
     script = tmp_path / "caller.py"
     script.write_text(textwrap.dedent("""
@@ -110,16 +85,16 @@ def test_a_killed_caller_takes_its_runner_with_it(tmp_path):
     deadline, below = time.monotonic() + 60, set()
     while time.monotonic() < deadline and len(below) < 3:  # the shim-turned-bwrap, its init, the runner
         time.sleep(0.3)
-        below = _descendants(caller.pid)
+        below = procs.descendants(caller.pid)
     assert len(below) >= 3, "the runner never started"
     time.sleep(1.0)
-    below = _descendants(caller.pid)
+    below = procs.descendants(caller.pid)
     os.kill(caller.pid, signal.SIGKILL)
     caller.wait()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(_alive(p) for p in below):
+    while time.monotonic() < deadline and any(procs.alive(p) for p in below):
         time.sleep(0.2)
-    assert not [p for p in below if _alive(p)]
+    assert not [p for p in below if procs.alive(p)]
 
 
 def test_real_runs_refuse_without_a_sandbox_unless_asked(monkeypatch):
@@ -135,14 +110,14 @@ def test_real_runs_refuse_without_a_sandbox_unless_asked(monkeypatch):
 
 
 @needs_bwrap
-def test_code_past_the_static_check_still_reaches_nothing(escape_bait):
+def test_code_past_the_static_check_still_reaches_nothing(escape_bait, procs):
     """Defence in depth: a candidate that the allowlist would refuse, run straight through the checker."""
     from coda_agent.tasks import find_task
     from coda_agent.verifier import Plan
     from coda_agent.verifier.stages import STAGES, Context
 
     task = find_task("gemm_residual_rmsnorm")
-    before = _descendants(os.getpid())
+    before = procs.descendants(os.getpid())
     result = STAGES["correctness"](Context(task=task, source=escape_bait.source, plan=Plan(shape_names=["tiny"], seeds=[0, 1]),
                                            deadline=time.monotonic() + 120))
     assert not escape_bait.reached(), "the candidate reached a loopback listener"
@@ -150,4 +125,4 @@ def test_code_past_the_static_check_still_reaches_nothing(escape_bait):
     assert result.outcome is Outcome.PASSED, result.reason  # it computed the task; nothing of the host leaked
     assert escape_bait.sentinel.read_text() == "original" and not Path("/tmp/coda-escape-probe").exists()
     time.sleep(0.5)
-    assert not [p for p in _descendants(os.getpid()) - before if _alive(p)], "a process outlived the verification"
+    assert not [p for p in procs.descendants(os.getpid()) - before if procs.alive(p)], "a process outlived the verification"
