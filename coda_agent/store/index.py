@@ -529,9 +529,14 @@ class Index:
                     self._index_run(key, read_run(path))
                 else:
                     self._index_bench(key, path)
-                self.conn.execute("INSERT INTO sources VALUES (?, ?, ?)", (key, kind, sig))
+                self._insert("sources", ("path", "kind", "signature"), [(key, kind, sig)])
                 stats.indexed += 1
         return stats
+
+    def _insert(self, table: str, columns: tuple[str, ...], rows: list[tuple[object, ...]]) -> None:
+        """Insert rows by column name (a table grown by ALTER TABLE keeps its meaning)."""
+        marks = ",".join("?" * len(columns))
+        self.conn.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", rows)
 
     def _forget(self, key: str) -> None:
         kind, _, name = key.partition(":")
@@ -546,7 +551,7 @@ class Index:
             self.conn.execute("DELETE FROM bench_rows WHERE bench_path = ?", (name,))
 
     def _note(self, key: str, problems: list[Problem]) -> None:
-        self.conn.executemany("INSERT INTO problems VALUES (?, ?, ?)", [(key, p.file, p.message) for p in problems])
+        self._insert("problems", ("source", "file", "message"), [(key, p.file, p.message) for p in problems])
 
     def _index_run(self, key: str, run: RunFiles) -> None:
         self._note(key, run.problems)
@@ -554,37 +559,41 @@ class Index:
         if h is None:
             return
         s = run.effective_summary()
-        self.conn.execute(
-            "INSERT INTO runs (dir, run_id, task, task_version, model, device, host, created, status, stop_reason,"
-            " rounds, attempts, passes, best_attempt, best_time_us, input_tokens, output_tokens, cost_usd,"
-            " wall_seconds, seconds_to_first_correct, verifier_stages, params, git_commit, git_dirty,"
-            " first_correct_attempt, human_timing) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
+        self._insert(
+            "runs",
+            ("dir", "run_id", "task", "task_version", "model", "device", "host", "created", "status", "stop_reason",
+             "rounds", "attempts", "passes", "best_attempt", "best_time_us", "input_tokens", "output_tokens", "cost_usd",
+             "wall_seconds", "seconds_to_first_correct", "verifier_stages", "params", "git_commit", "git_dirty",
+             "first_correct_attempt", "human_timing"),
+            [(
                 run.name, h.run_id, h.task, h.task_version, h.model, _norm_device(h.device), h.host,
                 h.created.isoformat(), s.status, s.stop_reason, s.rounds, s.attempts, s.passes, s.best_attempt,
                 s.best_time_us, s.input_tokens, s.output_tokens, s.cost_usd if s.cost_known else None, s.wall_seconds,
                 s.seconds_to_first_correct, json.dumps(h.verifier_stages), json.dumps(h.params, default=str),
                 h.git_commit, int(h.git_dirty), run.first_correct_attempt(),
                 json.dumps(getattr(h, "human_timing", None) or {}),
-            ),
+            )],
         )
         for a in run.attempts:
             reason = a.provider_error or a.extraction_error or (a.verdict.reason if a.verdict else "") or ""
-            self.conn.execute(
-                "INSERT INTO attempts VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
+            self._insert(
+                "attempts",
+                ("run_dir", "idx", "round", "slot", "started", "finished", "outcome", "passed", "reason", "input_tokens",
+                 "output_tokens", "cost_usd", "llm_seconds", "verify_seconds"),
+                [(
                     run.name, a.index, a.round, a.slot, a.started.isoformat(), a.finished.isoformat(), a.outcome,
                     int(a.passed), reason, a.usage.input_tokens, a.usage.output_tokens,
                     a.usage.cost_usd if a.usage.price_known else None,
                     a.durations.get("llm"), a.durations.get("verify"),
-                ),
+                )],
             )
             points = timing_points(a.timing) if a.passed else {}
             best_us = _positive(s.best_time_us)
             if a.passed and not points and a.index == s.best_attempt and best_us is not None:
                 points = {None: TimingPoint(best_us)}  # a figure without its shape: shown, never compared
-            self.conn.executemany(
-                "INSERT INTO attempt_timings VALUES (?,?,?,?,?,?,?,?,?)",
+            self._insert(
+                "attempt_timings",
+                ("run_dir", "idx", "shape", "median_us", "human_us", "sol_us", "eager_us", "compiled_us", "cublas_us"),
                 [
                     (run.name, a.index, k, p.median_us, p.human_us, p.sol_us, p.eager_us, p.compiled_us, p.cublas_us)
                     for k, p in points.items()
@@ -598,16 +607,19 @@ class Index:
         if bench is None:
             return
         name = str(path)
-        self.conn.execute(
-            "INSERT INTO bench_runs VALUES (?,?,?,?,?,?,?,?,?)",
-            (
+        self._insert(
+            "bench_runs",
+            ("path", "created", "device", "command", "driver", "git_commit", "timing_method", "peak_tflops_bf16", "peak_hbm_tbps"),
+            [(
                 name, bench.created.isoformat(), _norm_device(bench.device), bench.command, bench.driver,
                 bench.git_commit, bench.timing_method, bench.peak_tflops_bf16, bench.peak_hbm_tbps,
-            ),
+            )],
         )
         us = lambda t: t.median_us if t is not None else None  # noqa: E731
-        self.conn.executemany(
-            "INSERT INTO bench_rows VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        self._insert(
+            "bench_rows",
+            ("bench_path", "row", "task", "task_version", "shape", "author", "correct", "verdict_reason", "candidate_us",
+             "eager_us", "compiled_us", "cublas_us", "sol_us", "flops", "min_bytes", "launches"),
             [
                 (
                     name, i, r.task, r.task_version, r.shape, r.author, int(r.correct), r.verdict_reason,
