@@ -13,6 +13,7 @@ from .conftest import TASK_DIR
 TASKS = load_tasks([TASK_DIR])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", TASKS, ids=[t.name for t in TASKS])
 def test_human_kernel_passes_emulator_and_compiles_for_sm90(task):
     assert task.human_file is not None, f"{task.name} has no human kernel"

@@ -23,6 +23,7 @@ HUMANS = sorted((TASK_DIR / "human").glob("*.py"))
 
 
 @pytest.mark.parametrize("case", CPU_CASES, ids=[c.id for c in CPU_CASES])
+@pytest.mark.slow
 def test_adversarial_case_is_refused(case: Case, agent: Agent, listener: Listener, tmp_path: Path) -> None:
     result = run_case(case, agent, listener, tmp_path)
     assert not result.problems, f"{case.file} ({case.family}) -> {result.outcome}:\n  " + "\n  ".join(result.problems)
