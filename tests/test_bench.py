@@ -110,6 +110,12 @@ def test_timing_stage_times_the_candidate_with_its_baselines_on_the_emulator():
     assert res.reason.startswith("median tiny:")
 
 
+def test_a_wall_clock_median_is_marked_in_the_report():
+    t = Timing(median_us=500.0, p10_us=490.0, p90_us=520.0, reps=20, bound="wall", events_median_us=400.0, wall_median_us=500.0)
+    assert report._spread(t) == "500.0 (wall; events 400.0) (490-520)"
+    assert report._us(Timing(median_us=400.0, bound="events")) == "400.0"
+
+
 def test_forged_event_times_are_raised_to_the_wall_clock():
     honest = gpu.honest_timing([400.0, 401.0, 399.0], [430.0, 436.0])  # within the slack: the events stand
     assert honest.median_us == 400.0 and honest.bound == "events"
