@@ -6,7 +6,7 @@ same things the same way and a verdict can say exactly what was checked.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
 #: Stages on the CPU (emulator) and the sm_90a compile; the GPU stages are ``gpu_correctness``, ``profile``, ``bench``.
 CPU_STAGES = ("correctness",)
@@ -23,16 +23,9 @@ class Plan(BaseModel):
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
     timeout: float = Field(default=600.0, gt=0)
 
-    @field_validator("stages")
+    @field_validator("stages", "seeds")
     @classmethod
-    def _some_stage(cls, v: list[str]) -> list[str]:
+    def _not_empty(cls, v: list[object], info: ValidationInfo) -> list[object]:
         if not v:
-            raise ValueError("a verification needs at least one stage")
-        return v
-
-    @field_validator("seeds")
-    @classmethod
-    def _some_seed(cls, v: list[int]) -> list[int]:
-        if not v:
-            raise ValueError("a verification needs at least one seed")
+            raise ValueError(f"a verification needs at least one of its {info.field_name}")
         return v
