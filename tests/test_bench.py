@@ -209,6 +209,93 @@ def test_rows_join_correctness_timings_and_speed_of_light():
     assert not bad.correct and bad.candidate is None and bad.verdict_reason == "output 'h': max error"
 
 
+class _FakeBench:
+    """The bench's two GPU phases replaced by verdicts made here: which tasks were checked and timed, and when."""
+
+    def __init__(self, monkeypatch, stop_after: int | None = None):
+        self.checked: list[str] = []
+        self.timed: list[str] = []
+        self.stop_after = stop_after
+        t = {"median_us": 100.0, "p10_us": 99.0, "p90_us": 101.0, "reps": 20}
+        self.timing = {"candidate": t, "eager": t, "compiled": t, "cublas": t}
+        monkeypatch.setattr(runner, "check_tasks", self.check)
+        monkeypatch.setattr(runner, "time_task", self.time)
+
+    def check(self, tasks, opts, progress):
+        self.checked += [t.name for t in tasks]
+        return {t.name: _verdict("gpu_correctness", {"ragged": {"outcome": "passed", "launches": 1}}) for t in tasks}
+
+    def time(self, task, shapes, opts):
+        if self.stop_after is not None and len(self.timed) == self.stop_after:
+            raise KeyboardInterrupt  # the bench killed in its timing phase
+        self.timed.append(task.name)
+        return _verdict("bench", {s: {"dims": {"M": 1}, **self.timing} for s in shapes})
+
+
+BENCH_TASKS = [find_task("gemm_residual_rmsnorm"), find_task("gemm_residual"), find_task("gemm_rmsnorm")]
+RAGGED = runner.BenchOptions(shape_names=["ragged"])
+
+
+def test_an_interrupted_bench_keeps_every_check_and_resume_times_only_the_rest(monkeypatch):
+    saved: list[BenchRun] = []
+    fake = _FakeBench(monkeypatch, stop_after=1)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_bench(BENCH_TASKS, RAGGED, PEAKS, "NVIDIA H200", "coda-agent bench", checkpoint=lambda r: saved.append(r.model_copy(deep=True)))
+    first, last = saved[0], saved[-1]
+    assert [r.pending for r in first.rows] == [True, True, True]  # written before any timing
+    assert [(r.task, r.pending, r.candidate is not None) for r in last.rows] == [
+        ("gemm_residual_rmsnorm", False, True), ("gemm_residual", True, False), ("gemm_rmsnorm", True, False)]
+    assert last.finished_tasks() == {"gemm_residual_rmsnorm"} and fake.checked == [t.name for t in BENCH_TASKS]
+    assert "2 correct rows are not timed yet" in report.markdown_summary(last)
+    assert report.row_cells(last.rows[1])[3] == "not timed yet"
+
+    again = _FakeBench(monkeypatch)
+    done = runner.run_bench(BENCH_TASKS, RAGGED, PEAKS, "NVIDIA H200", "coda-agent bench --resume", previous=BenchRun.model_validate_json(last.model_dump_json()))
+    assert again.checked == again.timed == ["gemm_residual", "gemm_rmsnorm"]
+    assert [r.task for r in done.rows] == [t.name for t in BENCH_TASKS] and not any(r.pending for r in done.rows)
+    assert done.rows[0] == last.rows[0]  # kept as it was measured
+
+
+def test_resume_measures_again_what_changed_since(monkeypatch):
+    fake = _FakeBench(monkeypatch)
+    first = runner.run_bench(BENCH_TASKS[:2], RAGGED, PEAKS, "NVIDIA H200", "coda-agent bench")
+    first.rows[1].task_version += 1  # the task changed since: its rows cannot stand
+    fake.checked.clear()
+    runner.run_bench(BENCH_TASKS[:2], RAGGED, PEAKS, "NVIDIA H200", "coda-agent bench", previous=first)
+    assert fake.checked == ["gemm_residual"]
+    everything = runner.run_bench(BENCH_TASKS[:1], runner.BenchOptions(shape_names=["ragged", "llama3-8b-down"]), PEAKS, "NVIDIA H200", "x", previous=first)
+    assert fake.checked[-1] == "gemm_residual_rmsnorm" and len(everything.rows) == 2  # other shapes asked for
+
+
+def test_resume_refuses_a_file_from_another_device_tree_or_seed_count(monkeypatch, tmp_path):
+    from coda_agent.cli import UserError
+    from coda_agent.cli.bench_cmd import _previous_run
+
+    monkeypatch.setattr(runner, "git_commit", lambda: "abc123")
+    run = _run([_row()])
+    assert runner.resume_problem(run, "NVIDIA H200", runner.BenchOptions()) is None
+    assert "measured on NVIDIA H200, this is NVIDIA H100" in runner.resume_problem(run, "NVIDIA H100", runner.BenchOptions())
+    monkeypatch.setattr(runner, "git_commit", lambda: "def456")
+    assert "commit abc123, this tree is def456" in runner.resume_problem(run, "NVIDIA H200", runner.BenchOptions())
+    monkeypatch.setattr(runner, "git_commit", lambda: "abc123")
+    assert "3 seeds per shape, this run asks for 1" in runner.resume_problem(run, "NVIDIA H200", runner.BenchOptions(seeds=1))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(UserError, match="not a bench results file"):
+        _previous_run(bad, "NVIDIA H200", runner.BenchOptions())
+    assert _previous_run(tmp_path / "absent.json", "NVIDIA H200", runner.BenchOptions()) is None
+
+
+def test_bench_progress_off_a_terminal_is_one_line_per_step(capsys):
+    from coda_agent.cli.bench_cmd import _progress
+
+    with _progress(3) as step:
+        step("checked gemm_residual: passed")
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and lines[0].endswith("] measuring peaks") and lines[1].endswith("] checked gemm_residual: passed")
+    assert lines[1].startswith("[") and " s] " in lines[1]
+
+
 def test_environment_helpers():
     assert runner.device_slug("NVIDIA H200") == "h200"
     assert runner.device_slug("NVIDIA H100 80GB HBM3") == "h100-80gb-hbm3"

@@ -49,7 +49,7 @@ def row_cells(row: BenchRow) -> list[str]:
         row.shape,
         "yes" if row.correct else "NO",
         "-" if row.launches is None else str(row.launches),
-        _spread(row.candidate),
+        "not timed yet" if row.pending else _spread(row.candidate),
         _us(row.eager),
         _us(row.compiled),
         _us(row.cublas),
@@ -158,6 +158,10 @@ def markdown_summary(run: BenchRun) -> str:
         ]
         lines += [f"- {'met' if c.met else '**missed**'}: {c.describe()}" for c in checks]
         lines.append("")
+    pending = [r for r in run.rows if r.pending]
+    if pending:
+        lines += [f"{len(pending)} correct rows are not timed yet: the bench stopped before their timing phase "
+                  "(`coda-agent bench --resume` with the same `--json` carries on).", ""]
     failed = [r for r in run.rows if not r.correct]
     if failed:
         lines += ["## Failures", ""]

@@ -31,6 +31,7 @@ class BenchRow(BaseModel):
     launches: int | None = None
     family: str = ""
     gemms: list[list[int]] = Field(default=[], description="the GEMM shapes [M, N, K] the cuBLAS baseline ran")
+    pending: bool = Field(default=False, description="checked but not timed yet: the bench stopped before its timing phase")
 
     def ratio(self, baseline: str) -> float | None:
         """baseline time / candidate time (>1 means the candidate is faster)."""
@@ -70,3 +71,8 @@ class BenchRun(BaseModel):
     timing_method: str = ""
     correctness_seeds: int = 0
     rows: list[BenchRow] = []
+
+    def finished_tasks(self) -> set[str]:
+        """Tasks whose every row is final (timed, failed or refused), i.e. what ``bench --resume`` may keep."""
+        tasks = {r.task for r in self.rows}
+        return {t for t in tasks if not any(r.pending for r in self.rows if r.task == t)}

@@ -124,31 +124,73 @@ def build_rows(task: Task, opts: BenchOptions, checked: Verdict, timed: Verdict 
 
 def run_bench(
     tasks: list[Task], opts: BenchOptions, peaks: Peaks, device: str, command: str, progress: Progress = lambda _: None,
-    checkpoint: Callable[[BenchRun], None] | None = None,
+    checkpoint: Callable[[BenchRun], None] | None = None, previous: BenchRun | None = None,
 ) -> BenchRun:
     """Phases 2 and 3 (the caller measured the peaks); returns the whole run, ready to write.
 
-    ``checkpoint`` gets the run after every timed task, so an interrupted bench keeps what it measured.
+    ``checkpoint`` gets the run once every task is checked (rows not timed yet are ``pending``) and again after
+    every timed task, so an interrupted bench keeps what it measured. ``previous`` (``bench --resume``) is an
+    earlier run of the same tree and options: its finished tasks are kept, not measured again.
     """
     from ..verifier.gpu import TIMING_METHOD
 
     runnable = [t for t in tasks if t.human_file is not None and t.human_file.exists()]
-    checked = check_tasks(runnable, opts, progress)
+    kept = reusable_rows(previous, runnable, opts) if previous is not None else {}
+    if kept:
+        progress(f"kept from the earlier run: {', '.join(sorted(kept))}")
+    todo = [t for t in runnable if t.name not in kept]
+    checked = check_tasks(todo, opts, progress)
     run = BenchRun(
-        created=datetime.now(timezone.utc), command=command, device=device, driver=driver_version(),
-        packages=package_versions(), git_commit=git_commit(), peak_tflops_bf16=peaks.tflops_bf16,
+        created=previous.created if kept and previous else datetime.now(timezone.utc), command=command, device=device,
+        driver=driver_version(), packages=package_versions(), git_commit=git_commit(), peak_tflops_bf16=peaks.tflops_bf16,
         peak_hbm_tbps=peaks.hbm_tbps, peaks_method=peaks.how, timing_method=TIMING_METHOD,
         correctness_seeds=opts.seeds,
     )
-    for task in runnable:
+    rows = {t.name: kept.get(t.name) or pending_rows(build_rows(t, opts, checked[t.name], None, peaks)) for t in runnable}
+
+    def save() -> None:
+        run.rows = [r for t in runnable for r in rows[t.name]]
+        if checkpoint is not None:
+            checkpoint(run)
+
+    save()
+    for task in todo:
         shapes = passed_shapes(checked[task.name])
         timed = time_task(task, shapes, opts) if shapes else None
         if timed is not None:
             progress(f"timed {task.name}: {timed.outcome.value}")
-        run.rows.extend(build_rows(task, opts, checked[task.name], timed, peaks))
-        if checkpoint is not None:
-            checkpoint(run)
+        rows[task.name] = build_rows(task, opts, checked[task.name], timed, peaks)
+        save()
     return run
+
+
+def pending_rows(rows: list[BenchRow]) -> list[BenchRow]:
+    """Rows of a checked task before its timing phase: the correct ones wait for their times."""
+    return [r.model_copy(update={"pending": True}) if r.correct else r for r in rows]
+
+
+def reusable_rows(previous: BenchRun, tasks: list[Task], opts: BenchOptions) -> dict[str, list[BenchRow]]:
+    """The finished tasks of an earlier run that this one may keep: same task version and the same shape points."""
+    finished = previous.finished_tasks()
+    kept = {}
+    for task in tasks:
+        rows = [r for r in previous.rows if r.task == task.name]
+        wanted = [p.name for p in shape_points(task, opts)]
+        if task.name in finished and [r.shape for r in rows] == wanted and all(r.task_version == task.version for r in rows):
+            kept[task.name] = rows
+    return kept
+
+
+def resume_problem(previous: BenchRun, device: str, opts: BenchOptions) -> str | None:
+    """Why an earlier results file cannot be resumed here (other device, tree or correctness seeds), or None."""
+    if previous.device != device:
+        return f"it was measured on {previous.device}, this is {device}"
+    commit = git_commit()
+    if previous.git_commit != commit:
+        return f"it was measured at commit {previous.git_commit or 'unknown'}, this tree is {commit or 'unknown'}"
+    if previous.correctness_seeds != opts.seeds:
+        return f"it checked {previous.correctness_seeds} seeds per shape, this run asks for {opts.seeds}"
+    return None
 
 
 def command_line() -> str:

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -16,6 +21,9 @@ from ..settings import bench_dir
 from ..tasks.loader import find_task, load_tasks
 from ..tasks.model import Task
 from . import UserError, app, console
+
+if TYPE_CHECKING:
+    from ..bench.runner import BenchOptions
 
 NO_GPU = (
     "no CUDA GPU on this machine: `coda-agent bench` times real kernels on an H200; "
@@ -65,6 +73,9 @@ def bench_cmd(
     md_out: Path = typer.Option(None, "--md", help="markdown summary (default: next to the JSON)"),
     save: bool = typer.Option(True, "--save/--no-save", help="write the JSON and markdown files"),
     tune: bool = typer.Option(False, "--tune", help="autotune the human kernels' configs offline (prints CONFIGS tables)"),
+    resume: bool = typer.Option(
+        False, "--resume", help="keep the tasks the results file already finished (same device, commit and seeds)"
+    ),
 ) -> None:
     """Time each human kernel against eager PyTorch, torch.compile, cuBLAS alone and the speed of light."""
     selected = select_tasks(tasks, shapes, shape)
@@ -86,19 +97,16 @@ def bench_cmd(
     json_path = json_out or json_path
     md_path = md_out or (json_path.with_suffix(".md") if json_out else md_path)
 
+    previous = _previous_run(json_path, device, opts) if resume else None
+
     def checkpoint(partial: BenchRun) -> None:
         if save:
             write_run(partial, json_path, md_path)
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
-        job = bar.add_task("measuring peaks", total=1 + 2 * len(selected))
+    with _progress(1 + 2 * len(selected)) as step:
         peaks = measure_peaks()
-        bar.update(job, advance=1, description=f"peaks {peaks.tflops_bf16:.0f} TFLOP/s, {peaks.hbm_tbps:.2f} TB/s")
-
-        def step(msg: str) -> None:
-            bar.update(job, advance=1, description=msg)
-
-        run = run_bench(selected, opts, peaks, device, command_line(), step, checkpoint)
+        step(f"peaks {peaks.tflops_bf16:.0f} TFLOP/s, {peaks.hbm_tbps:.2f} TB/s")
+        run = run_bench(selected, opts, peaks, device, command_line(), step, checkpoint, previous)
     console.print(f"{device}: measured {peaks.tflops_bf16:.0f} TFLOP/s bf16, {peaks.hbm_tbps:.2f} TB/s ({peaks.how})")
     from ..bench.report import by_task
 
@@ -119,6 +127,42 @@ def bench_cmd(
             console.print(f"wrote {p}")
     if not all(r.correct for r in run.rows):
         raise typer.Exit(1)
+
+
+def _previous_run(path: Path, device: str, opts: BenchOptions) -> BenchRun | None:
+    """The results file ``--resume`` continues, or None when there is none yet."""
+    from ..bench.runner import resume_problem
+
+    if not path.exists():
+        console.print(f"no {path} yet: nothing to resume, measuring every task")
+        return None
+    try:
+        previous = BenchRun.model_validate_json(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot resume from {path}: not a bench results file ({str(exc).splitlines()[0]})") from None
+    problem = resume_problem(previous, device, opts)
+    if problem:
+        raise UserError(f"cannot resume from {path}: {problem}; pass another --json or drop --resume")
+    return previous
+
+
+@contextmanager
+def _progress(total: int) -> Iterator[Callable[[str], None]]:
+    """A live bar on a terminal; on a pipe or a file, one line per step with the seconds since the start."""
+    if console.is_terminal:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
+            job = bar.add_task("measuring peaks", total=total)
+            yield lambda msg: bar.update(job, advance=1, description=msg)
+        return
+    t0 = time.monotonic()
+    lock = threading.Lock()  # the check phase reports from several threads
+
+    def line(msg: str) -> None:
+        with lock:
+            print(f"[{time.monotonic() - t0:7.1f} s] {msg}", flush=True)
+
+    line("measuring peaks")
+    yield line
 
 
 def _tune(selected: list[Task], shapes: str, shape: list[str] | None, device: str, json_out: Path | None) -> None:
