@@ -93,14 +93,14 @@ def test_cublas_baseline_runs_the_tasks_gemms_in_the_task_dtype():
 def test_baselines_include_eager_reference_and_cublas():
     dims = K0.shape("small", "tiny")[0].dims
     inputs = K0.make_inputs(dims, 0)
-    v = baseline_variants(K0, dims, inputs, device="cpu", with_compile=False)
+    v = baseline_variants(K0, dims, inputs, device="cpu")
     assert set(v) == {"eager", "cublas"}
     assert set(v["eager"]()) == {"h", "normed", "rstd"}
 
 
 def test_timing_stage_times_the_candidate_with_its_baselines_on_the_emulator():
     ctx = Context(task=K0, source=K0.human_file.read_text(), plan=Plan(shape_names=["tiny"], seeds=[0]), deadline=time.monotonic() + 120)
-    res = gpu.run_timing(ctx, with_compile=False, device="cpu", backend_name="torch",
+    res = gpu.run_timing(ctx, device="cpu", backend_name="torch",
                          plan=timing.RepPlan(warmup=1, target_s=0.01, min_reps=3, max_reps=3))
     assert res.outcome is Outcome.PASSED, res.reason
     tiny = res.timings["tiny"]
@@ -272,18 +272,19 @@ def test_resume_refuses_a_file_from_another_device_tree_or_seed_count(monkeypatc
     from coda_agent.cli.bench_cmd import _previous_run
 
     monkeypatch.setattr(runner, "git_commit", lambda: "abc123")
+    default_only = runner.BenchOptions(compile_modes=("default",))
     run = _run([_row()])
-    assert runner.resume_problem(run, "NVIDIA H200", runner.BenchOptions()) is None
-    assert "measured on NVIDIA H200, this is NVIDIA H100" in runner.resume_problem(run, "NVIDIA H100", runner.BenchOptions())
+    assert runner.resume_problem(run, "NVIDIA H200", default_only) is None
+    assert "measured on NVIDIA H200, this is NVIDIA H100" in runner.resume_problem(run, "NVIDIA H100", default_only)
     monkeypatch.setattr(runner, "git_commit", lambda: "def456")
-    assert "commit abc123, this tree is def456" in runner.resume_problem(run, "NVIDIA H200", runner.BenchOptions())
+    assert "commit abc123, this tree is def456" in runner.resume_problem(run, "NVIDIA H200", default_only)
     monkeypatch.setattr(runner, "git_commit", lambda: "abc123")
-    assert "3 seeds per shape, this run asks for 1" in runner.resume_problem(run, "NVIDIA H200", runner.BenchOptions(seeds=1))
+    assert "3 seeds per shape, this run asks for 1" in runner.resume_problem(run, "NVIDIA H200", runner.BenchOptions(seeds=1, compile_modes=("default",)))
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(UserError, match="not a bench results file"):
-        _previous_run(bad, "NVIDIA H200", runner.BenchOptions())
-    assert _previous_run(tmp_path / "absent.json", "NVIDIA H200", runner.BenchOptions()) is None
+        _previous_run(bad, "NVIDIA H200", default_only)
+    assert _previous_run(tmp_path / "absent.json", "NVIDIA H200", default_only) is None
 
 
 def test_bench_progress_off_a_terminal_is_one_line_per_step(capsys):
@@ -331,3 +332,26 @@ def test_tuned_configs_render_as_source_to_paste():
     src = tune.config_table([win, tie])
     assert "(8192, 4096, 14336): Config(tile_n=256, cluster_m=1, cluster_n=2, pingpong=False)," in src
     assert "(1, 2, 3)" not in src  # no gain: the kernel keeps its current config
+
+
+def test_the_targets_hold_a_kernel_to_the_faster_torch_compile():
+    row = _row(compiled=110.0)
+    row.compiled_max_autotune = Timing(median_us=95.0, reps=20)
+    assert row.better_compile.median_us == 95.0 and row.ratio("better_compile") == pytest.approx(0.95)
+    (check,) = report.target_checks(_run([row]))
+    assert not check.met and "0.950x the better torch.compile" in check.describe()
+    assert report.row_cells(row)[5:7] == ["110.0", "95.0"]
+    assert _row(compiled=None).better_compile is None
+
+
+def test_compile_baselines_follow_the_plans_modes():
+    dims = K0.shape("small", "tiny")[0].dims
+    inputs = K0.make_inputs(dims, 0, device="cpu")
+    both = baseline_variants(K0, dims, inputs, device="cpu", compile_modes=("default", "max-autotune-no-cudagraphs"))
+    assert set(both) == {"eager", "compiled", "compiled_max_autotune", "cublas"}
+    assert Plan().compile_modes == ["default", "max-autotune-no-cudagraphs"]
+    with pytest.raises(ValueError, match=r"unknown torch\.compile mode"):
+        Plan(compile_modes=["reduce-overhead"])
+    run = _run([_row()])
+    assert "compile modes default, this run asks for default, max-autotune" in runner.resume_problem(
+        run.model_copy(update={"git_commit": provenance.git_commit()}), "NVIDIA H200", runner.BenchOptions())

@@ -24,6 +24,7 @@ class BenchRow(BaseModel):
     candidate: Timing | None = None
     eager: Timing | None = None
     compiled: Timing | None = None
+    compiled_max_autotune: Timing | None = Field(default=None, description="torch.compile, mode max-autotune-no-cudagraphs")
     cublas: Timing | None = Field(default=None, description="the task's GEMM(s) alone through torch.matmul (cuBLAS)")
     sol_us: float | None = None
     flops: float
@@ -32,6 +33,12 @@ class BenchRow(BaseModel):
     family: str = ""
     gemms: list[list[int]] = Field(default=[], description="the GEMM shapes [M, N, K] the cuBLAS baseline ran")
     pending: bool = Field(default=False, description="checked but not timed yet: the bench stopped before its timing phase")
+
+    @property
+    def better_compile(self) -> Timing | None:
+        """The faster torch.compile baseline (default or max-autotune): the one the targets hold a kernel to."""
+        timed = [t for t in (self.compiled, self.compiled_max_autotune) if t is not None]
+        return min(timed, key=lambda t: t.median_us) if timed else None
 
     def ratio(self, baseline: str) -> float | None:
         """baseline time / candidate time (>1 means the candidate is faster)."""
@@ -70,6 +77,7 @@ class BenchRun(BaseModel):
     peaks_method: str = ""
     timing_method: str = ""
     correctness_seeds: int = 0
+    compile_modes: list[str] = Field(default=["default"], description="the torch.compile baselines timed")
     rows: list[BenchRow] = []
 
     def finished_tasks(self) -> set[str]:

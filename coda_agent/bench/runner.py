@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic import write_text_atomic
+from ..measure.baselines import COMPILE_MODES
 from ..measure.peaks import Peaks, speed_of_light_us
 from ..provenance import driver_version, git_commit, package_versions
 from ..tasks.model import Task
@@ -39,6 +40,7 @@ class BenchOptions:
     seeds: int = 3
     jobs: int = 4
     timeout: float = 900.0
+    compile_modes: tuple[str, ...] = tuple(COMPILE_MODES)
 
 
 def device_slug(device: str) -> str:
@@ -66,7 +68,7 @@ def check_tasks(tasks: list[Task], opts: BenchOptions, progress: Progress) -> di
         v = verify(
             task, _source(task), ("gpu_correctness", "bench_prepare"), shape_set=opts.shape_set,
             shape_names=[p.name for p in shape_points(task, opts)], seeds=list(range(opts.seeds)),
-            timeout=opts.timeout, backend_label="quack",
+            timeout=opts.timeout, backend_label="quack", compile_modes=list(opts.compile_modes),
         )
         progress(f"checked {task.name}: {v.outcome.value}")
         return v
@@ -85,7 +87,7 @@ def time_task(task: Task, shapes: list[str], opts: BenchOptions) -> Verdict:
     """Phase 3: the ``bench`` stage (kernel + baselines, interleaved) in one worker."""
     return verify(
         task, _source(task), ("bench",), shape_set=opts.shape_set, shape_names=shapes, seeds=[0],
-        timeout=opts.timeout, backend_label="quack",
+        timeout=opts.timeout, backend_label="quack", compile_modes=list(opts.compile_modes),
     )
 
 
@@ -114,7 +116,8 @@ def build_rows(task: Task, opts: BenchOptions, checked: Verdict, timed: Verdict 
             BenchRow(
                 task=task.name, task_version=task.version, shape=point.name, dims=point.dims, correct=ok,
                 verdict_reason=reason, candidate=t.candidate if t else None, eager=t.eager if t else None,
-                compiled=t.compiled if t else None, cublas=t.cublas if t else None,
+                compiled=t.compiled if t else None, compiled_max_autotune=t.compiled_max_autotune if t else None,
+                cublas=t.cublas if t else None,
                 sol_us=speed_of_light_us(flops, nbytes, peaks), flops=flops, min_bytes=nbytes,
                 launches=launched.get("launches") if isinstance(launched, dict) else launched, family=task.family, gemms=[list(g) for g in task.gemm_shapes(point.dims)],
             )
@@ -144,7 +147,7 @@ def run_bench(
         created=previous.created if kept and previous else datetime.now(timezone.utc), command=command, device=device,
         driver=driver_version(), packages=package_versions(), git_commit=git_commit(), peak_tflops_bf16=peaks.tflops_bf16,
         peak_hbm_tbps=peaks.hbm_tbps, peaks_method=peaks.how, timing_method=TIMING_METHOD,
-        correctness_seeds=opts.seeds,
+        correctness_seeds=opts.seeds, compile_modes=list(opts.compile_modes),
     )
     rows = {t.name: kept.get(t.name) or pending_rows(build_rows(t, opts, checked[t.name], None, peaks)) for t in runnable}
 
@@ -182,7 +185,7 @@ def reusable_rows(previous: BenchRun, tasks: list[Task], opts: BenchOptions) -> 
 
 
 def resume_problem(previous: BenchRun, device: str, opts: BenchOptions) -> str | None:
-    """Why an earlier results file cannot be resumed here (other device, tree or correctness seeds), or None."""
+    """Why an earlier results file cannot be resumed here (other device, tree, seeds or compile modes), or None."""
     if previous.device != device:
         return f"it was measured on {previous.device}, this is {device}"
     commit = git_commit()
@@ -190,6 +193,8 @@ def resume_problem(previous: BenchRun, device: str, opts: BenchOptions) -> str |
         return f"it was measured at commit {previous.git_commit or 'unknown'}, this tree is {commit or 'unknown'}"
     if previous.correctness_seeds != opts.seeds:
         return f"it checked {previous.correctness_seeds} seeds per shape, this run asks for {opts.seeds}"
+    if previous.compile_modes != list(opts.compile_modes):
+        return f"it timed torch.compile modes {', '.join(previous.compile_modes)}, this run asks for {', '.join(opts.compile_modes)}"
     return None
 
 

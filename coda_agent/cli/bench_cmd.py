@@ -73,6 +73,10 @@ def bench_cmd(
     md_out: Path = typer.Option(None, "--md", help="markdown summary (default: next to the JSON)"),
     save: bool = typer.Option(True, "--save/--no-save", help="write the JSON and markdown files"),
     tune: bool = typer.Option(False, "--tune", help="autotune the human kernels' configs offline (prints CONFIGS tables)"),
+    max_autotune: bool = typer.Option(
+        True, "--max-autotune/--no-max-autotune",
+        help="also time torch.compile mode max-autotune-no-cudagraphs (minutes of Inductor autotuning per shape)",
+    ),
     resume: bool = typer.Option(
         False, "--resume", help="keep the tasks the results file already finished (same device, commit and seeds)"
     ),
@@ -92,7 +96,8 @@ def bench_cmd(
     from ..bench.runner import BenchOptions, command_line, run_bench, write_run
     from ..measure.peaks import measure_peaks
 
-    opts = BenchOptions(shape_set=shapes, shape_names=shape or None, seeds=seeds, jobs=jobs)
+    modes = ("default", "max-autotune-no-cudagraphs") if max_autotune else ("default",)
+    opts = BenchOptions(shape_set=shapes, shape_names=shape or None, seeds=seeds, jobs=jobs, compile_modes=modes)
     json_path, md_path = default_paths(device)
     json_path = json_out or json_path
     md_path = md_out or (json_path.with_suffix(".md") if json_out else md_path)

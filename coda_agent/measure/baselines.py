@@ -2,12 +2,15 @@
 
 * ``eager``: the task's reference called on task-dtype inputs (unfused PyTorch, cuBLAS GEMMs);
 * ``compiled``: ``torch.compile`` of the same function (Inductor defaults, static shapes);
+* ``compiled_max_autotune``: the same with ``mode="max-autotune-no-cudagraphs"`` (Inductor autotunes its GEMM
+  templates against cuBLAS; slow to compile, so only the bench asks for it);
 * ``cublas``: only the task's GEMMs (its ``gemms`` field) through ``torch.mm``, the practical floor.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -25,7 +28,11 @@ def gemm_dtype(task: Task) -> torch.dtype:
     return torch.bfloat16
 
 
-def compiled_reference(task: Task) -> Callable[..., Any]:
+#: torch.compile modes a bench may time, by the baseline name each is reported under.
+COMPILE_MODES = {"default": "compiled", "max-autotune-no-cudagraphs": "compiled_max_autotune"}
+
+
+def compiled_reference(task: Task, mode: str = "default") -> Callable[..., Any]:
     """``torch.compile`` of the reference, one static graph per shape (no recompile limit in the way).
 
     Inductor compiles in-process: these graphs hold one to three small Triton kernels, and the bench runs
@@ -40,7 +47,7 @@ def compiled_reference(task: Task) -> Callable[..., Any]:
         cfg.recompile_limit = max(cfg.recompile_limit, 64)
     else:  # older torch
         cfg.cache_size_limit = max(cfg.cache_size_limit, 64)
-    return torch.compile(reference_function(task), dynamic=False)
+    return torch.compile(reference_function(task), dynamic=False, mode=None if mode == "default" else mode)
 
 
 def cublas_gemms(task: Task, dims: dict[str, int], device: str = "cuda") -> Callable[[], object] | None:
@@ -62,14 +69,15 @@ def cublas_gemms(task: Task, dims: dict[str, int], device: str = "cuda") -> Call
 
 
 def baseline_variants(
-    task: Task, dims: dict[str, int], inputs: dict[str, torch.Tensor], device: str = "cuda", with_compile: bool = True
+    task: Task, dims: dict[str, int], inputs: dict[str, torch.Tensor], device: str = "cuda",
+    compile_modes: Sequence[str] = (),
 ) -> dict[str, Callable[[], object]]:
     """Name -> zero-argument callable for every baseline that applies to this task and shape."""
     ref = reference_function(task)
     out: dict[str, Callable[[], object]] = {"eager": lambda: ref(**inputs, **task.constants)}
-    if with_compile:
-        comp = compiled_reference(task)
-        out["compiled"] = lambda: comp(**inputs, **task.constants)
+    for mode in compile_modes:
+        comp = compiled_reference(task, mode)
+        out[COMPILE_MODES[mode]] = functools.partial(comp, **inputs, **task.constants)
     gemms = cublas_gemms(task, dims, device)
     if gemms is not None:
         out["cublas"] = gemms

@@ -42,10 +42,12 @@ def verify(
     seeds: list[int] | None = None,
     timeout: float = 600.0,
     backend_label: str = "torch",
+    compile_modes: list[str] | None = None,
 ) -> Verdict:
     """Check ``source`` against ``task``: the static check, then every stage of the plan, in order."""
     plan = Plan(stages=list(stages), backend=backend_label, shape_set=shape_set, shape_names=shape_names,
-                seeds=list(seeds) if seeds is not None else [0, 1, 2], timeout=timeout)
+                seeds=list(seeds) if seeds is not None else [0, 1, 2], timeout=timeout,
+                **({"compile_modes": compile_modes} if compile_modes is not None else {}))
     return run_plan(task, source, plan)
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -65,34 +65,34 @@ def profile(ctx: Context) -> StageResult:
     """The candidate's time at each shape, interleaved with eager PyTorch and cuBLAS alone."""
     if not torch.cuda.is_available():
         return StageResult(stage="profile", outcome=Outcome.INFRA_ERROR, reason="no CUDA GPU on this machine")
-    return run_timing(ctx, with_compile=False)
+    return run_timing(ctx, compile_modes=())
 
 
 @stage("bench")
 def bench(ctx: Context) -> StageResult:
-    """As ``profile``, plus torch.compile of the reference (``bench_prepare`` warms its cache)."""
+    """As ``profile``, plus torch.compile of the reference in the plan's modes (``bench_prepare`` warms their cache)."""
     if not torch.cuda.is_available():
         return StageResult(stage="bench", outcome=Outcome.INFRA_ERROR, reason="no CUDA GPU on this machine")
-    return run_timing(ctx, with_compile=True)
+    return run_timing(ctx, compile_modes=ctx.plan.compile_modes, name="bench")
 
 
 @stage("bench_prepare")
 def bench_prepare(ctx: Context) -> StageResult:
-    """Compile the torch.compile baseline at every shape once, so the timed ``bench`` run finds it cached."""
+    """Compile the torch.compile baselines at every shape once, so the timed ``bench`` run finds them cached."""
     t0 = time.perf_counter()
-    fn = compiled_reference(ctx.task)
-    for point in ctx.shape_points():
-        inputs = ctx.task.make_inputs(point.dims, ctx.plan.seeds[0], device="cuda")
-        with torch.no_grad():
-            fn(**inputs, **ctx.task.constants)
-        torch.cuda.synchronize()
+    for mode in ctx.plan.compile_modes:
+        fn = compiled_reference(ctx.task, mode)
+        for point in ctx.shape_points():
+            inputs = ctx.task.make_inputs(point.dims, ctx.plan.seeds[0], device="cuda")
+            with torch.no_grad():
+                fn(**inputs, **ctx.task.constants)
+            torch.cuda.synchronize()
     return StageResult(stage="bench_prepare", outcome=Outcome.PASSED, seconds=time.perf_counter() - t0, reason="")
 
 
-def run_timing(ctx: Context, with_compile: bool, device: str = "cuda", backend_name: str = "quack",
-               plan: RepPlan | None = None) -> StageResult:
+def run_timing(ctx: Context, compile_modes: Sequence[str] = (), device: str = "cuda", backend_name: str = "quack",
+               plan: RepPlan | None = None, name: str = "profile") -> StageResult:
     """Time the candidate (runner) interleaved with the baselines (checker) at every selected shape."""
-    name = "bench" if with_compile else "profile"
     t0 = time.perf_counter()
     shapes: dict[str, ShapeTiming] = {}
 
@@ -104,7 +104,7 @@ def run_timing(ctx: Context, with_compile: bool, device: str = "cuda", backend_n
         with ctx.runner(backend_name, device) as client:
             for point in ctx.shape_points():
                 try:
-                    shapes[point.name] = time_shape(ctx, client, point, device, with_compile, plan or RepPlan())
+                    shapes[point.name] = time_shape(ctx, client, point, device, compile_modes, plan or RepPlan())
                 except Reject as rej:
                     return result(rej.outcome, rej.reason)
     except RunnerError as exc:
@@ -113,7 +113,7 @@ def run_timing(ctx: Context, with_compile: bool, device: str = "cuda", backend_n
     return result(Outcome.PASSED, f"median {summary}")
 
 
-def time_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: str, with_compile: bool,
+def time_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: str, compile_modes: Sequence[str],
                plan: RepPlan) -> ShapeTiming:
     """The timing protocol at one shape (module docstring)."""
     task, rng = ctx.task, random.SystemRandom()
@@ -123,7 +123,7 @@ def time_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: st
     for i in ids:
         client.put(i, inputs[i])
     refs: dict[str, tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]] = {}
-    variants = baseline_variants(task, point.dims, inputs[ids[0]], device=device, with_compile=with_compile)
+    variants = baseline_variants(task, point.dims, inputs[ids[0]], device=device, compile_modes=compile_modes)
     clock = Clock(device)
     cycle = 0
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
+from ..measure.baselines import COMPILE_MODES
+
 #: Stages on the CPU (emulator) and the sm_90a compile; the GPU stages are ``gpu_correctness``, ``profile``, ``bench``.
 CPU_STAGES = ("correctness",)
 COMPILE_STAGES = ("compile",)
@@ -22,6 +24,18 @@ class Plan(BaseModel):
     shape_names: list[str] | None = None
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
     timeout: float = Field(default=600.0, gt=0)
+    compile_modes: list[str] = Field(
+        default_factory=lambda: ["default", "max-autotune-no-cudagraphs"],
+        description="the torch.compile baselines of the bench stage (the profile stage times none)",
+    )
+
+    @field_validator("compile_modes")
+    @classmethod
+    def _known_modes(cls, v: list[str]) -> list[str]:
+        unknown = [m for m in v if m not in COMPILE_MODES]
+        if unknown:
+            raise ValueError(f"unknown torch.compile mode(s) {', '.join(unknown)} (known: {', '.join(COMPILE_MODES)})")
+        return v
 
     @field_validator("stages", "seeds")
     @classmethod

@@ -52,10 +52,12 @@ class ShapeTiming(BaseModel):
     candidate: Timing
     eager: Timing | None = None
     compiled: Timing | None = None
+    compiled_max_autotune: Timing | None = None
     cublas: Timing | None = None
 
     def baselines(self) -> dict[str, Timing]:
-        return {k: t for k in ("eager", "compiled", "cublas") if (t := getattr(self, k)) is not None}
+        names = ("eager", "compiled", "compiled_max_autotune", "cublas")
+        return {k: t for k in names if (t := getattr(self, k)) is not None}
 
 
 class StageResult(BaseModel):
