@@ -355,3 +355,18 @@ def test_compile_baselines_follow_the_plans_modes():
     run = _run([_row()])
     assert "compile modes default, this run asks for default, max-autotune" in runner.resume_problem(
         run.model_copy(update={"git_commit": provenance.git_commit()}), "NVIDIA H200", runner.BenchOptions())
+
+
+def test_speed_of_light_says_which_ceiling_it_uses(monkeypatch):
+    from coda_agent.agent import loop
+    from coda_agent.agent.loop import AgentConfig, session_peaks
+
+    (point, *_) = peaks.speed_of_light(K0, "bench", PEAKS)
+    assert point.sol_us == pytest.approx(max(point.flops / 800e12, point.bytes / 4e12) * 1e6)
+    assert PEAKS.label().startswith("measured on this GPU: 800 TFLOP/s")
+    assert peaks.NOMINAL_H200.label().startswith("nominal, not measured: 989 TFLOP/s bf16, 4.80 TB/s")
+    timed = AgentConfig(model="mock/x", stages=("gpu_correctness", "profile"))
+    assert session_peaks(timed) is peaks.NOMINAL_H200  # no GPU here
+    monkeypatch.setattr(loop, "gpu_verifier_available", lambda: True)
+    monkeypatch.setattr(loop, "measure_peaks", lambda: PEAKS)
+    assert session_peaks(timed) is PEAKS and session_peaks(AgentConfig(model="mock/x")) is peaks.NOMINAL_H200

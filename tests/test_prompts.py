@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from coda_agent.agent.timing import NOMINAL_LABEL, SolPoint, speed_of_light, timing_from_verdict
+from coda_agent.agent.timing import timing_from_verdict
+from coda_agent.measure.peaks import NOMINAL_H200, SolPoint, speed_of_light
 from coda_agent.prompts.api_reference import api_reference
 from coda_agent.prompts.render import (
     build_messages,
@@ -133,10 +134,10 @@ def test_system_prompt_has_the_contract_the_static_check_and_the_generated_api()
 
 
 def test_task_prompt_states_everything_the_verifier_judges():
-    sol = speed_of_light(TASK)
+    sol = speed_of_light(TASK, "bench", NOMINAL_H200)
     text = task_prompt(
         TASK, checks=describe_checks(TASK, ("correctness", "compile"), "small", [0, 1, 2]), target="a correct candidate",
-        sol=sol, sol_label=NOMINAL_LABEL,
+        sol=sol, sol_label=NOMINAL_H200.label(),
     )
     assert "def forward(x, w, residual, gamma, eps) -> dict" in text
     assert TASK.reference_file.read_text().strip() in text
@@ -144,7 +145,7 @@ def test_task_prompt_states_everything_the_verifier_judges():
     assert "tiny(M=256,N=384,K=128)" in text and "llama3-8b-down" in text
     assert "At most 4 kernel launches" in text
     assert "factor 2" in text and "NaN or Inf anywhere fails" in text
-    assert "989 TFLOP/s" in text and "4.8 TB/s" in text and "not measured" in text
+    assert "989 TFLOP/s" in text and "4.80 TB/s" in text and "not measured" in text
     # llama3-8b-down: 2*8192*4096*14336 FLOP at 989 TFLOP/s = 972.8 µs, compute-bound
     assert "| llama3-8b-down | M=8192, N=4096, K=14336 | 962.1 |" in text and "| 972.8 | compute |" in text
     assert "sm_90a build" in text and "seeds 0, 1, 2" in text

@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ..measure.peaks import NOMINAL_H200, Peaks, measure_peaks, speed_of_light
 from ..prompts.render import build_messages, describe_checks, select_examples, system_prompt, task_prompt
 from ..provenance import git_state, host_name, package_versions
 from ..providers.base import Completion, Provider, ProviderError
@@ -31,7 +32,7 @@ from ..tasks.model import Task
 from ..verifier import verify
 from ..verifier.verdict import Outcome, Verdict
 from .extract import extract_code
-from .timing import NOMINAL_LABEL, human_times, speed_of_light, timing_from_verdict
+from .timing import human_times, timing_from_verdict
 
 CPU_STAGES = ("correctness", "compile")
 #: Parity with the human kernel (or, without one, cuBLAS alone) within timing noise.
@@ -54,6 +55,13 @@ def gpu_verifier_available() -> bool:
     import torch
 
     return bool(torch.cuda.is_available())
+
+
+def session_peaks(config: AgentConfig) -> Peaks:
+    """The ceilings the prompts' speed of light uses: measured here when this run times on a GPU, else nominal."""
+    if config.timed and gpu_verifier_available():
+        return measure_peaks()
+    return NOMINAL_H200
 
 
 @dataclass(frozen=True)
@@ -209,7 +217,8 @@ class Agent:
         self.attempts: list[Attempt] = sorted(attempts, key=lambda a: a.index)
         self.previous = previous
         self.examples = select_examples(task, names=config.examples) if config.examples is not None else select_examples(task)
-        self.sol = speed_of_light(task, "bench")
+        self.peaks = session_peaks(config)
+        self.sol = speed_of_light(task, "bench", self.peaks)
         self.system = system_prompt(self.examples)
         self.summary = previous.model_copy() if previous else RunSummary()
         self._prior_wall = previous.wall_seconds if previous else 0.0
@@ -397,7 +406,7 @@ class Agent:
     def task_message(self) -> str:
         return task_prompt(
             self.task, checks=describe_checks(self.task, self.config.stages, self.config.shape_set, self.config.seeds),
-            target=self.target_text(), sol=self.sol, sol_label=NOMINAL_LABEL, human_us=self.header.human_timing or None,
+            target=self.target_text(), sol=self.sol, sol_label=self.peaks.label(), human_us=self.header.human_timing or None,
         )
 
     def messages_for(self, round_no: int, slot: int = 0) -> list[ChatMessage]:

@@ -1,8 +1,8 @@
-"""Speed facts the agent reasons with: nominal speed of light, and GPU timings read from a verdict.
+"""GPU timings the agent reasons with, read from a verdict.
 
-The agent measures nothing itself. Timings come from the verifier's ``profile`` stage (GPU only); the
-speed of light shown in prompts uses nominal H200 peaks, labelled as such, because a prompt must not
-depend on a measurement the CPU-only path cannot make.
+Timings come from the verifier's ``profile`` stage (GPU only). The speed of light beside them
+(``measure.peaks``) uses the peaks the agent measured on its GPU, or on a CPU-only run the H200's
+nominal ones; the prompt names which.
 
 ``Attempt.timing`` (see ``store/records.py``) holds what :func:`timing_from_verdict` returns::
 
@@ -18,58 +18,13 @@ numbers; a ratio that cannot be formed is absent. The ``speedup_vs_*`` keys are 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from ..measure.peaks import SolPoint
 from ..store.ranking import geomean, shape_ratio
-from ..tasks.model import Task
 from ..verifier.verdict import Verdict
 
-NOMINAL_PEAK_TFLOPS = 989.0  # H200 SXM, bf16 dense tensor-core peak (datasheet)
-NOMINAL_PEAK_TBPS = 4.8  # H200 SXM HBM3e bandwidth (datasheet)
-NOMINAL_LABEL = (
-    f"Nominal H200 peaks (datasheet, not measured): {NOMINAL_PEAK_TFLOPS:g} TFLOP/s bf16 dense, "
-    f"{NOMINAL_PEAK_TBPS:g} TB/s HBM"
-)
-BASELINES = ("eager", "compiled", "cublas")
-
-
-@dataclass(frozen=True)
-class SolPoint:
-    """Speed of light of one shape point under the nominal peaks."""
-
-    shape: str
-    dims: str
-    flops: float
-    bytes: float
-    compute_us: float
-    memory_us: float
-
-    @property
-    def sol_us(self) -> float:
-        return max(self.compute_us, self.memory_us)
-
-    @property
-    def bound(self) -> str:
-        return "compute" if self.compute_us >= self.memory_us else "memory"
-
-
-def speed_of_light(task: Task, set_name: str = "bench") -> list[SolPoint]:
-    """SoL time = max(FLOPs / peak, minimal bytes / bandwidth) at each shape of ``set_name``."""
-    points = []
-    for p in task.shape(set_name):
-        flops, nbytes = task.flops(p.dims), task.min_bytes(p.dims)
-        points.append(
-            SolPoint(
-                shape=p.name,
-                dims=", ".join(f"{k}={v}" for k, v in p.dims.items()),
-                flops=flops,
-                bytes=nbytes,
-                compute_us=flops / (NOMINAL_PEAK_TFLOPS * 1e12) * 1e6,
-                memory_us=nbytes / (NOMINAL_PEAK_TBPS * 1e12) * 1e6,
-            )
-        )
-    return points
+BASELINES = ("eager", "compiled", "compiled_max_autotune", "cublas")
 
 
 def timing_from_verdict(
@@ -77,7 +32,7 @@ def timing_from_verdict(
 ) -> dict[str, Any]:
     """The ``Attempt.timing`` record of a profiled verdict; ``{}`` when it was not timed.
 
-    ``human`` (shape -> µs of the human kernel in this session) and ``sol`` (shape -> nominal SoL point)
+    ``human`` (shape -> µs of the human kernel in this session) and ``sol`` (shape -> SoL point)
     fill in what the profile stage does not report itself.
     """
     stage = verdict.stage("profile") if verdict is not None else None

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..tasks.model import Task
 from .timing import Clock, RepPlan, time_interleaved
 
 
@@ -16,6 +17,48 @@ class Peaks:
     tflops_bf16: float
     hbm_tbps: float
     how: str
+    measured: bool = True
+
+    def label(self) -> str:
+        """Which ceiling a speed-of-light figure refers to, in one line."""
+        kind = "measured on this GPU" if self.measured else "nominal, not measured"
+        return f"{kind}: {self.tflops_bf16:.0f} TFLOP/s bf16, {self.hbm_tbps:.2f} TB/s HBM ({self.how})"
+
+
+#: The H200 SXM datasheet's ceilings, for where nothing was measured (a CPU-only run's prompts).
+NOMINAL_H200 = Peaks(tflops_bf16=989.0, hbm_tbps=4.8, how="H200 SXM datasheet, bf16 dense", measured=False)
+
+
+@dataclass(frozen=True)
+class SolPoint:
+    """Speed of light of one shape point: the compute and memory roofs under some peaks."""
+
+    shape: str
+    dims: str
+    flops: float
+    bytes: float
+    compute_us: float
+    memory_us: float
+
+    @property
+    def sol_us(self) -> float:
+        return max(self.compute_us, self.memory_us)
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.compute_us >= self.memory_us else "memory"
+
+
+def speed_of_light(task: Task, set_name: str, peaks: Peaks) -> list[SolPoint]:
+    """SoL time = max(FLOPs / peak, minimal bytes / bandwidth) at each shape of ``set_name``."""
+    points = []
+    for p in task.shape(set_name):
+        flops, nbytes = task.flops(p.dims), task.min_bytes(p.dims)
+        points.append(SolPoint(
+            shape=p.name, dims=", ".join(f"{k}={v}" for k, v in p.dims.items()), flops=flops, bytes=nbytes,
+            compute_us=flops / (peaks.tflops_bf16 * 1e12) * 1e6, memory_us=nbytes / (peaks.hbm_tbps * 1e12) * 1e6,
+        ))
+    return points
 
 
 def measure_peaks(clock: Clock | None = None, n: int = 8192, copy_bytes: int = 2 * 1024**3) -> Peaks:
