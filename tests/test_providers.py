@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from coda_agent.messages import ChatMessage
 from coda_agent.providers import (
     KNOWN_PROVIDERS,
     Completion,
@@ -31,7 +32,7 @@ from coda_agent.providers.mock import estimate_tokens
 from coda_agent.providers.remote import _retry_after_seconds, is_loopback
 from coda_agent.providers.replay import ReplayProvider
 from coda_agent.providers.retry import RetryPolicy
-from coda_agent.store.records import Attempt, ChatMessage, RunHeader, Usage, write_json_atomic
+from coda_agent.store.records import Attempt, RunHeader, Usage, write_json_atomic
 
 from .fake_llm_server import (
     ANTHROPIC_PATH,

@@ -6,8 +6,9 @@ from datetime import datetime, timezone
 
 import pytest
 
+from coda_agent.messages import ChatMessage
 from coda_agent.provenance import git_state, package_versions
-from coda_agent.store.records import Attempt, ChatMessage, RunHeader, RunSummary, Usage
+from coda_agent.store.records import Attempt, RunHeader, RunSummary, Usage
 from coda_agent.store.runs import RunReader, RunRecordError, RunWriter, attempt_file, new_run_id, resolve_run
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc)

@@ -20,11 +20,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ..messages import ChatMessage
 from ..prompts.render import build_messages, describe_checks, select_examples, system_prompt, task_prompt
 from ..provenance import git_state, host_name, package_versions
 from ..providers.base import Completion, Provider, ProviderError
 from ..store.ranking import best_attempt, population
-from ..store.records import Attempt, Budgets, ChatMessage, RunHeader, RunSummary, Tuning, Usage
+from ..store.records import Attempt, Budgets, RunHeader, RunSummary, Tuning, Usage
 from ..store.runs import RunReader, RunRecordError, RunWriter, new_run_id
 from ..tasks.loader import TaskError, find_recorded_task
 from ..tasks.model import Task

@@ -19,10 +19,11 @@ from rich.table import Table
 from rich.text import Text
 
 from ..agent import Agent, AgentConfig, FatalProviderError, RunEvents
+from ..messages import ChatMessage
 from ..prompts.render import attempt_headline
 from ..providers import Completion, ManualProvider, Provider, ProviderError, get_provider
 from ..settings import RUNS_DIR_ENV
-from ..store.records import Attempt, Budgets, ChatMessage, RunHeader, RunSummary
+from ..store.records import Attempt, Budgets, RunHeader, RunSummary
 from ..store.runs import RunReader, RunRecordError, default_runs_dir, resolve_run
 from ..tasks.loader import find_recorded_task, find_task
 from ..tasks.model import Task

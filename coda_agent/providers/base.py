@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from enum import Enum
 
-from ..store.records import ChatMessage
+from ..messages import ChatMessage
 
 
 class ErrorKind(str, Enum):

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..atomic import write_text_atomic
-from ..store.records import ChatMessage
+from ..messages import ChatMessage
 from .base import Completion, ErrorKind, Provider, ProviderError
 
 _NUMBERED = re.compile(r"^(?:prompt|answer)-(\d+)\.md$")

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..store.records import ChatMessage
+from ..messages import ChatMessage
 from .base import Completion, ErrorKind, Provider, ProviderConfigError, ProviderError
 from .datafile import read_data_file
 

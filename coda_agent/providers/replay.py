@@ -13,7 +13,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ..store.records import Attempt, ChatMessage, RunHeader
+from ..messages import ChatMessage
+from ..store.records import Attempt, RunHeader
 from .base import Completion, ErrorKind, Provider, ProviderConfigError, ProviderError
 
 

@@ -21,6 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ..atomic import write_text_atomic
+from ..messages import ChatMessage
 from ..verifier.verdict import Verdict
 
 #: 2: a timing stage's per-shape times are typed (``StageResult.timings``); schema 1 records still read.
@@ -62,11 +63,6 @@ class RunHeader(BaseModel):
     human_timing: dict[str, float] = Field(
         default_factory=dict, description="shape -> median µs of the task's human kernel, timed in this run's session (GPU only)"
     )
-
-
-class ChatMessage(BaseModel):
-    role: Literal["system", "user", "assistant"]
-    content: str
 
 
 class Usage(BaseModel):
