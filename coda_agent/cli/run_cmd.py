@@ -23,8 +23,9 @@ from ..messages import ChatMessage
 from ..prompts.render import attempt_headline
 from ..providers import Completion, ManualProvider, Provider, ProviderError, get_provider
 from ..settings import RUNS_DIR_ENV
+from ..settings import runs_dir as default_runs_dir
 from ..store.records import Attempt, Budgets, RunHeader, RunSummary
-from ..store.runs import RunReader, RunRecordError, default_runs_dir, resolve_run
+from ..store.rundir import RunReader, RunRecordError, resolve_run
 from ..tasks.loader import find_recorded_task, find_task
 from ..tasks.model import Task
 from ..verifier import cancel_all

@@ -23,7 +23,7 @@ from rich.text import Text
 from ..agent import Agent, FatalProviderError, RunEvents, SharedBudget, gpu_verifier_available
 from ..providers import Provider
 from ..store.records import Attempt, RunSummary, SweepMember, SweepRecord, write_json_atomic
-from ..store.runs import RunReader, RunRecordError
+from ..store.rundir import RunReader, RunRecordError
 from ..tasks.loader import TaskError, find_task, load_task, task_files
 from ..tasks.model import Task
 from ..verifier import cancel_all
