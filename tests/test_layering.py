@@ -59,3 +59,13 @@ def test_the_runner_stays_clear_of_the_checker():
     names = {n.module for n in ast.walk(ast.parse(runner.read_text())) if isinstance(n, ast.ImportFrom) and n.module}
     assert not names & {"stages", "gpu", "compare", "trace", "client", "sandbox", "tasks", "tasks.loader"}, names
 
+
+
+def test_providers_reach_the_store_only_to_replay_a_run():
+    """A provider speaks ``messages``; only ``replay`` reads the store, and only through the run-directory reader."""
+    providers = PACKAGE / "providers"
+    reaching = {p.name for p in providers.rglob("*.py") if "store" in imports_of(p)}
+    assert reaching == {"replay.py"}, sorted(reaching)
+    stored = {n.module for n in ast.walk(ast.parse((providers / "replay.py").read_text()))
+              if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("store")}
+    assert stored == {"store.rundir"}, stored

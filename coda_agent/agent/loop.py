@@ -203,6 +203,7 @@ class Agent:
         tune_fn: TuneFn | None = None,
     ) -> None:
         self.task, self.provider, self.config, self.writer, self.header = task, provider, config, writer, header
+        provider.bind_run_dir(writer.run_dir)
         self.events = events or RunEvents()
         self.verify_fn = verify_fn
         self.tune_fn = tune_fn
