@@ -9,7 +9,8 @@ from typing import Any
 
 from coda_agent.bench.results import BenchRow, BenchRun
 from coda_agent.measure.timing import Timing
-from coda_agent.store.records import Attempt, ChatMessage, RunHeader, RunSummary, Usage, write_json_atomic
+from coda_agent.messages import ChatMessage
+from coda_agent.store.records import Attempt, RunHeader, RunSummary, Usage, write_json_atomic
 from coda_agent.verifier.verdict import Outcome, OutputCheck, StageResult, Verdict
 
 T0 = datetime(2026, 5, 1, 12, 0, 0, tzinfo=timezone.utc)

@@ -20,9 +20,10 @@ import yaml
 
 from coda_agent.agent import Agent, AgentConfig, FatalProviderError, RunEvents
 from coda_agent.measure.timing import Timing
+from coda_agent.messages import ChatMessage
 from coda_agent.providers import Completion, MockProvider
-from coda_agent.store.records import Budgets, ChatMessage
-from coda_agent.store.runs import RunReader
+from coda_agent.store.records import Budgets
+from coda_agent.store.rundir import RunReader
 from coda_agent.tasks import Task, TaskError, find_task
 from coda_agent.verifier.verdict import Outcome, ShapeTiming, StageResult, Verdict
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from coda_agent.store.runs import RunReader
+from coda_agent.store.rundir import RunReader
 
 from .conftest import EXAMPLE_SCRIPT, REPO, TASK_DIR, cli, invoke
 from .fake_llm_server import OPENAI_PATH, FakeLLMServer, openai_chat

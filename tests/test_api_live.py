@@ -11,8 +11,8 @@ import os
 
 import pytest
 
+from coda_agent.messages import ChatMessage
 from coda_agent.providers import get_provider
-from coda_agent.store.records import ChatMessage
 
 pytestmark = pytest.mark.api
 

@@ -9,15 +9,8 @@ from datetime import timedelta
 
 import pytest
 
-from coda_agent.store.index import (
-    MIGRATIONS,
-    SCHEMA_VERSION,
-    Index,
-    TimingPoint,
-    migrate,
-    read_run,
-    timing_points,
-)
+from coda_agent.store.index import MIGRATIONS, SCHEMA_VERSION, Index, migrate
+from coda_agent.store.timings import TimingPoint, timing_points
 
 from .records_factory import H200, T0, bench_row, make_bench, make_run
 
@@ -187,33 +180,6 @@ def test_bad_files_are_named_and_the_rest_is_indexed(store):
         (bench / "broken.json").unlink()
         ix.refresh()
         assert not any(p.file.endswith("broken.json") for p in ix.problems())
-
-
-def test_read_run_keeps_what_it_can(store):
-    _, _, a, _ = store
-    (a / "attempts" / "0001.json").write_text('{"index": "one"}')
-    run = read_run(a)
-    assert run.header is not None and [x.index for x in run.attempts] == [2, 3]
-    assert len(run.problems) == 1 and "index" in run.problems[0].message
-    assert run.best_code is not None and "def forward" in run.best_code
-
-
-def test_resolve_run_by_name_id_and_prefix(store):
-    runs, bench, a, b = store
-    with Index.open(runs, bench) as ix:
-        ix.refresh()
-        assert ix.resolve_run(a.name).dir == a.name
-        assert ix.resolve_run(str(b)).dir == b.name  # a path
-        run_id = ix.run(b.name).run_id
-        assert ix.resolve_run(run_id).dir == b.name
-        assert ix.resolve_run(b.name[:17]).dir == b.name  # unique prefix (timestamps differ by an hour)
-        assert ix.resolve_run(b.name[-6:]).dir == b.name  # unique suffix (the random part of a run id)
-        with pytest.raises(LookupError, match="matches 2 runs"):
-            ix.resolve_run("2026")
-        with pytest.raises(LookupError, match="no run 'nope'"):
-            ix.resolve_run("nope")
-        with pytest.raises(LookupError):
-            ix.resolve_run("%")  # LIKE wildcards are literal
 
 
 @pytest.mark.parametrize(

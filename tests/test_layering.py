@@ -6,12 +6,12 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "coda_agent"
-LAYERS = ["atomic", "settings", "provenance", "tasks", "primitives", "measure", "verifier", "bench", "store", "providers", "prompts", "agent",
+LAYERS = ["atomic", "settings", "provenance", "messages", "tasks", "primitives", "measure", "verifier", "bench", "store", "providers", "prompts", "agent",
           "viewer", "cli", "launch", "__main__"]
 #: Data shipped inside the package (tasks, human kernels, mock scripts): candidates' code, not layers.
 DATA = {"suite", "examples"}
 #: Packages of one layer that do not import each other.
-SAME_LAYER = {"atomic": 0, "settings": 0, "provenance": 0, "tasks": 0, "primitives": 0}
+SAME_LAYER = {"atomic": 0, "settings": 0, "provenance": 0, "messages": 0, "tasks": 0, "primitives": 0}
 
 
 def _rank(pkg: str) -> int:
@@ -58,3 +58,14 @@ def test_the_runner_stays_clear_of_the_checker():
     runner = PACKAGE / "verifier" / "runner.py"
     names = {n.module for n in ast.walk(ast.parse(runner.read_text())) if isinstance(n, ast.ImportFrom) and n.module}
     assert not names & {"stages", "gpu", "compare", "trace", "client", "sandbox", "tasks", "tasks.loader"}, names
+
+
+
+def test_providers_reach_the_store_only_to_replay_a_run():
+    """A provider speaks ``messages``; only ``replay`` reads the store, and only through the run-directory reader."""
+    providers = PACKAGE / "providers"
+    reaching = {p.name for p in providers.rglob("*.py") if "store" in imports_of(p)}
+    assert reaching == {"replay.py"}, sorted(reaching)
+    stored = {n.module for n in ast.walk(ast.parse((providers / "replay.py").read_text()))
+              if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("store")}
+    assert stored == {"store.rundir"}, stored

@@ -9,6 +9,7 @@ import pytest
 
 from coda_agent.agent.timing import timing_from_verdict
 from coda_agent.measure.peaks import NOMINAL_H200, SolPoint, speed_of_light
+from coda_agent.messages import ChatMessage
 from coda_agent.prompts.api_reference import api_reference
 from coda_agent.prompts.render import (
     build_messages,
@@ -22,7 +23,7 @@ from coda_agent.prompts.render import (
     task_prompt,
     trim_error,
 )
-from coda_agent.store.records import Attempt, ChatMessage
+from coda_agent.store.records import Attempt
 from coda_agent.tasks import Task, TaskError, find_task, load_tasks
 from coda_agent.verifier import static
 from coda_agent.verifier.verdict import Outcome, OutputCheck, StageResult, Verdict

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -14,25 +16,30 @@ from typing import Any
 
 import pytest
 
+from coda_agent.messages import ChatMessage
 from coda_agent.providers import (
-    KNOWN_PROVIDERS,
     Completion,
     ErrorKind,
     MockProvider,
     ProviderConfigError,
     ProviderError,
+    RecordedRun,
     cost_usd,
     find_price,
     get_provider,
+    lookup,
     price_table,
+    registered,
+    registry,
 )
 from coda_agent.providers.manual import ManualProvider
 from coda_agent.providers.mock import estimate_tokens
 from coda_agent.providers.remote import _retry_after_seconds, is_loopback
 from coda_agent.providers.replay import ReplayProvider
 from coda_agent.providers.retry import RetryPolicy
-from coda_agent.store.records import Attempt, ChatMessage, RunHeader, Usage, write_json_atomic
+from coda_agent.store.records import Attempt, RunHeader, Usage, write_json_atomic
 
+from .conftest import cli
 from .fake_llm_server import (
     ANTHROPIC_PATH,
     OPENAI_PATH,
@@ -355,8 +362,8 @@ def test_unknown_provider_lists_the_known_ones() -> None:
     with pytest.raises(ProviderConfigError) as info:
         get_provider("gemini/pro")
     assert isinstance(info.value, ValueError) and info.value.kind is ErrorKind.CONFIG
-    for prefix in KNOWN_PROVIDERS:
-        assert prefix in str(info.value)
+    for entry in registered():
+        assert entry.usage in str(info.value)
 
 
 @pytest.mark.parametrize(
@@ -378,6 +385,57 @@ def test_get_provider_config_errors(spec: str, kwargs: dict[str, Any], message: 
 def test_get_provider_ignores_options_set_to_none() -> None:
     provider = get_provider("mock/echo", base_url=None, repeat_last=None)
     assert complete(provider).text == "Fuse the epilogue."
+
+
+def test_the_registry_says_what_each_spec_is_without_building_it() -> None:
+    assert [e.name for e in registered()] == ["anthropic", "openai", "openai-compatible", "mock", "replay", "manual"]
+    assert {e.name for e in registered() if e.real_model} == {"anthropic", "openai", "openai-compatible"}
+    assert [e.name for e in registered() if e.replays_a_run] == ["replay"]
+    assert lookup("manual").name == "manual" and lookup("replay/no-such-run").replays_a_run  # nothing is built
+    assert all(e.usage.startswith(e.name) and e.help and e.needs for e in registered())
+    assert "ANTHROPIC_API_KEY" in lookup("anthropic/x").needs and "--base-url" in lookup("openai-compatible/x").needs
+
+
+def test_naming_or_listing_providers_imports_no_sdk() -> None:
+    """Each factory imports its module when called: mock, replay and manual runs never load an SDK."""
+    probe = (
+        "import sys; from coda_agent.providers import get_provider, lookup, registered; "
+        "[lookup(f'{e.name}/x') for e in registered()]; get_provider('mock/echo'); "
+        "print(sorted(m for m in ('anthropic', 'openai', 'coda_agent.store') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_the_providers_command_lists_the_registry(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(capsys, "providers", "--format", "json")
+    rows = {r["name"]: r for r in json.loads(out)}
+    assert code == 0 and list(rows) == [e.name for e in registered()]
+    assert rows["anthropic"]["sandbox_required"] and "bubblewrap" in rows["anthropic"]["needs"]
+    assert rows["manual"]["spec"] == "manual[/<dir>]" and rows["mock"]["options"] == ["repeat_last"]
+    code, out, _ = cli(capsys, "providers")
+    assert code == 0 and all(e.usage in out for e in registered()) and "ANTHROPIC_API_KEY" in out
+    code, _, err = cli(capsys, "providers", "--format", "xml")
+    assert code == 2 and "unknown --format 'xml'" in err
+
+
+def test_a_registered_provider_is_built_by_its_factory_with_checked_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # registrations made here vanish after
+    built: list[registry.Request] = []
+
+    @registry.provider("canned", usage="canned/<text>", help="replies with its text", options=frozenset({"times"}))
+    def _canned(request: registry.Request) -> MockProvider:
+        built.append(request)
+        return MockProvider([request.target] * request.options.get("times", 1), name=f"canned/{request.target}")
+
+    assert complete(get_provider("canned/hello", times=2, runs_dir=Path("elsewhere"))).text == "hello"
+    assert built == [registry.Request("hello", {"times": 2}, Path("elsewhere"))]
+    with pytest.raises(ProviderConfigError, match=r"canned: unknown option\(s\) colour \(allowed: times\)"):
+        get_provider("canned/hello", colour="red")
+    with pytest.raises(ProviderConfigError, match="canned calls no API"):
+        get_provider("canned/hello", base_url="http://127.0.0.1:1")
+    with pytest.raises(ValueError, match="registered twice"):
+        registry.provider("canned", usage="canned/<x>", help="again")(_canned)
 
 
 # --- retry policy -----------------------------------------------------------------------------
@@ -628,13 +686,42 @@ def test_replay_serves_replies_in_call_order_with_errors(tmp_path: Path) -> None
     assert exhausted.kind is ErrorKind.CONFIG and "all 4 recorded replies" in str(exhausted)
 
 
+def test_replay_finds_a_run_by_id_says_what_it_replays_and_skips_what_a_resume_consumed(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    _write_run(runs / "20260101-000000_t_r1", [_attempt(i, i, 0, raw_response=f"reply {i}") for i in (1, 2, 3)])
+    provider = get_provider("replay/r1", runs_dir=runs)  # a unique suffix, as `show` takes it
+    assert provider.name == f"replay/{runs / '20260101-000000_t_r1'}"
+    assert provider.replays == RecordedRun(
+        spec=provider.name, task="t", task_path="tasks/t.yaml", rounds=5, candidates_per_round=1
+    )
+    provider.skip_replies(2)
+    assert complete(provider).text == "reply 3"
+    assert failure(provider).kind is ErrorKind.CONFIG
+
+
+def test_a_script_skips_what_a_resume_consumed_and_a_function_has_nothing_to_skip() -> None:
+    scripted = MockProvider(["one", "two", "three"])
+    scripted.skip_replies(2)
+    assert complete(scripted).text == "three"
+    assert "call #4, but the script has 3" in str(failure(scripted))
+    echo = get_provider("mock/echo")
+    echo.skip_replies(5)
+    assert complete(echo).text == "Fuse the epilogue." and echo.replays is None
+
+
 def test_replay_rejects_empty_and_corrupt_runs(tmp_path: Path) -> None:
-    (tmp_path / "attempts").mkdir()
+    run_dir = tmp_path / "runs" / "r1"
+    with pytest.raises(ProviderConfigError, match=r"replay/r1: no run 'r1'"):
+        ReplayProvider("r1", tmp_path / "runs")
+    (run_dir / "attempts").mkdir(parents=True)
+    with pytest.raises(ProviderConfigError, match=r"header\.json: missing"):
+        ReplayProvider("r1", tmp_path / "runs")
+    _write_run(run_dir, [])
     with pytest.raises(ProviderConfigError, match="no finished attempts"):
-        ReplayProvider(tmp_path)
-    (tmp_path / "attempts" / "0001.json").write_text("{not json")
-    with pytest.raises(ProviderConfigError, match=r"cannot read 0001\.json"):
-        ReplayProvider(tmp_path)
+        ReplayProvider("r1", tmp_path / "runs")
+    (run_dir / "attempts" / "0001.json").write_text("{not json")
+    with pytest.raises(ProviderConfigError, match=r"0001\.json: unreadable run record \(invalid JSON"):
+        ReplayProvider("r1", tmp_path / "runs")
 
 
 # --- manual -----------------------------------------------------------------------------------------
@@ -667,6 +754,14 @@ def test_manual_writes_the_prompt_and_waits_for_the_answer(tmp_path: Path) -> No
     assert "## [system]\n\nYou write kernels." in prompt and "## [user]\n\nFuse the epilogue." in prompt
     [line] = lines
     assert str(tmp_path / "prompt-1.md") in line and str(tmp_path / "answer-1.md") in line
+
+
+def test_bare_manual_trades_files_in_the_run_directory_and_a_given_folder_stays(tmp_path: Path) -> None:
+    bare, given = get_provider("manual"), get_provider(f"manual/{tmp_path / 'mine'}")
+    assert bare.directory == Path("coda-manual")  # no run directory known yet
+    for provider in (bare, given):
+        provider.bind_run_dir(tmp_path / "run")
+    assert (bare.directory, given.directory) == (tmp_path / "run" / "manual", tmp_path / "mine")
 
 
 def test_manual_numbering_skips_stale_files(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+from coda_agent.messages import ChatMessage
 from coda_agent.store.ranking import (
     attempt_time_us,
     best_attempt,
@@ -14,7 +15,7 @@ from coda_agent.store.ranking import (
     population,
     speed_key,
 )
-from coda_agent.store.records import Attempt, ChatMessage
+from coda_agent.store.records import Attempt
 from coda_agent.verifier.verdict import Outcome, Verdict
 
 NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)

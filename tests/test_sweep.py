@@ -6,7 +6,7 @@ import json
 import shutil
 
 from coda_agent.store.records import SweepRecord
-from coda_agent.store.runs import RunReader
+from coda_agent.store.rundir import RunReader
 
 from .conftest import TASK_DIR, cli
 from .fake_llm_server import OPENAI_PATH, FakeLLMServer, openai_chat

@@ -12,7 +12,6 @@ import functools
 import math
 import time
 import traceback
-from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -21,12 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from ..measure.peaks import NOMINAL_H200, Peaks, measure_peaks, speed_of_light
+from ..messages import ChatMessage
 from ..prompts.render import build_messages, describe_checks, select_examples, system_prompt, task_prompt
 from ..provenance import git_state, host_name, package_versions
 from ..providers.base import Completion, Provider, ProviderError
 from ..store.ranking import best_attempt, population
-from ..store.records import Attempt, Budgets, ChatMessage, RunHeader, RunSummary, Tuning, Usage
-from ..store.runs import RunReader, RunRecordError, RunWriter, new_run_id
+from ..store.records import Attempt, Budgets, RunHeader, RunSummary, Tuning, Usage
+from ..store.rundir import RunReader, RunRecordError, RunWriter, new_run_id, rolled_up
 from ..tasks.loader import TaskError, find_recorded_task
 from ..tasks.model import Task
 from ..verifier import verify
@@ -211,6 +211,7 @@ class Agent:
         tune_fn: TuneFn | None = None,
     ) -> None:
         self.task, self.provider, self.config, self.writer, self.header = task, provider, config, writer, header
+        provider.bind_run_dir(writer.run_dir)
         self.events = events or RunEvents()
         self.verify_fn = verify_fn
         self.tune_fn = tune_fn
@@ -564,20 +565,8 @@ class Agent:
         self.events.attempt_finished(attempt, self.summary)
 
     def _summarise(self, status: str, stop_reason: str = "") -> None:
-        best = self.best()
-        tokens_in = sum(a.usage.input_tokens for a in self.attempts)
-        tokens_out = sum(a.usage.output_tokens for a in self.attempts)
-        t = best.timing if best else {}
-        self.summary = self.summary.model_copy(update={
-            "status": status, "stop_reason": stop_reason, "rounds": max((a.round for a in self.attempts), default=0),
-            "attempts": len(self.attempts), "passes": sum(a.passed for a in self.attempts),
-            "best_attempt": best.index if best else None, "best_time_us": t.get("geomean_us"),
-            "speedup_vs_human": t.get("speedup_vs_human"), "speedup_vs_cublas": t.get("speedup_vs_cublas"), "sol_fraction": t.get("sol_fraction"),
-            "outcomes": dict(Counter(a.outcome for a in self.attempts)), "input_tokens": tokens_in,
-            "output_tokens": tokens_out, "cost_usd": round(sum(a.usage.cost_usd for a in self.attempts), 6),
-            "cost_known": all(a.usage.price_known for a in self.attempts),
-            "wall_seconds": round(self.elapsed(), 3), "updated": _now(),
-        })
+        progress = {"status": status, "stop_reason": stop_reason, "wall_seconds": round(self.elapsed(), 3), "updated": _now()}
+        self.summary = rolled_up(self.summary.model_copy(update=progress), self.attempts)
         self.writer.write_summary(self.summary)
 
     def _finish(self, status: str, stop_reason: str) -> None:

@@ -20,10 +20,11 @@ from rich.text import Text
 
 from ..agent import Agent, AgentConfig, FatalProviderError, RunEvents
 from ..prompts.render import attempt_headline
-from ..providers import Completion, ManualProvider, Provider, ProviderError, get_provider
+from ..providers import Provider, ProviderError, get_provider, lookup, registered
 from ..settings import RUNS_DIR_ENV
-from ..store.records import Attempt, Budgets, ChatMessage, RunHeader, RunSummary
-from ..store.runs import RunReader, RunRecordError, default_runs_dir, resolve_run
+from ..settings import runs_dir as default_runs_dir
+from ..store.records import Attempt, Budgets, RunHeader, RunSummary
+from ..store.rundir import RunReader, RunRecordError, resolve_run
 from ..tasks.loader import find_recorded_task, find_task
 from ..tasks.model import Task
 from ..verifier import cancel_all
@@ -32,10 +33,10 @@ from . import UserError, app, console, err_console
 from .inputs import check_task_runs, default_timeout, seed_list, timeout_value
 
 MODEL_ENV = "CODA_AGENT_MODEL"
-NO_MODEL = (
-    "no model: pass --model anthropic/<model>, openai/<model>, openai-compatible/<model> --base-url URL, "
-    f"mock/<script.yaml>, replay/<run-dir> or manual (or set {MODEL_ENV})"
-)
+#: Every way to write a --model, from the provider registry.
+MODEL_SPECS = ", ".join(e.usage for e in registered()[:-1]) + f" or {registered()[-1].usage}"
+NO_MODEL = f"no model: pass --model {MODEL_SPECS} (or set {MODEL_ENV})"
+MODEL_HELP = f"{escape(MODEL_SPECS)} (see `coda-agent providers`); repeat for a sweep over models"
 OUTCOME_STYLE = {
     "passed": "green", "wrong_output": "yellow", "provider_error": "magenta", "infra_error": "magenta",
     "no_code": "red", "static_rejected": "red",
@@ -165,63 +166,20 @@ class LiveDisplay(_Display):
         (self.live.console if self.live.is_started else self.out).print(text, highlight=False, soft_wrap=True)
 
 
-#: Providers whose candidates come from a real model: they never run without an OS sandbox unless asked to.
-REAL_PROVIDERS = ("anthropic/", "openai/", "openai-compatible/")
-
-
-def make_provider(model: str, base_url: str | None) -> Provider:
-    if model.startswith(REAL_PROVIDERS):
-        try:
-            box = require_isolation(f"an agent run with {model}")
-        except SandboxUnavailable as exc:
-            raise UserError(str(exc)) from None
-        if not box.isolated:
-            err_console.print(f"[bold red]warning:[/] {box.describe()} ({UNSANDBOXED_OPT_IN} is set)")
+def make_provider(model: str, base_url: str | None, runs_dir: Path) -> Provider:
+    """The provider for ``model``; one that runs a real model's candidates first needs the OS sandbox."""
     try:
-        return get_provider(model, base_url=base_url)
-    except ProviderError as exc:  # ProviderConfigError included: a bad spec, option or missing key
+        if lookup(model).real_model:
+            box = require_isolation(f"an agent run with {model}")
+            if not box.isolated:
+                err_console.print(f"[bold red]warning:[/] {box.describe()} ({UNSANDBOXED_OPT_IN} is set)")
+        return get_provider(model, base_url=base_url, runs_dir=runs_dir)
+    except (ProviderError, SandboxUnavailable) as exc:  # a bad spec, option or missing key; no sandbox
         raise UserError(str(exc)) from None
-
-
-def _exchange_in_run_dir(provider: Provider, model: str, run_dir: Path) -> None:
-    """Bare ``manual`` (no folder given) trades its prompt and answer files in ``<run-dir>/manual``."""
-    if model == "manual" and isinstance(provider, ManualProvider):
-        provider.directory = run_dir / "manual"
-
-
-class _Advanced(Provider):
-    """A scripted provider moved past the replies a resumed run already consumed."""
-
-    def __init__(self, inner: Provider) -> None:
-        self.inner, self.name, self.skip = inner, inner.name, 0
-        self._lock = asyncio.Lock()
-
-    async def complete(self, messages: list[ChatMessage], *, max_tokens: int, temperature: float) -> Completion:
-        async with self._lock:
-            while self.skip > 0:
-                self.skip -= 1
-                with contextlib.suppress(ProviderError):
-                    await self.inner.complete(messages, max_tokens=max_tokens, temperature=temperature)
-        return await self.inner.complete(messages, max_tokens=max_tokens, temperature=temperature)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 def _budgets(base: Budgets, **given: Any) -> Budgets:
     return base.model_copy(update={k: v for k, v in given.items() if v is not None})
-
-
-def _replayed(model: str, runs_dir: Path) -> tuple[str, RunHeader | None]:
-    """For ``replay/<run>`` (its folder, run id or a unique prefix, as ``show`` takes them): the spec naming the
-    run's folder, and its header, for defaults (task, rounds, K). Other models come back as they are."""
-    if not model.startswith("replay/"):
-        return model, None
-    try:
-        run_dir = resolve_run(model.partition("/")[2], runs_dir)
-        return f"replay/{run_dir}", RunReader(run_dir).header
-    except RunRecordError as exc:
-        raise UserError(f"{model}: {exc}") from None
 
 
 #: The signals that stop a run cleanly (summary marked interrupted), and the exit status each gives.
@@ -322,16 +280,13 @@ class RunOptions(BaseModel):
         return dataclasses.replace(config, verify_timeout=timeout_value(self.timeout, limit))
 
 
-def new_run(task: Task, model: str, base: Path, options: RunOptions) -> tuple[Agent, Provider]:
-    """A fresh run directory for ``task`` with ``model`` (the task already checked), and its provider."""
+def new_run(task: Task, model: str, provider: Provider, base: Path, options: RunOptions) -> Agent:
+    """A fresh run directory for ``task`` (already checked) with ``provider``, recorded as ``model``."""
     config = options.config(task, model)
-    provider = make_provider(model, options.base_url)
     try:
-        agent = Agent.create(task, provider, config, base)
+        return Agent.create(task, provider, config, base)
     except (RunRecordError, OSError) as exc:
         raise UserError(f"cannot create the run directory under {base}: {exc}") from None
-    _exchange_in_run_dir(provider, model, agent.run_dir)
-    return agent, provider
 
 
 @app.command("run")
@@ -342,8 +297,7 @@ def run_cmd(
     ),
     model: list[str] = typer.Option(
         None, "--model", "-m", envvar=MODEL_ENV, metavar="<spec>",
-        help="anthropic/<model>, openai/<model>, openai-compatible/<model> (with --base-url), mock/<script.yaml>, "
-        "replay/<run-dir>, manual or manual/<dir>; repeat for a sweep over models",
+        help=MODEL_HELP,
     ),
     base_url: str = typer.Option(None, "--base-url", help="server URL for openai-compatible/<model>"),
     rounds: int = typer.Option(None, min=1, help="max rounds (default 5)"),
@@ -406,18 +360,19 @@ def run_cmd(
     else:
         if not one_model:
             raise UserError(NO_MODEL)
-        one_model, replayed = _replayed(one_model, base)
+        provider = make_provider(one_model, options.base_url, base)
+        replayed = provider.replays
         if replayed is not None:  # re-verify under the schedule the recorded run used, unless told otherwise
-            recorded = find_recorded_task(replayed.task_path, replayed.task)
-            one_task = one_task or str(recorded.path)
+            one_model = replayed.spec
+            one_task = one_task or str(find_recorded_task(replayed.task_path, replayed.task).path)
             options = options.model_copy(update={
-                "rounds": rounds or replayed.budgets.rounds, "candidates": candidates or replayed.budgets.candidates_per_round,
+                "rounds": rounds or replayed.rounds, "candidates": candidates or replayed.candidates_per_round,
             })
         if not one_task:
             raise UserError("which task? pass a task name or YAML path (see `coda-agent tasks`)")
         t = find_task(one_task)
         check_task_runs(t)
-        agent, provider = new_run(t, one_model, base, options)
+        agent = new_run(t, one_model, provider, base, options)
         run_dir = agent.run_dir
     header = agent.header
     console.print(
@@ -471,23 +426,19 @@ def resume_run(
     if unreadable:
         moved = reader.set_aside_unreadable(header.budgets.candidates_per_round)
         err_console.print(f"set aside {len(moved)} attempt file(s) to redo: {', '.join(p.name for p in moved)}", highlight=False, soft_wrap=True)
-    provider = make_provider(header.model, base_url or header.params.get("base_url"))
-    _exchange_in_run_dir(provider, header.model, run_dir)
-    if header.model.startswith(("mock/", "replay/")):
-        provider = _Advanced(provider)
+    provider = make_provider(header.model, base_url or header.params.get("base_url"), base)
     budgets = _budgets(header.budgets, **given) if given else None
     try:
         agent = Agent.resume(run_dir, provider, budgets=budgets)
     except RunRecordError as exc:
         raise UserError(str(exc)) from None
     check_task_runs(agent.task)
-    if isinstance(provider, _Advanced):
-        provider.skip = scripted_replies_used(agent)
+    provider.skip_replies(replies_used(agent))  # rebuilt from its spec, a scripted provider starts at its first reply
     return run_dir, agent, provider
 
 
-def scripted_replies_used(agent: Agent) -> int:
-    """How many replies a scripted model (mock/, replay/) served before the first unfinished attempt.
+def replies_used(agent: Agent) -> int:
+    """How many replies the run consumed before its first unfinished attempt (what a script must skip).
 
     Calls are made in (round, slot) order, so skipping this many replies hands a resumed run the reply
     the killed process was waiting for (exact with one candidate per round; with several, the redone

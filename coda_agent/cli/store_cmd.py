@@ -15,13 +15,9 @@ from ..providers.remote import is_loopback_host
 from ..settings import BENCH_DIR_ENV, DEFAULT_BENCH_DIR, DEFAULT_RUNS_DIR, RUNS_DIR_ENV
 from ..store import leaderboard as lb
 from ..store.compare import diff_runs
-from ..store.index import (
-    Index,
-    Problem,
-    RunFiles,
-    read_run,
-    timing_points,
-)
+from ..store.index import Index
+from ..store.rundir import Problem, RunFiles, RunRecordError, read_run, resolve_run
+from ..store.timings import timing_points
 from . import CliApp, UserError, app, console, err_console, wide_console
 
 index_app = CliApp(help="The SQLite index over run records and bench results (a rebuildable cache).")
@@ -152,16 +148,14 @@ def leaderboard(
 # ---------------------------------------------------------------------------------------------- show / diff
 
 
-def find_run(ix: Index, ref: str) -> RunFiles:
-    """A run by folder path, folder name, run id or unique prefix; the folder is read even without a header."""
-    for candidate in (Path(ref), ix.runs_dir / ref):
-        if candidate.is_dir() and ((candidate / "header.json").exists() or (candidate / "attempts").is_dir()):
-            return read_run(candidate)
+def find_run(runs_dir: Path, ref: str) -> RunFiles:
+    """The run ``ref`` names (``rundir.resolve_run``), read tolerantly: a folder is shown even without a header."""
+    if runs_dir.exists() and not runs_dir.is_dir():
+        raise UserError(f"{runs_dir}: not a folder (--runs-dir)")
     try:
-        row = ix.resolve_run(ref)
-    except LookupError as exc:
+        return read_run(resolve_run(ref, runs_dir))
+    except RunRecordError as exc:
         raise UserError(str(exc)) from None
-    return read_run(ix.runs_dir / row.dir)
 
 
 def _outcome(outcome: str) -> str:
@@ -197,17 +191,15 @@ def _show_attempt(rf: RunFiles, index: int, fmt: str) -> None:
 
 @app.command("show")
 def show(
-    run: str = typer.Argument(..., help="run folder, run id or a unique prefix"),
+    run: str = typer.Argument(..., help="run folder, run id, a unique prefix or suffix, or latest"),
     attempt: int = typer.Option(None, "--attempt", "-a", help="one attempt in full: its whole reason and its code"),
     fmt: str = typer.Option("table", "--format", "-f", help="table or json"),
     runs_dir: Path = RUNS_DIR,
-    bench_dir: Path = BENCH_DIR,
 ) -> None:
     """A run's header and attempt timeline: verdicts, tokens, cost, durations (--attempt N: one in full)."""
     if fmt not in ("table", "json"):
         raise UserError(f"unknown --format {fmt!r}: use table or json")
-    with open_index(runs_dir, bench_dir) as ix:
-        rf = find_run(ix, run)
+    rf = find_run(runs_dir, run)
     if attempt is not None:
         _show_attempt(rf, attempt, fmt)
         return
@@ -268,14 +260,12 @@ def show(
 
 @app.command("diff")
 def diff(
-    run_a: str = typer.Argument(..., help="first run (folder, id or unique prefix)"),
+    run_a: str = typer.Argument(..., help="first run (folder, run id, a unique prefix or suffix, or latest)"),
     run_b: str = typer.Argument(..., help="second run"),
     runs_dir: Path = RUNS_DIR,
-    bench_dir: Path = BENCH_DIR,
 ) -> None:
     """What changed between two runs: header (model, params, task version, stages), outcomes per attempt, best code."""
-    with open_index(runs_dir, bench_dir) as ix:
-        a, b = find_run(ix, run_a), find_run(ix, run_b)
+    a, b = find_run(runs_dir, run_a), find_run(runs_dir, run_b)
     d = diff_runs(a, b)
     out = wide_console()
     out.print(f"[bold]A[/] {escape(a.name)}\n[bold]B[/] {escape(b.name)}", highlight=False)

@@ -21,9 +21,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ..agent import Agent, FatalProviderError, RunEvents, SharedBudget, gpu_verifier_available
-from ..providers import Provider
+from ..providers import Provider, ProviderConfigError, lookup
 from ..store.records import Attempt, RunSummary, SweepMember, SweepRecord, write_json_atomic
-from ..store.runs import RunReader, RunRecordError
+from ..store.rundir import RunReader, RunRecordError
 from ..tasks.loader import TaskError, find_task, load_task, task_files
 from ..tasks.model import Task
 from ..verifier import cancel_all
@@ -86,12 +86,16 @@ def start_sweep(
         raise UserError(NO_MODEL)
     if not tasks:
         raise UserError("which tasks? pass task names, YAML paths or folders (see `coda-agent tasks`)")
-    replays = [m for m in models if m.startswith("replay/")]
-    if replays:
-        raise UserError(f"{replays[0]} replays one run's replies on its own task: it cannot be part of a sweep")
+    for m in dict.fromkeys(models):
+        try:
+            replays = lookup(m).replays_a_run
+        except ProviderConfigError as exc:
+            raise UserError(str(exc)) from None
+        if replays:
+            raise UserError(f"{m} replays one run's replies on its own task: it cannot be part of a sweep")
     selected = _tasks(tasks)
     for m in dict.fromkeys(models):
-        make_provider(m, options.base_url)  # a bad spec or a missing key: one line before any run starts
+        make_provider(m, options.base_url, base)  # a missing key or no sandbox: one line before any run starts
     options.config(selected[0], models[0])  # bad seeds or time limit: likewise
     now = datetime.now(timezone.utc)
     record = SweepRecord(
@@ -200,7 +204,8 @@ class _Session:
                 if member.run is None and self.shared is not None and self.shared.exhausted():
                     return _Outcome(member, error=f"not started: the sweep's ${self.shared.max_dollars:g} are spent")
                 if member.run is None:
-                    agent, provider = new_run(load_task(member.task), member.model, self.base, options)
+                    provider = make_provider(member.model, options.base_url, self.base)
+                    agent = new_run(load_task(member.task), member.model, provider, self.base, options)
                     member.run = agent.run_dir.name
                     write_json_atomic(self.path, self.record)
                 else:

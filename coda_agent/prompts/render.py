@@ -17,8 +17,9 @@ from typing import Any, Protocol
 
 import jinja2
 
+from ..messages import ChatMessage
 from ..store.ranking import attempt_time_us, shape_ratio
-from ..store.records import Attempt, ChatMessage
+from ..store.records import Attempt
 from ..tasks.loader import BUILTIN_TASK_DIR, TaskError, load_task, task_files
 from ..tasks.model import Task
 from ..verifier import static

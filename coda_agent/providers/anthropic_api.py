@@ -10,7 +10,7 @@ from typing import Any
 
 import anthropic
 
-from ..store.records import ChatMessage
+from ..messages import ChatMessage
 from .remote import RemoteProvider, Reply
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 
-from ..store.records import ChatMessage
+from ..messages import ChatMessage
 
 
 class ErrorKind(str, Enum):
@@ -68,10 +69,30 @@ class Completion:
     price_known: bool = True  # False: the model is not in the price table, so cost_usd is 0 but unknown
 
 
+@dataclass(frozen=True)
+class RecordedRun:
+    """The recorded run a provider replays: a new run takes its task and schedule unless told otherwise."""
+
+    spec: str  # the spec that replays this same run from anywhere (by its folder), to record and resume by
+    task: str
+    task_path: str
+    rounds: int
+    candidates_per_round: int
+
+
 class Provider(ABC):
     """One model endpoint. Implementations must be safe to call concurrently (K candidates per round)."""
 
     name: str
+    #: Set by a provider that replays a recorded run (``replay/``).
+    replays: RecordedRun | None = None
+
+    def bind_run_dir(self, run_dir: Path) -> None:  # noqa: B027 - optional hook, most providers keep no files
+        """The run directory this provider serves, once it exists; a provider that trades files keeps them there."""
+
+    def skip_replies(self, count: int) -> None:  # noqa: B027 - optional hook, a live model has no sequence
+        """Move past the first ``count`` replies: a resumed run already consumed them. Only providers that serve
+        a fixed sequence (scripts, recorded runs) have any to skip."""
 
     @abstractmethod
     async def complete(self, messages: list[ChatMessage], *, max_tokens: int, temperature: float) -> Completion:

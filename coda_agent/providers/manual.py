@@ -3,9 +3,9 @@
 Each call writes the chat to ``<dir>/prompt-N.md``, prints one line saying where, and polls for
 ``<dir>/answer-N.md``. The answer is taken once it is non-empty and unchanged between two polls
 (so a half-saved file is not read). Numbering continues after any files already in the folder, so
-a stale answer is never picked up. No tokens are counted and nothing is charged. The folder is made at
-the first call, so a caller may still point ``directory`` elsewhere (``coda-agent run --model manual`` uses
-``<run-dir>/manual``).
+a stale answer is never picked up. No tokens are counted and nothing is charged. Without a folder given
+(bare ``manual``) the files go to ``<run-dir>/manual`` once the run directory exists, else ``./coda-manual``;
+the folder is made at the first call.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..atomic import write_text_atomic
-from ..store.records import ChatMessage
+from ..messages import ChatMessage
 from .base import Completion, ErrorKind, Provider, ProviderError
 
 _NUMBERED = re.compile(r"^(?:prompt|answer)-(\d+)\.md$")
@@ -37,17 +37,22 @@ class ManualProvider(Provider):
 
     def __init__(
         self,
-        directory: str | Path = "coda-manual",
+        directory: str | Path | None = None,
         *,
         timeout: float = 3600.0,
         poll_interval: float = 1.0,
         notify: Callable[[str], None] = _print_to_stderr,
     ) -> None:
-        self.directory = Path(directory)
+        self.directory = Path(directory or "coda-manual")
+        self._directory_given = directory is not None
         self.timeout = timeout
         self.poll_interval = poll_interval
         self.notify = notify
         self._next_number: int | None = None
+
+    def bind_run_dir(self, run_dir: Path) -> None:
+        if not self._directory_given:
+            self.directory = run_dir / "manual"
 
     async def complete(
         self, messages: list[ChatMessage], *, max_tokens: int, temperature: float

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..store.records import ChatMessage
+from ..messages import ChatMessage
 from .base import Completion, ErrorKind, Provider, ProviderConfigError, ProviderError
 from .datafile import read_data_file
 
@@ -84,6 +84,7 @@ class MockProvider(Provider):
         self.calls: list[MockCall] = []
         self._responder: Responder | None = None
         self._responses: list[Response] = []
+        self._skipped = 0
         if callable(script):
             self._responder = script
         else:
@@ -115,6 +116,11 @@ class MockProvider(Provider):
             data, name=name or f"mock/{path}", repeat_last=file_repeat if repeat_last is None else repeat_last
         )
 
+    def skip_replies(self, count: int) -> None:
+        """A script moves on by ``count`` responses; a function has no sequence to skip."""
+        if self._responder is None:
+            self._skipped += count
+
     async def complete(
         self, messages: list[ChatMessage], *, max_tokens: int, temperature: float
     ) -> Completion:
@@ -129,7 +135,7 @@ class MockProvider(Provider):
         return self._completion(response, messages)
 
     def _next_scripted(self) -> Response:
-        index = len(self.calls) - 1
+        index = self._skipped + len(self.calls) - 1
         if index < len(self._responses):
             return self._responses[index]
         if self.repeat_last:

@@ -13,7 +13,7 @@ from typing import Any
 
 import openai
 
-from ..store.records import ChatMessage
+from ..messages import ChatMessage
 from .base import ErrorKind, ProviderConfigError, ProviderError
 from .remote import RemoteProvider, Reply
 

@@ -21,7 +21,7 @@ from types import ModuleType
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..store.records import ChatMessage
+from ..messages import ChatMessage
 from .base import Completion, ErrorKind, Provider, ProviderError
 from .prices import find_price, price_table
 from .retry import RetryPolicy, with_retries

@@ -1,36 +1,21 @@
-"""``replay/<run-dir>``: serve a stored run's raw replies again, so it can be re-verified at zero cost.
+"""``replay/<run>``: serve a stored run's raw replies again, so it can be re-verified at zero cost.
 
-Attempts are read from ``<run-dir>/attempts/NNNN.json`` (see ``store/records.py``) and served in
-the order the original run asked for them: by round, then slot, then index. An attempt that failed
-with a provider error replays that error (its kind is read from a leading ``kind:`` in the recorded
-message, else OTHER). Token counts are the original ones, so token budgets stop where they did;
-the cost is zero. Asking for more replies than the run recorded is a fatal CONFIG error.
+``<run>`` is anything ``coda-agent show`` takes (a folder, a run id, a unique prefix or suffix, ``latest``),
+found and read through the strict run-directory reader (``store/rundir.py``): the only way a provider
+touches the store. Attempts are served in the order the original run asked for them: by round, then slot,
+then index. An attempt that failed with a provider error replays that error (its kind is read from a
+leading ``kind:`` in the recorded message, else OTHER). Token counts are the original ones, so token
+budgets stop where they did; the cost is zero. Asking for more replies than the run recorded is a fatal
+CONFIG error.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from ..store.records import Attempt, ChatMessage, RunHeader
-from .base import Completion, ErrorKind, Provider, ProviderConfigError, ProviderError
-
-
-def load_attempts(run_dir: Path) -> list[Attempt]:
-    """The run's finished attempts in call order; one clear error for a missing or corrupt run."""
-    attempts_dir = run_dir / "attempts"
-    if not attempts_dir.is_dir():
-        raise ProviderConfigError(f"replay/{run_dir}: not a run directory (no attempts/ folder)")
-    attempts = []
-    for path in sorted(attempts_dir.glob("*.json")):
-        try:
-            attempts.append(Attempt.model_validate_json(path.read_text()))
-        except (OSError, ValidationError) as exc:
-            raise ProviderConfigError(f"replay/{run_dir}: cannot read {path.name}: {exc}") from exc
-    if not attempts:
-        raise ProviderConfigError(f"replay/{run_dir}: the run has no finished attempts to replay")
-    return sorted(attempts, key=lambda a: (a.round, a.slot, a.index))
+from ..messages import ChatMessage
+from ..store.rundir import RunReader, RunRecordError, resolve_run
+from .base import Completion, ErrorKind, Provider, ProviderConfigError, ProviderError, RecordedRun
 
 
 def _recorded_error(message: str) -> ProviderError:
@@ -42,18 +27,27 @@ def _recorded_error(message: str) -> ProviderError:
 class ReplayProvider(Provider):
     """Replays one run's replies in order; records nothing, calls nothing."""
 
-    def __init__(self, run_dir: str | Path) -> None:
-        self.run_dir = Path(run_dir)
-        self.name = f"replay/{run_dir}"
-        self.attempts = load_attempts(self.run_dir)
-        self.model = self._original_model()
+    def __init__(self, run: str | Path, runs_dir: Path) -> None:
+        try:
+            self.run_dir = resolve_run(run, runs_dir)
+            reader = RunReader(self.run_dir)
+            attempts = reader.attempts()
+        except RunRecordError as exc:
+            raise ProviderConfigError(f"replay/{run}: {exc}") from None
+        if not attempts:
+            raise ProviderConfigError(f"replay/{run}: the run has no finished attempts to replay")
+        self.name = f"replay/{self.run_dir}"
+        self.attempts = sorted(attempts, key=lambda a: (a.round, a.slot, a.index))
+        header = reader.header
+        self.model = header.model
+        self.replays = RecordedRun(
+            spec=self.name, task=header.task, task_path=header.task_path, rounds=header.budgets.rounds,
+            candidates_per_round=header.budgets.candidates_per_round,
+        )
         self._served = 0
 
-    def _original_model(self) -> str:
-        try:
-            return RunHeader.model_validate_json((self.run_dir / "header.json").read_text()).model
-        except (OSError, ValidationError):
-            return self.name
+    def skip_replies(self, count: int) -> None:
+        self._served += count
 
     async def complete(
         self, messages: list[ChatMessage], *, max_tokens: int, temperature: float

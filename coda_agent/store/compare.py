@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .index import RunFiles
+from .rundir import RunFiles
 
 #: Header fields that differ between any two runs and say nothing about what was run.
 IDENTITY_FIELDS = {"run_id", "created"}

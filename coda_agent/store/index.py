@@ -10,30 +10,24 @@ The schema evolves through ``MIGRATIONS``, an append-only list applied in order 
 refresh re-reads the JSON and the new columns are filled for old runs too. An index written by a newer
 coda-agent, or one that is not a database at all, is simply recreated: nothing in it is irreplaceable.
 
-Timing of an attempt (``Attempt.timing``) is read as median microseconds per bench shape; the forms
-understood are listed in :func:`timing_points`.
+Runs are read with the tolerant run-directory reader (``rundir.read_run``), timings with
+``timings.timing_points``: the index holds what those say, so it agrees with ``show`` and the viewer.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
-import os
 import sqlite3
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, fields, replace
-from datetime import datetime
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, TypeVar
-
-from pydantic import BaseModel, ValidationError
+from typing import TypeVar
 
 from ..bench.results import BenchRun
-from .ranking import best_attempt, geomean
-from .records import Attempt, RunHeader, RunSummary
+from .records import UnreadableRecord, read_json_record
+from .rundir import Problem, RunFiles, iter_run_dirs, read_run, record_files
+from .timings import TimingPoint, positive, timing_points
 
-M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 
 INDEX_NAME = "index.db"
@@ -121,226 +115,6 @@ def migrate(conn: sqlite3.Connection, upto: int | None = None) -> int:
 
 
 # --------------------------------------------------------------------------------------------------
-# Reading the JSON, tolerantly
-
-
-@dataclass(frozen=True)
-class Problem:
-    """A file that could not be read, and why."""
-
-    file: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.file}: {self.message}"
-
-
-def _describe(exc: Exception) -> str:
-    if isinstance(exc, ValidationError):
-        errs = exc.errors()
-        parts = [f"{'.'.join(str(x) for x in e['loc']) or '(top level)'}: {e['msg']}" for e in errs[:3]]
-        more = f" (+{len(errs) - 3} more)" if len(errs) > 3 else ""
-        return "does not match the schema: " + "; ".join(parts) + more
-    if isinstance(exc, json.JSONDecodeError):
-        return f"invalid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
-    if isinstance(exc, UnicodeDecodeError):
-        return "not UTF-8 text"
-    if isinstance(exc, OSError):
-        return f"cannot read ({exc.strerror or exc})"
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _load(path: Path, model: type[M], problems: list[Problem]) -> M | None:
-    """Parse one JSON file into ``model``; on failure, note a problem and return None."""
-    try:
-        text = path.read_text()
-        if not text.strip():
-            problems.append(Problem(str(path), "empty file"))
-            return None
-        return model.model_validate(json.loads(text))
-    except (OSError, ValueError) as exc:  # JSONDecodeError, UnicodeDecodeError, ValidationError are ValueErrors
-        problems.append(Problem(str(path), _describe(exc)))
-        return None
-
-
-@dataclass
-class RunFiles:
-    """One run directory as far as it could be read."""
-
-    dir: Path
-    header: RunHeader | None
-    summary: RunSummary | None
-    attempts: list[Attempt]
-    best_code: str | None
-    problems: list[Problem] = field(default_factory=list)
-
-    @property
-    def name(self) -> str:
-        return self.dir.name
-
-    def effective_summary(self) -> RunSummary:
-        """The run's summary, or one rolled up from the attempts when summary.json is missing or unreadable.
-
-        ``cost_known`` also looks at the attempts: summaries written before the field existed lack it.
-        """
-        if self.summary is not None:
-            known = self.summary.cost_known and all(a.usage.price_known for a in self.attempts)
-            return self.summary if known else self.summary.model_copy(update={"cost_known": False})
-        passed = [a for a in self.attempts if a.passed]
-        start = self.header.created if self.header else None
-        best = best_attempt(passed, geomean_time)
-        first = min(passed, key=lambda a: a.finished, default=None)
-        return RunSummary(
-            status="running",
-            stop_reason="no readable summary.json; figures rolled up from the attempts",
-            rounds=max((a.round for a in self.attempts), default=0),
-            attempts=len(self.attempts),
-            passes=len(passed),
-            best_attempt=best.index if best else None,
-            best_time_us=geomean_time(best) if best else None,
-            input_tokens=sum(a.usage.input_tokens for a in self.attempts),
-            output_tokens=sum(a.usage.output_tokens for a in self.attempts),
-            cost_usd=sum(a.usage.cost_usd for a in self.attempts),
-            cost_known=all(a.usage.price_known for a in self.attempts),
-            wall_seconds=_seconds(start, max((a.finished for a in self.attempts), default=None)) or 0.0,
-            seconds_to_first_correct=_seconds(start, first.finished) if first else None,
-        )
-
-    def as_json(self) -> dict[str, Any]:
-        """Everything read, as JSON-ready data (``show --format json``, the viewer's run page twin)."""
-        return {
-            "dir": self.name,
-            "header": self.header.model_dump(mode="json") if self.header else None,
-            "summary": self.effective_summary().model_dump(mode="json"),
-            "summary_from_file": self.summary is not None,
-            "attempts": [a.model_dump(mode="json") for a in self.attempts],
-            "best_code": self.best_code,
-            "problems": [{"file": p.file, "message": p.message} for p in self.problems],
-        }
-
-    def first_correct_attempt(self) -> int | None:
-        return min((a.index for a in self.attempts if a.passed), default=None)
-
-    def attempt(self, index: int) -> Attempt | None:
-        return next((a for a in self.attempts if a.index == index), None)
-
-
-def _seconds(start: datetime | None, end: datetime | None) -> float | None:
-    if start is None or end is None:
-        return None
-    try:
-        return max(0.0, (end - start).total_seconds())
-    except TypeError:  # one aware, one naive
-        return None
-
-
-def read_run(run_dir: Path) -> RunFiles:
-    """Read a run directory; unreadable files become problems, the rest is kept."""
-    problems: list[Problem] = []
-    header_path = run_dir / "header.json"
-    header = None
-    if header_path.exists():
-        header = _load(header_path, RunHeader, problems)
-    else:
-        problems.append(Problem(str(header_path), "missing (empty or incomplete run directory)"))
-    summary_path = run_dir / "summary.json"
-    summary = _load(summary_path, RunSummary, problems) if summary_path.exists() else None
-    attempts: dict[int, Attempt] = {}
-    for p in sorted((run_dir / "attempts").glob("*.json")):
-        a = _load(p, Attempt, problems)
-        if a is None:
-            continue
-        if a.index in attempts:
-            problems.append(Problem(str(p), f"repeats attempt index {a.index}; ignored"))
-            continue
-        attempts[a.index] = a
-    best_path = run_dir / "best.py"
-    best_code = None
-    if best_path.exists():
-        try:
-            best_code = best_path.read_text()
-        except (OSError, UnicodeDecodeError) as exc:
-            problems.append(Problem(str(best_path), _describe(exc)))
-    ordered = [attempts[i] for i in sorted(attempts)]
-    return RunFiles(run_dir, header, summary, ordered, best_code, problems)
-
-
-def _positive(x: Any) -> float | None:
-    if isinstance(x, bool) or not isinstance(x, int | float):
-        return None
-    return float(x) if math.isfinite(x) and x > 0 else None
-
-
-def _us(value: Any) -> float | None:
-    """Microseconds from a number or a bench ``Timing``-like mapping (``median_us``)."""
-    return _positive(value.get("median_us")) if isinstance(value, Mapping) else _positive(value)
-
-
-@dataclass(frozen=True)
-class TimingPoint:
-    """A candidate's median time at one shape, with what the same session measured next to it."""
-
-    median_us: float
-    human_us: float | None = None
-    sol_us: float | None = None
-    eager_us: float | None = None
-    compiled_us: float | None = None
-    cublas_us: float | None = None
-
-
-def _timing_point(entry: Any) -> TimingPoint | None:
-    if not isinstance(entry, Mapping):
-        v = _positive(entry)
-        return TimingPoint(v) if v is not None else None
-    median = _us(entry["candidate"]) if "candidate" in entry else _us(entry.get("median_us"))
-    if median is None:
-        return None
-    nested = entry.get("baselines")
-    base: Mapping[str, Any] = nested if isinstance(nested, Mapping) else entry
-
-    def pick(name: str) -> float | None:
-        return _us(base.get(name, base.get(f"{name}_us")))
-
-    return TimingPoint(
-        median, human_us=_us(entry.get("human_us", entry.get("human"))), sol_us=_us(entry.get("sol_us")),
-        eager_us=pick("eager"), compiled_us=pick("compiled"), cublas_us=pick("cublas"),
-    )
-
-
-def timing_points(timing: Mapping[str, Any]) -> dict[str | None, TimingPoint]:
-    """Per shape (None: shape not named), the candidate's time from an attempt's ``timing`` dict.
-
-    Understood forms: the agent's ``{shapes: {name: {median_us, human_us?, sol_us?, baselines?}}}``
-    (see ``coda_agent/agent/timing.py``); ``{shapes|rows: [{shape, ...}]}``; a bench row
-    ``{candidate: {median_us}, eager: {median_us}, ..., shape?}``; ``{median_us, shape?}``.
-    Anything else (or a non-positive number) yields nothing rather than a guess.
-    """
-    if not isinstance(timing, Mapping) or not timing:
-        return {}
-    single = _timing_point(timing) if ("median_us" in timing or "candidate" in timing) else None
-    if single is not None:
-        shape = timing.get("shape")
-        return {str(shape) if shape else None: single}
-    for key in ("shapes", "rows"):
-        nested = timing.get(key)
-        if isinstance(nested, Mapping):
-            return {str(k): v for k, e in nested.items() if (v := _timing_point(e)) is not None}
-        if isinstance(nested, list):
-            out: dict[str | None, TimingPoint] = {}
-            for e in nested:
-                if isinstance(e, Mapping) and (v := _timing_point(e)) is not None:
-                    out[str(e["shape"]) if e.get("shape") else None] = v
-            return out
-    return {}
-
-
-def geomean_time(attempt: Attempt | None) -> float | None:
-    """Geometric mean of an attempt's times over its shapes (as the agent's ``RunSummary.best_time_us``)."""
-    pts = timing_points(attempt.timing) if attempt else {}
-    return geomean(p.median_us for p in pts.values())
-
-
-# --------------------------------------------------------------------------------------------------
 # The index
 
 
@@ -377,7 +151,7 @@ class RunRow:
 
     def human_us(self) -> dict[str, float]:
         data = json.loads(self.human_timing) if self.human_timing else {}
-        return {str(k): v for k, v in data.items() if _positive(v) is not None}
+        return {str(k): v for k, v in data.items() if positive(v) is not None}
 
     @property
     def tokens(self) -> int:
@@ -446,11 +220,6 @@ def _signature(files: list[Path]) -> str:
     return h.hexdigest()
 
 
-def _run_files(run_dir: Path) -> list[Path]:
-    named = [run_dir / n for n in ("header.json", "summary.json", "best.py") if (run_dir / n).exists()]
-    return named + sorted((run_dir / "attempts").glob("*.json"))
-
-
 def _norm_device(device: str) -> str:
     return " ".join(device.split())
 
@@ -508,7 +277,7 @@ class Index:
         stats = RefreshStats()
         found: dict[str, tuple[str, Path, str]] = {}  # key -> (kind, path, signature)
         for d in iter_run_dirs(self.runs_dir):
-            found[f"run:{d.name}"] = ("run", d, _signature(_run_files(d)))
+            found[f"run:{d.name}"] = ("run", d, _signature(record_files(d)))
         if self.bench_dir is not None and self.bench_dir.is_dir():
             for f in sorted(self.bench_dir.glob("*.json")):
                 found[f"bench:{f}"] = ("bench", f, _signature([f]))
@@ -588,7 +357,7 @@ class Index:
                 )],
             )
             points = timing_points(a.timing) if a.passed else {}
-            best_us = _positive(s.best_time_us)
+            best_us = positive(s.best_time_us)
             if a.passed and not points and a.index == s.best_attempt and best_us is not None:
                 points = {None: TimingPoint(best_us)}  # a figure without its shape: shown, never compared
             self._insert(
@@ -601,10 +370,10 @@ class Index:
             )
 
     def _index_bench(self, key: str, path: Path) -> None:
-        problems: list[Problem] = []
-        bench = _load(path, BenchRun, problems)
-        self._note(key, problems)
-        if bench is None:
+        try:
+            bench = read_json_record(path, BenchRun)
+        except UnreadableRecord as exc:
+            self._note(key, [Problem.of(exc)])
             return
         name = str(path)
         self._insert(
@@ -666,26 +435,6 @@ class Index:
     def problems(self) -> list[Problem]:
         return [Problem(r["file"], r["message"]) for r in self.conn.execute("SELECT * FROM problems ORDER BY file")]
 
-    def resolve_run(self, ref: str) -> RunRow:
-        """A run by directory name, run id, path, or a unique prefix or suffix of either; LookupError says why not."""
-        name = Path(ref).name if ("/" in ref or os.sep in ref) else ref
-        exact = self.conn.execute("SELECT * FROM runs WHERE dir = ? OR run_id = ?", (name, name)).fetchall()
-        if len(exact) == 1:
-            return _row(RunRow, exact[0])
-        literal = name.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        prefix, suffix = literal + "%", "%" + literal
-        matches = exact or self.conn.execute(
-            "SELECT * FROM runs WHERE dir LIKE ?1 ESCAPE '\\' OR run_id LIKE ?1 ESCAPE '\\'"
-            " OR dir LIKE ?2 ESCAPE '\\' OR run_id LIKE ?2 ESCAPE '\\'",
-            (prefix, suffix),
-        ).fetchall()
-        if not matches:
-            raise LookupError(f"no run {ref!r} in {self.runs_dir}")
-        if len(matches) > 1:
-            names = ", ".join(r["dir"] for r in matches[:5])
-            raise LookupError(f"{ref!r} matches {len(matches)} runs ({names}{', ...' if len(matches) > 5 else ''})")
-        return _row(RunRow, matches[0])
-
 
 class _Transaction:
     """BEGIN IMMEDIATE ... COMMIT (ROLLBACK on error), for a connection in autocommit mode."""
@@ -724,9 +473,3 @@ def _connect(db_path: Path) -> sqlite3.Connection:
         for suffix in ("", "-wal", "-shm"):
             Path(f"{db_path}{suffix}").unlink(missing_ok=True)
         return _open_migrated(db_path)
-
-
-def iter_run_dirs(runs_dir: Path) -> Iterator[Path]:
-    """Run directories (children that are folders, hidden ones skipped)."""
-    if runs_dir.is_dir():
-        yield from (d for d in sorted(runs_dir.iterdir()) if d.is_dir() and not d.name.startswith("."))

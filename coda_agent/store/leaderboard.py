@@ -25,8 +25,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from .index import AttemptTiming, BenchRowRecord, Index, Problem, RunRow
+from .index import AttemptTiming, BenchRowRecord, Index, RunRow
 from .ranking import geomean
+from .rundir import Problem
 
 BASELINES: dict[str, str] = {
     "eager_us": "eager",

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import ast
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .records import Attempt
-
-TimeOf = Callable[[Attempt], "float | None"]
+from .timings import timing_points
 
 
 def geomean(values: Iterable[float | None]) -> float | None:
@@ -38,21 +37,20 @@ def shape_ratio(shape: Mapping[str, Any], key: str) -> float | None:
 
 
 def attempt_time_us(attempt: Attempt) -> float | None:
-    """Geometric mean of an attempt's median times over its timed shapes (µs); None when untimed."""
-    shapes = attempt.timing.get("shapes") or {}
-    return geomean(float(s["median_us"]) for s in shapes.values() if isinstance(s, dict) and "median_us" in s)
+    """Geometric mean of an attempt's median times over its timed shapes (µs, in any recorded form); None when untimed."""
+    return geomean(p.median_us for p in timing_points(attempt.timing).values())
 
 
-def speed_key(attempt: Attempt, time_of: TimeOf = attempt_time_us) -> tuple[bool, bool, float, int]:
+def speed_key(attempt: Attempt) -> tuple[bool, bool, float, int]:
     """Sort key, best first: passed, timed, faster, earlier."""
-    us = time_of(attempt) if attempt.passed else None
+    us = attempt_time_us(attempt) if attempt.passed else None
     return (not attempt.passed, us is None, us if us is not None else 0.0, attempt.index)
 
 
-def best_attempt(attempts: Iterable[Attempt], time_of: TimeOf = attempt_time_us) -> Attempt | None:
-    """The best correct attempt, or None when none passed. ``time_of`` reads times (the index reads old layouts too)."""
+def best_attempt(attempts: Iterable[Attempt]) -> Attempt | None:
+    """The best correct attempt, or None when none passed."""
     passed = [a for a in attempts if a.passed]
-    return min(passed, key=lambda a: speed_key(a, time_of), default=None)
+    return min(passed, key=speed_key, default=None)
 
 
 def code_fingerprint(code: str) -> str:

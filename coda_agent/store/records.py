@@ -1,14 +1,7 @@
-"""Run records: the versioned, on-disk schema of an agent run (pydantic; JSON files, atomic writes).
+"""Run records: the versioned, on-disk schema of an agent run (pydantic models, JSON files written atomically).
 
-Layout of one run, ``runs/<YYYYmmdd-HHMMSS>_<task>_<id>/``::
-
-    header.json          RunHeader: what was run, with what, where (written once at start)
-    attempts/0001.json   Attempt: one candidate, from prompt to verdict (written when it finishes)
-    summary.json         RunSummary: rolled up after every attempt (status, best, totals)
-    best.py              the best correct candidate, exported as a file
-
-Each attempt is its own file, written atomically once finished, so a run killed at any point (even
-``kill -9``) loses only attempts in flight, and ``--resume`` continues after the last finished one.
+Where each file goes in a run directory, and how the directory is written and read, is
+:mod:`coda_agent.store.rundir`; this module is the schema, and the one way a record file is written and parsed.
 """
 
 from __future__ import annotations
@@ -16,11 +9,12 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from ..atomic import write_text_atomic
+from ..messages import ChatMessage
 from ..verifier.verdict import Verdict
 
 #: 2: a timing stage's per-shape times are typed (``StageResult.timings``); schema 1 records still read.
@@ -62,11 +56,6 @@ class RunHeader(BaseModel):
     human_timing: dict[str, float] = Field(
         default_factory=dict, description="shape -> median µs of the task's human kernel, timed in this run's session (GPU only)"
     )
-
-
-class ChatMessage(BaseModel):
-    role: Literal["system", "user", "assistant"]
-    content: str
 
 
 class Usage(BaseModel):
@@ -178,3 +167,50 @@ def write_json_atomic(path: Path, data: BaseModel | dict[str, Any]) -> None:
     """Write JSON via temp file + fsync + rename, so a reader never sees half a file."""
     text = data.model_dump_json(indent=2) if isinstance(data, BaseModel) else json.dumps(data, indent=2, default=str)
     write_text_atomic(path, text)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class UnreadableRecord(ValueError):
+    """A record file that is missing, empty, not JSON or not of its schema; ``reason`` says which, in a few words."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = path, reason
+
+
+def read_record_text(path: Path) -> str:
+    """A record file's text; UnreadableRecord when it is missing, unreadable or not UTF-8."""
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        raise UnreadableRecord(path, "missing") from None
+    except UnicodeDecodeError:
+        raise UnreadableRecord(path, "not UTF-8 text") from None
+    except OSError as exc:
+        raise UnreadableRecord(path, f"cannot read ({exc.strerror or exc})") from None
+
+
+def read_json_record(path: Path, model: type[M]) -> M:
+    """Parse one record file into ``model``; UnreadableRecord names the file and what is wrong with it."""
+    text = read_record_text(path)
+    if not text.strip():
+        raise UnreadableRecord(path, "empty file")
+    try:
+        return model.model_validate_json(text)
+    except ValidationError as exc:
+        raise UnreadableRecord(path, _what_is_wrong(text, exc)) from None
+
+
+def _what_is_wrong(text: str, exc: ValidationError) -> str:
+    """Where the JSON breaks (json's message says it best), else the first fields that do not match the schema."""
+    errs = exc.errors()
+    if errs[0]["type"] == "json_invalid":
+        try:
+            json.loads(text)
+        except json.JSONDecodeError as bad:
+            return f"invalid JSON ({bad.msg} at line {bad.lineno}, column {bad.colno})"
+    parts = [f"{'.'.join(str(x) for x in e['loc']) or '(top level)'}: {e['msg']}" for e in errs[:3]]
+    more = f" (+{len(errs) - 3} more)" if len(errs) > 3 else ""
+    return "does not match the schema: " + "; ".join(parts) + more

@@ -26,8 +26,10 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
 from ..store import leaderboard as lb
-from ..store.index import Index, RunFiles, RunRow, TimingPoint, iter_run_dirs, read_run, timing_points
+from ..store.index import Index, RunRow
 from ..store.records import Attempt
+from ..store.rundir import RunFiles, iter_run_dirs, read_run
+from ..store.timings import TimingPoint, timing_points
 from ..tasks.loader import TaskError, find_task
 from ..tasks.model import Task
 from . import plots
