@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
+from ..tasks.model import Baseline
+
 #: Stages on the CPU (emulator) and the sm_90a compile; the GPU stages are ``gpu_correctness``, ``profile``, ``bench``.
 CPU_STAGES = ("correctness",)
 COMPILE_STAGES = ("compile",)
@@ -22,6 +24,8 @@ class Plan(BaseModel):
     shape_names: list[str] | None = None
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
     timeout: float = Field(default=600.0, gt=0)
+    #: The tolerance baseline to judge outputs by, instead of the task's own (``tolerance.baseline``).
+    tolerance_baseline: Baseline | None = None
 
     @field_validator("stages", "seeds")
     @classmethod
