@@ -199,10 +199,10 @@ def test_tasks_are_found_in_the_suite_then_coda_agent_tasks_then_dot_tasks(tmp_p
     code, out, err = cli(capsys, "tasks", "--format", "json")
     assert code == 0, err
     rows = {r["name"]: r for r in json.loads(out)}
-    assert len(rows) == 14 and rows["mine"]["source"] == "CODA_AGENT_TASKS" and rows["local"]["source"] == "./tasks"
+    assert len(rows) == 15 and rows["mine"]["source"] == "CODA_AGENT_TASKS" and rows["local"]["source"] == "./tasks"
     assert rows["gemm_residual"]["source"] == "built-in" and rows["gemm_swiglu"]["shapes"]["small"]
     code, out, _ = cli(capsys, "tasks")
-    assert code == 0 and "14 tasks" in out and "built-in" in out and "./tasks" in out
+    assert code == 0 and "15 tasks" in out and "built-in" in out and "./tasks" in out
 
     monkeypatch.setenv("CODA_AGENT_TASKS", str(tmp_path / "nosuch"))
     code, _, err = cli(capsys, "tasks")
