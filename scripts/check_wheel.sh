@@ -13,6 +13,6 @@ python3 -m venv "$work/venv"
 "$work/venv/bin/python" -m pip install -q "$work"/dist/coda_agent-*.whl
 mkdir "$work/elsewhere" && cd "$work/elsewhere"
 "$work/venv/bin/coda-agent" tasks --format json | "$work/venv/bin/python" -c \
-  "import json, sys; n = len(json.load(sys.stdin)); assert n == 12, n; print(f'{n} tasks from the wheel')"
+  "import json, sys; n = len(json.load(sys.stdin)); assert n == 13, n; print(f'{n} tasks from the wheel')"
 "$work/venv/bin/coda-agent" run gemm_residual_rmsnorm --model mock/gemm_residual_three_attempts --plain
 echo "wheel check done"

@@ -24,7 +24,7 @@ def test_the_wheel_ships_the_task_suite_and_the_examples(tmp_path):
     (wheel,) = (tmp_path / "dist").glob("*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     suite = sorted(p.relative_to(TASK_DIR).as_posix() for p in TASK_DIR.rglob("*") if p.suffix in (".yaml", ".py"))
-    assert len([p for p in suite if p.endswith(".yaml")]) == 12 and len([p for p in suite if p.startswith("human/")]) == 12
+    assert len([p for p in suite if p.endswith(".yaml")]) == 13 and len([p for p in suite if p.startswith("human/")]) == 13
     missing = [p for p in suite if f"coda_agent/suite/{p}" not in names]
     assert not missing
     assert f"coda_agent/examples/mock/{EXAMPLE_SCRIPT.name}" in names

@@ -61,6 +61,8 @@ def test_a_block_task_that_embeds_the_target_kernel_is_not_an_example():
     assert "gemm_rmsnorm_gemm" not in {e.name for e in library_examples(TASK)}
     assert "gemm_residual_rmsnorm" not in {e.name for e in library_examples(block)}
     assert "gemm_rmsnorm" in {e.name for e in library_examples(TASK)}
+    # its second GEMM is gemm_rmsnorm_swiglu's kernel (scaled pre-activation and activation): not shown for it either
+    assert "gemm_rmsnorm_gemm" not in {e.name for e in library_examples(find_task("gemm_rmsnorm_swiglu"))}
 
 
 NOVEL_YAML = """\

@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from typer.testing import CliRunner
 
@@ -74,6 +75,10 @@ def test_example_task_derived_facts():
         (lambda d: d.update(colour="blue"), "colour: unknown field (typo?)"),
         (lambda d: d["outputs"].append(dict(d["outputs"][0])), "names must be unique"),
         (lambda d: d["tolerance"].update(outputs={"nope": {"floor": 1}}) if "tolerance" in d else d.update(tolerance={"outputs": {"nope": {"floor": 1}}}), "'nope', which is not an output"),
+        (lambda d: d.update(tolerance={"baseline": "exact"}), "tolerance.baseline: Input should be 'eager' or 'single_rounding'"),
+        (lambda d: d["inputs"][0].update(init={"replace": {"value": 0, "fraction": 1.5}}), "inputs[0](x).init.replace.fraction"),
+        (lambda d: d["inputs"][0].update(init={"replace": {"value": "pad", "fraction": 0.5}}), "x.init.replace.value = 'pad': 'pad' uses unknown symbol 'pad'"),
+        (lambda d: d["constants"].update(K=3), "constants ['K'] clash with shape symbols"),
     ],
 )
 def test_schema_errors_name_the_file_field_and_problem(tmp_path, edit, message):
@@ -83,6 +88,21 @@ def test_schema_errors_name_the_file_field_and_problem(tmp_path, edit, message):
     text = str(err.value)
     assert str(path) in text
     assert message in text
+
+
+def test_replace_sets_a_fraction_of_an_input_to_a_constant(tmp_path):
+    """Cross-entropy's ignore_index among the targets: the value may name a task constant."""
+
+    def edit(d):
+        d["constants"]["ignore_index"] = -100
+        d["inputs"][0] = {**d["inputs"][0], "init": {"dist": "normal", "replace": {"value": "ignore_index", "fraction": 0.25}}}
+
+    task = load_task(write_task(tmp_path, edit))
+    x = task.make_inputs({"M": 64, "N": 16, "K": 32}, seed=3)["x"]
+    hit = x == -100
+    assert 0.15 < float(hit.float().mean()) < 0.35
+    assert bool((x[~hit].abs() < 10).all())  # the rest is drawn as before
+    assert torch.equal(x, task.make_inputs({"M": 64, "N": 16, "K": 32}, seed=3)["x"])
 
 
 def test_yaml_syntax_error_names_line(tmp_path):
@@ -179,10 +199,10 @@ def test_tasks_are_found_in_the_suite_then_coda_agent_tasks_then_dot_tasks(tmp_p
     code, out, err = cli(capsys, "tasks", "--format", "json")
     assert code == 0, err
     rows = {r["name"]: r for r in json.loads(out)}
-    assert len(rows) == 14 and rows["mine"]["source"] == "CODA_AGENT_TASKS" and rows["local"]["source"] == "./tasks"
+    assert len(rows) == 15 and rows["mine"]["source"] == "CODA_AGENT_TASKS" and rows["local"]["source"] == "./tasks"
     assert rows["gemm_residual"]["source"] == "built-in" and rows["gemm_swiglu"]["shapes"]["small"]
     code, out, _ = cli(capsys, "tasks")
-    assert code == 0 and "14 tasks" in out and "built-in" in out and "./tasks" in out
+    assert code == 0 and "15 tasks" in out and "built-in" in out and "./tasks" in out
 
     monkeypatch.setenv("CODA_AGENT_TASKS", str(tmp_path / "nosuch"))
     code, _, err = cli(capsys, "tasks")

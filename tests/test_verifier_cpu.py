@@ -139,10 +139,15 @@ FAMILY_MUTATIONS = {
             "output 'dgamma' has shape",
         ),
     ],
+    "gemm_rmsnorm_cross_entropy_bwd": [  # backward, the LM head
+        ("ignored rows counted", [("dloss * (targets != ignore_index)", "dloss")], Outcome.WRONG_OUTPUT, "output 'dlogits'"),
+        ("one-hot off by one", [("d = column - target", "d = column - target - 1.0")], Outcome.WRONG_OUTPUT, "output 'dlogits'"),
+    ],
     "gemm_rmsnorm_gemm": [  # block
         ("missing rstd", [("unpack(acc * rstd)", "unpack(acc)")], Outcome.WRONG_OUTPUT, "output 'act'"),
         ("wrong sign", [("h = acc + c", "h = acc - c")], Outcome.WRONG_OUTPUT, "output 'h'"),
-        ("missing output", [('"rstd": rstd}', "}")], Outcome.WRONG_OUTPUT, "output 'rstd' is missing"),
+        ("missing output", [(', "preact": second["D"]}', "}")], Outcome.WRONG_OUTPUT, "output 'preact' is missing"),
+        ("unscaled preact", [('"D": pack(gate, up)', '"D": acc')], Outcome.WRONG_OUTPUT, "output 'preact'"),
         (
             "partial write",
             [('"act": second["act"]', '"act": torch.cat([second["act"][:100], second["act"][100:] * 0])')],

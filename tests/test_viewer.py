@@ -131,7 +131,7 @@ def test_run_page_timeline_transcript_code_and_tables(site):
     assert status == 200
     text = " ".join(" ".join(parse(html).text).split())
     for expected in ("anthropic/claude", "wrong_output", "passed", "output y: max |err| 3.1e-01 > allowed 2.0e-02",
-                     "error vs FP32 reference", "verifier stages", "You write kernels with the primitive API.",
+                     "error vs FP32 reference", "tolerance baseline: eager", "verifier stages", "You write kernels with the primitive API.",
                      "timing", "104.0", "candidate code (6 lines)", "transcript (2 messages + reply)"):
         assert expected in text, expected
     assert '<span class="k">def</span><span class="w"> </span><span class="nf">forward</span>' in html  # pygments

@@ -49,7 +49,7 @@ def list_tasks(
         print(json.dumps(rows, indent=2))
         return
     table = Table(title=f"{len(located)} tasks", show_lines=True)
-    for col in ("task", "family", "v", "launches"):
+    for col in ("task", "family", "v", "budget"):
         table.add_column(col, no_wrap=True)
     table.add_column(f"{shapes} shapes", overflow="fold", ratio=2)
     table.add_column("from", overflow="fold", ratio=1)

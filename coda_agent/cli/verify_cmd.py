@@ -9,18 +9,25 @@ from rich.table import Table
 
 from ..atomic import write_text_atomic
 from ..tasks.loader import find_task
+from ..tasks.model import Baseline
 from ..verifier import COMPILE_STAGES, CPU_STAGES, detect_sandbox, verify
 from ..verifier.verdict import Verdict
 from . import UserError, app, console, err_console
 from .inputs import check_shape_set, default_timeout, read_candidate, seed_list, timeout_value
 
+#: ``--tolerance-baseline`` spellings and the baseline each names.
+BASELINES: dict[str, Baseline] = {"eager": "eager", "single-rounding": "single_rounding"}
+BASELINE_NAMES = {v: k for k, v in BASELINES.items()}
+
 
 def verdict_table(verdict: Verdict) -> Table:
     """Per output, the worst check over shapes and seeds."""
-    table = Table(title="error vs FP32 reference (worst over shapes and seeds)")
-    for col in ("output", "ok", "max |err|", "allowed", "task-dtype ref err", "worst at", "shape/seed"):
+    worst = verdict.worst_checks()
+    rules = ", ".join(sorted({BASELINE_NAMES[c.baseline] for c in worst}))
+    table = Table(title=f"error vs FP32 reference (worst over shapes and seeds); tolerance baseline: {rules}")
+    for col in ("output", "ok", "max |err|", "allowed", "baseline err", "worst at", "shape/seed"):
         table.add_column(col)
-    for c in verdict.worst_checks():
+    for c in worst:
         fmt = lambda v: "-" if v is None else f"{v:.3g}"  # noqa: E731
         table.add_row(
             c.output, "[green]yes[/]" if c.ok else "[red]no[/]", fmt(c.max_abs_err), fmt(c.allowed), fmt(c.lowp_err),
@@ -52,6 +59,11 @@ def verify_cmd(
     timeout: float = typer.Option(
         None, help="seconds before the candidate counts as hung (default from the stages and shapes: 120 s for the emulator)"
     ),
+    tolerance_baseline: str = typer.Option(
+        None, "--tolerance-baseline",
+        help="judge by this baseline instead of the task's: eager (the reference in the task dtype) or single-rounding "
+        "(the FP32 reference rounded once, as CODA's tests do)",
+    ),
     json_out: Path = typer.Option(None, "--json", help="also write the verdict as JSON"),
 ) -> None:
     """Verify a candidate (or the task's human kernel) and print a per-output error table."""
@@ -67,6 +79,9 @@ def verify_cmd(
         stages, label, shape_set = ("gpu_correctness",), "quack", shapes or "bench"
     else:
         raise UserError(f"unknown backend {backend!r}: use torch or quack (or --compile-only)")
+    baseline = BASELINES.get(tolerance_baseline) if tolerance_baseline is not None else None
+    if tolerance_baseline is not None and baseline is None:
+        raise UserError(f"unknown --tolerance-baseline {tolerance_baseline!r}: use {' or '.join(BASELINES)}")
     seed_values = seed_list(seeds)
     check_shape_set(t, shape_set, label)
     limit = timeout_value(timeout, default_timeout(t, stages, shape_set, len(seed_values)))
@@ -75,7 +90,8 @@ def verify_cmd(
     box = detect_sandbox()
     if not box.isolated:
         err_console.print(f"[bold yellow]warning:[/] {box.describe()}", highlight=False)
-    verdict = verify(t, source, stages, shape_set=shape_set, seeds=seed_values, timeout=limit, backend_label=label)
+    verdict = verify(t, source, stages, shape_set=shape_set, seeds=seed_values, timeout=limit, backend_label=label,
+                     tolerance_baseline=baseline)
     print_verdict(verdict)
     if json_out:
         write_text_atomic(json_out, verdict.model_dump_json(indent=2))

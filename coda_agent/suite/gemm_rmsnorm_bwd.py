@@ -8,4 +8,5 @@ def reference(dz, w, h, gamma, rstd, zdz, dres):
     n = h.shape[-1]
     dh = dres.float() + r * (g * gamma.float() - hf * r * (zdz[:, None] / n))
     dgamma = (g * hf * r).sum(0)
-    return {"dh": dh.to(dres.dtype), "dgamma": dgamma}
+    normed = hf * r * gamma.float()
+    return {"dh": dh.to(dres.dtype), "dgamma": dgamma, "normed": normed.to(h.dtype)}

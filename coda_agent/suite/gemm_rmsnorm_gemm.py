@@ -4,10 +4,10 @@ import torch
 import torch.nn.functional as F
 
 
-def reference(a, w_down, residual, gamma, w_gate_up, *, eps):
-    h = a @ w_down.t() + residual
+def reference(a, w_o, residual, gamma, w_gate_up, *, eps):
+    h = a @ w_o.t() + residual
     rstd = torch.rsqrt(h.float().pow(2).mean(-1) + eps)
     normed = (h.float() * rstd[:, None]).to(h.dtype) * gamma
     z = normed @ w_gate_up.t()
     act = F.silu(z[:, 0::2]) * z[:, 1::2]
-    return {"h": h, "act": act, "rstd": rstd}
+    return {"h": h, "act": act, "rstd": rstd, "preact": z}

@@ -4,7 +4,7 @@ import torch
 
 
 def reference(x, w, rstd):
-    preact = x @ w.t()
-    h = (preact.float() * rstd[:, None]).to(preact.dtype)
-    gate, up = h[:, 0::2], h[:, 1::2]
-    return {"act": torch.nn.functional.silu(gate) * up, "preact": preact}
+    y = x @ w.t()
+    z = (y.float() * rstd[:, None]).to(y.dtype)
+    gate, up = z[:, 0::2], z[:, 1::2]
+    return {"act": torch.nn.functional.silu(gate) * up, "preact": z}

@@ -37,10 +37,20 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Init(_Strict):
-    """How an input is drawn: ``normal`` (mean, std), ``uniform`` [low, high) or ``randint`` [low, high).
+class Replace(_Strict):
+    """A random ``fraction`` of an input's elements set to ``value`` after drawing, so the test data holds the
+    special values a task defines: cross-entropy's ``ignore_index`` among the targets, zero RoPE frequencies."""
 
-    Parameters may be expressions over the shape symbols, e.g. ``std: 1/sqrt(K)`` or ``high: N``.
+    value: Expr
+    fraction: float = Field(gt=0.0, lt=1.0)
+
+
+class Init(_Strict):
+    """How an input is drawn: ``normal`` (mean, std), ``uniform`` [low, high) or ``randint`` [low, high),
+    optionally with a fraction of the elements replaced by one value (:class:`Replace`).
+
+    Parameters may be expressions over the shape symbols and the task's constants, e.g. ``std: 1/sqrt(K)``,
+    ``high: N`` or ``value: ignore_index``.
     """
 
     dist: Literal["normal", "uniform", "randint"] = "normal"
@@ -48,6 +58,7 @@ class Init(_Strict):
     std: Expr = 1.0
     low: Expr = 0.0
     high: Expr = 1.0
+    replace: Replace | None = None
 
 
 class TensorSpec(_Strict):
@@ -87,15 +98,23 @@ class OutputTolerance(_Strict):
     floor: float | None = None
 
 
-class Tolerance(_Strict):
-    """Per output: max|cand - ref_fp32| <= factor * max|ref_taskdtype - ref_fp32| + floor * max(1, max|ref_fp32|).
+#: What a candidate's error is measured against (see :class:`Tolerance`).
+Baseline = Literal["eager", "single_rounding"]
 
-    The default (factor 2, as in CODA's tests) means "no worse than twice the error of computing the
-    reference itself in the task dtype". NaN or Inf anywhere always fails.
+
+class Tolerance(_Strict):
+    """Per output: max|cand - ref_fp32| <= factor * max|baseline - ref_fp32| + floor * max(1, max|ref_fp32|).
+
+    The default (factor 2, as in CODA's tests) means "no worse than twice the error of the baseline".
+    ``baseline`` says which low-precision computation that is: ``eager`` (default), the reference run on the
+    task-dtype inputs, rounding its intermediates as eager PyTorch does; or ``single_rounding``, CODA's: the
+    FP32 reference (GEMMs accumulated in FP32) rounded once, to each output's dtype, which allows only the
+    final rounding (an FP32 output gets the floor alone). NaN or Inf anywhere always fails.
     """
 
     factor: float = 2.0
     floor: float = 1e-5
+    baseline: Baseline = "eager"
     outputs: dict[str, OutputTolerance] = {}
 
     def for_output(self, name: str) -> tuple[float, float]:
@@ -159,6 +178,10 @@ class Task(_Strict):
         clash = set(self.constants) & set(names)
         if clash:
             raise ValueError(f"constants {sorted(clash)} clash with input/output names")
+        bound = {d for points in self.shapes.values() for p in points for d in p.dims}
+        clash = set(self.constants) & bound
+        if clash:
+            raise ValueError(f"constants {sorted(clash)} clash with shape symbols")
         symbols: set[str] = set()
         for t in (*self.inputs, *self.outputs):
             for s in t.shape:
@@ -186,7 +209,7 @@ class Task(_Strict):
         """Every expression evaluates at this shape point (so no command meets a bad one halfway through a run)."""
         env = {k: float(v) for k, v in dims.items()}
 
-        def value(field: str, e: Expr, kind: str = "number") -> None:
+        def value(field: str, e: Expr, kind: str = "number", env: dict[str, float] = env) -> None:
             try:
                 v = expr.evaluate(e, env)
             except (expr.ExprError, ArithmeticError, ValueError, TypeError) as exc:
@@ -199,15 +222,23 @@ class Task(_Strict):
         for t in (*self.inputs, *self.outputs):
             for i, dim in enumerate(t.shape):
                 value(f"{t.name}.shape[{i}]", dim, "size")
+        init_env = self._init_env(dims)
         for spec in self.inputs:
-            for param in ("mean", "std") if spec.init.dist == "normal" else ("low", "high"):
-                value(f"{spec.name}.init.{param}", getattr(spec.init, param))
+            params = ["mean", "std"] if spec.init.dist == "normal" else ["low", "high"]
+            for param in params:
+                value(f"{spec.name}.init.{param}", getattr(spec.init, param), env=init_env)
+            if spec.init.replace is not None:
+                value(f"{spec.name}.init.replace.value", spec.init.replace.value, env=init_env)
         value("sol.flops", self.sol.flops)
         if self.sol.bytes is not None:
             value("sol.bytes", self.sol.bytes)
         for g, gemm in enumerate(self.gemms):
             for d, name in zip(gemm, "MNK", strict=True):
                 value(f"gemms[{g}].{name}", d, "size")
+
+    def _init_env(self, dims: dict[str, int]) -> dict[str, float]:
+        """What ``init`` expressions may read: the shape symbols and the task's constants."""
+        return {**{k: float(v) for k, v in self.constants.items()}, **{k: float(v) for k, v in dims.items()}}
 
     # --- derived facts -------------------------------------------------------------------------
 
@@ -271,22 +302,24 @@ class Task(_Strict):
 
         gen = torch.Generator(device=device).manual_seed(seed)
         out: dict[str, torch.Tensor] = {}
-        env = {k: float(v) for k, v in dims.items()}
+        env = self._init_env(dims)
         for spec in self.inputs:
             shape = spec.concrete_shape(dims)
             dt = torch_dtype(spec.dtype)
             ini = spec.init
             if ini.dist == "randint":
                 ilo, ihi = int(expr.evaluate(ini.low, env)), int(expr.evaluate(ini.high, env))
-                out[spec.name] = torch.randint(ilo, ihi, shape, generator=gen, device=device, dtype=dt)
-                continue
-            if ini.dist == "normal":
+                t = torch.randint(ilo, ihi, shape, generator=gen, device=device, dtype=dt)
+            elif ini.dist == "normal":
                 t = torch.randn(shape, generator=gen, device=device, dtype=torch.float32)
-                t = t * expr.evaluate(ini.std, env) + expr.evaluate(ini.mean, env)
+                t = (t * expr.evaluate(ini.std, env) + expr.evaluate(ini.mean, env)).to(dt)
             else:
                 lo, hi = expr.evaluate(ini.low, env), expr.evaluate(ini.high, env)
-                t = torch.rand(shape, generator=gen, device=device, dtype=torch.float32) * (hi - lo) + lo
-            out[spec.name] = t.to(dt)
+                t = (torch.rand(shape, generator=gen, device=device, dtype=torch.float32) * (hi - lo) + lo).to(dt)
+            if ini.replace is not None:
+                chosen = torch.rand(shape, generator=gen, device=device) < ini.replace.fraction
+                t = t.masked_fill(chosen, expr.evaluate(ini.replace.value, env))
+            out[spec.name] = t
         return out
 
     def summary_shapes(self, set_name: str) -> str:

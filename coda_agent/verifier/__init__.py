@@ -13,7 +13,7 @@ import os
 import re
 import time
 
-from ..tasks.model import Task
+from ..tasks.model import Baseline, Task
 from . import gpu as _gpu  # noqa: F401 - registers the GPU stages
 from .client import cancel_all
 from .plan import COMPILE_STAGES, CPU_STAGES, Plan
@@ -43,10 +43,14 @@ def verify(
     timeout: float = 600.0,
     backend_label: str = "torch",
     compile_modes: list[str] | None = None,
+    tolerance_baseline: Baseline | None = None,
 ) -> Verdict:
-    """Check ``source`` against ``task``: the static check, then every stage of the plan, in order."""
+    """Check ``source`` against ``task``: the static check, then every stage of the plan, in order.
+
+    ``tolerance_baseline`` judges the outputs by another baseline than the task's (e.g. CODA's single rounding).
+    """
     plan = Plan(stages=list(stages), backend=backend_label, shape_set=shape_set, shape_names=shape_names,
-                seeds=list(seeds) if seeds is not None else [0, 1, 2], timeout=timeout,
+                seeds=list(seeds) if seeds is not None else [0, 1, 2], timeout=timeout, tolerance_baseline=tolerance_baseline,
                 **({"compile_modes": compile_modes} if compile_modes is not None else {}))
     return run_plan(task, source, plan)
 

@@ -1,7 +1,9 @@
-"""The tolerance rule: a candidate may be at most ``factor`` times as wrong as the task-dtype reference.
+"""The tolerance rule: a candidate may be at most ``factor`` times as wrong as a low-precision baseline.
 
-For each output: err = max|cand - ref_fp32|, lowp = max|ref_taskdtype - ref_fp32|, and the candidate
-passes when err <= factor * lowp + floor * max(1, max|ref_fp32|). NaN or Inf in the candidate always fails.
+For each output: err = max|cand - ref_fp32|, lowp = max|baseline - ref_fp32|, and the candidate passes when
+err <= factor * lowp + floor * max(1, max|ref_fp32|). NaN or Inf in the candidate always fails. The baseline
+is the task's choice (``tolerance.baseline``, which a plan may override): the reference run on the task-dtype
+inputs (``eager``), or the FP32 reference rounded once to the output's dtype (``single_rounding``, CODA's).
 """
 
 from __future__ import annotations
@@ -11,8 +13,11 @@ from typing import Any
 
 import torch
 
-from ..tasks.model import Task, torch_dtype
+from ..tasks.model import Baseline, Task, torch_dtype
 from .verdict import OutputCheck
+
+#: How a reason names each baseline.
+BASELINE_TEXT = {"eager": "task-dtype reference error", "single_rounding": "single-rounding reference error"}
 
 
 def _max_abs(a: torch.Tensor, b: torch.Tensor) -> tuple[float, int]:
@@ -37,8 +42,10 @@ def check_outputs(
     dims: dict[str, int],
     shape_point: str,
     seed: int,
+    baseline: Baseline | None = None,
 ) -> list[OutputCheck]:
-    """Check every declared output; the reason of a failing check says what to fix."""
+    """Check every declared output against ``baseline`` (default: the task's); a failing check's reason says what to fix."""
+    rule = baseline or task.tolerance.baseline
     checks: list[OutputCheck] = []
     if not isinstance(candidate, Mapping):
         return [
@@ -67,8 +74,9 @@ def check_outputs(
             continue
         # FP64 on the candidate's device: bench-size outputs are compared on the GPU in milliseconds.
         cand = got.detach().double()
-        ref = ref_fp32[spec.name].detach().to(cand.device).double()
-        lowp = ref_lowp[spec.name].detach().to(cand.device).double()
+        ref32 = ref_fp32[spec.name].detach().to(cand.device)
+        ref = ref32.double()
+        lowp = (ref32.to(want_dtype) if rule == "single_rounding" else ref_lowp[spec.name].detach().to(cand.device)).double()
         bad = ~torch.isfinite(cand)
         if bool(bad.any()):
             first = _unravel(int(bad.reshape(-1).nonzero()[0]), want_shape)
@@ -89,12 +97,12 @@ def check_outputs(
         ok = err <= allowed
         checks.append(
             OutputCheck(
-                **base, ok=ok, max_abs_err=err, allowed=allowed, lowp_err=lowp_err, worst_index=where,
+                **base, ok=ok, max_abs_err=err, allowed=allowed, lowp_err=lowp_err, baseline=rule, worst_index=where,
                 worst_value=float(cand.reshape(-1)[flat]), expected_value=float(ref.reshape(-1)[flat]),
                 reason="" if ok else (
                     f"output {spec.name!r}: max error {err:.3g} at {where} (got {float(cand.reshape(-1)[flat]):.6g}, "
                     f"expected {float(ref.reshape(-1)[flat]):.6g}) exceeds the allowed {allowed:.3g} "
-                    f"({factor:g} x task-dtype reference error {lowp_err:.3g} + floor)"
+                    f"({factor:g} x {BASELINE_TEXT[rule]} {lowp_err:.3g} + floor)"
                 ),
             )
         )

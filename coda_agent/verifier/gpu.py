@@ -144,7 +144,7 @@ def time_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: st
             if set_id not in refs:
                 refs[set_id] = references(task, inputs[set_id])
             ref32, reflp = refs[set_id]
-            failed = [c for c in returned_checks(task, out, ref32, reflp, point, -1) if not c.ok]
+            failed = [c for c in returned_checks(ctx, out, ref32, reflp, point, -1) if not c.ok]
             if failed:
                 raise Reject(Outcome.CHEAT_DETECTED, (
                     f"at shape {point.name}, a call made while the kernel was being timed returned a wrong result "

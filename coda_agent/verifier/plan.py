@@ -9,6 +9,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
 from ..measure.baselines import COMPILE_MODES
+from ..tasks.model import Baseline
 
 #: Stages on the CPU (emulator) and the sm_90a compile; the GPU stages are ``gpu_correctness``, ``profile``, ``bench``.
 CPU_STAGES = ("correctness",)
@@ -28,6 +29,8 @@ class Plan(BaseModel):
         default_factory=lambda: ["default", "max-autotune-no-cudagraphs"],
         description="the torch.compile baselines of the bench stage (the profile stage times none)",
     )
+    #: The tolerance baseline to judge outputs by, instead of the task's own (``tolerance.baseline``).
+    tolerance_baseline: Baseline | None = None
 
     @field_validator("compile_modes")
     @classmethod

@@ -123,9 +123,10 @@ class Reject(Exception):
         self.outcome, self.reason = outcome, reason
 
 
-def returned_checks(task: Task, out: CallOutput, ref32: Mapping[str, torch.Tensor], reflp: Mapping[str, torch.Tensor],
+def returned_checks(ctx: Context, out: CallOutput, ref32: Mapping[str, torch.Tensor], reflp: Mapping[str, torch.Tensor],
                     point: ShapePoint, seed: int) -> list[OutputCheck]:
     """The tolerance checks of one returned output (a non-dict or a non-tensor value fails every check)."""
+    task = ctx.task
     if out.kind != "dict":
         return [OutputCheck(output=o.name, shape_point=point.name, seed=seed, ok=False,
                             reason=f"forward() must return a dict keyed by output name, got {out.kind}") for o in task.outputs]
@@ -134,7 +135,7 @@ def returned_checks(task: Task, out: CallOutput, ref32: Mapping[str, torch.Tenso
         return [OutputCheck(output=name, shape_point=point.name, seed=seed, ok=False,
                             reason=f"output {name!r} must be a plain torch.Tensor, got {kind}")]
     extra = {k: None for k in out.keys if k not in out.tensors}
-    return check_outputs(task, {**out.tensors, **extra}, ref32, reflp, point.dims, point.name, seed)
+    return check_outputs(task, {**out.tensors, **extra}, ref32, reflp, point.dims, point.name, seed, ctx.plan.tolerance_baseline)
 
 
 def call_problems(ctx: Context, batch: Batch, point: ShapePoint, skip_first: bool = False) -> list[dict[str, object]]:
@@ -206,7 +207,7 @@ def check_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: s
     for out, seed in zip(outs, order, strict=True):
         if seed not in refs:
             refs[seed] = references(task, inputs[seed])
-        found = returned_checks(task, out, *refs[seed], point, seed)
+        found = returned_checks(ctx, out, *refs[seed], point, seed)
         if seed in seeds and out is not outs[-1]:
             checks.extend(found)
         failed = [c for c in found if not c.ok]

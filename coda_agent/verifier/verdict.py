@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, Field, model_validator
 
 from ..measure.timing import Timing
+from ..tasks.model import Baseline
 
 
 class Outcome(str, Enum):
@@ -38,7 +39,8 @@ class OutputCheck(BaseModel):
     ok: bool
     max_abs_err: float | None = None
     allowed: float | None = None
-    lowp_err: float | None = Field(default=None, description="error of the reference computed in the task dtype")
+    lowp_err: float | None = Field(default=None, description="error of the low-precision baseline the tolerance scales with")
+    baseline: Baseline = Field(default="eager", description="that baseline: eager (the reference in the task dtype) or single_rounding")
     worst_index: list[int] | None = None
     worst_value: float | None = None
     expected_value: float | None = None

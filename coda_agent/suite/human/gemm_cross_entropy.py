@@ -1,9 +1,13 @@
 """LM-head GEMM + cross-entropy statistics in one kernel (CODA k9).
 
 The epilogue stores the logits and, from the same FP32 accumulator, folds a stable online logsumexp
-over the vocabulary and gathers each row's exact target logit; the host subtracts (one tiny kernel).
-Launches: the GEMM, the lse finalisation, the select buffer fill and the subtraction.
+over the vocabulary and gathers each row's exact target logit; the host subtracts (one tiny kernel). A
+target equal to ignore_index selects no column, so its row of the select comes back NaN, which the host
+turns into the ignored token's zero loss (one more tiny kernel).
+Launches: the GEMM, the lse finalisation, the select buffer fill, the subtraction and the NaN fill.
 """
+
+import torch
 
 from coda_agent.primitives import ColVecSelect, OnlineLSEReduce, epilogue, gemm
 
@@ -13,6 +17,6 @@ def lse_target(acc):
     return {"D": acc, "lse": acc, "tgt": acc}
 
 
-def forward(x, w, targets):
+def forward(x, w, targets, ignore_index):
     out = gemm(lse_target, x, w.t(), targets=targets)
-    return {"logits": out["D"], "lse": out["lse"], "loss": out["lse"] - out["tgt"]}
+    return {"logits": out["D"], "lse": out["lse"], "loss": torch.nan_to_num(out["lse"] - out["tgt"], nan=0.0)}

@@ -13,4 +13,4 @@ def forward(dz, w, h, gamma, rstd, zdz, dres):
     xhat = h.float() * rstd[:, None]
     dh = (g * gamma.float() - xhat * (zdz[:, None] / n)) * rstd[:, None] + dres.float()
     dgamma = (g * xhat).sum(0)
-    return {"dh": dh.to(dz.dtype), "dgamma": dgamma}
+    return {"dh": dh.to(dz.dtype), "dgamma": dgamma, "normed": (xhat * gamma.float()).to(dz.dtype)}

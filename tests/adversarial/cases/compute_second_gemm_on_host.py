@@ -16,10 +16,10 @@ def residual_rms(acc, c, gamma, inv_n):
     return {"D": h * gamma, "h": h, "meansq": (h, h * inv_n)}
 
 
-def forward(a, w_down, residual, gamma, w_gate_up, eps):
-    first = gemm(residual_rms, a, w_down.t(), C=residual, gamma=gamma, inv_n=1.0 / w_down.shape[0])
+def forward(a, w_o, residual, gamma, w_gate_up, eps):
+    first = gemm(residual_rms, a, w_o.t(), C=residual, gamma=gamma, inv_n=1.0 / w_o.shape[0])
     rstd = torch.rsqrt(first["meansq"] + eps)
     pre = first["D"].float().inner(w_gate_up.float()) * rstd[:, None]
     gate, up = pre[:, 0::2], pre[:, 1::2]
     act = gate * torch.sigmoid(gate) * up
-    return {"h": first["h"], "act": act.to(a.dtype), "rstd": rstd}
+    return {"h": first["h"], "act": act.to(a.dtype), "rstd": rstd, "preact": pre.to(a.dtype)}

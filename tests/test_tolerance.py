@@ -1,0 +1,77 @@
+"""The tolerance rule and its two baselines: eager (the reference in the task dtype) and CODA's single rounding."""
+
+from __future__ import annotations
+
+import torch
+
+from coda_agent.tasks import find_task
+from coda_agent.verifier import verify
+from coda_agent.verifier.compare import check_outputs
+
+from .conftest import cli
+
+K1 = find_task("gemm_rmsnorm")  # one bf16 output, "out"
+K0 = find_task("gemm_residual_rmsnorm")  # h, normed (bf16) and rstd (fp32)
+DIMS = {"M": 4, "N": 8, "K": 16}
+ULP = 2.0**-7  # bf16 spacing in [1, 2)
+
+
+def bf16_checks(candidate: float, baseline: str | None) -> list:
+    """``out`` filled with one value: truth 1 + 0.3 ulp (bf16 rounds it once to 1), an eager result two ulps up."""
+    truth = torch.full((4, 8), 1.0 + 0.3 * ULP)
+    eager = torch.full((4, 8), 1.0 + 2 * ULP).bfloat16()
+    cand = torch.full((4, 8), candidate).bfloat16()
+    return check_outputs(K1, {"out": cand}, {"out": truth}, {"out": eager}, DIMS, "tiny", 0, baseline)
+
+
+def test_eager_baseline_is_the_default_and_scales_with_the_task_dtype_reference():
+    (check,) = bf16_checks(1.0 + ULP, None)
+    assert K1.tolerance.baseline == "eager" and check.baseline == "eager"
+    assert check.ok and abs(check.lowp_err - 1.7 * ULP) < 1e-6
+
+
+def test_single_rounding_allows_only_the_final_rounding():
+    """One ulp off passes the eager rule (the eager reference is 1.7 ulps off) and fails CODA's."""
+    (check,) = bf16_checks(1.0 + ULP, "single_rounding")
+    assert check.baseline == "single_rounding" and not check.ok
+    assert abs(check.lowp_err - 0.3 * ULP) < 1e-6  # the truth rounded once to bf16
+    assert "2 x single-rounding reference error" in check.reason
+    (exact,) = bf16_checks(1.0, "single_rounding")  # the correctly rounded answer
+    assert exact.ok
+
+
+def test_single_rounding_leaves_an_fp32_output_only_the_floor():
+    m = 4
+    truth = {"h": torch.ones(m, 8), "normed": torch.ones(m, 8), "rstd": torch.full((m,), 0.5)}
+    eager = {k: v.bfloat16() if k != "rstd" else v + 1e-3 for k, v in truth.items()}
+
+    def rstd_check(off: float, baseline: str) -> object:
+        cand = {"h": truth["h"].bfloat16(), "normed": truth["normed"].bfloat16(), "rstd": truth["rstd"] + off}
+        checks = check_outputs(K0, cand, truth, eager, {"M": m, "N": 8, "K": 16}, "tiny", 0, baseline)
+        return next(c for c in checks if c.output == "rstd")
+
+    assert rstd_check(1e-4, "eager").ok  # within 2 x the eager 1e-3
+    tight = rstd_check(1e-4, "single_rounding")
+    assert not tight.ok and tight.lowp_err == 0 and tight.allowed == 1e-5  # floor x max(1, |ref|)
+    assert rstd_check(5e-6, "single_rounding").ok
+
+
+def test_a_task_can_choose_single_rounding():
+    task = K1.model_copy(update={"tolerance": K1.tolerance.model_copy(update={"baseline": "single_rounding"})})
+    (check,) = check_outputs(task, {"out": torch.ones(4, 8).bfloat16()}, {"out": torch.ones(4, 8)},
+                             {"out": torch.ones(4, 8).bfloat16()}, DIMS, "tiny", 0)
+    assert check.baseline == "single_rounding"
+
+
+def test_the_verdict_names_the_baseline_a_plan_chose():
+    v = verify(K0, K0.human_file.read_text(), tolerance_baseline="single_rounding")
+    assert v.passed, v.reason  # the fused kernel rounds only what it stores
+    checks = v.stage("correctness").checks
+    assert checks and {c.baseline for c in checks} == {"single_rounding"}
+
+
+def test_verify_command_takes_the_baseline_and_prints_it(capsys):
+    code, out, _ = cli(capsys, "verify", "gemm_rmsnorm", "--tolerance-baseline", "single-rounding")
+    assert code == 0 and "tolerance baseline: single-rounding" in " ".join(out.split())
+    code, _, err = cli(capsys, "verify", "gemm_rmsnorm", "--tolerance-baseline", "tight")
+    assert code == 2 and "use eager or single-rounding" in err
