@@ -77,13 +77,13 @@ def _best_text(summary: RunSummary) -> str:
     return f"#{summary.best_attempt} correct" + (f", {speed}" if speed else "")
 
 
-def attempt_line(attempt: Attempt) -> Text:
-    """``#3  r3.0  passed  correct  · llm 1.2 s · verify 9.8 s · 8.7k tok``."""
+def attempt_line(attempt: Attempt, worker: str | None = None) -> Text:
+    """``#3  r3.0  passed  correct  · llm 1.2 s · verify 9.8 s on gpu1 · 8.7k tok`` (``worker``: where it was verified)."""
     outcome = attempt.outcome
     line = Text(f"#{attempt.index:<3} r{attempt.round}.{attempt.slot}  ")
     line.append(f"{outcome:<16}", style=OUTCOME_STYLE.get(outcome, "red"))
     line.append(attempt_headline(attempt).splitlines()[0][:160])
-    bits = [f"{k} {v:.1f} s" for k, v in attempt.durations.items()]
+    bits = [f"{k} {v:.1f} s" + (f" on {worker}" if k == "verify" and worker else "") for k, v in attempt.durations.items()]
     tokens = attempt.usage.input_tokens + attempt.usage.output_tokens
     if tokens:
         bits.append(f"{tokens_text(tokens)} tok")
@@ -101,6 +101,7 @@ class _Display(RunEvents):
         self.summary = RunSummary()
         self.round_no = 0
         self.in_flight: dict[int, str] = {}
+        self.placed: dict[int, str] = {}
         self.t0 = time.monotonic()
         self.prior_wall = 0.0
 
@@ -116,11 +117,12 @@ class _Display(RunEvents):
 
     def attempt_placed(self, index: int, worker: str) -> None:
         self.in_flight[index] = f"verifying on {worker}"
+        self.placed[index] = worker
 
     def attempt_finished(self, attempt: Attempt, summary: RunSummary) -> None:
         self.in_flight.pop(attempt.index, None)
         self.summary = summary
-        self.line(attempt_line(attempt))
+        self.line(attempt_line(attempt, self.placed.pop(attempt.index, None)))
 
     def note(self, message: str) -> None:
         self.line(Text(message, style="dim italic"))

@@ -166,7 +166,7 @@ class _Outcome:
 
 
 class _Lines(RunEvents):
-    """One plain line per finished attempt, prefixed with the run's task and model, ending with where it was verified."""
+    """One plain line per finished attempt, prefixed with the run's task and model, saying where it was verified."""
 
     def __init__(self, label: str) -> None:
         self.label = label
@@ -180,10 +180,7 @@ class _Lines(RunEvents):
 
     def attempt_finished(self, attempt: Attempt, summary: RunSummary) -> None:
         line = Text(f"[{self.label}] ", style="bold")
-        line.append_text(attempt_line(attempt))
-        worker = self.placed.pop(attempt.index, None)
-        if worker:
-            line.append(f" · on {worker}", style="dim")
+        line.append_text(attempt_line(attempt, self.placed.pop(attempt.index, None)))
         console.print(line, highlight=False, soft_wrap=True)
 
 

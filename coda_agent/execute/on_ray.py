@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
+import threading
+import time
 from concurrent.futures import Future
 from types import ModuleType
 from typing import Any
@@ -24,11 +27,15 @@ from .core import Executor, ExecutorError, Job, VerifyFn, Worker, run_job
 INSTALL = "pip install 'coda-agent[ray]'"
 #: How long the GPU actors may take to start (a busy cluster may not have its GPUs free).
 GPU_WORKERS_START_S = 120.0
-#: Ray on Linux swaps a 127.0.0.1 node address for the host's reachable one unless this is "0".
+#: Ray on Linux swaps a 127.0.0.1 node address for the host's reachable one unless this is "0" when Ray is imported.
 LOOPBACK_GATE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
-def import_ray() -> ModuleType:
+def import_ray(loopback: bool = False) -> ModuleType:
+    """Ray, or one line saying how to install it. ``loopback``: a cluster this process starts binds to 127.0.0.1,
+    which Ray reads from the environment when it is first imported."""
+    if loopback and "ray" not in sys.modules:
+        os.environ.setdefault(LOOPBACK_GATE, "0")
     try:
         import ray
     except ImportError:
@@ -79,9 +86,9 @@ class RayExecutor(Executor):
     kind = "ray"
 
     def __init__(self, address: str | None = None, *, gpu_slots: int = 1, verify_fn: VerifyFn = verify) -> None:
-        ray = import_ray()
-        self._ray = ray
         self.address = address or os.environ.get("RAY_ADDRESS") or None
+        ray = import_ray(loopback=self.address is None)
+        self._ray = ray
         self._owns = not ray.is_initialized()
         if self._owns:
             self._connect()
@@ -104,7 +111,6 @@ class RayExecutor(Executor):
             check_reachable(self.address)
             kwargs["address"] = self.address
         else:  # a cluster of our own: on loopback only
-            os.environ.setdefault(LOOPBACK_GATE, "0")
             kwargs["_node_ip_address"] = "127.0.0.1"
         try:
             self._ray.init(**kwargs)
@@ -142,14 +148,45 @@ class RayExecutor(Executor):
 
     def _start(self, worker: Worker, job: Job) -> Future[Verdict]:
         if worker.gpu:
-            ref = self._actors[worker.name].verify.remote(job)
-        else:
-            ref = self._cpu_task.remote(job, self.verify_fn)
-        with self._lock:
-            self._refs[ref] = worker
+            outer: Future[Verdict] = Future()
+            threading.Thread(target=self._on_actor, args=(worker, job, outer), name=f"ray-{worker.name}", daemon=True).start()
+            return outer
+        ref = self._track(self._cpu_task.remote(job, self.verify_fn), worker)
         future: Future[Verdict] = ref.future()
         future.add_done_callback(lambda _: self._forget(ref))
         return future
+
+    def _on_actor(self, worker: Worker, job: Job, outer: Future[Verdict]) -> None:
+        """One GPU job; when it killed its actor, the failure is told only once Ray has the actor back, so the job
+        after it finds a live actor (a call made while it restarts would fail too)."""
+        handle = self._actors[worker.name]
+        ref = self._track(handle.verify.remote(job), worker)
+        try:
+            outer.set_result(self._ray.get(ref))
+        except self._ray.exceptions.RayActorError as exc:
+            self._wait_for_restart(handle)
+            outer.set_exception(exc)
+        except Exception as exc:
+            outer.set_exception(exc)
+        finally:
+            self._forget(ref)
+
+    def _wait_for_restart(self, handle: Any) -> None:
+        errors = self._ray.exceptions
+        deadline = time.monotonic() + GPU_WORKERS_START_S
+        while time.monotonic() < deadline:
+            try:
+                self._ray.get(handle.info.remote(), timeout=10)
+                return
+            except (errors.ActorUnavailableError, errors.GetTimeoutError):
+                time.sleep(0.2)
+            except errors.RayActorError:
+                return  # gone for good (its node left): the next job on it says so
+
+    def _track(self, ref: Any, worker: Worker) -> Any:
+        with self._lock:
+            self._refs[ref] = worker
+        return ref
 
     def _forget(self, ref: Any) -> None:
         with self._lock:
