@@ -21,7 +21,7 @@ from coda_agent.providers import MockProvider
 from coda_agent.store.records import Budgets
 from coda_agent.tasks import find_task
 from coda_agent.verifier import verify
-from coda_agent.verifier.verdict import Outcome, Verdict
+from coda_agent.verifier.verdict import Outcome, StageResult, Verdict
 
 from .conftest import cli
 
@@ -188,3 +188,35 @@ def test_ray_without_an_address_starts_a_private_cluster_on_loopback_and_stops_i
         assert ex.describe().startswith("ray at a private local cluster: ") and ex.describe().endswith(", no GPU")
         assert ex.submit(job("on-ray")).result(120).passed
     assert not ray.is_initialized()
+
+
+def probe_bench(task, source, stages, **kw) -> Verdict:
+    """The bench's two jobs as a GPU would answer them: every shape correct, then every shape timed at 100 µs."""
+    probe(task, task.name if stages == TIMED else f"check {task.name}", stages, **kw)
+    if stages == UNTIMED:
+        st = StageResult(stage="gpu_correctness", outcome=Outcome.PASSED,
+                         details={"shapes": {s: {"outcome": "passed"} for s in kw["shape_names"]}})
+    else:
+        t = {"median_us": 100.0, "p10_us": 99.0, "p90_us": 101.0, "reps": 50}
+        st = StageResult(stage="bench", outcome=Outcome.PASSED,
+                         details={"shapes": {s: {"dims": {}, "candidate": t, "eager": t} for s in kw["shape_names"]}})
+    return Verdict(task=task.name, task_version=task.version, backend="quack", outcome=Outcome.PASSED, stages=[st])
+
+
+def test_the_bench_checks_side_by_side_then_times_each_task_alone_on_its_gpu_and_checkpoints_in_order():
+    from coda_agent.bench.runner import BenchOptions, run_bench
+    from coda_agent.measure.peaks import Peaks
+
+    _seen.clear()
+    tasks = [find_task(n) for n in ("gemm_residual", "gemm_swiglu", "gemm_rope")]
+    said: list[str] = []
+    saved: list[list[str]] = []
+    with LocalExecutor(cpu_workers=3, gpu_slots=3, gpus=["0"], verify_fn=probe_bench) as ex:
+        run = run_bench(tasks, BenchOptions(seeds=1), Peaks(800.0, 4.8, "test"), "NVIDIA H200", "coda-agent bench",
+                        said.append, lambda r: saved.append(sorted({row.task for row in r.rows})), executor=ex)
+    names = [t.name for t in tasks]
+    assert sorted(said[:3]) == sorted(f"checked {n} on gpu0: passed" for n in names)
+    assert sorted(said[3:]) == sorted(f"timed {n} on gpu0: passed" for n in names)
+    assert saved == [sorted(names[:1]), sorted(names[:2]), sorted(names)]  # after each task, in the tasks' order
+    assert all(r.correct and r.candidate.median_us == 100.0 for r in run.rows)
+    assert most_at_once({f"check {n}" for n in names}) == 3 and most_at_once(set(names)) == 1

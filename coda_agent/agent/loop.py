@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..execute import Executor, Job, LocalExecutor
+from ..execute import Executor, Job, LocalExecutor, VerifyFn
 from ..prompts.render import build_messages, describe_checks, select_examples, system_prompt, task_prompt
 from ..provenance import git_state, host_name, package_versions
 from ..providers.base import Completion, Provider, ProviderError
@@ -37,7 +37,6 @@ DEFAULT_TARGET_SPEEDUP = 0.97
 #: How many of the best distinct correct candidates the model sees (with their timings and code).
 DEFAULT_POPULATION = 3
 GPU_STAGES = ("gpu_correctness", "profile")
-VerifyFn = Callable[..., Verdict]
 #: The harness's schedule tuner (issue 10: tile, cluster, pingpong/cooperative per gemm): given the task and a
 #: correct, timed candidate's module and verdict, the module with its configs pinned, or None (nothing to tune).
 TuneFn = Callable[[Task, str, Verdict], "str | None"]
@@ -207,7 +206,7 @@ class Agent:
     ) -> None:
         self.task, self.provider, self.config, self.writer, self.header = task, provider, config, writer, header
         self.events = events or RunEvents()
-        self.verify_fn = verify_fn
+        self.verify_fn = verify_fn  # what a local executor of the run's own runs (a given executor has its own)
         self.tune_fn = tune_fn
         #: Where verifications run: shared (a command's, a sweep's), or None for a local one of this run's own.
         self.executor = executor

@@ -13,13 +13,10 @@ Ray cluster, with one long-lived actor per GPU and GPU-blind CPU tasks.
 
 from __future__ import annotations
 
-from .core import Executor, ExecutorError, Job, OnStart, VerifyFn, Worker, run_job
-from .local import LocalExecutor, visible_gpus
+from .core import Executor, ExecutorError, Job, OnStart, VerifyFn, Worker
+from .local import LocalExecutor
 
-__all__ = [
-    "EXECUTORS", "Executor", "ExecutorError", "Job", "LocalExecutor", "OnStart", "VerifyFn", "Worker", "open_executor",
-    "run_job", "visible_gpus",
-]
+__all__ = ["EXECUTORS", "Executor", "ExecutorError", "Job", "LocalExecutor", "OnStart", "VerifyFn", "Worker", "open_executor"]
 
 EXECUTORS = ("local", "ray")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import threading
 import traceback
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -73,7 +74,7 @@ class Worker:
     gpu: bool
     #: Jobs at once (on a GPU: untimed ones; a timed job has its device to itself).
     slots: int
-    #: What the workers' processes are told the device is (``CUDA_VISIBLE_DEVICES``), or a description.
+    #: Which GPU, for a display: its ``CUDA_VISIBLE_DEVICES`` or its name.
     device: str = ""
     running: dict[int, Job] = field(default_factory=dict)
 
@@ -98,7 +99,7 @@ class _Pending:
     on_start: OnStart | None
 
 
-class Executor:
+class Executor(ABC):
     """Admits jobs onto workers in the order they came; subclasses start a job on a worker (:meth:`_start`).
 
     A GPU job goes to a GPU worker (to the CPU workers where there is none: the verifier then says so, as it
@@ -118,18 +119,21 @@ class Executor:
 
     # --- what a backend provides ------------------------------------------------------------------
 
+    @abstractmethod
     def _start(self, worker: Worker, job: Job) -> Future[Verdict]:
-        raise NotImplementedError
+        """Run ``job`` on ``worker`` (admitted there already)."""
 
+    @abstractmethod
     def _end_running(self) -> None:
         """End the jobs running now (their futures then resolve at once)."""
 
+    @abstractmethod
     def _shutdown(self) -> None:
         """Let go of the workers."""
 
+    @abstractmethod
     def describe(self) -> str:
         """One line for a command's header: where verifications run."""
-        return f"{self.kind}: " + ", ".join(f"{w.name} ({w.device})" if w.device else w.name for w in self.workers)
 
     # --- the seam ----------------------------------------------------------------------------------
 
