@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One-shot set-up: a project virtualenv with the CPU build of torch and coda-agent (+ dev tools), and bubblewrap.
+# One-shot set-up: a project virtualenv with the CPU build of torch and coda-agent (+ dev tools, Ray), and bubblewrap.
 # Idempotent; re-running only installs what changed. Usage: bash scripts/setup.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,7 +8,8 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --upgrade pip
 # torch first, pinned: on these machines 2.13.0 is a local CPU wheel; a bare `torch` would pull a multi-GB CUDA build.
 .venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/python -m pip install -q "torch==2.13.0"
-.venv/bin/python -m pip install -q -e ".[dev]"
+# ray: the Ray executor's tests (tests/test_execute_ray.py) run on a local cluster; the wheel installs in seconds.
+.venv/bin/python -m pip install -q -e ".[dev,ray]"
 # Candidates run inside bubblewrap (the verifier's OS sandbox); without it they run as plain processes.
 if ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
   SUDO=$([ "$(id -u)" = 0 ] && echo "" || echo "sudo -n")

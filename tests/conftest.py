@@ -22,6 +22,8 @@ EXAMPLE_SCRIPT = EXAMPLE_DIR / "gemm_residual_three_attempts.yaml"
 
 # Never let a test reach a real LLM API, whatever the environment holds.
 os.environ.setdefault("CODA_AGENT_NO_REAL_API", "1")
+# A Ray cluster a test starts stays on 127.0.0.1 (Ray reads this when it is first imported).
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "coda_agent"
-LAYERS = ["atomic", "settings", "provenance", "messages", "tasks", "primitives", "measure", "verifier", "bench", "store", "providers", "prompts", "agent",
+LAYERS = ["atomic", "settings", "provenance", "messages", "tasks", "primitives", "measure", "verifier", "execute", "bench", "store", "providers", "prompts", "agent",
           "viewer", "cli", "launch", "__main__"]
 #: Data shipped inside the package (tasks, human kernels, mock scripts): candidates' code, not layers.
 DATA = {"suite", "examples"}

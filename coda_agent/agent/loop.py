@@ -8,17 +8,15 @@ and redoes only the attempts that were in flight when the previous process died.
 from __future__ import annotations
 
 import asyncio
-import functools
 import math
 import time
-import traceback
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ..execute import Executor, Job, LocalExecutor, VerifyFn
 from ..measure.peaks import NOMINAL_H200, Peaks, measure_peaks, speed_of_light
 from ..messages import ChatMessage
 from ..prompts.render import build_messages, describe_checks, select_examples, system_prompt, task_prompt
@@ -30,7 +28,7 @@ from ..store.rundir import RunReader, RunRecordError, RunWriter, new_run_id, rol
 from ..tasks.loader import TaskError, find_recorded_task
 from ..tasks.model import Task
 from ..verifier import verify
-from ..verifier.verdict import Outcome, Verdict
+from ..verifier.verdict import Verdict
 from .extract import extract_code
 from .timing import human_times, timing_from_verdict
 
@@ -40,7 +38,6 @@ DEFAULT_TARGET_SPEEDUP = 0.97
 #: How many of the best distinct correct candidates the model sees (with their timings and code).
 DEFAULT_POPULATION = 3
 GPU_STAGES = ("gpu_correctness", "profile")
-VerifyFn = Callable[..., Verdict]
 #: The harness's schedule tuner (issue 10: tile, cluster, pingpong/cooperative per gemm): given the task and a
 #: correct, timed candidate's module and verdict, the module with its configs pinned, or None (nothing to tune).
 TuneFn = Callable[[Task, str, Verdict], "str | None"]
@@ -81,6 +78,7 @@ class AgentConfig:
     examples: tuple[str, ...] | None = None
     base_url: str | None = None
     verify_timeout: float = 600.0
+    #: CPU verifications at once, when the run has a local executor of its own.
     verify_workers: int = 2
     population_size: int = DEFAULT_POPULATION
 
@@ -88,8 +86,8 @@ class AgentConfig:
     def for_this_machine(cls, model: str, *, compile: bool = True, **kwargs: Any) -> AgentConfig:
         """GPU stages on a machine that has them, else the CPU emulator (+ the sm_90a compile unless ``compile=False``)."""
         if gpu_verifier_available():
-            # Timings must not overlap: one verification at a time on the GPU.
-            base = {"stages": GPU_STAGES, "shape_set": "bench", "backend_label": "quack", "verify_workers": 1}
+            # Timings never overlap on a device: the executor gives a timed verification its GPU alone.
+            base = {"stages": GPU_STAGES, "shape_set": "bench", "backend_label": "quack"}
         else:
             base = {"stages": CPU_STAGES if compile else ("correctness",), "shape_set": "small", "backend_label": "torch"}
         return cls(model=model, **{**base, **kwargs})
@@ -144,6 +142,9 @@ class RunEvents:
     def attempt_started(self, index: int, round_no: int, slot: int) -> None: ...
 
     def attempt_phase(self, index: int, phase: str) -> None: ...
+
+    def attempt_placed(self, index: int, worker: str) -> None:
+        """The attempt's verification started on ``worker`` (``cpu``, ``gpu0``, ``gpu1@node-b``)."""
 
     def attempt_finished(self, attempt: Attempt, summary: RunSummary) -> None: ...
 
@@ -209,12 +210,15 @@ class Agent:
         events: RunEvents | None = None,
         verify_fn: VerifyFn = verify,
         tune_fn: TuneFn | None = None,
+        executor: Executor | None = None,
     ) -> None:
         self.task, self.provider, self.config, self.writer, self.header = task, provider, config, writer, header
         provider.bind_run_dir(writer.run_dir)
         self.events = events or RunEvents()
-        self.verify_fn = verify_fn
+        self.verify_fn = verify_fn  # what a local executor of the run's own runs (a given executor has its own)
         self.tune_fn = tune_fn
+        #: Where verifications run: shared (a command's, a sweep's), or None for a local one of this run's own.
+        self.executor = executor
         self.attempts: list[Attempt] = sorted(attempts, key=lambda a: a.index)
         self.previous = previous
         self.examples = select_examples(task, names=config.examples) if config.examples is not None else select_examples(task)
@@ -225,7 +229,7 @@ class Agent:
         self._prior_wall = previous.wall_seconds if previous else 0.0
         self._session_start = time.monotonic()
         self._pending = self._unfinished_slots()
-        self._executor: ThreadPoolExecutor | None = None
+        self._executor: Executor | None = None
         self._best_written: int | None = previous.best_attempt if previous else None
         self._warned_price = False
         #: What stopped the run when it is cancelled (set by whoever cancels it; recorded in the summary).
@@ -287,8 +291,8 @@ class Agent:
     async def run(self) -> RunSummary:
         """Rounds until the target or a budget; cancellation (Ctrl-C, SIGTERM) leaves an ``interrupted`` summary."""
         self._session_start = time.monotonic()
-        self._executor = ThreadPoolExecutor(max_workers=max(1, self.config.verify_workers), thread_name_prefix="verify")
-        self._verify_slots = asyncio.Semaphore(max(1, self.config.verify_workers))
+        own = self.executor is None
+        self._executor = self.executor or LocalExecutor(cpu_workers=self.config.verify_workers, verify_fn=self.verify_fn)
         try:
             await self._time_human_kernel()
             while True:
@@ -300,12 +304,15 @@ class Agent:
                 await self._round(round_no, slots)
         except asyncio.CancelledError:
             self._finish("interrupted", f"interrupted ({self.interrupted_by}); finished attempts are recorded")
+            if own:
+                self._executor.cancel()
             raise
         except FatalProviderError as exc:
             self._finish("failed", str(exc))
             raise
         finally:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+            if own:
+                self._executor.close()
         return self.summary
 
     def _unfinished_slots(self) -> tuple[int, list[int]] | None:
@@ -459,21 +466,21 @@ class Agent:
         if pending:
             self.events.note(f"wall-time budget reached: {len(pending)} attempt(s) in flight were abandoned")
 
-    async def _verify(self, code: str) -> Verdict:
+    async def _verify(self, code: str, index: int | None = None) -> Verdict:
+        """One verification on the executor; ``index`` is the attempt's, told where it runs."""
         assert self._executor is not None
-        call = functools.partial(
-            self.verify_fn, self.task, code, self.config.stages, shape_set=self.config.shape_set,
-            seeds=list(self.config.seeds), timeout=self.config.verify_timeout, backend_label=self.config.backend_label,
+        job = Job(
+            self.task, code, tuple(self.config.stages), shape_set=self.config.shape_set, seeds=tuple(self.config.seeds),
+            timeout=self.config.verify_timeout, backend_label=self.config.backend_label,
+            label=f"#{index}" if index is not None else "human",
         )
-        async with self._verify_slots:
-            try:
-                return await asyncio.get_running_loop().run_in_executor(self._executor, call)
-            except Exception as exc:  # the harness failed, not the candidate: record it and go on
-                reason = "the verifier itself failed:\n" + "".join(traceback.format_exception_only(type(exc), exc)).strip()
-                return Verdict(
-                    task=self.task.name, task_version=self.task.version, backend=self.config.backend_label,
-                    outcome=Outcome.INFRA_ERROR, reason=reason,
-                )
+        loop = asyncio.get_running_loop()
+
+        def placed(worker: str) -> None:
+            if index is not None:
+                loop.call_soon_threadsafe(self.events.attempt_placed, index, worker)
+
+        return await asyncio.wrap_future(self._executor.submit(job, on_start=placed))
 
     async def _attempt(self, round_no: int, slot: int, messages: list[ChatMessage]) -> None:
         index = (round_no - 1) * self.config.budgets.candidates_per_round + slot + 1
@@ -503,7 +510,7 @@ class Agent:
         if extraction.code is not None:
             self.events.attempt_phase(index, "verifying")
             t1 = time.monotonic()
-            verdict = await self._verify(extraction.code)
+            verdict = await self._verify(extraction.code, index)
             durations["verify"] = round(time.monotonic() - t1, 3)
             if verdict.passed:
                 timing = self._timing(verdict)
@@ -528,14 +535,12 @@ class Agent:
     async def _tune(self, code: str, verdict: Verdict, timing: dict[str, Any]) -> Tuning | None:
         """Let the harness pin the candidate's configs, then verify and time the result like any candidate;
         adopted when correct and faster (geomean over the shapes)."""
-        assert self._executor is not None and self.tune_fn is not None
-        call = functools.partial(self.tune_fn, self.task, code, verdict)
-        async with self._verify_slots:
-            try:
-                tuned = await asyncio.get_running_loop().run_in_executor(self._executor, call)
-            except Exception as exc:  # the tuner failed: the candidate stands as the model wrote it
-                self.events.note(f"tuning failed: {type(exc).__name__}: {exc}")
-                return None
+        assert self.tune_fn is not None
+        try:
+            tuned = await asyncio.to_thread(self.tune_fn, self.task, code, verdict)
+        except Exception as exc:  # the tuner failed: the candidate stands as the model wrote it
+            self.events.note(f"tuning failed: {type(exc).__name__}: {exc}")
+            return None
         if tuned is None or tuned == code:
             return None
         tuned_verdict = await self._verify(tuned)

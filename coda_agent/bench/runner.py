@@ -4,10 +4,12 @@ Every number goes through the verifier, exactly as an LLM's candidate would:
 
 1. peaks: the device's bf16 matmul rate and HBM bandwidth, measured here first;
 2. correctness, in parallel: ``gpu_correctness`` (which also builds every QuACK kernel into the disk
-   cache) and ``bench_prepare`` (compiles the torch.compile baselines into Inductor's cache), one worker
-   per task, a few at a time (compiles are CPU-bound; nothing is timed in this phase);
-3. timing, one task at a time: ``bench`` times the kernel interleaved with its baselines in one worker,
-   on the shapes that passed.
+   cache) and ``bench_prepare`` (compiles the torch.compile baselines into Inductor's cache), one job
+   per task, a few at a time on each GPU (compiles are CPU-bound; nothing is timed in this phase);
+3. timing, one task at a time on each GPU: ``bench`` times the kernel interleaved with its baselines in
+   one job, on the shapes that passed.
+
+The executor (:mod:`coda_agent.execute`: this host, or a Ray cluster) decides which GPU runs each job.
 """
 
 from __future__ import annotations
@@ -15,18 +17,18 @@ from __future__ import annotations
 import shlex
 import sys
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from ..atomic import write_text_atomic
+from ..execute import Executor, Job
 from ..measure.baselines import COMPILE_MODES
 from ..measure.peaks import Peaks, speed_of_light_us
 from ..provenance import driver_version, git_commit, package_versions
 from ..tasks.model import Task
-from ..verifier import verify
 from ..verifier.verdict import Outcome, Verdict
 from .results import BenchRow, BenchRun
 
@@ -38,7 +40,6 @@ class BenchOptions:
     shape_set: str = "bench"
     shape_names: list[str] | None = None
     seeds: int = 3
-    jobs: int = 4
     timeout: float = 900.0
     compile_modes: tuple[str, ...] = tuple(COMPILE_MODES)
 
@@ -61,20 +62,30 @@ def _source(task: Task) -> str:
     return task.human_file.read_text()
 
 
-def check_tasks(tasks: list[Task], opts: BenchOptions, progress: Progress) -> dict[str, Verdict]:
-    """Phase 2: correctness + compile warm-up, ``opts.jobs`` workers at a time."""
+def _submit(executor: Executor, job: Job, progress: Progress, done: str) -> Future[Verdict]:
+    """The job on the executor; when it ends, ``<done> <task> on <worker>: <outcome>`` to the progress display."""
+    where: list[str] = []
 
-    def one(task: Task) -> Verdict:
-        v = verify(
-            task, _source(task), ("gpu_correctness", "bench_prepare"), shape_set=opts.shape_set,
-            shape_names=[p.name for p in shape_points(task, opts)], seeds=list(range(opts.seeds)),
-            timeout=opts.timeout, backend_label="quack", compile_modes=list(opts.compile_modes),
-        )
-        progress(f"checked {task.name}: {v.outcome.value}")
-        return v
+    def report(f: Future[Verdict]) -> None:
+        if not f.cancelled():
+            progress(f"{done} {job.task.name} on {where[0]}: {f.result().outcome.value}")
 
-    with ThreadPoolExecutor(max_workers=max(1, opts.jobs)) as pool:
-        return dict(zip([t.name for t in tasks], pool.map(one, tasks), strict=True))
+    future = executor.submit(job, on_start=where.append)
+    future.add_done_callback(report)
+    return future
+
+
+def check_tasks(tasks: list[Task], opts: BenchOptions, progress: Progress, executor: Executor) -> dict[str, Verdict]:
+    """Phase 2: correctness + compile warm-up, every task submitted at once (the executor paces them)."""
+    futures = {
+        t.name: _submit(executor, Job(
+            t, _source(t), ("gpu_correctness", "bench_prepare"), shape_set=opts.shape_set,
+            shape_names=tuple(p.name for p in shape_points(t, opts)), seeds=tuple(range(opts.seeds)),
+            timeout=opts.timeout, backend_label="quack", compile_modes=opts.compile_modes, label=t.name,
+        ), progress, "checked")
+        for t in tasks
+    }
+    return {name: f.result() for name, f in futures.items()}
 
 
 def passed_shapes(verdict: Verdict) -> list[str]:
@@ -83,12 +94,12 @@ def passed_shapes(verdict: Verdict) -> list[str]:
     return [name for name, d in shapes.items() if isinstance(d, dict) and d.get("outcome") == Outcome.PASSED.value]
 
 
-def time_task(task: Task, shapes: list[str], opts: BenchOptions) -> Verdict:
-    """Phase 3: the ``bench`` stage (kernel + baselines, interleaved) in one worker."""
-    return verify(
-        task, _source(task), ("bench",), shape_set=opts.shape_set, shape_names=shapes, seeds=[0],
-        timeout=opts.timeout, backend_label="quack", compile_modes=list(opts.compile_modes),
-    )
+def time_task(task: Task, shapes: list[str], opts: BenchOptions, progress: Progress, executor: Executor) -> Future[Verdict]:
+    """Phase 3: the ``bench`` stage (kernel + baselines, interleaved) in one job, alone on its GPU."""
+    return _submit(executor, Job(
+        task, _source(task), ("bench",), shape_set=opts.shape_set, shape_names=tuple(shapes), seeds=(0,),
+        timeout=opts.timeout, backend_label="quack", compile_modes=opts.compile_modes, label=task.name,
+    ), progress, "timed")
 
 
 def build_rows(task: Task, opts: BenchOptions, checked: Verdict, timed: Verdict | None, peaks: Peaks) -> list[BenchRow]:
@@ -127,13 +138,14 @@ def build_rows(task: Task, opts: BenchOptions, checked: Verdict, timed: Verdict 
 
 def run_bench(
     tasks: list[Task], opts: BenchOptions, peaks: Peaks, device: str, command: str, progress: Progress = lambda _: None,
-    checkpoint: Callable[[BenchRun], None] | None = None, previous: BenchRun | None = None,
+    checkpoint: Callable[[BenchRun], None] | None = None, previous: BenchRun | None = None, *, executor: Executor,
 ) -> BenchRun:
     """Phases 2 and 3 (the caller measured the peaks); returns the whole run, ready to write.
 
     ``checkpoint`` gets the run once every task is checked (rows not timed yet are ``pending``) and again after
-    every timed task, so an interrupted bench keeps what it measured. ``previous`` (``bench --resume``) is an
-    earlier run of the same tree and options: its finished tasks are kept, not measured again.
+    every timed task (in the tasks' order), so an interrupted bench keeps what it measured. Every timing is
+    submitted at once: with several GPUs they run side by side, one per device. ``previous`` (``bench --resume``)
+    is an earlier run of the same tree and options: its finished tasks are kept, not measured again.
     """
     from ..verifier.gpu import TIMING_METHOD
 
@@ -142,7 +154,7 @@ def run_bench(
     if kept:
         progress(f"kept from the earlier run: {', '.join(sorted(kept))}")
     todo = [t for t in runnable if t.name not in kept]
-    checked = check_tasks(todo, opts, progress)
+    checked = check_tasks(todo, opts, progress, executor)
     run = BenchRun(
         created=previous.created if kept and previous else datetime.now(timezone.utc), command=command, device=device,
         driver=driver_version(), packages=package_versions(), git_commit=git_commit(), peak_tflops_bf16=peaks.tflops_bf16,
@@ -157,11 +169,13 @@ def run_bench(
             checkpoint(run)
 
     save()
+    timings = {}
     for task in todo:
         shapes = passed_shapes(checked[task.name])
-        timed = time_task(task, shapes, opts) if shapes else None
-        if timed is not None:
-            progress(f"timed {task.name}: {timed.outcome.value}")
+        if shapes:
+            timings[task.name] = time_task(task, shapes, opts, progress, executor)
+    for task in todo:
+        timed = timings[task.name].result() if task.name in timings else None
         rows[task.name] = build_rows(task, opts, checked[task.name], timed, peaks)
         save()
     return run

@@ -66,7 +66,10 @@ def bench_cmd(
     shapes: str = typer.Option("bench", "--shapes", help="shape set to run"),
     shape: list[str] = typer.Option(None, "--shape", help="only this shape point (repeatable)", metavar="<name>"),
     seeds: int = typer.Option(3, min=1, help="correctness seeds per shape"),
-    jobs: int = typer.Option(4, min=1, help="correctness workers in parallel (kernel builds are CPU-bound)"),
+    jobs: int = typer.Option(4, min=1, help="correctness checks at once on each GPU (kernel builds are CPU-bound)"),
+    executor: str = typer.Option("local", "--executor", help="where verifications run: local (this host's GPUs) or ray"),
+    address: str = typer.Option(None, "--address", help="with --executor ray: the cluster (HOST:PORT, ray://HOST:PORT or auto; "
+                                "default: a private one on this host)"),
     json_out: Path = typer.Option(
         None, "--json", help="results JSON (default: $CODA_AGENT_BENCH_DIR or ./bench/results, <device>-<date>.json)"
     ),
@@ -94,10 +97,11 @@ def bench_cmd(
         return
     from ..bench.report import target_checks, task_table
     from ..bench.runner import BenchOptions, command_line, run_bench, write_run
+    from ..execute import ExecutorError, open_executor
     from ..measure.peaks import measure_peaks
 
     modes = ("default", "max-autotune-no-cudagraphs") if max_autotune else ("default",)
-    opts = BenchOptions(shape_set=shapes, shape_names=shape or None, seeds=seeds, jobs=jobs, compile_modes=modes)
+    opts = BenchOptions(shape_set=shapes, shape_names=shape or None, seeds=seeds, compile_modes=modes)
     json_path, md_path = default_paths(device)
     json_path = json_out or json_path
     md_path = md_out or (json_path.with_suffix(".md") if json_out else md_path)
@@ -108,10 +112,15 @@ def bench_cmd(
         if save:
             write_run(partial, json_path, md_path)
 
-    with _progress(1 + 2 * len(selected)) as step:
+    try:
+        workers = open_executor(executor, address=address, cpu_workers=jobs, gpu_slots=jobs)
+    except ExecutorError as exc:
+        raise UserError(str(exc)) from None
+    console.print(f"verifying on {workers.describe()}", highlight=False, soft_wrap=True, markup=False)
+    with workers, _progress(1 + 2 * len(selected), workers.activity) as step:
         peaks = measure_peaks()
         step(f"peaks {peaks.tflops_bf16:.0f} TFLOP/s, {peaks.hbm_tbps:.2f} TB/s")
-        run = run_bench(selected, opts, peaks, device, command_line(), step, checkpoint, previous)
+        run = run_bench(selected, opts, peaks, device, command_line(), step, checkpoint, previous, executor=workers)
     console.print(f"{device}: measured {peaks.tflops_bf16:.0f} TFLOP/s bf16, {peaks.hbm_tbps:.2f} TB/s ({peaks.how})")
     from ..bench.report import by_task
 
@@ -152,12 +161,19 @@ def _previous_run(path: Path, device: str, opts: BenchOptions) -> BenchRun | Non
 
 
 @contextmanager
-def _progress(total: int) -> Iterator[Callable[[str], None]]:
-    """A live bar on a terminal; on a pipe or a file, one line per step with the seconds since the start."""
+def _progress(total: int, activity: Callable[[], str] = str) -> Iterator[Callable[[str], None]]:
+    """A live bar (and what each worker runs) on a terminal; on a pipe or a file, one line per step with the
+    seconds since the start."""
     if console.is_terminal:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
             job = bar.add_task("measuring peaks", total=total)
-            yield lambda msg: bar.update(job, advance=1, description=msg)
+            busy = bar.add_task("", total=None)
+
+            def step(msg: str) -> None:
+                bar.update(job, advance=1, description=msg)
+                bar.update(busy, description=f"  {activity()}")
+
+            yield step
         return
     t0 = time.monotonic()
     lock = threading.Lock()  # the check phase reports from several threads

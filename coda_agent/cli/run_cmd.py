@@ -7,18 +7,20 @@ import contextlib
 import dataclasses
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import typer
 from pydantic import BaseModel
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from ..agent import Agent, AgentConfig, FatalProviderError, RunEvents
+from ..execute import EXECUTORS, Executor, ExecutorError, open_executor
 from ..prompts.render import attempt_headline
 from ..providers import Provider, ProviderError, get_provider, lookup, registered
 from ..settings import RUNS_DIR_ENV
@@ -27,7 +29,6 @@ from ..store.records import Attempt, Budgets, RunHeader, RunSummary
 from ..store.rundir import RunReader, RunRecordError, resolve_run
 from ..tasks.loader import find_recorded_task, find_task
 from ..tasks.model import Task
-from ..verifier import cancel_all
 from ..verifier.sandbox import UNSANDBOXED_OPT_IN, SandboxUnavailable, require_isolation
 from . import UserError, app, console, err_console
 from .inputs import check_task_runs, default_timeout, seed_list, timeout_value
@@ -77,13 +78,13 @@ def _best_text(summary: RunSummary) -> str:
     return f"#{summary.best_attempt} correct" + (f", {speed}" if speed else "")
 
 
-def attempt_line(attempt: Attempt) -> Text:
-    """``#3  r3.0  passed  correct  · llm 1.2 s · verify 9.8 s · 8.7k tok``."""
+def attempt_line(attempt: Attempt, worker: str | None = None) -> Text:
+    """``#3  r3.0  passed  correct  · llm 1.2 s · verify 9.8 s on gpu1 · 8.7k tok`` (``worker``: where it was verified)."""
     outcome = attempt.outcome
     line = Text(f"#{attempt.index:<3} r{attempt.round}.{attempt.slot}  ")
     line.append(f"{outcome:<16}", style=OUTCOME_STYLE.get(outcome, "red"))
     line.append(attempt_headline(attempt).splitlines()[0][:160])
-    bits = [f"{k} {v:.1f} s" for k, v in attempt.durations.items()]
+    bits = [f"{k} {v:.1f} s" + (f" on {worker}" if k == "verify" and worker else "") for k, v in attempt.durations.items()]
     tokens = attempt.usage.input_tokens + attempt.usage.output_tokens
     if tokens:
         bits.append(f"{tokens_text(tokens)} tok")
@@ -101,6 +102,7 @@ class _Display(RunEvents):
         self.summary = RunSummary()
         self.round_no = 0
         self.in_flight: dict[int, str] = {}
+        self.placed: dict[int, str] = {}
         self.t0 = time.monotonic()
         self.prior_wall = 0.0
 
@@ -114,10 +116,14 @@ class _Display(RunEvents):
     def attempt_phase(self, index: int, phase: str) -> None:
         self.in_flight[index] = phase
 
+    def attempt_placed(self, index: int, worker: str) -> None:
+        self.in_flight[index] = f"verifying on {worker}"
+        self.placed[index] = worker
+
     def attempt_finished(self, attempt: Attempt, summary: RunSummary) -> None:
         self.in_flight.pop(attempt.index, None)
         self.summary = summary
-        self.line(attempt_line(attempt))
+        self.line(attempt_line(attempt, self.placed.pop(attempt.index, None)))
 
     def note(self, message: str) -> None:
         self.line(Text(message, style="dim italic"))
@@ -152,15 +158,19 @@ class PlainDisplay(_Display):
 class LiveDisplay(_Display):
     """A rich live status block under the scrolling attempt log."""
 
-    def __init__(self, out: Console, header: RunHeader, rounds: int) -> None:
+    def __init__(self, out: Console, header: RunHeader, rounds: int, workers: Executor | None = None) -> None:
         super().__init__(out, header, rounds)
+        self.workers = workers
         self.live = Live(console=out, refresh_per_second=4, get_renderable=self.render, transient=True)
 
     def render(self) -> Group:
         grid = Table.grid(padding=(0, 2))
         for index, phase in sorted(self.in_flight.items()):
             grid.add_row(Text(f"#{index}", style="cyan"), Text(phase + "…", style="dim"))
-        return Group(Text("─" * min(self.out.width, 100), style="dim"), self.status(), grid)
+        rows: list[RenderableType] = [Text("─" * min(self.out.width, 100), style="dim"), self.status(), grid]
+        if self.workers is not None:
+            rows.append(Text(f"workers: {self.workers.activity()}", style="dim"))
+        return Group(*rows)
 
     def line(self, text: Text) -> None:
         (self.live.console if self.live.is_started else self.out).print(text, highlight=False, soft_wrap=True)
@@ -186,7 +196,7 @@ def _budgets(base: Budgets, **given: Any) -> Budgets:
 STOP_SIGNALS = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 
-async def _drive(agent: Agent, provider: Provider, received: list[signal.Signals]) -> RunSummary:
+async def _drive(agent: Agent, provider: Provider, received: list[signal.Signals], workers: Executor) -> RunSummary:
     """Run the agent; SIGINT (Ctrl-C) or SIGTERM (``timeout``, ``kill``) cancels it cleanly: the summary is
     marked interrupted before we exit. The signal is appended to ``received``."""
     loop = asyncio.get_running_loop()
@@ -197,7 +207,7 @@ async def _drive(agent: Agent, provider: Provider, received: list[signal.Signals
         received.append(sig)
         agent.interrupted_by = "Ctrl-C" if sig == signal.SIGINT else sig.name
         task.cancel()
-        cancel_all()  # verifications in flight return at once instead of running to their time limit
+        workers.cancel()  # verifications in flight return at once instead of running to their time limit
 
     for sig in STOP_SIGNALS:
         with contextlib.suppress(NotImplementedError):  # not on Windows: Ctrl-C then raises KeyboardInterrupt
@@ -280,6 +290,24 @@ class RunOptions(BaseModel):
         return dataclasses.replace(config, verify_timeout=timeout_value(self.timeout, limit))
 
 
+def open_workers(kind: str, address: str | None, cpu_workers: int = AgentConfig.verify_workers) -> Executor:
+    """Where this command's verifications run (``--executor``, ``--address``); one line when it cannot start."""
+    try:
+        return open_executor(kind, address=address, cpu_workers=cpu_workers)
+    except ExecutorError as exc:
+        raise UserError(str(exc)) from None
+
+
+@contextlib.contextmanager
+def _closed_on_error(workers: Executor) -> Iterator[None]:
+    """Starting the run failed (a bad model spec, an unreadable record): let the workers go before the error line."""
+    try:
+        yield
+    except BaseException:
+        workers.close()
+        raise
+
+
 def new_run(task: Task, model: str, provider: Provider, base: Path, options: RunOptions) -> Agent:
     """A fresh run directory for ``task`` (already checked) with ``provider``, recorded as ``model``."""
     config = options.config(task, model)
@@ -318,7 +346,13 @@ def run_cmd(
         None, help="seconds one candidate's verification may take (default from the stages and shapes: 300 s on a CPU, 120 s with --no-compile)"
     ),
     examples: str = typer.Option(None, help="comma-separated tasks whose human kernels are shown as examples (default chosen by similarity)"),
-    jobs: int = typer.Option(2, min=1, help="sweep: runs in flight at once (one on a GPU, so timings never overlap)"),
+    jobs: int = typer.Option(2, min=1, help="sweep: runs in flight at once (their timings never overlap on a GPU)"),
+    executor: str = typer.Option(
+        "local", "--executor", help=f"where candidates are verified: {' or '.join(EXECUTORS)} (a Ray cluster's GPUs and CPUs)"
+    ),
+    address: str = typer.Option(
+        None, "--address", help="with --executor ray: the cluster (HOST:PORT, ray://HOST:PORT or auto; default: a private one on this host)"
+    ),
     total_dollars: float = typer.Option(
         None, min=0, help="sweep: every run stops (and no new one starts) once the sweep's runs together cost this much (USD)"
     ),
@@ -346,9 +380,9 @@ def run_cmd(
     from .sweep import is_sweep, resume_sweep, start_sweep
 
     if resume and is_sweep(resume, base):
-        raise typer.Exit(resume_sweep(resume, base, options, jobs, redo_corrupt, total_dollars))
+        raise typer.Exit(resume_sweep(resume, base, options, jobs, redo_corrupt, total_dollars, (executor, address)))
     if not resume and (len(models) > 1 or len(tasks) > 1 or any(Path(t).is_dir() for t in tasks)):
-        raise typer.Exit(start_sweep(tasks, models, options, base, jobs, total_dollars))
+        raise typer.Exit(start_sweep(tasks, models, options, base, jobs, total_dollars, (executor, address)))
     if total_dollars is not None:
         raise UserError("--total-dollars is for sweeps (several tasks or models); one run takes --max-dollars")
     if len(models) > 1 or len(tasks) > 1:
@@ -356,7 +390,9 @@ def run_cmd(
     one_task: str | None = tasks[0] if tasks else None
     one_model: str | None = models[0] if models else None
     if resume:
-        run_dir, agent, provider = resume_run(resume, base, one_model, base_url, options.budget_flags(), one_task, redo_corrupt)
+        workers = open_workers(executor, address)
+        with _closed_on_error(workers):
+            run_dir, agent, provider = resume_run(resume, base, one_model, base_url, options.budget_flags(), one_task, redo_corrupt)
     else:
         if not one_model:
             raise UserError(NO_MODEL)
@@ -372,8 +408,16 @@ def run_cmd(
             raise UserError("which task? pass a task name or YAML path (see `coda-agent tasks`)")
         t = find_task(one_task)
         check_task_runs(t)
-        agent = new_run(t, one_model, provider, base, options)
+        workers = open_workers(executor, address)
+        with _closed_on_error(workers):
+            agent = new_run(t, one_model, provider, base, options)
         run_dir = agent.run_dir
+    with workers:
+        _run_one(agent, provider, run_dir, workers, plain)
+
+
+def _run_one(agent: Agent, provider: Provider, run_dir: Path, workers: Executor, plain: bool) -> None:
+    """One run with its live display, to its summary; the exit status says how it ended."""
     header = agent.header
     console.print(
         f"run [bold]{escape(header.run_id)}[/]: {escape(header.task)} v{header.task_version} with {escape(header.model)} "
@@ -381,16 +425,19 @@ def run_cmd(
         highlight=False, soft_wrap=True,
     )
     console.print(f"  record: {run_dir}", highlight=False, soft_wrap=True, markup=False)
-    display_cls = LiveDisplay if console.is_terminal and not plain else PlainDisplay
-    display = display_cls(console, header, agent.config.budgets.rounds)
+    console.print(f"  verifying on {workers.describe()}", highlight=False, soft_wrap=True, markup=False)
+    display: _Display = (
+        LiveDisplay(console, header, agent.config.budgets.rounds, workers) if console.is_terminal and not plain
+        else PlainDisplay(console, header, agent.config.budgets.rounds)
+    )
     if agent.previous is not None:
         display.summary, display.prior_wall = agent.previous, agent.previous.wall_seconds
         display.note(f"resuming after {len(agent.attempts)} finished attempt(s)")
-    agent.events = display
+    agent.events, agent.executor = display, workers
     received: list[signal.Signals] = []
     try:
         with display.live if isinstance(display, LiveDisplay) else contextlib.nullcontext():
-            summary = asyncio.run(_drive(agent, provider, received))
+            summary = asyncio.run(_drive(agent, provider, received, workers))
     except (asyncio.CancelledError, KeyboardInterrupt):
         err_console.print(f"interrupted; finished attempts are saved. Resume with: coda-agent run --resume {run_dir}", highlight=False, soft_wrap=True, markup=False)
         raise typer.Exit(STOP_SIGNALS[received[0]] if received else 130) from None

@@ -1,6 +1,7 @@
 """Sweeps: several tasks (or folders of them) and several models in one ``coda-agent run``.
 
-Every task runs with every model under the same options and per-run budgets, ``--jobs`` runs at a time.
+Every task runs with every model under the same options and per-run budgets, ``--jobs`` runs at a time, their
+verifications on one executor (this host, or a Ray cluster: ``--executor ray``), which keeps timings apart.
 The runs are ordinary run directories; ``<runs-dir>/<sweep-id>.sweep.json`` lists them, so ``--resume``
 on it starts the runs not started yet, resumes the interrupted ones and leaves the finished ones be.
 """
@@ -20,13 +21,13 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ..agent import Agent, FatalProviderError, RunEvents, SharedBudget, gpu_verifier_available
+from ..agent import Agent, AgentConfig, FatalProviderError, RunEvents, SharedBudget
+from ..execute import Executor
 from ..providers import Provider, ProviderConfigError, lookup
 from ..store.records import Attempt, RunSummary, SweepMember, SweepRecord, write_json_atomic
 from ..store.rundir import RunReader, RunRecordError
 from ..tasks.loader import TaskError, find_task, load_task, task_files
 from ..tasks.model import Task
-from ..verifier import cancel_all
 from . import UserError, console, err_console, wide_console
 from .inputs import check_task_runs
 from .run_cmd import (
@@ -37,6 +38,7 @@ from .run_cmd import (
     make_provider,
     money_text,
     new_run,
+    open_workers,
     resume_run,
     speed_text,
     tokens_text,
@@ -45,6 +47,14 @@ from .run_cmd import (
 SWEEP_SUFFIX = ".sweep.json"
 #: A run in one of these states is not started again when its sweep is resumed.
 FINISHED = ("target_reached", "budget_exhausted", "completed", "failed")
+#: ``--executor`` and ``--address``, as given.
+WorkersSpec = tuple[str, "str | None"]
+
+
+def _open(spec: WorkersSpec, jobs: int) -> Executor:
+    """One executor for the whole sweep: as many CPU verifications at once as its runs would have on their own."""
+    kind, address = spec
+    return open_workers(kind, address, cpu_workers=jobs * AgentConfig.verify_workers)
 
 
 def sweep_file(ref: str, base: Path) -> Path | None:
@@ -79,7 +89,8 @@ def _tasks(refs: list[str]) -> list[Task]:
 
 
 def start_sweep(
-    tasks: list[str], models: list[str], options: RunOptions, base: Path, jobs: int, total_dollars: float | None
+    tasks: list[str], models: list[str], options: RunOptions, base: Path, jobs: int, total_dollars: float | None,
+    workers: WorkersSpec = ("local", None),
 ) -> int:
     """Check everything (tasks, model specs and keys, options), record the sweep, run it; the exit status."""
     if not models:
@@ -97,6 +108,7 @@ def start_sweep(
     for m in dict.fromkeys(models):
         make_provider(m, options.base_url, base)  # a missing key or no sandbox: one line before any run starts
     options.config(selected[0], models[0])  # bad seeds or time limit: likewise
+    executor = _open(workers, jobs)  # no Ray, or its cluster unreachable: likewise
     now = datetime.now(timezone.utc)
     record = SweepRecord(
         sweep_id=f"sweep_{now.astimezone():%Y%m%d-%H%M%S}_{secrets.token_hex(3)}", created=now,
@@ -107,13 +119,14 @@ def start_sweep(
         base.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, record)
     except OSError as exc:
+        executor.close()
         raise UserError(f"cannot write the sweep record under {base}: {exc}") from None
     console.print(
         f"sweep [bold]{record.sweep_id}[/]: {len(selected)} task(s) × {len(set(models))} model(s) = "
         f"{len(record.members)} runs, {jobs} at a time", highlight=False,
     )
     console.print(f"  record: {path}", highlight=False, soft_wrap=True, markup=False)
-    return _Session(record, path, base, jobs).run()
+    return _Session(record, path, base, jobs, executor).run()
 
 
 #: The options a resumed sweep may change, as ``run --resume RUN --rounds N`` extends one run.
@@ -121,7 +134,8 @@ EXTENSIBLE = ("rounds", "max_tokens_total", "max_dollars", "max_wall")
 
 
 def resume_sweep(
-    ref: str, base: Path, given: RunOptions, jobs: int, redo_corrupt: bool, total_dollars: float | None
+    ref: str, base: Path, given: RunOptions, jobs: int, redo_corrupt: bool, total_dollars: float | None,
+    workers: WorkersSpec = ("local", None),
 ) -> int:
     """Continue a sweep with the options it was started with; budgets given now extend every run."""
     path = sweep_file(ref, base)
@@ -134,6 +148,7 @@ def resume_sweep(
     fixed = sorted(set(changed) - set(EXTENSIBLE))
     if fixed:
         raise UserError(f"a resumed sweep keeps its settings; only budgets ({', '.join(EXTENSIBLE)}) may change, not {', '.join(fixed)}")
+    executor = _open(workers, jobs)
     if total_dollars is not None:
         record.total_dollars = total_dollars
     if changed or total_dollars is not None:
@@ -141,7 +156,7 @@ def resume_sweep(
         write_json_atomic(path, record)
     done = sum(1 for m in record.members if m.run is not None)
     console.print(f"resuming sweep [bold]{record.sweep_id}[/]: {done} of {len(record.members)} runs started before", highlight=False)
-    return _Session(record, path, base, jobs, redo_corrupt, extended=bool(changed) or total_dollars is not None).run()
+    return _Session(record, path, base, jobs, executor, redo_corrupt, extended=bool(changed) or total_dollars is not None).run()
 
 
 @dataclass
@@ -155,17 +170,21 @@ class _Outcome:
 
 
 class _Lines(RunEvents):
-    """One plain line per finished attempt, prefixed with the run's task and model."""
+    """One plain line per finished attempt, prefixed with the run's task and model, saying where it was verified."""
 
     def __init__(self, label: str) -> None:
         self.label = label
+        self.placed: dict[int, str] = {}
+
+    def attempt_placed(self, index: int, worker: str) -> None:
+        self.placed[index] = worker
 
     def note(self, message: str) -> None:
         console.print(Text(f"[{self.label}] {message}", style="dim italic"), highlight=False, soft_wrap=True)
 
     def attempt_finished(self, attempt: Attempt, summary: RunSummary) -> None:
         line = Text(f"[{self.label}] ", style="bold")
-        line.append_text(attempt_line(attempt))
+        line.append_text(attempt_line(attempt, self.placed.pop(attempt.index, None)))
         console.print(line, highlight=False, soft_wrap=True)
 
 
@@ -181,6 +200,7 @@ class _Session:
     path: Path
     base: Path
     jobs: int
+    workers: Executor
     redo_corrupt: bool = False
     extended: bool = False  # budgets were raised: runs that stopped on a budget or their rounds go on
     agents: list[Agent] = field(default_factory=list)
@@ -218,7 +238,7 @@ class _Session:
                     )
             except (UserError, TaskError, RunRecordError) as exc:
                 return _Outcome(member, error=str(exc), fatal=True)
-            agent.events = _Lines(_label(member))
+            agent.events, agent.executor = _Lines(_label(member)), self.workers
             self.agents.append(agent)
             if self.shared is not None:
                 agent.shared = self.shared
@@ -241,7 +261,7 @@ class _Session:
             for a in self.agents:
                 a.interrupted_by = "Ctrl-C" if sig == signal.SIGINT else sig.name
             main.cancel()
-            cancel_all()
+            self.workers.cancel()
 
         for sig in STOP_SIGNALS:
             with contextlib.suppress(NotImplementedError):
@@ -256,9 +276,11 @@ class _Session:
 
     def run(self) -> int:
         """Run it to the end (or a signal) and print the table; the exit status."""
-        if self.jobs > 1 and gpu_verifier_available():
-            console.print("on the GPU, timings must not overlap: one run at a time", style="dim italic")
-            self.jobs = 1
+        with self.workers:
+            return self._run()
+
+    def _run(self) -> int:
+        console.print(f"  verifying on {self.workers.describe()}", highlight=False, soft_wrap=True, markup=False)
         if self.shared is not None:  # what the runs left alone spent counts, too
             for m in self.record.members:
                 with contextlib.suppress(RunRecordError):

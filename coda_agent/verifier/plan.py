@@ -11,9 +11,12 @@ from pydantic import BaseModel, Field, ValidationInfo, field_validator
 from ..measure.baselines import COMPILE_MODES
 from ..tasks.model import Baseline
 
-#: Stages on the CPU (emulator) and the sm_90a compile; the GPU stages are ``gpu_correctness``, ``profile``, ``bench``.
+#: Stages on the CPU (emulator) and the sm_90a compile.
 CPU_STAGES = ("correctness",)
 COMPILE_STAGES = ("compile",)
+#: Stages that need a GPU; the timed ones among them need their device to themselves (timings must not overlap).
+GPU_STAGES = ("gpu_correctness", "bench_prepare", "profile", "bench")
+TIMED_STAGES = ("profile", "bench")
 
 
 class Plan(BaseModel):

@@ -1,0 +1,222 @@
+"""The executor seam, local: who runs where, timed jobs alone on their GPU, dead workers reported, one-line errors.
+
+Probe verifiers stand in for the real one where the question is scheduling; the real verifier runs where the
+question is the verdict. Ray's half is in ``test_execute_ray.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import threading
+import time
+from concurrent.futures import wait
+
+import pytest
+
+from coda_agent.agent import Agent, AgentConfig, RunEvents
+from coda_agent.execute import ExecutorError, Job, LocalExecutor, open_executor
+from coda_agent.providers import MockProvider
+from coda_agent.store.records import Budgets
+from coda_agent.tasks import find_task
+from coda_agent.verifier import verify
+from coda_agent.verifier.verdict import Outcome, StageResult, Verdict
+
+from .conftest import cli
+
+TASK = find_task("gemm_residual")
+HUMAN = TASK.human_file.read_text()
+UNTIMED, TIMED, CPU = ("gpu_correctness", "bench_prepare"), ("bench",), ("correctness",)
+_seen: list[tuple[str, float, float]] = []
+_seen_lock = threading.Lock()
+
+
+def probe(task, source, stages, **kw) -> Verdict:
+    """Holds its worker for a moment and records when (the label travels in the source)."""
+    start = time.monotonic()
+    time.sleep(0.3)
+    with _seen_lock:
+        _seen.append((source, start, time.monotonic()))
+    return Verdict(task=task.name, task_version=task.version, backend=kw["backend_label"], outcome=Outcome.PASSED)
+
+
+def probe_device(task, source, stages, **kw) -> Verdict:
+    """Says which GPU its process sees; ``DIE`` kills the process mid-job."""
+    if "DIE" in source:
+        os._exit(1)
+    return Verdict(task=task.name, task_version=task.version, backend="quack", outcome=Outcome.PASSED,
+                   reason=os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"))
+
+
+def job(label: str, stages: tuple[str, ...] = CPU, source: str | None = None) -> Job:
+    return Job(TASK, source or label, stages, seeds=(0,), label=label)
+
+
+def most_at_once(labels: set[str]) -> int:
+    spans = [(s, e) for src, s, e in _seen if src in labels]
+    return max(sum(1 for s2, e2 in spans if s2 <= s < e2) for s, _ in spans)
+
+
+def test_cpu_jobs_run_side_by_side_up_to_the_cpu_workers():
+    _seen.clear()
+    with LocalExecutor(cpu_workers=2, gpus=[], verify_fn=probe) as ex:
+        futures = [ex.submit(job(f"c{i}")) for i in range(5)]
+        wait(futures, timeout=30)
+    assert all(f.result().passed for f in futures)
+    assert most_at_once({f"c{i}" for i in range(5)}) == 2
+
+
+def test_a_timed_job_has_its_gpu_to_itself_while_untimed_ones_share_it_and_cpu_jobs_go_on():
+    _seen.clear()
+    places: dict[str, str] = {}
+    with LocalExecutor(cpu_workers=2, gpu_slots=3, gpus=["0"], verify_fn=probe) as ex:
+        jobs = [job("u1", UNTIMED), job("u2", UNTIMED), job("t1", TIMED), job("u3", UNTIMED), job("t2", TIMED),
+                job("c1"), job("c2")]
+        futures = [ex.submit(j, on_start=lambda w, j=j: places.__setitem__(j.label, w)) for j in jobs]
+        wait(futures, timeout=30)
+    assert all(f.result().passed for f in futures)
+    assert places == {"u1": "gpu0", "u2": "gpu0", "t1": "gpu0", "u3": "gpu0", "t2": "gpu0", "c1": "cpu", "c2": "cpu"}
+    spans = {src: (s, e) for src, s, e in _seen}
+    for timed in ("t1", "t2"):  # nothing else on the device while a timed job runs
+        s, e = spans[timed]
+        assert all(e2 <= s or s2 >= e for src, (s2, e2) in spans.items() if src != timed and not src.startswith("c"))
+    assert most_at_once({"u1", "u2"}) == 2  # untimed jobs share the device
+    assert spans["t1"][1] <= spans["u3"][0]  # in order: the timed job was not overtaken by a later untimed one
+    assert spans["c1"][0] < spans["u1"][1]  # CPU jobs did not wait for the GPU
+
+
+def test_without_a_gpu_a_gpu_job_gets_the_verifiers_own_answer():
+    with LocalExecutor(gpus=[]) as ex:
+        placed: list[str] = []
+        verdict = ex.submit(Job(TASK, HUMAN, UNTIMED, shape_set="bench", backend_label="quack"), on_start=placed.append).result(60)
+    direct = verify(TASK, HUMAN, UNTIMED, shape_set="bench", backend_label="quack")
+    assert placed == ["cpu"] and verdict.outcome is direct.outcome is not Outcome.PASSED
+    assert verdict.reason == direct.reason and "GPU" in verdict.reason.upper()
+
+
+def test_each_gpu_has_a_worker_process_seeing_only_it_and_one_that_dies_is_reported_and_replaced():
+    with LocalExecutor(gpus=["3", "5"], verify_fn=probe_device) as ex:
+        assert ex.describe() == "local: 2 CPU workers, gpu0 (CUDA_VISIBLE_DEVICES=3), gpu1 (CUDA_VISIBLE_DEVICES=5)"
+        placed: dict[str, str] = {}
+        first = [ex.submit(job(f"t{i}", TIMED), on_start=lambda w, i=i: placed.__setitem__(f"t{i}", w)) for i in range(2)]
+        seen = {placed[f"t{i}"]: f.result(120).reason for i, f in enumerate(first)}
+        assert seen == {"gpu0": "3", "gpu1": "5"}
+        dead = ex.submit(job("dies", TIMED, source="DIE")).result(120)
+        assert dead.outcome is Outcome.INFRA_ERROR and "worker failed while verifying" in dead.reason
+        assert "BrokenProcessPool" in dead.reason
+        after = [f.result(120) for f in [ex.submit(job(f"a{i}", TIMED)) for i in range(2)]]
+        assert sorted(v.reason for v in after) == ["3", "5"] and all(v.passed for v in after)
+
+
+def test_a_verifier_that_raises_is_an_infra_error_not_a_lost_job():
+    def broken(*_a, **_k):
+        raise RuntimeError("checker bug")
+
+    with LocalExecutor(gpus=[], verify_fn=broken) as ex:
+        v = ex.submit(job("x")).result(10)
+    assert v.outcome is Outcome.INFRA_ERROR and v.reason == "the verifier itself failed:\nRuntimeError: checker bug"
+
+
+def test_cancel_drops_the_queued_jobs_and_the_running_one_still_answers():
+    release = threading.Event()
+
+    def held(task, source, stages, **kw):
+        release.wait(10)
+        return Verdict(task=task.name, task_version=task.version, backend="torch", outcome=Outcome.PASSED)
+
+    ex = LocalExecutor(cpu_workers=1, gpus=[], verify_fn=held)
+    running, queued = ex.submit(job("r")), ex.submit(job("q"))
+    assert "cpu r" in ex.activity() and "1 queued" in ex.activity()
+    ex.cancel()
+    release.set()
+    assert queued.cancelled() and running.result(10).passed
+    ex.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        ex.submit(job("late"))
+
+
+class Placed(RunEvents):
+    def __init__(self) -> None:
+        self.where: dict[int, str] = {}
+
+    def attempt_placed(self, index: int, worker: str) -> None:
+        self.where[index] = worker
+
+
+def test_the_loop_sends_its_k_candidates_to_a_shared_executor_and_hears_where_each_ran(tmp_path):
+    _seen.clear()
+    events = Placed()
+    cfg = AgentConfig(model="mock/test", budgets=Budgets(rounds=1, candidates_per_round=3), stages=CPU, seeds=(0,))
+    with LocalExecutor(cpu_workers=3, gpus=[], verify_fn=probe) as ex:
+        agent = Agent.create(TASK, MockProvider([f"```python\n{HUMAN}```"] * 3), cfg, tmp_path, events=events, executor=ex)
+        summary = asyncio.run(agent.run())
+    assert summary.attempts == 3 and summary.passes == 3 and events.where == {1: "cpu", 2: "cpu", 3: "cpu"}
+    assert most_at_once({HUMAN}) == 3  # the round's candidates were verified together
+
+
+def test_executor_errors_are_one_line(capsys, monkeypatch, tmp_path):
+    with pytest.raises(ExecutorError, match="--address names a Ray cluster"):
+        open_executor("local", address="127.0.0.1:6379")
+    with pytest.raises(ExecutorError, match=r"unknown executor 'dask' \(known: local, ray\)"):
+        open_executor("dask")
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
+    runs = tmp_path / "runs"
+    code, _, err = cli(capsys, "run", "gemm_residual", "--model", "mock/echo", "--executor", "ray", "--runs-dir", str(runs))
+    assert code == 2 and err.strip() == "error: --executor ray needs Ray, which is not installed here: pip install 'coda-agent[ray]'"
+    assert not runs.exists()  # nothing was started
+
+
+def test_an_unreachable_ray_address_is_one_line_at_once(capsys, tmp_path):
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'coda-agent[ray]')")
+    t0 = time.monotonic()
+    code, _, err = cli(capsys, "run", "gemm_residual", "gemm_swiglu", "--model", "mock/echo", "--executor", "ray",
+                       "--address", "127.0.0.1:1", "--runs-dir", str(tmp_path / "runs"))
+    assert code == 2 and err.strip() == "error: cannot reach a Ray cluster at 127.0.0.1:1: Connection refused"
+    assert time.monotonic() - t0 < 30 and not list((tmp_path / "runs").glob("*.sweep.json"))
+
+
+@pytest.mark.ray
+def test_ray_without_an_address_starts_a_private_cluster_on_loopback_and_stops_it(monkeypatch):
+    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'coda-agent[ray]')")
+    from coda_agent.execute.on_ray import RayExecutor
+
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # no token file in the home folder
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with RayExecutor(verify_fn=probe) as ex:
+        assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}
+        assert ex.describe().startswith("ray at a private local cluster: ") and ex.describe().endswith(", no GPU")
+        assert ex.submit(job("on-ray")).result(120).passed
+    assert not ray.is_initialized()
+
+
+def probe_bench(task, source, stages, **kw) -> Verdict:
+    """The bench's two jobs as a GPU would answer them: every shape correct, then every shape timed at 100 µs."""
+    probe(task, task.name if stages == TIMED else f"check {task.name}", stages, **kw)
+    if stages == UNTIMED:
+        st = StageResult(stage="gpu_correctness", outcome=Outcome.PASSED,
+                         details={"shapes": {s: {"outcome": "passed"} for s in kw["shape_names"]}})
+    else:
+        t = {"median_us": 100.0, "p10_us": 99.0, "p90_us": 101.0, "reps": 50}
+        st = StageResult(stage="bench", outcome=Outcome.PASSED,
+                         details={"shapes": {s: {"dims": {}, "candidate": t, "eager": t} for s in kw["shape_names"]}})
+    return Verdict(task=task.name, task_version=task.version, backend="quack", outcome=Outcome.PASSED, stages=[st])
+
+
+def test_the_bench_checks_side_by_side_then_times_each_task_alone_on_its_gpu_and_checkpoints_in_order():
+    from coda_agent.bench.runner import BenchOptions, run_bench
+    from coda_agent.measure.peaks import Peaks
+
+    _seen.clear()
+    tasks = [find_task(n) for n in ("gemm_residual", "gemm_swiglu", "gemm_rope")]
+    said: list[str] = []
+    saved: list[list[str]] = []
+    with LocalExecutor(cpu_workers=3, gpu_slots=3, gpus=["0"], verify_fn=probe_bench) as ex:
+        run = run_bench(tasks, BenchOptions(seeds=1), Peaks(800.0, 4.8, "test"), "NVIDIA H200", "coda-agent bench",
+                        said.append, lambda r: saved.append(sorted({row.task for row in r.rows})), executor=ex)
+    names = [t.name for t in tasks]
+    assert sorted(said[:3]) == sorted(f"checked {n} on gpu0: passed" for n in names)
+    assert sorted(said[3:]) == sorted(f"timed {n} on gpu0: passed" for n in names)
+    assert saved == [sorted(names[:1]), sorted(names[:2]), sorted(names)]  # after each task, in the tasks' order
+    assert all(r.correct and r.candidate.median_us == 100.0 for r in run.rows)
+    assert most_at_once({f"check {n}" for n in names}) == 3 and most_at_once(set(names)) == 1
