@@ -4,6 +4,7 @@ field, result rows, rendering, the CLI's no-GPU answer and the tuner's config ta
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future
 from datetime import datetime, timezone
 
 import pytest
@@ -221,15 +222,18 @@ class _FakeBench:
         monkeypatch.setattr(runner, "check_tasks", self.check)
         monkeypatch.setattr(runner, "time_task", self.time)
 
-    def check(self, tasks, opts, progress):
+    def check(self, tasks, opts, progress, executor):
         self.checked += [t.name for t in tasks]
         return {t.name: _verdict("gpu_correctness", {"ragged": {"outcome": "passed", "launches": 1}}) for t in tasks}
 
-    def time(self, task, shapes, opts):
+    def time(self, task, shapes, opts, progress, executor):
+        done: Future = Future()
         if self.stop_after is not None and len(self.timed) == self.stop_after:
-            raise KeyboardInterrupt  # the bench killed in its timing phase
-        self.timed.append(task.name)
-        return _verdict("bench", {s: {"dims": {"M": 1}, **self.timing} for s in shapes})
+            done.set_exception(KeyboardInterrupt())  # the bench killed while this task was timed
+        else:
+            self.timed.append(task.name)
+            done.set_result(_verdict("bench", {s: {"dims": {"M": 1}, **self.timing} for s in shapes}))
+        return done
 
 
 BENCH_TASKS = [find_task("gemm_residual_rmsnorm"), find_task("gemm_residual"), find_task("gemm_rmsnorm")]
@@ -240,7 +244,7 @@ def test_an_interrupted_bench_keeps_every_check_and_resume_times_only_the_rest(m
     saved: list[BenchRun] = []
     fake = _FakeBench(monkeypatch, stop_after=1)
     with pytest.raises(KeyboardInterrupt):
-        runner.run_bench(BENCH_TASKS, RAGGED, PEAKS, "NVIDIA H200", "coda-agent bench", checkpoint=lambda r: saved.append(r.model_copy(deep=True)))
+        runner.run_bench(BENCH_TASKS, RAGGED, PEAKS, "NVIDIA H200", "coda-agent bench", executor=None, checkpoint=lambda r: saved.append(r.model_copy(deep=True)))
     first, last = saved[0], saved[-1]
     assert [r.pending for r in first.rows] == [True, True, True]  # written before any timing
     assert [(r.task, r.pending, r.candidate is not None) for r in last.rows] == [
@@ -250,7 +254,7 @@ def test_an_interrupted_bench_keeps_every_check_and_resume_times_only_the_rest(m
     assert report.row_cells(last.rows[1])[3] == "not timed yet"
 
     again = _FakeBench(monkeypatch)
-    done = runner.run_bench(BENCH_TASKS, RAGGED, PEAKS, "NVIDIA H200", "coda-agent bench --resume", previous=BenchRun.model_validate_json(last.model_dump_json()))
+    done = runner.run_bench(BENCH_TASKS, RAGGED, PEAKS, "NVIDIA H200", "coda-agent bench --resume", executor=None, previous=BenchRun.model_validate_json(last.model_dump_json()))
     assert again.checked == again.timed == ["gemm_residual", "gemm_rmsnorm"]
     assert [r.task for r in done.rows] == [t.name for t in BENCH_TASKS] and not any(r.pending for r in done.rows)
     assert done.rows[0] == last.rows[0]  # kept as it was measured
@@ -258,12 +262,12 @@ def test_an_interrupted_bench_keeps_every_check_and_resume_times_only_the_rest(m
 
 def test_resume_measures_again_what_changed_since(monkeypatch):
     fake = _FakeBench(monkeypatch)
-    first = runner.run_bench(BENCH_TASKS[:2], RAGGED, PEAKS, "NVIDIA H200", "coda-agent bench")
+    first = runner.run_bench(BENCH_TASKS[:2], RAGGED, PEAKS, "NVIDIA H200", "coda-agent bench", executor=None)
     first.rows[1].task_version += 1  # the task changed since: its rows cannot stand
     fake.checked.clear()
-    runner.run_bench(BENCH_TASKS[:2], RAGGED, PEAKS, "NVIDIA H200", "coda-agent bench", previous=first)
+    runner.run_bench(BENCH_TASKS[:2], RAGGED, PEAKS, "NVIDIA H200", "coda-agent bench", executor=None, previous=first)
     assert fake.checked == ["gemm_residual"]
-    everything = runner.run_bench(BENCH_TASKS[:1], runner.BenchOptions(shape_names=["ragged", "llama3-8b-down"]), PEAKS, "NVIDIA H200", "x", previous=first)
+    everything = runner.run_bench(BENCH_TASKS[:1], runner.BenchOptions(shape_names=["ragged", "llama3-8b-down"]), PEAKS, "NVIDIA H200", "x", executor=None, previous=first)
     assert fake.checked[-1] == "gemm_residual_rmsnorm" and len(everything.rows) == 2  # other shapes asked for
 
 
