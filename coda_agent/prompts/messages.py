@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
+from ..measure.peaks import SolPoint
 from ..messages import ChatMessage
 from ..store.records import Attempt
 from ..tasks.model import Task
@@ -32,34 +33,6 @@ APPROACHES = (
     "a different algebra: reorder or re-associate the computation so fewer bytes move and fewer launches are needed "
     "(e.g. fold a scale into an operand, or reuse a statistic)",
 )
-
-
-class SolLike(Protocol):
-    """A speed-of-light point (``coda_agent.agent.timing.SolPoint``), read-only."""
-
-    @property
-    def shape(self) -> str: ...
-
-    @property
-    def dims(self) -> str: ...
-
-    @property
-    def flops(self) -> float: ...
-
-    @property
-    def bytes(self) -> float: ...
-
-    @property
-    def compute_us(self) -> float: ...
-
-    @property
-    def memory_us(self) -> float: ...
-
-    @property
-    def sol_us(self) -> float: ...
-
-    @property
-    def bound(self) -> str: ...
 
 
 def system_prompt(examples: Sequence[Example]) -> str:
@@ -94,7 +67,7 @@ def task_prompt(
     *,
     checks: str,
     target: str,
-    sol: Sequence[SolLike],
+    sol: Sequence[SolPoint],
     sol_label: str,
     human_us: Mapping[str, float] | None = None,
 ) -> str:
