@@ -35,4 +35,5 @@ class AttemptOutcome(str, Enum):
 
     @classmethod
     def of_verdict(cls, outcome: Outcome) -> AttemptOutcome:
+        """The attempt outcome a verdict's outcome is (same value)."""
         return cls(outcome.value)
