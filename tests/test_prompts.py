@@ -11,10 +11,10 @@ from coda_agent.agent.timing import timing_from_verdict
 from coda_agent.measure.peaks import NOMINAL_H200, SolPoint, speed_of_light
 from coda_agent.messages import ChatMessage
 from coda_agent.prompts.api_reference import api_reference
+from coda_agent.prompts.chat import build_messages, describe_checks, system_prompt, task_prompt
 from coda_agent.prompts.examples import epilogue_signatures, library_examples, select_examples, task_needs
 from coda_agent.prompts.feedback import feedback_prompt, trim_error
 from coda_agent.prompts.lead import lead_attempt
-from coda_agent.prompts.messages import build_messages, describe_checks, system_prompt, task_prompt
 from coda_agent.store.ranking import best_attempt
 from coda_agent.store.records import Attempt
 from coda_agent.tasks import Task, TaskError, find_task, load_tasks
