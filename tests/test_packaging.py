@@ -29,6 +29,7 @@ def test_the_wheel_ships_the_task_suite_and_the_examples(tmp_path):
     assert not missing
     assert f"coda_agent/examples/mock/{EXAMPLE_SCRIPT.name}" in names
     assert "coda_agent/bench/runner.py" in names and "coda_agent/viewer/templates/task.html" in names
+    assert "coda_agent/py.typed" in names  # type checkers read the installed package's annotations
     read = lambda suffix: zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(suffix))).decode()  # noqa: E731
     assert "License-Expression: Apache-2.0" in read(".dist-info/METADATA")
     assert "coda-agent = coda_agent.launch:main" in read(".dist-info/entry_points.txt")  # --version without torch

@@ -11,18 +11,11 @@ from coda_agent.agent.timing import timing_from_verdict
 from coda_agent.measure.peaks import NOMINAL_H200, SolPoint, speed_of_light
 from coda_agent.messages import ChatMessage
 from coda_agent.prompts.api_reference import api_reference
-from coda_agent.prompts.render import (
-    build_messages,
-    describe_checks,
-    epilogue_signatures,
-    feedback_prompt,
-    library_examples,
-    select_examples,
-    system_prompt,
-    task_needs,
-    task_prompt,
-    trim_error,
-)
+from coda_agent.prompts.chat import build_messages, describe_checks, system_prompt, task_prompt
+from coda_agent.prompts.examples import epilogue_signatures, library_examples, select_examples, task_needs
+from coda_agent.prompts.feedback import feedback_prompt, trim_error
+from coda_agent.prompts.lead import lead_attempt
+from coda_agent.store.ranking import best_attempt
 from coda_agent.store.records import Attempt
 from coda_agent.tasks import Task, TaskError, find_task, load_tasks
 from coda_agent.verifier import static
@@ -265,3 +258,27 @@ def test_messages_alternate_and_continue_from_the_best_reply_of_the_last_round()
     assert "Attempt #1 (your reply above): RUNTIME ERROR" in msgs[3].content
     assert "Attempt #2: STATIC REJECTED" in msgs[3].content and "Its code:" in msgs[3].content
     assert build_messages("S", "T", [wrong, static_bad], population=[], goal_is_speed=False) == msgs  # pure
+
+
+def test_the_lead_is_the_best_correct_reply_by_the_ranking_rule_then_the_closest_failure():
+    def timed(us: dict[str, float]) -> dict:
+        return {"shapes": {name: {"median_us": t} for name, t in us.items()}}
+
+    # slot 0 is faster at one shape, slot 1 by the geomean over both: store.ranking picks slot 1
+    uneven = make_attempt(1, 1, CODE, verdict(Outcome.PASSED), slot=0, timing=timed({"a": 10.0, "b": 90.0}))
+    even = make_attempt(2, 1, CODE, verdict(Outcome.PASSED), slot=1, timing=timed({"a": 20.0, "b": 20.0}))
+    wrong = make_attempt(3, 1, CODE, verdict(Outcome.WRONG_OUTPUT), slot=2)
+    assert best_attempt([uneven, even, wrong]) is even
+    assert lead_attempt([uneven, even, wrong]) is even
+    assert lead_attempt([wrong, uneven]) is uneven  # correct beats any failure
+
+    def off_by(ratio: float, index: int, slot: int) -> Attempt:
+        check = OutputCheck(output="h", shape_point="tiny", seed=0, ok=False, max_abs_err=ratio, allowed=1.0)
+        return make_attempt(index, 2, CODE, verdict(Outcome.WRONG_OUTPUT, "h wrong", [check]), slot=slot)
+
+    far, near = off_by(50.0, 4, 0), off_by(3.0, 5, 1)
+    crashed = make_attempt(6, 2, CODE, verdict(Outcome.CRASH, "segfault"), slot=2)
+    assert lead_attempt([uneven, far, near, crashed]) is near  # the latest round only; the smaller error wins
+    # a record of a failed request is never the lead, whatever else it holds
+    failed = make_attempt(7, 3, CODE, verdict(Outcome.PASSED), raw="```python\nx\n```", provider_error="server: 500")
+    assert lead_attempt([near, failed]) is near

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
+import torch
 
 from coda_agent.tasks import find_task
-from coda_agent.verifier import verify
+from coda_agent.verifier import stages, verify
 from coda_agent.verifier.sandbox import Spec, runner_env
 from coda_agent.verifier.verdict import Outcome
 
@@ -177,3 +179,25 @@ def test_reasons_are_bounded_and_never_carry_a_secret_value(monkeypatch):
     text = sanitize("forward() raised: KeyError: 'sk-FAKE-0123456789abcdef'" + "x" * 10_000)
     assert "sk-FAKE-0123456789abcdef" not in text and "[redacted]" in text
     assert len(text) <= 2500
+
+
+def test_the_reference_is_imported_once_per_source_not_per_shape_and_seed(tmp_path, monkeypatch):
+    for path in (K0.path, K0.reference_file, K0.human_file):
+        (tmp_path / path.relative_to(K0.path.parent)).parent.mkdir(exist_ok=True)
+        shutil.copy(path, tmp_path / path.relative_to(K0.path.parent))
+    task = find_task(str(tmp_path / K0.path.name))
+    imports = []
+    real = stages.reference_function
+    monkeypatch.setattr(stages, "reference_function", lambda t: imports.append(t.name) or real(t))
+    points = task.shape("small")
+    for point in points:
+        for seed in (0, 1):
+            inputs = task.make_inputs(point.dims, seed)
+            fp32, _ = stages.references(task, inputs)
+            fresh = real(task)(**stages.upcast(inputs), **task.constants)
+            assert all(torch.equal(fp32[o.name], fresh[o.name]) for o in task.outputs)
+    assert len(points) > 1 and imports == [task.name]
+    reference = tmp_path / K0.reference_file.name
+    reference.write_text(reference.read_text() + "\n# edited\n")
+    stages.references(task, task.make_inputs(points[0].dims, 0))
+    assert imports == [task.name, task.name]  # an edited reference is imported afresh

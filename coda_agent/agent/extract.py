@@ -13,7 +13,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-from ..prompts.render import strip_thinking
+from ..prompts.chat import strip_thinking
 
 _FENCE = re.compile(r"^[ \t]*(?P<fence>`{3,}|~{3,})[ \t]*(?P<lang>[\w+.-]*)[^\n]*\n(?P<body>.*?)(?:^[ \t]*(?P=fence)[ \t]*$|\Z)", re.MULTILINE | re.DOTALL)
 _PYTHON_TAGS = {"", "python", "py", "python3", "py3"}

@@ -19,7 +19,8 @@ from typing import Any
 from ..execute import Executor, Job, LocalExecutor, VerifyFn
 from ..measure.peaks import NOMINAL_H200, Peaks, measure_peaks, speed_of_light
 from ..messages import ChatMessage
-from ..prompts.render import build_messages, describe_checks, select_examples, system_prompt, task_prompt
+from ..prompts.chat import build_messages, describe_checks, system_prompt, task_prompt
+from ..prompts.examples import select_examples
 from ..provenance import git_state, host_name, package_versions
 from ..providers.base import Completion, Provider, ProviderError
 from ..store.ranking import best_attempt, population

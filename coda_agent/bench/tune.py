@@ -25,6 +25,7 @@ import torch
 from ..measure.timing import Clock, RepPlan, time_interleaved
 from ..primitives import Config, backend
 from ..primitives._epilogue import GemmCall
+from ..primitives.quack_patches import narrowed_autotuner
 from ..tasks.model import Task
 from ..verifier.candidate import CandidateModule
 
@@ -77,39 +78,29 @@ def config_label(c: Config | None) -> str:
     return f"{c.tile_m}x{c.tile_n} {kind} {c.cluster_m}x{c.cluster_n}"
 
 
-@contextmanager
-def _backend(run: Callable[[GemmCall], dict[str, torch.Tensor]]) -> Iterator[None]:
-    """Run gemm calls through ``run`` (a harness-side wrapper of the QuACK backend)."""
-    stack = backend._active  # the harness owns the backend stack; candidates never see this module
-    stack.append(backend.Backend("quack-tune", run))
-    try:
-        yield
-    finally:
-        stack.pop()
-
-
 class _Recorder:
     """Autotunes every gemm call through QuACK and remembers each call's winner, in call order."""
 
     def __init__(self, full: bool = False) -> None:
-        from quack.gemm_runtime import autotune
-
         self.full = full
         self.calls: list[TunedCall] = []
-        self._autotune = autotune
         self._tuners: list[Any] = []
+
+    def keep(self, config: Any) -> bool:
+        """Our part of QuACK's space (see the module docstring)."""
+        return not config.swap_ab and (self.full or (config.tile_m, config.tile_n, config.pingpong) in TILES)
 
     def run(self, call: GemmCall) -> dict[str, torch.Tensor]:
         from ..primitives import _quack
 
         mod = _quack._epimod(call)
         kw, selects = _quack._operands(call)
-        self._tuners.clear()
+        seen = len(self._tuners)
         res = mod(
             call.A, call.B, call.C, out_dtype=None if call.epi.mode == "packed" else call.out_dtype,
             config=None, tuned=True, **kw,
         )
-        tuner = self._tuners[-1] if self._tuners else None
+        tuner = self._tuners[-1] if len(self._tuners) > seen else None
         timings = {}
         if tuner is not None and getattr(tuner, "configs_timings", None):
             timings = {
@@ -128,25 +119,11 @@ class _Recorder:
         return out
 
     @contextmanager
-    def patched(self) -> Iterator[None]:
-        """QuACK's tuner over our space (see the module docstring), and a hook that hands us each tuner it uses."""
-        a = self._autotune
-        space, get_tuner = a._config_space, a._get_tuner
-
-        def no_swap(mod: Any, device: Any) -> list[Any]:
-            return [c for c in space(mod, device) if not c.swap_ab and (self.full or (c.tile_m, c.tile_n, c.pingpong) in TILES)]
-
-        def remember(*args: Any, **kwargs: Any) -> Any:
-            tuner = get_tuner(*args, **kwargs)
-            self._tuners.append(tuner)
-            return tuner
-
-        a._config_space, a._get_tuner = no_swap, remember
-        try:
-            with _backend(self.run):
-                yield
-        finally:
-            a._config_space, a._get_tuner = space, get_tuner
+    def recording(self) -> Iterator[None]:
+        """Every gemm call of the block autotuned over our space, its winner recorded."""
+        with narrowed_autotuner(self.keep) as tuners, backend.using("quack-tune", self.run):
+            self._tuners = tuners
+            yield
 
 
 def _override(configs: list[Config]) -> Callable[[GemmCall], dict[str, torch.Tensor]]:
@@ -174,7 +151,7 @@ def tune_task(task: Task, points: list[Any], clock: Clock | None = None, full: b
     for point in points:
         inputs = task.make_inputs(point.dims, 0, device="cuda")
         rec = _Recorder(full)
-        with torch.no_grad(), rec.patched():
+        with torch.no_grad(), rec.recording():
             module.forward(**inputs, **task.constants)
         variants = _current_vs_tuned(module.forward, {**inputs, **task.constants}, [c.config for c in rec.calls])
         with torch.no_grad():
@@ -188,7 +165,7 @@ def _current_vs_tuned(forward: Callable[..., Any], kwargs: dict[str, Any], winne
     tuned_run = _override(winners)
 
     def tuned() -> object:
-        with _backend(tuned_run):
+        with backend.using("quack-tuned", tuned_run):
             return forward(**kwargs)
 
     return {"current": lambda: forward(**kwargs), "tuned": tuned}

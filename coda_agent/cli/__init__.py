@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
+from ..store.outcomes import AttemptOutcome
 from ..tasks.loader import TaskError
 
 
@@ -54,6 +55,30 @@ app = CliApp(
 )
 console = Console()
 err_console = Console(stderr=True)
+
+
+#: The colour of each attempt outcome in every command: green passed, red the candidate's own failures, magenta
+#: when the provider or the harness failed (not the candidate), yellow when there was no code to check.
+OUTCOME_STYLE: dict[AttemptOutcome, str] = {
+    AttemptOutcome.PASSED: "green",
+    AttemptOutcome.STATIC_REJECTED: "red",
+    AttemptOutcome.COMPILE_ERROR: "red",
+    AttemptOutcome.RUNTIME_ERROR: "red",
+    AttemptOutcome.WRONG_OUTPUT: "red",
+    AttemptOutcome.CHEAT_DETECTED: "red",
+    AttemptOutcome.OVER_LAUNCH_BUDGET: "red",
+    AttemptOutcome.TIMEOUT: "red",
+    AttemptOutcome.CRASH: "red",
+    AttemptOutcome.INFRA_ERROR: "magenta",
+    AttemptOutcome.PROVIDER_ERROR: "magenta",
+    AttemptOutcome.NO_CODE: "yellow",
+    AttemptOutcome.UNVERIFIED: "yellow",
+}
+
+
+def outcome_style(outcome: str) -> str:
+    """The style of an attempt's or a stage's outcome (by value: a verifier ``Outcome`` reads the same)."""
+    return OUTCOME_STYLE[AttemptOutcome(outcome)]
 
 
 def wide_console() -> Console:

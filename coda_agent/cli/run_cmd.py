@@ -21,7 +21,7 @@ from rich.text import Text
 
 from ..agent import Agent, AgentConfig, FatalProviderError, RunEvents
 from ..execute import EXECUTORS, Executor, ExecutorError, open_executor
-from ..prompts.render import attempt_headline
+from ..prompts.feedback import attempt_headline
 from ..providers import Provider, ProviderError, get_provider, lookup, registered
 from ..settings import RUNS_DIR_ENV
 from ..settings import runs_dir as default_runs_dir
@@ -30,7 +30,7 @@ from ..store.rundir import RunReader, RunRecordError, resolve_run
 from ..tasks.loader import find_recorded_task, find_task
 from ..tasks.model import Task
 from ..verifier.sandbox import UNSANDBOXED_OPT_IN, SandboxUnavailable, require_isolation
-from . import UserError, app, console, err_console
+from . import UserError, app, console, err_console, outcome_style
 from .inputs import check_task_runs, default_timeout, seed_list, timeout_value
 
 MODEL_ENV = "CODA_AGENT_MODEL"
@@ -38,10 +38,6 @@ MODEL_ENV = "CODA_AGENT_MODEL"
 MODEL_SPECS = ", ".join(e.usage for e in registered()[:-1]) + f" or {registered()[-1].usage}"
 NO_MODEL = f"no model: pass --model {MODEL_SPECS} (or set {MODEL_ENV})"
 MODEL_HELP = f"{escape(MODEL_SPECS)} (see `coda-agent providers`); repeat for a sweep over models"
-OUTCOME_STYLE = {
-    "passed": "green", "wrong_output": "yellow", "provider_error": "magenta", "infra_error": "magenta",
-    "no_code": "red", "static_rejected": "red",
-}
 
 
 def tokens_text(n: int) -> str:
@@ -82,7 +78,7 @@ def attempt_line(attempt: Attempt, worker: str | None = None) -> Text:
     """``#3  r3.0  passed  correct  · llm 1.2 s · verify 9.8 s on gpu1 · 8.7k tok`` (``worker``: where it was verified)."""
     outcome = attempt.outcome
     line = Text(f"#{attempt.index:<3} r{attempt.round}.{attempt.slot}  ")
-    line.append(f"{outcome:<16}", style=OUTCOME_STYLE.get(outcome, "red"))
+    line.append(f"{outcome:<16}", style=outcome_style(outcome))
     line.append(attempt_headline(attempt).splitlines()[0][:160])
     bits = [f"{k} {v:.1f} s" + (f" on {worker}" if k == "verify" and worker else "") for k, v in attempt.durations.items()]
     tokens = attempt.usage.input_tokens + attempt.usage.output_tokens

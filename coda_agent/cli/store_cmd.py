@@ -18,7 +18,7 @@ from ..store.compare import diff_runs
 from ..store.index import Index
 from ..store.rundir import Problem, RunFiles, RunRecordError, read_run, resolve_run
 from ..store.timings import timing_points
-from . import CliApp, UserError, app, console, err_console, wide_console
+from . import CliApp, UserError, app, console, err_console, outcome_style, wide_console
 
 index_app = CliApp(help="The SQLite index over run records and bench results (a rebuildable cache).")
 app.add_typer(index_app, name="index")
@@ -32,7 +32,6 @@ def index_help(ctx: typer.Context) -> None:
 
 RUNS_DIR = typer.Option(DEFAULT_RUNS_DIR, "--runs-dir", envvar=RUNS_DIR_ENV, help="folder of run records")
 BENCH_DIR = typer.Option(DEFAULT_BENCH_DIR, "--bench-dir", envvar=BENCH_DIR_ENV, help="folder of bench result JSON files")
-OUTCOME_STYLE = {"passed": "green", "provider_error": "magenta", "no_code": "yellow", "infra_error": "magenta"}
 
 
 def open_index(runs_dir: Path, bench_dir: Path) -> Index:
@@ -159,8 +158,7 @@ def find_run(runs_dir: Path, ref: str) -> RunFiles:
 
 
 def _outcome(outcome: str) -> str:
-    style = OUTCOME_STYLE.get(outcome, "red")
-    return f"[{style}]{escape(outcome)}[/]"
+    return f"[{outcome_style(outcome)}]{escape(outcome)}[/]"
 
 
 def _show_attempt(rf: RunFiles, index: int, fmt: str) -> None:

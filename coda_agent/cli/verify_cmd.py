@@ -11,8 +11,8 @@ from ..atomic import write_text_atomic
 from ..tasks.loader import find_task
 from ..tasks.model import Baseline
 from ..verifier import COMPILE_STAGES, CPU_STAGES, detect_sandbox, verify
-from ..verifier.verdict import Verdict
-from . import UserError, app, console, err_console
+from ..verifier.verdict import Outcome, Verdict
+from . import UserError, app, console, err_console, outcome_style
 from .inputs import check_shape_set, default_timeout, read_candidate, seed_list, timeout_value
 
 #: ``--tolerance-baseline`` spellings and the baseline each names.
@@ -38,12 +38,11 @@ def verdict_table(verdict: Verdict) -> Table:
 
 def print_verdict(verdict: Verdict) -> None:
     for s in verdict.stages:
-        mark = "[green]pass[/]" if s.outcome.value == "passed" else f"[red]{s.outcome.value}[/]"
+        mark = f"[{outcome_style(s.outcome.value)}]{'pass' if s.outcome is Outcome.PASSED else s.outcome.value}[/]"
         console.print(f"  {s.stage:<16} {mark}  {s.seconds:6.1f} s")
     if any(s.checks for s in verdict.stages):
         console.print(verdict_table(verdict))
-    colour = "green" if verdict.passed else "red"
-    console.print(f"[bold {colour}]{verdict.outcome.value.upper()}[/] {verdict.task} v{verdict.task_version}", highlight=False)
+    console.print(f"[bold {outcome_style(verdict.outcome.value)}]{verdict.outcome.value.upper()}[/] {verdict.task} v{verdict.task_version}", highlight=False)
     if verdict.reason and not verdict.passed:
         console.print(verdict.reason, highlight=False, markup=False)
 

@@ -3,22 +3,21 @@
 Imported lazily (only the harness selects it). Two flavours:
 
 * ``quack``: a real launch through QuACK's eager call (GPU), reduces finalised by QuACK's host_finalize;
-* ``quack-compile``: compile for the configured arch through ``EpiMod.plan`` without launching, so the
-  sm_90a kernels of a candidate build on a CPU-only machine (``QUACK_ARCH=90 CUTE_DSL_ARCH=sm_90a``).
-  The returned tensors have the right shapes and dtypes but no meaningful values.
+* ``quack-compile``: compile through ``EpiMod.plan`` without launching, so the sm_90a kernels of a candidate
+  build on a CPU-only machine (:func:`.quack_patches.compile_only` sets the target for each plan, then restores
+  it). The returned tensors have the right shapes and dtypes but no meaningful values.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import torch
 
 from ._epilogue import Config, GemmCall
 from ._ops import ColVecLoad, ColVecReduce, ColVecSelect, OnlineLSEReduce, RowVecLoad, RowVecReduce
+from .quack_patches import compile_only
 
 _QUACK_MODE = {"element": None, "acc_pair": "acc_pair", "packed": "packed_cd_b16x2"}
 
@@ -114,30 +113,18 @@ def run(call: GemmCall) -> dict[str, torch.Tensor]:
 
 
 def run_compile_only(call: GemmCall) -> dict[str, torch.Tensor]:
-    """Compile the kernel for the configured arch without launching it (works without a GPU)."""
-    mod = _epimod(call)
-    kw, selects = _operands(call)
-    m, n = call.m, call.n
-    width = n // 2 if call.epi.mode == "acc_pair" else n
-    d_shape = (m, 2 * n) if call.epi.mode == "packed" else (m, n)
-    out = {"D": torch.zeros(d_shape, dtype=call.out_dtype)} if call.store_d else {}
-    out.update({name: torch.zeros(m, width, dtype=call.out_dtype) for name in call.epi.outputs})
-    with without_driver():
+    """Compile the kernel for sm_90a (or the arch the environment names) without launching it (no GPU needed)."""
+    with compile_only():
+        mod = _epimod(call)
+        kw, selects = _operands(call)
+        m, n = call.m, call.n
+        width = n // 2 if call.epi.mode == "acc_pair" else n
+        d_shape = (m, 2 * n) if call.epi.mode == "packed" else (m, n)
+        out = {"D": torch.zeros(d_shape, dtype=call.out_dtype)} if call.store_d else {}
+        out.update({name: torch.zeros(m, width, dtype=call.out_dtype) for name in call.epi.outputs})
         mod.plan(call.A, call.B, call.C, out=out, config=_gemm_config(call.config), **kw)
     for name, sink in call.epi.sinks.items():
         out[name] = torch.zeros(n if isinstance(sink, RowVecReduce) else m, dtype=torch.float32)
     out.update(selects)
     return out
 
-
-@contextmanager
-def without_driver() -> Iterator[None]:
-    """While planning compile-only, QuACK asks the driver only for the SM count: answer it (H200: 132), then restore."""
-    import quack.gemm_runtime.host as host
-
-    original = host.get_max_active_clusters
-    host.get_max_active_clusters = lambda cluster_size: 132 // cluster_size
-    try:
-        yield
-    finally:
-        host.get_max_active_clusters = original

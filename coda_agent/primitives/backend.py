@@ -10,7 +10,6 @@ rejects candidates that import it.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -40,8 +39,6 @@ def _make(name: str) -> Backend:
 
         return Backend(name, _quack.run)
     if name == "quack-compile":
-        os.environ.setdefault("QUACK_ARCH", "90")
-        os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
         from . import _quack
 
         return Backend(name, _quack.run_compile_only)
@@ -70,9 +67,12 @@ def set_backend(name: str, wrap: Callable[[Runner], Runner] | None = None) -> Ba
 
 
 @contextmanager
-def using(name: str) -> Iterator[Backend]:
-    """Run a block on another backend, then restore the previous one."""
-    _active.append(_make(name))
+def using(name: str, run: Runner | None = None) -> Iterator[Backend]:
+    """Run a block on another backend, then restore the previous one.
+
+    ``run`` runs the block's gemm calls instead, as backend ``name`` (the tuner's wrappers of the QuACK backend).
+    """
+    _active.append(_make(name) if run is None else Backend(name, run))
     try:
         yield _active[-1]
     finally:

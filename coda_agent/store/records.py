@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field, ValidationError
 from ..atomic import write_text_atomic
 from ..messages import ChatMessage
 from ..verifier.verdict import Verdict
+from .outcomes import AttemptOutcome
 
 #: 2: a timing stage's per-shape times are typed (``StageResult.timings``); schema 1 records still read.
 SCHEMA_VERSION = 2
@@ -111,12 +112,12 @@ class Attempt(BaseModel):
         return self.verdict is not None and self.verdict.passed
 
     @property
-    def outcome(self) -> str:
+    def outcome(self) -> AttemptOutcome:
         if self.provider_error:
-            return "provider_error"
+            return AttemptOutcome.PROVIDER_ERROR
         if self.code is None:
-            return "no_code"
-        return self.verdict.outcome.value if self.verdict else "unverified"
+            return AttemptOutcome.NO_CODE
+        return AttemptOutcome.of_verdict(self.verdict.outcome) if self.verdict else AttemptOutcome.UNVERIFIED
 
 
 class RunSummary(BaseModel):

@@ -363,7 +363,7 @@ def rolled_up(summary: RunSummary, attempts: Sequence[Attempt]) -> RunSummary:
         "speedup_vs_human": timing.get("speedup_vs_human"),
         "speedup_vs_cublas": timing.get("speedup_vs_cublas"),
         "sol_fraction": timing.get("sol_fraction"),
-        "outcomes": dict(Counter(a.outcome for a in attempts)),
+        "outcomes": dict(Counter(a.outcome.value for a in attempts)),
         "input_tokens": sum(a.usage.input_tokens for a in attempts),
         "output_tokens": sum(a.usage.output_tokens for a in attempts),
         "cost_usd": round(sum(a.usage.cost_usd for a in attempts), 6),

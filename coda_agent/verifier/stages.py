@@ -108,9 +108,24 @@ def upcast(inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: (v.float() if v.is_floating_point() else v) for k, v in inputs.items()}
 
 
+Reference = Callable[..., dict[str, torch.Tensor]]
+#: (reference file, function, its source) -> the imported function: one import per reference source, not one
+#: per shape and seed; an edited file is a new key, so it is imported afresh.
+_imported_references: dict[tuple[Path, str, str], Reference] = {}
+
+
+def reference_of(task: Task) -> Reference:
+    """The task's FP32 reference function, imported once per reference source."""
+    path = task.reference_file
+    key = (path.resolve(), task.reference_function, path.read_text() if path.is_file() else "")
+    if key not in _imported_references:
+        _imported_references[key] = reference_function(task)  # a missing or broken file raises, and is not kept
+    return _imported_references[key]
+
+
 def references(task: Task, inputs: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """(FP32 reference, task-dtype reference) on the same inputs."""
-    ref = reference_function(task)
+    ref = reference_of(task)
     with torch.no_grad():
         return ref(**upcast(inputs), **task.constants), ref(**{k: v.clone() for k, v in inputs.items()}, **task.constants)
 

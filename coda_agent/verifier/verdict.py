@@ -46,6 +46,13 @@ class OutputCheck(BaseModel):
     expected_value: float | None = None
     reason: str = ""
 
+    @property
+    def error_ratio(self) -> float | None:
+        """The error over the allowed error (<= 1 passes); None when either is unknown."""
+        if self.max_abs_err is None or not self.allowed:
+            return None
+        return self.max_abs_err / self.allowed
+
 
 class ShapeTiming(BaseModel):
     """One shape of a timing stage: the candidate and the baselines timed with it (medians and spread, µs)."""
@@ -117,8 +124,7 @@ class Verdict(BaseModel):
 
 
 def _ratio(c: OutputCheck) -> float:
-    if not c.ok and c.max_abs_err is None:
-        return float("inf")
-    if c.max_abs_err is None or not c.allowed:
-        return 0.0
-    return c.max_abs_err / c.allowed
+    """The error ratio for ordering: a failure with no error figure (missing, misshaped) ranks worst."""
+    if c.error_ratio is not None:
+        return c.error_ratio
+    return float("inf") if not c.ok and c.max_abs_err is None else 0.0

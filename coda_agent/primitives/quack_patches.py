@@ -1,0 +1,110 @@
+"""Every place the harness reaches into QuACK's or the CuTe DSL's internals, each a context manager that
+restores what it changed on the way out.
+
+QuACK 0.6.5 (with nvidia-cutlass-dsl 4.7.1) has no public switch for any of these, so they are kept here,
+together, where a version bump is checked in one place (``tests/test_quack_patches.py`` runs each on a CPU):
+
+* :func:`compile_target`: the arch to build for without a GPU (environment variables, plus the DSL's latched
+  target and QuACK's cached capability, which would otherwise outlive them);
+* :func:`without_driver`: the one driver query planning makes (the SM count), answered for an H200;
+* :func:`compile_only`: both, around each compile-only plan;
+* :func:`narrowed_autotuner`: QuACK's autotuner over part of its config space, reporting the tuners it uses.
+
+Harness code only: not part of the candidate surface, and the static check refuses candidates that import it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+#: The H200's SM count: what planning a persistent kernel asks the driver for.
+H200_SM_COUNT = 132
+ARCH_VARIABLES = ("QUACK_ARCH", "CUTE_DSL_ARCH")
+
+
+def _clear_capability_caches() -> None:
+    """QuACK caches the capability it read from QUACK_ARCH (or the GPU) for the life of the process."""
+    from quack import cute_dsl_utils
+
+    cute_dsl_utils._get_device_capacity_cached.cache_clear()
+    cute_dsl_utils.get_compile_target_capacity.cache_clear()
+
+
+@contextmanager
+def compile_target(quack_arch: str = "90", cute_dsl_arch: str = "sm_90a") -> Iterator[None]:
+    """Build for ``quack_arch`` / ``cute_dsl_arch`` (QuACK's dispatch arch, the ptxas target) without a GPU.
+
+    An arch the environment already names is kept (``QUACK_ARCH=100 CUTE_DSL_ARCH=sm_100a`` builds for SM100).
+    cutlass-dsl reads CUTE_DSL_ARCH once, when it is imported, so the target is set on the DSL itself too;
+    afterwards the environment is as it was, the DSL's target is again whatever that environment says, and
+    QuACK reads its capability afresh.
+    """
+    saved = {name: os.environ.get(name) for name in ARCH_VARIABLES}
+    os.environ.setdefault("QUACK_ARCH", quack_arch)
+    os.environ.setdefault("CUTE_DSL_ARCH", cute_dsl_arch)
+    from cutlass.cutlass_dsl import CuTeDSL
+
+    dsl_env = CuTeDSL._get_dsl().envar
+    dsl_env.arch = os.environ["CUTE_DSL_ARCH"]
+    _clear_capability_caches()
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        del dsl_env.arch  # the DSL's own reset: CUTE_DSL_ARCH as the environment has it now, or detection
+        _clear_capability_caches()
+
+
+@contextmanager
+def without_driver(sm_count: int = H200_SM_COUNT) -> Iterator[None]:
+    """Planning asks the driver how many clusters fit at once (the SM count); answer it, then restore the query."""
+    import quack.gemm_runtime.host as host
+
+    original = host.get_max_active_clusters
+    host.get_max_active_clusters = lambda cluster_size: sm_count // cluster_size
+    try:
+        yield
+    finally:
+        host.get_max_active_clusters = original
+
+
+@contextmanager
+def compile_only() -> Iterator[None]:
+    """What building a kernel for sm_90a on a machine with no GPU needs: the target and the driver stand-in."""
+    with compile_target(), without_driver():
+        yield
+
+
+@contextmanager
+def narrowed_autotuner(keep: Callable[[Any], bool]) -> Iterator[list[Any]]:
+    """QuACK's autotuner over the configs of its own space that ``keep`` accepts; yields the list of the tuners
+    it uses, in call order (a tuner's ``best_config`` and ``configs_timings`` say what won).
+
+    Tuners are cached per epilogue for the life of the process, so the block gets a cache of its own: tuners
+    built over the narrowed space stay inside it, and QuACK tunes over its whole space again afterwards.
+    """
+    from quack.gemm_runtime import autotune
+
+    space, get_tuner, tuners = autotune._config_space, autotune._get_tuner, autotune._MOD_TUNERS
+    used: list[Any] = []
+
+    def narrowed(mod: Any, device: Any) -> list[Any]:
+        return [c for c in space(mod, device) if keep(c)]
+
+    def remember(*args: Any, **kwargs: Any) -> Any:
+        tuner = get_tuner(*args, **kwargs)
+        used.append(tuner)
+        return tuner
+
+    autotune._config_space, autotune._get_tuner, autotune._MOD_TUNERS = narrowed, remember, {}
+    try:
+        yield used
+    finally:
+        autotune._config_space, autotune._get_tuner, autotune._MOD_TUNERS = space, get_tuner, tuners

@@ -1,0 +1,164 @@
+"""The chat sent for each candidate: the system message (contract, API reference, worked examples), the task
+message, and after the first round the lead reply and the feedback on every attempt so far.
+
+Everything here is a pure function of its arguments, so a resumed run rebuilds exactly the prompts the
+interrupted one would have sent.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..measure.peaks import SolPoint
+from ..messages import ChatMessage
+from ..store.records import Attempt
+from ..tasks.model import Task
+from ..verifier import static
+from .api_reference import api_reference
+from .examples import Example
+from .feedback import feedback_prompt
+from .lead import lead_attempt
+from .templating import render
+
+#: What each of a round's K candidates is asked to try (slot i takes entry i mod len), so they do not all converge.
+APPROACHES = (
+    "refine the best candidate so far (or, with none yet, the most direct fusion of the reference): the smallest "
+    "change that makes it faster",
+    "a different GEMM `Config` (tile_m, tile_n, cluster, pingpong or cooperative) from the best candidate's, "
+    "suited to the bench shapes",
+    "a different split of the work: what the epilogue computes, what goes into reduce sinks, and what (if anything) "
+    "is left to a second gemm or to host ops",
+    "a different algebra: reorder or re-associate the computation so fewer bytes move and fewer launches are needed "
+    "(e.g. fold a scale into an operand, or reuse a statistic)",
+)
+
+
+def system_prompt(examples: Sequence[Example]) -> str:
+    """The contract, the generated API reference and the worked examples (the same for every attempt)."""
+    return render(
+        "system.j2",
+        api_reference=api_reference().strip(),
+        examples=examples,
+        torch_functions=sorted(static.TORCH_FUNCTIONS),
+        torch_values=sorted(static.TORCH_VALUES),
+        methods=sorted(static.METHODS),
+        data_attrs=sorted(static.DATA_ATTRS),
+        builtins=sorted(static.BUILTINS - {"True", "False", "None"}),
+    )
+
+
+def _init_text(spec: Any) -> str:
+    ini = spec.init
+    if ini.dist == "normal":
+        return f"normal(mean {ini.mean}, std {ini.std})"
+    if ini.dist == "uniform":
+        return f"uniform[{ini.low}, {ini.high})"
+    return f"randint[{ini.low}, {ini.high})"
+
+
+def _shape_text(shape: Sequence[str | int]) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def task_prompt(
+    task: Task,
+    *,
+    checks: str,
+    target: str,
+    sol: Sequence[SolPoint],
+    sol_label: str,
+    human_us: Mapping[str, float] | None = None,
+) -> str:
+    """What to compute and how it is judged: signature, tensors, reference, shapes, tolerance, budget, SoL."""
+    sol_by_shape = {p.shape: p.sol_us for p in sol}
+    return render(
+        "task.j2",
+        t=task,
+        signature=", ".join([*(i.name for i in task.inputs), *task.constants]),
+        returns=", ".join(f'"{o.name}": ...' for o in task.outputs),
+        inputs=[
+            {"name": i.name, "shape": _shape_text(i.shape), "dtype": i.dtype, "init": _init_text(i), "description": i.description}
+            for i in task.inputs
+        ],
+        outputs=[{"name": o.name, "shape": _shape_text(o.shape), "dtype": o.dtype, "description": o.description} for o in task.outputs],
+        constants=task.constants,
+        reference_source=task.reference_file.read_text().strip(),
+        shape_sets={name: task.summary_shapes(name) for name in task.shapes},
+        tolerances=[
+            {"name": o.name, "factor": f"{f:g}", "floor": f"{fl:g}"}
+            for o in task.outputs
+            for f, fl in [task.tolerance.for_output(o.name)]
+        ],
+        sol={"peaks_label": sol_label, "points": sol},
+        human_timing=[{"shape": s, "us": us, "sol_us": sol_by_shape.get(s)} for s, us in (human_us or {}).items()],
+        checks=checks,
+        target=target,
+    )
+
+
+def describe_checks(task: Task, stages: Sequence[str], shape_set: str, seeds: Sequence[int]) -> str:
+    """One paragraph on what this run's verifier does, in order."""
+    steps = ["the static check (nothing runs if it refuses the module)"]
+    shapes = ", ".join(p.name for p in task.shape(shape_set))
+    seed_text = f"seed{'s' if len(seeds) != 1 else ''} {', '.join(str(s) for s in seeds)}"
+    for name in stages:
+        if name == "correctness":
+            steps.append(f"the CPU emulator against the FP32 reference at the `{shape_set}` shapes ({shapes}), {seed_text}")
+        elif name == "compile":
+            steps.append("an sm_90a build of every kernel `forward()` launches (QuACK / CuTe DSL, no GPU needed)")
+        elif name == "gpu_correctness":
+            steps.append(f"real kernels on the GPU against the FP32 reference at the `{shape_set}` shapes, {seed_text}, "
+                         "with the launch count checked against the budget")
+        elif name == "profile":
+            steps.append("GPU timing (median over repetitions) against the hand-written kernel and the baselines")
+        else:
+            steps.append(f"the `{name}` stage")
+    return "Each candidate goes through " + "; then ".join(steps) + ". The first failing step ends the check."
+
+
+def approach_note(slot: int, slots: int) -> str:
+    """What candidate ``slot`` of a round of ``slots`` should try; empty for a round of one."""
+    if slots <= 1:
+        return ""
+    return (
+        f"You are candidate {slot + 1} of {slots} written from this same message; the others take other approaches. "
+        f"Yours: {APPROACHES[slot % len(APPROACHES)]}."
+    )
+
+
+def build_messages(
+    system: str,
+    task_message: str,
+    attempts: Sequence[Attempt],
+    *,
+    population: Sequence[Attempt],
+    goal_is_speed: bool,
+    goals: Mapping[str, float] | None = None,
+    slot: int = 0,
+    slots: int = 1,
+) -> list[ChatMessage]:
+    """The chat for candidate ``slot`` of the next round: system, task, then (after round 1) the lead reply and
+    the feedback; with several candidates per round the last message asks each for a different approach.
+
+    The model sees its own best reply of the last round as its turn, and the results of every attempt
+    so far (with the code of the attempts it did not "say" in this chat) as the next user turn.
+    """
+    messages = [ChatMessage(role="system", content=system)]
+    note = approach_note(slot, slots)
+    lead = lead_attempt(attempts)
+    if lead is None:
+        return [*messages, ChatMessage(role="user", content="\n\n".join(p for p in (task_message.rstrip(), note) if p) + "\n")]
+    feedback = feedback_prompt(attempts, population=population, goal_is_speed=goal_is_speed, goals=goals, lead=lead)
+    return [
+        *messages,
+        ChatMessage(role="user", content=task_message),
+        ChatMessage(role="assistant", content=strip_thinking(lead.raw_response or "").strip() or "(empty reply)"),
+        ChatMessage(role="user", content="\n\n".join(p for p in (feedback.rstrip(), note) if p) + "\n"),
+    ]
+
+
+def strip_thinking(text: str) -> str:
+    """Drop ``<think>...</think>`` sections that reasoning models served over OpenAI-compatible APIs emit."""
+    return re.sub(r"<think>.*?(</think>|$)", "", text, flags=re.DOTALL)

@@ -1,0 +1,329 @@
+"""The feedback message: what became of every attempt so far, in the detail a model can act on.
+
+The latest round in full (static violations with the offending line, the error table against the FP32
+reference, trimmed tracebacks, GPU timing against the human kernel and the baselines), earlier rounds as
+a table, the population of best distinct correct candidates with their code, and what to do next.
+A pure function of the recorded attempts, so a resumed run rebuilds exactly what the interrupted one sent.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..store.outcomes import AttemptOutcome
+from ..store.ranking import attempt_time_us, shape_ratio
+from ..store.records import Attempt
+from ..verifier.verdict import Outcome, OutputCheck, Verdict
+from .lead import lead_attempt, replied
+from .templating import render
+
+HISTORY_ROWS = 40
+#: The speed targets a run can name (``RunHeader.target`` keys), as the feedback spells them.
+GOAL_NAMES = {"speedup_vs_human": "the human kernel", "speedup_vs_cublas": "cuBLAS alone", "sol_fraction": "SoL"}
+BASELINE_NAMES = {"cublas": "cuBLAS alone", "compiled": "torch.compile", "eager": "eager"}
+BOUND_ADVICE = {
+    "memory": "memory-bound: the time goes to bytes moved. Read each input and write each output once, keep "
+    "intermediates in the epilogue's registers instead of HBM, and drop host ops that make extra passes",
+    "compute": "compute-bound: the time goes to the GEMM mainloop. Choose a `Config` (tile, cluster, pingpong or "
+    "cooperative) that fills the SMs at this shape, and keep the epilogue light",
+}
+#: The first next step after a round with no correct candidate, by the lead reply's outcome (a lead is a reply,
+#: so it never passed here nor is it a provider error).
+NEXT_STEP: dict[AttemptOutcome, str] = {
+    AttemptOutcome.NO_CODE: "Answer with the whole module in one ```python block.",
+    AttemptOutcome.STATIC_REJECTED: "Fix every violation listed above; the module was refused before anything ran.",
+    AttemptOutcome.RUNTIME_ERROR: "forward() raised: the lines shown are from your module; fix the call, the shapes or "
+    "the epilogue contract.",
+    AttemptOutcome.COMPILE_ERROR: "The sm_90a build failed: keep to the value functions and modes the API reference "
+    "lists, and check the Config rules; the lines shown are from your module.",
+    AttemptOutcome.WRONG_OUTPUT: "Compare your algebra with the reference line by line, output by output; the table "
+    "says which outputs are wrong, where, and by how much.",
+    AttemptOutcome.CHEAT_DETECTED: "Follow the contract: inputs are read-only, no state across calls, no side streams.",
+    AttemptOutcome.OVER_LAUNCH_BUDGET: "Launch fewer kernels: fuse the host-side torch ops into the epilogue or a "
+    "reduce sink.",
+    AttemptOutcome.TIMEOUT: "It ran too long: remove loops over rows or tiles in Python; one gemm() does the whole "
+    "matrix.",
+    AttemptOutcome.CRASH: "The worker process died: avoid out-of-bounds indexing and huge intermediate tensors.",
+    AttemptOutcome.INFRA_ERROR: "The harness failed, not your code: resubmit the candidate (fixing anything else you "
+    "see).",
+    AttemptOutcome.UNVERIFIED: "The harness recorded no verdict for it: resubmit the candidate (fixing anything else "
+    "you see).",
+}
+ERROR_LINES, ERROR_CHARS = 30, 2500
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3g}"
+
+
+def _times(r: float) -> str:
+    """An error ratio: ``x0.337``, ``x12.5``, ``x1020`` (never exponent notation)."""
+    return f"x{r:.0f}" if r >= 100 else f"x{r:.3g}"
+
+
+def _us(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def trim_error(text: str, max_lines: int = ERROR_LINES, max_chars: int = ERROR_CHARS) -> str:
+    """Head and tail of a long error, with a marker where lines were cut."""
+    lines = text.strip().splitlines()
+    if len(lines) > max_lines:
+        head, tail = max_lines // 3, max_lines - max_lines // 3
+        lines = [*lines[:head], f"... ({len(lines) - max_lines} lines cut) ...", *lines[-tail:]]
+    out = "\n".join(lines)
+    if len(out) > max_chars:
+        out = out[: max_chars // 3] + "\n... (cut) ...\n" + out[-(2 * max_chars) // 3 :]
+    return out
+
+
+def _point_results(verdict: Verdict) -> dict[str, dict[str, bool]]:
+    """output -> shape point -> passed at every seed."""
+    out: dict[str, dict[str, bool]] = {}
+    for st in verdict.stages:
+        for c in st.checks:
+            per = out.setdefault(c.output, {})
+            per[c.shape_point] = per.get(c.shape_point, True) and c.ok
+    return out
+
+
+def _failing_outputs(verdict: Verdict) -> list[OutputCheck]:
+    return [c for c in verdict.worst_checks() if not c.ok]
+
+
+def attempt_headline(attempt: Attempt) -> str:
+    """One line saying what happened to an attempt (history tables, progress display)."""
+    outcome = attempt.outcome
+    if outcome is AttemptOutcome.PROVIDER_ERROR:
+        return f"the model request failed: {(attempt.provider_error or '').splitlines()[0]}"
+    if outcome is AttemptOutcome.NO_CODE:
+        return attempt.extraction_error or "the reply held no Python module"
+    verdict = attempt.verdict
+    if verdict is None:
+        return "not verified"
+    if verdict.passed:
+        t = attempt.timing
+        parts = ["correct"]
+        if "speedup_vs_human" in t:
+            parts.append(f"{t['speedup_vs_human']:.2f}x the human kernel")
+        if "speedup_vs_cublas" in t:
+            parts.append(f"{t['speedup_vs_cublas']:.2f}x cuBLAS alone")
+        if "sol_fraction" in t:
+            parts.append(f"{100 * t['sol_fraction']:.0f}% of SoL")
+        if "geomean_us" in t and len(parts) == 1:
+            parts.append(f"{t['geomean_us']:.1f} µs")
+        if attempt.tuning is not None and attempt.tuning.adopted and attempt.tuning.before.get("geomean_us"):
+            parts.append(f"once the harness tuned its configs (from {attempt.tuning.before['geomean_us']:.1f} µs)")
+        if not t:
+            ran = {s.stage for s in verdict.stages}
+            where = "on the GPU" if "gpu_correctness" in ran else "on the emulator" if "correctness" in ran else ""
+            built = " and builds for sm_90a" if "compile" in ran else ""
+            return " ".join(p for p in ("correct", where) if p) + built
+        return ", ".join(parts)
+    failing = _failing_outputs(verdict)
+    if verdict.outcome is Outcome.WRONG_OUTPUT and failing:
+        bits = []
+        for c in failing[:3]:
+            r = c.error_ratio
+            if r is None:
+                bits.append(c.reason.split(";")[0] if c.reason else f"{c.output}: wrong")
+            else:
+                bits.append(f"{c.output} err {_num(c.max_abs_err)} > {_num(c.allowed)} ({_times(r)}) at {c.worst_index} {c.shape_point}/{c.seed}")
+        more = f" (+{len(failing) - 3} more)" if len(failing) > 3 else ""
+        return "; ".join(bits) + more
+    lines = [ln.strip() for ln in verdict.reason.strip().splitlines() if ln.strip()]
+    if not lines:
+        return verdict.outcome.value
+    if verdict.outcome is Outcome.STATIC_REJECTED and len(lines) > 1:
+        return "; ".join(lines[1:3]) + (f" (+{len(lines) - 3} more)" if len(lines) > 3 else "")
+    return lines[-1][:300]
+
+
+def _violations(attempt: Attempt) -> list[dict[str, Any]]:
+    verdict = attempt.verdict
+    if verdict is None or verdict.outcome is not Outcome.STATIC_REJECTED:
+        return []
+    code_lines = (attempt.code or "").splitlines()
+    out = []
+    for m in re.finditer(r"^line (\d+): (.+)$", verdict.reason, flags=re.MULTILINE):
+        n = int(m.group(1))
+        source = code_lines[n - 1].strip() if 1 <= n <= len(code_lines) else ""
+        out.append({"line": n, "message": m.group(2), "source": source})
+    return out
+
+
+def _check_rows(verdict: Verdict) -> tuple[list[dict[str, Any]], list[str]]:
+    points = _point_results(verdict)
+    rows, notes = [], []
+    for c in verdict.worst_checks():
+        per = points.get(c.output, {})
+        fails = [p for p, ok in per.items() if not ok]
+        r = c.error_ratio
+        rows.append({
+            "output": c.output, "ok": c.ok, "err": _num(c.max_abs_err), "allowed": _num(c.allowed),
+            "ratio": "-" if r is None else f"{r:.3g}" if r < 100 else f"{r:.0f}", "where": str(c.worst_index) if c.worst_index is not None else "-",
+            "got": _num(c.worst_value), "expected": _num(c.expected_value), "at": f"{c.shape_point}/{c.seed}",
+            "fails_at": ", ".join(fails) if fails else "-",
+        })
+        if c.ok:
+            continue
+        if r is None:
+            notes.append(f"`{c.output}`: {c.reason}")
+        elif r <= 10:
+            notes.append(
+                f"`{c.output}` is close ({_times(r)} the tolerance): look for lost precision, e.g. an intermediate rounded "
+                "to the task dtype, or a statistic taken from a rounded value instead of the FP32 accumulator."
+            )
+        else:
+            notes.append(f"`{c.output}` is far off ({_times(r)} the tolerance): its formula differs from the reference.")
+        passing = [p for p, ok in per.items() if ok]
+        if fails and passing:
+            notes.append(
+                f"`{c.output}` fails at {', '.join(fails)} but passes at {', '.join(passing)}: compare those shapes "
+                "(a dimension that is not a tile multiple, or an M == N ambiguity)."
+            )
+    return rows, notes
+
+
+def _timing_view(timing: Mapping[str, Any]) -> dict[str, Any] | None:
+    shapes = timing.get("shapes") or {}
+    if not shapes:
+        return None
+    present = {b for s in shapes.values() for b in s.get("baselines", {})}
+    baselines = [b for b in BASELINE_NAMES if b in present]
+
+    def ratio(num: float | None, den: float) -> str:
+        return f"{num / den:.2f}x" if num else "-"
+
+    rows = []
+    for name, s in shapes.items():
+        us = s["median_us"]
+        rows.append({
+            "shape": name, "us": _us(us), "human_us": _us(s.get("human_us")), "vs_human": ratio(s.get("human_us"), us),
+            "vs": {b: ratio(s.get("baselines", {}).get(b), us) for b in baselines},
+            "sol_us": _us(s.get("sol_us")), "sol_pct": f"{100 * s['sol_us'] / us:.0f}%" if s.get("sol_us") else "-",
+            "bound": s.get("bound", "-"),
+        })
+    return {"rows": rows, "baselines": [{"key": b, "name": BASELINE_NAMES[b]} for b in baselines]}
+
+
+def _attempt_view(attempt: Attempt, *, is_lead: bool) -> dict[str, Any]:
+    verdict = attempt.verdict
+    view: dict[str, Any] = {
+        "index": attempt.index, "is_lead": is_lead, "outcome": attempt.outcome.value.upper().replace("_", " "),
+        "headline": attempt_headline(attempt), "truncated": attempt.finish_reason in ("length", "max_tokens"),
+        "violations": _violations(attempt), "error_text": "", "checks": [], "check_notes": [], "timing": None,
+        "code": None if is_lead else attempt.code,
+    }
+    if view["violations"]:
+        view["headline"] = ""  # the list below says it all
+    if verdict is not None and not verdict.passed and verdict.outcome not in (Outcome.STATIC_REJECTED, Outcome.WRONG_OUTPUT):
+        view["error_text"] = trim_error(verdict.reason)
+    if verdict is not None and any(s.checks for s in verdict.stages) and not verdict.passed:
+        view["checks"], view["check_notes"] = _check_rows(verdict)
+    if attempt.timing:
+        view["timing"] = _timing_view(attempt.timing)
+    return view
+
+
+def _ratio_text(key: str, value: float) -> str:
+    """A target ratio as the feedback prints it: ``54%`` of SoL, ``0.80x`` of anything else."""
+    return f"{100 * value:.0f}%" if key == "sol_fraction" else f"{value:.2f}x"
+
+
+def _speed_steps(best: Attempt, goals: Mapping[str, float]) -> list[str]:
+    """Where the best candidate stands against the run's target, and the shape farthest behind it."""
+    t = best.timing
+    steps = []
+    for goal, wanted in goals.items():
+        have = t.get(goal)
+        if have is None:
+            continue
+        ratios = {name: r for name, sh in (t.get("shapes") or {}).items() if (r := shape_ratio(sh, goal)) is not None}
+        text = (
+            f"Target: {_ratio_text(goal, wanted)} of {GOAL_NAMES.get(goal, goal)} (geomean over the bench shapes); "
+            f"the best is at {_ratio_text(goal, have)}."
+        )
+        if ratios:
+            worst = min(ratios, key=lambda n: ratios[n])
+            bound = t["shapes"][worst].get("bound")
+            text += f" Farthest behind: `{worst}` at {_ratio_text(goal, ratios[worst])}"
+            text += f", {BOUND_ADVICE[bound]}." if bound in BOUND_ADVICE else "."
+        steps.append(text)
+    return steps
+
+
+def _next_steps(
+    lead: Attempt, latest: Sequence[Attempt], best: Attempt | None, goal_is_speed: bool, goals: Mapping[str, float]
+) -> list[str]:
+    if best is not None:
+        if not goal_is_speed:
+            return ["A correct candidate exists; improve on it only if you see a clear gain, and keep it correct."]
+        steps = [
+            "Keep it correct and make it faster; start from the best candidates above.",
+            *_speed_steps(best, goals),
+            "Move every element-wise op on (M, N) data into the epilogue fn and every row/column statistic into a "
+            "reduce sink; count your launches against the budget.",
+            "Pick a GEMM `Config` (tile_m, tile_n, cluster, pingpong) suited to the bench shapes; the default is "
+            "128x192, 2x1 cluster, pingpong.",
+        ]
+        if not all(a.passed for a in latest):
+            steps.append("Some candidates of the last round failed: do not trade correctness for speed.")
+        return steps
+    steps = [NEXT_STEP[lead.outcome]]
+    if lead.finish_reason in ("length", "max_tokens"):
+        steps.append("Your reply was cut off: reason briefly, then give the complete module.")
+    steps.append("Correctness comes first; speed only counts once every output passes.")
+    return steps
+
+
+def _population_view(population: Sequence[Attempt], shown: set[int]) -> list[dict[str, Any]]:
+    rows = []
+    for a in population:
+        t = a.timing
+        rows.append({
+            "index": a.index, "round": a.round, "us": _us(attempt_time_us(a)), "headline": attempt_headline(a),
+            "vs": {k: _ratio_text(k, t[k]) if k in t else "-" for k in GOAL_NAMES},
+            "code": None if a.index in shown and a.shipped_code == a.code else a.shipped_code,
+        })
+    return rows
+
+
+def feedback_prompt(
+    attempts: Sequence[Attempt],
+    *,
+    population: Sequence[Attempt],
+    goal_is_speed: bool,
+    goals: Mapping[str, float] | None = None,
+    lead: Attempt | None = None,
+) -> str:
+    """Structured results of all previous attempts: the latest round in detail, earlier ones as a table, and the
+    population (the best distinct correct candidates, best first, as ``store.ranking`` orders them) with code."""
+    replies = replied(attempts)
+    if not replies:
+        raise ValueError("feedback needs at least one attempt with a model reply")
+    lead = lead or lead_attempt(attempts)
+    assert lead is not None
+    last_round = max(a.round for a in replies)
+    latest = sorted((a for a in replies if a.round == last_round), key=lambda a: (a.index != lead.index, a.slot))
+    history = [a for a in replies if a.round < last_round][-HISTORY_ROWS:]
+    best = population[0] if population else None
+    n, passed = len(replies), sum(a.passed for a in replies)
+    overview = f"{n} attempt{'s' if n != 1 else ''} so far, {passed} correct."
+    if best is not None:
+        overview += f" Best so far: attempt #{best.index} ({attempt_headline(best)})."
+    return render(
+        "feedback.j2",
+        overview=overview,
+        population=_population_view(population, {a.index for a in latest}),
+        timed=any(a.timing for a in population),
+        latest=[_attempt_view(a, is_lead=a.index == lead.index) for a in latest],
+        history=[
+            {"index": a.index, "round": a.round, "outcome": a.outcome.value, "headline": attempt_headline(a).replace("|", "/")}
+            for a in history
+        ],
+        next_steps=_next_steps(lead, latest, best, goal_is_speed, goals or {}),
+    )
+
