@@ -282,3 +282,12 @@ def test_the_lead_is_the_best_correct_reply_by_the_ranking_rule_then_the_closest
     # a record of a failed request is never the lead, whatever else it holds
     failed = make_attempt(7, 3, CODE, verdict(Outcome.PASSED), raw="```python\nx\n```", provider_error="server: 500")
     assert lead_attempt([near, failed]) is near
+
+
+def test_the_task_prompt_names_the_special_values_planted_in_the_test_data():
+    from coda_agent.tasks import find_task
+
+    ce = find_task("gemm_cross_entropy")
+    text = task_prompt(ce, checks="", target="", sol=[], sol_label="")
+    spec = next(i for i in ce.inputs if i.init.replace is not None)
+    assert f"of it set to {spec.init.replace.value}" in text and f"{spec.init.replace.fraction * 100:g}%" in text

@@ -50,12 +50,17 @@ def system_prompt(examples: Sequence[Example]) -> str:
 
 
 def _init_text(spec: Any) -> str:
+    """How the test data draws an input, planted special values included (a kernel must handle them)."""
     ini = spec.init
     if ini.dist == "normal":
-        return f"normal(mean {ini.mean}, std {ini.std})"
-    if ini.dist == "uniform":
-        return f"uniform[{ini.low}, {ini.high})"
-    return f"randint[{ini.low}, {ini.high})"
+        text = f"normal(mean {ini.mean}, std {ini.std})"
+    elif ini.dist == "uniform":
+        text = f"uniform[{ini.low}, {ini.high})"
+    else:
+        text = f"randint[{ini.low}, {ini.high})"
+    if ini.replace is not None:
+        text += f", {ini.replace.fraction * 100:g}% of it set to {ini.replace.value}"
+    return text
 
 
 def _shape_text(shape: Sequence[str | int]) -> str:
