@@ -70,9 +70,10 @@ def set_backend(name: str, wrap: Callable[[Runner], Runner] | None = None) -> Ba
 
 
 @contextmanager
-def using(name: str) -> Iterator[Backend]:
-    """Run a block on another backend, then restore the previous one."""
-    _active.append(_make(name))
+def using(name: str, wrap: Callable[[Runner], Runner] | None = None) -> Iterator[Backend]:
+    """Run a block on another backend (``wrap`` as in :func:`set_backend`), then restore the previous one."""
+    made = _make(name)
+    _active.append(made if wrap is None else Backend(made.name, wrap(made.run)))
     try:
         yield _active[-1]
     finally:
