@@ -10,9 +10,12 @@ from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
 from ..measure.baselines import COMPILE_MODES
 
-#: Stages on the CPU (emulator) and the sm_90a compile; the GPU stages are ``gpu_correctness``, ``profile``, ``bench``.
+#: Stages on the CPU (emulator) and the sm_90a compile; the GPU stages are ``gpu_correctness``, ``profile``, ``bench``
+#: and ``tune`` (``tune_cpu``: the same search on the emulator, where configs are ignored: for tests).
 CPU_STAGES = ("correctness",)
 COMPILE_STAGES = ("compile",)
+#: Seconds the tune stage may spend searching configs for one candidate (discovery and the final re-time come on top).
+DEFAULT_TUNE_BUDGET_S = 300.0
 
 
 class Plan(BaseModel):
@@ -28,6 +31,8 @@ class Plan(BaseModel):
         default_factory=lambda: ["default", "max-autotune-no-cudagraphs"],
         description="the torch.compile baselines of the bench stage (the profile stage times none)",
     )
+    tune_budget_s: float = Field(default=DEFAULT_TUNE_BUDGET_S, gt=0, description="tune: seconds of config search per candidate")
+    tune_cache: bool = Field(default=True, description="tune: reuse and record winners in the tuning cache (settings.cache_dir)")
 
     @field_validator("compile_modes")
     @classmethod
