@@ -29,7 +29,7 @@ from ..store.records import Attempt, Budgets, ChatMessage, RunHeader, RunSummary
 from ..store.runs import RunReader, RunRecordError, RunWriter, new_run_id
 from ..tasks.loader import TaskError, find_recorded_task
 from ..tasks.model import Task
-from ..verifier import verify
+from ..verifier import DEFAULT_TUNE_BUDGET_S, tune_schedule, verify
 from ..verifier.verdict import Outcome, Verdict
 from .extract import extract_code
 from .timing import human_times, timing_from_verdict
@@ -41,8 +41,9 @@ DEFAULT_TARGET_SPEEDUP = 0.97
 DEFAULT_POPULATION = 3
 GPU_STAGES = ("gpu_correctness", "profile")
 VerifyFn = Callable[..., Verdict]
-#: The harness's schedule tuner (issue 10: tile, cluster, pingpong/cooperative per gemm): given the task and a
-#: correct, timed candidate's module and verdict, the module with its configs pinned, or None (nothing to tune).
+#: The harness's schedule tuner (tile, cluster, pingpong/cooperative per gemm; ``verifier.tune_schedule`` by default):
+#: given the task and a correct, timed candidate's module and verdict, the module with its configs pinned, or None
+#: (nothing beat the configs as written).
 TuneFn = Callable[[Task, str, Verdict], "str | None"]
 
 
@@ -83,13 +84,20 @@ class AgentConfig:
     verify_timeout: float = 600.0
     verify_workers: int = 2
     population_size: int = DEFAULT_POPULATION
+    #: Seconds the harness may search each correct, timed candidate's gemm configs (None: no tuning).
+    tune_budget_s: float | None = None
 
     @classmethod
-    def for_this_machine(cls, model: str, *, compile: bool = True, **kwargs: Any) -> AgentConfig:
-        """GPU stages on a machine that has them, else the CPU emulator (+ the sm_90a compile unless ``compile=False``)."""
+    def for_this_machine(
+        cls, model: str, *, compile: bool = True, tune_budget_s: float | None = DEFAULT_TUNE_BUDGET_S, **kwargs: Any,
+    ) -> AgentConfig:
+        """GPU stages on a machine that has them (and the schedule tuned, unless ``tune_budget_s`` is None), else the
+        CPU emulator (+ the sm_90a compile unless ``compile=False``)."""
+        base: dict[str, Any]
         if gpu_verifier_available():
             # Timings must not overlap: one verification at a time on the GPU.
-            base = {"stages": GPU_STAGES, "shape_set": "bench", "backend_label": "quack", "verify_workers": 1}
+            base = {"stages": GPU_STAGES, "shape_set": "bench", "backend_label": "quack", "verify_workers": 1,
+                    "tune_budget_s": tune_budget_s}
         else:
             base = {"stages": CPU_STAGES if compile else ("correctness",), "shape_set": "small", "backend_label": "torch"}
         return cls(model=model, **{**base, **kwargs})
@@ -116,6 +124,7 @@ class AgentConfig:
             "seeds": list(self.seeds), "backend_label": self.backend_label, "examples": list(self.examples or []),
             "base_url": self.base_url, "verify_timeout": self.verify_timeout, "verify_workers": self.verify_workers,
             "target_speedup": self.target_speedup, "target_sol": self.target_sol, "population_size": self.population_size,
+            "tune_budget_s": self.tune_budget_s,
         }
 
     @classmethod
@@ -129,7 +138,7 @@ class AgentConfig:
             backend_label=p.get("backend_label", "torch"), target_speedup=p.get("target_speedup", DEFAULT_TARGET_SPEEDUP),
             target_sol=p.get("target_sol"), examples=tuple(p.get("examples") or ()), base_url=p.get("base_url"),
             verify_timeout=p.get("verify_timeout", 600.0), verify_workers=p.get("verify_workers", 2),
-            population_size=p.get("population_size", DEFAULT_POPULATION),
+            population_size=p.get("population_size", DEFAULT_POPULATION), tune_budget_s=p.get("tune_budget_s"),
         )
         return replace(cfg, **overrides)
 
@@ -213,6 +222,8 @@ class Agent:
         self.task, self.provider, self.config, self.writer, self.header = task, provider, config, writer, header
         self.events = events or RunEvents()
         self.verify_fn = verify_fn
+        if tune_fn is None and config.timed and config.tune_budget_s:
+            tune_fn = functools.partial(tune_schedule, shape_set=config.shape_set, budget_s=config.tune_budget_s)
         self.tune_fn = tune_fn
         self.attempts: list[Attempt] = sorted(attempts, key=lambda a: a.index)
         self.previous = previous

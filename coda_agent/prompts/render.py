@@ -22,6 +22,7 @@ from ..store.records import Attempt, ChatMessage
 from ..tasks.loader import BUILTIN_TASK_DIR, TaskError, load_task, task_files
 from ..tasks.model import Task
 from ..verifier import static
+from ..verifier.tuning import pinned_schedule, schedule_text
 from ..verifier.verdict import Outcome, OutputCheck, Verdict
 from .api_reference import api_reference
 
@@ -442,7 +443,8 @@ def attempt_headline(attempt: Attempt) -> str:
         if "geomean_us" in t and len(parts) == 1:
             parts.append(f"{t['geomean_us']:.1f} µs")
         if attempt.tuning is not None and attempt.tuning.adopted and attempt.tuning.before.get("geomean_us"):
-            parts.append(f"once the harness tuned its configs (from {attempt.tuning.before['geomean_us']:.1f} µs)")
+            pinned = schedule_text(pinned_schedule(attempt.tuning.code))
+            parts.append(f"once the harness tuned its configs (from {attempt.tuning.before['geomean_us']:.1f} µs; pinned: {pinned})")
         if not t:
             ran = {s.stage for s in verdict.stages}
             where = "on the GPU" if "gpu_correctness" in ran else "on the emulator" if "correctness" in ran else ""
