@@ -201,7 +201,7 @@ def test_the_tuner_pins_the_winners_and_the_result_passes_the_verifier(monkeypat
     tuned = tune_schedule(TASK, HUMAN, PASSED, stage="tune_cpu", shape_set="small", budget_s=60)
     assert tuned is not None
     assert pinned_schedule(tuned) == {small_key(p): WINNER for p in TASK.shape("small")}
-    assert "# coda-agent tune:   tiny: 120.0 -> 100.0 µs" in tuned
+    assert "# coda-agent tune:   tiny: 120.0 -> 100.0 us" in tuned
     verdict = verify(TASK, tuned, ["correctness", "compile"], seeds=[0])  # QuACK builds the pinned config for sm_90a
     assert verdict.passed, verdict.reason
 

@@ -37,7 +37,7 @@ def _checked(table: object) -> Mapping[ScheduleKey, Config]:
     return MappingProxyType(dict(table))
 
 
-def schedule(table: Mapping[ScheduleKey, Config]) -> Callable[[Forward], Forward]:
+def schedule(table: Mapping[tuple[str, int, int, int], Config]) -> Callable[[Forward], Forward]:
     """Pin the kernel config of ``forward``'s gemm calls: ``@schedule({("epi_name", M, N, K): Config(...)})``.
 
     Written by the harness after it tunes a correct candidate (you may keep it when you revise one, or leave

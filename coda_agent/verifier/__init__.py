@@ -78,10 +78,11 @@ def tune_schedule(
     if not table:
         return None
     device = str(result.details.get("device", ""))
+    # ASCII only: the runner reads the module in whatever locale its sandbox has.
     notes = [f"configs pinned by the harness's tune stage on {device}; forward() as written -> tuned:"]
     notes += [
-        f"  {name}: {t.before.median_us:.1f} -> {t.after.median_us:.1f} µs" if t.gain >= min_gain
-        else f"  {name}: {t.before.median_us:.1f} µs, kept as written (nothing was {100 * (min_gain - 1):.0f}% faster)"
+        f"  {name}: {t.before.median_us:.1f} -> {t.after.median_us:.1f} us" if t.gain >= min_gain
+        else f"  {name}: {t.before.median_us:.1f} us, kept as written (nothing was {100 * (min_gain - 1):.0f}% faster)"
         for name, t in result.tuning.items()
     ]
     return tuning.pin_schedule(source, table, notes)
