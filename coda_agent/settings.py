@@ -4,6 +4,7 @@
 |---|---|---|
 | ``CODA_AGENT_RUNS_DIR`` | ``./runs`` | run records (and the SQLite index inside it) |
 | ``CODA_AGENT_BENCH_DIR`` | ``./bench/results`` | bench results the bench writes and the leaderboard reads |
+| ``CODA_AGENT_CACHE_DIR`` | ``$XDG_CACHE_HOME/coda-agent`` (``~/.cache/coda-agent``) | the tune stage's cache of tuned configs |
 | ``CODA_AGENT_TASKS`` | (none) | extra task folders, ``os.pathsep``-separated (``tasks.loader``) |
 | ``CODA_AGENT_BWRAP`` | ``bwrap`` on the PATH | the bubblewrap binary the verifier's sandbox runs (``verifier.sandbox``) |
 | ``CODA_AGENT_ALLOW_UNSANDBOXED`` | unset | let real-API runs proceed without the OS sandbox |
@@ -21,6 +22,7 @@ from pathlib import Path
 
 RUNS_DIR_ENV = "CODA_AGENT_RUNS_DIR"
 BENCH_DIR_ENV = "CODA_AGENT_BENCH_DIR"
+CACHE_DIR_ENV = "CODA_AGENT_CACHE_DIR"
 DEFAULT_RUNS_DIR = Path("runs")
 DEFAULT_BENCH_DIR = Path("bench/results")
 
@@ -33,3 +35,11 @@ def runs_dir() -> Path:
 def bench_dir() -> Path:
     """``$CODA_AGENT_BENCH_DIR``, else ``./bench/results``."""
     return Path(os.environ.get(BENCH_DIR_ENV) or DEFAULT_BENCH_DIR)
+
+
+def cache_dir() -> Path:
+    """``$CODA_AGENT_CACHE_DIR``, else ``$XDG_CACHE_HOME/coda-agent``, else ``~/.cache/coda-agent``."""
+    named = os.environ.get(CACHE_DIR_ENV)
+    if named:
+        return Path(named)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "coda-agent"

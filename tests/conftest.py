@@ -43,10 +43,12 @@ def _quack_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 @pytest.fixture(autouse=True)
 def _isolated_store(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test writes run records into the repository or reads its committed bench results by accident."""
+    """No test writes run records into the repository, reads its committed bench results or uses the user's
+    tuning cache by accident."""
     base = tmp_path_factory.mktemp("store")
     monkeypatch.setenv("CODA_AGENT_RUNS_DIR", str(base / "runs"))
     monkeypatch.setenv("CODA_AGENT_BENCH_DIR", str(base / "bench"))
+    monkeypatch.setenv("CODA_AGENT_CACHE_DIR", str(base / "cache"))
 
 
 def invoke(*args: str) -> int:

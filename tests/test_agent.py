@@ -7,6 +7,7 @@ end-to-end runs through the real verifier are in test_agent_cli.py and test_agen
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import re
 import signal
@@ -25,6 +26,7 @@ from coda_agent.providers import Completion, MockProvider
 from coda_agent.store.records import Budgets
 from coda_agent.store.rundir import RunReader
 from coda_agent.tasks import Task, TaskError, find_task
+from coda_agent.verifier import verify
 from coda_agent.verifier.verdict import Outcome, ShapeTiming, StageResult, Verdict
 
 from .conftest import EXAMPLE_SCRIPT as SCRIPT
@@ -196,6 +198,7 @@ from coda_agent.providers import MockProvider
 from coda_agent.store.records import Budgets
 from coda_agent.measure.timing import Timing
 from coda_agent.tasks import Task, TaskError, find_task
+from coda_agent.verifier import verify
 
 REFUSED = {refused!r}
 
@@ -408,6 +411,45 @@ def test_a_tuned_candidate_can_become_the_best_and_reach_the_target(tmp_path):
     summary = run(agent)
     assert summary.status == "target_reached" and summary.speedup_vs_cublas == pytest.approx(1.0)
     assert "TIME_US = 1000" in RunReader(agent.run_dir).best_code()
+
+
+def test_the_harness_tuner_pins_configs_that_ship_in_best_py_and_reach_the_feedback(tmp_path, monkeypatch):
+    """The real tuner (the tune stage on the emulator, a deterministic clock) pins its winner on forward; the fake GPU
+    backend times a scheduled module faster; the loop adopts it, best.py carries it, the next prompt names it."""
+    from coda_agent.primitives import Config
+    from coda_agent.verifier import tune_schedule, tuning
+    from coda_agent.verifier.tuning import pinned_schedule
+
+    winner = Config(tile_m=256, tile_n=160, pingpong=False, cluster_m=1, cluster_n=2)
+
+    class Deterministic(tuning.ScheduleTimer):
+        def measure(self, table):
+            return Timing(median_us=100.0 if winner in table.values() else 120.0)
+
+        def compare(self, table):
+            return self.measure({}), self.measure(table)
+
+    monkeypatch.setattr(tuning, "ScheduleTimer", Deterministic)
+    task = task_without_human_kernel(tmp_path / "mine")
+    gpu = fake_timing_backend()
+
+    def verify_fn(task, source, stages, **kw):
+        return gpu(task, source.replace("TIME_US = 1250", "TIME_US = 1000") if "@schedule(" in source else source, stages, **kw)
+
+    tune_fn = functools.partial(tune_schedule, stage="tune_cpu", shape_set="small", budget_s=60)
+    provider = MockProvider([timed(1250), timed(1250)])
+    cfg = AgentConfig(model="mock/test", budgets=Budgets(rounds=2), target_speedup=1.5, **GPU)
+    agent = Agent.create(task, provider, cfg, tmp_path / "runs", verify_fn=verify_fn, tune_fn=tune_fn)
+    run(agent)
+    reader = RunReader(agent.run_dir)
+    first = reader.attempts()[0]
+    assert first.tuning is not None and first.tuning.adopted and first.timing["geomean_us"] == pytest.approx(1000)
+    pinned = pinned_schedule(reader.best_code())
+    assert set(pinned.values()) == {winner} and {k[0] for k in pinned} == {"fused"}
+    assert verify(task, reader.best_code(), seeds=[0]).passed
+    assert "once the harness tuned its configs (from 1250.0 µs; pinned: fused 200x320x96: 256x160 coop 1x2; fused 256x384x128" in (
+        reader.attempts()[1].messages[-1].content
+    )
 
 
 # --- one run with the sm_90a compile stage on (the CPU default) --------------------------------

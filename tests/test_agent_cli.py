@@ -334,3 +334,24 @@ def test_sigterm_ends_a_verification_in_flight_at_once(tmp_path, procs):
     assert proc.returncode == 143 and took < 15, (took, err)
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert RunReader(run_dir).summary().status == "interrupted"
+
+
+def test_a_gpu_run_tunes_each_candidate_by_default_within_its_budget(tmp_path, capsys, monkeypatch):
+    from coda_agent.agent import Agent, loop
+    from coda_agent.cli.run_cmd import RunOptions
+    from coda_agent.providers import MockProvider
+    from coda_agent.tasks import find_task
+    from coda_agent.verifier import DEFAULT_TUNE_BUDGET_S, tune_schedule
+
+    task = find_task(TASK_YAML)
+    assert RunOptions().config(task, "mock/x").tune_budget_s is None  # no GPU here: nothing is timed, nothing tuned
+    monkeypatch.setattr(loop, "gpu_verifier_available", lambda: True)
+    assert RunOptions().config(task, "mock/x").tune_budget_s == DEFAULT_TUNE_BUDGET_S
+    assert RunOptions(no_tune=True).config(task, "mock/x").tune_budget_s is None
+    cfg = RunOptions(tune_budget=45).config(task, "mock/x")
+    monkeypatch.setattr(loop, "session_peaks", lambda config: loop.NOMINAL_H200)
+    agent = Agent.create(task, MockProvider(["unused"]), cfg, tmp_path)
+    assert agent.tune_fn.func is tune_schedule and agent.tune_fn.keywords == {"shape_set": "bench", "budget_s": 45}
+    assert agent.header.params["tune_budget_s"] == 45
+    code, _, err = cli(capsys, "run", TASK_YAML, "--model", "mock/x", "--no-tune", "--tune-budget", "30", "--runs-dir", str(tmp_path))
+    assert code == 2 and "--no-tune and --tune-budget contradict each other" in err and err.count("\n") == 1

@@ -19,7 +19,7 @@ from coda_agent.cli import app
 from coda_agent.measure import peaks, timing
 from coda_agent.measure.baselines import baseline_variants, cublas_gemms, gemm_dtype
 from coda_agent.measure.timing import Timing
-from coda_agent.primitives import Config
+from coda_agent.primitives import Config, configs
 from coda_agent.tasks import find_task
 from coda_agent.tasks.loader import TaskError, load_task
 from coda_agent.verifier import Plan, gpu
@@ -328,8 +328,8 @@ def test_tuned_configs_render_as_source_to_paste():
 
     cfg = tune.config_from_quack(GemmConfig(tile_m=128, tile_n=256, pingpong=False, cluster_m=1, cluster_n=2))
     assert cfg == Config(tile_m=128, tile_n=256, pingpong=False, cluster_m=1, cluster_n=2)
-    assert tune.config_literal(cfg) == "Config(tile_n=256, cluster_m=1, cluster_n=2, pingpong=False)"
-    assert tune.config_label(cfg) == "128x256 coop 1x2" and tune.config_label(None) == "default"
+    assert configs.config_literal(cfg) == "Config(tile_n=256, cluster_m=1, cluster_n=2, pingpong=False)"
+    assert configs.config_label(cfg) == "128x256 coop 1x2" and configs.config_label(None) == "default"
     call = tune.TunedCall(epilogue="residual_rms", mnk=(8192, 4096, 14336), config=cfg, current=None)
     win = tune.TunedShape("t", "llama3-8b-down", [call], current_us=1050.0, tuned_us=1000.0)
     tie = tune.TunedShape("t", "coda", [tune.TunedCall("residual_rms", (1, 2, 3), Config(), None)], 1000.0, 1000.0)

@@ -250,3 +250,102 @@ def test_value_math_rejects_pairs():
         P.silu(P.pack(torch.ones(2), torch.ones(2)))
     with pytest.raises(TypeError, match="unpaired value"):
         P.unpack(torch.ones(2))
+
+
+# --- the schedule: which config each gemm call runs with ------------------------------------------------
+
+
+def _configs_run(fn, *, override=None):
+    """The config of every gemm call ``fn()`` makes on the emulator (with the harness's ``override`` on top)."""
+    seen = []
+
+    def record(run):
+        def observed(call):
+            seen.append(call.config)
+            return run(call)
+
+        return observed
+
+    def wrap(run):
+        return override.wrap(record(run)) if override is not None else record(run)
+
+    from coda_agent.primitives import _emulator
+
+    with backend.using("torch", run=wrap(_emulator.run)):
+        fn()
+    return seen
+
+
+def test_a_pinned_schedule_beats_the_calls_config_and_the_harness_override_beats_both(ab):
+    from coda_agent.primitives.configs import ScheduleOverride
+
+    a, w, _ = ab
+    written, pinned, harness = P.Config(tile_n=208), P.Config(tile_n=128, cluster_m=1, cluster_n=2), P.Config(tile_m=256, tile_n=160, pingpong=False)
+
+    @P.epilogue()
+    def scaled(acc):
+        return {"D": acc * 2.0}
+
+    @P.epilogue()
+    def other(acc):
+        return {}
+
+    @P.schedule({("scaled", M, N, K): pinned})
+    def forward(x, wt):
+        return [P.gemm(scaled, x, wt, config=written)["D"], P.gemm(other, x, wt, config=written)["D"], P.gemm(scaled, x[:32], wt)["D"]]
+
+    def unpinned(x, wt):
+        return P.gemm(scaled, x, wt, config=written)["D"]
+
+    # pinned > config=; a call the table does not name (other epilogue, other M) runs as written
+    assert _configs_run(lambda: forward(a, w.t())) == [pinned, written, None]
+    override = ScheduleOverride()
+    override.table = {("scaled", M, N, K): harness, ("other", M, N, K): harness}
+    assert _configs_run(lambda: forward(a, w.t()), override=override) == [harness, harness, None]
+    assert _configs_run(lambda: unpinned(a, w.t())) == [written]  # the schedule holds only inside its forward
+    assert forward.__name__ == "forward" and torch.equal(forward(a, w.t())[0], unpinned(a, w.t()))
+
+
+def test_schedule_refuses_a_malformed_table_and_a_config_the_mode_rejects(ab):
+    a, w, _ = ab
+    with pytest.raises(P.EpilogueError, match="must be \\(epilogue_name, M, N, K\\)"):
+        P.schedule({("e", M, N): P.Config()})
+    with pytest.raises(P.EpilogueError, match="must map to a Config"):
+        P.schedule({("e", M, N, K): {"tile_n": 208}})
+    with pytest.raises(P.EpilogueError, match="takes a dict"):
+        P.schedule([("e", M, N, K)])
+
+    @P.epilogue(outputs=("h",), mode="acc_pair")
+    def pair(acc):
+        g, u = P.unpack(acc)
+        return {"D": P.pack(g, u), "h": g * u}
+
+    @P.schedule({("pair", M, N, K): P.Config(tile_n=208)})
+    def forward(x, wt):
+        return P.gemm(pair, x, wt)
+
+    with pytest.raises(P.EpilogueError, match=r"schedule entry \('pair', 64, 96, 32\): invalid Config: acc_pair mode"):
+        forward(a, w.t())
+
+
+def test_the_config_space_is_what_quack_accepts_for_the_mode_default_first():
+    from coda_agent.primitives.configs import CLUSTERS, TILES, config_space
+
+    element = config_space("element", False)
+    assert element[0] == P.Config() and len(element) == len(TILES) * len(CLUSTERS) == len(set(element))
+    gated = config_space("acc_pair", True)
+    assert gated and all(c.tile_n % 32 == 0 for c in gated) and len(gated) < len(element)
+    for c in element + gated:
+        c.check("element", False)
+
+
+def test_a_schedule_crosses_the_wire_and_bad_entries_do_not():
+    from coda_agent.primitives.configs import schedule_from_wire, schedule_to_wire
+
+    table = {("b", 8, 16, 32): P.Config(tile_n=208), ("a", 1, 2, 3): P.Config(pingpong=False, tile_m=256)}
+    wire = schedule_to_wire(table)
+    assert [e[0] for e in wire] == ["a", "b"] and schedule_from_wire(wire) == table
+    for bad in ([["a", 1, 2, 3, {"tile_q": 1}]], [["a", 1, 2, 3, {"tile_n": True}]], [["a", 1, 2, {"tile_n": 128}]],
+                [["a", 1, 2, 3, {"pingpong": 1}]], {"a": 1}):
+        with pytest.raises(ValueError):
+            schedule_from_wire(bad)

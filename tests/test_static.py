@@ -56,3 +56,44 @@ def test_line_numbers_point_at_the_offending_line():
     (v,) = check_source(source)
     assert v.line == 8
     assert str(v).startswith("line 8:")
+
+
+SCHEDULE_HEADER = (
+    "import coda_agent.primitives as P\nfrom coda_agent.primitives import Config, epilogue, gemm, schedule\n\n"
+    "@epilogue()\ndef e(acc):\n    return {}\n\n"
+)
+FORWARD = "def forward(x, w):\n    return {'y': gemm(e, x, w.t())['D']}\n"
+
+
+@pytest.mark.parametrize("decorator", [
+    "@schedule({('e', 8192, 4096, 14336): Config(tile_n=208), ('e', 1, 2, 3): Config()})\n",
+    "@schedule({\n    ('e', 8192, 4096, 14336): Config(tile_m=256, tile_n=160, pingpong=False, cluster_m=1, cluster_n=2),\n})\n",
+    "@P.schedule({('e', 8, 16, 32): P.Config(max_swizzle_size=4)})\n",
+    "@schedule({})\n",
+])
+def test_the_pinned_schedule_on_forward_is_accepted(decorator):
+    assert check_source(SCHEDULE_HEADER + decorator + FORWARD) == []
+
+
+@pytest.mark.parametrize(("source", "message"), [
+    ("@schedule({('e', 8, 16, 32): Config()})\ndef helper(x):\n    return x\n\n" + FORWARD, "may only decorate the top-level forward"),
+    ("def forward(x, w):\n    @schedule({})\n    def forward(y):\n        return y\n    return {}\n", "may only decorate the top-level forward"),
+    ("@schedule({})\n@epilogue()\n" + FORWARD, "may only decorate the top-level forward"),
+    ("TABLE = {('e', 8, 16, 32): Config()}\n@schedule(TABLE)\n" + FORWARD, "exactly one argument, a dict literal"),
+    ("@schedule({('e', 8, 16, 32): Config()}, strict=True)\n" + FORWARD, "exactly one argument, a dict literal"),
+    ("@schedule\n" + FORWARD, "must be called with its table"),
+    ("N = 8\n@schedule({('e', N, 16, 32): Config()})\n" + FORWARD, "literal (epilogue_name, M, N, K) tuples"),
+    ("@schedule({('e', -8, 16, 32): Config()})\n" + FORWARD, "positive integer dims"),
+    ("@schedule({('e', 8, 16): Config()})\n" + FORWARD, "literal (epilogue_name, M, N, K) tuples"),
+    ("@schedule({('e', 8, 16, 32): Config(128)})\n" + FORWARD, "must be Config(field=value, ...)"),
+    ("@schedule({('e', 8, 16, 32): dict(tile_n=128)})\n" + FORWARD, "must be Config(field=value, ...)"),
+    ("@schedule({('e', 8, 16, 32): Config(tile_q=1)})\n" + FORWARD, "Config fields are"),
+    ("@schedule({('e', 8, 16, 32): Config(pingpong=1)})\n" + FORWARD, "Config fields are"),
+    ("@schedule({('e', 8, 16, 32): Config(tile_n=2 * 64)})\n" + FORWARD, "Config fields are"),
+    ("@schedule({('e', 8, 16, 32): Config(), ('e', 8, 16, 32): Config()})\n" + FORWARD, "appears twice"),
+    ("def forward(x, w):\n    f = schedule({})\n    return {}\n", "only be used as the decorator"),
+    ("pin = schedule\n" + FORWARD, "only be used as the decorator"),
+])
+def test_every_other_use_of_schedule_is_refused(source, message):
+    violations = check_source(SCHEDULE_HEADER + source)
+    assert any(message in v.message for v in violations), [str(v) for v in violations]

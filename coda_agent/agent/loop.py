@@ -8,6 +8,7 @@ and redoes only the attempts that were in flight when the previous process died.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -28,7 +29,7 @@ from ..store.records import Attempt, Budgets, RunHeader, RunSummary, Tuning, Usa
 from ..store.rundir import RunReader, RunRecordError, RunWriter, new_run_id, rolled_up
 from ..tasks.loader import TaskError, find_recorded_task
 from ..tasks.model import Task
-from ..verifier import verify
+from ..verifier import DEFAULT_TUNE_BUDGET_S, tune_schedule, verify
 from ..verifier.verdict import Verdict
 from .extract import extract_code
 from .timing import human_times, timing_from_verdict
@@ -39,8 +40,9 @@ DEFAULT_TARGET_SPEEDUP = 0.97
 #: How many of the best distinct correct candidates the model sees (with their timings and code).
 DEFAULT_POPULATION = 3
 GPU_STAGES = ("gpu_correctness", "profile")
-#: The harness's schedule tuner (issue 10: tile, cluster, pingpong/cooperative per gemm): given the task and a
-#: correct, timed candidate's module and verdict, the module with its configs pinned, or None (nothing to tune).
+#: The harness's schedule tuner (tile, cluster, pingpong/cooperative per gemm; ``verifier.tune_schedule`` by default):
+#: given the task and a correct, timed candidate's module and verdict, the module with its configs pinned, or None
+#: (nothing beat the configs as written).
 TuneFn = Callable[[Task, str, Verdict], "str | None"]
 
 
@@ -82,13 +84,19 @@ class AgentConfig:
     #: CPU verifications at once, when the run has a local executor of its own.
     verify_workers: int = 2
     population_size: int = DEFAULT_POPULATION
+    #: Seconds the harness may search each correct, timed candidate's gemm configs (None: no tuning).
+    tune_budget_s: float | None = None
 
     @classmethod
-    def for_this_machine(cls, model: str, *, compile: bool = True, **kwargs: Any) -> AgentConfig:
-        """GPU stages on a machine that has them, else the CPU emulator (+ the sm_90a compile unless ``compile=False``)."""
+    def for_this_machine(
+        cls, model: str, *, compile: bool = True, tune_budget_s: float | None = DEFAULT_TUNE_BUDGET_S, **kwargs: Any,
+    ) -> AgentConfig:
+        """GPU stages on a machine that has them (and the schedule tuned, unless ``tune_budget_s`` is None), else the
+        CPU emulator (+ the sm_90a compile unless ``compile=False``)."""
+        base: dict[str, Any]
         if gpu_verifier_available():
             # Timings never overlap on a device: the executor gives a timed verification its GPU alone.
-            base = {"stages": GPU_STAGES, "shape_set": "bench", "backend_label": "quack"}
+            base = {"stages": GPU_STAGES, "shape_set": "bench", "backend_label": "quack", "tune_budget_s": tune_budget_s}
         else:
             base = {"stages": CPU_STAGES if compile else ("correctness",), "shape_set": "small", "backend_label": "torch"}
         return cls(model=model, **{**base, **kwargs})
@@ -115,6 +123,7 @@ class AgentConfig:
             "seeds": list(self.seeds), "backend_label": self.backend_label, "examples": list(self.examples or []),
             "base_url": self.base_url, "verify_timeout": self.verify_timeout, "verify_workers": self.verify_workers,
             "target_speedup": self.target_speedup, "target_sol": self.target_sol, "population_size": self.population_size,
+            "tune_budget_s": self.tune_budget_s,
         }
 
     @classmethod
@@ -128,7 +137,7 @@ class AgentConfig:
             backend_label=p.get("backend_label", "torch"), target_speedup=p.get("target_speedup", DEFAULT_TARGET_SPEEDUP),
             target_sol=p.get("target_sol"), examples=tuple(p.get("examples") or ()), base_url=p.get("base_url"),
             verify_timeout=p.get("verify_timeout", 600.0), verify_workers=p.get("verify_workers", 2),
-            population_size=p.get("population_size", DEFAULT_POPULATION),
+            population_size=p.get("population_size", DEFAULT_POPULATION), tune_budget_s=p.get("tune_budget_s"),
         )
         return replace(cfg, **overrides)
 
@@ -217,6 +226,8 @@ class Agent:
         provider.bind_run_dir(writer.run_dir)
         self.events = events or RunEvents()
         self.verify_fn = verify_fn  # what a local executor of the run's own runs (a given executor has its own)
+        if tune_fn is None and config.timed and config.tune_budget_s:
+            tune_fn = functools.partial(tune_schedule, shape_set=config.shape_set, budget_s=config.tune_budget_s)
         self.tune_fn = tune_fn
         #: Where verifications run: shared (a command's, a sweep's), or None for a local one of this run's own.
         self.executor = executor

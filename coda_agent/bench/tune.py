@@ -1,10 +1,10 @@
 """Offline kernel-config tuning for the human kernels (``coda-agent bench --tune``; GPU only).
 
 Each ``primitives.gemm`` call a human kernel makes at a bench shape is autotuned by QuACK's own
-autotuner (L2-cold CUDA-graph timing, compiles overlapped in a process pool) over :data:`TILES` x both
-2-CTA clusters: the large-tile part of QuACK's SM90 space where these shapes' winners live, small enough
-that a whole suite tunes in minutes (``full=True`` sweeps QuACK's whole space; swap_ab is always left
-out, as :class:`~coda_agent.primitives.Config` cannot express it). The winners are then checked
+autotuner (L2-cold CUDA-graph timing, compiles overlapped in a process pool) over
+:data:`~coda_agent.primitives.configs.TILES` x both 2-CTA clusters, small enough that a whole suite tunes
+in minutes (``full=True`` sweeps QuACK's whole space; swap_ab is always left out, as
+:class:`~coda_agent.primitives.Config` cannot express it). The winners are then checked
 end to end: the whole forward() with the kernel's current configs and with the winners, timed
 interleaved by :mod:`coda_agent.measure.timing`. The result is a table to paste into the human kernel
 (``CONFIGS = {(M, N, K): Config(...)}``): configs live with the kernel, so bench never autotunes.
@@ -25,12 +25,10 @@ import torch
 from ..measure.timing import Clock, RepPlan, time_interleaved
 from ..primitives import Config, backend
 from ..primitives._epilogue import GemmCall
+from ..primitives.configs import TILES, config_label, config_literal
 from ..primitives.quack_patches import narrowed_autotuner
 from ..tasks.model import Task
 from ..verifier.candidate import CandidateModule
-
-#: (tile_m, tile_n, pingpong) candidates; each runs with cluster 2x1 and 1x2.
-TILES = ((128, 192, True), (128, 208, True), (128, 256, False), (256, 128, False), (256, 160, False), (256, 192, False))
 
 
 @dataclass
@@ -64,18 +62,6 @@ def config_from_quack(c: Any) -> Config:
     )
 
 
-def config_literal(c: Config) -> str:
-    """``Config(...)`` source for a config, naming only the fields that differ from the default."""
-    default = Config()
-    fields = [f"{f.name}={getattr(c, f.name)!r}" for f in dataclasses.fields(c) if getattr(c, f.name) != getattr(default, f.name)]
-    return f"Config({', '.join(fields)})"
-
-
-def config_label(c: Config | None) -> str:
-    if c is None:
-        return "default"
-    kind = "pingpong" if c.pingpong else "coop"
-    return f"{c.tile_m}x{c.tile_n} {kind} {c.cluster_m}x{c.cluster_n}"
 
 
 class _Recorder:

@@ -187,7 +187,8 @@ def _progress(total: int, activity: Callable[[], str] = str) -> Iterator[Callabl
 
 
 def _tune(selected: list[Task], shapes: str, shape: list[str] | None, device: str, json_out: Path | None) -> None:
-    from ..bench.tune import config_label, config_table, tune_task
+    from ..bench.tune import config_table, tune_task
+    from ..primitives.configs import config_label
 
     report: dict[str, object] = {"device": device, "date": date.today().isoformat(), "tasks": {}}
     for task in selected:

@@ -29,6 +29,7 @@ from ..store.records import Attempt, Budgets, RunHeader, RunSummary
 from ..store.rundir import RunReader, RunRecordError, resolve_run
 from ..tasks.loader import find_recorded_task, find_task
 from ..tasks.model import Task
+from ..verifier import DEFAULT_TUNE_BUDGET_S
 from ..verifier.sandbox import UNSANDBOXED_OPT_IN, SandboxUnavailable, require_isolation
 from . import UserError, app, console, err_console, outcome_style
 from .inputs import check_task_runs, default_timeout, seed_list, timeout_value
@@ -261,6 +262,8 @@ class RunOptions(BaseModel):
     seeds: int | None = None
     timeout: float | None = None
     examples: str | None = None
+    no_tune: bool = False
+    tune_budget: float | None = None
 
     def budget_flags(self) -> dict[str, Any]:
         """The budgets given (the others keep their defaults, or a resumed run's values)."""
@@ -280,6 +283,7 @@ class RunOptions(BaseModel):
         }
         config = AgentConfig.for_this_machine(
             model, compile=not self.no_compile, budgets=_budgets(Budgets(), **self.budget_flags()),
+            tune_budget_s=None if self.no_tune else self.tune_budget or DEFAULT_TUNE_BUDGET_S,
             **{k: v for k, v in settings.items() if v is not None},
         )
         limit = default_timeout(task, config.stages, config.shape_set, len(config.seeds))
@@ -342,6 +346,10 @@ def run_cmd(
         None, help="seconds one candidate's verification may take (default from the stages and shapes: 300 s on a CPU, 120 s with --no-compile)"
     ),
     examples: str = typer.Option(None, help="comma-separated tasks whose human kernels are shown as examples (default chosen by similarity)"),
+    no_tune: bool = typer.Option(False, "--no-tune", help="GPU: keep each candidate's gemm configs as written (no schedule tuning)"),
+    tune_budget: float = typer.Option(
+        None, min=1, help=f"GPU: seconds the harness may search each correct candidate's gemm configs (default {DEFAULT_TUNE_BUDGET_S:.0f})"
+    ),
     jobs: int = typer.Option(2, min=1, help="sweep: runs in flight at once (their timings never overlap on a GPU)"),
     executor: str = typer.Option(
         "local", "--executor", help=f"where candidates are verified: {' or '.join(EXECUTORS)} (a Ray cluster's GPUs and CPUs)"
@@ -367,8 +375,10 @@ def run_cmd(
         base_url=base_url, rounds=rounds, candidates=candidates, max_tokens_total=max_tokens_total,
         max_dollars=max_dollars, max_wall=max_wall, temperature=temperature, max_reply_tokens=max_reply_tokens,
         target_speedup=target_speedup, target_sol=target_sol, no_compile=no_compile, seeds=seeds, timeout=timeout,
-        examples=examples,
+        examples=examples, no_tune=no_tune, tune_budget=tune_budget,
     )
+    if no_tune and tune_budget is not None:
+        raise UserError("--no-tune and --tune-budget contradict each other: pass one of them")
     base = runs_dir or default_runs_dir()
     tasks, models = list(task or []), list(model or [])
     if redo_corrupt and not resume:
@@ -415,9 +425,10 @@ def run_cmd(
 def _run_one(agent: Agent, provider: Provider, run_dir: Path, workers: Executor, plain: bool) -> None:
     """One run with its live display, to its summary; the exit status says how it ended."""
     header = agent.header
+    tuned = f"; configs tuned, {agent.config.tune_budget_s:g} s per candidate" if agent.tune_fn is not None and agent.config.tune_budget_s else ""
     console.print(
         f"run [bold]{escape(header.run_id)}[/]: {escape(header.task)} v{header.task_version} with {escape(header.model)} "
-        f"({', '.join(header.verifier_stages)} on {escape(header.device)})",
+        f"({', '.join(header.verifier_stages)} on {escape(header.device)}{tuned})",
         highlight=False, soft_wrap=True,
     )
     console.print(f"  record: {run_dir}", highlight=False, soft_wrap=True, markup=False)

@@ -14,11 +14,14 @@ a projection with a bias, a tanh-GELU and a per-row absolute maximum (say, for a
         out = gemm(bias_gelu_amax, x, w.t(), bias=bias)   # w stored (N, K): B = w.t() is (K, N)
         return {"y": out["D"], "amax": out["amax"]}
 
-The same code runs on the torch emulator (CPU) and as a QuACK kernel (GPU); the harness chooses.
+The same code runs on the torch emulator (CPU) and as a QuACK kernel (GPU); the harness chooses. The
+harness also owns the schedule: it tunes each gemm call's :class:`Config` and pins the winners on
+``forward`` with :func:`schedule`.
 """
 
 from ._epilogue import Config, Epilogue, EpilogueError, epilogue, gemm
 from ._ops import ColVecLoad, ColVecReduce, ColVecSelect, OnlineLSEReduce, RowVecLoad, RowVecReduce
+from ._schedule import schedule
 from ._values import (
     cos,
     dswiglu,
@@ -64,6 +67,7 @@ __all__ = [
     "rsqrt",
     "rstd_correction",
     "rstd_from_sqsum",
+    "schedule",
     "sigmoid",
     "silu",
     "sin",

@@ -195,6 +195,11 @@ class GemmCall:
     def n(self) -> int:
         return self.B.shape[1]
 
+    @property
+    def key(self) -> tuple[str, int, int, int]:
+        """(epilogue name, M, N, K): how a :func:`schedule` names this call."""
+        return (self.epi.name, self.m, self.n, int(self.A.shape[1]))
+
 
 def _is_scalar(v: Any) -> bool:
     return (isinstance(v, (int, float)) and not isinstance(v, bool)) or (isinstance(v, torch.Tensor) and v.numel() == 1)
@@ -253,7 +258,8 @@ def gemm(
         A: (M, K), bf16 or fp16. B: (K, N), same dtype (any strides: pass ``W.t()`` for an (N, K) weight).
         C: optional (M, N) tensor read by the fn's ``c`` parameter ((M, 2N) interleaved in packed mode).
         out_dtype: dtype of D and the extra outputs (default: A's dtype; packed mode: C's).
-        config: an explicit :class:`Config`, or None for the arch default. No autotuning happens here.
+        config: an explicit :class:`Config`, or None for the arch default. No autotuning happens here; a
+            :func:`schedule` on ``forward`` that names this call (epilogue name, M, N, K) takes precedence.
         store_d: False skips writing D (saves its HBM traffic when only the extra outputs and reduces are
             needed, e.g. a SwiGLU activation); the result then has no "D". Not allowed in packed mode.
         **operands: the fn's other parameters, plus the index tensors of ColVecSelect reduces.
@@ -263,6 +269,7 @@ def gemm(
         ColVecReduce/OnlineLSEReduce/ColVecSelect as (M,) f32, RowVecReduce as (N,) f32.
     """
     from . import backend
+    from ._schedule import pinned_config
 
     if not isinstance(epi, Epilogue):
         raise EpilogueError("gemm() takes an @epilogue-decorated function as its first argument")
@@ -307,9 +314,17 @@ def gemm(
     if not store_d and epi.mode == "packed":
         raise EpilogueError("packed mode always writes D (the interleaved gradient); store_d=False is not allowed")
     dtype = C.dtype if (epi.mode == "packed" and C is not None) else (out_dtype or A.dtype)
-    if config is not None:
-        if not isinstance(config, Config):
-            raise EpilogueError("config must be a primitives.Config")
+    if config is not None and not isinstance(config, Config):
+        raise EpilogueError("config must be a primitives.Config")
+    key = (epi.name, m, n, int(A.shape[1]))
+    pinned = pinned_config(key)
+    if pinned is not None:
+        try:
+            pinned.check(epi.mode, bool(epi.outputs))
+        except EpilogueError as exc:
+            raise EpilogueError(f"schedule entry {key}: {exc}") from None
+        config = pinned
+    elif config is not None:
         config.check(epi.mode, bool(epi.outputs))
     call = GemmCall(epi, A, B, C, resolved, indices, dtype, config, store_d)
     return backend.active().run(call)

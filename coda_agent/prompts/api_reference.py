@@ -7,7 +7,7 @@ import inspect
 from .. import primitives
 
 _GROUPS = (
-    ("Declaring and running a fused GEMM", ("epilogue", "gemm", "Config")),
+    ("Declaring and running a fused GEMM", ("epilogue", "gemm", "Config", "schedule")),
     ("Operand pins", ("ColVecLoad", "RowVecLoad")),
     ("Reductions (sinks)", ("ColVecReduce", "RowVecReduce", "OnlineLSEReduce", "ColVecSelect")),
     ("Value math inside an epilogue fn", None),

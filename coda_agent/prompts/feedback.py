@@ -15,6 +15,7 @@ from typing import Any
 from ..store.outcomes import AttemptOutcome
 from ..store.ranking import attempt_time_us, shape_ratio
 from ..store.records import Attempt
+from ..verifier.tuning import pinned_schedule, schedule_text
 from ..verifier.verdict import Outcome, OutputCheck, Verdict
 from .lead import lead_attempt, replied
 from .templating import render
@@ -115,7 +116,8 @@ def attempt_headline(attempt: Attempt) -> str:
         if "geomean_us" in t and len(parts) == 1:
             parts.append(f"{t['geomean_us']:.1f} µs")
         if attempt.tuning is not None and attempt.tuning.adopted and attempt.tuning.before.get("geomean_us"):
-            parts.append(f"once the harness tuned its configs (from {attempt.tuning.before['geomean_us']:.1f} µs)")
+            pinned = schedule_text(pinned_schedule(attempt.tuning.code))
+            parts.append(f"once the harness tuned its configs (from {attempt.tuning.before['geomean_us']:.1f} µs; pinned: {pinned})")
         if not t:
             ran = {s.stage for s in verdict.stages}
             where = "on the GPU" if "gpu_correctness" in ran else "on the emulator" if "correctness" in ran else ""

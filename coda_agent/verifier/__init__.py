@@ -1,7 +1,9 @@
 """The verifier: the static check and the checker here, candidate code only in a sandboxed runner.
 
 ``verify(task, source, stages)`` is the one entry point used by ``verify``, ``bench``, ``run`` and
-``replay``: a human kernel and an LLM's candidate take exactly the same path. The checker (trusted code,
+``replay``: a human kernel and an LLM's candidate take exactly the same path; ``tune_schedule(task, source,
+verdict)`` runs the ``tune`` stage on a correct candidate and pins the winning configs in its source (the
+agent's tuner). The checker (trusted code,
 in the calling process) owns the task, inputs, references, tolerances, launch rules, timing statistics
 and the verdict; the candidate runs in a runner process inside the OS sandbox (:mod:`.sandbox`), which
 gets inputs and gives back outputs and never learns whether a call is checked or timed.
@@ -12,20 +14,26 @@ from __future__ import annotations
 import os
 import re
 import time
+from typing import Any
 
 from ..tasks.model import Baseline, Task
 from . import gpu as _gpu  # noqa: F401 - registers the GPU stages
+from . import tuning
 from .client import cancel_all
-from .plan import COMPILE_STAGES, CPU_STAGES, Plan
+from .plan import COMPILE_STAGES, CPU_STAGES, DEFAULT_TUNE_BUDGET_S, Plan
 from .sandbox import detect as detect_sandbox
 from .stages import STAGES, Context
 from .static import check_source
 from .verdict import Outcome, OutputCheck, StageResult, Verdict
 
 __all__ = [
-    "COMPILE_STAGES", "CPU_STAGES", "Outcome", "OutputCheck", "Plan", "StageResult", "Verdict", "cancel_all", "detect_sandbox",
-    "verify",
+    "COMPILE_STAGES", "CPU_STAGES", "DEFAULT_TUNE_BUDGET_S", "Outcome", "OutputCheck", "Plan", "StageResult", "TuningFailed",
+    "Verdict", "cancel_all", "detect_sandbox", "tune_schedule", "verify",
 ]
+
+
+class TuningFailed(Exception):
+    """The tune stage could not finish (the candidate stands with the configs it was written with)."""
 
 #: Longest reason kept in a verdict (reasons reach the model's prompt).
 MAX_REASON = 2500
@@ -49,10 +57,40 @@ def verify(
 
     ``tolerance_baseline`` judges the outputs by another baseline than the task's (e.g. CODA's single rounding).
     """
+    chosen: dict[str, Any] = {"compile_modes": compile_modes} if compile_modes is not None else {}
     plan = Plan(stages=list(stages), backend=backend_label, shape_set=shape_set, shape_names=shape_names,
                 seeds=list(seeds) if seeds is not None else [0, 1, 2], timeout=timeout, tolerance_baseline=tolerance_baseline,
-                **({"compile_modes": compile_modes} if compile_modes is not None else {}))
+                **chosen)
     return run_plan(task, source, plan)
+
+
+def tune_schedule(
+    task: Task, source: str, verdict: Verdict, *, stage: str = "tune", shape_set: str = "bench",
+    budget_s: float = DEFAULT_TUNE_BUDGET_S, cache: bool = True, min_gain: float = tuning.MIN_GAIN,
+) -> str | None:
+    """A correct candidate's source with the tuned configs pinned (``@schedule({...})`` on forward), or None when
+    nothing beat the configs as written by ``min_gain`` at any shape. Raises :class:`TuningFailed` when the
+    stage fails. ``stage``: ``tune`` (GPU) or ``tune_cpu`` (emulator)."""
+    if not verdict.passed:
+        return None
+    plan = Plan(stages=[stage], backend="quack" if stage == "tune" else "torch", shape_set=shape_set, seeds=[0],
+                timeout=1.5 * budget_s + 300.0, tune_budget_s=budget_s, tune_cache=cache)
+    tuned = run_plan(task, source, plan)
+    result = tuned.stage(stage)
+    if not tuned.passed or result is None:
+        raise TuningFailed(tuned.reason or tuned.outcome.value)
+    table = tuning.tuned_table(result, min_gain)
+    if not table:
+        return None
+    device = str(result.details.get("device", ""))
+    # ASCII only: the runner reads the module in whatever locale its sandbox has.
+    notes = [f"configs pinned by the harness's tune stage on {device}; forward() as written -> tuned:"]
+    notes += [
+        f"  {name}: {t.before.median_us:.1f} -> {t.after.median_us:.1f} us" if t.gain >= min_gain
+        else f"  {name}: {t.before.median_us:.1f} us, kept as written (nothing was {100 * (min_gain - 1):.0f}% faster)"
+        for name, t in result.tuning.items()
+    ]
+    return tuning.pin_schedule(source, table, notes)
 
 
 def run_plan(task: Task, source: str, plan: Plan) -> Verdict:

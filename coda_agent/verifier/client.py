@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from ..primitives.configs import Schedule, schedule_to_wire
 from .protocol import Channel, ProtocolError, TensorRef, read_tensors, write_tensors
 from .sandbox import Limits, Sandbox, Spec, detect, kill
 
@@ -197,6 +198,10 @@ class RunnerClient:
         raise RunnerCrashed(f"the runner process died (exit {code}): {exc}\n{self.stderr_tail()}") from None
 
     # --- requests --------------------------------------------------------------------------------
+
+    def set_schedule(self, table: Schedule) -> None:
+        """Run the calls that follow under the harness's schedule (precedence over the candidate's own configs)."""
+        self._request({"op": "schedule", "entries": schedule_to_wire(table)})
 
     def put(self, set_id: str, tensors: dict[str, torch.Tensor]) -> None:
         path = self.scratch / f"in_{set_id}.bin"

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 import torch
 
 from ..measure.baselines import baseline_variants, compiled_reference
 from ..measure.timing import Clock, RepPlan, Timing, lead_in, summarize
+from ..primitives.configs import Schedule
 from ..tasks.model import ShapePoint
 from .client import CandidateRaised, RunnerClient, RunnerError
 from .stages import (
@@ -115,81 +117,126 @@ def run_timing(ctx: Context, compile_modes: Sequence[str] = (), device: str = "c
 
 def time_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: str, compile_modes: Sequence[str],
                plan: RepPlan) -> ShapeTiming:
-    """The timing protocol at one shape (module docstring)."""
-    task, rng = ctx.task, random.SystemRandom()
-    seeds = [rng.randrange(1 << 30) for _ in range(TIMING_SETS)]
-    ids = [f"t-{point.name}-{i}" for i in range(TIMING_SETS)]
-    inputs = {i: task.make_inputs(point.dims, s, device=device) for i, s in zip(ids, seeds, strict=True)}
-    for i in ids:
-        client.put(i, inputs[i])
-    refs: dict[str, tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]] = {}
-    variants = baseline_variants(task, point.dims, inputs[ids[0]], device=device, compile_modes=compile_modes)
-    clock = Clock(device)
-    cycle = 0
+    """The timing protocol at one shape (module docstring): the candidate as loaded, with the baselines."""
+    timer = ShapeTimer(ctx, client, point, device)
+    variants = baseline_variants(ctx.task, point.dims, timer.first_inputs, device=device, compile_modes=compile_modes)
+    timings = timer.time({"candidate": None}, variants, plan)
+    timer.close()
+    return ShapeTiming(dims=point.dims, **timings)
 
-    def candidate_batch(n: int, check: bool, trace: bool = True) -> tuple[list[float], float]:
-        nonlocal cycle
-        calls = [ids[(cycle + j) % len(ids)] for j in range(n)]
-        cycle += n
-        keep = [rng.randrange(n)] if check else []
+
+class ShapeTimer:
+    """The timing protocol at one shape, as often as asked over the same input sets (module docstring).
+
+    Candidate variants are schedules: ``None`` runs forward() as loaded (its launches judged against the
+    context's checked calls), a table runs it under that harness schedule (set in the runner before each of
+    its batches; its launches judged against its own first traced call, as a config may change the kernels).
+    """
+
+    def __init__(self, ctx: Context, client: RunnerClient, point: ShapePoint, device: str) -> None:
+        self.ctx, self.client, self.point, self.device = ctx, client, point, device
+        self.rng = random.SystemRandom()
+        seeds = [self.rng.randrange(1 << 30) for _ in range(TIMING_SETS)]
+        self.ids = [f"t-{point.name}-{i}" for i in range(TIMING_SETS)]
+        self.inputs = {i: ctx.task.make_inputs(point.dims, s, device=device) for i, s in zip(self.ids, seeds, strict=True)}
+        for i in self.ids:
+            client.put(i, self.inputs[i])
+        self.refs: dict[str, tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]] = {}
+        self.clock = Clock(device)
+        self.cycle = 0
+        self.overhead: dict[int, dict[str, float]] = {}
+        self._set: Schedule | None = None  # the schedule the runner holds now (None: as loaded)
+        self._judges: dict[frozenset[tuple[object, object]], Context] = {}
+
+    @property
+    def first_inputs(self) -> dict[str, torch.Tensor]:
+        return self.inputs[self.ids[0]]
+
+    def _schedule(self, table: Schedule | None) -> Context:
+        """Put the variant's schedule in the runner if it holds another; the context its launches are judged in."""
+        want = table or {}
+        if want != (self._set or {}):
+            self.client.set_schedule(want)
+        self._set = want
+        if table is None:
+            return self.ctx
+        return self._judges.setdefault(frozenset(table.items()), replace(self.ctx, signatures={}))
+
+    def candidate_batch(self, table: Schedule | None, n: int, check: bool, trace: bool = True) -> tuple[list[float], float]:
+        judge = self._schedule(table)
+        calls = [self.ids[(self.cycle + j) % len(self.ids)] for j in range(n)]
+        self.cycle += n
+        keep = [self.rng.randrange(n)] if check else []
+        point, task = self.point, self.ctx.task
         try:
-            batch = client.run(calls, keep=keep, trace=trace)
+            batch = self.client.run(calls, keep=keep, trace=trace)
         except CandidateRaised as exc:
             raise Reject(Outcome.RUNTIME_ERROR, f"forward() raised while timed at shape {point.name}:\n{exc}") from None
         if trace:
-            call_problems(ctx, batch, point)
+            call_problems(judge, batch, point)
         if keep:
-            (out,) = client.fetch()
+            (out,) = self.client.fetch()
             set_id = calls[keep[0]]
-            if set_id not in refs:
-                refs[set_id] = references(task, inputs[set_id])
-            ref32, reflp = refs[set_id]
-            failed = [c for c in returned_checks(ctx, out, ref32, reflp, point, -1) if not c.ok]
+            if set_id not in self.refs:
+                self.refs[set_id] = references(task, self.inputs[set_id])
+            ref32, reflp = self.refs[set_id]
+            failed = [c for c in returned_checks(self.ctx, out, ref32, reflp, point, -1) if not c.ok]
             if failed:
                 raise Reject(Outcome.CHEAT_DETECTED, (
                     f"at shape {point.name}, a call made while the kernel was being timed returned a wrong result "
                     f"({failed[0].reason}); every call must compute the task"
                 ))
-        return batch.times_us, max(0.0, batch.wall_s * 1e6 / n - overhead[n]["runner_us"])
+        return batch.times_us, max(0.0, batch.wall_s * 1e6 / n - self.overhead.get(n, {}).get("runner_us", 0.0))
 
-    def baseline_batch(fn: Callable[[], object], n: int) -> tuple[list[float], float]:
-        _sync(device)
+    def baseline_batch(self, fn: Callable[[], object], n: int) -> tuple[list[float], float]:
+        _sync(self.device)
         w0 = time.perf_counter()
-        lead_in(device)
+        lead_in(self.device)
         with torch.no_grad():
             for _ in range(n):
-                clock.start(fn)
-            times = clock.collect()
-        return times, max(0.0, (time.perf_counter() - w0) * 1e6 / n - overhead[n]["checker_us"])
+                self.clock.start(fn)
+            times = self.clock.collect()
+        return times, max(0.0, (time.perf_counter() - w0) * 1e6 / n - self.overhead.get(n, {}).get("checker_us", 0.0))
 
-    names = ["candidate", *variants]
-    overhead: dict[int, dict[str, float]] = {n: {"runner_us": 0.0, "checker_us": 0.0} for n in (plan.warmup, 3)}
+    def time(self, candidates: Mapping[str, Schedule | None], baselines: Mapping[str, Callable[[], object]],
+             plan: RepPlan) -> dict[str, Timing]:
+        """Every candidate variant (runner) and baseline (checker), interleaved batch by batch in rotating order."""
+        names = [*candidates, *baselines]
 
-    def one(name: str, n: int, check: bool = True, trace: bool = True) -> tuple[list[float], float]:
-        return candidate_batch(n, check, trace) if name == "candidate" else baseline_batch(variants[name], n)
+        def one(name: str, n: int, check: bool = True, trace: bool = True) -> tuple[list[float], float]:
+            if name in candidates:
+                return self.candidate_batch(candidates[name], n, check, trace)
+            return self.baseline_batch(baselines[name], n)
 
-    for name in names:  # warm-up: compiles, allocator growth, cuBLAS heuristics
-        one(name, plan.warmup, check=False)
-    slowest = max(sorted(one(name, 3)[0])[1] for name in names)
-    reps = plan.reps_for(slowest)
-    size = min(BATCH, reps)
-    rounds = -(-reps // size)
-    overhead[size] = _overheads(clock, client, device, size)
-    events: dict[str, list[float]] = {n: [] for n in names}
-    walls: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(rounds):
-        k = r % len(names)
-        for name in names[k:] + names[:k]:
-            if name == "candidate":  # a traced batch (launches judged, times unused), then the timed one
-                one(name, size)
-            times, wall = one(name, size, trace=False)
-            events[name] += times
-            walls[name].append(wall)
-    modified = client.drop(ids)
-    changed = sorted({k for v in modified.values() for k in v})
-    if changed:
-        raise Reject(Outcome.CHEAT_DETECTED, f"at shape {point.name}, forward() modified its inputs {changed} while timed; inputs are read-only")
-    return ShapeTiming(dims=point.dims, **{name: honest_timing(events[name], walls[name]) for name in names})
+        for name in names:  # warm-up: compiles, allocator growth, cuBLAS heuristics
+            one(name, plan.warmup, check=False)
+        slowest = max(sorted(one(name, 3)[0])[1] for name in names)
+        reps = plan.reps_for(slowest)
+        size = min(BATCH, reps)
+        rounds = -(-reps // size)
+        if size not in self.overhead:
+            self.overhead[size] = _overheads(self.clock, self.client, self.device, size)
+        events: dict[str, list[float]] = {n: [] for n in names}
+        walls: dict[str, list[float]] = {n: [] for n in names}
+        for r in range(rounds):
+            k = r % len(names)
+            for name in names[k:] + names[:k]:
+                if name in candidates:  # a traced batch (launches judged, times unused), then the timed one
+                    one(name, size)
+                times, wall = one(name, size, trace=False)
+                events[name] += times
+                walls[name].append(wall)
+        return {name: honest_timing(events[name], walls[name]) for name in names}
+
+    def close(self) -> None:
+        """Drop the input sets (forward() must have left them as they were sent) and any harness schedule."""
+        if self._set:
+            self.client.set_schedule({})
+            self._set = None
+        modified = self.client.drop(self.ids)
+        changed = sorted({k for v in modified.values() for k in v})
+        if changed:
+            raise Reject(Outcome.CHEAT_DETECTED, f"at shape {self.point.name}, forward() modified its inputs {changed} while timed; inputs are read-only")
 
 
 #: Events may understate the batch's wall clock per call by this much before the wall clock is reported.

@@ -11,12 +11,15 @@ from pydantic import BaseModel, Field, ValidationInfo, field_validator
 from ..measure.baselines import COMPILE_MODES
 from ..tasks.model import Baseline
 
-#: Stages on the CPU (emulator) and the sm_90a compile.
+#: Stages on the CPU (emulator) and the sm_90a compile; ``tune_cpu`` is the GPU's ``tune`` on the emulator, where
+#: configs are ignored: for tests.
 CPU_STAGES = ("correctness",)
 COMPILE_STAGES = ("compile",)
 #: Stages that need a GPU; the timed ones among them need their device to themselves (timings must not overlap).
-GPU_STAGES = ("gpu_correctness", "bench_prepare", "profile", "bench")
-TIMED_STAGES = ("profile", "bench")
+GPU_STAGES = ("gpu_correctness", "bench_prepare", "profile", "bench", "tune")
+TIMED_STAGES = ("profile", "bench", "tune")
+#: Seconds the tune stage may spend searching configs for one candidate (discovery and the final re-time come on top).
+DEFAULT_TUNE_BUDGET_S = 300.0
 
 
 class Plan(BaseModel):
@@ -34,6 +37,8 @@ class Plan(BaseModel):
     )
     #: The tolerance baseline to judge outputs by, instead of the task's own (``tolerance.baseline``).
     tolerance_baseline: Baseline | None = None
+    tune_budget_s: float = Field(default=DEFAULT_TUNE_BUDGET_S, gt=0, description="tune: seconds of config search per candidate")
+    tune_cache: bool = Field(default=True, description="tune: reuse and record winners in the tuning cache (settings.cache_dir)")
 
     @field_validator("compile_modes")
     @classmethod

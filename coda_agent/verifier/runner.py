@@ -29,12 +29,14 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from ..measure.timing import FLUSH_BYTES, lead_in
 from ..primitives import backend
 from ..primitives._epilogue import GemmCall
+from ..primitives.configs import ScheduleOverride, config_fields, schedule_from_wire
 from .candidate import CandidateModule, candidate_trace
 from .protocol import Channel, ProtocolError, TensorRef, read_tensors, write_tensors
 
 
 class OpLog(TorchDispatchMode):
-    """Every aten op forward() runs outside ``primitives.gemm``, and every gemm call (the launch estimate)."""
+    """Every aten op forward() runs outside ``primitives.gemm``, and every gemm call: its shape and sinks (the
+    launch estimate), and its epilogue, mode and the config it ran with (what the tune stage can tune)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -69,6 +71,8 @@ class OpLog(TorchDispatchMode):
                 self.calls[-1].append({
                     "gemm": [call.m, call.n, int(call.A.shape[1])],
                     "sinks": sorted(type(s).__name__ for s in call.epi.sinks.values()), "mode": call.epi.mode,
+                    "epilogue": call.epi.name, "outputs": len(call.epi.outputs),
+                    "config": None if call.config is None else config_fields(call.config),
                 })
             self._inside_gemm += 1
             try:
@@ -116,6 +120,7 @@ class Runner:
         self.snapshots: dict[str, dict[str, torch.Tensor]] = {}
         self.kept: list[tuple[int, Any, str]] = []
         self.oplog = OpLog()
+        self.override = ScheduleOverride()
         self.batches = 0
         self.channel: Channel | None = None
         self._flush: torch.Tensor | None = None
@@ -125,7 +130,8 @@ class Runner:
     def load(self, msg: dict[str, Any]) -> dict[str, Any]:
         self.device = str(msg.get("device", "cpu"))
         name = str(msg["backend"])
-        backend.set_backend(name, wrap=self.oplog.wrap_backend)
+        # The log sees each call as it runs: after the harness's schedule has replaced its config.
+        backend.set_backend(name, wrap=lambda run: self.override.wrap(self.oplog.wrap_backend(run)))
         self.constants = dict(msg.get("constants", {}))
         path = self.scratch / "candidate.py"
         try:
@@ -135,6 +141,11 @@ class Runner:
         freeze_globals(self.candidate.module)
         if self.device == "cuda":
             self._flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+        return {"ok": True}
+
+    def schedule(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """The harness's schedule for the calls that follow (``[]``: none; configs as the candidate wrote them)."""
+        self.override.table = schedule_from_wire(msg.get("entries", []))
         return {"ok": True}
 
     def inputs(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -259,7 +270,10 @@ def _cuda_profiler() -> Any:
 
 def serve(channel: Channel, runner: Runner) -> None:
     runner.channel = channel
-    handlers = {"load": runner.load, "inputs": runner.inputs, "drop": runner.drop, "run": runner.run, "fetch": runner.fetch}
+    handlers = {
+        "load": runner.load, "inputs": runner.inputs, "drop": runner.drop, "run": runner.run, "fetch": runner.fetch,
+        "schedule": runner.schedule,
+    }
     while True:
         try:
             msg = channel.recv()

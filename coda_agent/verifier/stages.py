@@ -40,6 +40,7 @@ from .client import (
 )
 from .compare import check_outputs
 from .plan import Plan
+from .static import without_schedule
 from .trace import LaunchEstimate, LaunchTrace, calls_from_trace
 from .verdict import Outcome, OutputCheck, StageResult
 
@@ -71,9 +72,10 @@ class Context:
 
 
 def quack_cache_for(source: str) -> Path:
-    """A QuACK compile cache per candidate source: a runner can write only the cache of its own code."""
+    """A QuACK compile cache per candidate source: a runner can write only the cache of its own code. A pinned
+    schedule does not count (the harness's tuned module reuses the kernels its search built from the same code)."""
     root = Path(os.environ.get("QUACK_CACHE_DIR") or Path(tempfile.gettempdir()) / "coda_quack_cache")
-    return root / "by-source" / hashlib.sha256(source.encode()).hexdigest()[:20]
+    return root / "by-source" / hashlib.sha256(without_schedule(source).encode()).hexdigest()[:20]
 
 
 def hidden_paths(task: Task) -> tuple[Path, ...]:

@@ -6,7 +6,9 @@ A candidate may import the public names of ``coda_agent.primitives``, ``math`` a
 (``torch.serialization.os``…), a method taken as a value, dunder or private access, assignment to an
 attribute anywhere or to an item of an input or a module-level name, mutable defaults, classes,
 ``global``/``nonlocal``, ``try``, ``with``, generators, and top-level code other than imports, functions
-and constant declarations. The contract text of the prompt is generated from these tables.
+and constant declarations. The one decorator besides ``@epilogue(...)`` is the harness's pinned schedule
+on ``forward``, in exactly the form :func:`literal_schedule` reads. The contract text of the prompt is
+generated from these tables.
 
 This is the first line, not the only one: the runner is sandboxed and the checker judges what it returns.
 """
@@ -14,9 +16,12 @@ This is the first line, not the only one: the runner is sandboxed and the checke
 from __future__ import annotations
 
 import ast
+import dataclasses
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from .. import primitives
+from ..primitives import Config
 
 PRIMITIVES = "coda_agent.primitives"
 ALLOWED_MODULES = ("math", "torch", PRIMITIVES)
@@ -72,7 +77,63 @@ class Violation:
         return f"line {self.line}: {self.message}"
 
 
-def _bound_names(tree: ast.Module) -> set[str]:
+class ScheduleFormError(ValueError):
+    """A ``@schedule(...)`` that is not a literal table of ``(name, M, N, K): Config(field=constant, ...)``."""
+
+
+def literal_schedule(call: ast.Call, config_names: Collection[str] = ("Config",)) -> dict[tuple[str, int, int, int], Config]:
+    """The table of a ``schedule({...})`` call, read from its literal source without running anything.
+
+    The one form accepted (and the one the harness writes): a single dict literal whose keys are
+    ``("epilogue_name", M, N, K)`` tuples of constants and whose values are ``Config(...)`` calls (``config_names``:
+    how the module names Config) with constant keyword fields. Raises :class:`ScheduleFormError` otherwise.
+    """
+    if len(call.args) != 1 or call.keywords or not isinstance(call.args[0], ast.Dict):
+        raise ScheduleFormError("schedule() takes exactly one argument, a dict literal {(epilogue_name, M, N, K): Config(...)}")
+    fields = {f.name: bool if f.name == "pingpong" else int for f in dataclasses.fields(Config)}
+    table: dict[tuple[str, int, int, int], Config] = {}
+    for k, v in zip(call.args[0].keys, call.args[0].values, strict=True):
+        try:
+            key = ast.literal_eval(k) if k is not None else None
+        except (ValueError, TypeError, SyntaxError, RecursionError):
+            key = None
+        ok_key = (
+            isinstance(key, tuple) and len(key) == 4 and isinstance(key[0], str)
+            and all(type(d) is int and d > 0 for d in key[1:])
+        )
+        if not ok_key:
+            raise ScheduleFormError("schedule keys must be literal (epilogue_name, M, N, K) tuples with positive integer dims")
+        assert isinstance(key, tuple)
+        if not (isinstance(v, ast.Call) and ast.unparse(v.func) in config_names and not v.args):
+            raise ScheduleFormError(f"schedule entry {key!r} must be Config(field=value, ...) with keyword fields")
+        values: dict[str, object] = {}
+        for kw in v.keywords:
+            if kw.arg not in fields or not isinstance(kw.value, ast.Constant) or type(kw.value.value) is not fields[kw.arg]:
+                raise ScheduleFormError(f"schedule entry {key!r}: Config fields are {', '.join(sorted(fields))}, each a constant integer (pingpong: True/False)")
+            values[kw.arg] = kw.value.value
+        if key in table:
+            raise ScheduleFormError(f"schedule key {key!r} appears twice")
+        table[key] = Config(**values)  # type: ignore[arg-type]
+    return table
+
+
+def without_schedule(source: str) -> str:
+    """The module with forward's ``@schedule`` (and the names it imports for it) taken out, as normalised source:
+    what two candidates that differ only in their pinned schedule have in common."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return source
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "forward":
+            node.decorator_list = [d for d in node.decorator_list if not (isinstance(d, ast.Call) and ast.unparse(d.func).split(".")[-1] == "schedule")]
+        elif isinstance(node, ast.ImportFrom) and node.module == PRIMITIVES:
+            node.names = [a for a in node.names if a.name not in ("Config", "schedule")]
+    tree.body = [n for n in tree.body if not (isinstance(n, ast.ImportFrom) and not n.names)]
+    return ast.unparse(tree)
+
+
+def bound_names(tree: ast.Module) -> set[str]:
     """Every name the module itself binds (imports, functions, assignments, parameters, loop targets)."""
     names: set[str] = set()
     for node in ast.walk(tree):
@@ -99,11 +160,12 @@ class _Checker(ast.NodeVisitor):
         self.math: set[str] = set()
         self.prims: set[str] = set()  # names bound to the primitives module
         self.globals: set[str] = set()
-        self.bound = _bound_names(tree)
+        self.bound = bound_names(tree)
         self.params: list[set[str]] = []  # parameters of the enclosing functions
         self.scopes: list[set[str]] = []  # names the enclosing functions assign themselves
         self._call_funcs: set[int] = set()
         self._value_roots: set[int] = set()  # module Names used as module.<attr>
+        self._schedule_names: set[int] = set()  # the one accepted use of primitives.schedule
 
     def flag(self, node: ast.AST, message: str) -> None:
         self.violations.append(Violation(getattr(node, "lineno", 0), message))
@@ -150,8 +212,10 @@ class _Checker(ast.NodeVisitor):
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
         for dec in node.decorator_list:
             target = dec.func if isinstance(dec, ast.Call) else dec
-            if not self._is_primitive(target, "epilogue"):
-                self.flag(dec, "the only decorator allowed is @epilogue(...)")
+            if self._is_primitive(target, "schedule"):
+                self._check_schedule(node, dec)
+            elif not self._is_primitive(target, "epilogue"):
+                self.flag(dec, "the only decorators allowed are @epilogue(...), and @schedule({...}) on forward")
         for default in (*node.args.defaults, *(d for d in node.args.kw_defaults if d is not None)):
             if not _is_constant(default):
                 self.flag(default, "default values must be constants (None, numbers, strings, tuples): a mutable default keeps state across calls")
@@ -161,6 +225,21 @@ class _Checker(ast.NodeVisitor):
         self.generic_visit(node)
         self.params.pop()
         self.scopes.pop()
+
+    def _check_schedule(self, fn: ast.FunctionDef, dec: ast.expr) -> None:
+        """``@schedule({...})`` only on the top-level forward, alone, in the literal form."""
+        self._schedule_names.add(id(dec.func if isinstance(dec, ast.Call) else dec))
+        if fn.name != "forward" or self.params or len(fn.decorator_list) != 1:
+            self.flag(dec, "@schedule({...}) may only decorate the top-level forward, as its only decorator")
+            return
+        if not isinstance(dec, ast.Call):
+            self.flag(dec, "schedule must be called with its table: @schedule({(epilogue_name, M, N, K): Config(...)})")
+            return
+        config_names = {f"{p}.Config" for p in self.prims} | ({"Config"} if "Config" in self.bound else set())
+        try:
+            literal_schedule(dec, config_names)
+        except ScheduleFormError as exc:
+            self.flag(dec, str(exc))
 
     def _banned(self, node: ast.AST, what: str) -> None:
         self.flag(node, f"{what} are not allowed in a candidate")
@@ -276,7 +355,12 @@ class _Checker(ast.NodeVisitor):
         """``torch.f`` / ``math.f`` / ``P.f`` (checked in visit_Attribute); True when node is one."""
         return isinstance(node.value, ast.Name) and node.value.id in (self.torch | self.math | self.prims)
 
+    def _stray_schedule(self, node: ast.Name | ast.Attribute) -> None:
+        if self._is_primitive(node, "schedule") and id(node) not in self._schedule_names:
+            self.flag(node, "schedule may only be used as the decorator @schedule({...}) of forward")
+
     def visit_Attribute(self, node: ast.Attribute) -> None:
+        self._stray_schedule(node)
         if node.attr.startswith("_"):
             self.flag(node, f"access to private attribute {node.attr!r} is not allowed")
         elif self._module_attr(node):
@@ -301,6 +385,7 @@ class _Checker(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> None:
+        self._stray_schedule(node)
         if node.id.startswith("__"):
             self.flag(node, f"{node.id} is not allowed")
         elif isinstance(node.ctx, ast.Load):

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, Field, model_validator
 
 from ..measure.timing import Timing
+from ..primitives import Config
 from ..tasks.model import Baseline
 
 
@@ -69,8 +70,35 @@ class ShapeTiming(BaseModel):
         return {k: t for k in names if (t := getattr(self, k)) is not None}
 
 
+class TunedGemm(BaseModel):
+    """One gemm call the tune stage searched at one shape: as written, what was tried, what won."""
+
+    epilogue: str
+    mnk: tuple[int, int, int]
+    mode: str
+    written: Config | None = Field(default=None, description="the config it ran with as written (None: QuACK's arch default)")
+    tuned: Config | None = Field(default=None, description="the fastest config found; None when none beat the written one")
+    tried_us: dict[str, float] = Field(default_factory=dict, description="config label -> median µs of the whole forward() with it")
+    failed: dict[str, str] = Field(default_factory=dict, description="config label -> why forward() could not be timed with it")
+    cached: bool = Field(default=False, description="the winner came from the tuning cache; nothing was searched")
+
+
+class ShapeTuning(BaseModel):
+    """The tune stage at one shape: forward() as written and under the tuned schedule, timed interleaved."""
+
+    dims: dict[str, int]
+    before: Timing
+    after: Timing
+    calls: list[TunedGemm]
+
+    @property
+    def gain(self) -> float:
+        """As-written time over tuned time (> 1: the schedule is faster)."""
+        return self.before.median_us / self.after.median_us if self.after.median_us > 0 else 1.0
+
+
 class StageResult(BaseModel):
-    """One verifier stage (static, compile, correctness, gpu_correctness, profile, bench)."""
+    """One verifier stage (static, compile, correctness, gpu_correctness, profile, bench, tune)."""
 
     stage: str
     outcome: Outcome
@@ -78,6 +106,7 @@ class StageResult(BaseModel):
     seconds: float = 0.0
     checks: list[OutputCheck] = []
     timings: dict[str, ShapeTiming] = Field(default_factory=dict, description="profile / bench: per shape")
+    tuning: dict[str, ShapeTuning] = Field(default_factory=dict, description="tune / tune_cpu: per shape")
     details: dict[str, object] = {}
 
     @model_validator(mode="before")

@@ -1,0 +1,113 @@
+"""The GEMM config space the harness searches, how a config is written, and the harness's own override.
+
+Not part of the candidate surface (``coda_agent.primitives.__all__``), like :mod:`.backend`. One home for:
+
+* :data:`TILES` x :data:`CLUSTERS`: the large-tile part of QuACK's SM90 space where the bench shapes'
+  winners live (swap_ab is left out: :class:`Config` cannot express it), used by the offline tuner of the
+  human kernels and by the verifier's ``tune`` stage;
+* ``Config(...)`` source text and short labels;
+* a schedule on the wire (JSON) between the checker and the sandboxed runner;
+* :class:`ScheduleOverride`: the harness's schedule, applied to every gemm call over whatever the candidate
+  pinned or passed (precedence: harness override > ``@schedule`` > the call's ``config=`` > the default).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from ._epilogue import Config, EpilogueError, GemmCall, Mode
+from ._schedule import ScheduleKey
+
+#: (tile_m, tile_n, pingpong) candidates; each runs with every cluster of :data:`CLUSTERS`.
+TILES = ((128, 192, True), (128, 208, True), (128, 256, False), (256, 128, False), (256, 160, False), (256, 192, False))
+#: (cluster_m, cluster_n): both 2-CTA clusters.
+CLUSTERS = ((2, 1), (1, 2))
+
+Schedule = Mapping[ScheduleKey, Config]
+Runner = Callable[[GemmCall], dict[str, torch.Tensor]]
+
+
+def config_space(mode: Mode, has_outputs: bool) -> list[Config]:
+    """Every config of :data:`TILES` x :data:`CLUSTERS` that QuACK accepts for this epilogue, the default first."""
+    space = []
+    for tile_m, tile_n, pingpong in TILES:
+        for cluster_m, cluster_n in CLUSTERS:
+            config = Config(tile_m=tile_m, tile_n=tile_n, cluster_m=cluster_m, cluster_n=cluster_n, pingpong=pingpong)
+            try:
+                config.check(mode, has_outputs)
+            except EpilogueError:
+                continue
+            space.append(config)
+    return sorted(space, key=lambda c: c != Config())
+
+
+def config_literal(c: Config) -> str:
+    """``Config(...)`` source for a config, naming only the fields that differ from the default."""
+    default = Config()
+    fields = [f"{f.name}={getattr(c, f.name)!r}" for f in dataclasses.fields(c) if getattr(c, f.name) != getattr(default, f.name)]
+    return f"Config({', '.join(fields)})"
+
+
+def config_label(c: Config | None) -> str:
+    """``128x208 pingpong 2x1``; ``default`` for None (QuACK's arch default)."""
+    if c is None:
+        return "default"
+    kind = "pingpong" if c.pingpong else "coop"
+    return f"{c.tile_m}x{c.tile_n} {kind} {c.cluster_m}x{c.cluster_n}"
+
+
+def config_fields(c: Config) -> dict[str, int | bool]:
+    return dataclasses.asdict(c)
+
+
+def config_from_fields(fields: object) -> Config:
+    """A Config from its fields as JSON carries them; ValueError for anything else (unknown or mistyped fields)."""
+    if not isinstance(fields, dict):
+        raise ValueError(f"a config must be an object of fields, got {type(fields).__name__}")
+    types = {f.name: f.type for f in dataclasses.fields(Config)}
+    for name, value in fields.items():
+        if name not in types:
+            raise ValueError(f"unknown config field {name!r}")
+        want_bool = types[name] in (bool, "bool")
+        if isinstance(value, bool) != want_bool or not isinstance(value, int):
+            raise ValueError(f"config field {name!r} must be {'a bool' if want_bool else 'an integer'}, got {value!r}")
+    return Config(**fields)
+
+
+def schedule_to_wire(table: Schedule) -> list[list[Any]]:
+    """``[[epilogue, M, N, K, {config fields}], ...]``, sorted."""
+    return [[*key, config_fields(c)] for key, c in sorted(table.items())]
+
+
+def schedule_from_wire(entries: object) -> dict[ScheduleKey, Config]:
+    """The inverse of :func:`schedule_to_wire`; ValueError for a malformed entry."""
+    if not isinstance(entries, list):
+        raise ValueError("a schedule must be a list of [epilogue, M, N, K, config] entries")
+    table: dict[ScheduleKey, Config] = {}
+    for entry in entries:
+        if not (isinstance(entry, list) and len(entry) == 5 and isinstance(entry[0], str)
+                and all(isinstance(d, int) and not isinstance(d, bool) for d in entry[1:4])):
+            raise ValueError(f"malformed schedule entry {entry!r}")
+        table[(entry[0], entry[1], entry[2], entry[3])] = config_from_fields(entry[4])
+    return table
+
+
+class ScheduleOverride:
+    """The harness's schedule over a backend: a gemm call it names runs with its config, checked as ``gemm`` checks."""
+
+    def __init__(self) -> None:
+        self.table: dict[ScheduleKey, Config] = {}
+
+    def wrap(self, run: Runner) -> Runner:
+        def overridden(call: GemmCall) -> dict[str, torch.Tensor]:
+            config = self.table.get(call.key)
+            if config is None:
+                return run(call)
+            config.check(call.epi.mode, bool(call.epi.outputs))
+            return run(dataclasses.replace(call, config=config))
+
+        return overridden

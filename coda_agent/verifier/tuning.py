@@ -1,0 +1,363 @@
+"""The ``tune`` stage: the harness owns the schedule of a correct candidate (issue 10).
+
+At each shape of the plan, one traced call tells the checker which gemm calls forward() makes (epilogue,
+M, N, K, mode, the config each ran with; the runner's op log). Then a coordinate descent, one gemm call
+at a time: every config of :func:`~coda_agent.primitives.configs.config_space` valid for the call's mode
+is set as the harness's schedule in the runner and forward() is timed whole, candidate only, by the
+checker's honest protocol (:class:`~.gpu.ShapeTimer`, fewer reps); the fastest stays for the next call.
+The search stops at the plan's budget (split evenly over the shapes still to tune; a proposal under way
+finishes). Finally forward() as written and under the tuned schedule are timed interleaved with the full
+repetition plan. A config that fails (raises, launches something else, computes a wrong result) is
+recorded and skipped; one that kills the runner ends the stage (the candidate keeps its configs).
+
+A finished search is cached by (epilogue signature: name + hash of its source, M, N, K, device, package
+versions) in ``settings.cache_dir()/tuned_configs.json``, so an unchanged epilogue is not searched twice.
+
+The winners reach the exported module as ``@schedule({...})`` on forward (:func:`pin_schedule`), the one
+decorator form the static check accepts besides ``@epilogue``. ``tune`` runs on the GPU through QuACK;
+``tune_cpu`` runs the same path on the emulator, where configs are accepted and ignored and the times are
+the host's (for tests).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+
+from ..atomic import write_text_atomic
+from ..measure.timing import RepPlan, Timing
+from ..primitives import Config
+from ..primitives._epilogue import Mode
+from ..primitives._schedule import ScheduleKey
+from ..primitives.configs import (
+    Schedule,
+    config_fields,
+    config_from_fields,
+    config_label,
+    config_literal,
+    config_space,
+)
+from ..provenance import package_versions
+from ..settings import cache_dir
+from .client import RunnerError
+from .gpu import ShapeTimer
+from .stages import Context, Reject, runner_failure, stage
+from .static import PRIMITIVES, ScheduleFormError, bound_names, check_source, literal_schedule
+from .verdict import Outcome, ShapeTuning, StageResult, TunedGemm
+
+#: Repetitions per proposal: enough to rank configs; the final before/after comparison uses the full plan.
+SEARCH_REPS = RepPlan(warmup=2, target_s=0.05, min_reps=5, max_reps=20)
+FINAL_REPS = RepPlan()
+#: A tuned schedule is pinned only where it beats the configs as written by at least this factor.
+MIN_GAIN = 1.01
+CACHE_FILE = "tuned_configs.json"
+#: The first line of the comment :func:`pin_schedule` writes above the decorator (and replaces on a re-tune).
+NOTE_MARK = "# coda-agent tune:"
+MODES: tuple[Mode, ...] = ("element", "acc_pair", "packed")
+
+
+@dataclass(frozen=True)
+class GemmSite:
+    """One distinct gemm call of forward() at one shape, as the runner's op log reported it."""
+
+    key: ScheduleKey
+    mode: Mode
+    has_outputs: bool
+    written: Config | None
+
+    @property
+    def mnk(self) -> tuple[int, int, int]:
+        return self.key[1], self.key[2], self.key[3]
+
+
+def gemm_sites(ops: Sequence[Mapping[str, Any]]) -> list[GemmSite]:
+    """The distinct gemm calls of one call's op log, in call order (the runner's words: validated, not trusted)."""
+    sites: dict[ScheduleKey, GemmSite] = {}
+    for op in ops:
+        dims, name, mode = op.get("gemm"), op.get("epilogue"), op.get("mode")
+        if not (isinstance(dims, list) and len(dims) == 3 and all(type(d) is int and d > 0 for d in dims)):
+            continue
+        if not isinstance(name, str) or len(name) > 200 or mode not in MODES:
+            continue
+        try:
+            written = config_from_fields(op["config"]) if op.get("config") is not None else None
+        except ValueError:
+            written = None
+        key = (name, dims[0], dims[1], dims[2])
+        sites.setdefault(key, GemmSite(key, cast(Mode, mode), bool(op.get("outputs")), written))
+    return list(sites.values())
+
+
+def epilogue_signature(source: str, name: str) -> str:
+    """``name:<hash>`` of the epilogue fn's source with its decorator (the whole module's when it cannot be found)."""
+    text = source
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        tree = None
+    for node in tree.body if tree is not None else []:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            decorators = "\n".join(ast.unparse(d) for d in node.decorator_list)
+            text = decorators + "\n" + (ast.get_source_segment(source, node) or "")
+            break
+    return f"{name}:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+
+class TuneCache:
+    """Finished searches by (epilogue signature, M, N, K, device, package versions); ``path`` None: memory only."""
+
+    def __init__(self, path: Path | None, device: str) -> None:
+        self.path, self.device = path, device
+        self.versions = package_versions()
+        self.entries: dict[str, dict[str, Any]] = self._read() if path is not None else {}
+        self._new: dict[str, dict[str, Any]] = {}
+
+    def _read(self) -> dict[str, dict[str, Any]]:
+        assert self.path is not None
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        entries = data.get("entries") if isinstance(data, dict) else None
+        return entries if isinstance(entries, dict) else {}
+
+    def _key(self, signature: str, mnk: tuple[int, int, int]) -> str:
+        return json.dumps([signature, list(mnk), self.device, self.versions], sort_keys=True)
+
+    def get(self, signature: str, mnk: tuple[int, int, int]) -> Config | None:
+        entry = self.entries.get(self._key(signature, mnk))
+        try:
+            return config_from_fields(entry.get("config")) if isinstance(entry, dict) else None
+        except ValueError:
+            return None
+
+    def put(self, signature: str, mnk: tuple[int, int, int], config: Config, result: TunedGemm) -> None:
+        entry = {
+            "config": config_fields(config), "tried_us": result.tried_us, "epilogue": signature, "mnk": list(mnk),
+            "device": self.device, "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
+        self.entries[self._key(signature, mnk)] = self._new[self._key(signature, mnk)] = entry
+
+    def save(self) -> None:
+        """Add this run's entries to the file as it is now (another process may have added its own)."""
+        if self.path is None or not self._new:
+            return
+        merged = {**self._read(), **self._new}
+        write_text_atomic(self.path, json.dumps({"version": 1, "entries": merged}, indent=1, sort_keys=True))
+        self._new.clear()
+
+
+class ScheduleTimer:
+    """How the search measures a schedule: forward() whole at one shape, through the checker's timing protocol.
+
+    The seam of the search (tests put a deterministic one in its place).
+    """
+
+    def __init__(self, timer: ShapeTimer) -> None:
+        self.timer = timer
+
+    def measure(self, table: Schedule) -> Timing:
+        return self.timer.time({"proposal": table}, {}, SEARCH_REPS)["proposal"]
+
+    def compare(self, table: Schedule) -> tuple[Timing, Timing]:
+        """(as written, under ``table``), timed interleaved."""
+        t = self.timer.time({"as_written": {}, "tuned": table}, {}, FINAL_REPS)
+        return t["as_written"], t["tuned"]
+
+
+def search_shape(
+    sites: Sequence[GemmSite], timer: ScheduleTimer, deadline: float, cache: TuneCache, signatures: Mapping[str, str],
+    clock: Callable[[], float] = time.monotonic,
+) -> tuple[dict[ScheduleKey, Config], list[TunedGemm], Timing]:
+    """Coordinate descent over the calls at one shape: (the harness schedule found, per call what happened, the
+    time of forward() as written). A call whose search the deadline cut short is not cached."""
+    written = timer.measure({})
+    best = written.median_us
+    chosen: dict[ScheduleKey, Config] = {}
+    results = []
+    for site in sites:
+        result = TunedGemm(epilogue=site.key[0], mnk=site.mnk, mode=site.mode, written=site.written)
+        results.append(result)
+        effective = site.written or Config()  # None runs QuACK's SM90 default, which is Config()
+        result.tried_us[config_label(site.written)] = best
+        signature = signatures.get(site.key[0], site.key[0])
+        cached = cache.get(signature, site.mnk)
+        if cached is not None:
+            result.cached = True
+            if cached != effective:
+                chosen[site.key] = result.tuned = cached
+            continue
+        complete = True
+        for config in config_space(site.mode, site.has_outputs):
+            if config == effective:
+                continue
+            if clock() >= deadline:
+                complete = False
+                break
+            label = config_label(config)
+            try:
+                us = timer.measure({**chosen, site.key: config}).median_us
+            except Reject as rej:
+                result.failed[label] = f"{rej.outcome.value}: {rej.reason.splitlines()[-1][:200]}"
+                continue
+            result.tried_us[label] = us
+            if us < best:
+                best, chosen[site.key], result.tuned = us, config, config
+        if complete:
+            cache.put(signature, site.mnk, chosen.get(site.key, effective), result)
+    return chosen, results, written
+
+
+def run_tune(ctx: Context, name: str, backend_name: str, device: str) -> StageResult:
+    """The stage (module docstring) on one backend and device."""
+    t0 = time.perf_counter()
+    device_name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
+    cache = TuneCache(cache_dir() / CACHE_FILE if ctx.plan.tune_cache else None, device_name)
+    tuning: dict[str, ShapeTuning] = {}
+    details: dict[str, object] = {"device": device_name, "budget_s": ctx.plan.tune_budget_s}
+
+    def result(outcome: Outcome, reason: str) -> StageResult:
+        details["configs_tried"] = sum(len(c.tried_us) - 1 + len(c.failed) for s in tuning.values() for c in s.calls)
+        return StageResult(stage=name, outcome=outcome, reason=reason, seconds=time.perf_counter() - t0, tuning=tuning,
+                           details=details)
+
+    points = ctx.shape_points()
+    try:
+        with ctx.runner(backend_name, device) as client:
+            deadline = time.monotonic() + ctx.plan.tune_budget_s  # the runner's start-up is not the search's
+            for i, point in enumerate(points):
+                try:
+                    timer = ShapeTimer(ctx, client, point, device)
+                    batch = client.run([timer.ids[0]], keep=[])  # traced: which gemm calls there are to tune
+                    sites = gemm_sites((batch.ops or [[]])[0])
+                    signatures = {s.key[0]: epilogue_signature(ctx.source, s.key[0]) for s in sites}
+                    now = time.monotonic()
+                    share = now + max(0.0, deadline - now) / (len(points) - i)
+                    search = ScheduleTimer(timer)
+                    chosen, calls, written = search_shape(sites, search, share, cache, signatures)
+                    before, after = search.compare(chosen) if chosen else (written, written)
+                    timer.close()
+                except Reject as rej:
+                    return result(rej.outcome, rej.reason)
+                tuning[point.name] = ShapeTuning(dims=point.dims, before=before, after=after, calls=calls)
+    except RunnerError as exc:
+        return result(*runner_failure(exc, ctx.plan, Outcome.RUNTIME_ERROR, "tuning failed:\n"))
+    finally:
+        cache.save()
+    summary = "; ".join(f"{s}: {t.before.median_us:.1f} -> {t.after.median_us:.1f} µs" for s, t in tuning.items())
+    return result(Outcome.PASSED, f"tuned ({summary})")
+
+
+@stage("tune")
+def tune(ctx: Context) -> StageResult:
+    """The schedule search with real QuACK kernels on the GPU."""
+    if not torch.cuda.is_available():
+        return StageResult(stage="tune", outcome=Outcome.INFRA_ERROR, reason="no CUDA GPU on this machine")
+    return run_tune(ctx, "tune", "quack", "cuda")
+
+
+@stage("tune_cpu")
+def tune_cpu(ctx: Context) -> StageResult:
+    """The same search on the emulator (configs are accepted and ignored; host times): the path, tested on a CPU."""
+    return run_tune(ctx, "tune_cpu", "torch", "cpu")
+
+
+def tuned_table(result: StageResult, min_gain: float = MIN_GAIN) -> dict[ScheduleKey, Config]:
+    """The configs to pin: every tuned call at the shapes where the tuned schedule won by ``min_gain``."""
+    table: dict[ScheduleKey, Config] = {}
+    for shape in result.tuning.values():
+        if shape.gain >= min_gain:
+            for call in shape.calls:
+                if call.tuned is not None:
+                    table[(call.epilogue, *call.mnk)] = call.tuned
+    return table
+
+
+# --- the schedule in the candidate's source ----------------------------------------------------
+
+
+def _forward(tree: ast.Module) -> ast.FunctionDef:
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "forward":
+            return node
+    raise ValueError("the module has no top-level forward")
+
+
+def _schedule_decorator(fn: ast.FunctionDef) -> ast.Call | None:
+    for dec in fn.decorator_list:
+        if isinstance(dec, ast.Call) and ast.unparse(dec.func).split(".")[-1] == "schedule":
+            return dec
+    return None
+
+
+def pinned_schedule(source: str) -> dict[ScheduleKey, Config]:
+    """The table of forward's ``@schedule({...})``; empty when it has none (or the source is not a valid module)."""
+    try:
+        dec = _schedule_decorator(_forward(ast.parse(source)))
+    except (SyntaxError, ValueError):
+        return {}
+    if dec is None:
+        return {}
+    called = {ast.unparse(n.func) for n in ast.walk(dec) if isinstance(n, ast.Call) and n is not dec}
+    try:
+        return literal_schedule(dec, {name for name in called if name.split(".")[-1] == "Config"})
+    except ScheduleFormError:
+        return {}
+
+
+def pin_schedule(source: str, table: Schedule, notes: Sequence[str] = ()) -> str:
+    """``source`` with ``@schedule({...})`` on forward: ``table`` over the schedule it already pins, under
+    ``notes`` as comment lines; imports ``Config``/``schedule`` from the primitives when the module does not.
+
+    Raises ScheduleFormError when the result would not pass the static check (a module that binds those
+    names to something else).
+    """
+    tree = ast.parse(source)
+    fn = _forward(tree)
+    old = _schedule_decorator(fn)
+    merged = {**pinned_schedule(source), **table}
+    lines = source.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    block = [f"{NOTE_MARK} {n}\n" for n in notes] + ["@schedule({\n"]
+    block += [f"    {key!r}: {config_literal(c)},\n" for key, c in sorted(merged.items())] + ["})\n"]
+    if old is not None:
+        start, end = old.lineno - 1, old.end_lineno or old.lineno
+        while start > 0 and lines[start - 1].startswith(NOTE_MARK):
+            start -= 1
+    else:
+        start = end = (fn.decorator_list[0].lineno if fn.decorator_list else fn.lineno) - 1
+    edits = [(start, end, block)]
+    imported = {
+        a.name for n in tree.body if isinstance(n, ast.ImportFrom) and n.module == PRIMITIVES and not n.level
+        for a in n.names if a.asname in (None, a.name)
+    }
+    missing = [n for n in ("Config", "schedule") if n not in imported]
+    clash = [n for n in missing if n in bound_names(tree)]
+    if clash:
+        raise ScheduleFormError(f"cannot pin a schedule: the module binds {', '.join(clash)} itself")
+    if missing:
+        imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        at = max((n.end_lineno or n.lineno) for n in imports) if imports else 0
+        edits.append((at, at, [f"from {PRIMITIVES} import {', '.join(missing)}\n"]))
+    for first, last, new in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):  # bottom up: indices stay valid
+        lines[first:last] = new
+    pinned = "".join(lines)
+    problems = check_source(pinned)
+    if problems:
+        raise ScheduleFormError(f"the pinned module fails the static check: {problems[0]}")
+    return pinned
+
+
+def schedule_text(table: Schedule) -> str:
+    """``residual_rms 8192x4096x14336: 128x208 pingpong 2x1; ...`` for prompts and displays."""
+    return "; ".join(f"{k[0]} {k[1]}x{k[2]}x{k[3]}: {config_label(c)}" for k, c in sorted(table.items()))

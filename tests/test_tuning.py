@@ -1,0 +1,244 @@
+"""The harness owns the schedule: the runner's override and op log, the tune stage's search, its cache, and the
+tuned configs pinned in the candidate's source. On the CPU through the emulator (configs accepted and ignored,
+host times); the search's choices are checked under a deterministic timing seam. The H200 test is marked gpu."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from coda_agent.measure.timing import Timing
+from coda_agent.primitives import Config
+from coda_agent.primitives.configs import config_label, config_space
+from coda_agent.tasks import find_task
+from coda_agent.verifier import Plan, TuningFailed, run_plan, tune_schedule, tuning, verify
+from coda_agent.verifier.stages import Context, Reject
+from coda_agent.verifier.static import check_source
+from coda_agent.verifier.tuning import GemmSite, TuneCache, pin_schedule, pinned_schedule, search_shape
+from coda_agent.verifier.verdict import Outcome, Verdict
+
+TASK = find_task("gemm_residual_rmsnorm")
+HUMAN = TASK.human_file.read_text()
+#: A config of the space that is not the default: the deterministic timers below make it the winner.
+WINNER = Config(tile_m=256, tile_n=160, pingpong=False, cluster_m=1, cluster_n=2)
+PASSED = Verdict(task=TASK.name, task_version=TASK.version, backend="torch", outcome=Outcome.PASSED)
+
+
+def small_key(point) -> tuple[str, int, int, int]:
+    d = point.dims
+    return ("residual_rms", d["M"], d["N"], d["K"])
+
+
+# --- the runner: what it reports, what it applies -------------------------------------------------------
+
+
+def test_the_runner_logs_each_gemm_calls_config_and_runs_under_the_harness_schedule():
+    point = TASK.shape("small")[0]
+    key = small_key(point)
+    ctx = Context(task=TASK, source=HUMAN, plan=Plan(), deadline=time.monotonic() + 120)
+    with ctx.runner("torch", "cpu") as client:
+        client.put("s", TASK.make_inputs(point.dims, 0))
+        (ops,) = client.run(["s"], keep=[0]).ops
+        (as_written,) = client.fetch()
+        (gemm,) = [op for op in ops if "gemm" in op]
+        assert gemm["gemm"] == list(key[1:]) and gemm["epilogue"] == "residual_rms"
+        assert gemm["mode"] == "element" and gemm["outputs"] == 1 and gemm["config"] is None  # CONFIGS names only a bench shape
+        client.set_schedule({key: WINNER})
+        (ops,) = client.run(["s"], keep=[0]).ops
+        (scheduled,) = client.fetch()
+        assert [op["config"] for op in ops if "gemm" in op] == [WINNER.__dict__]
+        assert all(scheduled.tensors[k].equal(v) for k, v in as_written.tensors.items())  # the emulator ignores configs
+        client.set_schedule({})
+        (ops,) = client.run(["s"], keep=[]).ops
+        assert [op["config"] for op in ops if "gemm" in op] == [None]
+
+
+# --- the search, under a deterministic timing seam ------------------------------------------------------
+
+
+class FakeTimer:
+    """Times a schedule by a rule; remembers what it was asked to time. ``clock`` advances 1 s per measurement."""
+
+    def __init__(self, cost, fail=()):
+        self.cost, self.fail, self.asked, self.now = cost, fail, [], 0.0
+
+    def measure(self, table):
+        self.asked.append(dict(table))
+        self.now += 1.0
+        if any(c in self.fail for c in table.values()):
+            raise Reject(Outcome.RUNTIME_ERROR, "forward() raised while timed at shape s:\nRuntimeError: bad config")
+        return Timing(median_us=self.cost(table))
+
+    def compare(self, table):
+        return Timing(median_us=self.cost({})), Timing(median_us=self.cost(table))
+
+    def clock(self):
+        return self.now
+
+
+A = ("first", 4096, 4096, 4096)
+B = ("second", 4096, 1024, 4096)
+SITES = [GemmSite(A, "element", False, None), GemmSite(B, "element", False, Config(tile_n=208))]
+
+
+def rule(table):
+    """1000 µs as written; A's winner saves 100 µs, B's 50 µs, only with A already tuned (a coordinate descent)."""
+    us = 1000.0
+    if table.get(A) == WINNER:
+        us -= 100.0
+        if table.get(B) == Config(tile_n=256, tile_m=128, pingpong=False):
+            us -= 50.0
+    return us
+
+
+def test_the_search_keeps_the_fastest_config_per_call_one_call_at_a_time():
+    timer = FakeTimer(rule)
+    chosen, calls, written = search_shape(SITES, timer, deadline=1e9, cache=TuneCache(None, "H200"), signatures={})
+    assert chosen == {A: WINNER, B: Config(tile_n=256, tile_m=128, pingpong=False)} and written.median_us == 1000.0
+    first, second = calls
+    space = config_space("element", False)
+    assert first.written is None and first.tuned == WINNER and not first.cached
+    assert set(first.tried_us) == {config_label(c) for c in space if c != Config()} | {"default"}  # as written: QuACK's default
+    assert second.tried_us[config_label(Config(tile_n=208))] == 900.0  # as written, after A's winner
+    assert len(second.tried_us) == len(space)  # B's written config is in the space: not tried twice
+    assert all(t.get(A) == WINNER for t in timer.asked[len(space):])  # B was searched with A's winner in place
+
+
+def test_the_search_stops_at_the_budget_and_caches_only_finished_searches():
+    timer, cache = FakeTimer(rule), TuneCache(None, "H200")
+    chosen, calls, _ = search_shape(SITES, timer, deadline=4.0, cache=cache, signatures={}, clock=timer.clock)
+    assert len(timer.asked) == 4  # as written, then proposals while the clock is short of the deadline
+    assert sum(len(c.tried_us) for c in calls) == 4 + 1  # B's as-written entry, taken at the deadline
+    assert chosen == {} and cache.entries == {}  # A's winner lies past the budget; neither search finished
+
+
+def test_a_config_that_fails_is_recorded_and_skipped():
+    timer = FakeTimer(rule, fail=(WINNER,))
+    chosen, (first,), _ = search_shape(SITES[:1], timer, deadline=1e9, cache=TuneCache(None, "H200"), signatures={})
+    assert WINNER not in chosen.values() and first.failed[config_label(WINNER)].startswith("runtime_error: RuntimeError: bad config")
+
+
+def test_a_finished_search_is_cached_by_epilogue_source_shape_and_device(tmp_path):
+    path = tmp_path / "tuned.json"
+    signatures = {"first": "first:abc", "second": "second:def"}
+    cache = TuneCache(path, "NVIDIA H200")
+    search_shape(SITES, FakeTimer(rule), deadline=1e9, cache=cache, signatures=signatures)
+    cache.save()
+    assert len(json.loads(path.read_text())["entries"]) == 2
+    again = FakeTimer(rule)
+    chosen, calls, _ = search_shape(SITES, again, deadline=1e9, cache=TuneCache(path, "NVIDIA H200"), signatures=signatures)
+    assert again.asked == [{}] and all(c.cached for c in calls) and chosen[A] == WINNER  # only the as-written time
+    other_device = FakeTimer(rule)
+    search_shape(SITES, other_device, deadline=1e9, cache=TuneCache(path, "NVIDIA H100"), signatures=signatures)
+    edited = FakeTimer(rule)
+    search_shape(SITES, edited, deadline=1e9, cache=TuneCache(path, "NVIDIA H200"), signatures={**signatures, "first": "first:new"})
+    assert len(other_device.asked) > 1 and len(edited.asked) > 1
+
+
+def test_the_epilogue_signature_follows_its_source_not_the_rest_of_the_module():
+    base = tuning.epilogue_signature(HUMAN, "residual_rms")
+    assert base.startswith("residual_rms:")
+    assert tuning.epilogue_signature(HUMAN.replace("CONFIGS = {", "OTHER = 1\nCONFIGS = {"), "residual_rms") == base
+    assert tuning.epilogue_signature(HUMAN.replace("h = acc + c", "h = c + acc"), "residual_rms") != base
+
+
+# --- the schedule in the source ---------------------------------------------------------------------------
+
+
+def test_pinning_adds_the_decorator_and_imports_and_a_retune_replaces_them():
+    source = (TASK.human_file.parent / "gemm_residual.py").read_text()  # imports neither Config nor schedule
+    key = ("add_residual", 8192, 4096, 14336)
+    pinned = pin_schedule(source, {key: WINNER}, ["configs pinned on a test", "  big: 10.0 -> 9.0 µs"])
+    assert check_source(pinned) == [] and pinned_schedule(pinned) == {key: WINNER}
+    assert "from coda_agent.primitives import Config, schedule\n" in pinned
+    assert f"# coda-agent tune: configs pinned on a test\n# coda-agent tune:   big: 10.0 -> 9.0 µs\n@schedule({{\n    {key!r}: " in pinned
+    other = ("add_residual", 8192, 4096, 4096)
+    again = pin_schedule(pinned, {other: Config(tile_n=208), key: Config()}, ["a second tune"])
+    assert pinned_schedule(again) == {key: Config(), other: Config(tile_n=208)}
+    assert again.count("@schedule(") == 1 and again.count("# coda-agent tune:") == 1 and again.count("import Config, schedule") == 1
+    assert check_source(again) == []
+
+
+def test_pinning_works_beside_a_module_alias_and_refuses_a_name_clash():
+    source = (
+        "import coda_agent.primitives as P\n\n\n@P.epilogue()\ndef e(acc):\n    return {}\n\n\n"
+        "def forward(x, w):\n    return {'y': P.gemm(e, x, w.t())['D']}"
+    )
+    pinned = pin_schedule(source, {("e", 1, 2, 3): WINNER})
+    assert check_source(pinned) == [] and pinned_schedule(pinned) == {("e", 1, 2, 3): WINNER}
+    with pytest.raises(tuning.ScheduleFormError, match="binds Config itself"):
+        pin_schedule(source.replace("\n\n\n@P", "\nConfig = 3\n\n\n@P"), {("e", 1, 2, 3): WINNER})
+
+
+# --- the stage and the tuner on the emulator --------------------------------------------------------------
+
+
+def test_the_cpu_tune_stage_searches_every_gemm_call_at_each_shape():
+    plan = Plan(stages=["tune_cpu"], shape_names=["tiny"], tune_budget_s=2.0, tune_cache=False)
+    verdict = run_plan(TASK, HUMAN, plan)
+    assert verdict.passed, verdict.reason
+    result = verdict.stage("tune_cpu")
+    (call,) = result.tuning["tiny"].calls
+    assert (call.epilogue, *call.mnk) == small_key(TASK.shape("small")[0]) and call.mode == "element"
+    assert 1 <= len(call.tried_us) + len(call.failed) <= 1 + len(config_space("element", True))
+    assert result.tuning["tiny"].before.median_us > 0 and result.details["device"] == "cpu"
+
+
+class Deterministic(tuning.ScheduleTimer):
+    """The real runner and protocol up to the clock: a schedule that pins WINNER for a call is 20% faster."""
+
+    def measure(self, table):
+        return Timing(median_us=100.0 if WINNER in table.values() else 120.0)
+
+    def compare(self, table):
+        return self.measure({}), self.measure(table)
+
+
+def test_the_tuner_pins_the_winners_and_the_result_passes_the_verifier(monkeypatch):
+    monkeypatch.setattr(tuning, "ScheduleTimer", Deterministic)
+    tuned = tune_schedule(TASK, HUMAN, PASSED, stage="tune_cpu", shape_set="small", budget_s=60)
+    assert tuned is not None
+    assert pinned_schedule(tuned) == {small_key(p): WINNER for p in TASK.shape("small")}
+    assert "# coda-agent tune:   tiny: 120.0 -> 100.0 us" in tuned
+    verdict = verify(TASK, tuned, ["correctness", "compile"], seeds=[0])  # QuACK builds the pinned config for sm_90a
+    assert verdict.passed, verdict.reason
+
+
+def test_the_tuner_returns_nothing_when_no_config_beats_the_written_ones(monkeypatch):
+    class Flat(Deterministic):
+        def measure(self, table):
+            return Timing(median_us=100.0 if WINNER in table.values() else 100.5)  # 0.5%: noise, not a win
+
+    monkeypatch.setattr(tuning, "ScheduleTimer", Flat)
+    assert tune_schedule(TASK, HUMAN, PASSED, stage="tune_cpu", shape_set="small", budget_s=60) is None
+
+
+def test_a_failed_tune_stage_is_an_error_with_its_reason():
+    with pytest.raises(TuningFailed, match="static check"):
+        tune_schedule(TASK, "import os\n", PASSED, stage="tune_cpu", shape_set="small", budget_s=5)
+
+
+# --- the H200 -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_tuning_a_human_kernel_at_one_bench_shape_on_the_gpu():
+    """QuACK compiles every proposal; the stage's own interleaved re-time decides, so the tuned schedule is never
+    slower than the configs as written beyond noise."""
+    point = min(TASK.shape("bench"), key=lambda p: TASK.flops(p.dims))
+    plan = Plan(stages=["tune"], backend="quack", shape_set="bench", shape_names=[point.name], tune_budget_s=150,
+                tune_cache=False, timeout=900)
+    verdict = run_plan(TASK, HUMAN, plan)
+    assert verdict.passed, verdict.reason
+    shape = verdict.stage("tune").tuning[point.name]
+    (call,) = shape.calls
+    assert len(call.tried_us) > 2, call
+    assert shape.after.median_us <= shape.before.median_us * 1.03
+    table = tuning.tuned_table(verdict.stage("tune"))
+    if table:
+        pinned = pin_schedule(HUMAN, table)
+        checked = verify(TASK, pinned, ["gpu_correctness"], shape_set="bench", shape_names=[point.name], seeds=[0],
+                         backend_label="quack", timeout=900)
+        assert checked.passed, checked.reason
