@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from coda_agent.agent import Agent, AgentConfig, FatalProviderError, RunEvents
+from coda_agent.execute import Job
 from coda_agent.measure.timing import Timing
 from coda_agent.messages import ChatMessage
 from coda_agent.providers import Completion, MockProvider
@@ -499,3 +500,28 @@ def test_agent_on_the_gpu_times_candidates_against_the_human_kernel(tmp_path):
     assert 0.5 < correct.timing["speedup_vs_human"] < 2 and 0 < correct.timing["sol_fraction"] <= 1.5
     assert summary.best_attempt == 2 and summary.speedup_vs_human == correct.timing["speedup_vs_human"]
     assert summary.status in ("target_reached", "completed")
+
+
+def test_a_timed_run_tunes_on_its_executor_as_a_timed_job_and_a_failed_search_leaves_the_candidate(tmp_path):
+    """No tune_fn given: the run's own tuner submits the tune stage to the run's executor (a timed job, its GPU to
+    itself, with the run's budget); the search failing is a note, and the candidate stands as written."""
+    jobs = []
+    gpu = fake_timing_backend()
+
+    def verify_fn(task, source, stages, **kw):
+        jobs.append((tuple(stages), kw.get("tune_budget_s")))
+        if tuple(stages) == ("tune",):
+            return Verdict(task=task.name, task_version=task.version, backend="quack", outcome=Outcome.INFRA_ERROR,
+                           reason="no CUDA GPU on this machine")
+        return gpu(task, source, stages, **kw)
+
+    task = task_without_human_kernel(tmp_path / "mine")
+    cfg = AgentConfig(model="mock/test", budgets=Budgets(rounds=1), tune_budget_s=12.0, **GPU)
+    agent = Agent.create(task, MockProvider([timed(1250)]), cfg, tmp_path / "runs", verify_fn=verify_fn)
+    notes = []
+    agent.events.note = notes.append
+    run(agent)
+    (attempt,) = RunReader(agent.run_dir).attempts()
+    assert (("tune",), 12.0) in jobs and Job(task, "", ("tune",)).timed
+    assert attempt.passed and attempt.tuning is None and attempt.shipped_code == attempt.code
+    assert any(n.startswith("tuning failed: TuningFailed: no CUDA GPU") for n in notes)

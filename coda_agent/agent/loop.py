@@ -8,7 +8,6 @@ and redoes only the attempts that were in flight when the previous process died.
 from __future__ import annotations
 
 import asyncio
-import functools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -29,7 +28,7 @@ from ..store.records import Attempt, Budgets, RunHeader, RunSummary, Tuning, Usa
 from ..store.rundir import RunReader, RunRecordError, RunWriter, new_run_id, rolled_up
 from ..tasks.loader import TaskError, find_recorded_task
 from ..tasks.model import Task
-from ..verifier import DEFAULT_TUNE_BUDGET_S, tune_schedule, verify
+from ..verifier import DEFAULT_TUNE_BUDGET_S, pinned_source, tune_plan, verify
 from ..verifier.verdict import Verdict
 from .extract import extract_code
 from .timing import human_times, timing_from_verdict
@@ -227,7 +226,7 @@ class Agent:
         self.events = events or RunEvents()
         self.verify_fn = verify_fn  # what a local executor of the run's own runs (a given executor has its own)
         if tune_fn is None and config.timed and config.tune_budget_s:
-            tune_fn = functools.partial(tune_schedule, shape_set=config.shape_set, budget_s=config.tune_budget_s)
+            tune_fn = self._tune_on_executor
         self.tune_fn = tune_fn
         #: Where verifications run: shared (a command's, a sweep's), or None for a local one of this run's own.
         self.executor = executor
@@ -543,6 +542,14 @@ class Agent:
 
     def _timing(self, verdict: Verdict) -> dict[str, Any]:
         return timing_from_verdict(verdict, self.header.human_timing, {p.shape: p for p in self.sol})
+
+    def _tune_on_executor(self, task: Task, code: str, verdict: Verdict) -> str | None:
+        """The default tuner: the schedule search as a timed job on the run's executor (its GPU to itself)."""
+        assert self._executor is not None
+        plan = tune_plan(shape_set=self.config.shape_set, budget_s=self.config.tune_budget_s or DEFAULT_TUNE_BUDGET_S)
+        job = Job(task, code, tuple(plan.stages), shape_set=plan.shape_set, seeds=tuple(plan.seeds), timeout=plan.timeout,
+                  backend_label=plan.backend, tune_budget_s=plan.tune_budget_s, label="tune")
+        return pinned_source(code, self._executor.submit(job).result()) if verdict.passed else None
 
     async def _tune(self, code: str, verdict: Verdict, timing: dict[str, Any]) -> Tuning | None:
         """Let the harness pin the candidate's configs, then verify and time the result like any candidate;

@@ -40,6 +40,8 @@ class Job:
     backend_label: str = "torch"
     #: The bench stage's torch.compile baselines (None: the plan's default).
     compile_modes: tuple[str, ...] | None = None
+    #: The tune stage's search budget (None: the plan's default).
+    tune_budget_s: float | None = None
     label: str = ""
 
     @property
@@ -64,6 +66,7 @@ def run_job(job: Job, verify_fn: VerifyFn = verify) -> Verdict:
             shape_names=list(job.shape_names) if job.shape_names is not None else None, seeds=list(job.seeds),
             timeout=job.timeout, backend_label=job.backend_label,
             **({"compile_modes": list(job.compile_modes)} if job.compile_modes is not None else {}),
+            **({"tune_budget_s": job.tune_budget_s} if job.tune_budget_s is not None else {}),
         )
     except Exception as exc:  # the harness failed, not the candidate
         return job.failed("the verifier itself failed:\n" + "".join(traceback.format_exception_only(type(exc), exc)).strip())

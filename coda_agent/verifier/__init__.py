@@ -28,7 +28,7 @@ from .verdict import Outcome, OutputCheck, StageResult, Verdict
 
 __all__ = [
     "COMPILE_STAGES", "CPU_STAGES", "DEFAULT_TUNE_BUDGET_S", "Outcome", "OutputCheck", "Plan", "StageResult", "TuningFailed",
-    "Verdict", "cancel_all", "detect_sandbox", "tune_schedule", "verify",
+    "Verdict", "cancel_all", "detect_sandbox", "pinned_source", "tune_plan", "tune_schedule", "verify",
 ]
 
 
@@ -51,17 +51,25 @@ def verify(
     timeout: float = 600.0,
     backend_label: str = "torch",
     compile_modes: list[str] | None = None,
+    tune_budget_s: float | None = None,
     tolerance_baseline: Baseline | None = None,
 ) -> Verdict:
     """Check ``source`` against ``task``: the static check, then every stage of the plan, in order.
 
     ``tolerance_baseline`` judges the outputs by another baseline than the task's (e.g. CODA's single rounding).
     """
-    chosen: dict[str, Any] = {"compile_modes": compile_modes} if compile_modes is not None else {}
+    chosen: dict[str, Any] = {k: v for k, v in (("compile_modes", compile_modes), ("tune_budget_s", tune_budget_s)) if v is not None}
     plan = Plan(stages=list(stages), backend=backend_label, shape_set=shape_set, shape_names=shape_names,
                 seeds=list(seeds) if seeds is not None else [0, 1, 2], timeout=timeout, tolerance_baseline=tolerance_baseline,
                 **chosen)
     return run_plan(task, source, plan)
+
+
+def tune_plan(stage: str = "tune", shape_set: str = "bench", budget_s: float = DEFAULT_TUNE_BUDGET_S,
+              cache: bool = True) -> Plan:
+    """The plan of one schedule search: ``tune`` (GPU) or ``tune_cpu`` (emulator), within ``budget_s``."""
+    return Plan(stages=[stage], backend="quack" if stage == "tune" else "torch", shape_set=shape_set, seeds=[0],
+                timeout=1.5 * budget_s + 300.0, tune_budget_s=budget_s, tune_cache=cache)
 
 
 def tune_schedule(
@@ -69,13 +77,18 @@ def tune_schedule(
     budget_s: float = DEFAULT_TUNE_BUDGET_S, cache: bool = True, min_gain: float = tuning.MIN_GAIN,
 ) -> str | None:
     """A correct candidate's source with the tuned configs pinned (``@schedule({...})`` on forward), or None when
-    nothing beat the configs as written by ``min_gain`` at any shape. Raises :class:`TuningFailed` when the
-    stage fails. ``stage``: ``tune`` (GPU) or ``tune_cpu`` (emulator)."""
+    nothing beat the configs as written by ``min_gain`` at any shape (the search runs here; an executor runs
+    :func:`tune_plan` and hands the verdict to :func:`pinned_source`)."""
     if not verdict.passed:
         return None
-    plan = Plan(stages=[stage], backend="quack" if stage == "tune" else "torch", shape_set=shape_set, seeds=[0],
-                timeout=1.5 * budget_s + 300.0, tune_budget_s=budget_s, tune_cache=cache)
-    tuned = run_plan(task, source, plan)
+    plan = tune_plan(stage, shape_set, budget_s, cache)
+    return pinned_source(source, run_plan(task, source, plan), stage, min_gain)
+
+
+def pinned_source(source: str, tuned: Verdict, stage: str = "tune", min_gain: float = tuning.MIN_GAIN) -> str | None:
+    """``source`` with the winners of a tune verdict pinned, or None when none gained ``min_gain``.
+
+    Raises :class:`TuningFailed` when the search failed."""
     result = tuned.stage(stage)
     if not tuned.passed or result is None:
         raise TuningFailed(tuned.reason or tuned.outcome.value)
