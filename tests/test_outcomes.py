@@ -39,6 +39,14 @@ def test_an_attempt_says_which_outcome_it_had():
     assert attempt(raw_response="...", code="x", verdict=verdict).outcome is AttemptOutcome.CHEAT_DETECTED
 
 
+def test_an_attempt_gives_one_reason_wherever_it_is_shown():
+    verdict = Verdict(task="t", task_version=1, backend="torch", outcome=Outcome.WRONG_OUTPUT, reason="output 'h' is off")
+    assert attempt(provider_error="rate_limit: slow down").reason == "rate_limit: slow down"
+    assert attempt(raw_response="no idea", extraction_error="no code block").reason == "no code block"
+    assert attempt(raw_response="...", code="x", verdict=verdict).reason == "output 'h' is off"
+    assert attempt(raw_response="...", code="x").reason == ""
+
+
 def test_the_cli_colours_every_outcome_from_one_table():
     assert set(OUTCOME_STYLE) == set(AttemptOutcome)
     assert outcome_style("no_code") == outcome_style(AttemptOutcome.NO_CODE) == "yellow"

@@ -177,7 +177,7 @@ def _show_attempt(rf: RunFiles, index: int, fmt: str) -> None:
         f"{lb.fmt_money(a.usage.cost_usd, a.usage.price_known)} · "
         + " · ".join(f"{k} {lb.fmt_seconds(v)}" for k, v in a.durations.items()), highlight=False,
     )
-    reason = a.provider_error or a.extraction_error or (a.verdict.reason if a.verdict else "") or "(no reason recorded)"
+    reason = a.reason or "(no reason recorded)"
     out.rule("reason")
     out.print(reason, markup=False, highlight=False)
     out.rule("code")
@@ -231,7 +231,7 @@ def show(
             table.add_column(col, justify="left" if col == "outcome" else "right", no_wrap=True)
     start = h.created if h else None
     for a in rf.attempts:
-        reason = a.provider_error or a.extraction_error or (a.verdict.reason if a.verdict else "") or ""
+        reason = a.reason
         at = (a.started - start).total_seconds() if start and a.started.tzinfo == start.tzinfo else None
         points = timing_points(a.timing)
         times = ", ".join(lb.fmt_us(v.median_us) + (f" @{k}" if k else "") for k, v in points.items()) or "-"

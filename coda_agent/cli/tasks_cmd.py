@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from ..atomic import write_text_atomic
 from ..tasks.loader import TASKS_ENV, discover_task_files, load_task, task_files
 from . import UserError, app, console
 
@@ -94,7 +95,7 @@ def api_doc(out: Path = typer.Option(None, "--out", "-o", help="write to a file 
 
     text = api_reference()
     if out:
-        out.write_text(text)
+        write_text_atomic(out, text)
         console.print(f"wrote {out}")
     else:
         print(text)

@@ -344,7 +344,7 @@ class Index:
             )],
         )
         for a in run.attempts:
-            reason = a.provider_error or a.extraction_error or (a.verdict.reason if a.verdict else "") or ""
+            reason = a.reason
             self._insert(
                 "attempts",
                 ("run_dir", "idx", "round", "slot", "started", "finished", "outcome", "passed", "reason", "input_tokens",

@@ -119,6 +119,11 @@ class Attempt(BaseModel):
             return AttemptOutcome.NO_CODE
         return AttemptOutcome.of_verdict(self.verdict.outcome) if self.verdict else AttemptOutcome.UNVERIFIED
 
+    @property
+    def reason(self) -> str:
+        """Why the attempt ended as it did: the provider's error, the extraction's, or the verdict's reason ("" if none)."""
+        return self.provider_error or self.extraction_error or (self.verdict.reason if self.verdict else "") or ""
+
 
 class RunSummary(BaseModel):
     """Totals and the best candidate, rewritten after every attempt."""

@@ -279,7 +279,7 @@ def run_context(rf: RunFiles) -> dict[str, Any]:
             offset = (a.started - start).total_seconds() if start else None
         except TypeError:  # one aware, one naive timestamp
             offset = None
-        reason = a.provider_error or a.extraction_error or (a.verdict.reason if a.verdict else "") or ""
+        reason = a.reason
         points = [(k or "unnamed shape", p) for k, p in timing_points(a.timing).items()]
         rest = {k: v for k, v in a.timing.items() if k not in ("shapes", "rows") or not points}
         facts = _flat(rest) + _flat(a.durations, "seconds ")
