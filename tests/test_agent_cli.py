@@ -341,7 +341,7 @@ def test_a_gpu_run_tunes_each_candidate_by_default_within_its_budget(tmp_path, c
     from coda_agent.cli.run_cmd import RunOptions
     from coda_agent.providers import MockProvider
     from coda_agent.tasks import find_task
-    from coda_agent.verifier import DEFAULT_TUNE_BUDGET_S, tune_schedule
+    from coda_agent.verifier import DEFAULT_TUNE_BUDGET_S
 
     task = find_task(TASK_YAML)
     assert RunOptions().config(task, "mock/x").tune_budget_s is None  # no GPU here: nothing is timed, nothing tuned
@@ -351,7 +351,7 @@ def test_a_gpu_run_tunes_each_candidate_by_default_within_its_budget(tmp_path, c
     cfg = RunOptions(tune_budget=45).config(task, "mock/x")
     monkeypatch.setattr(loop, "session_peaks", lambda config: loop.NOMINAL_H200)
     agent = Agent.create(task, MockProvider(["unused"]), cfg, tmp_path)
-    assert agent.tune_fn.func is tune_schedule and agent.tune_fn.keywords == {"shape_set": "bench", "budget_s": 45}
+    assert agent.tune_fn == agent._tune_on_executor and agent.config.tune_budget_s == 45  # a timed job, budget 45 s
     assert agent.header.params["tune_budget_s"] == 45
     code, _, err = cli(capsys, "run", TASK_YAML, "--model", "mock/x", "--no-tune", "--tune-budget", "30", "--runs-dir", str(tmp_path))
     assert code == 2 and "--no-tune and --tune-budget contradict each other" in err and err.count("\n") == 1
