@@ -14,7 +14,7 @@ echo "bench: exit $? after $(( $(date +%s) - t0 )) s"
 if [ -n "${OUT:-}" ]; then cp bench/results/*-"$(date +%F)".* /tmp/bench.log "$OUT"/ 2>/dev/null; fi
 left=$(( ${SESSION_SECONDS:-590} - ($(date +%s) - t0) ))
 if [ "$left" -gt 30 ]; then
-  timeout "$left" python3 -m pytest -m gpu -q -rfE -p no:cacheprovider tests/test_gpu_kernels.py tests/adversarial/test_adversarial_gpu.py ${1:+-k "$1"} 2>&1 | tee /tmp/gpu-tests.log
+  timeout "$left" python3 -m pytest -m gpu -n 0 -q -rfE -p no:cacheprovider tests/test_gpu_kernels.py tests/adversarial/test_adversarial_gpu.py ${1:+-k "$1"} 2>&1 | tee /tmp/gpu-tests.log
   if [ -n "${OUT:-}" ]; then cp /tmp/gpu-tests.log "$OUT"/; fi
 fi
 echo "session: $(( $(date +%s) - t0 )) s"
