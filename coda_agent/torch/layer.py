@@ -230,7 +230,7 @@ class CodaLlamaStack(nn.Module):
         self.head = head
 
     def forward(self, h: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        layers = list(self.layers)
+        layers: list[CodaLlamaLayer] = list(self.layers)  # type: ignore[arg-type]  # ModuleList is untyped
         stream = begin(h, layers[0].attention_norm, layers[0].eps)
         for i, layer in enumerate(layers):
             stream = layer(stream, layers[i + 1].attention_norm if i + 1 < len(layers) else self.head.norm)

@@ -107,10 +107,10 @@ class TaskOp:
 
     def _run(self, *args: Any) -> torch.Tensor | tuple[torch.Tensor, ...]:
         kwargs = dict(zip(self.arg_names, args, strict=True))
-        for spec in self.task.inputs:
-            got = kwargs[spec.name].dtype
-            if got != torch_dtype(spec.dtype):
-                raise TypeError(f"{self.task.name}: input {spec.name} is {got}, the task takes {spec.dtype}")
+        for given in self.task.inputs:
+            dtype = kwargs[given.name].dtype
+            if dtype != torch_dtype(given.dtype):
+                raise TypeError(f"{self.task.name}: input {given.name} is {dtype}, the task takes {given.dtype}")
         wanted = backend_for(kwargs[self.task.inputs[0].name].device)
         with nullcontext() if backend.active().name == wanted else backend.using(wanted):
             outs = self.forward(**kwargs)
