@@ -42,26 +42,29 @@ def backend_for(device: torch.device) -> str:
     return "quack" if device.type == "cuda" else "torch"
 
 
-def bind_dims(task: Task, inputs: Mapping[str, torch.Tensor]) -> dict[str, int]:
-    """The shape symbols' values at these inputs: bare symbols first, then those seen only as ``a*X + b``."""
-    dims: dict[str, int] = {}
-    pending: list[tuple[str, int]] = []
+def bind_dims(task: Task, inputs: Mapping[str, torch.Tensor]) -> dict[str, Any]:
+    """The shape symbols' values at these inputs: bare symbols first, then those seen only as ``a*X + b``.
+
+    Sizes stay as torch gives them (symbolic under ``torch.compile(dynamic=True)``): no ``int()`` here.
+    """
+    dims: dict[str, Any] = {}  # ints, or SymInts while tracing
+    pending: list[tuple[str, Any]] = []
     for spec in task.inputs:
         shape = inputs[spec.name].shape
         if len(shape) != len(spec.shape):
             raise ValueError(f"{task.name}: input {spec.name} has {len(shape)} dims, the task's shape is {spec.shape}")
         for entry, size in zip(spec.shape, shape, strict=True):
             if isinstance(entry, str) and entry.isidentifier():
-                dims.setdefault(entry, int(size))
+                dims.setdefault(entry, size)
             elif isinstance(entry, str):
-                pending.append((entry, int(size)))
+                pending.append((entry, size))
     for entry, size in pending:
         unknown = shape_expr.names(entry) - set(dims)
-        if len(unknown) == 1:  # linear in its one unknown: value = a*X + b
+        if len(unknown) == 1:  # linear in its one unknown: size = a*X + b
             (name,) = unknown
             b = shape_expr.evaluate(entry, {**dims, name: 0})
             a = shape_expr.evaluate(entry, {**dims, name: 1}) - b
-            dims[name] = round((size - b) / a)
+            dims[name] = (size - b) // a
     return dims
 
 
@@ -93,10 +96,13 @@ class TaskOp:
     def output_like(self, args: tuple[Any, ...]) -> list[torch.Tensor]:
         """Empty outputs with the shapes and dtypes the task's YAML gives at these inputs."""
         inputs = dict(zip(self.arg_names, args, strict=False))
-        dims = {k: float(v) for k, v in bind_dims(self.task, inputs).items()}
+        dims = bind_dims(self.task, inputs)
         device = inputs[self.task.inputs[0].name].device
-        return [torch.empty([int(shape_expr.evaluate(str(d), dims)) for d in o.shape], dtype=torch_dtype(o.dtype), device=device)
-                for o in self.task.outputs]
+        outs = []
+        for o in self.task.outputs:
+            sizes: list[Any] = [shape_expr.evaluate(str(d), dims) for d in o.shape]
+            outs.append(torch.empty(sizes, dtype=torch_dtype(o.dtype), device=device))
+        return outs
 
     def _fake(self, *args: Any) -> torch.Tensor | tuple[torch.Tensor, ...]:
         return self._returned(self.output_like(args))
