@@ -7,6 +7,10 @@ and ``rstd`` are caches of ``h``: non-differentiable outputs, whose gradient rea
 through the consumer. The MLP is one Function because its backward is: ``gemm_swiglu_bwd`` is the down
 projection's dgrad and SwiGLU's backward at once. Attention is torch's SDPA; the o-projection's backward and
 every weight gradient are plain GEMMs.
+
+One hand-off is autograd's, not a kernel's: the attention norm's ``gemm_rmsnorm_bwd`` gets ``dres = 0`` and
+autograd adds the residual's gradient to its ``dh``, because the Function that adds that residual (the
+o-projection's) runs its backward first and has no way to hand its ``dh`` to a later Function's kernel.
 """
 
 from __future__ import annotations
