@@ -267,6 +267,11 @@ def test_a_kernel_for_a_task_outside_the_chain_is_refused():
         Kernels({"gemm_rope": "best.py"})
 
 
+def test_a_kernel_file_that_is_not_there_says_which(tmp_path: Path):
+    with pytest.raises(FileNotFoundError, match=r"gemm_swiglu_bwd: no kernel file .*missing\.py"):
+        Kernels({"gemm_swiglu_bwd": tmp_path / "missing.py"})
+
+
 def test_a_kernel_whose_output_breaks_its_task_says_which(tmp_path: Path):
     bad = tmp_path / "best.py"
     bad.write_text(find_task("gemm_swiglu_bwd").human_file.read_text()  # type: ignore[union-attr]
