@@ -33,7 +33,7 @@ CHAIN_TASKS = (
     "gemm_swiglu_bwd",
 )
 
-#: The ops registered in this process, by (task, sha256 of the kernel source): a source is registered once.
+#: The ops registered in this process, by (task, sha256 prefix of the kernel source): a source is registered once.
 _registered: dict[tuple[str, str], TaskOp] = {}
 
 
@@ -72,10 +72,8 @@ class TaskOp:
     """One task kernel as a custom op ``coda::<task>_<source hash>``; call it with the task's inputs by name and
     its constants, get its outputs by name."""
 
-    def __init__(self, task: Task, source: Path) -> None:
+    def __init__(self, task: Task, source: Path, digest: str) -> None:
         self.task, self.source = task, source
-        text = source.read_text()
-        digest = hashlib.sha256(text.encode()).hexdigest()[:12]
         module = import_file(source, f"coda_ops_{task.name}_{digest}")
         forward = getattr(module, "forward", None)
         if not callable(forward):
@@ -93,19 +91,14 @@ class TaskOp:
         outs = (outs,) if isinstance(outs, torch.Tensor) else outs
         return dict(zip((o.name for o in self.task.outputs), outs, strict=True))
 
-    def output_like(self, args: tuple[Any, ...]) -> list[torch.Tensor]:
-        """Empty outputs with the shapes and dtypes the task's YAML gives at these inputs."""
-        inputs = dict(zip(self.arg_names, args, strict=False))
-        dims = bind_dims(self.task, inputs)
-        device = inputs[self.task.inputs[0].name].device
-        outs = []
-        for o in self.task.outputs:
-            sizes: list[Any] = [shape_expr.evaluate(str(d), dims) for d in o.shape]
-            outs.append(torch.empty(sizes, dtype=torch_dtype(o.dtype), device=device))
-        return outs
+    def output_specs(self, args: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], torch.dtype]]:
+        """Each output's shape and dtype, as the task's YAML gives them at these inputs."""
+        dims = bind_dims(self.task, dict(zip(self.arg_names, args, strict=False)))
+        return [(tuple(shape_expr.evaluate(str(d), dims) for d in o.shape), torch_dtype(o.dtype)) for o in self.task.outputs]
 
     def _fake(self, *args: Any) -> torch.Tensor | tuple[torch.Tensor, ...]:
-        return self._returned(self.output_like(args))
+        device = args[0].device
+        return self._returned([torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.output_specs(args)])
 
     def _returned(self, outs: list[torch.Tensor]) -> torch.Tensor | tuple[torch.Tensor, ...]:
         """The op's return as its schema spells it: one Tensor, or a tuple of them."""
@@ -121,11 +114,11 @@ class TaskOp:
         with nullcontext() if backend.active().name == wanted else backend.using(wanted):
             outs = self.forward(**kwargs)
         result = []
-        for like, spec in zip(self.output_like(args), self.task.outputs, strict=True):
+        for (shape, dtype), spec in zip(self.output_specs(args), self.task.outputs, strict=True):
             got = outs.get(spec.name)
-            if got is None or got.shape != like.shape or got.dtype != like.dtype:
+            if got is None or tuple(got.shape) != shape or got.dtype != dtype:
                 seen = "missing" if got is None else f"{tuple(got.shape)} {got.dtype}"
-                raise ValueError(f"{self.source}: output {spec.name} is {seen}, the task gives {tuple(like.shape)} {like.dtype}")
+                raise ValueError(f"{self.source}: output {spec.name} is {seen}, the task gives {shape} {dtype}")
             result.append(got)
         return self._returned(result)
 
@@ -136,9 +129,10 @@ def task_op(task: str | Task, source: str | Path | None = None) -> TaskOp:
     path = Path(source) if source is not None else t.human_file
     if path is None or not path.is_file():
         raise FileNotFoundError(f"{t.name}: no kernel file {'(the task has no human kernel)' if path is None else path}")
-    key = (t.name, hashlib.sha256(path.read_bytes()).hexdigest())
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    key = (t.name, digest)
     if key not in _registered:
-        _registered[key] = TaskOp(t, path)
+        _registered[key] = TaskOp(t, path, digest)
     return _registered[key]
 
 
