@@ -6,16 +6,17 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "coda_agent"
-LAYERS = ["atomic", "settings", "provenance", "messages", "tasks", "primitives", "measure", "verifier", "execute", "bench", "store", "providers", "prompts", "agent",
-          "viewer", "cli", "launch", "__main__"]
+#: The layers, lowest first; the packages of one layer do not import each other.
+LAYER_GROUPS = [("atomic", "settings", "provenance", "messages", "tasks", "primitives"), ("measure", "torch"),
+                ("verifier",), ("execute",), ("bench",), ("store",), ("providers",), ("prompts",), ("agent",), ("viewer",),
+                ("cli",), ("launch",), ("__main__",)]
+LAYERS = [pkg for group in LAYER_GROUPS for pkg in group]
 #: Data shipped inside the package (tasks, human kernels, mock scripts): candidates' code, not layers.
 DATA = {"suite", "examples"}
-#: Packages of one layer that do not import each other.
-SAME_LAYER = {"atomic": 0, "settings": 0, "provenance": 0, "messages": 0, "tasks": 0, "primitives": 0}
 
 
 def _rank(pkg: str) -> int:
-    return SAME_LAYER.get(pkg, LAYERS.index(pkg))
+    return next(i for i, group in enumerate(LAYER_GROUPS) if pkg in group)
 
 
 def imports_of(path: Path) -> set[str]:

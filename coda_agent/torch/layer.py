@@ -1,0 +1,242 @@
+"""A Llama-3 decoder layer and LM head whose non-attention work, forward and backward, runs the task kernels.
+
+The autograd boundaries follow the kernels (docs/llama3-chain.md): every RMSNorm is deferred into the GEMM
+that consumes it, so a producer hands on ``h``, ``h * gamma`` (``normed``) and ``rstd`` in a :class:`Stream`,
+and the consumer's Function owns the norm's backward (``gemm_rmsnorm_bwd`` in its dgrad GEMM). ``normed``
+and ``rstd`` are caches of ``h``: non-differentiable outputs, whose gradient reaches ``h`` and ``gamma``
+through the consumer. The MLP is one Function because its backward is: ``gemm_swiglu_bwd`` is the down
+projection's dgrad and SwiGLU's backward at once. Attention is torch's SDPA; the o-projection's backward and
+every weight gradient are plain GEMMs.
+
+One hand-off is autograd's, not a kernel's: the attention norm's ``gemm_rmsnorm_bwd`` gets ``dres = 0`` and
+autograd adds the residual's gradient to its ``dh``, because the Function that adds that residual (the
+o-projection's) runs its backward first and has no way to hand its ``dh`` to a later Function's kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .ops import Kernels
+
+IGNORE_INDEX = -100
+
+
+class Stream(NamedTuple):
+    """The residual stream between two kernels: ``h`` (B, S, D), ``normed = h * gamma`` of the next norm
+    (its row scale deferred) and ``rstd`` (B, S), FP32."""
+
+    h: torch.Tensor
+    normed: torch.Tensor
+    rstd: torch.Tensor
+
+
+def begin(h: torch.Tensor, norm_weight: torch.Tensor, eps: float) -> Stream:
+    """The stream entering the first layer: its norm has no producer GEMM (the embedding), so element-wise glue."""
+    with torch.no_grad():
+        rstd = torch.rsqrt(h.float().pow(2).mean(-1) + eps)
+        return Stream(h, h * norm_weight, rstd)
+
+
+def rope_table(head_dim: int, n_heads: int, n_kv_heads: int, theta: float) -> torch.Tensor:
+    """The per-column ``inv_freq`` the RoPE task takes: per-head frequencies, each for both lanes of its
+    interleaved pair, over the Q and K heads; zero over V."""
+    per_pair = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+    head = per_pair.repeat_interleave(2)
+    return torch.cat([head.repeat(n_heads + n_kv_heads), torch.zeros(n_kv_heads * head_dim)])
+
+
+def _rotate_back(dqkv: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
+    """RoPE's backward: every interleaved pair rotated by -theta (FP32)."""
+    theta = positions.float()[:, None] * inv_freq[None, 0::2]
+    c, s = theta.cos(), theta.sin()
+    y1, y2 = dqkv[:, 0::2], dqkv[:, 1::2]
+    return torch.stack((y1 * c + y2 * s, y2 * c - y1 * s), dim=-1).flatten(-2)
+
+
+class _AttentionIn(torch.autograd.Function):
+    """norm + QKV + RoPE (``gemm_rmsnorm_rope``); backward: RoPE's (glue, with zdz) then ``gemm_rmsnorm_bwd``."""
+
+    @staticmethod
+    def forward(ctx: Any, h: torch.Tensor, normed: torch.Tensor, rstd: torch.Tensor, gamma: torch.Tensor,
+                w_qkv: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, kernels: Kernels) -> torch.Tensor:
+        qkv = kernels["gemm_rmsnorm_rope"](x=normed, w=w_qkv, rstd=rstd, positions=positions, inv_freq=inv_freq)["out"]
+        ctx.save_for_backward(h, rstd, gamma, w_qkv, positions, inv_freq, qkv)
+        ctx.kernels = kernels
+        return qkv
+
+    @staticmethod
+    def backward(ctx: Any, dqkv: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        h, rstd, gamma, w_qkv, positions, inv_freq, qkv = ctx.saved_tensors
+        dqkv = dqkv.float()
+        dz = _rotate_back(dqkv, positions, inv_freq).to(qkv.dtype)
+        zdz = (qkv.float() * dqkv).sum(-1)  # the rotation is orthogonal: sum(dz * z) = sum(dqkv * qkv)
+        out = ctx.kernels["gemm_rmsnorm_bwd"](dz=dz, w=w_qkv, h=h, gamma=gamma, rstd=rstd, zdz=zdz, dres=torch.zeros_like(h))
+        return out["dh"], None, None, out["dgamma"].to(gamma.dtype), dz.t() @ out["normed"], None, None, None
+
+
+class _AttentionOut(torch.autograd.Function):
+    """o-proj + residual + the next norm's statistics (``gemm_residual_rmsnorm``); backward: plain GEMMs."""
+
+    @staticmethod
+    def forward(ctx: Any, a: torch.Tensor, w_o: torch.Tensor, residual: torch.Tensor, gamma: torch.Tensor, eps: float,
+                kernels: Kernels) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        out = kernels["gemm_residual_rmsnorm"](x=a, w=w_o, residual=residual, gamma=gamma, eps=eps)
+        ctx.save_for_backward(a, w_o)
+        ctx.mark_non_differentiable(out["normed"], out["rstd"])
+        return out["h"], out["normed"], out["rstd"]
+
+    @staticmethod
+    def backward(ctx: Any, dh: torch.Tensor, _dnormed: Any, _drstd: Any) -> tuple[torch.Tensor | None, ...]:
+        a, w_o = ctx.saved_tensors
+        return dh @ w_o, dh.t() @ a, dh, None, None, None
+
+
+class _Mlp(torch.autograd.Function):
+    """norm + gate/up + SwiGLU (``gemm_rmsnorm_swiglu``), down + residual + the next norm's statistics
+    (``gemm_residual_rmsnorm``); backward: ``gemm_swiglu_bwd`` then ``gemm_rmsnorm_bwd``."""
+
+    @staticmethod
+    def forward(ctx: Any, h: torch.Tensor, normed: torch.Tensor, rstd: torch.Tensor, gamma: torch.Tensor,
+                w_gate_up: torch.Tensor, w_down: torch.Tensor, next_gamma: torch.Tensor, eps: float,
+                kernels: Kernels) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        mlp = kernels["gemm_rmsnorm_swiglu"](x=normed, w=w_gate_up, rstd=rstd)
+        out = kernels["gemm_residual_rmsnorm"](x=mlp["act"], w=w_down, residual=h, gamma=next_gamma, eps=eps)
+        ctx.save_for_backward(h, rstd, gamma, w_gate_up, w_down, mlp["preact"])
+        ctx.kernels = kernels
+        ctx.mark_non_differentiable(out["normed"], out["rstd"])
+        return out["h"], out["normed"], out["rstd"]
+
+    @staticmethod
+    def backward(ctx: Any, dy: torch.Tensor, _dnormed: Any, _drstd: Any) -> tuple[torch.Tensor | None, ...]:
+        h, rstd, gamma, w_gate_up, w_down, preact = ctx.saved_tensors
+        dy = dy.contiguous()
+        swiglu = ctx.kernels["gemm_swiglu_bwd"](dy=dy, w_down=w_down, preact=preact)
+        norm = ctx.kernels["gemm_rmsnorm_bwd"](dz=swiglu["dpreact"], w=w_gate_up, h=h, gamma=gamma, rstd=rstd,
+                                               zdz=swiglu["zdz"], dres=dy)
+        dw_gate_up = swiglu["dpreact"].t() @ norm["normed"]
+        return norm["dh"], None, None, norm["dgamma"].to(gamma.dtype), dw_gate_up, dy.t() @ swiglu["act"], None, None, None
+
+
+class _LMHeadLoss(torch.autograd.Function):
+    """final norm + LM head + mean cross-entropy over the counted tokens (``gemm_rmsnorm_cross_entropy``);
+    backward: ``gemm_rmsnorm_cross_entropy_bwd`` (which recomputes the logits) then ``gemm_rmsnorm_bwd``."""
+
+    @staticmethod
+    def forward(ctx: Any, h: torch.Tensor, normed: torch.Tensor, rstd: torch.Tensor, gamma: torch.Tensor, w: torch.Tensor,
+                targets: torch.Tensor, ignore_index: int, kernels: Kernels) -> torch.Tensor:
+        out = kernels["gemm_rmsnorm_cross_entropy"](x=normed, w=w, rstd=rstd, targets=targets, ignore_index=ignore_index)
+        counted = (targets != ignore_index).sum().clamp(min=1).float()
+        ctx.save_for_backward(h, normed, rstd, gamma, w, targets, out["lse"], counted)
+        ctx.ignore_index, ctx.kernels = ignore_index, kernels
+        return out["loss"].sum() / counted
+
+    @staticmethod
+    def backward(ctx: Any, dloss: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        h, normed, rstd, gamma, w, targets, lse, counted = ctx.saved_tensors
+        per_token = (dloss.float() / counted).expand(targets.shape).contiguous()
+        ce = ctx.kernels["gemm_rmsnorm_cross_entropy_bwd"](x=normed, w=w, rstd=rstd, targets=targets, lse=lse,
+                                                           dloss=per_token, ignore_index=ctx.ignore_index)
+        norm = ctx.kernels["gemm_rmsnorm_bwd"](dz=ce["dlogits"], w=w, h=h, gamma=gamma, rstd=rstd, zdz=ce["zdz"],
+                                               dres=torch.zeros_like(h))
+        return norm["dh"], None, None, norm["dgamma"].to(gamma.dtype), ce["dlogits"].t() @ norm["normed"], None, None, None
+
+
+def _weight(*shape: int, std: float, device: torch.device | str | None, dtype: torch.dtype) -> nn.Parameter:
+    return nn.Parameter(torch.randn(*shape, device=device, dtype=torch.float32).mul_(std).to(dtype))
+
+
+class CodaLlamaLayer(nn.Module):
+    """A pre-norm Llama-3 decoder layer (RMSNorm, fused QKV with interleaved RoPE, causal GQA through SDPA,
+    o-projection, RMSNorm, SwiGLU MLP) on the task kernels.
+
+    Weights are ``nn.Linear``-shaped: ``wqkv`` rows are [Q heads, K heads, V heads] with each head's rotary
+    pairs interleaved (Meta's layout; HF rotate-half checkpoints need their Q/K rows permuted), ``w_gate_up``
+    rows interleave gate j and up j. ``forward`` takes the :class:`Stream` and the weight of the norm that
+    follows the layer (the next layer's attention norm, or the final norm), whose statistics the down
+    projection's epilogue computes.
+    """
+
+    def __init__(self, dim: int, ffn_dim: int, n_heads: int, n_kv_heads: int, *, rope_theta: float = 500000.0,
+                 eps: float = 1e-5, kernels: Kernels | None = None, device: torch.device | str | None = None,
+                 dtype: torch.dtype = torch.bfloat16) -> None:
+        super().__init__()
+        if dim % n_heads or n_heads % n_kv_heads:
+            raise ValueError(f"dim {dim} must split into {n_heads} heads, and those into {n_kv_heads} groups")
+        self.n_heads, self.n_kv_heads, self.head_dim, self.eps = n_heads, n_kv_heads, dim // n_heads, eps
+        self.kernels = kernels or Kernels()
+        qkv = (n_heads + 2 * n_kv_heads) * self.head_dim
+        self.attention_norm = nn.Parameter(torch.ones(dim, device=device, dtype=dtype))
+        self.wqkv = _weight(qkv, dim, std=dim**-0.5, device=device, dtype=dtype)
+        self.wo = _weight(dim, dim, std=dim**-0.5, device=device, dtype=dtype)
+        self.ffn_norm = nn.Parameter(torch.ones(dim, device=device, dtype=dtype))
+        self.w_gate_up = _weight(2 * ffn_dim, dim, std=dim**-0.5, device=device, dtype=dtype)
+        self.w_down = _weight(dim, ffn_dim, std=ffn_dim**-0.5, device=device, dtype=dtype)
+        self.register_buffer("inv_freq", rope_table(self.head_dim, n_heads, n_kv_heads, rope_theta).to(device), persistent=False)
+
+    def forward(self, stream: Stream, next_norm: torch.Tensor) -> Stream:
+        batch, seq, dim = stream.h.shape
+        tokens = batch * seq
+        h, normed, rstd = stream.h.reshape(tokens, dim), stream.normed.reshape(tokens, dim), stream.rstd.reshape(tokens)
+        positions = torch.arange(seq, device=h.device).repeat(batch)
+        qkv = _AttentionIn.apply(h, normed, rstd, self.attention_norm, self.wqkv, positions, self.inv_freq, self.kernels)
+        a = self._attention(qkv.view(batch, seq, -1)).reshape(tokens, dim)
+        h1, normed1, rstd1 = _AttentionOut.apply(a, self.wo, h, self.ffn_norm, self.eps, self.kernels)
+        h2, normed2, rstd2 = _Mlp.apply(h1, normed1, rstd1, self.ffn_norm, self.w_gate_up, self.w_down, next_norm, self.eps,
+                                        self.kernels)
+        return Stream(h2.view(batch, seq, dim), normed2.view(batch, seq, dim), rstd2.view(batch, seq))
+
+    def _attention(self, qkv: torch.Tensor) -> torch.Tensor:
+        """Causal grouped-query attention (torch's SDPA), heads concatenated: (B, S, n_heads * head_dim)."""
+        batch, seq, _ = qkv.shape
+        d, nq, nkv = self.head_dim, self.n_heads, self.n_kv_heads
+        q, k, v = qkv.split([nq * d, nkv * d, nkv * d], dim=-1)
+        q, k, v = (t.reshape(batch, seq, -1, d).transpose(1, 2) for t in (q, k, v))
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=nq != nkv)
+        return out.transpose(1, 2).reshape(batch, seq, nq * d)
+
+
+class CodaLMHead(nn.Module):
+    """The final RMSNorm, the LM head and the mean cross-entropy over the tokens whose target is not
+    ``ignore_index``, on the task kernels (the logits are never kept: the backward recomputes them)."""
+
+    def __init__(self, dim: int, vocab: int, *, ignore_index: int = IGNORE_INDEX, kernels: Kernels | None = None,
+                 device: torch.device | str | None = None, dtype: torch.dtype = torch.bfloat16) -> None:
+        super().__init__()
+        self.ignore_index = ignore_index
+        self.kernels = kernels or Kernels()
+        self.norm = nn.Parameter(torch.ones(dim, device=device, dtype=dtype))
+        self.weight = _weight(vocab, dim, std=dim**-0.5, device=device, dtype=dtype)
+
+    def forward(self, stream: Stream, targets: torch.Tensor) -> torch.Tensor:
+        dim = stream.h.shape[-1]
+        loss: torch.Tensor = _LMHeadLoss.apply(stream.h.reshape(-1, dim), stream.normed.reshape(-1, dim), stream.rstd.reshape(-1),
+                                               self.norm, self.weight, targets.reshape(-1), self.ignore_index, self.kernels)
+        return loss
+
+
+class CodaLlamaStack(nn.Module):
+    """Layers then the LM head: hidden states (B, S, D) from the embedding and targets (B, S) in, mean loss out.
+
+    It threads the :class:`Stream`: each layer's down projection computes the statistics of the norm after it.
+    """
+
+    def __init__(self, layers: Sequence[CodaLlamaLayer], head: CodaLMHead) -> None:
+        super().__init__()
+        if not layers:
+            raise ValueError("a stack needs at least one layer")
+        self.layers = nn.ModuleList(layers)
+        self.head = head
+
+    def forward(self, h: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        layers: list[CodaLlamaLayer] = list(self.layers)  # type: ignore[arg-type]  # ModuleList is untyped
+        stream = begin(h, layers[0].attention_norm, layers[0].eps)
+        for i, layer in enumerate(layers):
+            stream = layer(stream, layers[i + 1].attention_norm if i + 1 < len(layers) else self.head.norm)
+        loss: torch.Tensor = self.head(stream, targets)
+        return loss
