@@ -20,11 +20,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..measure.baselines import BASELINES
 from ..measure.peaks import SolPoint
 from ..store.ranking import geomean, shape_ratio
 from ..verifier.verdict import Verdict
-
-BASELINES = ("eager", "compiled", "compiled_max_autotune", "cublas")
 
 
 def timing_from_verdict(

@@ -28,6 +28,14 @@ def gemm_dtype(task: Task) -> torch.dtype:
     return torch.bfloat16
 
 
+#: Every baseline a kernel may be timed against, by the name timings carry, with the label people read.
+BASELINES = {
+    "eager": "eager",
+    "compiled": "torch.compile",
+    "compiled_max_autotune": "torch.compile max-autotune",
+    "cublas": "cuBLAS alone",
+}
+
 #: torch.compile modes a bench may time, by the baseline name each is reported under.
 COMPILE_MODES = {"default": "compiled", "max-autotune-no-cudagraphs": "compiled_max_autotune"}
 

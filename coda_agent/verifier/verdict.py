@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
+from ..measure.baselines import BASELINES
 from ..measure.timing import Timing
 from ..primitives import Config
 from ..tasks.model import Baseline
@@ -66,8 +67,7 @@ class ShapeTiming(BaseModel):
     cublas: Timing | None = None
 
     def baselines(self) -> dict[str, Timing]:
-        names = ("eager", "compiled", "compiled_max_autotune", "cublas")
-        return {k: t for k in names if (t := getattr(self, k)) is not None}
+        return {k: t for k in BASELINES if (t := getattr(self, k)) is not None}
 
 
 class TunedGemm(BaseModel):
