@@ -27,7 +27,7 @@ from coda_agent.providers import Completion, MockProvider
 from coda_agent.store.records import Budgets
 from coda_agent.store.rundir import RunReader
 from coda_agent.tasks import Task, TaskError, find_task
-from coda_agent.verifier import verify
+from coda_agent.verifier import Tuned, verify
 from coda_agent.verifier.verdict import Outcome, ShapeTiming, StageResult, Verdict
 
 from .conftest import EXAMPLE_SCRIPT as SCRIPT
@@ -384,7 +384,7 @@ def test_the_tune_hook_pins_a_correct_candidates_configs_and_the_tuned_module_sh
 
     def tune(task, source, verdict):
         seen.append(verdict.passed)
-        return source.replace("TIME_US = 1250", "TIME_US = 1000").replace("TIME_US = 900", "TIME_US = 950")
+        return Tuned(source.replace("TIME_US = 1250", "TIME_US = 1000").replace("TIME_US = 900", "TIME_US = 950"))
 
     task = task_without_human_kernel(tmp_path / "mine")
     provider = MockProvider([timed(900), timed(1250)])
@@ -408,7 +408,7 @@ def test_a_tuned_candidate_can_become_the_best_and_reach_the_target(tmp_path):
     provider = MockProvider([timed(1250)])
     cfg = AgentConfig(model="mock/test", budgets=Budgets(rounds=3), **GPU)
     agent = Agent.create(task, provider, cfg, tmp_path / "runs", verify_fn=fake_timing_backend(),
-                         tune_fn=lambda task, source, verdict: source.replace("TIME_US = 1250", "TIME_US = 1000"))
+                         tune_fn=lambda task, source, verdict: Tuned(source.replace("TIME_US = 1250", "TIME_US = 1000")))
     summary = run(agent)
     assert summary.status == "target_reached" and summary.speedup_vs_cublas == pytest.approx(1.0)
     assert "TIME_US = 1000" in RunReader(agent.run_dir).best_code()
@@ -445,6 +445,7 @@ def test_the_harness_tuner_pins_configs_that_ship_in_best_py_and_reach_the_feedb
     reader = RunReader(agent.run_dir)
     first = reader.attempts()[0]
     assert first.tuning is not None and first.tuning.adopted and first.timing["geomean_us"] == pytest.approx(1000)
+    assert first.tuning.search and all(c.tried_us for s in first.tuning.search.values() for c in s.calls)  # on record
     pinned = pinned_schedule(reader.best_code())
     assert set(pinned.values()) == {winner} and {k[0] for k in pinned} == {"fused"}
     assert verify(task, reader.best_code(), seeds=[0]).passed

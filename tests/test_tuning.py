@@ -198,8 +198,11 @@ class Deterministic(tuning.ScheduleTimer):
 
 def test_the_tuner_pins_the_winners_and_the_result_passes_the_verifier(monkeypatch):
     monkeypatch.setattr(tuning, "ScheduleTimer", Deterministic)
-    tuned = tune_schedule(TASK, HUMAN, PASSED, stage="tune_cpu", shape_set="small", budget_s=60)
-    assert tuned is not None
+    result = tune_schedule(TASK, HUMAN, PASSED, stage="tune_cpu", shape_set="small", budget_s=60)
+    assert result is not None and result.source is not None
+    tuned = result.source
+    assert set(result.search) == {p.name for p in TASK.shape("small")}
+    assert all(WINNER in [c.tuned for c in s.calls] and s.calls[0].tried_us for s in result.search.values())
     assert pinned_schedule(tuned) == {small_key(p): WINNER for p in TASK.shape("small")}
     assert "# coda-agent tune:   tiny: 120.0 -> 100.0 us" in tuned
     verdict = verify(TASK, tuned, ["correctness", "compile"], seeds=[0])  # QuACK builds the pinned config for sm_90a
@@ -212,7 +215,8 @@ def test_the_tuner_returns_nothing_when_no_config_beats_the_written_ones(monkeyp
             return Timing(median_us=100.0 if WINNER in table.values() else 100.5)  # 0.5%: noise, not a win
 
     monkeypatch.setattr(tuning, "ScheduleTimer", Flat)
-    assert tune_schedule(TASK, HUMAN, PASSED, stage="tune_cpu", shape_set="small", budget_s=60) is None
+    flat = tune_schedule(TASK, HUMAN, PASSED, stage="tune_cpu", shape_set="small", budget_s=60)
+    assert flat is not None and flat.source is None and flat.search  # searched, nothing won: the record says so
 
 
 def test_a_failed_tune_stage_is_an_error_with_its_reason():

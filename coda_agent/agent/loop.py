@@ -28,7 +28,7 @@ from ..store.records import Attempt, Budgets, RunHeader, RunSummary, Tuning, Usa
 from ..store.rundir import RunReader, RunRecordError, RunWriter, new_run_id, rolled_up
 from ..tasks.loader import TaskError, find_recorded_task
 from ..tasks.model import Task
-from ..verifier import DEFAULT_TUNE_BUDGET_S, pinned_source, tune_plan, verify
+from ..verifier import DEFAULT_TUNE_BUDGET_S, Tuned, pinned_source, tune_plan, verify
 from ..verifier.verdict import Verdict
 from .extract import extract_code
 from .timing import human_times, timing_from_verdict
@@ -42,7 +42,7 @@ GPU_STAGES = ("gpu_correctness", "profile")
 #: The harness's schedule tuner (tile, cluster, pingpong/cooperative per gemm; ``verifier.tune_schedule`` by default):
 #: given the task and a correct, timed candidate's module and verdict, the module with its configs pinned, or None
 #: (nothing beat the configs as written).
-TuneFn = Callable[[Task, str, Verdict], "str | None"]
+TuneFn = Callable[[Task, str, Verdict], "Tuned | None"]
 
 
 class FatalProviderError(Exception):
@@ -543,7 +543,7 @@ class Agent:
     def _timing(self, verdict: Verdict) -> dict[str, Any]:
         return timing_from_verdict(verdict, self.header.human_timing, {p.shape: p for p in self.sol})
 
-    def _tune_on_executor(self, task: Task, code: str, verdict: Verdict) -> str | None:
+    def _tune_on_executor(self, task: Task, code: str, verdict: Verdict) -> Tuned | None:
         """The default tuner: the schedule search as a timed job on the run's executor (its GPU to itself)."""
         assert self._executor is not None
         plan = tune_plan(shape_set=self.config.shape_set, budget_s=self.config.tune_budget_s or DEFAULT_TUNE_BUDGET_S)
@@ -560,12 +560,15 @@ class Agent:
         except Exception as exc:  # the tuner failed: the candidate stands as the model wrote it
             self.events.note(f"tuning failed: {type(exc).__name__}: {exc}")
             return None
-        if tuned is None or tuned == code:
+        if tuned is None or tuned.source is None or tuned.source == code:
+            if tuned is not None and tuned.search:
+                tried = sum(len(c.tried_us) for s in tuned.search.values() for c in s.calls)
+                self.events.note(f"tuning: {tried} configs tried, none beat the configs as written")
             return None
-        tuned_verdict = await self._verify(tuned)
+        tuned_verdict = await self._verify(tuned.source)
         after = self._timing(tuned_verdict) if tuned_verdict.passed else {}
         faster = bool(after) and (after.get("geomean_us") or math.inf) < (timing.get("geomean_us") or math.inf)
-        return Tuning(code=tuned, verdict=tuned_verdict, adopted=faster, before=timing)
+        return Tuning(code=tuned.source, verdict=tuned_verdict, adopted=faster, before=timing, search=tuned.search)
 
     # --- records --------------------------------------------------------------------------------
 

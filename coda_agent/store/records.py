@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from ..atomic import write_text_atomic
 from ..messages import ChatMessage
-from ..verifier.verdict import Verdict
+from ..verifier.verdict import ShapeTuning, Verdict
 from .outcomes import AttemptOutcome
 
 #: 2: a timing stage's per-shape times are typed (``StageResult.timings``); schema 1 records still read.
@@ -75,6 +75,7 @@ class Tuning(BaseModel):
     verdict: Verdict
     adopted: bool
     before: dict[str, Any] = Field(default_factory=dict, description="the model's module's timing, before tuning")
+    search: dict[str, ShapeTuning] = Field(default_factory=dict, description="per shape: the configs tried, and their times")
 
 
 class Attempt(BaseModel):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..tasks.model import Baseline, Task
@@ -24,11 +25,25 @@ from .plan import COMPILE_STAGES, CPU_STAGES, DEFAULT_TUNE_BUDGET_S, Plan
 from .sandbox import detect as detect_sandbox
 from .stages import STAGES, Context
 from .static import check_source
-from .verdict import Outcome, OutputCheck, StageResult, Verdict
+from .verdict import Outcome, OutputCheck, ShapeTuning, StageResult, Verdict
 
 __all__ = [
-    "COMPILE_STAGES", "CPU_STAGES", "DEFAULT_TUNE_BUDGET_S", "Outcome", "OutputCheck", "Plan", "StageResult", "TuningFailed",
-    "Verdict", "cancel_all", "detect_sandbox", "pinned_source", "tune_plan", "tune_schedule", "verify",
+    "COMPILE_STAGES",
+    "CPU_STAGES",
+    "DEFAULT_TUNE_BUDGET_S",
+    "Outcome",
+    "OutputCheck",
+    "Plan",
+    "StageResult",
+    "Tuned",
+    "TuningFailed",
+    "Verdict",
+    "cancel_all",
+    "detect_sandbox",
+    "pinned_source",
+    "tune_plan",
+    "tune_schedule",
+    "verify",
 ]
 
 
@@ -72,29 +87,36 @@ def tune_plan(stage: str = "tune", shape_set: str = "bench", budget_s: float = D
                 timeout=1.5 * budget_s + 300.0, tune_budget_s=budget_s, tune_cache=cache)
 
 
+@dataclass(frozen=True)
+class Tuned:
+    """What a schedule search gave a candidate: its source with the winners pinned (None: nothing beat the configs
+    as written) and, per shape, what was tried."""
+
+    source: str | None
+    search: dict[str, ShapeTuning] = field(default_factory=dict)
+
+
 def tune_schedule(
     task: Task, source: str, verdict: Verdict, *, stage: str = "tune", shape_set: str = "bench",
     budget_s: float = DEFAULT_TUNE_BUDGET_S, cache: bool = True, min_gain: float = tuning.MIN_GAIN,
-) -> str | None:
-    """A correct candidate's source with the tuned configs pinned (``@schedule({...})`` on forward), or None when
-    nothing beat the configs as written by ``min_gain`` at any shape (the search runs here; an executor runs
-    :func:`tune_plan` and hands the verdict to :func:`pinned_source`)."""
+) -> Tuned | None:
+    """A correct candidate's schedule search, here (an executor runs :func:`tune_plan` and hands the verdict to
+    :func:`pinned_source`); None for a candidate that is not correct."""
     if not verdict.passed:
         return None
     plan = tune_plan(stage, shape_set, budget_s, cache)
     return pinned_source(source, run_plan(task, source, plan), stage, min_gain)
 
 
-def pinned_source(source: str, tuned: Verdict, stage: str = "tune", min_gain: float = tuning.MIN_GAIN) -> str | None:
-    """``source`` with the winners of a tune verdict pinned, or None when none gained ``min_gain``.
-
-    Raises :class:`TuningFailed` when the search failed."""
+def pinned_source(source: str, tuned: Verdict, stage: str = "tune", min_gain: float = tuning.MIN_GAIN) -> Tuned:
+    """``source`` with the winners of a tune verdict pinned (``@schedule({...})`` on forward) where they gained
+    ``min_gain`` at some shape, and the search. Raises :class:`TuningFailed` when the search failed."""
     result = tuned.stage(stage)
     if not tuned.passed or result is None:
         raise TuningFailed(tuned.reason or tuned.outcome.value)
     table = tuning.tuned_table(result, min_gain)
     if not table:
-        return None
+        return Tuned(None, dict(result.tuning))
     device = str(result.details.get("device", ""))
     # ASCII only: the runner reads the module in whatever locale its sandbox has.
     notes = [f"configs pinned by the harness's tune stage on {device}; forward() as written -> tuned:"]
@@ -103,7 +125,7 @@ def pinned_source(source: str, tuned: Verdict, stage: str = "tune", min_gain: fl
         else f"  {name}: {t.before.median_us:.1f} us, kept as written (nothing was {100 * (min_gain - 1):.0f}% faster)"
         for name, t in result.tuning.items()
     ]
-    return tuning.pin_schedule(source, table, notes)
+    return Tuned(tuning.pin_schedule(source, table, notes), dict(result.tuning))
 
 
 def run_plan(task: Task, source: str, plan: Plan) -> Verdict:
