@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .layer import CodaLlamaStack
+from .layer import CodaLlamaLayer, CodaLlamaStack
 
 
 class ReferenceLlamaLayer(nn.Module):
@@ -93,13 +93,13 @@ class ReferenceLlamaStack(nn.Module):
     @classmethod
     def like(cls, stack: CodaLlamaStack, dtype: torch.dtype | None = None) -> ReferenceLlamaStack:
         """The reference with ``stack``'s configuration and a copy of its weights, cast to ``dtype`` (default: theirs)."""
-        first = stack.layers[0]
+        coda_layers: list[CodaLlamaLayer] = list(stack.layers)  # type: ignore[arg-type]  # ModuleList is untyped
+        first = coda_layers[0]
         dim, vocab = stack.head.weight.shape[1], stack.head.weight.shape[0]
         device, dtype = stack.head.weight.device, dtype or stack.head.weight.dtype
         ffn_dim = first.w_down.shape[1]
-        theta = float(first.rope_theta)
-        layers = [ReferenceLlamaLayer(dim, ffn_dim, layer.n_heads, layer.n_kv_heads, rope_theta=theta, eps=layer.eps,
-                                      device=device, dtype=dtype) for layer in stack.layers]
+        layers = [ReferenceLlamaLayer(dim, ffn_dim, layer.n_heads, layer.n_kv_heads, rope_theta=layer.rope_theta, eps=layer.eps,
+                                      device=device, dtype=dtype) for layer in coda_layers]
         ref = cls(layers, ReferenceHead(dim, vocab, eps=first.eps, ignore_index=stack.head.ignore_index, device=device,
                                         dtype=dtype))
         ref.load_state_dict(stack.state_dict())
