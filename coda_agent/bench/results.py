@@ -87,6 +87,8 @@ class BenchRun(BaseModel):
 
 
 E2E_SCHEMA_VERSION = 1
+#: End-to-end results files end in ``-e2e.json`` beside the suite bench's, which the store indexes (it skips these).
+E2E_SUFFIX = "-e2e"
 #: The end-to-end goal (issue 13): CODA's ops at least this much faster than the better torch.compile on the
 #: non-attention time of a step.
 NON_ATTENTION_GOAL = 1.15
