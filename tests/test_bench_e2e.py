@@ -13,9 +13,12 @@ from typer.testing import CliRunner
 
 from coda_agent.bench.e2e import PRESETS, VARIANTS, run_e2e, step_plan
 from coda_agent.bench.report import e2e_markdown
-from coda_agent.bench.results import NON_ATTENTION_GOAL, E2ERun
+from coda_agent.bench.results import E2E_SUFFIX, NON_ATTENTION_GOAL, E2ERun
 from coda_agent.bench.runner import write_run
 from coda_agent.cli import app
+from coda_agent.store.index import Index
+
+from .records_factory import bench_row, make_bench
 
 STEPS = 3
 COMMAND = "coda-agent bench-e2e --preset tiny"
@@ -106,6 +109,17 @@ def test_the_markdown_has_the_provenance_the_table_the_goal_and_the_kernels(run:
     best = run.best_compile
     assert best is not None
     assert "### coda: top 6 CPU ops" in md and f"### {best.name}: top" in md and "`coda::" in md
+
+
+def test_the_store_indexes_the_suite_bench_beside_it_and_not_the_e2e_file(run: E2ERun, tmp_path: Path):
+    """The e2e file lives in the bench dir, which the leaderboard's index reads as suite bench runs."""
+    runs, bench = tmp_path / "runs", tmp_path / "bench"
+    suite = make_bench(bench, [bench_row("gemm_rmsnorm", "llama3-8b", 100.0)])
+    write_run(run, bench / f"h200-2026-12-01{E2E_SUFFIX}.json", None)
+    with Index.open(runs, bench) as ix:
+        assert ix.rebuild().indexed == 1
+        assert [r["path"] for r in ix.conn.execute("SELECT path FROM bench_runs")] == [str(suite)]
+        assert ix.problems() == []
 
 
 def test_an_unknown_variant_is_refused():
