@@ -104,7 +104,7 @@ def test_the_markdown_has_the_provenance_the_table_the_goal_and_the_kernels(run:
     table = [line for line in md.splitlines() if line.startswith("| ")]
     assert table[0].startswith("| variant | model |")
     assert [row.split(" | ")[0].removeprefix("| ") for row in table[2:2 + len(VARIANTS)]] == list(VARIANTS)
-    assert "attention alone (2 x SDPA fwd+bwd)" in md
+    assert "| attention (2 x SDPA fwd+bwd) |" in md
     assert f"goal (>= {NON_ATTENTION_GOAL}x the better torch.compile on the non-attention time)" in md
     best = run.best_compile
     assert best is not None

@@ -135,7 +135,7 @@ def step_plan(warmup: int = 3, steps: int = 20) -> RepPlan:
 def timing_method(device: str, plan: RepPlan) -> str:
     clock = "CUDA events on the current stream, L2 flushed before each step" if device == "cuda" else "the host clock (no GPU)"
     return (f"{clock}; one step = zero_grad, forward, loss.backward(); variants interleaved step by step in rotating "
-            f"order after {plan.warmup} warm-up steps each (compiles, allocator growth); median and p10/p90 over "
+            f"order after {plan.warmup} untimed steps each (compiles, allocator growth); median and p10/p90 over "
             f"{plan.min_reps} steps")
 
 
