@@ -11,12 +11,14 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from coda_agent.bench import e2e
 from coda_agent.bench.e2e import PRESETS, VARIANTS, run_e2e, step_plan
 from coda_agent.bench.report import e2e_markdown
 from coda_agent.bench.results import E2E_SUFFIX, NON_ATTENTION_GOAL, E2ERun
 from coda_agent.bench.runner import write_run
 from coda_agent.cli import app
 from coda_agent.store.index import Index
+from coda_agent.torch import CodaLlamaStack, ReferenceLlamaStack
 
 from .records_factory import bench_row, make_bench
 
@@ -120,6 +122,37 @@ def test_the_store_indexes_the_suite_bench_beside_it_and_not_the_e2e_file(run: E
         assert ix.rebuild().indexed == 1
         assert [r["path"] for r in ix.conn.execute("SELECT path FROM bench_runs")] == [str(suite)]
         assert ix.problems() == []
+
+
+def out_of_memory_for(victim: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Steps of the eager reference (``victim="eager"``) or of CODA's stack (``"coda"``) raise CUDA's OOM."""
+    real = e2e.training_step
+
+    def step_for(model, run, h, targets):
+        step = real(model, run, h, targets)
+        is_coda, is_eager = isinstance(model, CodaLlamaStack), isinstance(model, ReferenceLlamaStack) and run is model
+        hit = is_coda if victim == "coda" else is_eager
+
+        def oom() -> torch.Tensor:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 GiB.\nmore detail")
+
+        return oom if hit else step
+
+    monkeypatch.setattr(e2e, "training_step", step_for)
+
+
+def test_a_variant_out_of_memory_is_left_out_saying_why(monkeypatch):
+    out_of_memory_for("eager", monkeypatch)
+    run = run_e2e(PRESETS["tiny"], device="cpu", command="", variants=["eager", "compile"], plan=step_plan(1, STEPS))
+    assert [v.name for v in run.variants] == ["coda", "compile"]
+    assert "eager was left out: out of memory: CUDA out of memory. Tried to allocate 16.00 GiB." in run.notes
+    assert "- note: eager was left out" in e2e_markdown(run)
+
+
+def test_coda_out_of_memory_stops_the_run_in_one_line(monkeypatch):
+    out_of_memory_for("coda", monkeypatch)
+    with pytest.raises(ValueError, match=r"^the coda variant cannot run at this size \(out of memory: .*16.00 GiB\.\): try fewer"):
+        run_e2e(PRESETS["tiny"], device="cpu", command="", variants=["eager"], plan=step_plan(1, STEPS))
 
 
 def test_an_unknown_variant_is_refused():

@@ -94,6 +94,20 @@ def attention_step(config: E2EConfig, device: str) -> Callable[[], None]:
     return step
 
 
+def first_steps(steps: dict[str, Callable[[], torch.Tensor]], progress: Callable[[str], None]) -> dict[str, str]:
+    """Each variant's first step alone (its compiles); returns the variants that ran out of memory, with why,
+    so one model too big for the device costs its own row, not the run."""
+    dropped = {}
+    for name, step in steps.items():
+        progress(f"first step (compiles): {name}")
+        try:
+            step()
+        except torch.OutOfMemoryError as exc:
+            dropped[name] = "out of memory: " + str(exc).splitlines()[0]
+            torch.cuda.empty_cache()
+    return dropped
+
+
 def peak_memory(step: Callable[[], torch.Tensor], device: str) -> tuple[torch.Tensor, int | None, int | None]:
     """(loss, peak bytes, resident bytes) of one step; the byte counts only on a GPU."""
     if device != "cuda":
@@ -134,8 +148,9 @@ def step_plan(warmup: int = 3, steps: int = 20) -> RepPlan:
 
 def timing_method(device: str, plan: RepPlan) -> str:
     clock = "CUDA events on the current stream, L2 flushed before each step" if device == "cuda" else "the host clock (no GPU)"
-    return (f"{clock}; one step = zero_grad, forward, loss.backward(); variants interleaved step by step in rotating "
-            f"order after {plan.warmup} untimed steps each (compiles, allocator growth); median and p10/p90 over "
+    return (f"{clock}; one step = zero_grad, forward, loss.backward(); a first step of each variant alone (compiles), "
+            f"then the variants interleaved step by step in rotating order after {plan.warmup} untimed steps each; "
+            f"median and p10/p90 over "
             f"{plan.min_reps} steps")
 
 
@@ -169,9 +184,13 @@ def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | 
             compiled[name] = (backend, spec.compile_mode if backend == "inductor" else None)  # the mode is Inductor's
             run = torch.compile(model, backend=backend, mode=compiled[name][1], fullgraph=True)
         steps[name] = training_step(model, run, h, targets)
+    dropped = first_steps(steps, progress)
+    if "coda" in dropped:
+        raise ValueError(f"the coda variant cannot run at this size ({dropped['coda']}): try fewer --layers, --batch or --seq")
+    names = [n for n in names if n not in dropped]
     attention = attention_step(config, device)
-    progress(f"timing {', '.join(names)} and the attention alone ({plan.warmup} warm-up steps each, compiles included)")
-    timed: dict[str, Callable[[], object]] = {**steps, "attention": attention}
+    progress(f"timing {', '.join(names)} and the attention alone, interleaved")
+    timed: dict[str, Callable[[], object]] = {**{n: steps[n] for n in names}, "attention": attention}
     timings = time_interleaved(timed, Clock(device), plan)
     attention_us = timings["attention"].median_us * config.layers
 
@@ -190,7 +209,7 @@ def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | 
             non_attention_us=step_t.median_us - attention_us, loss=float(loss), peak_memory_bytes=peak,
             resident_bytes=resident, kernels_measured=kind, kernel_total_us=total_us, top_kernels=kernels,
         ))
-    notes = []
+    notes = [f"{name} was left out: {why}" for name, why in dropped.items()]
     if backend != "inductor":
         notes.append(f"no GPU: the torch.compile variants ran backend {backend} without a mode (Inductor's CPU build "
                      "takes tens of seconds and says nothing of a GPU); the times only show the bench runs")

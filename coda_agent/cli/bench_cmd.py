@@ -266,9 +266,12 @@ def bench_e2e_cmd(
     json_path = json_out or json_path
     md_path = md_out or (json_path.with_suffix(".md") if json_out else md_path)
     t0 = time.monotonic()
-    run = run_e2e(config, device="cuda", device_name=device, command=command_line(), plan=step_plan(warmup, steps),
-                  variants=variant or DEFAULT_VARIANTS, top=top,
-                  progress=lambda msg: print(f"[{time.monotonic() - t0:7.1f} s] {msg}", flush=True))
+    try:
+        run = run_e2e(config, device="cuda", device_name=device, command=command_line(), plan=step_plan(warmup, steps),
+                      variants=variant or DEFAULT_VARIANTS, top=top,
+                      progress=lambda msg: print(f"[{time.monotonic() - t0:7.1f} s] {msg}", flush=True))
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     console.print(e2e_table(run))
     console.print(e2e_goal(run), highlight=False, markup=False)
     if save:
