@@ -1,10 +1,11 @@
 """``coda-agent bench-e2e``: a Llama-3 layer stack's training step (forward + backward) on the task kernels
 against the same model in plain PyTorch, eager and under torch.compile.
 
-Every variant runs the same weights and batch. Steps are timed interleaved (:func:`~coda_agent.measure.timing.
-time_interleaved`); the attention part, torch's SDPA in every variant, is timed alone at the stack's shapes, and
-``non-attention time = step - layers x attention``: the part the task kernels replace. Then one step per variant
-for its peak memory and one under ``torch.profiler`` for the kernels that made the difference.
+Every variant runs the same weights and batch. Each variant's first step runs alone (its compiles), then the
+steps are timed interleaved (``measure.timing.time_interleaved``); the attention part, torch's SDPA in every
+variant, is timed alone at the stack's shapes, and ``non-attention time = step - layers x attention``: the part
+the task kernels replace. Then one step per variant for its peak memory and one under ``torch.profiler`` for the
+kernels that made the difference.
 """
 
 from __future__ import annotations
