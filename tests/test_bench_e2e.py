@@ -23,12 +23,13 @@ from coda_agent.torch import CodaLlamaStack, ReferenceLlamaStack
 from .records_factory import bench_row, make_bench
 
 STEPS = 3
+TOP = 40  # every op of the tiny step: on a busy CPU the ranking of the small ones varies
 COMMAND = "coda-agent bench-e2e --preset tiny"
 
 
 @pytest.fixture(scope="module")
 def run() -> E2ERun:
-    return run_e2e(PRESETS["tiny"], device="cpu", command=COMMAND, variants=list(VARIANTS), plan=step_plan(1, STEPS), top=6)
+    return run_e2e(PRESETS["tiny"], device="cpu", command=COMMAND, variants=list(VARIANTS), plan=step_plan(1, STEPS), top=TOP)
 
 
 def test_every_variant_is_timed_with_coda_first(run: E2ERun):
@@ -68,7 +69,7 @@ def test_memory_is_left_unmeasured_on_the_cpu(run: E2ERun):
 
 def test_the_profile_names_the_chains_ops_for_coda_and_not_for_the_reference(run: E2ERun):
     for v in run.variants:
-        assert 0 < len(v.top_kernels) <= 6 and v.kernels_measured.startswith("CPU ops")
+        assert 0 < len(v.top_kernels) <= TOP and v.kernels_measured.startswith("CPU ops")
         assert all(k.count > 0 and k.total_us > 0 for k in v.top_kernels)
         assert sum(k.total_us for k in v.top_kernels) <= v.kernel_total_us + 1e-6
         assert [k.total_us for k in v.top_kernels] == sorted((k.total_us for k in v.top_kernels), reverse=True)
@@ -110,7 +111,7 @@ def test_the_markdown_has_the_provenance_the_table_the_goal_and_the_kernels(run:
     assert f"goal (>= {NON_ATTENTION_GOAL}x the better torch.compile on the non-attention time)" in md
     best = run.best_compile
     assert best is not None
-    assert "### coda: top 6 CPU ops" in md and f"### {best.name}: top" in md and "`coda::" in md
+    assert f"### coda: top {len(run.coda.top_kernels)} CPU ops" in md and f"### {best.name}: top" in md and "`coda::" in md
 
 
 def test_the_store_indexes_the_suite_bench_beside_it_and_not_the_e2e_file(run: E2ERun, tmp_path: Path):
