@@ -1,9 +1,9 @@
 """The task kernels as PyTorch ops (``coda_agent.torch``): a Llama-3 layer stack with its LM head, forward and
 backward through the custom ops, against a plain PyTorch model with the same weights.
 
-The reference is written the way Meta's Llama-3 is (complex RoPE per head, repeated KV heads, RMSNorm in FP32),
-not from the ops' own helpers, so a wrong layout (rotary pairs, gate/up interleave, head split) shows up too.
-Its FP32 run is the truth; its bf16 run is the eager baseline of the suite's tolerance rule.
+The reference is ``coda_agent.torch.ReferenceLlamaStack``, written from the model's definition rather than the ops'
+helpers, so a wrong layout (rotary pairs, gate/up interleave, head split) shows up too. Its FP32 run is the truth;
+its bf16 run is the eager baseline of the suite's tolerance rule.
 """
 
 from __future__ import annotations
@@ -12,11 +12,18 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from coda_agent.primitives import backend
 from coda_agent.tasks import find_task
-from coda_agent.torch import CHAIN_TASKS, CodaLlamaLayer, CodaLlamaStack, CodaLMHead, Kernels, task_op
+from coda_agent.torch import (
+    CHAIN_TASKS,
+    CodaLlamaLayer,
+    CodaLlamaStack,
+    CodaLMHead,
+    Kernels,
+    ReferenceLlamaStack,
+    task_op,
+)
 
 IGNORE = -100
 
@@ -49,38 +56,13 @@ def draw_batch(stack: CodaLlamaStack, batch: int, seq: int, seed: int = 1) -> tu
 def reference_loss(stack: CodaLlamaStack, h: torch.Tensor, targets: torch.Tensor, dtype: torch.dtype,
                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The same model in plain PyTorch at ``dtype``, and its gradients (those of ``h`` under the name ``h``)."""
-    leaves = {name: p.detach().to(dtype).requires_grad_() for name, p in stack.named_parameters()}
+    ref = ReferenceLlamaStack.like(stack, dtype)
     x = h.detach().to(dtype).requires_grad_()
-    leaves["h"] = x
-    batch, seq, dim = h.shape
-
-    def rms(t: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        t32 = t.float()
-        return (t32 * torch.rsqrt(t32.pow(2).mean(-1, keepdim=True) + stack.layers[0].eps)).to(dtype) * weight
-
-    for i, layer in enumerate(stack.layers):
-        p = {name.split(".", 2)[2]: v for name, v in leaves.items() if name.startswith(f"layers.{i}.")}
-        nq, nkv, d = layer.n_heads, layer.n_kv_heads, layer.head_dim
-        q, k, v = (rms(x, p["attention_norm"]) @ p["wqkv"].t()).split([nq * d, nkv * d, nkv * d], dim=-1)
-        freqs = 500000.0 ** (-torch.arange(0, d, 2, device=h.device).float() / d)
-        cis = torch.polar(torch.ones(seq, d // 2, device=h.device), torch.arange(seq, device=h.device).float()[:, None] * freqs)
-
-        def rope(t: torch.Tensor, cis: torch.Tensor = cis, d: int = d) -> torch.Tensor:
-            pairs = torch.view_as_complex(t.float().reshape(batch, seq, -1, d // 2, 2).contiguous())
-            return torch.view_as_real(pairs * cis[None, :, None]).flatten(-2).to(dtype)
-
-        q, k = rope(q), rope(k)
-        v = v.reshape(batch, seq, nkv, d)
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        k, v = (t.repeat_interleave(nq // nkv, dim=1) for t in (k, v))
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(batch, seq, dim)
-        x = x + a @ p["wo"].t()
-        gate, up = (rms(x, p["ffn_norm"]) @ p["w_gate_up"].t()).unflatten(-1, (-1, 2)).unbind(-1)
-        x = x + (F.silu(gate) * up) @ p["w_down"].t()
-    logits = (rms(x, leaves["head.norm"]) @ leaves["head.weight"].t()).float()
-    loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
+    loss = ref(x, targets)
     loss.backward()
-    return loss.detach(), {name: t.grad for name, t in leaves.items() if t.grad is not None}
+    grads = {name: p.grad for name, p in ref.named_parameters() if p.grad is not None}
+    assert x.grad is not None
+    return loss.detach(), {**grads, "h": x.grad}
 
 
 def coda_loss(stack: CodaLlamaStack, h: torch.Tensor, targets: torch.Tensor, run=None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

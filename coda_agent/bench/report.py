@@ -1,4 +1,4 @@
-"""Rendering a :class:`BenchRun`: rich tables for the terminal, a markdown summary for the repository.
+"""Rendering a :class:`BenchRun` or an :class:`E2ERun`: rich tables for the terminal, a markdown summary for the repository.
 
 Ratios are baseline time / kernel time: above 1 the kernel is faster.
 """
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from rich.table import Table
 
 from ..measure.timing import Timing
-from .results import BenchRow, BenchRun
+from .results import NON_ATTENTION_GOAL, BenchRow, BenchRun, E2ERun, E2EVariant
 
 #: Shapes the performance targets apply to (issue 3): the Llama-3 8B and CODA block bench shapes.
 TARGET_SHAPE_PREFIXES = ("llama3-8b", "coda")
@@ -170,4 +170,107 @@ def markdown_summary(run: BenchRun) -> str:
         lines += ["## Failures", ""]
         lines += [f"- {r.task} @ {r.shape}: {r.verdict_reason.splitlines()[0] if r.verdict_reason else 'failed'}" for r in failed]
         lines.append("")
+    return "\n".join(lines)
+
+
+E2E_COLUMNS = ("variant", "model", "torch.compile", "step ms (p10-p90)", "tokens/s", "non-attention ms", "CODA x step",
+               "CODA x non-attention", "peak GiB", "step GiB", "loss")
+#: The terminal's narrower table (the markdown has every column).
+E2E_TERMINAL_COLUMNS = ("variant", "step ms (p10-p90)", "tokens/s", "non-attention ms", "CODA x step", "CODA x non-attention",
+                        "peak GiB")
+#: Kernel names (CuTe DSL, Triton) run to hundreds of characters; the markdown keeps their start, the JSON all.
+KERNEL_NAME_CHARS = 90
+
+
+def _gib(v: int | None) -> str:
+    return "-" if v is None else f"{v / 2**30:.2f}"
+
+
+def e2e_cells(run: E2ERun) -> list[list[str]]:
+    """One row per variant, then the attention alone; speedups are the variant's time / CODA's."""
+    rows = []
+    for v in run.variants:
+        ratio = run.speedups.get(v.name, {})
+        compiled = "-" if v.compile_backend is None else f"{v.compile_backend}" + (f" {v.compile_mode}" if v.compile_mode else "")
+        step_gib = None if v.peak_memory_bytes is None or v.resident_bytes is None else v.peak_memory_bytes - v.resident_bytes
+        rows.append([
+            v.name, v.model, compiled,
+            f"{v.step.median_us / 1e3:,.2f} ({_num(v.step.p10_us and v.step.p10_us / 1e3, ',.2f')}-"
+            f"{_num(v.step.p90_us and v.step.p90_us / 1e3, ',.2f')})",
+            f"{v.tokens_per_s:,.0f}", f"{v.non_attention_us / 1e3:,.2f}",
+            _num(ratio.get("step"), ".3f"), _num(ratio.get("non_attention"), ".3f"),
+            _gib(v.peak_memory_bytes), _gib(step_gib), f"{v.loss:.4f}",
+        ])
+    c = run.config
+    rows.append([f"attention ({c.layers} x SDPA fwd+bwd)", "-", "-", f"{run.attention.median_us * c.layers / 1e3:,.2f}",
+                 *(["-"] * (len(E2E_COLUMNS) - 4))])
+    return rows
+
+
+def e2e_table(run: E2ERun) -> Table:
+    """The terminal table of an end-to-end run."""
+    table = Table(title=f"Llama-3 stack fwd+bwd ({run.config.preset}, {run.config.layers} layers, "
+                        f"{run.config.batch} x {run.config.seq} tokens)", title_justify="left")
+    shown = [E2E_COLUMNS.index(c) for c in E2E_TERMINAL_COLUMNS]
+    for i in shown:
+        table.add_column(E2E_COLUMNS[i], justify="left" if i == 0 else "right")
+    for cells in e2e_cells(run):
+        table.add_row(*(cells[i] for i in shown))
+    return table
+
+
+def e2e_goal(run: E2ERun) -> str:
+    """The issue's goal, met or not, in one line."""
+    best = run.best_compile
+    if best is None:
+        return f"goal (>= {NON_ATTENTION_GOAL}x torch.compile on the non-attention time): no torch.compile variant was run"
+    ratio = run.speedups[best.name]
+    verdict = {True: "met", False: "missed", None: "not measurable (CODA's non-attention time is not positive)"}
+    return (f"goal (>= {NON_ATTENTION_GOAL}x the better torch.compile on the non-attention time): "
+            f"{verdict[run.non_attention_goal_met]}: CODA is {_num(ratio['non_attention'], '.3f')}x {best.name} on the "
+            f"non-attention time, {_num(ratio['step'], '.3f')}x on the whole step")
+
+
+def _kernel_rows(v: E2EVariant) -> list[str]:
+    lines = [f"### {v.name}: top {len(v.top_kernels)} {v.kernels_measured} of one step "
+             f"({v.kernel_total_us / 1e3:,.2f} ms in all)", "", _md_row(["kernel", "count", "total µs", "% of all"]),
+             _md_row(["---"] * 4)]
+    for k in v.top_kernels:
+        name = k.name if len(k.name) <= KERNEL_NAME_CHARS else k.name[: KERNEL_NAME_CHARS - 1] + "…"
+        share = 100 * k.total_us / v.kernel_total_us if v.kernel_total_us else 0.0
+        lines.append(_md_row([f"`{name}`", str(k.count), f"{k.total_us:,.0f}", f"{share:.1f}"]))
+    return [*lines, ""]
+
+
+def e2e_markdown(run: E2ERun) -> str:
+    """The committed summary of an end-to-end run: provenance, the variants, the goal, the top kernels."""
+    c = run.config
+    lines = [
+        f"# End-to-end bench: Llama-3 stack forward+backward on {run.device} ({run.created:%Y-%m-%d})",
+        "",
+        f"- command: `{run.command}`",
+        f"- device: {run.device}, driver {run.driver or '?'}; git {run.git_commit or '?'}",
+        "- packages: " + ", ".join(f"{k} {v}" for k, v in run.packages.items()),
+        f"- model: preset {c.preset}: dim {c.dim}, ffn {c.ffn_dim}, {c.n_heads}/{c.n_kv_heads} heads, vocab {c.vocab}, "
+        f"{c.layers} layers, batch {c.batch} x {c.seq} = {c.tokens:,} tokens, {c.dtype}",
+        f"- timing: {run.timing_method}",
+        f"- {run.attention_method}",
+        "- CODA x: the variant's time / CODA's (above 1: CODA is faster); step GiB = peak - resident (weights of every "
+        "variant and the batch)",
+        *(f"- note: {n}" for n in run.notes),
+        "",
+        "## Steps",
+        "",
+        _md_row(list(E2E_COLUMNS)),
+        _md_row(["---"] * len(E2E_COLUMNS)),
+        *(_md_row(cells) for cells in e2e_cells(run)),
+        "",
+        e2e_goal(run),
+        "",
+        "## Kernels that made the difference",
+        "",
+    ]
+    best = run.best_compile
+    for v in [run.coda, *([best] if best is not None else [])]:
+        lines += _kernel_rows(v)
     return "\n".join(lines)

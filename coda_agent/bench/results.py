@@ -1,10 +1,10 @@
-"""The bench results file (``bench/results/<device>-<date>.json``): schema shared by ``bench`` and the store."""
+"""The bench results files (``bench/results/<device>-<date>.json`` and ``...-e2e.json``): schemas shared by ``bench``, ``bench-e2e`` and the store."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 from ..measure.timing import Timing
 
@@ -84,3 +84,111 @@ class BenchRun(BaseModel):
         """Tasks whose every row is final (timed, failed or refused), i.e. what ``bench --resume`` may keep."""
         tasks = {r.task for r in self.rows}
         return {t for t in tasks if not any(r.pending for r in self.rows if r.task == t)}
+
+
+E2E_SCHEMA_VERSION = 1
+#: End-to-end results files end in ``-e2e.json`` beside the suite bench's, which the store indexes (it skips these).
+E2E_SUFFIX = "-e2e"
+#: The end-to-end goal (issue 13): CODA's ops at least this much faster than the better torch.compile on the
+#: non-attention time of a step.
+NON_ATTENTION_GOAL = 1.15
+
+
+class E2EConfig(BaseModel):
+    """The Llama-3 stack and batch an end-to-end bench ran."""
+
+    preset: str
+    dim: int
+    ffn_dim: int
+    n_heads: int
+    n_kv_heads: int
+    vocab: int
+    layers: int
+    batch: int
+    seq: int
+    dtype: str = "bfloat16"
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.seq
+
+
+class KernelTime(BaseModel):
+    """One kernel (on CPU: one op) of a profiled step, summed over its launches."""
+
+    name: str
+    count: int
+    total_us: float
+
+
+class E2EVariant(BaseModel):
+    """One way of running the stack's training step (forward + backward)."""
+
+    name: str
+    model: str = Field(description="CodaLlamaStack (the task kernels) or ReferenceLlamaStack (plain PyTorch)")
+    compile_backend: str | None = Field(default=None, description="torch.compile's backend; None: eager")
+    compile_mode: str | None = None
+    step: Timing
+    tokens_per_s: float
+    non_attention_us: float = Field(description="the step's median less the layers' SDPA forward+backward median")
+    loss: float = Field(description="the loss of one step at the bench's batch (the variants run the same weights)")
+    peak_memory_bytes: int | None = Field(default=None, description="torch.cuda.max_memory_allocated over one step, "
+                                          "reset just before it; None on CPU")
+    resident_bytes: int | None = Field(default=None, description="allocated before that step: every variant's weights and the batch")
+    kernels_measured: str = Field(default="", description="what top_kernels counts: CUDA kernels, or CPU ops without a GPU")
+    kernel_total_us: float = Field(default=0.0, description="all the profiled step's kernels (ops), summed")
+    top_kernels: list[KernelTime] = []
+
+
+class E2ERun(BaseModel):
+    """An end-to-end bench: the variants of one stack's step, with the provenance the suite bench records."""
+
+    schema_version: int = E2E_SCHEMA_VERSION
+    created: datetime
+    command: str
+    device: str
+    driver: str = ""
+    packages: dict[str, str] = {}
+    git_commit: str | None = None
+    timing_method: str = ""
+    attention_method: str = ""
+    notes: list[str] = []
+    config: E2EConfig
+    attention: Timing = Field(description="one layer's SDPA forward+backward at the stack's shapes")
+    variants: list[E2EVariant]
+
+    def variant(self, name: str) -> E2EVariant | None:
+        return next((v for v in self.variants if v.name == name), None)
+
+    @property
+    def coda(self) -> E2EVariant:
+        found = self.variant("coda")
+        if found is None:
+            raise ValueError("an end-to-end run without its coda variant")
+        return found
+
+    @property
+    def best_compile(self) -> E2EVariant | None:
+        """The faster torch.compile of the plain-PyTorch model (the goal's baseline)."""
+        compiled = [v for v in self.variants if v.model == "ReferenceLlamaStack" and v.compile_backend is not None]
+        return min(compiled, key=lambda v: v.step.median_us) if compiled else None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def speedups(self) -> dict[str, dict[str, float | None]]:
+        """Per other variant: its time / CODA's, for the whole step and for the non-attention time (>1: CODA faster)."""
+        coda = self.coda
+        out: dict[str, dict[str, float | None]] = {}
+        for v in self.variants:
+            if v is not coda:
+                non_attention = v.non_attention_us / coda.non_attention_us if coda.non_attention_us > 0 else None
+                out[v.name] = {"step": v.step.median_us / coda.step.median_us, "non_attention": non_attention}
+        return out
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def non_attention_goal_met(self) -> bool | None:
+        """CODA >= NON_ATTENTION_GOAL x the better torch.compile on the non-attention time; None without both."""
+        best = self.best_compile
+        ratio = self.speedups[best.name]["non_attention"] if best is not None else None
+        return None if ratio is None else ratio >= NON_ATTENTION_GOAL

@@ -30,7 +30,7 @@ from ..measure.peaks import Peaks, speed_of_light_us
 from ..provenance import driver_version, git_commit, package_versions
 from ..tasks.model import Task
 from ..verifier.verdict import Outcome, Verdict
-from .results import BenchRow, BenchRun
+from .results import BenchRow, BenchRun, E2ERun
 
 Progress = Callable[[str], None]
 
@@ -216,14 +216,15 @@ def command_line() -> str:
     return shlex.join(["coda-agent", *sys.argv[1:]])
 
 
-def write_run(run: BenchRun, json_path: Path | None, md_path: Path | None) -> list[Path]:
-    from .report import markdown_summary
+def write_run(run: BenchRun | E2ERun, json_path: Path | None, md_path: Path | None) -> list[Path]:
+    """The results JSON and its markdown summary (a suite bench's or an end-to-end one's), each written atomically."""
+    from .report import e2e_markdown, markdown_summary
 
     written = []
     if json_path:
         write_text_atomic(json_path, run.model_dump_json(indent=2) + "\n")
         written.append(json_path)
     if md_path:
-        write_text_atomic(md_path, markdown_summary(run))
+        write_text_atomic(md_path, markdown_summary(run) if isinstance(run, BenchRun) else e2e_markdown(run))
         written.append(md_path)
     return written

@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..atomic import write_text_atomic
-from ..bench.results import BenchRun
+from ..bench.results import E2E_SUFFIX, BenchRun
 from ..settings import bench_dir
 from ..tasks.loader import find_task, load_tasks
 from ..tasks.model import Task
@@ -50,11 +50,12 @@ def select_tasks(names: list[str] | None, shape_set: str, shape_names: list[str]
     return tasks
 
 
-def default_paths(device: str, stem: str = "") -> tuple[Path, Path]:
+def default_paths(device: str, suffix: str = "") -> tuple[Path, Path]:
+    """``<bench dir>/<device>-<date><suffix>.json`` and ``.md``."""
     from ..bench.runner import device_slug
 
     results = bench_dir()  # where the leaderboard reads them
-    base = results / f"{stem}{device_slug(device)}-{date.today().isoformat()}"
+    base = results / f"{device_slug(device)}-{date.today().isoformat()}{suffix}"
     return base.with_suffix(".json"), base.with_suffix(".md")
 
 
@@ -218,3 +219,61 @@ def _tune(selected: list[Task], shapes: str, shape: list[str] | None, device: st
             write_text_atomic(json_out, json.dumps(report, indent=2) + "\n")
     if json_out:
         console.print(f"wrote {json_out}")
+
+
+NO_GPU_E2E = (
+    "no CUDA GPU on this machine: `coda-agent bench-e2e` times a Llama-3 stack's training step on an H200; "
+    "the gradient tests (tests/test_torch_ops.py) check the ops on the CPU emulator"
+)
+
+
+@app.command("bench-e2e")
+def bench_e2e_cmd(
+    preset: str = typer.Option("1b", "--preset", help="model and batch: 1b (CODA's torchtitan 1B, batch 4 x 8192) or tiny"),
+    layers: int = typer.Option(None, "--layers", min=1, help="decoder layers (default: the preset's; 1b has 16)"),
+    batch: int = typer.Option(None, "--batch", min=1, help="sequences per step (default: the preset's)"),
+    seq: int = typer.Option(None, "--seq", min=1, help="tokens per sequence (default: the preset's)"),
+    variant: list[str] = typer.Option(
+        None, "--variant", help="variants to time beside coda (repeatable; default: eager, compile, compile-max-autotune; "
+        "also coda-compile)", metavar="<name>"),
+    steps: int = typer.Option(20, "--steps", min=3, help="timed steps per variant"),
+    warmup: int = typer.Option(3, "--warmup", min=1, help="untimed steps per variant first (the compiles happen here)"),
+    top: int = typer.Option(15, "--top", min=1, help="kernels listed per variant"),
+    json_out: Path = typer.Option(None, "--json", help="results JSON (default: the bench dir, <device>-<date>-e2e.json)"),
+    md_out: Path = typer.Option(None, "--md", help="markdown summary (default: next to the JSON)"),
+    save: bool = typer.Option(True, "--save/--no-save", help="write the JSON and markdown files"),
+) -> None:
+    """Time a Llama-3 layer stack's forward+backward on the task kernels against eager and torch.compile."""
+    from ..bench.e2e import DEFAULT_VARIANTS, PRESETS, VARIANTS, run_e2e, step_plan
+
+    if preset not in PRESETS:
+        raise UserError(f"no preset {preset!r} (known: {', '.join(PRESETS)})")
+    unknown = sorted(set(variant or ()) - set(VARIANTS))
+    if unknown:
+        raise UserError(f"no variant {', '.join(unknown)} (known: {', '.join(VARIANTS)})")
+    sizes = {"layers": layers, "batch": batch, "seq": seq}
+    config = PRESETS[preset].model_copy(update={k: v for k, v in sizes.items() if v is not None})
+    import torch
+
+    if not torch.cuda.is_available():
+        typer.echo(NO_GPU_E2E)
+        raise typer.Exit(1)
+    from ..bench.report import e2e_goal, e2e_table
+    from ..bench.runner import command_line, write_run
+
+    device = torch.cuda.get_device_name(0)
+    json_path, md_path = default_paths(device, suffix=E2E_SUFFIX)
+    json_path = json_out or json_path
+    md_path = md_out or (json_path.with_suffix(".md") if json_out else md_path)
+    t0 = time.monotonic()
+    try:
+        run = run_e2e(config, device="cuda", device_name=device, command=command_line(), plan=step_plan(warmup, steps),
+                      variants=variant or DEFAULT_VARIANTS, top=top,
+                      progress=lambda msg: print(f"[{time.monotonic() - t0:7.1f} s] {msg}", flush=True))
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    console.print(e2e_table(run))
+    console.print(e2e_goal(run), highlight=False, markup=False)
+    if save:
+        for p in write_run(run, json_path, md_path):
+            console.print(f"wrote {p}")

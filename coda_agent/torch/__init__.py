@@ -16,6 +16,7 @@ the real torch (absolute imports), so the name costs nothing but a careful ``imp
 
 from .layer import CodaLlamaLayer, CodaLlamaStack, CodaLMHead, Stream, begin, rope_table
 from .ops import CHAIN_TASKS, Kernels, TaskOp, backend_for, task_op
+from .reference import ReferenceLlamaStack
 
 __all__ = [
     "CHAIN_TASKS",
@@ -23,6 +24,7 @@ __all__ = [
     "CodaLlamaLayer",
     "CodaLlamaStack",
     "Kernels",
+    "ReferenceLlamaStack",
     "Stream",
     "TaskOp",
     "backend_for",

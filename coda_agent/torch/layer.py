@@ -169,6 +169,7 @@ class CodaLlamaLayer(nn.Module):
         if dim % n_heads or n_heads % n_kv_heads:
             raise ValueError(f"dim {dim} must split into {n_heads} heads, and those into {n_kv_heads} groups")
         self.n_heads, self.n_kv_heads, self.head_dim, self.eps = n_heads, n_kv_heads, dim // n_heads, eps
+        self.rope_theta = rope_theta
         self.kernels = kernels or Kernels()
         qkv = (n_heads + 2 * n_kv_heads) * self.head_dim
         self.attention_norm = nn.Parameter(torch.ones(dim, device=device, dtype=dtype))

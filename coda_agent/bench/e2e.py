@@ -1,0 +1,224 @@
+"""``coda-agent bench-e2e``: a Llama-3 layer stack's training step (forward + backward) on the task kernels
+against the same model in plain PyTorch, eager and under torch.compile.
+
+Every variant runs the same weights and batch. Each variant's first step runs alone (its compiles), then the
+steps are timed interleaved (``measure.timing.time_interleaved``); the attention part, torch's SDPA in every
+variant, is timed alone at the stack's shapes, and ``non-attention time = step - layers x attention``: the part
+the task kernels replace. Then one step per variant for its peak memory and one under ``torch.profiler`` for the
+kernels that made the difference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..measure.timing import Clock, RepPlan, Timing, time_interleaved
+from ..provenance import driver_version, git_commit, package_versions
+from ..torch import CodaLlamaLayer, CodaLlamaStack, CodaLMHead, Kernels, ReferenceLlamaStack
+from .results import E2EConfig, E2ERun, E2EVariant, KernelTime
+
+#: CODA's torchtitan 1B (Llama 3.2 1B: 16 layers, vocab 128256) at batch 4 x 8192, and a CPU-sized one for tests.
+PRESETS = {
+    "1b": E2EConfig(preset="1b", dim=2048, ffn_dim=8192, n_heads=32, n_kv_heads=8, vocab=128256, layers=16, batch=4, seq=8192),
+    "tiny": E2EConfig(preset="tiny", dim=64, ffn_dim=96, n_heads=4, n_kv_heads=2, vocab=160, layers=2, batch=2, seq=32),
+}
+MAX_AUTOTUNE = "max-autotune-no-cudagraphs"
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    """A variant: which model, and torch.compile's mode around it (None: eager)."""
+
+    name: str
+    coda: bool
+    compile_mode: str | None
+
+
+VARIANTS = {
+    spec.name: spec
+    for spec in (
+        VariantSpec("coda", coda=True, compile_mode=None),
+        VariantSpec("coda-compile", coda=True, compile_mode="default"),
+        VariantSpec("eager", coda=False, compile_mode=None),
+        VariantSpec("compile", coda=False, compile_mode="default"),
+        VariantSpec("compile-max-autotune", coda=False, compile_mode=MAX_AUTOTUNE),
+    )
+}
+DEFAULT_VARIANTS = ("coda", "eager", "compile", "compile-max-autotune")
+
+
+def compile_backend(device: str) -> str:
+    """Inductor on a GPU; on a CPU ``aot_eager`` (the same graphs through AOT autograd, run eagerly), since
+    Inductor's CPU build of even the tiny stack takes tens of seconds and its CPU kernels say nothing of a GPU's."""
+    return "inductor" if device == "cuda" else "aot_eager"
+
+
+def build_stack(config: E2EConfig, device: str, seed: int = 0) -> CodaLlamaStack:
+    torch.manual_seed(seed)
+    kernels = Kernels()
+    layers = [CodaLlamaLayer(config.dim, config.ffn_dim, config.n_heads, config.n_kv_heads, kernels=kernels, device=device)
+              for _ in range(config.layers)]
+    return CodaLlamaStack(layers, CodaLMHead(config.dim, config.vocab, kernels=kernels, device=device))
+
+
+def training_step(model: nn.Module, run: Callable[..., torch.Tensor], h: torch.Tensor,
+                  targets: torch.Tensor) -> Callable[[], torch.Tensor]:
+    """One step as a trainer runs it: gradients cleared, loss forward, backward to every weight and the input."""
+
+    def step() -> torch.Tensor:
+        model.zero_grad(set_to_none=True)
+        loss = run(h.detach().requires_grad_(), targets)
+        loss.backward()
+        return loss
+
+    return step
+
+
+def attention_step(config: E2EConfig, device: str) -> Callable[[], None]:
+    """One layer's attention alone, forward + backward: SDPA (causal, GQA) on Q/K/V split from one QKV tensor as
+    in the layers, with the gradient of its output in the layers' layout."""
+    b, s, nq, nkv, d = config.batch, config.seq, config.n_heads, config.n_kv_heads, config.dim // config.n_heads
+    qkv = torch.randn(b, s, (nq + 2 * nkv) * d, device=device, dtype=torch.bfloat16, requires_grad=True)
+    grad = torch.randn(b, s, nq, d, device=device, dtype=torch.bfloat16).transpose(1, 2)
+
+    def step() -> None:
+        qkv.grad = None
+        q, k, v = (t.reshape(b, s, -1, d).transpose(1, 2) for t in qkv.split([nq * d, nkv * d, nkv * d], dim=-1))
+        F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=nq != nkv).backward(grad)
+
+    return step
+
+
+def first_steps(steps: dict[str, Callable[[], torch.Tensor]], progress: Callable[[str], None]) -> dict[str, str]:
+    """Each variant's first step alone (its compiles); returns the variants that ran out of memory, with why,
+    so one model too big for the device costs its own row, not the run."""
+    dropped = {}
+    for name, step in steps.items():
+        progress(f"first step (compiles): {name}")
+        try:
+            step()
+        except torch.OutOfMemoryError as exc:
+            dropped[name] = "out of memory: " + str(exc).splitlines()[0]
+            torch.cuda.empty_cache()
+    return dropped
+
+
+def peak_memory(step: Callable[[], torch.Tensor], device: str) -> tuple[torch.Tensor, int | None, int | None]:
+    """(loss, peak bytes, resident bytes) of one step; the byte counts only on a GPU."""
+    if device != "cuda":
+        return step().detach(), None, None
+    torch.cuda.synchronize()
+    resident = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    loss = step().detach()
+    torch.cuda.synchronize()
+    return loss, torch.cuda.max_memory_allocated(), resident
+
+
+def profile_kernels(step: Callable[[], object], device: str, top: int) -> tuple[str, float, list[KernelTime]]:
+    """What one step spends its time in: (what was counted, total µs, the ``top`` by total time). On a GPU the
+    CUDA kernels; on a CPU the ops' self time (there are no kernels)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with profile(activities=activities) as prof:
+        step()
+        if device == "cuda":
+            torch.cuda.synchronize()
+    if device == "cuda":
+        kind = "CUDA kernels"
+        rows = [(e.key, e.count, e.device_time_total) for e in prof.key_averages()
+                if e.device_type == torch.autograd.DeviceType.CUDA and e.device_time_total > 0]
+    else:
+        kind = "CPU ops (self time; no GPU)"
+        rows = [(e.key, e.count, e.self_cpu_time_total) for e in prof.key_averages() if e.self_cpu_time_total > 0]
+    rows.sort(key=lambda r: -r[2])
+    return kind, sum(r[2] for r in rows), [KernelTime(name=n, count=c, total_us=t) for n, c, t in rows[:top]]
+
+
+def step_plan(warmup: int = 3, steps: int = 20) -> RepPlan:
+    """Exactly ``steps`` timed steps per variant after ``warmup`` (a step is long: no sizing to a time target)."""
+    return RepPlan(warmup=warmup, min_reps=steps, max_reps=steps)
+
+
+def timing_method(device: str, plan: RepPlan) -> str:
+    clock = "CUDA events on the current stream, L2 flushed before each step" if device == "cuda" else "the host clock (no GPU)"
+    return (f"{clock}; one step = zero_grad, forward, loss.backward(); a first step of each variant alone (compiles), "
+            f"then the variants interleaved step by step in rotating order after {plan.warmup} untimed steps each; "
+            f"median and p10/p90 over "
+            f"{plan.min_reps} steps")
+
+
+def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | None = None,
+            variants: Iterable[str] = DEFAULT_VARIANTS, plan: RepPlan | None = None,
+            top: int = 15, progress: Callable[[str], None] = lambda _: None) -> E2ERun:
+    """Build the stack, time every variant's step and the attention alone, measure memory and profile each.
+
+    ``device`` is ``cuda`` or ``cpu`` (tests: the emulator backend and the tiny preset); the CODA variant is
+    always measured, as every ratio is to it.
+    """
+    plan = plan or step_plan()
+    names = ["coda", *(v for v in variants if v != "coda")]
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        raise ValueError(f"unknown variant(s) {', '.join(unknown)} (known: {', '.join(VARIANTS)})")
+    backend = compile_backend(device)
+    coda = build_stack(config, device)
+    reference = ReferenceLlamaStack.like(coda)
+    g = torch.Generator().manual_seed(1)
+    h = torch.randn(config.batch, config.seq, config.dim, generator=g).to(device=device, dtype=torch.bfloat16)
+    targets = torch.randint(0, config.vocab, (config.batch, config.seq), generator=g).to(device)
+
+    steps: dict[str, Callable[[], torch.Tensor]] = {}
+    compiled: dict[str, tuple[str, str | None]] = {}  # name -> (backend, mode)
+    for name in names:
+        spec = VARIANTS[name]
+        model: nn.Module = coda if spec.coda else reference
+        run: Callable[..., torch.Tensor] = model
+        if spec.compile_mode is not None:
+            compiled[name] = (backend, spec.compile_mode if backend == "inductor" else None)  # the mode is Inductor's
+            run = torch.compile(model, backend=backend, mode=compiled[name][1], fullgraph=True)
+        steps[name] = training_step(model, run, h, targets)
+    dropped = first_steps(steps, progress)
+    if "coda" in dropped:
+        raise ValueError(f"the coda variant cannot run at this size ({dropped['coda']}): try fewer --layers, --batch or --seq")
+    names = [n for n in names if n not in dropped]
+    attention = attention_step(config, device)
+    progress(f"timing {', '.join(names)} and the attention alone, interleaved")
+    timed: dict[str, Callable[[], object]] = {**{n: steps[n] for n in names}, "attention": attention}
+    timings = time_interleaved(timed, Clock(device), plan)
+    attention_us = timings["attention"].median_us * config.layers
+
+    results = []
+    for name in names:
+        spec = VARIANTS[name]
+        progress(f"memory and profile: {name}")
+        loss, peak, resident = peak_memory(steps[name], device)
+        kind, total_us, kernels = profile_kernels(steps[name], device, top)
+        step_t: Timing = timings[name]
+        results.append(E2EVariant(
+            name=name, model="CodaLlamaStack" if spec.coda else "ReferenceLlamaStack",
+            compile_backend=compiled[name][0] if name in compiled else None,
+            compile_mode=compiled[name][1] if name in compiled else None,
+            step=step_t, tokens_per_s=config.tokens / (step_t.median_us * 1e-6),
+            non_attention_us=step_t.median_us - attention_us, loss=float(loss), peak_memory_bytes=peak,
+            resident_bytes=resident, kernels_measured=kind, kernel_total_us=total_us, top_kernels=kernels,
+        ))
+    notes = [f"{name} was left out: {why}" for name, why in dropped.items()]
+    if backend != "inductor":
+        notes.append(f"no GPU: the torch.compile variants ran backend {backend} without a mode (Inductor's CPU build "
+                     "takes tens of seconds and says nothing of a GPU); the times only show the bench runs")
+    return E2ERun(
+        created=datetime.now(timezone.utc), command=command, device=device_name or device, driver=driver_version(),
+        packages=package_versions(), git_commit=git_commit(), timing_method=timing_method(device, plan),
+        attention_method=(f"non-attention time = step median - {config.layers} layers x the median of one layer's "
+                          "SDPA forward+backward timed alone, interleaved with the steps (causal, GQA, Q/K/V split "
+                          "from one QKV tensor as in the layers)"),
+        notes=notes, config=config, attention=timings["attention"], variants=results,
+    )

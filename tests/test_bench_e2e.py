@@ -1,0 +1,191 @@
+"""``coda-agent bench-e2e``: the tiny stack on the CPU (emulator kernels, torch.compile through ``aot_eager``) runs
+every variant, and the results, ratios and markdown carry everything the H200 run will; the CLI on a machine
+without a GPU answers in one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from coda_agent.bench import e2e
+from coda_agent.bench.e2e import PRESETS, VARIANTS, run_e2e, step_plan
+from coda_agent.bench.report import e2e_markdown
+from coda_agent.bench.results import E2E_SUFFIX, NON_ATTENTION_GOAL, E2ERun
+from coda_agent.bench.runner import write_run
+from coda_agent.cli import app
+from coda_agent.store.index import Index
+from coda_agent.torch import CodaLlamaStack, ReferenceLlamaStack
+
+from .records_factory import bench_row, make_bench
+
+STEPS = 3
+TOP = 40  # every op of the tiny step: on a busy CPU the ranking of the small ones varies
+COMMAND = "coda-agent bench-e2e --preset tiny"
+
+
+@pytest.fixture(scope="module")
+def run() -> E2ERun:
+    return run_e2e(PRESETS["tiny"], device="cpu", command=COMMAND, variants=list(VARIANTS), plan=step_plan(1, STEPS), top=TOP)
+
+
+def test_every_variant_is_timed_with_coda_first(run: E2ERun):
+    assert [v.name for v in run.variants] == list(VARIANTS)
+    for v in run.variants:
+        assert v.step.reps == STEPS and v.step.p10_us is not None and v.step.p90_us is not None
+        assert v.step.p10_us <= v.step.median_us <= v.step.p90_us
+        assert v.tokens_per_s == pytest.approx(run.config.tokens / (v.step.median_us * 1e-6))
+    assert run.attention.reps == STEPS
+
+
+def test_the_non_attention_time_is_the_step_less_every_layers_attention(run: E2ERun):
+    for v in run.variants:
+        assert v.non_attention_us == pytest.approx(v.step.median_us - run.config.layers * run.attention.median_us)
+    assert run.coda.non_attention_us > 0
+    assert f"{run.config.layers} layers x" in run.attention_method
+
+
+def test_the_variants_run_the_same_model(run: E2ERun):
+    """Same weights and batch: CODA's loss is the plain model's up to bf16 rounding; each model's compiled loss is its eager one."""
+    losses = {v.name: v.loss for v in run.variants}
+    assert losses["eager"] == pytest.approx(losses["coda"], rel=1e-2)
+    assert losses["compile"] == losses["compile-max-autotune"] == losses["eager"]
+    assert losses["coda-compile"] == losses["coda"]
+
+
+def test_the_compile_variants_say_how_they_ran_without_a_gpu(run: E2ERun):
+    compiled = {v.name: (v.compile_backend, v.compile_mode) for v in run.variants if v.compile_backend}
+    assert compiled == {name: ("aot_eager", None) for name in ("coda-compile", "compile", "compile-max-autotune")}
+    assert run.variant("eager").compile_backend is None  # type: ignore[union-attr]
+    assert any("aot_eager" in n for n in run.notes)
+
+
+def test_memory_is_left_unmeasured_on_the_cpu(run: E2ERun):
+    assert all(v.peak_memory_bytes is None and v.resident_bytes is None for v in run.variants)
+
+
+def test_the_profile_names_the_chains_ops_for_coda_and_not_for_the_reference(run: E2ERun):
+    for v in run.variants:
+        assert 0 < len(v.top_kernels) <= TOP and v.kernels_measured.startswith("CPU ops")
+        assert all(k.count > 0 and k.total_us > 0 for k in v.top_kernels)
+        assert sum(k.total_us for k in v.top_kernels) <= v.kernel_total_us + 1e-6
+        assert [k.total_us for k in v.top_kernels] == sorted((k.total_us for k in v.top_kernels), reverse=True)
+    assert any(k.name.startswith("coda::") for k in run.coda.top_kernels)
+    assert not any(k.name.startswith("coda::") for k in run.variant("eager").top_kernels)  # type: ignore[union-attr]
+
+
+def test_the_ratios_are_each_variants_time_over_codas(run: E2ERun):
+    coda = run.coda
+    assert set(run.speedups) == set(VARIANTS) - {"coda"}
+    for name, ratio in run.speedups.items():
+        v = run.variant(name)
+        assert v is not None
+        assert ratio["step"] == pytest.approx(v.step.median_us / coda.step.median_us)
+        assert ratio["non_attention"] == pytest.approx(v.non_attention_us / coda.non_attention_us)
+    best = run.best_compile
+    assert best is not None and best.name in ("compile", "compile-max-autotune")
+    assert run.non_attention_goal_met == (run.speedups[best.name]["non_attention"] >= NON_ATTENTION_GOAL)  # type: ignore[operator]
+
+
+def test_the_json_round_trips_with_the_ratios_in_it(run: E2ERun, tmp_path: Path):
+    json_path, md_path = tmp_path / "h200-e2e.json", tmp_path / "h200-e2e.md"
+    assert write_run(run, json_path, md_path) == [json_path, md_path]
+    data = json.loads(json_path.read_text())
+    assert {"speedups", "non_attention_goal_met", "device", "driver", "packages", "git_commit", "created", "command"} <= set(data)
+    assert E2ERun.model_validate_json(json_path.read_text()) == run
+    assert md_path.read_text() == e2e_markdown(run)
+
+
+def test_the_markdown_has_the_provenance_the_table_the_goal_and_the_kernels(run: E2ERun):
+    md = e2e_markdown(run)
+    assert f"- command: `{COMMAND}`" in md
+    assert f"git {run.git_commit or '?'}" in md and f"torch {torch.__version__}" in md and "- device: cpu" in md
+    assert "dim 64, ffn 96, 4/2 heads" in md and "2 x 32 = 64 tokens" in md
+    table = [line for line in md.splitlines() if line.startswith("| ")]
+    assert table[0].startswith("| variant | model |")
+    assert [row.split(" | ")[0].removeprefix("| ") for row in table[2:2 + len(VARIANTS)]] == list(VARIANTS)
+    assert "| attention (2 x SDPA fwd+bwd) |" in md
+    assert f"goal (>= {NON_ATTENTION_GOAL}x the better torch.compile on the non-attention time)" in md
+    best = run.best_compile
+    assert best is not None
+    assert f"### coda: top {len(run.coda.top_kernels)} CPU ops" in md and f"### {best.name}: top" in md and "`coda::" in md
+
+
+def test_the_store_indexes_the_suite_bench_beside_it_and_not_the_e2e_file(run: E2ERun, tmp_path: Path):
+    """The e2e file lives in the bench dir, which the leaderboard's index reads as suite bench runs."""
+    runs, bench = tmp_path / "runs", tmp_path / "bench"
+    suite = make_bench(bench, [bench_row("gemm_rmsnorm", "llama3-8b", 100.0)])
+    write_run(run, bench / f"h200-2026-12-01{E2E_SUFFIX}.json", None)
+    with Index.open(runs, bench) as ix:
+        assert ix.rebuild().indexed == 1
+        assert [r["path"] for r in ix.conn.execute("SELECT path FROM bench_runs")] == [str(suite)]
+        assert ix.problems() == []
+
+
+def out_of_memory_for(victim: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Steps of the eager reference (``victim="eager"``) or of CODA's stack (``"coda"``) raise CUDA's OOM."""
+    real = e2e.training_step
+
+    def step_for(model, run, h, targets):
+        step = real(model, run, h, targets)
+        is_coda, is_eager = isinstance(model, CodaLlamaStack), isinstance(model, ReferenceLlamaStack) and run is model
+        hit = is_coda if victim == "coda" else is_eager
+
+        def oom() -> torch.Tensor:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 GiB.\nmore detail")
+
+        return oom if hit else step
+
+    monkeypatch.setattr(e2e, "training_step", step_for)
+
+
+def test_a_variant_out_of_memory_is_left_out_saying_why(monkeypatch):
+    out_of_memory_for("eager", monkeypatch)
+    run = run_e2e(PRESETS["tiny"], device="cpu", command="", variants=["eager", "compile"], plan=step_plan(1, STEPS))
+    assert [v.name for v in run.variants] == ["coda", "compile"]
+    assert "eager was left out: out of memory: CUDA out of memory. Tried to allocate 16.00 GiB." in run.notes
+    assert "- note: eager was left out" in e2e_markdown(run)
+
+
+def test_coda_out_of_memory_stops_the_run_in_one_line(monkeypatch):
+    out_of_memory_for("coda", monkeypatch)
+    with pytest.raises(ValueError, match=r"^the coda variant cannot run at this size \(out of memory: .*16.00 GiB\.\): try fewer"):
+        run_e2e(PRESETS["tiny"], device="cpu", command="", variants=["eager"], plan=step_plan(1, STEPS))
+
+
+def test_an_unknown_variant_is_refused():
+    with pytest.raises(ValueError, match="unknown variant"):
+        run_e2e(PRESETS["tiny"], device="cpu", command="", variants=["fast"])
+
+
+def test_the_cli_without_a_gpu_says_so_in_one_line(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    res = CliRunner().invoke(app, ["bench-e2e", "--preset", "tiny"])
+    assert res.exit_code == 1
+    assert res.output.count("\n") == 1 and "no CUDA GPU" in res.output
+
+
+def test_the_cli_refuses_an_unknown_preset_or_variant_before_looking_for_a_gpu():
+    res = CliRunner().invoke(app, ["bench-e2e", "--preset", "70b"])
+    assert res.exit_code != 0 and "no preset '70b' (known: 1b, tiny)" in str(res.exception)
+    res = CliRunner().invoke(app, ["bench-e2e", "--variant", "fast"])
+    assert res.exit_code != 0 and "no variant fast" in str(res.exception)
+
+
+@pytest.mark.gpu
+def test_one_1b_layer_on_the_gpu(tmp_path: Path):
+    """The real shapes (dim 2048, batch 4 x 8192), one layer, a few steps; eager and the default compile only."""
+    out = tmp_path / "e2e.json"
+    res = CliRunner().invoke(app, ["bench-e2e", "--preset", "1b", "--layers", "1", "--steps", "3", "--warmup", "2",
+                                   "--variant", "eager", "--variant", "compile", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    run = E2ERun.model_validate_json(out.read_text())
+    assert [v.name for v in run.variants] == ["coda", "eager", "compile"]
+    assert run.config.layers == 1 and run.config.tokens == 4 * 8192
+    assert all(v.peak_memory_bytes and v.resident_bytes and v.peak_memory_bytes > v.resident_bytes for v in run.variants)
+    assert all(v.kernels_measured == "CUDA kernels" and v.top_kernels for v in run.variants)
+    assert run.variant("eager").loss == pytest.approx(run.coda.loss, rel=1e-2)  # type: ignore[union-attr]
+    assert out.with_suffix(".md").exists()
