@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from rich.table import Table
 
 from ..measure.timing import Timing
-from .results import NON_ATTENTION_GOAL, BenchRow, BenchRun, E2ERun, E2EVariant
+from .results import NON_ATTENTION_GOAL, BenchRow, BenchRun, E2ERun, E2EVariant, Measured
 
 #: Shapes the performance targets apply to (issue 3): the Llama-3 8B and CODA block bench shapes.
 TARGET_SHAPE_PREFIXES = ("llama3-8b", "coda")
@@ -125,15 +125,21 @@ def _md_row(cells: list[str]) -> str:
     return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
 
-def markdown_summary(run: BenchRun) -> str:
-    """The committed summary: provenance, one table per task, the targets, and every failure's reason."""
-    pk = run.packages
-    lines = [
-        f"# Bench: human kernels on {run.device} ({run.created:%Y-%m-%d})",
+def _provenance(run: Measured) -> list[str]:
+    """The lines every committed bench summary opens with (after its title)."""
+    return [
         "",
         f"- command: `{run.command}`",
         f"- device: {run.device}, driver {run.driver or '?'}; git {run.git_commit or '?'}",
-        "- packages: " + ", ".join(f"{k} {v}" for k, v in pk.items()),
+        "- packages: " + ", ".join(f"{k} {v}" for k, v in run.packages.items()),
+    ]
+
+
+def markdown_summary(run: BenchRun) -> str:
+    """The committed summary: provenance, one table per task, the targets, and every failure's reason."""
+    lines = [
+        f"# Bench: human kernels on {run.device} ({run.created:%Y-%m-%d})",
+        *_provenance(run),
         f"- measured peaks: {_num(run.peak_tflops_bf16, '.0f')} TFLOP/s bf16, {_num(run.peak_hbm_tbps, '.2f')} TB/s HBM"
         + (f" ({run.peaks_method})" if run.peaks_method else ""),
         f"- timing: {run.timing_method}",
@@ -247,10 +253,7 @@ def e2e_markdown(run: E2ERun) -> str:
     c = run.config
     lines = [
         f"# End-to-end bench: Llama-3 stack forward+backward on {run.device} ({run.created:%Y-%m-%d})",
-        "",
-        f"- command: `{run.command}`",
-        f"- device: {run.device}, driver {run.driver or '?'}; git {run.git_commit or '?'}",
-        "- packages: " + ", ".join(f"{k} {v}" for k, v in run.packages.items()),
+        *_provenance(run),
         f"- model: preset {c.preset}: dim {c.dim}, ffn {c.ffn_dim}, {c.n_heads}/{c.n_kv_heads} heads, vocab {c.vocab}, "
         f"{c.layers} layers, batch {c.batch} x {c.seq} = {c.tokens:,} tokens, {c.dtype}",
         f"- timing: {run.timing_method}",

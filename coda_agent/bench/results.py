@@ -62,16 +62,21 @@ class BenchRow(BaseModel):
         return 100.0 * self.sol_us / self.candidate.median_us
 
 
-class BenchRun(BaseModel):
-    """A whole bench invocation with everything its numbers depend on."""
+class Measured(BaseModel):
+    """What every committed bench figure names: when, by which command, on which device, packages and commit."""
 
-    schema_version: int = BENCH_SCHEMA_VERSION
     created: datetime
     command: str
     device: str
     driver: str = ""
     packages: dict[str, str] = {}
     git_commit: str | None = None
+
+
+class BenchRun(Measured):
+    """A whole bench invocation with everything its numbers depend on."""
+
+    schema_version: int = BENCH_SCHEMA_VERSION
     peak_tflops_bf16: float | None = Field(default=None, description="measured at the start of the bench")
     peak_hbm_tbps: float | None = None
     peaks_method: str = ""
@@ -140,16 +145,10 @@ class E2EVariant(BaseModel):
     top_kernels: list[KernelTime] = []
 
 
-class E2ERun(BaseModel):
+class E2ERun(Measured):
     """An end-to-end bench: the variants of one stack's step, with the provenance the suite bench records."""
 
     schema_version: int = E2E_SCHEMA_VERSION
-    created: datetime
-    command: str
-    device: str
-    driver: str = ""
-    packages: dict[str, str] = {}
-    git_commit: str | None = None
     timing_method: str = ""
     attention_method: str = ""
     notes: list[str] = []
