@@ -1,22 +1,56 @@
 #!/usr/bin/env bash
-# The committed H200 evidence in one device call: the whole-suite bench, which writes
-# bench/results/<device>-<date>.json and .md itself, then every GPU test (the kernels, the adversarial GPU cases,
-# the tuner, the torch ops at a real size, one layer of the end-to-end bench). The end-to-end numbers come from
-# `coda-agent bench-e2e` (bench/README.md), a call of their own. On a fresh GPU machine first run
-# `bash .gpu/stage1.sh` (see ../shared/gpu/README.md), then:
-#   source .gpu2/env.sh && bash bench/gpu_session.sh [pytest -k expression]
-# Set CODA_AGENT_GIT_COMMIT when the tree travels without .git. A bench cut off by the timeout is resumed by the next
-# session (same commit): run this again. Results are copied to $OUT when it is set.
-set -o pipefail
+# The committed H200 evidence, in device calls of at most 10 minutes each. On a fresh GPU machine first run
+# `bash .gpu/stage1.sh` (../shared/gpu/README.md), then, one call after another while the machine stays warm:
+#   source .gpu2/env.sh && bash bench/gpu_session.sh SECONDS PHASE[:CAP] ...
+# The phases run in order, each cut off at CAP seconds or at the call's end (SECONDS from now, less a margin for the
+# copy back), whichever comes first:
+#   bench     the whole-suite bench (resumes .gpuwork/bench.json: every task's correctness first, then timing)
+#   trust     the verifier's GPU tests: the human kernels and the adversarial cases
+#   ops       the torch ops' GPU test: a two-layer Llama-3 1B stack's gradients at a real size
+#   more      the other GPU tests: the tuner, the agent, one end-to-end layer
+#   e2e       coda-agent bench-e2e --preset 1b --layers 2 (CODA's ops against eager and both torch.compile modes)
+#   tune-run  the agent with a scripted model on a task without a human kernel (bench/tune_demo): the candidate's
+#             deliberately poor gemm config is tuned on the GPU, the record keeps the speed before and after
+# Everything lands in .gpuwork/ (git-ignored: it stays on the machine between calls while it is warm) and comes back
+# as $OUT/gpuwork.tar.gz. Set CODA_AGENT_GIT_COMMIT: the tree travels without .git.
+set -uo pipefail
+end=$(( $(date +%s) + ${1:?usage: gpu_session.sh SECONDS PHASE[:CAP] ...} - 25 ))
+shift
+work=.gpuwork
+mkdir -p "$work"
 # The runner's sandbox: the image has no bubblewrap, scripts/gpu_bwrap.sh carries Debian's binary in .gpu2/.
 [ -x .gpu2/bwrap ] && export CODA_AGENT_BWRAP=$PWD/.gpu2/bwrap
-t0=$(date +%s)
-PYTHONUNBUFFERED=1 timeout "${BENCH_TIMEOUT:-540}" python3 -m coda_agent bench --resume --jobs "${BENCH_JOBS:-6}" 2>&1 | tee /tmp/bench.log
-echo "bench: exit $? after $(( $(date +%s) - t0 )) s"
-if [ -n "${OUT:-}" ]; then cp bench/results/*-"$(date +%F)".* /tmp/bench.log "$OUT"/ 2>/dev/null; fi
-left=$(( ${SESSION_SECONDS:-590} - ($(date +%s) - t0) ))
-if [ "$left" -gt 30 ]; then
-  timeout "$left" python3 -m pytest -m gpu -n 0 -q -rfE -p no:cacheprovider tests/ ${1:+-k "$1"} 2>&1 | tee /tmp/gpu-tests.log
-  if [ -n "${OUT:-}" ]; then cp /tmp/gpu-tests.log "$OUT"/; fi
-fi
-echo "session: $(( $(date +%s) - t0 )) s"
+export PYTHONUNBUFFERED=1 CODA_AGENT_RUNS_DIR=$PWD/$work/runs
+
+run_phase() {  # name, seconds, command...: the command's output to $work/<name>.log, its exit status noted
+  local name=$1 secs=$2 t0
+  shift 2
+  t0=$(date +%s)
+  echo "== $name: up to $secs s: $*" | tee -a "$work/$name.log"
+  timeout "$secs" "$@" >>"$work/$name.log" 2>&1
+  echo "== $name: exit $? after $(( $(date +%s) - t0 )) s" | tee -a "$work/$name.log"
+  tail -n 4 "$work/$name.log"
+}
+
+gpu_tests=(python3 -m pytest -m gpu -n 0 -v -rfE -p no:cacheprovider)
+
+for spec in "$@"; do
+  phase=${spec%%:*}
+  cap=$([ "$spec" = "$phase" ] && echo 100000 || echo "${spec#*:}")
+  left=$(( end - $(date +%s) ))
+  secs=$(( cap < left ? cap : left ))
+  if [ "$secs" -lt 30 ]; then echo "== $phase: skipped, $left s left"; continue; fi
+  case $phase in
+    bench) run_phase bench "$secs" python3 -m coda_agent bench --resume --no-max-autotune --jobs "${BENCH_JOBS:-8}" \
+             --json "$work/bench.json" ;;
+    trust) run_phase trust "$secs" "${gpu_tests[@]}" tests/test_gpu_kernels.py tests/adversarial/test_adversarial_gpu.py ;;
+    ops) run_phase ops "$secs" "${gpu_tests[@]}" tests/test_torch_ops.py ;;
+    more) run_phase more "$secs" "${gpu_tests[@]}" tests/test_tuning.py tests/test_agent.py tests/test_bench_e2e.py ;;
+    e2e) run_phase e2e "$secs" python3 -m coda_agent bench-e2e --preset 1b --layers 2 --steps 10 --warmup 2 \
+           --json "$work/e2e.json" ;;
+    tune-run) run_phase tune-run "$secs" python3 -m coda_agent run bench/tune_demo/my_residual/my_residual.yaml \
+                --model mock/bench/tune_demo/untuned_residual.yaml --rounds 1 --tune-budget "${TUNE_BUDGET:-120}" ;;
+    *) echo "unknown phase $phase (bench, trust, ops, more, e2e, tune-run)"; exit 2 ;;
+  esac
+done
+if [ -n "${OUT:-}" ]; then tar czf "$OUT/gpuwork.tar.gz" --exclude=quack_cache "$work"; fi

@@ -203,8 +203,10 @@ def test_rows_join_correctness_timings_and_speed_of_light():
     t = {"median_us": 2000.0, "p10_us": 1990.0, "p90_us": 2010.0, "reps": 50}
     timed = _verdict("bench", {"llama3-8b-down": {"dims": {"M": 8192}, "candidate": t, "eager": t, "compiled": t, "cublas": t}})
     assert timed.stage("bench").timings["llama3-8b-down"].compiled.median_us == 2000.0
-    assert runner.passed_shapes(checked) == ["llama3-8b-down"]
-    good, bad = runner.build_rows(K0, opts, checked, timed, PEAKS)
+    pending = runner.checked_rows(K0, opts, checked, PEAKS)
+    assert [r.pending for r in pending] == [True, False]  # only a correct row waits for its time
+    good, bad = runner.with_times(pending, timed)
+    assert not good.pending and not bad.pending
     assert good.correct and good.launches == 3 and good.candidate.median_us == 2000.0 and good.gemms == [[8192, 4096, 14336]]
     assert good.sol_us == pytest.approx(2 * 8192 * 4096 * 14336 / 800e12 * 1e6)
     assert not bad.correct and bad.candidate is None and bad.verdict_reason == "output 'h': max error"
@@ -240,7 +242,7 @@ BENCH_TASKS = [find_task("gemm_residual_rmsnorm"), find_task("gemm_residual"), f
 RAGGED = runner.BenchOptions(shape_names=["ragged"])
 
 
-def test_an_interrupted_bench_keeps_every_check_and_resume_times_only_the_rest(monkeypatch):
+def test_an_interrupted_bench_keeps_every_check_and_resume_only_times_the_rest(monkeypatch):
     saved: list[BenchRun] = []
     fake = _FakeBench(monkeypatch, stop_after=1)
     with pytest.raises(KeyboardInterrupt):
@@ -255,7 +257,7 @@ def test_an_interrupted_bench_keeps_every_check_and_resume_times_only_the_rest(m
 
     again = _FakeBench(monkeypatch)
     done = runner.run_bench(BENCH_TASKS, RAGGED, PEAKS, "NVIDIA H200", "coda-agent bench --resume", executor=None, previous=BenchRun.model_validate_json(last.model_dump_json()))
-    assert again.checked == again.timed == ["gemm_residual", "gemm_rmsnorm"]
+    assert again.checked == [] and again.timed == ["gemm_residual", "gemm_rmsnorm"]  # their checks are kept
     assert [r.task for r in done.rows] == [t.name for t in BENCH_TASKS] and not any(r.pending for r in done.rows)
     assert done.rows[0] == last.rows[0]  # kept as it was measured
 

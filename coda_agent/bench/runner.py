@@ -88,12 +88,6 @@ def check_tasks(tasks: list[Task], opts: BenchOptions, progress: Progress, execu
     return {name: f.result() for name, f in futures.items()}
 
 
-def passed_shapes(verdict: Verdict) -> list[str]:
-    st = verdict.stage("gpu_correctness")
-    shapes: dict[str, Any] = st.details.get("shapes", {}) if st else {}  # type: ignore[assignment]
-    return [name for name, d in shapes.items() if isinstance(d, dict) and d.get("outcome") == Outcome.PASSED.value]
-
-
 def time_task(task: Task, shapes: list[str], opts: BenchOptions, progress: Progress, executor: Executor) -> Future[Verdict]:
     """Phase 3: the ``bench`` stage (kernel + baselines, interleaved) in one job, alone on its GPU."""
     return _submit(executor, Job(
@@ -102,38 +96,44 @@ def time_task(task: Task, shapes: list[str], opts: BenchOptions, progress: Progr
     ), progress, "timed")
 
 
-def build_rows(task: Task, opts: BenchOptions, checked: Verdict, timed: Verdict | None, peaks: Peaks) -> list[BenchRow]:
-    """One row per shape point: correctness from the check, times from the bench stage, SoL from the peaks."""
+def checked_rows(task: Task, opts: BenchOptions, checked: Verdict, peaks: Peaks) -> list[BenchRow]:
+    """One row per shape point, from the check and the peaks; the correct ones are ``pending`` their times."""
     st = checked.stage("gpu_correctness")
     shape_info: dict[str, Any] = st.details.get("shapes", {}) if st else {}  # type: ignore[assignment]
-    bench_st = timed.stage("bench") if timed else None
-    times = bench_st.timings if bench_st else {}
     rows = []
     for point in shape_points(task, opts):
         info = shape_info.get(point.name, {})
         ok = info.get("outcome") == Outcome.PASSED.value
-        if not info:
-            reason = checked.reason or "not checked"
-        elif ok:
-            reason = ""
-        else:
-            reason = info.get("reason", "")
-        t = times.get(point.name)
-        if ok and timed is not None and t is None:
-            reason = timed.reason
+        reason = "" if ok else info.get("reason", "") if info else checked.reason or "not checked"
         launched = info.get("launches")
         flops, nbytes = task.flops(point.dims), task.min_bytes(point.dims)
         rows.append(
             BenchRow(
                 task=task.name, task_version=task.version, shape=point.name, dims=point.dims, correct=ok,
-                verdict_reason=reason, candidate=t.candidate if t else None, eager=t.eager if t else None,
-                compiled=t.compiled if t else None, compiled_max_autotune=t.compiled_max_autotune if t else None,
-                cublas=t.cublas if t else None,
-                sol_us=speed_of_light_us(flops, nbytes, peaks), flops=flops, min_bytes=nbytes,
-                launches=launched.get("launches") if isinstance(launched, dict) else launched, family=task.family, gemms=[list(g) for g in task.gemm_shapes(point.dims)],
+                verdict_reason=reason, sol_us=speed_of_light_us(flops, nbytes, peaks), flops=flops, min_bytes=nbytes,
+                launches=launched.get("launches") if isinstance(launched, dict) else launched, family=task.family,
+                gemms=[list(g) for g in task.gemm_shapes(point.dims)], pending=ok,
             )
         )
     return rows
+
+
+def with_times(rows: list[BenchRow], timed: Verdict) -> list[BenchRow]:
+    """The pending rows with the ``bench`` stage's times; a shape it could not time says why."""
+    bench_st = timed.stage("bench")
+    times = bench_st.timings if bench_st else {}
+    out = []
+    for row in rows:
+        t = times.get(row.shape) if row.pending else None
+        if t is not None:
+            row = row.model_copy(update={
+                "pending": False, "candidate": t.candidate, "eager": t.eager, "compiled": t.compiled,
+                "compiled_max_autotune": t.compiled_max_autotune, "cublas": t.cublas,
+            })
+        elif row.pending:
+            row = row.model_copy(update={"pending": False, "verdict_reason": timed.reason})
+        out.append(row)
+    return out
 
 
 def run_bench(
@@ -151,17 +151,19 @@ def run_bench(
 
     runnable = [t for t in tasks if t.human_file is not None and t.human_file.exists()]
     kept = reusable_rows(previous, runnable, opts) if previous is not None else {}
-    if kept:
-        progress(f"kept from the earlier run: {', '.join(sorted(kept))}")
-    todo = [t for t in runnable if t.name not in kept]
-    checked = check_tasks(todo, opts, progress, executor)
+    finished = {name for name, task_rows in kept.items() if not any(r.pending for r in task_rows)}
+    if finished:
+        progress(f"kept from the earlier run: {', '.join(sorted(finished))}")
+    if set(kept) - finished:
+        progress(f"checked by the earlier run, to be timed: {', '.join(sorted(set(kept) - finished))}")
+    checked = check_tasks([t for t in runnable if t.name not in kept], opts, progress, executor)
     run = BenchRun(
         created=previous.created if kept and previous else datetime.now(timezone.utc), command=command, device=device,
         driver=driver_version(), packages=package_versions(), git_commit=git_commit(), peak_tflops_bf16=peaks.tflops_bf16,
         peak_hbm_tbps=peaks.hbm_tbps, peaks_method=peaks.how, timing_method=TIMING_METHOD,
         correctness_seeds=opts.seeds, compile_modes=list(opts.compile_modes),
     )
-    rows = {t.name: kept.get(t.name) or pending_rows(build_rows(t, opts, checked[t.name], None, peaks)) for t in runnable}
+    rows = {t.name: kept.get(t.name) or checked_rows(t, opts, checked[t.name], peaks) for t in runnable}
 
     def save() -> None:
         run.rows = [r for t in runnable for r in rows[t.name]]
@@ -169,31 +171,27 @@ def run_bench(
             checkpoint(run)
 
     save()
+    todo = [t for t in runnable if t.name not in finished]
     timings = {}
     for task in todo:
-        shapes = passed_shapes(checked[task.name])
+        shapes = [r.shape for r in rows[task.name] if r.pending]
         if shapes:
             timings[task.name] = time_task(task, shapes, opts, progress, executor)
     for task in todo:
-        timed = timings[task.name].result() if task.name in timings else None
-        rows[task.name] = build_rows(task, opts, checked[task.name], timed, peaks)
-        save()
+        if task.name in timings:
+            rows[task.name] = with_times(rows[task.name], timings[task.name].result())
+            save()
     return run
 
 
-def pending_rows(rows: list[BenchRow]) -> list[BenchRow]:
-    """Rows of a checked task before its timing phase: the correct ones wait for their times."""
-    return [r.model_copy(update={"pending": True}) if r.correct else r for r in rows]
-
-
 def reusable_rows(previous: BenchRun, tasks: list[Task], opts: BenchOptions) -> dict[str, list[BenchRow]]:
-    """The finished tasks of an earlier run that this one may keep: same task version and the same shape points."""
-    finished = previous.finished_tasks()
+    """The rows of an earlier run that this one may keep, for the tasks it checked at the same task version and
+    shape points: finished ones are kept as they are; checked ones still ``pending`` need only their timing."""
     kept = {}
     for task in tasks:
         rows = [r for r in previous.rows if r.task == task.name]
         wanted = [p.name for p in shape_points(task, opts)]
-        if task.name in finished and [r.shape for r in rows] == wanted and all(r.task_version == task.version for r in rows):
+        if rows and [r.shape for r in rows] == wanted and all(r.task_version == task.version for r in rows):
             kept[task.name] = rows
     return kept
 
