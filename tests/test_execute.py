@@ -118,6 +118,50 @@ def test_a_verifier_that_raises_is_an_infra_error_not_a_lost_job():
     assert v.outcome is Outcome.INFRA_ERROR and v.reason == "the verifier itself failed:\nRuntimeError: checker bug"
 
 
+class SharedMemory:
+    """A GPU whose memory holds one job: with company, an allocation fails as torch says it; ``HOG`` never fits."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.runs: list[tuple[str, int]] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, task, source, stages, **kw) -> Verdict:
+        with self.lock:
+            self.running += 1
+        time.sleep(0.2)
+        with self.lock:
+            company = self.running - 1
+            self.runs.append((source, company))
+        try:
+            if company or source == "HOG":
+                return Verdict(task=task.name, task_version=task.version, backend="quack", outcome=Outcome.RUNTIME_ERROR,
+                               reason="forward() raised: OutOfMemoryError: CUDA out of memory. Tried to allocate 1002.00 MiB.")
+            return Verdict(task=task.name, task_version=task.version, backend="quack", outcome=Outcome.PASSED)
+        finally:
+            time.sleep(0.05)
+            with self.lock:
+                self.running -= 1
+
+
+def test_a_job_that_ran_out_of_gpu_memory_beside_others_runs_again_alone_and_that_verdict_is_its_own():
+    gpu = SharedMemory()
+    with LocalExecutor(gpu_slots=3, gpus=["0"], verify_fn=gpu) as ex:
+        futures = {name: ex.submit(job(name, UNTIMED, source=name)) for name in ("a", "b", "HOG")}
+        verdicts = {name: f.result(30) for name, f in futures.items()}
+    assert verdicts["a"].passed and verdicts["b"].passed  # their first runs failed only for the company
+    assert verdicts["HOG"].outcome is Outcome.RUNTIME_ERROR and verdicts["HOG"].out_of_gpu_memory  # alone too
+    reruns = gpu.runs[3:]
+    assert sorted(src for src, _ in reruns) == ["HOG", "a", "b"] and all(company == 0 for _, company in reruns)
+
+
+def test_a_job_alone_on_its_gpu_that_runs_out_of_memory_is_not_run_again():
+    gpu = SharedMemory()
+    with LocalExecutor(gpu_slots=3, gpus=["0"], verify_fn=gpu) as ex:
+        verdict = ex.submit(job("HOG", UNTIMED, source="HOG")).result(30)
+    assert verdict.out_of_gpu_memory and gpu.runs == [("HOG", 0)]
+
+
 def test_cancel_drops_the_queued_jobs_and_the_running_one_still_answers():
     release = threading.Event()
 

@@ -9,7 +9,7 @@ from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import TracebackType
 
 from ..tasks.model import Task
@@ -43,6 +43,8 @@ class Job:
     #: The tune stage's search budget (None: the plan's default).
     tune_budget_s: float | None = None
     label: str = ""
+    #: Its GPU to itself though nothing is timed: the rerun of a job that ran out of memory beside others.
+    alone: bool = False
 
     @property
     def needs_gpu(self) -> bool:
@@ -51,6 +53,11 @@ class Job:
     @property
     def timed(self) -> bool:
         return any(s in TIMED_STAGES for s in self.stages)
+
+    @property
+    def exclusive(self) -> bool:
+        """Whether it must have its device to itself: timed jobs, and reruns alone."""
+        return self.timed or self.alone
 
     def failed(self, reason: str) -> Verdict:
         """The verdict of a job the harness could not see through (the candidate is not to blame)."""
@@ -85,16 +92,17 @@ class Worker:
     running: dict[int, Job] = field(default_factory=dict)
 
     def admits(self, job: Job) -> bool:
-        if any(j.timed for j in self.running.values()):
+        if any(j.exclusive for j in self.running.values()):
             return False
-        return not self.running if job.timed else len(self.running) < self.slots
+        return not self.running if job.exclusive else len(self.running) < self.slots
 
     def doing(self) -> str:
         """``gpu0 #3 (timing)``, ``cpu #1 #2``, ``gpu1 idle``."""
         if not self.running:
             return f"{self.name} idle"
         labels = " ".join(j.label or j.task.name for j in self.running.values())
-        return f"{self.name} {labels}" + (" (timing)" if any(j.timed for j in self.running.values()) else "")
+        jobs = self.running.values()
+        return f"{self.name} {labels}" + (" (timing)" if any(j.timed for j in jobs) else " (alone)" if any(j.alone for j in jobs) else "")
 
 
 @dataclass
@@ -103,6 +111,8 @@ class _Pending:
     job: Job
     future: Future[Verdict]
     on_start: OnStart | None
+    #: A rerun alone: its future is running already.
+    rerun: bool = False
 
 
 class Executor(ABC):
@@ -110,7 +120,8 @@ class Executor(ABC):
 
     A GPU job goes to a GPU worker (to the CPU workers where there is none: the verifier then says so, as it
     would anywhere); any other job to the CPU workers. A job that must wait holds back the later jobs of its
-    kind, so a timed job is not starved by untimed ones. Every future resolves to a verdict: a worker that
+    kind, so a timed job is not starved by untimed ones. A job that ran out of GPU memory while it shared its
+    GPU is run again alone, and that verdict is its own. Every future resolves to a verdict: a worker that
     dies or cannot start gives an infra-error verdict naming it.
     """
 
@@ -122,6 +133,8 @@ class Executor(ABC):
         self._queue: deque[_Pending] = deque()
         self._ids = itertools.count()
         self._closed = False
+        #: Jobs that had company on their GPU at some point of their run.
+        self._shared: set[int] = set()
 
     # --- what a backend provides ------------------------------------------------------------------
 
@@ -165,7 +178,10 @@ class Executor(ABC):
             queued = list(self._queue)
             self._queue.clear()
         for pending in queued:
-            pending.future.cancel()
+            if pending.rerun:
+                pending.future.set_result(pending.job.failed("cancelled before its rerun alone on a GPU"))
+            else:
+                pending.future.cancel()
         self._end_running()
 
     def close(self) -> None:
@@ -202,8 +218,10 @@ class Executor(ABC):
                     held.add(kind)
                     continue
                 self._queue.remove(pending)
-                if pending.future.set_running_or_notify_cancel():
+                if pending.rerun or pending.future.set_running_or_notify_cancel():
                     worker.running[pending.id] = pending.job
+                    if worker.gpu and len(worker.running) > 1:
+                        self._shared.update(worker.running)
                     started.append((pending, worker))
         for pending, worker in started:
             self._launch(pending, worker)
@@ -221,7 +239,13 @@ class Executor(ABC):
     def _finish(self, pending: _Pending, worker: Worker, verdict: Verdict) -> None:
         with self._lock:
             worker.running.pop(pending.id, None)
-        pending.future.set_result(verdict)
+            shared = pending.id in self._shared
+            self._shared.discard(pending.id)
+            again = shared and verdict.out_of_gpu_memory and not self._closed
+            if again:
+                self._queue.appendleft(_Pending(next(self._ids), replace(pending.job, alone=True), pending.future, pending.on_start, rerun=True))
+        if not again:
+            pending.future.set_result(verdict)
         self._pump()
 
 

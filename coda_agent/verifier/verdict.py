@@ -122,6 +122,10 @@ class StageResult(BaseModel):
         return data
 
 
+#: What torch.OutOfMemoryError says when the caching allocator cannot get device memory.
+GPU_OOM_MARK = "CUDA out of memory"
+
+
 class Verdict(BaseModel):
     """The verifier's conclusion on one candidate for one task."""
 
@@ -137,6 +141,12 @@ class Verdict(BaseModel):
     @property
     def passed(self) -> bool:
         return self.outcome is Outcome.PASSED
+
+    @property
+    def out_of_gpu_memory(self) -> bool:
+        """Whether a GPU allocation failed on the way (the candidate's or the checker's). On a GPU that other
+        verifications shared, that says more about them than about this candidate: executors run it again alone."""
+        return not self.passed and GPU_OOM_MARK in self.model_dump_json()
 
     def stage(self, name: str) -> StageResult | None:
         return next((s for s in self.stages if s.stage == name), None)
