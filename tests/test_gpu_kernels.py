@@ -106,11 +106,11 @@ def test_side_stream_work_is_rejected():
     assert "side stream" in v.reason
 
 
-def test_profile_times_the_kernel_with_eager_and_cublas():
+def test_profile_times_the_kernel_with_eager_compile_and_cublas():
     v = verify(K0, K0.human_file.read_text(), ("gpu_correctness", "profile"), shape_set="bench", shape_names=[K0_SHAPE], backend_label="quack")
     assert v.outcome is Outcome.PASSED, v.reason
     shape = v.stage("profile").timings[K0_SHAPE]
-    for t in (shape.candidate, shape.eager, shape.cublas):
+    for t in (shape.candidate, shape.eager, shape.compiled, shape.cublas):
         assert t is not None and t.reps >= 15 and t.p10_us <= t.median_us <= t.p90_us
     # the fused kernel is within a reasonable band of cuBLAS alone (a gross regression would fail here)
     assert shape.cublas.median_us / shape.candidate.median_us > 0.7

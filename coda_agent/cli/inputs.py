@@ -20,7 +20,7 @@ STAGE_SECONDS = {
     "correctness": (30.0, 10.0),  # the emulator at the small shapes on a CPU
     "compile": (180.0, 0.0),  # every kernel built for sm_90a on a CPU
     "gpu_correctness": (180.0, 20.0),  # one QuACK build per bench shape, then the checks
-    "profile": (60.0, 5.0),
+    "profile": (60.0, 10.0),  # the timings, and torch.compile of the reference at each shape (cached after once)
     "bench": (60.0, 5.0),
 }
 START_UP_SECONDS = 30.0  # the worker process importing torch and the primitives

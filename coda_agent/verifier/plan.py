@@ -33,7 +33,7 @@ class Plan(BaseModel):
     timeout: float = Field(default=600.0, gt=0)
     compile_modes: list[str] = Field(
         default_factory=lambda: ["default", "max-autotune-no-cudagraphs"],
-        description="the torch.compile baselines of the bench stage (the profile stage times none)",
+        description="the torch.compile baselines of the bench stage (the profile stage times the default mode)",
     )
     #: The tolerance baseline to judge outputs by, instead of the task's own (``tolerance.baseline``).
     tolerance_baseline: Baseline | None = None
