@@ -152,12 +152,14 @@ def test_pinning_adds_the_decorator_and_imports_and_a_retune_replaces_them():
     key = ("add_residual", 8192, 4096, 14336)
     pinned = pin_schedule(source, {key: WINNER}, ["configs pinned on a test", "  big: 10.0 -> 9.0 µs"])
     assert check_source(pinned) == [] and pinned_schedule(pinned) == {key: WINNER}
-    assert "from coda_agent.primitives import Config, schedule\n" in pinned
+    # merged into the module's own import line, in isort's order (a pinned best.py stays lint-clean)
+    assert "from coda_agent.primitives import Config, epilogue, gemm, schedule\n" in pinned
+    assert pinned.count("import") == source.count("import")
     assert f"# coda-agent tune: configs pinned on a test\n# coda-agent tune:   big: 10.0 -> 9.0 µs\n@schedule({{\n    {key!r}: " in pinned
     other = ("add_residual", 8192, 4096, 4096)
     again = pin_schedule(pinned, {other: Config(tile_n=208), key: Config()}, ["a second tune"])
     assert pinned_schedule(again) == {key: Config(), other: Config(tile_n=208)}
-    assert again.count("@schedule(") == 1 and again.count("# coda-agent tune:") == 1 and again.count("import Config, schedule") == 1
+    assert again.count("@schedule(") == 1 and again.count("# coda-agent tune:") == 1 and again.count("import Config, epilogue, gemm, schedule") == 1
     assert check_source(again) == []
 
 

@@ -346,9 +346,7 @@ def pin_schedule(source: str, table: Schedule, notes: Sequence[str] = ()) -> str
     if clash:
         raise ScheduleFormError(f"cannot pin a schedule: the module binds {', '.join(clash)} itself")
     if missing:
-        imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-        at = max((n.end_lineno or n.lineno) for n in imports) if imports else 0
-        edits.append((at, at, [f"from {PRIMITIVES} import {', '.join(missing)}\n"]))
+        edits.append(_import_edit(tree, lines, missing))
     for first, last, new in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):  # bottom up: indices stay valid
         lines[first:last] = new
     pinned = "".join(lines)
@@ -356,6 +354,24 @@ def pin_schedule(source: str, table: Schedule, notes: Sequence[str] = ()) -> str
     if problems:
         raise ScheduleFormError(f"the pinned module fails the static check: {problems[0]}")
     return pinned
+
+
+def _import_edit(tree: ast.Module, lines: list[str], names: list[str]) -> tuple[int, int, list[str]]:
+    """The edit that imports ``names`` from the primitives: merged into the module's one-line
+    ``from coda_agent.primitives import ...`` where it has one (names in isort's order, so the pinned module
+    stays lint-clean), else a line of its own after the last import."""
+    source = "".join(lines)
+    for node in tree.body:
+        if not (isinstance(node, ast.ImportFrom) and node.module == PRIMITIVES and not node.level):
+            continue
+        one_line = node.lineno == node.end_lineno and lines[node.lineno - 1].rstrip("\n") == ast.get_source_segment(source, node)
+        if one_line and all(a.asname is None for a in node.names):
+            wanted = {a.name for a in node.names} | set(names)
+            merged = sorted(wanted, key=lambda n: (0 if n.isupper() else 1 if n[0].isupper() else 2, n))
+            return node.lineno - 1, node.lineno, [f"from {PRIMITIVES} import {', '.join(merged)}\n"]
+    imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    at = max((n.end_lineno or n.lineno) for n in imports) if imports else 0
+    return at, at, [f"from {PRIMITIVES} import {', '.join(names)}\n"]
 
 
 def schedule_text(table: Schedule) -> str:
