@@ -113,3 +113,25 @@ def test_the_compile_only_backend_builds_for_sm90_and_leaves_no_arch_behind(no_a
     assert out["D"].shape == (256, 384) and out["D"].dtype == torch.bfloat16
     assert any(tmp_path.rglob("*.o"))
     assert not any(name in os.environ for name in quack_patches.ARCH_VARIABLES)
+
+
+def test_a_narrow_call_without_a_config_builds_the_wider_default_tile_for_sm90(no_arch, tmp_path, monkeypatch):
+    """The CPU compile builds what the H200 runs: at M 8192 x N 2048 the default is 128x208 (configs.default_config)."""
+    import quack.cache
+
+    from coda_agent.primitives import _quack
+    from coda_agent.primitives.configs import NARROW_TILE
+
+    monkeypatch.setattr(quack.cache, "CACHE_DIR", str(tmp_path))
+    asked = []
+    real = _quack._gemm_config
+    monkeypatch.setattr(_quack, "_gemm_config", lambda c: asked.append(c) or real(c))
+    a, w, r = torch.zeros(8192, 64).bfloat16(), torch.zeros(2048, 64).bfloat16(), torch.zeros(8192, 2048).bfloat16()
+
+    @P.epilogue()
+    def add_c(acc, c):
+        return {"D": acc + c}
+
+    with backend.using("quack-compile"):
+        out = P.gemm(add_c, a, w.t(), C=r)
+    assert asked == [NARROW_TILE] and out["D"].shape == (8192, 2048) and any(tmp_path.rglob("*.o"))

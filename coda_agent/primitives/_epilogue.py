@@ -30,8 +30,10 @@ class EpilogueError(ValueError):
 class Config:
     """Explicit GEMM kernel configuration (SM90 rules; ``None`` fields take QuACK's arch default).
 
-    SM90 default: 128x192 tile, 2x1 cluster, pingpong. Pingpong needs tile_m in {64, 128, 192} and
-    tile_n <= 256/208/128 respectively; cooperative (pingpong=False) allows tile_m up to 320.
+    SM90 default: 128x192 tile, 2x1 cluster, pingpong; a call that names no config runs 128x208 instead where
+    that saves a mostly empty wave of tiles (element mode, narrow N such as M 8192 x N 2048). Pingpong needs
+    tile_m in {64, 128, 192} and tile_n <= 256/208/128 respectively; cooperative (pingpong=False) allows
+    tile_m up to 320.
     tile_n must be a multiple of 16 (of 32 for acc_pair mode with an extra output).
     """
 
@@ -258,7 +260,7 @@ def gemm(
         A: (M, K), bf16 or fp16. B: (K, N), same dtype (any strides: pass ``W.t()`` for an (N, K) weight).
         C: optional (M, N) tensor read by the fn's ``c`` parameter ((M, 2N) interleaved in packed mode).
         out_dtype: dtype of D and the extra outputs (default: A's dtype; packed mode: C's).
-        config: an explicit :class:`Config`, or None for the arch default. No autotuning happens here; a
+        config: an explicit :class:`Config`, or None for the default (see :class:`Config`). No autotuning here; a
             :func:`schedule` on ``forward`` that names this call (epilogue name, M, N, K) takes precedence.
         store_d: False skips writing D (saves its HBM traffic when only the extra outputs and reduces are
             needed, e.g. a SwiGLU activation); the result then has no "D". Not allowed in packed mode.

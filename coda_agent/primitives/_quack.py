@@ -17,6 +17,7 @@ import torch
 
 from ._epilogue import Config, GemmCall
 from ._ops import ColVecLoad, ColVecReduce, ColVecSelect, OnlineLSEReduce, RowVecLoad, RowVecReduce
+from .configs import default_config
 from .quack_patches import compile_only
 
 _QUACK_MODE = {"element": None, "acc_pair": "acc_pair", "packed": "packed_cd_b16x2"}
@@ -94,7 +95,8 @@ def _operands(call: GemmCall) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
 
 
 def run(call: GemmCall) -> dict[str, torch.Tensor]:
-    """Launch the fused kernel through QuACK's eager interface (explicit config or arch default; no tuning)."""
+    """Launch the fused kernel through QuACK's eager interface (its config, else :func:`.configs.default_config`;
+    no tuning)."""
     mod = _epimod(call)
     kw, selects = _operands(call)
     res = mod(
@@ -102,7 +104,7 @@ def run(call: GemmCall) -> dict[str, torch.Tensor]:
         call.B,
         call.C,
         out_dtype=None if call.epi.mode == "packed" else call.out_dtype,
-        config=_gemm_config(call.config),
+        config=_gemm_config(call.config or default_config(call)),
         tuned=False,
         store_d=call.store_d,
         **kw,
@@ -122,7 +124,7 @@ def run_compile_only(call: GemmCall) -> dict[str, torch.Tensor]:
         d_shape = (m, 2 * n) if call.epi.mode == "packed" else (m, n)
         out = {"D": torch.zeros(d_shape, dtype=call.out_dtype)} if call.store_d else {}
         out.update({name: torch.zeros(m, width, dtype=call.out_dtype) for name in call.epi.outputs})
-        mod.plan(call.A, call.B, call.C, out=out, config=_gemm_config(call.config), **kw)
+        mod.plan(call.A, call.B, call.C, out=out, config=_gemm_config(call.config or default_config(call)), **kw)
     for name, sink in call.epi.sinks.items():
         out[name] = torch.zeros(n if isinstance(sink, RowVecReduce) else m, dtype=torch.float32)
     out.update(selects)

@@ -29,7 +29,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from ..measure.timing import FLUSH_BYTES, lead_in
 from ..primitives import backend
 from ..primitives._epilogue import GemmCall
-from ..primitives.configs import ScheduleOverride, config_fields, schedule_from_wire
+from ..primitives.configs import ScheduleOverride, config_fields, default_config, schedule_from_wire
 from .candidate import CandidateModule, candidate_trace
 from .protocol import Channel, ProtocolError, TensorRef, read_tensors, write_tensors
 
@@ -68,11 +68,12 @@ class OpLog(TorchDispatchMode):
     def wrap_backend(self, run: Callable[[GemmCall], dict[str, torch.Tensor]]) -> Callable[[GemmCall], dict[str, torch.Tensor]]:
         def observed(call: GemmCall) -> dict[str, torch.Tensor]:
             if self._recording:
+                config = call.config or default_config(call)  # the config the GPU runs it with
                 self.calls[-1].append({
                     "gemm": [call.m, call.n, int(call.A.shape[1])],
                     "sinks": sorted(type(s).__name__ for s in call.epi.sinks.values()), "mode": call.epi.mode,
                     "epilogue": call.epi.name, "outputs": len(call.epi.outputs),
-                    "config": None if call.config is None else config_fields(call.config),
+                    "config": None if config is None else config_fields(config),
                 })
             self._inside_gemm += 1
             try:
