@@ -114,6 +114,34 @@ def test_compile_error_reports_the_candidates_line():
     assert "\x1b[" not in v.reason  # no terminal colour codes in a prompt
 
 
+def test_the_compile_stage_builds_the_configs_forward_uses_at_the_bench_shapes():
+    """Learnt from forward() on meta tensors at each bench shape: gemm_residual's default widens to 128x208 at
+    M 8192 x N 2048 (llama3-1b-down), a config the small shape never asks for, so it is built here too."""
+    task = find_task("gemm_residual")
+    v = verify(task, task.human_file.read_text(), ("compile",), timeout=600)
+    assert v.passed, v.reason
+    assert v.stage("compile").details["bench_configs"] == ["add_residual: 128x208 pingpong 2x1"]
+    assert "and 1 more config(s) it uses at the bench shapes" in v.reason
+
+
+def test_a_config_the_gpu_would_refuse_at_a_bench_shape_is_a_cpu_compile_error():
+    task = find_task("gemm_swiglu")
+    pinned = task.human_file.read_text().replace("import epilogue,", "import Config, epilogue, schedule,").replace(
+        "def forward(", '@schedule({("gated", 8192, 28672, 4096): Config(tile_n=208)})\ndef forward(')
+    v = verify(task, pinned, ("correctness", "compile"), timeout=600)
+    assert v.stage("correctness").outcome is Outcome.PASSED  # the small shapes never meet it
+    assert v.outcome is Outcome.COMPILE_ERROR and "at bench shape llama3-8b-gateup" in v.reason
+    assert "acc_pair mode with extra outputs needs tile_n % 32 == 0" in v.reason
+
+
+def test_a_forward_that_needs_values_at_the_bench_shapes_is_noted_not_refused():
+    src = variant("def forward(x, w, residual, gamma, eps):\n",
+                  "def forward(x, w, residual, gamma, eps):\n    if bool(residual.abs().max() > 1e9):\n        eps = eps * 2\n")
+    v = verify(K0, src, ("compile",), timeout=600)
+    assert v.passed, v.reason
+    assert "did not run on meta tensors at bench shape" in v.reason
+
+
 # One task per family; each mutation is (old, new) text edits of the human kernel and the expected reason.
 FAMILY_MUTATIONS = {
     "gemm_swiglu_bwd": [  # backward

@@ -202,6 +202,19 @@ class GemmCall:
         """(epilogue name, M, N, K): how a :func:`schedule` names this call."""
         return (self.epi.name, self.m, self.n, int(self.A.shape[1]))
 
+    def placeholders(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """Zeros shaped as the kernel's results, on A's device: (D and the extra outputs, the reductions)."""
+        m, n, dev = self.m, self.n, self.A.device
+        width = n // 2 if self.epi.mode == "acc_pair" else n
+        d_shape = (m, 2 * n) if self.epi.mode == "packed" else (m, n)
+        stored = {"D": torch.zeros(d_shape, dtype=self.out_dtype, device=dev)} if self.store_d else {}
+        stored.update({name: torch.zeros(m, width, dtype=self.out_dtype, device=dev) for name in self.epi.outputs})
+        reduced = {
+            name: torch.zeros(n if isinstance(sink, RowVecReduce) else m, dtype=torch.float32, device=dev)
+            for name, sink in self.epi.sinks.items()
+        }
+        return stored, reduced
+
 
 def _is_scalar(v: Any) -> bool:
     return (isinstance(v, (int, float)) and not isinstance(v, bool)) or (isinstance(v, torch.Tensor) and v.numel() == 1)

@@ -119,14 +119,7 @@ def run_compile_only(call: GemmCall) -> dict[str, torch.Tensor]:
     with compile_only():
         mod = _epimod(call)
         kw, selects = _operands(call)
-        m, n = call.m, call.n
-        width = n // 2 if call.epi.mode == "acc_pair" else n
-        d_shape = (m, 2 * n) if call.epi.mode == "packed" else (m, n)
-        out = {"D": torch.zeros(d_shape, dtype=call.out_dtype)} if call.store_d else {}
-        out.update({name: torch.zeros(m, width, dtype=call.out_dtype) for name in call.epi.outputs})
+        out, reduced = call.placeholders()
         mod.plan(call.A, call.B, call.C, out=out, config=_gemm_config(call.config or default_config(call)), **kw)
-    for name, sink in call.epi.sinks.items():
-        out[name] = torch.zeros(n if isinstance(sink, RowVecReduce) else m, dtype=torch.float32)
-    out.update(selects)
-    return out
+    return {**out, **reduced, **selects}
 

@@ -2,7 +2,8 @@
 
 * ``torch``: the FP32 emulator (any device; the CPU check of a candidate's algebra);
 * ``quack``: real fused kernels through QuACK (needs an SM90+ GPU);
-* ``quack-compile``: compile the kernels for sm_90a without launching (no GPU needed).
+* ``quack-compile``: compile the kernels for sm_90a without launching (no GPU needed);
+* ``shapes``: results shaped as the kernels' would be, nothing computed (forward() on meta tensors).
 
 This module is not part of the candidate surface (``coda_agent.primitives.__all__``); the static check
 rejects candidates that import it.
@@ -18,7 +19,7 @@ import torch
 
 from ._epilogue import GemmCall
 
-BACKENDS = ("torch", "quack", "quack-compile")
+BACKENDS = ("torch", "quack", "quack-compile", "shapes")
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,13 @@ class Backend:
 
     name: str
     run: Callable[[GemmCall], dict[str, torch.Tensor]]
+
+
+def _shapes_only(call: GemmCall) -> dict[str, torch.Tensor]:
+    """The results' shapes only, nothing built or run: how the checker learns, on meta tensors, which gemm calls
+    (and configs) forward() makes at shapes too large to run on a CPU."""
+    out, reduced = call.placeholders()
+    return {**out, **reduced}
 
 
 def _make(name: str) -> Backend:
@@ -42,6 +50,8 @@ def _make(name: str) -> Backend:
         from . import _quack
 
         return Backend(name, _quack.run_compile_only)
+    if name == "shapes":
+        return Backend(name, _shapes_only)
     raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
 
 
@@ -67,12 +77,14 @@ def set_backend(name: str, wrap: Callable[[Runner], Runner] | None = None) -> Ba
 
 
 @contextmanager
-def using(name: str, run: Runner | None = None) -> Iterator[Backend]:
+def using(name: str, run: Runner | None = None, wrap: Callable[[Runner], Runner] | None = None) -> Iterator[Backend]:
     """Run a block on another backend, then restore the previous one.
 
-    ``run`` runs the block's gemm calls instead, as backend ``name`` (the tuner's wrappers of the QuACK backend).
+    ``run`` runs the block's gemm calls instead, as backend ``name`` (the tuner's wrappers of the QuACK backend);
+    ``wrap`` observes them, as for :func:`set_backend`.
     """
-    _active.append(_make(name) if run is None else Backend(name, run))
+    made = _make(name) if run is None else Backend(name, run)
+    _active.append(made if wrap is None else Backend(made.name, wrap(made.run)))
     try:
         yield _active[-1]
     finally:

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,11 +71,13 @@ class RunnerCancelled(RunnerError):
 
 
 class CandidateRaised(RunnerError):
-    """``forward`` (or the import) raised; the message is the candidate's own trace."""
+    """``forward`` (or the import) raised; the message is the candidate's own trace. ``contract``: what it raised
+    was the primitives' EpilogueError (a misuse of the contract, not a failure to run)."""
 
-    def __init__(self, message: str, call: int | None = None) -> None:
+    def __init__(self, message: str, call: int | None = None, contract: bool = False) -> None:
         super().__init__(message)
         self.call = call
+        self.contract = contract
 
 
 @dataclass
@@ -178,7 +181,7 @@ class RunnerClient:
             error = str(reply.get("error", "no reason given"))
             if reply.get("harness"):
                 raise RunnerCrashed(f"the runner failed while handling {self._op!r}:\n{error}")
-            raise CandidateRaised(error, reply.get("call"))
+            raise CandidateRaised(error, reply.get("call"), bool(reply.get("contract")))
         return reply
 
     def cancel(self) -> None:
@@ -202,6 +205,13 @@ class RunnerClient:
     def set_schedule(self, table: Schedule) -> None:
         """Run the calls that follow under the harness's schedule (precedence over the candidate's own configs)."""
         self._request({"op": "schedule", "entries": schedule_to_wire(table)})
+
+    def discover(self, shapes: Mapping[str, tuple[Sequence[int], torch.dtype]]) -> list[dict[str, Any]]:
+        """The op log of one forward() on meta tensors of these shapes and dtypes (its gemm calls answered with
+        shapes only); CandidateRaised when forward() cannot run without values."""
+        inputs = {k: {"shape": list(shape), "dtype": str(dtype).removeprefix("torch.")} for k, (shape, dtype) in shapes.items()}
+        ops = self._request({"op": "discover", "inputs": inputs}).get("ops")
+        return ops[0] if isinstance(ops, list) and ops and isinstance(ops[0], list) else []
 
     def put(self, set_id: str, tensors: dict[str, torch.Tensor]) -> None:
         path = self.scratch / f"in_{set_id}.bin"

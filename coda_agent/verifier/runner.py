@@ -28,7 +28,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 from ..measure.timing import FLUSH_BYTES, lead_in
 from ..primitives import backend
-from ..primitives._epilogue import GemmCall
+from ..primitives._epilogue import EpilogueError, GemmCall
 from ..primitives.configs import ScheduleOverride, config_fields, default_config, schedule_from_wire
 from .candidate import CandidateModule, candidate_trace
 from .protocol import Channel, ProtocolError, TensorRef, read_tensors, write_tensors
@@ -148,6 +148,21 @@ class Runner:
         """The harness's schedule for the calls that follow (``[]``: none; configs as the candidate wrote them)."""
         self.override.table = schedule_from_wire(msg.get("entries", []))
         return {"ok": True}
+
+    def discover(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """forward() once on meta tensors of the given shapes, its gemm calls answered with shapes only: the op
+        log of a shape too large to run here (which calls, which configs). Nothing is computed or built."""
+        assert self.candidate is not None, "load first"
+        meta = {str(k): torch.empty(v["shape"], dtype=getattr(torch, v["dtype"]), device="meta") for k, v in msg["inputs"].items()}
+        self.oplog.calls.clear()
+        self.oplog.enabled = True
+        wrap = lambda run: self.override.wrap(self.oplog.wrap_backend(run))  # noqa: E731
+        try:
+            with torch.no_grad(), backend.using("shapes", wrap=wrap), self.oplog, self.oplog.call():
+                self.candidate.forward(**meta, **self.constants)
+        except Exception as exc:  # the contract broken at this shape (``contract``), or forward() needs values
+            return {"ok": False, "error": candidate_trace(exc, self.candidate.path), "contract": isinstance(exc, EpilogueError)}
+        return {"ok": True, "ops": self.oplog.calls[:1]}
 
     def inputs(self, msg: dict[str, Any]) -> dict[str, Any]:
         path = self.scratch / Path(str(msg["file"])).name
@@ -273,7 +288,7 @@ def serve(channel: Channel, runner: Runner) -> None:
     runner.channel = channel
     handlers = {
         "load": runner.load, "inputs": runner.inputs, "drop": runner.drop, "run": runner.run, "fetch": runner.fetch,
-        "schedule": runner.schedule,
+        "schedule": runner.schedule, "discover": runner.discover,
     }
     while True:
         try:

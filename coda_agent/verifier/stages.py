@@ -26,9 +26,11 @@ from typing import Any
 
 import torch
 
+from ..primitives import Config
+from ..primitives.configs import config_from_fields, config_label
 from ..settings import runs_dir
 from ..tasks.loader import BUILTIN_TASK_DIR, TaskError, reference_function, task_sources
-from ..tasks.model import ShapePoint, Task
+from ..tasks.model import ShapePoint, Task, torch_dtype
 from .client import (
     Batch,
     CallOutput,
@@ -305,7 +307,8 @@ def cpu_correctness(ctx: Context) -> StageResult:
 
 @stage("compile")
 def compile_sm90(ctx: Context) -> StageResult:
-    """Build every kernel forward() launches for sm_90a, without a GPU (QuACK compile-only)."""
+    """Build every kernel forward() launches for sm_90a, without a GPU (QuACK compile-only): at the first small
+    shape, then each other config forward() would use at the bench shapes (:func:`bench_configs`)."""
     t0 = time.perf_counter()
     point = ctx.shape_points()[0]
 
@@ -316,12 +319,54 @@ def compile_sm90(ctx: Context) -> StageResult:
         with ctx.runner("quack-compile", "cpu") as client:
             client.put("compile", ctx.task.make_inputs(point.dims, 0))
             batch = client.run(["compile"], keep=[])
+            ops = batch.ops[0] if batch.ops else []  # the compile batch is always traced
+            est = LaunchEstimate.from_ops(ops)
+            if not est.gemms:
+                return result(Outcome.CHEAT_DETECTED, f"at shape {point.name}, forward() built no GEMM kernel: every GEMM must be a primitives.gemm call")
+            missing = [g for g in ctx.task.gemm_shapes(point.dims) if g not in est.gemms]
+            if missing:
+                return result(Outcome.CHEAT_DETECTED, f"at shape {point.name}, no kernel was built for the task's GEMM {missing[0]} (built: {est.gemms})")
+            details: dict[str, object] = est.describe()
+            try:
+                wanted, note = bench_configs(ctx.task, client, ops)
+            except CandidateRaised as exc:
+                return result(Outcome.COMPILE_ERROR, str(exc))
+            for (epilogue, config), shape in wanted.items():
+                at = f"the config {config_label(config)} that forward() gives {epilogue} at bench shape {shape}"
+                try:
+                    client.set_schedule({(o["epilogue"], *o["gemm"]): config for o in ops if o.get("epilogue") == epilogue})
+                    client.run(["compile"], keep=[])
+                except CandidateRaised as exc:
+                    return result(Outcome.COMPILE_ERROR, f"{at} does not build for sm_90a:\n{exc}")
+            details["bench_configs"] = [f"{e}: {config_label(c)}" for e, c in wanted]
     except RunnerError as exc:
         return result(*runner_failure(exc, ctx.plan, Outcome.COMPILE_ERROR, f"building the sm_90a kernels failed at shape {point.name}:\n"))
-    est = LaunchEstimate.from_ops(batch.ops[0] if batch.ops else [])  # the compile batch is always traced
-    if not est.gemms:
-        return result(Outcome.CHEAT_DETECTED, f"at shape {point.name}, forward() built no GEMM kernel: every GEMM must be a primitives.gemm call")
-    missing = [g for g in ctx.task.gemm_shapes(point.dims) if g not in est.gemms]
-    if missing:
-        return result(Outcome.CHEAT_DETECTED, f"at shape {point.name}, no kernel was built for the task's GEMM {missing[0]} (built: {est.gemms})")
-    return result(Outcome.PASSED, f"built {len(est.gemms)} GEMM kernel(s) for sm_90a at shape {point.name}", est.describe())
+    more = f", and {len(wanted)} more config(s) it uses at the bench shapes" if wanted else ""
+    return result(Outcome.PASSED, f"built {len(est.gemms)} GEMM kernel(s) for sm_90a at shape {point.name}{more}{note}", details)
+
+
+def bench_configs(task: Task, client: RunnerClient, built: list[dict[str, Any]]) -> tuple[dict[tuple[str, Config], str], str]:
+    """The (epilogue, config) pairs forward() would run at the bench shapes that the compile at the small shape did
+    not build, each with the first bench shape that asks for it, learnt from forward() on meta tensors (the op log
+    reports each call's effective config: a pinned schedule, the call's own, or the default). A forward() that
+    needs real values at those sizes is not judged for it: the note says its bench configs went unbuilt."""
+
+    def pair(op: dict[str, Any]) -> tuple[str, Config]:
+        return str(op["epilogue"]), config_from_fields(op["config"]) if op.get("config") else Config()
+
+    have = {pair(o) for o in built if "gemm" in o}
+    wanted: dict[tuple[str, Config], str] = {}
+    for point in task.shapes.get("bench", []):
+        shapes = {spec.name: (spec.concrete_shape(point.dims), torch_dtype(spec.dtype)) for spec in task.inputs}
+        try:
+            ops = client.discover(shapes)
+        except CandidateRaised as exc:
+            if exc.contract:  # it would raise the same on the GPU
+                raise CandidateRaised(f"forward() raised at bench shape {point.name} (on meta tensors, before any kernel "
+                                      f"was built there):\n{exc}", contract=True) from None
+            return wanted, f" (forward() did not run on meta tensors at bench shape {point.name}: its configs there are not built here)"
+        for op in ops:
+            if "gemm" in op and pair(op) not in have:
+                wanted.setdefault(pair(op), point.name)
+    return wanted, ""
+
