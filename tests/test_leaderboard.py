@@ -156,6 +156,21 @@ def test_incorrect_human_kernel_and_a_human_run_record(tmp_path):
     assert (human.correct, human.time_us, human.runs) == (True, 95.0, 1)
 
 
+def test_a_newer_bench_that_did_not_time_a_row_or_ran_out_of_memory_leaves_the_older_finding(tmp_path):
+    make_bench(tmp_path / "bench", [bench_row("t", "a", 100.0), bench_row("t", "b", 100.0), bench_row("t", "c", 100.0)])
+    oom, wrong = bench_row("t", "b", None, correct=False), bench_row("t", "c", None, correct=False)
+    oom.verdict_reason = "forward() raised: OutOfMemoryError: CUDA out of memory. Tried to allocate 1002.00 MiB."
+    pending = bench_row("t", "a", None).model_copy(update={"pending": True, "cublas": None, "eager": None, "compiled": None})
+    make_bench(tmp_path / "bench", [pending, oom, wrong], created=T0 + timedelta(hours=1))
+    groups = {g.shape: g for g in board(tmp_path).groups}
+    assert (entry(groups["a"], "human").time_us, entry(groups["a"], "cuBLAS (GEMM alone)").time_us) == (100.0, 95.0)
+    assert (entry(groups["b"], "human").correct, entry(groups["b"], "human").time_us) == (True, 100.0)
+    assert not entry(groups["c"], "human").correct  # a failure of the kernel's own is the newer finding
+    make_bench(tmp_path / "bench", [oom.model_copy(update={"shape": "d"})], created=T0 + timedelta(hours=2))
+    alone = entry({g.shape: g for g in board(tmp_path).groups}["d"], "human")
+    assert (alone.correct, alone.note) == (None, lb.NOT_JUDGED)  # nothing older: shown, but not as the kernel's failure
+
+
 def test_json_and_csv_carry_every_group_and_problem(tmp_path):
     make_bench(tmp_path / "bench", [bench_row("gemm_rmsnorm", "llama3-8b", 100.0)])
     make_run(tmp_path / "runs", outcomes=("passed",), times={"llama3-8b": 104.0})

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..bench.results import E2E_SUFFIX, BenchRun
+from ..verifier.verdict import GPU_OOM_MARK
 from .records import UnreadableRecord, read_json_record
 from .rundir import Problem, RunFiles, iter_run_dirs, read_run, record_files
 from .timings import TimingPoint, positive, timing_points
@@ -184,6 +185,14 @@ class BenchRowRecord:
     flops: float | None
     min_bytes: float | None
     launches: int | None
+
+    @property
+    def conclusive(self) -> bool:
+        """A finding about the kernel: a time, or a failure of its own. A correct row not timed yet, or one that
+        failed because the GPU ran out of memory (shared with other checks), says nothing new."""
+        if self.correct:
+            return self.candidate_us is not None
+        return GPU_OOM_MARK not in (self.verdict_reason or "")
 
 
 @dataclass(frozen=True)

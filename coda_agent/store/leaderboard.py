@@ -93,6 +93,8 @@ class Leaderboard(BaseModel):
 
 
 Combo = tuple[str, int, str]  # task, version, device
+#: The note of a bench row whose check failed on the GPU's memory, not on the kernel.
+NOT_JUDGED = "not judged: its check ran out of GPU memory beside other checks"
 
 
 def same_device(a: str, b: str) -> bool:
@@ -203,12 +205,15 @@ def _combo_groups(
     combo: Combo, runs: list[RunRow], bench: list[BenchRowRecord], timings: dict[str, list[AttemptTiming]]
 ) -> list[Group]:
     task, version, device = combo
-    latest: dict[tuple[str, str], BenchRowRecord] = {}  # newest bench row per (shape, author)
+    latest: dict[tuple[str, str], BenchRowRecord] = {}  # newest conclusive bench row per (shape, author)
     refs: dict[str | None, _Reference] = {}
     shapes: list[str | None] = []
-    for b in bench:  # oldest first, so newer rows overwrite
-        latest[(b.shape, b.author)] = b
-        refs[b.shape] = _Reference(b.eager_us, b.compiled_us, b.cublas_us, b.sol_us, b.bench_path)
+    for b in bench:  # oldest first, so newer rows overwrite, but never a finding with a row that has none
+        held = latest.get((b.shape, b.author))
+        if held is None or b.conclusive or not held.conclusive:
+            latest[(b.shape, b.author)] = b
+        if b.cublas_us is not None or b.shape not in refs:
+            refs[b.shape] = _Reference(b.eager_us, b.compiled_us, b.cublas_us, b.sol_us, b.bench_path)
         if b.shape not in shapes:
             shapes.append(b.shape)
     session_refs, session_human = _session_references(runs, timings)
@@ -221,11 +226,12 @@ def _combo_groups(
 
     rows: dict[str | None, list[Entry]] = defaultdict(list)
     for (bench_shape, author), b in latest.items():
+        judged = b.correct or b.conclusive
         rows[bench_shape].append(
             Entry(
-                author=author, kind="human" if author == "human" else "model", correct=b.correct,
+                author=author, kind="human" if author == "human" else "model", correct=b.correct if judged else None,
                 time_us=b.candidate_us if b.correct else None, source=b.bench_path,
-                note="" if b.correct else (b.verdict_reason or "incorrect"),
+                note="" if b.correct else (b.verdict_reason or "incorrect") if judged else NOT_JUDGED,
             )
         )
     for timed_shape, (us, run_dir) in session_human.items():
