@@ -19,10 +19,9 @@ from coda_agent.cli import app
 from coda_agent.measure import peaks, timing
 from coda_agent.measure.baselines import baseline_variants, cublas_gemms, gemm_dtype
 from coda_agent.measure.timing import Timing
-from coda_agent.primitives import Config, configs
 from coda_agent.tasks import find_task
 from coda_agent.tasks.loader import TaskError, load_task
-from coda_agent.verifier import Plan, gpu
+from coda_agent.verifier import Plan, Tuned, gpu
 from coda_agent.verifier.stages import Context
 from coda_agent.verifier.verdict import Outcome, StageResult, Verdict
 
@@ -325,19 +324,18 @@ def test_bench_rejects_unknown_shapes_before_looking_for_a_gpu():
     assert res.exit_code != 0 and "no selected task has bench shape(s) nope" in str(res.exception)
 
 
-def test_tuned_configs_render_as_source_to_paste():
-    from quack.gemm_config import GemmConfig
-
-    cfg = tune.config_from_quack(GemmConfig(tile_m=128, tile_n=256, pingpong=False, cluster_m=1, cluster_n=2))
-    assert cfg == Config(tile_m=128, tile_n=256, pingpong=False, cluster_m=1, cluster_n=2)
-    assert configs.config_literal(cfg) == "Config(tile_n=256, cluster_m=1, cluster_n=2, pingpong=False)"
-    assert configs.config_label(cfg) == "128x256 coop 1x2" and configs.config_label(None) == "default"
-    call = tune.TunedCall(epilogue="residual_rms", mnk=(8192, 4096, 14336), config=cfg, current=None)
-    win = tune.TunedShape("t", "llama3-8b-down", [call], current_us=1050.0, tuned_us=1000.0)
-    tie = tune.TunedShape("t", "coda", [tune.TunedCall("residual_rms", (1, 2, 3), Config(), None)], 1000.0, 1000.0)
-    src = tune.config_table([win, tie])
-    assert "(8192, 4096, 14336): Config(tile_n=256, cluster_m=1, cluster_n=2, pingpong=False)," in src
-    assert "(1, 2, 3)" not in src  # no gain: the kernel keeps its current config
+def test_bench_tune_is_the_verifiers_tune_stage_on_a_human_kernel_and_renders_a_diff_to_apply():
+    task = find_task("gemm_residual")
+    result = tune.tune_human_kernel(task, "small", ["tiny"], budget_s=2.0, stage="tune_cpu")
+    (call,) = result.tuned.search["tiny"].calls
+    assert call.epilogue == "add_residual" and len(call.tried_us) + len(call.failed) >= 1
+    rows = tune.search_rows(result.tuned.search)
+    assert rows[0][:3] == ["tiny", f"add_residual {'x'.join(map(str, call.mnk))}", "default"]
+    pinned = result.source.replace("def forward(", '@schedule({("add_residual", 1, 2, 3): Config(tile_n=208)})\ndef forward(')
+    with_pin = tune.KernelTuning(task.name, result.source, Tuned(pinned, result.tuned.search))
+    diff = with_pin.diff()
+    assert diff.startswith("--- a/coda_agent/suite/human/gemm_residual.py") and "+@schedule({" in diff
+    assert tune.KernelTuning(task.name, result.source, Tuned(None, {})).diff() == ""
 
 
 def test_the_targets_hold_a_kernel_to_the_faster_torch_compile():

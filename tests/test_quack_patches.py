@@ -73,28 +73,6 @@ def test_without_driver_answers_the_sm_count_then_restores_the_query():
     assert host.get_max_active_clusters is original
 
 
-def test_the_narrowed_autotuner_tunes_over_part_of_the_space_and_leaves_none_of_it_behind(no_arch):
-    from quack.epilogue import gemm_epilogue
-    from quack.gemm_runtime import autotune
-
-    @gemm_epilogue()
-    def plain(acc):
-        return {}
-
-    space, get_tuner, cache = autotune._config_space, autotune._get_tuner, autotune._MOD_TUNERS
-    with quack_patches.compile_target():  # the config space is per arch
-        full = autotune._config_space(plain, CPU)
-        pingpong = [c for c in full if c.pingpong]
-        assert 0 < len(pingpong) < len(full)
-        with quack_patches.narrowed_autotuner(lambda c: c.pingpong) as used:
-            assert autotune._config_space(plain, CPU) == pingpong
-            tuner = autotune._get_tuner(plain, (), False, CPU)
-            assert used == [tuner] and [c.kwargs["config"] for c in tuner.configs] == pingpong
-        assert (autotune._config_space, autotune._get_tuner, autotune._MOD_TUNERS) == (space, get_tuner, cache)
-        assert tuner not in cache.values()  # the narrowed tuner does not serve later calls
-        assert len(autotune._get_tuner(plain, (), False, CPU).configs) == len(full)
-
-
 def test_the_compile_only_backend_builds_for_sm90_and_leaves_no_arch_behind(no_arch, tmp_path, monkeypatch):
     """A real sm_90a build in this process, though cutlass had latched another arch (its CPU default)."""
     import quack.cache

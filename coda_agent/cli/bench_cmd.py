@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -20,6 +21,7 @@ from ..bench.results import E2E_SUFFIX, BenchRun
 from ..settings import bench_dir
 from ..tasks.loader import find_task, load_tasks
 from ..tasks.model import Task
+from ..verifier.plan import DEFAULT_TUNE_BUDGET_S
 from . import UserError, app, console
 
 if TYPE_CHECKING:
@@ -76,7 +78,9 @@ def bench_cmd(
     ),
     md_out: Path = typer.Option(None, "--md", help="markdown summary (default: next to the JSON)"),
     save: bool = typer.Option(True, "--save/--no-save", help="write the JSON and markdown files"),
-    tune: bool = typer.Option(False, "--tune", help="autotune the human kernels' configs offline (prints CONFIGS tables)"),
+    tune: bool = typer.Option(False, "--tune", help="search the human kernels' gemm configs (the verifier's tune stage) "
+                              "and print the @schedule to pin, as a diff"),
+    tune_budget: float = typer.Option(DEFAULT_TUNE_BUDGET_S, "--tune-budget", min=1, help="with --tune: seconds of search per kernel"),
     max_autotune: bool = typer.Option(
         True, "--max-autotune/--no-max-autotune",
         help="also time torch.compile mode max-autotune-no-cudagraphs (minutes of Inductor autotuning per shape)",
@@ -94,7 +98,7 @@ def bench_cmd(
         raise typer.Exit(1)
     device = torch.cuda.get_device_name(0)
     if tune:
-        _tune(selected, shapes, shape, device, json_out if save else None)
+        _tune(selected, shapes, shape, tune_budget, json_out if save else None)
         return
     from ..bench.report import target_checks, task_table
     from ..bench.runner import BenchOptions, command_line, run_bench, write_run
@@ -187,34 +191,29 @@ def _progress(total: int, activity: Callable[[], str] = str) -> Iterator[Callabl
     yield line
 
 
-def _tune(selected: list[Task], shapes: str, shape: list[str] | None, device: str, json_out: Path | None) -> None:
-    from ..bench.tune import config_table, tune_task
-    from ..primitives.configs import config_label
+def _tune(selected: list[Task], shapes: str, shape: list[str] | None, budget_s: float, json_out: Path | None) -> None:
+    from ..bench.tune import search_rows, tune_human_kernel
+    from ..verifier import TuningFailed
 
-    report: dict[str, object] = {"device": device, "date": date.today().isoformat(), "tasks": {}}
+    report: dict[str, object] = {"date": date.today().isoformat(), "budget_s": budget_s, "tasks": {}}
     for task in selected:
-        points = [p for p in task.shape(shapes) if not shape or p.name in shape]
-        console.print(f"tuning [bold]{task.name}[/] at {len(points)} shapes (QuACK autotuner)")
-        results = tune_task(task, points)
-        table = Table(title=f"{task.name}: QuACK's winners vs the kernel's current configs", title_justify="left")
-        for col in ("shape", "gemm (M, N, K)", "current", "tuned", "current µs", "tuned µs", "gain"):
+        console.print(f"tuning [bold]{task.name}[/] (the verifier's tune stage, up to {budget_s:.0f} s)")
+        try:
+            result = tune_human_kernel(task, shapes, shape or None, budget_s)
+        except TuningFailed as exc:
+            console.print(f"[red]{escape(task.name)}: the search failed: {escape(str(exc))}[/]")
+            continue
+        table = Table(title=f"{task.name}: the tuned schedule against the configs as written", title_justify="left")
+        for col in ("shape", "gemm (M x N x K)", "as written", "tuned", "before µs", "after µs", "gain"):
             table.add_column(col)
-        for s in results:
-            for i, c in enumerate(s.calls):
-                table.add_row(
-                    s.shape if i == 0 else "", f"{c.epilogue} {c.mnk}", config_label(c.current), config_label(c.config),
-                    f"{s.current_us:,.1f}" if i == 0 else "", f"{s.tuned_us:,.1f}" if i == 0 else "",
-                    f"{s.gain:.3f}" if i == 0 else "",
-                )
+        for row in search_rows(result.tuned.search):
+            table.add_row(*row)
         console.print(table)
-        snippet = config_table(results)
-        console.print(snippet or "(no winner beats the current configs by 1% or more)", highlight=False, markup=False)
-        report["tasks"][task.name] = [  # type: ignore[index]
-            {"shape": s.shape, "current_us": s.current_us, "tuned_us": s.tuned_us, "snippet": snippet,
-             "calls": [{"epilogue": c.epilogue, "mnk": c.mnk, "current": config_label(c.current), "tuned": config_label(c.config),
-                        "tuned_config": c.config.__dict__, "timings_us": c.timings_us} for c in s.calls]}
-            for s in results
-        ]
+        diff = result.diff()
+        console.print(diff or "(nothing beat the configs as written by 1% or more)", highlight=False, markup=False)
+        report["tasks"][task.name] = {  # type: ignore[index]
+            "diff": diff, "shapes": {k: v.model_dump(mode="json") for k, v in result.tuned.search.items()},
+        }
         if json_out:  # after every task: a long sweep keeps what it finished
             write_text_atomic(json_out, json.dumps(report, indent=2) + "\n")
     if json_out:

@@ -7,8 +7,7 @@ together, where a version bump is checked in one place (``tests/test_quack_patch
 * :func:`compile_target`: the arch to build for without a GPU (environment variables, plus the DSL's latched
   target and QuACK's cached capability, which would otherwise outlive them);
 * :func:`without_driver`: the one driver query planning makes (the SM count), answered for an H200;
-* :func:`compile_only`: both, around each compile-only plan;
-* :func:`narrowed_autotuner`: QuACK's autotuner over part of its config space, reporting the tuners it uses.
+* :func:`compile_only`: both, around each compile-only plan.
 
 Harness code only: not part of the candidate surface, and the static check refuses candidates that import it.
 """
@@ -16,9 +15,8 @@ Harness code only: not part of the candidate surface, and the static check refus
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 #: The H200's SM count: what planning a persistent kernel asks the driver for.
 H200_SM_COUNT = 132
@@ -80,31 +78,3 @@ def compile_only() -> Iterator[None]:
     """What building a kernel for sm_90a on a machine with no GPU needs: the target and the driver stand-in."""
     with compile_target(), without_driver():
         yield
-
-
-@contextmanager
-def narrowed_autotuner(keep: Callable[[Any], bool]) -> Iterator[list[Any]]:
-    """QuACK's autotuner over the configs of its own space that ``keep`` accepts; yields the list of the tuners
-    it uses, in call order (a tuner's ``best_config`` and ``configs_timings`` say what won).
-
-    Tuners are cached per epilogue for the life of the process, so the block gets a cache of its own: tuners
-    built over the narrowed space stay inside it, and QuACK tunes over its whole space again afterwards.
-    """
-    from quack.gemm_runtime import autotune
-
-    space, get_tuner, tuners = autotune._config_space, autotune._get_tuner, autotune._MOD_TUNERS
-    used: list[Any] = []
-
-    def narrowed(mod: Any, device: Any) -> list[Any]:
-        return [c for c in space(mod, device) if keep(c)]
-
-    def remember(*args: Any, **kwargs: Any) -> Any:
-        tuner = get_tuner(*args, **kwargs)
-        used.append(tuner)
-        return tuner
-
-    autotune._config_space, autotune._get_tuner, autotune._MOD_TUNERS = narrowed, remember, {}
-    try:
-        yield used
-    finally:
-        autotune._config_space, autotune._get_tuner, autotune._MOD_TUNERS = space, get_tuner, tuners
