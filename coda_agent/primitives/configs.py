@@ -21,6 +21,7 @@ import torch
 
 from ._epilogue import Config, EpilogueError, GemmCall, Mode
 from ._schedule import ScheduleKey
+from .quack_patches import H200_SM_COUNT
 
 #: (tile_m, tile_n, pingpong) candidates; each runs with every cluster of :data:`CLUSTERS`.
 TILES = ((128, 192, True), (128, 208, True), (128, 256, False), (256, 128, False), (256, 160, False), (256, 192, False))
@@ -45,16 +46,13 @@ def config_space(mode: Mode, has_outputs: bool) -> list[Config]:
     return sorted(space, key=lambda c: c != Config())
 
 
-#: Streaming multiprocessors of the SM90 parts the suite targets (H100 SXM, H200): the wave model's count where
-#: no GPU is visible (the CPU compile builds what an H200 would run).
-SM90_SMS = 132
 #: The tile the default switches to where the wave model says the arch default wastes a wave.
 NARROW_TILE = Config(tile_n=208)
-#: The predicted gain below which the arch default stays (its error at 8192x4096: 1.5% predicted, 1.5% measured).
+#: The predicted gain below which the arch default stays (at 8192x4096 the model says 1.5%, the H200 measured 1.5%).
 NARROW_MIN_GAIN = 1.03
 
 
-def wave_cost(m: int, n: int, config: Config, sms: int = SM90_SMS) -> int:
+def wave_cost(m: int, n: int, config: Config, sms: int = H200_SM_COUNT) -> int:
     """Output elements one SM computes, padding and the last partial wave included: a persistent kernel's
     time at a fixed tile efficiency (tiles of the same kind only)."""
     tiles = -(-m // config.tile_m) * -(-n // config.tile_n)
@@ -67,12 +65,12 @@ def default_config(call: GemmCall, sms: int | None = None) -> Config | None:
     :data:`NARROW_MIN_GAIN` or more (the narrow-N projections: at M 8192, N 2048, 11 column tiles of 192 make
     5.3 waves on 132 SMs, 10 of 208 make 4.8; measured on the H200 with gemm_residual's epilogue at K 8192:
     352.5 µs against 386.2 µs, bench/README.md). ``sms``: the device's count (default: the visible GPU's, else
-    :data:`SM90_SMS`)."""
+    the H200's: the CPU compile builds what an H200 would run)."""
     if call.epi.mode != "element":
         return None
     if sms is None:
         sms = (torch.cuda.get_device_properties(call.A.device).multi_processor_count
-               if call.A.is_cuda else SM90_SMS)
+               if call.A.is_cuda else H200_SM_COUNT)
     gain = wave_cost(call.m, call.n, Config(), sms) / wave_cost(call.m, call.n, NARROW_TILE, sms)
     return NARROW_TILE if gain >= NARROW_MIN_GAIN else None
 
