@@ -202,7 +202,7 @@ class GemmCall:
         """(epilogue name, M, N, K): how a :func:`schedule` names this call."""
         return (self.epi.name, self.m, self.n, int(self.A.shape[1]))
 
-    def placeholders(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    def zero_results(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """Zeros shaped as the kernel's results, on A's device: (D and the extra outputs, the reductions)."""
         m, n, dev = self.m, self.n, self.A.device
         width = n // 2 if self.epi.mode == "acc_pair" else n
