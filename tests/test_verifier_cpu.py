@@ -134,6 +134,18 @@ def test_a_config_the_gpu_would_refuse_at_a_bench_shape_is_a_cpu_compile_error()
     assert "acc_pair mode with extra outputs needs tile_n % 32 == 0" in v.reason
 
 
+def test_host_work_that_only_the_bench_shapes_get_is_held_to_the_launch_budget_on_the_cpu():
+    src = variant('    return {"h": out["h"], "normed": out["D"], "rstd": rstd_from_sqsum(out["sqsum"], w.shape[0], eps)}\n',
+                  '    rstd = rstd_from_sqsum(out["sqsum"], w.shape[0], eps)\n'
+                  '    if x.shape[0] > 4096:\n'
+                  '        for _ in range(8):\n'
+                  '            rstd = rstd * 1.0\n'
+                  '    return {"h": out["h"], "normed": out["D"], "rstd": rstd}\n')
+    v = verify(K0, src, ("correctness", "compile"), timeout=600)
+    assert v.stage("correctness").outcome is Outcome.PASSED  # the small shapes take the short path
+    assert v.outcome is Outcome.OVER_LAUNCH_BUDGET and "(bench, on meta tensors)" in v.reason, v.reason
+
+
 def test_a_forward_that_needs_values_at_the_bench_shapes_is_noted_not_refused():
     src = variant("def forward(x, w, residual, gamma, eps):\n",
                   "def forward(x, w, residual, gamma, eps):\n    if bool(residual.abs().max() > 1e9):\n        eps = eps * 2\n")

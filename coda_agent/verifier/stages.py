@@ -331,6 +331,8 @@ def compile_sm90(ctx: Context) -> StageResult:
                 wanted, note = bench_configs(ctx.task, client, ops)
             except CandidateRaised as exc:
                 return result(Outcome.COMPILE_ERROR, str(exc))
+            except Reject as rej:
+                return result(rej.outcome, rej.reason)
             for (epilogue, config), shape in wanted.items():
                 at = f"the config {config_label(config)} that forward() gives {epilogue} at bench shape {shape}"
                 try:
@@ -348,8 +350,9 @@ def compile_sm90(ctx: Context) -> StageResult:
 def bench_configs(task: Task, client: RunnerClient, built: list[dict[str, Any]]) -> tuple[dict[tuple[str, Config], str], str]:
     """The (epilogue, config) pairs forward() would run at the bench shapes that the compile at the small shape did
     not build, each with the first bench shape that asks for it, learnt from forward() on meta tensors (the op log
-    reports each call's effective config: a pinned schedule, the call's own, or the default). A forward() that
-    needs real values at those sizes is not judged for it: the note says its bench configs went unbuilt."""
+    reports each call's effective config: a pinned schedule, the call's own, or the default). The same log is held
+    to the launch rules of each bench shape (:class:`Reject`). A forward() that needs real values at those sizes
+    is not judged for it: the note says its bench configs went unbuilt."""
 
     def pair(op: dict[str, Any]) -> tuple[str, Config]:
         return str(op["epilogue"]), config_from_fields(op["config"]) if op.get("config") else Config()
@@ -365,6 +368,9 @@ def bench_configs(task: Task, client: RunnerClient, built: list[dict[str, Any]])
                 raise CandidateRaised(f"forward() raised at bench shape {point.name} (on meta tensors, before any kernel "
                                       f"was built there):\n{exc}", contract=True) from None
             return wanted, f" (forward() did not run on meta tensors at bench shape {point.name}: its configs there are not built here)"
+        problem = LaunchEstimate.from_ops(ops).problem(task, point.dims, f"{point.name} (bench, on meta tensors)")
+        if problem:
+            raise Reject(*problem)
         for op in ops:
             if "gemm" in op and pair(op) not in have:
                 wanted.setdefault(pair(op), point.name)
