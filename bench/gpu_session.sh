@@ -11,6 +11,7 @@
 #   e2e       coda-agent bench-e2e --preset 1b --layers 2 (CODA's ops against eager and both torch.compile modes)
 #   tune-run  the agent with a scripted model on a task without a human kernel (bench/tune_demo): the candidate's
 #             deliberately poor gemm config is tuned on the GPU, the record keeps the speed before and after
+#   tune-human  `bench --tune` on the human kernels of the narrow-N rows (issue 9): the diffs that would pin winners
 # Everything lands in .gpuwork/ (git-ignored: it stays on the machine between calls while it is warm) and comes back
 # as $OUT/gpuwork.tar.gz. Set CODA_AGENT_GIT_COMMIT: the tree travels without .git.
 set -uo pipefail
@@ -50,7 +51,9 @@ for spec in "$@"; do
            --json "$work/e2e.json" ;;
     tune-run) run_phase tune-run "$secs" python3 -m coda_agent run bench/tune_demo/my_residual/my_residual.yaml \
                 --model mock/bench/tune_demo/untuned_residual.yaml --rounds 1 --tune-budget "${TUNE_BUDGET:-120}" ;;
-    *) echo "unknown phase $phase (bench, trust, ops, more, e2e, tune-run)"; exit 2 ;;
+    tune-human) run_phase tune-human "$secs" python3 -m coda_agent bench gemm_residual gemm_residual_rmsnorm \
+                  gemm_rmsnorm_bwd --tune --tune-budget "${TUNE_BUDGET:-100}" --json "$work/tune-human.json" ;;
+    *) echo "unknown phase $phase (bench, trust, ops, more, e2e, tune-run, tune-human)"; exit 2 ;;
   esac
 done
 if [ -n "${OUT:-}" ]; then tar czf "$OUT/gpuwork.tar.gz" --exclude=quack_cache "$work"; fi
