@@ -126,13 +126,17 @@ class Runner:
         self.channel: Channel | None = None
         self._flush: torch.Tensor | None = None
 
+    def _observed(self, run: Callable[[GemmCall], dict[str, torch.Tensor]]) -> Callable[[GemmCall], dict[str, torch.Tensor]]:
+        """A backend's gemm calls as the runner serves them: under the harness's schedule, then into the op log
+        (which so sees each call after the schedule has replaced its config)."""
+        return self.override.wrap(self.oplog.wrap_backend(run))
+
     # --- requests -----------------------------------------------------------------------------
 
     def load(self, msg: dict[str, Any]) -> dict[str, Any]:
         self.device = str(msg.get("device", "cpu"))
         name = str(msg["backend"])
-        # The log sees each call as it runs: after the harness's schedule has replaced its config.
-        backend.set_backend(name, wrap=lambda run: self.override.wrap(self.oplog.wrap_backend(run)))
+        backend.set_backend(name, wrap=self._observed)
         self.constants = dict(msg.get("constants", {}))
         path = self.scratch / "candidate.py"
         try:
@@ -156,9 +160,8 @@ class Runner:
         meta = {str(k): torch.empty(v["shape"], dtype=getattr(torch, v["dtype"]), device="meta") for k, v in msg["inputs"].items()}
         self.oplog.calls.clear()
         self.oplog.enabled = True
-        wrap = lambda run: self.override.wrap(self.oplog.wrap_backend(run))  # noqa: E731
         try:
-            with torch.no_grad(), backend.using("shapes", wrap=wrap), self.oplog, self.oplog.call():
+            with torch.no_grad(), backend.using("shapes", wrap=self._observed), self.oplog, self.oplog.call():
                 self.candidate.forward(**meta, **self.constants)
         except Exception as exc:  # the contract broken at this shape (``contract``), or forward() needs values
             return {"ok": False, "error": candidate_trace(exc, self.candidate.path), "contract": isinstance(exc, EpilogueError)}
