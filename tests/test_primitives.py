@@ -339,9 +339,9 @@ def test_the_config_space_is_what_quack_accepts_for_the_mode_default_first():
         c.check("element", False)
 
 
-def test_the_default_config_widens_the_tile_only_where_the_arch_default_wastes_a_wave():
-    from coda_agent.primitives._epilogue import GemmCall
-    from coda_agent.primitives.configs import NARROW_TILE, default_config, wave_cost
+def test_the_default_config_widens_the_tile_only_where_the_arch_default_wastes_a_wave_and_the_epilogue_is_light():
+    from coda_agent.primitives._epilogue import GemmCall, Operand
+    from coda_agent.primitives.configs import NARROW_TILE, default_config, tiles_moved, wave_cost
 
     @P.epilogue()
     def plain(acc):
@@ -352,9 +352,15 @@ def test_the_default_config_widens_the_tile_only_where_the_arch_default_wastes_a
         g, u = P.unpack(acc)
         return {"D": P.pack(g, u)}
 
+    @P.epilogue(outputs=("normed",))
+    def heavy(acc, c, h):  # gemm_rmsnorm_bwd's traffic: C and h in, D and normed out
+        return {"D": acc + c, "normed": h}
+
     def call(epi, m, n):
         a, b = torch.empty(m, 64, device="meta", dtype=torch.bfloat16), torch.empty(64, n, device="meta", dtype=torch.bfloat16)
-        return GemmCall(epi, a, b, None, {}, {}, torch.bfloat16, None, True)
+        tile = torch.empty(m, n, device="meta", dtype=torch.bfloat16)
+        c, operands = (tile, {"h": Operand("tile", tile)}) if epi is heavy else (None, {})
+        return GemmCall(epi, a, b, c, operands, {}, torch.bfloat16, None, True)
 
     # M 8192 x N 2048 on 132 SMs: 704 tiles of 128x192 (6 waves, the last a third full) against 640 of 128x208 (5)
     assert wave_cost(8192, 2048, P.Config()) / wave_cost(8192, 2048, NARROW_TILE) == pytest.approx(1.108, abs=1e-3)
@@ -363,6 +369,9 @@ def test_the_default_config_widens_the_tile_only_where_the_arch_default_wastes_a
     assert default_config(call(plain, 4096, 128256)) is None and default_config(call(plain, 256, 384)) is None
     assert default_config(call(pair, 8192, 2048)) is None  # element mode only
     assert default_config(call(plain, 8192, 2048), sms=144) is None  # 5 waves either way on 144 SMs
+    # four tiles through 64x16 epilogue subtiles cost more than the wave saves (the H200: 0.88x)
+    assert tiles_moved(call(plain, 8192, 2048)) == 1 and tiles_moved(call(heavy, 8192, 2048)) == 4
+    assert default_config(call(heavy, 8192, 2048)) is None
 
 
 def test_a_schedule_crosses_the_wire_and_bad_entries_do_not():

@@ -50,6 +50,11 @@ def config_space(mode: Mode, has_outputs: bool) -> list[Config]:
 NARROW_TILE = Config(tile_n=208)
 #: The predicted gain below which the arch default stays (at 8192x4096 the model says 1.5%, the H200 measured 1.5%).
 NARROW_MIN_GAIN = 1.03
+#: The most full tiles an epilogue may move (C, tile operands, D, extra outputs) for the narrow tile to pay: at 208
+#: columns QuACK halves the epilogue's subtile to 64x16, so each tile moved takes twice the TMA transfers. Measured on
+#: the H200 at M 8192 x N 2048: 2 tiles (gemm_residual) 1.09x faster, 3 (gemm_residual_rmsnorm) 1.10x, 4
+#: (gemm_rmsnorm_bwd: C, h, D, normed) 0.88x (bench/README.md, Kernel configs).
+NARROW_MAX_TILES_MOVED = 3
 
 
 def wave_cost(m: int, n: int, config: Config, sms: int = H200_SM_COUNT) -> int:
@@ -59,14 +64,21 @@ def wave_cost(m: int, n: int, config: Config, sms: int = H200_SM_COUNT) -> int:
     return -(-tiles // sms) * config.tile_m * config.tile_n
 
 
+def tiles_moved(call: GemmCall) -> int:
+    """The full (M, N) tiles a call's epilogue loads or stores: C, its tile operands, D if stored, its extra outputs."""
+    loaded = (call.C is not None) + sum(op.kind == "tile" for op in call.operands.values())
+    return loaded + call.store_d + len(call.epi.outputs)
+
+
 def default_config(call: GemmCall, sms: int | None = None) -> Config | None:
     """What a gemm call that names no config runs with: QuACK's SM90 default (None: 128x192 pingpong 2x1), or
     128x208 pingpong in element mode where the default's tiles leave a wave mostly empty by
     :data:`NARROW_MIN_GAIN` or more (the narrow-N projections: at M 8192, N 2048, 11 column tiles of 192 make
     5.3 waves on 132 SMs, 10 of 208 make 4.8; measured on the H200 with gemm_residual's epilogue at K 8192:
-    352.5 µs against 386.2 µs, bench/README.md). ``sms``: the device's count (default: the visible GPU's, else
-    the H200's: the CPU compile builds what an H200 would run)."""
-    if call.epi.mode != "element":
+    352.5 µs against 386.2 µs, bench/README.md) and the epilogue moves at most :data:`NARROW_MAX_TILES_MOVED`
+    tiles. ``sms``: the device's count (default: the visible GPU's, else the H200's: the CPU compile builds what
+    an H200 would run)."""
+    if call.epi.mode != "element" or tiles_moved(call) > NARROW_MAX_TILES_MOVED:
         return None
     if sms is None:
         sms = (torch.cuda.get_device_properties(call.A.device).multi_processor_count
