@@ -160,6 +160,10 @@ def test_targets_apply_to_llama3_8b_and_coda_shapes_with_the_block_floor():
     checks = report.target_checks(run)
     assert [c.met for c in checks] == [True, False, True, False]
     assert "x eager" in checks[2].describe()
+    # a target row checked but not timed yet is neither met nor missed
+    run.rows.append(_row(shape="llama3-8b-o").model_copy(update={"candidate": None, "pending": True}))
+    assert len(report.target_checks(run)) == 4 and len(report.target_rows(run)) == 5
+    assert "; 1 more target rows are not timed yet." in report.markdown_summary(run)
 
 
 def test_markdown_summary_has_provenance_tables_targets_and_failures():

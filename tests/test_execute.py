@@ -247,6 +247,24 @@ def probe_bench(task, source, stages, **kw) -> Verdict:
     return Verdict(task=task.name, task_version=task.version, backend="quack", outcome=Outcome.PASSED, stages=[st])
 
 
+def test_a_check_that_fails_after_its_correctness_stage_says_why_and_keeps_its_correct_rows():
+    from coda_agent.bench.runner import BenchOptions, check_tasks, checked_rows
+    from coda_agent.measure.peaks import Peaks
+
+    def prepare_fails(task, source, stages, **kw) -> Verdict:
+        passed = probe_bench(task, source, stages, **kw)
+        return passed.model_copy(update={"outcome": Outcome.INFRA_ERROR,
+                                         "reason": "the checker failed: bench_prepare: Inductor crashed\ntraceback"})
+
+    task = find_task("gemm_residual")
+    said: list[str] = []
+    with LocalExecutor(cpu_workers=1, gpu_slots=1, gpus=["0"], verify_fn=prepare_fails) as ex:
+        checked = check_tasks([task], BenchOptions(seeds=1), said.append, ex)
+    assert said == ["checked gemm_residual on gpu0: infra_error (the checker failed: bench_prepare: Inductor crashed)"]
+    rows = checked_rows(task, BenchOptions(seeds=1), checked[task.name], Peaks(800.0, 4.8, "test"))
+    assert rows and all(r.correct and r.pending for r in rows)
+
+
 def test_the_bench_checks_side_by_side_then_times_each_task_alone_on_its_gpu_and_checkpoints_in_order():
     from coda_agent.bench.runner import BenchOptions, run_bench
     from coda_agent.measure.peaks import Peaks

@@ -63,12 +63,16 @@ def _source(task: Task) -> str:
 
 
 def _submit(executor: Executor, job: Job, progress: Progress, done: str) -> Future[Verdict]:
-    """The job on the executor; when it ends, ``<done> <task> on <worker>: <outcome>`` to the progress display."""
+    """The job on the executor; when it ends, ``<done> <task> on <worker>: <outcome>`` to the progress display, with
+    the first line of the reason when it did not pass (a check's correct rows still count: the reason may be a later
+    stage's)."""
     where: list[str] = []
 
     def report(f: Future[Verdict]) -> None:
         if not f.cancelled():
-            progress(f"{done} {job.task.name} on {where[0]}: {f.result().outcome.value}")
+            verdict = f.result()
+            why = "" if verdict.outcome is Outcome.PASSED else (verdict.reason.strip().splitlines() or [""])[0][:200]
+            progress(f"{done} {job.task.name} on {where[0]}: {verdict.outcome.value}" + (f" ({why})" if why else ""))
 
     future = executor.submit(job, on_start=where.append)
     future.add_done_callback(report)
