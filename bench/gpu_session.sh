@@ -42,7 +42,7 @@ for spec in "$@"; do
   secs=$(( cap < left ? cap : left ))
   if [ "$secs" -lt 30 ]; then echo "== $phase: skipped, $left s left"; continue; fi
   case $phase in
-    bench) run_phase bench "$secs" python3 -m coda_agent bench --resume --no-max-autotune --jobs "${BENCH_JOBS:-8}" \
+    bench) run_phase bench "$secs" python3 -m coda_agent bench --resume --no-max-autotune --jobs "${BENCH_JOBS:-5}" \
              --json "$work/bench.json" ;;
     trust) run_phase trust "$secs" "${gpu_tests[@]}" tests/test_gpu_kernels.py tests/adversarial/test_adversarial_gpu.py ;;
     ops) run_phase ops "$secs" "${gpu_tests[@]}" tests/test_torch_ops.py ;;
