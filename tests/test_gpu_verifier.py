@@ -140,6 +140,13 @@ def test_a_gemm_that_bypasses_primitives_is_a_cheat_on_the_cpu():
     assert _estimate(small).problem(K0, TINY.dims, "tiny")[0] is Outcome.CHEAT_DETECTED
 
 
+def test_a_host_matmul_is_a_cheat_on_the_cpu_as_its_cublas_kernel_is_on_the_gpu():
+    """Whatever spelling got it past the static check (``@=`` did once), aten::mm on the host is refused."""
+    for op in ("aten::mm", "aten::addmm.default", "aten::convolution"):
+        outcome, reason = _estimate(GEMM, {"op": op, "numel": 64}).problem(K0, TINY.dims, "tiny")
+        assert outcome is Outcome.CHEAT_DETECTED and f"host code ran {op} outside primitives.gemm" in reason
+
+
 def test_gemm_sized_host_work_is_a_cheat():
     m, n, k = GEMM["gemm"]
     outcome, reason = _estimate(GEMM, {"op": "aten::mul.Tensor", "numel": m * n * k}).problem(K0, TINY.dims, "tiny")

@@ -71,6 +71,22 @@ def test_hidden_task_files_are_empty_inside(tmp_path):
     assert out.decode().strip() == "[]"
 
 
+@needs_bwrap
+@pytest.mark.skipif(not (REPO / ".git").exists(), reason="not a git checkout")
+def test_the_repositorys_git_objects_are_hidden_with_the_task_files(tmp_path):
+    """`git show HEAD:<reference>` would read a hidden reference back out of the objects."""
+    from coda_agent.tasks import find_task
+    from coda_agent.verifier.stages import hidden_paths
+
+    hidden = hidden_paths(find_task("gemm_residual"))
+    assert (REPO / ".git").resolve() in hidden
+    listing = f"import os; print(sorted(os.listdir({str(REPO / '.git')!r})))"
+    proc = sandbox.detect().popen([sys.executable, "-c", listing], Spec(scratch=tmp_path, hidden=hidden),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = proc.communicate(timeout=60)
+    assert out.decode().strip() == "[]", err
+
+
 def test_a_killed_caller_takes_its_runner_with_it(tmp_path, procs):
     """kill -9 of the process that called verify() leaves no runner behind (parent-death signal, PID namespace)."""
     script = tmp_path / "caller.py"

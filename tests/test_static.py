@@ -41,6 +41,24 @@ def test_every_human_kernel_passes():
         ("for i in range(3):\n    pass\n", "top-level For statements"),
         ("def f(x):\n    return x\n", "must define a top-level function forward"),
         ("def forward(x:\n", "syntax error"),
+        # names resolve as Python scopes them: a parameter named exec elsewhere leaves exec a builtin here
+        ("def helper(exec):\n    return exec\ndef forward(x):\n    exec('y = 1')\n    return {}\n", "exec() is not allowed"),
+        ("def forward(x):\n    [getattr for getattr in ()]\n    return {'y': getattr(x, 'T')}\n", "getattr() is not allowed"),
+        ("def forward(x):\n    return {'y': [vars for vars in vars(x)]}\n", "vars() is not allowed"),
+        ("def forward(x, w):\n    y = x\n    y @= w\n    return {'y': y}\n", "the @= operator"),
+        ("from __future__ import braces\n", "only annotations may be imported"),
+        # host code may not tell where it runs: forward() on meta tensors must do what it does on the GPU
+        ("def forward(x):\n    return {'y': x if x.device.type == 'meta' else x}\n", "x.device may only place a new tensor"),
+        ("def forward(x):\n    return {'y': x if 'meta' in f'{x}' else x}\n", "f-strings with values"),
+        ("def forward(x):\n    return {'y': x if 'meta' in '%s' % x else x}\n", "%-formatting"),
+        ("def forward(x):\n    return {'y': x if x.is_cuda else x}\n", "reading the attribute .is_cuda"),
+        ("def forward(x):\n    return {'y': x if 'meta' in str(x) else x}\n", "str() is not allowed"),
+        # an epilogue fn's body: value functions and math only
+        ("@epilogue()\ndef e(acc):\n    return {'D': acc if isinstance(acc, torch.Tensor) else acc}\n",
+         "isinstance() cannot be called inside an epilogue fn"),
+        ("@epilogue()\ndef e(acc):\n    return {'D': acc * acc.shape[0]}\n", "acc.shape cannot be read inside an epilogue fn"),
+        ("def h(v):\n    return v\n@epilogue()\ndef e(acc):\n    return {'D': h(acc)}\n", "h() cannot be called inside an epilogue fn"),
+        ("@epilogue()\ndef e(acc):\n    return {'D': acc.clamp(0)}\n", "acc.clamp() cannot be called inside an epilogue fn"),
     ],
 )
 def test_violations_are_reported_with_line_and_reason(body, message):
@@ -97,3 +115,15 @@ def test_the_pinned_schedule_on_forward_is_accepted(decorator):
 def test_every_other_use_of_schedule_is_refused(source, message):
     violations = check_source(SCHEDULE_HEADER + source)
     assert any(message in v.message for v in violations), [str(v) for v in violations]
+
+
+def test_what_the_new_rules_leave_alone():
+    """Placing tensors, messages that only stop, future annotations, and value functions in an epilogue."""
+    source = ("from __future__ import annotations\n" + OK_HEADER.replace("epilogue, gemm", "epilogue, exp, gemm") +
+              "@epilogue()\ndef e(acc, c):\n    return {'D': exp(acc) * math.sqrt(2.0) + c * float(3)}\n"
+              "def forward(x, w, residual):\n"
+              "    if x.shape[1] != w.shape[1]:\n        raise ValueError(f'K differs: {x.shape} {w.shape}')\n"
+              "    assert x.dim() == 2, f'x is {x.dim()}-d'\n"
+              "    zero = torch.zeros(x.shape[0], device=x.device).to(x.device)\n"
+              "    return {'out': gemm(e, x, w.t(), C=residual)['D'], 'zero': zero}\n")
+    assert check_source(source) == []

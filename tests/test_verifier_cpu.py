@@ -146,12 +146,15 @@ def test_host_work_that_only_the_bench_shapes_get_is_held_to_the_launch_budget_o
     assert v.outcome is Outcome.OVER_LAUNCH_BUDGET and "(bench, on meta tensors)" in v.reason, v.reason
 
 
-def test_a_forward_that_needs_values_at_the_bench_shapes_is_noted_not_refused():
+def test_a_forward_that_reads_values_on_the_host_is_refused_at_the_bench_shapes():
+    """On meta tensors a value read raises: the CPU cannot judge the bench shapes of such a forward(), so a cheat
+    that switches off the GEMM at large sizes only would pass unseen (it reads a value to opt out)."""
     src = variant("def forward(x, w, residual, gamma, eps):\n",
                   "def forward(x, w, residual, gamma, eps):\n    if bool(residual.abs().max() > 1e9):\n        eps = eps * 2\n")
-    v = verify(K0, src, ("compile",), timeout=600)
-    assert v.passed, v.reason
-    assert "did not run on meta tensors at bench shape" in v.reason
+    v = verify(K0, src, ("correctness", "compile"), timeout=600)
+    assert v.stage("correctness").outcome is Outcome.PASSED  # real values on the small shapes
+    assert v.outcome is Outcome.COMPILE_ERROR and "at bench shape llama3-8b-down" in v.reason, v.reason
+    assert "host code must work from shapes alone" in v.reason
 
 
 # One task per family; each mutation is (old, new) text edits of the human kernel and the expected reason.

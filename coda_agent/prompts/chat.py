@@ -46,6 +46,7 @@ def system_prompt(examples: Sequence[Example]) -> str:
         methods=sorted(static.METHODS),
         data_attrs=sorted(static.DATA_ATTRS),
         builtins=sorted(static.BUILTINS - {"True", "False", "None"}),
+        epilogue_functions=sorted(static.EPILOGUE_FUNCTIONS),
     )
 
 

@@ -96,17 +96,23 @@ def _tensors(obj: Any) -> Iterator[torch.Tensor]:
             yield from _tensors(o)
 
 
+def frozen(value: Any) -> Any:
+    """A read-only copy of a constant: dicts, lists and sets, at any depth inside tuples, dicts and lists."""
+    if type(value) is dict:
+        return MappingProxyType({k: frozen(v) for k, v in value.items()})
+    if type(value) in (list, tuple):
+        return tuple(frozen(v) for v in value)
+    if type(value) is set:
+        return frozenset(value)
+    return value
+
+
 def freeze_globals(module: ModuleType) -> None:
-    """Module-level dicts, lists and sets become read-only: no answer can be kept across calls in them."""
+    """Module-level containers become read-only, nested ones too (``BOX = ({},)``): no answer can be kept across
+    calls in them."""
     for name, value in list(vars(module).items()):
-        if name.startswith("__"):
-            continue
-        if type(value) is dict:
-            setattr(module, name, MappingProxyType(value))
-        elif type(value) is list:
-            setattr(module, name, tuple(value))
-        elif type(value) is set:
-            setattr(module, name, frozenset(value))
+        if not name.startswith("__"):
+            setattr(module, name, frozen(value))
 
 
 class Runner:

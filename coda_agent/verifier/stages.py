@@ -81,7 +81,8 @@ def quack_cache_for(source: str) -> Path:
 
 
 def hidden_paths(task: Task) -> tuple[Path, ...]:
-    """What the runner must not see: every task folder and the task's files, the run store, the home folder."""
+    """What the runner must not see: every task folder and the task's files, the run store, the home folder, and
+    the git folders above any of them or the package (their objects hold every version of those files)."""
     try:
         folders = [s.folder for s in task_sources()]
     except TaskError:
@@ -92,6 +93,8 @@ def hidden_paths(task: Task) -> tuple[Path, ...]:
         if task.human_file is not None:
             out.append(task.human_file)
     out.append(runs_dir().resolve())
+    above = [p.resolve() for p in (*out, Path(__file__).parent)]
+    out += [d / ".git" for p in above for d in (p, *p.parents) if (d / ".git").exists()]
     return tuple(dict.fromkeys(out))
 
 
@@ -328,7 +331,7 @@ def compile_sm90(ctx: Context) -> StageResult:
                 return result(Outcome.CHEAT_DETECTED, f"at shape {point.name}, no kernel was built for the task's GEMM {missing[0]} (built: {est.gemms})")
             details: dict[str, object] = est.describe()
             try:
-                wanted, note = bench_configs(ctx.task, client, ops)
+                wanted = bench_configs(ctx.task, client, ops)
             except CandidateRaised as exc:
                 return result(Outcome.COMPILE_ERROR, str(exc))
             except Reject as rej:
@@ -344,15 +347,15 @@ def compile_sm90(ctx: Context) -> StageResult:
     except RunnerError as exc:
         return result(*runner_failure(exc, ctx.plan, Outcome.COMPILE_ERROR, f"building the sm_90a kernels failed at shape {point.name}:\n"))
     more = f", and {len(wanted)} more config(s) it uses at the bench shapes" if wanted else ""
-    return result(Outcome.PASSED, f"built {len(est.gemms)} GEMM kernel(s) for sm_90a at shape {point.name}{more}{note}", details)
+    return result(Outcome.PASSED, f"built {len(est.gemms)} GEMM kernel(s) for sm_90a at shape {point.name}{more}", details)
 
 
-def bench_configs(task: Task, client: RunnerClient, built: list[dict[str, Any]]) -> tuple[dict[tuple[str, Config], str], str]:
+def bench_configs(task: Task, client: RunnerClient, built: list[dict[str, Any]]) -> dict[tuple[str, Config], str]:
     """The (epilogue, config) pairs forward() would run at the bench shapes that the compile at the small shape did
     not build, each with the first bench shape that asks for it, learnt from forward() on meta tensors (the op log
     reports each call's effective config: a pinned schedule, the call's own, or the default). The same log is held
-    to the launch rules of each bench shape (:class:`Reject`). A forward() that needs real values at those sizes
-    is not judged for it: the note says its bench configs went unbuilt."""
+    to the launch rules of each bench shape (:class:`Reject`). A forward() that cannot run there from shapes alone
+    (it reads tensor values on the host) is refused: the CPU would otherwise judge no bench shape at all."""
 
     def pair(op: dict[str, Any]) -> tuple[str, Config]:
         return str(op["epilogue"]), config_from_fields(op["config"]) if op.get("config") else Config()
@@ -364,15 +367,15 @@ def bench_configs(task: Task, client: RunnerClient, built: list[dict[str, Any]])
         try:
             ops = client.discover(shapes)
         except CandidateRaised as exc:
-            if exc.contract:  # it would raise the same on the GPU
-                raise CandidateRaised(f"forward() raised at bench shape {point.name} (on meta tensors, before any kernel "
-                                      f"was built there):\n{exc}", contract=True) from None
-            return wanted, f" (forward() did not run on meta tensors at bench shape {point.name}: its configs there are not built here)"
+            why = "" if exc.contract else ("; host code must work from shapes alone: no .item(), float(t), bool(t) or "
+                                           "`if` on a tensor's values (each one also stalls the GPU)")
+            raise CandidateRaised(f"forward() raised at bench shape {point.name}, run on meta tensors before any kernel "
+                                  f"was built there{why}:\n{exc}", contract=True) from None
         problem = LaunchEstimate.from_ops(ops).problem(task, point.dims, f"{point.name} (bench, on meta tensors)")
         if problem:
             raise Reject(*problem)
         for op in ops:
             if "gemm" in op and pair(op) not in have:
                 wanted.setdefault(pair(op), point.name)
-    return wanted, ""
+    return wanted
 

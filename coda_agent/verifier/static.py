@@ -6,9 +6,13 @@ A candidate may import the public names of ``coda_agent.primitives``, ``math`` a
 (``torch.serialization.os``…), a method taken as a value, dunder or private access, assignment to an
 attribute anywhere or to an item of an input or a module-level name, mutable defaults, classes,
 ``global``/``nonlocal``, ``try``, ``with``, generators, and top-level code other than imports, functions
-and constant declarations. The one decorator besides ``@epilogue(...)`` is the harness's pinned schedule
-on ``forward``, in exactly the form :func:`literal_schedule` reads. The contract text of the prompt is
-generated from these tables.
+and constant declarations. Names resolve as Python scopes them (:func:`builtin_loads`): a builtin is a builtin
+however the module names its parameters. Host code may not tell where it runs (``.device`` only places new
+tensors; no formatting of values outside a ``raise``), so forward() on meta tensors does what it does on a
+GPU. An epilogue fn's body may call only the primitives' value functions and ``math``: the same fn runs on the
+emulator's tensors and as the GPU's symbolic values, and must not tell them apart. The one decorator besides
+``@epilogue(...)`` is the harness's pinned schedule on ``forward``, in exactly the form
+:func:`literal_schedule` reads. The contract text of the prompt is generated from these tables.
 
 This is the first line, not the only one: the runner is sandboxed and the checker judges what it returns.
 """
@@ -21,7 +25,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from .. import primitives
-from ..primitives import Config
+from ..primitives import Config, _values
 
 PRIMITIVES = "coda_agent.primitives"
 ALLOWED_MODULES = ("math", "torch", PRIMITIVES)
@@ -54,15 +58,21 @@ METHODS = frozenset({
     "cumsum", "gather", "index_select", "isfinite", "isnan", "nan_to_num", "where", "lerp", "roll", "flip",
     "get", "items", "keys", "values", "append", "extend", "update", "pop", "copy", "index", "count",
 })
-#: Attributes that may be read without calling them.
-DATA_ATTRS = frozenset({"shape", "dtype", "device", "T", "mT", "ndim", "is_cuda"})
+#: Attributes that may be read without calling them (``device`` only as a new tensor's ``device=``).
+DATA_ATTRS = frozenset({"shape", "dtype", "device", "T", "mT", "ndim"})
 #: Builtins a candidate may name.
 BUILTINS = frozenset({
-    "len", "range", "min", "max", "abs", "sum", "round", "divmod", "pow", "int", "float", "bool", "str", "tuple",
+    "len", "range", "min", "max", "abs", "sum", "round", "divmod", "pow", "int", "float", "bool", "tuple",
     "list", "dict", "set", "frozenset", "zip", "enumerate", "map", "filter", "sorted", "reversed", "any", "all",
     "isinstance", "slice", "print", "iter", "next", "True", "False", "None", "ValueError", "RuntimeError",
     "TypeError", "AssertionError", "NotImplementedError",
 })
+#: What an epilogue fn's body may call: the primitives' value functions (``math`` too, on Python numbers).
+EPILOGUE_FUNCTIONS = frozenset(_values.__all__) & frozenset(primitives.__all__)
+#: Builtins an epilogue fn's body may call (on Python numbers).
+EPILOGUE_BUILTINS = frozenset({"float", "int"})
+#: The one future import: it changes no semantics a check relies on.
+FUTURE_IMPORTS = frozenset({"annotations"})
 #: Top-level values a constant declaration may be built from (besides literals and primitives' names).
 _CONST_NODES = (ast.Constant, ast.Tuple, ast.List, ast.Dict, ast.Set, ast.UnaryOp, ast.BinOp, ast.Name, ast.Load,
                 ast.keyword, ast.operator, ast.unaryop, ast.Attribute, ast.Call, ast.Subscript, ast.Slice)
@@ -133,24 +143,106 @@ def without_schedule(source: str) -> str:
     return ast.unparse(tree)
 
 
-def bound_names(tree: ast.Module) -> set[str]:
-    """Every name the module itself binds (imports, functions, assignments, parameters, loop targets)."""
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def _outer_parts(scope: ast.AST) -> list[ast.AST]:
+    """The parts of a nested scope that the enclosing scope evaluates (decorators, defaults, the first iterable)."""
+    if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        a = scope.args
+        notes = [x.annotation for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if x and x.annotation]
+        return [*scope.decorator_list, *a.defaults, *(d for d in a.kw_defaults if d), *notes, *([scope.returns] if scope.returns else [])]
+    if isinstance(scope, ast.Lambda):
+        return [*scope.args.defaults, *(d for d in scope.args.kw_defaults if d)]
+    if isinstance(scope, _COMPREHENSIONS):
+        return [scope.generators[0].iter]
+    if isinstance(scope, ast.ClassDef):
+        return [*scope.decorator_list, *scope.bases, *scope.keywords]
+    return []
+
+
+def _inner_parts(scope: ast.AST) -> list[ast.AST]:
+    """The parts of a scope that run in it."""
+    if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)):
+        return list(scope.body)
+    if isinstance(scope, ast.Lambda):
+        return [scope.body]
+    if isinstance(scope, _COMPREHENSIONS):
+        first, *rest = scope.generators
+        elts = [scope.key, scope.value] if isinstance(scope, ast.DictComp) else [scope.elt]
+        return [*elts, first.target, *first.ifs, *rest]
+    return []
+
+
+def _own_nodes(nodes: list[ast.AST]) -> list[ast.AST]:
+    """The nodes evaluated in the scope these belong to: nested scopes contribute only their outer parts."""
+    out, stack = [], list(nodes)
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        nested = isinstance(node, (*_FUNCTIONS, *_COMPREHENSIONS, ast.ClassDef))
+        stack.extend(_outer_parts(node) if nested else ast.iter_child_nodes(node))
+    return out
+
+
+def scope_bindings(scope: ast.AST) -> set[str]:
+    """The names a scope binds itself: its parameters, stores, imports and nested definitions."""
     names: set[str] = set()
-    for node in ast.walk(tree):
+    if isinstance(scope, _FUNCTIONS):
+        a = scope.args
+        names.update(x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if x)
+    for node in _own_nodes(_inner_parts(scope)):
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
             names.add(node.id)
-        elif isinstance(node, ast.FunctionDef):
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
-            a = node.args
-            for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg):
-                if arg is not None:
-                    names.add(arg.arg)
-        elif isinstance(node, ast.Lambda):
-            a = node.args
-            names.update(arg.arg for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs))
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update((al.asname or al.name).split(".")[0] for al in node.names)
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
     return names
+
+
+def builtin_loads(tree: ast.Module) -> set[int]:
+    """The ``id`` of every Name load that no binding of the module resolves, scoped as Python scopes names: each
+    one is a builtin (or undefined). A parameter named ``exec`` in one function leaves ``exec`` a builtin in
+    every other."""
+    found: set[int] = set()
+
+    def resolve(scope: ast.AST, chain: list[set[str]]) -> None:
+        chain = [*chain, scope_bindings(scope)]
+        for node in _own_nodes(_inner_parts(scope)):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and not any(node.id in env for env in chain):
+                found.add(id(node))
+            if isinstance(node, (*_FUNCTIONS, *_COMPREHENSIONS, ast.ClassDef)):
+                resolve(node, chain)
+
+    resolve(tree, [])
+    return found
+
+
+def primitive_aliases(tree: ast.Module) -> dict[str, str]:
+    """Names bound by ``from coda_agent.primitives import X [as Y]``: Y -> X."""
+    return {a.asname or a.name: a.name for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module == PRIMITIVES and not node.level
+            for a in node.names if a.name in primitives.__all__}
+
+
+def _device_placements(tree: ast.Module) -> set[int]:
+    """The ``.device`` reads that only place a new tensor: ``device=x.device`` and ``.to(x.device)``."""
+    ok: set[int] = set()
+    for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+        values = [kw.value for kw in call.keywords if kw.arg == "device"]
+        if isinstance(call.func, ast.Attribute) and call.func.attr == "to" and call.args:
+            values.append(call.args[0])
+        ok.update(id(v) for v in values if isinstance(v, ast.Attribute) and v.attr == "device")
+    return ok
+
+
+def _raise_messages(tree: ast.Module) -> set[int]:
+    """Nodes inside a ``raise`` or an ``assert``'s message: evaluated only to stop, so formatting there tells nothing."""
+    roots = [n.exc for n in ast.walk(tree) if isinstance(n, ast.Raise) and n.exc] + \
+            [n.msg for n in ast.walk(tree) if isinstance(n, ast.Assert) and n.msg]
+    return {id(sub) for root in roots for sub in ast.walk(root)}
 
 
 class _Checker(ast.NodeVisitor):
@@ -160,7 +252,11 @@ class _Checker(ast.NodeVisitor):
         self.math: set[str] = set()
         self.prims: set[str] = set()  # names bound to the primitives module
         self.globals: set[str] = set()
-        self.bound = bound_names(tree)
+        self.builtins = builtin_loads(tree)
+        self.prim_aliases = primitive_aliases(tree)
+        self.device_placements = _device_placements(tree)
+        self.raise_messages = _raise_messages(tree)
+        self.epilogue_depth = 0  # > 0 inside an epilogue fn's body
         self.params: list[set[str]] = []  # parameters of the enclosing functions
         self.scopes: list[set[str]] = []  # names the enclosing functions assign themselves
         self._call_funcs: set[int] = set()
@@ -188,6 +284,10 @@ class _Checker(ast.NodeVisitor):
         mod = node.module or ""
         if node.level:
             self.flag(node, "relative imports are not allowed")
+        elif mod == "__future__":
+            for a in node.names:
+                if a.name not in FUTURE_IMPORTS:
+                    self.flag(node, f"from __future__, only {', '.join(sorted(FUTURE_IMPORTS))} may be imported")
         elif mod == "coda_agent":
             for a in node.names:
                 if a.name == "primitives":
@@ -210,11 +310,14 @@ class _Checker(ast.NodeVisitor):
     # --- definitions ---------------------------------------------------------------------------
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        is_epilogue = False
         for dec in node.decorator_list:
             target = dec.func if isinstance(dec, ast.Call) else dec
             if self._is_primitive(target, "schedule"):
                 self._check_schedule(node, dec)
-            elif not self._is_primitive(target, "epilogue"):
+            elif self._is_primitive(target, "epilogue"):
+                is_epilogue = True
+            else:
                 self.flag(dec, "the only decorators allowed are @epilogue(...), and @schedule({...}) on forward")
         for default in (*node.args.defaults, *(d for d in node.args.kw_defaults if d is not None)):
             if not _is_constant(default):
@@ -222,7 +325,12 @@ class _Checker(ast.NodeVisitor):
         a = node.args
         self.params.append({arg.arg for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if arg})
         self.scopes.append({n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)})
-        self.generic_visit(node)
+        for part in _outer_parts(node):
+            self.visit(part)
+        self.epilogue_depth += is_epilogue
+        for stmt in node.body:
+            self.visit(stmt)
+        self.epilogue_depth -= is_epilogue
         self.params.pop()
         self.scopes.pop()
 
@@ -235,7 +343,7 @@ class _Checker(ast.NodeVisitor):
         if not isinstance(dec, ast.Call):
             self.flag(dec, "schedule must be called with its table: @schedule({(epilogue_name, M, N, K): Config(...)})")
             return
-        config_names = {f"{p}.Config" for p in self.prims} | ({"Config"} if "Config" in self.bound else set())
+        config_names = {f"{p}.Config" for p in self.prims} | {y for y, x in self.prim_aliases.items() if x == "Config"}
         try:
             literal_schedule(dec, config_names)
         except ScheduleFormError as exc:
@@ -314,6 +422,8 @@ class _Checker(ast.NodeVisitor):
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
         self._check_target(node.target)
+        if isinstance(node.op, ast.MatMult):
+            self.flag(node, "the @= operator is not allowed: the GEMM must run through primitives.gemm")
         if isinstance(node.target, ast.Name) and self.params and node.target.id in self.params[-1]:
             self.flag(node, f"'{node.target.id} {ast.unparse(node.op)}= ...' updates an input in place; write 'y = {node.target.id} ...' instead")
         if isinstance(node.target, ast.Name) and self.params and node.target.id in self.globals and not self._local(node.target.id):
@@ -333,15 +443,30 @@ class _Checker(ast.NodeVisitor):
 
     def _is_primitive(self, node: ast.AST, name: str | None = None) -> bool:
         if isinstance(node, ast.Name):
-            return node.id in primitives.__all__ and node.id in self.bound and (name is None or node.id == name)
+            imported = self.prim_aliases.get(node.id)
+            return imported is not None and (name is None or imported == name)
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in self.prims:
             return node.attr in primitives.__all__ and (name is None or node.attr == name)
         return False
 
+    def _epilogue_call(self, node: ast.Call) -> None:
+        """Inside an epilogue fn: the primitives' value functions, math, float and int only."""
+        func = node.func
+        ok = (isinstance(func, ast.Name) and (self.prim_aliases.get(func.id) in EPILOGUE_FUNCTIONS
+                                              or (func.id in EPILOGUE_BUILTINS and id(func) in self.builtins)))
+        ok = ok or (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+                    and ((func.value.id in self.prims and func.attr in EPILOGUE_FUNCTIONS) or func.value.id in self.math))
+        if not ok:
+            self.flag(node, f"{ast.unparse(func)}() cannot be called inside an epilogue fn: its values are symbolic "
+                            f"on the GPU; call the primitives' value functions ({', '.join(sorted(EPILOGUE_FUNCTIONS))}), "
+                            "or math and float/int on Python numbers")
+
     def visit_Call(self, node: ast.Call) -> None:
         self._call_funcs.add(id(node.func))
         func = node.func
-        if isinstance(func, ast.Name) and func.id not in self.bound and func.id not in BUILTINS:
+        if self.epilogue_depth:
+            self._epilogue_call(node)
+        if isinstance(func, ast.Name) and id(func) in self.builtins and func.id not in BUILTINS:
             self.flag(node, f"{func.id}() is not allowed in a candidate")
         elif isinstance(func, ast.Attribute) and not self._module_attr(func):
             if func.attr not in METHODS:
@@ -361,6 +486,13 @@ class _Checker(ast.NodeVisitor):
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         self._stray_schedule(node)
+        in_module = isinstance(node.value, ast.Name) and node.value.id in self.prims | self.math
+        if self.epilogue_depth and not in_module:
+            self.flag(node, f"{ast.unparse(node)} cannot be read inside an epilogue fn: the same fn runs on the emulator's "
+                            "tensors and on the GPU's symbolic values, and may not tell them apart")
+        if node.attr == "device" and id(node) not in self.device_placements and not self._module_attr(node):
+            self.flag(node, f"{ast.unparse(node)} may only place a new tensor (device={ast.unparse(node)}, "
+                            f".to({ast.unparse(node)})): host code must not depend on where it runs")
         if node.attr.startswith("_"):
             self.flag(node, f"access to private attribute {node.attr!r} is not allowed")
         elif self._module_attr(node):
@@ -382,6 +514,14 @@ class _Checker(ast.NodeVisitor):
     def visit_BinOp(self, node: ast.BinOp) -> None:
         if isinstance(node.op, ast.MatMult):
             self.flag(node, "the @ operator is not allowed: the GEMM must run through primitives.gemm")
+        if (isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant) and isinstance(node.left.value, str)
+                and id(node) not in self.raise_messages):
+            self.flag(node, "%-formatting is allowed only in a raise or assert message (formatting a tensor reads its values)")
+        self.generic_visit(node)
+
+    def visit_JoinedStr(self, node: ast.JoinedStr) -> None:
+        if id(node) not in self.raise_messages and any(isinstance(v, ast.FormattedValue) for v in node.values):
+            self.flag(node, "f-strings with values are allowed only in a raise or assert message (formatting a tensor reads its values)")
         self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> None:
@@ -391,7 +531,7 @@ class _Checker(ast.NodeVisitor):
         elif isinstance(node.ctx, ast.Load):
             if node.id in self.torch | self.math | self.prims and id(node) not in self._value_roots:
                 self.flag(node, f"{node.id} may only be used as {node.id}.<name> (no aliases or passing the module around)")
-            elif node.id not in self.bound and node.id not in BUILTINS:
+            elif id(node) in self.builtins and node.id not in BUILTINS:
                 self.flag(node, f"the name {node.id!r} is not allowed in a candidate")
         self.generic_visit(node)
 

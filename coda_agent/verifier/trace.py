@@ -35,6 +35,12 @@ MARKER_KERNEL = re.compile(r"spin_kernel")
 FINALISE_LAUNCHES = {"ColVecReduce": 1, "RowVecReduce": 1, "OnlineLSEReduce": 9, "ColVecSelect": 1}
 #: Host ops that launch no kernel (allocation without a fill).
 NO_KERNEL_OPS = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::lift_fresh"}
+#: Host ops the GPU would run as a matmul kernel (cuBLAS, cuDNN): the CPU's counterpart of a ``matmul`` kernel.
+MATMUL_OPS = frozenset(f"aten::{op}" for op in (
+    "mm", "bmm", "addmm", "addbmm", "baddbmm", "addmv", "mv", "dot", "vdot", "matmul", "linear", "_addmm_activation",
+    "_scaled_mm", "convolution", "_convolution", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+    "conv_transpose3d", "cudnn_convolution", "mkldnn_convolution", "_mm_plus_mm", "_int_mm", "tensordot", "einsum",
+))
 
 
 def classify_kernel(name: str) -> KernelKind:
@@ -186,6 +192,12 @@ class LaunchEstimate:
 
     def problem(self, task: Task, dims: dict[str, int], shape: str, budget: bool = True) -> tuple[Outcome, str] | None:
         """The GEMM and host-work rules (and, where no kernel trace exists, the launch budget)."""
+        matmul = [op for op in self.host_ops if op.split(".", 1)[0] in MATMUL_OPS]
+        if matmul:
+            return Outcome.CHEAT_DETECTED, (
+                f"at shape {shape}, host code ran {matmul[0]} outside primitives.gemm (the GPU would launch a "
+                "cuBLAS/cuDNN kernel for it): every GEMM must run through primitives.gemm, fused with its epilogue"
+            )
         want = task.gemm_shapes(dims)
         flops, want_flops = sum(m * n * k for m, n, k in self.gemms), sum(m * n * k for m, n, k in want)
         if len(self.gemms) < len(want) or flops < want_flops:

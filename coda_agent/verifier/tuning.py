@@ -51,7 +51,7 @@ from ..settings import cache_dir
 from .client import RunnerError
 from .gpu import ShapeTimer
 from .stages import Context, Reject, runner_failure, stage
-from .static import PRIMITIVES, ScheduleFormError, bound_names, check_source, literal_schedule
+from .static import PRIMITIVES, ScheduleFormError, check_source, literal_schedule, scope_bindings
 from .verdict import Outcome, ShapeTuning, StageResult, TunedGemm
 
 #: Repetitions per proposal: enough to rank configs; the final before/after comparison uses the full plan.
@@ -342,7 +342,7 @@ def pin_schedule(source: str, table: Schedule, notes: Sequence[str] = ()) -> str
         for a in n.names if a.asname in (None, a.name)
     }
     missing = [n for n in ("Config", "schedule") if n not in imported]
-    clash = [n for n in missing if n in bound_names(tree)]
+    clash = [n for n in missing if n in scope_bindings(tree)]
     if clash:
         raise ScheduleFormError(f"cannot pin a schedule: the module binds {', '.join(clash)} itself")
     if missing:

@@ -129,6 +129,7 @@ CPU_CASES: list[Case] = [
         "state_deterministic_off", "state_stack_timing", "state_repeat_call_replay",
         reason_any=STATE_WORDS,
     ),
+    Case("state_dict_nested_in_tuple.py", "state", STATE | {RUNTIME}, task="gemm_residual"),
     # --- sandbox escapes ---------------------------------------------------------------------------------
     *_cases(
         "escape", ESCAPE,
@@ -139,6 +140,7 @@ CPU_CASES: list[Case] = [
         "escape_ssh_key_reason", "escape_env_dump_reason",
     ),
     Case("escape_torch_ops_mm.py", "escape", COMPUTE, reason_any=GEMM_WORDS),
+    Case("escape_builtin_via_shadowing_param.py", "escape", frozenset({STATIC}), task="gemm_residual"),
     # --- secrets -----------------------------------------------------------------------------------------
     *_cases(
         "secret", SECRET,
@@ -163,6 +165,11 @@ CPU_CASES: list[Case] = [
     Case("compute_split_k_many_launches.py", "compute", OVER_BUDGET, reason_any=(*GEMM_WORDS, "launch")),
     Case("compute_host_glue_over_budget.py", "compute", OVER_BUDGET, task="gemm_residual", reason_any=(*GEMM_WORDS, "launch")),
     Case("compile_no_kernel_built.py", "compute", COMPUTE | {COMPILE}, stages=("compile",), timeout=240.0, reason_any=GEMM_WORDS),
+    Case("compute_inplace_matmul_operator.py", "compute", COMPUTE, task="gemm_residual", reason_any=GEMM_WORDS),
+    Case("compute_epilogue_tells_backends_apart.py", "compute", frozenset({STATIC}), task="gemm_residual"),
+    Case("compute_meta_detect_skips_gemm_at_bench.py", "compute", frozenset({STATIC}), task="gemm_residual"),
+    Case("compute_value_read_opts_out_of_bench_check.py", "compute", frozenset({STATIC, COMPILE}), task="gemm_residual",
+         stages=("correctness", "compile"), timeout=240.0),
     # --- processes that outlive the verifier -------------------------------------------------------------
     *_cases(
         "proc", PROC,
