@@ -57,7 +57,14 @@ def test_every_human_kernel_passes():
         ("@epilogue()\ndef e(acc):\n    return {'D': acc if isinstance(acc, torch.Tensor) else acc}\n",
          "isinstance() cannot be called inside an epilogue fn"),
         ("@epilogue()\ndef e(acc):\n    return {'D': acc * acc.shape[0]}\n", "acc.shape cannot be read inside an epilogue fn"),
-        ("def h(v):\n    return v\n@epilogue()\ndef e(acc):\n    return {'D': h(acc)}\n", "h() cannot be called inside an epilogue fn"),
+        # a module-level helper an epilogue calls keeps the same rules (it runs on the GPU's values too)
+        ("def h(v):\n    return v * v.shape[0]\n@epilogue()\ndef e(acc):\n    return {'D': h(acc)}\n", "v.shape cannot be read inside an epilogue fn"),
+        ("def g(v):\n    return isinstance(v, float)\ndef h(v):\n    return g(v)\n@epilogue()\ndef e(acc):\n    return {'D': h(acc)}\n",
+         "isinstance() cannot be called inside an epilogue fn"),
+        ("def forward(x):\n    return {'y': x if dict(device=x.device)['device'] == x.device else x}\n", "x.device may only place a new tensor"),
+        ("def forward(x):\n    d = {}\n    d.update(device=x.device)\n    return {}\n", "x.device may only place a new tensor"),
+        ("exec: int\ndef forward(x):\n    exec('y = 1')\n    return {}\n", "exec() is not allowed"),
+        ("def forward(x) -> exec('1'):\n    return {}\n", "exec() is not allowed"),
         ("@epilogue()\ndef e(acc):\n    return {'D': acc.clamp(0)}\n", "acc.clamp() cannot be called inside an epilogue fn"),
     ],
 )
@@ -118,10 +125,12 @@ def test_every_other_use_of_schedule_is_refused(source, message):
 
 
 def test_what_the_new_rules_leave_alone():
-    """Placing tensors, messages that only stop, future annotations, and value functions in an epilogue."""
+    """Placing tensors, messages that only stop, type hints, value functions and helpers in an epilogue."""
     source = ("from __future__ import annotations\n" + OK_HEADER.replace("epilogue, gemm", "epilogue, exp, gemm") +
-              "@epilogue()\ndef e(acc, c):\n    return {'D': exp(acc) * math.sqrt(2.0) + c * float(3)}\n"
-              "def forward(x, w, residual):\n"
+              "def scaled(v, s: float):\n    return exp(v) * s\n"
+              "@epilogue()\ndef e(acc, c):\n    return {'D': scaled(acc, math.sqrt(2.0)) + c * float(3)}\n"
+              "def forward(x: torch.Tensor, w, residual) -> dict[str, torch.Tensor]:\n"
+              "    assert x.is_contiguous()\n"
               "    if x.shape[1] != w.shape[1]:\n        raise ValueError(f'K differs: {x.shape} {w.shape}')\n"
               "    assert x.dim() == 2, f'x is {x.dim()}-d'\n"
               "    zero = torch.zeros(x.shape[0], device=x.device).to(x.device)\n"

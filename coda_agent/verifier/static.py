@@ -56,6 +56,7 @@ METHODS = frozenset({
     "log1p", "sqrt", "rsqrt", "rsqrt_", "pow", "square", "reciprocal", "sigmoid", "tanh", "sin", "cos", "clamp",
     "clamp_", "clamp_min", "clamp_max", "sum", "mean", "amax", "amin", "max", "min", "argmax", "logsumexp",
     "cumsum", "gather", "index_select", "isfinite", "isnan", "nan_to_num", "where", "lerp", "roll", "flip",
+    "is_contiguous",
     "get", "items", "keys", "values", "append", "extend", "update", "pop", "copy", "index", "count",
 })
 #: Attributes that may be read without calling them (``device`` only as a new tensor's ``device=``).
@@ -71,6 +72,11 @@ BUILTINS = frozenset({
 EPILOGUE_FUNCTIONS = frozenset(_values.__all__) & frozenset(primitives.__all__)
 #: Builtins an epilogue fn's body may call (on Python numbers).
 EPILOGUE_BUILTINS = frozenset({"float", "int"})
+#: The torch functions and tensor methods that make a tensor, whose ``device=`` may be ``x.device``.
+PLACING = frozenset({"to", "new_zeros", "new_ones", "new_full", "new_empty", "zeros", "ones", "full", "empty",
+                     "zeros_like", "ones_like", "full_like", "empty_like", "arange", "tensor"})
+#: Builtins that may name a type in an annotation (``-> dict[str, torch.Tensor]``), though not be called.
+ANNOTATION_BUILTINS = frozenset({"str", "object", "type"})
 #: The one future import: it changes no semantics a check relies on.
 FUTURE_IMPORTS = frozenset({"annotations"})
 #: Top-level values a constant declaration may be built from (besides literals and primitives' names).
@@ -187,13 +193,16 @@ def _own_nodes(nodes: list[ast.AST]) -> list[ast.AST]:
 
 
 def scope_bindings(scope: ast.AST) -> set[str]:
-    """The names a scope binds itself: its parameters, stores, imports and nested definitions."""
+    """The names a scope binds itself: its parameters, stores, imports and nested definitions (an annotation
+    without a value, ``exec: int``, binds nothing)."""
     names: set[str] = set()
     if isinstance(scope, _FUNCTIONS):
         a = scope.args
         names.update(x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if x)
-    for node in _own_nodes(_inner_parts(scope)):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+    own = _own_nodes(_inner_parts(scope))
+    declared_only = {id(n.target) for n in own if isinstance(n, ast.AnnAssign) and n.value is None}
+    for node in own:
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)) and id(node) not in declared_only:
             names.add(node.id)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
@@ -228,14 +237,53 @@ def primitive_aliases(tree: ast.Module) -> dict[str, str]:
 
 
 def _device_placements(tree: ast.Module) -> set[int]:
-    """The ``.device`` reads that only place a new tensor: ``device=x.device`` and ``.to(x.device)``."""
+    """The ``.device`` reads that only place a new tensor: ``device=x.device`` of a function or method that makes
+    one (:data:`PLACING`; not of ``dict``, ``.update`` or a helper, which would hand the device to host code), and
+    ``.to(x.device)``."""
     ok: set[int] = set()
     for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+        if not (isinstance(call.func, ast.Attribute) and call.func.attr in PLACING):
+            continue
         values = [kw.value for kw in call.keywords if kw.arg == "device"]
-        if isinstance(call.func, ast.Attribute) and call.func.attr == "to" and call.args:
+        if call.func.attr == "to" and call.args:
             values.append(call.args[0])
         ok.update(id(v) for v in values if isinstance(v, ast.Attribute) and v.attr == "device")
     return ok
+
+
+def _annotation_names(tree: ast.Module) -> set[int]:
+    """The bare names inside annotations (``-> dict[str, torch.Tensor]``): types, never called there."""
+    notes: list[ast.AST] = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.arg) and n.annotation:
+            notes.append(n.annotation)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.returns:
+            notes.append(n.returns)
+        elif isinstance(n, ast.AnnAssign):
+            notes.append(n.annotation)
+    return {id(sub) for note in notes for sub in ast.walk(note) if isinstance(sub, ast.Name)}
+
+
+def epilogue_helpers(tree: ast.Module, aliases: dict[str, str]) -> set[str]:
+    """Module-level functions an epilogue fn calls, directly or through each other: they run on the GPU's symbolic
+    values too, so the epilogue body's rules hold for them."""
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+
+    def is_epilogue(fn: ast.FunctionDef) -> bool:
+        targets = [d.func if isinstance(d, ast.Call) else d for d in fn.decorator_list]
+        return any((isinstance(t, ast.Name) and aliases.get(t.id) == "epilogue")
+                   or (isinstance(t, ast.Attribute) and t.attr == "epilogue") for t in targets)
+
+    helpers: set[str] = set()
+    todo = [fn for fn in functions.values() if is_epilogue(fn)]
+    while todo:
+        fn = todo.pop()
+        for call in (n for stmt in fn.body for n in ast.walk(stmt) if isinstance(n, ast.Call)):
+            name = call.func.id if isinstance(call.func, ast.Name) else None
+            if name in functions and name not in helpers and not is_epilogue(functions[name]):
+                helpers.add(name)
+                todo.append(functions[name])
+    return helpers
 
 
 def _raise_messages(tree: ast.Module) -> set[int]:
@@ -256,6 +304,8 @@ class _Checker(ast.NodeVisitor):
         self.prim_aliases = primitive_aliases(tree)
         self.device_placements = _device_placements(tree)
         self.raise_messages = _raise_messages(tree)
+        self.annotation_names = _annotation_names(tree)
+        self.epilogue_helpers = epilogue_helpers(tree, self.prim_aliases)
         self.epilogue_depth = 0  # > 0 inside an epilogue fn's body
         self.params: list[set[str]] = []  # parameters of the enclosing functions
         self.scopes: list[set[str]] = []  # names the enclosing functions assign themselves
@@ -319,6 +369,7 @@ class _Checker(ast.NodeVisitor):
                 is_epilogue = True
             else:
                 self.flag(dec, "the only decorators allowed are @epilogue(...), and @schedule({...}) on forward")
+        is_epilogue = is_epilogue or (not self.params and node.name in self.epilogue_helpers)
         for default in (*node.args.defaults, *(d for d in node.args.kw_defaults if d is not None)):
             if not _is_constant(default):
                 self.flag(default, "default values must be constants (None, numbers, strings, tuples): a mutable default keeps state across calls")
@@ -453,13 +504,15 @@ class _Checker(ast.NodeVisitor):
         """Inside an epilogue fn: the primitives' value functions, math, float and int only."""
         func = node.func
         ok = (isinstance(func, ast.Name) and (self.prim_aliases.get(func.id) in EPILOGUE_FUNCTIONS
-                                              or (func.id in EPILOGUE_BUILTINS and id(func) in self.builtins)))
+                                              or (func.id in EPILOGUE_BUILTINS and id(func) in self.builtins)
+                                              or func.id in self.epilogue_helpers))
         ok = ok or (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
                     and ((func.value.id in self.prims and func.attr in EPILOGUE_FUNCTIONS) or func.value.id in self.math))
         if not ok:
             self.flag(node, f"{ast.unparse(func)}() cannot be called inside an epilogue fn: its values are symbolic "
                             f"on the GPU; call the primitives' value functions ({', '.join(sorted(EPILOGUE_FUNCTIONS))}), "
-                            "or math and float/int on Python numbers")
+                            "your own module-level functions that keep to the same rules, or math and float/int on "
+                            "Python numbers")
 
     def visit_Call(self, node: ast.Call) -> None:
         self._call_funcs.add(id(node.func))
@@ -531,7 +584,8 @@ class _Checker(ast.NodeVisitor):
         elif isinstance(node.ctx, ast.Load):
             if node.id in self.torch | self.math | self.prims and id(node) not in self._value_roots:
                 self.flag(node, f"{node.id} may only be used as {node.id}.<name> (no aliases or passing the module around)")
-            elif id(node) in self.builtins and node.id not in BUILTINS:
+            elif id(node) in self.builtins and node.id not in BUILTINS and not (
+                    id(node) in self.annotation_names and node.id in ANNOTATION_BUILTINS):
                 self.flag(node, f"the name {node.id!r} is not allowed in a candidate")
         self.generic_visit(node)
 

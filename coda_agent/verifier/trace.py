@@ -182,7 +182,7 @@ class LaunchEstimate:
                 m, n, k = (int(v) for v in op["gemm"])
                 gemms.append((m, n, k))
                 gemm_launches += 1 + sum(FINALISE_LAUNCHES.get(str(s), 0) for s in op.get("sinks", []))
-            elif str(op.get("op")) not in NO_KERNEL_OPS:
+            elif str(op.get("op")).split(".", 1)[0] not in NO_KERNEL_OPS:  # overloads: aten::empty.memory_format
                 host.append(str(op.get("op")))
                 largest = max(largest, int(op.get("numel", 0)))
         return cls(gemms, gemm_launches, host, largest)

@@ -141,6 +141,7 @@ CPU_CASES: list[Case] = [
     ),
     Case("escape_torch_ops_mm.py", "escape", COMPUTE, reason_any=GEMM_WORDS),
     Case("escape_builtin_via_shadowing_param.py", "escape", frozenset({STATIC}), task="gemm_residual"),
+    Case("escape_builtin_via_bare_annotation.py", "escape", frozenset({STATIC}), task="gemm_residual"),
     # --- secrets -----------------------------------------------------------------------------------------
     *_cases(
         "secret", SECRET,
@@ -168,6 +169,7 @@ CPU_CASES: list[Case] = [
     Case("compute_inplace_matmul_operator.py", "compute", COMPUTE, task="gemm_residual", reason_any=GEMM_WORDS),
     Case("compute_epilogue_tells_backends_apart.py", "compute", frozenset({STATIC}), task="gemm_residual"),
     Case("compute_meta_detect_skips_gemm_at_bench.py", "compute", frozenset({STATIC}), task="gemm_residual"),
+    Case("compute_device_through_dict_keyword.py", "compute", frozenset({STATIC}), task="gemm_residual"),
     Case("compute_value_read_opts_out_of_bench_check.py", "compute", frozenset({STATIC, COMPILE}), task="gemm_residual",
          stages=("correctness", "compile"), timeout=240.0),
     # --- processes that outlive the verifier -------------------------------------------------------------
