@@ -151,8 +151,7 @@ def test_a_forward_that_reads_values_on_the_host_is_refused_at_the_bench_shapes(
     that switches off the GEMM at large sizes only would pass unseen (it reads a value to opt out)."""
     src = variant("def forward(x, w, residual, gamma, eps):\n",
                   "def forward(x, w, residual, gamma, eps):\n    if bool(residual.abs().max() > 1e9):\n        eps = eps * 2\n")
-    v = verify(K0, src, ("correctness", "compile"), timeout=600)
-    assert v.stage("correctness").outcome is Outcome.PASSED  # real values on the small shapes
+    v = verify(K0, src, ("compile",), timeout=600)  # the small shape compiles: it has real values
     assert v.outcome is Outcome.COMPILE_ERROR and "at bench shape llama3-8b-down" in v.reason, v.reason
     assert "host code must work from shapes alone" in v.reason
 
