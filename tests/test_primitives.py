@@ -66,6 +66,18 @@ def test_unary_value_math_matches_torch(ab, fn, ref):
     torch.testing.assert_close(got, ref(acc * acc + 1 if positive else acc), rtol=1e-6, atol=1e-6)
 
 
+def test_the_emulators_outputs_are_dense_as_the_kernels_are(ab):
+    """A constant extra output is a full tile, not a stride-0 view: host code cannot tell the emulator by layout."""
+    a, w, _ = ab
+
+    @P.epilogue(outputs=("probe",))
+    def const(acc):
+        return {"D": acc, "probe": 0.0}
+
+    out = P.gemm(const, a, w.t(), out_dtype=torch.float32)
+    assert out["probe"].is_contiguous() and out["probe"].stride() == (out["probe"].shape[1], 1)
+
+
 def test_swiglu_and_dswiglu_match_autograd():
     g = torch.randn(50, dtype=torch.float64, requires_grad=True)
     u = torch.randn(50, dtype=torch.float64, requires_grad=True)

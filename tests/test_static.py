@@ -63,6 +63,17 @@ def test_every_human_kernel_passes():
          "isinstance() cannot be called inside an epilogue fn"),
         ("def forward(x):\n    return {'y': x if dict(device=x.device)['device'] == x.device else x}\n", "x.device may only place a new tensor"),
         ("def forward(x):\n    d = {}\n    d.update(device=x.device)\n    return {}\n", "x.device may only place a new tensor"),
+        # a third pass: walrus scoping, code in annotations and decorator arguments, epilogues made by hand
+        ("def forward(x):\n    y = [(exec := 1) for _ in range(2)]\n    return {}\n", "assignment expressions (:=)"),
+        ("def note(a: [0 for v in (1,)]) -> None:\n    return None\ndef forward(x):\n    return {}\n", "must only name types"),
+        ("@epilogue()\ndef e(acc):\n    return {'D': acc}\ndef forward(x):\n    f = epilogue()(e)\n    return {}\n",
+         "epilogue may only be used as the decorator"),
+        ("from coda_agent.primitives import Epilogue\nE = Epilogue(fn=None, outputs=(), pins={}, sinks={}, mode='element', params=())\n",
+         "Epilogue objects are made with the decorator"),
+        ("@epilogue()\ndef e(acc):\n    return {'D': acc % 1.0}\n", "the operator % is not allowed inside an epilogue fn"),
+        ("@epilogue()\ndef e(acc):\n    return {'D': acc ** 2}\n", "the operator ** is not allowed inside an epilogue fn"),
+        ("@epilogue()\ndef e(acc):\n    return {'D': (acc > 0) * acc}\n", "comparisons are not allowed inside an epilogue fn"),
+        ("@epilogue()\ndef e(acc):\n    if acc:\n        acc = -acc\n    return {'D': acc}\n", "if statements are not allowed inside an epilogue fn"),
         ("exec: int\ndef forward(x):\n    exec('y = 1')\n    return {}\n", "exec() is not allowed"),
         ("def forward(x) -> exec('1'):\n    return {}\n", "exec() is not allowed"),
         ("@epilogue()\ndef e(acc):\n    return {'D': acc.clamp(0)}\n", "acc.clamp() cannot be called inside an epilogue fn"),
@@ -130,7 +141,8 @@ def test_what_the_new_rules_leave_alone():
               "def scaled(v, s: float):\n    return exp(v) * s\n"
               "@epilogue()\ndef e(acc, c):\n    return {'D': scaled(acc, math.sqrt(2.0)) + c * float(3)}\n"
               "def forward(x: torch.Tensor, w, residual) -> dict[str, torch.Tensor]:\n"
-              "    assert x.is_contiguous()\n"
+              "    assert x.is_contiguous(), 'x is ' + str(x.stride())\n"
+              "    scale = 2.0 ** -0.5\n"
               "    if x.shape[1] != w.shape[1]:\n        raise ValueError(f'K differs: {x.shape} {w.shape}')\n"
               "    assert x.dim() == 2, f'x is {x.dim()}-d'\n"
               "    zero = torch.zeros(x.shape[0], device=x.device).to(x.device)\n"

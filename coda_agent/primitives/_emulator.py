@@ -33,7 +33,7 @@ def _full(v: Any, shape: tuple[int, int], what: str) -> torch.Tensor:
         raise EpilogueError(f"{what} must be a single value, got a {type(v).__name__}")
     t = torch.as_tensor(v, dtype=torch.float32)
     try:
-        return torch.broadcast_to(t, shape).float()
+        return torch.broadcast_to(t, shape).float().contiguous()  # dense, as the kernel's buffers: no stride-0 tell
     except RuntimeError as exc:
         raise EpilogueError(f"{what} has shape {tuple(t.shape)}, which does not broadcast to the tile {shape}") from exc
 

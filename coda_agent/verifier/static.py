@@ -75,6 +75,12 @@ EPILOGUE_BUILTINS = frozenset({"float", "int"})
 #: The torch functions and tensor methods that make a tensor, whose ``device=`` may be ``x.device``.
 PLACING = frozenset({"to", "new_zeros", "new_ones", "new_full", "new_empty", "zeros", "ones", "full", "empty",
                      "zeros_like", "ones_like", "full_like", "empty_like", "arange", "tensor"})
+#: What an annotation may be built from: names, dotted names, subscripts, tuples and constants (and ``|``).
+_TYPE_NODES = (ast.Name, ast.Attribute, ast.Subscript, ast.Tuple, ast.List, ast.Constant, ast.Load, ast.BitOr)
+#: Binary operators an epilogue fn's values support alike on the emulator and the GPU (``%``, ``//``, ``**`` differ).
+EPILOGUE_OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.Div)
+_OP_SYMBOLS = {ast.Mod: "%", ast.FloorDiv: "//", ast.Pow: "**", ast.MatMult: "@", ast.BitAnd: "&", ast.BitOr: "|",
+               ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>"}
 #: Builtins that may name a type in an annotation (``-> dict[str, torch.Tensor]``), though not be called.
 ANNOTATION_BUILTINS = frozenset({"str", "object", "type"})
 #: The one future import: it changes no semantics a check relies on.
@@ -312,6 +318,9 @@ class _Checker(ast.NodeVisitor):
         self._call_funcs: set[int] = set()
         self._value_roots: set[int] = set()  # module Names used as module.<attr>
         self._schedule_names: set[int] = set()  # the one accepted use of primitives.schedule
+        #: The accepted uses of primitives.epilogue: decorators of module-level functions.
+        self._epilogue_decorators = {id(d.func if isinstance(d, ast.Call) else d) for n in tree.body
+                                     if isinstance(n, ast.FunctionDef) for d in n.decorator_list}
 
     def flag(self, node: ast.AST, message: str) -> None:
         self.violations.append(Violation(getattr(node, "lineno", 0), message))
@@ -359,7 +368,16 @@ class _Checker(ast.NodeVisitor):
 
     # --- definitions ---------------------------------------------------------------------------
 
+    def _check_annotations(self, node: ast.FunctionDef) -> None:
+        """Annotations name types; they run at import (without the future import), so nothing else may be in them."""
+        a = node.args
+        notes = [x.annotation for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if x and x.annotation]
+        for note in [*notes, *([node.returns] if node.returns else [])]:
+            if not all(isinstance(n, _TYPE_NODES) or (isinstance(n, ast.BinOp) and isinstance(n.op, ast.BitOr)) for n in ast.walk(note)):
+                self.flag(note, f"the annotation {ast.unparse(note)!r} must only name types (torch.Tensor, dict[str, int], float | None)")
+
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        self._check_annotations(node)
         is_epilogue = False
         for dec in node.decorator_list:
             target = dec.func if isinstance(dec, ast.Call) else dec
@@ -443,6 +461,9 @@ class _Checker(ast.NodeVisitor):
     def visit_Match(self, node: ast.AST) -> None:
         self._banned(node, "match statements")
 
+    def visit_NamedExpr(self, node: ast.NamedExpr) -> None:
+        self._banned(node, "assignment expressions (:=)")
+
     # --- stores --------------------------------------------------------------------------------
 
     def _check_target(self, target: ast.expr) -> None:
@@ -483,6 +504,8 @@ class _Checker(ast.NodeVisitor):
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         self._check_target(node.target)
+        if not all(isinstance(n, _TYPE_NODES) or (isinstance(n, ast.BinOp) and isinstance(n.op, ast.BitOr)) for n in ast.walk(node.annotation)):
+            self.flag(node, f"the annotation {ast.unparse(node.annotation)!r} must only name types")
         self.generic_visit(node)
 
     def visit_Delete(self, node: ast.Delete) -> None:
@@ -519,7 +542,7 @@ class _Checker(ast.NodeVisitor):
         func = node.func
         if self.epilogue_depth:
             self._epilogue_call(node)
-        if isinstance(func, ast.Name) and id(func) in self.builtins and func.id not in BUILTINS:
+        if isinstance(func, ast.Name) and id(func) in self.builtins and func.id not in BUILTINS and not self._message_str(func):
             self.flag(node, f"{func.id}() is not allowed in a candidate")
         elif isinstance(func, ast.Attribute) and not self._module_attr(func):
             if func.attr not in METHODS:
@@ -529,6 +552,10 @@ class _Checker(ast.NodeVisitor):
                 self.flag(node, f"calling .{func.attr}() on the module-level {root.id!r} is not allowed (state across calls)")
         self.generic_visit(node)
 
+    def _message_str(self, node: ast.Name) -> bool:
+        """``str`` in a raise or assert message: it only builds the text of a stop."""
+        return node.id == "str" and id(node) in self.raise_messages
+
     def _module_attr(self, node: ast.Attribute) -> bool:
         """``torch.f`` / ``math.f`` / ``P.f`` (checked in visit_Attribute); True when node is one."""
         return isinstance(node.value, ast.Name) and node.value.id in (self.torch | self.math | self.prims)
@@ -536,6 +563,10 @@ class _Checker(ast.NodeVisitor):
     def _stray_schedule(self, node: ast.Name | ast.Attribute) -> None:
         if self._is_primitive(node, "schedule") and id(node) not in self._schedule_names:
             self.flag(node, "schedule may only be used as the decorator @schedule({...}) of forward")
+        if self._is_primitive(node, "epilogue") and id(node) not in self._epilogue_decorators:
+            self.flag(node, "epilogue may only be used as the decorator @epilogue(...) of a module-level function")
+        if self._is_primitive(node, "Epilogue"):
+            self.flag(node, "Epilogue objects are made with the decorator @epilogue(...), not by hand")
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         self._stray_schedule(node)
@@ -564,7 +595,41 @@ class _Checker(ast.NodeVisitor):
             self.flag(node, f"{ast.unparse(node)}: attribute chains beyond torch.<name> are not allowed")
         self.generic_visit(node)
 
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> None:
+        if self.epilogue_depth and not isinstance(node.op, (ast.USub, ast.UAdd)) and not isinstance(node.operand, ast.Constant):
+            self.flag(node, "only unary minus and plus are allowed on values inside an epilogue fn")
+        self.generic_visit(node)
+
+    def visit_Compare(self, node: ast.Compare) -> None:
+        if self.epilogue_depth:
+            self.flag(node, "comparisons are not allowed inside an epilogue fn (values are symbolic on the GPU): use maximum/minimum")
+        self.generic_visit(node)
+
+    def visit_BoolOp(self, node: ast.BoolOp) -> None:
+        if self.epilogue_depth:
+            self.flag(node, "and/or are not allowed inside an epilogue fn (values are symbolic on the GPU)")
+        self.generic_visit(node)
+
+    def visit_IfExp(self, node: ast.IfExp) -> None:
+        if self.epilogue_depth:
+            self.flag(node, "conditional expressions are not allowed inside an epilogue fn: use maximum/minimum")
+        self.generic_visit(node)
+
+    def visit_If(self, node: ast.If) -> None:
+        if self.epilogue_depth:
+            self.flag(node, "if statements are not allowed inside an epilogue fn: the GPU traces the fn once for every element")
+        self.generic_visit(node)
+
+    def visit_While(self, node: ast.While) -> None:
+        if self.epilogue_depth:
+            self.flag(node, "while loops are not allowed inside an epilogue fn")
+        self.generic_visit(node)
+
     def visit_BinOp(self, node: ast.BinOp) -> None:
+        constant = isinstance(node.left, ast.Constant) and isinstance(node.right, ast.Constant)
+        if self.epilogue_depth and not isinstance(node.op, EPILOGUE_OPERATORS) and not constant:
+            self.flag(node, f"the operator {_OP_SYMBOLS.get(type(node.op), type(node.op).__name__)} is not allowed inside an "
+                            "epilogue fn: + - * / work alike on the emulator and the GPU (use the value functions for the rest)")
         if isinstance(node.op, ast.MatMult):
             self.flag(node, "the @ operator is not allowed: the GEMM must run through primitives.gemm")
         if (isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant) and isinstance(node.left.value, str)
@@ -584,7 +649,7 @@ class _Checker(ast.NodeVisitor):
         elif isinstance(node.ctx, ast.Load):
             if node.id in self.torch | self.math | self.prims and id(node) not in self._value_roots:
                 self.flag(node, f"{node.id} may only be used as {node.id}.<name> (no aliases or passing the module around)")
-            elif id(node) in self.builtins and node.id not in BUILTINS and not (
+            elif id(node) in self.builtins and node.id not in BUILTINS and not self._message_str(node) and not (
                     id(node) in self.annotation_names and node.id in ANNOTATION_BUILTINS):
                 self.flag(node, f"the name {node.id!r} is not allowed in a candidate")
         self.generic_visit(node)

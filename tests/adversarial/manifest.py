@@ -130,6 +130,7 @@ CPU_CASES: list[Case] = [
         reason_any=STATE_WORDS,
     ),
     Case("state_dict_nested_in_tuple.py", "state", STATE | {RUNTIME}, task="gemm_residual"),
+    Case("state_iterator_in_annotation.py", "state", frozenset({STATIC})),
     # --- sandbox escapes ---------------------------------------------------------------------------------
     *_cases(
         "escape", ESCAPE,
@@ -142,6 +143,8 @@ CPU_CASES: list[Case] = [
     Case("escape_torch_ops_mm.py", "escape", COMPUTE, reason_any=GEMM_WORDS),
     Case("escape_builtin_via_shadowing_param.py", "escape", frozenset({STATIC}), task="gemm_residual"),
     Case("escape_builtin_via_bare_annotation.py", "escape", frozenset({STATIC}), task="gemm_residual"),
+    *_cases("escape", frozenset({STATIC}), "escape_exec_in_annotation", "escape_walrus_in_comprehension",
+            "escape_exec_in_epilogue_decorator_args", task="gemm_residual"),
     # --- secrets -----------------------------------------------------------------------------------------
     *_cases(
         "secret", SECRET,
@@ -170,6 +173,10 @@ CPU_CASES: list[Case] = [
     Case("compute_epilogue_tells_backends_apart.py", "compute", frozenset({STATIC}), task="gemm_residual"),
     Case("compute_meta_detect_skips_gemm_at_bench.py", "compute", frozenset({STATIC}), task="gemm_residual"),
     Case("compute_device_through_dict_keyword.py", "compute", frozenset({STATIC}), task="gemm_residual"),
+    *_cases("compute", frozenset({STATIC}), "compute_epilogue_object_by_hand", "compute_epilogue_decorated_at_runtime",
+            "compute_epilogue_mod_differs_on_gpu", "compute_meta_detect_via_annotation_str", task="gemm_residual"),
+    # the emulator's outputs are dense now, so the CPU takes the GPU's branch and sees its wrong dtype
+    Case("compute_host_tells_emulator_by_stride.py", "compute", frozenset({STATIC, WRONG}), task="gemm_residual"),
     Case("compute_value_read_opts_out_of_bench_check.py", "compute", frozenset({STATIC, COMPILE}), task="gemm_residual",
          stages=("correctness", "compile"), timeout=240.0),
     # --- processes that outlive the verifier -------------------------------------------------------------
