@@ -79,6 +79,9 @@ PLACING = frozenset({"to", "new_zeros", "new_ones", "new_full", "new_empty", "ze
 _TYPE_NODES = (ast.Name, ast.Attribute, ast.Subscript, ast.Tuple, ast.List, ast.Constant, ast.Load, ast.BitOr)
 #: Binary operators an epilogue fn's values support alike on the emulator and the GPU (``%``, ``//``, ``**`` differ).
 EPILOGUE_OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.Div)
+#: Control flow on values that the emulator's tensors and the GPU's symbolic values do not share.
+_EPILOGUE_BANNED: dict[type, str] = {ast.Compare: "comparisons", ast.BoolOp: "and/or", ast.IfExp: "conditional expressions",
+                                     ast.If: "if statements", ast.While: "while loops"}
 _OP_SYMBOLS = {ast.Mod: "%", ast.FloorDiv: "//", ast.Pow: "**", ast.MatMult: "@", ast.BitAnd: "&", ast.BitOr: "|",
                ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>"}
 #: Builtins that may name a type in an annotation (``-> dict[str, torch.Tensor]``), though not be called.
@@ -595,34 +598,15 @@ class _Checker(ast.NodeVisitor):
             self.flag(node, f"{ast.unparse(node)}: attribute chains beyond torch.<name> are not allowed")
         self.generic_visit(node)
 
+    def visit(self, node: ast.AST) -> None:
+        if self.epilogue_depth and type(node) in _EPILOGUE_BANNED:
+            self.flag(node, f"{_EPILOGUE_BANNED[type(node)]} are not allowed inside an epilogue fn: the GPU traces it once "
+                            "for every element, on symbolic values (use maximum/minimum for clamps and selects)")
+        super().visit(node)
+
     def visit_UnaryOp(self, node: ast.UnaryOp) -> None:
         if self.epilogue_depth and not isinstance(node.op, (ast.USub, ast.UAdd)) and not isinstance(node.operand, ast.Constant):
             self.flag(node, "only unary minus and plus are allowed on values inside an epilogue fn")
-        self.generic_visit(node)
-
-    def visit_Compare(self, node: ast.Compare) -> None:
-        if self.epilogue_depth:
-            self.flag(node, "comparisons are not allowed inside an epilogue fn (values are symbolic on the GPU): use maximum/minimum")
-        self.generic_visit(node)
-
-    def visit_BoolOp(self, node: ast.BoolOp) -> None:
-        if self.epilogue_depth:
-            self.flag(node, "and/or are not allowed inside an epilogue fn (values are symbolic on the GPU)")
-        self.generic_visit(node)
-
-    def visit_IfExp(self, node: ast.IfExp) -> None:
-        if self.epilogue_depth:
-            self.flag(node, "conditional expressions are not allowed inside an epilogue fn: use maximum/minimum")
-        self.generic_visit(node)
-
-    def visit_If(self, node: ast.If) -> None:
-        if self.epilogue_depth:
-            self.flag(node, "if statements are not allowed inside an epilogue fn: the GPU traces the fn once for every element")
-        self.generic_visit(node)
-
-    def visit_While(self, node: ast.While) -> None:
-        if self.epilogue_depth:
-            self.flag(node, "while loops are not allowed inside an epilogue fn")
         self.generic_visit(node)
 
     def visit_BinOp(self, node: ast.BinOp) -> None:
