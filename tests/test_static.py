@@ -74,6 +74,17 @@ def test_every_human_kernel_passes():
         ("@epilogue()\ndef e(acc):\n    return {'D': acc ** 2}\n", "the operator ** is not allowed inside an epilogue fn"),
         ("@epilogue()\ndef e(acc):\n    return {'D': (acc > 0) * acc}\n", "comparisons are not allowed inside an epilogue fn"),
         ("@epilogue()\ndef e(acc):\n    if acc:\n        acc = -acc\n    return {'D': acc}\n", "if statements are not allowed inside an epilogue fn"),
+        # a fourth pass: rebinding what an epilogue trusts by name, augmented operators, loops and indexing on values
+        ("from coda_agent.primitives import relu\ndef host_relu(v):\n    return v\nrelu = host_relu\n", "'relu' is a primitive or one of the module's functions: it may not be rebound"),
+        ("def helper(v):\n    return v\ndef other(v):\n    return v\nhelper = other\n", "'helper' is a primitive or one of the module's functions"),
+        ("def helper(v):\n    return v\ndef helper(v):\n    return v\n", "'helper' is defined or imported twice"),
+        ("from coda_agent.primitives import sqrt\nfrom math import sqrt\n", "'sqrt' is a primitive or one of the module's functions"),
+        ("from coda_agent.primitives import sqrt\nfrom coda_agent.primitives import sqrt\n", "'sqrt' is defined or imported twice"),
+        ("@epilogue()\ndef e(acc):\n    b = acc\n    b %= 1.0\n    return {'D': b}\n", "the operator %= is not allowed inside an epilogue fn"),
+        ("@epilogue()\ndef e(acc):\n    return {'D': acc[:, 0]}\n", "only a constant index"),
+        ("@epilogue()\ndef e(acc):\n    for r in acc:\n        acc = r\n    return {'D': acc}\n", "for loops are not allowed inside an epilogue fn"),
+        ("@epilogue()\ndef e(acc):\n    return {'D': acc * math.prod(acc)}\n", "math.prod() cannot be called inside an epilogue fn"),
+        ("def forward(x):\n    dev = x.device\n    y = torch.zeros(3, device=dev)\n    return {'y': y if dev == y.device else y}\n", "x.device may only place a new tensor"),
         ("exec: int\ndef forward(x):\n    exec('y = 1')\n    return {}\n", "exec() is not allowed"),
         ("def forward(x) -> exec('1'):\n    return {}\n", "exec() is not allowed"),
         ("@epilogue()\ndef e(acc):\n    return {'D': acc.clamp(0)}\n", "acc.clamp() cannot be called inside an epilogue fn"),
@@ -145,6 +156,7 @@ def test_what_the_new_rules_leave_alone():
               "    scale = 2.0 ** -0.5\n"
               "    if x.shape[1] != w.shape[1]:\n        raise ValueError(f'K differs: {x.shape} {w.shape}')\n"
               "    assert x.dim() == 2, f'x is {x.dim()}-d'\n"
-              "    zero = torch.zeros(x.shape[0], device=x.device).to(x.device)\n"
+              "    dev = x.device\n"
+              "    zero = torch.zeros(x.shape[0], device=x.device).to(dev) + torch.ones(1, device=dev)\n"
               "    return {'out': gemm(e, x, w.t(), C=residual)['D'], 'zero': zero}\n")
     assert check_source(source) == []

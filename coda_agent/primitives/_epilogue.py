@@ -216,6 +216,10 @@ class GemmCall:
         return stored, reduced
 
 
+#: What D and the extra outputs can be stored as.
+OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
 def _is_scalar(v: Any) -> bool:
     return (isinstance(v, (int, float)) and not isinstance(v, bool)) or (isinstance(v, torch.Tensor) and v.numel() == 1)
 
@@ -223,7 +227,9 @@ def _is_scalar(v: Any) -> bool:
 def resolve_operand(epi: Epilogue, name: str, v: Any, m: int, n: int) -> Operand:
     """Decide an operand's kind from its shape (and pin), as QuACK does, but with one clear message."""
     if _is_scalar(v):
-        return Operand("scalar", float(v.item()) if isinstance(v, torch.Tensor) else float(v))
+        if isinstance(v, torch.Tensor):  # a meta tensor (the checker's shapes-only run) has no value to read
+            return Operand("scalar", 0.0 if v.is_meta else float(v.item()))
+        return Operand("scalar", float(v))
     if not isinstance(v, torch.Tensor):
         raise EpilogueError(f"operand {name!r} must be a number or a torch.Tensor, got {type(v).__name__}")
     shape = tuple(v.shape)
@@ -329,6 +335,8 @@ def gemm(
     if not store_d and epi.mode == "packed":
         raise EpilogueError("packed mode always writes D (the interleaved gradient); store_d=False is not allowed")
     dtype = C.dtype if (epi.mode == "packed" and C is not None) else (out_dtype or A.dtype)
+    if dtype not in OUT_DTYPES:
+        raise EpilogueError(f"out_dtype must be one of bf16, fp16, fp32 (what the kernel can store), got {dtype}")
     if config is not None and not isinstance(config, Config):
         raise EpilogueError("config must be a primitives.Config")
     key = (epi.name, m, n, int(A.shape[1]))

@@ -80,8 +80,11 @@ _TYPE_NODES = (ast.Name, ast.Attribute, ast.Subscript, ast.Tuple, ast.List, ast.
 #: Binary operators an epilogue fn's values support alike on the emulator and the GPU (``%``, ``//``, ``**`` differ).
 EPILOGUE_OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.Div)
 #: Control flow on values that the emulator's tensors and the GPU's symbolic values do not share.
-_EPILOGUE_BANNED: dict[type, str] = {ast.Compare: "comparisons", ast.BoolOp: "and/or", ast.IfExp: "conditional expressions",
-                                     ast.If: "if statements", ast.While: "while loops"}
+_EPILOGUE_BANNED: dict[type, str] = {
+    ast.Compare: "comparisons", ast.BoolOp: "and/or", ast.IfExp: "conditional expressions", ast.If: "if statements",
+    ast.While: "while loops", ast.For: "for loops", ast.ListComp: "comprehensions", ast.SetComp: "comprehensions",
+    ast.DictComp: "comprehensions", ast.GeneratorExp: "generator expressions", ast.Starred: "starred expressions",
+}
 _OP_SYMBOLS = {ast.Mod: "%", ast.FloorDiv: "//", ast.Pow: "**", ast.MatMult: "@", ast.BitAnd: "&", ast.BitOr: "|",
                ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>"}
 #: Builtins that may name a type in an annotation (``-> dict[str, torch.Tensor]``), though not be called.
@@ -245,11 +248,33 @@ def primitive_aliases(tree: ast.Module) -> dict[str, str]:
             for a in node.names if a.name in primitives.__all__}
 
 
+def rebindings(tree: ast.Module, protected: Collection[str]) -> list[tuple[ast.AST, str]]:
+    """Every binding of a protected name (a primitive's import, a module-level function) besides its own: an
+    epilogue fn trusts ``relu(...)`` or ``helper(...)`` by name, so the name must keep meaning that one thing."""
+    own = {id(n) for n in tree.body
+           if isinstance(n, ast.FunctionDef) or (isinstance(n, ast.ImportFrom) and n.module == PRIMITIVES and not n.level)}
+    found: list[tuple[ast.AST, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names = [node.id]
+        elif isinstance(node, ast.arg):
+            names = [node.arg]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and id(node) not in own:
+            names = [node.name]
+        elif isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in own:
+            names = [(a.asname or a.name).split(".")[0] for a in node.names]
+        else:
+            continue
+        found += [(node, n) for n in names if n in protected]
+    return found
+
+
 def _device_placements(tree: ast.Module) -> set[int]:
     """The ``.device`` reads that only place a new tensor: ``device=x.device`` of a function or method that makes
-    one (:data:`PLACING`; not of ``dict``, ``.update`` or a helper, which would hand the device to host code), and
-    ``.to(x.device)``."""
+    one (:data:`PLACING`; not of ``dict``, ``.update`` or a helper, which would hand the device to host code),
+    ``.to(x.device)``, and ``dev = x.device`` in a function that uses ``dev`` only in those places."""
     ok: set[int] = set()
+    placed: set[int] = set()  # Name loads in a placing position
     for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
         if not (isinstance(call.func, ast.Attribute) and call.func.attr in PLACING):
             continue
@@ -257,6 +282,17 @@ def _device_placements(tree: ast.Module) -> set[int]:
         if call.func.attr == "to" and call.args:
             values.append(call.args[0])
         ok.update(id(v) for v in values if isinstance(v, ast.Attribute) and v.attr == "device")
+        placed.update(id(v) for v in values if isinstance(v, ast.Name))
+    for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+        names = [n for n in ast.walk(fn) if isinstance(n, ast.Name)]
+        for a in (n for n in ast.walk(fn) if isinstance(n, ast.Assign)):
+            if not (len(a.targets) == 1 and isinstance(a.targets[0], ast.Name)
+                    and isinstance(a.value, ast.Attribute) and a.value.attr == "device"):
+                continue
+            uses = [n for n in names if n.id == a.targets[0].id]
+            stores = [n for n in uses if not isinstance(n.ctx, ast.Load)]
+            if len(stores) == 1 and all(id(n) in placed for n in uses if isinstance(n.ctx, ast.Load)):
+                ok.add(id(a.value))
     return ok
 
 
@@ -497,6 +533,9 @@ class _Checker(ast.NodeVisitor):
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
         self._check_target(node.target)
+        if self.epilogue_depth and not isinstance(node.op, EPILOGUE_OPERATORS):
+            self.flag(node, f"the operator {_OP_SYMBOLS.get(type(node.op), type(node.op).__name__)}= is not allowed inside an "
+                            "epilogue fn: + - * / work alike on the emulator and the GPU (use the value functions for the rest)")
         if isinstance(node.op, ast.MatMult):
             self.flag(node, "the @= operator is not allowed: the GEMM must run through primitives.gemm")
         if isinstance(node.target, ast.Name) and self.params and node.target.id in self.params[-1]:
@@ -532,8 +571,9 @@ class _Checker(ast.NodeVisitor):
         ok = (isinstance(func, ast.Name) and (self.prim_aliases.get(func.id) in EPILOGUE_FUNCTIONS
                                               or (func.id in EPILOGUE_BUILTINS and id(func) in self.builtins)
                                               or func.id in self.epilogue_helpers))
+        on_numbers = all(_is_constant(a) for a in (*node.args, *(k.value for k in node.keywords)))
         ok = ok or (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
-                    and ((func.value.id in self.prims and func.attr in EPILOGUE_FUNCTIONS) or func.value.id in self.math))
+                    and ((func.value.id in self.prims and func.attr in EPILOGUE_FUNCTIONS) or (func.value.id in self.math and on_numbers)))
         if not ok:
             self.flag(node, f"{ast.unparse(func)}() cannot be called inside an epilogue fn: its values are symbolic "
                             f"on the GPU; call the primitives' value functions ({', '.join(sorted(EPILOGUE_FUNCTIONS))}), "
@@ -603,6 +643,12 @@ class _Checker(ast.NodeVisitor):
             self.flag(node, f"{_EPILOGUE_BANNED[type(node)]} are not allowed inside an epilogue fn: the GPU traces it once "
                             "for every element, on symbolic values (use maximum/minimum for clamps and selects)")
         super().visit(node)
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        if self.epilogue_depth and not (isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, int)):
+            self.flag(node, f"{ast.unparse(node)}: inside an epilogue fn only a constant index (of a tuple such as "
+                            "dswiglu's) is allowed; a value is one element, not a tile")
+        self.generic_visit(node)
 
     def visit_UnaryOp(self, node: ast.UnaryOp) -> None:
         if self.epilogue_depth and not isinstance(node.op, (ast.USub, ast.UAdd)) and not isinstance(node.operand, ast.Constant):
@@ -687,6 +733,13 @@ def check_source(source: str) -> list[Violation]:
     for node in tree.body:
         if not isinstance(node, (ast.Import, ast.ImportFrom)):
             checker.visit(node)
+    protected = set(checker.prim_aliases) | {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    defined = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)] + [
+        a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) and n.module == PRIMITIVES for a in n.names]
+    for name in {d for d in defined if defined.count(d) > 1}:
+        checker.flag(tree, f"{name!r} is defined or imported twice: each function and primitive has one meaning")
+    for site, name in rebindings(tree, protected):
+        checker.flag(site, f"{name!r} is a primitive or one of the module's functions: it may not be rebound")
     has_forward = any(isinstance(n, ast.FunctionDef) and n.name == "forward" for n in tree.body)
     if not has_forward:
         checker.violations.append(Violation(0, "the module must define a top-level function forward(**inputs)"))

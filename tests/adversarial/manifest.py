@@ -175,6 +175,10 @@ CPU_CASES: list[Case] = [
     Case("compute_device_through_dict_keyword.py", "compute", frozenset({STATIC}), task="gemm_residual"),
     *_cases("compute", frozenset({STATIC}), "compute_epilogue_object_by_hand", "compute_epilogue_decorated_at_runtime",
             "compute_epilogue_mod_differs_on_gpu", "compute_meta_detect_via_annotation_str", task="gemm_residual"),
+    *_cases("compute", frozenset({STATIC}), "compute_primitive_rebound_to_host_code", "compute_helper_rebound_after_its_check",
+            "compute_primitive_rebound_in_epilogue", "compute_epilogue_augmented_mod", "compute_epilogue_iterates_the_tile",
+            task="gemm_residual"),
+    Case("compute_out_dtype_the_kernel_cannot_store.py", "compute", frozenset({STATIC, RUNTIME}), task="gemm_residual"),
     # the emulator's outputs are dense now, so the CPU takes the GPU's branch and sees its wrong dtype
     Case("compute_host_tells_emulator_by_stride.py", "compute", frozenset({STATIC, WRONG}), task="gemm_residual"),
     Case("compute_value_read_opts_out_of_bench_check.py", "compute", frozenset({STATIC, COMPILE}), task="gemm_residual",
