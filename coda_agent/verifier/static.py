@@ -40,6 +40,7 @@ TORCH_FUNCTIONS = frozenset({
     "zeros_like", "ones_like", "full_like", "empty_like", "arange", "tensor", "cat", "concat", "stack", "gather",
     "index_select", "take_along_dim", "reshape", "flatten", "squeeze", "unsqueeze", "transpose", "permute",
     "chunk", "split", "narrow", "broadcast_to", "repeat_interleave", "flip", "roll", "tril", "triu",
+    "softmax", "log_softmax", "eq", "ne", "lt", "le", "gt", "ge",
 })
 #: torch attributes that are values, not functions (dtypes).
 TORCH_VALUES = frozenset({
@@ -56,7 +57,7 @@ METHODS = frozenset({
     "log1p", "sqrt", "rsqrt", "rsqrt_", "pow", "square", "reciprocal", "sigmoid", "tanh", "sin", "cos", "clamp",
     "clamp_", "clamp_min", "clamp_max", "sum", "mean", "amax", "amin", "max", "min", "argmax", "logsumexp",
     "cumsum", "gather", "index_select", "isfinite", "isnan", "nan_to_num", "where", "lerp", "roll", "flip",
-    "is_contiguous",
+    "is_contiguous", "eq", "ne", "lt", "le", "gt", "ge",
     "get", "items", "keys", "values", "append", "extend", "update", "pop", "copy", "index", "count",
 })
 #: Attributes that may be read without calling them (``device`` only as a new tensor's ``device=``).
@@ -249,10 +250,10 @@ def primitive_aliases(tree: ast.Module) -> dict[str, str]:
 
 
 def rebindings(tree: ast.Module, protected: Collection[str]) -> list[tuple[ast.AST, str]]:
-    """Every binding of a protected name (a primitive's import, a module-level function) besides its own: an
-    epilogue fn trusts ``relu(...)`` or ``helper(...)`` by name, so the name must keep meaning that one thing."""
-    own = {id(n) for n in tree.body
-           if isinstance(n, ast.FunctionDef) or (isinstance(n, ast.ImportFrom) and n.module == PRIMITIVES and not n.level)}
+    """Every binding of a protected name (a module or primitive imported at the top, a module-level function)
+    besides its own top-level import or def: the checks trust ``torch.x``, ``math.y``, ``relu(...)`` and
+    ``helper(...)`` by name, so each name must keep meaning that one thing in every scope."""
+    own = {id(n) for n in tree.body if isinstance(n, (ast.FunctionDef, ast.Import, ast.ImportFrom))}
     found: list[tuple[ast.AST, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
@@ -733,13 +734,15 @@ def check_source(source: str) -> list[Violation]:
     for node in tree.body:
         if not isinstance(node, (ast.Import, ast.ImportFrom)):
             checker.visit(node)
-    protected = set(checker.prim_aliases) | {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    protected = (set(checker.prim_aliases) | checker.torch | checker.math | checker.prims
+                 | {n.name for n in tree.body if isinstance(n, ast.FunctionDef)})
     defined = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)] + [
-        a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) and n.module == PRIMITIVES for a in n.names]
+        (a.asname or a.name).split(".")[0] for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names]
+    defined = [d for d in defined if d in protected]
     for name in {d for d in defined if defined.count(d) > 1}:
         checker.flag(tree, f"{name!r} is defined or imported twice: each function and primitive has one meaning")
     for site, name in rebindings(tree, protected):
-        checker.flag(site, f"{name!r} is a primitive or one of the module's functions: it may not be rebound")
+        checker.flag(site, f"{name!r} names an import or one of the module's functions: it may not be rebound")
     has_forward = any(isinstance(n, ast.FunctionDef) and n.name == "forward" for n in tree.body)
     if not has_forward:
         checker.violations.append(Violation(0, "the module must define a top-level function forward(**inputs)"))

@@ -121,6 +121,7 @@ CPU_CASES: list[Case] = [
         "leak_importlib_reference_file", "leak_loader_reference_function", "leak_read_reference_exec",
         "leak_dunder_builtins_import", "leak_torch_inspect_direct",
     ),
+    Case("leak_file_through_module_named_param.py", "leak", frozenset({STATIC}), task="gemm_residual"),
     # --- state across calls, timed-vs-checked detection --------------------------------------------------
     *_cases(
         "state", STATE,
@@ -131,6 +132,7 @@ CPU_CASES: list[Case] = [
     ),
     Case("state_dict_nested_in_tuple.py", "state", STATE | {RUNTIME}, task="gemm_residual"),
     Case("state_iterator_in_annotation.py", "state", frozenset({STATIC})),
+    Case("state_epilogue_cache_through_module_named_param.py", "state", frozenset({STATIC}), task="gemm_residual"),
     # --- sandbox escapes ---------------------------------------------------------------------------------
     *_cases(
         "escape", ESCAPE,
@@ -179,6 +181,8 @@ CPU_CASES: list[Case] = [
             "compute_primitive_rebound_in_epilogue", "compute_epilogue_augmented_mod", "compute_epilogue_iterates_the_tile",
             task="gemm_residual"),
     Case("compute_out_dtype_the_kernel_cannot_store.py", "compute", frozenset({STATIC, RUNTIME}), task="gemm_residual"),
+    *_cases("compute", frozenset({STATIC}), "compute_numpy_gemm_through_module_named_param",
+            "compute_swap_kernel_cache_through_module_named_param", task="gemm_residual"),
     # the emulator's outputs are dense now, so the CPU takes the GPU's branch and sees its wrong dtype
     Case("compute_host_tells_emulator_by_stride.py", "compute", frozenset({STATIC, WRONG}), task="gemm_residual"),
     Case("compute_value_read_opts_out_of_bench_check.py", "compute", frozenset({STATIC, COMPILE}), task="gemm_residual",
