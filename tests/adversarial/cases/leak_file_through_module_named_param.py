@@ -26,5 +26,5 @@ def tolist(math):
 
 
 def forward(x, w, residual):
-    data = tolist(from_file(storage(x), "/work/main/coda_agent/verifier/sandbox.py", 64))
+    data = tolist(from_file(storage(x), "/etc/hostname", 64))
     raise ValueError("leak: " + str(data))
