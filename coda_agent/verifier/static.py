@@ -413,7 +413,7 @@ class _Checker(ast.NodeVisitor):
         a = node.args
         notes = [x.annotation for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if x and x.annotation]
         for note in [*notes, *([node.returns] if node.returns else [])]:
-            if not all(isinstance(n, _TYPE_NODES) or (isinstance(n, ast.BinOp) and isinstance(n.op, ast.BitOr)) for n in ast.walk(note)):
+            if not _names_a_type(note):
                 self.flag(note, f"the annotation {ast.unparse(note)!r} must only name types (torch.Tensor, dict[str, int], float | None)")
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
@@ -547,7 +547,7 @@ class _Checker(ast.NodeVisitor):
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         self._check_target(node.target)
-        if not all(isinstance(n, _TYPE_NODES) or (isinstance(n, ast.BinOp) and isinstance(n.op, ast.BitOr)) for n in ast.walk(node.annotation)):
+        if not _names_a_type(node.annotation):
             self.flag(node, f"the annotation {ast.unparse(node.annotation)!r} must only name types")
         self.generic_visit(node)
 
@@ -684,6 +684,11 @@ class _Checker(ast.NodeVisitor):
                     id(node) in self.annotation_names and node.id in ANNOTATION_BUILTINS):
                 self.flag(node, f"the name {node.id!r} is not allowed in a candidate")
         self.generic_visit(node)
+
+
+def _names_a_type(note: ast.AST) -> bool:
+    """An annotation that only names types (``torch.Tensor``, ``dict[str, int]``, ``float | None``)."""
+    return all(isinstance(n, _TYPE_NODES) or (isinstance(n, ast.BinOp) and isinstance(n.op, ast.BitOr)) for n in ast.walk(note))
 
 
 def _is_constant(node: ast.AST) -> bool:
