@@ -1,0 +1,183 @@
+"""Issue 9's GPU probe: where the human kernels' schedules lose time, measured one variable at a time.
+
+For each (task, shape) row it times, interleaved with the bench's protocol (CUDA events, L2 flushed, rotating
+order), the human kernel as written, the same kernel with QuACK's dynamic persistent scheduler, optionally every
+config of a small sweep with and without it, the task's GEMMs through cuBLAS, QuACK's plain GEMM, and, for the
+SwiGLU backward, QuACK's own dedicated dgated path (``gemm_dact``). ``--ncu`` instead runs each variant of one
+row once between cudaProfilerStart/Stop, for ``ncu --profile-from-start off``.
+
+It is a probe, not the bench: nothing here goes through the sandboxed verifier, and what it finds becomes a default
+in ``coda_agent/primitives`` only after ``coda-agent bench`` measures it. GPU only, with the project root on
+PYTHONPATH (``source .gpu2/env.sh``):
+
+    python3 bench/probes/schedule_probe.py --row gemm_swiglu_bwd --sweep gemm_swiglu_bwd --json probe.json
+    python3 bench/probes/schedule_probe.py --precompile 0/8 ...   # build one eighth of the kernels, time nothing
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from coda_agent.measure.baselines import cublas_gemms
+from coda_agent.measure.timing import Clock, RepPlan, time_interleaved
+from coda_agent.primitives import Config, _quack, backend
+from coda_agent.tasks.loader import find_task, import_file
+
+#: The configs of ``--sweep``, both clusters each: QuACK's SM90 space for gated epilogues (tile_n % 32 == 0), and
+#: 128x208, which only element mode takes (a variant QuACK refuses is left out with its reason).
+SWEEP = [Config(tile_m=m, tile_n=n, pingpong=pp, cluster_m=cm, cluster_n=cn)
+         for m, n, pp in ((128, 128, True), (128, 160, True), (128, 192, True), (256, 128, False), (256, 192, False),
+                          (128, 256, False), (128, 208, True))
+         for cm, cn in ((2, 1), (1, 2))]
+STATE: dict[str, Any] = {"dynamic": False, "config": None}
+
+
+@functools.cache
+def _gemm_config(config: Config | None, dynamic: bool) -> Any:
+    from quack.gemm_config import GemmConfig
+
+    c = config or Config()
+    return GemmConfig(tile_m=c.tile_m, tile_n=c.tile_n, cluster_m=c.cluster_m, cluster_n=c.cluster_n,
+                      pingpong=c.pingpong, is_dynamic_persistent=dynamic, max_swizzle_size=c.max_swizzle_size)
+
+
+def _forced(run: Callable[..., Any]) -> Callable[..., Any]:
+    """The QuACK backend with the probe's config (if any) over the kernel's own."""
+    def go(call: Any) -> Any:
+        if STATE["config"] is not None:
+            call = dataclasses.replace(call, config=STATE["config"])
+        return run(call)
+    return go
+
+
+def human_variant(forward: Callable[..., Any], kwargs: dict[str, Any], dynamic: bool,
+                  config: Config | None = None) -> Callable[[], Any]:
+    def call() -> Any:
+        STATE["dynamic"], STATE["config"] = dynamic, config
+        return forward(**kwargs)
+    return call
+
+
+def variants_for(task_name: str, dims: dict[str, int], sweep: bool) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
+    task = find_task(task_name)
+    assert task.human_file is not None, f"{task_name} has no human kernel"
+    human = import_file(task.human_file, f"probe_human_{task_name}")
+    inputs = task.make_inputs(dims, seed=0, device="cuda")
+    kwargs = {**inputs, **task.constants}
+    out: dict[str, Callable[[], Any]] = {
+        "as written": human_variant(human.forward, kwargs, False),
+        "as written, dynamic": human_variant(human.forward, kwargs, True),
+    }
+    if sweep:
+        for c in SWEEP:
+            label = f"{c.tile_m}x{c.tile_n} {'pp' if c.pingpong else 'coop'} {c.cluster_m}x{c.cluster_n}"
+            out[label] = human_variant(human.forward, kwargs, False, c)
+            out[label + ", dynamic"] = human_variant(human.forward, kwargs, True, c)
+    gemms = cublas_gemms(task, dims)
+    if gemms is not None:
+        out["cublas"] = gemms
+    from quack.gemm_interface import gemm as quack_gemm
+    from quack.gemm_interface import gemm_dact
+    m, n, k = task.gemm_shapes(dims)[0]
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16) / k**0.5
+    out["quack gemm"] = lambda: quack_gemm(a, b, tuned=False, dynamic_scheduler=False)
+    if task_name == "gemm_swiglu_bwd":
+        dy, w, pre = inputs["dy"], inputs["w_down"], inputs["preact"]
+        out["quack gemm_dact"] = lambda: gemm_dact(dy, w, pre, activation="swiglu", colvec_reduce=True, tuned=False)
+        out["quack gemm_dact, static"] = lambda: gemm_dact(dy, w, pre, activation="swiglu", colvec_reduce=True,
+                                                           tuned=False, dynamic_scheduler=False)
+    return out, {"task": task_name, "dims": dims, "M,N,K": [m, n, k]}
+
+
+def runnable(variants: dict[str, Callable[[], Any]]) -> dict[str, Callable[[], Any]]:
+    """Run each variant once (builds its kernel); the ones that fail are left out, with the reason printed."""
+    kept = {}
+    for name, fn in variants.items():
+        try:
+            fn()
+            torch.cuda.synchronize()
+        except Exception as e:  # a config QuACK refuses for this epilogue, a kernel that does not build
+            print(f"  left out {name}: {type(e).__name__}: {str(e)[:160]}", flush=True)
+            continue
+        kept[name] = fn
+    return kept
+
+
+def rows(specs: list[str]) -> list[tuple[str, str, dict[str, int]]]:
+    """``task`` (every bench shape) or ``task:shape``."""
+    found = []
+    for spec in specs:
+        name, _, shape = spec.partition(":")
+        task = find_task(name)
+        for point in task.shapes["bench"]:
+            if not shape or point.name == shape:
+                found.append((name, point.name, dict(point.dims)))
+    return found
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--row", action="append", default=[], help="task or task:shape (repeatable)")
+    p.add_argument("--sweep", action="append", default=[], help="tasks whose rows also time the config sweep")
+    p.add_argument("--json", type=Path, help="append one JSON object per row")
+    p.add_argument("--precompile", help="I/N: build (run once) the I-th of N slices of the variants, time nothing")
+    p.add_argument("--ncu", action="store_true", help="run each variant once inside the profiler range")
+    p.add_argument("--only", action="append", default=[], help="variants to keep (repeatable; default: all)")
+    args = p.parse_args()
+    backend.set_backend("quack", wrap=_forced)
+    _quack._gemm_config = lambda config: _gemm_config(config, STATE["dynamic"])  # type: ignore[assignment]
+    clock = Clock("cuda")
+    jobs = rows(args.row)
+    if args.precompile:
+        i, n = map(int, args.precompile.split("/"))
+        first = {t: (s, d) for t, s, d in reversed(jobs)}  # each task's first row: the kernels take any shape
+        k = 0
+        for t, (s, d) in first.items():
+            for name, fn in variants_for(t, d, t in args.sweep)[0].items():
+                if k % n == i:
+                    t0 = time.time()
+                    runnable({name: fn})
+                    print(f"built {t} {s} {name}: {time.time() - t0:.1f} s", flush=True)
+                k += 1
+        return
+    for task_name, shape, dims in jobs:
+        variants, meta = variants_for(task_name, dims, task_name in args.sweep)
+        variants = runnable({k: v for k, v in variants.items() if not args.only or k in args.only})
+        if args.ncu:
+            for fn in variants.values():
+                fn()
+            torch.cuda.synchronize()
+            torch.cuda.cudart().cudaProfilerStart()
+            for name, fn in variants.items():
+                torch.cuda.nvtx.range_push(name)
+                fn()
+                torch.cuda.nvtx.range_pop()
+            torch.cuda.synchronize()
+            torch.cuda.cudart().cudaProfilerStop()
+            print(f"ncu {task_name} {shape}: {', '.join(variants)}", flush=True)
+            continue
+        timings = time_interleaved(variants, clock, RepPlan(warmup=2, target_s=0.1, min_reps=15, max_reps=40))
+        base = timings["cublas"].median_us if "cublas" in timings else None
+        print(f"== {task_name} @ {shape} {meta['M,N,K']}", flush=True)
+        for name, timing in sorted(timings.items(), key=lambda kv: kv[1].median_us):
+            ratio = f"  {base / timing.median_us:.3f}x cuBLAS" if base else ""
+            print(f"  {timing.median_us:9.1f} us  p10 {timing.p10_us:9.1f}  p90 {timing.p90_us:9.1f}  {name}{ratio}",
+                  flush=True)
+        if args.json:
+            with args.json.open("a") as f:
+                f.write(json.dumps({**meta, "shape": shape, "device": torch.cuda.get_device_name(0),
+                                    "timings": {k: v.model_dump() for k, v in timings.items()}}) + "\n")
+
+
+if __name__ == "__main__":
+    main()
