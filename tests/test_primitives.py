@@ -351,9 +351,9 @@ def test_the_config_space_is_what_quack_accepts_for_the_mode_default_first():
         c.check("element", False)
 
 
-def test_the_default_config_widens_the_tile_only_where_the_arch_default_wastes_a_wave_and_the_epilogue_is_light():
+def test_the_default_config_narrows_the_tile_in_packed_mode_and_where_the_arch_default_wastes_a_wave():
     from coda_agent.primitives._epilogue import GemmCall, Operand
-    from coda_agent.primitives.configs import NARROW_TILE, default_config, tiles_moved, wave_cost
+    from coda_agent.primitives.configs import NARROW_TILE, PACKED_TILE, default_config, wave_cost
 
     @P.epilogue()
     def plain(acc):
@@ -368,22 +368,32 @@ def test_the_default_config_widens_the_tile_only_where_the_arch_default_wastes_a
     def heavy(acc, c, h):  # gemm_rmsnorm_bwd's traffic: C and h in, D and normed out
         return {"D": acc + c, "normed": h}
 
+    @P.epilogue(outputs=("act",), mode="packed")
+    def dgated(acc, c):
+        gate, up = P.unpack(c)
+        dgate, dup, act = P.dswiglu(gate, up, acc)
+        return {"D": P.pack(dgate, dup), "act": act}
+
     def call(epi, m, n):
         a, b = torch.empty(m, 64, device="meta", dtype=torch.bfloat16), torch.empty(64, n, device="meta", dtype=torch.bfloat16)
         tile = torch.empty(m, n, device="meta", dtype=torch.bfloat16)
         c, operands = (tile, {"h": Operand("tile", tile)}) if epi is heavy else (None, {})
+        if epi is dgated:
+            c = torch.empty(m, 2 * n, device="meta", dtype=torch.bfloat16)
         return GemmCall(epi, a, b, c, operands, {}, torch.bfloat16, None, True)
 
-    # M 8192 x N 2048 on 132 SMs: 704 tiles of 128x192 (6 waves, the last a third full) against 640 of 128x208 (5)
-    assert wave_cost(8192, 2048, P.Config()) / wave_cost(8192, 2048, NARROW_TILE) == pytest.approx(1.108, abs=1e-3)
+    # M 8192 x N 2048 on 132 SMs: 704 tiles of 128x192 (6 waves, the last a third full) against 1024 of 128x128 (8)
+    assert wave_cost(8192, 2048, P.Config()) / wave_cost(8192, 2048, NARROW_TILE) == pytest.approx(1.125, abs=1e-3)
     assert default_config(call(plain, 8192, 2048)) == NARROW_TILE
-    assert default_config(call(plain, 8192, 4096)) is None  # 1.5%: below the bar, the arch default stays
-    assert default_config(call(plain, 4096, 128256)) is None and default_config(call(plain, 256, 384)) is None
-    assert default_config(call(pair, 8192, 2048)) is None  # element mode only
-    assert default_config(call(plain, 8192, 2048), sms=144) is None  # 5 waves either way on 144 SMs
-    # four tiles through 64x16 epilogue subtiles cost more than the wave saves (the H200: 0.88x)
-    assert tiles_moved(call(plain, 8192, 2048)) == 1 and tiles_moved(call(heavy, 8192, 2048)) == 4
-    assert default_config(call(heavy, 8192, 2048)) is None
+    assert default_config(call(heavy, 8192, 2048)) == NARROW_TILE  # 128 columns keep the 64x32 epilogue subtile
+    assert default_config(call(plain, 8192, 4096)) is None  # 3.1%: below the bar, the arch default stays
+    assert default_config(call(plain, 8000, 4000)) is None  # the ragged shape, where 128x128 measured 14% slower
+    assert default_config(call(plain, 4096, 128256)) is None
+    assert default_config(call(plain, 256, 384)) == NARROW_TILE  # one partial wave either way: less work per SM
+    assert default_config(call(pair, 8192, 2048)) is None  # not in acc_pair mode
+    assert default_config(call(plain, 8192, 2048), sms=144) is None  # 5 waves of 192 against 8 of 128 on 144 SMs
+    for m, n in ((8192, 14336), (16384, 5632), (8000, 10000), (256, 384)):
+        assert default_config(call(dgated, m, n)) == PACKED_TILE  # every packed shape
 
 
 def test_a_schedule_crosses_the_wire_and_bad_entries_do_not():

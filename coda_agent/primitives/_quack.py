@@ -17,7 +17,7 @@ import torch
 
 from ._epilogue import Config, GemmCall
 from ._ops import ColVecLoad, ColVecReduce, ColVecSelect, OnlineLSEReduce, RowVecLoad, RowVecReduce
-from .configs import default_config
+from .configs import DYNAMIC_SCHEDULER, default_config
 from .quack_patches import compile_only
 
 _QUACK_MODE = {"element": None, "acc_pair": "acc_pair", "packed": "packed_cd_b16x2"}
@@ -63,18 +63,18 @@ def _epimod(call: GemmCall) -> Any:
 
 @functools.cache
 def _gemm_config(config: Config | None) -> Any:
-    """One GemmConfig object per Config: QuACK's eager call cache is keyed on the config's identity."""
-    if config is None:
-        return None
+    """One GemmConfig object per Config (None: the SM90 default), with the harness's scheduler: QuACK's eager call
+    cache is keyed on the config's identity."""
     from quack.gemm_config import GemmConfig
 
+    config = config or Config()
     return GemmConfig(
         tile_m=config.tile_m,
         tile_n=config.tile_n,
         cluster_m=config.cluster_m,
         cluster_n=config.cluster_n,
         pingpong=config.pingpong,
-        is_dynamic_persistent=False,
+        is_dynamic_persistent=DYNAMIC_SCHEDULER,
         max_swizzle_size=config.max_swizzle_size,
     )
 

@@ -24,7 +24,7 @@ from ._schedule import ScheduleKey
 from .quack_patches import H200_SM_COUNT
 
 #: (tile_m, tile_n, pingpong) candidates; each runs with every cluster of :data:`CLUSTERS`.
-TILES = ((128, 192, True), (128, 208, True), (128, 256, False), (256, 128, False), (256, 160, False), (256, 192, False))
+TILES = ((128, 128, True), (128, 192, True), (128, 208, True), (128, 256, False), (256, 128, False), (256, 160, False), (256, 192, False))
 #: (cluster_m, cluster_n): both 2-CTA clusters.
 CLUSTERS = ((2, 1), (1, 2))
 
@@ -46,15 +46,22 @@ def config_space(mode: Mode, has_outputs: bool) -> list[Config]:
     return sorted(space, key=lambda c: c != Config())
 
 
-#: The tile the default switches to where the wave model says the arch default wastes a wave.
-NARROW_TILE = Config(tile_n=208)
-#: The predicted gain below which the arch default stays (at 8192x4096 the model says 1.5%, the H200 measured 1.5%).
-NARROW_MIN_GAIN = 1.03
-#: The most full tiles an epilogue may move (C, tile operands, D, extra outputs) for the narrow tile to pay: at 208
-#: columns QuACK halves the epilogue's subtile to 64x16, so each tile moved takes twice the TMA transfers. Measured on
-#: the H200 at M 8192 x N 2048: 2 tiles (gemm_residual) 1.09x faster, 3 (gemm_residual_rmsnorm) 1.10x, 4
-#: (gemm_rmsnorm_bwd: C, h, D, normed) 0.88x (bench/README.md, Kernel configs).
-NARROW_MAX_TILES_MOVED = 3
+#: QuACK's dynamic persistent tile scheduler (an atomic tile counter instead of a fixed tile order) for every call,
+#: whatever its config: measured on the H200 (bench/probes, 2026-12-01) against the static order with the human
+#: kernels' configs at 15 bench rows of three tasks: faster at 14 (0.2-3.7%), 0.1% slower at one.
+DYNAMIC_SCHEDULER = True
+#: The tile every packed-mode call that names no config runs: the C and D tiles are twice as wide as the GEMM's, and
+#: at QuACK's 128x192 default the epilogue, not the mainloop, sets the time (ncu at gemm_swiglu_bwd coda-h2048:
+#: 51% SM and 30% DRAM throughput against 94% SM for the plain GEMM). 128x128 pingpong measured 1.13-1.58x faster at
+#: all five gemm_swiglu_bwd bench shapes, and faster than QuACK's own gemm_dact (bench/README.md, Kernel configs).
+PACKED_TILE = Config(tile_n=128)
+#: The tile an element-mode call that names no config runs where the wave model says the 128x192 default wastes
+#: part of a wave by :data:`NARROW_MIN_GAIN` or more (the narrow-N projections).
+NARROW_TILE = Config(tile_n=128)
+#: The predicted gain below which the arch default stays. Measured with the dynamic scheduler: at M 8192 x N 2048
+#: (model 1.125) 128x128 was 1.2-9% faster in two epilogues; at 1.031 (N 4096, and the ragged 8000 x 4000) it
+#: ranged from 2.6% faster to 14% slower.
+NARROW_MIN_GAIN = 1.05
 
 
 def wave_cost(m: int, n: int, config: Config, sms: int = H200_SM_COUNT) -> int:
@@ -64,21 +71,15 @@ def wave_cost(m: int, n: int, config: Config, sms: int = H200_SM_COUNT) -> int:
     return -(-tiles // sms) * config.tile_m * config.tile_n
 
 
-def tiles_moved(call: GemmCall) -> int:
-    """The full (M, N) tiles a call's epilogue loads or stores: C, its tile operands, D if stored, its extra outputs."""
-    loaded = (call.C is not None) + sum(op.kind == "tile" for op in call.operands.values())
-    return loaded + call.store_d + len(call.epi.outputs)
-
-
 def default_config(call: GemmCall, sms: int | None = None) -> Config | None:
-    """What a gemm call that names no config runs with: QuACK's SM90 default (None: 128x192 pingpong 2x1), or
-    128x208 pingpong in element mode where the default's tiles leave a wave mostly empty by
-    :data:`NARROW_MIN_GAIN` or more (the narrow-N projections: at M 8192, N 2048, 11 column tiles of 192 make
-    5.3 waves on 132 SMs, 10 of 208 make 4.8; measured on the H200 with gemm_residual's epilogue at K 8192:
-    352.5 µs against 386.2 µs, bench/README.md) and the epilogue moves at most :data:`NARROW_MAX_TILES_MOVED`
-    tiles. ``sms``: the device's count (default: the visible GPU's, else the H200's: the CPU compile builds what
-    an H200 would run)."""
-    if call.epi.mode != "element" or tiles_moved(call) > NARROW_MAX_TILES_MOVED:
+    """What a gemm call that names no config runs with: QuACK's SM90 default (None: 128x192 pingpong 2x1),
+    :data:`PACKED_TILE` in packed mode, or :data:`NARROW_TILE` in element mode where the wave model gains
+    :data:`NARROW_MIN_GAIN` (at M 8192, N 2048: 11 column tiles of 192 make 5.3 waves on 132 SMs, 16 of 128 make
+    7.8). ``sms``: the device's count (default: the visible GPU's, else the H200's: the CPU compile builds what an
+    H200 would run)."""
+    if call.epi.mode == "packed":
+        return PACKED_TILE
+    if call.epi.mode != "element":
         return None
     if sms is None:
         sms = (torch.cuda.get_device_properties(call.A.device).multi_processor_count
