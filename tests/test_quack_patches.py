@@ -94,8 +94,7 @@ def test_the_compile_only_backend_builds_for_sm90_and_leaves_no_arch_behind(no_a
 
 
 def test_a_narrow_call_without_a_config_builds_the_narrow_default_tile_for_sm90(no_arch, tmp_path, monkeypatch):
-    """The CPU compile builds what the H200 runs: at M 8192 x N 2048 the default is 128x128 (configs.default_config),
-    on the dynamic persistent scheduler."""
+    """The CPU compile builds what the H200 runs: at M 8192 x N 2048 the default is 128x128 (configs.default_config)."""
     import quack.cache
 
     from coda_agent.primitives import _quack

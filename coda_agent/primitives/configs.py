@@ -46,10 +46,11 @@ def config_space(mode: Mode, has_outputs: bool) -> list[Config]:
     return sorted(space, key=lambda c: c != Config())
 
 
-#: QuACK's dynamic persistent tile scheduler (an atomic tile counter instead of a fixed tile order) for every call,
-#: whatever its config: measured on the H200 (bench/probes, 2026-12-01) against the static order with the human
-#: kernels' configs at 15 bench rows of three tasks: faster at 14 (0.2-3.7%), 0.1% slower at one.
-DYNAMIC_SCHEDULER = True
+#: QuACK's dynamic persistent tile scheduler (an atomic tile counter instead of a fixed tile order): off. Measured on
+#: the H200 (bench/probes, 2026-12-01) with the human kernels' configs at 15 bench rows of three tasks it was faster at
+#: 14 (0.2-3.7%), but on SM90 QuACK zero-fills a fresh counter before every call: one more kernel launch per gemm
+#: call, which put 7 of 13 tasks over their launch budgets.
+DYNAMIC_SCHEDULER = False
 #: The tile every packed-mode call that names no config runs: the C and D tiles are twice as wide as the GEMM's, and
 #: at QuACK's 128x192 default the epilogue, not the mainloop, sets the time (ncu at gemm_swiglu_bwd coda-h2048:
 #: 51% SM and 30% DRAM throughput against 94% SM for the plain GEMM). 128x128 pingpong measured 1.13-1.58x faster at
@@ -58,7 +59,7 @@ PACKED_TILE = Config(tile_n=128)
 #: The tile an element-mode call that names no config runs where the wave model says the 128x192 default wastes
 #: part of a wave by :data:`NARROW_MIN_GAIN` or more (the narrow-N projections).
 NARROW_TILE = Config(tile_n=128)
-#: The predicted gain below which the arch default stays. Measured with the dynamic scheduler: at M 8192 x N 2048
+#: The predicted gain below which the arch default stays. Measured with the static scheduler: at M 8192 x N 2048
 #: (model 1.125) 128x128 was 1.2-9% faster in two epilogues; at 1.031 (N 4096, and the ragged 8000 x 4000) it
 #: ranged from 2.6% faster to 14% slower.
 NARROW_MIN_GAIN = 1.05
