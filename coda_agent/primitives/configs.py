@@ -53,15 +53,16 @@ def config_space(mode: Mode, has_outputs: bool) -> list[Config]:
 DYNAMIC_SCHEDULER = False
 #: The tile every packed-mode call that names no config runs: the C and D tiles are twice as wide as the GEMM's, and
 #: at QuACK's 128x192 default the epilogue, not the mainloop, sets the time (ncu at gemm_swiglu_bwd coda-h2048:
-#: 51% SM and 30% DRAM throughput against 94% SM for the plain GEMM). 128x128 pingpong measured 1.13-1.58x faster at
-#: all five gemm_swiglu_bwd bench shapes, and faster than QuACK's own gemm_dact (bench/README.md, Kernel configs).
+#: 51% SM and 30% DRAM throughput against 94% SM for the plain GEMM). 128x128 pingpong measured 1.11-1.53x faster
+#: than 128x192 at all five gemm_swiglu_bwd bench shapes, and faster than every other tile of the sweep
+#: (bench/README.md, Kernel configs).
 PACKED_TILE = Config(tile_n=128)
 #: The tile an element-mode call that names no config runs where the wave model says the 128x192 default wastes
 #: part of a wave by :data:`NARROW_MIN_GAIN` or more (the narrow-N projections).
 NARROW_TILE = Config(tile_n=128)
-#: The predicted gain below which the arch default stays. Measured with the static scheduler: at M 8192 x N 2048
-#: (model 1.125) 128x128 was 1.2-9% faster in two epilogues; at 1.031 (N 4096, and the ragged 8000 x 4000) it
-#: ranged from 2.6% faster to 14% slower.
+#: The predicted gain below which the arch default stays. Measured (static scheduler) against 128x192: at M 8192 x
+#: N 2048 (model 1.125) 128x128 was 1.07-1.10x faster in two epilogues; at 1.031 (N 4096, and the ragged 8000 x 4000)
+#: it ranged from 1.06x faster to 1.2x slower (the ragged shape).
 NARROW_MIN_GAIN = 1.05
 
 
