@@ -83,7 +83,7 @@ def outcome_style(outcome: str) -> str:
 
 def wide_console() -> Console:
     """The console, or for a file or pipe one wide enough that table rows stay whole."""
-    return console if console.is_terminal else Console(width=160)
+    return console if console.is_terminal else Console(width=220)
 
 
 def _print_version(value: bool) -> None:

@@ -22,7 +22,7 @@ from ..settings import bench_dir
 from ..tasks.loader import find_task, load_tasks
 from ..tasks.model import Task
 from ..verifier.plan import DEFAULT_TUNE_BUDGET_S
-from . import UserError, app, console
+from . import UserError, app, console, wide_console
 
 if TYPE_CHECKING:
     from ..bench.runner import BenchOptions
@@ -130,7 +130,7 @@ def bench_cmd(
     from ..bench.report import by_task
 
     for name, rows in by_task(run.rows).items():
-        console.print(task_table(name, rows))
+        wide_console().print(task_table(name, rows))
     checks = target_checks(run)
     if checks:
         met = sum(c.met for c in checks)
@@ -210,7 +210,7 @@ def _tune(selected: list[Task], shapes: str, shape: list[str] | None, budget_s: 
             table.add_column(col)
         for row in search_rows(result.tuned.search):
             table.add_row(*row)
-        console.print(table)
+        wide_console().print(table)
         diff = result.diff()
         console.print(diff or "(nothing beat the configs as written by 1% or more)", highlight=False, markup=False)
         report["tasks"][task.name] = {  # type: ignore[index]
@@ -273,7 +273,7 @@ def bench_e2e_cmd(
                       progress=lambda msg: print(f"[{time.monotonic() - t0:7.1f} s] {msg}", flush=True))
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    console.print(e2e_table(run))
+    wide_console().print(e2e_table(run))
     console.print(e2e_goal(run), highlight=False, markup=False)
     if save:
         for p in write_run(run, json_path, md_path):
