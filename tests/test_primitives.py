@@ -389,7 +389,7 @@ def test_the_default_config_narrows_the_tile_in_packed_mode_and_where_the_arch_d
     assert default_config(call(plain, 8192, 4096)) is None  # 3.1%: below the bar, the arch default stays
     assert default_config(call(plain, 8000, 4000)) is None  # the ragged shape, where 128x128 measured 14% slower
     assert default_config(call(plain, 4096, 128256)) is None
-    assert default_config(call(plain, 256, 384)) == NARROW_TILE  # one partial wave either way: less work per SM
+    assert default_config(call(plain, 256, 384)) is None  # less than a wave: outside what the rule was measured on
     assert default_config(call(pair, 8192, 2048)) is None  # not in acc_pair mode
     assert default_config(call(plain, 8192, 2048), sms=144) is None  # 5 waves of 192 against 8 of 128 on 144 SMs
     for m, n in ((8192, 14336), (16384, 5632), (8000, 10000), (256, 384)):

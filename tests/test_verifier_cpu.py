@@ -115,13 +115,12 @@ def test_compile_error_reports_the_candidates_line():
 
 
 def test_the_compile_stage_builds_the_configs_forward_uses_at_the_bench_shapes():
-    """Learnt from forward() on meta tensors at each bench shape: gemm_residual's small shapes run 128x128 (one
-    partial wave), the bench shapes but llama3-1b-down the 128x192 default, a config the small shapes never ask for,
-    so it is built here too."""
+    """Learnt from forward() on meta tensors at each bench shape: gemm_residual's default narrows to 128x128 at
+    M 8192 x N 2048 (llama3-1b-down), a config the small shapes never ask for, so it is built here too."""
     task = find_task("gemm_residual")
     v = verify(task, task.human_file.read_text(), ("compile",), timeout=600)
     assert v.passed, v.reason
-    assert v.stage("compile").details["bench_configs"] == ["add_residual: 128x192 pingpong 2x1"]
+    assert v.stage("compile").details["bench_configs"] == ["add_residual: 128x128 pingpong 2x1"]
     assert "and 1 more config(s) it uses at the bench shapes" in v.reason
 
 

@@ -66,18 +66,22 @@ NARROW_TILE = Config(tile_n=128)
 NARROW_MIN_GAIN = 1.05
 
 
+def tile_count(m: int, n: int, config: Config) -> int:
+    """Output tiles of an (m, n) GEMM, partial ones included."""
+    return -(-m // config.tile_m) * -(-n // config.tile_n)
+
+
 def wave_cost(m: int, n: int, config: Config, sms: int = H200_SM_COUNT) -> int:
     """Output elements one SM computes, padding and the last partial wave included: a persistent kernel's
     time at a fixed tile efficiency (tiles of the same kind only)."""
-    tiles = -(-m // config.tile_m) * -(-n // config.tile_n)
-    return -(-tiles // sms) * config.tile_m * config.tile_n
+    return -(-tile_count(m, n, config) // sms) * config.tile_m * config.tile_n
 
 
 def default_config(call: GemmCall, sms: int | None = None) -> Config | None:
     """What a gemm call that names no config runs with: QuACK's SM90 default (None: 128x192 pingpong 2x1),
-    :data:`PACKED_TILE` in packed mode, or :data:`NARROW_TILE` in element mode where the wave model gains
-    :data:`NARROW_MIN_GAIN` (at M 8192, N 2048: 11 column tiles of 192 make 5.3 waves on 132 SMs, 16 of 128 make
-    7.8). ``sms``: the device's count (default: the visible GPU's, else the H200's: the CPU compile builds what an
+    :data:`PACKED_TILE` in packed mode, or :data:`NARROW_TILE` in element mode where the default fills at least
+    one wave and the wave model gains :data:`NARROW_MIN_GAIN` (at M 8192, N 2048: 11 column tiles of 192 make 5.3
+    waves on 132 SMs, 16 of 128 make 7.8). ``sms``: the device's count (default: the visible GPU's, else the H200's: the CPU compile builds what an
     H200 would run)."""
     if call.epi.mode == "packed":
         return PACKED_TILE
@@ -86,6 +90,8 @@ def default_config(call: GemmCall, sms: int | None = None) -> Config | None:
     if sms is None:
         sms = (torch.cuda.get_device_properties(call.A.device).multi_processor_count
                if call.A.is_cuda else H200_SM_COUNT)
+    if tile_count(call.m, call.n, Config()) < sms:  # less than one wave: not what the rule was measured on
+        return None
     gain = wave_cost(call.m, call.n, Config(), sms) / wave_cost(call.m, call.n, NARROW_TILE, sms)
     return NARROW_TILE if gain >= NARROW_MIN_GAIN else None
 
