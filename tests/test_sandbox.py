@@ -142,3 +142,86 @@ def test_code_past_the_static_check_still_reaches_nothing(escape_bait, procs):
     assert escape_bait.sentinel.read_text() == "original" and not Path("/tmp/coda-escape-probe").exists()
     time.sleep(0.5)
     assert not [p for p in procs.descendants(os.getpid()) - before if procs.alive(p)], "a process outlived the verification"
+
+
+def _past_the_static_check(task_name: str, payload: str, deadline_s: float = 60.0):
+    """The human kernel plus ``payload`` run at import, straight through the checker (no static check)."""
+    from coda_agent.tasks import find_task
+    from coda_agent.verifier import Plan
+    from coda_agent.verifier.stages import STAGES, Context
+
+    task = find_task(task_name)
+    source = task.human_file.read_text() + "\n" + textwrap.dedent(payload)
+    t0 = time.monotonic()
+    result = STAGES["correctness"](Context(task=task, source=source, plan=Plan(shape_names=["tiny"], seeds=[0, 1]),
+                                           deadline=time.monotonic() + deadline_s))
+    return result, time.monotonic() - t0
+
+
+@needs_bwrap
+def test_what_the_runner_plants_where_the_checker_writes_is_replaced_or_refused_never_waited_on():
+    """A FIFO at the next input file would block an open() for writing forever: the checker removes it and
+    writes its own file; a folder there, which it cannot remove, ends the check at once as a crash."""
+    result, seconds = _past_the_static_check("gemm_residual", 'import os as _os\n_os.mkfifo("in_tiny-1.bin")\n')
+    assert result.outcome is Outcome.PASSED and seconds < 30, result.reason
+    result, seconds = _past_the_static_check("gemm_residual", 'import os as _os\n_os.makedirs("in_tiny-1.bin/x")\n')
+    assert result.outcome is Outcome.CRASH and "tampered" in result.reason and seconds < 30, result.reason
+
+
+@needs_bwrap
+def test_the_checker_never_writes_or_reads_through_a_link_the_runner_plants(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("untouched")
+    result, _ = _past_the_static_check("gemm_residual", f'import os as _os\n_os.symlink({str(victim)!r}, "in_tiny-1.bin")\n')
+    assert victim.read_text() == "untouched"
+    assert result.outcome is Outcome.PASSED, result.reason  # the checker replaced the link with its own file
+    leak = f'''
+        import sys as _sys, os as _os
+        _M = _sys.modules["__main__"]
+        _orig = _M.write_tensors
+        def _write(path, tensors):
+            refs = _orig(path, tensors)
+            if path.name.startswith("out_"):
+                _os.replace(path, path.with_name("real"))
+                _os.symlink({str(victim)!r}, path)
+            return refs
+        _M.write_tensors = _write
+    '''
+    result, _ = _past_the_static_check("gemm_residual", leak)
+    assert result.outcome is Outcome.CRASH and "unusable" in result.reason and "untouched" not in result.reason, result.reason
+
+
+@needs_bwrap
+def test_the_checker_reads_back_no_more_than_the_task_outputs_need():
+    """A sparse file with a 2 GiB tensor ref costs the runner nothing; the checker refuses it before reading."""
+    sparse = '''
+        import sys as _sys, os as _os
+        _M = _sys.modules["__main__"]
+        _orig = _M.write_tensors
+        def _write(path, tensors):
+            refs = _orig(path, tensors)
+            if path.name.startswith("out_"):
+                size = _os.path.getsize(path)
+                with open(path, "r+b") as f:
+                    f.truncate(size + (2 << 30))
+                refs.append(_M.TensorRef(name="0/extra", dtype="uint8", shape=[2 << 30], offset=size, nbytes=2 << 30))
+            return refs
+        _M.write_tensors = _write
+    '''
+    result, _ = _past_the_static_check("gemm_residual", sparse)
+    assert result.outcome is Outcome.CRASH and "more than the" in result.reason, result.reason
+
+
+def test_a_folder_the_runner_writes_must_be_this_users_and_closed_to_others(tmp_path):
+    mine = tmp_path / "cache" / "by-source" / "abc"
+    mine.mkdir(parents=True)
+    (tmp_path / "cache").chmod(0o777)  # left open by an older version: closed, not refused
+    sandbox.check_private(mine)
+    assert (tmp_path / "cache").stat().st_mode & 0o022 == 0
+    if os.geteuid() == 0:
+        theirs = tmp_path / "theirs"
+        theirs.mkdir()
+        os.chown(theirs, 65534, 65534)
+        (theirs / "by-source").mkdir()
+        with pytest.raises(sandbox.UnsafeFolder, match="another user"):
+            sandbox.check_private(theirs / "by-source")

@@ -92,6 +92,11 @@ def test_every_human_kernel_passes():
         ("exec: int\ndef forward(x):\n    exec('y = 1')\n    return {}\n", "exec() is not allowed"),
         ("def forward(x) -> exec('1'):\n    return {}\n", "exec() is not allowed"),
         ("@epilogue()\ndef e(acc):\n    return {'D': acc.clamp(0)}\n", "acc.clamp() cannot be called inside an epilogue fn"),
+        # a seventh pass: meta, CPU and GPU tensors told apart without .device
+        ("def forward(x):\n    if x.to('meta') is x:\n        return {}\n    return {}\n", "a device may not be named"),
+        ("def forward(x):\n    return {'y': x.to(device='cpu') + 1}\n", "a device may not be named"),
+        ("def forward(x):\n    return {'y': torch.zeros(2, device='cuda')}\n", "a device may not be named"),
+        ("def forward(x, w):\n    return {'y': x if x.t() is not w else w}\n", "is / is not may only compare with None"),
     ],
 )
 def test_violations_are_reported_with_line_and_reason(body, message):
@@ -161,6 +166,7 @@ def test_what_the_new_rules_leave_alone():
               "    if x.shape[1] != w.shape[1]:\n        raise ValueError(f'K differs: {x.shape} {w.shape}')\n"
               "    assert x.dim() == 2, f'x is {x.dim()}-d'\n"
               "    dev = x.device\n"
+              "    if residual is None or (x.dim() == 2) is True:\n        pass\n"
               "    zero = torch.zeros(x.shape[0], device=x.device).to(dev) + torch.ones(1, device=dev)\n"
               "    return {'out': gemm(e, x, w.t(), C=residual)['D'], 'zero': zero}\n")
     assert check_source(source) == []

@@ -75,3 +75,17 @@ def test_verify_command_takes_the_baseline_and_prints_it(capsys):
     assert code == 0 and "tolerance baseline: single-rounding" in " ".join(out.split())
     code, _, err = cli(capsys, "verify", "gemm_rmsnorm", "--tolerance-baseline", "tight")
     assert code == 2 and "use eager or single-rounding" in err
+
+
+def test_a_16_bit_output_is_held_to_its_error_norms_not_only_to_its_largest_error():
+    """A few large elements set the max-abs bound; dropping the many small ones must still fail (a softmax tail)."""
+    gen = torch.Generator().manual_seed(0)
+    truth = torch.rand(4, 8, generator=gen) * 0.05
+    truth[:, 0] = 4.0  # the large elements, where the eager reference is a whole bf16 step (1/32) off
+    eager = truth.bfloat16()
+    eager[:, 0] = 4.0 + 2.0**-5
+    dropped = torch.where(truth > 1.0, truth, torch.zeros_like(truth)).bfloat16()
+    (check,) = check_outputs(K1, {"out": dropped}, {"out": truth}, {"out": eager}, DIMS, "tiny", 0)
+    assert not check.ok and "L1 norm of the error" in check.reason and check.max_abs_err <= check.allowed
+    (honest,) = check_outputs(K1, {"out": truth.bfloat16()}, {"out": truth}, {"out": eager}, DIMS, "tiny", 0)
+    assert honest.ok

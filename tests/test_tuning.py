@@ -41,13 +41,13 @@ def test_the_runner_logs_each_gemm_calls_config_and_runs_under_the_harness_sched
     with ctx.runner("torch", "cpu") as client:
         client.put("s", TASK.make_inputs(point.dims, 0))
         (ops,) = client.run(["s"], keep=[0]).ops
-        (as_written,) = client.fetch()
+        (as_written,) = client.fetch(1 << 30)
         (gemm,) = [op for op in ops if "gemm" in op]
         assert gemm["gemm"] == list(key[1:]) and gemm["epilogue"] == "residual_rms"
         assert gemm["mode"] == "element" and gemm["outputs"] == 1 and gemm["config"] is None  # CONFIGS names only a bench shape
         client.set_schedule({key: WINNER})
         (ops,) = client.run(["s"], keep=[0]).ops
-        (scheduled,) = client.fetch()
+        (scheduled,) = client.fetch(1 << 30)
         assert [op["config"] for op in ops if "gemm" in op] == [WINNER.__dict__]
         assert all(scheduled.tensors[k].equal(v) for k, v in as_written.tensors.items())  # the emulator ignores configs
         client.set_schedule({})
@@ -137,10 +137,14 @@ def test_a_finished_search_is_cached_by_epilogue_source_shape_and_device(tmp_pat
     assert len(other_device.asked) > 1 and len(edited.asked) > 1
 
 
-def test_the_epilogue_signature_follows_its_source_not_the_rest_of_the_module():
+def test_the_epilogue_signature_follows_the_whole_module_but_not_its_pinned_schedule():
+    """A helper or a constant the epilogue uses changes its kernel, so another module never shares a search;
+    the harness's own pin (the tuned module) does."""
     base = tuning.epilogue_signature(HUMAN, "residual_rms")
     assert base.startswith("residual_rms:")
-    assert tuning.epilogue_signature(HUMAN.replace("CONFIGS = {", "OTHER = 1\nCONFIGS = {"), "residual_rms") == base
+    pinned = pin_schedule(HUMAN, {("residual_rms", 1, 2, 3): Config(tile_n=128)}, ["tuned: 1.10x"])
+    assert pinned != HUMAN and tuning.epilogue_signature(pinned, "residual_rms") == base
+    assert tuning.epilogue_signature(HUMAN.replace("CONFIGS = {", "OTHER = 1\nCONFIGS = {"), "residual_rms") != base
     assert tuning.epilogue_signature(HUMAN.replace("h = acc + c", "h = c + acc"), "residual_rms") != base
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -23,10 +24,12 @@ from typing import Any
 import torch
 
 from ..primitives.configs import Schedule, schedule_to_wire
-from .protocol import Channel, ProtocolError, TensorRef, read_tensors, write_tensors
+from .protocol import Channel, ProtocolError, TensorRef, create_file, read_tensors, read_text, write_tensors
 from .sandbox import Limits, Sandbox, Spec, detect, kill
 
 STDERR_TAIL = 4000
+#: The largest kernel trace the checker reads back from a runner.
+MAX_TRACE_BYTES = 256 * 1024 * 1024
 #: Sets rlimits and the parent-death signal, then execs the real command (no preexec_fn: the caller has threads).
 _SHIM = (
     "import ctypes,json,os,resource,signal,sys\n"
@@ -112,8 +115,9 @@ class RunnerClient:
     ) -> None:
         self.sandbox = sandbox or detect()
         self.device, self.deadline = device, deadline
-        self.scratch = Path(tempfile.mkdtemp(prefix="coda_runner_"))
-        (self.scratch / "candidate.py").write_text(source)
+        self.scratch = Path(tempfile.mkdtemp(prefix="coda_runner_"))  # 0700: no other user can plant files in it
+        with os.fdopen(create_file(self.scratch / "candidate.py"), "w") as f:
+            f.write(source)
         env = {"QUACK_CACHE_DIR": str(cache_dir)} if cache_dir else {}
         if backend == "quack-compile":
             env.update({"QUACK_ARCH": "90", "CUTE_DSL_ARCH": "sm_90a"})
@@ -215,7 +219,10 @@ class RunnerClient:
 
     def put(self, set_id: str, tensors: dict[str, torch.Tensor]) -> None:
         path = self.scratch / f"in_{set_id}.bin"
-        refs = write_tensors(path, tensors)
+        try:
+            refs = write_tensors(path, tensors)
+        except ProtocolError as exc:
+            raise RunnerCrashed(f"the runner's scratch folder was tampered with: {exc}") from None
         self._request({"op": "inputs", "set": set_id, "file": path.name, "tensors": [r.model_dump() for r in refs]})
 
     def drop(self, set_ids: list[str]) -> dict[str, list[str]]:
@@ -237,18 +244,24 @@ class RunnerClient:
         trace_data = None
         if reply.get("trace"):
             path = self.scratch / Path(str(reply["trace"])).name
-            if path.stat().st_size > 256 * 1024 * 1024:
-                raise RunnerCrashed("the kernel trace is implausibly large")
-            trace_data = json.loads(path.read_text())
+            try:
+                trace_data = json.loads(read_text(path, MAX_TRACE_BYTES))
+            except (ProtocolError, ValueError) as exc:
+                raise RunnerCrashed(f"the runner's kernel trace is unusable: {exc}") from None
             path.unlink()
         ops = reply.get("ops")
         return Batch(times_us=times, wall_s=wall, trace=trace_data, ops=ops if isinstance(ops, list) else None)
 
-    def fetch(self) -> list[CallOutput]:
+    def fetch(self, max_bytes: int) -> list[CallOutput]:
+        """The kept calls' outputs; RunnerCrashed when their bytes add up to more than ``max_bytes``, or their
+        file is not a plain file of the runner's scratch folder."""
         reply = self._request({"op": "fetch"})
         path = self.scratch / Path(str(reply["file"])).name
-        refs = [TensorRef.model_validate(r) for r in reply.get("tensors", [])]
-        flat = read_tensors(path, refs, self.device)
+        try:
+            refs = [TensorRef.model_validate(r) for r in reply.get("tensors", [])]
+            flat = read_tensors(path, refs, self.device, max_bytes=max_bytes)
+        except (ProtocolError, ValueError) as exc:
+            raise RunnerCrashed(f"the runner's outputs are unusable: {exc}") from None
         path.unlink()
         outs = []
         for entry in reply.get("calls", []):

@@ -8,10 +8,13 @@ trace of every call (launch budget, no cuBLAS, nothing on a side stream, a QuACK
 ``profile`` / ``bench`` time the candidate in its runner against the baselines in the checker, batch by
 batch in rotating order. The candidate's calls cycle through fresh input sets drawn for this stage only;
 one random call of every batch is checked against the FP32 reference. Each candidate turn is two batches
-that forward() cannot tell apart: one under the kernel trace and op log (every call's kernels must match
-the checked calls'; its times are not used), then one timed without them (no profiler overhead). A call's time is its CUDA events (recorded by the runner's harness), cross-checked
-against the checker's own wall clock of the batch per call (less that of a dry batch, which does all but
-call forward): when the events claim more than 10% + 20 µs less, the wall clock is reported instead.
+that forward() cannot tell apart, in a random order: one under the kernel trace and op log (every call's kernels
+must match the checked calls'; its times are not used), and one timed without them (no profiler overhead). So a
+forward() that counts calls cannot know which ones are timed but not traced (a cached answer copied out without
+a GEMM there would be caught in the traced batch as often as not, turn after turn). A call's time is its CUDA
+events (recorded by the runner's harness), cross-checked against the checker's own wall clock of the batch per
+call (less that of a dry batch, which does all but call forward): when the events claim more than 10% + 20 µs
+less, the wall clock is reported instead.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from .stages import (
     Reject,
     call_problems,
     references,
+    returned_bytes_limit,
     returned_checks,
     run_correctness,
     runner_failure,
@@ -43,7 +47,7 @@ from .verdict import Outcome, ShapeTiming, StageResult
 TIMING_METHOD = (
     "candidate in its sandboxed runner, baselines in the checker, batches of 5 calls interleaved in rotating order, "
     "each opened by a ~1 ms device sleep so the host runs ahead; each candidate turn is a traced batch (kernels judged) "
-    "then an untraced timed one; per call an L2 flush (256 MiB memset) then CUDA events on the caller's stream; "
+    "and an untraced timed one, in a random order; per call an L2 flush (256 MiB memset) then CUDA events on the caller's stream; "
     "candidate calls rotate over 3 fresh input sets, one random call per batch is checked; a call's time is its "
     "events, or the checker's wall clock per call (less a dry batch's) when that is over 10% + 20 µs more; "
     "3 warm-up calls, reps sized for ~0.15 s per variant (15-60); median with p10/p90"
@@ -181,7 +185,7 @@ class ShapeTimer:
         if trace:
             call_problems(judge, batch, point)
         if keep:
-            (out,) = self.client.fetch()
+            (out,) = self.client.fetch(returned_bytes_limit(task, point, 1))
             set_id = calls[keep[0]]
             if set_id not in self.refs:
                 self.refs[set_id] = references(task, self.inputs[set_id])
@@ -227,9 +231,14 @@ class ShapeTimer:
         for r in range(rounds):
             k = r % len(names)
             for name in names[k:] + names[:k]:
-                if name in candidates:  # a traced batch (launches judged, times unused), then the timed one
+                # A candidate's turn is a traced batch (launches judged, times unused) and the timed one, in an order
+                # drawn here: forward() cannot count its way to the calls that are timed but not traced.
+                traced_after = name in candidates and self.rng.random() < 0.5
+                if name in candidates and not traced_after:
                     one(name, size)
                 times, wall = one(name, size, trace=False)
+                if traced_after:
+                    one(name, size)
                 events[name] += times
                 walls[name].append(wall)
         return {name: honest_timing(events[name], walls[name]) for name in names}

@@ -2,8 +2,11 @@
 
 Nothing on this wire is ever unpickled or executed: messages are JSON objects (one per line, bounded in
 size), tensors are raw bytes in a file of the runner's scratch folder, described by a :class:`TensorRef`
-the reader validates (known dtype, sane shape, inside the file) before viewing the bytes. So whatever the
-runner sends, the worst it can do is send wrong numbers, which the checker is there to catch.
+the reader validates (known dtype, sane shape, inside the file, within the reader's byte limit) before viewing
+the bytes. The scratch folder is writable by both sides, so every file in it is opened by its bare name, never
+through a link, and read only if it is a regular file: a runner that plants a symlink, a FIFO or a device there
+gets a :class:`ProtocolError`, not the checker's hand on another file. So whatever the runner sends, the worst it
+can do is send wrong numbers, which the checker is there to catch.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import contextlib
 import json
 import math
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -47,10 +51,50 @@ def dtype_name(dt: torch.dtype) -> str:
     return str(dt).removeprefix("torch.")
 
 
+def _check_name(path: Path) -> None:
+    if path.name in ("", ".", ".."):
+        raise ProtocolError(f"{str(path)!r} does not name a file")
+
+
+def create_file(path: Path) -> int:
+    """A new regular file at ``path`` for writing (whatever the other side left there is removed first, never
+    followed); returns its descriptor."""
+    _check_name(path)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise ProtocolError(f"cannot create {path.name}: {exc.strerror}") from None
+
+
+def open_regular(path: Path, max_bytes: int) -> tuple[int, int]:
+    """``(fd, size)`` of the regular file at ``path``, opened without following a link or blocking on a FIFO;
+    ProtocolError for anything else or for a file over ``max_bytes``."""
+    _check_name(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ProtocolError(f"cannot open {path.name}: {exc.strerror}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
+        os.close(fd)
+        what = "not a regular file" if not stat.S_ISREG(info.st_mode) else f"{info.st_size} bytes, over {max_bytes}"
+        raise ProtocolError(f"{path.name} is {what}")
+    return fd, info.st_size
+
+
+def read_text(path: Path, max_bytes: int) -> str:
+    """The text of a regular file of at most ``max_bytes`` (undecodable bytes replaced)."""
+    fd, size = open_regular(path, max_bytes)
+    with os.fdopen(fd, "rb") as f:
+        return f.read(size).decode(errors="replace")
+
+
 def write_tensors(path: Path, tensors: Mapping[str, torch.Tensor]) -> list[TensorRef]:
     """Write each tensor's bytes (host copy, contiguous) one after another; returns their refs."""
     refs, offset = [], 0
-    with open(path, "wb") as f:
+    with os.fdopen(create_file(path), "wb") as f:
         for name, t in tensors.items():
             data = t.detach().contiguous().cpu()
             raw = data.reshape(-1).view(torch.uint8) if data.numel() else torch.empty(0, dtype=torch.uint8)
@@ -60,10 +104,17 @@ def write_tensors(path: Path, tensors: Mapping[str, torch.Tensor]) -> list[Tenso
     return refs
 
 
-def read_tensors(path: Path, refs: list[TensorRef], device: str = "cpu") -> dict[str, torch.Tensor]:
-    """The tensors ``refs`` describe, validated against the file before any byte is interpreted."""
-    size = path.stat().st_size
-    blob = torch.from_file(str(path), shared=False, size=size, dtype=torch.uint8) if size else torch.empty(0, dtype=torch.uint8)
+def read_tensors(path: Path, refs: list[TensorRef], device: str = "cpu", max_bytes: int = 1 << 40) -> dict[str, torch.Tensor]:
+    """The tensors ``refs`` describe, validated against the file and ``max_bytes`` (the file's size and the refs'
+    total) before any byte is interpreted."""
+    if sum(ref.nbytes for ref in refs) > max_bytes:
+        raise ProtocolError(f"the tensors of {path.name} add up to more than the {max_bytes} bytes expected")
+    fd, size = open_regular(path, max_bytes)
+    data = bytearray(size)  # read, not mapped: the other side may shrink the file while it is read
+    with os.fdopen(fd, "rb") as f:
+        if f.readinto(data) != size:
+            raise ProtocolError(f"{path.name} changed while it was read")
+    blob = torch.frombuffer(data, dtype=torch.uint8) if size else torch.empty(0, dtype=torch.uint8)
     out: dict[str, torch.Tensor] = {}
     for ref in refs:
         dt = DTYPES.get(ref.dtype)

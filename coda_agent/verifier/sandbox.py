@@ -20,6 +20,7 @@ import glob
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -88,13 +89,12 @@ class Sandbox:
         No ``preexec_fn``: the checker runs in threads, where forking into Python code can deadlock.
         """
         env = runner_env(spec)
-        owner = NOBODY if self.as_nobody else None
         for p in (spec.scratch, *spec.writable):
-            p.mkdir(parents=True, exist_ok=True)
-            if owner is not None:
-                os.chown(p, owner, owner)
-            elif self.kind == "bwrap":
-                p.chmod(0o777)  # in bwrap's user namespace the owner may not map back to this user
+            p.mkdir(mode=0o700, parents=True, exist_ok=True)
+            check_private(p)
+            p.chmod(0o700)  # the runner's folders are its own and the checker's, no other user's
+            if self.as_nobody:
+                os.chown(p, NOBODY, NOBODY)
         cmd = self._bwrap_argv(argv, spec, env) if self.kind == "bwrap" else argv
         user = dict(user=NOBODY, group=NOBODY, extra_groups=[]) if self.as_nobody else {}
         return subprocess.Popen(  # type: ignore[call-overload]
@@ -120,6 +120,27 @@ class Sandbox:
         for k, v in env.items():
             cmd += ["--setenv", k, v]
         return [*cmd, "--chdir", str(spec.scratch), "--", *argv]
+
+
+class UnsafeFolder(Exception):
+    """A folder the runner would write is one another user could swap, fill or read."""
+
+
+def check_private(folder: Path) -> None:
+    """Refuse to give a runner ``folder`` unless it and every folder above it, up to a sticky one such as /tmp,
+    is a real folder of this user (or root) that no other user may write: otherwise another user could swap in
+    what the runner reads back (a planted compile cache, a replaced candidate) or what the checker writes through."""
+    me = os.geteuid()
+    for p in (folder.resolve(), *folder.resolve().parents):
+        info = os.lstat(p)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid not in (me, 0):
+            raise UnsafeFolder(f"{p} belongs to another user (uid {info.st_uid}): the runner will not write below it")
+        if info.st_mode & stat.S_ISVTX:
+            return
+        if info.st_mode & 0o022 and info.st_uid == me:  # ours, left open by an older version: close it
+            os.chmod(p, stat.S_IMODE(info.st_mode) & ~0o022)
+        elif info.st_mode & 0o022:
+            raise UnsafeFolder(f"{p} is writable by other users: the runner will not write below it")
 
 
 def runner_env(spec: Spec) -> dict[str, str]:

@@ -15,6 +15,7 @@ must come back unchanged.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import tempfile
 import time
@@ -192,6 +193,13 @@ def _diff(a: Any, b: Any) -> str:
     return "; ".join(p for p in parts if p)
 
 
+def returned_bytes_limit(task: Task, point: ShapePoint, calls: int) -> int:
+    """The most bytes the checker reads back for ``calls`` kept calls at ``point``: every task output at 8 bytes an
+    element (so a wrong dtype still reaches the output check), plus a MiB; a runner cannot make it read more."""
+    per_call = sum(math.prod(shape) * 8 for shape in task.output_shapes(point.dims).values())
+    return calls * per_call + (1 << 20)
+
+
 def check_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: str, checks: list[OutputCheck]) -> dict[str, object]:
     """The correctness protocol at one shape (module docstring), adding to ``checks``; raises :class:`Reject` on a fault."""
     task = ctx.task
@@ -209,7 +217,7 @@ def check_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: s
         batch = client.run(calls, keep=list(range(len(calls))))
     except CandidateRaised as exc:
         raise Reject(Outcome.RUNTIME_ERROR, f"forward() raised at shape {point.name} {point.dims}:\n{exc}") from None
-    outs = client.fetch()
+    outs = client.fetch(returned_bytes_limit(task, point, len(calls)))
     modified = client.drop(list(ids.values()))
     changed = sorted({k for v in modified.values() for k in v} | {k for o in outs for k in o.inputs_modified})
     if changed:

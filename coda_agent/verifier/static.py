@@ -270,6 +270,11 @@ def rebindings(tree: ast.Module, protected: Collection[str]) -> list[tuple[ast.A
     return found
 
 
+def _is_singleton(node: ast.AST) -> bool:
+    """``None``, ``True`` or ``False`` written out (not ``0``, which equals False)."""
+    return isinstance(node, ast.Constant) and any(node.value is v for v in (None, True, False))
+
+
 def _device_placements(tree: ast.Module) -> set[int]:
     """The ``.device`` reads that only place a new tensor: ``device=x.device`` of a function or method that makes
     one (:data:`PLACING`; not of ``dict``, ``.update`` or a helper, which would hand the device to host code),
@@ -584,6 +589,7 @@ class _Checker(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         self._call_funcs.add(id(node.func))
         func = node.func
+        self._named_device(node)
         if self.epilogue_depth:
             self._epilogue_call(node)
         if isinstance(func, ast.Name) and id(func) in self.builtins and func.id not in BUILTINS and not self._message_str(func):
@@ -595,6 +601,15 @@ class _Checker(ast.NodeVisitor):
             if isinstance(root, ast.Name) and root.id in self.globals and self.params and not self._local(root.id) and func.attr not in ("get", "items", "keys", "values", "copy"):
                 self.flag(node, f"calling .{func.attr}() on the module-level {root.id!r} is not allowed (state across calls)")
         self.generic_visit(node)
+
+    def _named_device(self, node: ast.Call) -> None:
+        """``device="cpu"``, ``.to("meta")``: a device named in the code tells the checker's meta and CPU runs apart
+        from the GPU's; tensors go where the inputs are (``device=x.device``)."""
+        given = [kw.value for kw in node.keywords if kw.arg == "device"]
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "to":
+            given += node.args[:1]
+        if any(isinstance(v, ast.Constant) and isinstance(v.value, str) for v in given):
+            self.flag(node, "a device may not be named in the code: put new tensors where the inputs are (device=x.device)")
 
     def _message_str(self, node: ast.Name) -> bool:
         """``str`` in a raise or assert message: it only builds the text of a stop."""
@@ -649,6 +664,14 @@ class _Checker(ast.NodeVisitor):
         if self.epilogue_depth and not (isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, int)):
             self.flag(node, f"{ast.unparse(node)}: inside an epilogue fn only a constant index (of a tuple such as "
                             "dswiglu's) is allowed; a value is one element, not a tile")
+        self.generic_visit(node)
+
+    def visit_Compare(self, node: ast.Compare) -> None:
+        sides = [node.left, *node.comparators]
+        for op, left, right in zip(node.ops, sides, sides[1:], strict=False):
+            if isinstance(op, (ast.Is, ast.IsNot)) and not any(_is_singleton(side) for side in (left, right)):
+                self.flag(node, "is / is not may only compare with None, True or False (object identity tells "
+                                "tensors and devices apart that the checker's runs must not)")
         self.generic_visit(node)
 
     def visit_UnaryOp(self, node: ast.UnaryOp) -> None:

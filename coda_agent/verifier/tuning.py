@@ -51,7 +51,14 @@ from ..settings import cache_dir
 from .client import RunnerError
 from .gpu import ShapeTimer
 from .stages import Context, Reject, runner_failure, stage
-from .static import PRIMITIVES, ScheduleFormError, check_source, literal_schedule, scope_bindings
+from .static import (
+    PRIMITIVES,
+    ScheduleFormError,
+    check_source,
+    literal_schedule,
+    scope_bindings,
+    without_schedule,
+)
 from .verdict import Outcome, ShapeTuning, StageResult, TunedGemm
 
 #: Repetitions per proposal: enough to rank configs; the final before/after comparison uses the full plan.
@@ -98,18 +105,9 @@ def gemm_sites(ops: Sequence[Mapping[str, Any]]) -> list[GemmSite]:
 
 
 def epilogue_signature(source: str, name: str) -> str:
-    """``name:<hash>`` of the epilogue fn's source with its decorator (the whole module's when it cannot be found)."""
-    text = source
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        tree = None
-    for node in tree.body if tree is not None else []:
-        if isinstance(node, ast.FunctionDef) and node.name == name:
-            decorators = "\n".join(ast.unparse(d) for d in node.decorator_list)
-            text = decorators + "\n" + (ast.get_source_segment(source, node) or "")
-            break
-    return f"{name}:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+    """``name:<hash>`` of the whole module without its pinned schedule: the kernel of an epilogue depends on the
+    helpers and constants its fn calls too, so only the same code (whatever it pins) shares a finished search."""
+    return f"{name}:{hashlib.sha256(without_schedule(source).encode()).hexdigest()[:16]}"
 
 
 class TuneCache:
