@@ -96,6 +96,9 @@ def test_every_human_kernel_passes():
         ("def forward(x):\n    if x.to('meta') is x:\n        return {}\n    return {}\n", "a device may not be named"),
         ("def forward(x):\n    return {'y': x.to(device='cpu') + 1}\n", "a device may not be named"),
         ("def forward(x):\n    return {'y': torch.zeros(2, device='cuda')}\n", "a device may not be named"),
+        ("def forward(x):\n    d = 'me' + 'ta'\n    return {'y': x.to(d)}\n", "a device may not be named"),
+        ("def forward(x, d='cpu'):\n    return {'y': x.new_zeros(2, device=d)}\n", "a device may not be named"),
+        ("def forward(x):\n    return {'y': x.to(*['meta'])}\n", "a device may not be named"),
         ("def forward(x, w):\n    return {'y': x if x.t() is not w else w}\n", "is / is not may only compare with None"),
     ],
 )

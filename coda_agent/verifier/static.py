@@ -344,6 +344,28 @@ def _raise_messages(tree: ast.Module) -> set[int]:
     return {id(sub) for root in roots for sub in ast.walk(root)}
 
 
+def _string_names(tree: ast.Module) -> set[str]:
+    """Names any binding may give a value built with a string (``d = "meta"``, ``for d in ("cpu",)``, a default)."""
+    def has_str(node: ast.AST | None) -> bool:
+        return node is not None and any(isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(node))
+
+    bound: list[tuple[ast.AST, ast.AST | None]] = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Assign):
+            bound += [(t, n.value) for t in n.targets]
+        elif isinstance(n, (ast.AnnAssign, ast.AugAssign)):
+            bound.append((n.target, n.value))
+        elif isinstance(n, (ast.For, ast.comprehension)):
+            bound.append((n.target, n.iter))
+        elif isinstance(n, ast.withitem) and n.optional_vars is not None:
+            bound.append((n.optional_vars, n.context_expr))
+        elif isinstance(n, ast.arguments):
+            params = [*n.posonlyargs, *n.args]
+            bound += [(ast.Name(a.arg), d) for a, d in zip(params[len(params) - len(n.defaults):], n.defaults, strict=True)]
+            bound += [(ast.Name(a.arg), d) for a, d in zip(n.kwonlyargs, n.kw_defaults, strict=True)]
+    return {t.id for target, value in bound if has_str(value) for t in ast.walk(target) if isinstance(t, ast.Name)}
+
+
 class _Checker(ast.NodeVisitor):
     def __init__(self, tree: ast.Module) -> None:
         self.violations: list[Violation] = []
@@ -355,6 +377,7 @@ class _Checker(ast.NodeVisitor):
         self.prim_aliases = primitive_aliases(tree)
         self.device_placements = _device_placements(tree)
         self.raise_messages = _raise_messages(tree)
+        self.string_names = _string_names(tree)
         self.annotation_names = _annotation_names(tree)
         self.epilogue_helpers = epilogue_helpers(tree, self.prim_aliases)
         self.epilogue_depth = 0  # > 0 inside an epilogue fn's body
@@ -604,11 +627,13 @@ class _Checker(ast.NodeVisitor):
 
     def _named_device(self, node: ast.Call) -> None:
         """``device="cpu"``, ``.to("meta")``: a device named in the code tells the checker's meta and CPU runs apart
-        from the GPU's; tensors go where the inputs are (``device=x.device``)."""
+        from the GPU's; tensors go where the inputs are (``device=x.device``). A device (or ``.to``'s first
+        argument) must be an attribute (``x.device``, ``torch.float32``) or a name no string was assigned to."""
         given = [kw.value for kw in node.keywords if kw.arg == "device"]
         if isinstance(node.func, ast.Attribute) and node.func.attr == "to":
             given += node.args[:1]
-        if any(isinstance(v, ast.Constant) and isinstance(v.value, str) for v in given):
+        if any(not (isinstance(v, ast.Attribute) or (isinstance(v, ast.Name) and v.id not in self.string_names))
+               for v in given):
             self.flag(node, "a device may not be named in the code: put new tensors where the inputs are (device=x.device)")
 
     def _message_str(self, node: ast.Name) -> bool:
