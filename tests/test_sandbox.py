@@ -225,3 +225,13 @@ def test_a_folder_the_runner_writes_must_be_this_users_and_closed_to_others(tmp_
         (theirs / "by-source").mkdir()
         with pytest.raises(sandbox.UnsafeFolder, match="another user"):
             sandbox.check_private(theirs / "by-source")
+
+
+def test_a_message_nested_too_deep_is_a_protocol_error_not_a_checker_crash():
+    import io
+
+    from coda_agent.verifier.protocol import Channel, ProtocolError
+
+    channel = Channel(io.BytesIO(b"[" * 200_000 + b"\n"), io.BytesIO())
+    with pytest.raises(ProtocolError, match="nested too deep"):
+        channel.recv()

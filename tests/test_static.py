@@ -99,6 +99,10 @@ def test_every_human_kernel_passes():
         ("def forward(x):\n    d = 'me' + 'ta'\n    return {'y': x.to(d)}\n", "a device may not be named"),
         ("def forward(x, d='cpu'):\n    return {'y': x.new_zeros(2, device=d)}\n", "a device may not be named"),
         ("def forward(x):\n    return {'y': x.to(*['meta'])}\n", "a device may not be named"),
+        # an eighth pass: a string through a helper's return, and ** arguments
+        ("def where():\n    return 'meta'\ndef forward(x):\n    d = where()\n    return {'y': x.to(d)}\n", "a device may not be named"),
+        ("def forward(x):\n    return {'y': x.to(**{'device': 'meta'})}\n", "a device may not be named"),
+        ("def forward(x):\n    return {'y': x.to(torch.zeros(1).device)}\n", "torch.zeros() must say where"),
         ("def forward(x, w):\n    return {'y': x if x.t() is not w else w}\n", "is / is not may only compare with None"),
     ],
 )

@@ -28,8 +28,8 @@ from .protocol import Channel, ProtocolError, TensorRef, create_file, read_tenso
 from .sandbox import Limits, Sandbox, Spec, detect, kill
 
 STDERR_TAIL = 4000
-#: The largest kernel trace the checker reads back from a runner.
-MAX_TRACE_BYTES = 256 * 1024 * 1024
+#: The largest kernel trace the checker reads back from a runner (a batch's trace of kernel events is tens of KB).
+MAX_TRACE_BYTES = 16 * 1024 * 1024
 #: Sets rlimits and the parent-death signal, then execs the real command (no preexec_fn: the caller has threads).
 _SHIM = (
     "import ctypes,json,os,resource,signal,sys\n"
@@ -242,12 +242,14 @@ class RunnerClient:
         if len(times) != len(calls):
             raise RunnerCrashed(f"the runner reported {len(times)} timings for {len(calls)} calls")
         trace_data = None
-        if reply.get("trace"):
+        if reply.get("trace") and trace and self.device == "cuda":  # a trace only where one was asked for
             path = self.scratch / Path(str(reply["trace"])).name
             try:
                 trace_data = json.loads(read_text(path, MAX_TRACE_BYTES))
-            except (ProtocolError, ValueError) as exc:
-                raise RunnerCrashed(f"the runner's kernel trace is unusable: {exc}") from None
+            except (ProtocolError, ValueError, RecursionError) as exc:
+                raise RunnerCrashed(f"the runner's kernel trace is unusable: {type(exc).__name__}") from None
+            if not isinstance(trace_data, dict):
+                raise RunnerCrashed("the runner's kernel trace is not a trace")
             path.unlink()
         ops = reply.get("ops")
         return Batch(times_us=times, wall_s=wall, trace=trace_data, ops=ops if isinstance(ops, list) else None)

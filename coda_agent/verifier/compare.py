@@ -1,10 +1,11 @@
 """The tolerance rule: a candidate may be at most ``factor`` times as wrong as a low-precision baseline.
 
 For each output: err = max|cand - ref_fp32|, lowp = max|baseline - ref_fp32|, and the candidate passes when
-err <= factor * lowp + floor * max(1, max|ref_fp32|). A 16-bit output must also pass the same rule on the L1 and
-L2 norms of the error (||cand - ref||_p <= factor * ||baseline - ref||_p + floor * ||ref||_p): the max rule alone
-is set by an output's largest elements, so it would let most of the small ones be dropped or approximated (a
-softmax gradient's tail, an activation's small values). NaN or Inf in the candidate always fails. The baseline
+err <= factor * lowp + floor * max(1, max|ref_fp32|). A floating-point output must also pass the same rule on the
+L1 and L2 norms of the error (||cand - ref||_p <= factor * ||baseline - ref||_p + floor * ||ref||_p): the max rule
+alone is set by an output's largest elements, so it would let most of the small ones be dropped or approximated (a
+softmax gradient's tail, an activation's small values, a statistic's small rows). NaN or Inf in the candidate
+always fails. The baseline
 is the task's choice (``tolerance.baseline``, which a plan may override): the reference run on the task-dtype
 inputs (``eager``), or the FP32 reference rounded once to the output's dtype (``single_rounding``, CODA's).
 """
@@ -29,8 +30,6 @@ def _max_abs(a: torch.Tensor, b: torch.Tensor) -> tuple[float, int]:
     return (float(diff[idx]) if diff.numel() else 0.0), idx
 
 
-#: The outputs whose error norms are checked as well as its largest error.
-SPREAD_CHECKED = frozenset({torch.bfloat16, torch.float16})
 
 
 def _spread_error(cand: torch.Tensor, ref: torch.Tensor, lowp: torch.Tensor, factor: float, floor: float) -> str | None:
@@ -112,7 +111,7 @@ def check_outputs(
         allowed = factor * lowp_err + floor * scale
         where = _unravel(flat, want_shape)
         ok = err <= allowed
-        spread = _spread_error(cand, ref, lowp, factor, floor) if ok and want_dtype in SPREAD_CHECKED else None
+        spread = _spread_error(cand, ref, lowp, factor, floor) if ok and want_dtype.is_floating_point else None
         if spread is not None:
             checks.append(OutputCheck(
                 **base, ok=False, max_abs_err=err, allowed=allowed, lowp_err=lowp_err, baseline=rule, worst_index=where,

@@ -157,8 +157,8 @@ class Channel:
             raise ProtocolError("a message was larger than the protocol allows")
         try:
             message = json.loads(line)
-        except ValueError:
-            raise ProtocolError("a message was not valid JSON") from None
+        except (ValueError, RecursionError):
+            raise ProtocolError("a message was not valid JSON (or nested too deep)") from None
         if not isinstance(message, dict):
             raise ProtocolError("a message was not a JSON object")
         return message

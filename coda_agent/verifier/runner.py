@@ -41,16 +41,12 @@ class OpLog(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.calls: list[list[dict[str, Any]]] = []
-        self.enabled = True
         self._recording = False
         self._inside_gemm = 0
 
     @contextmanager
     def call(self) -> Iterator[None]:
-        """Log what runs inside this block as one more call (nothing while disabled)."""
-        if not self.enabled:
-            yield
-            return
+        """Log what runs inside this block as one more call."""
         self.calls.append([])
         self._recording = True
         try:
@@ -165,7 +161,6 @@ class Runner:
         assert self.candidate is not None, "load first"
         meta = {str(k): torch.empty(v["shape"], dtype=getattr(torch, v["dtype"]), device="meta") for k, v in msg["inputs"].items()}
         self.oplog.calls.clear()
-        self.oplog.enabled = True
         try:
             with torch.no_grad(), backend.using("shapes", wrap=self._observed), self.oplog, self.oplog.call():
                 self.candidate.forward(**meta, **self.constants)
@@ -203,8 +198,9 @@ class Runner:
         Two interim messages bracket the calls (``started`` before the first, ``synced`` once the device is
         idle), so the checker's wall clock holds the calls and not the profiler's start or trace export.
         A ``dry`` batch does everything but call forward (the checker's measure of the harness's own cost).
-        With ``trace`` off (timed batches the checker chose not to inspect) the profiler and the op log stay
-        off: forward cannot tell the difference, and the host pays nothing for them.
+        With ``trace`` off (timed batches the checker chose not to inspect) the kernel profiler stays off and the
+        op log is not sent, but it records all the same: the host does the same work per op either way, so
+        forward() cannot tell the batches apart by how fast its own host code runs.
         """
         assert self.candidate is not None and self.channel is not None, "load first"
         calls, keep = [str(c) for c in msg["calls"]], {int(k) for k in msg.get("keep", [])}
@@ -213,10 +209,9 @@ class Runner:
         cuda = self.device == "cuda"
         marks: list[tuple[Any, Any]] = []
         self.oplog.calls.clear()
-        self.oplog.enabled = traced
         trace_path = self.scratch / f"trace_{self.batches}.json" if cuda and calls and traced and not dry else None
         profiler = _cuda_profiler() if trace_path else nullcontext()
-        with torch.no_grad(), profiler as prof, (self.oplog if traced else nullcontext()):
+        with torch.no_grad(), profiler as prof, self.oplog:
             if cuda:
                 torch.cuda.synchronize()
             self.channel.send({"ok": True, "started": True})

@@ -76,6 +76,8 @@ EPILOGUE_BUILTINS = frozenset({"float", "int"})
 #: The torch functions and tensor methods that make a tensor, whose ``device=`` may be ``x.device``.
 PLACING = frozenset({"to", "new_zeros", "new_ones", "new_full", "new_empty", "zeros", "ones", "full", "empty",
                      "zeros_like", "ones_like", "full_like", "empty_like", "arange", "tensor"})
+#: The torch functions that make a tensor from nothing: they must say where (``device=x.device``).
+FACTORIES = frozenset({"zeros", "ones", "full", "empty", "arange", "tensor"})
 #: What an annotation may be built from: names, dotted names, subscripts, tuples and constants (and ``|``).
 _TYPE_NODES = (ast.Name, ast.Attribute, ast.Subscript, ast.Tuple, ast.List, ast.Constant, ast.Load, ast.BitOr)
 #: Binary operators an epilogue fn's values support alike on the emulator and the GPU (``%``, ``//``, ``**`` differ).
@@ -344,26 +346,18 @@ def _raise_messages(tree: ast.Module) -> set[int]:
     return {id(sub) for root in roots for sub in ast.walk(root)}
 
 
-def _string_names(tree: ast.Module) -> set[str]:
-    """Names any binding may give a value built with a string (``d = "meta"``, ``for d in ("cpu",)``, a default)."""
-    def has_str(node: ast.AST | None) -> bool:
-        return node is not None and any(isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(node))
-
-    bound: list[tuple[ast.AST, ast.AST | None]] = []
+def _attribute_names(tree: ast.Module) -> set[str]:
+    """Names bound only by ``name = <expr>.<attr>`` (``dev = x.device``, ``dt = torch.float32``): never a
+    parameter, a loop variable, an unpacking or any other value."""
+    from_attribute = {id(n.targets[0]) for n in ast.walk(tree) if isinstance(n, ast.Assign) and len(n.targets) == 1
+                      and isinstance(n.targets[0], ast.Name) and isinstance(n.value, ast.Attribute)}
+    only: dict[str, bool] = {}
     for n in ast.walk(tree):
-        if isinstance(n, ast.Assign):
-            bound += [(t, n.value) for t in n.targets]
-        elif isinstance(n, (ast.AnnAssign, ast.AugAssign)):
-            bound.append((n.target, n.value))
-        elif isinstance(n, (ast.For, ast.comprehension)):
-            bound.append((n.target, n.iter))
-        elif isinstance(n, ast.withitem) and n.optional_vars is not None:
-            bound.append((n.optional_vars, n.context_expr))
-        elif isinstance(n, ast.arguments):
-            params = [*n.posonlyargs, *n.args]
-            bound += [(ast.Name(a.arg), d) for a, d in zip(params[len(params) - len(n.defaults):], n.defaults, strict=True)]
-            bound += [(ast.Name(a.arg), d) for a, d in zip(n.kwonlyargs, n.kw_defaults, strict=True)]
-    return {t.id for target, value in bound if has_str(value) for t in ast.walk(target) if isinstance(t, ast.Name)}
+        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+            only[n.id] = only.get(n.id, True) and id(n) in from_attribute
+        elif isinstance(n, ast.arg):
+            only[n.arg] = False
+    return {name for name, ok in only.items() if ok}
 
 
 class _Checker(ast.NodeVisitor):
@@ -377,7 +371,7 @@ class _Checker(ast.NodeVisitor):
         self.prim_aliases = primitive_aliases(tree)
         self.device_placements = _device_placements(tree)
         self.raise_messages = _raise_messages(tree)
-        self.string_names = _string_names(tree)
+        self.attribute_names = _attribute_names(tree)
         self.annotation_names = _annotation_names(tree)
         self.epilogue_helpers = epilogue_helpers(tree, self.prim_aliases)
         self.epilogue_depth = 0  # > 0 inside an epilogue fn's body
@@ -628,13 +622,21 @@ class _Checker(ast.NodeVisitor):
     def _named_device(self, node: ast.Call) -> None:
         """``device="cpu"``, ``.to("meta")``: a device named in the code tells the checker's meta and CPU runs apart
         from the GPU's; tensors go where the inputs are (``device=x.device``). A device (or ``.to``'s first
-        argument) must be an attribute (``x.device``, ``torch.float32``) or a name no string was assigned to."""
+        argument) must be an attribute (``x.device``, ``torch.float32``) or a name bound only to one, and a call
+        that makes a tensor takes no ``**`` arguments."""
         given = [kw.value for kw in node.keywords if kw.arg == "device"]
+        placing = isinstance(node.func, (ast.Attribute, ast.Name)) and (
+            node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id) in PLACING
         if isinstance(node.func, ast.Attribute) and node.func.attr == "to":
             given += node.args[:1]
-        if any(not (isinstance(v, ast.Attribute) or (isinstance(v, ast.Name) and v.id not in self.string_names))
-               for v in given):
-            self.flag(node, "a device may not be named in the code: put new tensors where the inputs are (device=x.device)")
+        if any(not (isinstance(v, ast.Attribute) or (isinstance(v, ast.Name) and v.id in self.attribute_names))
+               for v in given) or (placing and any(kw.arg is None for kw in node.keywords)):
+            self.flag(node, "a device may not be named in the code: put new tensors where the inputs are "
+                            "(device=x.device, .to(x.device) or .to(torch.float32))")
+        elif (isinstance(node.func, ast.Attribute) and node.func.attr in FACTORIES and isinstance(node.func.value, ast.Name)
+              and node.func.value.id in self.torch and not given):
+            self.flag(node, f"torch.{node.func.attr}() must say where the tensor goes: device=x.device (the default, the "
+                            "CPU, is not where the inputs are on the GPU)")
 
     def _message_str(self, node: ast.Name) -> bool:
         """``str`` in a raise or assert message: it only builds the text of a stop."""

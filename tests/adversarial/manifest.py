@@ -189,9 +189,12 @@ CPU_CASES: list[Case] = [
          stages=("correctness", "compile"), timeout=240.0),
     Case("compute_meta_identity_skips_bench_gemm.py", "compute", frozenset({STATIC, COMPILE}), task="gemm_residual",
          stages=("correctness", "compile"), timeout=240.0),
+    Case("compute_meta_dict_identity.py", "compute", frozenset({STATIC, COMPILE}), task="gemm_residual",
+         stages=("correctness", "compile"), timeout=240.0),
     Case("state_allocator_counter_replay.py", "state", STATE, task="gemm_residual"),
     # --- numerically wrong within a max-abs tolerance (the error norms catch them) -------------------------
-    Case("numeric_softmax_tail_dropped.py", "numeric", frozenset({STATIC, WRONG}), task="gemm_rmsnorm_cross_entropy_bwd"),
+    *_cases("numeric", frozenset({STATIC, WRONG}), "numeric_softmax_tail_dropped", "numeric_statistic_tail_dropped",
+            task="gemm_rmsnorm_cross_entropy_bwd"),
     *_cases("numeric", frozenset({STATIC, WRONG}), "numeric_sparse_activation", "numeric_rational_silu",
             task="gemm_rmsnorm_swiglu"),
     # --- processes that outlive the verifier -------------------------------------------------------------
