@@ -2,12 +2,12 @@
 
 For each output: err = max|cand - ref_fp32|, lowp = max|baseline - ref_fp32|, and the candidate passes when
 err <= factor * lowp + floor * max(1, max|ref_fp32|). A floating-point output must also pass the same rule on the
-L1 and L2 norms of the error (||cand - ref||_p <= factor * ||baseline - ref||_p + floor * ||ref||_p): the max rule
-alone is set by an output's largest elements, so it would let most of the small ones be dropped or approximated (a
-softmax gradient's tail, an activation's small values, a statistic's small rows). NaN or Inf in the candidate
-always fails. The baseline
-is the task's choice (``tolerance.baseline``, which a plan may override): the reference run on the task-dtype
-inputs (``eager``), or the FP32 reference rounded once to the output's dtype (``single_rounding``, CODA's).
+L1 and L2 norms of the error (||cand - ref||_p <= factor * ||baseline - ref||_p + floor * ||max(1, |ref|)||_p): the
+max rule alone is set by an output's largest elements, so it would let most of the small ones be dropped or
+approximated (a softmax gradient's tail, an activation's small values, a statistic's small rows). NaN or Inf in
+the candidate always fails. The baseline is the task's choice (``tolerance.baseline``, which a plan may
+override): the reference run on the task-dtype inputs (``eager``), or the FP32 reference rounded once to the
+output's dtype (``single_rounding``, CODA's).
 """
 
 from __future__ import annotations
@@ -33,10 +33,12 @@ def _max_abs(a: torch.Tensor, b: torch.Tensor) -> tuple[float, int]:
 
 
 def _spread_error(cand: torch.Tensor, ref: torch.Tensor, lowp: torch.Tensor, factor: float, floor: float) -> str | None:
-    """What is wrong with the error's L1 or L2 norm against the baseline's, or None when both are within bounds."""
+    """What is wrong with the error's L1 or L2 norm against the baseline's, or None when both are within bounds.
+    The floor scales with max(1, |ref|) element by element, as the max rule's does with max(1, max|ref|)."""
+    scale = ref.abs().clamp_min(1.0)
     for p in (1, 2):
         err = float(torch.linalg.vector_norm(cand - ref, p))
-        allowed = factor * float(torch.linalg.vector_norm(lowp - ref, p)) + floor * float(torch.linalg.vector_norm(ref, p))
+        allowed = factor * float(torch.linalg.vector_norm(lowp - ref, p)) + floor * float(torch.linalg.vector_norm(scale, p))
         if err > allowed:
             return f"the L{p} norm of the error, {err:.4g}, exceeds the allowed {allowed:.4g}"
     return None

@@ -8,7 +8,17 @@ norm is 3.7-5.9x the eager reference's; every floating-point output is held to i
 
 import torch
 
-from coda_agent.primitives import ColVecLoad, ColVecReduce, RowVecLoad, epilogue, exp, gemm, maximum, minimum, relu
+from coda_agent.primitives import (
+    ColVecLoad,
+    ColVecReduce,
+    RowVecLoad,
+    epilogue,
+    exp,
+    gemm,
+    maximum,
+    minimum,
+    relu,
+)
 
 CUT = -0.5
 
