@@ -250,7 +250,8 @@ class RunnerClient:
                 raise RunnerCrashed(f"the runner's kernel trace is unusable: {type(exc).__name__}") from None
             if not isinstance(trace_data, dict):
                 raise RunnerCrashed("the runner's kernel trace is not a trace")
-            path.unlink()
+            with contextlib.suppress(OSError):  # whatever the runner did to it since, it has been read
+                path.unlink()
         ops = reply.get("ops")
         return Batch(times_us=times, wall_s=wall, trace=trace_data, ops=ops if isinstance(ops, list) else None)
 
@@ -264,7 +265,8 @@ class RunnerClient:
             flat = read_tensors(path, refs, self.device, max_bytes=max_bytes)
         except (ProtocolError, ValueError) as exc:
             raise RunnerCrashed(f"the runner's outputs are unusable: {exc}") from None
-        path.unlink()
+        with contextlib.suppress(OSError):
+            path.unlink()
         outs = []
         for entry in reply.get("calls", []):
             index = int(entry["call"])
