@@ -103,6 +103,9 @@ def test_every_human_kernel_passes():
         ("def where():\n    return 'meta'\ndef forward(x):\n    d = where()\n    return {'y': x.to(d)}\n", "a device may not be named"),
         ("def forward(x):\n    return {'y': x.to(**{'device': 'meta'})}\n", "a device may not be named"),
         ("def forward(x):\n    return {'y': x.to(torch.zeros(1).device)}\n", "torch.zeros() must say where"),
+        # a ninth pass: torch.Tensor(...) made a CPU tensor with no device=, and .T passed for a device
+        ("def forward(x):\n    h = torch.Tensor(2)\n    return {'y': x.to(h.device)}\n", "torch.Tensor names a type"),
+        ("def forward(x):\n    return {'y': x.to(x.T)}\n", "a device may not be named"),
         ("def forward(x, w):\n    return {'y': x if x.t() is not w else w}\n", "is / is not may only compare with None"),
     ],
 )
@@ -173,7 +176,8 @@ def test_what_the_new_rules_leave_alone():
               "    if x.shape[1] != w.shape[1]:\n        raise ValueError(f'K differs: {x.shape} {w.shape}')\n"
               "    assert x.dim() == 2, f'x is {x.dim()}-d'\n"
               "    dev = x.device\n"
-              "    if residual is None or (x.dim() == 2) is True:\n        pass\n"
+              "    if residual is None or (x.dim() == 2) is True or x.dtype is not torch.float32:\n        pass\n"
+              "    y = x.to(dtype=x.dtype)\n"
               "    zero = torch.zeros(x.shape[0], device=x.device).to(dev) + torch.ones(1, device=dev)\n"
               "    return {'out': gemm(e, x, w.t(), C=residual)['D'], 'zero': zero}\n")
     assert check_source(source) == []

@@ -47,6 +47,8 @@ TORCH_VALUES = frozenset({
     "float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool", "float",
     "half", "double", "long", "int", "Tensor",
 })
+#: The torch dtypes (``TORCH_VALUES`` less the ``Tensor`` type).
+TORCH_DTYPES = TORCH_VALUES - {"Tensor"}
 #: Methods host glue may call on tensors, dicts and lists.
 METHODS = frozenset({
     "t", "view", "view_as", "reshape", "reshape_as", "transpose", "permute", "contiguous", "expand", "expand_as",
@@ -629,14 +631,26 @@ class _Checker(ast.NodeVisitor):
             node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id) in PLACING
         if isinstance(node.func, ast.Attribute) and node.func.attr == "to":
             given += node.args[:1]
-        if any(not (isinstance(v, ast.Attribute) or (isinstance(v, ast.Name) and v.id in self.attribute_names))
+        if any(not (self._place_or_type(v) or (isinstance(v, ast.Name) and v.id in self.attribute_names))
                for v in given) or (placing and any(kw.arg is None for kw in node.keywords)):
             self.flag(node, "a device may not be named in the code: put new tensors where the inputs are "
-                            "(device=x.device, .to(x.device) or .to(torch.float32))")
+                            "(device=x.device, .to(x.device), .to(torch.float32), .to(dtype=...)); hand a helper a "
+                            "tensor, not a device")
+        elif (isinstance(node.func, ast.Attribute) and node.func.attr == "Tensor" and isinstance(node.func.value, ast.Name)
+              and node.func.value.id in self.torch):
+            self.flag(node, "torch.Tensor names a type; make tensors with torch.zeros/empty/...(..., device=x.device)")
         elif (isinstance(node.func, ast.Attribute) and node.func.attr in FACTORIES and isinstance(node.func.value, ast.Name)
               and node.func.value.id in self.torch and not given):
             self.flag(node, f"torch.{node.func.attr}() must say where the tensor goes: device=x.device (the default, the "
                             "CPU, is not where the inputs are on the GPU)")
+
+    def _place_or_type(self, node: ast.AST) -> bool:
+        """``<expr>.device``, ``<expr>.dtype`` or ``torch.<dtype>``: what may say where a tensor goes or what it holds."""
+        if not isinstance(node, ast.Attribute):
+            return False
+        if node.attr in ("device", "dtype"):
+            return True
+        return isinstance(node.value, ast.Name) and node.value.id in self.torch and node.attr in TORCH_DTYPES
 
     def _message_str(self, node: ast.Name) -> bool:
         """``str`` in a raise or assert message: it only builds the text of a stop."""
@@ -696,9 +710,11 @@ class _Checker(ast.NodeVisitor):
     def visit_Compare(self, node: ast.Compare) -> None:
         sides = [node.left, *node.comparators]
         for op, left, right in zip(node.ops, sides, sides[1:], strict=False):
-            if isinstance(op, (ast.Is, ast.IsNot)) and not any(_is_singleton(side) for side in (left, right)):
-                self.flag(node, "is / is not may only compare with None, True or False (object identity tells "
-                                "tensors and devices apart that the checker's runs must not)")
+            if isinstance(op, (ast.Is, ast.IsNot)) and not any(_is_singleton(side) or (
+                    isinstance(side, ast.Attribute) and side.attr != "device" and self._place_or_type(side))
+                    for side in (left, right)):
+                self.flag(node, "is / is not may only compare with None, True, False or a dtype (object identity "
+                                "tells tensors and devices apart that the checker's runs must not)")
         self.generic_visit(node)
 
     def visit_UnaryOp(self, node: ast.UnaryOp) -> None:
