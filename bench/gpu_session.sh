@@ -5,7 +5,8 @@
 # The phases run in order, each cut off at CAP seconds or at the call's end (SECONDS from now, less a margin for the
 # copy back), whichever comes first:
 #   bench     the whole-suite bench (resumes .gpuwork/bench.json: every task's correctness first, then timing)
-#   trust     the verifier's GPU tests: the human kernels and the adversarial cases
+#   trust     the verifier's GPU tests: the human kernels and the adversarial cases; the QuACK backend's tile counter
+#   guards    trust without the human kernels' correctness, which the bench's check phase runs with the same verifier
 #   ops       the torch ops' GPU test: a two-layer Llama-3 1B stack's gradients at a real size
 #   more      the other GPU tests: the tuner, the agent, one end-to-end layer
 #   e2e       coda-agent bench-e2e --preset 1b --layers 2 (CODA's ops against eager and both torch.compile modes)
@@ -44,7 +45,10 @@ for spec in "$@"; do
   case $phase in
     bench) run_phase bench "$secs" python3 -m coda_agent bench --resume --no-max-autotune --jobs "${BENCH_JOBS:-5}" \
              --json "$work/bench.json" ;;
-    trust) run_phase trust "$secs" "${gpu_tests[@]}" tests/test_gpu_kernels.py tests/adversarial/test_adversarial_gpu.py ;;
+    trust) run_phase trust "$secs" "${gpu_tests[@]}" tests/test_gpu_primitives.py tests/test_gpu_kernels.py \
+             tests/adversarial/test_adversarial_gpu.py ;;
+    guards) run_phase guards "$secs" "${gpu_tests[@]}" tests/test_gpu_primitives.py tests/test_gpu_kernels.py \
+              tests/adversarial/test_adversarial_gpu.py -k "not human_kernel_passes_gpu_correctness" ;;
     ops) run_phase ops "$secs" "${gpu_tests[@]}" tests/test_torch_ops.py ;;
     more) run_phase more "$secs" "${gpu_tests[@]}" tests/test_tuning.py tests/test_agent.py tests/test_bench_e2e.py ;;
     e2e) run_phase e2e "$secs" python3 -m coda_agent bench-e2e --preset 1b --layers 2 --steps 10 --warmup 2 \
@@ -53,7 +57,7 @@ for spec in "$@"; do
                 --model mock/bench/tune_demo/untuned_residual.yaml --rounds 1 --tune-budget "${TUNE_BUDGET:-120}" ;;
     tune-human) run_phase tune-human "$secs" python3 -m coda_agent bench gemm_residual gemm_residual_rmsnorm \
                   gemm_rmsnorm_bwd --tune --tune-budget "${TUNE_BUDGET:-100}" --json "$work/tune-human.json" ;;
-    *) echo "unknown phase $phase (bench, trust, ops, more, e2e, tune-run, tune-human)"; exit 2 ;;
+    *) echo "unknown phase $phase (bench, trust, guards, ops, more, e2e, tune-run, tune-human)"; exit 2 ;;
   esac
 done
 if [ -n "${OUT:-}" ]; then tar czf "$OUT/gpuwork.tar.gz" --exclude=quack_cache "$work"; fi

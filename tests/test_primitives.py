@@ -406,3 +406,21 @@ def test_a_schedule_crosses_the_wire_and_bad_entries_do_not():
                 [["a", 1, 2, 3, {"pingpong": 1}]], {"a": 1}):
         with pytest.raises(ValueError):
             schedule_from_wire(bad)
+
+
+def test_the_quack_plan_key_is_the_calls_metadata_not_its_data():
+    """QuACK plans are reused per key (``_quack.run``): one per layout, whatever the values."""
+    from coda_agent.primitives import _epilogue, _quack
+
+    @P.epilogue()
+    def scaled(acc, s):
+        return {"D": acc * s}
+
+    def key(a, b, s):
+        call = _epilogue.GemmCall(epi=scaled, A=a, B=b, C=None, operands={}, indices={}, out_dtype=a.dtype, config=None)
+        return _quack._plan_key(call, _quack._gemm_config(None), {"s": s})
+
+    a, b = torch.randn(64, 32).bfloat16(), torch.randn(32, 48).bfloat16()
+    assert key(a, b, 2.0) == key(torch.randn_like(a), torch.randn_like(b), 3.0)
+    assert key(a, b, 2.0) != key(a, torch.randn(48, 32).bfloat16().t(), 2.0)  # another layout of B
+    assert key(a, b, 2.0) != key(a.half(), b.half(), 2.0)

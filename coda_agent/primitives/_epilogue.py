@@ -202,13 +202,19 @@ class GemmCall:
         """(epilogue name, M, N, K): how a :func:`schedule` names this call."""
         return (self.epi.name, self.m, self.n, int(self.A.shape[1]))
 
-    def zero_results(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-        """Zeros shaped as the kernel's results, on A's device: (D and the extra outputs, the reductions)."""
+    def stored_buffers(self, factory: Callable[..., torch.Tensor] = torch.empty) -> dict[str, torch.Tensor]:
+        """Buffers for what the kernel stores, on A's device: D (unless ``store_d`` is off) and the extra outputs."""
         m, n, dev = self.m, self.n, self.A.device
         width = n // 2 if self.epi.mode == "acc_pair" else n
         d_shape = (m, 2 * n) if self.epi.mode == "packed" else (m, n)
-        stored = {"D": torch.zeros(d_shape, dtype=self.out_dtype, device=dev)} if self.store_d else {}
-        stored.update({name: torch.zeros(m, width, dtype=self.out_dtype, device=dev) for name in self.epi.outputs})
+        stored = {"D": factory(d_shape, dtype=self.out_dtype, device=dev)} if self.store_d else {}
+        stored.update({name: factory((m, width), dtype=self.out_dtype, device=dev) for name in self.epi.outputs})
+        return stored
+
+    def zero_results(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """Zeros shaped as the kernel's results, on A's device: (D and the extra outputs, the reductions)."""
+        m, n, dev = self.m, self.n, self.A.device
+        stored = self.stored_buffers(torch.zeros)
         reduced = {
             name: torch.zeros(n if isinstance(sink, RowVecReduce) else m, dtype=torch.float32, device=dev)
             for name, sink in self.epi.sinks.items()

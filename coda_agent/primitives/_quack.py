@@ -94,24 +94,56 @@ def _operands(call: GemmCall) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     return kw, selects
 
 
+def _plan_key(call: GemmCall, config: Any, kw: dict[str, Any]) -> tuple[Any, ...]:
+    """What a QuACK plan is built from, as QuACK's own eager cache keys it: every tensor's metadata (not its data),
+    whether each scalar is there (its value is a launch argument), the config object, and the device."""
+    def meta(t: torch.Tensor | None) -> Any:
+        return None if t is None else (t.dtype, tuple(t.shape), t.stride())
+
+    operands = tuple(sorted((name, meta(v) if isinstance(v, torch.Tensor) else v is not None) for name, v in kw.items()))
+    return (id(config), call.store_d, call.out_dtype, str(call.A.device), meta(call.A), meta(call.B), meta(call.C), operands)
+
+
+def _tile_counter(device: torch.device) -> torch.Tensor:
+    """The SM90 dynamic scheduler's tile counter for this device and stream, zeroed once and reused by every launch.
+
+    The kernel's scheduler fetches the next tile with an ``atom.inc`` bounded by the tile count, so after its last
+    fetch the counter is back at zero (``quack/tile_scheduler.py``; tests/test_gpu_primitives.py reads it after
+    launches at several shapes and configs); a launch that never starts leaves it untouched. QuACK's eager call
+    instead zero-fills a fresh counter before every launch: one more kernel per gemm call. One counter per stream,
+    because only launches on one stream are ordered (with PDL the next kernel's scheduler waits for the previous
+    grid before it fetches)."""
+    stream = torch.cuda.current_stream(device)
+    key = (stream.device_index, stream.stream_id)
+    counter = _TILE_COUNTERS.get(key)
+    if counter is None:
+        counter = _TILE_COUNTERS[key] = torch.zeros(1, dtype=torch.int32, device=device)
+    return counter
+
+
+_TILE_COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
+
+
 def run(call: GemmCall) -> dict[str, torch.Tensor]:
-    """Launch the fused kernel through QuACK's eager interface (its config, else :func:`.configs.default_config`;
-    no tuning)."""
+    """Launch the fused kernel (its config, else :func:`.configs.default_config`; no tuning) through a QuACK plan
+    built once per call metadata, as QuACK's eager call replays its own, but with the reused
+    :func:`_tile_counter`."""
     mod = _epimod(call)
     kw, selects = _operands(call)
-    res = mod(
-        call.A,
-        call.B,
-        call.C,
-        out_dtype=None if call.epi.mode == "packed" else call.out_dtype,
-        config=_gemm_config(call.config or default_config(call)),
-        tuned=False,
-        store_d=call.store_d,
-        **kw,
-    )
-    out = dict(res)
-    out.update(selects)
-    return out
+    config = _gemm_config(call.config or default_config(call))
+    out = call.stored_buffers()
+    plans = call.epi.backend_cache.setdefault("quack_plans", {})
+    key = _plan_key(call, config, kw)
+    plan = plans.get(key)
+    if plan is None:
+        plan = plans[key] = mod.plan(call.A, call.B, call.C, out=out, config=config, **kw)
+    # The reduce partials: fresh per call (a finalised reduce may be a view of them), as QuACK's eager call does.
+    scratch = {name: torch.empty_like(buf) for name, buf in plan.scratch.items() if name not in kw}
+    dynamic = config.is_dynamic_persistent and call.A.is_cuda and torch.cuda.get_device_capability(call.A.device)[0] == 9
+    plan.run(call.A, call.B, call.C, out=out, scratch=scratch,
+             tile_count_semaphore=_tile_counter(call.A.device) if dynamic else None, **kw)
+    reduced = {name: mod._finalize_sink(name, buf, None, plan.gemm_plan) for name, buf in scratch.items()}
+    return {**out, **reduced, **selects}
 
 
 def run_compile_only(call: GemmCall) -> dict[str, torch.Tensor]:

@@ -46,11 +46,12 @@ def config_space(mode: Mode, has_outputs: bool) -> list[Config]:
     return sorted(space, key=lambda c: c != Config())
 
 
-#: QuACK's dynamic persistent tile scheduler (an atomic tile counter instead of a fixed tile order): off. Measured on
+#: QuACK's dynamic persistent tile scheduler (an atomic tile counter instead of a fixed tile order): on. Measured on
 #: the H200 (bench/probes, 2026-12-01) with the human kernels' configs at 15 bench rows of three tasks it was faster at
-#: 14 (0.2-3.7%), but on SM90 QuACK zero-fills a fresh counter before every call: one more kernel launch per gemm
-#: call, which put 7 of 13 tasks over their launch budgets.
-DYNAMIC_SCHEDULER = False
+#: 14 (0.2-3.7%; up to 1.09x in a bench). On SM90 QuACK's eager call zero-fills a fresh counter before every call,
+#: one more kernel launch per gemm call; the QuACK backend reuses one self-resetting counter per stream instead
+#: (``_quack._tile_counter``).
+DYNAMIC_SCHEDULER = True
 #: The tile every packed-mode call that names no config runs: the C and D tiles are twice as wide as the GEMM's, and
 #: at QuACK's 128x192 default the epilogue, not the mainloop, sets the time (ncu at gemm_swiglu_bwd coda-h2048:
 #: 51% SM and 30% DRAM throughput against 94% SM for the plain GEMM). 128x128 pingpong measured 1.11-1.53x faster

@@ -1,0 +1,116 @@
+"""The QuACK backend on a GPU: the reused tile counter of the dynamic scheduler, and no fill kernel per call.
+
+The SM90 dynamic scheduler counts its tile fetches in one int32 that every launch on a stream shares
+(``primitives._quack._tile_counter``); these tests read it back after launches at shapes with fewer tiles than SMs,
+ragged edges and several waves, in all three modes, with every kind of reduce, both clusters and a cooperative tile,
+and check each result against the FP32 emulator.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from coda_agent import primitives as P
+from coda_agent.primitives import _quack, backend, configs
+
+pytestmark = pytest.mark.gpu
+
+
+@P.epilogue()
+def plain(acc):
+    return {}
+
+
+@P.epilogue(reduces={"ss": P.ColVecReduce(scaled=True)})
+def residual_sumsq(acc, c):
+    h = acc + c
+    return {"D": h, "ss": (h, h)}
+
+
+@P.epilogue(outputs=("act",), mode="acc_pair")
+def gated(acc):
+    gate, up = P.unpack(acc)
+    return {"act": P.swiglu(gate, up)}
+
+
+@P.epilogue(reduces={"lse": P.OnlineLSEReduce(), "tgt": P.ColVecSelect(index="targets")})
+def lse_target(acc):
+    return {"D": acc, "lse": acc, "tgt": acc}
+
+
+@P.epilogue(outputs=("act",), reduces={"zdz": P.ColVecReduce()}, mode="packed")
+def swiglu_bwd(acc, c):
+    gate, up = P.unpack(c)
+    dgate, dup, act = P.dswiglu(gate, up, acc)
+    return {"D": P.pack(dgate, dup), "act": act, "zdz": dgate * gate + dup * up}
+
+
+SHAPES = [(256, 192, 128), (1000, 776, 320), (4096, 2048, 1024)]  # 2 tiles; ragged; 3-4 waves of 132 SMs
+#: Every mode and sink kind at the default config, and the other cluster and a cooperative tile (one compile each).
+CASES = [
+    (plain, None), (residual_sumsq, None), (gated, None), (lse_target, None), (swiglu_bwd, None),
+    (residual_sumsq, P.Config(cluster_m=1, cluster_n=2)), (plain, P.Config(tile_m=256, tile_n=128, pingpong=False)),
+]
+
+
+def _inputs(m, n, k, epi):
+    """A, B and the keyword arguments of one gemm call."""
+    g = torch.Generator(device="cuda").manual_seed(m + n + k)
+    a = torch.randn(m, k, device="cuda", generator=g).bfloat16()
+    b = (torch.randn(k, n, device="cuda", generator=g) / k**0.5).bfloat16()
+    kw = {}
+    if "c" in epi.params:
+        kw["C"] = torch.randn(m, 2 * n if epi.mode == "packed" else n, device="cuda", generator=g).bfloat16()
+    if epi is lse_target:
+        kw["targets"] = torch.randint(0, n, (m,), device="cuda", generator=g)
+    return a, b, kw
+
+
+def _close(got: torch.Tensor, want: torch.Tensor) -> None:
+    err = (got.float() - want.float()).abs().max().item()
+    assert err <= 0.02 * max(1.0, want.float().abs().max().item()), err
+
+
+@pytest.mark.parametrize(("epi", "config"), CASES, ids=[f"{e.name}-{configs.config_label(c)}" for e, c in CASES])
+def test_the_tile_counter_is_back_at_zero_after_every_launch(epi, config):
+    counter = _quack._tile_counter(torch.device("cuda"))
+    for m, n, k in SHAPES:
+        a, b, kw = _inputs(m, n, k, epi)
+        try:
+            with backend.using("quack"):
+                got = [P.gemm(epi, a, b, config=config, **kw) for _ in range(3)]
+        except P.EpilogueError as exc:  # a config this epilogue cannot run (QuACK's own rules), said up front
+            pytest.skip(str(exc))
+        torch.cuda.synchronize()
+        assert counter.item() == 0, f"the tile counter reads {counter.item()} after launches at {m}x{n}x{k}"
+        with backend.using("torch"):
+            want = P.gemm(epi, a, b, config=config, **kw)
+        for out in got:
+            assert out.keys() == want.keys()
+            for name in want:
+                _close(out[name], want[name])
+
+
+def test_a_warm_call_launches_the_gemm_alone():
+    """QuACK's eager call zero-fills a fresh counter before every dynamic launch; the reused counter does not."""
+    a, b, kw = _inputs(4096, 2048, 1024, residual_sumsq)
+    with backend.using("quack"):
+        P.gemm(residual_sumsq, a, b, **kw)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            P.gemm(residual_sumsq, a, b, **kw)
+            torch.cuda.synchronize()
+    kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert not [k for k in kernels if "fill" in k.lower()], kernels
+    assert sum(k.startswith("kernel_cutlass_kernel_quack") for k in kernels) == 1, kernels
+
+
+def test_streams_get_their_own_counter():
+    side = torch.cuda.Stream()
+    main = _quack._tile_counter(torch.device("cuda"))
+    with torch.cuda.stream(side):
+        other = _quack._tile_counter(torch.device("cuda"))
+    assert other is not main
+    assert _quack._tile_counter(torch.device("cuda")) is main
