@@ -424,3 +424,35 @@ def test_the_quack_plan_key_is_the_calls_metadata_not_its_data():
     assert key(a, b, 2.0) == key(torch.randn_like(a), torch.randn_like(b), 3.0)
     assert key(a, b, 2.0) != key(a, torch.randn(48, 32).bfloat16().t(), 2.0)  # another layout of B
     assert key(a, b, 2.0) != key(a.half(), b.half(), 2.0)
+
+
+def test_rows_off_the_16_byte_grid_are_refused_on_the_cpu_as_the_gpu_would():
+    """QuACK compiles every tile for 16-byte-aligned rows; the CPU compile cannot see a call that breaks that."""
+
+    @P.epilogue(outputs=("act",), mode="acc_pair")
+    def gated(acc):
+        gate, up = P.unpack(acc)
+        return {"act": P.swiglu(gate, up)}
+
+    a, b = torch.randn(100, 64).bfloat16(), torch.randn(64, 784).bfloat16()
+    assert P.gemm(gated, a, b)["act"].shape == (100, 392)
+    with pytest.raises(P.EpilogueError, match=r"output 'act' is \(100, 388\) bfloat16, 776 bytes a row.*multiple of 8 elements"):
+        P.gemm(gated, a, torch.randn(64, 776).bfloat16())
+    with pytest.raises(P.EpilogueError, match=r"A \(100, 66\) bfloat16 has strides \(66, 1\)"):
+        P.gemm(gated, torch.randn(100, 66).bfloat16(), torch.randn(66, 784).bfloat16())
+    with pytest.raises(P.EpilogueError, match=r"offset 1.*contiguous copy"):
+        P.gemm(gated, torch.randn(100, 72).bfloat16()[:, 1:65], b)
+
+    @P.epilogue()
+    def plus(acc, c):
+        return {"D": acc + c}
+
+    @P.epilogue()
+    def plain_d(acc):
+        return {}
+
+    w = torch.randn(64, 40).bfloat16()  # N = 40: 80-byte rows, on the grid
+    assert P.gemm(plus, a, w, C=torch.randn(100, 40).bfloat16(), out_dtype=torch.float32)["D"].shape == (100, 40)
+    weight = torch.randn(36, 64).bfloat16()  # an (N, K) weight: B = weight.t() has 128-byte rows, D 72-byte ones
+    with pytest.raises(P.EpilogueError, match="output 'D' is \\(100, 36\\) bfloat16, 72 bytes"):
+        P.gemm(plain_d, a, weight.t())

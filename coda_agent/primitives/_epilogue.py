@@ -291,6 +291,9 @@ def gemm(
             needed, e.g. a SwiGLU activation); the result then has no "D". Not allowed in packed mode.
         **operands: the fn's other parameters, plus the index tensors of ColVecSelect reduces.
 
+    Every tile the kernel moves (A, B, C, tile operands, D, the extra outputs) needs rows on a 16-byte grid (TMA):
+    K, N and the output widths a multiple of 8 for 16-bit tensors, of 4 for fp32; gemm() says which one is off.
+
     Returns:
         ``{"D": ..., <outputs>..., <reduces>...}``; reduces come back finalised over the whole row/column:
         ColVecReduce/OnlineLSEReduce/ColVecSelect as (M,) f32, RowVecReduce as (N,) f32.
@@ -356,4 +359,40 @@ def gemm(
     elif config is not None:
         config.check(epi.mode, bool(epi.outputs))
     call = GemmCall(epi, A, B, C, resolved, indices, dtype, config, store_d)
+    _check_tma_alignment(call)
     return backend.active().run(call)
+
+
+#: The alignment QuACK compiles every tile tensor for (``quack.compile_utils.div_for_dtype``): TMA copies rows of
+#: 16 bytes at a time, so a row stride or start off that grid breaks the kernel on the GPU, not the CPU compile.
+TMA_ALIGN_BYTES = 16
+
+
+def _check_tma_alignment(call: GemmCall) -> None:
+    """Every tile the kernel moves (A, B, C, tile operands, D and the extra outputs) has 16-byte-aligned rows."""
+    tiles = {"A": call.A, "B": call.B, **({"C": call.C} if call.C is not None else {})}
+    for name, t in tiles.items():
+        size = t.element_size()
+        off = [s * size for s in t.stride() if s != 1] + [t.storage_offset() * size]
+        if any(b % TMA_ALIGN_BYTES for b in off):
+            raise EpilogueError(
+                f"{name} {tuple(t.shape)} {str(t.dtype).removeprefix('torch.')} has strides {t.stride()} and offset "
+                f"{t.storage_offset()}: the kernel moves tiles with TMA, which needs every row to start on a "
+                f"{TMA_ALIGN_BYTES}-byte boundary: pad its rows to a multiple of {TMA_ALIGN_BYTES // size} elements (a "
+                "view that starts off the boundary: pass a contiguous copy)"
+            )
+    # Tile operands cross as contiguous copies (the QuACK backend makes them), outputs as fresh contiguous buffers.
+    rows = {f"operand {name!r}": op.value for name, op in call.operands.items() if op.kind == "tile"}
+    rows.update({f"output {name!r}": buf for name, buf in call.stored_buffers(_meta_empty).items()})
+    for name, t in rows.items():
+        row = t.shape[1] * t.element_size()
+        if row % TMA_ALIGN_BYTES:
+            raise EpilogueError(
+                f"{name} is {tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}, {row} bytes a row: the kernel "
+                f"moves it with TMA, which needs rows of a multiple of {TMA_ALIGN_BYTES} bytes; pad N so that each "
+                f"row is a multiple of {TMA_ALIGN_BYTES // t.element_size()} elements"
+            )
+
+
+def _meta_empty(shape: tuple[int, ...], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device="meta")
