@@ -114,3 +114,18 @@ def test_streams_get_their_own_counter():
         other = _quack._tile_counter(torch.device("cuda"))
     assert other is not main
     assert _quack._tile_counter(torch.device("cuda")) is main
+
+
+def test_a_captured_call_replays_right():
+    """Under CUDA graph capture the counter is the graph's own, zeroed on every replay."""
+    a, b, kw = _inputs(4096, 2048, 1024, residual_sumsq)
+    with backend.using("quack"):
+        eager = P.gemm(residual_sumsq, a, b, **kw)  # builds the plan outside the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = P.gemm(residual_sumsq, a, b, **kw)
+        for _ in range(3):
+            graph.replay()
+            torch.cuda.synchronize()
+            for name in eager:
+                _close(captured[name], eager[name])

@@ -112,7 +112,11 @@ def _tile_counter(device: torch.device) -> torch.Tensor:
     launches at several shapes and configs); a launch that never starts leaves it untouched. QuACK's eager call
     instead zero-fills a fresh counter before every launch: one more kernel per gemm call. One counter per stream,
     because only launches on one stream are ordered (with PDL the next kernel's scheduler waits for the previous
-    grid before it fetches)."""
+    grid before it fetches). Under CUDA graph capture a fresh one per call, as QuACK makes it: its zeroing is
+    captured with the graph and replayed before each launch, while a cached one made there would never be zeroed
+    outside the graph."""
+    if torch.cuda.is_current_stream_capturing():
+        return torch.zeros(1, dtype=torch.int32, device=device)
     stream = torch.cuda.current_stream(device)
     key = (stream.device_index, stream.stream_id)
     counter = _TILE_COUNTERS.get(key)
