@@ -128,4 +128,5 @@ def test_a_captured_call_replays_right():
         for _ in range(3):
             graph.replay()
             torch.cuda.synchronize()
-            assert all(torch.equal(captured[name], eager[name]) for name in eager)  # the same kernel on the same inputs
+            for name in eager:
+                _close(captured[name], eager[name])
