@@ -138,12 +138,15 @@ def run(call: GemmCall) -> dict[str, torch.Tensor]:
     out = call.stored_buffers()
     plans = call.epi.backend_cache.setdefault("quack_plans", {})
     key = _plan_key(call, config, kw)
-    plan = plans.get(key)
-    if plan is None:
-        plan = plans[key] = mod.plan(call.A, call.B, call.C, out=out, config=config, **kw)
+    entry = plans.get(key)
+    if entry is None:  # the plan, and whether its launch takes the SM90 tile counter (decided once, off the hot path)
+        entry = plans[key] = (
+            mod.plan(call.A, call.B, call.C, out=out, config=config, **kw),
+            config.is_dynamic_persistent and torch.cuda.get_device_capability(call.A.device)[0] == 9,
+        )
+    plan, dynamic = entry
     # The reduce partials: fresh per call (a finalised reduce may be a view of them), as QuACK's eager call does.
     scratch = {name: torch.empty_like(buf) for name, buf in plan.scratch.items() if name not in kw}
-    dynamic = config.is_dynamic_persistent and call.A.is_cuda and torch.cuda.get_device_capability(call.A.device)[0] == 9
     plan.run(call.A, call.B, call.C, out=out, scratch=scratch,
              tile_count_semaphore=_tile_counter(call.A.device) if dynamic else None, **kw)
     reduced = {name: mod._finalize_sink(name, buf, None, plan.gemm_plan) for name, buf in scratch.items()}
