@@ -144,6 +144,8 @@ def main() -> None:
         k = 0
         for t, (s, d) in first.items():
             for name, fn in variants_for(t, d, t in args.sweep)[0].items():
+                if args.only and name not in args.only:
+                    continue
                 if k % n == i:
                     t0 = time.time()
                     runnable({name: fn})
