@@ -218,18 +218,25 @@ def test_rows_join_correctness_timings_and_speed_of_light():
 class _FakeBench:
     """The bench's two GPU phases replaced by verdicts made here: which tasks were checked and timed, and when."""
 
-    def __init__(self, monkeypatch, stop_after: int | None = None):
+    def __init__(self, monkeypatch, stop_after: int | None = None, stop_checks_after: int | None = None):
         self.checked: list[str] = []
         self.timed: list[str] = []
         self.stop_after = stop_after
+        self.stop_checks_after = stop_checks_after
         t = {"median_us": 100.0, "p10_us": 99.0, "p90_us": 101.0, "reps": 20}
         self.timing = {"candidate": t, "eager": t, "compiled": t, "cublas": t}
         monkeypatch.setattr(runner, "check_tasks", self.check)
         monkeypatch.setattr(runner, "time_task", self.time)
 
-    def check(self, tasks, opts, progress, executor):
-        self.checked += [t.name for t in tasks]
-        return {t.name: _verdict("gpu_correctness", {"ragged": {"outcome": "passed", "launches": 1}}) for t in tasks}
+    def check(self, tasks, opts, progress, executor, on_checked):
+        verdicts = {}
+        for t in tasks:
+            if len(self.checked) == self.stop_checks_after:
+                raise KeyboardInterrupt  # the bench killed while this task was checked
+            self.checked.append(t.name)
+            verdicts[t.name] = _verdict("gpu_correctness", {"ragged": {"outcome": "passed", "launches": 1}})
+            on_checked(t.name, verdicts[t.name])
+        return verdicts
 
     def time(self, task, shapes, opts, progress, executor):
         done: Future = Future()
@@ -250,7 +257,7 @@ def test_an_interrupted_bench_keeps_every_check_and_resume_only_times_the_rest(m
     fake = _FakeBench(monkeypatch, stop_after=1)
     with pytest.raises(KeyboardInterrupt):
         runner.run_bench(BENCH_TASKS, RAGGED, PEAKS, "NVIDIA H200", "coda-agent bench", executor=None, checkpoint=lambda r: saved.append(r.model_copy(deep=True)))
-    first, last = saved[0], saved[-1]
+    first, last = saved[2], saved[-1]
     assert [r.pending for r in first.rows] == [True, True, True]  # written before any timing
     assert [(r.task, r.pending, r.candidate is not None) for r in last.rows] == [
         ("gemm_residual_rmsnorm", False, True), ("gemm_residual", True, False), ("gemm_rmsnorm", True, False)]
@@ -263,6 +270,21 @@ def test_an_interrupted_bench_keeps_every_check_and_resume_only_times_the_rest(m
     assert again.checked == [] and again.timed == ["gemm_residual", "gemm_rmsnorm"]  # their checks are kept
     assert [r.task for r in done.rows] == [t.name for t in BENCH_TASKS] and not any(r.pending for r in done.rows)
     assert done.rows[0] == last.rows[0]  # kept as it was measured
+
+
+def test_a_bench_stopped_while_checking_keeps_the_tasks_checked_so_far(monkeypatch):
+    saved: list[BenchRun] = []
+    fake = _FakeBench(monkeypatch, stop_checks_after=2)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_bench(BENCH_TASKS, RAGGED, PEAKS, "NVIDIA H200", "coda-agent bench", executor=None, checkpoint=lambda r: saved.append(r.model_copy(deep=True)))
+    assert [[(r.task, r.pending) for r in s.rows] for s in saved] == [
+        [("gemm_residual_rmsnorm", True)], [("gemm_residual_rmsnorm", True), ("gemm_residual", True)]]
+    assert fake.timed == []
+
+    again = _FakeBench(monkeypatch)
+    done = runner.run_bench(BENCH_TASKS, RAGGED, PEAKS, "NVIDIA H200", "coda-agent bench --resume", executor=None, previous=BenchRun.model_validate_json(saved[-1].model_dump_json()))
+    assert again.checked == ["gemm_rmsnorm"] and again.timed == [t.name for t in BENCH_TASKS]
+    assert [r.task for r in done.rows] == [t.name for t in BENCH_TASKS] and not any(r.pending for r in done.rows)
 
 
 def test_resume_measures_again_what_changed_since(monkeypatch):

@@ -272,14 +272,16 @@ def test_the_bench_checks_side_by_side_then_times_each_task_alone_on_its_gpu_and
     _seen.clear()
     tasks = [find_task(n) for n in ("gemm_residual", "gemm_swiglu", "gemm_rope")]
     said: list[str] = []
-    saved: list[list[str]] = []
+    saved: list[tuple[int, list[str]]] = []  # per checkpoint: tasks checked, tasks timed
     with LocalExecutor(cpu_workers=3, gpu_slots=3, gpus=["0"], verify_fn=probe_bench) as ex:
         run = run_bench(tasks, BenchOptions(seeds=1), Peaks(800.0, 4.8, "test"), "NVIDIA H200", "coda-agent bench",
-                        said.append, lambda r: saved.append(sorted({row.task for row in r.rows if not row.pending})), executor=ex)
+                        said.append, lambda r: saved.append((len({row.task for row in r.rows}),
+                                                             sorted({row.task for row in r.rows if not row.pending}))),
+                        executor=ex)
     names = [t.name for t in tasks]
     assert sorted(said[:3]) == sorted(f"checked {n} on gpu0: passed" for n in names)
     assert sorted(said[3:]) == sorted(f"timed {n} on gpu0: passed" for n in names)
-    # once every task is checked (nothing timed yet), then after each timed task, in the tasks' order
-    assert saved == [[], sorted(names[:1]), sorted(names[:2]), sorted(names)]
+    # after each checked task (nothing timed yet), then after each timed task, in the tasks' order
+    assert saved == [(1, []), (2, []), (3, []), (3, sorted(names[:1])), (3, sorted(names[:2])), (3, sorted(names))]
     assert all(r.correct and r.candidate.median_us == 100.0 for r in run.rows)
     assert most_at_once({f"check {n}" for n in names}) == 3 and most_at_once(set(names)) == 1

@@ -17,7 +17,7 @@ from __future__ import annotations
 import shlex
 import sys
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, as_completed
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -79,17 +79,25 @@ def _submit(executor: Executor, job: Job, progress: Progress, done: str) -> Futu
     return future
 
 
-def check_tasks(tasks: list[Task], opts: BenchOptions, progress: Progress, executor: Executor) -> dict[str, Verdict]:
-    """Phase 2: correctness + compile warm-up, every task submitted at once (the executor paces them)."""
+def check_tasks(
+    tasks: list[Task], opts: BenchOptions, progress: Progress, executor: Executor,
+    on_checked: Callable[[str, Verdict], None] = lambda name, verdict: None,
+) -> dict[str, Verdict]:
+    """Phase 2: correctness + compile warm-up, every task submitted at once (the executor paces them);
+    ``on_checked`` gets each task's verdict as it comes, in this thread."""
     futures = {
-        t.name: _submit(executor, Job(
+        _submit(executor, Job(
             t, _source(t), ("gpu_correctness", "bench_prepare"), shape_set=opts.shape_set,
             shape_names=tuple(p.name for p in shape_points(t, opts)), seeds=tuple(range(opts.seeds)),
             timeout=opts.timeout, backend_label="quack", compile_modes=opts.compile_modes, label=t.name,
-        ), progress, "checked")
+        ), progress, "checked"): t.name
         for t in tasks
     }
-    return {name: f.result() for name, f in futures.items()}
+    verdicts = {}
+    for future in as_completed(futures):
+        verdicts[futures[future]] = future.result()
+        on_checked(futures[future], verdicts[futures[future]])
+    return {t.name: verdicts[t.name] for t in tasks}
 
 
 def time_task(task: Task, shapes: list[str], opts: BenchOptions, progress: Progress, executor: Executor) -> Future[Verdict]:
@@ -146,10 +154,11 @@ def run_bench(
 ) -> BenchRun:
     """Phases 2 and 3 (the caller measured the peaks); returns the whole run, ready to write.
 
-    ``checkpoint`` gets the run once every task is checked (rows not timed yet are ``pending``) and again after
-    every timed task (in the tasks' order), so an interrupted bench keeps what it measured. Every timing is
-    submitted at once: with several GPUs they run side by side, one per device. ``previous`` (``bench --resume``)
-    is an earlier run of the same tree and options: its finished tasks are kept, not measured again.
+    ``checkpoint`` gets the run after every checked task (rows not timed yet are ``pending``; tasks not checked
+    yet are left out) and again after every timed task (in the tasks' order), so an interrupted bench keeps what
+    it measured. Every timing is submitted at once: with several GPUs they run side by side, one per device.
+    ``previous`` (``bench --resume``) is an earlier run of the same tree and options: its finished tasks are kept,
+    not measured again, and its checked ones are only timed.
     """
     from ..verifier.gpu import TIMING_METHOD
 
@@ -160,21 +169,29 @@ def run_bench(
         progress(f"kept from the earlier run: {', '.join(sorted(finished))}")
     if set(kept) - finished:
         progress(f"checked by the earlier run, to be timed: {', '.join(sorted(set(kept) - finished))}")
-    checked = check_tasks([t for t in runnable if t.name not in kept], opts, progress, executor)
     run = BenchRun(
         created=previous.created if kept and previous else datetime.now(timezone.utc), command=command, device=device,
         driver=driver_version(), packages=package_versions(), git_commit=git_commit(), peak_tflops_bf16=peaks.tflops_bf16,
         peak_hbm_tbps=peaks.hbm_tbps, peaks_method=peaks.how, timing_method=TIMING_METHOD,
         correctness_seeds=opts.seeds, compile_modes=list(opts.compile_modes),
     )
-    rows = {t.name: kept.get(t.name) or checked_rows(t, opts, checked[t.name], peaks) for t in runnable}
+    rows = dict(kept)
 
     def save() -> None:
-        run.rows = [r for t in runnable for r in rows[t.name]]
+        run.rows = [r for t in runnable if t.name in rows for r in rows[t.name]]
         if checkpoint is not None:
             checkpoint(run)
 
-    save()
+    by_name = {t.name: t for t in runnable}
+
+    def checked(name: str, verdict: Verdict) -> None:
+        rows[name] = checked_rows(by_name[name], opts, verdict, peaks)
+        save()
+
+    to_check = [t for t in runnable if t.name not in kept]
+    check_tasks(to_check, opts, progress, executor, checked)
+    if not to_check:
+        save()
     todo = [t for t in runnable if t.name not in finished]
     timings = {}
     for task in todo:
