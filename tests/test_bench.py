@@ -108,12 +108,23 @@ def test_timing_stage_times_the_candidate_with_its_baselines_on_the_emulator():
     for t in (tiny.candidate, *tiny.baselines().values()):
         assert t.reps == 3 and t.p10_us <= t.median_us <= t.p90_us and t.bound in ("events", "wall")
     assert res.reason.startswith("median tiny:")
+    # the runner's host clock around forward(): on the CPU it is the call's whole time; the checker's baselines have none
+    assert tiny.candidate.host_median_us == tiny.candidate.events_median_us and tiny.candidate.host_bound
+    assert all(t.host_median_us is None and not t.host_bound for t in tiny.baselines().values())
 
 
 def test_a_wall_clock_median_is_marked_in_the_report():
     t = Timing(median_us=500.0, p10_us=490.0, p90_us=520.0, reps=20, bound="wall", events_median_us=400.0, wall_median_us=500.0)
     assert report._spread(t) == "500.0 (wall; events 400.0) (490-520)"
     assert report._us(Timing(median_us=400.0, bound="events")) == "400.0"
+
+
+def test_a_host_bound_kernel_is_marked_with_its_host_time():
+    t = gpu.honest_timing([480.0, 483.0, 490.0], [479.0, 481.0], hosts_us=[450.0, 470.0, 700.0])
+    assert t.host_median_us == 470.0 and t.host_bound and t.bound == "events"
+    assert report._spread(t) == "483.0 (481-489); host-bound: forward() 470 on the host"
+    gpu_bound = gpu.honest_timing([480.0, 483.0, 490.0], [479.0, 481.0], hosts_us=[60.0, 70.0, 80.0])
+    assert gpu_bound.host_median_us == 70.0 and not gpu_bound.host_bound and report._spread(gpu_bound) == "483.0 (481-489)"
 
 
 def test_forged_event_times_are_raised_to_the_wall_clock():

@@ -248,6 +248,20 @@ def test_feedback_timing_table_against_human_baselines_and_sol():
     assert timing_from_verdict(verdict(Outcome.PASSED)) == {}
 
 
+def test_feedback_says_when_a_shape_waited_on_forwards_host_work():
+    details = {"shapes": {"llama3-1b-qkv": {
+        "dims": {"M": 8192, "N": 3072, "K": 2048}, "candidate": {"median_us": 480.0, "host_median_us": 470.0},
+        "cublas": {"median_us": 136.0},
+    }}}
+    sol = SolPoint(shape="llama3-1b-qkv", dims="", flops=0.0, bytes=0.0, compute_us=120.0, memory_us=40.0)
+    timing = timing_from_verdict(verdict(Outcome.PASSED, **details), sol={"llama3-1b-qkv": sol})
+    assert timing["shapes"]["llama3-1b-qkv"]["bound"] == "host" and timing["shapes"]["llama3-1b-qkv"]["host_us"] == 470.0
+    a = make_attempt(1, 1, "def forward():\n    return {}\n", verdict(Outcome.PASSED, **details), timing=timing)
+    text = feedback_prompt([a], population=[a], goal_is_speed=True, goals={"speedup_vs_cublas": 0.97})
+    assert "| llama3-1b-qkv | 480.0 |" in text and "| host |" in text
+    assert "Farthest behind: `llama3-1b-qkv` at 0.28x, host-bound: the GPU waited for forward()'s own host work" in text
+
+
 def test_messages_alternate_and_continue_from_the_best_reply_of_the_last_round():
     wrong = make_attempt(1, 1, CODE, verdict(Outcome.RUNTIME_ERROR, "forward() raised:\nline 4: KeyError: 'h'"), slot=0)
     static_bad = make_attempt(2, 1, CODE, verdict(Outcome.STATIC_REJECTED, "x:\nline 2: no numpy"), slot=1)

@@ -7,6 +7,7 @@ nominal ones; the prompt names which.
 ``Attempt.timing`` (see ``store/records.py``) holds what :func:`timing_from_verdict` returns::
 
     {"shapes": {"<shape>": {"median_us": 812.3, "human_us": 790.1, "sol_us": 480.2, "bound": "compute",
+                            # or, where forward() kept the GPU waiting: "host_us": 700.0, "bound": "host"
                             "baselines": {"eager": 1500.0, "compiled": 1100.0, "cublas": 700.0}}},
      "geomean_us": 812.3, "speedup_vs_human": 0.97, "speedup_vs_cublas": 0.86, "speedup_vs_compiled": 1.35,
      "sol_fraction": 0.59}
@@ -45,6 +46,8 @@ def timing_from_verdict(
         point = (sol or {}).get(name)
         if point is not None:
             entry["sol_us"], entry["bound"] = point.sol_us, point.bound
+        if row.candidate.host_bound:  # what limits the shape is forward()'s host time, whatever the SoL says
+            entry["host_us"], entry["bound"] = row.candidate.host_median_us, "host"
         base = {b: t.median_us for b, t in row.baselines().items()}
         if base:
             entry["baselines"] = base

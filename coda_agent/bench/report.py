@@ -33,11 +33,12 @@ def _us(t: Timing | None) -> str:
 
 
 def _spread(t: Timing | None) -> str:
+    """The kernel's median and spread, and its host time when that is what the GPU waited for."""
     if t is None:
         return "-"
-    if t.p10_us is None or t.p90_us is None:
-        return _us(t)
-    return f"{_us(t)} ({t.p10_us:,.0f}-{t.p90_us:,.0f})"
+    spread = "" if t.p10_us is None or t.p90_us is None else f" ({t.p10_us:,.0f}-{t.p90_us:,.0f})"
+    host = f"; host-bound: forward() {t.host_median_us:,.0f} on the host" if t.host_bound and t.host_median_us else ""
+    return f"{_us(t)}{spread}{host}"
 
 
 def _num(v: float | None, fmt: str) -> str:

@@ -26,6 +26,9 @@ FLUSH_BYTES = 256 * 1024 * 1024
 #: GPU cycles (~1 ms on an H200) of ``torch.cuda._sleep`` that open a batch of timed calls: the host gets ahead
 #: of the device before the first call, so no call's events hold the host's latency to its first launch.
 LEAD_CYCLES = 2_000_000
+#: A candidate whose forward() spends at least this share of its median time on the host is host-bound: the GPU
+#: waited for its launches, so the time is the host's, not the kernel's.
+HOST_BOUND_SHARE = 0.8
 
 
 def lead_in(device: str) -> None:
@@ -44,6 +47,14 @@ class Timing(BaseModel):
     bound: str | None = Field(default=None, description="events | wall: which clock set the median (verifier timings)")
     events_median_us: float | None = Field(default=None, description="verifier timings: the CUDA events' median")
     wall_median_us: float | None = Field(default=None, description="verifier timings: the checker's wall clock per call")
+    host_median_us: float | None = Field(default=None, description=(
+        "candidate timings: the runner's host clock around forward() per call; near the median or above it, the GPU "
+        "waited for forward()'s launches (host-bound)"))
+
+    @property
+    def host_bound(self) -> bool:
+        """forward()'s host time is :data:`HOST_BOUND_SHARE` of the median or more: the GPU waited for the host."""
+        return self.host_median_us is not None and self.host_median_us >= HOST_BOUND_SHARE * self.median_us
 
 
 def percentile(sorted_values: list[float], q: float) -> float:

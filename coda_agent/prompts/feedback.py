@@ -29,6 +29,8 @@ BOUND_ADVICE = {
     "intermediates in the epilogue's registers instead of HBM, and drop host ops that make extra passes",
     "compute": "compute-bound: the time goes to the GEMM mainloop. Choose a `Config` (tile, cluster, pingpong or "
     "cooperative) that fills the SMs at this shape, and keep the epilogue light",
+    "host": "host-bound: the GPU waited for forward()'s own host work between its launches. Make fewer torch ops "
+    "and gemm calls per forward() (each is host time and a launch); fold host arithmetic into the epilogue",
 }
 #: The first next step after a round with no correct candidate, by the lead reply's outcome (a lead is a reply,
 #: so it never passed here nor is it a provider error).

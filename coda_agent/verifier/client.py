@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +89,7 @@ class Batch:
 
     times_us: list[float]
     wall_s: float
+    host_us: list[float] = field(default_factory=list)  # the runner's host clock around each forward()
     trace: dict[str, Any] | None = None
     ops: list[list[dict[str, Any]]] | None = None  # None: a batch run without the op log
 
@@ -253,7 +254,11 @@ class RunnerClient:
             with contextlib.suppress(OSError):  # whatever the runner did to it since, it has been read
                 path.unlink()
         ops = reply.get("ops")
-        return Batch(times_us=times, wall_s=wall, trace=trace_data, ops=ops if isinstance(ops, list) else None)
+        hosts = reply.get("host_us")  # a diagnostic: anything but one number per call is dropped
+        if not (isinstance(hosts, list) and len(hosts) == len(calls) and all(type(h) in (int, float) for h in hosts)):
+            hosts = []
+        return Batch(times_us=times, wall_s=wall, host_us=hosts, trace=trace_data,
+                     ops=ops if isinstance(ops, list) else None)
 
     def fetch(self, max_bytes: int) -> list[CallOutput]:
         """The kept calls' outputs; RunnerCrashed when their bytes add up to more than ``max_bytes``, or their

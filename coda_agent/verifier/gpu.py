@@ -22,12 +22,12 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from ..measure.baselines import baseline_variants, compiled_reference
-from ..measure.timing import Clock, RepPlan, Timing, lead_in, summarize
+from ..measure.timing import HOST_BOUND_SHARE, Clock, RepPlan, Timing, lead_in, summarize
 from ..primitives.configs import Schedule
 from ..tasks.model import ShapePoint
 from .client import CandidateRaised, RunnerClient, RunnerError
@@ -50,6 +50,7 @@ TIMING_METHOD = (
     "and an untraced timed one, in a random order; per call an L2 flush (256 MiB memset) then CUDA events on the caller's stream; "
     "candidate calls rotate over 3 fresh input sets, one random call per batch is checked; a call's time is its "
     "events, or the checker's wall clock per call (less a dry batch's) when that is over 10% + 20 µs more; "
+    f"the runner's host time around each forward() is kept beside it (host-bound at {HOST_BOUND_SHARE:.0%} of the median or more); "
     "3 untraced warm-up calls, reps sized for ~0.15 s per variant (15-60); median with p10/p90"
 )
 BATCH = 5
@@ -172,7 +173,7 @@ class ShapeTimer:
             return self.ctx
         return self._judges.setdefault(frozenset(table.items()), replace(self.ctx, signatures={}))
 
-    def candidate_batch(self, table: Schedule | None, n: int, check: bool, trace: bool = True) -> tuple[list[float], float]:
+    def candidate_batch(self, table: Schedule | None, n: int, check: bool, trace: bool = True) -> Batched:
         judge = self._schedule(table)
         calls = [self.ids[(self.cycle + j) % len(self.ids)] for j in range(n)]
         self.cycle += n
@@ -196,9 +197,10 @@ class ShapeTimer:
                     f"at shape {point.name}, a call made while the kernel was being timed returned a wrong result "
                     f"({failed[0].reason}); every call must compute the task"
                 ))
-        return batch.times_us, max(0.0, batch.wall_s * 1e6 / n - self.overhead.get(n, {}).get("runner_us", 0.0))
+        wall = max(0.0, batch.wall_s * 1e6 / n - self.overhead.get(n, {}).get("runner_us", 0.0))
+        return Batched(batch.times_us, wall, batch.host_us)
 
-    def baseline_batch(self, fn: Callable[[], object], n: int) -> tuple[list[float], float]:
+    def baseline_batch(self, fn: Callable[[], object], n: int) -> Batched:
         _sync(self.device)
         w0 = time.perf_counter()
         lead_in(self.device)
@@ -206,14 +208,14 @@ class ShapeTimer:
             for _ in range(n):
                 self.clock.start(fn)
             times = self.clock.collect()
-        return times, max(0.0, (time.perf_counter() - w0) * 1e6 / n - self.overhead.get(n, {}).get("checker_us", 0.0))
+        return Batched(times, max(0.0, (time.perf_counter() - w0) * 1e6 / n - self.overhead.get(n, {}).get("checker_us", 0.0)))
 
     def time(self, candidates: Mapping[str, Schedule | None], baselines: Mapping[str, Callable[[], object]],
              plan: RepPlan) -> dict[str, Timing]:
         """Every candidate variant (runner) and baseline (checker), interleaved batch by batch in rotating order."""
         names = [*candidates, *baselines]
 
-        def one(name: str, n: int, check: bool = True, trace: bool = True) -> tuple[list[float], float]:
+        def one(name: str, n: int, check: bool = True, trace: bool = True) -> Batched:
             if name in candidates:
                 return self.candidate_batch(candidates[name], n, check, trace)
             return self.baseline_batch(baselines[name], n)
@@ -222,7 +224,7 @@ class ShapeTimer:
             # Untraced, like the correctness check's warm run: a first call at a shape may launch one-off set-up
             # kernels (the QuACK backend zeroes its tile counter and a new plan's); the traced batches judge the rest.
             one(name, plan.warmup, check=False, trace=False)
-        slowest = max(sorted(one(name, 3)[0])[1] for name in names)
+        slowest = max(sorted(one(name, 3).times_us)[1] for name in names)
         reps = plan.reps_for(slowest)
         size = min(BATCH, reps)
         rounds = -(-reps // size)
@@ -230,6 +232,7 @@ class ShapeTimer:
             self.overhead[size] = _overheads(self.clock, self.client, self.device, size)
         events: dict[str, list[float]] = {n: [] for n in names}
         walls: dict[str, list[float]] = {n: [] for n in names}
+        hosts: dict[str, list[float]] = {n: [] for n in names}
         for r in range(rounds):
             k = r % len(names)
             for name in names[k:] + names[:k]:
@@ -238,12 +241,13 @@ class ShapeTimer:
                 traced_after = name in candidates and self.rng.random() < 0.5
                 if name in candidates and not traced_after:
                     one(name, size)
-                times, wall = one(name, size, trace=False)
+                timed = one(name, size, trace=False)
                 if traced_after:
                     one(name, size)
-                events[name] += times
-                walls[name].append(wall)
-        return {name: honest_timing(events[name], walls[name]) for name in names}
+                events[name] += timed.times_us
+                walls[name].append(timed.wall_us)
+                hosts[name] += timed.host_us
+        return {name: honest_timing(events[name], walls[name], hosts[name]) for name in names}
 
     def close(self) -> None:
         """Drop the input sets (forward() must have left them as they were sent) and any harness schedule."""
@@ -260,11 +264,23 @@ class ShapeTimer:
 WALL_SLACK, WALL_SLACK_US = 1.10, 20.0
 
 
-def honest_timing(events_us: list[float], walls_us: list[float]) -> Timing:
-    """The events' summary, or the wall clock's per-call median when the events claim clearly less."""
+@dataclass(frozen=True)
+class Batched:
+    """One timed batch of a variant: each call's events, the wall clock per call less the harness's own, and (the
+    candidate's) the runner's host clock around each forward()."""
+
+    times_us: list[float]
+    wall_us: float
+    host_us: list[float] = field(default_factory=list)
+
+
+def honest_timing(events_us: list[float], walls_us: list[float], hosts_us: Sequence[float] = ()) -> Timing:
+    """The events' summary, or the wall clock's per-call median when the events claim clearly less; with the
+    median host time of forward() where the runner reported it."""
     t = summarize(events_us)
     wall = summarize(walls_us).median_us
-    both = {"events_median_us": t.median_us, "wall_median_us": wall}
+    both = {"events_median_us": t.median_us, "wall_median_us": wall,
+            "host_median_us": summarize(list(hosts_us)).median_us if hosts_us else None}
     if wall > t.median_us * WALL_SLACK + WALL_SLACK_US:
         scale = wall / t.median_us if t.median_us > 0 else 1.0
         return Timing(median_us=wall, p10_us=(t.p10_us or wall) * scale, p90_us=(t.p90_us or wall) * scale, reps=t.reps,

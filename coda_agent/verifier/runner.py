@@ -208,6 +208,7 @@ class Runner:
         self.batches += 1
         cuda = self.device == "cuda"
         marks: list[tuple[Any, Any]] = []
+        hosts: list[float] = []
         self.oplog.calls.clear()
         trace_path = self.scratch / f"trace_{self.batches}.json" if cuda and calls and traced and not dry else None
         profiler = _cuda_profiler() if trace_path else nullcontext()
@@ -218,7 +219,9 @@ class Runner:
             lead_in(self.device)
             for i, set_id in enumerate(calls):
                 try:
-                    marks.append(self._one_call(i in keep, i, set_id, cuda, dry))
+                    mark, host_s = self._one_call(i in keep, i, set_id, cuda, dry)
+                    marks.append(mark)
+                    hosts.append(host_s * 1e6)
                 except Exception as exc:
                     self.kept.clear()
                     return {"ok": False, "call": i, "error": candidate_trace(exc, self.candidate.path)}
@@ -229,7 +232,7 @@ class Runner:
             times = [b.elapsed_time(e) * 1e3 for b, e in marks]
         else:
             times = [(e - b) * 1e6 for b, e in marks]
-        reply: dict[str, Any] = {"ok": True, "times_us": times}
+        reply: dict[str, Any] = {"ok": True, "times_us": times, "host_us": hosts}
         if trace_path is not None and prof is not None:
             prof.export_chrome_trace(str(trace_path))
             reply["trace"] = trace_path.name
@@ -237,7 +240,9 @@ class Runner:
             reply["ops"] = self.oplog.calls[: len(calls)]
         return reply
 
-    def _one_call(self, kept: bool, index: int, set_id: str, cuda: bool, dry: bool = False) -> tuple[Any, Any]:
+    def _one_call(self, kept: bool, index: int, set_id: str, cuda: bool, dry: bool = False) -> tuple[tuple[Any, Any], float]:
+        """One call: its start and end marks (CUDA events, or host times on the CPU), and the host seconds
+        forward() took (with its events on the CUDA side: how long the GPU may have waited for its launches)."""
         assert self.candidate is not None
         inputs = {} if dry else self.sets[set_id]
         forward = (lambda **_: None) if dry else self.candidate.forward
@@ -247,18 +252,21 @@ class Runner:
             self._flush.zero_()
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             with self.oplog.call():
+                t0 = time.perf_counter()
                 begin.record()
                 out = forward(**inputs, **self.constants)
                 end.record()
+                host_s = time.perf_counter() - t0
             mark: tuple[Any, Any] = (begin, end)
         else:
             with self.oplog.call():
                 t0 = time.perf_counter()
                 out = forward(**inputs, **self.constants)
                 mark = (t0, time.perf_counter())
+            host_s = mark[1] - mark[0]
         if kept and not dry:
             self.kept.append((index, out, set_id))
-        return mark
+        return mark, host_s
 
     def fetch(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Write the kept outputs to a tensor file; describe what is not a dict of plain tensors."""
