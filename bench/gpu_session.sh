@@ -14,6 +14,8 @@
 #   tune-run  the agent with a scripted model on a task without a human kernel (bench/tune_demo): the candidate's
 #             deliberately poor gemm config is tuned on the GPU, the record keeps the speed before and after
 #   tune-human  `bench --tune` on the human kernels of the narrow-N rows (issue 9): the diffs that would pin winners
+#   host      bench/probes/host_probe.py: each human kernel's host time per call, plain, under the op log, after a
+#             profiler session (why some short rows timed host-bound at 666e628)
 # Everything lands in .gpuwork/ (git-ignored: it stays on the machine between calls while it is warm) and comes back
 # as $OUT/gpuwork.tar.gz. Set CODA_AGENT_GIT_COMMIT: the tree travels without .git.
 set -uo pipefail
@@ -58,7 +60,8 @@ for spec in "$@"; do
                 --model mock/bench/tune_demo/untuned_residual.yaml --rounds 1 --tune-budget "${TUNE_BUDGET:-120}" ;;
     tune-human) run_phase tune-human "$secs" python3 -m coda_agent bench gemm_residual gemm_residual_rmsnorm \
                   gemm_rmsnorm_bwd --tune --tune-budget "${TUNE_BUDGET:-100}" --json "$work/tune-human.json" ;;
-    *) echo "unknown phase $phase (bench, trust, guards, ops, more, e2e, tune-run, tune-human)"; exit 2 ;;
+    host) run_phase host "$secs" python3 bench/probes/host_probe.py --json "$work/host.jsonl" ;;
+    *) echo "unknown phase $phase (bench, trust, guards, ops, more, e2e, tune-run, tune-human, host)"; exit 2 ;;
   esac
 done
 if [ -n "${OUT:-}" ]; then tar czf "$OUT/gpuwork.tar.gz" --exclude=quack_cache "$work"; fi

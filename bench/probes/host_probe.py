@@ -1,0 +1,148 @@
+"""Issue 9's host-cost probe: how long each human kernel's forward() takes on the host per call, and where it goes.
+
+At 666e628 the bench timed some short rows host-bound (gemm_rmsnorm at llama3-1b-qkv: 484 µs against a 134 µs
+kernel; the runner's wall clock per call agreed), while ``schedule_probe.py`` timed the same kernels in process at
+their GPU time. This probe measures the host side alone, with the GPU kept busy by a long device sleep ahead of
+every batch so the host never waits for it, in four settings:
+
+- ``plain``: forward() in process, as ``schedule_probe.py`` runs it;
+- ``backend``: of that, the time inside the QuACK backend (``_quack.run``: the plan lookup, buffers, launch);
+- ``op log``: forward() under the runner's op log (a TorchDispatchMode) and ``torch.no_grad``, as in a timed batch
+  (every setting goes through the op log's backend wrapper, which only records while a call is logged);
+- ``after profiler``: ``plain`` again after one ``torch.profiler`` CUDA session in this process (the runner traces
+  some batches: whether CUPTI leaves every later launch slower).
+
+The sandboxed runner itself is measured by the bench: its timings keep the runner's host time around forward()
+(``host_median_us``). A probe, not the bench; GPU only, with the project root on PYTHONPATH (``source .gpu2/env.sh``):
+
+    python3 bench/probes/host_probe.py                      # every task with a human kernel, its first bench shape
+    python3 bench/probes/host_probe.py --row gemm_rmsnorm:llama3-1b-qkv --json host.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from coda_agent.primitives import backend
+from coda_agent.tasks.loader import find_task, import_file, load_tasks
+from coda_agent.verifier.runner import OpLog
+
+#: Device cycles of the sleep ahead of each batch (~20 ms on an H200): longer than the batch's host time.
+AHEAD_CYCLES = 40_000_000
+BATCH = 10
+BATCHES = 5
+INSIDE_BACKEND: list[float] = []
+#: ``--cpu`` (a smoke run of the probe itself: the emulator at the small shapes) or the GPU.
+DEVICE = "cuda"
+
+
+def device_name() -> str:
+    return torch.cuda.get_device_name(0) if DEVICE == "cuda" else "cpu"
+
+
+def _sync() -> None:
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def _timed_backend(run: Callable[..., Any]) -> Callable[..., Any]:
+    def go(call: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return run(call)
+        finally:
+            INSIDE_BACKEND.append(time.perf_counter() - t0)
+    return go
+
+
+def host_us(call: Callable[[], Any]) -> tuple[float, float]:
+    """Median host µs per call of ``call``, and of the QuACK backend inside it, with the GPU busy ahead."""
+    per_call, inside = [], []
+    for _ in range(BATCHES):
+        _sync()
+        if DEVICE == "cuda":
+            torch.cuda._sleep(AHEAD_CYCLES)
+        for _ in range(BATCH):
+            INSIDE_BACKEND.clear()
+            t0 = time.perf_counter()
+            call()
+            per_call.append(time.perf_counter() - t0)
+            inside.append(sum(INSIDE_BACKEND))
+        _sync()
+    return statistics.median(per_call) * 1e6, statistics.median(inside) * 1e6
+
+
+def rows(specs: list[str], shape_set: str) -> list[tuple[str, str, dict[str, int]]]:
+    """``task`` (its first shape) or ``task:shape``; none: every task with a human kernel."""
+    if not specs:
+        specs = [t.name for t in load_tasks() if t.human_file is not None]
+    found = []
+    for spec in specs:
+        name, _, shape = spec.partition(":")
+        points = find_task(name).shapes[shape_set]
+        point = next((p for p in points if p.name == shape), None) if shape else points[0]
+        if point is None:
+            raise SystemExit(f"{name} has no bench shape {shape!r}")
+        found.append((name, point.name, dict(point.dims)))
+    return found
+
+
+def probe_row(task_name: str, dims: dict[str, int], oplog: OpLog) -> dict[str, float]:
+    task = find_task(task_name)
+    assert task.human_file is not None
+    human = import_file(task.human_file, f"host_probe_{task_name}")
+    kwargs = {**task.make_inputs(dims, seed=0, device=DEVICE), **task.constants}
+
+    def plain() -> Any:
+        return human.forward(**kwargs)
+
+    def logged() -> Any:
+        with torch.no_grad(), oplog, oplog.call():
+            return human.forward(**kwargs)
+
+    for _ in range(3):  # builds the kernels and plans
+        plain()
+        logged()
+    _sync()
+    forward_us, backend_us = host_us(plain)
+    logged_us, _ = host_us(logged)
+    oplog.calls.clear()
+    return {"plain_us": forward_us, "backend_us": backend_us, "oplog_us": logged_us}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--row", action="append", default=[], help="task or task:shape (repeatable; default: every task)")
+    p.add_argument("--json", type=Path, help="append one JSON object per row")
+    p.add_argument("--cpu", action="store_true", help="a smoke run of the probe: the emulator, the small shapes")
+    args = p.parse_args()
+    global DEVICE
+    DEVICE = "cpu" if args.cpu else "cuda"
+    oplog = OpLog()  # its backend wrapper too, as the runner's: the backend's own host ops skip the log
+    backend.set_backend("torch" if args.cpu else "quack", wrap=lambda run: oplog.wrap_backend(_timed_backend(run)))
+    jobs = rows(args.row, "small" if args.cpu else "bench")
+    results = {(t, s): probe_row(t, d, oplog) for t, s, d in jobs}
+    activity = torch.profiler.ProfilerActivity.CPU if args.cpu else torch.profiler.ProfilerActivity.CUDA
+    with torch.profiler.profile(activities=[activity]):  # as a traced batch does
+        for t, _, d in jobs[:1]:
+            probe_row(t, d, oplog)
+    for t, s, d in jobs:
+        results[(t, s)]["after_profiler_us"] = probe_row(t, d, oplog)["plain_us"]
+    print(f"{'task':32} {'shape':18} {'plain':>8} {'backend':>8} {'op log':>8} {'after profiler':>15}  (host µs per call)")
+    for (t, s), r in results.items():
+        print(f"{t:32} {s:18} {r['plain_us']:8.1f} {r['backend_us']:8.1f} {r['oplog_us']:8.1f} {r['after_profiler_us']:15.1f}")
+        if args.json:
+            with args.json.open("a") as f:
+                f.write(json.dumps({"task": t, "shape": s, "device": device_name(), **r}) + "\n")
+
+
+if __name__ == "__main__":
+    main()
