@@ -202,14 +202,18 @@ class GemmCall:
         """(epilogue name, M, N, K): how a :func:`schedule` names this call."""
         return (self.epi.name, self.m, self.n, int(self.A.shape[1]))
 
-    def stored_buffers(self, factory: Callable[..., torch.Tensor] = torch.empty) -> dict[str, torch.Tensor]:
-        """Buffers for what the kernel stores, on A's device: D (unless ``store_d`` is off) and the extra outputs."""
-        m, n, dev = self.m, self.n, self.A.device
+    def stored_shapes(self) -> dict[str, tuple[int, int]]:
+        """The shapes of what the kernel stores (all in ``out_dtype``): D (unless ``store_d`` is off) and the extra
+        outputs."""
+        m, n = self.m, self.n
         width = n // 2 if self.epi.mode == "acc_pair" else n
-        d_shape = (m, 2 * n) if self.epi.mode == "packed" else (m, n)
-        stored = {"D": factory(d_shape, dtype=self.out_dtype, device=dev)} if self.store_d else {}
-        stored.update({name: factory((m, width), dtype=self.out_dtype, device=dev) for name in self.epi.outputs})
+        stored = {"D": (m, 2 * n) if self.epi.mode == "packed" else (m, n)} if self.store_d else {}
+        stored.update({name: (m, width) for name in self.epi.outputs})
         return stored
+
+    def stored_buffers(self, factory: Callable[..., torch.Tensor] = torch.empty) -> dict[str, torch.Tensor]:
+        """Buffers for what the kernel stores, on A's device (see :meth:`stored_shapes`)."""
+        return {name: factory(shape, dtype=self.out_dtype, device=self.A.device) for name, shape in self.stored_shapes().items()}
 
     def zero_results(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """Zeros shaped as the kernel's results, on A's device: (D and the extra outputs, the reductions)."""
@@ -382,17 +386,13 @@ def _check_tma_alignment(call: GemmCall) -> None:
                 "view that starts off the boundary: pass a contiguous copy)"
             )
     # Tile operands cross as contiguous copies (the QuACK backend makes them), outputs as fresh contiguous buffers.
-    rows = {f"operand {name!r}": op.value for name, op in call.operands.items() if op.kind == "tile"}
-    rows.update({f"output {name!r}": buf for name, buf in call.stored_buffers(_meta_empty).items()})
-    for name, t in rows.items():
-        row = t.shape[1] * t.element_size()
-        if row % TMA_ALIGN_BYTES:
+    rows = {f"operand {name!r}": (tuple(op.value.shape), op.value.dtype) for name, op in call.operands.items() if op.kind == "tile"}
+    rows.update({f"output {name!r}": (shape, call.out_dtype) for name, shape in call.stored_shapes().items()})
+    for name, (shape, dtype) in rows.items():
+        size = dtype.itemsize
+        if shape[1] * size % TMA_ALIGN_BYTES:
             raise EpilogueError(
-                f"{name} is {tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}, {row} bytes a row: the kernel "
+                f"{name} is {shape} {str(dtype).removeprefix('torch.')}, {shape[1] * size} bytes a row: the kernel "
                 f"moves it with TMA, which needs rows of a multiple of {TMA_ALIGN_BYTES} bytes; pad N so that each "
-                f"row is a multiple of {TMA_ALIGN_BYTES // t.element_size()} elements"
+                f"row is a multiple of {TMA_ALIGN_BYTES // size} elements"
             )
-
-
-def _meta_empty(shape: tuple[int, ...], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    return torch.empty(shape, dtype=dtype, device="meta")
