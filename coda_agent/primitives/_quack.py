@@ -2,7 +2,8 @@
 
 Imported lazily (only the harness selects it). Two flavours:
 
-* ``quack``: a real launch through QuACK's eager call (GPU), reduces finalised by QuACK's host_finalize;
+* ``quack``: a real launch (GPU) of a QuACK plan built once per call metadata, with one reused tile counter per
+  stream (:func:`run`), reduces finalised as QuACK's eager call finalises them;
 * ``quack-compile``: compile through ``EpiMod.plan`` without launching, so the sm_90a kernels of a candidate
   build on a CPU-only machine (:func:`.quack_patches.compile_only` sets the target for each plan, then restores
   it). The returned tensors have the right shapes and dtypes but no meaningful values.
