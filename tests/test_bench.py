@@ -290,7 +290,8 @@ def test_a_bench_stopped_while_checking_keeps_the_tasks_checked_so_far(monkeypat
         runner.run_bench(BENCH_TASKS, RAGGED, PEAKS, "NVIDIA H200", "coda-agent bench", executor=None, checkpoint=lambda r: saved.append(r.model_copy(deep=True)))
     assert [[(r.task, r.pending) for r in s.rows] for s in saved] == [
         [("gemm_residual_rmsnorm", True)], [("gemm_residual_rmsnorm", True), ("gemm_residual", True)]]
-    assert fake.timed == []
+    assert fake.timed == [] and saved[-1].unchecked_tasks() == ["gemm_rmsnorm"]
+    assert "Not checked yet, so not in the tables: gemm_rmsnorm" in report.markdown_summary(saved[-1])
 
     again = _FakeBench(monkeypatch)
     done = runner.run_bench(BENCH_TASKS, RAGGED, PEAKS, "NVIDIA H200", "coda-agent bench --resume", executor=None, previous=BenchRun.model_validate_json(saved[-1].model_dump_json()))

@@ -180,6 +180,10 @@ def markdown_summary(run: BenchRun) -> str:
     if pending:
         lines += [f"{len(pending)} correct rows are not timed yet: the bench stopped before their timing phase "
                   "(`coda-agent bench --resume` with the same `--json` carries on).", ""]
+    unchecked = run.unchecked_tasks()
+    if unchecked:
+        lines += [f"Not checked yet, so not in the tables: {', '.join(unchecked)} (`coda-agent bench --resume` with the "
+                  "same `--json` carries on).", ""]
     failed = [r for r in run.rows if not r.correct]
     if failed:
         lines += ["## Failures", ""]

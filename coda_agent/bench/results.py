@@ -83,7 +83,13 @@ class BenchRun(Measured):
     timing_method: str = ""
     correctness_seeds: int = 0
     compile_modes: list[str] = Field(default=["default"], description="the torch.compile baselines timed")
+    tasks: list[str] = Field(default=[], description="the tasks the command asked for (a stopped bench lacks rows of some)")
     rows: list[BenchRow] = []
+
+    def unchecked_tasks(self) -> list[str]:
+        """Tasks asked for that have no rows yet: the bench stopped before their check finished."""
+        have = {r.task for r in self.rows}
+        return [t for t in self.tasks if t not in have]
 
     def finished_tasks(self) -> set[str]:
         """Tasks whose every row is final (timed, failed or refused), i.e. what ``bench --resume`` may keep."""

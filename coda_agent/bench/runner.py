@@ -173,7 +173,7 @@ def run_bench(
         created=previous.created if kept and previous else datetime.now(timezone.utc), command=command, device=device,
         driver=driver_version(), packages=package_versions(), git_commit=git_commit(), peak_tflops_bf16=peaks.tflops_bf16,
         peak_hbm_tbps=peaks.hbm_tbps, peaks_method=peaks.how, timing_method=TIMING_METHOD,
-        correctness_seeds=opts.seeds, compile_modes=list(opts.compile_modes),
+        correctness_seeds=opts.seeds, compile_modes=list(opts.compile_modes), tasks=[t.name for t in runnable],
     )
     rows = dict(kept)
 
