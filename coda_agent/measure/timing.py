@@ -27,7 +27,8 @@ FLUSH_BYTES = 256 * 1024 * 1024
 #: of the device before the first call, so no call's events hold the host's latency to its first launch.
 LEAD_CYCLES = 2_000_000
 #: A candidate whose forward() spends at least this share of its median time on the host is host-bound: the GPU
-#: waited for its launches, so the time is the host's, not the kernel's.
+#: waited for its launches, so the time is the host's, not the kernel's. (A forward() that itself waits for the
+#: GPU, with ``.item()`` or a synchronize, counts that wait as host time too: it serialises the two all the same.)
 HOST_BOUND_SHARE = 0.8
 
 
