@@ -3,6 +3,7 @@ field, result rows, rendering, the CLI's no-GPU answer and the tuner's config ta
 
 from __future__ import annotations
 
+import re
 import time
 from concurrent.futures import Future
 from datetime import datetime, timezone
@@ -111,6 +112,12 @@ def test_timing_stage_times_the_candidate_with_its_baselines_on_the_emulator():
     # the runner's host clock around forward(): on the CPU it is the call's whole time; the checker's baselines have none
     assert tiny.candidate.host_median_us == tiny.candidate.events_median_us and tiny.candidate.host_bound
     assert all(t.host_median_us is None and not t.host_bound for t in tiny.baselines().values())
+    # where the shape's wall time went, for the bench's progress line
+    assert list(tiny.seconds) == ["setup", "warm-up", "timed", "close"] and all(s >= 0 for s in tiny.seconds.values())
+    bench_verdict = Verdict(task=K0.name, task_version=1, backend="torch", outcome=Outcome.PASSED,
+                            stages=[res.model_copy(update={"stage": "bench"})])
+    assert re.fullmatch(r"setup \d+ s, warm-up \d+ s, timed \d+ s, close \d+ s over 1 shape", runner.where_time_went(bench_verdict))
+    assert runner.where_time_went(_verdict("gpu_correctness", {})) == ""
 
 
 def test_a_wall_clock_median_is_marked_in_the_report():

@@ -62,17 +62,20 @@ def _source(task: Task) -> str:
     return task.human_file.read_text()
 
 
-def _submit(executor: Executor, job: Job, progress: Progress, done: str) -> Future[Verdict]:
+def _submit(executor: Executor, job: Job, progress: Progress, done: str,
+            detail: Callable[[Verdict], str] = lambda verdict: "") -> Future[Verdict]:
     """The job on the executor; when it ends, ``<done> <task> on <worker>: <outcome>`` to the progress display, with
     the first line of the reason when it did not pass (a check's correct rows still count: the reason may be a later
-    stage's)."""
+    stage's), then ``detail`` of the verdict."""
     where: list[str] = []
 
     def report(f: Future[Verdict]) -> None:
         if not f.cancelled():
             verdict = f.result()
             why = "" if verdict.outcome is Outcome.PASSED else (verdict.reason.strip().splitlines() or [""])[0][:200]
-            progress(f"{done} {job.task.name} on {where[0]}: {verdict.outcome.value}" + (f" ({why})" if why else ""))
+            more = detail(verdict)
+            progress(f"{done} {job.task.name} on {where[0]}: {verdict.outcome.value}" + (f" ({why})" if why else "")
+                     + (f"; {more}" if more else ""))
 
     future = executor.submit(job, on_start=where.append)
     future.add_done_callback(report)
@@ -105,7 +108,20 @@ def time_task(task: Task, shapes: list[str], opts: BenchOptions, progress: Progr
     return _submit(executor, Job(
         task, _source(task), ("bench",), shape_set=opts.shape_set, shape_names=tuple(shapes), seeds=(0,),
         timeout=opts.timeout, backend_label="quack", compile_modes=opts.compile_modes, label=task.name,
-    ), progress, "timed")
+    ), progress, "timed", where_time_went)
+
+
+def where_time_went(verdict: Verdict) -> str:
+    """The bench stage's seconds by phase, summed over its shapes (``setup 9 s, warm-up 41 s, ...``)."""
+    stage = verdict.stage("bench")
+    totals: dict[str, float] = {}
+    for timing in (stage.timings.values() if stage else ()):
+        for phase, s in timing.seconds.items():
+            totals[phase] = totals.get(phase, 0.0) + s
+    if not totals or stage is None:
+        return ""
+    shapes = len(stage.timings)
+    return ", ".join(f"{phase} {s:.0f} s" for phase, s in totals.items()) + f" over {shapes} shape{'s' * (shapes != 1)}"
 
 
 def checked_rows(task: Task, opts: BenchOptions, checked: Verdict, peaks: Peaks) -> list[BenchRow]:

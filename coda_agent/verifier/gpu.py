@@ -129,11 +129,15 @@ def run_timing(ctx: Context, compile_modes: Sequence[str] = (), device: str = "c
 def time_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: str, compile_modes: Sequence[str],
                plan: RepPlan) -> ShapeTiming:
     """The timing protocol at one shape (module docstring): the candidate as loaded, with the baselines."""
+    t0 = time.perf_counter()
     timer = ShapeTimer(ctx, client, point, device)
     variants = baseline_variants(ctx.task, point.dims, timer.first_inputs, device=device, compile_modes=compile_modes)
+    setup = time.perf_counter() - t0
     timings = timer.time({"candidate": None}, variants, plan)
+    t1 = time.perf_counter()
     timer.close()
-    return ShapeTiming(dims=point.dims, **timings)
+    seconds = {"setup": setup, **timer.seconds, "close": time.perf_counter() - t1}
+    return ShapeTiming(dims=point.dims, seconds={k: round(v, 2) for k, v in seconds.items()}, **timings)
 
 
 class ShapeTimer:
@@ -158,6 +162,7 @@ class ShapeTimer:
         self.overhead: dict[int, dict[str, float]] = {}
         self._set: Schedule | None = None  # the schedule the runner holds now (None: as loaded)
         self._judges: dict[frozenset[tuple[object, object]], Context] = {}
+        self.seconds: dict[str, float] = {}  # the last time(): its warm-up and its timed batches
 
     @property
     def first_inputs(self) -> dict[str, torch.Tensor]:
@@ -214,6 +219,7 @@ class ShapeTimer:
              plan: RepPlan) -> dict[str, Timing]:
         """Every candidate variant (runner) and baseline (checker), interleaved batch by batch in rotating order."""
         names = [*candidates, *baselines]
+        t0 = time.perf_counter()
 
         def one(name: str, n: int, check: bool = True, trace: bool = True) -> Batched:
             if name in candidates:
@@ -230,6 +236,7 @@ class ShapeTimer:
         rounds = -(-reps // size)
         if size not in self.overhead:
             self.overhead[size] = _overheads(self.clock, self.client, self.device, size)
+        t1 = time.perf_counter()
         events: dict[str, list[float]] = {n: [] for n in names}
         walls: dict[str, list[float]] = {n: [] for n in names}
         hosts: dict[str, list[float]] = {n: [] for n in names}
@@ -247,6 +254,7 @@ class ShapeTimer:
                 events[name] += timed.times_us
                 walls[name].append(timed.wall_us)
                 hosts[name] += timed.host_us
+        self.seconds = {"warm-up": t1 - t0, "timed": time.perf_counter() - t1}
         return {name: honest_timing(events[name], walls[name], hosts[name]) for name in names}
 
     def close(self) -> None:

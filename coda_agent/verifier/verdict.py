@@ -65,6 +65,9 @@ class ShapeTiming(BaseModel):
     compiled: Timing | None = None
     compiled_max_autotune: Timing | None = None
     cublas: Timing | None = None
+    seconds: dict[str, float] = Field(default_factory=dict, description=(
+        "where the shape's wall time went: setup (input sets made and sent), warm-up (first calls: compiles, plans), "
+        "timed (the traced and timed batches), close"))
 
     def baselines(self) -> dict[str, Timing]:
         return {k: t for k in BASELINES if (t := getattr(self, k)) is not None}
