@@ -62,9 +62,9 @@ def test_interleaved_timing_rotates_order_and_ranks_variants():
     t = timing.time_interleaved(variants, timing.Clock("cpu"), plan)
     assert t["fast"].median_us < t["slow"].median_us
     assert t["slow"].median_us >= 3000
-    assert t["fast"].reps == t["slow"].reps == 6
-    timed = calls[2 + 6 :]  # after the warm-up and the 3 probe reps
-    assert timed[:4] == ["fast", "slow", "slow", "fast"]  # the start rotates every rep
+    assert t["fast"].reps == t["slow"].reps == 10  # 6 asked for, in whole batches of timing.BATCH
+    timed = calls[2 + 6 :]  # after the warm-up and the 3 probe reps (one batch of 3 each)
+    assert timed == ["fast"] * 5 + ["slow"] * 5 + ["slow"] * 5 + ["fast"] * 5  # batch by batch, the start rotating
 
 
 def test_speed_of_light_takes_the_binding_roof():

@@ -64,7 +64,8 @@ def speed_of_light(task: Task, set_name: str, peaks: Peaks) -> list[SolPoint]:
 def measure_peaks(clock: Clock | None = None, n: int = 8192, copy_bytes: int = 2 * 1024**3) -> Peaks:
     """Peak bf16 matmul rate (cuBLAS, n x n x n on random data) and HBM bandwidth (a device-to-device copy).
 
-    Taken as the median over interleaved repetitions; the copy counts read + write bytes.
+    Taken as the median over interleaved batches, the protocol every kernel is timed with (so a ceiling is taken
+    at the kernels' operating point); the copy counts read + write bytes.
     """
     clock = clock or Clock("cuda")
     a = torch.randn(n, n, device=clock.device, dtype=torch.bfloat16)
@@ -81,7 +82,7 @@ def measure_peaks(clock: Clock | None = None, n: int = 8192, copy_bytes: int = 2
     tbps = 2 * src.numel() * src.element_size() / (t["copy"].median_us * 1e-6) / 1e12
     how = (
         f"bf16 cuBLAS mm {n}x{n}x{n} on random data; device copy of {copy_bytes / 2**30:.0f} GiB "
-        "(read + write); medians of interleaved reps"
+        "(read + write); medians of interleaved batches, as kernels are timed"
     )
     return Peaks(tflops_bf16=tflops, hbm_tbps=tbps, how=how)
 

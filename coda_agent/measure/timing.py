@@ -7,8 +7,12 @@ of what a user pays; at these millisecond-scale shapes the GPU work dwarfs it an
 host ~60 µs of slack to enqueue the call). Graph replay would hide the host cost and forbid the harness's
 own allocations between calls.
 
-Variants (candidate, eager, torch.compile, cuBLAS) are timed interleaved, rep by rep and in rotating
-order, in one process, so clock and thermal drift hit every variant alike.
+Variants (candidate, eager, torch.compile, cuBLAS) are timed interleaved, batch by batch and in rotating
+order, so clock and thermal drift hit every variant alike. A batch is :data:`BATCH` calls after a synchronize,
+opened by a device sleep that lets the host run ahead (:func:`lead_in`): the verifier's protocol, which the
+peaks and the probes share, so every figure is taken at the same operating point (timed back to back without
+the pauses, the H200 ran every GEMM of a probe 15-20% slower than the bench did, cuBLAS at 8192x4096x14336 in
+1,403 µs against 1,170: most likely its sustained clock against the one the bench sees).
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ FLUSH_BYTES = 256 * 1024 * 1024
 #: GPU cycles (~1 ms on an H200) of ``torch.cuda._sleep`` that open a batch of timed calls: the host gets ahead
 #: of the device before the first call, so no call's events hold the host's latency to its first launch.
 LEAD_CYCLES = 2_000_000
+#: Calls per timed batch.
+BATCH = 5
 #: A candidate whose forward() spends at least this share of its median time on the host is host-bound: the GPU
 #: waited for its launches, so the time is the host's, not the kernel's. (A forward() that itself waits for the
 #: GPU, with ``.item()`` or a synchronize, counts that wait as host time too: it serialises the two all the same.)
@@ -110,6 +116,14 @@ class Clock:
         self._pending.clear()
         return out
 
+    def batch(self, fn: Callable[[], object], n: int) -> list[float]:
+        """One batch (module docstring): the lead-in, ``n`` timed calls, then their microseconds. The device
+        should be idle when it starts (the last :meth:`collect` left it so)."""
+        lead_in(self.device)
+        for _ in range(n):
+            self.start(fn)
+        return self.collect()
+
 
 @dataclass(frozen=True)
 class RepPlan:
@@ -128,10 +142,10 @@ class RepPlan:
 def time_interleaved(
     variants: Mapping[str, Callable[[], object]], clock: Clock, plan: RepPlan = RepPlan()
 ) -> dict[str, Timing]:
-    """Time every variant, interleaved rep by rep in rotating order; returns a Timing per variant.
+    """Time every variant, interleaved batch by batch in rotating order; returns a Timing per variant.
 
     Warm-up calls (compiles, allocator growth, cuBLAS heuristics) run first and are not measured; three
-    probe reps then size the run so the slowest variant gets about ``plan.target_s`` of samples.
+    probe reps then size the run so the slowest variant gets about ``plan.target_s`` of samples, in whole batches.
     """
     names = list(variants)
     for _ in range(plan.warmup):
@@ -146,14 +160,12 @@ def time_interleaved(
 def _run_reps(
     variants: Mapping[str, Callable[[], object]], names: list[str], clock: Clock, reps: int
 ) -> dict[str, list[float]]:
-    order: list[str] = []
-    for rep in range(reps):
-        k = rep % len(names)
-        for name in names[k:] + names[:k]:
-            clock.start(variants[name])
-            order.append(name)
-    times = clock.collect()
+    """At least ``reps`` calls of each variant, in batches; the first variant of a round rotates."""
+    clock.collect()  # the device idle before the first lead-in
+    size = min(BATCH, reps)
     samples: dict[str, list[float]] = {n: [] for n in names}
-    for name, t in zip(order, times, strict=True):
-        samples[name].append(t)
+    for r in range(-(-reps // size)):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            samples[name] += clock.batch(variants[name], size)
     return samples

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from ..measure.baselines import baseline_variants, compiled_reference
-from ..measure.timing import HOST_BOUND_SHARE, Clock, RepPlan, Timing, lead_in, summarize
+from ..measure.timing import BATCH, HOST_BOUND_SHARE, Clock, RepPlan, Timing, summarize
 from ..primitives.configs import Schedule
 from ..tasks.model import ShapePoint
 from .client import CandidateRaised, RunnerClient, RunnerError
@@ -53,7 +53,6 @@ TIMING_METHOD = (
     f"the runner's host time around each forward() is kept beside it (host-bound at {HOST_BOUND_SHARE:.0%} of the median or more); "
     "3 untraced warm-up calls, reps sized for ~0.15 s per variant (15-60); median with p10/p90"
 )
-BATCH = 5
 TIMING_SETS = 3
 
 
@@ -208,11 +207,8 @@ class ShapeTimer:
     def baseline_batch(self, fn: Callable[[], object], n: int) -> Batched:
         _sync(self.device)
         w0 = time.perf_counter()
-        lead_in(self.device)
         with torch.no_grad():
-            for _ in range(n):
-                self.clock.start(fn)
-            times = self.clock.collect()
+            times = self.clock.batch(fn, n)
         return Batched(times, max(0.0, (time.perf_counter() - w0) * 1e6 / n - self.overhead.get(n, {}).get("checker_us", 0.0)))
 
     def time(self, candidates: Mapping[str, Schedule | None], baselines: Mapping[str, Callable[[], object]],
@@ -306,10 +302,7 @@ def _overheads(clock: Clock, client: RunnerClient, device: str, n: int) -> dict[
     for _ in range(5):
         _sync(device)
         w0 = time.perf_counter()
-        lead_in(device)
-        for _ in range(n):
-            clock.start(lambda: None)
-        clock.collect()
+        clock.batch(lambda: None, n)
         w.append(time.perf_counter() - w0)
     return {"runner_us": dry * 1e6 / max(n, 1), "checker_us": sorted(w)[2] * 1e6 / max(n, 1)}
 
