@@ -14,8 +14,9 @@
 #   tune-run  the agent with a scripted model on a task without a human kernel (bench/tune_demo): the candidate's
 #             deliberately poor gemm config is tuned on the GPU, the record keeps the speed before and after
 #   tune-human  `bench --tune` on the human kernels of the narrow-N rows (issue 9): the diffs that would pin winners
-#   host      bench/probes/host_probe.py: each human kernel's host time per call, plain, under the op log, after a
-#             profiler session (why some short rows timed host-bound at 666e628)
+#   host      bench/probes/host_probe.py: the host time per call of the human kernels at the rows that timed
+#             host-bound at 666e628, plain, under the op log, after a profiler session and in the sandboxed runner
+#             (after a bench's check phase, whose kernels the runner then finds built)
 # Everything lands in .gpuwork/ (git-ignored: it stays on the machine between calls while it is warm) and comes back
 # as $OUT/gpuwork.tar.gz. Set CODA_AGENT_GIT_COMMIT: the tree travels without .git.
 set -uo pipefail

@@ -3,20 +3,24 @@
 At 666e628 the bench timed some short rows host-bound (gemm_rmsnorm at llama3-1b-qkv: 484 µs against a 134 µs
 kernel; the runner's wall clock per call agreed), while ``schedule_probe.py`` timed the same kernels in process at
 their GPU time. This probe measures the host side alone, with the GPU kept busy by a long device sleep ahead of
-every batch so the host never waits for it, in four settings:
+every batch so the host never waits for it, in five settings:
 
 - ``plain``: forward() in process, as ``schedule_probe.py`` runs it;
 - ``backend``: of that, the time inside the QuACK backend (``_quack.run``: the plan lookup, buffers, launch);
 - ``op log``: forward() under the runner's op log (a TorchDispatchMode) and ``torch.no_grad``, as in a timed batch
   (every setting goes through the op log's backend wrapper, which only records while a call is logged);
 - ``after profiler``: ``plain`` again after one ``torch.profiler`` CUDA session in this process (the runner traces
-  some batches: whether CUPTI leaves every later launch slower).
+  some batches: whether CUPTI leaves every later launch slower);
+- ``runner``: forward() in the sandboxed runner, in the bench's untraced batches (its ``host_us``, which the bench
+  keeps as ``host_median_us``).
 
-The sandboxed runner itself is measured by the bench: its timings keep the runner's host time around forward()
-(``host_median_us``). A probe, not the bench; GPU only, with the project root on PYTHONPATH (``source .gpu2/env.sh``):
+Run it after a bench's check phase on the same machine: the runner builds its kernels in the QuACK cache of the
+kernel's source, which that phase fills. A probe, not the bench; GPU only, with the project root on PYTHONPATH
+(``source .gpu2/env.sh``):
 
-    python3 bench/probes/host_probe.py                      # every task with a human kernel, its first bench shape
+    python3 bench/probes/host_probe.py                      # the rows of DEFAULT_ROWS
     python3 bench/probes/host_probe.py --row gemm_rmsnorm:llama3-1b-qkv --json host.jsonl
+    python3 bench/probes/host_probe.py --cpu --row gemm_rmsnorm   # the probe itself on the emulator (no GPU)
 """
 
 from __future__ import annotations
@@ -32,13 +36,18 @@ from typing import Any
 import torch
 
 from coda_agent.primitives import backend
-from coda_agent.tasks.loader import find_task, import_file, load_tasks
+from coda_agent.tasks.loader import find_task, import_file
+from coda_agent.verifier import Plan
 from coda_agent.verifier.runner import OpLog
+from coda_agent.verifier.stages import Context
 
 #: Device cycles of the sleep ahead of each batch (~20 ms on an H200): longer than the batch's host time.
 AHEAD_CYCLES = 40_000_000
 BATCH = 10
 BATCHES = 5
+#: The rows the sixth session timed host-bound (bench/README.md), and two with more host ops per forward().
+DEFAULT_ROWS = ("gemm_rmsnorm:llama3-1b-qkv", "gemm_residual_rmsnorm:llama3-1b-down", "gemm_residual:ragged",
+                "gemm_cross_entropy:ragged", "gemm_rmsnorm_cross_entropy_bwd:ragged")
 INSIDE_BACKEND: list[float] = []
 #: ``--cpu`` (a smoke run of the probe itself: the emulator at the small shapes) or the GPU.
 DEVICE = "cuda"
@@ -81,9 +90,7 @@ def host_us(call: Callable[[], Any]) -> tuple[float, float]:
 
 
 def rows(specs: list[str], shape_set: str) -> list[tuple[str, str, dict[str, int]]]:
-    """``task`` (its first shape) or ``task:shape``; none: every task with a human kernel."""
-    if not specs:
-        specs = [t.name for t in load_tasks() if t.human_file is not None]
+    """``task`` (its first shape) or ``task:shape``; none: :data:`DEFAULT_ROWS`."""
     found = []
     for spec in specs:
         name, _, shape = spec.partition(":")
@@ -118,6 +125,21 @@ def probe_row(task_name: str, dims: dict[str, int], oplog: OpLog) -> dict[str, f
     return {"plain_us": forward_us, "backend_us": backend_us, "oplog_us": logged_us}
 
 
+def runner_us(task_name: str, shape: str, dims: dict[str, int]) -> float:
+    """Median host µs per forward() in the sandboxed runner, in untraced batches as the bench times them."""
+    task = find_task(task_name)
+    assert task.human_file is not None
+    ctx = Context(task=task, source=task.human_file.read_text(), plan=Plan(shape_names=[shape], seeds=[0]),
+                  deadline=time.monotonic() + 600)
+    with ctx.runner("torch" if DEVICE == "cpu" else "quack", DEVICE) as client:
+        client.put("probe", task.make_inputs(dims, seed=0, device=DEVICE))
+        for _ in range(2):  # the warm-up: kernels, plans
+            client.run(["probe"] * BATCH, keep=[], trace=False)
+        hosts = [h for _ in range(BATCHES) for h in client.run(["probe"] * BATCH, keep=[], trace=False).host_us]
+        client.drop(["probe"])
+    return statistics.median(hosts)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--row", action="append", default=[], help="task or task:shape (repeatable; default: every task)")
@@ -128,7 +150,7 @@ def main() -> None:
     DEVICE = "cpu" if args.cpu else "cuda"
     oplog = OpLog()  # its backend wrapper too, as the runner's: the backend's own host ops skip the log
     backend.set_backend("torch" if args.cpu else "quack", wrap=lambda run: oplog.wrap_backend(_timed_backend(run)))
-    jobs = rows(args.row, "small" if args.cpu else "bench")
+    jobs = rows(args.row or ([] if args.cpu else list(DEFAULT_ROWS)), "small" if args.cpu else "bench")
     results = {(t, s): probe_row(t, d, oplog) for t, s, d in jobs}
     activity = torch.profiler.ProfilerActivity.CPU if args.cpu else torch.profiler.ProfilerActivity.CUDA
     with torch.profiler.profile(activities=[activity]):  # as a traced batch does
@@ -136,9 +158,12 @@ def main() -> None:
             probe_row(t, d, oplog)
     for t, s, d in jobs:
         results[(t, s)]["after_profiler_us"] = probe_row(t, d, oplog)["plain_us"]
-    print(f"{'task':32} {'shape':18} {'plain':>8} {'backend':>8} {'op log':>8} {'after profiler':>15}  (host µs per call)")
+        results[(t, s)]["runner_us"] = runner_us(t, s, d)
+    print(f"{'task':32} {'shape':18} {'plain':>8} {'backend':>8} {'op log':>8} {'after profiler':>15} {'runner':>8}"
+          "  (host µs per call)")
     for (t, s), r in results.items():
-        print(f"{t:32} {s:18} {r['plain_us']:8.1f} {r['backend_us']:8.1f} {r['oplog_us']:8.1f} {r['after_profiler_us']:15.1f}")
+        print(f"{t:32} {s:18} {r['plain_us']:8.1f} {r['backend_us']:8.1f} {r['oplog_us']:8.1f} "
+              f"{r['after_profiler_us']:15.1f} {r['runner_us']:8.1f}")
         if args.json:
             with args.json.open("a") as f:
                 f.write(json.dumps({"task": t, "shape": s, "device": device_name(), **r}) + "\n")
