@@ -177,7 +177,9 @@ def test_targets_apply_to_llama3_8b_and_coda_shapes_with_the_block_floor():
     ])
     checks = report.target_checks(run)
     assert [c.met for c in checks] == [True, False, True, False]
-    assert "x eager" in checks[2].describe()
+    assert "x eager" in checks[2].describe() and "host-bound" not in checks[1].describe()
+    host_bound = _row(shape="coda-h2048").model_copy(update={"candidate": Timing(median_us=400.0, host_median_us=390.0)})
+    assert "host-bound (390 µs of host time per call)" in report.target_checks(_run([host_bound]))[0].describe()
     # a target row checked but not timed yet is neither met nor missed
     run.rows.append(_row(shape="llama3-8b-o").model_copy(update={"candidate": None, "pending": True}))
     assert len(report.target_checks(run)) == 4 and len(report.target_rows(run)) == 5

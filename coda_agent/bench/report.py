@@ -108,6 +108,8 @@ class TargetCheck:
                  f"{_num(self.compile_ratio, '.3f')}x the better torch.compile (need {COMPILE_TARGET})"]
         if r.family == "block":
             parts.append(f"{_num(r.ratio('eager'), '.2f')}x eager")
+        if r.candidate is not None and r.candidate.host_bound:
+            parts.append(f"host-bound ({r.candidate.host_median_us:,.0f} µs of host time per call)")
         return f"{r.task} @ {r.shape}: " + ", ".join(parts)
 
 
