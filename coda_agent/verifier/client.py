@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -254,8 +255,9 @@ class RunnerClient:
             with contextlib.suppress(OSError):  # whatever the runner did to it since, it has been read
                 path.unlink()
         ops = reply.get("ops")
-        hosts = reply.get("host_us")  # a diagnostic: anything but one number per call is dropped
-        if not (isinstance(hosts, list) and len(hosts) == len(calls) and all(type(h) in (int, float) for h in hosts)):
+        hosts = reply.get("host_us")  # a diagnostic: anything but one finite time per call is dropped
+        if not (isinstance(hosts, list) and len(hosts) == len(calls)
+                and all(type(h) in (int, float) and 0 <= h < math.inf for h in hosts)):
             hosts = []
         return Batch(times_us=times, wall_s=wall, host_us=hosts, trace=trace_data,
                      ops=ops if isinstance(ops, list) else None)
