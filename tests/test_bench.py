@@ -110,7 +110,7 @@ def test_timing_stage_times_the_candidate_with_its_baselines_on_the_emulator():
         assert t.reps == 3 and t.p10_us <= t.median_us <= t.p90_us and t.bound in ("events", "wall")
     assert res.reason.startswith("median tiny:")
     # the runner's host clock around forward(): on the CPU it is the call's whole time; the checker's baselines have none
-    assert tiny.candidate.host_median_us == tiny.candidate.events_median_us and tiny.candidate.host_bound
+    assert tiny.candidate.host_median_us == tiny.candidate.events_median_us
     assert all(t.host_median_us is None and not t.host_bound for t in tiny.baselines().values())
     # where the shape's wall time went, for the bench's progress line
     assert list(tiny.seconds) == ["setup", "warm-up", "timed", "close"] and all(s >= 0 for s in tiny.seconds.values())
