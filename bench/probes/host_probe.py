@@ -3,16 +3,18 @@
 At 666e628 the bench timed some short rows host-bound (gemm_rmsnorm at llama3-1b-qkv: 484 µs against a 134 µs
 kernel; the runner's wall clock per call agreed), while ``schedule_probe.py`` timed the same kernels in process at
 their GPU time. This probe measures the host side alone, with the GPU kept busy by a long device sleep ahead of
-every batch so the host never waits for it, in five settings:
+every batch so the host never waits for it, in these settings:
 
 - ``plain``: forward() in process, as ``schedule_probe.py`` runs it;
 - ``backend``: of that, the time inside the QuACK backend (``_quack.run``: the plan lookup, buffers, launch);
 - ``op log``: forward() under the runner's op log (a TorchDispatchMode) and ``torch.no_grad``, as in a timed batch
   (every setting goes through the op log's backend wrapper, which only records while a call is logged);
 - ``after profiler``: ``plain`` again after one ``torch.profiler`` CUDA session in this process (the runner traces
-  some batches: whether CUPTI leaves every later launch slower);
+  some batches: whether CUPTI, which Kineto leaves attached unless ``TEARDOWN_CUPTI=1``, slows every later launch);
+- ``after teardown``: ``plain`` again after one more session that ends with ``TEARDOWN_CUPTI=1`` set;
 - ``runner``: forward() in the sandboxed runner, in the bench's untraced batches (its ``host_us``, which the bench
-  keeps as ``host_median_us``).
+  keeps as ``host_median_us``), before and after one traced batch, without and with ``TEARDOWN_CUPTI=1`` in the
+  runner's environment.
 
 Run it after a bench's check phase on the same machine: the runner builds its kernels in the QuACK cache of the
 kernel's source, which that phase fills. A probe, not the bench; GPU only, with the project root on PYTHONPATH
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -37,7 +40,7 @@ import torch
 
 from coda_agent.primitives import backend
 from coda_agent.tasks.loader import find_task, import_file
-from coda_agent.verifier import Plan
+from coda_agent.verifier import Plan, sandbox
 from coda_agent.verifier.runner import OpLog
 from coda_agent.verifier.stages import Context
 
@@ -47,7 +50,7 @@ BATCH = 10
 BATCHES = 5
 #: The rows the sixth session timed host-bound (bench/README.md), and two with more host ops per forward().
 DEFAULT_ROWS = ("gemm_rmsnorm:llama3-1b-qkv", "gemm_residual_rmsnorm:llama3-1b-down", "gemm_residual:ragged",
-                "gemm_cross_entropy:ragged", "gemm_rmsnorm_cross_entropy_bwd:ragged")
+                "gemm_rmsnorm_cross_entropy_bwd:ragged")
 INSIDE_BACKEND: list[float] = []
 #: ``--cpu`` (a smoke run of the probe itself: the emulator at the small shapes) or the GPU.
 DEVICE = "cuda"
@@ -125,19 +128,46 @@ def probe_row(task_name: str, dims: dict[str, int], oplog: OpLog) -> dict[str, f
     return {"plain_us": forward_us, "backend_us": backend_us, "oplog_us": logged_us}
 
 
-def runner_us(task_name: str, shape: str, dims: dict[str, int]) -> float:
-    """Median host µs per forward() in the sandboxed runner, in untraced batches as the bench times them."""
+def runner_us(task_name: str, shape: str, dims: dict[str, int], teardown: bool = False) -> dict[str, float]:
+    """Median host µs per forward() in the sandboxed runner, in untraced batches as the bench times them: before
+    any traced batch, and after one (the bench's runner traces every other batch). ``teardown``: Kineto finalizes
+    CUPTI when each traced batch's profiler stops (``TEARDOWN_CUPTI=1``, the runner's default), else it leaves it
+    attached (``0``, as Kineto does in any other process)."""
     task = find_task(task_name)
     assert task.human_file is not None
     ctx = Context(task=task, source=task.human_file.read_text(), plan=Plan(shape_names=[shape], seeds=[0]),
                   deadline=time.monotonic() + 600)
-    with ctx.runner("torch" if DEVICE == "cpu" else "quack", DEVICE) as client:
-        client.put("probe", task.make_inputs(dims, seed=0, device=DEVICE))
-        for _ in range(2):  # the warm-up: kernels, plans
-            client.run(["probe"] * BATCH, keep=[], trace=False)
-        hosts = [h for _ in range(BATCHES) for h in client.run(["probe"] * BATCH, keep=[], trace=False).host_us]
-        client.drop(["probe"])
-    return statistics.median(hosts)
+    saved = sandbox.PASS_ENV, os.environ.get("TEARDOWN_CUPTI")
+    sandbox.PASS_ENV, os.environ["TEARDOWN_CUPTI"] = (*sandbox.PASS_ENV, "TEARDOWN_CUPTI"), "1" if teardown else "0"
+    try:
+        with ctx.runner("torch" if DEVICE == "cpu" else "quack", DEVICE) as client:
+            client.put("probe", task.make_inputs(dims, seed=0, device=DEVICE))
+
+            def untraced() -> float:
+                return statistics.median(
+                    h for _ in range(BATCHES) for h in client.run(["probe"] * BATCH, keep=[], trace=False).host_us)
+
+            def traced_kernels() -> float:
+                """Kernels in a traced batch's trace: a finalized CUPTI must still trace the next batch whole."""
+                trace = client.run(["probe"] * BATCH, keep=[], trace=True).trace or {}
+                return sum(1 for e in trace.get("traceEvents", []) if e.get("cat") == "kernel")
+
+            for _ in range(2):  # the warm-up: kernels, plans
+                client.run(["probe"] * BATCH, keep=[], trace=False)
+            before = untraced()
+            kernels = [traced_kernels()]
+            after = untraced()
+            kernels.append(traced_kernels())  # the second session: CUPTI set up again after a teardown
+            client.drop(["probe"])
+    finally:
+        sandbox.PASS_ENV = saved[0]
+        if saved[1] is None:
+            os.environ.pop("TEARDOWN_CUPTI", None)
+        else:
+            os.environ["TEARDOWN_CUPTI"] = saved[1]
+    prefix = "runner_teardown" if teardown else "runner"
+    return {f"{prefix}_us": before, f"{prefix}_after_trace_us": after,
+            f"{prefix}_kernels_traced": kernels[0], f"{prefix}_kernels_retraced": kernels[1]}
 
 
 def main() -> None:
@@ -158,16 +188,24 @@ def main() -> None:
             probe_row(t, d, oplog)
     for t, s, d in jobs:
         results[(t, s)]["after_profiler_us"] = probe_row(t, d, oplog)["plain_us"]
-        results[(t, s)]["runner_us"] = runner_us(t, s, d)
-    print(f"{'task':32} {'shape':18} {'plain':>8} {'backend':>8} {'op log':>8} {'after profiler':>15} {'runner':>8}"
-          "  (host µs per call)")
+    os.environ["TEARDOWN_CUPTI"] = "1"  # Kineto reads it when a profiler stops: this session finalizes CUPTI
+    with torch.profiler.profile(activities=[activity]):
+        for t, _, d in jobs[:1]:
+            probe_row(t, d, oplog)
+    del os.environ["TEARDOWN_CUPTI"]
+    for t, s, d in jobs:
+        results[(t, s)]["after_teardown_us"] = probe_row(t, d, oplog)["plain_us"]
+        results[(t, s)].update(runner_us(t, s, d))
+        results[(t, s)].update(runner_us(t, s, d, teardown=True))
+    columns = ("plain", "backend", "oplog", "after_profiler", "after_teardown", "runner", "runner_after_trace",
+               "runner_teardown", "runner_teardown_after_trace")
+    print(f"{'task':32} {'shape':16} " + " ".join(f"{c:>{max(8, len(c))}}" for c in columns) + "  (host µs per call)")
     for (t, s), r in results.items():
-        print(f"{t:32} {s:18} {r['plain_us']:8.1f} {r['backend_us']:8.1f} {r['oplog_us']:8.1f} "
-              f"{r['after_profiler_us']:15.1f} {r['runner_us']:8.1f}")
+        print(f"{t:32} {s:16} " + " ".join(f"{r[c + '_us']:{max(8, len(c))}.1f}" for c in columns)
+              + "  kernels per traced batch: " + ", ".join(f"{r[k]:.0f}" for k in sorted(r) if "kernels" in k))
         if args.json:
             with args.json.open("a") as f:
                 f.write(json.dumps({"task": t, "shape": s, "device": device_name(), **r}) + "\n")
-
 
 if __name__ == "__main__":
     main()

@@ -291,6 +291,9 @@ class Runner:
 
 
 def _cuda_profiler() -> Any:
+    """The kernel profiler of a traced batch. Kineto leaves CUPTI attached when a profiler stops unless
+    ``TEARDOWN_CUPTI=1`` (read as it stops), and an attached CUPTI taxes every later CUDA call of the process: the
+    untraced batches timed after a traced one would pay for the tracing. :func:`main` sets it."""
     from torch.profiler import ProfilerActivity, profile
 
     return profile(activities=[ProfilerActivity.CUDA])
@@ -322,6 +325,7 @@ def serve(channel: Channel, runner: Runner) -> None:
 
 
 def main() -> int:
+    os.environ.setdefault("TEARDOWN_CUPTI", "1")  # see _cuda_profiler
     # The protocol keeps private copies of stdin/stdout; the candidate's prints go to stderr.
     channel = Channel.from_fds(os.dup(0), os.dup(1))
     devnull = os.open(os.devnull, os.O_RDONLY)
