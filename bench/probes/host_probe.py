@@ -131,8 +131,8 @@ def probe_row(task_name: str, dims: dict[str, int], oplog: OpLog) -> dict[str, f
 def runner_us(task_name: str, shape: str, dims: dict[str, int], teardown: bool = False) -> dict[str, float]:
     """Median host µs per forward() in the sandboxed runner, in untraced batches as the bench times them: before
     any traced batch, and after one (the bench's runner traces every other batch). ``teardown``: Kineto finalizes
-    CUPTI when each traced batch's profiler stops (``TEARDOWN_CUPTI=1``, the runner's default), else it leaves it
-    attached (``0``, as Kineto does in any other process)."""
+    CUPTI when each traced batch's profiler stops (``TEARDOWN_CUPTI=1``), else it leaves it attached (``0``, Kineto's
+    default and the runner's)."""
     task = find_task(task_name)
     assert task.human_file is not None
     ctx = Context(task=task, source=task.human_file.read_text(), plan=Plan(shape_names=[shape], seeds=[0]),

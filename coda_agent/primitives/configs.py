@@ -14,6 +14,7 @@ Not part of the candidate surface (``coda_agent.primitives.__all__``), like :mod
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -83,17 +84,26 @@ def default_config(call: GemmCall, sms: int | None = None) -> Config | None:
     :data:`PACKED_TILE` in packed mode, or :data:`NARROW_TILE` in element mode where the default fills at least
     one wave and the wave model gains :data:`NARROW_MIN_GAIN` (at M 8192, N 2048: 11 column tiles of 192 make 5.3
     waves on 132 SMs, 16 of 128 make 7.8). ``sms``: the device's count (default: the visible GPU's, else the H200's: the CPU compile builds what an
-    H200 would run)."""
+    H200 would run). Asked on every gemm call (the backend, the runner's op log), so the rule is memoised."""
     if call.epi.mode == "packed":
         return PACKED_TILE
     if call.epi.mode != "element":
         return None
     if sms is None:
-        sms = (torch.cuda.get_device_properties(call.A.device).multi_processor_count
-               if call.A.is_cuda else H200_SM_COUNT)
-    if tile_count(call.m, call.n, Config()) < sms:  # less than one wave: not what the rule was measured on
+        sms = _sm_count(call.A.device) if call.A.is_cuda else H200_SM_COUNT
+    return _element_default(call.m, call.n, sms)
+
+
+@functools.cache
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+@functools.cache
+def _element_default(m: int, n: int, sms: int) -> Config | None:
+    if tile_count(m, n, Config()) < sms:  # less than one wave: not what the rule was measured on
         return None
-    gain = wave_cost(call.m, call.n, Config(), sms) / wave_cost(call.m, call.n, NARROW_TILE, sms)
+    gain = wave_cost(m, n, Config(), sms) / wave_cost(m, n, NARROW_TILE, sms)
     return NARROW_TILE if gain >= NARROW_MIN_GAIN else None
 
 

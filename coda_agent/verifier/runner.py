@@ -24,7 +24,7 @@ from types import MappingProxyType, ModuleType
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..measure.timing import FLUSH_BYTES, lead_in
 from ..primitives import backend
@@ -42,7 +42,6 @@ class OpLog(TorchDispatchMode):
         super().__init__()
         self.calls: list[list[dict[str, Any]]] = []
         self._recording = False
-        self._inside_gemm = 0
 
     @contextmanager
     def call(self) -> Iterator[None]:
@@ -56,9 +55,9 @@ class OpLog(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
-        if self._recording and not self._inside_gemm and not func.is_view:
-            sizes = [t.numel() for t in _tensors((args, kwargs, out))]
-            self.calls[-1].append({"op": str(func.name()), "numel": max(sizes, default=0)})
+        if self._recording and not func.is_view:
+            values = (*args, *(kwargs.values() if kwargs else ()), *(out if isinstance(out, (tuple, list)) else (out,)))
+            self.calls[-1].append({"op": func.name(), "numel": _largest_numel(values)})
         return out
 
     def wrap_backend(self, run: Callable[[GemmCall], dict[str, torch.Tensor]]) -> Callable[[GemmCall], dict[str, torch.Tensor]]:
@@ -71,25 +70,22 @@ class OpLog(TorchDispatchMode):
                     "epilogue": call.epi.name, "outputs": len(call.epi.outputs),
                     "config": None if config is None else config_fields(config),
                 })
-            self._inside_gemm += 1
-            try:
-                with _disable_current_modes():  # QuACK's own host ops skip the log (and its Python cost)
-                    return run(call)
-            finally:
-                self._inside_gemm -= 1
+            with torch._C._DisableTorchDispatch():  # the backend's own ops skip the log, and its Python cost
+                return run(call)
 
         return observed
 
 
-def _tensors(obj: Any) -> Iterator[torch.Tensor]:
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, (list, tuple)):
-        for o in obj:
-            yield from _tensors(o)
-    elif isinstance(obj, dict):
-        for o in obj.values():
-            yield from _tensors(o)
+def _largest_numel(values: tuple[Any, ...]) -> int:
+    """The most elements of any tensor among an aten op's arguments and results (a schema nests tensors one list
+    deep at most: ``Tensor[]``, ``Tensor?[]``)."""
+    largest = 0
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            largest = max(largest, v.numel())
+        elif isinstance(v, (list, tuple)):
+            largest = max([largest, *(t.numel() for t in v if isinstance(t, torch.Tensor))])
+    return largest
 
 
 def frozen(value: Any) -> Any:
@@ -291,9 +287,9 @@ class Runner:
 
 
 def _cuda_profiler() -> Any:
-    """The kernel profiler of a traced batch. Kineto leaves CUPTI attached when a profiler stops unless
-    ``TEARDOWN_CUPTI=1`` (read as it stops), and an attached CUPTI taxes every later CUDA call of the process: the
-    untraced batches timed after a traced one would pay for the tracing. :func:`main` sets it."""
+    """The kernel profiler of a traced batch. Kineto leaves CUPTI attached when it stops; that costs the untraced
+    batches after it no measurable host time, and finalizing it (``TEARDOWN_CUPTI=1``) lost whole traces on the
+    H200 (bench/results/h200-2026-12-02-notes.md), so CUPTI stays attached."""
     from torch.profiler import ProfilerActivity, profile
 
     return profile(activities=[ProfilerActivity.CUDA])
@@ -325,7 +321,6 @@ def serve(channel: Channel, runner: Runner) -> None:
 
 
 def main() -> int:
-    os.environ.setdefault("TEARDOWN_CUPTI", "1")  # see _cuda_profiler
     # The protocol keeps private copies of stdin/stdout; the candidate's prints go to stderr.
     channel = Channel.from_fds(os.dup(0), os.dup(1))
     devnull = os.open(os.devnull, os.O_RDONLY)
