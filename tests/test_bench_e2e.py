@@ -44,7 +44,6 @@ def test_every_variant_is_timed_with_coda_first(run: E2ERun):
 def test_the_non_attention_time_is_the_step_less_every_layers_attention(run: E2ERun):
     for v in run.variants:
         assert v.non_attention_us == pytest.approx(v.step.median_us - run.config.layers * run.attention.median_us)
-    assert run.coda.non_attention_us > 0
     assert f"{run.config.layers} layers x" in run.attention_method
 
 
@@ -84,10 +83,15 @@ def test_the_ratios_are_each_variants_time_over_codas(run: E2ERun):
         v = run.variant(name)
         assert v is not None
         assert ratio["step"] == pytest.approx(v.step.median_us / coda.step.median_us)
-        assert ratio["non_attention"] == pytest.approx(v.non_attention_us / coda.non_attention_us)
+        # On a busy CPU the tiny step's attention can outlast its share of the step: no ratio then, never a negative one.
+        if coda.non_attention_us > 0:
+            assert ratio["non_attention"] == pytest.approx(v.non_attention_us / coda.non_attention_us)
+        else:
+            assert ratio["non_attention"] is None
     best = run.best_compile
     assert best is not None and best.name in ("compile", "compile-max-autotune")
-    assert run.non_attention_goal_met == (run.speedups[best.name]["non_attention"] >= NON_ATTENTION_GOAL)  # type: ignore[operator]
+    best_ratio = run.speedups[best.name]["non_attention"]
+    assert run.non_attention_goal_met == (None if best_ratio is None else best_ratio >= NON_ATTENTION_GOAL)
 
 
 def test_the_json_round_trips_with_the_ratios_in_it(run: E2ERun, tmp_path: Path):

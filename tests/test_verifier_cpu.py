@@ -243,3 +243,23 @@ def test_the_reference_is_imported_once_per_source_not_per_shape_and_seed(tmp_pa
     reference.write_text(reference.read_text() + "\n# edited\n")
     stages.references(task, task.make_inputs(points[0].dims, 0))
     assert imports == [task.name, task.name]  # an edited reference is imported afresh
+
+
+def test_the_op_log_records_host_ops_with_their_largest_tensor_and_nothing_the_backend_runs():
+    from coda_agent.primitives import ColVecLoad, backend, epilogue, gemm
+    from coda_agent.verifier.runner import OpLog
+
+    @epilogue(operands={"s": ColVecLoad()})
+    def scale(acc, s):
+        return {"D": acc * s}
+
+    log = OpLog()
+    x, w, s = torch.randn(64, 32).bfloat16(), torch.randn(48, 32).bfloat16(), torch.rand(64)
+    with torch.no_grad(), backend.using("torch", wrap=log.wrap_backend), log, log.call():
+        parts = torch.cat([s, s, s])  # a Tensor[] argument: its largest tensor is the (192,) result
+        out = gemm(scale, x, w.t(), s=s.view(64))["D"]  # views are left out; the emulator's own ops are not host ops
+        (out + 1).sum()
+    ops = log.calls[-1]
+    assert [op.get("op", "gemm") for op in ops] == ["aten::cat", "gemm", "aten::add.Tensor", "aten::sum"]
+    assert ops[0]["numel"] == parts.numel() and ops[2]["numel"] == 64 * 48 and ops[3]["numel"] == 64 * 48
+    assert ops[1]["gemm"] == [64, 48, 32] and ops[1]["epilogue"] == "scale"
