@@ -112,7 +112,8 @@ def time_task(task: Task, shapes: list[str], opts: BenchOptions, progress: Progr
 
 
 def where_time_went(verdict: Verdict) -> str:
-    """The bench stage's seconds by phase, summed over its shapes (``setup 9 s, warm-up 41 s, ...``)."""
+    """The bench stage's seconds by phase, summed over its shapes (``setup 9 s, warm-up 41 s, timed 80 s (traced
+    30 s, ...), close 0 s over 5 shapes``)."""
     stage = verdict.stage("bench")
     totals: dict[str, float] = {}
     for timing in (stage.timings.values() if stage else ()):
@@ -120,8 +121,15 @@ def where_time_went(verdict: Verdict) -> str:
             totals[phase] = totals.get(phase, 0.0) + s
     if not totals or stage is None:
         return ""
+    parts = {k.removeprefix("timed: "): s for k, s in totals.items() if k.startswith("timed: ")}
+    phases = []
+    for phase, s in totals.items():
+        if phase.startswith("timed: "):
+            continue
+        inner = f" ({', '.join(f'{k} {v:.0f} s' for k, v in parts.items())})" if phase == "timed" and parts else ""
+        phases.append(f"{phase} {s:.0f} s{inner}")
     shapes = len(stage.timings)
-    return ", ".join(f"{phase} {s:.0f} s" for phase, s in totals.items()) + f" over {shapes} shape{'s' * (shapes != 1)}"
+    return ", ".join(phases) + f" over {shapes} shape{'s' * (shapes != 1)}"
 
 
 def checked_rows(task: Task, opts: BenchOptions, checked: Verdict, peaks: Peaks) -> list[BenchRow]:

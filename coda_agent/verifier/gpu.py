@@ -161,7 +161,7 @@ class ShapeTimer:
         self.overhead: dict[int, dict[str, float]] = {}
         self._set: Schedule | None = None  # the schedule the runner holds now (None: as loaded)
         self._judges: dict[frozenset[tuple[object, object]], Context] = {}
-        self.seconds: dict[str, float] = {}  # the last time(): its warm-up and its timed batches
+        self.seconds: dict[str, float] = {}  # the last time(): its warm-up, its timed rounds and their parts
 
     @property
     def first_inputs(self) -> dict[str, torch.Tensor]:
@@ -183,12 +183,15 @@ class ShapeTimer:
         self.cycle += n
         keep = [self.rng.randrange(n)] if check else []
         point, task = self.point, self.ctx.task
+        t0 = time.perf_counter()
         try:
             batch = self.client.run(calls, keep=keep, trace=trace)
         except CandidateRaised as exc:
             raise Reject(Outcome.RUNTIME_ERROR, f"forward() raised while timed at shape {point.name}:\n{exc}") from None
         if trace:
             call_problems(judge, batch, point)
+        t1 = time.perf_counter()
+        self._spend("traced" if trace else "candidate", t1 - t0)
         if keep:
             (out,) = self.client.fetch(returned_bytes_limit(task, point, 1))
             set_id = calls[keep[0]]
@@ -201,6 +204,7 @@ class ShapeTimer:
                     f"at shape {point.name}, a call made while the kernel was being timed returned a wrong result "
                     f"({failed[0].reason}); every call must compute the task"
                 ))
+            self._spend("checks", time.perf_counter() - t1)
         wall = max(0.0, batch.wall_s * 1e6 / n - self.overhead.get(n, {}).get("runner_us", 0.0))
         return Batched(batch.times_us, wall, batch.host_us)
 
@@ -209,7 +213,12 @@ class ShapeTimer:
         w0 = time.perf_counter()
         with torch.no_grad():
             times = self.clock.batch(fn, n)
-        return Batched(times, max(0.0, (time.perf_counter() - w0) * 1e6 / n - self.overhead.get(n, {}).get("checker_us", 0.0)))
+        w1 = time.perf_counter()
+        self._spend("baselines", w1 - w0)
+        return Batched(times, max(0.0, (w1 - w0) * 1e6 / n - self.overhead.get(n, {}).get("checker_us", 0.0)))
+
+    def _spend(self, where: str, seconds: float) -> None:
+        self.seconds[where] = self.seconds.get(where, 0.0) + seconds
 
     def time(self, candidates: Mapping[str, Schedule | None], baselines: Mapping[str, Callable[[], object]],
              plan: RepPlan) -> dict[str, Timing]:
@@ -233,6 +242,7 @@ class ShapeTimer:
         if size not in self.overhead:
             self.overhead[size] = _overheads(self.clock, self.client, self.device, size)
         t1 = time.perf_counter()
+        self.seconds = {}  # from here the timed rounds: where their time goes
         events: dict[str, list[float]] = {n: [] for n in names}
         walls: dict[str, list[float]] = {n: [] for n in names}
         hosts: dict[str, list[float]] = {n: [] for n in names}
@@ -250,7 +260,9 @@ class ShapeTimer:
                 events[name] += timed.times_us
                 walls[name].append(timed.wall_us)
                 hosts[name] += timed.host_us
-        self.seconds = {"warm-up": t1 - t0, "timed": time.perf_counter() - t1}
+        spent = self.seconds
+        self.seconds = {"warm-up": t1 - t0, "timed": time.perf_counter() - t1,
+                        **{f"timed: {k}": spent.get(k, 0.0) for k in ("traced", "candidate", "checks", "baselines")}}
         return {name: honest_timing(events[name], walls[name], hosts[name]) for name in names}
 
     def close(self) -> None:

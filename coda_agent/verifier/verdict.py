@@ -67,7 +67,9 @@ class ShapeTiming(BaseModel):
     cublas: Timing | None = None
     seconds: dict[str, float] = Field(default_factory=dict, description=(
         "where the shape's wall time went: setup (input sets made and sent), warm-up (first calls: compiles, plans), "
-        "timed (the traced and timed batches), close"))
+        "timed (the traced and timed batches), close; the timed rounds split into 'timed: traced' (the candidate's traced "
+        "batches, their traces judged), 'timed: candidate' (its timed batches), 'timed: checks' (kept outputs fetched and "
+        "compared) and 'timed: baselines'"))
 
     def baselines(self) -> dict[str, Timing]:
         return {k: t for k in BASELINES if (t := getattr(self, k)) is not None}
