@@ -162,6 +162,7 @@ class ShapeTimer:
         self._set: Schedule | None = None  # the schedule the runner holds now (None: as loaded)
         self._judges: dict[frozenset[tuple[object, object]], Context] = {}
         self.seconds: dict[str, float] = {}  # the last time(): its warm-up, its timed rounds and their parts
+        self._spent: dict[str, float] = {}  # seconds by part of the batches since the timed rounds began
 
     @property
     def first_inputs(self) -> dict[str, torch.Tensor]:
@@ -218,7 +219,7 @@ class ShapeTimer:
         return Batched(times, max(0.0, (w1 - w0) * 1e6 / n - self.overhead.get(n, {}).get("checker_us", 0.0)))
 
     def _spend(self, where: str, seconds: float) -> None:
-        self.seconds[where] = self.seconds.get(where, 0.0) + seconds
+        self._spent[where] = self._spent.get(where, 0.0) + seconds
 
     def time(self, candidates: Mapping[str, Schedule | None], baselines: Mapping[str, Callable[[], object]],
              plan: RepPlan) -> dict[str, Timing]:
@@ -242,7 +243,7 @@ class ShapeTimer:
         if size not in self.overhead:
             self.overhead[size] = _overheads(self.clock, self.client, self.device, size)
         t1 = time.perf_counter()
-        self.seconds = {}  # from here the timed rounds: where their time goes
+        self._spent = {}
         events: dict[str, list[float]] = {n: [] for n in names}
         walls: dict[str, list[float]] = {n: [] for n in names}
         hosts: dict[str, list[float]] = {n: [] for n in names}
@@ -260,9 +261,8 @@ class ShapeTimer:
                 events[name] += timed.times_us
                 walls[name].append(timed.wall_us)
                 hosts[name] += timed.host_us
-        spent = self.seconds
         self.seconds = {"warm-up": t1 - t0, "timed": time.perf_counter() - t1,
-                        **{f"timed: {k}": spent.get(k, 0.0) for k in ("traced", "candidate", "checks", "baselines")}}
+                        **{f"timed: {k}": self._spent.get(k, 0.0) for k in ("traced", "candidate", "checks", "baselines")}}
         return {name: honest_timing(events[name], walls[name], hosts[name]) for name in names}
 
     def close(self) -> None:
