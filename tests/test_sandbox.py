@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from coda_agent.verifier import sandbox
 from coda_agent.verifier.sandbox import Sandbox, SandboxUnavailable, Spec
@@ -235,3 +236,25 @@ def test_a_message_nested_too_deep_is_a_protocol_error_not_a_checker_crash():
     channel = Channel(io.BytesIO(b"[" * 200_000 + b"\n"), io.BytesIO())
     with pytest.raises(ProtocolError, match="nested too deep"):
         channel.recv()
+
+
+def test_tensor_files_carry_every_dtype_and_shape_whatever_their_offsets(tmp_path):
+    """Tensors back to back in one file: an odd-sized one leaves the next misaligned, which the reader must copy
+    out, not view; each tensor read on the CPU owns its memory."""
+    from coda_agent.verifier.protocol import read_tensors, write_tensors
+
+    sent = {
+        "flags": torch.tensor([True, False, True]),
+        "x": torch.randn(3, 5, dtype=torch.float32),
+        "h": torch.randn(7, dtype=torch.bfloat16),
+        "empty": torch.empty(0, 4, dtype=torch.float16),
+        "strided": torch.arange(12, dtype=torch.int64).reshape(3, 4).t(),
+    }
+    refs = write_tensors(tmp_path / "t.bin", sent)
+    assert [r.offset % 4 for r in refs][:2] == [0, 3]  # "x" starts misaligned
+    got = read_tensors(tmp_path / "t.bin", refs)
+    assert list(got) == list(sent)
+    for name, t in sent.items():
+        assert got[name].dtype == t.dtype and got[name].shape == t.shape and torch.equal(got[name], t), name
+    got["x"].zero_()
+    assert torch.equal(got["h"], sent["h"]) and torch.equal(read_tensors(tmp_path / "t.bin", refs)["x"], sent["x"])

@@ -98,7 +98,7 @@ def write_tensors(path: Path, tensors: Mapping[str, torch.Tensor]) -> list[Tenso
         for name, t in tensors.items():
             data = t.detach().contiguous().cpu()
             raw = data.reshape(-1).view(torch.uint8) if data.numel() else torch.empty(0, dtype=torch.uint8)
-            f.write(raw.numpy().tobytes())
+            f.write(memoryview(raw.numpy()))  # no copy of its own: outputs run to GBs at the LM-head shapes
             refs.append(TensorRef(name=name, dtype=dtype_name(t.dtype), shape=list(t.shape), offset=offset, nbytes=raw.numel()))
             offset += raw.numel()
     return refs
@@ -125,9 +125,13 @@ def read_tensors(path: Path, refs: list[TensorRef], device: str = "cpu", max_byt
         want = math.prod(ref.shape) * torch.empty(0, dtype=dt).element_size()
         if ref.nbytes != want or ref.offset + ref.nbytes > size:
             raise ProtocolError(f"tensor {ref.name!r} does not fit its file ({ref.nbytes} bytes at {ref.offset}, file {size})")
+        if not ref.nbytes:
+            out[ref.name] = torch.empty(ref.shape, dtype=dt, device=device)
+            continue
         raw = blob[ref.offset : ref.offset + ref.nbytes]
-        t = raw.clone().view(dt).reshape(ref.shape) if ref.nbytes else torch.empty(ref.shape, dtype=dt)
-        out[ref.name] = t.to(device) if device != "cpu" else t
+        if device == "cpu" or ref.offset % dt.itemsize:  # its own memory (the copy to a GPU is one already)
+            raw = raw.clone()
+        out[ref.name] = raw.view(dt).reshape(ref.shape).to(device)
     return out
 
 
