@@ -98,7 +98,7 @@ def write_tensors(path: Path, tensors: Mapping[str, torch.Tensor]) -> list[Tenso
         for name, t in tensors.items():
             data = t.detach().contiguous().cpu()
             raw = data.reshape(-1).view(torch.uint8) if data.numel() else torch.empty(0, dtype=torch.uint8)
-            f.write(memoryview(raw.numpy()))  # no copy of its own: outputs run to GBs at the LM-head shapes
+            f.write(raw.numpy().data)  # a view, no copy of its own: outputs run to GBs at the LM-head shapes
             refs.append(TensorRef(name=name, dtype=dtype_name(t.dtype), shape=list(t.shape), offset=offset, nbytes=raw.numel()))
             offset += raw.numel()
     return refs
