@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -40,6 +41,14 @@ BASELINES = {
 COMPILE_MODES = {"default": "compiled", "max-autotune-no-cudagraphs": "compiled_max_autotune"}
 
 
+#: While Inductor compiles, torch.fx raises a process-wide "tracing" flag, and a compiled function entered meanwhile
+#: from another thread raises ("using FX to symbolically trace a dynamo-optimized function"). The bench's checks
+#: compile references on several threads at once (two tasks lost their check to it on the H200, 2026-12-02), so
+#: every call of a compiled reference, the compiling ones included, holds this lock. A timed call never waits on it:
+#: a timed job runs alone on its GPU's process (:mod:`coda_agent.execute`).
+_INDUCTOR = threading.Lock()
+
+
 def compiled_reference(task: Task, mode: str = "default") -> Callable[..., Any]:
     """``torch.compile`` of the reference, one static graph per shape (no recompile limit in the way).
 
@@ -55,7 +64,13 @@ def compiled_reference(task: Task, mode: str = "default") -> Callable[..., Any]:
         cfg.recompile_limit = max(cfg.recompile_limit, 64)
     else:  # older torch
         cfg.cache_size_limit = max(cfg.cache_size_limit, 64)
-    return torch.compile(reference_function(task), dynamic=False, mode=None if mode == "default" else mode)
+    compiled = torch.compile(reference_function(task), dynamic=False, mode=None if mode == "default" else mode)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with _INDUCTOR:
+            return compiled(*args, **kwargs)
+
+    return call
 
 
 def cublas_gemms(task: Task, dims: dict[str, int], device: str = "cuda") -> Callable[[], object] | None:
