@@ -100,7 +100,7 @@ def bench_cmd(
     if tune:
         _tune(selected, shapes, shape, tune_budget, json_out if save else None)
         return
-    from ..bench.report import target_checks, target_rows, task_table
+    from ..bench.report import target_checks, task_table
     from ..bench.runner import BenchOptions, command_line, run_bench, write_run
     from ..execute import ExecutorError, open_executor
     from ..measure.peaks import measure_peaks
@@ -134,8 +134,8 @@ def bench_cmd(
     checks = target_checks(run)
     if checks:
         met = sum(c.met for c in checks)
-        untimed = len(target_rows(run)) - len(checks)
-        console.print(f"targets (Llama-3 8B / CODA shapes): {met}/{len(checks)} rows met"
+        untimed = len(run.rows) - len(checks)
+        console.print(f"targets: {met}/{len(checks)} rows met"
                       + (f", {untimed} not timed yet" if untimed else ""))
         for c in checks:
             if not c.met:
