@@ -123,7 +123,11 @@ def config_label(c: Config | None) -> str:
 
 
 def config_fields(c: Config) -> dict[str, int | bool]:
-    return dataclasses.asdict(c)
+    """The fields by name (a shallow copy: every field is a number or a flag; the op log asks once per gemm call)."""
+    return {f.name: getattr(c, f.name) for f in _CONFIG_FIELDS}
+
+
+_CONFIG_FIELDS = dataclasses.fields(Config)
 
 
 def config_from_fields(fields: object) -> Config:

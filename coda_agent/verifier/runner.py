@@ -38,6 +38,12 @@ class OpLog(TorchDispatchMode):
     """Every aten op forward() runs outside ``primitives.gemm``, and every gemm call: its shape and sinks (the
     launch estimate), and its epilogue, mode and the config it ran with (what the tune stage can tune)."""
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """No Dynamo-disabling shim around each op's trip through :meth:`__torch_dispatch__` (a few µs per op, and
+        nothing under the log is compiled)."""
+        return False
+
     def __init__(self) -> None:
         super().__init__()
         self.calls: list[list[dict[str, Any]]] = []
