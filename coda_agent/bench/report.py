@@ -111,8 +111,6 @@ class TargetCheck:
         return f"{r.task} @ {r.shape}: " + ", ".join(parts)
 
 
-
-
 def target_checks(run: BenchRun) -> list[TargetCheck]:
     """The rows that have a verdict: failed or timed (a row still pending its timing is neither met nor missed)."""
     return [

@@ -11,10 +11,10 @@ one random call of every timed batch is checked against the FP32 reference. Each
 that forward() cannot tell apart, in a random order: one under the kernel trace and op log (every call's kernels
 must match the checked calls'; neither its times nor its outputs are used), and one timed without them (no
 profiler overhead). So a forward() that counts calls cannot know which ones are timed but not traced (a cached
-answer copied out without a GEMM there would be caught in the traced batch as often as not, turn after turn). A call's time is its CUDA
-events (recorded by the runner's harness), cross-checked against the checker's own wall clock of the batch per
-call (less that of a dry batch, which does all but call forward): when the events claim more than 10% + 20 µs
-less, the wall clock is reported instead.
+answer copied out without a GEMM there would be caught in the traced batch as often as not, turn after turn). A
+call's time is its CUDA events (recorded by the runner's harness), cross-checked against the checker's own wall
+clock of the batch per call (less that of a dry batch, which does all but call forward): when the events claim
+more than 10% + 20 µs less, the wall clock is reported instead.
 """
 
 from __future__ import annotations
