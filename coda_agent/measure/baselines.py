@@ -44,8 +44,9 @@ COMPILE_MODES = {"default": "compiled", "max-autotune-no-cudagraphs": "compiled_
 #: While Inductor compiles, torch.fx raises a process-wide "tracing" flag, and a compiled function entered meanwhile
 #: from another thread raises ("using FX to symbolically trace a dynamo-optimized function"). The bench's checks
 #: compile references on several threads at once (two tasks lost their check to it on the H200, 2026-12-02), so
-#: every call of a compiled reference, the compiling ones included, holds this lock. A timed call never waits on it:
-#: a timed job runs alone on its GPU's process (:mod:`coda_agent.execute`).
+#: every call of a compiled reference, the compiling ones included, holds this lock. It costs the checks little:
+#: Dynamo compiles one frame at a time anyway (``convert_frame.compile_lock``). A timed call never waits on it: a
+#: timed job runs alone on its GPU's process (:mod:`coda_agent.execute`).
 _INDUCTOR = threading.Lock()
 
 
