@@ -123,6 +123,29 @@ def test_timing_stage_times_the_candidate_with_its_baselines_on_the_emulator():
     assert runner.where_time_went(_verdict("gpu_correctness", {})) == ""
 
 
+def test_only_the_timed_batch_of_a_turn_keeps_a_call_for_the_output_check(monkeypatch):
+    """A turn's traced batch feeds no number (its kernels are judged); its twin, timed, has one call checked."""
+    from collections import Counter
+
+    from coda_agent.verifier.client import RunnerClient
+
+    batches: Counter[tuple[bool, int]] = Counter()
+    real = RunnerClient.run
+
+    def spy(self, calls, keep, dry=False, trace=True):
+        if not dry:
+            batches[(trace, len(keep))] += 1
+        return real(self, calls, keep=keep, dry=dry, trace=trace)
+
+    monkeypatch.setattr(RunnerClient, "run", spy)
+    ctx = Context(task=K0, source=K0.human_file.read_text(), plan=Plan(shape_names=["tiny"], seeds=[0]), deadline=time.monotonic() + 120)
+    res = gpu.run_timing(ctx, device="cpu", backend_name="torch",
+                         plan=timing.RepPlan(warmup=1, target_s=0.01, min_reps=10, max_reps=10))
+    assert res.outcome is Outcome.PASSED, res.reason
+    # the warm-up (untraced, unchecked), the sizing probe (traced, checked), then two turns of 5 calls
+    assert batches == {(False, 0): 1, (True, 1): 1, (True, 0): 2, (False, 1): 2}
+
+
 def test_a_wall_clock_median_is_marked_in_the_report():
     t = Timing(median_us=500.0, p10_us=490.0, p90_us=520.0, reps=20, bound="wall", events_median_us=400.0, wall_median_us=500.0)
     assert report._spread(t) == "500.0 (wall; events 400.0) (490-520)"
