@@ -7,7 +7,7 @@
 #   bench     the whole-suite bench, or the tasks BENCH_TASKS names (resumes .gpuwork/bench.json: every task's
 #             correctness first, then timing)
 #   trust     the verifier's GPU tests: the adversarial cases first (a phase cut short still ran them), the human
-#             kernels, the QuACK backend's tile counter
+#             kernels, the QuACK backend's tile counter, the tensor files between GPUs
 #   guards    trust without the human kernels' correctness, which the bench's check phase runs with the same verifier
 #   ops       the torch ops' GPU test: a two-layer Llama-3 1B stack's gradients at a real size
 #   more      the other GPU tests: the tuner, the agent, one end-to-end layer
@@ -51,9 +51,9 @@ for spec in "$@"; do
     bench) run_phase bench "$secs" python3 -m coda_agent bench --resume --no-max-autotune --jobs "${BENCH_JOBS:-5}" \
              --json "$work/bench.json" ${BENCH_TASKS:-} ;;
     trust) run_phase trust "$secs" "${gpu_tests[@]}" tests/adversarial/test_adversarial_gpu.py tests/test_gpu_kernels.py \
-             tests/test_gpu_primitives.py ;;
+             tests/test_gpu_primitives.py tests/test_sandbox.py ;;
     guards) run_phase guards "$secs" "${gpu_tests[@]}" tests/adversarial/test_adversarial_gpu.py tests/test_gpu_kernels.py \
-              tests/test_gpu_primitives.py -k "not human_kernel_passes_gpu_correctness" ;;
+              tests/test_gpu_primitives.py tests/test_sandbox.py -k "not human_kernel_passes_gpu_correctness" ;;
     ops) run_phase ops "$secs" "${gpu_tests[@]}" tests/test_torch_ops.py ;;
     more) run_phase more "$secs" "${gpu_tests[@]}" tests/test_tuning.py tests/test_agent.py tests/test_bench_e2e.py ;;
     e2e) run_phase e2e "$secs" python3 -m coda_agent bench-e2e --preset 1b --layers 2 --steps 10 --warmup 2 \

@@ -113,12 +113,13 @@ def test_timing_stage_times_the_candidate_with_its_baselines_on_the_emulator():
     assert tiny.candidate.host_median_us == tiny.candidate.events_median_us
     assert all(t.host_median_us is None and not t.host_bound for t in tiny.baselines().values())
     # where the shape's wall time went, for the bench's progress line
-    parts = ["timed: traced", "timed: candidate", "timed: checks", "timed: baselines"]
+    parts = ["timed: traced", "timed: candidate", "timed: transfer", "timed: checks", "timed: baselines"]
     assert list(tiny.seconds) == ["setup", "warm-up", "timed", *parts, "close"] and all(s >= 0 for s in tiny.seconds.values())
     assert 0 < sum(tiny.seconds[p] for p in parts) <= tiny.seconds["timed"] + 0.05  # the rounds' parts (each rounded)
     bench_verdict = Verdict(task=K0.name, task_version=1, backend="torch", outcome=Outcome.PASSED,
                             stages=[res.model_copy(update={"stage": "bench"})])
-    assert re.fullmatch(r"setup \d+ s, warm-up \d+ s, timed \d+ s \(traced \d+ s, candidate \d+ s, checks \d+ s, baselines \d+ s\), "
+    assert re.fullmatch(r"setup \d+ s, warm-up \d+ s, timed \d+ s \(traced \d+ s, candidate \d+ s, transfer \d+ s, checks \d+ s, "
+                        r"baselines \d+ s\), "
                         r"close \d+ s over 1 shape", runner.where_time_went(bench_verdict))
     assert runner.where_time_went(_verdict("gpu_correctness", {})) == ""
 

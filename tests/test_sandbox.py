@@ -258,3 +258,23 @@ def test_tensor_files_carry_every_dtype_and_shape_whatever_their_offsets(tmp_pat
         assert got[name].dtype == t.dtype and got[name].shape == t.shape and torch.equal(got[name], t), name
     got["x"].zero_()
     assert torch.equal(got["h"], sent["h"]) and torch.equal(read_tensors(tmp_path / "t.bin", refs)["x"], sent["x"])
+
+
+@pytest.mark.gpu
+def test_tensor_files_between_gpus_go_through_page_locked_buffers(tmp_path):
+    """CUDA tensors (strided, misaligned in the file, empty) arrive on the GPU as they were sent, through the host
+    allocator's page-locked blocks, which a second transfer of the same size reuses."""
+    from coda_agent.verifier.protocol import _host_buffer, read_tensors, write_tensors
+
+    sent = {
+        "flags": torch.tensor([True, False, True], device="cuda"),
+        "x": torch.randn(300, 500, device="cuda"),
+        "h": torch.randn(64, 96, device="cuda", dtype=torch.bfloat16).t(),
+        "empty": torch.empty(0, 4, device="cuda", dtype=torch.float16),
+    }
+    for _ in range(2):
+        refs = write_tensors(tmp_path / "t.bin", sent)
+        got = read_tensors(tmp_path / "t.bin", refs, "cuda")
+        for name, t in sent.items():
+            assert got[name].is_cuda and got[name].dtype == t.dtype and torch.equal(got[name], t), name
+    assert _host_buffer(1 << 20, pinned=True).is_pinned()

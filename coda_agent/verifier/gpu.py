@@ -195,6 +195,8 @@ class ShapeTimer:
         self._spend("traced" if trace else "candidate", t1 - t0)
         if keep:
             (out,) = self.client.fetch(returned_bytes_limit(task, point, 1))
+            t2 = time.perf_counter()
+            self._spend("transfer", t2 - t1)
             set_id = calls[keep[0]]
             if set_id not in self.refs:
                 self.refs[set_id] = references(task, self.inputs[set_id])
@@ -205,7 +207,7 @@ class ShapeTimer:
                     f"at shape {point.name}, a call made while the kernel was being timed returned a wrong result "
                     f"({failed[0].reason}); every call must compute the task"
                 ))
-            self._spend("checks", time.perf_counter() - t1)
+            self._spend("checks", time.perf_counter() - t2)
         wall = max(0.0, batch.wall_s * 1e6 / n - self.overhead.get(n, {}).get("runner_us", 0.0))
         return Batched(batch.times_us, wall, batch.host_us)
 
@@ -263,7 +265,7 @@ class ShapeTimer:
                 walls[name].append(timed.wall_us)
                 hosts[name] += timed.host_us
         self.seconds = {"warm-up": t1 - t0, "timed": time.perf_counter() - t1,
-                        **{f"timed: {k}": self._spent.get(k, 0.0) for k in ("traced", "candidate", "checks", "baselines")}}
+                        **{f"timed: {k}": self._spent.get(k, 0.0) for k in ("traced", "candidate", "transfer", "checks", "baselines")}}
         return {name: honest_timing(events[name], walls[name], hosts[name]) for name in names}
 
     def close(self) -> None:

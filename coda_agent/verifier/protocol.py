@@ -91,16 +91,31 @@ def read_text(path: Path, max_bytes: int) -> str:
         return f.read(size).decode(errors="replace")
 
 
+def _host_buffer(nbytes: int, pinned: bool) -> torch.Tensor:
+    """Uninitialised host bytes; page-locked where a GPU copy will touch them. Torch's host allocator caches
+    page-locked blocks, so the repeated transfers of a timing run reuse memory that is already mapped and copy by
+    DMA; a fresh pageable buffer costs a page fault per 4 KiB and a staged copy (bench/README.md, ninth session)."""
+    if pinned:
+        with contextlib.suppress(RuntimeError):  # no pinnable memory left: the pageable path still works
+            return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    return torch.empty(nbytes, dtype=torch.uint8)
+
+
 def write_tensors(path: Path, tensors: Mapping[str, torch.Tensor]) -> list[TensorRef]:
-    """Write each tensor's bytes (host copy, contiguous) one after another; returns their refs."""
+    """Write each tensor's bytes (contiguous, through one host buffer per tensor) one after another; returns their refs."""
     refs, offset = [], 0
     with os.fdopen(create_file(path), "wb") as f:
         for name, t in tensors.items():
-            data = t.detach().contiguous().cpu()
-            raw = data.reshape(-1).view(torch.uint8) if data.numel() else torch.empty(0, dtype=torch.uint8)
-            f.write(raw.numpy().data)  # a view, no copy of its own: outputs run to GBs at the LM-head shapes
-            refs.append(TensorRef(name=name, dtype=dtype_name(t.dtype), shape=list(t.shape), offset=offset, nbytes=raw.numel()))
-            offset += raw.numel()
+            nbytes = t.numel() * t.element_size()
+            if t.device.type == "cpu":
+                data = t.detach().contiguous().reshape(-1).view(torch.uint8) if nbytes else torch.empty(0, dtype=torch.uint8)
+            else:
+                data = _host_buffer(nbytes, pinned=t.is_cuda)
+                if nbytes:
+                    data.view(t.dtype).view(t.shape).copy_(t.detach())
+            f.write(data.numpy().data)  # a view, no copy of its own: outputs run to GBs at the LM-head shapes
+            refs.append(TensorRef(name=name, dtype=dtype_name(t.dtype), shape=list(t.shape), offset=offset, nbytes=nbytes))
+            offset += nbytes
     return refs
 
 
@@ -110,11 +125,10 @@ def read_tensors(path: Path, refs: list[TensorRef], device: str = "cpu", max_byt
     if sum(ref.nbytes for ref in refs) > max_bytes:
         raise ProtocolError(f"the tensors of {path.name} add up to more than the {max_bytes} bytes expected")
     fd, size = open_regular(path, max_bytes)
-    data = bytearray(size)  # read, not mapped: the other side may shrink the file while it is read
-    with os.fdopen(fd, "rb") as f:
-        if f.readinto(data) != size:
+    blob = _host_buffer(size, pinned=torch.device(device).type == "cuda")
+    with os.fdopen(fd, "rb") as f:  # read, not mapped: the other side may shrink the file while it is read
+        if size and f.readinto(blob.numpy().data) != size:
             raise ProtocolError(f"{path.name} changed while it was read")
-    blob = torch.frombuffer(data, dtype=torch.uint8) if size else torch.empty(0, dtype=torch.uint8)
     out: dict[str, torch.Tensor] = {}
     for ref in refs:
         dt = DTYPES.get(ref.dtype)

@@ -68,8 +68,8 @@ class ShapeTiming(BaseModel):
     seconds: dict[str, float] = Field(default_factory=dict, description=(
         "where the shape's wall time went: setup (input sets made and sent), warm-up (first calls: compiles, plans), "
         "timed (the traced and timed batches), close; the timed rounds split into 'timed: traced' (the candidate's traced "
-        "batches, their traces judged), 'timed: candidate' (its timed batches), 'timed: checks' (kept outputs fetched and "
-        "compared) and 'timed: baselines'"))
+        "batches, their traces judged), 'timed: candidate' (its timed batches), 'timed: transfer' (kept outputs fetched from "
+        "the runner), 'timed: checks' (compared with the reference) and 'timed: baselines'"))
 
     def baselines(self) -> dict[str, Timing]:
         return {k: t for k in BASELINES if (t := getattr(self, k)) is not None}
