@@ -59,16 +59,14 @@ DYNAMIC_SCHEDULER = True
 #: than 128x192 at all five gemm_swiglu_bwd bench shapes, and faster than every other tile of the sweep
 #: (bench/README.md, Kernel configs).
 PACKED_TILE = Config(tile_n=128)
-#: The tile an element-mode call that names no config runs where 128x192 wastes more than it by
-#: :data:`NARROW_MIN_GAIN`, both in its last wave and in its partial tiles (the narrow-N projections).
+#: The tile an element-mode call that names no config runs where the wave model says the 128x192 default wastes
+#: part of a wave by :data:`NARROW_MIN_GAIN` or more (the narrow-N projections).
 NARROW_TILE = Config(tile_n=128)
-#: The gain both models must predict for :data:`NARROW_TILE`. Measured on the H200 with the dynamic scheduler
-#: (bench/results/h200-2026-12-01-f-probe.jsonl, 128x128 against 128x192, pingpong 2x1): at M 8192 x N 2048 (waves
-#: 1.125, padding 1.031) 1.2% faster in gemm_residual's epilogue and 9.1% in gemm_rmsnorm_bwd's; where both give
-#: 1.031 (M 8192 x N 4096, M 16384 x N 2048 or 4096) 2.2-2.6% faster in gemm_residual's, -1.0% to +0.5% in
-#: gemm_rmsnorm_bwd's (four tiles through the epilogue); at the ragged 8000 x 4000 (waves 1.031, padding 0.984: 4000
-#: columns fill 21 tiles of 192 to 99%, 32 of 128 to 98%) 6-14% slower, where the wave model alone had picked it.
-NARROW_MIN_GAIN = 1.03
+#: The predicted gain below which the arch default stays. Measured (static scheduler) against 128x192: at M 8192 x
+#: N 2048 (model 1.125) 128x128 was 1.07-1.10x faster in two epilogues; at 1.031 (N 4096, and the ragged 8000 x 4000)
+#: it ranged from 1.06x faster to 1.2x slower (the ragged shape). A 3% bar (with a padding model besides) moved the
+#: N 4096 rows to 128x128 and lost them 2-3.5% against cuBLAS in the bench (bench/README.md, Kernel configs).
+NARROW_MIN_GAIN = 1.05
 
 
 def tile_count(m: int, n: int, config: Config) -> int:
@@ -82,19 +80,12 @@ def wave_cost(m: int, n: int, config: Config, sms: int = H200_SM_COUNT) -> int:
     return -(-tile_count(m, n, config) // sms) * config.tile_m * config.tile_n
 
 
-def padded_cost(m: int, n: int, config: Config) -> int:
-    """Output elements computed, the partial tiles' padding included (no wave quantization: a dynamic scheduler
-    hands the last wave's tiles to whichever SMs are free first)."""
-    return tile_count(m, n, config) * config.tile_m * config.tile_n
-
-
 def default_config(call: GemmCall, sms: int | None = None) -> Config | None:
     """What a gemm call that names no config runs with: QuACK's SM90 default (None: 128x192 pingpong 2x1),
     :data:`PACKED_TILE` in packed mode, or :data:`NARROW_TILE` in element mode where the default fills at least
-    one wave and both the wave and the padding models gain :data:`NARROW_MIN_GAIN` (at M 8192, N 2048: 11 column
-    tiles of 192 make 5.3 waves on 132 SMs, 16 of 128 make 7.8, and the last tile of 192 is a third empty).
-    ``sms``: the device's count (default: the visible GPU's, else the H200's: the CPU compile builds what an H200
-    would run). Asked on every gemm call (the backend, the runner's op log), so the rule is memoised."""
+    one wave and the wave model gains :data:`NARROW_MIN_GAIN` (at M 8192, N 2048: 11 column tiles of 192 make 5.3
+    waves on 132 SMs, 16 of 128 make 7.8). ``sms``: the device's count (default: the visible GPU's, else the H200's: the CPU compile builds what an
+    H200 would run). Asked on every gemm call (the backend, the runner's op log), so the rule is memoised."""
     if call.epi.mode == "packed":
         return PACKED_TILE
     if call.epi.mode != "element":
@@ -113,9 +104,8 @@ def _sm_count(device: torch.device) -> int:
 def _element_default(m: int, n: int, sms: int) -> Config | None:
     if tile_count(m, n, Config()) < sms:  # less than one wave: not what the rule was measured on
         return None
-    waves = wave_cost(m, n, Config(), sms) / wave_cost(m, n, NARROW_TILE, sms)
-    padding = padded_cost(m, n, Config()) / padded_cost(m, n, NARROW_TILE)
-    return NARROW_TILE if min(waves, padding) >= NARROW_MIN_GAIN else None
+    gain = wave_cost(m, n, Config(), sms) / wave_cost(m, n, NARROW_TILE, sms)
+    return NARROW_TILE if gain >= NARROW_MIN_GAIN else None
 
 
 def config_literal(c: Config) -> str:
