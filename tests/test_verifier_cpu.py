@@ -263,3 +263,32 @@ def test_the_op_log_records_host_ops_with_their_largest_tensor_and_nothing_the_b
     assert [op.get("op", "gemm") for op in ops] == ["aten::cat", "gemm", "aten::add.Tensor", "aten::sum"]
     assert ops[0]["numel"] == parts.numel() and ops[2]["numel"] == 64 * 48 and ops[3]["numel"] == 64 * 48
     assert ops[1]["gemm"] == [64, 48, 32] and ops[1]["epilogue"] == "scale"
+
+
+def test_gemm_shapes_its_vector_operands_without_a_trip_through_the_op_log():
+    """The (1, len) views gemm() makes of vector operands are not recorded by the op log, so they skip its Python
+    dispatch (a trip per op, a large part of the runner's host time at short kernels); the candidate's own ops
+    still go through it."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from coda_agent.primitives import ColVecLoad, RowVecLoad, backend, epilogue, gemm
+
+    class Seen(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(func.name())
+            return func(*args, **(kwargs or {}))
+
+    @epilogue(operands={"s": ColVecLoad(), "g": RowVecLoad()})
+    def scaled(acc, s, g):
+        return {"D": acc * s * g}
+
+    x, w, s, g = torch.randn(64, 32).bfloat16(), torch.randn(48, 32).bfloat16(), torch.rand(64), torch.rand(48)
+    results = {"D": torch.zeros(64, 48, dtype=torch.bfloat16)}
+    seen = Seen()
+    with backend.using("fake", run=lambda call: results), seen:
+        gemm(scaled, x, w.t(), s=s, g=g)
+    assert seen.ops == ["aten::t"]  # forward()'s own w.t(); none of gemm()'s

@@ -264,7 +264,8 @@ def resolve_operand(epi: Epilogue, name: str, v: Any, m: int, n: int) -> Operand
             raise EpilogueError(f"operand {name!r} has length {length}, matching neither M={m} (column) nor N={n} (row)")
         if length != want:
             raise EpilogueError(f"operand {name!r} is a {kind} vector and must have length {want}, got {length}")
-        return Operand(kind, v.reshape(1, length))
+        with torch._C._DisableTorchDispatch():  # a view, which the runner's op log would not record: skip its Python
+            return Operand(kind, v.reshape(1, length))  # trip through the log (issue 9's host-bound rows)
     raise EpilogueError(
         f"operand {name!r} has shape {shape}: expected a scalar, a tile ({m}, {n}), a row vector ({n},) "
         f"or a column vector ({m},)"
