@@ -29,13 +29,20 @@ mkdir -p "$work"
 [ -x .gpu2/bwrap ] && export CODA_AGENT_BWRAP=$PWD/.gpu2/bwrap
 export PYTHONUNBUFFERED=1 CODA_AGENT_RUNS_DIR=$PWD/$work/runs
 
+machine_state() {  # one line: load, the CPUs' steal and idle time so far (USER_HZ ticks), the clock of CPU 0
+  echo "   machine: load $(cut -d' ' -f1-3 /proc/loadavg); cpu ticks steal $(awk '/^cpu /{print $9}' /proc/stat)" \
+    "idle $(awk '/^cpu /{print $5}' /proc/stat); cpu0 $(awk -F': ' '/cpu MHz/{print $2 " MHz"; exit}' /proc/cpuinfo)"
+}
+
 run_phase() {  # name, seconds, command...: the command's output to $work/<name>.log, its exit status noted
   local name=$1 secs=$2 t0
   shift 2
   t0=$(date +%s)
   echo "== $name: up to $secs s: $*" | tee -a "$work/$name.log"
+  machine_state | tee -a "$work/$name.log"
   timeout "$secs" "$@" >>"$work/$name.log" 2>&1
   echo "== $name: exit $? after $(( $(date +%s) - t0 )) s" | tee -a "$work/$name.log"
+  machine_state | tee -a "$work/$name.log"
   tail -n 4 "$work/$name.log"
 }
 

@@ -12,6 +12,8 @@ every batch so the host never waits for it, in these settings:
 - ``after profiler``: ``plain`` again after one ``torch.profiler`` CUDA session in this process (the runner traces
   some batches: whether CUPTI, which Kineto leaves attached unless ``TEARDOWN_CUPTI=1``, slows every later launch);
 - ``after teardown``: ``plain`` again after one more session that ends with ``TEARDOWN_CUPTI=1`` set;
+- ``calib``: a fixed host workload (Python calls and small tensor allocations, no kernel) timed the same way beside
+  each row: whether the machine, rather than the code, is slower at that moment;
 - ``runner``: forward() in the sandboxed runner, in the bench's untraced batches (its ``host_us``, which the bench
   keeps as ``host_median_us``), before and after one traced batch, without and with ``TEARDOWN_CUPTI=1`` in the
   runner's environment.
@@ -92,6 +94,15 @@ def host_us(call: Callable[[], Any]) -> tuple[float, float]:
     return statistics.median(per_call) * 1e6, statistics.median(inside) * 1e6
 
 
+def calibration() -> None:
+    """A fixed host workload like forward()'s own Python: calls, dict work and a few small device allocations."""
+    table: dict[int, int] = {}
+    for i in range(200):
+        table[i] = len(str(i))
+    for _ in range(4):
+        torch.empty(64, device=DEVICE)
+
+
 def rows(specs: list[str], shape_set: str) -> list[tuple[str, str, dict[str, int]]]:
     """``task`` (its first shape) or ``task:shape``; none: :data:`DEFAULT_ROWS`."""
     found = []
@@ -125,7 +136,8 @@ def probe_row(task_name: str, dims: dict[str, int], oplog: OpLog) -> dict[str, f
     forward_us, backend_us = host_us(plain)
     logged_us, _ = host_us(logged)
     oplog.calls.clear()
-    return {"plain_us": forward_us, "backend_us": backend_us, "oplog_us": logged_us}
+    calib_us, _ = host_us(calibration)
+    return {"plain_us": forward_us, "backend_us": backend_us, "oplog_us": logged_us, "calib_us": calib_us}
 
 
 def runner_us(task_name: str, shape: str, dims: dict[str, int], teardown: bool = False) -> dict[str, float]:
@@ -197,7 +209,7 @@ def main() -> None:
         results[(t, s)]["after_teardown_us"] = probe_row(t, d, oplog)["plain_us"]
         results[(t, s)].update(runner_us(t, s, d))
         results[(t, s)].update(runner_us(t, s, d, teardown=True))
-    columns = ("plain", "backend", "oplog", "after_profiler", "after_teardown", "runner", "runner_after_trace",
+    columns = ("calib", "plain", "backend", "oplog", "after_profiler", "after_teardown", "runner", "runner_after_trace",
                "runner_teardown", "runner_teardown_after_trace")
     print(f"{'task':32} {'shape':16} " + " ".join(f"{c:>{max(8, len(c))}}" for c in columns) + "  (host µs per call)")
     for (t, s), r in results.items():
