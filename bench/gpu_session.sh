@@ -73,8 +73,9 @@ for spec in "$@"; do
     *) echo "unknown phase $phase (bench, trust, guards, ops, more, e2e, tune-run, tune-human, host)"; exit 2 ;;
   esac
 done
-# The logs get committed: this machine's paths become the repository root ".", <site-packages> and $OUT.
+# The logs get committed: this machine's paths become the repository root ".", python3, <site-packages> and $OUT.
 site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+py=$(python3 -c 'import sys; print(sys.executable)')
 find "$work" -maxdepth 1 -type f \( -name '*.log' -o -name '*.md' \) -exec sed -i \
-  -e "s#$site#<site-packages>#g" -e "s#$PWD/#./#g" -e "s#$PWD\b#.#g" ${OUT:+-e "s#$OUT#\$OUT#g"} {} +
+  -e "s#$py#python3#g" -e "s#$site#<site-packages>#g" -e "s#$PWD/#./#g" -e "s#$PWD\b#.#g" ${OUT:+-e "s#$OUT#\$OUT#g"} {} +
 if [ -n "${OUT:-}" ]; then tar czf "$OUT/gpuwork.tar.gz" --exclude=quack_cache "$work"; fi
