@@ -72,6 +72,24 @@ def test_speed_of_light_takes_the_binding_roof():
     assert peaks.speed_of_light_us(1e6, 4e9, PEAKS) == pytest.approx(1e3)  # memory-bound: 4 GB at 4 TB/s
 
 
+def test_the_compute_ceiling_is_the_best_matmul_shape_and_says_which(monkeypatch):
+    """A ceiling below what cuBLAS reaches at some shape is no ceiling: the peak is the best of its shapes."""
+    times_us = {"64x64x64": 100.0, "32x16x128": 20.0, "copy": 10.0}  # 5.2 and 6.6 GFLOP/s
+
+    def fixed(variants, clock, plan):
+        assert set(variants) == set(times_us)
+        for run in variants.values():
+            run()  # each variant runs on this device
+        return {name: timing.Timing(median_us=us) for name, us in times_us.items()}
+
+    monkeypatch.setattr(peaks, "time_interleaved", fixed)
+    p = peaks.measure_peaks(timing.Clock("cpu"), shapes=((64, 64, 64), (32, 16, 128)), copy_bytes=1 << 20)
+    assert p.tflops_bf16 == pytest.approx(2 * 32 * 16 * 128 / 20e-6 / 1e12)
+    assert p.hbm_tbps == pytest.approx(2 * (1 << 20) / 10e-6 / 1e12)
+    assert "the best of 2 shapes on random data: 32x16x128 (against 64x64x64 0 TFLOP/s)" in p.how
+    assert p.label().startswith("measured on this GPU: 0 TFLOP/s bf16")
+
+
 def test_gemms_field_evaluates_and_is_validated(tmp_path):
     assert K0.gemm_shapes({"M": 8, "N": 16, "K": 32}) == [(8, 16, 32)]
     text = K0.path.read_text()
