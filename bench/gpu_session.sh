@@ -69,7 +69,7 @@ for spec in "$@"; do
                 --model mock/bench/tune_demo/untuned_residual.yaml --rounds 1 --tune-budget "${TUNE_BUDGET:-120}" ;;
     tune-human) run_phase tune-human "$secs" python3 -m coda_agent bench gemm_residual gemm_residual_rmsnorm \
                   gemm_rmsnorm_bwd --tune --tune-budget "${TUNE_BUDGET:-100}" --json "$work/tune-human.json" ;;
-    host) run_phase host "$secs" python3 bench/probes/host_probe.py --json "$work/host.jsonl" ;;
+    host) run_phase host "$secs" python3 bench/probes/host_probe.py --per-cpu --json "$work/host.jsonl" ;;
     *) echo "unknown phase $phase (bench, trust, guards, ops, more, e2e, tune-run, tune-human, host)"; exit 2 ;;
   esac
 done

@@ -14,6 +14,8 @@ every batch so the host never waits for it, in these settings:
 - ``after teardown``: ``plain`` again after one more session that ends with ``TEARDOWN_CUPTI=1`` set;
 - ``calib``: a fixed host workload (Python calls and small tensor allocations, no kernel) timed the same way beside
   each row: whether the machine, rather than the code, is slower at that moment;
+- ``--per-cpu``: the calibration alone in two fresh processes pinned to each CPU in turn: whether a process's host
+  speed follows the CPU it runs on (this microVM's vCPUs are host threads) or differs between processes on one CPU;
 - ``runner``: forward() in the sandboxed runner, in the bench's untraced batches (its ``host_us``, which the bench
   keeps as ``host_median_us``), before and after one traced batch, without and with ``TEARDOWN_CUPTI=1`` in the
   runner's environment.
@@ -25,6 +27,7 @@ kernel's source, which that phase fills. A probe, not the bench; GPU only, with 
     python3 bench/probes/host_probe.py                      # the rows of DEFAULT_ROWS
     python3 bench/probes/host_probe.py --row gemm_rmsnorm:llama3-1b-qkv --json host.jsonl
     python3 bench/probes/host_probe.py --cpu --row gemm_rmsnorm   # the probe itself on the emulator (no GPU)
+    python3 bench/probes/host_probe.py --per-cpu --row gemm_rmsnorm  # and the calibration on every CPU, pinned
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,7 +47,7 @@ import torch
 
 from coda_agent.primitives import backend
 from coda_agent.tasks.loader import find_task, import_file
-from coda_agent.verifier import Plan, sandbox
+from coda_agent.verifier import Plan
 from coda_agent.verifier.runner import OpLog
 from coda_agent.verifier.stages import Context
 
@@ -103,6 +108,20 @@ def calibration() -> None:
         torch.empty(64, device=DEVICE)
 
 
+def pinned_calibration_us(cpu: int) -> float:
+    """The calibration in a fresh process pinned to ``cpu`` (µs per call)."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--calibrate-on", str(cpu), *(["--cpu"] if DEVICE == "cpu" else [])],
+        check=True, capture_output=True, text=True, timeout=120,
+    ).stdout
+    return float(out.split()[-1])
+
+
+def per_cpu() -> dict[int, list[float]]:
+    """Two fresh processes per CPU this one may run on, each pinned there, timing the calibration."""
+    return {cpu: [pinned_calibration_us(cpu) for _ in range(2)] for cpu in sorted(os.sched_getaffinity(0))}
+
+
 def rows(specs: list[str], shape_set: str) -> list[tuple[str, str, dict[str, int]]]:
     """``task`` (its first shape) or ``task:shape``; none: :data:`DEFAULT_ROWS`."""
     found = []
@@ -149,8 +168,8 @@ def runner_us(task_name: str, shape: str, dims: dict[str, int], teardown: bool =
     assert task.human_file is not None
     ctx = Context(task=task, source=task.human_file.read_text(), plan=Plan(shape_names=[shape], seeds=[0]),
                   deadline=time.monotonic() + 600)
-    saved = sandbox.PASS_ENV, os.environ.get("TEARDOWN_CUPTI")
-    sandbox.PASS_ENV, os.environ["TEARDOWN_CUPTI"] = (*sandbox.PASS_ENV, "TEARDOWN_CUPTI"), "1" if teardown else "0"
+    saved = os.environ.get("TEARDOWN_CUPTI")
+    os.environ["TEARDOWN_CUPTI"] = "1" if teardown else "0"  # the runner inherits it (``sandbox.PASS_ENV``)
     try:
         with ctx.runner("torch" if DEVICE == "cpu" else "quack", DEVICE) as client:
             client.put("probe", task.make_inputs(dims, seed=0, device=DEVICE))
@@ -172,11 +191,10 @@ def runner_us(task_name: str, shape: str, dims: dict[str, int], teardown: bool =
             kernels.append(traced_kernels())  # the second session: CUPTI set up again after a teardown
             client.drop(["probe"])
     finally:
-        sandbox.PASS_ENV = saved[0]
-        if saved[1] is None:
+        if saved is None:
             os.environ.pop("TEARDOWN_CUPTI", None)
         else:
-            os.environ["TEARDOWN_CUPTI"] = saved[1]
+            os.environ["TEARDOWN_CUPTI"] = saved
     prefix = "runner_teardown" if teardown else "runner"
     return {f"{prefix}_us": before, f"{prefix}_after_trace_us": after,
             f"{prefix}_kernels_traced": kernels[0], f"{prefix}_kernels_retraced": kernels[1]}
@@ -187,9 +205,16 @@ def main() -> None:
     p.add_argument("--row", action="append", default=[], help="task or task:shape (repeatable; default: every task)")
     p.add_argument("--json", type=Path, help="append one JSON object per row")
     p.add_argument("--cpu", action="store_true", help="a smoke run of the probe: the emulator, the small shapes")
+    p.add_argument("--per-cpu", action="store_true", help="also the calibration in fresh processes pinned to each CPU")
+    p.add_argument("--calibrate-on", type=int, help=argparse.SUPPRESS)  # a --per-cpu child: pin, calibrate, print
     args = p.parse_args()
     global DEVICE
     DEVICE = "cpu" if args.cpu else "cuda"
+    if args.calibrate_on is not None:
+        os.sched_setaffinity(0, {args.calibrate_on})
+        torch.empty(1, device=DEVICE)  # the device's context, outside the timing
+        print(f"{host_us(calibration)[0]:.1f}")
+        return
     oplog = OpLog()  # its backend wrapper too, as the runner's: the backend's own host ops skip the log
     backend.set_backend("torch" if args.cpu else "quack", wrap=lambda run: oplog.wrap_backend(_timed_backend(run)))
     jobs = rows(args.row or ([] if args.cpu else list(DEFAULT_ROWS)), "small" if args.cpu else "bench")
@@ -218,6 +243,13 @@ def main() -> None:
         if args.json:
             with args.json.open("a") as f:
                 f.write(json.dumps({"task": t, "shape": s, "device": device_name(), **r}) + "\n")
+    if args.per_cpu:
+        pinned = per_cpu()
+        print("calibration in fresh processes pinned to one CPU (µs per call, two processes each):")
+        print("  " + "; ".join(f"cpu {cpu}: {a:.1f}, {b:.1f}" for cpu, (a, b) in pinned.items()))
+        if args.json:
+            with args.json.open("a") as f:
+                f.write(json.dumps({"per_cpu_calib_us": {str(c): v for c, v in pinned.items()}, "device": device_name()}) + "\n")
 
 if __name__ == "__main__":
     main()

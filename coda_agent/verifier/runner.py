@@ -294,9 +294,11 @@ class Runner:
 
 
 def _cuda_profiler() -> Any:
-    """The kernel profiler of a traced batch. Kineto leaves CUPTI attached when it stops; that costs the untraced
-    batches after it no measurable host time, and finalizing it (``TEARDOWN_CUPTI=1``) lost whole traces on the
-    H200 (bench/results/h200-2026-12-02-notes.md), so CUPTI stays attached."""
+    """The kernel profiler of a traced batch. Kineto leaves CUPTI attached when it stops, unless the checker's
+    environment sets ``TEARDOWN_CUPTI=1`` (passed through, ``sandbox.PASS_ENV``). Attached, the untraced batches
+    after it spent more host time per forward() in 8 of 8 measurements on the H200 (+2% to +113%,
+    bench/results/h200-2026-12-02-d-notes.md); finalizing it lost whole traces there while five checks shared
+    the GPU (h200-2026-12-02-notes.md). So it stays attached by default, and the bench can be run with it set."""
     from torch.profiler import ProfilerActivity, profile
 
     return profile(activities=[ProfilerActivity.CUDA])

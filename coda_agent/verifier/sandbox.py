@@ -28,11 +28,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 NOBODY = 65534
-#: Environment variables the runner inherits (values only from this allowlist; never a secret).
+#: Environment variables the runner inherits (values only from this allowlist; never a secret). ``TEARDOWN_CUPTI``
+#: (Kineto: finalize CUPTI when a profiler stops) is a measurement setting: unset, CUPTI stays attached after the
+#: runner's first traced batch (bench/README.md, "Rows still short": the host-bound rows).
 PASS_ENV = (
     "PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH", "QUACK_ARCH",
     "CUTE_DSL_ARCH", "QUACK_COMPILE_WORKERS", "OMP_NUM_THREADS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
-    "MKL_NUM_THREADS", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
+    "MKL_NUM_THREADS", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "TEARDOWN_CUPTI",
 )
 UNSANDBOXED_OPT_IN = "CODA_AGENT_ALLOW_UNSANDBOXED"
 #: The probe: can the sandboxed user read the interpreter, the package and every Python path?
