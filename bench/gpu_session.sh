@@ -18,6 +18,8 @@
 #   host      bench/probes/host_probe.py: the host time per call of the human kernels at the rows that timed
 #             host-bound at 666e628, plain, under the op log, after a profiler session and in the sandboxed runner
 #             (after a bench's check phase, whose kernels the runner then finds built)
+# Each phase's log notes the time, the host's load and CPU steal at its start and end; <phase>-gpu.csv samples the
+# GPU's clocks, power and throttle reasons once a second while it runs (power-capped clocks move kernel times).
 # Everything lands in .gpuwork/ (git-ignored: it stays on the machine between calls while it is warm) and comes back
 # as $OUT/gpuwork.tar.gz. Set CODA_AGENT_GIT_COMMIT: the tree travels without .git.
 set -uo pipefail
@@ -29,9 +31,18 @@ mkdir -p "$work"
 [ -x .gpu2/bwrap ] && export CODA_AGENT_BWRAP=$PWD/.gpu2/bwrap
 export PYTHONUNBUFFERED=1 CODA_AGENT_RUNS_DIR=$PWD/$work/runs
 
-machine_state() {  # one line: load, the CPUs' steal and idle time so far (USER_HZ ticks), the clock of CPU 0
-  echo "   machine: load $(cut -d' ' -f1-3 /proc/loadavg); cpu ticks steal $(awk '/^cpu /{print $9}' /proc/stat)" \
-    "idle $(awk '/^cpu /{print $5}' /proc/stat); cpu0 $(awk -F': ' '/cpu MHz/{print $2 " MHz"; exit}' /proc/cpuinfo)"
+machine_state() {  # one line: the time, load, the CPUs' steal and idle time so far (USER_HZ ticks), CPU 0's clock
+  echo "   machine at $(date -u +%FT%TZ): load $(cut -d' ' -f1-3 /proc/loadavg);" \
+    "cpu ticks steal $(awk '/^cpu /{print $9}' /proc/stat) idle $(awk '/^cpu /{print $5}' /proc/stat);" \
+    "cpu0 $(awk -F': ' '/cpu MHz/{print $2 " MHz"; exit}' /proc/cpuinfo)"
+}
+
+gpu_sampler() {  # the GPU's clocks, power, temperature and throttle reasons once a second into $work/<name>-gpu.csv
+  command -v nvidia-smi >/dev/null || return 0
+  local fields=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active
+  nvidia-smi --query-gpu="$fields" --format=csv >/dev/null 2>&1 || fields=${fields%,*}  # an older field set
+  nvidia-smi --query-gpu="$fields" --format=csv,nounits -lms 1000 >>"$work/$1-gpu.csv" 2>/dev/null &
+  echo $!
 }
 
 run_phase() {  # name, seconds, command...: the command's output to $work/<name>.log, its exit status noted
@@ -40,8 +51,12 @@ run_phase() {  # name, seconds, command...: the command's output to $work/<name>
   t0=$(date +%s)
   echo "== $name: up to $secs s: $*" | tee -a "$work/$name.log"
   machine_state | tee -a "$work/$name.log"
+  local sampler rc
+  sampler=$(gpu_sampler "$name")
   timeout "$secs" "$@" >>"$work/$name.log" 2>&1
-  echo "== $name: exit $? after $(( $(date +%s) - t0 )) s" | tee -a "$work/$name.log"
+  rc=$?
+  [ -n "$sampler" ] && kill "$sampler" 2>/dev/null
+  echo "== $name: exit $rc after $(( $(date +%s) - t0 )) s" | tee -a "$work/$name.log"
   machine_state | tee -a "$work/$name.log"
   tail -n 4 "$work/$name.log"
 }
