@@ -4,8 +4,9 @@
 #   source .gpu2/env.sh && bash bench/gpu_session.sh SECONDS PHASE[:CAP] ...
 # The phases run in order, each cut off at CAP seconds or at the call's end (SECONDS from now, less a margin for the
 # copy back), whichever comes first:
-#   bench     the whole-suite bench, or the tasks BENCH_TASKS names (resumes .gpuwork/bench.json: every task's
-#             correctness first, then timing)
+#   bench     the whole-suite bench, or the tasks BENCH_TASKS names (resumes .gpuwork/bench.json, or BENCH_JSON:
+#             every task's correctness first, then timing; with TEARDOWN_CUPTI=1 exported, the runners finalize
+#             CUPTI after each traced batch)
 #   trust     the verifier's GPU tests: the adversarial cases first (a phase cut short still ran them), the human
 #             kernels, the QuACK backend's tile counter, the tensor files between GPUs
 #   guards    trust without the human kernels' correctness, which the bench's check phase runs with the same verifier
@@ -71,7 +72,7 @@ for spec in "$@"; do
   if [ "$secs" -lt 30 ]; then echo "== $phase: skipped, $left s left"; continue; fi
   case $phase in
     bench) run_phase bench "$secs" python3 -m coda_agent bench --resume --no-max-autotune --jobs "${BENCH_JOBS:-5}" \
-             --json "$work/bench.json" ${BENCH_TASKS:-} ;;
+             --json "${BENCH_JSON:-$work/bench.json}" ${BENCH_TASKS:-} ;;
     trust) run_phase trust "$secs" "${gpu_tests[@]}" tests/adversarial/test_adversarial_gpu.py tests/test_gpu_kernels.py \
              tests/test_gpu_primitives.py tests/test_sandbox.py ;;
     guards) run_phase guards "$secs" "${gpu_tests[@]}" tests/adversarial/test_adversarial_gpu.py tests/test_gpu_kernels.py \
