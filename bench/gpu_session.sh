@@ -16,6 +16,8 @@
 #   tune-run  the agent with a scripted model on a task without a human kernel (bench/tune_demo): the candidate's
 #             deliberately poor gemm config is tuned on the GPU, the record keeps the speed before and after
 #   tune-human  `bench --tune` on the human kernels of the narrow-N rows (issue 9): the diffs that would pin winners
+#   probe     bench/probes/gpu_probe.sh without ncu: the schedule probe's kernels built in parallel, then timed
+#             (PROBE_ARGS names the rows and variants, e.g. the split-K sweep); results in .gpuwork/probe/
 #   host      bench/probes/host_probe.py: the host time per call of the human kernels at the rows that timed
 #             host-bound at 666e628, plain, under the op log, after a profiler session and in the sandboxed runner
 #             (after a bench's check phase, whose kernels the runner then finds built)
@@ -85,8 +87,9 @@ for spec in "$@"; do
                 --model mock/bench/tune_demo/untuned_residual.yaml --rounds 1 --tune-budget "${TUNE_BUDGET:-120}" ;;
     tune-human) run_phase tune-human "$secs" python3 -m coda_agent bench gemm_residual gemm_residual_rmsnorm \
                   gemm_rmsnorm_bwd --tune --tune-budget "${TUNE_BUDGET:-100}" --json "$work/tune-human.json" ;;
+    probe) run_phase probe "$secs" env NCU_S=0 OUT= bash bench/probes/gpu_probe.sh ;;
     host) run_phase host "$secs" python3 bench/probes/host_probe.py --per-cpu --json "$work/host.jsonl" ;;
-    *) echo "unknown phase $phase (bench, trust, guards, ops, more, e2e, tune-run, tune-human, host)"; exit 2 ;;
+    *) echo "unknown phase $phase (bench, trust, guards, ops, more, e2e, tune-run, tune-human, probe, host)"; exit 2 ;;
   esac
 done
 # The logs get committed: this machine's paths become the repository root ".", python3, <site-packages> and $OUT.

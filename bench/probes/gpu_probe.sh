@@ -3,13 +3,15 @@
 #   1. every kernel of the probe built in parallel (QuACK's disk cache keeps them for the next steps);
 #   2. the timings (schedule_probe.py: as written, dynamic persistent, the config sweep, cuBLAS, QuACK's paths);
 #   3. an ncu profile of the packed-mode kernel against QuACK's dgated path and a plain GEMM at coda-h2048, and of
-#      gemm_rmsnorm_bwd's 192- and 208-wide tiles at llama3-1b-gateup.
-# Results in $OUT/probe.tar.gz (or .gpuwork/probe/).
+#      gemm_rmsnorm_bwd's 192- and 208-wide tiles at llama3-1b-gateup (NCU_S=0: none).
+# PROBE_ARGS replaces the probe's rows and variants (e.g. "--row gemm_residual --split 2:serial"; the split-K sweep of
+# gpu_session.sh's probe phase). Results in $OUT/probe.tar.gz (or .gpuwork/probe/).
 set -uo pipefail
 work=.gpuwork/probe
 mkdir -p "$work"
-probe=(python3 bench/probes/schedule_probe.py --row gemm_swiglu_bwd --row gemm_rmsnorm_bwd --row gemm_residual
-       --sweep gemm_swiglu_bwd --sweep gemm_rmsnorm_bwd --sweep gemm_residual)
+# shellcheck disable=SC2206  # PROBE_ARGS is a list of words
+probe=(python3 bench/probes/schedule_probe.py ${PROBE_ARGS:---row gemm_swiglu_bwd --row gemm_rmsnorm_bwd --row gemm_residual
+       --sweep gemm_swiglu_bwd --sweep gemm_rmsnorm_bwd --sweep gemm_residual})
 t0=$(date +%s)
 for i in $(seq 0 11); do timeout "${BUILD_S:-240}" "${probe[@]}" --precompile "$i/12" >"$work/build-$i.log" 2>&1 & done
 wait
@@ -17,7 +19,9 @@ echo "built in $(( $(date +%s) - t0 )) s: $(cat "$work"/build-*.log | grep -c '^
 timeout "${TIME_S:-200}" "${probe[@]}" --json "$work/probe.jsonl" >"$work/probe.log" 2>&1
 echo "timed in $(( $(date +%s) - t0 )) s"; grep -A4 '^==' "$work/probe.log" | head -60
 ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
-if [ -n "$ncu" ]; then
+if [ "${NCU_S:-200}" = 0 ]; then
+  echo "ncu skipped (NCU_S=0)"
+elif [ -n "$ncu" ]; then
   timeout "${NCU_S:-200}" "$ncu" --profile-from-start off --nvtx -f -o "$work/profile" \
     --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
     --section MemoryWorkloadAnalysis --section SchedulerStats \

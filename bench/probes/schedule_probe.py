@@ -38,16 +38,38 @@ SWEEP = [Config(tile_m=m, tile_n=n, pingpong=pp, cluster_m=cm, cluster_n=cn)
          for m, n, pp in ((128, 128, True), (128, 160, True), (128, 192, True), (256, 128, False), (256, 192, False),
                           (128, 256, False), (128, 208, True))
          for cm, cn in ((2, 1), (1, 2))]
-STATE: dict[str, Any] = {"dynamic": False, "config": None}
+#: The tiles every split variant also runs with (besides the kernel's own): the two that the wave model trades.
+SPLIT_TILES = [Config(tile_n=192), Config(tile_n=128)]
+STATE: dict[str, Any] = {"dynamic": False, "config": None, "split": None}
 
 
 @functools.cache
-def _gemm_config(config: Config | None, dynamic: bool) -> Any:
+def _gemm_config(config: Config | None, dynamic: bool, split: tuple[int, str] | None = None) -> Any:
+    """One GemmConfig object per variant: the backend keys its plans on the object's identity."""
     from quack.gemm_config import GemmConfig
 
     c = config or Config()
     return GemmConfig(tile_m=c.tile_m, tile_n=c.tile_n, cluster_m=c.cluster_m, cluster_n=c.cluster_n,
-                      pingpong=c.pingpong, is_dynamic_persistent=dynamic, max_swizzle_size=c.max_swizzle_size)
+                      pingpong=c.pingpong, is_dynamic_persistent=dynamic, max_swizzle_size=c.max_swizzle_size,
+                      split_k=split[0] if split else 1)
+
+
+def _thread_split_k() -> None:
+    """QuACK 0.6.5's ``EpiMod.plan`` does not pass a config's split_k on to ``EpiMod.gemm`` (its docstring says
+    so): the probe's split variants put it there. Each launch then gets fresh split-K buffers (a zero-filled
+    semaphore: one more kernel per call), as QuACK's own run path makes them."""
+    from quack.epilogue.frontend import EpiMod
+    from quack.gemm_config import SplitKMode
+
+    original = EpiMod.gemm
+
+    def gemm(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if STATE["split"] is not None:
+            kwargs["split_k"], mode = STATE["split"]
+            kwargs["split_k_mode"] = SplitKMode[mode.upper()]
+        return original(self, *args, **kwargs)
+
+    EpiMod.gemm = gemm  # type: ignore[method-assign]
 
 
 def _forced(run: Callable[..., Any]) -> Callable[..., Any]:
@@ -60,14 +82,15 @@ def _forced(run: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def human_variant(forward: Callable[..., Any], kwargs: dict[str, Any], dynamic: bool,
-                  config: Config | None = None) -> Callable[[], Any]:
+                  config: Config | None = None, split: tuple[int, str] | None = None) -> Callable[[], Any]:
     def call() -> Any:
-        STATE["dynamic"], STATE["config"] = dynamic, config
+        STATE["dynamic"], STATE["config"], STATE["split"] = dynamic, config, split
         return forward(**kwargs)
     return call
 
 
-def variants_for(task_name: str, dims: dict[str, int], sweep: bool) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
+def variants_for(task_name: str, dims: dict[str, int], sweep: bool,
+                 splits: tuple[tuple[int, str], ...] = ()) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
     task = find_task(task_name)
     assert task.human_file is not None, f"{task_name} has no human kernel"
     human = import_file(task.human_file, f"probe_human_{task_name}")
@@ -77,9 +100,13 @@ def variants_for(task_name: str, dims: dict[str, int], sweep: bool) -> tuple[dic
         "as written": human_variant(human.forward, kwargs, False),
         "as written, dynamic": human_variant(human.forward, kwargs, True),
     }
+    for split in splits:
+        out[f"as written, dynamic, split {split[0]} {split[1]}"] = human_variant(human.forward, kwargs, True, None, split)
+        for c in SPLIT_TILES:
+            out[f"{_label(c)}, dynamic, split {split[0]} {split[1]}"] = human_variant(human.forward, kwargs, True, c, split)
     if sweep:
         for c in SWEEP:
-            label = f"{c.tile_m}x{c.tile_n} {'pp' if c.pingpong else 'coop'} {c.cluster_m}x{c.cluster_n}"
+            label = _label(c)
             out[label] = human_variant(human.forward, kwargs, False, c)
             out[label + ", dynamic"] = human_variant(human.forward, kwargs, True, c)
     gemms = cublas_gemms(task, dims)
@@ -97,6 +124,25 @@ def variants_for(task_name: str, dims: dict[str, int], sweep: bool) -> tuple[dic
         out["quack gemm_dact, static"] = lambda: gemm_dact(dy, w, pre, activation="swiglu", colvec_reduce=True,
                                                            tuned=False, dynamic_scheduler=False)
     return out, {"task": task_name, "dims": dims, "M,N,K": [m, n, k]}
+
+
+def _label(c: Config) -> str:
+    return f"{c.tile_m}x{c.tile_n} {'pp' if c.pingpong else 'coop'} {c.cluster_m}x{c.cluster_n}"
+
+
+def agreement(variants: dict[str, Callable[[], Any]], reference: str) -> None:
+    """Each split variant's outputs against the reference variant's: the largest difference over the largest
+    reference value, per output (split-K sums the same products in another order: about bf16's rounding)."""
+    if reference not in variants:
+        return
+    want = variants[reference]()
+    for name, fn in variants.items():
+        if "split" not in name:
+            continue
+        got = fn()
+        worst = {k: float((got[k].float() - v.float()).abs().max() / v.float().abs().max().clamp_min(1e-30))
+                 for k, v in want.items() if isinstance(v, torch.Tensor) and v.numel()}
+        print(f"  agrees? {name}: " + ", ".join(f"{k} {e:.1e}" for k, e in worst.items()), flush=True)
 
 
 def runnable(variants: dict[str, Callable[[], Any]]) -> dict[str, Callable[[], Any]]:
@@ -133,9 +179,13 @@ def main() -> None:
     p.add_argument("--precompile", help="I/N: build (run once) the I-th of N slices of the variants, time nothing")
     p.add_argument("--ncu", action="store_true", help="run each variant once inside the profiler range")
     p.add_argument("--only", action="append", default=[], help="variants to keep (repeatable; default: all)")
+    p.add_argument("--split", action="append", default=[],
+                   help="split-K variants: S:serial or S:parallel (repeatable), with the kernel's config and SPLIT_TILES")
     args = p.parse_args()
+    splits = tuple((int(s.partition(":")[0]), s.partition(":")[2] or "serial") for s in args.split)
     backend.set_backend("quack", wrap=_forced)
-    _quack._gemm_config = lambda config: _gemm_config(config, STATE["dynamic"])  # type: ignore[assignment]
+    _thread_split_k()
+    _quack._gemm_config = lambda config: _gemm_config(config, STATE["dynamic"], STATE["split"])  # type: ignore[assignment]
     clock = Clock("cuda")
     jobs = rows(args.row)
     if args.precompile:
@@ -143,7 +193,7 @@ def main() -> None:
         first = {t: (s, d) for t, s, d in reversed(jobs)}  # each task's first row: the kernels take any shape
         k = 0
         for t, (s, d) in first.items():
-            for name, fn in variants_for(t, d, t in args.sweep)[0].items():
+            for name, fn in variants_for(t, d, t in args.sweep, splits)[0].items():
                 if args.only and name not in args.only:
                     continue
                 if k % n == i:
@@ -153,8 +203,9 @@ def main() -> None:
                 k += 1
         return
     for task_name, shape, dims in jobs:
-        variants, meta = variants_for(task_name, dims, task_name in args.sweep)
+        variants, meta = variants_for(task_name, dims, task_name in args.sweep, splits)
         variants = runnable({k: v for k, v in variants.items() if not args.only or k in args.only})
+        agreement(variants, "as written, dynamic")
         if args.ncu:
             for fn in variants.values():
                 fn()
