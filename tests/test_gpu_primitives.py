@@ -1,4 +1,5 @@
-"""The QuACK backend on a GPU: the reused tile counter of the dynamic scheduler, and no fill kernel per call.
+"""The QuACK backend on a GPU: the reused tile counter of the dynamic scheduler, the reused split-K buffers, and no
+fill kernel per call.
 
 The SM90 dynamic scheduler counts its tile fetches in one int32 that every launch on a stream shares
 (``primitives._quack._tile_counter``); these tests read it back after launches at shapes with fewer tiles than SMs,
@@ -48,10 +49,13 @@ def swiglu_bwd(acc, c):
 
 
 SHAPES = [(256, 192, 128), (1000, 784, 320), (4096, 2048, 1024)]  # 2 tiles; ragged M and N; 3-4 waves of 132 SMs
-#: Every mode and sink kind at the default config, and the other cluster and a cooperative tile (one compile each).
+#: Every mode and sink kind at the default config, and the other cluster and a cooperative tile (one compile each);
+#: every mode split-K, whose launches after the first reuse the turnstile flags and partials the first left.
 CASES = [
     (plain, None), (residual_sumsq, None), (gated, None), (lse_target, None), (swiglu_bwd, None),
     (residual_sumsq, P.Config(cluster_m=1, cluster_n=2)), (plain, P.Config(tile_m=256, tile_n=128, pingpong=False)),
+    (residual_sumsq, P.Config(split_k=2)), (gated, P.Config(split_k=3)), (lse_target, P.Config(split_k=2)),
+    (swiglu_bwd, P.Config(tile_n=128, split_k=2)),
 ]
 
 
@@ -107,6 +111,31 @@ def test_a_warm_call_launches_the_gemm_alone():
     assert sum(k.startswith("kernel_cutlass_kernel_quack") for k in kernels) == 1, kernels
 
 
+def test_a_warm_split_call_launches_the_gemm_alone_and_repeats_its_result_bit_for_bit():
+    """The serial split-K buffers are reused (no zero-filled semaphore per call, as QuACK's own launch makes), and
+    the partial sums meet in split order: the same result every launch, and every turnstile flag back at zero."""
+    a, b, kw = _inputs(1000, 784, 4096, residual_sumsq)
+    config = P.Config(split_k=4)
+    with backend.using("quack"):
+        first = P.gemm(residual_sumsq, a, b, config=config, **kw)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            again = [P.gemm(residual_sumsq, a, b, config=config, **kw) for _ in range(3)]
+            torch.cuda.synchronize()
+    kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert not [k for k in kernels if "fill" in k.lower()], kernels
+    assert sum(k.startswith("kernel_cutlass_kernel_quack") for k in kernels) == 3, kernels
+    for out in again:
+        for name in first:
+            assert torch.equal(out[name], first[name]), name
+    flags = [sem for sem, _ in _quack._SPLIT_K_BUFFERS.values()]
+    assert flags and all(int(sem.abs().sum()) == 0 for sem in flags)
+    with backend.using("torch"):
+        want = P.gemm(residual_sumsq, a, b, **kw)
+    for name in want:
+        _close(first[name], want[name])
+
+
 def test_streams_get_their_own_counter():
     side = torch.cuda.Stream()
     main = _quack._tile_counter(torch.device("cuda"))
@@ -116,14 +145,15 @@ def test_streams_get_their_own_counter():
     assert _quack._tile_counter(torch.device("cuda")) is main
 
 
-def test_a_captured_call_replays_right():
-    """Under CUDA graph capture the counter is the graph's own, zeroed on every replay."""
+@pytest.mark.parametrize("config", [None, P.Config(split_k=2)], ids=["whole-k", "split-k"])
+def test_a_captured_call_replays_right(config):
+    """Under CUDA graph capture the counter (and the split-K buffers) are the graph's own, zeroed on every replay."""
     a, b, kw = _inputs(4096, 2048, 1024, residual_sumsq)
     with backend.using("quack"):
-        eager = P.gemm(residual_sumsq, a, b, **kw)  # builds the plan outside the capture
+        eager = P.gemm(residual_sumsq, a, b, config=config, **kw)  # builds the plan outside the capture
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            captured = P.gemm(residual_sumsq, a, b, **kw)
+            captured = P.gemm(residual_sumsq, a, b, config=config, **kw)
         assert captured.keys() == eager.keys()
         for _ in range(3):
             graph.replay()

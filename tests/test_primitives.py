@@ -249,6 +249,37 @@ def test_config_rules():
     P.Config(tile_m=256, tile_n=256, pingpong=False).check("element", False)
     with pytest.raises(P.EpilogueError, match="tile_n % 32"):
         P.Config(tile_n=208).check("acc_pair", True)
+    P.Config(split_k=4).check("packed", False)
+    for bad in (0, 17):
+        with pytest.raises(P.EpilogueError, match="split_k must be 1 to 16"):
+            P.Config(split_k=bad).check("element", False)
+    with pytest.raises(P.EpilogueError, match="split_k > 1 needs D stored"):
+        P.Config(split_k=2).check("acc_pair", True, store_d=False)
+
+
+def test_split_k_changes_the_schedule_not_the_result(ab):
+    """The emulator computes what QuACK's serial split-K does (one FP32 sum, the epilogue once); a split config
+    that cannot store D is refused where the call is made, with the harness's override too."""
+    from coda_agent.primitives.configs import ScheduleOverride
+
+    a, w, _ = ab
+
+    @P.epilogue(outputs=("act",), mode="acc_pair")
+    def epi(acc):
+        g, u = P.unpack(acc)
+        return {"act": P.swiglu(g, u)}
+
+    split = P.gemm(epi, a, w.t(), out_dtype=torch.float32, config=P.Config(split_k=3))
+    whole = P.gemm(epi, a, w.t(), out_dtype=torch.float32)
+    assert set(split) == set(whole) == {"D", "act"}
+    for name in split:
+        torch.testing.assert_close(split[name], whole[name], rtol=0, atol=0)
+    with pytest.raises(P.EpilogueError, match="needs D stored"):
+        P.gemm(epi, a, w.t(), store_d=False, config=P.Config(split_k=2))
+    override = ScheduleOverride()
+    override.table = {("epi", a.shape[0], w.shape[0], a.shape[1]): P.Config(split_k=2)}
+    with pytest.raises(P.EpilogueError, match="needs D stored"):
+        _configs_run(lambda: P.gemm(epi, a, w.t(), store_d=False), override=override)
 
 
 def test_host_helpers():

@@ -113,3 +113,33 @@ def test_a_narrow_call_without_a_config_builds_the_narrow_default_tile_for_sm90(
     with backend.using("quack-compile"):
         out = P.gemm(add_c, a, w.t(), C=r)
     assert asked == [NARROW_TILE] and out["D"].shape == (8192, 2048) and any(tmp_path.rglob("*.o"))
+
+
+def test_split_k_plans_carries_split_k_into_the_plans_built_inside_then_restores(no_arch, tmp_path, monkeypatch):
+    """QuACK's EpiMod.plan builds unsplit whatever its config says; inside the patch the sm_90a plan is serial
+    split-K, and afterwards EpiMod.gemm is QuACK's own again."""
+    import quack.cache
+    from quack.epilogue.frontend import EpiMod
+    from quack.gemm_config import SplitKMode
+
+    monkeypatch.setattr(quack.cache, "CACHE_DIR", str(tmp_path))
+    original = EpiMod.gemm
+    built = []
+
+    def spy(self: Any, *args: Any, **kwargs: Any) -> Any:
+        built.append(original(self, *args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(EpiMod, "gemm", spy)
+    a, w, r = torch.zeros(512, 4096).bfloat16(), torch.zeros(256, 4096).bfloat16(), torch.zeros(512, 256).bfloat16()
+
+    @P.epilogue()
+    def add_c(acc, c):
+        return {"D": acc + c}
+
+    with backend.using("quack-compile"):
+        out = P.gemm(add_c, a, w.t(), C=r, config=P.Config(split_k=4))
+        P.gemm(add_c, a, w.t(), C=r)
+    assert out["D"].shape == (512, 256) and any(tmp_path.rglob("*.o"))
+    assert [(p.split_k, p.split_k_mode) for p in built] == [(4, SplitKMode.SERIAL), (1, SplitKMode.SERIAL)]
+    assert EpiMod.gemm is spy

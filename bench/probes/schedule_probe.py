@@ -30,6 +30,7 @@ import torch
 from coda_agent.measure.baselines import cublas_gemms
 from coda_agent.measure.timing import Clock, RepPlan, time_interleaved
 from coda_agent.primitives import Config, _quack, backend
+from coda_agent.primitives.configs import default_config
 from coda_agent.tasks.loader import find_task, import_file
 
 #: The configs of ``--sweep``, both clusters each: QuACK's SM90 space for gated epilogues (tile_n % 32 == 0), and
@@ -44,45 +45,30 @@ STATE: dict[str, Any] = {"dynamic": False, "config": None, "split": None}
 
 
 @functools.cache
-def _gemm_config(config: Config | None, dynamic: bool, split: tuple[int, str] | None = None) -> Any:
-    """One GemmConfig object per variant: the backend keys its plans on the object's identity."""
+def _gemm_config(config: Config | None, dynamic: bool) -> Any:
     from quack.gemm_config import GemmConfig
 
     c = config or Config()
     return GemmConfig(tile_m=c.tile_m, tile_n=c.tile_n, cluster_m=c.cluster_m, cluster_n=c.cluster_n,
                       pingpong=c.pingpong, is_dynamic_persistent=dynamic, max_swizzle_size=c.max_swizzle_size,
-                      split_k=split[0] if split else 1)
-
-
-def _thread_split_k() -> None:
-    """QuACK 0.6.5's ``EpiMod.plan`` does not pass a config's split_k on to ``EpiMod.gemm`` (its docstring says
-    so): the probe's split variants put it there. Each launch then gets fresh split-K buffers (a zero-filled
-    semaphore: one more kernel per call), as QuACK's own run path makes them."""
-    from quack.epilogue.frontend import EpiMod
-    from quack.gemm_config import SplitKMode
-
-    original = EpiMod.gemm
-
-    def gemm(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if STATE["split"] is not None:
-            kwargs["split_k"], mode = STATE["split"]
-            kwargs["split_k_mode"] = SplitKMode[mode.upper()]
-        return original(self, *args, **kwargs)
-
-    EpiMod.gemm = gemm  # type: ignore[method-assign]
+                      split_k=c.split_k)
 
 
 def _forced(run: Callable[..., Any]) -> Callable[..., Any]:
-    """The QuACK backend with the probe's config (if any) over the kernel's own."""
+    """The QuACK backend with the probe's config (if any) over the kernel's own, and its split_k (if any) over
+    either."""
     def go(call: Any) -> Any:
         if STATE["config"] is not None:
             call = dataclasses.replace(call, config=STATE["config"])
+        if STATE["split"] is not None:
+            config = call.config or default_config(call) or Config()
+            call = dataclasses.replace(call, config=dataclasses.replace(config, split_k=STATE["split"]))
         return run(call)
     return go
 
 
 def human_variant(forward: Callable[..., Any], kwargs: dict[str, Any], dynamic: bool,
-                  config: Config | None = None, split: tuple[int, str] | None = None) -> Callable[[], Any]:
+                  config: Config | None = None, split: int | None = None) -> Callable[[], Any]:
     def call() -> Any:
         STATE["dynamic"], STATE["config"], STATE["split"] = dynamic, config, split
         return forward(**kwargs)
@@ -90,7 +76,7 @@ def human_variant(forward: Callable[..., Any], kwargs: dict[str, Any], dynamic: 
 
 
 def variants_for(task_name: str, dims: dict[str, int], sweep: bool,
-                 splits: tuple[tuple[int, str], ...] = ()) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
+                 splits: tuple[int, ...] = ()) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
     task = find_task(task_name)
     assert task.human_file is not None, f"{task_name} has no human kernel"
     human = import_file(task.human_file, f"probe_human_{task_name}")
@@ -101,9 +87,9 @@ def variants_for(task_name: str, dims: dict[str, int], sweep: bool,
         "as written, dynamic": human_variant(human.forward, kwargs, True),
     }
     for split in splits:
-        out[f"as written, dynamic, split {split[0]} {split[1]}"] = human_variant(human.forward, kwargs, True, None, split)
+        out[f"as written, dynamic, split {split}"] = human_variant(human.forward, kwargs, True, None, split)
         for c in SPLIT_TILES:
-            out[f"{_label(c)}, dynamic, split {split[0]} {split[1]}"] = human_variant(human.forward, kwargs, True, c, split)
+            out[f"{_label(c)}, dynamic, split {split}"] = human_variant(human.forward, kwargs, True, c, split)
     if sweep:
         for c in SWEEP:
             label = _label(c)
@@ -160,10 +146,14 @@ def runnable(variants: dict[str, Callable[[], Any]]) -> dict[str, Callable[[], A
 
 
 def rows(specs: list[str]) -> list[tuple[str, str, dict[str, int]]]:
-    """``task`` (every bench shape) or ``task:shape``."""
+    """``task`` (every bench shape), ``task:shape`` or ``task:M=512,N=4096,K=14336`` (dims of one's own: a shape
+    outside the bench, such as a starved grid)."""
     found = []
     for spec in specs:
         name, _, shape = spec.partition(":")
+        if "=" in shape:
+            found.append((name, shape, {k: int(v) for k, v in (kv.split("=") for kv in shape.split(","))}))
+            continue
         task = find_task(name)
         for point in task.shapes["bench"]:
             if not shape or point.name == shape:
@@ -173,19 +163,18 @@ def rows(specs: list[str]) -> list[tuple[str, str, dict[str, int]]]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--row", action="append", default=[], help="task or task:shape (repeatable)")
+    p.add_argument("--row", action="append", default=[], help="task, task:shape or task:DIM=N,... (repeatable)")
     p.add_argument("--sweep", action="append", default=[], help="tasks whose rows also time the config sweep")
     p.add_argument("--json", type=Path, help="append one JSON object per row")
     p.add_argument("--precompile", help="I/N: build (run once) the I-th of N slices of the variants, time nothing")
     p.add_argument("--ncu", action="store_true", help="run each variant once inside the profiler range")
     p.add_argument("--only", action="append", default=[], help="variants to keep (repeatable; default: all)")
-    p.add_argument("--split", action="append", default=[],
-                   help="split-K variants: S:serial or S:parallel (repeatable), with the kernel's config and SPLIT_TILES")
+    p.add_argument("--split", action="append", default=[], type=int,
+                   help="split-K variants: split_k S (repeatable), with the kernel's config and SPLIT_TILES")
     args = p.parse_args()
-    splits = tuple((int(s.partition(":")[0]), s.partition(":")[2] or "serial") for s in args.split)
+    splits = tuple(args.split)
     backend.set_backend("quack", wrap=_forced)
-    _thread_split_k()
-    _quack._gemm_config = lambda config: _gemm_config(config, STATE["dynamic"], STATE["split"])  # type: ignore[assignment]
+    _quack._gemm_config = lambda config: _gemm_config(config, STATE["dynamic"])  # type: ignore[assignment]
     clock = Clock("cuda")
     jobs = rows(args.row)
     if args.precompile:

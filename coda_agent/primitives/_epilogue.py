@@ -20,6 +20,8 @@ from ._ops import ColVecLoad, ColVecReduce, ColVecSelect, OnlineLSEReduce, Pin, 
 Mode = Literal["element", "acc_pair", "packed"]
 OperandKind = Literal["scalar", "row", "col", "tile"]
 RESERVED = frozenset({"acc", "D"})
+#: The most K splits a Config may ask for (each split's K range must stay long enough to pipeline).
+MAX_SPLIT_K = 16
 
 
 class EpilogueError(ValueError):
@@ -35,6 +37,9 @@ class Config:
     tile_m in {64, 128, 192} and tile_n <= 256/208/128 respectively; cooperative (pingpong=False) allows
     tile_m up to 320.
     tile_n must be a multiple of 16 (of 32 for acc_pair mode with an extra output).
+    split_k > 1 splits K across that many CTAs per output tile (QuACK's serial split-K: the partial sums meet in
+    FP32 in split order, so the result is the same run to run, and the epilogue runs once, on the last split); it
+    fills a GPU whose grid of output tiles is too small for it, and needs D stored.
     """
 
     tile_m: int = 128
@@ -43,10 +48,15 @@ class Config:
     cluster_n: int = 1
     pingpong: bool = True
     max_swizzle_size: int = 8
+    split_k: int = 1
 
-    def check(self, mode: Mode, has_outputs: bool) -> None:
+    def check(self, mode: Mode, has_outputs: bool, store_d: bool = True) -> None:
         """Reject configs QuACK would reject on SM90, with the rule that failed."""
         problems = []
+        if not 1 <= self.split_k <= MAX_SPLIT_K:
+            problems.append(f"split_k must be 1 to {MAX_SPLIT_K}, got {self.split_k}")
+        elif self.split_k > 1 and not store_d:
+            problems.append("split_k > 1 needs D stored (store_d=True): the last split's epilogue writes it")
         if self.tile_n % 16:
             problems.append(f"tile_n={self.tile_n} must be a multiple of 16")
         if self.pingpong:
@@ -357,12 +367,12 @@ def gemm(
     pinned = pinned_config(key)
     if pinned is not None:
         try:
-            pinned.check(epi.mode, bool(epi.outputs))
+            pinned.check(epi.mode, bool(epi.outputs), store_d)
         except EpilogueError as exc:
             raise EpilogueError(f"schedule entry {key}: {exc}") from None
         config = pinned
     elif config is not None:
-        config.check(epi.mode, bool(epi.outputs))
+        config.check(epi.mode, bool(epi.outputs), store_d)
     call = GemmCall(epi, A, B, C, resolved, indices, dtype, config, store_d)
     _check_tma_alignment(call)
     return backend.active().run(call)

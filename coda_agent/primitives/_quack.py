@@ -12,6 +12,7 @@ Imported lazily (only the harness selects it). Two flavours:
 from __future__ import annotations
 
 import functools
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -19,7 +20,7 @@ import torch
 from ._epilogue import Config, GemmCall
 from ._ops import ColVecLoad, ColVecReduce, ColVecSelect, OnlineLSEReduce, RowVecLoad, RowVecReduce
 from .configs import DYNAMIC_SCHEDULER, default_config
-from .quack_patches import compile_only
+from .quack_patches import compile_only, split_k_plans
 
 _QUACK_MODE = {"element": None, "acc_pair": "acc_pair", "packed": "packed_cd_b16x2"}
 
@@ -77,7 +78,14 @@ def _gemm_config(config: Config | None) -> Any:
         pingpong=config.pingpong,
         is_dynamic_persistent=DYNAMIC_SCHEDULER,
         max_swizzle_size=config.max_swizzle_size,
+        split_k=config.split_k,
     )
+
+
+def _plan(mod: Any, call: GemmCall, out: dict[str, torch.Tensor], config: Any, kw: dict[str, Any]) -> Any:
+    """``mod.plan`` with the config's split_k carried into it (:func:`.quack_patches.split_k_plans`)."""
+    with split_k_plans(config.split_k) if config.split_k > 1 else nullcontext():
+        return mod.plan(call.A, call.B, call.C, out=out, config=config, **kw)
 
 
 def _operands(call: GemmCall) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
@@ -142,16 +150,55 @@ def run(call: GemmCall) -> dict[str, torch.Tensor]:
     entry = plans.get(key)
     if entry is None:  # the plan, and whether its launch takes the SM90 tile counter (decided once, off the hot path)
         entry = plans[key] = (
-            mod.plan(call.A, call.B, call.C, out=out, config=config, **kw),
+            _plan(mod, call, out, config, kw),
             config.is_dynamic_persistent and torch.cuda.get_device_capability(call.A.device)[0] == 9,
         )
     plan, dynamic = entry
     # The reduce partials: fresh per call (a finalised reduce may be a view of them), as QuACK's eager call does.
     scratch = {name: torch.empty_like(buf) for name, buf in plan.scratch.items() if name not in kw}
-    plan.run(call.A, call.B, call.C, out=out, scratch=scratch,
-             tile_count_semaphore=_tile_counter(call.A.device) if dynamic else None, **kw)
+    counter = _tile_counter(call.A.device) if dynamic else None
+    if config.split_k > 1:
+        _run_split(plan, call, out, scratch, counter, kw)
+    else:
+        plan.run(call.A, call.B, call.C, out=out, scratch=scratch, tile_count_semaphore=counter, **kw)
     reduced = {name: mod._finalize_sink(name, buf, None, plan.gemm_plan) for name, buf in scratch.items()}
     return {**out, **reduced, **selects}
+
+
+def _run_split(plan: Any, call: GemmCall, out: dict[str, torch.Tensor], scratch: dict[str, torch.Tensor],
+               counter: torch.Tensor | None, kw: dict[str, Any]) -> None:
+    """Launch a split-K plan as ``EpiPlan.run`` would, but with :func:`_split_k_buffers` in place of the fresh
+    zero-filled semaphore (one more kernel per call) QuACK makes for every launch."""
+    from quack.gemm_runtime.host import run_gemm_epi_plan
+
+    B = call.B if plan.b_kn else call.B.mT
+    values = {**scratch, **kw, **{name: out[name] for name in plan.out_names if name in out}}
+    run_gemm_epi_plan(plan.gemm_plan, call.A, B, out.get("D"), call.C, values, tile_count_semaphore=counter,
+                      split_k_buffers=_split_k_buffers(plan.gemm_plan, out["D"]))
+
+
+def _split_k_buffers(gemm_plan: Any, D: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """A serial split-K launch's turnstile flags and FP32 partials, made once per plan and stream and reused: the
+    last split of each tile sets its flag back to zero and the first split overwrites its partials
+    (``quack/gemm_base.py``, ``epilogue_split_k``), so the next launch on the same stream finds them as new. Under
+    CUDA graph capture None: QuACK makes them fresh, their zeroing captured with the graph (as
+    :func:`_tile_counter`)."""
+    if torch.cuda.is_current_stream_capturing():
+        return None
+    from quack.gemm import _split_k_buffers as make
+
+    p, stream = gemm_plan, torch.cuda.current_stream(D.device)
+    D = (D.mT if p.d_transposed else D)[None]
+    geometry = (tuple(D.shape), int(p.split_k_mode), p.tile_M, p.tile_N, p.cluster_M, p.cluster_N, p.is_sm100_family)
+    key = (stream.device_index, stream.stream_id, geometry)
+    buffers = _SPLIT_K_BUFFERS.get(key)
+    if buffers is None:
+        buffers = _SPLIT_K_BUFFERS[key] = make(D, *geometry[1:])
+    return buffers
+
+
+#: By stream and what sizes them (plans of the same geometry on one stream share them: its launches are ordered).
+_SPLIT_K_BUFFERS: dict[tuple[int, int, tuple[Any, ...]], tuple[torch.Tensor, torch.Tensor]] = {}
 
 
 def run_compile_only(call: GemmCall) -> dict[str, torch.Tensor]:
@@ -160,6 +207,6 @@ def run_compile_only(call: GemmCall) -> dict[str, torch.Tensor]:
         mod = _epimod(call)
         kw, selects = _operands(call)
         out, reduced = call.zero_results()
-        mod.plan(call.A, call.B, call.C, out=out, config=_gemm_config(call.config or default_config(call)), **kw)
+        _plan(mod, call, out, _gemm_config(call.config or default_config(call)), kw)
     return {**out, **reduced, **selects}
 

@@ -174,7 +174,7 @@ class ScheduleOverride:
             config = self.table.get(call.key)
             if config is None:
                 return run(call)
-            config.check(call.epi.mode, bool(call.epi.outputs))
+            config.check(call.epi.mode, bool(call.epi.outputs), call.store_d)
             return run(dataclasses.replace(call, config=config))
 
         return overridden

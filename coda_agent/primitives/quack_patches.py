@@ -7,7 +7,9 @@ together, where a version bump is checked in one place (``tests/test_quack_patch
 * :func:`compile_target`: the arch to build for without a GPU (environment variables, plus the DSL's latched
   target and QuACK's cached capability, which would otherwise outlive them);
 * :func:`without_driver`: the one driver query planning makes (the SM count), answered for an H200;
-* :func:`compile_only`: both, around each compile-only plan.
+* :func:`compile_only`: both, around each compile-only plan;
+* :func:`split_k_plans`: a config's split_k carried into the plans built inside (``EpiMod.plan`` builds every plan
+  unsplit whatever its config says: its docstring leaves split-K to ``EpiMod.gemm``).
 
 Harness code only: not part of the candidate surface, and the static check refuses candidates that import it.
 """
@@ -78,3 +80,22 @@ def compile_only() -> Iterator[None]:
     """What building a kernel for sm_90a on a machine with no GPU needs: the target and the driver stand-in."""
     with compile_target(), without_driver():
         yield
+
+
+@contextmanager
+def split_k_plans(split_k: int) -> Iterator[None]:
+    """Plans built inside split K ``split_k`` ways, in QuACK's serial mode (deterministic: the partial sums are
+    added in split order), which its eager ``EpiMod.plan`` never asks ``EpiMod.gemm`` for."""
+    from quack.epilogue.frontend import EpiMod
+    from quack.gemm_config import SplitKMode
+
+    original = EpiMod.gemm
+
+    def gemm(self: EpiMod, *args: object, **kwargs: object) -> object:
+        return original(self, *args, **kwargs, split_k=split_k, split_k_mode=SplitKMode.SERIAL)
+
+    EpiMod.gemm = gemm
+    try:
+        yield
+    finally:
+        EpiMod.gemm = original
