@@ -33,4 +33,4 @@ elif [ -n "$ncu" ]; then
 else
   echo "no ncu on this machine"
 fi
-[ -n "${OUT:-}" ] && tar czf "$OUT/probe.tar.gz" -C .gpuwork probe
+if [ -n "${OUT:-}" ]; then tar czf "$OUT/probe.tar.gz" -C .gpuwork probe; fi
