@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from coda_agent import primitives as P
 from coda_agent.primitives import backend
+from coda_agent.primitives.configs import config_label
 
 M, N, K = 64, 96, 32
 
@@ -255,6 +256,7 @@ def test_config_rules():
             P.Config(split_k=bad).check("element", False)
     with pytest.raises(P.EpilogueError, match="split_k > 1 needs D stored"):
         P.Config(split_k=2).check("acc_pair", True, store_d=False)
+    assert config_label(P.Config(tile_n=128, split_k=2)) == "128x128 pingpong 2x1 split-k 2"
 
 
 def test_split_k_changes_the_schedule_not_the_result(ab):

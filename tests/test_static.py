@@ -135,6 +135,7 @@ FORWARD = "def forward(x, w):\n    return {'y': gemm(e, x, w.t())['D']}\n"
     "@schedule({('e', 8192, 4096, 14336): Config(tile_n=208), ('e', 1, 2, 3): Config()})\n",
     "@schedule({\n    ('e', 8192, 4096, 14336): Config(tile_m=256, tile_n=160, pingpong=False, cluster_m=1, cluster_n=2),\n})\n",
     "@P.schedule({('e', 8, 16, 32): P.Config(max_swizzle_size=4)})\n",
+    "@schedule({('e', 1024, 2048, 8192): Config(tile_n=128, split_k=2)})\n",
     "@schedule({})\n",
 ])
 def test_the_pinned_schedule_on_forward_is_accepted(decorator):
