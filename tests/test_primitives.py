@@ -384,6 +384,21 @@ def test_the_config_space_is_what_quack_accepts_for_the_mode_default_first():
         c.check("element", False)
 
 
+def test_a_starved_grid_adds_split_k_to_the_space_where_each_split_keeps_enough_k():
+    """Fewer output tiles than SMs at the default tile: the tune stage may try split-K; a full grid, a call that
+    stores no D, or a K too short to split never gets it."""
+    from coda_agent.primitives.configs import MIN_SPLIT_DEPTH, STARVED_SPLITS, config_space
+
+    base = config_space("element", True)
+    starved = config_space("element", True, (1024, 2048, 8192))
+    assert starved[: len(base)] == base and set(starved[len(base):]) == set(STARVED_SPLITS)
+    assert config_space("element", True, (8192, 4096, 14336)) == base  # 704 tiles: five waves and more
+    assert config_space("element", True, (1024, 2048, 8192), store_d=False) == base
+    short = config_space("element", True, (1024, 2048, 3 * MIN_SPLIT_DEPTH))
+    assert {c.split_k for c in short if c.split_k > 1} == {2, 3}
+    assert config_space("element", True, (1024, 2048, 8192), sms=64) == base  # 88 tiles fill 64 SMs
+
+
 def test_the_default_config_narrows_the_tile_in_packed_mode_and_where_the_arch_default_wastes_a_wave():
     from coda_agent.primitives._epilogue import GemmCall, Operand
     from coda_agent.primitives.configs import NARROW_TILE, PACKED_TILE, default_config, wave_cost

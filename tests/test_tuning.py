@@ -16,7 +16,14 @@ from coda_agent.tasks import find_task
 from coda_agent.verifier import Plan, TuningFailed, run_plan, tune_schedule, tuning, verify
 from coda_agent.verifier.stages import Context, Reject
 from coda_agent.verifier.static import check_source
-from coda_agent.verifier.tuning import GemmSite, TuneCache, pin_schedule, pinned_schedule, search_shape
+from coda_agent.verifier.tuning import (
+    GemmSite,
+    TuneCache,
+    gemm_sites,
+    pin_schedule,
+    pinned_schedule,
+    search_shape,
+)
 from coda_agent.verifier.verdict import Outcome, Verdict
 
 TASK = find_task("gemm_residual_rmsnorm")
@@ -104,6 +111,22 @@ def test_the_search_keeps_the_fastest_config_per_call_one_call_at_a_time():
     assert second.tried_us[config_label(Config(tile_n=208))] == 900.0  # as written, after A's winner
     assert len(second.tried_us) == len(space)  # B's written config is in the space: not tried twice
     assert all(t.get(A) == WINNER for t in timer.asked[len(space):])  # B was searched with A's winner in place
+
+
+def test_a_starved_call_is_searched_with_split_k_too_and_the_op_log_says_whether_it_stores_d():
+    starved = ("small", 1024, 2048, 8192)
+    ops = [{"gemm": [1024, 2048, 8192], "epilogue": "small", "mode": "element", "outputs": 0, "config": None},
+           {"gemm": [1024, 2048, 8192], "epilogue": "no_d", "mode": "element", "outputs": 1, "config": None,
+            "store_d": False}]
+    site, no_d = gemm_sites(ops)
+    assert site.store_d and not no_d.store_d
+    split = Config(tile_n=128, split_k=2)
+    timer = FakeTimer(lambda table: 800.0 if table.get(starved) == split else 1000.0)
+    chosen, (result,), _ = search_shape([site], timer, deadline=1e9, cache=TuneCache(None, "H200"), signatures={})
+    assert chosen == {starved: split} and config_label(split) in result.tried_us
+    timer = FakeTimer(lambda table: 1000.0)
+    search_shape([no_d], timer, deadline=1e9, cache=TuneCache(None, "H200"), signatures={})
+    assert all(c.split_k == 1 for table in timer.asked for c in table.values())
 
 
 def test_the_search_stops_at_the_budget_and_caches_only_finished_searches():

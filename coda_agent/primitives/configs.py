@@ -3,8 +3,8 @@
 Not part of the candidate surface (``coda_agent.primitives.__all__``), like :mod:`.backend`. One home for:
 
 * :data:`TILES` x :data:`CLUSTERS`: the large-tile part of QuACK's SM90 space where the bench shapes'
-  winners live (swap_ab is left out: :class:`Config` cannot express it), used by the offline tuner of the
-  human kernels and by the verifier's ``tune`` stage;
+  winners live (swap_ab is left out: :class:`Config` cannot express it), plus :data:`STARVED_SPLITS` for a grid
+  of fewer tiles than SMs, used by the offline tuner of the human kernels and by the verifier's ``tune`` stage;
 * ``Config(...)`` source text and short labels;
 * a schedule on the wire (JSON) between the checker and the sandboxed runner;
 * :class:`ScheduleOverride`: the harness's schedule, applied to every gemm call over whatever the candidate
@@ -29,21 +29,34 @@ TILES = ((128, 128, True), (128, 192, True), (128, 208, True), (128, 256, False)
 #: (cluster_m, cluster_n): both 2-CTA clusters.
 CLUSTERS = ((2, 1), (1, 2))
 
+#: What the tune stage adds for a starved grid (fewer output tiles than SMs at the default tile): split-K at the two
+#: tiles the probe compared. QuACK's serial split-K measured on the H200 (bench/results/h200-2026-12-02-e-split-probe.log,
+#: in-process, at the GPU's power cap) 1.18x as written at M 512 x N 4096 x K 14336 and 1.085x at 1024 x 2048 x 8192
+#: (128x128, split 2), but lost up to 5x at full grids (the turnstile serialises the partials): searched, never assumed.
+STARVED_SPLITS = tuple(Config(tile_n=n, split_k=s) for n in (128, 192) for s in (2, 3, 4))
+#: The least K a split keeps (shorter ones are mostly pipeline fill).
+MIN_SPLIT_DEPTH = 1024
+
 Schedule = Mapping[ScheduleKey, Config]
 Runner = Callable[[GemmCall], dict[str, torch.Tensor]]
 
 
-def config_space(mode: Mode, has_outputs: bool) -> list[Config]:
-    """Every config of :data:`TILES` x :data:`CLUSTERS` that QuACK accepts for this epilogue, the default first."""
+def config_space(mode: Mode, has_outputs: bool, mnk: tuple[int, int, int] | None = None, store_d: bool = True,
+                 sms: int = H200_SM_COUNT) -> list[Config]:
+    """Every config of :data:`TILES` x :data:`CLUSTERS` that QuACK accepts for this epilogue, the default first; for
+    a call of ``mnk`` whose default tiles fill less than one wave of ``sms``, also the :data:`STARVED_SPLITS` that
+    keep :data:`MIN_SPLIT_DEPTH` of K each."""
+    candidates = [Config(tile_m=tile_m, tile_n=tile_n, cluster_m=cluster_m, cluster_n=cluster_n, pingpong=pingpong)
+                  for tile_m, tile_n, pingpong in TILES for cluster_m, cluster_n in CLUSTERS]
+    if mnk is not None and tile_count(mnk[0], mnk[1], Config()) < sms:
+        candidates += [c for c in STARVED_SPLITS if mnk[2] // c.split_k >= MIN_SPLIT_DEPTH]
     space = []
-    for tile_m, tile_n, pingpong in TILES:
-        for cluster_m, cluster_n in CLUSTERS:
-            config = Config(tile_m=tile_m, tile_n=tile_n, cluster_m=cluster_m, cluster_n=cluster_n, pingpong=pingpong)
-            try:
-                config.check(mode, has_outputs)
-            except EpilogueError:
-                continue
-            space.append(config)
+    for config in candidates:
+        try:
+            config.check(mode, has_outputs, store_d)
+        except EpilogueError:
+            continue
+        space.append(config)
     return sorted(space, key=lambda c: c != Config())
 
 

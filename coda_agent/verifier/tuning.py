@@ -80,6 +80,7 @@ class GemmSite:
     mode: Mode
     has_outputs: bool
     written: Config | None
+    store_d: bool = True
 
     @property
     def mnk(self) -> tuple[int, int, int]:
@@ -100,7 +101,7 @@ def gemm_sites(ops: Sequence[Mapping[str, Any]]) -> list[GemmSite]:
         except ValueError:
             written = None
         key = (name, dims[0], dims[1], dims[2])
-        sites.setdefault(key, GemmSite(key, cast(Mode, mode), bool(op.get("outputs")), written))
+        sites.setdefault(key, GemmSite(key, cast(Mode, mode), bool(op.get("outputs")), written, op.get("store_d") is not False))
     return list(sites.values())
 
 
@@ -195,7 +196,7 @@ def search_shape(
                 chosen[site.key] = result.tuned = cached
             continue
         complete = True
-        for config in config_space(site.mode, site.has_outputs):
+        for config in config_space(site.mode, site.has_outputs, site.mnk, site.store_d):
             if config == effective:
                 continue
             if clock() >= deadline:
