@@ -4,7 +4,7 @@
 #   2. the timings (schedule_probe.py: as written, dynamic persistent, the config sweep, cuBLAS, QuACK's paths);
 #   3. an ncu profile of the packed-mode kernel against QuACK's dgated path and a plain GEMM at coda-h2048, and of
 #      gemm_rmsnorm_bwd's 192- and 208-wide tiles at llama3-1b-gateup (NCU_S=0: none).
-# PROBE_ARGS replaces the probe's rows and variants (e.g. "--row gemm_residual --split 2:serial"; the split-K sweep of
+# PROBE_ARGS replaces the probe's rows and variants (e.g. "--row gemm_residual --split 2"; the split-K sweep of
 # gpu_session.sh's probe phase). Results in $OUT/probe.tar.gz (or .gpuwork/probe/).
 set -uo pipefail
 work=.gpuwork/probe

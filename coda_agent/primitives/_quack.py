@@ -178,7 +178,7 @@ def _run_split(plan: Any, call: GemmCall, out: dict[str, torch.Tensor], scratch:
 
 
 def _split_k_buffers(gemm_plan: Any, D: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """A serial split-K launch's turnstile flags and FP32 partials, made once per plan and stream and reused: the
+    """A serial split-K launch's turnstile flags and FP32 partials, made once per stream and geometry and reused: the
     last split of each tile sets its flag back to zero and the first split overwrites its partials
     (``quack/gemm_base.py``, ``epilogue_split_k``), so the next launch on the same stream finds them as new. Under
     CUDA graph capture None: QuACK makes them fresh, their zeroing captured with the graph (as
