@@ -473,6 +473,51 @@ def test_the_quack_plan_key_is_the_calls_metadata_not_its_data():
     assert key(a, b, 2.0) != key(a, torch.randn(48, 32).bfloat16().t(), 2.0)  # another layout of B
     assert key(a, b, 2.0) != key(a.half(), b.half(), 2.0)
 
+    calls = []
+
+    def through_gemm(a, b, s):  # a call from gemm() is keyed by the signature its checks ran under
+        with backend.using("fake", run=lambda call: calls.append(call) or call.zero_results()[0]):
+            P.gemm(scaled, a, b, s=s)
+        return _quack._plan_key(calls[-1], _quack._gemm_config(None), {"s": s})
+
+    assert through_gemm(a, b, 2.0) == through_gemm(torch.randn_like(a), torch.randn_like(b), 3.0)
+    assert through_gemm(a, b, 2.0) != through_gemm(a, torch.randn(48, 32).bfloat16().t(), 2.0)
+    assert through_gemm(a, b, 2.0) != through_gemm(a.half(), b.half(), 2.0)
+    assert calls[0].signature is not None
+
+
+def test_gemm_checks_a_calls_metadata_once_and_any_change_of_it_again(monkeypatch):
+    """The checks run once per signature (issue 9's host time per forward()); a call that differs in anything they
+    read (a view's offset, a dtype, an operand's kind, the config) is checked again and refused as before."""
+    from coda_agent.primitives import _epilogue
+
+    checked = []
+    check = _epilogue._check
+    monkeypatch.setattr(_epilogue, "_check", lambda *a, **k: checked.append(1) or check(*a, **k))
+
+    @P.epilogue()
+    def scaled(acc, s, bias):
+        return {"D": acc * s + bias}
+
+    a, b, bias = torch.randn(64, 80).bfloat16(), torch.randn(80, 48).bfloat16(), torch.randn(48)
+    first = P.gemm(scaled, a, b, s=2.0, bias=bias)["D"]
+    again = P.gemm(scaled, torch.randn_like(a), b, s=3.0, bias=torch.randn(48))["D"]  # new values, one signature
+    assert len(checked) == 1 and not torch.equal(first, again)
+    assert torch.allclose(P.gemm(scaled, a, b, s=3.0, bias=bias)["D"].float(), (a.float() @ b.float()) * 3 + bias, rtol=0.02, atol=0.3)
+    with pytest.raises(P.EpilogueError, match=r"offset 1.*contiguous copy"):  # same shape, a view off the TMA grid
+        P.gemm(scaled, torch.randn(64, 88).bfloat16()[:, 1:81], b, s=2.0, bias=bias)
+    with pytest.raises(P.EpilogueError, match="must have the same dtype"):
+        P.gemm(scaled, a.half(), b, s=2.0, bias=bias)
+    with pytest.raises(P.EpilogueError, match="matching neither"):  # a vector of another length
+        P.gemm(scaled, a, b, s=2.0, bias=torch.randn(40))
+    with pytest.raises(P.EpilogueError, match="invalid Config"):
+        P.gemm(scaled, a, b, s=2.0, bias=bias, config=P.Config(tile_n=100))
+    with pytest.raises(P.EpilogueError, match=r"must be a number or a torch\.Tensor"):
+        P.gemm(scaled, a, b, s="2", bias=bias)
+    assert len(checked) == 6  # each refused call was checked, the one with no signature ("2") too
+    P.gemm(scaled, a, b, s=torch.tensor(2.0), bias=bias)  # a scalar tensor: another signature, checked once more
+    assert len(checked) == 7
+
 
 def test_rows_off_the_16_byte_grid_are_refused_on_the_cpu_as_the_gpu_would():
     """QuACK compiles every tile for 16-byte-aligned rows; the CPU compile cannot see a call that breaks that."""

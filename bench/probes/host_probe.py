@@ -14,6 +14,10 @@ every batch so the host never waits for it, in these settings:
 - ``after teardown``: ``plain`` again after one more session that ends with ``TEARDOWN_CUPTI=1`` set;
 - ``calib``: a fixed host workload (Python calls and small tensor allocations, no kernel) timed the same way beside
   each row: whether the machine, rather than the code, is slower at that moment;
+- ``--profile N``: instead of the columns, cProfile of ``plain`` and ``op log`` at each row (N calls each, the GPU
+  kept busy ahead), the functions that take the host's time, by own time and by cumulative time;
+- ``--in-process``: only the first four (calib, plain, backend, op log): an A/B of two trees' host code, one after
+  the other with the other tree first on PYTHONPATH;
 - ``--per-cpu``: the calibration alone in two fresh processes pinned to each CPU in turn: whether a process's host
   speed follows the CPU it runs on (this microVM's vCPUs are host threads) or differs between processes on one CPU;
 - ``runner``: forward() in the sandboxed runner, in the bench's untraced batches (its ``host_us``, which the bench
@@ -28,18 +32,23 @@ kernel's source, which that phase fills. A probe, not the bench; GPU only, with 
     python3 bench/probes/host_probe.py --row gemm_rmsnorm:llama3-1b-qkv --json host.jsonl
     python3 bench/probes/host_probe.py --cpu --row gemm_rmsnorm   # the probe itself on the emulator (no GPU)
     python3 bench/probes/host_probe.py --per-cpu --row gemm_rmsnorm  # and the calibration on every CPU, pinned
+    python3 bench/probes/host_probe.py --profile 300 --row gemm_rope:llama3-1b-qkv  # where forward()'s host time goes
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
 import os
+import pstats
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +168,42 @@ def probe_row(task_name: str, dims: dict[str, int], oplog: OpLog) -> dict[str, f
     return {"plain_us": forward_us, "backend_us": backend_us, "oplog_us": logged_us, "calib_us": calib_us}
 
 
+def profile_row(task_name: str, dims: dict[str, int], oplog: OpLog, calls: int) -> str:
+    """cProfile of forward() plain and under the op log, ``calls`` calls each in batches behind a device sleep: the
+    top functions by own time and by cumulative time (cProfile's own cost inflates many small calls alike)."""
+    task = find_task(task_name)
+    assert task.human_file is not None
+    human = import_file(task.human_file, f"host_profile_{task_name}")
+    kwargs = {**task.make_inputs(dims, seed=0, device=DEVICE), **task.constants}
+
+    def logged() -> Any:
+        with oplog.call():
+            return human.forward(**kwargs)
+
+    report = io.StringIO()
+    with torch.no_grad():
+        for label, call, mode in (("plain", lambda: human.forward(**kwargs), nullcontext()), ("op log", logged, oplog)):
+            with mode:
+                for _ in range(3):  # builds the kernels and plans
+                    call()
+                profiler = cProfile.Profile()
+                for _ in range(-(-calls // BATCH)):
+                    _sync()
+                    if DEVICE == "cuda":
+                        torch.cuda._sleep(AHEAD_CYCLES)
+                    profiler.enable()
+                    for _ in range(BATCH):
+                        call()
+                    profiler.disable()
+                oplog.calls.clear()
+            _sync()
+            for order in ("tottime", "cumulative"):
+                report.write(f"--- {task_name} {label}: {order}, {-(-calls // BATCH) * BATCH} calls\n")
+                stats = pstats.Stats(profiler, stream=report)
+                stats.sort_stats(order).print_stats(28)
+    return report.getvalue()
+
+
 def runner_us(task_name: str, shape: str, dims: dict[str, int], teardown: bool = False) -> dict[str, float]:
     """Median host µs per forward() in the sandboxed runner, in untraced batches as the bench times them: before
     any traced batch, and after one (the bench's runner traces every other batch). ``teardown``: Kineto finalizes
@@ -200,26 +245,10 @@ def runner_us(task_name: str, shape: str, dims: dict[str, int], teardown: bool =
             f"{prefix}_kernels_traced": kernels[0], f"{prefix}_kernels_retraced": kernels[1]}
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--row", action="append", default=[], help="task or task:shape (repeatable; default: every task)")
-    p.add_argument("--json", type=Path, help="append one JSON object per row")
-    p.add_argument("--cpu", action="store_true", help="a smoke run of the probe: the emulator, the small shapes")
-    p.add_argument("--per-cpu", action="store_true", help="also the calibration in fresh processes pinned to each CPU")
-    p.add_argument("--calibrate-on", type=int, help=argparse.SUPPRESS)  # a --per-cpu child: pin, calibrate, print
-    args = p.parse_args()
-    global DEVICE
-    DEVICE = "cpu" if args.cpu else "cuda"
-    if args.calibrate_on is not None:
-        os.sched_setaffinity(0, {args.calibrate_on})
-        torch.empty(1, device=DEVICE)  # the device's context, outside the timing
-        print(f"{host_us(calibration)[0]:.1f}")
-        return
-    oplog = OpLog()  # its backend wrapper too, as the runner's: the backend's own host ops skip the log
-    backend.set_backend("torch" if args.cpu else "quack", wrap=lambda run: oplog.wrap_backend(_timed_backend(run)))
-    jobs = rows(args.row or ([] if args.cpu else list(DEFAULT_ROWS)), "small" if args.cpu else "bench")
-    results = {(t, s): probe_row(t, d, oplog) for t, s, d in jobs}
-    activity = torch.profiler.ProfilerActivity.CPU if args.cpu else torch.profiler.ProfilerActivity.CUDA
+def after_sessions(jobs: list[tuple[str, str, dict[str, int]]], results: dict[tuple[str, str], dict[str, float]],
+                   oplog: OpLog, cpu: bool) -> None:
+    """The columns after a profiler session, after one that tears CUPTI down, and in the sandboxed runner."""
+    activity = torch.profiler.ProfilerActivity.CPU if cpu else torch.profiler.ProfilerActivity.CUDA
     with torch.profiler.profile(activities=[activity]):  # as a traced batch does
         for t, _, d in jobs[:1]:
             probe_row(t, d, oplog)
@@ -234,12 +263,44 @@ def main() -> None:
         results[(t, s)]["after_teardown_us"] = probe_row(t, d, oplog)["plain_us"]
         results[(t, s)].update(runner_us(t, s, d))
         results[(t, s)].update(runner_us(t, s, d, teardown=True))
-    columns = ("calib", "plain", "backend", "oplog", "after_profiler", "after_teardown", "runner", "runner_after_trace",
-               "runner_teardown", "runner_teardown_after_trace")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--row", action="append", default=[], help="task or task:shape (repeatable; default: every task)")
+    p.add_argument("--json", type=Path, help="append one JSON object per row")
+    p.add_argument("--cpu", action="store_true", help="a smoke run of the probe: the emulator, the small shapes")
+    p.add_argument("--per-cpu", action="store_true", help="also the calibration in fresh processes pinned to each CPU")
+    p.add_argument("--in-process", action="store_true",
+                   help="only the in-process columns (calib, plain, backend, oplog): an A/B of two trees' host code")
+    p.add_argument("--profile", type=int, metavar="N", help="cProfile N calls of each row, plain and logged, instead")
+    p.add_argument("--calibrate-on", type=int, help=argparse.SUPPRESS)  # a --per-cpu child: pin, calibrate, print
+    args = p.parse_args()
+    global DEVICE
+    DEVICE = "cpu" if args.cpu else "cuda"
+    if args.calibrate_on is not None:
+        os.sched_setaffinity(0, {args.calibrate_on})
+        torch.empty(1, device=DEVICE)  # the device's context, outside the timing
+        print(f"{host_us(calibration)[0]:.1f}")
+        return
+    oplog = OpLog()  # its backend wrapper too, as the runner's: the backend's own host ops skip the log
+    backend.set_backend("torch" if args.cpu else "quack", wrap=lambda run: oplog.wrap_backend(_timed_backend(run)))
+    jobs = rows(args.row or ([] if args.cpu else list(DEFAULT_ROWS)), "small" if args.cpu else "bench")
+    if args.profile:
+        for t, _, d in jobs:
+            print(profile_row(t, d, oplog, args.profile))
+        return
+    results = {(t, s): probe_row(t, d, oplog) for t, s, d in jobs}
+    columns: tuple[str, ...] = ("calib", "plain", "backend", "oplog")
+    if not args.in_process:
+        after_sessions(jobs, results, oplog, args.cpu)
+        columns += ("after_profiler", "after_teardown", "runner", "runner_after_trace", "runner_teardown",
+                    "runner_teardown_after_trace")
     print(f"{'task':32} {'shape':16} " + " ".join(f"{c:>{max(8, len(c))}}" for c in columns) + "  (host µs per call)")
     for (t, s), r in results.items():
+        kernels = ", ".join(f"{r[k]:.0f}" for k in sorted(r) if "kernels" in k)
         print(f"{t:32} {s:16} " + " ".join(f"{r[c + '_us']:{max(8, len(c))}.1f}" for c in columns)
-              + "  kernels per traced batch: " + ", ".join(f"{r[k]:.0f}" for k in sorted(r) if "kernels" in k))
+              + (f"  kernels per traced batch: {kernels}" if kernels else ""))
         if args.json:
             with args.json.open("a") as f:
                 f.write(json.dumps({"task": t, "shape": s, "device": device_name(), **r}) + "\n")

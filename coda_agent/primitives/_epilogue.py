@@ -9,7 +9,7 @@ is reported identically on the CPU and on the GPU.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -86,6 +86,8 @@ class Epilogue:
     mode: Mode
     params: tuple[str, ...]  # the fn's parameters after ``acc``
     backend_cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    #: What :func:`gemm` accepted, by call signature (:func:`_signature`): a repeat call skips the checks.
+    checked_calls: dict[Hashable, _Checked] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -198,6 +200,10 @@ class GemmCall:
     out_dtype: torch.dtype
     config: Config | None
     store_d: bool = True
+    #: The metadata :func:`gemm` checked this call under (every tensor's dtype, shape, strides and offset, every
+    #: scalar's type, the configs): equal signatures are calls of one kernel and one plan. None: a call made
+    #: outside gemm(); backends then derive their keys from the tensors.
+    signature: Hashable | None = None
 
     @property
     def m(self) -> int:
@@ -244,19 +250,17 @@ def _is_scalar(v: Any) -> bool:
     return (isinstance(v, (int, float)) and not isinstance(v, bool)) or (isinstance(v, torch.Tensor) and v.numel() == 1)
 
 
-def resolve_operand(epi: Epilogue, name: str, v: Any, m: int, n: int) -> Operand:
+def operand_kind(epi: Epilogue, name: str, v: Any, m: int, n: int) -> OperandKind:
     """Decide an operand's kind from its shape (and pin), as QuACK does, but with one clear message."""
     if _is_scalar(v):
-        if isinstance(v, torch.Tensor):  # a meta tensor (the checker's shapes-only run) has no value to read
-            return Operand("scalar", 0.0 if v.is_meta else float(v.item()))
-        return Operand("scalar", float(v))
+        return "scalar"
     if not isinstance(v, torch.Tensor):
         raise EpilogueError(f"operand {name!r} must be a number or a torch.Tensor, got {type(v).__name__}")
     shape = tuple(v.shape)
     if v.dim() == 2 and shape == (m, n):
         if name in epi.pins:
             raise EpilogueError(f"operand {name!r} is pinned as a vector but has the tile shape {shape}")
-        return Operand("tile", v)
+        return "tile"
     if v.dim() == 1 or (v.dim() == 2 and shape[0] == 1):
         length = shape[-1]
         pin = epi.pins.get(name)
@@ -274,12 +278,65 @@ def resolve_operand(epi: Epilogue, name: str, v: Any, m: int, n: int) -> Operand
             raise EpilogueError(f"operand {name!r} has length {length}, matching neither M={m} (column) nor N={n} (row)")
         if length != want:
             raise EpilogueError(f"operand {name!r} is a {kind} vector and must have length {want}, got {length}")
-        with torch._C._DisableTorchDispatch():  # a view, which the runner's op log would not record: skip its Python
-            return Operand(kind, v.reshape(1, length))  # trip through the log (issue 9's host-bound rows)
+        return kind
     raise EpilogueError(
         f"operand {name!r} has shape {shape}: expected a scalar, a tile ({m}, {n}), a row vector ({n},) "
         f"or a column vector ({m},)"
     )
+
+
+def operand(kind: OperandKind, v: Any) -> Operand:
+    """An operand of a known kind as backends take it: scalars as floats, vectors as (1, len)."""
+    if kind == "scalar":
+        if isinstance(v, torch.Tensor):  # a meta tensor (the checker's shapes-only run) has no value to read
+            return Operand(kind, 0.0 if v.is_meta else float(v.item()))
+        return Operand(kind, float(v))
+    if kind == "tile":
+        return Operand(kind, v)
+    with torch._C._DisableTorchDispatch():  # a view, which the runner's op log would not record: skip its Python
+        return Operand(kind, v.reshape(1, v.shape[-1]))  # trip through the log (issue 9's host-bound rows)
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """What :func:`gemm`'s checks concluded about a call signature: each operand's kind, D's dtype and the config
+    the call runs with (its own, or the running schedule's pin)."""
+
+    kinds: tuple[tuple[str, OperandKind], ...]
+    out_dtype: torch.dtype
+    config: Config | None
+
+
+#: Signatures one Epilogue remembers before it forgets them all (a forward whose shapes never repeat).
+MAX_CHECKED_CALLS = 256
+
+
+def _tensor_signature(t: torch.Tensor) -> tuple[Any, ...]:
+    return (t.dtype, t.shape, t.stride(), t.storage_offset())
+
+
+def _signature(epi: Epilogue, A: Any, B: Any, C: Any, operands: dict[str, Any], out_dtype: Any, config: Any,
+               store_d: Any) -> Hashable | None:
+    """Everything gemm()'s checks read, as a key (values never: a scalar by its type, a tensor by its metadata), the
+    running schedule's pin for the call included; None where an argument is of no kind the checks accept (they then
+    run, and say what is wrong)."""
+    from ._schedule import pinned_config
+
+    tensors = (A, B) if C is None else (A, B, C)
+    if not all(isinstance(t, torch.Tensor) for t in tensors) or type(store_d) is not bool or A.dim() != 2 or B.dim() != 2:
+        return None
+    if not (out_dtype is None or isinstance(out_dtype, torch.dtype)) or not (config is None or isinstance(config, Config)):
+        return None
+    values: list[tuple[Any, ...]] = []
+    for name, v in operands.items():
+        if isinstance(v, torch.Tensor):
+            values.append((name, v.dtype, v.shape))
+        elif isinstance(v, (int, float)):
+            values.append((name, type(v)))
+        else:
+            return None
+    pinned = pinned_config((epi.name, A.shape[0], B.shape[1], A.shape[1]))
+    return (*(_tensor_signature(t) for t in tensors), C is None, tuple(values), out_dtype, config, store_d, pinned)
 
 
 def gemm(
@@ -314,10 +371,29 @@ def gemm(
         ColVecReduce/OnlineLSEReduce/ColVecSelect as (M,) f32, RowVecReduce as (N,) f32.
     """
     from . import backend
-    from ._schedule import pinned_config
 
     if not isinstance(epi, Epilogue):
         raise EpilogueError("gemm() takes an @epilogue-decorated function as its first argument")
+    signature = _signature(epi, A, B, C, operands, out_dtype, config, store_d)
+    checked = epi.checked_calls.get(signature) if signature is not None else None
+    if checked is None:
+        checked = _check(epi, A, B, C, operands, out_dtype, config, store_d)
+        if signature is not None:
+            if len(epi.checked_calls) >= MAX_CHECKED_CALLS:
+                epi.checked_calls.clear()
+            epi.checked_calls[signature] = checked
+    resolved = {name: operand(kind, operands[name]) for name, kind in checked.kinds}
+    indices = {idx: operands[idx] for idx in epi.index_operands}
+    call = GemmCall(epi, A, B, C, resolved, indices, checked.out_dtype, checked.config, store_d, signature)
+    return backend.active().run(call)
+
+
+def _check(epi: Epilogue, A: Any, B: Any, C: Any, operands: dict[str, Any], out_dtype: Any, config: Any,
+           store_d: bool) -> _Checked:
+    """gemm()'s checks of a call, each with the rule it broke; what they concluded, for every later call of the
+    same signature."""
+    from ._schedule import pinned_config
+
     for label, t in (("A", A), ("B", B)):
         if not isinstance(t, torch.Tensor) or t.dim() != 2:
             raise EpilogueError(f"{label} must be a 2-D tensor, got {getattr(t, 'shape', type(t).__name__)}")
@@ -349,7 +425,7 @@ def gemm(
             if missing
             else f"gemm({epi.name}) got unexpected operands {sorted(extra)} (not parameters of the fn)"
         )
-    resolved = {p: resolve_operand(epi, p, operands[p], m, n) for p in epi.operand_params}
+    kinds = tuple((p, operand_kind(epi, p, operands[p], m, n)) for p in epi.operand_params)
     indices = {}
     for idx in epi.index_operands:
         t = operands[idx]
@@ -373,9 +449,9 @@ def gemm(
         config = pinned
     elif config is not None:
         config.check(epi.mode, bool(epi.outputs), store_d)
-    call = GemmCall(epi, A, B, C, resolved, indices, dtype, config, store_d)
-    _check_tma_alignment(call)
-    return backend.active().run(call)
+    resolved = {name: operand(kind, operands[name]) for name, kind in kinds}
+    _check_tma_alignment(GemmCall(epi, A, B, C, resolved, indices, dtype, config, store_d))
+    return _Checked(kinds, dtype, config)
 
 
 #: The alignment QuACK compiles every tile tensor for (``quack.compile_utils.div_for_dtype``): TMA copies rows of

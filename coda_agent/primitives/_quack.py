@@ -105,7 +105,11 @@ def _operands(call: GemmCall) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
 
 def _plan_key(call: GemmCall, config: Any, kw: dict[str, Any]) -> tuple[Any, ...]:
     """What a QuACK plan is built from, as QuACK's own eager cache keys it: every tensor's metadata (not its data),
-    whether each scalar is there (its value is a launch argument), the config object, and the device."""
+    whether each scalar is there (its value is a launch argument), the config object, and the device. A call from
+    :func:`gemm` carries that metadata already (its signature)."""
+    if call.signature is not None:
+        return (id(config), call.A.get_device(), call.signature)
+
     def meta(t: torch.Tensor | None) -> Any:
         return None if t is None else (t.dtype, tuple(t.shape), t.stride())
 
@@ -126,12 +130,18 @@ def _tile_counter(device: torch.device) -> torch.Tensor:
     outside the graph."""
     if torch.cuda.is_current_stream_capturing():
         return torch.zeros(1, dtype=torch.int32, device=device)
-    stream = torch.cuda.current_stream(device)
-    key = (stream.device_index, stream.stream_id)
+    key = _current_stream(device)
     counter = _TILE_COUNTERS.get(key)
     if counter is None:
         counter = _TILE_COUNTERS[key] = torch.zeros(1, dtype=torch.int32, device=device)
     return counter
+
+
+def _current_stream(device: torch.device) -> tuple[int, int]:
+    """(device index, stream id) of the device's current stream: what ``torch.cuda.current_stream`` reads, without
+    the Stream object it builds (a few µs of the host time of every launch)."""
+    stream_id, device_index, _ = torch._C._cuda_getCurrentStream(device.index)
+    return device_index, stream_id
 
 
 _TILE_COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
@@ -156,25 +166,26 @@ def run(call: GemmCall) -> dict[str, torch.Tensor]:
     plan, dynamic = entry
     # The reduce partials: fresh per call (a finalised reduce may be a view of them), as QuACK's eager call does.
     scratch = {name: torch.empty_like(buf) for name, buf in plan.scratch.items() if name not in kw}
-    counter = _tile_counter(call.A.device) if dynamic else None
-    if config.split_k > 1:
-        _run_split(plan, call, out, scratch, counter, kw)
-    else:
-        plan.run(call.A, call.B, call.C, out=out, scratch=scratch, tile_count_semaphore=counter, **kw)
+    _launch(plan, call, out, scratch, _tile_counter(call.A.device) if dynamic else None, kw)
     reduced = {name: mod._finalize_sink(name, buf, None, plan.gemm_plan) for name, buf in scratch.items()}
     return {**out, **reduced, **selects}
 
 
-def _run_split(plan: Any, call: GemmCall, out: dict[str, torch.Tensor], scratch: dict[str, torch.Tensor],
-               counter: torch.Tensor | None, kw: dict[str, Any]) -> None:
-    """Launch a split-K plan as ``EpiPlan.run`` would, but with :func:`_split_k_buffers` in place of the fresh
-    zero-filled semaphore (one more kernel per call) QuACK makes for every launch."""
+def _launch(plan: Any, call: GemmCall, out: dict[str, torch.Tensor], scratch: dict[str, torch.Tensor],
+            counter: torch.Tensor | None, kw: dict[str, Any]) -> None:
+    """Launch a plan as ``EpiPlan.run`` does (the config never swaps A and B), minus its copies of the operand
+    dicts, and with :func:`_split_k_buffers` in place of the fresh zero-filled split-K semaphore (one more kernel
+    per call) QuACK makes for every split launch."""
     from quack.gemm_runtime.host import run_gemm_epi_plan
 
     B = call.B if plan.b_kn else call.B.mT
-    values = {**scratch, **kw, **{name: out[name] for name in plan.out_names if name in out}}
+    values = {**scratch, **kw}
+    for name in plan.out_names:
+        if name in out:
+            values[name] = out[name]
+    split = _split_k_buffers(plan.gemm_plan, out["D"]) if plan.gemm_plan.split_k > 1 else None
     run_gemm_epi_plan(plan.gemm_plan, call.A, B, out.get("D"), call.C, values, tile_count_semaphore=counter,
-                      split_k_buffers=_split_k_buffers(plan.gemm_plan, out["D"]))
+                      split_k_buffers=split)
 
 
 def _split_k_buffers(gemm_plan: Any, D: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -187,10 +198,10 @@ def _split_k_buffers(gemm_plan: Any, D: torch.Tensor) -> tuple[torch.Tensor, tor
         return None
     from quack.gemm import _split_k_buffers as make
 
-    p, stream = gemm_plan, torch.cuda.current_stream(D.device)
+    p = gemm_plan
     D = (D.mT if p.d_transposed else D)[None]
     geometry = (tuple(D.shape), int(p.split_k_mode), p.tile_M, p.tile_N, p.cluster_M, p.cluster_N, p.is_sm100_family)
-    key = (stream.device_index, stream.stream_id, geometry)
+    key = (*_current_stream(D.device), geometry)
     buffers = _SPLIT_K_BUFFERS.get(key)
     if buffers is None:
         buffers = _SPLIT_K_BUFFERS[key] = make(D, *geometry[1:])
