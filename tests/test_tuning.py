@@ -248,6 +248,25 @@ def test_the_tuner_returns_nothing_when_no_config_beats_the_written_ones(monkeyp
     assert flat is not None and flat.source is None and flat.search  # searched, nothing won: the record says so
 
 
+def test_a_host_bound_forward_is_tuned_by_the_gpus_time_not_its_host_time(monkeypatch):
+    """A config changes the kernels only: where forward()'s host time sets the wall clock (the tune demo's decode
+    shape on the H200: 311 µs of host time around a 105 µs kernel), the search and the pin go by the CUDA events."""
+
+    class HostBound(Deterministic):
+        def measure(self, table):
+            gpu = 50.0 if WINNER in table.values() else 105.0
+            wall = 300.0 if WINNER in table.values() else 290.0  # the host's noise favours the slow kernel
+            return Timing(median_us=wall, bound="wall", events_median_us=gpu, wall_median_us=wall, host_median_us=295.0)
+
+    monkeypatch.setattr(tuning, "ScheduleTimer", HostBound)
+    result = tune_schedule(TASK, HUMAN, PASSED, stage="tune_cpu", shape_set="small", budget_s=60)
+    assert result is not None and result.source is not None
+    assert pinned_schedule(result.source) == {small_key(p): WINNER for p in TASK.shape("small")}
+    assert "tiny: 105.0 -> 50.0 us" in result.source and "(GPU time)" in result.source
+    shape = result.search["tiny"]
+    assert shape.gain == pytest.approx(2.1) and shape.calls[0].tried_us[config_label(WINNER)] == 50.0
+
+
 def test_a_failed_tune_stage_is_an_error_with_its_reason():
     with pytest.raises(TuningFailed, match="static check"):
         tune_schedule(TASK, "import os\n", PASSED, stage="tune_cpu", shape_set="small", budget_s=5)

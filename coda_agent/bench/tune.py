@@ -47,14 +47,15 @@ def tune_human_kernel(task: Task, shape_set: str = "bench", shape_names: list[st
 
 
 def search_rows(search: dict[str, ShapeTuning]) -> list[list[str]]:
-    """One row per shape and gemm call: call, as written, tuned, µs before and after, gain (first call's row)."""
+    """One row per shape and gemm call: call, as written, tuned, the GPU's µs before and after, gain (first call's
+    row)."""
     rows = []
     for shape, result in search.items():
         for i, call in enumerate(result.calls):
             first = i == 0
             rows.append([
                 shape if first else "", f"{call.epilogue} {'x'.join(map(str, call.mnk))}", config_label(call.written),
-                config_label(call.tuned) if call.tuned else "as written", f"{result.before.median_us:,.1f}" if first else "",
-                f"{result.after.median_us:,.1f}" if first else "", f"{result.gain:.3f}" if first else "",
+                config_label(call.tuned) if call.tuned else "as written", f"{result.before.gpu_us:,.1f}" if first else "",
+                f"{result.after.gpu_us:,.1f}" if first else "", f"{result.gain:.3f}" if first else "",
             ])
     return rows

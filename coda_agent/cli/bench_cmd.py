@@ -206,7 +206,7 @@ def _tune(selected: list[Task], shapes: str, shape: list[str] | None, budget_s: 
             console.print(f"[red]{escape(task.name)}: the search failed: {escape(str(exc))}[/]")
             continue
         table = Table(title=f"{task.name}: the tuned schedule against the configs as written", title_justify="left")
-        for col in ("shape", "gemm (M x N x K)", "as written", "tuned", "before µs", "after µs", "gain"):
+        for col in ("shape", "gemm (M x N x K)", "as written", "tuned", "before GPU µs", "after GPU µs", "gain"):
             table.add_column(col)
         for row in search_rows(result.tuned.search):
             table.add_row(*row)

@@ -59,6 +59,12 @@ class Timing(BaseModel):
         "waited for forward()'s launches (host-bound)"))
 
     @property
+    def gpu_us(self) -> float:
+        """The CUDA events' median where the verifier timed them, else the median: what a kernel config changes (a
+        host-bound forward() takes its host time whatever its kernels run, so the median would hide it)."""
+        return self.events_median_us if self.events_median_us is not None else self.median_us
+
+    @property
     def host_bound(self) -> bool:
         """forward()'s host time is :data:`HOST_BOUND_SHARE` of the median or more: the GPU waited for the host."""
         return self.host_median_us is not None and self.host_median_us >= HOST_BOUND_SHARE * self.median_us

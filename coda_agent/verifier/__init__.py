@@ -119,10 +119,10 @@ def pinned_source(source: str, tuned: Verdict, stage: str = "tune", min_gain: fl
         return Tuned(None, dict(result.tuning))
     device = str(result.details.get("device", ""))
     # ASCII only: the runner reads the module in whatever locale its sandbox has.
-    notes = [f"configs pinned by the harness's tune stage on {device}; forward() as written -> tuned:"]
+    notes = [f"configs pinned by the harness's tune stage on {device}; forward() as written -> tuned (GPU time):"]
     notes += [
-        f"  {name}: {t.before.median_us:.1f} -> {t.after.median_us:.1f} us" if t.gain >= min_gain
-        else f"  {name}: {t.before.median_us:.1f} us, kept as written (nothing was {100 * (min_gain - 1):.0f}% faster)"
+        f"  {name}: {t.before.gpu_us:.1f} -> {t.after.gpu_us:.1f} us" if t.gain >= min_gain
+        else f"  {name}: {t.before.gpu_us:.1f} us, kept as written (nothing was {100 * (min_gain - 1):.0f}% faster)"
         for name, t in result.tuning.items()
     ]
     return Tuned(tuning.pin_schedule(source, table, notes), dict(result.tuning))

@@ -4,7 +4,9 @@ At each shape of the plan, one traced call tells the checker which gemm calls fo
 M, N, K, mode, the config each ran with; the runner's op log). Then a coordinate descent, one gemm call
 at a time: every config of :func:`~coda_agent.primitives.configs.config_space` valid for the call's mode
 is set as the harness's schedule in the runner and forward() is timed whole, candidate only, by the
-checker's honest protocol (:class:`~.gpu.ShapeTimer`, fewer reps); the fastest stays for the next call.
+checker's honest protocol (:class:`~.gpu.ShapeTimer`, fewer reps); the fastest by the GPU's time (the CUDA
+events: a config changes only the kernels, and a host-bound forward() would hide that behind its host time) stays
+for the next call.
 The search stops at the plan's budget (split evenly over the shapes still to tune; a proposal under way
 finishes). Finally forward() as written and under the tuned schedule are timed interleaved with the full
 repetition plan. A config that fails (raises, launches something else, computes a wrong result) is
@@ -180,7 +182,7 @@ def search_shape(
     """Coordinate descent over the calls at one shape: (the harness schedule found, per call what happened, the
     time of forward() as written). A call whose search the deadline cut short is not cached."""
     written = timer.measure({})
-    best = written.median_us
+    best = written.gpu_us
     chosen: dict[ScheduleKey, Config] = {}
     results = []
     for site in sites:
@@ -204,7 +206,7 @@ def search_shape(
                 break
             label = config_label(config)
             try:
-                us = timer.measure({**chosen, site.key: config}).median_us
+                us = timer.measure({**chosen, site.key: config}).gpu_us
             except Reject as rej:
                 result.failed[label] = f"{rej.outcome.value}: {rej.reason.splitlines()[-1][:200]}"
                 continue
@@ -252,8 +254,8 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str) -> StageRe
         return result(*runner_failure(exc, ctx.plan, Outcome.RUNTIME_ERROR, "tuning failed:\n"))
     finally:
         cache.save()
-    summary = "; ".join(f"{s}: {t.before.median_us:.1f} -> {t.after.median_us:.1f} µs" for s, t in tuning.items())
-    return result(Outcome.PASSED, f"tuned ({summary})")
+    summary = "; ".join(f"{s}: {t.before.gpu_us:.1f} -> {t.after.gpu_us:.1f} µs" for s, t in tuning.items())
+    return result(Outcome.PASSED, f"tuned (GPU time: {summary})")
 
 
 @stage("tune")

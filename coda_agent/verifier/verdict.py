@@ -83,7 +83,8 @@ class TunedGemm(BaseModel):
     mode: str
     written: Config | None = Field(default=None, description="the config it ran with as written (None: QuACK's arch default)")
     tuned: Config | None = Field(default=None, description="the fastest config found; None when none beat the written one")
-    tried_us: dict[str, float] = Field(default_factory=dict, description="config label -> median µs of the whole forward() with it")
+    tried_us: dict[str, float] = Field(default_factory=dict, description=(
+        "config label -> the GPU's median µs (CUDA events) of the whole forward() with it"))
     failed: dict[str, str] = Field(default_factory=dict, description="config label -> why forward() could not be timed with it")
     cached: bool = Field(default=False, description="the winner came from the tuning cache; nothing was searched")
 
@@ -98,8 +99,8 @@ class ShapeTuning(BaseModel):
 
     @property
     def gain(self) -> float:
-        """As-written time over tuned time (> 1: the schedule is faster)."""
-        return self.before.median_us / self.after.median_us if self.after.median_us > 0 else 1.0
+        """As-written GPU time over tuned (> 1: the schedule is faster), by :attr:`Timing.gpu_us`."""
+        return self.before.gpu_us / self.after.gpu_us if self.after.gpu_us > 0 else 1.0
 
 
 class StageResult(BaseModel):
