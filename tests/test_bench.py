@@ -126,6 +126,7 @@ def test_timing_stage_times_the_candidate_with_its_baselines_on_the_emulator():
     assert tiny.compiled is None and set(tiny.baselines()) == {"eager", "cublas"}
     for t in (tiny.candidate, *tiny.baselines().values()):
         assert t.reps == 3 and t.p10_us <= t.median_us <= t.p90_us and t.bound in ("events", "wall")
+        assert len(t.rounds_us) == 1 and t.rounds_us[0] > 0  # one round of one batch of 3, for the paired ratios
     assert res.reason.startswith("median tiny:")
     # the runner's host clock around forward(): on the CPU it is the call's whole time; the checker's baselines have none
     assert tiny.candidate.host_median_us == tiny.candidate.events_median_us
@@ -177,6 +178,29 @@ def test_a_host_bound_kernel_is_marked_with_its_host_time():
     assert report._spread(t) == "483.0 (481-489); host-bound: forward() 470 on the host"
     gpu_bound = gpu.honest_timing([480.0, 483.0, 490.0], [479.0, 481.0], hosts_us=[60.0, 70.0, 80.0])
     assert gpu_bound.host_median_us == 70.0 and not gpu_bound.host_bound and report._spread(gpu_bound) == "483.0 (481-489)"
+
+
+def test_each_round_keeps_its_batch_time_by_the_clock_that_set_the_median():
+    events = gpu.honest_timing([400.0, 402.0, 420.0, 424.0], [405.0, 425.0], batch_medians_us=[401.0, 422.0])
+    assert events.bound == "events" and events.rounds_us == [401.0, 422.0]
+    wall = gpu.honest_timing([1.0, 1.0, 1.2, 1.1], [400.0, 410.0], batch_medians_us=[1.0, 1.15])
+    assert wall.bound == "wall" and wall.rounds_us == [400.0, 410.0]
+
+
+def test_ratios_pair_the_rounds_so_a_clock_burst_hits_both_sides():
+    """Two equal kernels under a 10% power-cap burst that began between their batches in round 3: each median falls
+    on another side of the burst, the round-by-round ratio does not."""
+    from coda_agent.measure.timing import paired_ratio
+
+    kernel = Timing(median_us=110.0, rounds_us=[100.0, 110.0, 110.0, 110.0, 100.0])
+    cublas = Timing(median_us=100.0, rounds_us=[100.0, 110.0, 100.0, 110.0, 100.0])
+    assert cublas.median_us / kernel.median_us == pytest.approx(0.909, abs=1e-3)
+    assert paired_ratio(cublas, kernel) == 1.0
+    row = _row().model_copy(update={"candidate": kernel, "cublas": cublas})
+    assert row.ratio("cublas") == 1.0
+    # no rounds (results from before they were kept), or rounds of another run: the ratio of the medians
+    assert paired_ratio(Timing(median_us=100.0), kernel) == pytest.approx(100 / 110)
+    assert paired_ratio(Timing(median_us=100.0, rounds_us=[100.0, 100.0]), kernel) == pytest.approx(100 / 110)
 
 
 def test_forged_event_times_are_raised_to_the_wall_clock():

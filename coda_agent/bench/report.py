@@ -147,7 +147,9 @@ def markdown_summary(run: BenchRun) -> str:
         f"- timing: {run.timing_method}",
         f"- correctness: gpu_correctness stage, {run.correctness_seeds} seeds per shape",
         f"- torch.compile baselines: mode {', '.join(run.compile_modes)} (static shapes)",
-        "- ratios are baseline time / kernel time (above 1: the kernel is faster); cuBLAS = the task's GEMMs alone; "
+        "- ratios are baseline time / kernel time (above 1: the kernel is faster), paired: the median over the "
+        "interleaved rounds of the two batches timed in each round (the GPU's clock moves under its power cap in bursts "
+        "longer than a round; rows timed before rounds were kept: the ratio of the medians); cuBLAS = the task's GEMMs alone; "
         "x compile = against the faster of torch.compile's default and max-autotune-no-cudagraphs modes (those timed); "
         "% SoL = max(FLOPs / peak, min bytes / bandwidth) / kernel time",
         "",

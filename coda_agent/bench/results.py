@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field, computed_field
 
-from ..measure.timing import Timing
+from ..measure.timing import Timing, paired_ratio
 
 BENCH_SCHEMA_VERSION = 1
 
@@ -41,11 +41,12 @@ class BenchRow(BaseModel):
         return min(timed, key=lambda t: t.median_us) if timed else None
 
     def ratio(self, baseline: str) -> float | None:
-        """baseline time / candidate time (>1 means the candidate is faster)."""
+        """baseline time / candidate time (>1 means the candidate is faster), paired round by round
+        (:func:`~coda_agent.measure.timing.paired_ratio`)."""
         base = getattr(self, baseline)
         if self.candidate is None or base is None:
             return None
-        return base.median_us / self.candidate.median_us
+        return paired_ratio(base, self.candidate)
 
     def tflops(self) -> float | None:
         """Achieved TFLOP/s of the candidate."""

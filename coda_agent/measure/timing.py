@@ -18,6 +18,7 @@ the pauses, the H200 ran every GEMM of a probe 15-20% slower than the bench did,
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -57,6 +58,9 @@ class Timing(BaseModel):
     host_median_us: float | None = Field(default=None, description=(
         "candidate timings: the runner's host clock around forward() per call; near the median or above it, the GPU "
         "waited for forward()'s launches (host-bound)"))
+    rounds_us: list[float] = Field(default_factory=list, description=(
+        "verifier timings: per round of the interleaved batches, this variant's batch time per call (by the clock "
+        "that set the median), in order: variants timed together pair up round by round (:func:`paired_ratio`)"))
 
     @property
     def gpu_us(self) -> float:
@@ -68,6 +72,19 @@ class Timing(BaseModel):
     def host_bound(self) -> bool:
         """forward()'s host time is :data:`HOST_BOUND_SHARE` of the median or more: the GPU waited for the host."""
         return self.host_median_us is not None and self.host_median_us >= HOST_BOUND_SHARE * self.median_us
+
+
+def paired_ratio(base: Timing, candidate: Timing) -> float:
+    """``base``'s time over ``candidate``'s (> 1: the candidate is faster): the median over the interleaved rounds of
+    the ratio of their batches in one round, where both carry the same rounds; else the ratio of their medians.
+
+    Paired because the GPU's clock moves under its power cap in bursts longer than a round (bench/README.md, the LM
+    heads): two batches a few milliseconds apart run at the same clock, while each side's median alone may fall on
+    either side of a burst. In ``bench/probes/cap_pairing_sim.py``'s model (a 10% cap in spells of 0.2-2 s, 15 reps)
+    the medians of two equal kernels differed by more than 3% in 6-17% of trials, the paired ratio in 0-3%."""
+    if base.rounds_us and len(base.rounds_us) == len(candidate.rounds_us) and all(candidate.rounds_us):
+        return statistics.median(b / c for b, c in zip(base.rounds_us, candidate.rounds_us, strict=True))
+    return base.median_us / candidate.median_us
 
 
 def percentile(sorted_values: list[float], q: float) -> float:

@@ -20,6 +20,7 @@ more than 10% + 20 µs less, the wall clock is reported instead.
 from __future__ import annotations
 
 import random
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -249,6 +250,7 @@ class ShapeTimer:
         events: dict[str, list[float]] = {n: [] for n in names}
         walls: dict[str, list[float]] = {n: [] for n in names}
         hosts: dict[str, list[float]] = {n: [] for n in names}
+        batch_medians: dict[str, list[float]] = {n: [] for n in names}
         for r in range(rounds):
             k = r % len(names)
             for name in names[k:] + names[:k]:
@@ -264,9 +266,10 @@ class ShapeTimer:
                 events[name] += timed.times_us
                 walls[name].append(timed.wall_us)
                 hosts[name] += timed.host_us
+                batch_medians[name].append(statistics.median(timed.times_us))
         self.seconds = {"warm-up": t1 - t0, "timed": time.perf_counter() - t1,
                         **{f"timed: {k}": self._spent.get(k, 0.0) for k in ("traced", "candidate", "transfer", "checks", "baselines")}}
-        return {name: honest_timing(events[name], walls[name], hosts[name]) for name in names}
+        return {name: honest_timing(events[name], walls[name], hosts[name], batch_medians[name]) for name in names}
 
     def close(self) -> None:
         """Drop the input sets (forward() must have left them as they were sent) and any harness schedule."""
@@ -293,9 +296,11 @@ class Batched:
     host_us: list[float] = field(default_factory=list)
 
 
-def honest_timing(events_us: list[float], walls_us: list[float], hosts_us: Sequence[float] = ()) -> Timing:
+def honest_timing(events_us: list[float], walls_us: list[float], hosts_us: Sequence[float] = (),
+                  batch_medians_us: Sequence[float] = ()) -> Timing:
     """The events' summary, or the wall clock's per-call median when the events claim clearly less; with the
-    median host time of forward() where the runner reported it."""
+    median host time of forward() where the runner reported it, and per round (one batch each: ``walls_us`` and
+    ``batch_medians_us``, the median of each batch's events) the batch's time by the same clock."""
     t = summarize(events_us)
     wall = summarize(walls_us).median_us
     both = {"events_median_us": t.median_us, "wall_median_us": wall,
@@ -303,8 +308,8 @@ def honest_timing(events_us: list[float], walls_us: list[float], hosts_us: Seque
     if wall > t.median_us * WALL_SLACK + WALL_SLACK_US:
         scale = wall / t.median_us if t.median_us > 0 else 1.0
         return Timing(median_us=wall, p10_us=(t.p10_us or wall) * scale, p90_us=(t.p90_us or wall) * scale, reps=t.reps,
-                      bound="wall", **both)
-    return t.model_copy(update={"bound": "events", **both})
+                      bound="wall", rounds_us=list(walls_us) if batch_medians_us else [], **both)
+    return t.model_copy(update={"bound": "events", "rounds_us": list(batch_medians_us), **both})
 
 
 def _overheads(clock: Clock, client: RunnerClient, device: str, n: int) -> dict[str, float]:
