@@ -231,7 +231,7 @@ def test_feedback_timing_table_against_human_baselines_and_sol():
     timing = timing_from_verdict(v, human={"llama3-8b-down": 1045.0}, sol={"llama3-8b-down": sol})
     assert timing["shapes"]["llama3-8b-down"] == {
         "median_us": 1100.0, "human_us": 1045.0, "sol_us": 972.8, "bound": "compute",
-        "baselines": {"eager": 1500.0, "cublas": 1050.0},
+        "baselines": {"eager": 1500.0, "cublas": 1050.0}, "speedups": {"eager": 1500 / 1100, "cublas": 1050 / 1100},
     }
     assert timing["speedup_vs_human"] == pytest.approx(1045 / 1100)
     assert timing["speedup_vs_cublas"] == pytest.approx(1050 / 1100)
@@ -246,6 +246,21 @@ def test_feedback_timing_table_against_human_baselines_and_sol():
     assert "Target: 0.97x of the human kernel (geomean over the bench shapes); the best is at 0.95x." in text
     assert "Farthest behind: `llama3-8b-down` at 0.95x, compute-bound" in text
     assert timing_from_verdict(verdict(Outcome.PASSED)) == {}
+
+
+def test_speedups_against_the_baselines_timed_with_a_candidate_pair_their_rounds():
+    """A clock burst that fell on the candidate's batch in one round and on cuBLAS's in none: the medians say 0.91x,
+    the rounds, paired as the bench pairs them, 1.0x; the record, the target and the feedback all read the pair."""
+    details = {"shapes": {"llama3-8b-lmhead": {
+        "dims": {"M": 8192, "N": 128256, "K": 4096},
+        "candidate": {"median_us": 6000.0, "rounds_us": [5500.0, 6000.0, 6000.0]},
+        "cublas": {"median_us": 5500.0, "rounds_us": [5500.0, 6000.0, 5500.0]},
+    }}}
+    timing = timing_from_verdict(verdict(Outcome.PASSED, **details))
+    assert timing["shapes"]["llama3-8b-lmhead"]["speedups"] == {"cublas": 1.0} and timing["speedup_vs_cublas"] == 1.0
+    a = make_attempt(1, 1, "def forward():\n    return {}\n", verdict(Outcome.PASSED, **details), timing=timing)
+    text = feedback_prompt([a], population=[a], goal_is_speed=True, goals={"speedup_vs_cublas": 0.97})
+    assert "| llama3-8b-lmhead | 6000.0 | - | - | 1.00x |" in text
 
 
 def test_feedback_says_when_a_shape_waited_on_forwards_host_work():

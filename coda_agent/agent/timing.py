@@ -8,12 +8,15 @@ nominal ones; the prompt names which.
 
     {"shapes": {"<shape>": {"median_us": 812.3, "human_us": 790.1, "sol_us": 480.2, "bound": "compute",
                             # or, where forward() kept the GPU waiting: "host_us": 700.0, "bound": "host"
-                            "baselines": {"eager": 1500.0, "compiled": 1100.0, "cublas": 700.0}}},
+                            "baselines": {"eager": 1500.0, "compiled": 1100.0, "cublas": 700.0},
+                            "speedups": {"eager": 1.85, "compiled": 1.35, "cublas": 0.86}}},
      "geomean_us": 812.3, "speedup_vs_human": 0.97, "speedup_vs_cublas": 0.86, "speedup_vs_compiled": 1.35,
      "sol_fraction": 0.59}
 
 Ratios (other time / candidate time, > 1 is faster) are geometric means over the shapes that have both
-numbers; a ratio that cannot be formed is absent. The ``speedup_vs_*`` keys are what a run's target names.
+numbers; a ratio that cannot be formed is absent. A shape's ``speedups`` against the baselines timed with it pair
+the interleaved rounds (:func:`~coda_agent.measure.timing.paired_ratio`, as the bench's ratios do); the human
+kernel, timed in another session, compares by its median. The ``speedup_vs_*`` keys are what a run's target names.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 
 from ..measure.baselines import BASELINES
 from ..measure.peaks import SolPoint
+from ..measure.timing import paired_ratio
 from ..store.ranking import geomean, shape_ratio
 from ..verifier.verdict import Verdict
 
@@ -48,9 +52,10 @@ def timing_from_verdict(
             entry["sol_us"], entry["bound"] = point.sol_us, point.bound
         if row.candidate.host_bound:  # what limits the shape is forward()'s host time, whatever the SoL says
             entry["host_us"], entry["bound"] = row.candidate.host_median_us, "host"
-        base = {b: t.median_us for b, t in row.baselines().items()}
+        base = row.baselines()
         if base:
-            entry["baselines"] = base
+            entry["baselines"] = {b: t.median_us for b, t in base.items()}
+            entry["speedups"] = {b: paired_ratio(t, row.candidate) for b, t in base.items()}
         shapes[name] = entry
     out: dict[str, Any] = {"shapes": shapes, "geomean_us": geomean(s["median_us"] for s in shapes.values())}
     for key in ("speedup_vs_human", *(f"speedup_vs_{b}" for b in BASELINES), "sol_fraction"):

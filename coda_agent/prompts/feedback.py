@@ -198,15 +198,16 @@ def _timing_view(timing: Mapping[str, Any]) -> dict[str, Any] | None:
     present = {b for s in shapes.values() for b in s.get("baselines", {})}
     baselines = [b for b in ("cublas", "compiled", "compiled_max_autotune", "eager") if b in present]  # the floor first
 
-    def ratio(num: float | None, den: float) -> str:
-        return f"{num / den:.2f}x" if num else "-"
+    def ratio(s: Mapping[str, Any], key: str) -> str:
+        value = shape_ratio(s, key)
+        return f"{value:.2f}x" if value else "-"
 
     rows = []
     for name, s in shapes.items():
         us = s["median_us"]
         rows.append({
-            "shape": name, "us": _us(us), "human_us": _us(s.get("human_us")), "vs_human": ratio(s.get("human_us"), us),
-            "vs": {b: ratio(s.get("baselines", {}).get(b), us) for b in baselines},
+            "shape": name, "us": _us(us), "human_us": _us(s.get("human_us")), "vs_human": ratio(s, "speedup_vs_human"),
+            "vs": {b: ratio(s, f"speedup_vs_{b}") for b in baselines},
             "sol_us": _us(s.get("sol_us")), "sol_pct": f"{100 * s['sol_us'] / us:.0f}%" if s.get("sol_us") else "-",
             "bound": s.get("bound", "-"),
         })

@@ -25,7 +25,11 @@ def geomean(values: Iterable[float | None]) -> float | None:
 
 def shape_ratio(shape: Mapping[str, Any], key: str) -> float | None:
     """One shape of an ``Attempt.timing`` record, by a ratio key: ``speedup_vs_human`` / ``_cublas`` / ``_compiled`` /
-    ``_eager`` (that time / the candidate's, > 1 is faster) or ``sol_fraction``; None when a number is missing."""
+    ``_eager`` (that time / the candidate's, > 1 is faster; a baseline's paired ratio where the record keeps it) or
+    ``sol_fraction``; None when a number is missing."""
+    paired = (shape.get("speedups") or {}).get(key.removeprefix("speedup_vs_"))
+    if paired:
+        return float(paired)
     if key == "speedup_vs_human":
         other = shape.get("human_us")
     elif key == "sol_fraction":

@@ -98,7 +98,7 @@ class Attempt(BaseModel):
     timing: dict[str, Any] = Field(
         default_factory=dict,
         description="GPU timing of a correct candidate, if profiled: {shapes: {name: {median_us, human_us?, sol_us?, bound?, "
-        "baselines?}}, geomean_us, speedup_vs_{human,cublas,compiled,eager}?, sol_fraction?} (see coda_agent/agent/timing.py); "
+        "baselines?, speedups?}}, geomean_us, speedup_vs_{human,cublas,compiled,eager}?, sol_fraction?} (see coda_agent/agent/timing.py); "
         "of the tuned module when a tuning was adopted",
     )
     tuning: Tuning | None = None
