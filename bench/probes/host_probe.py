@@ -7,7 +7,9 @@ every batch so the host never waits for it, in these settings:
 
 - ``plain``: forward() in process, as ``schedule_probe.py`` runs it;
 - ``backend``: of that, the time inside the QuACK backend (``_quack.run``: the plan lookup, buffers, launch);
-- ``op log``: forward() under the runner's op log (a TorchDispatchMode) and ``torch.no_grad``, as in a timed batch
+- ``op log``: forward() under the runner's op log (a TorchDispatchMode) and ``torch.no_grad``, both entered once
+  around all the calls, as the runner enters them around a batch (until 2026-12-02's twelfth session the probe
+  entered them around each call, which cost 30-150 µs more per call on the H200 than the runner pays)
   (every setting goes through the op log's backend wrapper, which only records while a call is logged);
 - ``after profiler``: ``plain`` again after one ``torch.profiler`` CUDA session in this process (the runner traces
   some batches: whether CUPTI, which Kineto leaves attached unless ``TEARDOWN_CUPTI=1``, slows every later launch);
@@ -154,15 +156,17 @@ def probe_row(task_name: str, dims: dict[str, int], oplog: OpLog) -> dict[str, f
         return human.forward(**kwargs)
 
     def logged() -> Any:
-        with torch.no_grad(), oplog, oplog.call():
+        with oplog.call():
             return human.forward(**kwargs)
 
     for _ in range(3):  # builds the kernels and plans
         plain()
-        logged()
     _sync()
     forward_us, backend_us = host_us(plain)
-    logged_us, _ = host_us(logged)
+    with torch.no_grad(), oplog:  # entered once, around every call, as the runner enters it around a batch
+        for _ in range(3):
+            logged()
+        logged_us, _ = host_us(logged)
     oplog.calls.clear()
     calib_us, _ = host_us(calibration)
     return {"plain_us": forward_us, "backend_us": backend_us, "oplog_us": logged_us, "calib_us": calib_us}
