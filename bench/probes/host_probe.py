@@ -9,7 +9,8 @@ every batch so the host never waits for it, in these settings:
 - ``backend``: of that, the time inside the QuACK backend (``_quack.run``: the plan lookup, buffers, launch);
 - ``op log``: forward() under the runner's op log (a TorchDispatchMode) and ``torch.no_grad``, both entered once
   around all the calls, as the runner enters them around a batch (until 2026-12-02's twelfth session the probe
-  entered them around each call, which cost 30-150 µs more per call on the H200 than the runner pays)
+  entered them around each call, and the column ran 30-150 µs above ``plain`` on the H200, where a cProfile run
+  with the mode entered once showed forward() costing what it cost plain)
   (every setting goes through the op log's backend wrapper, which only records while a call is logged);
 - ``after profiler``: ``plain`` again after one ``torch.profiler`` CUDA session in this process (the runner traces
   some batches: whether CUPTI, which Kineto leaves attached unless ``TEARDOWN_CUPTI=1``, slows every later launch);
