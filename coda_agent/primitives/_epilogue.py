@@ -320,8 +320,6 @@ def _signature(epi: Epilogue, A: Any, B: Any, C: Any, operands: dict[str, Any], 
     """Everything gemm()'s checks read, as a key (values never: a scalar by its type, a tensor by its metadata), the
     running schedule's pin for the call included; None where an argument is of no kind the checks accept (they then
     run, and say what is wrong)."""
-    from ._schedule import pinned_config
-
     tensors = (A, B) if C is None else (A, B, C)
     if not all(isinstance(t, torch.Tensor) for t in tensors) or type(store_d) is not bool or A.dim() != 2 or B.dim() != 2:
         return None
@@ -370,8 +368,6 @@ def gemm(
         ``{"D": ..., <outputs>..., <reduces>...}``; reduces come back finalised over the whole row/column:
         ColVecReduce/OnlineLSEReduce/ColVecSelect as (M,) f32, RowVecReduce as (N,) f32.
     """
-    from . import backend
-
     if not isinstance(epi, Epilogue):
         raise EpilogueError("gemm() takes an @epilogue-decorated function as its first argument")
     signature = _signature(epi, A, B, C, operands, out_dtype, config, store_d)
@@ -392,8 +388,6 @@ def _check(epi: Epilogue, A: Any, B: Any, C: Any, operands: dict[str, Any], out_
            store_d: bool) -> _Checked:
     """gemm()'s checks of a call, each with the rule it broke; what they concluded, for every later call of the
     same signature."""
-    from ._schedule import pinned_config
-
     for label, t in (("A", A), ("B", B)):
         if not isinstance(t, torch.Tensor) or t.dim() != 2:
             raise EpilogueError(f"{label} must be a 2-D tensor, got {getattr(t, 'shape', type(t).__name__)}")
@@ -483,3 +477,8 @@ def _check_tma_alignment(call: GemmCall) -> None:
                 f"moves it with TMA, which needs rows of a multiple of {TMA_ALIGN_BYTES} bytes; pad N so that each "
                 f"row is a multiple of {TMA_ALIGN_BYTES // size} elements"
             )
+
+
+# Last, as both import this module (the call, the config); gemm() asks them on every call, so not at call time.
+from . import backend  # noqa: E402
+from ._schedule import pinned_config  # noqa: E402
