@@ -201,8 +201,8 @@ class GemmCall:
     config: Config | None
     store_d: bool = True
     #: The metadata :func:`gemm` checked this call under (every tensor's dtype, shape, strides and offset, every
-    #: scalar's type, the configs): equal signatures are calls of one kernel and one plan. None: a call made
-    #: outside gemm(); backends then derive their keys from the tensors.
+    #: scalar's type, the configs asked for): under one config, calls of equal signatures run one kernel through
+    #: one plan. None: a call made outside gemm(); backends then derive their keys from the tensors.
     signature: Hashable | None = None
 
     @property
