@@ -138,9 +138,10 @@ def _tile_counter(device: torch.device) -> torch.Tensor:
 
 
 def _current_stream(device: torch.device) -> tuple[int, int]:
-    """(device index, stream id) of the device's current stream: what ``torch.cuda.current_stream`` reads, without
-    the Stream object it builds (a few µs of the host time of every launch)."""
-    stream_id, device_index, _ = torch._C._cuda_getCurrentStream(device.index)
+    """(device index, stream id) of the device's current stream (``cuda`` without an index: the current device's):
+    what ``torch.cuda.current_stream`` reads, without the Stream object it builds (a few µs of every launch)."""
+    index = torch.cuda.current_device() if device.index is None else device.index
+    stream_id, device_index, _ = torch._C._cuda_getCurrentStream(index)
     return device_index, stream_id
 
 
