@@ -65,6 +65,8 @@ def test_interleaved_timing_rotates_order_and_ranks_variants():
     assert t["fast"].reps == t["slow"].reps == 10  # 6 asked for, in whole batches of timing.BATCH
     timed = calls[2 + 6 :]  # after the warm-up and the 3 probe reps (one batch of 3 each)
     assert timed == ["fast"] * 5 + ["slow"] * 5 + ["slow"] * 5 + ["fast"] * 5  # batch by batch, the start rotating
+    assert len(t["fast"].rounds_us) == len(t["slow"].rounds_us) == 2  # each round's batch median, for paired ratios
+    assert 2 < timing.paired_ratio(t["slow"], t["fast"]) < 10
 
 
 def test_speed_of_light_takes_the_binding_roof():

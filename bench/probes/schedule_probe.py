@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from coda_agent.measure.baselines import cublas_gemms
-from coda_agent.measure.timing import Clock, RepPlan, time_interleaved
+from coda_agent.measure.timing import Clock, RepPlan, paired_ratio, time_interleaved
 from coda_agent.primitives import Config, _quack, backend
 from coda_agent.primitives.configs import default_config
 from coda_agent.tasks.loader import find_task, import_file
@@ -209,10 +209,10 @@ def main() -> None:
             print(f"ncu {task_name} {shape}: {', '.join(variants)}", flush=True)
             continue
         timings = time_interleaved(variants, clock, RepPlan(warmup=2, target_s=0.1, min_reps=15, max_reps=40))
-        base = timings["cublas"].median_us if "cublas" in timings else None
+        base = timings.get("cublas")
         print(f"== {task_name} @ {shape} {meta['M,N,K']}", flush=True)
         for name, timing in sorted(timings.items(), key=lambda kv: kv[1].median_us):
-            ratio = f"  {base / timing.median_us:.3f}x cuBLAS" if base else ""
+            ratio = f"  {paired_ratio(base, timing):.3f}x cuBLAS" if base else ""
             print(f"  {timing.median_us:9.1f} us  p10 {timing.p10_us:9.1f}  p90 {timing.p90_us:9.1f}  {name}{ratio}",
                   flush=True)
         if args.json:

@@ -268,7 +268,7 @@ def e2e_markdown(run: E2ERun) -> str:
         f"{c.layers} layers, batch {c.batch} x {c.seq} = {c.tokens:,} tokens, {c.dtype}",
         f"- timing: {run.timing_method}",
         f"- {run.attention_method}",
-        "- CODA x: the variant's time / CODA's (above 1: CODA is faster); step GiB = peak - resident (weights of every "
+        "- CODA x: the variant's time / CODA's (above 1: CODA is faster; the step's paired round by round); step GiB = peak - resident (weights of every "
         "variant and the batch)",
         *(f"- note: {n}" for n in run.notes),
         "",

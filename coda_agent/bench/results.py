@@ -182,13 +182,14 @@ class E2ERun(Measured):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def speedups(self) -> dict[str, dict[str, float | None]]:
-        """Per other variant: its time / CODA's, for the whole step and for the non-attention time (>1: CODA faster)."""
+        """Per other variant: its time / CODA's, for the whole step (paired round by round) and for the non-attention
+        time (of the medians) (>1: CODA faster)."""
         coda = self.coda
         out: dict[str, dict[str, float | None]] = {}
         for v in self.variants:
             if v is not coda:
                 non_attention = v.non_attention_us / coda.non_attention_us if coda.non_attention_us > 0 else None
-                out[v.name] = {"step": v.step.median_us / coda.step.median_us, "non_attention": non_attention}
+                out[v.name] = {"step": paired_ratio(v.step, coda.step), "non_attention": non_attention}
         return out
 
     @computed_field  # type: ignore[prop-decorator]

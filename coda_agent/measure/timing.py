@@ -59,8 +59,8 @@ class Timing(BaseModel):
         "candidate timings: the runner's host clock around forward() per call; near the median or above it, the GPU "
         "waited for forward()'s launches (host-bound)"))
     rounds_us: list[float] = Field(default_factory=list, description=(
-        "verifier timings: per round of the interleaved batches, this variant's batch time per call (by the clock "
-        "that set the median), in order: variants timed together pair up round by round (:func:`paired_ratio`)"))
+        "per round of the interleaved batches, this variant's batch time per call (by the clock that set the "
+        "median), in order: variants timed together pair up round by round (:func:`paired_ratio`)"))
 
     @property
     def gpu_us(self) -> float:
@@ -165,7 +165,8 @@ class RepPlan:
 def time_interleaved(
     variants: Mapping[str, Callable[[], object]], clock: Clock, plan: RepPlan = RepPlan()
 ) -> dict[str, Timing]:
-    """Time every variant, interleaved batch by batch in rotating order; returns a Timing per variant.
+    """Time every variant, interleaved batch by batch in rotating order; returns a Timing per variant, with its
+    batches' medians round by round (for :func:`paired_ratio`).
 
     Warm-up calls (compiles, allocator growth, cuBLAS heuristics) run first and are not measured; three
     probe reps then size the run so the slowest variant gets about ``plan.target_s`` of samples, in whole batches.
@@ -175,20 +176,25 @@ def time_interleaved(
         for name in names:
             variants[name]()
     probe = _run_reps(variants, names, clock, 3)
-    reps = plan.reps_for(max(sorted(v)[1] for v in probe.values()))
-    samples = _run_reps(variants, names, clock, reps)
-    return {name: summarize(samples[name]) for name in names}
+    reps = plan.reps_for(max(sorted(x for batch in v for x in batch)[1] for v in probe.values()))
+    batches = _run_reps(variants, names, clock, reps)
+    return {
+        name: summarize([x for batch in batches[name] for x in batch]).model_copy(
+            update={"rounds_us": [statistics.median(batch) for batch in batches[name]]})
+        for name in names
+    }
 
 
 def _run_reps(
     variants: Mapping[str, Callable[[], object]], names: list[str], clock: Clock, reps: int
-) -> dict[str, list[float]]:
-    """At least ``reps`` calls of each variant, in batches; the first variant of a round rotates."""
+) -> dict[str, list[list[float]]]:
+    """At least ``reps`` calls of each variant, in batches (one per variant and round); the first variant of a round
+    rotates."""
     clock.collect()  # the device idle before the first lead-in
     size = min(BATCH, reps)
-    samples: dict[str, list[float]] = {n: [] for n in names}
+    batches: dict[str, list[list[float]]] = {n: [] for n in names}
     for r in range(-(-reps // size)):
         k = r % len(names)
         for name in names[k:] + names[:k]:
-            samples[name] += clock.batch(variants[name], size)
-    return samples
+            batches[name].append(clock.batch(variants[name], size))
+    return batches
