@@ -519,6 +519,43 @@ def test_gemm_checks_a_calls_metadata_once_and_any_change_of_it_again(monkeypatc
     assert len(checked) == 7
 
 
+@pytest.mark.parametrize("b_kn", [True, False])
+def test_the_quack_backend_launches_a_plan_as_quacks_own_run_does(monkeypatch, b_kn):
+    """``_quack._launch`` stands in for ``EpiPlan.run`` (one path for split and unsplit plans): the same launch
+    arguments, caught on the CPU where QuACK hands them to the compiled kernel."""
+    from types import SimpleNamespace
+
+    import quack.epilogue.frontend as frontend
+    import quack.gemm_runtime.host as host
+
+    from coda_agent.primitives import _epilogue, _quack
+
+    launches = []
+
+    def record(gemm_plan, A, B, D, C, values, **kw):
+        launches.append((gemm_plan, A, B, D, C, values, kw.get("tile_count_semaphore"), kw.get("split_k_buffers")))
+
+    monkeypatch.setattr(frontend, "run_gemm_epi_plan", record)
+    monkeypatch.setattr(host, "run_gemm_epi_plan", record)
+
+    @P.epilogue(outputs=("extra",))
+    def scaled(acc, c, s):
+        return {"D": acc * s + c, "extra": acc}
+
+    a, b, c = torch.randn(64, 32).bfloat16(), torch.randn(32, 48).bfloat16(), torch.randn(64, 48).bfloat16()
+    call = _epilogue.GemmCall(epi=scaled, A=a, B=b, C=c, operands={}, indices={}, out_dtype=a.dtype, config=None)
+    gemm_plan = SimpleNamespace(split_k=1)
+    out = {"D": torch.empty(64, 48).bfloat16(), "extra": torch.empty(64, 48).bfloat16()}
+    scratch, kw, counter = {"partials": torch.empty(4)}, {"s": 2.0}, torch.zeros(1, dtype=torch.int32)
+    plan = frontend.EpiPlan(gemm_plan=gemm_plan, config=None, out_names=("extra",), b_kn=b_kn, scratch=scratch)
+    plan.run(a, b, c, out=out, scratch=scratch, tile_count_semaphore=counter, **kw)
+    _quack._launch(plan, call, out, scratch, counter, kw)
+    theirs, ours = launches
+    assert ours[0] is theirs[0] and ours[1] is a and ours[3] is out["D"] and ours[4] is c and ours[6] is counter
+    assert torch.equal(ours[2], theirs[2]) and ours[2].stride() == theirs[2].stride()  # B as QuACK orients it
+    assert ours[5] == theirs[5] and ours[5]["extra"] is out["extra"] and ours[7] is None
+
+
 def test_rows_off_the_16_byte_grid_are_refused_on_the_cpu_as_the_gpu_would():
     """QuACK compiles every tile for 16-byte-aligned rows; the CPU compile cannot see a call that breaks that."""
 
