@@ -10,12 +10,15 @@
 #   trust     the verifier's GPU tests: the adversarial cases first (a phase cut short still ran them), the human
 #             kernels, the QuACK backend's tile counter, the tensor files between GPUs
 #   guards    trust without the human kernels' correctness, which the bench's check phase runs with the same verifier
+#   launch    the QuACK backend's GPU tests alone (tests/test_gpu_primitives.py: its launch path, tile counter, splits)
 #   ops       the torch ops' GPU test: a two-layer Llama-3 1B stack's gradients at a real size
 #   more      the other GPU tests: the tuner, the agent, one end-to-end layer
 #   e2e       coda-agent bench-e2e --preset 1b --layers 2 (CODA's ops against eager and both torch.compile modes)
 #   tune-run  the agent with a scripted model on a task without a human kernel (bench/tune_demo): the candidate's
 #             deliberately poor gemm config is tuned on the GPU, the record keeps the speed before and after
-#   tune-human  `bench --tune` on the human kernels of the narrow-N rows (issue 9): the diffs that would pin winners
+#   tune-human  `bench --tune` on the human kernels of the narrow-N rows (issue 9), or TUNE_TASKS (tasks and
+#             --shape options): the diffs that would pin winners, TUNE_BUDGET seconds of search per kernel
+#   cublas    bench/probes/cublas_kernels.py: the kernel cuBLAS runs at every bench GEMM shape, and its time
 #   probe     bench/probes/gpu_probe.sh without ncu: the schedule probe's kernels built in parallel, then timed
 #             (PROBE_ARGS names the rows and variants, e.g. the split-K sweep); results in .gpuwork/probe/
 #   host      bench/probes/host_probe.py: the host time per call of the human kernels at the rows that timed
@@ -79,17 +82,19 @@ for spec in "$@"; do
              tests/test_gpu_primitives.py tests/test_sandbox.py ;;
     guards) run_phase guards "$secs" "${gpu_tests[@]}" tests/adversarial/test_adversarial_gpu.py tests/test_gpu_kernels.py \
               tests/test_gpu_primitives.py tests/test_sandbox.py -k "not human_kernel_passes_gpu_correctness" ;;
+    launch) run_phase launch "$secs" "${gpu_tests[@]}" tests/test_gpu_primitives.py ;;
     ops) run_phase ops "$secs" "${gpu_tests[@]}" tests/test_torch_ops.py ;;
     more) run_phase more "$secs" "${gpu_tests[@]}" tests/test_tuning.py tests/test_agent.py tests/test_bench_e2e.py ;;
     e2e) run_phase e2e "$secs" python3 -m coda_agent bench-e2e --preset 1b --layers 2 --steps 10 --warmup 2 \
            --json "$work/e2e.json" ;;
     tune-run) run_phase tune-run "$secs" python3 -m coda_agent run bench/tune_demo/my_residual/my_residual.yaml \
                 --model mock/bench/tune_demo/untuned_residual.yaml --rounds 1 --tune-budget "${TUNE_BUDGET:-120}" ;;
-    tune-human) run_phase tune-human "$secs" python3 -m coda_agent bench gemm_residual gemm_residual_rmsnorm \
-                  gemm_rmsnorm_bwd --tune --tune-budget "${TUNE_BUDGET:-100}" --json "$work/tune-human.json" ;;
+    tune-human) run_phase tune-human "$secs" python3 -m coda_agent bench ${TUNE_TASKS:-gemm_residual gemm_residual_rmsnorm \
+                  gemm_rmsnorm_bwd} --tune --tune-budget "${TUNE_BUDGET:-100}" --json "$work/tune-human.json" ;;
+    cublas) run_phase cublas "$secs" python3 bench/probes/cublas_kernels.py --json "$work/cublas.jsonl" ;;
     probe) run_phase probe "$secs" env NCU_S=0 OUT= bash bench/probes/gpu_probe.sh ;;
     host) run_phase host "$secs" python3 bench/probes/host_probe.py --per-cpu --json "$work/host.jsonl" ;;
-    *) echo "unknown phase $phase (bench, trust, guards, ops, more, e2e, tune-run, tune-human, probe, host)"; exit 2 ;;
+    *) echo "unknown phase $phase (bench, trust, guards, launch, ops, more, e2e, tune-run, tune-human, cublas, probe, host)"; exit 2 ;;
   esac
 done
 # The logs get committed: this machine's paths become the repository root ".", python3, <site-packages> and $OUT.
