@@ -51,7 +51,7 @@ def test_the_runner_logs_each_gemm_calls_config_and_runs_under_the_harness_sched
         (as_written,) = client.fetch(1 << 30)
         (gemm,) = [op for op in ops if "gemm" in op]
         assert gemm["gemm"] == list(key[1:]) and gemm["epilogue"] == "residual_rms"
-        assert gemm["mode"] == "element" and gemm["outputs"] == 1 and gemm["config"] is None  # CONFIGS names only a bench shape
+        assert gemm["mode"] == "element" and gemm["outputs"] == 1 and gemm["config"] is None  # the schedule pins only bench shapes
         client.set_schedule({key: WINNER})
         (ops,) = client.run(["s"], keep=[0]).ops
         (scheduled,) = client.fetch(1 << 30)
@@ -167,7 +167,7 @@ def test_the_epilogue_signature_follows_the_whole_module_but_not_its_pinned_sche
     assert base.startswith("residual_rms:")
     pinned = pin_schedule(HUMAN, {("residual_rms", 1, 2, 3): Config(tile_n=128)}, ["tuned: 1.10x"])
     assert pinned != HUMAN and tuning.epilogue_signature(pinned, "residual_rms") == base
-    assert tuning.epilogue_signature(HUMAN.replace("CONFIGS = {", "OTHER = 1\nCONFIGS = {"), "residual_rms") != base
+    assert tuning.epilogue_signature(HUMAN.replace("@epilogue(", "OTHER = 1\n@epilogue(", 1), "residual_rms") != base
     assert tuning.epilogue_signature(HUMAN.replace("h = acc + c", "h = c + acc"), "residual_rms") != base
 
 
@@ -175,7 +175,11 @@ def test_the_epilogue_signature_follows_the_whole_module_but_not_its_pinned_sche
 
 
 def test_pinning_adds_the_decorator_and_imports_and_a_retune_replaces_them():
-    source = (TASK.human_file.parent / "gemm_residual.py").read_text()  # imports neither Config nor schedule
+    source = (  # imports neither Config nor schedule
+        '"""GEMM + residual."""\n\nfrom coda_agent.primitives import epilogue, gemm\n\n\n@epilogue()\n'
+        'def add_residual(acc, c):\n    return {"D": acc + c}\n\n\n'
+        'def forward(x, w, residual):\n    return {"out": gemm(add_residual, x, w.t(), C=residual)["D"]}\n'
+    )
     key = ("add_residual", 8192, 4096, 14336)
     pinned = pin_schedule(source, {key: WINNER}, ["configs pinned on a test", "  big: 10.0 -> 9.0 µs"])
     assert check_source(pinned) == [] and pinned_schedule(pinned) == {key: WINNER}
@@ -232,7 +236,7 @@ def test_the_tuner_pins_the_winners_and_the_result_passes_the_verifier(monkeypat
     tuned = result.source
     assert set(result.search) == {p.name for p in TASK.shape("small")}
     assert all(WINNER in [c.tuned for c in s.calls] and s.calls[0].tried_us for s in result.search.values())
-    assert pinned_schedule(tuned) == {small_key(p): WINNER for p in TASK.shape("small")}
+    assert pinned_schedule(tuned) == {**pinned_schedule(HUMAN), **{small_key(p): WINNER for p in TASK.shape("small")}}
     assert "# coda-agent tune:   tiny: 120.0 -> 100.0 us" in tuned
     verdict = verify(TASK, tuned, ["correctness", "compile"], seeds=[0])  # QuACK builds the pinned config for sm_90a
     assert verdict.passed, verdict.reason
@@ -261,7 +265,7 @@ def test_a_host_bound_forward_is_tuned_by_the_gpus_time_not_its_host_time(monkey
     monkeypatch.setattr(tuning, "ScheduleTimer", HostBound)
     result = tune_schedule(TASK, HUMAN, PASSED, stage="tune_cpu", shape_set="small", budget_s=60)
     assert result is not None and result.source is not None
-    assert pinned_schedule(result.source) == {small_key(p): WINNER for p in TASK.shape("small")}
+    assert pinned_schedule(result.source) == {**pinned_schedule(HUMAN), **{small_key(p): WINNER for p in TASK.shape("small")}}
     assert "tiny: 105.0 -> 50.0 us" in result.source and "(GPU time)" in result.source
     shape = result.search["tiny"]
     assert shape.gain == pytest.approx(2.1) and shape.calls[0].tried_us[config_label(WINNER)] == 50.0

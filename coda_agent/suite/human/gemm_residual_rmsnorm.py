@@ -4,12 +4,7 @@ The epilogue adds the residual tile to the FP32 accumulator, writes the residual
 and folds h^2 into per-row sums; the host turns the sums into rstd (one tiny kernel).
 """
 
-from coda_agent.primitives import ColVecReduce, Config, RowVecLoad, epilogue, gemm, rstd_from_sqsum
-
-
-#: Kernel configs tuned offline on the H200 (`coda-agent bench --tune`, QuACK's autotuner, then checked end to end),
-#: keyed by the GEMM's (M, N, K); elsewhere QuACK's default (128x192 pingpong, cluster 2x1) was not beaten by 1%.
-CONFIGS = {(16384, 2048, 5632): Config(tile_n=208)}
+from coda_agent.primitives import ColVecReduce, Config, RowVecLoad, epilogue, gemm, rstd_from_sqsum, schedule
 
 
 @epilogue(outputs=("h",), operands={"gamma": RowVecLoad()}, reduces={"sqsum": ColVecReduce(scaled=True)})
@@ -18,7 +13,19 @@ def residual_rms(acc, c, gamma):
     return {"D": h * gamma, "h": h, "sqsum": (h, h)}
 
 
+# coda-agent tune: configs pinned by the harness's tune stage on NVIDIA H200; forward() as written -> tuned (GPU time):
+# coda-agent tune:   (bench/results/h200-2026-12-02-g-tune-human.json; coda-h2048's 128x208 from QuACK's autotuner,
+# coda-agent tune:   bench/tuning/h200-2026-11-29.json, kept by this search)
+# coda-agent tune:   llama3-8b-down: 1227.0 -> 1200.4 us
+# coda-agent tune:   llama3-1b-down: 370.5 -> 358.4 us
+# coda-agent tune:   coda-h2048: 492.6 us, kept as written (nothing was 1% faster)
+# coda-agent tune:   ragged: 1218.0 -> 1190.2 us
+@schedule({
+    ('residual_rms', 8000, 4000, 14336): Config(tile_n=256, pingpong=False),
+    ('residual_rms', 8192, 2048, 8192): Config(tile_n=208),
+    ('residual_rms', 8192, 4096, 14336): Config(tile_n=256, pingpong=False),
+    ('residual_rms', 16384, 2048, 5632): Config(tile_n=208),
+})
 def forward(x, w, residual, gamma, eps):
-    config = CONFIGS.get((x.shape[0], w.shape[0], x.shape[1]))
-    out = gemm(residual_rms, x, w.t(), C=residual, config=config, gamma=gamma)
+    out = gemm(residual_rms, x, w.t(), C=residual, gamma=gamma)
     return {"h": out["h"], "normed": out["D"], "rstd": rstd_from_sqsum(out["sqsum"], w.shape[0], eps)}
