@@ -401,7 +401,7 @@ def test_a_starved_grid_adds_split_k_to_the_space_where_each_split_keeps_enough_
 
 def test_the_default_config_narrows_the_tile_in_packed_mode_and_where_the_arch_default_wastes_a_wave():
     from coda_agent.primitives._epilogue import GemmCall, Operand
-    from coda_agent.primitives.configs import NARROW_TILE, PACKED_TILE, default_config, wave_cost
+    from coda_agent.primitives.configs import LONG_K_TILE, NARROW_TILE, PACKED_TILE, default_config, wave_cost
 
     @P.epilogue()
     def plain(acc):
@@ -422,10 +422,21 @@ def test_the_default_config_narrows_the_tile_in_packed_mode_and_where_the_arch_d
         dgate, dup, act = P.dswiglu(gate, up, acc)
         return {"D": P.pack(dgate, dup), "act": act}
 
-    def call(epi, m, n):
-        a, b = torch.empty(m, 64, device="meta", dtype=torch.bfloat16), torch.empty(64, n, device="meta", dtype=torch.bfloat16)
+    @P.epilogue(outputs=("h",), reduces={"sqsum": P.ColVecReduce()})
+    def residual_rms(acc, c):
+        h = acc + c
+        return {"D": h, "h": h, "sqsum": h * h}
+
+    @P.epilogue(reduces={"colsum": P.RowVecReduce()})
+    def colsum(acc, c):
+        return {"D": acc + c, "colsum": acc}
+
+    def call(epi, m, n, k=64):
+        a, b = torch.empty(m, k, device="meta", dtype=torch.bfloat16), torch.empty(k, n, device="meta", dtype=torch.bfloat16)
         tile = torch.empty(m, n, device="meta", dtype=torch.bfloat16)
         c, operands = (tile, {"h": Operand("tile", tile)}) if epi is heavy else (None, {})
+        if epi in (residual_rms, colsum):
+            c = tile
         if epi is dgated:
             c = torch.empty(m, 2 * n, device="meta", dtype=torch.bfloat16)
         return GemmCall(epi, a, b, c, operands, {}, torch.bfloat16, None, True)
@@ -442,6 +453,14 @@ def test_the_default_config_narrows_the_tile_in_packed_mode_and_where_the_arch_d
     assert default_config(call(plain, 8192, 2048), sms=144) is None  # 5 waves of 192 against 8 of 128 on 144 SMs
     for m, n in ((8192, 14336), (16384, 5632), (8000, 10000), (256, 384)):
         assert default_config(call(dgated, m, n)) == PACKED_TILE  # every packed shape
+    # a long K with a light epilogue (C in, outputs and row sums out): cooperative 128x256, where the waves allow it
+    for m, n, k in ((8192, 2048, 8192), (8192, 4096, 14336), (8000, 4000, 14336), (16384, 4096, 11008)):
+        assert default_config(call(plain, m, n, k)) == default_config(call(residual_rms, m, n, k)) == LONG_K_TILE
+    assert default_config(call(residual_rms, 16384, 2048, 5632)) is None  # K below the bar (and 128x128 gains 3%)
+    assert default_config(call(heavy, 8192, 2048, 16384)) == NARROW_TILE  # a tile operand: gemm_rmsnorm_bwd's kind
+    assert default_config(call(colsum, 8192, 4096, 28672)) is None  # a reduce down the columns
+    assert default_config(call(plain, 1024, 2048, 8192)) is None  # less than a wave (88 tiles of 128x192)
+    assert default_config(call(plain, 8192, 6272, 8192)) is None  # 256 wastes more of a wave than 192 does there
 
 
 def test_a_schedule_crosses_the_wire_and_bad_entries_do_not():

@@ -33,7 +33,8 @@ class Config:
     """Explicit GEMM kernel configuration (SM90 rules; ``None`` fields take QuACK's arch default).
 
     SM90 default: 128x192 tile, 2x1 cluster, pingpong; a call that names no config runs 128x128 instead in packed
-    mode, and in element mode where that saves part of a wave of tiles (narrow N such as M 8192 x N 2048). Pingpong needs
+    mode, and in element mode cooperative 128x256 at a long K with a light epilogue, or 128x128 where that saves part
+    of a wave of tiles (narrow N such as M 8192 x N 2048): ``configs.default_config``. Pingpong needs
     tile_m in {64, 128, 192} and tile_n <= 256/208/128 respectively; cooperative (pingpong=False) allows
     tile_m up to 320.
     tile_n must be a multiple of 16 (of 32 for acc_pair mode with an extra output).

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from ._epilogue import Config, EpilogueError, GemmCall, Mode
+from ._ops import RowVecReduce
 from ._schedule import ScheduleKey
 from .quack_patches import H200_SM_COUNT
 
@@ -80,6 +81,17 @@ NARROW_TILE = Config(tile_n=128)
 #: it ranged from 1.06x faster to 1.2x slower (the ragged shape). A 3% bar (with a padding model besides) moved the
 #: N 4096 rows to 128x128 and lost them 2-3.5% against cuBLAS in the bench (bench/README.md, Kernel configs).
 NARROW_MIN_GAIN = 1.05
+#: The tile an element-mode call with a light epilogue (:func:`light_epilogue`) that names no config runs where K is at
+#: least :data:`LONG_K_MIN` and the wave model does not favour the arch default: cooperative 128x256, cuBLAS's kind of
+#: schedule at these shapes (its kernels there are cooperative, 256x128 and 160x192,
+#: bench/results/h200-2026-12-02-g-cublas.log). The verifier's tune stage on the H200 (h200-2026-12-02-g-tune-human.json,
+#: GPU time) ranked it first or within 0.5% of first at all five long-K rows of gemm_residual and
+#: gemm_residual_rmsnorm (1.8-4.3% faster than the configs as written), and the bench then moved those rows 2.4-4.5%
+#: closer to cuBLAS; below that K it lost 2-4% (K 4096-5632: the cooperative epilogue is not hidden behind the other
+#: warp group's mainloop); at gemm_rmsnorm_bwd (a tile operand and a reduce down the columns) it ran 1.5x slower at
+#: every K.
+LONG_K_TILE = Config(tile_n=256, pingpong=False)
+LONG_K_MIN = 8192
 
 
 def tile_count(m: int, n: int, config: Config) -> int:
@@ -95,9 +107,9 @@ def wave_cost(m: int, n: int, config: Config, sms: int = H200_SM_COUNT) -> int:
 
 def default_config(call: GemmCall, sms: int | None = None) -> Config | None:
     """What a gemm call that names no config runs with: QuACK's SM90 default (None: 128x192 pingpong 2x1),
-    :data:`PACKED_TILE` in packed mode, or :data:`NARROW_TILE` in element mode where the default fills at least
-    one wave and the wave model gains :data:`NARROW_MIN_GAIN` (at M 8192, N 2048: 11 column tiles of 192 make 5.3
-    waves on 132 SMs, 16 of 128 make 7.8). ``sms``: the device's count (default: the visible GPU's, else the H200's: the CPU compile builds what an
+    :data:`PACKED_TILE` in packed mode, or in element mode where the default fills at least one wave
+    :data:`LONG_K_TILE` for a light epilogue at a long K, else :data:`NARROW_TILE` where the wave model gains
+    :data:`NARROW_MIN_GAIN` (at M 8192, N 2048: 11 column tiles of 192 make 5.3 waves on 132 SMs, 16 of 128 make 7.8). ``sms``: the device's count (default: the visible GPU's, else the H200's: the CPU compile builds what an
     H200 would run). Asked on every gemm call (the backend, the runner's op log), so the rule is memoised."""
     if call.epi.mode == "packed":
         return PACKED_TILE
@@ -105,7 +117,14 @@ def default_config(call: GemmCall, sms: int | None = None) -> Config | None:
         return None
     if sms is None:
         sms = _sm_count(call.A.device) if call.A.is_cuda else H200_SM_COUNT
-    return _element_default(call.m, call.n, sms)
+    return _element_default(call.m, call.n, int(call.A.shape[1]), light_epilogue(call), sms)
+
+
+def light_epilogue(call: GemmCall) -> bool:
+    """No tile operand besides C and no reduce down the columns (:class:`RowVecReduce`): the kind of epilogue that
+    measured faster cooperative at long K (see :data:`LONG_K_TILE`)."""
+    return (all(op.kind != "tile" for op in call.operands.values())
+            and not any(isinstance(s, RowVecReduce) for s in call.epi.sinks.values()))
 
 
 @functools.cache
@@ -114,9 +133,11 @@ def _sm_count(device: torch.device) -> int:
 
 
 @functools.cache
-def _element_default(m: int, n: int, sms: int) -> Config | None:
-    if tile_count(m, n, Config()) < sms:  # less than one wave: not what the rule was measured on
+def _element_default(m: int, n: int, k: int, light: bool, sms: int) -> Config | None:
+    if tile_count(m, n, Config()) < sms:  # less than one wave: not what the rules were measured on
         return None
+    if light and k >= LONG_K_MIN and wave_cost(m, n, LONG_K_TILE, sms) <= wave_cost(m, n, Config(), sms):
+        return LONG_K_TILE
     gain = wave_cost(m, n, Config(), sms) / wave_cost(m, n, NARROW_TILE, sms)
     return NARROW_TILE if gain >= NARROW_MIN_GAIN else None
 

@@ -272,7 +272,8 @@ def _next_steps(
             "Move every element-wise op on (M, N) data into the epilogue fn and every row/column statistic into a "
             "reduce sink; count your launches against the budget.",
             "Pick a GEMM `Config` (tile_m, tile_n, cluster, pingpong) suited to the bench shapes; the default is "
-            "128x192, 2x1 cluster, pingpong (128x128 in packed mode and for narrow N).",
+            "128x192, 2x1 cluster, pingpong (128x128 in packed mode and for narrow N; cooperative 128x256 at K >= 8192 "
+            "when the epilogue reads no tile besides C and reduces nothing down the columns).",
         ]
         if not all(a.passed for a in latest):
             steps.append("Some candidates of the last round failed: do not trade correctness for speed.")
