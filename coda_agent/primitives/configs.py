@@ -89,7 +89,7 @@ NARROW_MIN_GAIN = 1.05
 #: gemm_residual_rmsnorm (1.8-4.3% faster than the configs as written), and the bench then moved those rows 2.4-4.5%
 #: closer to cuBLAS; below that K it lost 2-4% (K 4096-5632: the cooperative epilogue is not hidden behind the other
 #: warp group's mainloop); at gemm_rmsnorm_bwd (a tile operand and a reduce down the columns) it ran 1.5x slower at
-#: every K.
+#: every shape the search reached it.
 LONG_K_TILE = Config(tile_n=256, pingpong=False)
 LONG_K_MIN = 8192
 
