@@ -81,7 +81,9 @@ def paired_ratio(base: Timing, candidate: Timing) -> float:
     Paired because the GPU's clock moves under its power cap in bursts longer than a round (bench/README.md, the LM
     heads): two batches a few milliseconds apart run at the same clock, while each side's median alone may fall on
     either side of a burst. In ``bench/probes/cap_pairing_sim.py``'s model (a 10% cap in spells of 0.2-2 s, 15 reps)
-    the medians of two equal kernels differed by more than 3% in 6-17% of trials, the paired ratio in 0-3%."""
+    the medians of two equal kernels differed by more than 3% in 6-17% of trials, the paired ratio in 0-3%. On the
+    H200 the LM-head rows still moved 4-10% between benches with it: their rounds flipped between modes within a
+    round, and there were three of them (:class:`RepPlan` now asks for nine)."""
     if base.rounds_us and len(base.rounds_us) == len(candidate.rounds_us) and all(candidate.rounds_us):
         return statistics.median(b / c for b, c in zip(base.rounds_us, candidate.rounds_us, strict=True))
     return base.median_us / candidate.median_us
@@ -150,11 +152,17 @@ class Clock:
 
 @dataclass(frozen=True)
 class RepPlan:
-    """How many repetitions: enough for ``target_s`` of measured time per variant, within [min, max]."""
+    """How many repetitions: enough for ``target_s`` of measured time per variant, within [min, max].
+
+    The minimum is nine rounds of :data:`BATCH`: a ratio is the median of paired rounds (:func:`paired_ratio`),
+    and at the LM-head rows, where eager's 10 ms sized the reps to the old minimum of three rounds, the H200's
+    rounds flipped between two modes about 10% apart, and ratios moved 4-10% between benches
+    (bench/results/h200-2026-12-02-g-notes.md). Only variants slower than ~3 ms get more reps from it.
+    """
 
     warmup: int = 3
     target_s: float = 0.15
-    min_reps: int = 15
+    min_reps: int = 9 * BATCH
     max_reps: int = 60
 
     def reps_for(self, slowest_us: float) -> int:

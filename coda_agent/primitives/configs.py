@@ -109,7 +109,8 @@ def default_config(call: GemmCall, sms: int | None = None) -> Config | None:
     """What a gemm call that names no config runs with: QuACK's SM90 default (None: 128x192 pingpong 2x1),
     :data:`PACKED_TILE` in packed mode, or in element mode where the default fills at least one wave
     :data:`LONG_K_TILE` for a light epilogue at a long K, else :data:`NARROW_TILE` where the wave model gains
-    :data:`NARROW_MIN_GAIN` (at M 8192, N 2048: 11 column tiles of 192 make 5.3 waves on 132 SMs, 16 of 128 make 7.8). ``sms``: the device's count (default: the visible GPU's, else the H200's: the CPU compile builds what an
+    :data:`NARROW_MIN_GAIN` (at M 8192, N 2048: 11 column tiles of 192 make 5.3 waves on 132 SMs, 16 of 128 make
+    7.8). ``sms``: the device's count (default: the visible GPU's, else the H200's: the CPU compile builds what an
     H200 would run). Asked on every gemm call (the backend, the runner's op log), so the rule is memoised."""
     if call.epi.mode == "packed":
         return PACKED_TILE
@@ -117,7 +118,8 @@ def default_config(call: GemmCall, sms: int | None = None) -> Config | None:
         return None
     if sms is None:
         sms = _sm_count(call.A.device) if call.A.is_cuda else H200_SM_COUNT
-    return _element_default(call.m, call.n, int(call.A.shape[1]), light_epilogue(call), sms)
+    long_light = int(call.A.shape[1]) >= LONG_K_MIN and light_epilogue(call)
+    return _element_default(call.m, call.n, long_light, sms)
 
 
 def light_epilogue(call: GemmCall) -> bool:
@@ -133,10 +135,11 @@ def _sm_count(device: torch.device) -> int:
 
 
 @functools.cache
-def _element_default(m: int, n: int, k: int, light: bool, sms: int) -> Config | None:
+def _element_default(m: int, n: int, long_light: bool, sms: int) -> Config | None:
+    """``long_light``: K reaches :data:`LONG_K_MIN` and the epilogue is light."""
     if tile_count(m, n, Config()) < sms:  # less than one wave: not what the rules were measured on
         return None
-    if light and k >= LONG_K_MIN and wave_cost(m, n, LONG_K_TILE, sms) <= wave_cost(m, n, Config(), sms):
+    if long_light and wave_cost(m, n, LONG_K_TILE, sms) <= wave_cost(m, n, Config(), sms):
         return LONG_K_TILE
     gain = wave_cost(m, n, Config(), sms) / wave_cost(m, n, NARROW_TILE, sms)
     return NARROW_TILE if gain >= NARROW_MIN_GAIN else None
