@@ -87,9 +87,9 @@ NARROW_MIN_GAIN = 1.05
 #: bench/results/h200-2026-12-02-g-cublas.log). The verifier's tune stage on the H200 (h200-2026-12-02-g-tune-human.json,
 #: GPU time) ranked it first or within 0.5% of first at all five long-K rows of gemm_residual and
 #: gemm_residual_rmsnorm (1.8-4.3% faster than the configs as written), and the bench then moved those rows 2.4-4.5%
-#: closer to cuBLAS; below that K it lost 2-4% (K 4096-5632: the cooperative epilogue is not hidden behind the other
-#: warp group's mainloop); at gemm_rmsnorm_bwd (a tile operand and a reduce down the columns) it ran 1.5x slower at
-#: every shape the search reached it.
+#: closer to cuBLAS; below that K it lost 2-4% (K 4096-5632, where the epilogue, which in a cooperative tile no other
+#: warp group's mainloop hides, is a larger share of each tile); at gemm_rmsnorm_bwd (a tile operand and a reduce
+#: down the columns) it ran 1.5x slower at every shape the search reached it.
 LONG_K_TILE = Config(tile_n=256, pingpong=False)
 LONG_K_MIN = 8192
 
