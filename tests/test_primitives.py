@@ -382,6 +382,13 @@ def test_the_config_space_is_what_quack_accepts_for_the_mode_default_first():
     assert gated and all(c.tile_n % 32 == 0 for c in gated) and len(gated) < len(element)
     for c in element + gated:
         c.check("element", False)
+    # QuACK's own rules for cooperative tiles that it splits along N, caught before a compile
+    P.Config(tile_m=320, tile_n=160, pingpong=False).check("element", False)
+    for tile_m, tile_n, rule in ((320, 192, "tile_m=320 needs tile_n a multiple of 32 and <= 160"),
+                                 (192, 208, "tile_m=192 needs tile_n a multiple of 32"),
+                                 (256, 272, "tile_n <= 256, or a multiple of 32 up to 512")):
+        with pytest.raises(P.EpilogueError, match=rule):
+            P.Config(tile_m=tile_m, tile_n=tile_n, pingpong=False).check("element", False)
 
 
 def test_a_starved_grid_adds_split_k_to_the_space_where_each_split_keeps_enough_k():

@@ -36,7 +36,8 @@ class Config:
     mode, and in element mode cooperative 128x256 at a long K with a light epilogue, or 128x128 where that saves part
     of a wave of tiles (narrow N such as M 8192 x N 2048): ``configs.default_config``. Pingpong needs
     tile_m in {64, 128, 192} and tile_n <= 256/208/128 respectively; cooperative (pingpong=False) allows
-    tile_m up to 320.
+    tile_m in {64, 128, 192, 256, 320}, with tile_n <= 256 (or a multiple of 32 up to 512), and for tile_m 192 or
+    320 a multiple of 32 up to 256 or 160.
     tile_n must be a multiple of 16 (of 32 for acc_pair mode with an extra output).
     split_k > 1 splits K across that many CTAs per output tile (QuACK's serial split-K: the partial sums meet in
     FP32 in split order, so the result is the same run to run, and the epilogue runs once, on the last split); it
@@ -68,6 +69,12 @@ class Config:
                 problems.append(f"pingpong with tile_m={self.tile_m} needs tile_n <= {limits[self.tile_m]}")
         elif self.tile_m not in (64, 128, 192, 256, 320):
             problems.append(f"cooperative needs tile_m in (64, 128, 192, 256, 320), got {self.tile_m}")
+        elif self.tile_m in (192, 320):  # QuACK splits these along N between the two warp groups
+            most = 256 if self.tile_m == 192 else 160
+            if self.tile_n % 32 or self.tile_n > most:
+                problems.append(f"cooperative with tile_m={self.tile_m} needs tile_n a multiple of 32 and <= {most}")
+        elif self.tile_n > 512 or (self.tile_n > 256 and self.tile_n % 32):
+            problems.append("cooperative needs tile_n <= 256, or a multiple of 32 up to 512")
         if self.cluster_m * self.cluster_n not in (1, 2, 4):
             problems.append("cluster_m * cluster_n must be 1, 2 or 4")
         if mode == "acc_pair" and has_outputs and self.tile_n % 32:

@@ -25,8 +25,11 @@ from ._ops import RowVecReduce
 from ._schedule import ScheduleKey
 from .quack_patches import H200_SM_COUNT
 
-#: (tile_m, tile_n, pingpong) candidates; each runs with every cluster of :data:`CLUSTERS`.
-TILES = ((128, 128, True), (128, 192, True), (128, 208, True), (128, 256, False), (256, 128, False), (256, 160, False), (256, 192, False))
+#: (tile_m, tile_n, pingpong) candidates; each runs with every cluster of :data:`CLUSTERS`. The last two are cuBLAS's
+#: own cooperative tiles at the bench shapes (192x192 at the wide GEMMs, 320x128 at 16384 x 4096 and the Llama-3 LM
+#: heads: bench/results/h200-2026-12-02-g-cublas.log); they build for sm_90a, and no search has timed them yet.
+TILES = ((128, 128, True), (128, 192, True), (128, 208, True), (128, 256, False), (256, 128, False), (256, 160, False),
+         (256, 192, False), (192, 192, False), (320, 128, False))
 #: (cluster_m, cluster_n): both 2-CTA clusters.
 CLUSTERS = ((2, 1), (1, 2))
 
