@@ -23,7 +23,8 @@
 #             (PROBE_ARGS names the rows and variants, e.g. the split-K sweep); results in .gpuwork/probe/
 #   host      bench/probes/host_probe.py: the host time per call of the human kernels at the rows that timed
 #             host-bound at 666e628, plain, under the op log, after a profiler session and in the sandboxed runner
-#             (after a bench's check phase, whose kernels the runner then finds built)
+#             (after a bench's check phase, whose kernels the runner then finds built); HOST_ARGS replaces --per-cpu
+#             (e.g. "--row gemm_residual:llama3-1b-down", or "--profile 300 --row ...")
 # Each phase's log notes the time, the host's load and CPU steal at its start and end; <phase>-gpu.csv samples the
 # GPU's clocks, power and throttle reasons once a second while it runs (power-capped clocks move kernel times).
 # Everything lands in .gpuwork/ (git-ignored: it stays on the machine between calls while it is warm) and comes back
@@ -93,7 +94,7 @@ for spec in "$@"; do
                   gemm_rmsnorm_bwd} --tune --tune-budget "${TUNE_BUDGET:-100}" --json "$work/tune-human.json" ;;
     cublas) run_phase cublas "$secs" python3 bench/probes/cublas_kernels.py --json "$work/cublas.jsonl" ;;
     probe) run_phase probe "$secs" env NCU_S=0 OUT= bash bench/probes/gpu_probe.sh ;;
-    host) run_phase host "$secs" python3 bench/probes/host_probe.py --per-cpu --json "$work/host.jsonl" ;;
+    host) run_phase host "$secs" python3 bench/probes/host_probe.py ${HOST_ARGS:---per-cpu} --json "$work/host.jsonl" ;;
     *) echo "unknown phase $phase (bench, trust, guards, launch, ops, more, e2e, tune-run, tune-human, cublas, probe, host)"; exit 2 ;;
   esac
 done
