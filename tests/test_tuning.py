@@ -21,6 +21,7 @@ from coda_agent.verifier.tuning import (
     TuneCache,
     gemm_sites,
     pin_schedule,
+    pinned_notes,
     pinned_schedule,
     search_shape,
 )
@@ -238,6 +239,14 @@ def test_the_tuner_pins_the_winners_and_the_result_passes_the_verifier(monkeypat
     assert all(WINNER in [c.tuned for c in s.calls] and s.calls[0].tried_us for s in result.search.values())
     assert pinned_schedule(tuned) == {**pinned_schedule(HUMAN), **{small_key(p): WINNER for p in TASK.shape("small")}}
     assert "# coda-agent tune:   tiny: 120.0 -> 100.0 us" in tuned
+    # the earlier tune's notes of the shapes this one did not time stay, beside the configs they measured
+    earlier = pinned_notes(HUMAN)
+    assert "  llama3-8b-down: 1227.0 -> 1200.4 us" in earlier
+    small = [p.name for p in TASK.shape("small")]
+    assert "ragged" in small and any(n.startswith("  ragged: ") for n in earlier)  # re-timed: its old line goes
+    assert pinned_notes(tuned) == [f"  {n}: 120.0 -> 100.0 us" for n in small] + [
+        n for n in earlier if not n.startswith("  ragged: ")]
+    assert tuned.count("configs pinned by the harness's tune stage") == 1
     verdict = verify(TASK, tuned, ["correctness", "compile"], seeds=[0])  # QuACK builds the pinned config for sm_90a
     assert verdict.passed, verdict.reason
 

@@ -116,13 +116,13 @@ def test_compile_error_reports_the_candidates_line():
 
 def test_the_compile_stage_builds_the_configs_forward_uses_at_the_bench_shapes():
     """Learnt from forward() on meta tensors at each bench shape: gemm_residual runs cooperative 128x256 at its
-    long-K shapes (pinned at two, the default at a third), a config the small shapes never ask for, so it is built
-    here too."""
+    long-K shapes (pinned at two, the default at a third) and 192x192 at the ragged one (pinned), configs the small
+    shapes never ask for, so they are built here too."""
     task = find_task("gemm_residual")
     v = verify(task, task.human_file.read_text(), ("compile",), timeout=600)
     assert v.passed, v.reason
-    assert v.stage("compile").details["bench_configs"] == ["add_residual: 128x256 coop 2x1"]
-    assert "and 1 more config(s) it uses at the bench shapes" in v.reason
+    assert v.stage("compile").details["bench_configs"] == ["add_residual: 128x256 coop 2x1", "add_residual: 192x192 coop 2x1"]
+    assert "and 2 more config(s) it uses at the bench shapes" in v.reason
 
 
 def test_a_config_the_gpu_would_refuse_at_a_bench_shape_is_a_cpu_compile_error():

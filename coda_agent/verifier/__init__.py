@@ -110,7 +110,8 @@ def tune_schedule(
 
 def pinned_source(source: str, tuned: Verdict, stage: str = "tune", min_gain: float = tuning.MIN_GAIN) -> Tuned:
     """``source`` with the winners of a tune verdict pinned (``@schedule({...})`` on forward) where they gained
-    ``min_gain`` at some shape, and the search. Raises :class:`TuningFailed` when the search failed."""
+    ``min_gain`` at some shape, under notes of this search's times and the earlier notes of the shapes it did not
+    time, and the search. Raises :class:`TuningFailed` when the search failed."""
     result = tuned.stage(stage)
     if not tuned.passed or result is None:
         raise TuningFailed(tuned.reason or tuned.outcome.value)
@@ -125,6 +126,7 @@ def pinned_source(source: str, tuned: Verdict, stage: str = "tune", min_gain: fl
         else f"  {name}: {t.before.gpu_us:.1f} us, kept as written (nothing was {100 * (min_gain - 1):.0f}% faster)"
         for name, t in result.tuning.items()
     ]
+    notes += tuning.pinned_notes(source, measured=result.tuning)
     return Tuned(tuning.pin_schedule(source, table, notes), dict(result.tuning))
 
 

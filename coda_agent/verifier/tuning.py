@@ -27,7 +27,7 @@ import ast
 import hashlib
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -313,6 +313,24 @@ def pinned_schedule(source: str) -> dict[ScheduleKey, Config]:
         return literal_schedule(dec, {name for name in called if name.split(".")[-1] == "Config"})
     except ScheduleFormError:
         return {}
+
+
+def pinned_notes(source: str, measured: Collection[str] = ()) -> list[str]:
+    """The lines of the comment :func:`pin_schedule` wrote above forward's ``@schedule``, after its first (the
+    heading), less those that open with a shape named in ``measured`` (``  name: ...``): what a re-tune at other
+    shapes keeps, since the configs those lines measured stay pinned."""
+    try:
+        dec = _schedule_decorator(_forward(ast.parse(source)))
+    except (SyntaxError, ValueError):
+        return []
+    if dec is None:
+        return []
+    lines, notes = source.splitlines(), []
+    at = dec.lineno - 2
+    while at >= 0 and lines[at].startswith(NOTE_MARK):
+        notes.insert(0, lines[at][len(NOTE_MARK) + 1:])
+        at -= 1
+    return [n for n in notes[1:] if n.strip().split(":")[0] not in measured]
 
 
 def pin_schedule(source: str, table: Schedule, notes: Sequence[str] = ()) -> str:
