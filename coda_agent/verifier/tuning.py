@@ -325,7 +325,8 @@ def pinned_notes(source: str, measured: Collection[str] = ()) -> list[str]:
         return []
     if dec is None:
         return []
-    lines, notes = source.splitlines(), list[str]()
+    lines = source.splitlines()
+    notes: list[str] = []
     at = dec.lineno - 2
     while at >= 0 and lines[at].startswith(NOTE_MARK):
         notes.insert(0, lines[at][len(NOTE_MARK) + 1:])
