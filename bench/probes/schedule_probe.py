@@ -3,7 +3,8 @@
 For each (task, shape) row it times, interleaved with the bench's protocol (CUDA events, L2 flushed, rotating
 order), the human kernel as written, the same kernel with QuACK's dynamic persistent scheduler, optionally every
 config of a small sweep with and without it, the task's GEMMs through cuBLAS, QuACK's plain GEMM, and, for the
-SwiGLU backward, QuACK's own dedicated dgated path (``gemm_dact``). ``--ncu`` instead runs each variant of one
+SwiGLU backward, QuACK's own dedicated dgated path (``gemm_dact``; with ``--sweep``, at each config of the sweep
+too). ``--ncu`` instead runs each variant of one
 row once between cudaProfilerStart/Stop, for ``ncu --profile-from-start off``.
 
 It is a probe, not the bench: nothing here goes through the sandboxed verifier, and what it finds becomes a default
@@ -109,6 +110,10 @@ def variants_for(task_name: str, dims: dict[str, int], sweep: bool,
         out["quack gemm_dact"] = lambda: gemm_dact(dy, w, pre, activation="swiglu", colvec_reduce=True, tuned=False)
         out["quack gemm_dact, static"] = lambda: gemm_dact(dy, w, pre, activation="swiglu", colvec_reduce=True,
                                                            tuned=False, dynamic_scheduler=False)
+        for c in SWEEP if sweep else ():  # QuACK's dgated path at the human kernel's tiles, dynamic like the bench's
+            out[f"quack gemm_dact {_label(c)}"] = functools.partial(
+                gemm_dact, dy, w, pre, activation="swiglu", colvec_reduce=True, tuned=False, dynamic_scheduler=True,
+                config=_gemm_config(c, True))
     return out, {"task": task_name, "dims": dims, "M,N,K": [m, n, k]}
 
 
