@@ -11,6 +11,10 @@ says how fast.
 
     python bench/probes/sass_probe.py gemm_rmsnorm_bwd                      # the configs of its bench shapes
     python bench/probes/sass_probe.py gemm_rmsnorm_bwd --config '{"tile_n": 128}' --keep /tmp/sass
+    python bench/probes/sass_probe.py gemm_swiglu_bwd --kernel variant.py --config '{"tile_n": 192}'  # a variant
+
+``--kernel`` compiles another file with the task's forward() in place of the human kernel (an epilogue written
+another way, to set its SASS beside the human kernel's).
 """
 
 from __future__ import annotations
@@ -42,11 +46,10 @@ OPCODE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
 MAXREG = re.compile(r"USETMAXREG\.(\w+)(?:\.\w+)*\s+(?:\w+,\s*)?(0x[0-9a-f]+)")
 
 
-def bench_configs(task_name: str) -> dict[str, list[str]]:
+def bench_configs(task_name: str, kernel: Path) -> dict[str, list[str]]:
     """Config (JSON fields; "null": QuACK's default) -> the bench shapes whose gemm calls run with it."""
     task = find_task(task_name)
-    assert task.human_file is not None
-    human = import_file(task.human_file, "sass_probe_shapes")
+    human = import_file(kernel, "sass_probe_shapes")
     found: dict[str, list[str]] = {}
     for point in task.shapes["bench"]:
         inputs = {s.name: torch.empty(s.concrete_shape(point.dims), dtype=torch_dtype(s.dtype), device="meta")
@@ -67,16 +70,16 @@ def bench_configs(task_name: str) -> dict[str, list[str]]:
     return found
 
 
-def compile_human(task_name: str, config: str, dump: Path) -> None:
-    """Build the human kernel for sm_90a in a child process with the DSL's dump settings (read at import), every
-    gemm call under ``config`` (JSON fields of a Config; "null": QuACK's default)."""
+def compile_kernel(task_name: str, kernel: Path, config: str, dump: Path) -> None:
+    """Build ``kernel`` (a file with the task's forward()) for sm_90a in a child process with the DSL's dump
+    settings (read at import), every gemm call under ``config`` (JSON fields of a Config; "null": QuACK's default)."""
     code = (
         "import dataclasses, json, torch\n"
         "from coda_agent.primitives import backend\n"
         "from coda_agent.primitives.configs import config_from_fields\n"
         "from coda_agent.tasks.loader import find_task, import_file\n"
         f"task = find_task({task_name!r})\n"
-        "human = import_file(task.human_file, 'sass_probe_human')\n"
+        f"human = import_file({str(kernel.resolve())!r}, 'sass_probe_human')\n"
         "inputs = {**task.make_inputs(dict(task.shapes['small'][0].dims), seed=0, device='cpu'), **task.constants}\n"
         f"fields = json.loads({config!r})\n"
         "config = None if fields is None else config_from_fields(fields)\n"
@@ -102,16 +105,19 @@ def main() -> None:
     p.add_argument("task", help="a task with a human kernel")
     p.add_argument("--config", help='only this config, as JSON fields: \'{"tile_n": 128}\' (default: its bench shapes\')')
     p.add_argument("--keep", type=Path, help="dump here and keep the SASS (default: a temporary folder)")
+    p.add_argument("--kernel", type=Path, help="a file with the task's forward() to build instead of its human kernel")
     args = p.parse_args()
-    configs = {args.config: ["--config"]} if args.config else bench_configs(args.task)
+    kernel = args.kernel or find_task(args.task).human_file
+    assert kernel is not None, f"{args.task} has no human kernel: name one with --kernel"
+    configs = {args.config: ["--config"]} if args.config else bench_configs(args.task, kernel)
     with tempfile.TemporaryDirectory() as tmp:
         for i, (config, shapes) in enumerate(configs.items()):
             dump = (args.keep or Path(tmp)) / f"config{i}"
             dump.mkdir(parents=True, exist_ok=True)
-            compile_human(args.task, config, dump)
+            compile_kernel(args.task, kernel, config, dump)
             fields = json.loads(config)
             label = "default" if fields is None else config_label(config_from_fields(fields))
-            print(f"{args.task} at {label} ({', '.join(shapes)}):")
+            print(f"{args.task}{'' if args.kernel is None else f' ({args.kernel})'} at {label} ({', '.join(shapes)}):")
             for sass in sorted(dump.glob("*.sass")):
                 print(summary(sass))
 
