@@ -13,6 +13,7 @@ PYTHONPATH (``source .gpu2/env.sh``):
 
     python3 bench/probes/schedule_probe.py --row gemm_swiglu_bwd --sweep gemm_swiglu_bwd --json probe.json
     python3 bench/probes/schedule_probe.py --precompile 0/8 ...   # build one eighth of the kernels, time nothing
+    python3 bench/probes/schedule_probe.py --row gemm_swiglu_bwd --variant bench/probes/variants/swiglu_bwd_two_folds.py
 """
 
 from __future__ import annotations
@@ -76,8 +77,8 @@ def human_variant(forward: Callable[..., Any], kwargs: dict[str, Any], dynamic: 
     return call
 
 
-def variants_for(task_name: str, dims: dict[str, int], sweep: bool,
-                 splits: tuple[int, ...] = ()) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
+def variants_for(task_name: str, dims: dict[str, int], sweep: bool, splits: tuple[int, ...] = (),
+                 files: tuple[Path, ...] = ()) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
     task = find_task(task_name)
     assert task.human_file is not None, f"{task_name} has no human kernel"
     human = import_file(task.human_file, f"probe_human_{task_name}")
@@ -87,6 +88,9 @@ def variants_for(task_name: str, dims: dict[str, int], sweep: bool,
         "as written": human_variant(human.forward, kwargs, False),
         "as written, dynamic": human_variant(human.forward, kwargs, True),
     }
+    for path in files:  # another forward() of the task, as it writes its configs, with the bench's scheduler
+        other = import_file(path, f"probe_variant_{path.stem}")
+        out[f"{path.stem}, dynamic"] = human_variant(other.forward, kwargs, True)
     for split in splits:
         out[f"as written, dynamic, split {split}"] = human_variant(human.forward, kwargs, True, None, split)
         for c in SPLIT_TILES:
@@ -174,10 +178,13 @@ def main() -> None:
     p.add_argument("--precompile", help="I/N: build (run once) the I-th of N slices of the variants, time nothing")
     p.add_argument("--ncu", action="store_true", help="run each variant once inside the profiler range")
     p.add_argument("--only", action="append", default=[], help="variants to keep (repeatable; default: all)")
+    p.add_argument("--variant", action="append", default=[], type=Path,
+                   help="a file with the task's forward() written another way, timed beside the human kernel as "
+                        "'<file stem>, dynamic' (repeatable; every --row task must take its inputs)")
     p.add_argument("--split", action="append", default=[], type=int,
                    help="split-K variants: split_k S (repeatable), with the kernel's config and SPLIT_TILES")
     args = p.parse_args()
-    splits = tuple(args.split)
+    splits, files = tuple(args.split), tuple(args.variant)
     backend.set_backend("quack", wrap=_forced)
     _quack._gemm_config = lambda config: _gemm_config(config, STATE["dynamic"])  # type: ignore[assignment]
     clock = Clock("cuda")
@@ -187,7 +194,7 @@ def main() -> None:
         first = {t: (s, d) for t, s, d in reversed(jobs)}  # each task's first row: the kernels take any shape
         k = 0
         for t, (s, d) in first.items():
-            for name, fn in variants_for(t, d, t in args.sweep, splits)[0].items():
+            for name, fn in variants_for(t, d, t in args.sweep, splits, files)[0].items():
                 if args.only and name not in args.only:
                     continue
                 if k % n == i:
@@ -197,7 +204,7 @@ def main() -> None:
                 k += 1
         return
     for task_name, shape, dims in jobs:
-        variants, meta = variants_for(task_name, dims, task_name in args.sweep, splits)
+        variants, meta = variants_for(task_name, dims, task_name in args.sweep, splits, files)
         variants = runnable({k: v for k, v in variants.items() if not args.only or k in args.only})
         agreement(variants, "as written, dynamic")
         if args.ncu:
