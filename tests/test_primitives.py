@@ -396,14 +396,33 @@ def test_a_starved_grid_adds_split_k_to_the_space_where_each_split_keeps_enough_
     stores no D, or a K too short to split never gets it."""
     from coda_agent.primitives.configs import MIN_SPLIT_DEPTH, STARVED_SPLITS, config_space
 
-    base = config_space("element", True)
+    base = set(config_space("element", True))
     starved = config_space("element", True, (1024, 2048, 8192))
-    assert starved[: len(base)] == base and set(starved[len(base):]) == set(STARVED_SPLITS)
-    assert config_space("element", True, (8192, 4096, 14336)) == base  # 704 tiles: five waves and more
-    assert config_space("element", True, (1024, 2048, 8192), store_d=False) == base
+    assert set(starved) == base | set(STARVED_SPLITS) and len(starved) == len(base) + len(STARVED_SPLITS)
+    assert set(config_space("element", True, (8192, 4096, 14336))) == base  # 704 tiles: five waves and more
+    assert set(config_space("element", True, (1024, 2048, 8192), store_d=False)) == base
     short = config_space("element", True, (1024, 2048, 3 * MIN_SPLIT_DEPTH))
     assert {c.split_k for c in short if c.split_k > 1} == {2, 3}
-    assert config_space("element", True, (1024, 2048, 8192), sms=64) == base  # 88 tiles fill 64 SMs
+    assert set(config_space("element", True, (1024, 2048, 8192), sms=64)) == base  # 88 tiles fill 64 SMs
+
+
+def test_a_calls_space_comes_default_first_then_in_the_order_of_the_wave_model():
+    """A search its budget cuts short has tried the configs that waste the least of the grid: at the ragged
+    8000 x 4000 that is cuBLAS's 192x192 (882 tiles, 7 waves of 132, the least padding), which won the tune stage
+    there on the H200; at a starved grid, the 128x128 tile and the splits that fill the SMs before 128x192's split."""
+    from coda_agent.primitives.configs import TILES, config_space, wave_cost
+
+    for mnk in ((8000, 4000, 5000), (8192, 4096, 4096), (1024, 2048, 8192)):
+        space = config_space("element", False, mnk)
+        costs = [wave_cost(mnk[0], mnk[1], c) for c in space[1:]]
+        assert space[0] == P.Config() and costs == sorted(costs), mnk
+    ragged = config_space("element", False, (8000, 4000, 5000))
+    assert ragged[1] == P.Config(tile_m=192, tile_n=192, pingpong=False)
+    starved = config_space("element", False, (1024, 2048, 8192))
+    assert starved.index(P.Config(tile_n=128, split_k=2)) < starved.index(P.Config(tile_n=192, split_k=2))
+    # the space without a call is the order of TILES, the default's tile first (ties of the model keep that order)
+    tiles = [(c.tile_m, c.tile_n, c.pingpong) for c in config_space("element", False)]
+    assert list(dict.fromkeys(tiles)) == [(128, 192, True)] + [t for t in TILES if t != (128, 192, True)]
 
 
 def test_the_default_config_narrows_the_tile_in_packed_mode_and_where_the_arch_default_wastes_a_wave():

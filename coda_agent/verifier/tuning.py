@@ -180,12 +180,14 @@ def search_shape(
     clock: Callable[[], float] = time.monotonic,
 ) -> tuple[dict[ScheduleKey, Config], list[TunedGemm], Timing]:
     """Coordinate descent over the calls at one shape: (the harness schedule found, per call what happened, the
-    time of forward() as written). A call whose search the deadline cut short is not cached."""
+    time of forward() as written). Each call gets an equal share of the time left when its turn comes (a block's
+    second GEMM is searched too when forward() is slow); a call whose search its share cut short is not cached."""
     written = timer.measure({})
     best = written.gpu_us
     chosen: dict[ScheduleKey, Config] = {}
     results = []
-    for site in sites:
+    for i, site in enumerate(sites):
+        share = clock() + max(0.0, deadline - clock()) / (len(sites) - i)
         result = TunedGemm(epilogue=site.key[0], mnk=site.mnk, mode=site.mode, written=site.written)
         results.append(result)
         effective = site.written or Config()  # None runs QuACK's SM90 default, which is Config()
@@ -201,7 +203,7 @@ def search_shape(
         for config in config_space(site.mode, site.has_outputs, site.mnk, site.store_d):
             if config == effective:
                 continue
-            if clock() >= deadline:
+            if clock() >= share:
                 complete = False
                 break
             label = config_label(config)
