@@ -3,12 +3,12 @@
 At each shape of the plan, one traced call tells the checker which gemm calls forward() makes (epilogue,
 M, N, K, mode, the config each ran with; the runner's op log). Then a coordinate descent, one gemm call
 at a time: every config of :func:`~coda_agent.primitives.configs.config_space` valid for the call's mode
-is set as the harness's schedule in the runner and forward() is timed whole, candidate only, by the
+(default first, then by the wave model) is set as the harness's schedule in the runner and forward() is timed whole, candidate only, by the
 checker's honest protocol (:class:`~.gpu.ShapeTimer`, fewer reps); the fastest by the GPU's time (the CUDA
 events: a config changes only the kernels, and a host-bound forward() would hide that behind its host time) stays
 for the next call.
-The search stops at the plan's budget (split evenly over the shapes still to tune; a proposal under way
-finishes). Finally forward() as written and under the tuned schedule are timed interleaved with the full
+The search stops at the plan's budget (split evenly over the shapes still to tune, and at a shape over its gemm
+calls still to search; a proposal under way finishes). Finally forward() as written and under the tuned schedule are timed interleaved with the full
 repetition plan. A config that fails (raises, launches something else, computes a wrong result) is
 recorded and skipped; one that kills the runner ends the stage (the candidate keeps its configs).
 
