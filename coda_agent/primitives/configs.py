@@ -27,7 +27,8 @@ from .quack_patches import H200_SM_COUNT
 
 #: (tile_m, tile_n, pingpong) candidates; each runs with every cluster of :data:`CLUSTERS`. The last two are cuBLAS's
 #: own cooperative tiles at the bench shapes (192x192 at the wide GEMMs, 320x128 at 16384 x 4096 and the Llama-3 LM
-#: heads: bench/results/h200-2026-12-02-g-cublas.log); they build for sm_90a, and no search has timed them yet.
+#: heads: bench/results/h200-2026-12-02-g-cublas.log). Timed by the tune stage (h200-2026-12-02-h-tune-human.json):
+#: 192x192 won gemm_residual's ragged row by 1.4%, 320x128 ran 25-37% slower wherever it ran.
 TILES = ((128, 128, True), (128, 192, True), (128, 208, True), (128, 256, False), (256, 128, False), (256, 160, False),
          (256, 192, False), (192, 192, False), (320, 128, False))
 #: (cluster_m, cluster_n): both 2-CTA clusters.

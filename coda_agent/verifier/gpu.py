@@ -52,7 +52,8 @@ TIMING_METHOD = (
     "candidate calls rotate over 3 fresh input sets, one random call per timed batch is checked; a call's time is its "
     "events, or the checker's wall clock per call (less a dry batch's) when that is over 10% + 20 µs more; "
     f"the runner's host time around each forward() is kept beside it (host-bound at {HOST_BOUND_SHARE:.0%} of the median or more); "
-    "3 untraced warm-up calls, reps sized for ~0.15 s per variant (45-60: at least 9 rounds); median with p10/p90"
+    f"{RepPlan().warmup} untraced warm-up calls, reps sized for ~{RepPlan().target_s} s per variant "
+    f"({RepPlan().min_reps}-{RepPlan().max_reps}: at least {RepPlan().min_reps // BATCH} rounds); median with p10/p90"
 )
 TIMING_SETS = 3
 
