@@ -451,6 +451,8 @@ def test_bench_tune_is_the_verifiers_tune_stage_on_a_human_kernel_and_renders_a_
     assert call.epilogue == "add_residual" and len(call.tried_us) + len(call.failed) >= 1
     rows = tune.search_rows(result.tuned.search)
     assert rows[0][:3] == ["tiny", f"add_residual {'x'.join(map(str, call.mnk))}", "default"]
+    assert rows[0][3].startswith(f"{len(call.seconds)} configs") and (" s each" in rows[0][3]) == bool(call.seconds)
+    assert len(rows[0]) == len(tune.SEARCH_COLUMNS)
     pinned = result.source.replace("def forward(", '@schedule({("add_residual", 1, 2, 3): Config(tile_n=208)})\ndef forward(')
     with_pin = tune.KernelTuning(task.name, result.source, Tuned(pinned, result.tuned.search))
     diff = with_pin.diff()

@@ -71,6 +71,7 @@ class FakeTimer:
 
     def __init__(self, cost, fail=()):
         self.cost, self.fail, self.asked, self.now = cost, fail, [], 0.0
+        self.seconds = {"warm-up": 0.75}
 
     def measure(self, table):
         self.asked.append(dict(table))
@@ -112,6 +113,8 @@ def test_the_search_keeps_the_fastest_config_per_call_one_call_at_a_time():
     assert second.tried_us[config_label(Config(tile_n=208))] == 900.0  # as written, after A's winner
     assert len(second.tried_us) == len(space)  # B's written config is in the space: not tried twice
     assert all(t.get(A) == WINNER for t in timer.asked[len(space):])  # B was searched with A's winner in place
+    assert first.seconds[config_label(WINNER)]["warm-up"] == 0.75  # the timing protocol's parts, beside the proposal's
+    assert set(first.seconds) == set(first.tried_us) - {"default"}  # every proposal's cost, not the config as written
 
 
 def test_a_starved_call_is_searched_with_split_k_too_and_the_op_log_says_whether_it_stores_d():
@@ -136,6 +139,7 @@ def test_the_search_stops_at_the_budget_and_caches_only_finished_searches():
     assert len(timer.asked) == 4  # as written, then proposals while the clock is short of the deadline
     first, second = calls  # each call its share of what was left: A two proposals (until 2.5 s), then B one
     assert len(first.tried_us) == 1 + 2 and len(second.tried_us) == 1 + 1
+    assert [s["proposal"] for s in first.seconds.values()] == [1.0, 1.0]  # what each proposal cost, by the clock
     assert chosen == {} and cache.entries == {}  # A's winner lies past the budget; neither search finished
 
 

@@ -10,12 +10,13 @@ and commit: configs live with the kernel, so the bench itself never tunes.
 from __future__ import annotations
 
 import difflib
+import statistics
 from dataclasses import dataclass
 
 from ..primitives.configs import config_label
 from ..tasks.model import Task
 from ..verifier import DEFAULT_TUNE_BUDGET_S, Tuned, pinned_source, run_plan, tune_plan
-from ..verifier.verdict import ShapeTuning
+from ..verifier.verdict import ShapeTuning, TunedGemm
 
 
 @dataclass(frozen=True)
@@ -46,16 +47,29 @@ def tune_human_kernel(task: Task, shape_set: str = "bench", shape_names: list[st
     return KernelTuning(task.name, source, pinned_source(source, run_plan(task, source, plan), stage))
 
 
+SEARCH_COLUMNS = ("shape", "gemm (M x N x K)", "as written", "searched", "tuned", "before GPU µs", "after GPU µs", "gain")
+
+
 def search_rows(search: dict[str, ShapeTuning]) -> list[list[str]]:
-    """One row per shape and gemm call: call, as written, tuned, the GPU's µs before and after, gain (first call's
-    row)."""
+    """One row per shape and gemm call (:data:`SEARCH_COLUMNS`; the times and the gain on the first call's row)."""
     rows = []
     for shape, result in search.items():
         for i, call in enumerate(result.calls):
             first = i == 0
             rows.append([
                 shape if first else "", f"{call.epilogue} {'x'.join(map(str, call.mnk))}", config_label(call.written),
-                config_label(call.tuned) if call.tuned else "as written", f"{result.before.gpu_us:,.1f}" if first else "",
-                f"{result.after.gpu_us:,.1f}" if first else "", f"{result.gain:.3f}" if first else "",
+                searched(call), config_label(call.tuned) if call.tuned else "as written",
+                f"{result.before.gpu_us:,.1f}" if first else "", f"{result.after.gpu_us:,.1f}" if first else "",
+                f"{result.gain:.3f}" if first else "",
             ])
     return rows
+
+
+def searched(call: TunedGemm) -> str:
+    """``cached``, or ``N configs, S s each`` (the median proposal, its kernels' build included): what the budget
+    bought for this call."""
+    if call.cached:
+        return "cached"
+    spent = [s["proposal"] for s in call.seconds.values() if "proposal" in s]
+    each = f", {statistics.median(spent):.1f} s each" if spent else ""
+    return f"{len(call.seconds)} configs{each}"

@@ -194,7 +194,7 @@ def _progress(total: int, activity: Callable[[], str] = str) -> Iterator[Callabl
 
 
 def _tune(selected: list[Task], shapes: str, shape: list[str] | None, budget_s: float, json_out: Path | None) -> None:
-    from ..bench.tune import search_rows, tune_human_kernel
+    from ..bench.tune import SEARCH_COLUMNS, search_rows, tune_human_kernel
     from ..verifier import TuningFailed
 
     report: dict[str, object] = {"date": date.today().isoformat(), "budget_s": budget_s, "tasks": {}}
@@ -206,7 +206,7 @@ def _tune(selected: list[Task], shapes: str, shape: list[str] | None, budget_s: 
             console.print(f"[red]{escape(task.name)}: the search failed: {escape(str(exc))}[/]")
             continue
         table = Table(title=f"{task.name}: the tuned schedule against the configs as written", title_justify="left")
-        for col in ("shape", "gemm (M x N x K)", "as written", "tuned", "before GPU µs", "after GPU µs", "gain"):
+        for col in SEARCH_COLUMNS:
             table.add_column(col)
         for row in search_rows(result.tuned.search):
             table.add_row(*row)

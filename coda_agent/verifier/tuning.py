@@ -169,6 +169,11 @@ class ScheduleTimer:
     def measure(self, table: Schedule) -> Timing:
         return self.timer.time({"proposal": table}, {}, SEARCH_REPS)["proposal"]
 
+    @property
+    def seconds(self) -> dict[str, float]:
+        """Where the last measurement's wall clock went (its warm-up holds the build of a new config's kernels)."""
+        return self.timer.seconds
+
     def compare(self, table: Schedule) -> tuple[Timing, Timing]:
         """(as written, under ``table``), timed interleaved."""
         t = self.timer.time({"as_written": {}, "tuned": table}, {}, FINAL_REPS)
@@ -207,11 +212,15 @@ def search_shape(
                 complete = False
                 break
             label = config_label(config)
+            started = clock()
             try:
                 us = timer.measure({**chosen, site.key: config}).gpu_us
             except Reject as rej:
                 result.failed[label] = f"{rej.outcome.value}: {rej.reason.splitlines()[-1][:200]}"
+                result.seconds[label] = {"proposal": round(clock() - started, 2)}
                 continue
+            parts = {"proposal": clock() - started, **timer.seconds}
+            result.seconds[label] = {k: round(v, 2) for k, v in parts.items()}
             result.tried_us[label] = us
             if us < best:
                 best, chosen[site.key], result.tuned = us, config, config

@@ -86,6 +86,9 @@ class TunedGemm(BaseModel):
     tried_us: dict[str, float] = Field(default_factory=dict, description=(
         "config label -> the GPU's median µs (CUDA events) of the whole forward() with it"))
     failed: dict[str, str] = Field(default_factory=dict, description="config label -> why forward() could not be timed with it")
+    seconds: dict[str, dict[str, float]] = Field(default_factory=dict, description=(
+        "config label -> where its proposal's wall clock went: 'proposal' in all, and the timing protocol's parts "
+        "(its 'warm-up' holds the build of the config's kernels): what a budget buys"))
     cached: bool = Field(default=False, description="the winner came from the tuning cache; nothing was searched")
 
 
