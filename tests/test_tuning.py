@@ -9,13 +9,14 @@ import time
 
 import pytest
 
-from coda_agent.measure.timing import Timing
+from coda_agent.measure.timing import RepPlan, Timing
 from coda_agent.primitives import Config
 from coda_agent.primitives.configs import config_label, config_space
 from coda_agent.tasks import find_task
 from coda_agent.verifier import Plan, TuningFailed, run_plan, tune_schedule, tuning, verify
+from coda_agent.verifier.gpu import BATCH, ShapeTimer
 from coda_agent.verifier.stages import Context, Reject
-from coda_agent.verifier.static import check_source
+from coda_agent.verifier.static import check_source, without_schedule
 from coda_agent.verifier.tuning import (
     GemmSite,
     TuneCache,
@@ -320,9 +321,10 @@ def test_a_misconfigured_human_kernel_is_tuned_back_to_within_3_percent_of_the_t
     afresh at the narrow llama3-1b-down shape: the two tuned modules end within 3% of each other."""
     task = find_task("gemm_residual")
     human = task.human_file.read_text()
-    slow = human.replace("import epilogue, gemm", "import Config, epilogue, gemm").replace(
+    # Without the kernel's pinned schedule, which outranks a call's config= (it pins this shape).
+    slow = without_schedule(human).replace("import epilogue, gemm", "import Config, epilogue, gemm").replace(
         "C=residual)", "C=residual, config=Config(tile_m=64, tile_n=64, cluster_m=1, cluster_n=1))")
-    assert slow != human and "tile_m=64" in slow
+    assert "tile_m=64" in slow and "schedule" not in slow and not check_source(slow)
     plan = Plan(stages=["tune"], backend="quack", shape_set="bench", shape_names=["llama3-1b-down"], tune_budget_s=90,
                 tune_cache=False, timeout=900)
     tuned = {}
@@ -332,3 +334,20 @@ def test_a_misconfigured_human_kernel_is_tuned_back_to_within_3_percent_of_the_t
         tuned[name] = verdict.stage("tune").tuning["llama3-1b-down"]
     assert tuned["misconfigured"].before.median_us > 1.5 * tuned["human"].before.median_us  # the config was bad
     assert tuned["misconfigured"].after.median_us <= 1.03 * tuned["human"].after.median_us
+
+
+def test_the_search_checks_one_timed_round_per_proposal_and_the_full_protocol_every_round():
+    point = TASK.shape("small")[0]
+    ctx = Context(task=TASK, source=HUMAN, plan=Plan(), deadline=time.monotonic() + 120)
+    plan = RepPlan(warmup=1, target_s=0.0, min_reps=3 * BATCH, max_reps=3 * BATCH)  # three rounds
+    with ctx.runner("torch", "cpu") as client:
+        timer = ShapeTimer(ctx, client, point, "cpu")
+        fetches = []
+        fetch = client.fetch
+        client.fetch = lambda limit: fetches.append(limit) or fetch(limit)
+        timer.time({"proposal": {}}, {}, plan, checked_rounds=1)
+        assert len(fetches) == 1  # one round's outputs, drawn at random, and not the warm-up's
+        fetches.clear()
+        timer.time({"proposal": {}}, {}, plan)
+        assert len(fetches) == 1 + 3  # the warm-up's estimate and every timed round
+        timer.close()

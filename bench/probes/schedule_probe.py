@@ -88,9 +88,11 @@ def variants_for(task_name: str, dims: dict[str, int], sweep: bool, splits: tupl
         "as written": human_variant(human.forward, kwargs, False),
         "as written, dynamic": human_variant(human.forward, kwargs, True),
     }
-    for path in files:  # another forward() of the task, as it writes its configs, with the bench's scheduler
+    for path in files:  # another forward() of the task, as it writes its configs (and at the sweep's), dynamic
         other = import_file(path, f"probe_variant_{path.stem}")
         out[f"{path.stem}, dynamic"] = human_variant(other.forward, kwargs, True)
+        for c in SWEEP if sweep else ():
+            out[f"{path.stem} {_label(c)}, dynamic"] = human_variant(other.forward, kwargs, True, c)
     for split in splits:
         out[f"as written, dynamic, split {split}"] = human_variant(human.forward, kwargs, True, None, split)
         for c in SPLIT_TILES:
@@ -180,7 +182,8 @@ def main() -> None:
     p.add_argument("--only", action="append", default=[], help="variants to keep (repeatable; default: all)")
     p.add_argument("--variant", action="append", default=[], type=Path,
                    help="a file with the task's forward() written another way, timed beside the human kernel as "
-                        "'<file stem>, dynamic' (repeatable; every --row task must take its inputs)")
+                        "'<file stem>, dynamic' (with --sweep also '<file stem> <config>, dynamic'; repeatable; every "
+                        "--row task must take its inputs)")
     p.add_argument("--split", action="append", default=[], type=int,
                    help="split-K variants: split_k S (repeatable), with the kernel's config and SPLIT_TILES")
     args = p.parse_args()

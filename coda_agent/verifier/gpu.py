@@ -226,8 +226,12 @@ class ShapeTimer:
         self._spent[where] = self._spent.get(where, 0.0) + seconds
 
     def time(self, candidates: Mapping[str, Schedule | None], baselines: Mapping[str, Callable[[], object]],
-             plan: RepPlan) -> dict[str, Timing]:
-        """Every candidate variant (runner) and baseline (checker), interleaved batch by batch in rotating order."""
+             plan: RepPlan, checked_rounds: int | None = None) -> dict[str, Timing]:
+        """Every candidate variant (runner) and baseline (checker), interleaved batch by batch in rotating order.
+
+        A candidate's timed batches each keep one call's outputs for the check, or, with ``checked_rounds``, only
+        that many of its rounds, drawn at random (the tune stage's search: fetching a large output costs more than
+        timing it, and every schedule the search picks is timed again under full checks)."""
         names = [*candidates, *baselines]
         t0 = time.perf_counter()
 
@@ -240,10 +244,12 @@ class ShapeTimer:
             # Untraced, like the correctness check's warm run: a first call at a shape may launch one-off set-up
             # kernels (the QuACK backend zeroes its tile counter and a new plan's); the traced batches judge the rest.
             one(name, plan.warmup, check=False, trace=False)
-        slowest = max(sorted(one(name, 3).times_us)[1] for name in names)
+        slowest = max(sorted(one(name, 3, check=checked_rounds is None).times_us)[1] for name in names)
         reps = plan.reps_for(slowest)
         size = min(BATCH, reps)
         rounds = -(-reps // size)
+        checked = {n: range(rounds) if checked_rounds is None else self.rng.sample(range(rounds), min(checked_rounds, rounds))
+                   for n in candidates}
         if size not in self.overhead:
             self.overhead[size] = _overheads(self.clock, self.client, self.device, size)
         t1 = time.perf_counter()
@@ -261,7 +267,7 @@ class ShapeTimer:
                 traced_after = name in candidates and self.rng.random() < 0.5
                 if name in candidates and not traced_after:
                     one(name, size, check=False)
-                timed = one(name, size, trace=False)
+                timed = one(name, size, check=r in checked.get(name, ()), trace=False)
                 if traced_after:
                     one(name, size, check=False)
                 events[name] += timed.times_us
