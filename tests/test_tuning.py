@@ -14,11 +14,15 @@ from coda_agent.primitives import Config
 from coda_agent.primitives.configs import config_label, config_space
 from coda_agent.tasks import find_task
 from coda_agent.verifier import Plan, TuningFailed, run_plan, tune_schedule, tuning, verify
+from coda_agent.verifier.client import RunnerCrashed
 from coda_agent.verifier.gpu import BATCH, ShapeTimer
 from coda_agent.verifier.stages import Context, Reject
 from coda_agent.verifier.static import check_source, without_schedule
 from coda_agent.verifier.tuning import (
+    MAX_RESTARTS,
     GemmSite,
+    ScheduleTimer,
+    SearchRunner,
     TuneCache,
     gemm_sites,
     pin_schedule,
@@ -351,3 +355,53 @@ def test_the_search_checks_one_timed_round_per_proposal_and_the_full_protocol_ev
         timer.time({"proposal": {}}, {}, plan)
         assert len(fetches) == 1 + 3  # the warm-up's estimate and every timed round
         timer.close()
+
+
+class DyingTimer:
+    """A ShapeTimer whose runner dies under the first proposal it is asked to time."""
+
+    def __init__(self, dies):
+        self.dies = dies
+
+    def time(self, candidates, baselines, plan, checked_rounds=None):
+        if self.dies:
+            raise RunnerCrashed("the runner process died (exit 134)\nterminate called after throwing an instance\n")
+        return {"proposal": Timing(median_us=100.0)}
+
+
+def test_a_proposal_that_kills_the_runner_fails_and_the_search_goes_on_with_a_fresh_one():
+    started = []
+    runner = SearchRunner(lambda: started.append(len(started)) or f"client {len(started)}")
+    search = ScheduleTimer(DyingTimer(True), lambda: DyingTimer(False) if runner.restart() else None)
+    with pytest.raises(Reject) as rej:
+        search.measure({A: WINNER})
+    assert rej.value.outcome == Outcome.CRASH and "terminate called after throwing an instance" in rej.value.reason
+    assert search.measure({A: WINNER}).median_us == 100.0 and runner.client == "client 2" and runner.restarts == 1
+    for _ in range(MAX_RESTARTS - 1):
+        assert runner.restart()
+    assert not runner.restart() and len(started) == 1 + MAX_RESTARTS  # a runner that keeps dying ends the stage
+    with pytest.raises(RunnerCrashed):  # no fresh timer to be had: the death is the stage's
+        ScheduleTimer(DyingTimer(True)).measure({A: WINNER})
+
+
+def test_the_budget_is_search_time_the_final_comparisons_are_not_charged_to_later_shapes(monkeypatch):
+    shares = []
+
+    def search(sites, timer, deadline, cache, signatures):
+        shares.append(deadline - time.monotonic())
+        return {sites[0].key: WINNER}, [], Timing(median_us=120.0)
+
+    class SlowCompare(Deterministic):
+        def compare(self, table):
+            time.sleep(1.5)  # a final comparison: full repetitions, every round checked
+            return super().compare(table)
+
+    monkeypatch.setattr(tuning, "search_shape", search)
+    monkeypatch.setattr(tuning, "ScheduleTimer", SlowCompare)
+    small = TASK.shape("small")
+    plan = Plan(stages=["tune_cpu"], shape_set="small", tune_budget_s=3.0 * len(small), tune_cache=False)
+    verdict = run_plan(TASK, HUMAN, plan)
+    assert verdict.passed, verdict.reason
+    assert len(shares) == len(small) >= 2
+    assert shares[0] == pytest.approx(3.0, abs=0.2)
+    assert shares[-1] > 3.0 * len(small) - 0.5  # what the searches before it left (nearly all), not less the compares

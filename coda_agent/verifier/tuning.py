@@ -3,14 +3,16 @@
 At each shape of the plan, one traced call tells the checker which gemm calls forward() makes (epilogue,
 M, N, K, mode, the config each ran with; the runner's op log). Then a coordinate descent, one gemm call
 at a time: every config of :func:`~coda_agent.primitives.configs.config_space` valid for the call's mode
-(default first, then by the wave model) is set as the harness's schedule in the runner and forward() is timed whole, candidate only, by the
-checker's honest protocol (:class:`~.gpu.ShapeTimer`, fewer reps); the fastest by the GPU's time (the CUDA
-events: a config changes only the kernels, and a host-bound forward() would hide that behind its host time) stays
-for the next call.
-The search stops at the plan's budget (split evenly over the shapes still to tune, and at a shape over its gemm
-calls still to search; a proposal under way finishes). Finally forward() as written and under the tuned schedule are timed interleaved with the full
-repetition plan. A config that fails (raises, launches something else, computes a wrong result) is
-recorded and skipped; one that kills the runner ends the stage (the candidate keeps its configs).
+(default first, then by the wave model) is set as the harness's schedule in the runner and forward() is timed
+whole, candidate only, by the checker's honest protocol (:class:`~.gpu.ShapeTimer`, fewer reps, one round's outputs
+checked); the fastest by the GPU's time (the CUDA events: a config changes only the kernels, and a host-bound
+forward() would hide that behind its host time) stays for the next call.
+The plan's budget is seconds of search (the runner's start-up and the final comparisons are not counted), split
+evenly over the shapes still to tune (what one leaves over goes to the next), and at a shape over its gemm calls
+still to search; a proposal under way finishes. Finally forward() as written and under the tuned schedule are timed
+interleaved with the full repetition plan and every round checked. A config that fails (raises, launches something
+else, computes a wrong result, kills the runner) is recorded and skipped; a dead runner is started again, at most
+:data:`MAX_RESTARTS` times in a stage (the next death ends it, and the candidate keeps its configs).
 
 A finished search is cached by (epilogue signature: name + hash of its source, M, N, K, device, package
 versions) in ``settings.cache_dir()/tuned_configs.json``, so an unchanged epilogue is not searched twice.
@@ -28,6 +30,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -50,7 +53,8 @@ from ..primitives.configs import (
 )
 from ..provenance import package_versions
 from ..settings import cache_dir
-from .client import RunnerError
+from ..tasks.model import ShapePoint
+from .client import RunnerClient, RunnerCrashed, RunnerError
 from .gpu import ShapeTimer
 from .stages import Context, Reject, runner_failure, stage
 from .static import (
@@ -76,6 +80,8 @@ CACHE_FILE = "tuned_configs.json"
 #: The first line of the comment :func:`pin_schedule` writes above the decorator (and replaces on a re-tune).
 NOTE_MARK = "# coda-agent tune:"
 MODES: tuple[Mode, ...] = ("element", "acc_pair", "packed")
+#: Runner deaths under a proposal the search outlives (each restarts the runner; one more ends the stage).
+MAX_RESTARTS = 2
 
 
 @dataclass(frozen=True)
@@ -161,17 +167,43 @@ class TuneCache:
         self._new.clear()
 
 
+class SearchRunner:
+    """The search's runner process, one for every shape, started again when a proposal kills it: at most
+    :data:`MAX_RESTARTS` times, so a candidate that dies on purpose spends only its own budget."""
+
+    def __init__(self, start: Callable[[], RunnerClient]) -> None:
+        self.start, self.restarts = start, 0
+        self.client = start()
+
+    def restart(self) -> bool:
+        if self.restarts >= MAX_RESTARTS:
+            return False
+        self.restarts += 1
+        self.client = self.start()
+        return True
+
+
 class ScheduleTimer:
     """How the search measures a schedule: forward() whole at one shape, through the checker's timing protocol.
 
-    The seam of the search (tests put a deterministic one in its place).
+    A proposal that kills the runner fails like one that raises, when ``reopen`` gives a timer on a fresh runner
+    (None: it cannot, and the death ends the stage). The seam of the search (tests put a deterministic one in its
+    place).
     """
 
-    def __init__(self, timer: ShapeTimer) -> None:
-        self.timer = timer
+    def __init__(self, timer: ShapeTimer, reopen: Callable[[], ShapeTimer | None] = lambda: None) -> None:
+        self.timer, self.reopen = timer, reopen
 
     def measure(self, table: Schedule) -> Timing:
-        return self.timer.time({"proposal": table}, {}, SEARCH_REPS, checked_rounds=SEARCH_CHECKS)["proposal"]
+        try:
+            return self.timer.time({"proposal": table}, {}, SEARCH_REPS, checked_rounds=SEARCH_CHECKS)["proposal"]
+        except RunnerCrashed as exc:
+            timer = self.reopen()
+            if timer is None:
+                raise
+            self.timer = timer
+            last = [line for line in str(exc).splitlines() if line.strip()][-1:] or ["no message"]
+            raise Reject(Outcome.CRASH, f"the runner died under it (restarted): {last[0][:200]}") from None
 
     @property
     def seconds(self) -> dict[str, float]:
@@ -247,24 +279,30 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str) -> StageRe
                            details=details)
 
     points = ctx.shape_points()
+    left = ctx.plan.tune_budget_s  # seconds of search: the runner's start-up and the final comparisons are not its
     try:
-        with ctx.runner(backend_name, device) as client:
-            deadline = time.monotonic() + ctx.plan.tune_budget_s  # the runner's start-up is not the search's
+        with ExitStack() as stack:
+            runner = SearchRunner(lambda: stack.enter_context(ctx.runner(backend_name, device)))
             for i, point in enumerate(points):
                 try:
-                    timer = ShapeTimer(ctx, client, point, device)
-                    batch = client.run([timer.ids[0]], keep=[])  # traced: which gemm calls there are to tune
+                    timer = ShapeTimer(ctx, runner.client, point, device)
+                    batch = runner.client.run([timer.ids[0]], keep=[])  # traced: which gemm calls there are to tune
                     sites = gemm_sites((batch.ops or [[]])[0])
                     signatures = {s.key[0]: epilogue_signature(ctx.source, s.key[0]) for s in sites}
-                    now = time.monotonic()
-                    share = now + max(0.0, deadline - now) / (len(points) - i)
-                    search = ScheduleTimer(timer)
-                    chosen, calls, written = search_shape(sites, search, share, cache, signatures)
+
+                    def reopen(at: ShapePoint = point) -> ShapeTimer | None:
+                        return ShapeTimer(ctx, runner.client, at, device) if runner.restart() else None
+
+                    search = ScheduleTimer(timer, reopen)
+                    started = time.monotonic()
+                    chosen, calls, written = search_shape(sites, search, started + left / (len(points) - i), cache, signatures)
+                    left = max(0.0, left - (time.monotonic() - started))
                     before, after = search.compare(chosen) if chosen else (written, written)
-                    timer.close()
+                    search.timer.close()
                 except Reject as rej:
                     return result(rej.outcome, rej.reason)
                 tuning[point.name] = ShapeTuning(dims=point.dims, before=before, after=after, calls=calls)
+        details["runner_restarts"] = runner.restarts
     except RunnerError as exc:
         return result(*runner_failure(exc, ctx.plan, Outcome.RUNTIME_ERROR, "tuning failed:\n"))
     finally:
