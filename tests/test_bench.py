@@ -3,6 +3,7 @@ field, result rows, rendering, the CLI's no-GPU answer and the tuner's config ta
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from concurrent.futures import Future
@@ -458,6 +459,24 @@ def test_bench_tune_is_the_verifiers_tune_stage_on_a_human_kernel_and_renders_a_
     diff = with_pin.diff()
     assert diff.startswith("--- a/coda_agent/suite/human/gemm_residual.py") and "+@schedule({" in diff
     assert tune.KernelTuning(task.name, result.source, Tuned(None, {})).diff() == ""
+
+
+def test_bench_tune_writes_its_provenance_and_the_shapes_a_dead_runner_lost(monkeypatch, tmp_path):
+    task = find_task("gemm_residual")
+    searched = tune.tune_human_kernel(task, "small", ["tiny"], budget_s=1.0, stage="tune_cpu")
+    lost = {"ragged": "the runner died (restarted): terminate called after throwing an instance of 'std::bad_variant_access'"}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
+    monkeypatch.setattr(tune, "tune_human_kernel", lambda *a, **k: tune.KernelTuning(
+        task.name, searched.source, Tuned(None, searched.tuned.search, lost)))
+    out = tmp_path / "tune.json"
+    res = CliRunner().invoke(app, ["bench", "gemm_residual", "--tune", "--json", str(out)], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    assert "ragged: not tuned: the runner died (restarted)" in res.output
+    report = json.loads(out.read_text())
+    assert report["device"] == "NVIDIA H200" and report["packages"]["torch"] == torch.__version__
+    assert report["command"].startswith("coda-agent") and "commit" in report  # the command line as run (argv)
+    assert report["tasks"]["gemm_residual"]["lost"] == lost and "tiny" in report["tasks"]["gemm_residual"]["shapes"]
 
 
 def test_the_targets_hold_a_kernel_to_the_faster_torch_compile():

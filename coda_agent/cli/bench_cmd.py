@@ -98,7 +98,7 @@ def bench_cmd(
         raise typer.Exit(1)
     device = torch.cuda.get_device_name(0)
     if tune:
-        _tune(selected, shapes, shape, tune_budget, json_out if save else None)
+        _tune(selected, shapes, shape, tune_budget, json_out if save else None, device)
         return
     from ..bench.report import target_checks, task_table
     from ..bench.runner import BenchOptions, command_line, run_bench, write_run
@@ -193,11 +193,17 @@ def _progress(total: int, activity: Callable[[], str] = str) -> Iterator[Callabl
     yield line
 
 
-def _tune(selected: list[Task], shapes: str, shape: list[str] | None, budget_s: float, json_out: Path | None) -> None:
+def _tune(selected: list[Task], shapes: str, shape: list[str] | None, budget_s: float, json_out: Path | None,
+          device: str) -> None:
+    from ..bench.runner import command_line
     from ..bench.tune import SEARCH_COLUMNS, search_rows, tune_human_kernel
+    from ..provenance import driver_version, git_commit, package_versions
     from ..verifier import TuningFailed
 
-    report: dict[str, object] = {"date": date.today().isoformat(), "budget_s": budget_s, "tasks": {}}
+    report: dict[str, object] = {  # what every recorded figure names beside itself
+        "date": date.today().isoformat(), "budget_s": budget_s, "device": device, "driver": driver_version(),
+        "commit": git_commit(), "packages": package_versions(), "command": command_line(), "tasks": {},
+    }
     for task in selected:
         console.print(f"tuning [bold]{task.name}[/] (the verifier's tune stage, up to {budget_s:.0f} s)")
         try:
@@ -211,10 +217,13 @@ def _tune(selected: list[Task], shapes: str, shape: list[str] | None, budget_s: 
         for row in search_rows(result.tuned.search):
             table.add_row(*row)
         wide_console().print(table)
+        for shape_name, why in result.tuned.lost.items():
+            console.print(f"[yellow]{escape(shape_name)}: not tuned: {escape(why)}[/]")
         diff = result.diff()
         console.print(diff or "(nothing beat the configs as written by 1% or more)", highlight=False, markup=False)
         report["tasks"][task.name] = {  # type: ignore[index]
             "diff": diff, "shapes": {k: v.model_dump(mode="json") for k, v in result.tuned.search.items()},
+            "lost": result.tuned.lost,
         }
         if json_out:  # after every task: a long sweep keeps what it finished
             write_text_atomic(json_out, json.dumps(report, indent=2) + "\n")

@@ -94,6 +94,8 @@ class Tuned:
 
     source: str | None
     search: dict[str, ShapeTuning] = field(default_factory=dict)
+    #: shape -> why it was not tuned (the runner died there outside a proposal; the search went on without it)
+    lost: dict[str, str] = field(default_factory=dict)
 
 
 def tune_schedule(
@@ -116,8 +118,10 @@ def pinned_source(source: str, tuned: Verdict, stage: str = "tune", min_gain: fl
     if not tuned.passed or result is None:
         raise TuningFailed(tuned.reason or tuned.outcome.value)
     table = tuning.tuned_table(result, min_gain)
+    shapes_lost = result.details.get("shapes_lost")
+    lost = {str(k): str(v) for k, v in shapes_lost.items()} if isinstance(shapes_lost, dict) else {}
     if not table:
-        return Tuned(None, dict(result.tuning))
+        return Tuned(None, dict(result.tuning), lost)
     device = str(result.details.get("device", ""))
     # ASCII only: the runner reads the module in whatever locale its sandbox has.
     notes = [f"configs pinned by the harness's tune stage on {device}; forward() as written -> tuned (GPU time):"]
@@ -127,7 +131,7 @@ def pinned_source(source: str, tuned: Verdict, stage: str = "tune", min_gain: fl
         for name, t in result.tuning.items()
     ]
     notes += tuning.pinned_notes(source, measured=result.tuning)
-    return Tuned(tuning.pin_schedule(source, table, notes), dict(result.tuning))
+    return Tuned(tuning.pin_schedule(source, table, notes), dict(result.tuning), lost)
 
 
 def run_plan(task: Task, source: str, plan: Plan) -> Verdict:

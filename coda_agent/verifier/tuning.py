@@ -12,7 +12,8 @@ evenly over the shapes still to tune (what one leaves over goes to the next), an
 still to search; a proposal under way finishes. Finally forward() as written and under the tuned schedule are timed
 interleaved with the full repetition plan and every round checked. A config that fails (raises, launches something
 else, computes a wrong result, kills the runner) is recorded and skipped; a dead runner is started again, at most
-:data:`MAX_RESTARTS` times in a stage (the next death ends it, and the candidate keeps its configs).
+:data:`MAX_RESTARTS` times in a stage (the next death ends it, and the candidate keeps its configs). A death outside
+a proposal (the shape's traced call, its final comparison) loses that shape only (``details["shapes_lost"]``).
 
 A finished search is cached by (epilogue signature: name + hash of its source, M, N, K, device, package
 versions) in ``settings.cache_dir()/tuned_configs.json``, so an unchanged epilogue is not searched twice.
@@ -202,8 +203,7 @@ class ScheduleTimer:
             if timer is None:
                 raise
             self.timer = timer
-            last = [line for line in str(exc).splitlines() if line.strip()][-1:] or ["no message"]
-            raise Reject(Outcome.CRASH, f"the runner died under it (restarted): {last[0][:200]}") from None
+            raise RunnerRestarted(Outcome.CRASH, f"the runner died under it (restarted): {_last_line(exc)}") from None
 
     @property
     def seconds(self) -> dict[str, float]:
@@ -214,6 +214,16 @@ class ScheduleTimer:
         """(as written, under ``table``), timed interleaved."""
         t = self.timer.time({"as_written": {}, "tuned": table}, {}, FINAL_REPS)
         return t["as_written"], t["tuned"]
+
+
+class RunnerRestarted(Reject):
+    """A measurement the runner died under; a fresh one has taken its place (a proposal's: that config failed)."""
+
+
+def _last_line(exc: Exception) -> str:
+    """The last line of a dead runner's message (its stderr's last words: an abort's reason)."""
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return lines[-1][:200] if lines else "no message"
 
 
 def search_shape(
@@ -279,6 +289,8 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str) -> StageRe
                            details=details)
 
     points = ctx.shape_points()
+    lost: dict[str, str] = {}  # shape -> why: the runner died there outside a proposal and was started again
+    details["shapes_lost"] = lost
     left = ctx.plan.tune_budget_s  # seconds of search: the runner's start-up and the final comparisons are not its
     try:
         with ExitStack() as stack:
@@ -299,8 +311,16 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str) -> StageRe
                     left = max(0.0, left - (time.monotonic() - started))
                     before, after = search.compare(chosen) if chosen else (written, written)
                     search.timer.close()
+                except RunnerRestarted as exc:  # under forward() as written, which the search measures first
+                    lost[point.name] = exc.reason
+                    continue
                 except Reject as rej:
                     return result(rej.outcome, rej.reason)
+                except RunnerCrashed as exc:  # outside a measurement (the shape's traced call, its final comparison)
+                    if not runner.restart():
+                        raise
+                    lost[point.name] = f"the runner died (restarted): {_last_line(exc)}"
+                    continue
                 tuning[point.name] = ShapeTuning(dims=point.dims, before=before, after=after, calls=calls)
         details["runner_restarts"] = runner.restarts
     except RunnerError as exc:
@@ -308,6 +328,7 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str) -> StageRe
     finally:
         cache.save()
     summary = "; ".join(f"{s}: {t.before.gpu_us:.1f} -> {t.after.gpu_us:.1f} µs" for s, t in tuning.items())
+    summary += "".join(f"; {s}: not tuned, {why}" for s, why in lost.items())
     return result(Outcome.PASSED, f"tuned (GPU time: {summary})")
 
 
