@@ -160,11 +160,12 @@ def test_a_forward_that_reads_values_on_the_host_is_refused_at_the_bench_shapes(
 # One task per family; each mutation is (old, new) text edits of the human kernel and the expected reason.
 FAMILY_MUTATIONS = {
     "gemm_swiglu_bwd": [  # backward
-        ("wrong sign", [("dgate * gate + dup * up", "dgate * gate - dup * up")], Outcome.WRONG_OUTPUT, "output 'zdz'"),
+        ("wrong sign", [("(2.0 + gate * (1.0 - sigmoid(gate)))", "(2.0 - gate * (1.0 - sigmoid(gate)))")], Outcome.WRONG_OUTPUT,
+         "output 'zdz'"),
         ("missing output", [('"act": out["act"], ', "")], Outcome.WRONG_OUTPUT, "output 'act' is missing"),
         (
             "wrong reduction axis",
-            [("ColVecReduce()", "RowVecReduce()"), ("import ColVecReduce,", "import RowVecReduce,")],
+            [("ColVecReduce(scaled=True)", "RowVecReduce(scaled=True)"), ("import ColVecReduce,", "import RowVecReduce,")],
             Outcome.WRONG_OUTPUT,
             "output 'zdz' has shape",
         ),

@@ -2,19 +2,31 @@
 
 Packed mode: the accumulator is dact (M, F) and C is the saved interleaved pre-activation (M, 2F); the
 epilogue writes the interleaved dpreact, the recomputed activation and the per-row statistic
-sum(dpreact * preact) (a two-product sum, so an unscaled reduce). Launches: the GEMM and the finalisation.
+sum(dpreact * preact). Per pair that is dgate*gate + dup*up = dact * act * (2 + gate*(1 - sigmoid(gate))), so the
+reduce is one scaled fold (acc, factor), one fma per element, with the sigmoid dswiglu computes anyway; as a
+two-product value it kept one more fragment live, which spilled at 128x192 (sm_90a SASS: 382 local stores against
+307) and ran 1.5-3.5% slower there (bench/results/h200-2026-12-02-i-notes.md). Launches: the GEMM and the
+finalisation.
 """
 
-from coda_agent.primitives import ColVecReduce, dswiglu, epilogue, gemm, pack, unpack
+from coda_agent.primitives import ColVecReduce, Config, dswiglu, epilogue, gemm, pack, schedule, sigmoid, unpack
 
 
-@epilogue(outputs=("act",), reduces={"zdz": ColVecReduce()}, mode="packed")
+@epilogue(outputs=("act",), reduces={"zdz": ColVecReduce(scaled=True)}, mode="packed")
 def swiglu_bwd(acc, c):
     gate, up = unpack(c)
     dgate, dup, act = dswiglu(gate, up, acc)
-    return {"D": pack(dgate, dup), "act": act, "zdz": dgate * gate + dup * up}
+    return {"D": pack(dgate, dup), "act": act, "zdz": (acc, act * (2.0 + gate * (1.0 - sigmoid(gate))))}
 
 
+# 128x192 where the K of 4096 keeps the mainloop long enough to hide the wider packed epilogue (llama3-8b, coda-h4096,
+# ragged: 1.5-3.5% faster than the 128x128 packed default in bench/results/h200-2026-12-02-i-fold-probe.log); at K 2048
+# the default stays (128x192 was 30% slower there).
+@schedule({
+    ("swiglu_bwd", 8000, 10000, 4000): Config(),
+    ("swiglu_bwd", 8192, 14336, 4096): Config(),
+    ("swiglu_bwd", 16384, 11008, 4096): Config(),
+})
 def forward(dy, w_down, preact):
     out = gemm(swiglu_bwd, dy, w_down, C=preact)
     return {"dpreact": out["D"], "act": out["act"], "zdz": out["zdz"]}
