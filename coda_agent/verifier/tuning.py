@@ -71,7 +71,7 @@ from .verdict import Outcome, ShapeTuning, StageResult, TunedGemm
 #: Repetitions per proposal: enough to rank configs; the final before/after comparison uses the full plan.
 SEARCH_REPS = RepPlan(warmup=2, target_s=0.05, min_reps=5, max_reps=20)
 #: Timed rounds per proposal whose outputs are checked. On the H200 fetching them was 70-85% of a proposal's timed
-#: rounds at the block's shapes (1.2-2.3 of 1.5-2.6 s; h200-2026-12-02-i-tune-human.json); one round still rejects a
+#: rounds at the block's shapes (1.2-2.3 of 1.5-2.6 s; h200-2026-12-02-i-tune-human-1.json); one round still rejects a
 #: config that computes wrong, and the schedule the search picks is timed again under the full checks.
 SEARCH_CHECKS = 1
 FINAL_REPS = RepPlan()
