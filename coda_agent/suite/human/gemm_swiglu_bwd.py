@@ -5,7 +5,7 @@ epilogue writes the interleaved dpreact, the recomputed activation and the per-r
 sum(dpreact * preact). Per pair that is dgate*gate + dup*up = dact * act * (2 + gate*(1 - sigmoid(gate))), so the
 reduce is one scaled fold (acc, factor), one fma per element, with the sigmoid dswiglu computes anyway; as a
 two-product value it kept one more fragment live, which spilled at 128x192 (sm_90a SASS: 382 local stores against
-307) and ran 1.5-3.5% slower there (bench/results/h200-2026-12-02-i-notes.md). Launches: the GEMM and the
+307) and ran 1.8-3.5% slower there (bench/results/h200-2026-12-02-i-notes.md). Launches: the GEMM and the
 finalisation.
 """
 
@@ -19,9 +19,9 @@ def swiglu_bwd(acc, c):
     return {"D": pack(dgate, dup), "act": act, "zdz": (acc, act * (2.0 + gate * (1.0 - sigmoid(gate))))}
 
 
-# 128x192 where the K of 4096 keeps the mainloop long enough to hide the wider packed epilogue (llama3-8b, coda-h4096,
-# ragged: 1.5-3.5% faster than the 128x128 packed default in bench/results/h200-2026-12-02-i-fold-probe.log); at K 2048
-# the default stays (128x192 was 30% slower there).
+# 128x192 at the three K-4096 shapes, where its longer mainloop per tile outweighs its wider packed epilogue (1.8-3.7%
+# faster than at the 128x128 packed default, bench/results/h200-2026-12-02-i-fold-probe.log); at K 2048 the default
+# stays (128x192 ran 25-30% slower there).
 @schedule({
     ("swiglu_bwd", 8000, 10000, 4000): Config(),
     ("swiglu_bwd", 8192, 14336, 4096): Config(),
