@@ -81,7 +81,7 @@ CACHE_FILE = "tuned_configs.json"
 #: The first line of the comment :func:`pin_schedule` writes above the decorator (and replaces on a re-tune).
 NOTE_MARK = "# coda-agent tune:"
 MODES: tuple[Mode, ...] = ("element", "acc_pair", "packed")
-#: Runner deaths under a proposal the search outlives (each restarts the runner; one more ends the stage).
+#: Runner deaths a stage outlives (each starts a fresh runner; one more ends the stage).
 MAX_RESTARTS = 2
 
 
@@ -169,8 +169,8 @@ class TuneCache:
 
 
 class SearchRunner:
-    """The search's runner process, one for every shape, started again when a proposal kills it: at most
-    :data:`MAX_RESTARTS` times, so a candidate that dies on purpose spends only its own budget."""
+    """The search's runner process, one for every shape, started again when it dies: at most :data:`MAX_RESTARTS`
+    times, so a candidate that dies on purpose spends only its own budget."""
 
     def __init__(self, start: Callable[[], RunnerClient]) -> None:
         self.start, self.restarts = start, 0
