@@ -20,7 +20,8 @@
 #             --shape options): the diffs that would pin winners, TUNE_BUDGET seconds of search per kernel
 #   cublas    bench/probes/cublas_kernels.py: the kernel cuBLAS runs at every bench GEMM shape, and its time
 #   probe     bench/probes/gpu_probe.sh without ncu: the schedule probe's kernels built in parallel, then timed
-#             (PROBE_ARGS names the rows and variants, e.g. the split-K sweep); results in .gpuwork/probe/
+#             (PROBE_ARGS, or PROBE_ARGS_FILE with one argument per line, names the rows and variants, e.g.
+#             bench/probes/args/swiglu_bwd_fold.txt); results in .gpuwork/probe/
 #   host      bench/probes/host_probe.py: the host time per call of the human kernels at the rows that timed
 #             host-bound at 666e628, plain, under the op log, after a profiler session and in the sandboxed runner
 #             (after a bench's check phase, whose kernels the runner then finds built); HOST_ARGS replaces --per-cpu

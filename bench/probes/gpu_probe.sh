@@ -5,13 +5,19 @@
 #   3. an ncu profile of the packed-mode kernel against QuACK's dgated path and a plain GEMM at coda-h2048, and of
 #      gemm_rmsnorm_bwd's 192- and 208-wide tiles at llama3-1b-gateup (NCU_S=0: none).
 # PROBE_ARGS replaces the probe's rows and variants (e.g. "--row gemm_residual --split 2"; the split-K sweep of
-# gpu_session.sh's probe phase). Results in $OUT/probe.tar.gz (or .gpuwork/probe/).
+# gpu_session.sh's probe phase); PROBE_ARGS_FILE does too, one argument per line, for variant names with spaces and
+# commas ("--only" lines, then "as written, dynamic"). Results in $OUT/probe.tar.gz (or .gpuwork/probe/).
 set -uo pipefail
 work=.gpuwork/probe
 mkdir -p "$work"
-# shellcheck disable=SC2206  # PROBE_ARGS is a list of words
-probe=(python3 bench/probes/schedule_probe.py ${PROBE_ARGS:---row gemm_swiglu_bwd --row gemm_rmsnorm_bwd --row gemm_residual
-       --sweep gemm_swiglu_bwd --sweep gemm_rmsnorm_bwd --sweep gemm_residual})
+if [ -n "${PROBE_ARGS_FILE:-}" ]; then
+  mapfile -t args < <(grep -v '^[[:space:]]*$' "$PROBE_ARGS_FILE")
+else
+  # shellcheck disable=SC2206  # PROBE_ARGS is a list of words
+  args=(${PROBE_ARGS:---row gemm_swiglu_bwd --row gemm_rmsnorm_bwd --row gemm_residual
+        --sweep gemm_swiglu_bwd --sweep gemm_rmsnorm_bwd --sweep gemm_residual})
+fi
+probe=(python3 bench/probes/schedule_probe.py "${args[@]}")
 t0=$(date +%s)
 for i in $(seq 0 11); do timeout "${BUILD_S:-240}" "${probe[@]}" --precompile "$i/12" >"$work/build-$i.log" 2>&1 & done
 wait
