@@ -221,7 +221,7 @@ class RunnerRestarted(Reject):
 
 
 def _last_line(exc: Exception) -> str:
-    """The last line of a dead runner's message (its stderr's last words: an abort's reason)."""
+    """The last non-empty line of a failure's message, cut to 200 characters (a dead runner's: its abort's reason)."""
     lines = [line for line in str(exc).splitlines() if line.strip()]
     return lines[-1][:200] if lines else "no message"
 
@@ -262,7 +262,7 @@ def search_shape(
             try:
                 us = timer.measure({**chosen, site.key: config}).gpu_us
             except Reject as rej:
-                result.failed[label] = f"{rej.outcome.value}: {rej.reason.splitlines()[-1][:200]}"
+                result.failed[label] = f"{rej.outcome.value}: {_last_line(rej)}"
                 result.seconds[label] = {"proposal": round(clock() - started, 2)}
                 continue
             parts = {"proposal": clock() - started, **timer.seconds}
