@@ -450,7 +450,7 @@ def test_bench_tune_is_the_verifiers_tune_stage_on_a_human_kernel_and_renders_a_
     result = tune.tune_human_kernel(task, "small", ["tiny"], budget_s=2.0, stage="tune_cpu")
     (call,) = result.tuned.search["tiny"].calls
     assert call.epilogue == "add_residual" and len(call.tried_us) + len(call.failed) >= 1
-    rows = tune.search_rows(result.tuned.search)
+    rows = tune.search_rows(result.tuned)
     assert rows[0][:3] == ["tiny", f"add_residual {'x'.join(map(str, call.mnk))}", "default"]
     assert rows[0][3].startswith(f"{len(call.seconds)} configs") and (" s each" in rows[0][3]) == bool(call.seconds)
     assert len(rows[0]) == len(tune.SEARCH_COLUMNS)
@@ -477,6 +477,29 @@ def test_bench_tune_writes_its_provenance_and_the_shapes_a_dead_runner_lost(monk
     assert report["device"] == "NVIDIA H200" and report["packages"]["torch"] == torch.__version__
     assert report["command"].startswith("coda-agent") and "commit" in report  # the command line as run (argv)
     assert report["tasks"]["gemm_residual"]["lost"] == lost and "tiny" in report["tasks"]["gemm_residual"]["shapes"]
+
+
+def test_bench_tune_shows_and_writes_what_a_failed_search_measured_and_exits_nonzero(monkeypatch, tmp_path):
+    task = find_task("gemm_residual")
+    searched = tune.tune_human_kernel(task, "small", ["tiny"], budget_s=1.0, stage="tune_cpu")
+    (call,) = searched.tuned.search["tiny"].calls
+    killer = "crash: what():  std::bad_variant_access (no restart left)"
+    cut = call.model_copy(update={"failed": {"128x192": killer}, "tuned": None})
+    reason = "the runner died under config 128x192 with no restart left: what():  std::bad_variant_access"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
+    monkeypatch.setattr(tune, "tune_human_kernel", lambda *a, **k: tune.KernelTuning(
+        task.name, searched.source, Tuned(None, searched.tuned.search, {}, {"llama3-8b-down": [cut]}), failed=reason))
+    out = tmp_path / "tune.json"
+    res = CliRunner().invoke(app, ["bench", "gemm_residual", "--tune", "--json", str(out)], terminal_width=250)
+    assert res.exit_code == 1, res.output
+    shown = res.output.replace("\n", "")  # the console folds long lines at its width
+    assert f"gemm_residual: the search failed: {reason}" in shown
+    assert "llama3-8b-down (cut short)" in shown and f"failed: llama3-8b-down add_residual: 128x192: {killer}" in shown
+    assert "nothing beat" not in shown and f"wrote {out}" in shown
+    written = json.loads(out.read_text())["tasks"]["gemm_residual"]
+    assert written["failed"] == reason and "tiny" in written["shapes"]
+    assert written["cut_short"]["llama3-8b-down"][0]["failed"] == {"128x192": killer}
 
 
 def test_the_targets_hold_a_kernel_to_the_faster_torch_compile():

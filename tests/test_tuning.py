@@ -384,6 +384,30 @@ def test_a_proposal_that_kills_the_runner_fails_and_the_search_goes_on_with_a_fr
         ScheduleTimer(DyingTimer(True)).measure({A: WINNER})
 
 
+def test_a_runner_that_dies_for_good_ends_the_stage_and_keeps_what_the_search_measured(monkeypatch):
+    """The last death under a proposal ends the tune stage. What it measured comes back with the failure: the shapes
+    it finished, the calls of the shape it cut short, and the config that killed the runner among their failures."""
+    small = [p.name for p in TASK.shape("small")]
+
+    class DiesAtTheLastShape(Deterministic):
+        def measure(self, table):  # a ScheduleTimer whose reopen has no restart left
+            if self.timer.point.name == small[-1] and WINNER in table.values():
+                raise RunnerCrashed("the runner process died (exit 134)\nwhat():  std::bad_variant_access\n")
+            return super().measure(table)
+
+    monkeypatch.setattr(tuning, "ScheduleTimer", DiesAtTheLastShape)
+    with pytest.raises(TuningFailed) as failed:
+        tune_schedule(TASK, HUMAN, PASSED, stage="tune_cpu", shape_set="small", budget_s=60)
+    reason = str(failed.value)
+    assert f"died under config {config_label(WINNER)} with no restart left: what():  std::bad_variant_access" in reason
+    searched = failed.value.searched
+    assert searched.source is None and set(searched.search) == set(small[:-1]) and len(small) >= 2
+    assert all(s.calls[0].tuned == WINNER for s in searched.search.values())
+    (call,) = searched.cut_short[small[-1]]
+    assert call.failed[config_label(WINNER)] == "crash: what():  std::bad_variant_access (no restart left)"
+    assert "default" in call.tried_us and config_label(WINNER) not in call.tried_us and call.tuned is None
+
+
 def test_the_budget_is_search_time_the_final_comparisons_are_not_charged_to_later_shapes(monkeypatch):
     shares = []
 

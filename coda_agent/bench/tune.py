@@ -15,17 +15,19 @@ from dataclasses import dataclass
 
 from ..primitives.configs import config_label
 from ..tasks.model import Task
-from ..verifier import DEFAULT_TUNE_BUDGET_S, Tuned, pinned_source, run_plan, tune_plan
-from ..verifier.verdict import ShapeTuning, TunedGemm
+from ..verifier import DEFAULT_TUNE_BUDGET_S, Tuned, TuningFailed, pinned_source, run_plan, tune_plan
+from ..verifier.verdict import TunedGemm
 
 
 @dataclass(frozen=True)
 class KernelTuning:
-    """One human kernel's search: the kernel as it is, and what the tuner made of it."""
+    """One human kernel's search: the kernel as it is, and what the tuner made of it (``failed``: why the search
+    ended early; ``tuned`` then holds what it had measured)."""
 
     task: str
     source: str
     tuned: Tuned
+    failed: str | None = None
 
     def diff(self) -> str:
         """The change that pins the winners (empty: nothing beat the configs as written)."""
@@ -40,29 +42,42 @@ class KernelTuning:
 def tune_human_kernel(task: Task, shape_set: str = "bench", shape_names: list[str] | None = None,
                       budget_s: float = DEFAULT_TUNE_BUDGET_S, stage: str = "tune") -> KernelTuning:
     """The tune stage on ``task``'s human kernel, uncached (a fresh measurement); ``tune_cpu`` runs it on the
-    emulator (tests). Raises :class:`~coda_agent.verifier.TuningFailed` when the search could not run."""
+    emulator (tests). A search that failed comes back with what it measured and why it failed."""
     assert task.human_file is not None
     source = task.human_file.read_text()
     plan = tune_plan(stage, shape_set, budget_s, cache=False).model_copy(update={"shape_names": shape_names})
-    return KernelTuning(task.name, source, pinned_source(source, run_plan(task, source, plan), stage))
+    try:
+        return KernelTuning(task.name, source, pinned_source(source, run_plan(task, source, plan), stage))
+    except TuningFailed as exc:
+        return KernelTuning(task.name, source, exc.searched, failed=str(exc))
 
 
 SEARCH_COLUMNS = ("shape", "gemm (M x N x K)", "as written", "searched", "tuned", "before GPU µs", "after GPU µs", "gain")
 
 
-def search_rows(search: dict[str, ShapeTuning]) -> list[list[str]]:
-    """One row per shape and gemm call (:data:`SEARCH_COLUMNS`; the times and the gain on the first call's row)."""
+def search_rows(tuned: Tuned) -> list[list[str]]:
+    """One row per shape and gemm call (:data:`SEARCH_COLUMNS`; the times and the gain on the first call's row), then
+    the shape a dead runner cut short (its best so far, never compared: no times)."""
     rows = []
-    for shape, result in search.items():
-        for i, call in enumerate(result.calls):
-            first = i == 0
-            rows.append([
-                shape if first else "", f"{call.epilogue} {'x'.join(map(str, call.mnk))}", config_label(call.written),
-                searched(call), config_label(call.tuned) if call.tuned else "as written",
-                f"{result.before.gpu_us:,.1f}" if first else "", f"{result.after.gpu_us:,.1f}" if first else "",
-                f"{result.gain:.3f}" if first else "",
-            ])
+    for shape, result in tuned.search.items():
+        times = [f"{result.before.gpu_us:,.1f}", f"{result.after.gpu_us:,.1f}", f"{result.gain:.3f}"]
+        rows += [_call_row(shape, call, times) if i == 0 else _call_row("", call, ["", "", ""])
+                 for i, call in enumerate(result.calls)]
+    for shape, calls in tuned.cut_short.items():
+        rows += [_call_row(f"{shape} (cut short)" if i == 0 else "", call, ["", "", ""]) for i, call in enumerate(calls)]
     return rows
+
+
+def _call_row(shape: str, call: TunedGemm, times: list[str]) -> list[str]:
+    return [shape, f"{call.epilogue} {'x'.join(map(str, call.mnk))}", config_label(call.written), searched(call),
+            config_label(call.tuned) if call.tuned else "as written", *times]
+
+
+def failures(tuned: Tuned) -> list[str]:
+    """Every config that could not be timed, one line each: where, which, and why (a runner's death names its abort)."""
+    calls = [(shape, call) for shape, result in tuned.search.items() for call in result.calls]
+    calls += [(shape, call) for shape, cut in tuned.cut_short.items() for call in cut]
+    return [f"{shape} {call.epilogue}: {label}: {why}" for shape, call in calls for label, why in call.failed.items()]
 
 
 def searched(call: TunedGemm) -> str:

@@ -196,39 +196,46 @@ def _progress(total: int, activity: Callable[[], str] = str) -> Iterator[Callabl
 def _tune(selected: list[Task], shapes: str, shape: list[str] | None, budget_s: float, json_out: Path | None,
           device: str) -> None:
     from ..bench.runner import command_line
-    from ..bench.tune import SEARCH_COLUMNS, search_rows, tune_human_kernel
+    from ..bench.tune import SEARCH_COLUMNS, failures, search_rows, tune_human_kernel
     from ..provenance import driver_version, git_commit, package_versions
-    from ..verifier import TuningFailed
 
+    tuned: dict[str, dict[str, object]] = {}
     report: dict[str, object] = {  # what every recorded figure names beside itself
         "date": date.today().isoformat(), "budget_s": budget_s, "device": device, "driver": driver_version(),
-        "commit": git_commit(), "packages": package_versions(), "command": command_line(), "tasks": {},
+        "commit": git_commit(), "packages": package_versions(), "command": command_line(), "tasks": tuned,
     }
     for task in selected:
         console.print(f"tuning [bold]{task.name}[/] (the verifier's tune stage, up to {budget_s:.0f} s)")
-        try:
-            result = tune_human_kernel(task, shapes, shape or None, budget_s)
-        except TuningFailed as exc:
-            console.print(f"[red]{escape(task.name)}: the search failed: {escape(str(exc))}[/]")
-            continue
-        table = Table(title=f"{task.name}: the tuned schedule against the configs as written", title_justify="left")
-        for col in SEARCH_COLUMNS:
-            table.add_column(col)
-        for row in search_rows(result.tuned.search):
-            table.add_row(*row)
-        wide_console().print(table)
-        for shape_name, why in result.tuned.lost.items():
+        result = tune_human_kernel(task, shapes, shape or None, budget_s)
+        searched = result.tuned
+        if result.failed:
+            console.print(f"[red]{escape(task.name)}: the search failed: {escape(result.failed)}[/]")
+        rows = search_rows(searched)
+        if rows:
+            table = Table(title=f"{task.name}: the tuned schedule against the configs as written", title_justify="left")
+            for col in SEARCH_COLUMNS:
+                table.add_column(col)
+            for row in rows:
+                table.add_row(*row)
+            wide_console().print(table)
+        for line in failures(searched):
+            console.print(f"  failed: {escape(line)}", highlight=False)
+        for shape_name, why in searched.lost.items():
             console.print(f"[yellow]{escape(shape_name)}: not tuned: {escape(why)}[/]")
         diff = result.diff()
-        console.print(diff or "(nothing beat the configs as written by 1% or more)", highlight=False, markup=False)
-        report["tasks"][task.name] = {  # type: ignore[index]
-            "diff": diff, "shapes": {k: v.model_dump(mode="json") for k, v in result.tuned.search.items()},
-            "lost": result.tuned.lost,
+        if not result.failed:
+            console.print(diff or "(nothing beat the configs as written by 1% or more)", highlight=False, markup=False)
+        tuned[task.name] = {
+            "failed": result.failed, "diff": diff,
+            "shapes": {k: v.model_dump(mode="json") for k, v in searched.search.items()}, "lost": searched.lost,
+            "cut_short": {k: [c.model_dump(mode="json") for c in calls] for k, calls in searched.cut_short.items()},
         }
         if json_out:  # after every task: a long sweep keeps what it finished
             write_text_atomic(json_out, json.dumps(report, indent=2) + "\n")
     if json_out:
         console.print(f"wrote {json_out}")
+    if any(t["failed"] for t in tuned.values()):
+        raise typer.Exit(1)
 
 
 NO_GPU_E2E = (

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..tasks.model import Baseline, Task
@@ -25,7 +25,7 @@ from .plan import COMPILE_STAGES, CPU_STAGES, DEFAULT_TUNE_BUDGET_S, Plan
 from .sandbox import detect as detect_sandbox
 from .stages import STAGES, Context
 from .static import check_source
-from .verdict import Outcome, OutputCheck, ShapeTuning, StageResult, Verdict
+from .verdict import Outcome, OutputCheck, ShapeTuning, StageResult, TunedGemm, Verdict
 
 __all__ = [
     "COMPILE_STAGES",
@@ -46,9 +46,6 @@ __all__ = [
     "verify",
 ]
 
-
-class TuningFailed(Exception):
-    """The tune stage could not finish (the candidate stands with the configs it was written with)."""
 
 #: Longest reason kept in a verdict (reasons reach the model's prompt).
 MAX_REASON = 2500
@@ -96,6 +93,17 @@ class Tuned:
     search: dict[str, ShapeTuning] = field(default_factory=dict)
     #: shape -> why it was not tuned (the runner died there outside a proposal; the search went on without it)
     lost: dict[str, str] = field(default_factory=dict)
+    #: shape -> the calls searched there when the runner died for good (no final comparison; the search ended)
+    cut_short: dict[str, list[TunedGemm]] = field(default_factory=dict)
+
+
+class TuningFailed(Exception):
+    """The tune stage could not finish (the candidate stands with the configs it was written with); ``searched`` is
+    what it measured before it ended."""
+
+    def __init__(self, reason: str, searched: Tuned | None = None) -> None:
+        super().__init__(reason)
+        self.searched = searched or Tuned(None)
 
 
 def tune_schedule(
@@ -116,12 +124,10 @@ def pinned_source(source: str, tuned: Verdict, stage: str = "tune", min_gain: fl
     time, and the search. Raises :class:`TuningFailed` when the search failed."""
     result = tuned.stage(stage)
     if not tuned.passed or result is None:
-        raise TuningFailed(tuned.reason or tuned.outcome.value)
+        raise TuningFailed(tuned.reason or tuned.outcome.value, _searched(result))
     table = tuning.tuned_table(result, min_gain)
-    shapes_lost = result.details.get("shapes_lost")
-    lost = {str(k): str(v) for k, v in shapes_lost.items()} if isinstance(shapes_lost, dict) else {}
     if not table:
-        return Tuned(None, dict(result.tuning), lost)
+        return _searched(result)
     device = str(result.details.get("device", ""))
     # ASCII only: the runner reads the module in whatever locale its sandbox has.
     notes = [f"configs pinned by the harness's tune stage on {device}; forward() as written -> tuned (GPU time):"]
@@ -131,7 +137,18 @@ def pinned_source(source: str, tuned: Verdict, stage: str = "tune", min_gain: fl
         for name, t in result.tuning.items()
     ]
     notes += tuning.pinned_notes(source, measured=result.tuning)
-    return Tuned(tuning.pin_schedule(source, table, notes), dict(result.tuning), lost)
+    return replace(_searched(result), source=tuning.pin_schedule(source, table, notes))
+
+
+def _searched(result: StageResult | None) -> Tuned:
+    """What a tune stage measured, nothing pinned (an empty search when the stage never ran)."""
+    if result is None:
+        return Tuned(None)
+    lost, cut = result.details.get("shapes_lost"), result.details.get("cut_short")
+    return Tuned(
+        None, dict(result.tuning), {str(k): str(v) for k, v in lost.items()} if isinstance(lost, dict) else {},
+        {str(k): [TunedGemm.model_validate(c) for c in calls] for k, calls in cut.items()} if isinstance(cut, dict) else {},
+    )
 
 
 def run_plan(task: Task, source: str, plan: Plan) -> Verdict:

@@ -12,8 +12,9 @@ evenly over the shapes still to tune (what one leaves over goes to the next), an
 still to search; a proposal under way finishes. Finally forward() as written and under the tuned schedule are timed
 interleaved with the full repetition plan and every round checked. A config that fails (raises, launches something
 else, computes a wrong result, kills the runner) is recorded and skipped; a dead runner is started again, at most
-:data:`MAX_RESTARTS` times in a stage (the next death ends it, and the candidate keeps its configs). A death outside
-a proposal (the shape's traced call, its final comparison) loses that shape only (``details["shapes_lost"]``).
+:data:`MAX_RESTARTS` times in a stage (the next death ends it, and the candidate keeps its configs; what that shape's
+search had measured, the config that killed it included, stays in ``details["cut_short"]``). A death outside a
+proposal (the shape's traced call, its final comparison) loses that shape only (``details["shapes_lost"]``).
 
 A finished search is cached by (epilogue signature: name + hash of its source, M, N, K, device, package
 versions) in ``settings.cache_dir()/tuned_configs.json``, so an unchanged epilogue is not searched twice.
@@ -220,6 +221,15 @@ class RunnerRestarted(Reject):
     """A measurement the runner died under; a fresh one has taken its place (a proposal's: that config failed)."""
 
 
+class SearchCut(RunnerCrashed):
+    """The runner died under a proposal with no restart left: the stage ends, and ``calls`` is what the search at that
+    shape had measured (the fatal config among its failures)."""
+
+    def __init__(self, crash: RunnerCrashed, label: str, calls: list[TunedGemm]) -> None:
+        super().__init__(f"the runner died under config {label} with no restart left: {_last_line(crash)}")
+        self.calls = calls
+
+
 def _last_line(exc: Exception) -> str:
     """The last non-empty line of a failure's message, cut to 200 characters (a dead runner's: its abort's reason)."""
     lines = [line for line in str(exc).splitlines() if line.strip()]
@@ -265,6 +275,10 @@ def search_shape(
                 result.failed[label] = f"{rej.outcome.value}: {_last_line(rej)}"
                 result.seconds[label] = {"proposal": round(clock() - started, 2)}
                 continue
+            except RunnerCrashed as exc:  # and no runner to go on with
+                result.failed[label] = f"{Outcome.CRASH.value}: {_last_line(exc)} (no restart left)"
+                result.seconds[label] = {"proposal": round(clock() - started, 2)}
+                raise SearchCut(exc, label, results) from None
             parts = {"proposal": clock() - started, **timer.seconds}
             result.seconds[label] = {k: round(v, 2) for k, v in parts.items()}
             result.tried_us[label] = us
@@ -311,6 +325,9 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str) -> StageRe
                     left = max(0.0, left - (time.monotonic() - started))
                     before, after = search.compare(chosen) if chosen else (written, written)
                     search.timer.close()
+                except SearchCut as cut:  # the stage ends (below); what this shape's search measured stays
+                    details["cut_short"] = {point.name: [c.model_dump(mode="json") for c in cut.calls]}
+                    raise
                 except RunnerRestarted as exc:  # under forward() as written, which the search measures first
                     lost[point.name] = exc.reason
                     continue
