@@ -17,7 +17,8 @@
 #   tune-run  the agent with a scripted model on a task without a human kernel (bench/tune_demo): the candidate's
 #             deliberately poor gemm config is tuned on the GPU, the record keeps the speed before and after
 #   tune-human  `bench --tune` on the human kernels of the narrow-N rows (issue 9), or TUNE_TASKS (tasks and
-#             --shape options): the diffs that would pin winners, TUNE_BUDGET seconds of search per kernel
+#             --shape options): the diffs that would pin winners, TUNE_BUDGET seconds of search per kernel, the
+#             search (a failed one's too) in TUNE_JSON (default .gpuwork/tune-human.json)
 #   cublas    bench/probes/cublas_kernels.py: the kernel cuBLAS runs at every bench GEMM shape, and its time
 #   probe     bench/probes/gpu_probe.sh without ncu: the schedule probe's kernels built in parallel, then timed
 #             (PROBE_ARGS, or PROBE_ARGS_FILE with one argument per line, names the rows and variants, e.g.
@@ -92,7 +93,7 @@ for spec in "$@"; do
     tune-run) run_phase tune-run "$secs" python3 -m coda_agent run bench/tune_demo/my_residual/my_residual.yaml \
                 --model mock/bench/tune_demo/untuned_residual.yaml --rounds 1 --tune-budget "${TUNE_BUDGET:-120}" ;;
     tune-human) run_phase tune-human "$secs" python3 -m coda_agent bench ${TUNE_TASKS:-gemm_residual gemm_residual_rmsnorm \
-                  gemm_rmsnorm_bwd} --tune --tune-budget "${TUNE_BUDGET:-100}" --json "$work/tune-human.json" ;;
+                  gemm_rmsnorm_bwd} --tune --tune-budget "${TUNE_BUDGET:-100}" --json "${TUNE_JSON:-$work/tune-human.json}" ;;
     cublas) run_phase cublas "$secs" python3 bench/probes/cublas_kernels.py --json "$work/cublas.jsonl" ;;
     probe) run_phase probe "$secs" env NCU_S=0 OUT= bash bench/probes/gpu_probe.sh ;;
     host) run_phase host "$secs" python3 bench/probes/host_probe.py ${HOST_ARGS:---per-cpu} --json "$work/host.jsonl" ;;
