@@ -391,6 +391,53 @@ def test_the_config_space_is_what_quack_accepts_for_the_mode_default_first():
             P.Config(tile_m=tile_m, tile_n=tile_n, pingpong=False).check("element", False)
 
 
+def test_a_tile_split_along_n_is_refused_with_an_n_major_b_before_anything_is_built():
+    """QuACK's SM90 kernel lays a cooperative 320-row tile's (or 192 x >128's) warp groups side by side along N; with
+    an N-major B the CuTe DSL compiler aborts the process (std::bad_variant_access, seen on the CPU and the H200).
+    gemm(), the harness's schedule and the tune stage's space all refuse it, with the rule, for that layout only."""
+    from coda_agent.primitives.configs import config_space
+
+    split = [P.Config(tile_m=320, tile_n=128, pingpong=False), P.Config(tile_m=192, tile_n=192, pingpong=False)]
+    for config in split:
+        assert config.splits_n
+        config.check("element", True, b_major="k")
+        with pytest.raises(P.EpilogueError, match=r"splits the tile along N .* N-major B"):
+            config.check("element", True, b_major="n")
+    for config in (P.Config(tile_m=192, tile_n=128, pingpong=False), P.Config(tile_m=256, tile_n=192, pingpong=False),
+                   P.Config(tile_n=208)):
+        assert not config.splits_n
+        config.check("element", True, b_major="n")
+    k_major = config_space("element", True, (8192, 4096, 28672))
+    assert set(k_major) - set(config_space("element", True, (8192, 4096, 28672), b_major="n")) == {
+        c for c in k_major if c.splits_n} and len({c for c in k_major if c.splits_n}) == 4
+
+    a, w = torch.zeros(64, 32).bfloat16(), torch.zeros(96, 32).bfloat16()
+
+    @P.epilogue()
+    def plain(acc):
+        return {}
+
+    assert P.gemm(plain, a, w.t(), config=split[0])["D"].shape == (64, 96)  # w.t(): K-major
+    with pytest.raises(P.EpilogueError, match="pass B K-major"):
+        P.gemm(plain, a, w.t().contiguous(), config=split[0])
+
+
+def test_a_tile_split_along_n_builds_for_sm90_with_a_k_major_b(tmp_path, monkeypatch):
+    """The rule above is no wider than QuACK needs: with a K-major B the same tile builds (a real sm_90a compile)."""
+    import quack.cache
+
+    monkeypatch.setattr(quack.cache, "CACHE_DIR", str(tmp_path))
+    a, w, r = torch.zeros(256, 64).bfloat16(), torch.zeros(384, 64).bfloat16(), torch.zeros(256, 384).bfloat16()
+
+    @P.epilogue()
+    def add_c(acc, c):
+        return {"D": acc + c}
+
+    with backend.using("quack-compile"):
+        out = P.gemm(add_c, a, w.t(), C=r, config=P.Config(tile_m=320, tile_n=128, pingpong=False))
+    assert out["D"].shape == (256, 384) and any(tmp_path.rglob("*.o"))
+
+
 def test_a_starved_grid_adds_split_k_to_the_space_where_each_split_keeps_enough_k():
     """Fewer output tiles than SMs at the default tile: the tune stage may try split-K; a full grid, a call that
     stores no D, or a K too short to split never gets it."""

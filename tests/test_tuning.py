@@ -57,7 +57,7 @@ def test_the_runner_logs_each_gemm_calls_config_and_runs_under_the_harness_sched
         (as_written,) = client.fetch(1 << 30)
         (gemm,) = [op for op in ops if "gemm" in op]
         assert gemm["gemm"] == list(key[1:]) and gemm["epilogue"] == "residual_rms"
-        assert gemm["mode"] == "element" and gemm["outputs"] == 1 and gemm["config"] is None  # the schedule pins only bench shapes
+        assert gemm["mode"] == "element" and gemm["outputs"] == 1 and gemm["config"] is None and gemm["b_major"] == "k"  # the schedule pins only bench shapes
         client.set_schedule({key: WINNER})
         (ops,) = client.run(["s"], keep=[0]).ops
         (scheduled,) = client.fetch(1 << 30)
@@ -136,6 +136,22 @@ def test_a_starved_call_is_searched_with_split_k_too_and_the_op_log_says_whether
     timer = FakeTimer(lambda table: 1000.0)
     search_shape([no_d], timer, deadline=1e9, cache=TuneCache(None, "H200"), signatures={})
     assert all(c.split_k == 1 for table in timer.asked for c in table.values())
+
+
+def test_a_call_with_an_n_major_b_is_never_searched_with_a_tile_quack_cannot_build_for_it():
+    """A cooperative tile split along N aborts the CuTe DSL compiler with an N-major B (gemm_rmsnorm_bwd's dz @ w):
+    the op log says which layout B has, and the search leaves those tiles out rather than lose a runner to each."""
+    op = {"gemm": [8192, 4096, 28672], "epilogue": "rms_bwd", "mode": "element", "outputs": 1, "config": None}
+    (n_major,) = gemm_sites([{**op, "b_major": "n"}])
+    (k_major,) = gemm_sites([op])
+    assert n_major.b_major == "n" and k_major.b_major == "k"
+    asked = {}
+    for site in (n_major, k_major):
+        timer = FakeTimer(lambda table: 1000.0)
+        search_shape([site], timer, deadline=1e9, cache=TuneCache(None, "H200"), signatures={})
+        asked[site.b_major] = {c for table in timer.asked for c in table.values()}
+    assert not any(c.splits_n for c in asked["n"]) and asked["k"] - asked["n"] == {c for c in asked["k"] if c.splits_n}
+    assert len(asked["k"] - asked["n"]) == 4
 
 
 def test_the_search_stops_at_the_budget_and_caches_only_finished_searches():

@@ -18,6 +18,8 @@ import torch
 from ._ops import ColVecLoad, ColVecReduce, ColVecSelect, OnlineLSEReduce, Pin, RowVecLoad, RowVecReduce, Sink
 
 Mode = Literal["element", "acc_pair", "packed"]
+#: Which of B's dims is contiguous, as QuACK labels it: "k" (B = w.t() of an (N, K) weight) or "n" (a (K, N) tensor).
+Major = Literal["k", "n"]
 OperandKind = Literal["scalar", "row", "col", "tile"]
 RESERVED = frozenset({"acc", "D"})
 #: The most K splits a Config may ask for (each split's K range must stay long enough to pipeline).
@@ -37,7 +39,8 @@ class Config:
     of a wave of tiles (narrow N such as M 8192 x N 2048): ``configs.default_config``. Pingpong needs
     tile_m in {64, 128, 192} and tile_n <= 256/208/128 respectively; cooperative (pingpong=False) allows
     tile_m in {64, 128, 192, 256, 320}, with tile_n <= 256 (or a multiple of 32 up to 512), and for tile_m 192 or
-    320 a multiple of 32 up to 256 or 160.
+    320 a multiple of 32 up to 256 or 160. Those two (192 only with tile_n > 128) put the warp groups side by side
+    along N, which QuACK cannot build with an N-major B (a (K, N) tensor rather than ``w.t()``): refused.
     tile_n must be a multiple of 16 (of 32 for acc_pair mode with an extra output).
     split_k > 1 splits K across that many CTAs per output tile (QuACK's serial split-K: the partial sums meet in
     FP32 in split order, so the result is the same run to run, and the epilogue runs once, on the last split); it
@@ -52,8 +55,8 @@ class Config:
     max_swizzle_size: int = 8
     split_k: int = 1
 
-    def check(self, mode: Mode, has_outputs: bool, store_d: bool = True) -> None:
-        """Reject configs QuACK would reject on SM90, with the rule that failed."""
+    def check(self, mode: Mode, has_outputs: bool, store_d: bool = True, b_major: Major = "k") -> None:
+        """Reject configs QuACK would reject on SM90, or could not build, with the rule that failed."""
         problems = []
         if not 1 <= self.split_k <= MAX_SPLIT_K:
             problems.append(f"split_k must be 1 to {MAX_SPLIT_K}, got {self.split_k}")
@@ -79,8 +82,19 @@ class Config:
             problems.append("cluster_m * cluster_n must be 1, 2 or 4")
         if mode == "acc_pair" and has_outputs and self.tile_n % 32:
             problems.append("acc_pair mode with extra outputs needs tile_n % 32 == 0")
+        if b_major == "n" and self.splits_n:
+            problems.append(
+                f"cooperative {self.tile_m}x{self.tile_n} splits the tile along N between its two warp groups, and "
+                "QuACK's SM90 kernel does not build that with an N-major B (the CuTe DSL compiler aborts): pass B "
+                "K-major (w.t() of an (N, K) weight), or use tile_m 128 or 256, or 192 with tile_n <= 128")
         if problems:
             raise EpilogueError("invalid Config: " + "; ".join(problems))
+
+    @property
+    def splits_n(self) -> bool:
+        """Whether QuACK lays the two warp groups of a cooperative tile side by side along N (tile_m 320, or 192
+        with tile_n > 128: ``GemmSm90.__init__``'s atom layout) instead of along M."""
+        return not self.pingpong and (self.tile_m == 320 or (self.tile_m == 192 and self.tile_n > 128))
 
 
 @dataclass
@@ -226,6 +240,14 @@ class GemmCall:
         """(epilogue name, M, N, K): how a :func:`schedule` names this call."""
         return (self.epi.name, self.m, self.n, int(self.A.shape[1]))
 
+    @property
+    def b_major(self) -> Major:
+        return b_major(self.B)
+
+    def check_config(self, config: Config) -> None:
+        """``config`` against this call's mode, outputs, D and B's layout (:meth:`Config.check`)."""
+        config.check(self.epi.mode, bool(self.epi.outputs), self.store_d, self.b_major)
+
     def stored_shapes(self) -> dict[str, tuple[int, int]]:
         """The shapes of what the kernel stores (all in ``out_dtype``): D (unless ``store_d`` is off) and the extra
         outputs."""
@@ -248,6 +270,12 @@ class GemmCall:
             for name, sink in self.epi.sinks.items()
         }
         return stored, reduced
+
+
+def b_major(B: torch.Tensor) -> Major:
+    """B's (K, N) layout as QuACK reads it (``gemm_tvm_ffi_utils.get_major`` of its (N, K) view)."""
+    return "k" if B.stride(0) == 1 else "n"
+
 
 
 #: What D and the extra outputs can be stored as.
@@ -445,12 +473,12 @@ def _check(epi: Epilogue, A: Any, B: Any, C: Any, operands: dict[str, Any], out_
     pinned = pinned_config(key)
     if pinned is not None:
         try:
-            pinned.check(epi.mode, bool(epi.outputs), store_d)
+            pinned.check(epi.mode, bool(epi.outputs), store_d, b_major(B))
         except EpilogueError as exc:
             raise EpilogueError(f"schedule entry {key}: {exc}") from None
         config = pinned
     elif config is not None:
-        config.check(epi.mode, bool(epi.outputs), store_d)
+        config.check(epi.mode, bool(epi.outputs), store_d, b_major(B))
     resolved = {name: operand(kind, operands[name]) for name, kind in kinds}
     _check_tma_alignment(GemmCall(epi, A, B, C, resolved, indices, dtype, config, store_d))
     return _Checked(kinds, dtype, config)

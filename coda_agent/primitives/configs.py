@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from ._epilogue import Config, EpilogueError, GemmCall, Mode
+from ._epilogue import Config, EpilogueError, GemmCall, Major, Mode
 from ._ops import RowVecReduce
 from ._schedule import ScheduleKey
 from .quack_patches import H200_SM_COUNT
@@ -47,7 +47,7 @@ Runner = Callable[[GemmCall], dict[str, torch.Tensor]]
 
 
 def config_space(mode: Mode, has_outputs: bool, mnk: tuple[int, int, int] | None = None, store_d: bool = True,
-                 sms: int = H200_SM_COUNT) -> list[Config]:
+                 sms: int = H200_SM_COUNT, b_major: Major = "k") -> list[Config]:
     """Every config of :data:`TILES` x :data:`CLUSTERS` that QuACK accepts for this epilogue, the default first; for
     a call of ``mnk`` whose default tiles fill less than one wave of ``sms``, also the :data:`STARVED_SPLITS` that
     keep :data:`MIN_SPLIT_DEPTH` of K each. For a call of ``mnk`` the rest come in the order of their
@@ -60,7 +60,7 @@ def config_space(mode: Mode, has_outputs: bool, mnk: tuple[int, int, int] | None
     space = []
     for config in candidates:
         try:
-            config.check(mode, has_outputs, store_d)
+            config.check(mode, has_outputs, store_d, b_major)
         except EpilogueError:
             continue
         space.append(config)
@@ -222,7 +222,7 @@ class ScheduleOverride:
             config = self.table.get(call.key)
             if config is None:
                 return run(call)
-            config.check(call.epi.mode, bool(call.epi.outputs), call.store_d)
+            call.check_config(config)
             return run(dataclasses.replace(call, config=config))
 
         return overridden

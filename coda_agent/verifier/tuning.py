@@ -43,7 +43,7 @@ import torch
 from ..atomic import write_text_atomic
 from ..measure.timing import RepPlan, Timing
 from ..primitives import Config
-from ..primitives._epilogue import Mode
+from ..primitives._epilogue import Major, Mode
 from ..primitives._schedule import ScheduleKey
 from ..primitives.configs import (
     Schedule,
@@ -95,6 +95,7 @@ class GemmSite:
     has_outputs: bool
     written: Config | None
     store_d: bool = True
+    b_major: Major = "k"
 
     @property
     def mnk(self) -> tuple[int, int, int]:
@@ -115,7 +116,8 @@ def gemm_sites(ops: Sequence[Mapping[str, Any]]) -> list[GemmSite]:
         except ValueError:
             written = None
         key = (name, dims[0], dims[1], dims[2])
-        sites.setdefault(key, GemmSite(key, cast(Mode, mode), bool(op.get("outputs")), written, op.get("store_d") is not False))
+        sites.setdefault(key, GemmSite(key, cast(Mode, mode), bool(op.get("outputs")), written, op.get("store_d") is not False,
+                                       "n" if op.get("b_major") == "n" else "k"))
     return list(sites.values())
 
 
@@ -261,7 +263,7 @@ def search_shape(
                 chosen[site.key] = result.tuned = cached
             continue
         complete = True
-        for config in config_space(site.mode, site.has_outputs, site.mnk, site.store_d):
+        for config in config_space(site.mode, site.has_outputs, site.mnk, site.store_d, b_major=site.b_major):
             if config == effective:
                 continue
             if clock() >= share:
