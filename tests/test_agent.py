@@ -486,9 +486,12 @@ def test_task_changed_since_the_run_started_refuses_to_resume(tmp_path):
 
 @pytest.mark.gpu
 def test_agent_on_the_gpu_times_candidates_against_the_human_kernel(tmp_path):
-    """The real GPU stages: the human kernel is timed once, a correct candidate gets a timing record."""
+    """The real GPU stages: the human kernel is timed once, a correct candidate gets a timing record, and its
+    schedule search runs on the run's executor (a short budget: the tuner's own GPU tests search for real; at the
+    default 300 s this test ran past seven minutes)."""
     provider = MockProvider([REFUSED, CORRECT])
-    cfg = AgentConfig.for_this_machine("mock/test", budgets=Budgets(rounds=2), target_speedup=0.8, seeds=(0,))
+    cfg = AgentConfig.for_this_machine("mock/test", budgets=Budgets(rounds=2), target_speedup=0.8, seeds=(0,),
+                                       tune_budget_s=20.0)
     assert cfg.stages == ("gpu_correctness", "profile") and cfg.shape_set == "bench"
     agent = Agent.create(TASK, provider, cfg, tmp_path)
     summary = run(agent)
@@ -497,6 +500,7 @@ def test_agent_on_the_gpu_times_candidates_against_the_human_kernel(tmp_path):
     assert reader.header.device != "cpu"
     refused, correct = reader.attempts()
     assert refused.outcome == "static_rejected" and correct.passed, correct.verdict.reason
+    assert "tune" in correct.durations and correct.durations["tune"] < 300
     assert set(correct.timing["shapes"]) == set(reader.header.human_timing)
     assert 0.5 < correct.timing["speedup_vs_human"] < 2 and 0 < correct.timing["sol_fraction"] <= 1.5
     assert summary.best_attempt == 2 and summary.speedup_vs_human == correct.timing["speedup_vs_human"]
