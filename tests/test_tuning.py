@@ -427,7 +427,7 @@ def test_a_runner_that_dies_for_good_ends_the_stage_and_keeps_what_the_search_me
 def test_the_budget_is_search_time_the_final_comparisons_are_not_charged_to_later_shapes(monkeypatch):
     shares = []
 
-    def search(sites, timer, deadline, cache, signatures):
+    def search(sites, timer, deadline, cache, signatures, unbuildable=None):
         shares.append(deadline - time.monotonic())
         return {sites[0].key: WINNER}, [], Timing(median_us=120.0)
 

@@ -66,6 +66,12 @@ class RunnerCrashed(RunnerError):
     pass
 
 
+def last_line(exc: Exception) -> str:
+    """The last non-empty line of a failure's message, cut to 200 characters (a dead runner's: its abort's reason)."""
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return lines[-1][:200] if lines else "no message"
+
+
 class RunnerTimedOut(RunnerError):
     pass
 

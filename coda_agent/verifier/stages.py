@@ -66,9 +66,11 @@ class Context:
         return points
 
     @contextmanager
-    def runner(self, backend: str, device: str) -> Iterator[RunnerClient]:
+    def runner(self, backend: str, device: str, deadline: float | None = None) -> Iterator[RunnerClient]:
+        """A runner of the candidate in the sandbox, killed at the stage's deadline (or an earlier ``deadline``)."""
         with RunnerClient(
-            self.source, backend=backend, device=device, constants=dict(self.task.constants), deadline=self.deadline,
+            self.source, backend=backend, device=device, constants=dict(self.task.constants),
+            deadline=self.deadline if deadline is None else min(deadline, self.deadline),
             cache_dir=quack_cache_for(self.source), hidden=hidden_paths(self.task),
         ) as client:
             yield client

@@ -7,7 +7,10 @@ at a time: every config of :func:`~coda_agent.primitives.configs.config_space` v
 whole, candidate only, by the checker's honest protocol (:class:`~.gpu.ShapeTimer`, fewer reps, one round's outputs
 checked); the fastest by the GPU's time (the CUDA events: a config changes only the kernels, and a host-bound
 forward() would hide that behind its host time) stays for the next call.
-The plan's budget is seconds of search (the runner's start-up and the final comparisons are not counted), split
+On the GPU, the configs a shape's search will propose are first built for sm_90a by CPU processes side by side
+(:mod:`.builds`), so a proposal loads its kernels instead of building them, and a config whose build fails or aborts
+is recorded as failed without being proposed.
+The plan's budget is seconds of search (the builds count; the runner's start-up and the final comparisons do not), split
 evenly over the shapes still to tune (what one leaves over goes to the next), and at a shape over its gemm calls
 still to search; a proposal under way finishes. Finally forward() as written and under the tuned schedule are timed
 interleaved with the full repetition plan and every round checked. A config that fails (raises, launches something
@@ -31,8 +34,8 @@ import ast
 import hashlib
 import json
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
-from contextlib import ExitStack
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -56,7 +59,8 @@ from ..primitives.configs import (
 from ..provenance import package_versions
 from ..settings import cache_dir
 from ..tasks.model import ShapePoint
-from .client import RunnerClient, RunnerCrashed, RunnerError
+from .builds import Build, build_configs
+from .client import RunnerClient, RunnerCrashed, RunnerError, last_line
 from .gpu import ShapeTimer
 from .stages import Context, Reject, runner_failure, stage
 from .static import (
@@ -100,6 +104,15 @@ class GemmSite:
     @property
     def mnk(self) -> tuple[int, int, int]:
         return self.key[1], self.key[2], self.key[3]
+
+    def space(self) -> list[Config]:
+        """The configs to search for this call (:func:`~coda_agent.primitives.configs.config_space`)."""
+        return config_space(self.mode, self.has_outputs, self.mnk, self.store_d, b_major=self.b_major)
+
+    @property
+    def effective(self) -> Config:
+        """The config it runs as written (None in the log runs QuACK's SM90 default, which is Config())."""
+        return self.written or Config()
 
 
 def gemm_sites(ops: Sequence[Mapping[str, Any]]) -> list[GemmSite]:
@@ -206,7 +219,7 @@ class ScheduleTimer:
             if timer is None:
                 raise
             self.timer = timer
-            raise RunnerRestarted(Outcome.CRASH, f"the runner died under it (restarted): {_last_line(exc)}") from None
+            raise RunnerRestarted(Outcome.CRASH, f"the runner died under it (restarted): {last_line(exc)}") from None
 
     @property
     def seconds(self) -> dict[str, float]:
@@ -228,23 +241,19 @@ class SearchCut(RunnerCrashed):
     shape had measured (the fatal config among its failures)."""
 
     def __init__(self, crash: RunnerCrashed, label: str, calls: list[TunedGemm]) -> None:
-        super().__init__(f"the runner died under config {label} with no restart left: {_last_line(crash)}")
+        super().__init__(f"the runner died under config {label} with no restart left: {last_line(crash)}")
         self.calls = calls
-
-
-def _last_line(exc: Exception) -> str:
-    """The last non-empty line of a failure's message, cut to 200 characters (a dead runner's: its abort's reason)."""
-    lines = [line for line in str(exc).splitlines() if line.strip()]
-    return lines[-1][:200] if lines else "no message"
 
 
 def search_shape(
     sites: Sequence[GemmSite], timer: ScheduleTimer, deadline: float, cache: TuneCache, signatures: Mapping[str, str],
-    clock: Callable[[], float] = time.monotonic,
+    clock: Callable[[], float] = time.monotonic, unbuildable: Mapping[Build, str] | None = None,
 ) -> tuple[dict[ScheduleKey, Config], list[TunedGemm], Timing]:
     """Coordinate descent over the calls at one shape: (the harness schedule found, per call what happened, the
     time of forward() as written). Each call gets an equal share of the time left when its turn comes (a block's
-    second GEMM is searched too when forward() is slow); a call whose search its share cut short is not cached."""
+    second GEMM is searched too when forward() is slow); a call whose search its share cut short is not cached.
+    A config in ``unbuildable`` (its build failed, :mod:`.builds`) is recorded as failed and never proposed."""
+    unbuildable = unbuildable or {}
     written = timer.measure({})
     best = written.gpu_us
     chosen: dict[ScheduleKey, Config] = {}
@@ -253,7 +262,7 @@ def search_shape(
         share = clock() + max(0.0, deadline - clock()) / (len(sites) - i)
         result = TunedGemm(epilogue=site.key[0], mnk=site.mnk, mode=site.mode, written=site.written)
         results.append(result)
-        effective = site.written or Config()  # None runs QuACK's SM90 default, which is Config()
+        effective = site.effective
         result.tried_us[config_label(site.written)] = best
         signature = signatures.get(site.key[0], site.key[0])
         cached = cache.get(signature, site.mnk)
@@ -263,22 +272,25 @@ def search_shape(
                 chosen[site.key] = result.tuned = cached
             continue
         complete = True
-        for config in config_space(site.mode, site.has_outputs, site.mnk, site.store_d, b_major=site.b_major):
+        for config in site.space():
             if config == effective:
                 continue
             if clock() >= share:
                 complete = False
                 break
             label = config_label(config)
+            if (site.key[0], config) in unbuildable:
+                result.failed[label] = f"{Outcome.COMPILE_ERROR.value}: {unbuildable[site.key[0], config]}"
+                continue
             started = clock()
             try:
                 us = timer.measure({**chosen, site.key: config}).gpu_us
             except Reject as rej:
-                result.failed[label] = f"{rej.outcome.value}: {_last_line(rej)}"
+                result.failed[label] = f"{rej.outcome.value}: {last_line(rej)}"
                 result.seconds[label] = {"proposal": round(clock() - started, 2)}
                 continue
             except RunnerCrashed as exc:  # and no runner to go on with
-                result.failed[label] = f"{Outcome.CRASH.value}: {_last_line(exc)} (no restart left)"
+                result.failed[label] = f"{Outcome.CRASH.value}: {last_line(exc)} (no restart left)"
                 result.seconds[label] = {"proposal": round(clock() - started, 2)}
                 raise SearchCut(exc, label, results) from None
             parts = {"proposal": clock() - started, **timer.seconds}
@@ -308,6 +320,10 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str) -> StageRe
     lost: dict[str, str] = {}  # shape -> why: the runner died there outside a proposal and was started again
     details["shapes_lost"] = lost
     left = ctx.plan.tune_budget_s  # seconds of search: the runner's start-up and the final comparisons are not its
+    built: set[Build] = set()  # what the builders were given at an earlier shape (a kernel does not depend on sizes)
+    unbuildable: dict[Build, str] = {}
+    builds: dict[str, dict[str, float]] = {}  # shape -> configs built beforehand, how many failed, seconds
+    details["builds"] = builds
     try:
         with ExitStack() as stack:
             runner = SearchRunner(lambda: stack.enter_context(ctx.runner(backend_name, device)))
@@ -323,7 +339,14 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str) -> StageRe
 
                     search = ScheduleTimer(timer, reopen)
                     started = time.monotonic()
-                    chosen, calls, written = search_shape(sites, search, started + left / (len(points) - i), cache, signatures)
+                    share = started + left / (len(points) - i)
+                    if backend_name == "quack":  # the GPU's proposals, built beforehand by CPU processes
+                        wanted, failed = prebuild(ctx, sites, signatures, cache, built, share)
+                        unbuildable.update(failed)
+                        builds[point.name] = {"configs": wanted, "failed": len(failed),
+                                              "seconds": round(time.monotonic() - started, 2)}
+                    chosen, calls, written = search_shape(sites, search, share, cache, signatures,
+                                                          unbuildable=unbuildable)
                     left = max(0.0, left - (time.monotonic() - started))
                     before, after = search.compare(chosen) if chosen else (written, written)
                     search.timer.close()
@@ -338,7 +361,7 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str) -> StageRe
                 except RunnerCrashed as exc:  # outside a measurement (the shape's traced call, its final comparison)
                     if not runner.restart():
                         raise
-                    lost[point.name] = f"the runner died (restarted): {_last_line(exc)}"
+                    lost[point.name] = f"the runner died (restarted): {last_line(exc)}"
                     continue
                 tuning[point.name] = ShapeTuning(dims=point.dims, before=before, after=after, calls=calls)
         details["runner_restarts"] = runner.restarts
@@ -349,6 +372,26 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str) -> StageRe
     summary = "; ".join(f"{s}: {t.before.gpu_us:.1f} -> {t.after.gpu_us:.1f} µs" for s, t in tuning.items())
     summary += "".join(f"; {s}: not tuned, {why}" for s, why in lost.items())
     return result(Outcome.PASSED, f"tuned (GPU time: {summary})")
+
+
+def prebuild(ctx: Context, sites: Sequence[GemmSite], signatures: Mapping[str, str], cache: TuneCache, built: set[Build],
+             deadline: float) -> tuple[int, dict[Build, str]]:
+    """Build for sm_90a, side by side on the CPU, what this shape's search will propose and no earlier shape built
+    (:mod:`.builds`): (how many configs, the ones that failed with why)."""
+    small = ctx.task.shape("small")
+    wanted = [(s.key[0], c) for s in sites if cache.get(signatures[s.key[0]], s.mnk) is None
+              for c in s.space() if c != s.effective and (s.key[0], c) not in built]
+    built.update(wanted)
+    if not small or not wanted:
+        return len(wanted), {}
+
+    @contextmanager
+    def compile_runner() -> Iterator[RunnerClient]:
+        with ctx.runner("quack-compile", "cpu", deadline) as client:
+            client.put("build", ctx.task.make_inputs(small[0].dims, 0))
+            yield client
+
+    return len(wanted), build_configs(wanted, compile_runner, deadline)
 
 
 @stage("tune")
