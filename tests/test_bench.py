@@ -489,7 +489,8 @@ def test_bench_tune_shows_and_writes_what_a_failed_search_measured_and_exits_non
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
     monkeypatch.setattr(tune, "tune_human_kernel", lambda *a, **k: tune.KernelTuning(
-        task.name, searched.source, Tuned(None, searched.tuned.search, {}, {"llama3-8b-down": [cut]}), failed=reason))
+        task.name, searched.source, Tuned(None, searched.tuned.search, {}, {"llama3-8b-down": [cut]},
+              {"tiny": {"configs": 13, "failed": 2, "seconds": 21.5}}), failed=reason))
     out = tmp_path / "tune.json"
     res = CliRunner().invoke(app, ["bench", "gemm_residual", "--tune", "--json", str(out)], terminal_width=250)
     assert res.exit_code == 1, res.output
@@ -497,9 +498,11 @@ def test_bench_tune_shows_and_writes_what_a_failed_search_measured_and_exits_non
     assert f"gemm_residual: the search failed: {reason}" in shown
     assert "llama3-8b-down (cut short)" in shown and f"failed: llama3-8b-down add_residual: 128x192: {killer}" in shown
     assert "nothing beat" not in shown and f"wrote {out}" in shown
+    assert "tiny: 13 configs built beforehand on the CPU in 21.5 s (2 failed)" in shown
     written = json.loads(out.read_text())["tasks"]["gemm_residual"]
     assert written["failed"] == reason and "tiny" in written["shapes"]
     assert written["cut_short"]["llama3-8b-down"][0]["failed"] == {"128x192": killer}
+    assert written["builds"] == {"tiny": {"configs": 13, "failed": 2, "seconds": 21.5}}
 
 
 def test_the_targets_hold_a_kernel_to_the_faster_torch_compile():

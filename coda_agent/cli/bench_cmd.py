@@ -220,6 +220,9 @@ def _tune(selected: list[Task], shapes: str, shape: list[str] | None, budget_s: 
             wide_console().print(table)
         for line in failures(searched):
             console.print(f"  failed: {escape(line)}", highlight=False)
+        for shape_name, built in searched.builds.items():
+            console.print(f"{escape(shape_name)}: {built['configs']:.0f} configs built beforehand on the CPU in "
+                          f"{built['seconds']:.1f} s ({built['failed']:.0f} failed)", highlight=False)
         for shape_name, why in searched.lost.items():
             console.print(f"[yellow]{escape(shape_name)}: not tuned: {escape(why)}[/]")
         diff = result.diff()
@@ -229,6 +232,7 @@ def _tune(selected: list[Task], shapes: str, shape: list[str] | None, budget_s: 
             "failed": result.failed, "diff": diff,
             "shapes": {k: v.model_dump(mode="json") for k, v in searched.search.items()}, "lost": searched.lost,
             "cut_short": {k: [c.model_dump(mode="json") for c in calls] for k, calls in searched.cut_short.items()},
+            "builds": searched.builds,
         }
         if json_out:  # after every task: a long sweep keeps what it finished
             write_text_atomic(json_out, json.dumps(report, indent=2) + "\n")

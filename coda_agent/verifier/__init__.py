@@ -95,6 +95,8 @@ class Tuned:
     lost: dict[str, str] = field(default_factory=dict)
     #: shape -> the calls searched there when the runner died for good (no final comparison; the search ended)
     cut_short: dict[str, list[TunedGemm]] = field(default_factory=dict)
+    #: shape -> the configs built for it beforehand on the CPU: how many, how many failed, in how many seconds
+    builds: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 class TuningFailed(Exception):
@@ -144,10 +146,11 @@ def _searched(result: StageResult | None) -> Tuned:
     """What a tune stage measured, nothing pinned (an empty search when the stage never ran)."""
     if result is None:
         return Tuned(None)
-    lost, cut = result.details.get("shapes_lost"), result.details.get("cut_short")
+    lost, cut, builds = (result.details.get(k) for k in ("shapes_lost", "cut_short", "builds"))
     return Tuned(
         None, dict(result.tuning), {str(k): str(v) for k, v in lost.items()} if isinstance(lost, dict) else {},
         {str(k): [TunedGemm.model_validate(c) for c in calls] for k, calls in cut.items()} if isinstance(cut, dict) else {},
+        {str(k): dict(v) for k, v in builds.items()} if isinstance(builds, dict) else {},
     )
 
 
