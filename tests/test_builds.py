@@ -121,9 +121,11 @@ def test_prebuild_builds_a_shapes_proposals_for_sm90_into_the_candidates_cache_a
     monkeypatch.setattr(GemmSite, "space", lambda self: [Config(), Config(tile_n=128), KILLER])
     built: set = set()
     count, failed = prebuild(ctx, [lying], {"rms_bwd": "rms_bwd:x"}, TuneCache(None, "cpu"), built, time.monotonic() + 240)
-    assert count == 2 and built == {("rms_bwd", Config(tile_n=128)), ("rms_bwd", KILLER)}  # not the config as written
+    assert count == 2 and built == {("rms_bwd", Config()), ("rms_bwd", Config(tile_n=128)), ("rms_bwd", KILLER)}
     assert list(failed) == [("rms_bwd", KILLER)] and "N-major B" in failed["rms_bwd", KILLER]
     kernels = list(quack_cache_for(source).rglob("*.o"))
     assert len(kernels) == 2  # the config as written (the small shape's traced call) and 128x128
     again, _ = prebuild(ctx, [lying], {"rms_bwd": "rms_bwd:x"}, TuneCache(None, "cpu"), built, time.monotonic() + 60)
     assert again == 0  # a later shape does not build them again
+    narrow = GemmSite(("rms_bwd", 8192, 2048, 16384), "element", True, Config(tile_n=128), b_major="k")
+    assert prebuild(ctx, [narrow], {"rms_bwd": "rms_bwd:x"}, TuneCache(None, "cpu"), built, time.monotonic() + 60)[0] == 0
