@@ -455,8 +455,9 @@ def test_a_starved_grid_adds_split_k_to_the_space_where_each_split_keeps_enough_
 
 def test_a_calls_space_comes_default_first_then_in_the_order_of_the_wave_model():
     """A search its budget cuts short has tried the configs that waste the least of the grid: at the ragged
-    8000 x 4000 that is cuBLAS's 192x192 (882 tiles, 7 waves of 132, the least padding), which won the tune stage
-    there on the H200; at a starved grid, the 128x128 tile and the splits that fill the SMs before 128x192's split."""
+    8000 x 4000 that is 128x160 (N in 25 whole tiles, 1,575 tiles in 12 waves of 132), then cuBLAS's 192x192 (882
+    tiles, 7 waves), which won the tune stage there on the H200 before 128x160 was searched; at a starved grid, the
+    128x128 tile and the splits that fill the SMs before 128x192's split."""
     from coda_agent.primitives.configs import TILES, config_space, wave_cost
 
     for mnk in ((8000, 4000, 5000), (8192, 4096, 4096), (1024, 2048, 8192)):
@@ -464,7 +465,8 @@ def test_a_calls_space_comes_default_first_then_in_the_order_of_the_wave_model()
         costs = [wave_cost(mnk[0], mnk[1], c) for c in space[1:]]
         assert space[0] == P.Config() and costs == sorted(costs), mnk
     ragged = config_space("element", False, (8000, 4000, 5000))
-    assert ragged[1] == P.Config(tile_m=192, tile_n=192, pingpong=False)
+    assert ragged[1:4] == [P.Config(tile_n=160), P.Config(tile_n=160, cluster_m=1, cluster_n=2),
+                           P.Config(tile_m=192, tile_n=192, pingpong=False)]
     starved = config_space("element", False, (1024, 2048, 8192))
     assert starved.index(P.Config(tile_n=128, split_k=2)) < starved.index(P.Config(tile_n=192, split_k=2))
     # the space without a call is the order of TILES, the default's tile first (ties of the model keep that order)

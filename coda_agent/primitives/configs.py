@@ -25,12 +25,15 @@ from ._ops import RowVecReduce
 from ._schedule import ScheduleKey
 from .quack_patches import H200_SM_COUNT
 
-#: (tile_m, tile_n, pingpong) candidates; each runs with every cluster of :data:`CLUSTERS`. The last two are cuBLAS's
-#: own cooperative tiles at the bench shapes (192x192 at the wide GEMMs, 320x128 at 16384 x 4096 and the Llama-3 LM
-#: heads: bench/results/h200-2026-12-02-g-cublas.log). Timed by the tune stage (h200-2026-12-02-h-tune-human.json):
-#: 192x192 won gemm_residual's ragged row by 1.4%, 320x128 ran 25-37% slower wherever it ran.
-TILES = ((128, 128, True), (128, 192, True), (128, 208, True), (128, 256, False), (256, 128, False), (256, 160, False),
-         (256, 192, False), (192, 192, False), (320, 128, False))
+#: (tile_m, tile_n, pingpong) candidates; each runs with every cluster of :data:`CLUSTERS`. The pingpong tiles are
+#: QuACK's own SM90 pingpong space (``quack.gemm_config``): 192x128 is the tile the two rope kernels run (it beat the
+#: 128x192 default by 4% at the ragged 8000 x 5000 in the bench at 006be5d, where gemm_rmsnorm, on the default, fell
+#: short), and 128x160 cuts N = 4000 into whole tiles. The last two are cuBLAS's own cooperative tiles at the bench
+#: shapes (192x192 at the wide GEMMs, 320x128 at 16384 x 4096 and the Llama-3 LM heads:
+#: bench/results/h200-2026-12-02-g-cublas.log). Timed by the tune stage (h200-2026-12-02-h-tune-human.json): 192x192
+#: won gemm_residual's ragged row by 1.4%, 320x128 ran 25-37% slower wherever it ran.
+TILES = ((128, 128, True), (128, 160, True), (128, 192, True), (128, 208, True), (192, 128, True), (128, 256, False),
+         (256, 128, False), (256, 160, False), (256, 192, False), (192, 192, False), (320, 128, False))
 #: (cluster_m, cluster_n): both 2-CTA clusters.
 CLUSTERS = ((2, 1), (1, 2))
 
