@@ -1,7 +1,8 @@
 """Issue 9's GPU probe: where the human kernels' schedules lose time, measured one variable at a time.
 
 For each (task, shape) row it times, interleaved with the bench's protocol (CUDA events, L2 flushed, rotating
-order), the human kernel as written, the same kernel with QuACK's dynamic persistent scheduler, optionally every
+order), the human kernel as written, the same kernel with QuACK's dynamic persistent scheduler, its plain twin (the same
+GEMMs at the same configs with no epilogue: :func:`plain_twin`), optionally every
 config of a small sweep with and without it, the task's GEMMs through cuBLAS, QuACK's plain GEMM, and, for the
 SwiGLU backward, QuACK's own dedicated dgated path (``gemm_dact``; with ``--sweep``, at each config of the sweep
 too). ``--ncu`` instead runs each variant of one
@@ -43,7 +44,7 @@ SWEEP = [Config(tile_m=m, tile_n=n, pingpong=pp, cluster_m=cm, cluster_n=cn)
          for cm, cn in ((2, 1), (1, 2))]
 #: The tiles every split variant also runs with (besides the kernel's own): the two that the wave model trades.
 SPLIT_TILES = [Config(tile_n=192), Config(tile_n=128)]
-STATE: dict[str, Any] = {"dynamic": False, "config": None, "split": None}
+STATE: dict[str, Any] = {"dynamic": False, "config": None, "split": None, "calls": None}
 
 
 @functools.cache
@@ -60,6 +61,8 @@ def _forced(run: Callable[..., Any]) -> Callable[..., Any]:
     """The QuACK backend with the probe's config (if any) over the kernel's own, and its split_k (if any) over
     either."""
     def go(call: Any) -> Any:
+        if STATE["calls"] is not None:
+            STATE["calls"].append(call)
         if STATE["config"] is not None:
             call = dataclasses.replace(call, config=STATE["config"])
         if STATE["split"] is not None:
@@ -77,6 +80,32 @@ def human_variant(forward: Callable[..., Any], kwargs: dict[str, Any], dynamic: 
     return call
 
 
+def plain_twin(forward: Callable[..., Any], kwargs: dict[str, Any]) -> Callable[[], Any]:
+    """The kernel's GEMMs with no epilogue: each gemm call of one forward() replayed on the same A and B (their
+    layouts too) at the config it ran with, storing the bare accumulator. Beside the kernel it splits the row's gap
+    to cuBLAS in two: QuACK's GEMM at this schedule (twin / cuBLAS) and what the epilogue and host ops add (kernel /
+    twin)."""
+    from coda_agent.primitives import epilogue, gemm
+
+    @epilogue()
+    def bare(acc: Any) -> Any:
+        return {}
+
+    replays: list[tuple[torch.Tensor, torch.Tensor, Config]] = []
+
+    def run() -> Any:
+        STATE["dynamic"], STATE["config"], STATE["split"] = True, None, None
+        if not replays:  # the first call (the probe's build run) records the kernel's calls
+            STATE["calls"] = []
+            try:
+                forward(**kwargs)
+            finally:
+                calls, STATE["calls"] = STATE["calls"], None
+            replays.extend((c.A, c.B, c.config or default_config(c) or Config()) for c in calls)
+        return [gemm(bare, a, b, config=config)["D"] for a, b, config in replays]
+    return run
+
+
 def variants_for(task_name: str, dims: dict[str, int], sweep: bool, splits: tuple[int, ...] = (),
                  files: tuple[Path, ...] = ()) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
     task = find_task(task_name)
@@ -87,6 +116,7 @@ def variants_for(task_name: str, dims: dict[str, int], sweep: bool, splits: tupl
     out: dict[str, Callable[[], Any]] = {
         "as written": human_variant(human.forward, kwargs, False),
         "as written, dynamic": human_variant(human.forward, kwargs, True),
+        "plain twin, dynamic": plain_twin(human.forward, kwargs),
     }
     for path in files:  # another forward() of the task, as it writes its configs (and at the sweep's), dynamic
         other = import_file(path, f"probe_variant_{path.stem}")
