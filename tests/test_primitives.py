@@ -422,6 +422,31 @@ def test_a_tile_split_along_n_is_refused_with_an_n_major_b_before_anything_is_bu
         P.gemm(plain, a, w.t().contiguous(), config=split[0])
 
 
+def test_a_tile_split_along_n_is_refused_for_acc_pair_outputs_which_quack_stores_wrongly():
+    """On the H200 (tune stage, gemm_rmsnorm_gemm's gate/up at 8000 x 20000 x 4000) 192x192 and 320x128 cooperative
+    returned a wrong half-width act (max error 15-18) with every cluster. The CPU emulator cannot see that, so
+    gemm() and the tune space refuse the tiles there, and only there: no extra output, or element mode, keeps them."""
+    from coda_agent.primitives.configs import config_space
+
+    for config in (P.Config(tile_m=320, tile_n=128, pingpong=False), P.Config(tile_m=192, tile_n=192, pingpong=False)):
+        with pytest.raises(P.EpilogueError, match="acc_pair mode's half-width outputs"):
+            config.check("acc_pair", True)
+        config.check("acc_pair", False)
+        config.check("element", True)
+    assert not any(c.splits_n for c in config_space("acc_pair", True, (8000, 20000, 4000)))
+    assert any(c.splits_n for c in config_space("acc_pair", False, (8000, 20000, 4000)))
+
+    @P.epilogue(outputs=("act",), mode="acc_pair")
+    def gated(acc):
+        gate, up = P.unpack(acc)
+        return {"D": acc, "act": P.swiglu(gate, up)}
+
+    a, w = torch.zeros(64, 32).bfloat16(), torch.zeros(256, 32).bfloat16()
+    with pytest.raises(P.EpilogueError, match="half-width outputs wrongly"):
+        P.gemm(gated, a, w.t(), config=P.Config(tile_m=192, tile_n=192, pingpong=False))
+    assert P.gemm(gated, a, w.t(), config=P.Config(tile_m=192, tile_n=128))["act"].shape == (64, 128)
+
+
 def test_a_tile_split_along_n_builds_for_sm90_with_a_k_major_b(tmp_path, monkeypatch):
     """The rule above is no wider than QuACK needs: with a K-major B the same tile builds (a real sm_90a compile)."""
     import quack.cache

@@ -40,7 +40,8 @@ class Config:
     tile_m in {64, 128, 192} and tile_n <= 256/208/128 respectively; cooperative (pingpong=False) allows
     tile_m in {64, 128, 192, 256, 320}, with tile_n <= 256 (or a multiple of 32 up to 512), and for tile_m 192 or
     320 a multiple of 32 up to 256 or 160. Those two (192 only with tile_n > 128) put the warp groups side by side
-    along N, which QuACK cannot build with an N-major B (a (K, N) tensor rather than ``w.t()``): refused.
+    along N, which QuACK cannot build with an N-major B (a (K, N) tensor rather than ``w.t()``), and with which it
+    stores acc_pair mode's half-width outputs wrongly: refused there.
     tile_n must be a multiple of 16 (of 32 for acc_pair mode with an extra output).
     split_k > 1 splits K across that many CTAs per output tile (QuACK's serial split-K: the partial sums meet in
     FP32 in split order, so the result is the same run to run, and the epilogue runs once, on the last split); it
@@ -82,6 +83,12 @@ class Config:
             problems.append("cluster_m * cluster_n must be 1, 2 or 4")
         if mode == "acc_pair" and has_outputs and self.tile_n % 32:
             problems.append("acc_pair mode with extra outputs needs tile_n % 32 == 0")
+        if mode == "acc_pair" and has_outputs and self.splits_n:
+            problems.append(
+                f"cooperative {self.tile_m}x{self.tile_n} splits the tile along N between its two warp groups, and "
+                "QuACK's SM90 kernel then stores acc_pair mode's half-width outputs wrongly (measured on the "
+                "H200: gemm_rmsnorm_gemm's act at 8000 x 20000 x 4000): use tile_m 128 or 256, or 192 with "
+                "tile_n <= 128")
         if b_major == "n" and self.splits_n:
             problems.append(
                 f"cooperative {self.tile_m}x{self.tile_n} splits the tile along N between its two warp groups, and "

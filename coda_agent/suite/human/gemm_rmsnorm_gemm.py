@@ -9,7 +9,7 @@ Launches: GEMM1, the mean finalisation, 2 host ops, GEMM2.
 
 import torch
 
-from coda_agent.primitives import ColVecLoad, ColVecReduce, RowVecLoad, epilogue, gemm, pack, swiglu, unpack
+from coda_agent.primitives import ColVecLoad, ColVecReduce, Config, RowVecLoad, epilogue, gemm, pack, schedule, swiglu, unpack
 
 
 @epilogue(outputs=("h",), operands={"gamma": RowVecLoad()}, reduces={"meansq": ColVecReduce(scaled=True)})
@@ -24,6 +24,11 @@ def rstd_swiglu(acc, rstd):
     return {"D": pack(gate, up), "act": swiglu(gate, up)}
 
 
+# coda-agent tune: configs pinned by the harness's tune stage on NVIDIA H200; forward() as written -> tuned (GPU time):
+# coda-agent tune:   ragged: 2005.9 -> 1983.2 us
+@schedule({
+    ('rstd_swiglu', 8000, 20000, 4000): Config(tile_m=192, tile_n=128, cluster_m=1, cluster_n=2),
+})
 def forward(a, w_o, residual, gamma, w_gate_up, eps):
     first = gemm(residual_rms, a, w_o.t(), C=residual, gamma=gamma, inv_n=1.0 / w_o.shape[0])
     rstd = torch.rsqrt(first["meansq"] + eps)
