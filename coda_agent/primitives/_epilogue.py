@@ -83,17 +83,14 @@ class Config:
             problems.append("cluster_m * cluster_n must be 1, 2 or 4")
         if mode == "acc_pair" and has_outputs and self.tile_n % 32:
             problems.append("acc_pair mode with extra outputs needs tile_n % 32 == 0")
+        split = f"cooperative {self.tile_m}x{self.tile_n} splits the tile along N between its two warp groups, and "
+        unsplit = "use tile_m 128 or 256, or 192 with tile_n <= 128"
         if mode == "acc_pair" and has_outputs and self.splits_n:
-            problems.append(
-                f"cooperative {self.tile_m}x{self.tile_n} splits the tile along N between its two warp groups, and "
-                "QuACK's SM90 kernel then stores acc_pair mode's half-width outputs wrongly (measured on the "
-                "H200: gemm_rmsnorm_gemm's act at 8000 x 20000 x 4000): use tile_m 128 or 256, or 192 with "
-                "tile_n <= 128")
+            problems.append(split + "QuACK's SM90 kernel then stores acc_pair mode's half-width outputs wrongly "
+                            f"(measured on the H200: gemm_rmsnorm_gemm's act at 8000 x 20000 x 4000): {unsplit}")
         if b_major == "n" and self.splits_n:
-            problems.append(
-                f"cooperative {self.tile_m}x{self.tile_n} splits the tile along N between its two warp groups, and "
-                "QuACK's SM90 kernel does not build that with an N-major B (the CuTe DSL compiler aborts): pass B "
-                "K-major (w.t() of an (N, K) weight), or use tile_m 128 or 256, or 192 with tile_n <= 128")
+            problems.append(split + "QuACK's SM90 kernel does not build that with an N-major B (the CuTe DSL compiler "
+                            f"aborts): pass B K-major (w.t() of an (N, K) weight), or {unsplit}")
         if problems:
             raise EpilogueError("invalid Config: " + "; ".join(problems))
 
