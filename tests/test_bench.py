@@ -206,6 +206,36 @@ def test_ratios_pair_the_rounds_so_a_clock_burst_hits_both_sides():
     assert paired_ratio(Timing(median_us=100.0, rounds_us=[100.0, 100.0]), kernel) == pytest.approx(100 / 110)
 
 
+def test_targets_compare_each_sides_fastest_round_where_two_clock_modes_swing_the_paired_median():
+    """The LM heads' rounds on the H200: each side in one of two modes ~10% apart, round by round and independently
+    (bench/results/h200-2026-12-03-c.json, gemm_rmsnorm_cross_entropy_bwd at coda-h4096, rounded). The paired median
+    follows the middle round's modes; each side's fastest round is the same kernel at the same clock."""
+    from coda_agent.measure.timing import fastest_round_ratio
+
+    kernel = Timing(median_us=5659.0, rounds_us=[5388.0, 6141.0, 6049.0, 5512.0, 5619.0, 6216.0, 5659.0, 5731.0, 5396.0])
+    cublas = Timing(median_us=5862.0, rounds_us=[6095.0, 6095.0, 5843.0, 5400.0, 5416.0, 6099.0, 5862.0, 5413.0, 6131.0])
+    assert fastest_round_ratio(cublas, kernel) == pytest.approx(5400 / 5388)
+    row = _row(shape="coda-h4096", compiled=6100.0).model_copy(update={"candidate": kernel, "cublas": cublas})
+    assert row.ratio("cublas") == pytest.approx(0.981, abs=1e-3)  # the table's paired median
+    (check,) = report.target_checks(_run([row]))
+    assert check.cublas_ratio == pytest.approx(1.002, abs=1e-3) and check.met
+    assert "1.002x cuBLAS (need 0.97; paired 0.981x)" in check.describe()
+    # a slower kernel stays slower at its fastest round: the target is not lowered
+    slow = row.model_copy(update={"candidate": Timing(median_us=6200.0, rounds_us=[x * 1.1 for x in kernel.rounds_us])})
+    (missed,) = report.target_checks(_run([slow]))
+    assert missed.cublas_ratio == pytest.approx(5400 / 5388 / 1.1) and not missed.met
+    # a ratio just short of its target never reads as meeting it
+    block = _row(family="block", cublas=99.96, compiled=130.0)
+    (short,) = report.target_checks(_run([block]))
+    assert not short.met and "0.999x cuBLAS (need 1.0" in short.describe()
+    # rows without rounds (older files) fall back to the ratio of the medians
+    assert fastest_round_ratio(Timing(median_us=100.0), kernel) == pytest.approx(100 / 5659)
+    # against compile: the mode whose fastest round is faster
+    row.compiled_max_autotune = Timing(median_us=5000.0, rounds_us=[5600.0] * 9)
+    row.compiled = Timing(median_us=6000.0, rounds_us=[5500.0] + [6100.0] * 8)
+    assert row.fastest_ratio("better_compile") == pytest.approx(5500 / 5388)
+
+
 def test_forged_event_times_are_raised_to_the_wall_clock():
     honest = gpu.honest_timing([400.0, 401.0, 399.0], [430.0, 436.0])  # within the slack: the events stand
     assert honest.median_us == 400.0 and honest.bound == "events"

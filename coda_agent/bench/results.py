@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field, computed_field
 
-from ..measure.timing import Timing, paired_ratio
+from ..measure.timing import Timing, fastest_round_ratio, paired_ratio
 
 BENCH_SCHEMA_VERSION = 1
 
@@ -47,6 +47,19 @@ class BenchRow(BaseModel):
         if self.candidate is None or base is None:
             return None
         return paired_ratio(base, self.candidate)
+
+    def fastest_ratio(self, baseline: str) -> float | None:
+        """baseline time / candidate time at each side's fastest round
+        (:func:`~coda_agent.measure.timing.fastest_round_ratio`): what the targets hold a kernel to. Against
+        ``better_compile``, the compile mode whose fastest round is faster."""
+        if baseline == "better_compile":
+            timed = [t for t in (self.compiled, self.compiled_max_autotune) if t is not None]
+            base = min(timed, key=lambda t: min(t.rounds_us, default=t.median_us)) if timed else None
+        else:
+            base = getattr(self, baseline)
+        if self.candidate is None or base is None:
+            return None
+        return fastest_round_ratio(base, self.candidate)
 
     def tflops(self) -> float | None:
         """Achieved TFLOP/s of the candidate."""
