@@ -445,3 +445,33 @@ def test_the_budget_is_search_time_the_final_comparisons_are_not_charged_to_late
     assert len(shares) == len(small) >= 2
     assert shares[0] == pytest.approx(3.0, abs=0.2)
     assert shares[-1] > 3.0 * len(small) - 0.5  # what the searches before it left (nearly all), not less the compares
+
+
+def test_the_builds_before_a_search_take_from_the_whole_budget_not_the_first_shapes_share(monkeypatch):
+    """A shape's builds serve every later shape (a kernel does not depend on sizes), so they may use the whole budget
+    and the first shape's search gets an even share of what they left. On the H200 the first shape's builds (20 s)
+    outlasted its share of a 55 s budget over three shapes, and that shape was never searched."""
+    builds_deadlines, shares = [], []
+
+    def builds(ctx, sites, signatures, cache, built, deadline):
+        builds_deadlines.append(deadline - time.monotonic())
+        if not built:  # the first shape builds every config; the later ones find them built
+            time.sleep(1.5)
+            built.add((sites[0].key[0], WINNER))
+        return 0, {}
+
+    def search(sites, timer, deadline, cache, signatures, unbuildable=None):
+        shares.append(deadline - time.monotonic())
+        return {sites[0].key: WINNER}, [], Timing(median_us=120.0)
+
+    monkeypatch.setattr(tuning, "search_shape", search)
+    monkeypatch.setattr(tuning, "ScheduleTimer", Deterministic)
+    shapes = len(TASK.shape("small"))
+    plan = Plan(stages=["tune_cpu"], shape_set="small", tune_budget_s=3.0 * shapes, tune_cache=False)
+    ctx = Context(task=TASK, source=HUMAN, plan=plan, deadline=time.monotonic() + 120)
+    result = tuning.run_tune(ctx, "tune_cpu", "torch", "cpu", builds_first=builds)
+    assert result.outcome == Outcome.PASSED, result.reason
+    assert len(builds_deadlines) == len(shares) == shapes >= 2
+    assert builds_deadlines[0] == pytest.approx(3.0 * shapes, abs=0.2)
+    assert shares[0] == pytest.approx((3.0 * shapes - 1.5) / shapes, abs=0.2)  # not 3.0 - 1.5
+    assert result.details["builds"][TASK.shape("small")[0].name]["seconds"] == pytest.approx(1.5, abs=0.2)

@@ -10,9 +10,10 @@ forward() would hide that behind its host time) stays for the next call.
 On the GPU, the configs a shape's search will propose are first built for sm_90a by CPU processes side by side
 (:mod:`.builds`), so a proposal loads its kernels instead of building them, and a config whose build fails or aborts
 is recorded as failed without being proposed.
-The plan's budget is seconds of search (the builds count; the runner's start-up and the final comparisons do not), split
-evenly over the shapes still to tune (what one leaves over goes to the next), and at a shape over its gemm calls
-still to search; a proposal under way finishes. Finally forward() as written and under the tuned schedule are timed
+The plan's budget is seconds of search (the builds count; the runner's start-up and the final comparisons do not).
+A shape's builds may take what is left of the whole budget, since their kernels serve every later shape (a kernel does
+not depend on sizes); what they leave is split evenly over the shapes still to tune (what one leaves over goes to the
+next), and at a shape over its gemm calls still to search; a proposal under way finishes. Finally forward() as written and under the tuned schedule are timed
 interleaved with the full repetition plan and every round checked. A config that fails (raises, launches something
 else, computes a wrong result, kills the runner) is recorded and skipped; a dead runner is started again, at most
 :data:`MAX_RESTARTS` times in a stage (the next death ends it, and the candidate keeps its configs; what that shape's
@@ -303,8 +304,14 @@ def search_shape(
     return chosen, results, written
 
 
-def run_tune(ctx: Context, name: str, backend_name: str, device: str) -> StageResult:
-    """The stage (module docstring) on one backend and device."""
+#: What builds a shape's proposals before its search: (context, sites, signatures, cache, built, deadline) -> (how many
+#: configs, the ones that failed with why); :func:`prebuild` on the GPU.
+Prebuild = Callable[[Context, Sequence[GemmSite], Mapping[str, str], TuneCache, set[Build], float],
+                    tuple[int, dict[Build, str]]]
+
+
+def run_tune(ctx: Context, name: str, backend_name: str, device: str, builds_first: Prebuild | None = None) -> StageResult:
+    """The stage (module docstring) on one backend and device; ``builds_first`` builds each shape's proposals first."""
     t0 = time.perf_counter()
     device_name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
     cache = TuneCache(cache_dir() / CACHE_FILE if ctx.plan.tune_cache else None, device_name)
@@ -339,12 +346,13 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str) -> StageRe
 
                     search = ScheduleTimer(timer, reopen)
                     started = time.monotonic()
-                    share = started + left / (len(points) - i)
-                    if backend_name == "quack":  # the GPU's proposals, built beforehand by CPU processes
-                        wanted, failed = prebuild(ctx, sites, signatures, cache, built, share)
+                    if builds_first is not None:  # for every shape from here on: the budget's end, not this one's share
+                        wanted, failed = builds_first(ctx, sites, signatures, cache, built, started + left)
                         unbuildable.update(failed)
                         builds[point.name] = {"configs": wanted, "failed": len(failed),
                                               "seconds": round(time.monotonic() - started, 2)}
+                    now = time.monotonic()
+                    share = now + max(0.0, started + left - now) / (len(points) - i)
                     chosen, calls, written = search_shape(sites, search, share, cache, signatures,
                                                           unbuildable=unbuildable)
                     left = max(0.0, left - (time.monotonic() - started))
@@ -400,7 +408,7 @@ def tune(ctx: Context) -> StageResult:
     """The schedule search with real QuACK kernels on the GPU."""
     if not torch.cuda.is_available():
         return StageResult(stage="tune", outcome=Outcome.INFRA_ERROR, reason="no CUDA GPU on this machine")
-    return run_tune(ctx, "tune", "quack", "cuda")
+    return run_tune(ctx, "tune", "quack", "cuda", builds_first=prebuild)
 
 
 @stage("tune_cpu")
