@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 
 from pydantic import BaseModel, Field, computed_field
@@ -36,9 +37,12 @@ class BenchRow(BaseModel):
 
     @property
     def better_compile(self) -> Timing | None:
-        """The faster torch.compile baseline (default or max-autotune): the one the targets hold a kernel to."""
+        """The faster torch.compile baseline (default or max-autotune) by its median: the tables' ratio's."""
+        return self._faster_compile(lambda t: t.median_us)
+
+    def _faster_compile(self, time_of: Callable[[Timing], float]) -> Timing | None:
         timed = [t for t in (self.compiled, self.compiled_max_autotune) if t is not None]
-        return min(timed, key=lambda t: t.median_us) if timed else None
+        return min(timed, key=time_of) if timed else None
 
     def ratio(self, baseline: str) -> float | None:
         """baseline time / candidate time (>1 means the candidate is faster), paired round by round
@@ -53,8 +57,7 @@ class BenchRow(BaseModel):
         (:func:`~coda_agent.measure.timing.fastest_round_ratio`): what the targets hold a kernel to. Against
         ``better_compile``, the compile mode whose fastest round is faster."""
         if baseline == "better_compile":
-            timed = [t for t in (self.compiled, self.compiled_max_autotune) if t is not None]
-            base = min(timed, key=lambda t: min(t.rounds_us, default=t.median_us)) if timed else None
+            base = self._faster_compile(lambda t: min(t.rounds_us, default=t.median_us))
         else:
             base = getattr(self, baseline)
         if self.candidate is None or base is None:
