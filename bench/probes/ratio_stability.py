@@ -24,16 +24,8 @@ from pathlib import Path
 from coda_agent.bench.report import TargetCheck, target_checks
 from coda_agent.bench.results import BenchRow, BenchRun
 
-
-def paired(row: BenchRow, baseline: str) -> float | None:
-    return row.ratio(baseline)
-
-
-def fastest(row: BenchRow, baseline: str) -> float | None:
-    return row.fastest_ratio(baseline)
-
-
-WAYS: dict[str, Callable[[BenchRow, str], float | None]] = {"paired median": paired, "fastest round": fastest}
+WAYS: dict[str, Callable[[BenchRow, str], float | None]] = {"paired median": BenchRow.ratio,
+                                                              "fastest round": BenchRow.fastest_ratio}
 
 
 def load(path: Path) -> BenchRun:

@@ -13,12 +13,13 @@ is recorded as failed without being proposed.
 The plan's budget is seconds of search (the builds count; the runner's start-up and the final comparisons do not).
 A shape's builds may take what is left of the whole budget, since their kernels serve every later shape (a kernel does
 not depend on sizes); what they leave is split evenly over the shapes still to tune (what one leaves over goes to the
-next), and at a shape over its gemm calls still to search; a proposal under way finishes. Finally forward() as written and under the tuned schedule are timed
-interleaved with the full repetition plan and every round checked. A config that fails (raises, launches something
-else, computes a wrong result, kills the runner) is recorded and skipped; a dead runner is started again, at most
-:data:`MAX_RESTARTS` times in a stage (the next death ends it, and the candidate keeps its configs; what that shape's
-search had measured, the config that killed it included, stays in ``details["cut_short"]``). A death outside a
-proposal (the shape's traced call, its final comparison) loses that shape only (``details["shapes_lost"]``).
+next), and at a shape over its gemm calls still to search; a proposal under way finishes. Finally forward() as written
+and under the tuned schedule are timed interleaved with the full repetition plan and every round checked. A config
+that fails (raises, launches something else, computes a wrong result, kills the runner) is recorded and skipped; a
+dead runner is started again, at most :data:`MAX_RESTARTS` times in a stage (the next death ends it, and the candidate
+keeps its configs; what that shape's search had measured, the config that killed it included, stays in
+``details["cut_short"]``). A death outside a proposal (the shape's traced call, its final comparison) loses that
+shape only (``details["shapes_lost"]``).
 
 A finished search is cached by (epilogue signature: name + hash of its source, M, N, K, device, package
 versions) in ``settings.cache_dir()/tuned_configs.json``, so an unchanged epilogue is not searched twice.
