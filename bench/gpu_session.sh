@@ -4,6 +4,9 @@
 #   source .gpu2/env.sh && bash bench/gpu_session.sh SECONDS PHASE[:CAP] ...
 # (.gpu and the tracked tree together pass the device tool's 64 MiB carry limit: move bench/results out of the tree
 # for the stage1 call, and back after; no phase reads it.)
+# What the phases took on one H200 (2026-12-03; size the calls by them, a cold machine is the slower): the whole-suite
+# bench 462-730 s over one or two calls, guards 168-282 s, more 253 s, tune-human about 45 s per kernel at
+# TUNE_BUDGET 50. A device call lasts at most 600 s, and the machine goes back after 30 s idle between calls.
 # The phases run in order, each cut off at CAP seconds or at the call's end (SECONDS from now, less a margin for the
 # copy back), whichever comes first:
 #   bench     the whole-suite bench, or the tasks BENCH_TASKS names (resumes .gpuwork/bench.json, or BENCH_JSON:
