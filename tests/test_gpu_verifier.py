@@ -134,6 +134,19 @@ def test_the_estimate_counts_gemms_their_finalisation_and_host_ops():
     assert est.problem(K0, TINY.dims, "tiny") is None
 
 
+def test_the_kinds_of_work_ignore_shapes_configs_and_allocations_but_not_epilogues_or_host_ops():
+    """What the compile stage holds every bench shape's meta run to: the small shape's kinds of work."""
+    small = [{**GEMM, "epilogue": "add_residual", "config": None}, {"op": "aten::add.Tensor", "numel": 256},
+             {"op": "aten::empty_like", "numel": 10}]
+    bench = [{**GEMM, "gemm": [8192, 4096, 14336], "epilogue": "add_residual", "config": {"tile_n": 256}},
+             {"op": "aten::add.Tensor", "numel": 8192}]
+    kinds = trace.LaunchEstimate.kinds
+    assert kinds(small) == kinds(bench)
+    assert kinds(small) != kinds([{**bench[0], "epilogue": "plain"}, bench[1]])
+    assert kinds(small) != kinds([*bench, {"op": "aten::mul.Tensor", "numel": 8192}])
+    assert kinds(small) != kinds([{**bench[0], "sinks": []}, bench[1]])
+
+
 def test_a_gemm_that_bypasses_primitives_is_a_cheat_on_the_cpu():
     outcome, reason = _estimate({"op": "aten::mul.Tensor", "numel": 10}).problem(K0, TINY.dims, "tiny")
     assert outcome is Outcome.CHEAT_DETECTED and "did not all run through primitives.gemm" in reason

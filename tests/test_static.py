@@ -107,6 +107,10 @@ def test_every_human_kernel_passes():
         ("def forward(x):\n    h = torch.Tensor(2)\n    return {'y': x.to(h.device)}\n", "torch.Tensor names a type"),
         ("def forward(x):\n    return {'y': x.to(x.T)}\n", "a device may not be named"),
         ("def forward(x, w):\n    return {'y': x if x.t() is not w else w}\n", "is / is not may only compare with None"),
+        # a tenth pass: a top-level constant made by a value function is a mutable object (state across calls)
+        ("from coda_agent.primitives import pack\nSEEN = pack([], [])\n", "top-level assignments must be constants"),
+        ("from coda_agent.primitives import exp\nBOX = (exp(0.0),)\n", "top-level assignments must be constants"),
+        ("BOX = P.exp(0.0)\n", "top-level assignments must be constants"),
     ],
 )
 def test_violations_are_reported_with_line_and_reason(body, message):
@@ -164,6 +168,14 @@ def test_the_pinned_schedule_on_forward_is_accepted(decorator):
 def test_every_other_use_of_schedule_is_refused(source, message):
     violations = check_source(SCHEDULE_HEADER + source)
     assert any(message in v.message for v in violations), [str(v) for v in violations]
+
+
+def test_top_level_declarations_may_be_made_by_calls():
+    source = (OK_HEADER.replace("epilogue, gemm", "ColVecReduce, Config, RowVecLoad, epilogue, gemm") +
+              "CONFIG = Config(tile_n=192)\nPINS = {'gamma': RowVecLoad()}\nSINKS = (ColVecReduce(scaled=True),)\n"
+              "@epilogue()\ndef e(acc, c):\n    return {'D': acc + c}\n"
+              "def forward(x, w, residual):\n    return {'out': gemm(e, x, w.t(), C=residual, config=CONFIG)['D']}\n")
+    assert check_source(source) == []
 
 
 def test_what_the_new_rules_leave_alone():

@@ -341,7 +341,7 @@ def compile_sm90(ctx: Context) -> StageResult:
                 return result(Outcome.CHEAT_DETECTED, f"at shape {point.name}, no kernel was built for the task's GEMM {missing[0]} (built: {est.gemms})")
             details: dict[str, object] = est.describe()
             try:
-                wanted = bench_configs(ctx.task, client, ops)
+                wanted = bench_configs(ctx.task, client, ops, point.name)
             except CandidateRaised as exc:
                 return result(Outcome.COMPILE_ERROR, str(exc))
             except Reject as rej:
@@ -360,17 +360,19 @@ def compile_sm90(ctx: Context) -> StageResult:
     return result(Outcome.PASSED, f"built {len(est.gemms)} GEMM kernel(s) for sm_90a at shape {point.name}{more}", details)
 
 
-def bench_configs(task: Task, client: RunnerClient, built: list[dict[str, Any]]) -> dict[tuple[str, Config], str]:
-    """The (epilogue, config) pairs forward() would run at the bench shapes that the compile at the small shape did
-    not build, each with the first bench shape that asks for it, learnt from forward() on meta tensors (the op log
-    reports each call's effective config: a pinned schedule, the call's own, or the default). The same log is held
-    to the launch rules of each bench shape (:class:`Reject`). A forward() that cannot run there from shapes alone
-    (it reads tensor values on the host) is refused: the CPU would otherwise judge no bench shape at all."""
+def bench_configs(task: Task, client: RunnerClient, built: list[dict[str, Any]], built_at: str) -> dict[tuple[str, Config], str]:
+    """The (epilogue, config) pairs forward() would run at the bench shapes that the compile at the small shape
+    ``built_at`` did not build, each with the first bench shape that asks for it, learnt from forward() on meta
+    tensors (the op log reports each call's effective config: a pinned schedule, the call's own, or the default).
+    The same log is held to the launch rules of each bench shape, and must show the same kinds of work as the
+    small shape's (:meth:`LaunchEstimate.kinds`; :class:`Reject`). A forward() that cannot run there from shapes
+    alone (it reads tensor values on the host) is refused: the CPU would otherwise judge no bench shape at all."""
 
     def pair(op: dict[str, Any]) -> tuple[str, Config]:
         return str(op["epilogue"]), config_from_fields(op["config"]) if op.get("config") else Config()
 
     have = {pair(o) for o in built if "gemm" in o}
+    small = LaunchEstimate.kinds(built)
     wanted: dict[tuple[str, Config], str] = {}
     for point in task.shapes.get("bench", []):
         shapes = {spec.name: (spec.concrete_shape(point.dims), torch_dtype(spec.dtype)) for spec in task.inputs}
@@ -384,6 +386,12 @@ def bench_configs(task: Task, client: RunnerClient, built: list[dict[str, Any]])
         problem = LaunchEstimate.from_ops(ops).problem(task, point.dims, f"{point.name} (bench, on meta tensors)")
         if problem:
             raise Reject(*problem)
+        if (kinds := LaunchEstimate.kinds(ops)) != small:
+            raise Reject(Outcome.CHEAT_DETECTED, (
+                f"at bench shape {point.name} (on meta tensors), forward() does other work than at shape {built_at} "
+                f"({_diff(small, kinds)}): every shape must run the same gemm epilogues and host ops, only the "
+                "configs may differ (the CPU checks values at the small shapes only)"
+            ))
         for op in ops:
             if "gemm" in op and pair(op) not in have:
                 wanted.setdefault(pair(op), point.name)

@@ -96,6 +96,10 @@ _OP_SYMBOLS = {ast.Mod: "%", ast.FloorDiv: "//", ast.Pow: "**", ast.MatMult: "@"
 ANNOTATION_BUILTINS = frozenset({"str", "object", "type"})
 #: The one future import: it changes no semantics a check relies on.
 FUTURE_IMPORTS = frozenset({"annotations"})
+#: The primitives a top-level constant may call: frozen declarations (a value function such as ``pack`` or ``exp``
+#: would make a mutable object, a place to keep state across calls).
+DECLARATIONS = frozenset({"Config", "ColVecLoad", "ColVecReduce", "ColVecSelect", "OnlineLSEReduce", "RowVecLoad",
+                          "RowVecReduce"})
 #: Top-level values a constant declaration may be built from (besides literals and primitives' names).
 _CONST_NODES = (ast.Constant, ast.Tuple, ast.List, ast.Dict, ast.Set, ast.UnaryOp, ast.BinOp, ast.Name, ast.Load,
                 ast.keyword, ast.operator, ast.unaryop, ast.Attribute, ast.Call, ast.Subscript, ast.Slice)
@@ -582,13 +586,17 @@ class _Checker(ast.NodeVisitor):
 
     # --- expressions ---------------------------------------------------------------------------
 
-    def _is_primitive(self, node: ast.AST, name: str | None = None) -> bool:
+    def _primitive_name(self, node: ast.AST) -> str | None:
+        """The primitive ``node`` names (``gemm``, ``prims.gemm`` or an alias), or None."""
         if isinstance(node, ast.Name):
-            imported = self.prim_aliases.get(node.id)
-            return imported is not None and (name is None or imported == name)
+            return self.prim_aliases.get(node.id)
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in self.prims:
-            return node.attr in primitives.__all__ and (name is None or node.attr == name)
-        return False
+            return node.attr if node.attr in primitives.__all__ else None
+        return None
+
+    def _is_primitive(self, node: ast.AST, name: str | None = None) -> bool:
+        found = self._primitive_name(node)
+        return found is not None and (name is None or found == name)
 
     def _epilogue_call(self, node: ast.Call) -> None:
         """Inside an epilogue fn: the primitives' value functions, math, float and int only."""
@@ -785,9 +793,9 @@ def check_source(source: str) -> list[Violation]:
             value = node.value
             if value is not None:
                 bad = [n for n in ast.walk(value) if not isinstance(n, _CONST_NODES)]
-                calls = [n for n in ast.walk(value) if isinstance(n, ast.Call) and not checker._is_primitive(n.func)]
+                calls = [n for n in ast.walk(value) if isinstance(n, ast.Call) and checker._primitive_name(n.func) not in DECLARATIONS]
                 if bad or calls:
-                    checker.flag(node, "top-level assignments must be constants (literals, tuples, dicts, primitives such as Config(...)): no tensors or other state")
+                    checker.flag(node, "top-level assignments must be constants (literals, tuples, dicts, declarations such as Config(...) or RowVecLoad()): no tensors, values or other state")
         elif isinstance(node, ast.Expr) and not (isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
             checker.flag(node, "top-level expressions other than the docstring are not allowed")
         elif not isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.Assign, ast.AnnAssign, ast.Expr)):

@@ -190,6 +190,21 @@ class LaunchEstimate:
     def signature(self) -> Counter[str]:
         return Counter([*self.host_ops, *(f"gemm{g}" for g in self.gemms)])
 
+    @staticmethod
+    def kinds(ops: list[dict[str, Any]]) -> Counter[str]:
+        """The kinds of work a call does, free of shapes and configs: each gemm call's epilogue (its name, mode,
+        sinks, outputs, stored D and B's major) and each host op that launches a kernel. A forward() must do the
+        same at every shape: the CPU checks values at the small shapes only, so work it drops at the bench shapes
+        alone would pass it unseen."""
+        work = []
+        for op in ops:
+            if "gemm" in op:
+                work.append(f"gemm {op.get('epilogue')} (mode {op.get('mode')}, sinks {op.get('sinks')}, "
+                            f"{op.get('outputs')} outputs, store_d {op.get('store_d')}, b_major {op.get('b_major')})")
+            elif str(op.get("op")).split(".", 1)[0] not in NO_KERNEL_OPS:
+                work.append(str(op.get("op")))
+        return Counter(work)
+
     def problem(self, task: Task, dims: dict[str, int], shape: str, budget: bool = True) -> tuple[Outcome, str] | None:
         """The GEMM and host-work rules (and, where no kernel trace exists, the launch budget)."""
         matmul = [op for op in self.host_ops if op.split(".", 1)[0] in MATMUL_OPS]

@@ -133,6 +133,8 @@ CPU_CASES: list[Case] = [
     Case("state_dict_nested_in_tuple.py", "state", STATE | {RUNTIME}, task="gemm_residual"),
     Case("state_iterator_in_annotation.py", "state", frozenset({STATIC})),
     Case("state_epilogue_cache_through_module_named_param.py", "state", frozenset({STATIC}), task="gemm_residual"),
+    *_cases("state", frozenset({STATIC}), "state_pair_constant_tells_runners_apart", "state_tensor_constant_counts_calls",
+            task="gemm_residual"),
     # --- sandbox escapes ---------------------------------------------------------------------------------
     *_cases(
         "escape", ESCAPE,
@@ -174,6 +176,10 @@ CPU_CASES: list[Case] = [
     Case("compute_inplace_matmul_operator.py", "compute", COMPUTE, task="gemm_residual", reason_any=GEMM_WORDS),
     Case("compute_epilogue_tells_backends_apart.py", "compute", frozenset({STATIC}), task="gemm_residual"),
     Case("compute_meta_detect_skips_gemm_at_bench.py", "compute", frozenset({STATIC}), task="gemm_residual"),
+    Case("compute_shape_branch_drops_work_at_bench.py", "compute", frozenset({CHEAT}), task="gemm_residual",
+         stages=("correctness", "compile"), timeout=240.0, reason_any=("same", "other work")),
+    Case("compute_shape_branch_zeroes_an_operand_at_bench.py", "compute", frozenset({CHEAT}), task="gemm_residual",
+         stages=("correctness", "compile"), timeout=240.0, reason_any=("same", "other work")),
     Case("compute_device_through_dict_keyword.py", "compute", frozenset({STATIC}), task="gemm_residual"),
     *_cases("compute", frozenset({STATIC}), "compute_epilogue_object_by_hand", "compute_epilogue_decorated_at_runtime",
             "compute_epilogue_mod_differs_on_gpu", "compute_meta_detect_via_annotation_str", task="gemm_residual"),
