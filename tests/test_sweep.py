@@ -77,6 +77,34 @@ def test_resume_starts_the_missing_runs_and_continues_the_interrupted_ones(tmp_p
     assert len([d for d in runs.iterdir() if d.is_dir()]) == 4
 
 
+def test_a_sweep_resumed_by_its_file_finds_its_runs_beside_it(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    cli(capsys, "run", "gemm_residual_rmsnorm", "gemm_rmsnorm", *MODELS, "--rounds", "3", "--no-compile", "--runs-dir", str(runs))
+    (path,) = runs.glob("*.sweep.json")
+    record = sweep_record(runs)
+    shutil.rmtree(runs / record.members[3].run)
+    data = json.loads(path.read_text())
+    data["members"][3]["run"] = None
+    path.write_text(json.dumps(data))
+
+    code, out, err = cli(capsys, "run", "--resume", str(path), "--runs-dir", str(tmp_path / "elsewhere"))
+    assert code == 1 and "3 of 4 runs started before" in out, out + err
+    assert "a run directory?" not in out + err and "│ error" not in out, out + err
+    assert all((runs / m.run / "summary.json").is_file() for m in sweep_record(runs).members)
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_a_run_given_by_its_path_is_no_sweep(tmp_path):
+    """``run --resume /abs/runs/<id>``, the command an interrupted run prints, is a run even where a runs folder
+    exists (a path was once globbed as a sweep id's prefix, which pathlib refuses for absolute patterns)."""
+    from coda_agent.cli.sweep import sweep_file
+
+    base = tmp_path / "runs"
+    (base / "20261203-085454_gemm_residual_abc123").mkdir(parents=True)
+    assert sweep_file(str(base / "20261203-085454_gemm_residual_abc123"), base) is None
+    assert sweep_file("runs/20261203", base) is None
+
+
 def test_bad_input_stops_a_sweep_before_any_run(tmp_path, capsys):
     runs = tmp_path / "runs"
     code, _, err = cli(capsys, "run", "gemm_residual", "gemm_rmsnorm", "--model", "mock/echo", "--model", "nosuch/x",

@@ -62,7 +62,9 @@ def sweep_file(ref: str, base: Path) -> Path | None:
     for candidate in (Path(ref), base / ref, base / f"{ref}{SWEEP_SUFFIX}"):
         if candidate.name.endswith(SWEEP_SUFFIX) and candidate.is_file():
             return candidate
-    matches = sorted(base.glob(f"{ref}*{SWEEP_SUFFIX}")) if base.is_dir() else []
+    if Path(ref).name != ref or not base.is_dir():  # a path (a run's, say) is no prefix of a sweep id
+        return None
+    matches = sorted(base.glob(f"{ref}*{SWEEP_SUFFIX}"))
     return matches[0] if len(matches) == 1 else None
 
 
@@ -140,6 +142,7 @@ def resume_sweep(
     """Continue a sweep with the options it was started with; budgets given now extend every run."""
     path = sweep_file(ref, base)
     assert path is not None
+    base = path.parent  # the sweep's runs sit beside its file, wherever --runs-dir points now
     try:
         record = SweepRecord.model_validate_json(path.read_text())
     except (OSError, ValidationError, ValueError) as exc:
