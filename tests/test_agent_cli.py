@@ -222,6 +222,9 @@ def test_a_broken_task_stops_before_any_model_call(tmp_path, capsys):
     raising = broken_task(tmp_path, "def reference(**kw):\n    raise RuntimeError('reference bug')\n")
     code, _, err = cli(capsys, "run", str(raising), "--model", "mock/echo", "--runs-dir", str(runs))
     assert code == 2 and "the reference raised RuntimeError: reference bug" in err and err.count("\n") == 1
+    human = TASK_DIR / "human" / "gemm_residual_rmsnorm.py"
+    code, _, err = cli(capsys, "verify", str(raising), str(human))  # the task's fault, not the checker's
+    assert code == 2 and "the reference raised RuntimeError: reference bug" in err and err.count("\n") == 1
     (tmp_path / "ref.py").unlink()
     code, _, err = cli(capsys, "run", str(raising), "--model", "mock/echo", "--runs-dir", str(runs))
     assert code == 2 and "reference: file ref.py not found" in err

@@ -13,7 +13,7 @@ from ..tasks.model import Baseline
 from ..verifier import COMPILE_STAGES, CPU_STAGES, detect_sandbox, verify
 from ..verifier.verdict import Outcome, Verdict
 from . import UserError, app, console, err_console, outcome_style
-from .inputs import check_shape_set, default_timeout, read_candidate, seed_list, timeout_value
+from .inputs import check_shape_set, check_task_runs, default_timeout, read_candidate, seed_list, timeout_value
 
 #: ``--tolerance-baseline`` spellings and the baseline each names.
 BASELINES: dict[str, Baseline] = {"eager": "eager", "single-rounding": "single_rounding"}
@@ -83,6 +83,7 @@ def verify_cmd(
         raise UserError(f"unknown --tolerance-baseline {tolerance_baseline!r}: use {' or '.join(BASELINES)}")
     seed_values = seed_list(seeds)
     check_shape_set(t, shape_set, label)
+    check_task_runs(t)  # a broken reference is the task's fault, not a checker failure on the candidate
     limit = timeout_value(timeout, default_timeout(t, stages, shape_set, len(seed_values)))
     source = read_candidate(path)
     console.print(f"verifying [bold]{path}[/] on [bold]{t.name}[/] ({label}, shapes: {shape_set})")
