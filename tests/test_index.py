@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sqlite3
@@ -180,6 +181,16 @@ def test_bad_files_are_named_and_the_rest_is_indexed(store):
         (bench / "broken.json").unlink()
         ix.refresh()
         assert not any(p.file.endswith("broken.json") for p in ix.problems())
+
+
+def test_tune_reports_and_end_to_end_runs_beside_the_bench_are_skipped_not_unreadable(store):
+    """``bench --tune --json`` and ``bench-e2e`` write next to the suite bench's results; neither has rows to rank."""
+    runs, bench, *_ = store
+    (bench / "h200-tune.json").write_text(json.dumps({"date": "2026-12-03", "budget_s": 50, "tasks": {}}))
+    (bench / "h200-2026-12-03-e2e.json").write_text(json.dumps({"schema_version": 1}))
+    with Index.open(runs, bench) as ix:
+        ix.rebuild()
+        assert ix.problems() == [] and ix.conn.execute("SELECT count(*) FROM bench_runs").fetchone()[0] == 1
 
 
 @pytest.mark.parametrize(

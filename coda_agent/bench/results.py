@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 
 from pydantic import BaseModel, Field, computed_field
 
@@ -117,6 +119,19 @@ class BenchRun(Measured):
 E2E_SCHEMA_VERSION = 1
 #: End-to-end results files end in ``-e2e.json`` beside the suite bench's, which the store indexes (it skips these).
 E2E_SUFFIX = "-e2e"
+#: The keys of a ``bench --tune`` search record (``cli/bench_cmd.py``), which sits beside the bench's results.
+TUNE_REPORT_KEYS = frozenset({"budget_s", "tasks"})
+
+
+def is_tune_report(path: Path) -> bool:
+    """A ``bench --tune`` search record, not a :class:`BenchRun`: the store skips it (it has no rows to rank)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.keys() >= TUNE_REPORT_KEYS and "rows" not in data
+
+
 #: The end-to-end goal (issue 13): CODA's ops at least this much faster than the better torch.compile on the
 #: non-attention time of a step.
 NON_ATTENTION_GOAL = 1.15

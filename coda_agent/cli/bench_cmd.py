@@ -200,7 +200,7 @@ def _tune(selected: list[Task], shapes: str, shape: list[str] | None, budget_s: 
     from ..provenance import driver_version, git_commit, package_versions
 
     tuned: dict[str, dict[str, object]] = {}
-    report: dict[str, object] = {  # what every recorded figure names beside itself
+    report: dict[str, object] = {  # what every recorded figure names beside itself (keys: results.TUNE_REPORT_KEYS)
         "date": date.today().isoformat(), "budget_s": budget_s, "device": device, "driver": driver_version(),
         "commit": git_commit(), "packages": package_versions(), "command": command_line(), "tasks": tuned,
     }

@@ -13,7 +13,14 @@ from ..tasks.model import Baseline
 from ..verifier import COMPILE_STAGES, CPU_STAGES, detect_sandbox, verify
 from ..verifier.verdict import Outcome, Verdict
 from . import UserError, app, console, err_console, outcome_style
-from .inputs import check_shape_set, check_task_runs, default_timeout, read_candidate, seed_list, timeout_value
+from .inputs import (
+    check_shape_set,
+    check_task_runs,
+    default_timeout,
+    read_candidate,
+    seed_list,
+    timeout_value,
+)
 
 #: ``--tolerance-baseline`` spellings and the baseline each names.
 BASELINES: dict[str, Baseline] = {"eager": "eager", "single-rounding": "single_rounding"}

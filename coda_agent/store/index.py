@@ -23,7 +23,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TypeVar
 
-from ..bench.results import E2E_SUFFIX, BenchRun
+from ..bench.results import E2E_SUFFIX, BenchRun, is_tune_report
 from ..verifier.verdict import GPU_OOM_MARK
 from .records import UnreadableRecord, read_json_record
 from .rundir import Problem, RunFiles, iter_run_dirs, read_run, record_files
@@ -289,7 +289,7 @@ class Index:
             found[f"run:{d.name}"] = ("run", d, _signature(record_files(d)))
         if self.bench_dir is not None and self.bench_dir.is_dir():
             for f in sorted(self.bench_dir.glob("*.json")):
-                if f.name.endswith(E2E_SUFFIX + ".json"):  # an end-to-end run: no per-task rows to rank
+                if f.name.endswith(E2E_SUFFIX + ".json") or is_tune_report(f):  # no per-task rows to rank
                     continue
                 found[f"bench:{f}"] = ("bench", f, _signature([f]))
         with self._transaction():  # read and write under one lock: concurrent refreshes cannot interleave
