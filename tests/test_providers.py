@@ -772,6 +772,23 @@ def test_manual_numbering_skips_stale_files(tmp_path: Path) -> None:
     thread.join()
 
 
+def test_a_resumed_manual_run_takes_the_answer_saved_for_the_prompt_it_was_waiting_on(tmp_path: Path) -> None:
+    from coda_agent.providers.manual import render_prompt
+
+    (tmp_path / "prompt-2.md").write_text(render_prompt(CHAT))  # the run stopped here, then the reply was saved
+    (tmp_path / "answer-2.md").write_text("saved while the run was down")
+    provider = ManualProvider(tmp_path, poll_interval=0.01, notify=lambda _: None)
+    assert complete(provider).text == "saved while the run was down"
+    assert not (tmp_path / "prompt-3.md").exists()
+    other = tmp_path / "other"  # a newest prompt that is another chat is not reused
+    other.mkdir()
+    (other / "prompt-2.md").write_text("another chat")
+    (other / "answer-2.md").write_text("stale")
+    thread = _answer_when_prompted(other, 3, "fresh")
+    assert complete(ManualProvider(other, poll_interval=0.01, notify=lambda _: None)).text == "fresh"
+    thread.join()
+
+
 def test_manual_times_out(tmp_path: Path) -> None:
     provider = ManualProvider(tmp_path, timeout=0.05, poll_interval=0.01, notify=lambda _: None)
     error = failure(provider)

@@ -3,7 +3,8 @@
 Each call writes the chat to ``<dir>/prompt-N.md``, prints one line saying where, and polls for
 ``<dir>/answer-N.md``. The answer is taken once it is non-empty and unchanged between two polls
 (so a half-saved file is not read). Numbering continues after any files already in the folder, so
-a stale answer is never picked up. No tokens are counted and nothing is charged. Without a folder given
+a stale answer is never picked up, with one exception: when the newest prompt there is exactly the chat to send
+(a run resumed while it waited for that answer), it is reused, with the answer already saved for it, if any. No tokens are counted and nothing is charged. Without a folder given
 (bare ``manual``) the files go to ``<run-dir>/manual`` once the run directory exists, else ``./coda-manual``;
 the folder is made at the first call.
 """
@@ -57,15 +58,18 @@ class ManualProvider(Provider):
     async def complete(
         self, messages: list[ChatMessage], *, max_tokens: int, temperature: float
     ) -> Completion:
+        prompt = render_prompt(messages)
         if self._next_number is None:
             self.directory.mkdir(parents=True, exist_ok=True)
             numbers = [int(m.group(1)) for p in self.directory.iterdir() if (m := _NUMBERED.match(p.name))]
-            self._next_number = max(numbers, default=0) + 1
+            newest = max(numbers, default=0)
+            asked = self.directory / f"prompt-{newest}.md"
+            self._next_number = newest if asked.is_file() and asked.read_text() == prompt else newest + 1
         number = self._next_number
         self._next_number += 1
         prompt_path = self.directory / f"prompt-{number}.md"
         answer_path = self.directory / f"answer-{number}.md"
-        write_text_atomic(prompt_path, render_prompt(messages))
+        write_text_atomic(prompt_path, prompt)
         self.notify(
             f"manual: prompt in {prompt_path}; save the reply as {answer_path} (waiting up to {self.timeout:g}s)"
         )
