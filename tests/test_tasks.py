@@ -211,6 +211,25 @@ def test_tasks_are_found_in_the_suite_then_coda_agent_tasks_then_dot_tasks(tmp_p
     assert code == 2 and err.count("\n") == 1
 
 
+def test_a_file_that_is_no_task_is_skipped_with_one_line_and_the_rest_listed(tmp_path, monkeypatch, capsys):
+    write_task(tmp_path, name="mine")
+    (tmp_path / "notes.yaml").write_text("responses: [hello]\n")  # a mock script beside the task
+    monkeypatch.setenv("CODA_AGENT_TASKS", str(tmp_path))
+    code, out, err = cli(capsys, "tasks", "--format", "json")
+    assert code == 0 and "mine" in {r["name"] for r in json.loads(out)} and len(json.loads(out)) == 14
+    assert err.count("\n") == 1 and "skipped:" in err and "notes.yaml" in err
+    code, _, err = cli(capsys, "tasks", str(tmp_path / "notes.yaml"))
+    assert code == 2 and "notes.yaml" in err
+
+
+def test_a_task_is_found_by_its_name_field_when_its_file_is_named_otherwise(tmp_path, monkeypatch):
+    (tmp_path / "foo.yaml").write_text(write_task(tmp_path, name="bias_gelu").read_text())
+    (tmp_path / "bias_gelu.yaml").unlink()
+    monkeypatch.setenv("CODA_AGENT_TASKS", str(tmp_path))
+    assert find_task("bias_gelu").path == (tmp_path / "foo.yaml").resolve()
+    assert find_task("foo").name == "bias_gelu"
+
+
 def test_tasks_refuses_an_unknown_shape_set_and_format(capsys, tmp_path):
     code, _, err = cli(capsys, "tasks", "--shapes", "nosuch")
     assert code == 2 and err.count("\n") == 1 and "no task has a shape set 'nosuch'" in err and "bench, small" in err

@@ -6,11 +6,12 @@ import json
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from ..atomic import write_text_atomic
-from ..tasks.loader import TASKS_ENV, discover_task_files, load_task, task_files
-from . import UserError, app, console
+from ..tasks.loader import TASKS_ENV, TaskError, discover_task_files, load_task, task_files
+from . import UserError, app, console, err_console
 
 SEARCH_HELP = f"task files or folders (default: the built-in suite, then ${TASKS_ENV}, then ./tasks)"
 
@@ -31,8 +32,18 @@ def list_tasks(
     """List tasks: name, family, version, launch budget, shapes and where each comes from."""
     if fmt not in ("table", "json"):
         raise UserError(f"unknown --format {fmt!r}: use table or json")
-    located = [(source, load_task(path)) for source, path in _located(paths)]
+    located, unreadable = [], []
+    for source, path in _located(paths):
+        try:
+            located.append((source, load_task(path)))
+        except TaskError as exc:  # one bad file in a folder hides none of the others
+            unreadable.append(str(exc).splitlines()[0])
+    for why in unreadable:
+        err_console.print(f"[bold yellow]skipped:[/] {escape(why)} (`coda-agent validate` says more)", highlight=False,
+                          soft_wrap=True)
     if not located:
+        if unreadable:
+            raise typer.Exit(2)
         raise UserError(f"no task files (*.yaml) in {', '.join(map(str, paths or []))}")
     if not any(shapes in t.shapes for _, t in located):
         sets = sorted({name for _, t in located for name in t.shapes})

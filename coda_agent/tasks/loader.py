@@ -146,6 +146,13 @@ def find_task(name_or_path: str) -> Task:
         candidate = source.folder / f"{name_or_path}.yaml"
         if candidate.is_file():
             return load_task(candidate)
+    for _, path in discover_task_files():  # a file named otherwise than its task's name: field (as `tasks` lists it)
+        try:
+            task = load_task(path)
+        except TaskError:
+            continue
+        if task.name == name_or_path:
+            return task
     known = ", ".join(sorted(path.stem for _, path in discover_task_files()))
     where = ", ".join(str(s.folder) for s in task_sources())
     raise TaskError(f"no task named {name_or_path!r} in {where} (known: {known})")
