@@ -191,6 +191,26 @@ def test_ctrl_c_marks_the_run_interrupted_and_says_how_to_resume(tmp_path):
     assert RunReader(run_dir).summary().status == "interrupted"
 
 
+def test_a_reader_that_leaves_the_pipe_does_not_end_the_run(tmp_path):
+    """``coda-agent run ... | head -2``: the run goes on to its end, says once on stderr that stdout was closed."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "coda_agent", "run", "gemm_residual_rmsnorm", "--model", f"mock/{SCRIPT}", "--no-compile",
+         "--runs-dir", str(tmp_path / "runs")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().startswith("run ")
+        proc.stdout.close()  # what head does after its lines
+        err = proc.stderr.read() if proc.stderr else ""
+        proc.wait(timeout=180)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "stdout was closed; carrying on" in err and "Traceback" not in err and "Exception ignored" not in err
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert RunReader(run_dir).summary().status == "target_reached"
+
+
 def test_help_lists_every_option(capsys):
     code, out, _ = cli(capsys, "run", "--help")
     assert code == 0

@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import io
+import os
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import typer
 from pydantic import BaseModel
@@ -422,7 +425,55 @@ def run_cmd(
         _run_one(agent, provider, run_dir, workers, plain)
 
 
+class _StdoutOutlivingItsReader(io.TextIOBase):
+    """stdout for a run or sweep: once its reader has gone (``run ... | head``), output stops instead of ending
+    the run midway; stderr says so once, and the record keeps everything that would have been printed."""
+
+    def __init__(self, stream: Any, record: Path) -> None:
+        self.stream, self.record, self.gone = stream, record, False
+
+    def _lost(self) -> None:
+        self.gone = True
+        with contextlib.suppress(OSError, ValueError):  # nothing is left to flush into the closed pipe at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
+        err_console.print(f"stdout was closed; carrying on, everything is recorded in {self.record}", highlight=False,
+                          soft_wrap=True, markup=False)
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                self.stream.write(text)
+            except BrokenPipeError:
+                self._lost()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self.stream.flush()
+            except BrokenPipeError:
+                self._lost()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+
+@contextlib.contextmanager
+def outliving_a_closed_stdout(record: Path) -> Iterator[None]:
+    saved = console.file
+    console.file = cast(IO[str], _StdoutOutlivingItsReader(sys.stdout, record))  # a text stream, as Rich needs
+    try:
+        yield
+    finally:
+        console.file = saved
+
+
 def _run_one(agent: Agent, provider: Provider, run_dir: Path, workers: Executor, plain: bool) -> None:
+    with outliving_a_closed_stdout(run_dir):
+        _run_to_its_end(agent, provider, run_dir, workers, plain)
+
+
+def _run_to_its_end(agent: Agent, provider: Provider, run_dir: Path, workers: Executor, plain: bool) -> None:
     """One run with its live display, to its summary; the exit status says how it ended."""
     header = agent.header
     tuned = f"; configs tuned, {agent.config.tune_budget_s:g} s per candidate" if agent.tune_fn is not None and agent.config.tune_budget_s else ""

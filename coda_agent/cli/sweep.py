@@ -39,6 +39,7 @@ from .run_cmd import (
     money_text,
     new_run,
     open_workers,
+    outliving_a_closed_stdout,
     resume_run,
     speed_text,
     tokens_text,
@@ -128,7 +129,8 @@ def start_sweep(
         f"{len(record.members)} runs, {jobs} at a time", highlight=False,
     )
     console.print(f"  record: {path}", highlight=False, soft_wrap=True, markup=False)
-    return _Session(record, path, base, jobs, executor).run()
+    with outliving_a_closed_stdout(path):
+        return _Session(record, path, base, jobs, executor).run()
 
 
 #: The options a resumed sweep may change, as ``run --resume RUN --rounds N`` extends one run.
@@ -159,7 +161,8 @@ def resume_sweep(
         write_json_atomic(path, record)
     done = sum(1 for m in record.members if m.run is not None)
     console.print(f"resuming sweep [bold]{record.sweep_id}[/]: {done} of {len(record.members)} runs started before", highlight=False)
-    return _Session(record, path, base, jobs, executor, redo_corrupt, extended=bool(changed) or total_dollars is not None).run()
+    with outliving_a_closed_stdout(path):
+        return _Session(record, path, base, jobs, executor, redo_corrupt, extended=bool(changed) or total_dollars is not None).run()
 
 
 @dataclass
