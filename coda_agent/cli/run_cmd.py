@@ -460,12 +460,12 @@ class _StdoutOutlivingItsReader(io.TextIOBase):
 
 @contextlib.contextmanager
 def outliving_a_closed_stdout(record: Path) -> Iterator[None]:
-    saved = console.file
+    saved = console._file  # Rich's own setting (None: whatever sys.stdout is then), which .file resolves
     console.file = cast(IO[str], _StdoutOutlivingItsReader(sys.stdout, record))  # a text stream, as Rich needs
     try:
         yield
     finally:
-        console.file = saved
+        console._file = saved
 
 
 def _run_one(agent: Agent, provider: Provider, run_dir: Path, workers: Executor, plain: bool) -> None:
