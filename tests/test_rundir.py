@@ -121,6 +121,9 @@ def test_the_tolerant_reader_keeps_what_it_can(tmp_path):
     assert set(problems) == {"summary.json", "attempts/0001.json"}  # the set-aside file is no attempt
     assert problems["summary.json"].startswith("invalid JSON (Expecting property name")
     assert problems["attempts/0001.json"].startswith("does not match the schema: index")
+    (run / "summary.json").write_text('{"status": "a\tb"}')  # json says "Invalid control character at"
+    assert [p.message for p in read_run(run).problems if p.file.endswith("summary.json")] == [
+        "invalid JSON (Invalid control character at line 1, column 14)"]
     assert files.best_code is not None and "def forward" in files.best_code
     summary = files.effective_summary()  # no readable summary.json: rolled up from the attempts
     assert (summary.status, summary.attempts, summary.passes, summary.best_attempt) == ("running", 2, 1, 3)

@@ -230,6 +230,17 @@ def test_a_task_is_found_by_its_name_field_when_its_file_is_named_otherwise(tmp_
     assert find_task("foo").name == "bias_gelu"
 
 
+def test_tasks_and_validate_take_task_names_as_run_and_verify_do(capsys):
+    code, out, _ = cli(capsys, "tasks", "gemm_rope", "--format", "json")
+    assert code == 0 and [r["name"] for r in json.loads(out)] == ["gemm_rope"]
+    code, out, _ = cli(capsys, "tasks", "gemm_rope")
+    assert code == 0 and "1 task" in out and "1 tasks" not in out
+    code, out, _ = cli(capsys, "validate", "gemm_swiglu")
+    assert code == 0 and "1/1 task files valid" in out
+    code, _, err = cli(capsys, "validate", "nosuch")
+    assert code == 2 and err.count("\n") == 1 and "no task named 'nosuch'" in err
+
+
 def test_tasks_refuses_an_unknown_shape_set_and_format(capsys, tmp_path):
     code, _, err = cli(capsys, "tasks", "--shapes", "nosuch")
     assert code == 2 and err.count("\n") == 1 and "no task has a shape set 'nosuch'" in err and "bench, small" in err

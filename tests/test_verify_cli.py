@@ -29,6 +29,11 @@ def test_real_sizes_on_the_cpu_emulator_are_refused(capsys):
     assert "CPU emulator runs the 'small' shapes only" in err and "--backend quack" in err
 
 
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the machine has a GPU")
+def test_the_real_kernels_without_a_gpu_are_one_line(capsys):
+    assert "no CUDA GPU on this machine" in one_line_error(capsys, "gemm_swiglu", "--backend", "quack")
+
+
 def test_an_unknown_shape_set_is_named(capsys):
     assert "has no shape set 'nosuch' (has: small, bench)" in one_line_error(capsys, "gemm_residual_rmsnorm", "--shapes", "nosuch")
 

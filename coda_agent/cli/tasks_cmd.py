@@ -10,17 +10,22 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..atomic import write_text_atomic
-from ..tasks.loader import TASKS_ENV, TaskError, discover_task_files, load_task, task_files
+from ..tasks.loader import TASKS_ENV, TaskError, discover_task_files, find_task, load_task, task_files
 from . import UserError, app, console, err_console
 
-SEARCH_HELP = f"task files or folders (default: the built-in suite, then ${TASKS_ENV}, then ./tasks)"
+SEARCH_HELP = f"task names, files or folders (default: the built-in suite, then ${TASKS_ENV}, then ./tasks)"
 
 
 def _located(paths: list[Path] | None) -> list[tuple[str, Path]]:
-    """(where it comes from, file) for the files asked for, or for every task on the search path."""
-    if paths:
-        return [("argument", p) for p in task_files(paths)]
-    return [(source.label, path) for source, path in discover_task_files()]
+    """(where it comes from, file) for the files, folders or task names asked for, or for every task on the
+    search path."""
+    if not paths:
+        return [(source.label, path) for source, path in discover_task_files()]
+    found: list[tuple[str, Path]] = []
+    for p in paths:
+        by_name = not p.exists() and p.suffix not in (".yaml", ".yml") and p.name == str(p)
+        found += [("argument", f) for f in ([find_task(str(p)).path] if by_name else task_files([p]))]
+    return found
 
 
 @app.command("tasks")
@@ -60,7 +65,7 @@ def list_tasks(
         ]
         print(json.dumps(rows, indent=2))
         return
-    table = Table(title=f"{len(located)} tasks", show_lines=True)
+    table = Table(title=f"{len(located)} task{'s' if len(located) != 1 else ''}", show_lines=True)
     for col in ("task", "family", "v", "budget"):
         table.add_column(col, no_wrap=True)
     table.add_column(f"{shapes} shapes", overflow="fold", ratio=2)

@@ -82,6 +82,11 @@ def verify_cmd(
     elif backend == "torch":
         stages, label, shape_set = CPU_STAGES, "torch", shapes or "small"
     elif backend == "quack":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UserError("no CUDA GPU on this machine: --backend quack runs the real kernels; on a CPU use the "
+                            "emulator (the default) or --compile-only")
         stages, label, shape_set = ("gpu_correctness",), "quack", shapes or "bench"
     else:
         raise UserError(f"unknown backend {backend!r}: use torch or quack (or --compile-only)")

@@ -217,7 +217,7 @@ def _what_is_wrong(text: str, exc: ValidationError) -> str:
         try:
             json.loads(text)
         except json.JSONDecodeError as bad:
-            return f"invalid JSON ({bad.msg} at line {bad.lineno}, column {bad.colno})"
+            return f"invalid JSON ({bad.msg.removesuffix(' at')} at line {bad.lineno}, column {bad.colno})"  # "...character at"
     parts = [f"{'.'.join(str(x) for x in e['loc']) or '(top level)'}: {e['msg']}" for e in errs[:3]]
     more = f" (+{len(errs) - 3} more)" if len(errs) > 3 else ""
     return "does not match the schema: " + "; ".join(parts) + more
