@@ -154,6 +154,11 @@ def test_cli_reports_malformed_task_in_one_clean_message(tmp_path):
             "    return {'h': h, 'normed': h * gamma, 'rstd': (x @ w.t()).float().sum(-1)}\n",
             "output 'h' does not change when the inputs change",
         ),
+        (
+            "import torch\ndef reference(x, w, residual, gamma, *, eps):\n    h = (x @ w.t()) * 0 + residual\n"
+            "    return {'h': h, 'normed': h * gamma, 'rstd': h.float().pow(2).mean(-1).add(eps).rsqrt()}\n",
+            "no output changes when input 'x' alone does",
+        ),
     ],
 )
 def test_validate_rejects_broken_and_degenerate_references(tmp_path, reference, problem):

@@ -1,7 +1,7 @@
 """``coda-agent validate``: a task must load, its reference must run, and it must not be degenerate.
 
 Degenerate tasks are the ones a trivial candidate could pass (robust-kbench's filters): an output that is
-near zero, constant, or that does not change when the inputs do.
+near zero, constant, or that does not change when the inputs do; and an input that changes no output alone.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ class TaskReport:
         return not self.problems
 
 
-def _run(task: Task, dims: dict[str, int], seed: int, fp32: bool) -> dict[str, torch.Tensor]:
-    inputs = task.make_inputs(dims, seed)
+def _run(task: Task, dims: dict[str, int], seed: int, fp32: bool,
+         inputs: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    inputs = task.make_inputs(dims, seed) if inputs is None else inputs
     if fp32:
         inputs = {k: (v.float() if v.is_floating_point() else v) for k, v in inputs.items()}
     with torch.no_grad():
@@ -78,7 +79,23 @@ def validate_task(task: Task) -> list[str]:
         extra = set(lowp) - {o.name for o in task.outputs}
         if extra:
             problems.append(f"{where}: the reference returns undeclared outputs {sorted(extra)}")
+        problems += [f"{where}: no output changes when input {name!r} alone does; a candidate could ignore it"
+                     for name in _ignored_inputs(task, point.dims, ref)]
     return problems
+
+
+def _ignored_inputs(task: Task, dims: dict[str, int], ref: dict[str, torch.Tensor]) -> list[str]:
+    """The inputs that, drawn again while the others stay, change no output of the FP32 reference (an input
+    drawn the same for every seed, such as positions, is not asked about)."""
+    first, second = task.make_inputs(dims, 0), task.make_inputs(dims, 1)
+    ignored = []
+    for name in first:
+        if torch.equal(first[name], second[name]):
+            continue
+        out = _run(task, dims, 0, fp32=True, inputs={**first, name: second[name]})
+        if all(torch.equal(out[spec.name], ref[spec.name]) for spec in task.outputs if spec.name in out):
+            ignored.append(name)
+    return ignored
 
 
 def validate_path(path: Path) -> TaskReport:
