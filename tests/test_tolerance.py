@@ -63,6 +63,13 @@ def test_a_task_can_choose_single_rounding():
     assert check.baseline == "single_rounding"
 
 
+def test_a_missing_output_names_what_came_back_instead():
+    truth = torch.ones(4, 8)
+    checks = check_outputs(K1, {"y": truth.bfloat16()}, {"out": truth}, {"out": truth}, DIMS, "tiny", 0)
+    check = next(c for c in checks if c.output == "out")
+    assert not check.ok and check.reason == "output 'out' is missing from forward()'s dict (it returned 'y', which the task does not declare)"
+
+
 def test_the_verdict_names_the_baseline_a_plan_chose():
     v = verify(K0, K0.human_file.read_text(), tolerance_baseline="single_rounding")
     assert v.passed, v.reason  # the fused kernel rounds only what it stores

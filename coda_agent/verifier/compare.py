@@ -79,7 +79,9 @@ def check_outputs(
         want_dtype = torch_dtype(spec.dtype)
         got = candidate.get(spec.name)
         if got is None:
-            checks.append(OutputCheck(**base, ok=False, reason=f"output {spec.name!r} is missing from forward()'s dict"))
+            others = sorted(str(k) for k in candidate if k not in {o.name for o in task.outputs})
+            instead = f" (it returned {', '.join(map(repr, others))}, which the task does not declare)" if others else ""
+            checks.append(OutputCheck(**base, ok=False, reason=f"output {spec.name!r} is missing from forward()'s dict{instead}"))
             continue
         if not isinstance(got, torch.Tensor) or type(got) is not torch.Tensor:
             checks.append(OutputCheck(**base, ok=False, reason=f"output {spec.name!r} must be a plain torch.Tensor, got {type(got).__name__}"))
