@@ -604,8 +604,9 @@ def test_mock_script_validation(script: Any, message: str) -> None:
 def test_mock_unreadable_file(tmp_path: Path) -> None:
     script = tmp_path / "bad.yaml"
     script.write_text("responses: [\n")
-    with pytest.raises(ProviderConfigError, match="cannot read mock script"):
+    with pytest.raises(ProviderConfigError, match="cannot read mock script") as raised:
         get_provider(f"mock/{script}")
+    assert "\n" not in str(raised.value) and "line 2, column 1: not valid YAML (" in str(raised.value)
 
 
 def test_mock_callable_sync_and_async() -> None:

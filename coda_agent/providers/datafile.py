@@ -8,6 +8,7 @@ from typing import Any
 
 import yaml
 
+from ..tasks.loader import yaml_problem
 from .base import ProviderConfigError
 
 
@@ -16,5 +17,7 @@ def read_data_file(path: Path, what: str) -> Any:
     try:
         text = path.read_text()
         return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (OSError, ValueError, yaml.YAMLError) as exc:
+    except yaml.YAMLError as exc:
+        raise ProviderConfigError(f"cannot read {what} {path}{yaml_problem(exc)}") from exc
+    except (OSError, ValueError) as exc:
         raise ProviderConfigError(f"cannot read {what} {path}: {exc}") from exc

@@ -54,6 +54,13 @@ def format_validation_error(path: Path, err: ValidationError, data: Any) -> str:
     return "\n".join(lines)
 
 
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's multi-line error as one line: `` line L, column C: not valid YAML (what)``."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    return f"{where}: not valid YAML ({getattr(exc, 'problem', None) or str(exc).splitlines()[0]})"
+
+
 def load_task(path: str | Path) -> Task:
     """Parse and schema-check one task YAML file."""
     p = Path(path)
@@ -66,9 +73,7 @@ def load_task(path: str | Path) -> Task:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise TaskError(f"{p}:{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+        raise TaskError(f"{p}:{yaml_problem(exc)}") from None
     if not isinstance(data, dict):
         raise TaskError(f"{p}: a task file must be a YAML mapping, got {type(data).__name__}")
     try:
