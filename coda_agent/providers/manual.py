@@ -1,12 +1,12 @@
 """``manual``: a person is the model, through any chat UI or another coding agent.
 
 Each call writes the chat to ``<dir>/prompt-N.md``, prints one line saying where, and polls for
-``<dir>/answer-N.md``. The answer is taken once it is non-empty and unchanged between two polls
-(so a half-saved file is not read). Numbering continues after any files already in the folder, so
-a stale answer is never picked up, with one exception: when the newest prompt there is exactly the chat to send
-(a run resumed while it waited for that answer), it is reused, with the answer already saved for it, if any. No tokens are counted and nothing is charged. Without a folder given
-(bare ``manual``) the files go to ``<run-dir>/manual`` once the run directory exists, else ``./coda-manual``;
-the folder is made at the first call.
+``<dir>/answer-N.md``. The answer is taken once it is non-empty and unchanged between two polls (so a
+half-saved file is not read). Numbering continues after any files already in the folder, so a stale answer is
+never picked up, with one exception: when the newest prompt there is exactly the chat to send (a run resumed
+while it waited for that answer), it is reused, with the answer already saved for it, if any. No tokens are
+counted and nothing is charged. Without a folder given (bare ``manual``) the files go to ``<run-dir>/manual``
+once the run directory exists, else ``./coda-manual``; the folder is made at the first call.
 """
 
 from __future__ import annotations

@@ -289,7 +289,7 @@ class Index:
             found[f"run:{d.name}"] = ("run", d, _signature(record_files(d)))
         if self.bench_dir is not None and self.bench_dir.is_dir():
             for f in sorted(self.bench_dir.glob("*.json")):
-                if f.name.endswith(E2E_SUFFIX + ".json") or is_tune_report(f):  # no per-task rows to rank
+                if f.name.endswith(E2E_SUFFIX + ".json"):  # an end-to-end run: no per-task rows to rank
                     continue
                 found[f"bench:{f}"] = ("bench", f, _signature([f]))
         with self._transaction():  # read and write under one lock: concurrent refreshes cannot interleave
@@ -384,7 +384,8 @@ class Index:
         try:
             bench = read_json_record(path, BenchRun)
         except UnreadableRecord as exc:
-            self._note(key, [Problem.of(exc)])
+            if not is_tune_report(path):  # a tune search beside the results has no rows to rank: not a problem
+                self._note(key, [Problem.of(exc)])
             return
         name = str(path)
         self._insert(
