@@ -220,7 +220,7 @@ def test_leaderboard_command_formats_and_errors(cli_store, monkeypatch, capsys):
     code, out, _ = run_cli(monkeypatch, capsys, "leaderboard", "--format", "json", "--task", "gemm_rmsnorm")
     assert code == 0 and json.loads(out)["groups"][0]["entries"][0]["author"] == "openai/gpt-5"
     code, out, _ = run_cli(monkeypatch, capsys, "leaderboard", "-f", "md")
-    assert code == 0 and out.startswith("# Leaderboard (summary") and "| gemm_rmsnorm v1 | NVIDIA H200 | human |" in out
+    assert code == 0 and out.startswith("# Leaderboard (summary") and "| gemm_rmsnorm v1 (old version) | NVIDIA H200 | human |" in out
     code, out, _ = run_cli(monkeypatch, capsys, "leaderboard", "-f", "md", "-t", "gemm_rmsnorm")
     assert code == 0 and out.startswith("# Leaderboard") and "## Other versions / devices" in out
     code, out, _ = run_cli(monkeypatch, capsys, "leaderboard", "-f", "csv")
@@ -307,3 +307,48 @@ def test_unpriced_models_say_so_in_every_table(tmp_path, monkeypatch, capsys):
 
     page = Site(runs, tmp_path / "bench").get(f"/run/{run.name}.html")
     assert page.status == 200 and "unpriced" in page.body.decode()
+
+
+# ------------------------------------------------------------------------------------------------ honest summaries
+
+
+def test_old_versions_replays_and_failed_runs_are_marked_in_the_cli(tmp_path, monkeypatch, capsys):
+    runs, bench = tmp_path / "runs", tmp_path / "bench"
+    monkeypatch.setenv("CODA_AGENT_RUNS_DIR", str(runs))
+    monkeypatch.setenv("CODA_AGENT_BENCH_DIR", str(bench))
+    make_bench(bench, [bench_row("gemm_rmsnorm", "llama3-8b", 100.0), bench_row("gemm_rmsnorm", "llama3-8b", 100.0, version=2)])
+    original = make_run(runs, model="anthropic/claude", version=2, outcomes=("passed",), times={"llama3-8b": 104.0},
+                        run_id="orig0001", cost=0.4)
+    make_run(runs, model=f"replay/{original}", version=2, outcomes=("passed",), times={"llama3-8b": 101.0},
+             run_id="replay01", cost=0.0, created=T0 + timedelta(hours=1))
+    failed = make_run(runs, model="openai/gpt-5", version=2, outcomes=("wrong_output", "compile_error"),
+                      run_id="fail0001", created=T0 + timedelta(hours=2))
+    summary = json.loads((failed / "summary.json").read_text()) | {"status": "completed"}
+    (failed / "summary.json").write_text(json.dumps(summary))
+    code, out, err = run_cli(monkeypatch, capsys, "leaderboard", "--format", "json")
+    rows = {(r["task_version"], r["author"]): r for r in json.loads(out)["summary"]}
+    assert (2, "anthropic/claude") in rows and not any(a.startswith("replay") for _, a in rows)
+    claude = rows[(2, "anthropic/claude")]
+    assert claude["runs"] == 2 and claude["cost_usd"] == pytest.approx(0.4)  # a replay costs what its original did
+    assert claude["vs_human"] == pytest.approx(100 / 101)  # its time counts for the model that wrote the replies
+    assert rows[(1, "human")]["apart_why"] == "old version"
+    code, out, err = run_cli(monkeypatch, capsys, "leaderboard")
+    assert code == 0 and "gemm_rmsnorm v1 (old version)" in out and "replay/" not in out
+    code, out, _ = run_cli(monkeypatch, capsys, "show", "fail0001")
+    assert code == 0 and "status completed, no correct kernel" in out
+    code, out, _ = run_cli(monkeypatch, capsys, "show", "replay01")
+    assert "model anthropic/claude (a replay of run " + original.name + ")" in out
+
+
+def test_leaderboard_says_why_speed_is_not_compared_and_where_bench_results_are(tmp_path, monkeypatch, capsys):
+    runs, bench = tmp_path / "runs", tmp_path / "bench"
+    monkeypatch.setenv("CODA_AGENT_RUNS_DIR", str(runs))
+    monkeypatch.setenv("CODA_AGENT_BENCH_DIR", str(bench))
+    make_run(runs, model="anthropic/claude", device="cpu", outcomes=("passed",))
+    code, out, err = run_cli(monkeypatch, capsys, "leaderboard")
+    assert code == 0 and "anthropic/claude" in out
+    assert "Speed not compared: runs on cpu have no GPU to time them" in err
+    assert f"no bench results found in {bench}" in err and "not the wheel" in err
+    make_bench(bench, [bench_row("gemm_rmsnorm", "llama3-8b", 100.0)])
+    code, out, err = run_cli(monkeypatch, capsys, "leaderboard")
+    assert "no bench results found" not in err and "Speed not compared" in err

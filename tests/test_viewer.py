@@ -236,3 +236,35 @@ def test_view_refuses_other_hosts_without_the_unsafe_flag(tmp_path, monkeypatch,
     make_run(tmp_path / "runs", outcomes=("passed",))
     code, out, _ = run_cli(monkeypatch, capsys, "view", "--export", str(tmp_path / "out"))
     assert code == 0 and "wrote 9 files" in out and (tmp_path / "out" / "index.html").exists()
+
+
+def test_status_replays_old_versions_and_untimed_rows_are_shown_honestly(tmp_path):
+    runs, bench = tmp_path / "runs", tmp_path / "bench"
+    make_bench(bench, [bench_row("gemm_rmsnorm", "llama3-8b", 100.0)])
+    original = make_run(runs, model="anthropic/claude", outcomes=("passed",), times={"llama3-8b": 104.0}, run_id="orig0001")
+    replay = make_run(runs, model=f"replay/{original}", outcomes=("passed",), times={"llama3-8b": 103.0},
+                      run_id="replay01", created=T0 + timedelta(hours=1))
+    failed = make_run(runs, model="openai/gpt-5", outcomes=("wrong_output",), run_id="fail0001",
+                      created=T0 + timedelta(hours=2))
+    summary = json.loads((failed / "summary.json").read_text()) | {"status": "completed"}
+    (failed / "summary.json").write_text(json.dumps(summary))
+    make_run(runs, model="openai/gpt-5", version=2, device="cpu", outcomes=("passed",), created=T0 + timedelta(hours=3))
+    site = Site(runs, bench)
+    status, html = get(site, "/")
+    assert status == 200
+    assert '<td class="l status-bad">completed, no correct kernel</td>' in html
+    assert '<td class="l status-ok">target reached, 1 correct</td>' in html
+    assert "replay/" not in html.replace(f"replay/{original}", "") and "(replay of " in html
+    assert "Speed not compared: runs on cpu have no GPU to time them" in html
+    assert "no bench results found" not in html
+    assert "(old version, not compared)" in html
+    # run names break only after an underscore, never inside the date or the id
+    assert "_<wbr>gemm_<wbr>rmsnorm_<wbr>fail0001</a>" in html
+    summary_rows = json.loads(get(site, "/index.json")[1])["summary"]
+    assert {r["author"] for r in summary_rows} == {"human", "anthropic/claude", "openai/gpt-5"}
+    status, page = get(site, f"/run/{failed.name}.html")
+    assert 'class="status-bad">completed, no correct kernel' in page
+    status, page = get(site, f"/run/{replay.name}.html")
+    assert "<dd>anthropic/claude <span class=\"muted\">(a replay of run" in page
+    status, html = get(Site(runs, tmp_path / "no-bench"), "/")
+    assert f"no bench results found in {tmp_path / 'no-bench'}" in html and "not the wheel" in html

@@ -15,7 +15,8 @@ from ..providers.remote import is_loopback_host
 from ..settings import BENCH_DIR_ENV, DEFAULT_BENCH_DIR, DEFAULT_RUNS_DIR, RUNS_DIR_ENV
 from ..store import leaderboard as lb
 from ..store.compare import diff_runs
-from ..store.index import Index
+from ..store.index import Index, replayed_model
+from ..store.records import run_status
 from ..store.rundir import Problem, RunFiles, RunRecordError, read_run, resolve_run
 from ..store.timings import timing_points
 from . import CliApp, UserError, app, console, err_console, outcome_style, wide_console
@@ -130,7 +131,7 @@ def leaderboard(
     elif fmt == "md":
         print(lb.to_markdown(board) if details else lb.summary_markdown(board))
     elif board.empty:
-        wide_console().print(f"no run records in {runs_dir} and no bench results in {bench_dir} yet")
+        wide_console().print(f"no run records in {runs_dir} and no bench results in {bench_dir} yet", highlight=False)
     elif not details:
         wide_console().print(_summary_table(lb.summarize(board)))
     else:
@@ -141,6 +142,9 @@ def leaderboard(
             out.rule("other versions / devices (not compared with the tables above)")
             for g in board.apart:
                 out.print(_rich_group(g))
+    for note in (lb.untimed_note(board), lb.missing_bench_note(bench_dir)):
+        if note:
+            err_console.print(escape(note), highlight=False, soft_wrap=True)
     print_problems(board.problems)
 
 
@@ -208,8 +212,10 @@ def show(
     out = wide_console()
     out.print(f"[bold]{escape(rf.name)}[/]" + (f"  (run id {escape(h.run_id)})" if h else ""), highlight=False)
     if h:
+        author, replay_of = replayed_model(h.model, runs_dir)
+        model = escape(author) + (f"[/] (a replay of run {escape(replay_of)})[bold]" if replay_of else "")
         out.print(
-            f"task [bold]{escape(h.task)}[/] v{h.task_version} · model [bold]{escape(h.model)}[/] · "
+            f"task [bold]{escape(h.task)}[/] v{h.task_version} · model [bold]{model}[/] · "
             f"device {escape(h.device)}" + (f" · host {escape(h.host)}" if h.host else ""), highlight=False,
         )
         git = f" · git {h.git_commit[:10]}{' (dirty)' if h.git_dirty else ''}" if h.git_commit else ""
@@ -220,7 +226,9 @@ def show(
             f"$ {b.max_dollars or '-'} · wall {lb.fmt_seconds(b.max_wall_seconds)} · "
             f"stages {', '.join(h.verifier_stages) or '-'}", highlight=False,
         )
-    status = f"{s.status}" + (f" ({escape(s.stop_reason)})" if s.stop_reason else "")
+    label, tone = run_status(s.status, s.passes)
+    colour = {"ok": "green", "bad": "red", "warn": "yellow", "running": "cyan"}[tone]
+    status = f"[{colour}]{escape(label)}[/]" + (f" ({escape(s.stop_reason)})" if s.stop_reason else "")
     out.print(f"status {status}", highlight=False)
 
     table = Table(title="attempts", title_justify="left", box=box.SIMPLE_HEAD)

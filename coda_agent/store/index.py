@@ -92,6 +92,8 @@ MIGRATIONS: list[Migration] = [
     ),
     # Unpriced runs and attempts get a NULL cost (shown "unpriced"), no longer $0: every run is read again.
     Migration("m003_unpriced_cost_is_null", "", reindex=True),
+    # A replay (``replay/<run>``) is listed under the model that wrote the replies: every run is read again.
+    Migration("m004_replay_of", "ALTER TABLE runs ADD COLUMN replay_of TEXT", reindex=True),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -149,6 +151,7 @@ class RunRow:
     git_dirty: int | None
     first_correct_attempt: int | None
     human_timing: str | None  # JSON: shape -> µs of the human kernel timed in this run's session
+    replay_of: str | None = None  # a replay: the run whose replies it served (``model`` is that run's model)
 
     def human_us(self) -> dict[str, float]:
         data = json.loads(self.human_timing) if self.human_timing else {}
@@ -227,6 +230,33 @@ def _signature(files: list[Path]) -> str:
         except OSError:
             h.update(f"{f.name}:gone\n".encode())
     return h.hexdigest()
+
+
+REPLAY_PREFIX = "replay/"
+
+
+def replayed_model(model: str, runs_dir: Path) -> tuple[str, str | None]:
+    """The author of a run's replies, and for a replay the run it replayed.
+
+    A replay run records its model as ``replay/<path of the replayed run>``; its replies were written by that
+    run's model, so that is its author (followed through replays of replays). When the replayed run is no
+    longer on disk (here, or under its name in ``runs_dir``), the author is ``replay of <name>``.
+    """
+    seen: set[str] = set()
+    origin: str | None = None
+    while model.startswith(REPLAY_PREFIX) and model not in seen:
+        seen.add(model)
+        path = Path(model[len(REPLAY_PREFIX):])
+        origin = origin or path.name
+        header = next((d / "header.json" for d in (path, runs_dir / path.name) if (d / "header.json").is_file()), None)
+        try:
+            recorded = json.loads(header.read_text()).get("model") if header else None
+        except (OSError, ValueError):
+            recorded = None
+        if not isinstance(recorded, str) or not recorded:
+            return f"replay of {origin}", origin
+        model = recorded
+    return model, origin
 
 
 def _norm_device(device: str) -> str:
@@ -339,19 +369,20 @@ class Index:
         if h is None:
             return
         s = run.effective_summary()
+        model, replay_of = replayed_model(h.model, self.runs_dir)
         self._insert(
             "runs",
             ("dir", "run_id", "task", "task_version", "model", "device", "host", "created", "status", "stop_reason",
              "rounds", "attempts", "passes", "best_attempt", "best_time_us", "input_tokens", "output_tokens", "cost_usd",
              "wall_seconds", "seconds_to_first_correct", "verifier_stages", "params", "git_commit", "git_dirty",
-             "first_correct_attempt", "human_timing"),
+             "first_correct_attempt", "human_timing", "replay_of"),
             [(
-                run.name, h.run_id, h.task, h.task_version, h.model, _norm_device(h.device), h.host,
+                run.name, h.run_id, h.task, h.task_version, model, _norm_device(h.device), h.host,
                 h.created.isoformat(), s.status, s.stop_reason, s.rounds, s.attempts, s.passes, s.best_attempt,
                 s.best_time_us, s.input_tokens, s.output_tokens, s.cost_usd if s.cost_known else None, s.wall_seconds,
                 s.seconds_to_first_correct, json.dumps(h.verifier_stages), json.dumps(h.params, default=str),
                 h.git_commit, int(h.git_dirty), run.first_correct_attempt(),
-                json.dumps(getattr(h, "human_timing", None) or {}),
+                json.dumps(getattr(h, "human_timing", None) or {}), replay_of,
             )],
         )
         for a in run.attempts:

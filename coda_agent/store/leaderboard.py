@@ -20,7 +20,8 @@ import json
 import math
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -111,6 +112,7 @@ def build(index: Index, task: str | None = None, device: str | None = None) -> L
     timings: dict[str, list[AttemptTiming]] = defaultdict(list)
     for t in index.attempt_timings(task):
         timings[t.run_dir].append(t)
+    runs = [_replay_costs(r, index) for r in runs]
 
     runs_by: dict[Combo, list[RunRow]] = defaultdict(list)
     for r in runs:
@@ -144,6 +146,17 @@ def _primary_combos(
 
         chosen.add(max(candidates, key=rank))
     return chosen
+
+
+def _replay_costs(run: RunRow, index: Index) -> RunRow:
+    """A replay's tokens and cost are those of the run it replayed (it paid nothing: the replies were paid for
+    once, by the run that asked for them)."""
+    if not run.replay_of:
+        return run
+    origin = index.run(run.replay_of)
+    if origin is None:
+        return run
+    return replace(run, input_tokens=origin.input_tokens, output_tokens=origin.output_tokens, cost_usd=origin.cost_usd)
 
 
 def _ratio(base: float | None, time: float | None) -> float | None:
@@ -297,6 +310,7 @@ class SummaryRow(BaseModel):
     cost_usd: float | None = None  # of the run behind the figures (the cheapest, where several are)
     cost_known: bool = True
     run: str | None = None
+    apart_why: str = ""  # for an apart row: "old version" or "other device"
 
 
 def summarize(board: Leaderboard) -> list[SummaryRow]:
@@ -307,8 +321,10 @@ def summarize(board: Leaderboard) -> list[SummaryRow]:
         for g in groups:
             combos[(g.task, section, -g.task_version, g.device)].append(g)
     rows: list[SummaryRow] = []
+    latest = {g.task: g.task_version for g in board.groups}
     for (task, apart, neg_version, device), groups in sorted(combos.items(), key=lambda kv: kv[0]):
         version = -neg_version
+        why = "" if not apart else "old version" if version < latest.get(task, version) else "other device"
         timed_shapes = [g for g in groups if g.shape is not None and g.timed]
         pairs: dict[str, list[tuple[Group, Entry]]] = defaultdict(list)
         for g in groups:
@@ -323,7 +339,7 @@ def summarize(board: Leaderboard) -> list[SummaryRow]:
             with_run = [e for _, e in seen if e.run is not None]
             figures = min(with_run, key=lambda e: e.cost_usd or 0.0) if with_run else seen[0][1]
             task_rows.append(SummaryRow(
-                section="apart" if apart else "main", task=task, task_version=version, device=device, author=author,
+                section="apart" if apart else "main", apart_why=why, task=task, task_version=version, device=device, author=author,
                 kind="human" if seen[0][1].kind == "human" else "model",
                 correct=all(checked) if checked else None, shapes=len(timed), of_shapes=len(timed_shapes),
                 vs_eager=geomean(e.vs_eager for _, e in timed), vs_compiled=geomean(e.vs_compiled for _, e in timed),
@@ -337,6 +353,33 @@ def summarize(board: Leaderboard) -> list[SummaryRow]:
     return rows
 
 
+def missing_bench_note(bench_dir: Path | None) -> str:
+    """One line when the bench folder holds no results ("" when it does): without them the leaderboard has no
+    human-kernel or baseline rows. They are files of the git checkout (``bench/results/``), not of the wheel."""
+    if bench_dir is not None and bench_dir.is_dir() and any(bench_dir.glob("*.json")):
+        return ""
+    return (f"no bench results found in {bench_dir} (so no human-kernel or baseline rows); they ship with the git "
+            "checkout (bench/results/), not the wheel: pass --bench-dir or set CODA_AGENT_BENCH_DIR")
+
+
+def untimed_note(board: Leaderboard) -> str:
+    """One line saying why some rows have no speed to compare ("" when every row is timed): runs on a machine
+    without a GPU are checked for correctness on the CPU emulator and never timed."""
+    untimed = {g.device for g in (*board.groups, *board.apart)
+               if g.shape is None and any(e.kind != "baseline" for e in g.entries)}
+    if not untimed:
+        return ""
+    cpu = sorted(d for d in untimed if d.casefold() == "cpu")
+    gpu = sorted(untimed - set(cpu))
+    parts = []
+    if cpu:
+        parts.append("runs on cpu have no GPU to time them (the emulator checks correctness only)")
+    if gpu:
+        parts.append(f"runs on {', '.join(gpu)} did not time their candidates (no profile stage)")
+    return ("Speed not compared: " + "; ".join(parts) + ", so those rows show correctness and cost only; "
+            "the human kernel's and the baselines' times come from a GPU (`coda-agent run` or `bench` on one).")
+
+
 SUMMARY_COLUMNS: list[tuple[str, str]] = [
     ("task", "task"), ("device", "device"), ("author", "author"), ("correct", "correct"), ("shapes", "shapes"), ("×eager", "vs_eager"),
     ("×compile", "vs_compiled"), ("×cuBLAS", "vs_cublas"), ("×human", "vs_human"), ("%SoL", "pct_sol"),
@@ -348,9 +391,9 @@ def summary_cell(r: SummaryRow, key: str) -> str:
     """One summary row's value for a SUMMARY_COLUMNS key, as text."""
     match key:
         case "task":
-            return f"{r.task} v{r.task_version}"
+            return f"{r.task} v{r.task_version}" + (" (old version)" if r.apart_why == "old version" else "")
         case "device":
-            return r.device
+            return r.device + (" (not compared)" if r.apart_why == "other device" else "")
         case "author":
             return r.author
         case "correct":
@@ -419,7 +462,8 @@ def _author_entries(
                 best[t.shape] = (t.median_us, r, t.idx)
     if best:
         return {
-            shape: Entry(author=author, kind=kind, correct=True, time_us=us, attempt=idx, **_run_figures(run))
+            shape: Entry(author=author, kind=kind, correct=True, time_us=us, attempt=idx, note=_replay_note(run),
+                         **_run_figures(run))
             for shape, (us, run, idx) in best.items()
         }
     correct = [r for r in runs if (r.passes or 0) > 0]
@@ -427,9 +471,13 @@ def _author_entries(
         run = min(correct, key=_cheapest_success)
         untimed = [t for t in timings.get(run.dir, []) if t.shape is None]
         note = "timed at an unnamed shape; not comparable" if untimed else ""
-        return {None: Entry(author=author, kind=kind, correct=True, note=note, **_run_figures(run))}
+        return {None: Entry(author=author, kind=kind, correct=True, note=note or _replay_note(run), **_run_figures(run))}
     run = max(runs, key=lambda r: r.created)
     return {None: Entry(author=author, kind=kind, correct=False, note=f"no correct kernel ({run.status})", **_run_figures(run))}
+
+
+def _replay_note(run: RunRow) -> str:
+    return f"replayed from run {run.replay_of}" if run.replay_of else ""
 
 
 def _cheapest_success(r: RunRow) -> tuple[float, float, float]:

@@ -22,6 +22,22 @@ from .outcomes import AttemptOutcome
 SCHEMA_VERSION = 2
 
 RunStatus = Literal["running", "target_reached", "budget_exhausted", "completed", "interrupted", "failed"]
+#: How a run ended, as a reader should take it: ``ok`` (a correct kernel), ``bad`` (none), ``warn`` (a correct
+#: kernel, but the run did not finish), ``running``.
+StatusTone = Literal["ok", "bad", "warn", "running"]
+
+
+def run_status(status: str, passes: int | None) -> tuple[str, StatusTone]:
+    """A run's status as shown (CLI ``show``, the viewer): the recorded status, and whether it found a correct
+    kernel. A run that ran every round without one "completed" only as a schedule: it is shown as a failure."""
+    label = status.replace("_", " ")
+    if status == "running":
+        return (label if passes else f"{label}, no correct kernel yet"), "running"
+    if not passes:
+        return f"{label}, no correct kernel", "bad"
+    if status in ("interrupted", "failed"):
+        return f"{label}, {passes} correct", "warn"
+    return f"{label}, {passes} correct", "ok"
 
 
 class Budgets(BaseModel):

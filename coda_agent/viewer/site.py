@@ -20,14 +20,14 @@ from typing import Any
 from urllib.parse import unquote
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
-from markupsafe import Markup
+from markupsafe import Markup, escape
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
 from ..store import leaderboard as lb
-from ..store.index import Index, RunRow
-from ..store.records import Attempt
+from ..store.index import Index, RunRow, replayed_model
+from ..store.records import Attempt, run_status
 from ..store.rundir import RunFiles, iter_run_dirs, read_run
 from ..store.timings import TimingPoint, timing_points
 from ..tasks.loader import TaskError, find_task
@@ -44,6 +44,11 @@ def slug(name: str) -> str:
     return name if _SAFE.match(name) and not name.endswith((".html", ".json", ".svg")) else (
         "x-" + hashlib.sha1(name.encode()).hexdigest()[:16]
     )
+
+
+def breakable(name: str) -> Markup:
+    """A run name that may wrap only after its underscores, never inside its date or its id."""
+    return Markup("_<wbr>").join(escape(part) for part in name.split("_"))
 
 
 def highlight_python(code: str) -> Markup:
@@ -97,8 +102,8 @@ class Site:
             trim_blocks=True, lstrip_blocks=True,
         )
         self.env.globals.update(slug=slug, columns_for=lb.columns_for, cell=lb.cell, summary_cell=lb.summary_cell,
-                                summary_columns=lb.SUMMARY_COLUMNS)
-        self.env.filters.update(us=lb.fmt_us, ratio=lb.fmt_ratio, money=lb.fmt_money, seconds=lb.fmt_seconds,
+                                summary_columns=lb.SUMMARY_COLUMNS, run_status=run_status)
+        self.env.filters.update(breakable=breakable, us=lb.fmt_us, ratio=lb.fmt_ratio, money=lb.fmt_money, seconds=lb.fmt_seconds,
                                 tokens=lb.fmt_tokens, python=highlight_python, headline=lb.headline)
 
     @contextmanager
@@ -192,6 +197,7 @@ class Site:
             "leaderboard.html", root="", title="Leaderboard", board=board, summary=lb.summarize(board), runs=runs,
             recent_runs=RECENT_RUNS, runs_dir=str(self.runs_dir),
             bench_dir=str(self.bench_dir), json_url="index.json", has_timing=any(g.timed for g in board.groups),
+            untimed_note=lb.untimed_note(board), bench_note=lb.missing_bench_note(self.bench_dir),
         )
 
     # ---- task
@@ -213,7 +219,7 @@ class Site:
             return _json_page({"task": name, **definition, **data, "runs": [_run_json(r) for r in runs]})
         return self._render(
             "task.html", root="../", title=name, task=name, board=board, runs=runs, json_url=f"{slug(name)}.json",
-            has_timing=any(g.timed for g in (*board.groups, *board.apart)), spec=spec,
+            has_timing=any(g.timed for g in (*board.groups, *board.apart)), spec=spec, untimed_note=lb.untimed_note(board),
             reference_source=_read(spec.reference_file) if spec else None,
             human_source=_read(spec.human_file) if spec and spec.human_file else None,
         )
@@ -236,7 +242,9 @@ class Site:
         rf = read_run(run_dir)
         if as_json:
             return _json_page(rf.as_json())
-        return self._render("run.html", root="../", title=rf.name, **run_context(rf), json_url=f"{key}.json")
+        author, replay_of = replayed_model(rf.header.model, self.runs_dir) if rf.header else ("", None)
+        return self._render("run.html", root="../", title=rf.name, **run_context(rf), json_url=f"{key}.json",
+                            author=author, replay_of=replay_of)
 
 
 POINT_COLUMNS = [("candidate", "median_us"), ("human", "human_us"), ("eager", "eager_us"),
