@@ -363,10 +363,10 @@ def missing_bench_note(bench_dir: Path | None) -> str:
 
 
 def untimed_note(board: Leaderboard) -> str:
-    """One line saying why some rows have no speed to compare ("" when every row is timed): runs on a machine
-    without a GPU are checked for correctness on the CPU emulator and never timed."""
+    """One line saying why some correct rows have no speed to compare ("" when every one is timed): runs on a
+    machine without a GPU are checked for correctness on the CPU emulator and never timed."""
     untimed = {g.device for g in (*board.groups, *board.apart)
-               if g.shape is None and any(e.kind != "baseline" for e in g.entries)}
+               if g.shape is None and any(e.kind != "baseline" and e.correct for e in g.entries)}
     if not untimed:
         return ""
     cpu = sorted(d for d in untimed if d.casefold() == "cpu")
