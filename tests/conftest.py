@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import socket
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,9 +39,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _quack_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Compile-only tests share one QuACK cache per session (compiles are keyed, so this is safe)."""
-    os.environ.setdefault("QUACK_CACHE_DIR", str(tmp_path_factory.mktemp("quack_cache")))
+def _quack_cache() -> Iterator[None]:
+    """Compile-only tests share one QuACK cache per session (compiles are keyed, so this is safe). It is not under
+    pytest's own temporary folder, which is closed to other users: runners as nobody must reach it."""
+    if "QUACK_CACHE_DIR" in os.environ:
+        yield
+        return
+    with runner_folder("coda_test_quack_") as cache:
+        os.environ["QUACK_CACHE_DIR"] = str(cache)
+        yield
+        del os.environ["QUACK_CACHE_DIR"]
+
+
+@contextlib.contextmanager
+def runner_folder(prefix: str) -> Iterator[Path]:
+    """A folder a runner may be given whatever user it runs as (as the checker's own are: in the system's temporary
+    folder, others may pass through but not list it), removed after."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    folder.chmod(0o711)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def scratch() -> Iterator[Path]:
+    """A runner's scratch folder for tests that start runners by hand (``tmp_path`` is closed to other users)."""
+    with runner_folder("coda_test_scratch_") as folder:
+        yield folder / "scratch"
 
 
 @pytest.fixture(autouse=True)

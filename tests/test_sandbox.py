@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -36,7 +38,7 @@ def test_hidden_folders_keep_only_what_the_runner_needs(tmp_path):
 
 
 @needs_bwrap
-def test_the_sandbox_sees_no_other_process_no_network_no_secret_and_a_read_only_filesystem(tmp_path, monkeypatch):
+def test_the_sandbox_sees_no_other_process_no_network_no_secret_and_a_read_only_filesystem(scratch, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-FAKE-sandbox-test")
     probe = textwrap.dedent(
         """
@@ -56,7 +58,7 @@ def test_the_sandbox_sees_no_other_process_no_network_no_secret_and_a_read_only_
         print(len(pids), net, ro, "sk-ant-FAKE" in environ + str(os.environ))
         """
     )
-    proc = sandbox.detect().popen([sys.executable, "-c", probe], Spec(scratch=tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = sandbox.detect().popen([sys.executable, "-c", probe], Spec(scratch=scratch), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err = proc.communicate(timeout=60)
     count, net, ro, leaked = out.decode().split()
     assert int(count) <= 2, out  # bubblewrap's init and the probe: nothing of the host
@@ -64,9 +66,9 @@ def test_the_sandbox_sees_no_other_process_no_network_no_secret_and_a_read_only_
 
 
 @needs_bwrap
-def test_hidden_task_files_are_empty_inside(tmp_path):
+def test_hidden_task_files_are_empty_inside(scratch):
     listing = f"import os; print(sorted(os.listdir({str(TASK_DIR)!r})))"
-    proc = sandbox.detect().popen([sys.executable, "-c", listing], Spec(scratch=tmp_path, hidden=(TASK_DIR,)),
+    proc = sandbox.detect().popen([sys.executable, "-c", listing], Spec(scratch=scratch, hidden=(TASK_DIR,)),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, _ = proc.communicate(timeout=60)
     assert out.decode().strip() == "[]"
@@ -74,7 +76,7 @@ def test_hidden_task_files_are_empty_inside(tmp_path):
 
 @needs_bwrap
 @pytest.mark.skipif(not (REPO / ".git").exists(), reason="not a git checkout")
-def test_the_repositorys_git_objects_are_hidden_with_the_task_files(tmp_path):
+def test_the_repositorys_git_objects_are_hidden_with_the_task_files(scratch):
     """`git show HEAD:<reference>` would read a hidden reference back out of the objects."""
     from coda_agent.tasks import find_task
     from coda_agent.verifier.stages import hidden_paths
@@ -82,7 +84,7 @@ def test_the_repositorys_git_objects_are_hidden_with_the_task_files(tmp_path):
     hidden = hidden_paths(find_task("gemm_residual"))
     assert (REPO / ".git").resolve() in hidden
     listing = f"import os; print(sorted(os.listdir({str(REPO / '.git')!r})))"
-    proc = sandbox.detect().popen([sys.executable, "-c", listing], Spec(scratch=tmp_path, hidden=hidden),
+    proc = sandbox.detect().popen([sys.executable, "-c", listing], Spec(scratch=scratch, hidden=hidden),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err = proc.communicate(timeout=60)
     assert out.decode().strip() == "[]", err
@@ -278,3 +280,90 @@ def test_tensor_files_between_gpus_go_through_page_locked_buffers(tmp_path):
         for name, t in sent.items():
             assert got[name].is_cuda and got[name].dtype == t.dtype and torch.equal(got[name], t), name
     assert _host_buffer(1 << 20, pinned=True).is_pinned()
+
+
+def test_a_folder_a_runner_left_is_handed_back_to_the_next_runner_only(tmp_path):
+    """A runner as nobody leaves its source's QuACK cache owned by nobody: the next runner as nobody gets it back; a
+    folder of any other user, or a nobody-owned folder above it, is still refused."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to own folders as other users")
+    cache = tmp_path / "by-source" / "abc"
+    cache.mkdir(parents=True)
+    os.chown(cache, sandbox.NOBODY, sandbox.NOBODY)
+    cache.chmod(0o777)  # the runner opened it: closed again, not refused
+    with pytest.raises(sandbox.UnsafeFolder, match="another user"):
+        sandbox.check_private(cache)  # the runner is not nobody
+    sandbox.check_private(cache, runner_uid=sandbox.NOBODY)
+    assert cache.stat().st_mode & 0o022 == 0
+    os.chown(cache, 1234, 1234)
+    with pytest.raises(sandbox.UnsafeFolder, match="uid 1234"):
+        sandbox.check_private(cache, runner_uid=sandbox.NOBODY)
+    os.chown(cache, 0, 0)
+    os.chown(cache.parent, sandbox.NOBODY, sandbox.NOBODY)  # only the folder itself may be the runner's
+    with pytest.raises(sandbox.UnsafeFolder, match="another user"):
+        sandbox.check_private(cache, runner_uid=sandbox.NOBODY)
+
+
+def _as(as_nobody: bool) -> Sandbox:
+    box = sandbox.detect()
+    if not box.isolated or (as_nobody and not box.as_nobody):
+        pytest.skip(f"runners cannot run {'as nobody' if as_nobody else 'in bubblewrap'} here: {box.describe()}")
+    return Sandbox("bwrap", bwrap=box.bwrap, as_nobody=as_nobody)
+
+
+@pytest.mark.parametrize("as_nobody", [True, False], ids=["as-nobody", "as-this-user"])
+def test_runners_over_one_source_follow_one_another_in_either_mode(as_nobody, monkeypatch, scratch):
+    """The CPU stages, then a re-verify of the same source: each runner reuses the QuACK cache the one before left
+    (on the H200 the second runner as nobody was refused its own cache: every profile stage ended infra_error)."""
+    from coda_agent import verifier
+    from coda_agent.tasks import find_task
+
+    monkeypatch.setattr("coda_agent.verifier.client.detect", lambda: _as(as_nobody))
+    monkeypatch.setenv("QUACK_CACHE_DIR", str(scratch / "quack"))
+    task = find_task("gemm_residual")
+    source = task.human_file.read_text()
+    for _ in range(2):
+        verdict = verifier.verify(task, source, ["correctness"], shape_names=["tiny"], seeds=[0])
+        assert verdict.outcome is Outcome.PASSED, verdict.reason
+    cache = next((scratch / "quack" / "by-source").iterdir())
+    assert cache.stat().st_uid == (sandbox.NOBODY if as_nobody else os.geteuid())
+
+
+def test_ci_runs_the_runners_as_nobody():
+    """CI is root, as the GPU image's user is: its runners must drop to nobody there (.ci/run opens Python's folders),
+    or the path the GPU box takes goes untested again."""
+    if not os.environ.get("CI") or os.geteuid() != 0:
+        pytest.skip("only CI (as root) must drop to nobody")
+    box = sandbox.detect()
+    assert box.isolated and box.as_nobody, box.describe()
+
+
+def test_a_folder_nobody_cannot_reach_is_refused_with_its_cause(tmp_path):
+    """pytest's own temporary folder is closed to other users: a runner as nobody given a folder below it would
+    die in bubblewrap with no word of why; the checker names the folder and what to do instead."""
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)
+    with pytest.raises(sandbox.UnsafeFolder, match=f"cannot reach .*{closed.name}.*chmod o\\+x"):
+        sandbox.check_reachable(closed / "cache")
+
+
+def test_an_editable_checkout_under_tmp_stays_visible_inside(monkeypatch):
+    """An editable install imports the package from its checkout, which is on no sys.path entry: a checkout under
+    /tmp must survive the runner's private /tmp (it ran every candidate unsandboxed, blaming namespaces)."""
+    with contextlib.ExitStack() as stack:
+        checkout = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="coda_clone_"))) / "coda_agent"
+        checkout.mkdir()
+        monkeypatch.setattr(sandbox, "PACKAGE", checkout)
+        assert str(checkout) in sandbox._needed_under_tmp()
+
+
+def test_a_failed_probe_names_its_cause():
+    def probe(rc: int, out: str = "", err: str = "") -> subprocess.CompletedProcess[bytes]:
+        return subprocess.CompletedProcess([], rc, out.encode(), err.encode())
+
+    unreadable = sandbox._probe_failure(probe(3, "/root/.pyenv/versions/3.11.7\n"), "nobody")
+    assert "nobody cannot read /root/.pyenv/versions/3.11.7" in unreadable and "chmod o+x" in unreadable
+    denied = sandbox._probe_failure(probe(1, err="bwrap: execvp /x/bin/python: Permission denied"), "nobody")
+    assert "cannot run Python" in denied and "namespaces" not in denied
+    userns = sandbox._probe_failure(probe(1, err="bwrap: No permissions to create new namespace"), "this user")
+    assert "cannot create namespaces" in userns

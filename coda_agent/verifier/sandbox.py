@@ -37,8 +37,9 @@ PASS_ENV = (
     "MKL_NUM_THREADS", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "TEARDOWN_CUPTI",
 )
 UNSANDBOXED_OPT_IN = "CODA_AGENT_ALLOW_UNSANDBOXED"
-#: The probe: can the sandboxed user read the interpreter, the package and every Python path?
-_READABLE = "import os,sys; sys.exit(0 if all(os.access(p, os.R_OK | os.X_OK) for p in sys.argv[1:]) else 3)"
+#: The probe: can the sandboxed user read the interpreter, the package and every Python path? (It names what not.)
+_READABLE = ("import os,sys; bad=[p for p in sys.argv[1:] if not os.access(p, os.R_OK | os.X_OK)]; "
+             "print(*bad, sep='\\n'); sys.exit(3 if bad else 0)")
 
 Kind = Literal["bwrap", "process"]
 
@@ -79,10 +80,16 @@ class Sandbox:
     def isolated(self) -> bool:
         return self.kind == "bwrap"
 
+    @property
+    def runner_uid(self) -> int:
+        """The user the runners run as (a folder a runner made before is theirs, not another user's)."""
+        return NOBODY if self.as_nobody else os.geteuid()
+
     def describe(self) -> str:
         if self.isolated:
             who = "as nobody" if self.as_nobody else "as this user"
-            return f"bubblewrap sandbox ({self.bwrap}, {who}: own PID/net/mount namespaces, read-only filesystem)"
+            why = f"; runners not as nobody: {self.note}" if self.note else ""
+            return f"bubblewrap sandbox ({self.bwrap}, {who}: own PID/net/mount namespaces, read-only filesystem){why}"
         return f"NO OS sandbox ({self.note}): candidates run as plain child processes"
 
     def popen(self, argv: list[str], spec: Spec, prefix: list[str] = (), **kwargs: Any) -> subprocess.Popen[bytes]:  # type: ignore[assignment]
@@ -93,7 +100,9 @@ class Sandbox:
         env = runner_env(spec)
         for p in (spec.scratch, *spec.writable):
             p.mkdir(mode=0o700, parents=True, exist_ok=True)
-            check_private(p)
+            check_private(p, runner_uid=self.runner_uid)
+            if self.as_nobody:
+                check_reachable(p)
             p.chmod(0o700)  # the runner's folders are its own and the checker's, no other user's
             if self.as_nobody:
                 os.chown(p, NOBODY, NOBODY)
@@ -125,21 +134,35 @@ class Sandbox:
 
 
 class UnsafeFolder(Exception):
-    """A folder the runner would write is one another user could swap, fill or read."""
+    """A folder the runner would write is one another user could swap, fill or read, or one it cannot reach."""
 
 
-def check_private(folder: Path) -> None:
+def check_reachable(folder: Path) -> None:
+    """Refuse a folder that a runner as ``nobody`` could not reach (bubblewrap would fail to bind it, and the
+    runner die with no word of why): every folder above it must let other users pass (``o+x``)."""
+    for p in folder.resolve().parents:
+        if not os.stat(p).st_mode & stat.S_IXOTH:
+            raise UnsafeFolder(f"the runners run as nobody and cannot reach {folder}: {p} is closed to other users "
+                               f"(chmod o+x {p}, or choose a folder under /tmp)")
+
+
+def check_private(folder: Path, runner_uid: int | None = None) -> None:
     """Refuse to give a runner ``folder`` unless it and every folder above it, up to a sticky one such as /tmp,
     is a real folder of this user (or root) that no other user may write: otherwise another user could swap in
-    what the runner reads back (a planted compile cache, a replaced candidate) or what the checker writes through."""
+    what the runner reads back (a planted compile cache, a replaced candidate) or what the checker writes through.
+
+    ``folder`` itself may also be ``runner_uid``'s: a runner as ``nobody`` leaves the QuACK cache of its source
+    owned by nobody, and the next runner over the same source gets it back (the folders above stay ours)."""
     me = os.geteuid()
-    for p in (folder.resolve(), *folder.resolve().parents):
+    leaf = folder.resolve()
+    for p in (leaf, *leaf.parents):
         info = os.lstat(p)
-        if not stat.S_ISDIR(info.st_mode) or info.st_uid not in (me, 0):
+        runners = p == leaf and runner_uid is not None and info.st_uid == runner_uid
+        if not stat.S_ISDIR(info.st_mode) or not (info.st_uid in (me, 0) or runners):
             raise UnsafeFolder(f"{p} belongs to another user (uid {info.st_uid}): the runner will not write below it")
         if info.st_mode & stat.S_ISVTX:
             return
-        if info.st_mode & 0o022 and info.st_uid == me:  # ours, left open by an older version: close it
+        if info.st_mode & 0o022 and (info.st_uid == me or runners):  # ours or the runner's, left open: close it
             os.chmod(p, stat.S_IMODE(info.st_mode) & ~0o022)
         elif info.st_mode & 0o022:
             raise UnsafeFolder(f"{p} is writable by other users: the runner will not write below it")
@@ -177,16 +200,21 @@ def _hide(path: Path, needed: list[Path], depth: int = 2) -> list[str]:
         return []
 
 
+#: The coda_agent package folder: an editable install imports it from where the checkout is, not from sys.path.
+PACKAGE = Path(__file__).resolve().parents[1]
+
+
 def _needed_paths(spec: Spec) -> list[Path]:
     """What the runner reads or writes: the interpreter, the package, Python's paths, its folders."""
-    return [Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent, Path(__file__).resolve().parents[1],
+    return [Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent, PACKAGE,
             spec.scratch, *spec.writable, *(Path(p) for p in sys.path if p and os.path.isdir(p))]
 
 
 def _needed_under_tmp() -> list[str]:
-    """Python paths that live under /tmp (the GPU machine's site-packages) survive the private /tmp."""
+    """What the runner reads that lives under /tmp (the GPU machine's site-packages, a virtualenv or an editable
+    checkout there) survives the private /tmp."""
     out: list[str] = []
-    for p in sorted({sys.prefix, *sys.path}):
+    for p in sorted({sys.prefix, str(PACKAGE), *sys.path}):
         if p and p.startswith("/tmp/") and os.path.isdir(p) and not any(p.startswith(q + "/") for q in out):
             out.append(p)
     return out
@@ -224,9 +252,22 @@ def detect() -> Sandbox:
             errors.append(str(exc))
             continue
         if res.returncode == 0:
-            return box
-        errors.append(res.stderr.decode(errors="replace").strip()[:200] or f"{'nobody' if as_nobody else 'this user'} cannot read Python's files")
-    return Sandbox("process", note=f"bubblewrap cannot create namespaces here ({'; '.join(errors)})")
+            return box if not errors else Sandbox("bwrap", bwrap=bwrap, note=errors[0])
+        errors.append(_probe_failure(res, "nobody" if as_nobody else "this user"))
+    return Sandbox("process", note=f"bubblewrap is installed but no runner could start in it: {'; '.join(errors)}")
+
+
+def _probe_failure(res: subprocess.CompletedProcess[bytes], who: str) -> str:
+    """Why the probe failed, naming its cause: paths the user cannot read inside, or bubblewrap's own error."""
+    unreadable = ("a folder above it is closed to that user: open it with chmod o+x, or put Python and the "
+                  "checkout where that user can read")
+    if res.returncode == 3:
+        paths = res.stdout.decode(errors="replace").split()
+        return f"{who} cannot read {', '.join(paths[:3])} inside the sandbox ({unreadable})"
+    detail = res.stderr.decode(errors="replace").strip()[:200] or f"exit {res.returncode}"
+    if "Permission denied" in detail and "execvp" in detail:
+        return f"{who} cannot run Python inside the sandbox: {detail} ({unreadable})"
+    return f"bubblewrap cannot create namespaces here as {who} ({detail})"
 
 
 class SandboxUnavailable(Exception):
