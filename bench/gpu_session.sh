@@ -6,7 +6,9 @@
 # for the stage1 call, and back after; no phase reads it.)
 # What the phases took on one H200 (2026-12-03; size the calls by them, a cold machine is the slower): the whole-suite
 # bench 462-730 s over one or two calls, guards 168-282 s, more 253 s, tune-human about 45 s per kernel at
-# TUNE_BUDGET 50. A device call lasts at most 600 s, and the machine goes back after 30 s idle between calls.
+# TUNE_BUDGET 50, tune-run 161 s at TUNE_BUDGET 120; accept is estimated (not yet run) at 6-8 minutes, 2-3 per task:
+# give it a call of its own (`bash bench/gpu_session.sh 590 accept`). A device call lasts at most 600 s, and the machine
+# goes back after 30 s idle between calls.
 # The phases run in order, each cut off at CAP seconds or at the call's end (SECONDS from now, less a margin for the
 # copy back), whichever comes first:
 #   bench     the whole-suite bench, or the tasks BENCH_TASKS names (resumes .gpuwork/bench.json, or BENCH_JSON:
@@ -21,6 +23,15 @@
 #   e2e       coda-agent bench-e2e --preset 1b --layers 2 (CODA's ops against eager and both torch.compile modes)
 #   tune-run  the agent with a scripted model on a task without a human kernel (bench/tune_demo): the candidate's
 #             deliberately poor gemm config is tuned on the GPU, the record keeps the speed before and after
+#   accept    the agent end to end on the tasks of bench/accept (outside the suite, no human kernel: a Gemma-2 LM head
+#             with soft-capped cross-entropy at V 256000, a GELU backward with the saved pre-activation as C, a residual
+#             + LayerNorm-statistics forward), each with its scripted model (a flawed reply, then a correct kernel with
+#             a poor gemm config) at its one bench shape, ACCEPT_TUNE_BUDGET (default 45) seconds of tuning per run,
+#             ACCEPT_TASKS to run fewer; then bench/accept/accept.py checks every run's record and exits non-zero
+#             unless each one's best.py is correct on the GPU, timed, tuned (a @schedule adopted), and every runner
+#             ran in bubblewrap as nobody (the cache files it wrote belong to uid 65534); run records in
+#             .gpuwork/accept/<task>/, the checks in accept.log and accept/accept.json. Run it (and commit its log
+#             and records) whenever the verifier, the sandbox, the primitives or the agent change
 #   tune-human  `bench --tune` on the human kernels of the narrow-N rows (issue 9), or TUNE_TASKS (tasks and
 #             --shape options): the diffs that would pin winners, TUNE_BUDGET seconds of search per kernel, the
 #             search (a failed one's too) in TUNE_JSON (default .gpuwork/tune-human.json)
@@ -69,12 +80,14 @@ run_phase() {  # name, seconds, command...: the command's output to $work/<name>
   sampler=$(gpu_sampler "$name")
   timeout "$secs" "$@" >>"$work/$name.log" 2>&1
   rc=$?
+  phase_rc=$rc
   [ -n "$sampler" ] && kill "$sampler" 2>/dev/null
   echo "== $name: exit $rc after $(( $(date +%s) - t0 )) s" | tee -a "$work/$name.log"
   machine_state | tee -a "$work/$name.log"
   tail -n 4 "$work/$name.log"
 }
 
+status=0
 gpu_tests=(python3 -m pytest -m gpu -n 0 -v -rfE -p no:cacheprovider)
 
 for spec in "$@"; do
@@ -97,12 +110,15 @@ for spec in "$@"; do
            --json "$work/e2e.json" ;;
     tune-run) run_phase tune-run "$secs" python3 -m coda_agent run bench/tune_demo/my_residual/my_residual.yaml \
                 --model mock/bench/tune_demo/untuned_residual.yaml --rounds 1 --tune-budget "${TUNE_BUDGET:-120}" ;;
+    accept) run_phase accept "$secs" python3 bench/accept/accept.py --out "$work/accept" \
+              --tune-budget "${ACCEPT_TUNE_BUDGET:-45}" ${ACCEPT_TASKS:-}
+            [ "$phase_rc" = 0 ] || status=1 ;;  # the session's exit status says when a run failed its checks
     tune-human) run_phase tune-human "$secs" python3 -m coda_agent bench ${TUNE_TASKS:-gemm_residual gemm_residual_rmsnorm \
                   gemm_rmsnorm_bwd} --tune --tune-budget "${TUNE_BUDGET:-100}" --json "${TUNE_JSON:-$work/tune-human.json}" ;;
     cublas) run_phase cublas "$secs" python3 bench/probes/cublas_kernels.py --json "$work/cublas.jsonl" ;;
     probe) run_phase probe "$secs" env NCU_S=0 OUT= bash bench/probes/gpu_probe.sh ;;
     host) run_phase host "$secs" python3 bench/probes/host_probe.py ${HOST_ARGS:---per-cpu} --json "$work/host.jsonl" ;;
-    *) echo "unknown phase $phase (bench, trust, guards, launch, ops, more, e2e, tune-run, tune-human, cublas, probe, host)"; exit 2 ;;
+    *) echo "unknown phase $phase (bench, trust, guards, launch, ops, more, e2e, tune-run, accept, tune-human, cublas, probe, host)"; exit 2 ;;
   esac
 done
 # The logs get committed: this machine's paths become the repository root ".", python3, <site-packages> and $OUT.
@@ -111,3 +127,4 @@ py=$(python3 -c 'import sys; print(sys.executable)')
 find "$work" -maxdepth 1 -type f \( -name '*.log' -o -name '*.md' \) -exec sed -i \
   -e "s#$py#python3#g" -e "s#$site#<site-packages>#g" -e "s#$PWD/#./#g" -e "s#$PWD\b#.#g" ${OUT:+-e "s#$OUT#\$OUT#g"} {} +
 if [ -n "${OUT:-}" ]; then tar czf "$OUT/gpuwork.tar.gz" --exclude=quack_cache "$work"; fi
+exit $status

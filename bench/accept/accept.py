@@ -1,0 +1,218 @@
+"""bench/gpu_session.sh's `accept` phase: the agent end to end on the H200 on tasks outside the suite.
+
+For each task in bench/accept/tasks (no human kernel), ``coda-agent run`` with its scripted model
+(bench/accept/models/<task>.yaml: a flawed reply, then a correct kernel with a deliberately poor GEMM config)
+and the machine's stages: gpu_correctness and profile at the bench shape, then the harness's tune stage.
+Then every run is checked from its record alone, and the checks are printed:
+
+  exit      ``coda-agent run`` exited 0 (a correct candidate) within its time limit
+  gpu       the run verified on a GPU (gpu_correctness and profile at the bench shapes, QuACK backend)
+  flaw      the scripted flawed reply was caught (attempt 1 did not pass)
+  correct   the run's best attempt passed gpu_correctness and profile
+  sandbox   every verdict of the run (its tuning's too) says bwrap, and the runners ran as nobody: the files
+            they wrote into the QuACK cache of the best kernel's source belong to uid 65534 (the verdict records
+            the sandbox's kind only, not its user), with this process as root
+  timed     the best attempt has per-shape medians and a geomean time (summary: best_time_us)
+  tuned     the tune stage searched configs at every bench shape and its schedule was adopted (verified and
+            timed again), so best.py carries the harness's @schedule
+  best.py   best.py is the best attempt's shipped module
+
+Exit status 1 when any check of any run fails (a run that did not finish is a failure), 0 otherwise.
+``--check DIR...`` checks existing run directories only (no GPU needed to read them).
+
+    python3 bench/accept/accept.py --out .gpuwork/accept [--tune-budget 45] [--run-timeout 240] [TASK ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+#: The 256k-vocabulary LM head first: the task the phase exists for runs even when a later one is cut short.
+ORDER = ("gemm_softcap_cross_entropy", "gemm_gelu_bwd", "gemm_residual_layernorm")
+NOBODY = 65534
+GPU_STAGES = ("gpu_correctness", "profile")
+
+
+def tasks(names: list[str]) -> list[str]:
+    found = sorted(p.stem for p in (HERE / "tasks").glob("*.yaml"))
+    order = [t for t in ORDER if t in found] + [t for t in found if t not in ORDER]
+    unknown = [n for n in names if n not in found]
+    if unknown:
+        sys.exit(f"unknown accept task(s) {unknown}; bench/accept/tasks has {found}")
+    return [t for t in order if not names or t in names]
+
+
+def run_task(task: str, out: Path, tune_budget: float, timeout: float) -> dict[str, Any]:
+    """One ``coda-agent run`` into its own runs folder (emptied first); its exit status, seconds and run folder."""
+    runs = out / task
+    shutil.rmtree(runs, ignore_errors=True)
+    runs.mkdir(parents=True)
+    cmd = [sys.executable, "-m", "coda_agent", "run", str(HERE / "tasks" / f"{task}.yaml"),
+           "--model", f"mock/{HERE / 'models' / f'{task}.yaml'}", "--rounds", "2", "--tune-budget", f"{tune_budget:g}",
+           "--runs-dir", str(runs), "--plain"]
+    print(f"== {task}: {' '.join(cmd)}", flush=True)
+    t0 = time.monotonic()
+    try:
+        rc = subprocess.run(cmd, timeout=timeout).returncode
+    except subprocess.TimeoutExpired:
+        rc = 124
+        print(f"== {task}: killed after {timeout:g} s", flush=True)
+    secs = time.monotonic() - t0
+    dirs = sorted(p for p in runs.iterdir() if (p / "header.json").exists())
+    print(f"== {task}: exit {rc} after {secs:.0f} s", flush=True)
+    return {"task": task, "exit": rc, "seconds": round(secs, 1), "run_dir": str(dirs[-1]) if dirs else None}
+
+
+def _load(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+def _cache_owners(source: str) -> tuple[Path | None, set[int], int]:
+    """The QuACK cache folder of ``source``, the owners of the files in it and how many there are."""
+    try:
+        from coda_agent.verifier.stages import quack_cache_for
+    except Exception as exc:  # the checker's package cannot load: the check fails, saying why
+        print(f"   cannot import coda_agent.verifier.stages: {type(exc).__name__}: {exc}")
+        return None, set(), 0
+    folder = quack_cache_for(source)
+    owners: set[int] = set()
+    count = 0
+    if folder.is_dir():
+        for root, _dirs, files in os.walk(folder):
+            for f in files:
+                p = Path(root) / f
+                if p.is_file() and not p.is_symlink():
+                    owners.add(p.lstat().st_uid)
+                    count += 1
+    return folder, owners, count
+
+
+def check_run(run_dir: Path | None, exit_code: int | None = 0) -> list[tuple[str, bool, str]]:
+    """The checks of one run (name, passed, detail), from its record alone."""
+    checks: list[tuple[str, bool, str]] = []
+
+    def add(name: str, ok: bool, detail: str) -> None:
+        checks.append((name, bool(ok), detail))
+
+    if exit_code is not None:
+        add("exit", exit_code == 0, f"coda-agent run exited {exit_code}")
+    if run_dir is None or not (run_dir / "header.json").exists():
+        add("record", False, f"no run record in {run_dir}")
+        return checks
+    header = _load(run_dir / "header.json")
+    summary = _load(run_dir / "summary.json") if (run_dir / "summary.json").exists() else {}
+    attempts = {int(p.stem): _load(p) for p in sorted((run_dir / "attempts").glob("*.json"))}
+    stages = header.get("verifier_stages", [])
+    add("gpu", all(s in stages for s in GPU_STAGES) and header.get("device", "cpu") != "cpu",
+        f"stages {', '.join(stages)} on {header.get('device')}")
+    first = attempts.get(1, {})
+    first_outcome = (first.get("verdict") or {}).get("outcome") or ("no_code" if first.get("extraction_error") else "unverified")
+    add("flaw", bool(first) and first_outcome != "passed", f"attempt 1 (the scripted flaw): {first_outcome}")
+
+    best_no = summary.get("best_attempt")
+    best = attempts.get(best_no or -1)
+    if best is None:
+        add("correct", False, f"no best attempt (summary: {summary.get('status')}, {summary.get('stop_reason')})")
+        return checks
+    verdict = best.get("verdict") or {}
+    ran = {s["stage"]: s["outcome"] for s in verdict.get("stages", [])}
+    add("correct", verdict.get("outcome") == "passed" and verdict.get("backend") == "quack"
+        and all(ran.get(s) == "passed" for s in GPU_STAGES),
+        f"attempt {best_no}: {verdict.get('outcome')} on {verdict.get('backend')} ({', '.join(f'{k} {v}' for k, v in ran.items())})")
+
+    tuning = best.get("tuning") or {}
+    shipped = tuning["code"] if tuning.get("adopted") else best.get("code") or ""
+    verdicts = [a.get("verdict") for a in attempts.values()] + [(a.get("tuning") or {}).get("verdict") for a in attempts.values()]
+    kinds = sorted({str(v.get("sandbox") or "unrecorded") for v in verdicts if v})
+    folder, owners, count = _cache_owners(shipped)
+    as_nobody = count > 0 and owners == {NOBODY}
+    add("sandbox", kinds == ["bwrap"] and as_nobody and os.geteuid() == 0,
+        f"verdicts say {'/'.join(kinds)}; {count} files the runners wrote in {folder} belong to uid "
+        f"{', '.join(map(str, sorted(owners))) or '-'} (nobody: {NOBODY}); this process runs as uid {os.geteuid()}")
+
+    timing = best.get("timing") or {}
+    shapes = timing.get("shapes") or {}
+    medians = {k: v.get("median_us") for k, v in shapes.items()}
+    add("timed", bool(medians) and all(isinstance(m, (int, float)) and m > 0 for m in medians.values())
+        and bool(timing.get("geomean_us")) and bool(summary.get("best_time_us")),
+        "median " + ", ".join(f"{k} {m:.1f} us" for k, m in medians.items() if isinstance(m, (int, float)))
+        + (f"; {timing.get('speedup_vs_cublas'):.2f}x cuBLAS alone" if timing.get("speedup_vs_cublas") else "")
+        + (f", {100 * timing['sol_fraction']:.0f}% of SoL" if timing.get("sol_fraction") else ""))
+
+    search = tuning.get("search") or {}
+    tried = {s: sum(len(c.get("tried_us") or {}) for c in v.get("calls", [])) for s, v in search.items()}
+    before = (tuning.get("before") or {}).get("geomean_us")
+    tverdict = tuning.get("verdict") or {}
+    detail = (f"searched {', '.join(f'{s}: {n} configs' for s, n in tried.items()) or 'nothing'}; "
+              f"adopted {bool(tuning.get('adopted'))}"
+              + (f", {before:.1f} -> {timing.get('geomean_us', 0):.1f} us" if before and timing.get("geomean_us") else "")
+              + (f"; tuned module's verdict {tverdict.get('outcome')}" if tverdict else ""))
+    add("tuned", bool(tuning) and set(search) >= set(shapes) and all(n > 1 for n in tried.values())
+        and bool(tuning.get("adopted")) and tverdict.get("outcome") == "passed" and "@schedule" in shipped, detail)
+
+    best_py = run_dir / "best.py"
+    add("best.py", best_py.exists() and best_py.read_text().strip() == shipped.strip(),
+        f"{best_py} {'is the shipped module' if best_py.exists() and best_py.read_text().strip() == shipped.strip() else 'is missing or differs from the best attempt'}")
+    return checks
+
+
+def report(task: str, run_dir: Path | None, checks: list[tuple[str, bool, str]]) -> bool:
+    ok = all(c[1] for c in checks)
+    print(f"{'PASS' if ok else 'FAIL'} {task}: {run_dir}")
+    for name, passed, detail in checks:
+        print(f"   {'ok  ' if passed else 'FAIL'} {name:8} {detail}")
+    return ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("tasks", nargs="*", help="accept tasks to run (default: all of bench/accept/tasks)")
+    ap.add_argument("--out", type=Path, default=Path(".gpuwork/accept"), help="runs folders and accept.json go here")
+    ap.add_argument("--tune-budget", type=float, default=45.0, help="seconds of schedule search per correct candidate")
+    ap.add_argument("--run-timeout", type=float, default=240.0, help="seconds one coda-agent run may take")
+    ap.add_argument("--check", type=Path, nargs="+", metavar="RUN_DIR", help="only check these run directories")
+    args = ap.parse_args(argv)
+
+    try:
+        from coda_agent.verifier.sandbox import detect
+
+        box = detect()
+        print(f"uid {os.geteuid()}; sandbox: {box.describe()}", flush=True)
+    except Exception as exc:
+        print(f"cannot probe the sandbox: {type(exc).__name__}: {exc}", flush=True)
+
+    results = []
+    if args.check:
+        for d in args.check:
+            results.append({"task": d.name, "exit": None, "seconds": None, "run_dir": str(d)})
+    else:
+        args.out.mkdir(parents=True, exist_ok=True)
+        for task in tasks(args.tasks):
+            results.append(run_task(task, args.out, args.tune_budget, args.run_timeout))
+
+    print("\n== accept checks")
+    all_ok = True
+    for r in results:
+        run_dir = Path(r["run_dir"]) if r["run_dir"] else None
+        checks = check_run(run_dir, r["exit"])
+        r["checks"] = [{"check": n, "ok": ok, "detail": d} for n, ok, d in checks]
+        r["ok"] = report(r["task"], run_dir, checks)
+        all_ok &= r["ok"]
+    passed = sum(r["ok"] for r in results)
+    print(f"== accept: {passed} of {len(results)} runs pass every check")
+    if not args.check:
+        (args.out / "accept.json").write_text(json.dumps(results, indent=1) + "\n")
+    return 0 if all_ok and results else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""bench/accept: the GPU acceptance phase's tasks and scripted models stay valid on the CPU.
+
+Each task validates (schema, reference, degenerate-task filter) and has no human kernel; each scripted model's
+last reply (the correct kernel) passes the CPU emulator at the tiny shape and its first reply (the scripted
+flaw, slow tier) does not; the phase's record checks (bench/accept/accept.py) fail a CPU-only run."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import yaml
+
+from coda_agent.agent.extract import extract_code
+from coda_agent.tasks import load_task
+from coda_agent.tasks.validate import validate_path
+from coda_agent.verifier import verify
+
+from .conftest import REPO
+
+ACCEPT = REPO / "bench" / "accept"
+TASKS = sorted((ACCEPT / "tasks").glob("*.yaml"))
+SUITE = {p.stem for p in (REPO / "coda_agent" / "suite").glob("*.yaml")}
+
+
+def replies(task: Path) -> list[str]:
+    script = yaml.safe_load((ACCEPT / "models" / task.name).read_text())
+    return [r["text"] if isinstance(r, dict) else r for r in script["responses"]]
+
+
+def test_the_accept_tasks_are_new_and_have_scripted_models():
+    names = [p.stem for p in TASKS]
+    assert len(names) >= 3 and not set(names) & SUITE
+    assert {"gemm_softcap_cross_entropy", "gemm_gelu_bwd"} <= set(names)  # the 200k+ vocabulary, the backward with C
+    for path in TASKS:
+        assert (ACCEPT / "models" / path.name).exists(), f"no scripted model for {path.stem}"
+        assert len(replies(path)) == 2  # accept.py runs --rounds 2: the flaw, then the kernel
+
+
+@pytest.mark.parametrize("path", TASKS, ids=lambda p: p.stem)
+def test_accept_task_is_valid_and_has_no_human_kernel(path: Path):
+    report = validate_path(path)
+    assert report.ok, report.problems
+    task = load_task(path)
+    assert task.human_file is None
+    assert [p.name for p in task.shape("bench")] and len(task.shape("bench")) == 1  # one bench shape: GPU time bounded
+    if task.name == "gemm_softcap_cross_entropy":
+        assert task.shape("bench")[0].dims["V"] >= 200_000
+    if task.name == "gemm_gelu_bwd":
+        assert task.family == "backward"
+
+
+@pytest.mark.parametrize("path", TASKS, ids=lambda p: p.stem)
+def test_scripted_model_kernel_passes_the_emulator(path: Path):
+    task = load_task(path)
+    correct = extract_code(replies(path)[-1]).code
+    assert correct is not None
+    assert "Config(" in correct and "@schedule" not in correct  # a config of its own for the tune stage to beat
+    verdict = verify(task, correct, ("correctness",), shape_names=["tiny"], seeds=[0], timeout=120)
+    assert verdict.passed, verdict.reason
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", TASKS, ids=lambda p: p.stem)
+def test_scripted_model_flaw_is_caught(path: Path):
+    flawed = extract_code(replies(path)[0]).code
+    assert flawed is not None
+    verdict = verify(load_task(path), flawed, ("correctness",), shape_names=["tiny"], seeds=[0], timeout=120)
+    assert not verdict.passed
+
+
+def _accept_module():
+    spec = importlib.util.spec_from_file_location("accept", ACCEPT / "accept.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_accept_checks_fail_a_cpu_run(tmp_path: Path):
+    accept = _accept_module()
+    assert accept.tasks([])[0] == "gemm_softcap_cross_entropy" and set(accept.tasks([])) == {p.stem for p in TASKS}
+    checks = dict((name, ok) for name, ok, _ in accept.check_run(None, 124))
+    assert checks == {"exit": False, "record": False}
+    run = tmp_path / "run"
+    (run / "attempts").mkdir(parents=True)
+    (run / "header.json").write_text('{"verifier_stages": ["correctness", "compile"], "device": "cpu"}')
+    (run / "summary.json").write_text('{"best_attempt": 1}')
+    (run / "attempts" / "0001.json").write_text(
+        '{"code": "x = 1", "verdict": {"outcome": "passed", "backend": "torch", "sandbox": "process", "stages": []}}')
+    (run / "best.py").write_text("x = 1\n")
+    checks = dict((name, ok) for name, ok, _ in accept.check_run(run, 0))
+    assert checks["exit"] and checks["best.py"]
+    assert not any(checks[k] for k in ("gpu", "flaw", "correct", "sandbox", "timed", "tuned"))
