@@ -1,4 +1,5 @@
-"""The ``coda-agent`` console script. ``--version`` answers before the CLI loads (loading it imports torch)."""
+"""The ``coda-agent`` console script. ``--version`` answers before the CLI loads (typer, rich, the task model; torch
+only when a command that checks or runs a kernel needs it: ``tests/test_startup.py``)."""
 
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ import pytest
 from coda_agent.tasks import load_tasks
 from coda_agent.tasks.model import Task
 from coda_agent.verifier import Plan, verify
+from coda_agent.verifier import gpu as _gpu  # noqa: F401 - registers the GPU stages called directly below
 from coda_agent.verifier.stages import STAGES, Context
 from coda_agent.verifier.verdict import Outcome, StageResult, Verdict
 

@@ -325,14 +325,14 @@ def test_old_versions_replays_and_failed_runs_are_marked_in_the_cli(tmp_path, mo
                       run_id="fail0001", created=T0 + timedelta(hours=2))
     summary = json.loads((failed / "summary.json").read_text()) | {"status": "completed"}
     (failed / "summary.json").write_text(json.dumps(summary))
-    code, out, err = run_cli(monkeypatch, capsys, "leaderboard", "--format", "json")
+    code, out, _ = run_cli(monkeypatch, capsys, "leaderboard", "--format", "json")
     rows = {(r["task_version"], r["author"]): r for r in json.loads(out)["summary"]}
     assert (2, "anthropic/claude") in rows and not any(a.startswith("replay") for _, a in rows)
     claude = rows[(2, "anthropic/claude")]
     assert claude["runs"] == 2 and claude["cost_usd"] == pytest.approx(0.4)  # a replay costs what its original did
     assert claude["vs_human"] == pytest.approx(100 / 101)  # its time counts for the model that wrote the replies
     assert rows[(1, "human")]["apart_why"] == "old version"
-    code, out, err = run_cli(monkeypatch, capsys, "leaderboard")
+    code, out, _ = run_cli(monkeypatch, capsys, "leaderboard")
     assert code == 0 and "gemm_rmsnorm v1 (old version)" in out and "replay/" not in out
     code, out, _ = run_cli(monkeypatch, capsys, "show", "fail0001")
     assert code == 0 and "status completed, no correct kernel" in out

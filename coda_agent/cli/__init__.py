@@ -124,4 +124,4 @@ def main() -> None:
 
 
 # Command modules register themselves on `app` when imported; add new ones to this line.
-from . import bench_cmd, providers_cmd, run_cmd, store_cmd, tasks_cmd, verify_cmd  # noqa: E402, F401
+from . import bench_cmd, providers_cmd, run_command, store_cmd, tasks_cmd, verify_cmd  # noqa: E402, F401

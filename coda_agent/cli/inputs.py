@@ -8,8 +8,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich.markup import escape
+
+from ..providers.registry import registered
 from ..tasks.model import Task
 from . import UserError
+
+MODEL_ENV = "CODA_AGENT_MODEL"
+#: Every way to write a --model, from the provider registry.
+MODEL_SPECS = ", ".join(e.usage for e in registered()[:-1]) + f" or {registered()[-1].usage}"
+NO_MODEL = f"no model: pass --model {MODEL_SPECS} (or set {MODEL_ENV})"
+MODEL_HELP = f"{escape(MODEL_SPECS)} (see `coda-agent providers`); repeat for a sweep over models"
 
 #: The shape set the CPU emulator runs: real sizes on a CPU take hours and prove nothing the small ones don't.
 EMULATOR_SHAPES = "small"

@@ -29,9 +29,8 @@ from ..store.rundir import RunReader, RunRecordError
 from ..tasks.loader import TaskError, find_task, load_task, task_files
 from ..tasks.model import Task
 from . import UserError, console, err_console, wide_console
-from .inputs import check_task_runs
+from .inputs import NO_MODEL, check_task_runs
 from .run_cmd import (
-    NO_MODEL,
     STOP_SIGNALS,
     RunOptions,
     attempt_line,

@@ -12,16 +12,19 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from ..tasks.loader import reference_function
 from ..tasks.model import Task, torch_dtype
 
+if TYPE_CHECKING:  # torch is imported where a baseline runs: naming the baselines stays fast
+    import torch
+
 
 def gemm_dtype(task: Task) -> torch.dtype:
     """The GEMMs' operand dtype: the first 16-bit floating input's (bf16 when there is none)."""
+    import torch
+
     for spec in task.inputs:
         dt = torch_dtype(spec.dtype)
         if dt in (torch.bfloat16, torch.float16):
@@ -79,6 +82,8 @@ def cublas_gemms(task: Task, dims: dict[str, int], device: str = "cuda") -> Call
     shapes = task.gemm_shapes(dims)
     if not shapes:
         return None
+    import torch
+
     dt = gemm_dtype(task)
     gen = torch.Generator(device=device).manual_seed(0)
     ops = [

@@ -19,29 +19,36 @@ harness also owns the schedule: it tunes each gemm call's :class:`Config` and pi
 ``forward`` with :func:`schedule`.
 """
 
-from ._epilogue import Config, Epilogue, EpilogueError, epilogue, gemm
-from ._ops import ColVecLoad, ColVecReduce, ColVecSelect, OnlineLSEReduce, RowVecLoad, RowVecReduce
-from ._schedule import schedule
-from ._values import (
-    cos,
-    dswiglu,
-    exp,
-    gelu_tanh,
-    log,
-    maximum,
-    minimum,
-    pack,
-    relu,
-    rsqrt,
-    sigmoid,
-    silu,
-    sin,
-    sqrt,
-    swiglu,
-    tanh,
-    unpack,
-)
-from .host import rstd_correction, rstd_from_sqsum
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._config import Config, EpilogueError
+    from ._epilogue import Epilogue, epilogue, gemm
+    from ._ops import ColVecLoad, ColVecReduce, ColVecSelect, OnlineLSEReduce, RowVecLoad, RowVecReduce
+    from ._schedule import schedule
+    from ._values import (
+        cos,
+        dswiglu,
+        exp,
+        gelu_tanh,
+        log,
+        maximum,
+        minimum,
+        pack,
+        relu,
+        rsqrt,
+        sigmoid,
+        silu,
+        sin,
+        sqrt,
+        swiglu,
+        tanh,
+        unpack,
+    )
+    from .host import rstd_correction, rstd_from_sqsum
 
 __all__ = [
     "ColVecLoad",
@@ -76,3 +83,21 @@ __all__ = [
     "tanh",
     "unpack",
 ]
+
+#: The submodule of each public name. They load on first use (PEP 562): most import torch, and a verdict or a run
+#: record that names a :class:`Config` must load without it (listing tasks and results stays fast).
+_HOME = {"Config": "_config", "EpilogueError": "_config", "Epilogue": "_epilogue", "epilogue": "_epilogue",
+         "gemm": "_epilogue", "schedule": "_schedule", "rstd_correction": "host", "rstd_from_sqsum": "host",
+         **dict.fromkeys(("ColVecLoad", "ColVecReduce", "ColVecSelect", "OnlineLSEReduce", "RowVecLoad", "RowVecReduce"), "_ops")}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_HOME.get(name, '_values')}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

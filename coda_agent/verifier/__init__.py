@@ -13,19 +13,18 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..tasks.model import Baseline, Task
-from . import gpu as _gpu  # noqa: F401 - registers the GPU stages
-from . import tuning
-from .client import cancel_all
 from .plan import COMPILE_STAGES, CPU_STAGES, DEFAULT_TUNE_BUDGET_S, Plan
 from .sandbox import detect as detect_sandbox
-from .stages import STAGES, Context
-from .static import check_source
 from .verdict import Outcome, OutputCheck, ShapeTuning, StageResult, TunedGemm, Verdict
+
+# The checker's stages, the runner client and the tuner import torch: they load on first use (run_plan,
+# cancel_all), so that reading verdicts (the store, the leaderboard, the CLI's listings) stays fast.
 
 __all__ = [
     "COMPILE_STAGES",
@@ -108,9 +107,15 @@ class TuningFailed(Exception):
         self.searched = searched or Tuned(None)
 
 
+def cancel_all() -> int:
+    """End every runner of this process (Ctrl-C, SIGTERM); none when no runner was ever started here."""
+    client = sys.modules.get(f"{__name__}.client")
+    return int(client.cancel_all()) if client is not None else 0
+
+
 def tune_schedule(
     task: Task, source: str, verdict: Verdict, *, stage: str = "tune", shape_set: str = "bench",
-    budget_s: float = DEFAULT_TUNE_BUDGET_S, cache: bool = True, min_gain: float = tuning.MIN_GAIN,
+    budget_s: float = DEFAULT_TUNE_BUDGET_S, cache: bool = True, min_gain: float | None = None,
 ) -> Tuned | None:
     """A correct candidate's schedule search, here (an executor runs :func:`tune_plan` and hands the verdict to
     :func:`pinned_source`); None for a candidate that is not correct."""
@@ -120,10 +125,13 @@ def tune_schedule(
     return pinned_source(source, run_plan(task, source, plan), stage, min_gain)
 
 
-def pinned_source(source: str, tuned: Verdict, stage: str = "tune", min_gain: float = tuning.MIN_GAIN) -> Tuned:
+def pinned_source(source: str, tuned: Verdict, stage: str = "tune", min_gain: float | None = None) -> Tuned:
     """``source`` with the winners of a tune verdict pinned (``@schedule({...})`` on forward) where they gained
     ``min_gain`` at some shape, under notes of this search's times and the earlier notes of the shapes it did not
     time, and the search. Raises :class:`TuningFailed` when the search failed."""
+    from . import tuning
+
+    min_gain = tuning.MIN_GAIN if min_gain is None else min_gain
     result = tuned.stage(stage)
     if not tuned.passed or result is None:
         raise TuningFailed(tuned.reason or tuned.outcome.value, _searched(result))
@@ -155,6 +163,10 @@ def _searched(result: StageResult | None) -> Tuned:
 
 
 def run_plan(task: Task, source: str, plan: Plan) -> Verdict:
+    from . import gpu as _gpu  # noqa: F401 - registers the GPU stages
+    from .stages import STAGES, Context
+    from .static import check_source
+
     t0 = time.perf_counter()
     verdict = Verdict(task=task.name, task_version=task.version, backend=plan.backend, outcome=Outcome.PASSED,
                       sandbox=detect_sandbox().kind)

@@ -1,0 +1,87 @@
+"""The GEMM kernel configuration and its SM90 rules: torch-free, so verdicts and records that name a config load fast."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Mode = Literal["element", "acc_pair", "packed"]
+#: Which of B's dims is contiguous, as QuACK labels it: "k" (B = w.t() of an (N, K) weight) or "n" (a (K, N) tensor).
+Major = Literal["k", "n"]
+#: The most K splits a Config may ask for (each split's K range must stay long enough to pipeline).
+MAX_SPLIT_K = 16
+
+
+class EpilogueError(ValueError):
+    """A candidate broke the epilogue contract (declaration, call or fn result)."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """Explicit GEMM kernel configuration (SM90 rules; ``None`` fields take QuACK's arch default).
+
+    SM90 default: 128x192 tile, 2x1 cluster, pingpong; a call that names no config runs 128x128 instead in packed
+    mode, and in element mode cooperative 128x256 at a long K with a light epilogue, or 128x128 where that saves part
+    of a wave of tiles (narrow N such as M 8192 x N 2048): ``configs.default_config``. Pingpong needs
+    tile_m in {64, 128, 192} and tile_n <= 256/208/128 respectively; cooperative (pingpong=False) allows
+    tile_m in {64, 128, 192, 256, 320}, with tile_n <= 256 (or a multiple of 32 up to 512), and for tile_m 192 or
+    320 a multiple of 32 up to 256 or 160. Those two (192 only with tile_n > 128) put the warp groups side by side
+    along N, which QuACK cannot build with an N-major B (a (K, N) tensor rather than ``w.t()``), and with which it
+    stores acc_pair mode's half-width outputs wrongly: refused there.
+    tile_n must be a multiple of 16 (of 32 for acc_pair mode with an extra output).
+    split_k > 1 splits K across that many CTAs per output tile (QuACK's serial split-K: the partial sums meet in
+    FP32 in split order, so the result is the same run to run, and the epilogue runs once, on the last split); it
+    fills a GPU whose grid of output tiles is too small for it, and needs D stored.
+    """
+
+    tile_m: int = 128
+    tile_n: int = 192
+    cluster_m: int = 2
+    cluster_n: int = 1
+    pingpong: bool = True
+    max_swizzle_size: int = 8
+    split_k: int = 1
+
+    def check(self, mode: Mode, has_outputs: bool, store_d: bool = True, b_major: Major = "k") -> None:
+        """Reject configs QuACK would reject on SM90, or could not build, with the rule that failed."""
+        problems = []
+        if not 1 <= self.split_k <= MAX_SPLIT_K:
+            problems.append(f"split_k must be 1 to {MAX_SPLIT_K}, got {self.split_k}")
+        elif self.split_k > 1 and not store_d:
+            problems.append("split_k > 1 needs D stored (store_d=True): the last split's epilogue writes it")
+        if self.tile_n % 16:
+            problems.append(f"tile_n={self.tile_n} must be a multiple of 16")
+        if self.pingpong:
+            limits = {64: 256, 128: 208, 192: 128}
+            if self.tile_m not in limits:
+                problems.append(f"pingpong needs tile_m in {sorted(limits)}, got {self.tile_m}")
+            elif self.tile_n > limits[self.tile_m]:
+                problems.append(f"pingpong with tile_m={self.tile_m} needs tile_n <= {limits[self.tile_m]}")
+        elif self.tile_m not in (64, 128, 192, 256, 320):
+            problems.append(f"cooperative needs tile_m in (64, 128, 192, 256, 320), got {self.tile_m}")
+        elif self.tile_m in (192, 320):  # QuACK splits these along N between the two warp groups
+            most = 256 if self.tile_m == 192 else 160
+            if self.tile_n % 32 or self.tile_n > most:
+                problems.append(f"cooperative with tile_m={self.tile_m} needs tile_n a multiple of 32 and <= {most}")
+        elif self.tile_n > 512 or (self.tile_n > 256 and self.tile_n % 32):
+            problems.append("cooperative needs tile_n <= 256, or a multiple of 32 up to 512")
+        if self.cluster_m * self.cluster_n not in (1, 2, 4):
+            problems.append("cluster_m * cluster_n must be 1, 2 or 4")
+        if mode == "acc_pair" and has_outputs and self.tile_n % 32:
+            problems.append("acc_pair mode with extra outputs needs tile_n % 32 == 0")
+        split = f"cooperative {self.tile_m}x{self.tile_n} splits the tile along N between its two warp groups, and "
+        unsplit = "use tile_m 128 or 256, or 192 with tile_n <= 128"
+        if mode == "acc_pair" and has_outputs and self.splits_n:
+            problems.append(split + "QuACK's SM90 kernel then stores acc_pair mode's half-width outputs wrongly "
+                            f"(measured on the H200: gemm_rmsnorm_gemm's act at 8000 x 20000 x 4000): {unsplit}")
+        if b_major == "n" and self.splits_n:
+            problems.append(split + "QuACK's SM90 kernel does not build that with an N-major B (the CuTe DSL compiler "
+                            f"aborts): pass B K-major (w.t() of an (N, K) weight), or {unsplit}")
+        if problems:
+            raise EpilogueError("invalid Config: " + "; ".join(problems))
+
+    @property
+    def splits_n(self) -> bool:
+        """Whether QuACK lays the two warp groups of a cooperative tile side by side along N (tile_m 320, or 192
+        with tile_n > 128: ``GemmSm90.__init__``'s atom layout) instead of along M."""
+        return not self.pingpong and (self.tile_m == 320 or (self.tile_m == 192 and self.tile_n > 128))
