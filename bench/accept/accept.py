@@ -209,8 +209,11 @@ def main(argv: list[str] | None = None) -> int:
         all_ok &= r["ok"]
     passed = sum(r["ok"] for r in results)
     print(f"== accept: {passed} of {len(results)} runs pass every check")
-    if not args.check:
-        (args.out / "accept.json").write_text(json.dumps(results, indent=1) + "\n")
+    if not args.check:  # merged with an earlier call's runs of other tasks (ACCEPT_TASKS splits the phase)
+        path = args.out / "accept.json"
+        earlier = json.loads(path.read_text()) if path.exists() else []
+        ran = {r["task"] for r in results}
+        path.write_text(json.dumps([r for r in earlier if r.get("task") not in ran] + results, indent=1) + "\n")
     return 0 if all_ok and results else 1
 
 
