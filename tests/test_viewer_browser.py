@@ -70,6 +70,11 @@ def test_click_from_leaderboard_to_task_to_run(viewer_url, tmp_path, capsys):
             assert "1 file could not be read" in page.locator("#problems").inner_text()
             assert "20260502-000000_gemm_rmsnorm_broken/header.json" in page.locator("#problems").inner_text()
             assert _image_loaded(page, "figure.chart img") and _fits(page)
+            # a run name breaks only at its <wbr>s (after an underscore), never inside its date or id
+            style = "e => [getComputedStyle(e).wordBreak, getComputedStyle(e).overflowWrap].join(' ')"
+            assert page.eval_on_selector("td.run-name", style) == "normal normal"
+            assert page.locator("td.run-name a", has_text="claude01").inner_text().replace("\n", "").endswith("_claude01")
+            assert "Speed not compared: runs on cpu" in page.locator(".note-line").inner_text()
             page.screenshot(path=shots / "leaderboard.png", full_page=True)
 
             summary.locator("a", has_text="gemm_rmsnorm").first.click()
