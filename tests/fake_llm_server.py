@@ -26,6 +26,7 @@ class ScriptedReply:
     body: dict[str, Any]
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0  # seconds before answering, to provoke client timeouts
+    raw: bytes | None = None  # sent as the body instead of ``body`` as JSON (bytes that are not valid UTF-8, say)
 
 
 @dataclass
@@ -67,9 +68,10 @@ class FakeLLMServer:
         status: int = 200,
         headers: dict[str, str] | None = None,
         delay: float = 0.0,
+        raw: bytes | None = None,
     ) -> None:
         with self._lock:
-            self._queues[path].append(ScriptedReply(status, body, headers or {}, delay))
+            self._queues[path].append(ScriptedReply(status, body, headers or {}, delay, raw))
 
     def requests_to(self, path: str) -> list[RecordedRequest]:
         return [r for r in self.requests if r.path == path]
@@ -97,7 +99,7 @@ class FakeLLMServer:
                 scripted = server._next(path)
                 if scripted.delay:
                     time.sleep(scripted.delay)
-                payload = json.dumps(scripted.body).encode()
+                payload = scripted.raw if scripted.raw is not None else json.dumps(scripted.body).encode()
                 try:
                     self.send_response(scripted.status)
                     self.send_header("content-type", "application/json")

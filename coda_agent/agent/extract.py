@@ -4,7 +4,9 @@ Models wrap code in fenced blocks (```python, ```py, bare ```, sometimes ~~~), a
 in ``<think>`` sections, show snippets before the final file, or answer with the bare file. The rule:
 among the Python-looking fenced blocks, take the last complete module (one that defines ``forward`` and
 parses); failing that, the last one that defines ``forward`` (so the model hears about its syntax error);
-failing that, the largest block; with no fence at all, the whole reply if it parses as a module.
+failing that, the largest block; with no fence at all, the whole reply if it parses as a module. Any text is
+safe here: a reply too long to search, or a block Python's parser chokes on (deep nesting, NUL bytes), is an
+extraction error or a block that does not parse, never an exception.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ import re
 from dataclasses import dataclass
 
 from ..prompts.chat import strip_thinking
+from ..verifier.static import parse_module
 
 _FENCE = re.compile(r"^[ \t]*(?P<fence>`{3,}|~{3,})[ \t]*(?P<lang>[\w+.-]*)[^\n]*\n(?P<body>.*?)(?:^[ \t]*(?P=fence)[ \t]*$|\Z)", re.MULTILINE | re.DOTALL)
 _PYTHON_TAGS = {"", "python", "py", "python3", "py3"}
 _FORWARD = re.compile(r"^def\s+forward\s*\(", re.MULTILINE)
+#: The longest reply searched for code (a reply within any model's output limit is a small fraction of this).
+MAX_REPLY_CHARS = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -28,14 +33,17 @@ class Extraction:
 
 def _parses(code: str) -> bool:
     try:
-        tree = ast.parse(code)
-    except SyntaxError:
+        tree = parse_module(code)
+    except SyntaxError:  # a syntax error, or text no check should walk (static.UnreadableModule)
         return False
     return any(isinstance(n, (ast.FunctionDef, ast.Import, ast.ImportFrom)) for n in tree.body)
 
 
 def extract_code(reply: str) -> Extraction:
     """The candidate module in ``reply``, or why there is none."""
+    if len(reply) > MAX_REPLY_CHARS:
+        return Extraction(None, f"the reply is {len(reply):,} characters long; replies over {MAX_REPLY_CHARS:,} are not "
+                                "searched for code: answer with the module alone, in one ```python block")
     text = strip_thinking(reply)
     blocks = [m.group("body").strip("\n") for m in _FENCE.finditer(text) if m.group("lang").lower() in _PYTHON_TAGS]
     blocks = [b for b in blocks if b.strip()]

@@ -28,9 +28,10 @@ from ..store.records import Attempt, Budgets, RunHeader, RunSummary, Tuning, Usa
 from ..store.rundir import RunReader, RunRecordError, RunWriter, new_run_id, rolled_up
 from ..tasks.loader import TaskError, find_recorded_task
 from ..tasks.model import Task
+from ..untrusted import storable
 from ..verifier import DEFAULT_TUNE_BUDGET_S, Tuned, pinned_source, tune_plan, verify
 from ..verifier.verdict import Verdict
-from .extract import extract_code
+from .extract import MAX_REPLY_CHARS, Extraction, extract_code
 from .timing import human_times, timing_from_verdict
 
 CPU_STAGES = ("correctness", "compile")
@@ -174,6 +175,15 @@ class SharedBudget:
 
     def exhausted(self) -> bool:
         return self.spent() >= self.max_dollars
+
+
+def kept_reply(text: str) -> str:
+    """A reply as the run keeps it: storable (lone surrogates replaced), and at most a little over the longest reply
+    searched for code (a 20 MB reply is a head and a note, not 20 MB in the record and the next prompt)."""
+    text = storable(text)
+    if len(text) > MAX_REPLY_CHARS:
+        text = text[:MAX_REPLY_CHARS] + f"\n[... {len(text) - MAX_REPLY_CHARS:,} more characters of the reply not kept ...]"
+    return text
 
 
 def _now() -> datetime:
@@ -320,6 +330,10 @@ class Agent:
             raise
         except FatalProviderError as exc:
             self._finish("failed", str(exc))
+            raise
+        except Exception as exc:  # a harness bug, not the model's: the summary says the run failed, and why
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            self._finish("failed", storable(f"the run failed: {type(exc).__name__}" + (f": {first}" if first else "")))
             raise
         finally:
             if own:
@@ -508,7 +522,7 @@ class Agent:
                 raise FatalProviderError(message) from None
             self._record(Attempt(
                 index=index, round=round_no, slot=slot, started=started, finished=_now(), messages=messages,
-                provider_error=f"{exc.kind.value}: {exc}", durations={"llm": round(time.monotonic() - t0, 3)},
+                provider_error=storable(f"{exc.kind.value}: {exc}"), durations={"llm": round(time.monotonic() - t0, 3)},
             ))
             return
         llm_s = time.monotonic() - t0
@@ -516,7 +530,12 @@ class Agent:
             input_tokens=completion.input_tokens, output_tokens=completion.output_tokens,
             cost_usd=completion.cost_usd, price_known=completion.price_known,
         )
-        extraction = extract_code(completion.text)
+        text = storable(completion.text)
+        reply = kept_reply(text)
+        try:
+            extraction = extract_code(text)
+        except Exception as exc:  # extract_code takes any text; should it fail, the attempt is still recorded
+            extraction = Extraction(None, f"the code could not be extracted ({type(exc).__name__})")
         verdict, timing, durations = None, {}, {"llm": round(llm_s, 3)}
         if extraction.code is not None:
             self.events.attempt_phase(index, "verifying")
@@ -535,7 +554,7 @@ class Agent:
                 timing = self._timing(tuning.verdict)
         self._record(Attempt(
             index=index, round=round_no, slot=slot, started=started, finished=_now(), messages=messages,
-            raw_response=completion.text, finish_reason=completion.finish_reason, code=extraction.code,
+            raw_response=reply, finish_reason=storable(completion.finish_reason), code=extraction.code,
             extraction_error=extraction.error, verdict=verdict, usage=usage, durations=durations, timing=timing,
             tuning=tuning,
         ))

@@ -7,10 +7,12 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from ..store.outcomes import AttemptOutcome
 from ..tasks.loader import TaskError
+from ..untrusted import shown
 
 
 class _PlainHelp:
@@ -81,6 +83,12 @@ def outcome_style(outcome: str) -> str:
     return OUTCOME_STYLE[AttemptOutcome(outcome)]
 
 
+def untrusted(text: str) -> str:
+    """Text from a model or a candidate (a reason, a reply, an error), ready to put in a rich markup string: controls
+    and escape sequences written out (:func:`coda_agent.untrusted.shown`), and rich's ``[markup]`` escaped."""
+    return escape(shown(text))
+
+
 def wide_console() -> Console:
     """The console, or for a file or pipe one wide enough that table rows stay whole."""
     return console if console.is_terminal else Console(width=220)
@@ -114,9 +122,7 @@ def main() -> None:
     try:
         app(standalone_mode=True)
     except (TaskError, UserError) as exc:
-        from rich.markup import escape
-
-        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {untrusted(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except KeyboardInterrupt:
         err_console.print("interrupted")

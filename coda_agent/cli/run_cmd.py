@@ -30,10 +30,11 @@ from ..providers import Provider, ProviderError, get_provider, lookup
 from ..store.records import Attempt, Budgets, RunHeader, RunSummary
 from ..store.rundir import RunReader, RunRecordError, resolve_run
 from ..tasks.model import Task
+from ..untrusted import shown
 from ..verifier import DEFAULT_TUNE_BUDGET_S
 from ..verifier.sandbox import UNSANDBOXED_OPT_IN, SandboxUnavailable, require_isolation
-from . import UserError, console, err_console, outcome_style
-from .inputs import check_task_runs, default_timeout, seed_list, timeout_value
+from . import UserError, console, err_console, outcome_style, untrusted
+from .inputs import check_fits_device, check_task_runs, default_timeout, seed_list, timeout_value
 
 
 def tokens_text(n: int) -> str:
@@ -75,7 +76,7 @@ def attempt_line(attempt: Attempt, worker: str | None = None) -> Text:
     outcome = attempt.outcome
     line = Text(f"#{attempt.index:<3} r{attempt.round}.{attempt.slot}  ")
     line.append(f"{outcome:<16}", style=outcome_style(outcome))
-    line.append(attempt_headline(attempt).splitlines()[0][:160])
+    line.append((shown(attempt_headline(attempt)).splitlines() or [""])[0][:160])
     bits = [f"{k} {v:.1f} s" + (f" on {worker}" if k == "verify" and worker else "") for k, v in attempt.durations.items()]
     tokens = attempt.usage.input_tokens + attempt.usage.output_tokens
     if tokens:
@@ -118,7 +119,7 @@ class _Display(RunEvents):
         self.line(attempt_line(attempt, self.placed.pop(attempt.index, None)))
 
     def note(self, message: str) -> None:
-        self.line(Text(message, style="dim italic"))
+        self.line(Text(shown(message), style="dim italic"))
 
     def line(self, text: Text) -> None:
         self.out.print(text, highlight=False, soft_wrap=True)
@@ -230,7 +231,7 @@ def print_result(summary: RunSummary, header: RunHeader, run_dir: Path) -> None:
             highlight=False, soft_wrap=True,
         )
     outcomes = ", ".join(f"{k} {v}" for k, v in sorted(summary.outcomes.items(), key=lambda kv: -kv[1]))
-    console.print(f"  stopped: {escape(summary.stop_reason or summary.status)}", highlight=False, soft_wrap=True)
+    console.print(f"  stopped: {untrusted(summary.stop_reason or summary.status)}", highlight=False, soft_wrap=True)
     console.print(
         f"  {summary.rounds} round{'s' if summary.rounds != 1 else ''} · {outcomes or 'no attempts'} · tokens "
         f"{tokens_text(summary.input_tokens)} in / {tokens_text(summary.output_tokens)} out · {money_text(summary.cost_usd, summary.cost_known)} · "
@@ -306,6 +307,7 @@ def _closed_on_error(workers: Executor) -> Iterator[None]:
 def new_run(task: Task, model: str, provider: Provider, base: Path, options: RunOptions) -> Agent:
     """A fresh run directory for ``task`` (already checked) with ``provider``, recorded as ``model``."""
     config = options.config(task, model)
+    check_fits_device(task, config.stages, config.shape_set, config.seeds)
     try:
         return Agent.create(task, provider, config, base)
     except (RunRecordError, OSError) as exc:
@@ -387,12 +389,22 @@ def _run_to_its_end(agent: Agent, provider: Provider, run_dir: Path, workers: Ex
         err_console.print(f"interrupted; finished attempts are saved. Resume with: coda-agent run --resume {run_dir}", highlight=False, soft_wrap=True, markup=False)
         raise typer.Exit(STOP_SIGNALS[received[0]] if received else 130) from None
     except FatalProviderError as exc:
-        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {untrusted(str(exc))}", highlight=False, soft_wrap=True)
         err_console.print(f"  (the run is saved; after fixing this: coda-agent run --resume {run_dir})", highlight=False, soft_wrap=True, markup=False)
         raise typer.Exit(2) from None
+    except Exception as exc:  # the harness failed on this run (the summary says so): one line, not a traceback
+        err_console.print(f"[bold red]error:[/] {untrusted(one_line_failure(exc))}", highlight=False, soft_wrap=True)
+        err_console.print(f"  (finished attempts are recorded in {run_dir})", highlight=False, soft_wrap=True, markup=False)
+        raise typer.Exit(1) from None
     print_result(summary, agent.header, run_dir)
     if summary.best_attempt is None:
         raise typer.Exit(1)
+
+
+def one_line_failure(exc: BaseException) -> str:
+    """An unexpected exception that ended a run, as one line: ``the run failed: ValueError: its first line``."""
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    return f"the run failed: {type(exc).__name__}" + (f": {first}" if first else "")
 
 
 def resume_run(
@@ -425,6 +437,7 @@ def resume_run(
     except RunRecordError as exc:
         raise UserError(str(exc)) from None
     check_task_runs(agent.task)
+    check_fits_device(agent.task, agent.config.stages, agent.config.shape_set, agent.config.seeds)
     provider.skip_replies(replies_used(agent))  # rebuilt from its spec, a scripted provider starts at its first reply
     return run_dir, agent, provider
 

@@ -19,7 +19,8 @@ from ..store.index import Index, replayed_model
 from ..store.records import run_status
 from ..store.rundir import Problem, RunFiles, RunRecordError, read_run, resolve_run
 from ..store.timings import timing_points
-from . import CliApp, UserError, app, console, err_console, outcome_style, wide_console
+from ..untrusted import shown
+from . import CliApp, UserError, app, console, err_console, outcome_style, untrusted, wide_console
 
 index_app = CliApp(help="The SQLite index over run records and bench results (a rebuildable cache).")
 app.add_typer(index_app, name="index")
@@ -76,7 +77,7 @@ def _rich_group(g: lb.Group) -> Table:
             table.add_column(header, justify="right", no_wrap=True)
     for e in g.entries:
         style = "dim" if e.kind == "baseline" else "bold" if e.kind == "human" else ""
-        cells = [escape(lb.cell(e, k)) for _, k in lb.columns_for(g)]
+        cells = [untrusted(lb.cell(e, k)) for _, k in lb.columns_for(g)]
         if e.correct is False:
             cells[1] = "[red]no[/]"
         table.add_row(*cells, style=style)
@@ -93,7 +94,7 @@ def _summary_table(rows: list[lb.SummaryRow]) -> Table:
             table.add_column(header, justify="right", no_wrap=True)
     previous: tuple[str, int, str] | None = None
     for r in rows:
-        cells = [escape(lb.summary_cell(r, k)) for _, k in lb.SUMMARY_COLUMNS]
+        cells = [untrusted(lb.summary_cell(r, k)) for _, k in lb.SUMMARY_COLUMNS]
         if (r.task, r.task_version, r.device) == previous:
             cells[0] = cells[1] = ""
         if r.correct is False:
@@ -183,12 +184,12 @@ def _show_attempt(rf: RunFiles, index: int, fmt: str) -> None:
     )
     reason = a.reason or "(no reason recorded)"
     out.rule("reason")
-    out.print(reason, markup=False, highlight=False)
+    out.print(shown(reason), markup=False, highlight=False)  # a candidate's words: controls written out
     out.rule("code")
     if a.code is None:
         out.print("(no code was extracted from the reply)")
     else:
-        out.print(Syntax(a.code, "python", theme="ansi_dark", background_color="default", line_numbers=True))
+        out.print(Syntax(shown(a.code), "python", theme="ansi_dark", background_color="default", line_numbers=True))
 
 
 @app.command("show")
@@ -228,7 +229,7 @@ def show(
         )
     label, tone = run_status(s.status, s.passes)
     colour = {"ok": "green", "bad": "red", "warn": "yellow", "running": "cyan"}[tone]
-    status = f"[{colour}]{escape(label)}[/]" + (f" ({escape(s.stop_reason)})" if s.stop_reason else "")
+    status = f"[{colour}]{escape(label)}[/]" + (f" ({untrusted(s.stop_reason)})" if s.stop_reason else "")
     out.print(f"status {status}", highlight=False)
 
     table = Table(title="attempts", title_justify="left", box=box.SIMPLE_HEAD)
@@ -245,7 +246,7 @@ def show(
         times = ", ".join(lb.fmt_us(v.median_us) + (f" @{k}" if k else "") for k, v in points.items()) or "-"
         table.add_row(
             str(a.index), f"{a.round}.{a.slot}", "-" if at is None else f"+{lb.fmt_seconds(at)}", _outcome(a.outcome),
-            escape(lb.headline(reason, 90)), f"{lb.fmt_tokens(a.usage.input_tokens)}/{lb.fmt_tokens(a.usage.output_tokens)}",
+            untrusted(lb.headline(reason, 90)), f"{lb.fmt_tokens(a.usage.input_tokens)}/{lb.fmt_tokens(a.usage.output_tokens)}",
             lb.fmt_money(a.usage.cost_usd, a.usage.price_known), lb.fmt_seconds(a.durations.get("llm")),
             lb.fmt_seconds(a.durations.get("verify")), escape(times),
         )

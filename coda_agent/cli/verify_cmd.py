@@ -10,10 +10,12 @@ from rich.table import Table
 from ..atomic import write_text_atomic
 from ..tasks.loader import find_task
 from ..tasks.model import Baseline
+from ..untrusted import shown
 from ..verifier import COMPILE_STAGES, CPU_STAGES, detect_sandbox, verify
 from ..verifier.verdict import Outcome, Verdict
 from . import UserError, app, console, err_console, outcome_style
 from .inputs import (
+    check_fits_device,
     check_shape_set,
     check_task_runs,
     default_timeout,
@@ -46,12 +48,13 @@ def verdict_table(verdict: Verdict) -> Table:
 def print_verdict(verdict: Verdict) -> None:
     for s in verdict.stages:
         mark = f"[{outcome_style(s.outcome.value)}]{'pass' if s.outcome is Outcome.PASSED else s.outcome.value}[/]"
-        console.print(f"  {s.stage:<16} {mark}  {s.seconds:6.1f} s")
+        memory = f"  {s.memory.describe()}" if s.memory is not None and s.memory.describe() else ""
+        console.print(f"  {s.stage:<16} {mark}  {s.seconds:6.1f} s{memory}", highlight=False)
     if any(s.checks for s in verdict.stages):
         console.print(verdict_table(verdict))
     console.print(f"[bold {outcome_style(verdict.outcome.value)}]{verdict.outcome.value.upper()}[/] {verdict.task} v{verdict.task_version}", highlight=False)
     if verdict.reason and not verdict.passed:
-        console.print(verdict.reason, highlight=False, markup=False)
+        console.print(shown(verdict.reason), highlight=False, markup=False)  # the candidate's words, inert
 
 
 @app.command("verify")
@@ -96,6 +99,7 @@ def verify_cmd(
     seed_values = seed_list(seeds)
     check_shape_set(t, shape_set, label)
     check_task_runs(t)  # a broken reference is the task's fault, not a checker failure on the candidate
+    check_fits_device(t, stages, shape_set, seed_values)
     limit = timeout_value(timeout, default_timeout(t, stages, shape_set, len(seed_values)))
     source = read_candidate(path)
     console.print(f"verifying [bold]{path}[/] on [bold]{t.name}[/] ({label}, shapes: {shape_set})")

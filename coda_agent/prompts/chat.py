@@ -160,9 +160,21 @@ def build_messages(
     return [
         *messages,
         ChatMessage(role="user", content=task_message),
-        ChatMessage(role="assistant", content=strip_thinking(lead.raw_response or "").strip() or "(empty reply)"),
+        ChatMessage(role="assistant", content=echoed_reply(lead.raw_response or "")),
         ChatMessage(role="user", content="\n\n".join(p for p in (feedback.rstrip(), note) if p) + "\n"),
     ]
+
+
+#: The most of its own reply the model is shown again (a module is a few kB; a runaway reply is cut, not resent).
+MAX_ECHOED_CHARS = 60_000
+
+
+def echoed_reply(raw: str) -> str:
+    """The lead reply as the chat's assistant turn: thinking dropped, and a runaway reply cut to its head."""
+    text = strip_thinking(raw).strip() or "(empty reply)"
+    if len(text) > MAX_ECHOED_CHARS:
+        text = text[:MAX_ECHOED_CHARS] + f"\n[... the reply went on for {len(text) - MAX_ECHOED_CHARS:,} more characters ...]"
+    return text
 
 
 def strip_thinking(text: str) -> str:

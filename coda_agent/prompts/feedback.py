@@ -16,6 +16,7 @@ from ..measure.baselines import BASELINES
 from ..store.outcomes import AttemptOutcome
 from ..store.ranking import attempt_time_us, shape_ratio
 from ..store.records import Attempt
+from ..untrusted import shown
 from ..verifier.tuning import pinned_schedule, schedule_text
 from ..verifier.verdict import Outcome, OutputCheck, Verdict
 from .lead import lead_attempt, replied
@@ -320,7 +321,7 @@ def feedback_prompt(
     overview = f"{n} attempt{'s' if n != 1 else ''} so far, {passed} correct."
     if best is not None:
         overview += f" Best so far: attempt #{best.index} ({attempt_headline(best)})."
-    return render(
+    return shown(render(  # candidates' messages and code reach the model as text, never as control sequences
         "feedback.j2",
         overview=overview,
         population=_population_view(population, {a.index for a in latest}),
@@ -331,5 +332,5 @@ def feedback_prompt(
             for a in history
         ],
         next_steps=_next_steps(lead, latest, best, goal_is_speed, goals or {}),
-    )
+    ))
 

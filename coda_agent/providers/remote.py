@@ -141,6 +141,11 @@ class RemoteProvider(Provider):
                 return await self._request(client, messages, max_tokens, temperature)
             except self.sdk.APIError as exc:
                 raise self._map_error(exc) from exc
+            except ValueError as exc:  # a body that is not UTF-8 or not JSON: the SDK lets UnicodeDecodeError through
+                raise ProviderError(
+                    ErrorKind.OTHER, f"{self.name}: the server's reply could not be read ({type(exc).__name__}: "
+                    f"{_one_line(str(exc), 160)})",
+                ) from exc
 
         reply = await with_retries(once, self.retry)
         self._reached = True

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from ..untrusted import shown
 from .index import AttemptTiming, BenchRowRecord, Index, RunRow
 from .ranking import geomean
 from .rundir import Problem
@@ -423,7 +424,7 @@ def summary_csv(board: Leaderboard) -> str:
     w = csv.DictWriter(out, fieldnames=list(SummaryRow.model_fields), lineterminator="\n")
     w.writeheader()
     for r in summarize(board):
-        w.writerow(r.model_dump())
+        w.writerow(_csv_row(r.model_dump()))
     return out.getvalue()
 
 
@@ -531,7 +532,7 @@ def fmt_seconds(v: float | None) -> str:
 
 def headline(text: str, width: int = 110) -> str:
     """The first line of a reason (with the next one when the first only introduces it), clipped."""
-    lines = [x.strip() for x in text.splitlines() if x.strip()]
+    lines = [x.strip() for x in shown(text).splitlines() if x.strip()]  # a candidate's words: controls made inert
     if not lines:
         return ""
     line = f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
@@ -619,13 +620,18 @@ def to_csv(board: Leaderboard) -> str:
     for section, groups in (("main", board.groups), ("apart", board.apart)):
         for g in groups:
             for e in g.entries:
-                w.writerow({"section": section, "task": g.task, "task_version": g.task_version,
-                            "device": g.device, "shape": g.shape or "", **e.model_dump()})
+                w.writerow(_csv_row({"section": section, "task": g.task, "task_version": g.task_version,
+                                     "device": g.device, "shape": g.shape or "", **e.model_dump()}))
     return out.getvalue()
 
 
 def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return shown(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _csv_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A row of the CSV output, whose text (a reason, a model name) may come from a model or a candidate."""
+    return {k: shown(v) if isinstance(v, str) else v for k, v in row.items()}
 
 
 def _md_groups(groups: Iterable[Group], level: str) -> list[str]:

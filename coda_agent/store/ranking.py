@@ -61,7 +61,7 @@ def code_fingerprint(code: str) -> str:
     """Two candidates are the same when their code parses to the same tree (comments and layout do not count)."""
     try:
         return ast.dump(ast.parse(code))
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # any text: NUL bytes, nesting Python gives up on
         return " ".join(code.split())
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..tasks.model import Baseline, Task
+from ..untrusted import storable
 from .plan import COMPILE_STAGES, CPU_STAGES, DEFAULT_TUNE_BUDGET_S, Plan
 from .sandbox import detect as detect_sandbox
 from .verdict import Outcome, OutputCheck, ShapeTuning, StageResult, TunedGemm, Verdict
@@ -214,7 +215,9 @@ def _finish(verdict: Verdict, t0: float, plan: Plan | None = None) -> Verdict:
 
 
 def sanitize(text: str, limit: int = MAX_REASON) -> str:
-    """A reason fit for a prompt: no value of a secret-looking environment variable, bounded in length."""
+    """A reason fit for a prompt and a record: no value of a secret-looking environment variable, bounded in length,
+    storable (a candidate's message may carry lone surrogates; controls are neutralised where it is shown)."""
+    text = storable(text)
     for name, value in os.environ.items():
         if len(value) >= 8 and _SECRET_NAME.search(name) and value in text:
             text = text.replace(value, "[redacted]")

@@ -105,6 +105,55 @@ _CONST_NODES = (ast.Constant, ast.Tuple, ast.List, ast.Dict, ast.Set, ast.UnaryO
                 ast.keyword, ast.operator, ast.unaryop, ast.Attribute, ast.Call, ast.Subscript, ast.Slice)
 
 
+#: The longest module the static check reads (a kernel is a few kB; a reply the size of a book is not one).
+MAX_SOURCE_CHARS = 500_000
+#: The deepest a module's syntax tree may nest. A kernel stays under 20 levels; Python's own recursive tools
+#: (``ast.unparse``, the compiler, a ``NodeVisitor``) give up near 1000, so a 1,200-term sum must stop here.
+MAX_DEPTH = 100
+
+
+class UnreadableModule(SyntaxError):
+    """Source the static check does not read: too large, nested too deeply, NUL bytes, or beyond Python's parser
+    (which raises RecursionError or MemoryError on such text, not SyntaxError). ``msg`` says which."""
+
+
+def nesting_depth(tree: ast.AST) -> tuple[int, int]:
+    """The depth of ``tree``'s deepest node and its line, found without recursion (so any depth is measured)."""
+    deepest, line = 0, 0
+    stack: list[tuple[ast.AST, int, int]] = [(tree, 1, 0)]
+    while stack:
+        node, depth, at = stack.pop()
+        at = getattr(node, "lineno", at)
+        if depth > deepest:
+            deepest, line = depth, at
+        stack.extend((child, depth + 1, at) for child in ast.iter_child_nodes(node))
+    return deepest, line
+
+
+def parse_module(source: str) -> ast.Module:
+    """The syntax tree of untrusted ``source``. Raises SyntaxError for a syntax error and :class:`UnreadableModule`
+    (a SyntaxError too) for text no check should walk: every caller that catches SyntaxError is safe from it."""
+    if len(source) > MAX_SOURCE_CHARS:
+        raise UnreadableModule(f"the module is {len(source):,} characters long; at most {MAX_SOURCE_CHARS:,} are read")
+    try:
+        tree = ast.parse(source)
+    except (RecursionError, MemoryError):
+        raise UnreadableModule(
+            "expression nested too deeply for Python's parser: split long sums and chains into named parts"
+        ) from None
+    except ValueError as exc:  # NUL bytes (Python 3.11 raises ValueError; 3.12 a SyntaxError)
+        raise UnreadableModule(f"the module cannot be parsed: {exc}") from None
+    depth, line = nesting_depth(tree)
+    if depth > MAX_DEPTH:
+        err = UnreadableModule(
+            f"expression nested too deeply ({depth} levels, at most {MAX_DEPTH}): split long sums and chains into "
+            "named parts"
+        )
+        err.lineno = line
+        raise err
+    return tree
+
+
 @dataclass(frozen=True)
 class Violation:
     line: int
@@ -158,7 +207,7 @@ def without_schedule(source: str) -> str:
     """The module with forward's ``@schedule`` (and the names it imports for it) taken out, as normalised source:
     what two candidates that differ only in their pinned schedule have in common."""
     try:
-        tree = ast.parse(source)
+        tree = parse_module(source)
     except SyntaxError:
         return source
     for node in tree.body:
@@ -167,7 +216,10 @@ def without_schedule(source: str) -> str:
         elif isinstance(node, ast.ImportFrom) and node.module == PRIMITIVES:
             node.names = [a for a in node.names if a.name not in ("Config", "schedule")]
     tree.body = [n for n in tree.body if not (isinstance(n, ast.ImportFrom) and not n.names)]
-    return ast.unparse(tree)
+    try:
+        return ast.unparse(tree)
+    except RecursionError:
+        return source
 
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -776,11 +828,20 @@ def _is_constant(node: ast.AST) -> bool:
 
 
 def check_source(source: str) -> list[Violation]:
-    """All violations of the candidate contract in ``source`` (empty when it may run)."""
+    """All violations of the candidate contract in ``source`` (empty when it may run); never raises on any text."""
     try:
-        tree = ast.parse(source)
+        tree = parse_module(source)
+    except UnreadableModule as exc:
+        return [Violation(exc.lineno or 0, exc.msg)]
     except SyntaxError as exc:
         return [Violation(exc.lineno or 0, f"syntax error: {exc.msg}")]
+    try:
+        return _check_tree(tree)
+    except (RecursionError, MemoryError):  # parse_module bounds the depth; this is the last line behind it
+        return [Violation(0, "expression nested too deeply for the static check: split it into named parts")]
+
+
+def _check_tree(tree: ast.Module) -> list[Violation]:
     checker = _Checker(tree)
     for node in tree.body:
         if isinstance(node, (ast.Assign, ast.AnnAssign)):

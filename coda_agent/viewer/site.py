@@ -32,6 +32,7 @@ from ..store.rundir import RunFiles, iter_run_dirs, read_run
 from ..store.timings import TimingPoint, timing_points
 from ..tasks.loader import TaskError, find_task
 from ..tasks.model import Task
+from ..untrusted import shown
 from . import plots
 
 HERE = Path(__file__).parent
@@ -51,8 +52,14 @@ def breakable(name: str) -> Markup:
     return Markup("_<wbr>").join(escape(part) for part in name.split("_"))
 
 
+def inert(value: Any) -> Any:
+    """Every ``{{ value }}`` a page shows: text (a reason, a reply, a model's name) with its control, escape and bidi
+    characters written out (``\\x1b``, ``\\u202e``) before the HTML escaping; markup the site made is left be."""
+    return shown(value) if isinstance(value, str) and not isinstance(value, Markup) else value
+
+
 def highlight_python(code: str) -> Markup:
-    return Markup(highlight(code, PythonLexer(), _FORMATTER))  # pygments escapes the source
+    return Markup(highlight(shown(code), PythonLexer(), _FORMATTER))  # pygments escapes the source
 
 
 @dataclass(frozen=True)
@@ -98,7 +105,7 @@ class Site:
         self._lock = threading.Lock()
         self._pinned: Index | None = None
         self.env = Environment(
-            loader=FileSystemLoader(HERE / "templates"), autoescape=True, undefined=StrictUndefined,
+            loader=FileSystemLoader(HERE / "templates"), autoescape=True, undefined=StrictUndefined, finalize=inert,
             trim_blocks=True, lstrip_blocks=True,
         )
         self.env.globals.update(slug=slug, columns_for=lb.columns_for, cell=lb.cell, summary_cell=lb.summary_cell,
