@@ -27,6 +27,8 @@ from coda_agent.verifier import Plan, Tuned, gpu
 from coda_agent.verifier.stages import Context
 from coda_agent.verifier.verdict import Outcome, StageResult, Verdict
 
+from .conftest import cli
+
 K0 = find_task("gemm_residual_rmsnorm")
 PEAKS = peaks.Peaks(tflops_bf16=800.0, hbm_tbps=4.0, how="test")
 
@@ -462,12 +464,14 @@ def test_environment_helpers():
     assert commit is None or len(commit.removesuffix("-dirty")) == 40
 
 
-def test_bench_without_a_gpu_says_so_in_one_line(monkeypatch):
+def test_bench_without_a_gpu_says_so_in_one_line_and_exits_2_as_other_setup_errors(monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    res = CliRunner().invoke(app, ["bench", "gemm_residual_rmsnorm"])
-    assert res.exit_code == 1
-    assert res.output.count("\n") == 1
-    assert "no CUDA GPU" in res.output and "coda-agent verify TASK --backend torch" in res.output
+    code, out, err = cli(capsys, "bench", "gemm_residual_rmsnorm")
+    assert code == 2 and not out
+    assert err.count("\n") == 1 and err.startswith("error: no CUDA GPU")
+    assert "coda-agent verify TASK --backend torch" in err
+    code, out, err = cli(capsys, "bench-e2e", "--preset", "tiny")
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: no CUDA GPU"), err
 
 
 def test_bench_rejects_unknown_shapes_before_looking_for_a_gpu():

@@ -117,6 +117,33 @@ def test_bad_input_stops_a_sweep_before_any_run(tmp_path, capsys):
     assert not runs.exists()
 
 
+def test_every_model_that_cannot_start_is_named_at_once(tmp_path, capsys, monkeypatch):
+    from types import SimpleNamespace
+
+    from coda_agent.cli import run_cmd
+
+    monkeypatch.setattr(run_cmd, "require_isolation", lambda what: SimpleNamespace(isolated=True, describe=lambda: ""))
+    for key in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "CODA_AGENT_NO_REAL_API"):
+        monkeypatch.delenv(key, raising=False)
+    runs = tmp_path / "runs"
+    code, _, err = cli(capsys, "run", "gemm_residual", "--model", "anthropic/claude-x", "--model", "mock/echo",
+                       "--model", "openai/gpt-x", "--runs-dir", str(runs))
+    assert code == 2, err
+    lines = err.splitlines()
+    assert lines[0] == "error: 2 problems before the sweep can start:", err
+    assert len(lines) == 3 and "ANTHROPIC_API_KEY" in lines[1] and "OPENAI_API_KEY" in lines[2], err
+    assert not runs.exists()
+
+
+def test_a_sweep_takes_no_more_cpu_workers_than_runs_or_cores():
+    from coda_agent.cli.sweep import cpu_workers
+
+    assert cpu_workers(jobs=2, runs=2, cpus=2) == 2  # a sweep of 2 runs on a 2-core machine: 2, not 4
+    assert cpu_workers(jobs=2, runs=4, cpus=16) == 4  # two runs in flight, two verifications each
+    assert cpu_workers(jobs=4, runs=1, cpus=16) == 2  # one run needs no more than it would alone
+    assert cpu_workers(jobs=8, runs=8, cpus=1) == 1
+
+
 def test_resume_with_higher_budgets_extends_every_run(tmp_path, capsys):
     runs = tmp_path / "runs"
     cli(capsys, "run", "gemm_residual_rmsnorm", *MODELS, "--rounds", "1", "--no-compile", "--runs-dir", str(runs))

@@ -93,9 +93,8 @@ def bench_cmd(
     selected = select_tasks(tasks, shapes, shape)
     import torch
 
-    if not torch.cuda.is_available():
-        typer.echo(NO_GPU)
-        raise typer.Exit(1)
+    if not torch.cuda.is_available():  # a setup error like any other: one line, exit 2
+        raise UserError(NO_GPU)
     device = torch.cuda.get_device_name(0)
     if tune:
         _tune(selected, shapes, shape, tune_budget, json_out if save else None, device)
@@ -277,8 +276,7 @@ def bench_e2e_cmd(
     import torch
 
     if not torch.cuda.is_available():
-        typer.echo(NO_GPU_E2E)
-        raise typer.Exit(1)
+        raise UserError(NO_GPU_E2E)
     from ..bench.report import e2e_goal, e2e_table
     from ..bench.runner import command_line, write_run
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import secrets
 import signal
 from dataclasses import dataclass, field
@@ -53,10 +54,17 @@ FINISHED = ("target_reached", "budget_exhausted", "completed", "failed")
 WorkersSpec = tuple[str, "str | None"]
 
 
-def _open(spec: WorkersSpec, jobs: int) -> Executor:
-    """One executor for the whole sweep: as many CPU verifications at once as its runs would have on their own."""
+def cpu_workers(jobs: int, runs: int, cpus: int | None = None) -> int:
+    """CPU verifications at once for a sweep: as many as its runs in flight would have on their own (``--jobs`` of
+    them, never more than there are runs to make), and never more than this machine has cores."""
+    cores = cpus if cpus is not None else (os.cpu_count() or 1)
+    return max(1, min(min(jobs, max(runs, 1)) * AgentConfig.verify_workers, cores))
+
+
+def _open(spec: WorkersSpec, jobs: int, runs: int) -> Executor:
+    """One executor for the whole sweep of ``runs`` runs (see :func:`cpu_workers`)."""
     kind, address = spec
-    return open_workers(kind, address, cpu_workers=jobs * AgentConfig.verify_workers)
+    return open_workers(kind, address, cpu_workers=cpu_workers(jobs, runs))
 
 
 def sweep_file(ref: str, base: Path) -> Path | None:
@@ -109,10 +117,18 @@ def start_sweep(
         if replays:
             raise UserError(f"{m} replays one run's replies on its own task: it cannot be part of a sweep")
     selected = _tasks(tasks)
+    problems: dict[str, None] = {}  # a missing key or no sandbox, for every model that has one, before any run starts
     for m in dict.fromkeys(models):
-        make_provider(m, options.base_url, base)  # a missing key or no sandbox: one line before any run starts
-    options.config(selected[0], models[0])  # bad seeds or time limit: likewise
-    executor = _open(workers, jobs)  # no Ray, or its cluster unreachable: likewise
+        try:
+            make_provider(m, options.base_url, base)
+        except UserError as exc:
+            problems.setdefault(str(exc))
+    if len(problems) > 1:
+        raise UserError(f"{len(problems)} problems before the sweep can start:\n" + "\n".join(f"  - {p}" for p in problems))
+    if problems:
+        raise UserError(next(iter(problems)))
+    options.config(selected[0], models[0])  # bad seeds or time limit: one line likewise
+    executor = _open(workers, jobs, len(selected) * len(dict.fromkeys(models)))  # no Ray, or its cluster unreachable
     now = datetime.now(timezone.utc)
     record = SweepRecord(
         sweep_id=f"sweep_{now.astimezone():%Y%m%d-%H%M%S}_{secrets.token_hex(3)}", created=now,
@@ -154,7 +170,7 @@ def resume_sweep(
     fixed = sorted(set(changed) - set(EXTENSIBLE))
     if fixed:
         raise UserError(f"a resumed sweep keeps its settings; only budgets ({', '.join(EXTENSIBLE)}) may change, not {', '.join(fixed)}")
-    executor = _open(workers, jobs)
+    executor = _open(workers, jobs, len(record.members))
     if total_dollars is not None:
         record.total_dollars = total_dollars
     if changed or total_dollars is not None:
