@@ -106,6 +106,9 @@ def run_cmd(
     one_task: str | None = tasks[0] if tasks else None
     one_model: str | None = models[0] if models else None
     if resume:
+        from ..verifier.scratch import remove_stale
+
+        remove_stale()  # what the interrupted run's runners left behind if it was killed outright (kill -9)
         workers = open_workers(executor, address)
         with _closed_on_error(workers):
             run_dir, agent, provider = resume_run(resume, base, one_model, base_url, options.budget_flags(), one_task, redo_corrupt)

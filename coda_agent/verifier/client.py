@@ -27,6 +27,7 @@ import torch
 from ..primitives.configs import Schedule, schedule_to_wire
 from .protocol import Channel, ProtocolError, TensorRef, create_file, read_tensors, read_text, write_tensors
 from .sandbox import Limits, Sandbox, Spec, detect, kill
+from .scratch import scratch_prefix
 
 STDERR_TAIL = 4000
 #: The largest kernel trace the checker reads back from a runner (a batch's trace of kernel events is tens of KB).
@@ -123,7 +124,7 @@ class RunnerClient:
     ) -> None:
         self.sandbox = sandbox or detect()
         self.device, self.deadline = device, deadline
-        self.scratch = Path(tempfile.mkdtemp(prefix="coda_runner_"))  # 0700: no other user can plant files in it
+        self.scratch = Path(tempfile.mkdtemp(prefix=scratch_prefix()))  # 0700: no other user can plant files in it
         with os.fdopen(create_file(self.scratch / "candidate.py"), "w") as f:
             f.write(source)
         env = {"QUACK_CACHE_DIR": str(cache_dir)} if cache_dir else {}
