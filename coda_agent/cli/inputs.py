@@ -92,3 +92,13 @@ def check_task_runs(task: Task) -> None:
     problems = validate_task(task)
     if problems:
         raise UserError(f"task {task.name} is not usable: " + "; ".join(problems))
+
+
+def check_fits_device(task: Task, stages: tuple[str, ...] | list[str], shape_set: str, seeds: list[int] | tuple[int, ...]) -> None:
+    """A verification whose estimated peak memory (checker and runner, at every shape) exceeds the GPU's free memory
+    stops here, in one line with the numbers (``verifier.plan.memory_need``); nothing to check without a GPU stage."""
+    from ..verifier.plan import Plan, device_memory_refusal
+
+    refusal = device_memory_refusal(task, Plan(stages=list(stages), shape_set=shape_set, seeds=list(seeds)))
+    if refusal:
+        raise UserError(refusal)

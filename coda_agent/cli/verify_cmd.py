@@ -15,6 +15,7 @@ from ..verifier import COMPILE_STAGES, CPU_STAGES, detect_sandbox, verify
 from ..verifier.verdict import Outcome, Verdict
 from . import UserError, app, console, err_console, outcome_style
 from .inputs import (
+    check_fits_device,
     check_shape_set,
     check_task_runs,
     default_timeout,
@@ -47,7 +48,8 @@ def verdict_table(verdict: Verdict) -> Table:
 def print_verdict(verdict: Verdict) -> None:
     for s in verdict.stages:
         mark = f"[{outcome_style(s.outcome.value)}]{'pass' if s.outcome is Outcome.PASSED else s.outcome.value}[/]"
-        console.print(f"  {s.stage:<16} {mark}  {s.seconds:6.1f} s")
+        memory = f"  {s.memory.describe()}" if s.memory is not None and s.memory.describe() else ""
+        console.print(f"  {s.stage:<16} {mark}  {s.seconds:6.1f} s{memory}", highlight=False, soft_wrap=True)
     if any(s.checks for s in verdict.stages):
         console.print(verdict_table(verdict))
     console.print(f"[bold {outcome_style(verdict.outcome.value)}]{verdict.outcome.value.upper()}[/] {verdict.task} v{verdict.task_version}", highlight=False)
@@ -97,6 +99,7 @@ def verify_cmd(
     seed_values = seed_list(seeds)
     check_shape_set(t, shape_set, label)
     check_task_runs(t)  # a broken reference is the task's fault, not a checker failure on the candidate
+    check_fits_device(t, stages, shape_set, seed_values)
     limit = timeout_value(timeout, default_timeout(t, stages, shape_set, len(seed_values)))
     source = read_candidate(path)
     console.print(f"verifying [bold]{path}[/] on [bold]{t.name}[/] ({label}, shapes: {shape_set})")

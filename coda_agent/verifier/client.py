@@ -25,7 +25,16 @@ from typing import Any
 import torch
 
 from ..primitives.configs import Schedule, schedule_to_wire
-from .protocol import Channel, ProtocolError, TensorRef, create_file, read_tensors, read_text, write_tensors
+from .protocol import (
+    Channel,
+    ProtocolError,
+    TensorRef,
+    create_file,
+    read_tensors,
+    read_text,
+    reported_bytes,
+    write_tensors,
+)
 from .sandbox import Limits, Sandbox, Spec, detect, kill
 from .scratch import scratch_prefix
 
@@ -142,6 +151,8 @@ class RunnerClient:
         }
         shim = [sys.executable, "-S", "-c", _SHIM, json.dumps(limits)]
         self._timed_out = self._cancelled = False
+        #: The largest peak device memory the runner reported (None: it reported none, e.g. on the CPU).
+        self.peak_bytes: int | None = None
         self._op = ""
         self._tail = bytearray()
         self.proc = self.sandbox.popen(argv, spec, prefix=shim, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -190,6 +201,9 @@ class RunnerClient:
             reply = self.channel.recv()
         except ProtocolError as exc:
             self._fail(exc)
+        peak = reported_bytes(reply.get("peak_bytes"))
+        if peak is not None:
+            self.peak_bytes = max(peak, self.peak_bytes or 0)
         if not reply.get("ok"):
             error = str(reply.get("error", "no reason given"))
             if reply.get("harness"):

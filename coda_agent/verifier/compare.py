@@ -12,33 +12,133 @@ output's dtype (``single_rounding``, CODA's).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from ..tasks.model import Baseline, Task, torch_dtype
+from .plan import CHUNK_ELEMENTS
 from .verdict import OutputCheck
 
 #: How a reason names each baseline.
 BASELINE_TEXT = {"eager": "task-dtype reference error", "single_rounding": "single-rounding reference error"}
 
 
-def _max_abs(a: torch.Tensor, b: torch.Tensor) -> tuple[float, int]:
-    diff = (a.double() - b.double()).abs().reshape(-1)
-    idx = int(diff.argmax()) if diff.numel() else 0
-    return (float(diff[idx]) if diff.numel() else 0.0), idx
+def chunk_spans(shape: tuple[int, ...], elements: int | None = None) -> list[tuple[int, int]]:
+    """Flat [start, end) spans covering a tensor of ``shape``: whole rows (dim 0) of at most ``elements`` together,
+    or ``elements`` at a time when one row is larger (default :data:`~.plan.CHUNK_ELEMENTS`)."""
+    elements = elements or CHUNK_ELEMENTS
+    n = math.prod(shape)
+    row = math.prod(shape[1:]) if len(shape) > 1 else 1
+    step = max(1, elements // row) * row if 0 < row <= elements else elements
+    return [(a, min(a + step, n)) for a in range(0, n, step)]
 
 
+def _piece(t: torch.Tensor, start: int, end: int) -> torch.Tensor:
+    """Elements [start, end) of ``t`` in row-major order, flat; a view of a contiguous tensor or of whole rows."""
+    if t.is_contiguous() or t.dim() == 0:
+        return t.reshape(-1)[start:end]
+    row = math.prod(t.shape[1:])
+    if row and start % row == 0 and (end % row == 0 or end == t.numel()):
+        return t[start // row : -(-end // row)].reshape(-1)
+    return t.reshape(-1)[start:end]  # a copy of all of t: only a non-contiguous output whose rows exceed a chunk
 
 
-def _spread_error(cand: torch.Tensor, ref: torch.Tensor, lowp: torch.Tensor, factor: float, floor: float) -> str | None:
+def _f64(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A fresh FP64 copy on ``device`` (fresh: the caller works on it in place)."""
+    return t.to(device=device, dtype=torch.float64, copy=True)
+
+
+@dataclass(frozen=True)
+class ErrorStats:
+    """What the tolerance rule reads of one output, gathered chunk by chunk: the candidate's non-finite elements
+    (count, first flat index), max|cand - ref| and its first flat index, max|baseline - ref|, max|ref|, and the
+    L1 and L2 norms of the error, of the baseline's error and of max(1, |ref|)."""
+
+    nonfinite: int
+    first_nonfinite: int
+    max_err: float
+    max_err_at: int
+    lowp_err: float
+    ref_max: float
+    err_norms: tuple[float, float]
+    lowp_norms: tuple[float, float]
+    scale_norms: tuple[float, float]
+
+
+def error_stats(cand: torch.Tensor, ref32: torch.Tensor, lowp: Callable[[int, int], torch.Tensor],
+                elements: int | None = None) -> ErrorStats:
+    """One pass over ``cand`` and ``ref32`` (same shape), ``elements`` at a time, in FP64 on ``cand``'s device;
+    ``lowp(start, end)`` gives the baseline's flat elements [start, end). No step holds more than
+    :data:`~.plan.CHUNK_BUFFERS` FP64 chunks, and nothing is read back to the host until the end (one transfer).
+
+    The same numbers as on whole tensors: maxima are exact whatever the grouping, an index is the first one at the
+    maximum (torch's argmax: NaN counts as the largest), and the sums only group their terms otherwise."""
+    device = cand.device
+    bad: list[torch.Tensor] = []
+    peaks: list[torch.Tensor] = []  # per chunk: max err, its index in the chunk, max lowp err, max |ref|
+    sums: list[torch.Tensor] = []  # per chunk: L1 and squared L2 of err, lowp err, scale
+    spans = chunk_spans(tuple(cand.shape), elements)
+    for start, end in spans:
+        c = _f64(_piece(cand, start, end), device)
+        bad.append((~torch.isfinite(c)).sum())
+        r = _f64(_piece(ref32, start, end), device)
+        d = c.sub_(r).abs_()
+        at = d.argmax()
+        peak = [d.max(), at.to(torch.float64)]
+        part = [d.sum(), torch.dot(d, d)]
+        del c, d
+        ld = _f64(lowp(start, end), device).sub_(r).abs_()
+        peak.append(ld.max())
+        part += [ld.sum(), torch.dot(ld, ld)]
+        del ld
+        s = r.abs_()
+        peak.append(s.max())
+        s = s.clamp_min_(1.0)
+        part += [s.sum(), torch.dot(s, s)]
+        del r, s
+        peaks.append(torch.stack(peak))
+        sums.append(torch.stack(part))
+    if not spans:
+        return ErrorStats(0, 0, 0.0, 0, 0.0, float("nan"), (0.0, 0.0), (0.0, 0.0), (0.0, 0.0))
+    counts = torch.stack(bad).tolist()
+    table = torch.stack(peaks)
+    chunk = int(table[:, 0].argmax())  # the first chunk at the largest error holds its first index
+    maxima = table.amax(dim=0).tolist()  # NaN propagates, as in a whole tensor's max
+    total = torch.stack(sums).sum(dim=0).tolist()
+    first_bad = 0
+    for (start, end), n in zip(spans, counts, strict=True):
+        if n:
+            first_bad = start + int((~torch.isfinite(_piece(cand, start, end))).nonzero()[0])
+            break
+    return ErrorStats(
+        nonfinite=int(sum(counts)), first_nonfinite=first_bad,
+        max_err=float(table[chunk, 0]), max_err_at=spans[chunk][0] + int(table[chunk, 1]),
+        lowp_err=maxima[2], ref_max=maxima[3],
+        err_norms=(total[0], math.sqrt(total[1])), lowp_norms=(total[2], math.sqrt(total[3])),
+        scale_norms=(total[4], math.sqrt(total[5])),
+    )
+
+
+def max_abs_difference(a: torch.Tensor, b: torch.Tensor, elements: int | None = None) -> float:
+    """max|a - b| in FP64 over same-shaped tensors, chunk by chunk; a NaN difference counts as Inf."""
+    worst: list[torch.Tensor] = []
+    for start, end in chunk_spans(tuple(a.shape), elements):
+        d = _f64(_piece(a, start, end), a.device).sub_(_piece(b, start, end).to(a.device, torch.float64)).abs_()
+        worst.append(d.nan_to_num_(nan=math.inf, posinf=math.inf).max())
+        del d
+    return float(torch.stack(worst).max()) if worst else 0.0
+
+
+def _spread_error(stats: ErrorStats, factor: float, floor: float) -> str | None:
     """What is wrong with the error's L1 or L2 norm against the baseline's, or None when both are within bounds.
     The floor scales with max(1, |ref|) element by element, as the max rule's does with max(1, max|ref|)."""
-    scale = ref.abs().clamp_min(1.0)
-    for p in (1, 2):
-        err = float(torch.linalg.vector_norm(cand - ref, p))
-        allowed = factor * float(torch.linalg.vector_norm(lowp - ref, p)) + floor * float(torch.linalg.vector_norm(scale, p))
+    for i, p in enumerate((1, 2)):
+        err = stats.err_norms[i]
+        allowed = factor * stats.lowp_norms[i] + floor * stats.scale_norms[i]
         if err > allowed:
             return f"the L{p} norm of the error, {err:.4g}, exceeds the allowed {allowed:.4g}"
     return None
@@ -92,30 +192,34 @@ def check_outputs(
         if got.dtype != want_dtype:
             checks.append(OutputCheck(**base, ok=False, reason=f"output {spec.name!r} has dtype {got.dtype}, expected {want_dtype}"))
             continue
-        # FP64 on the candidate's device: bench-size outputs are compared on the GPU in milliseconds.
-        cand = got.detach().double()
-        ref32 = ref_fp32[spec.name].detach().to(cand.device)
-        ref = ref32.double()
-        lowp = (ref32.to(want_dtype) if rule == "single_rounding" else ref_lowp[spec.name].detach().to(cand.device)).double()
-        bad = ~torch.isfinite(cand)
-        if bool(bad.any()):
-            first = _unravel(int(bad.reshape(-1).nonzero()[0]), want_shape)
+        # FP64 on the candidate's device, a chunk at a time (:func:`error_stats`): bench-size outputs are compared
+        # on the GPU in milliseconds, with temporaries of a few chunks whatever the output's size.
+        cand = got.detach()
+        ref32 = ref_fp32[spec.name].detach()
+        lowp_src = ref_lowp[spec.name].detach() if rule != "single_rounding" else None
+
+        def lowp(start: int, end: int, ref32: torch.Tensor = ref32, src: torch.Tensor | None = lowp_src,
+                 dtype: torch.dtype = want_dtype) -> torch.Tensor:
+            return _piece(ref32, start, end).to(dtype) if src is None else _piece(src, start, end)
+
+        stats = error_stats(cand, ref32, lowp)
+        if stats.nonfinite:
+            first = _unravel(stats.first_nonfinite, want_shape)
             checks.append(
                 OutputCheck(
                     **base, ok=False, worst_index=first,
-                    reason=f"output {spec.name!r} has {int(bad.sum())} NaN/Inf values (first at {first}); "
+                    reason=f"output {spec.name!r} has {stats.nonfinite} NaN/Inf values (first at {first}); "
                     "an unwritten element or an overflow",
                 )
             )
             continue
-        err, flat = _max_abs(cand, ref)
-        lowp_err, _ = _max_abs(lowp, ref)
+        err, flat, lowp_err = stats.max_err, stats.max_err_at, stats.lowp_err
         factor, floor = task.tolerance.for_output(spec.name)
-        scale = max(1.0, float(ref.abs().max())) if ref.numel() else 1.0
+        scale = max(1.0, stats.ref_max) if cand.numel() else 1.0
         allowed = factor * lowp_err + floor * scale
         where = _unravel(flat, want_shape)
         ok = err <= allowed
-        spread = _spread_error(cand, ref, lowp, factor, floor) if ok and want_dtype.is_floating_point else None
+        spread = _spread_error(stats, factor, floor) if ok and want_dtype.is_floating_point else None
         if spread is not None:
             checks.append(OutputCheck(
                 **base, ok=False, max_abs_err=err, allowed=allowed, lowp_err=lowp_err, baseline=rule, worst_index=where,
@@ -123,13 +227,15 @@ def check_outputs(
                        "elements are off by less than the largest error allowed (a dropped term or an approximation)",
             ))
             continue
+        got_at = float(cand[tuple(where)]) if cand.numel() else None
+        want_at = float(ref32[tuple(where)]) if cand.numel() else None
         checks.append(
             OutputCheck(
                 **base, ok=ok, max_abs_err=err, allowed=allowed, lowp_err=lowp_err, baseline=rule, worst_index=where,
-                worst_value=float(cand.reshape(-1)[flat]), expected_value=float(ref.reshape(-1)[flat]),
+                worst_value=got_at, expected_value=want_at,
                 reason="" if ok else (
-                    f"output {spec.name!r}: max error {err:.3g} at {where} (got {float(cand.reshape(-1)[flat]):.6g}, "
-                    f"expected {float(ref.reshape(-1)[flat]):.6g}) exceeds the allowed {allowed:.3g} "
+                    f"output {spec.name!r}: max error {err:.3g} at {where} (got {got_at:.6g}, "
+                    f"expected {want_at:.6g}) exceeds the allowed {allowed:.3g} "
                     f"({factor:g} x {BASELINE_TEXT[rule]} {lowp_err:.3g} + floor)"
                 ),
             )

@@ -32,11 +32,13 @@ from ..measure.timing import BATCH, HOST_BOUND_SHARE, Clock, RepPlan, Timing, su
 from ..primitives.configs import Schedule
 from ..tasks.model import ShapePoint
 from .client import CandidateRaised, RunnerClient, RunnerError
+from .plan import TIMING_REFS_BYTES, TIMING_SETS
 from .stages import (
     Context,
     Reject,
     call_problems,
     references,
+    release,
     returned_bytes_limit,
     returned_checks,
     run_correctness,
@@ -55,7 +57,6 @@ TIMING_METHOD = (
     f"{RepPlan().warmup} untraced warm-up calls, reps sized for ~{RepPlan().target_s} s per variant "
     f"({RepPlan().min_reps}-{RepPlan().max_reps}: at least {RepPlan().min_reps // BATCH} rounds); median with p10/p90"
 )
-TIMING_SETS = 3
 
 
 @stage("gpu_correctness")
@@ -137,6 +138,9 @@ def time_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: st
     timings = timer.time({"candidate": None}, variants, plan)
     t1 = time.perf_counter()
     timer.close()
+    timer.refs.clear()
+    del variants
+    release(device)
     seconds = {"setup": setup, **timer.seconds, "close": time.perf_counter() - t1}
     return ShapeTiming(dims=point.dims, seconds={k: round(v, 2) for k, v in seconds.items()}, **timings)
 
@@ -199,10 +203,7 @@ class ShapeTimer:
             (out,) = self.client.fetch(returned_bytes_limit(task, point, 1))
             t2 = time.perf_counter()
             self._spend("transfer", t2 - t1)
-            set_id = calls[keep[0]]
-            if set_id not in self.refs:
-                self.refs[set_id] = references(task, self.inputs[set_id])
-            ref32, reflp = self.refs[set_id]
+            ref32, reflp = self._references(calls[keep[0]])
             failed = [c for c in returned_checks(self.ctx, out, ref32, reflp, point, -1) if not c.ok]
             if failed:
                 raise Reject(Outcome.CHEAT_DETECTED, (
@@ -212,6 +213,18 @@ class ShapeTimer:
             self._spend("checks", time.perf_counter() - t2)
         wall = max(0.0, batch.wall_s * 1e6 / n - self.overhead.get(n, {}).get("runner_us", 0.0))
         return Batched(batch.times_us, wall, batch.host_us)
+
+    def _references(self, set_id: str) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """The references of one input set: every set's kept while they take at most :data:`TIMING_REFS_BYTES` in
+        all, else only the last one computed (an LM head's FP32 logits run to GiBs a set)."""
+        if set_id not in self.refs:
+            refs = references(self.ctx.task, self.inputs[set_id])
+            size = sum(t.numel() * t.element_size() for r in refs for t in r.values() if isinstance(t, torch.Tensor))
+            if size * len(self.ids) > TIMING_REFS_BYTES:
+                self.refs.clear()
+                release(self.device)
+            self.refs[set_id] = refs
+        return self.refs[set_id]
 
     def baseline_batch(self, fn: Callable[[], object], n: int) -> Batched:
         _sync(self.device)

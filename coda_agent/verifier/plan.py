@@ -6,10 +6,15 @@ same things the same way and a verdict can say exactly what was checked.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
 from ..measure.baselines import COMPILE_MODES
-from ..tasks.model import Baseline
+from ..measure.timing import FLUSH_BYTES
+from ..tasks.model import DTYPE_BYTES, Baseline, ShapePoint, Task, TensorSpec
 
 #: Stages on the CPU (emulator) and the sm_90a compile; ``tune_cpu`` is the GPU's ``tune`` on the emulator, where
 #: configs are ignored: for tests.
@@ -54,3 +59,115 @@ class Plan(BaseModel):
         if not v:
             raise ValueError(f"a verification needs at least one of its {info.field_name}")
         return v
+
+
+# --- device memory ------------------------------------------------------------------------------------------------
+
+#: Elements of an output the tolerance check compares at a time (``compare.py``): its FP64 temporaries are a few
+#: buffers of this size (128 MiB each), never the output's full size.
+CHUNK_ELEMENTS = 1 << 24
+#: How many chunk-sized FP64 buffers a comparison holds at once at most.
+CHUNK_BUFFERS = 4
+#: Input sets the timing protocol cycles through at one shape (``gpu.ShapeTimer``).
+TIMING_SETS = 3
+#: The most bytes of references the timing protocol keeps for its sets (beyond it, one set's at a time).
+TIMING_REFS_BYTES = 8 << 30
+#: Stages whose memory :func:`memory_needs` estimates, by protocol.
+_CHECKED, _TIMED = ("gpu_correctness",), ("bench_prepare", "profile", "bench", "tune")
+
+
+def _bytes(specs: Sequence[TensorSpec], dims: dict[str, int], fp32: bool = False) -> int:
+    """The bytes of these tensors at ``dims``, in their dtypes or (``fp32``) with floating ones in FP32."""
+    return sum(math.prod(t.concrete_shape(dims)) * (4 if fp32 and t.dtype.startswith(("bfloat", "float")) else DTYPE_BYTES[t.dtype])
+               for t in specs)
+
+
+@dataclass(frozen=True)
+class MemoryNeed:
+    """The estimated peak device memory of one verification at one shape: the checker's and its runner's, both on
+    the same GPU (the larger of the correctness and timing protocols the plan runs)."""
+
+    shape: ShapePoint
+    checker_bytes: int
+    runner_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.checker_bytes + self.runner_bytes
+
+
+def memory_need(task: Task, point: ShapePoint, stages: Sequence[str], seeds: int) -> MemoryNeed:
+    """The peak device memory of ``stages`` at ``point`` with ``seeds`` seeds, from the task's tensor sizes.
+
+    With I an input set, O an output set (task dtypes), R the outputs in FP32 (the FP32 reference), F the largest
+    output in FP32 (a reference's temporary, as cross-entropy's ``logits.float()``), I32 the inputs upcast, S the
+    input sets checked (the seeds, plus a decoy with one seed) and C = S + 1 calls kept:
+
+    * correctness, checker: C x O (every kept call's outputs read back) + R + O (one seed's FP32 and task-dtype
+      references) + 2 x I + I32 + F (the seed's inputs drawn again, their upcast and the eager call's copy, the
+      reference's temporary) + the comparison's chunks; its runner: 2 x S x I (the sets and their snapshots for the
+      inputs-unchanged check) + C x O (the kept outputs) + R (the candidate's own working memory, allowed as its
+      outputs in FP32) + the L2 flush buffer;
+    * timing (profile, bench, tune), checker: 3 x I (the timing sets) + their references (all three up to
+      :data:`TIMING_REFS_BYTES`, else one set's) + O (a checked call's outputs read back) + the largest of what comes
+      and goes in turn: the eager baseline's call (O + F), a reference's (I32 + F), the cuBLAS baseline's operands
+      and products, the comparison's chunks; its runner: 2 x 3 x I + O + R + the flush buffer.
+
+    An estimate: a reference or a candidate with larger temporaries needs more."""
+    dims = point.dims
+    inp, inp32 = _bytes(task.inputs, dims), _bytes(task.inputs, dims, fp32=True)
+    out, ref = _bytes(task.outputs, dims), _bytes(task.outputs, dims, fp32=True)
+    largest = max(math.prod(t.concrete_shape(dims)) for t in task.outputs)
+    temp = 4 * largest
+    chunks = CHUNK_BUFFERS * 8 * min(CHUNK_ELEMENTS, largest)
+    checker = runner = 0
+    if any(s in _CHECKED for s in stages):
+        sets = seeds + (1 if seeds == 1 else 0)
+        calls = sets + 1
+        checker = calls * out + ref + out + 2 * inp + inp32 + temp + chunks
+        runner = 2 * sets * inp + calls * out + ref + FLUSH_BYTES
+    if any(s in _TIMED for s in stages):
+        refs = (ref + out) * (TIMING_SETS if (ref + out) * TIMING_SETS <= TIMING_REFS_BYTES else 1)
+        gemms = sum(2 * (m * k + n * k + m * n) for m, n, k in task.gemm_shapes(dims))
+        checker = max(checker, TIMING_SETS * inp + refs + out + max(out + temp, inp32 + temp, gemms, chunks))
+        runner = max(runner, 2 * TIMING_SETS * inp + out + ref + FLUSH_BYTES)
+    return MemoryNeed(point, checker, runner)
+
+
+def memory_needs(task: Task, plan: Plan) -> list[MemoryNeed]:
+    """:func:`memory_need` at every shape the plan selects."""
+    points = task.shape(plan.shape_set)
+    if plan.shape_names:
+        points = [p for p in points if p.name in plan.shape_names]
+    return [memory_need(task, p, plan.stages, len(plan.seeds)) for p in points]
+
+
+def memory_refusal(task: Task, plan: Plan, free_bytes: int, total_bytes: int | None = None) -> str | None:
+    """One line saying the plan cannot fit a device with ``free_bytes`` free, with the numbers (the largest shape
+    that does not fit); None when every shape fits, or when the plan runs no GPU stage."""
+    too_big = [n for n in memory_needs(task, plan) if n.total_bytes > free_bytes]
+    if not too_big or not any(s in _CHECKED + _TIMED for s in plan.stages):
+        return None
+    worst = max(too_big, key=lambda n: n.total_bytes)
+    dims = ", ".join(f"{k}={v}" for k, v in worst.shape.dims.items())
+    of = f" of {_gib(total_bytes)}" if total_bytes else ""
+    return (f"task {task.name} does not fit this GPU: at {plan.shape_set} shape {worst.shape.name} ({dims}) with "
+            f"{len(plan.seeds)} seed(s) the checker needs about {_gib(worst.checker_bytes)} and its runner "
+            f"{_gib(worst.runner_bytes)} ({_gib(worst.total_bytes)} in all), and the device has {_gib(free_bytes)} free{of}")
+
+
+def device_memory_refusal(task: Task, plan: Plan) -> str | None:
+    """:func:`memory_refusal` against the current CUDA device's free memory (``torch.cuda.mem_get_info``); None on
+    a machine without one, or for a plan with no GPU stage (nothing is initialised then)."""
+    if not any(s in _CHECKED + _TIMED for s in plan.stages):
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    free, total = torch.cuda.mem_get_info()
+    return memory_refusal(task, plan, int(free), int(total))
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB"

@@ -33,6 +33,16 @@ DTYPES: dict[str, torch.dtype] = {
 }
 
 
+#: The most device memory a runner may report as its peak (``peak_bytes`` in a reply): 1 PiB, past any GPU.
+MAX_REPORTED_BYTES = 1 << 50
+
+
+def reported_bytes(value: object) -> int | None:
+    """A byte count the runner reported (its replies' ``peak_bytes``), or None for anything but a whole number in
+    [0, :data:`MAX_REPORTED_BYTES`]: a diagnostic from the untrusted side, shown and never acted on."""
+    return value if type(value) is int and 0 <= value <= MAX_REPORTED_BYTES else None
+
+
 class ProtocolError(Exception):
     """The other side sent something malformed, or went away."""
 

@@ -326,6 +326,8 @@ def serve(channel: Channel, runner: Runner) -> None:
             reply = handler(msg)
         except Exception:
             reply = {"ok": False, "harness": True, "error": traceback.format_exc(limit=4)[-2000:]}
+        if runner.device == "cuda" and torch.cuda.is_initialized():  # this process's peak so far (PyTorch's count)
+            reply["peak_bytes"] = int(torch.cuda.max_memory_allocated())
         channel.send(reply)
 
 

@@ -41,11 +41,11 @@ from .client import (
     RunnerError,
     RunnerTimedOut,
 )
-from .compare import check_outputs
-from .plan import Plan
+from .compare import check_outputs, max_abs_difference
+from .plan import GPU_STAGES, Plan
 from .static import without_schedule
 from .trace import LaunchEstimate, LaunchTrace, calls_from_trace
-from .verdict import Outcome, OutputCheck, StageResult
+from .verdict import Outcome, OutputCheck, StageMemory, StageResult
 
 
 @dataclass
@@ -58,6 +58,8 @@ class Context:
     deadline: float
     #: Per shape, the kernels the checked calls launched (timed calls must launch the same).
     signatures: dict[str, Any] = field(default_factory=dict)
+    #: The largest peak device memory a runner of the current stage reported (None: none did).
+    runner_peak: int | None = None
 
     def shape_points(self) -> list[ShapePoint]:
         points = self.task.shape(self.plan.shape_set)
@@ -73,7 +75,11 @@ class Context:
             deadline=self.deadline if deadline is None else min(deadline, self.deadline),
             cache_dir=quack_cache_for(self.source), hidden=hidden_paths(self.task),
         ) as client:
-            yield client
+            try:
+                yield client
+            finally:
+                if client.peak_bytes is not None:
+                    self.runner_peak = max(client.peak_bytes, self.runner_peak or 0)
 
 
 def quack_cache_for(source: str) -> Path:
@@ -106,11 +112,36 @@ STAGES: dict[str, StageFn] = {}
 
 
 def stage(name: str) -> Callable[[StageFn], StageFn]:
+    """Register a stage; a GPU stage's result records its peak device memory (:func:`measured`)."""
+
     def register(fn: StageFn) -> StageFn:
-        STAGES[name] = fn
+        STAGES[name] = measured(name, fn) if name in GPU_STAGES else fn
         return fn
 
     return register
+
+
+def measured(name: str, fn: StageFn) -> StageFn:
+    """``fn`` with its peak device memory in its result: the checker's since the stage began, and its runners'."""
+
+    def run(ctx: Context) -> StageResult:
+        cuda = torch.cuda.is_available()
+        if cuda:
+            release("cuda")
+            torch.cuda.reset_peak_memory_stats()
+        ctx.runner_peak = None
+        result = fn(ctx)
+        if cuda:
+            result.memory = StageMemory(checker_peak_bytes=int(torch.cuda.max_memory_allocated()),
+                                        runner_peak_bytes=ctx.runner_peak,
+                                        device_total_bytes=int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory))
+        elif ctx.runner_peak is not None:
+            result.memory = StageMemory(runner_peak_bytes=ctx.runner_peak)
+        return result
+
+    run.__name__ = run.__qualname__ = fn.__name__
+    run.__doc__ = fn.__doc__
+    return run
 
 
 def upcast(inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -131,6 +162,13 @@ def reference_of(task: Task) -> Reference:
     if key not in _imported_references:
         _imported_references[key] = reference_function(task)  # a missing or broken file raises, and is not kept
     return _imported_references[key]
+
+
+def release(device: str | torch.device) -> None:
+    """Hand the device memory this process no longer uses back to the driver, so the runner (another process on the
+    same GPU) can have it: the caching allocator would otherwise keep it reserved here."""
+    if torch.device(device).type == "cuda" and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 def references(task: Task, inputs: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
@@ -208,9 +246,9 @@ def check_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: s
     seeds = list(ctx.plan.seeds)
     decoys = [] if len(seeds) > 1 else [seeds[0] + 7919]
     ids = {s: f"{point.name}-{s}" for s in seeds + decoys}
-    inputs = {s: task.make_inputs(point.dims, s, device=device) for s in ids}
-    for s, set_id in ids.items():
-        client.put(set_id, inputs[s])
+    for s, set_id in ids.items():  # one set held here at a time: each is drawn again, the same, for its reference
+        client.put(set_id, task.make_inputs(point.dims, s, device=device))
+    release(device)
     info: dict[str, object] = {"dims": point.dims}
     try:
         warm = client.run([ids[(decoys or seeds)[-1]]], keep=[])  # builds the kernels; its launches are not judged
@@ -235,16 +273,24 @@ def check_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: s
                     "(an answer kept across calls); compute every output from the current inputs"
                 ))
     order = seeds + decoys + [seeds[0]]
-    refs: dict[int, tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]] = {}
-    for out, seed in zip(outs, order, strict=True):
-        if seed not in refs:
-            refs[seed] = references(task, inputs[seed])
-        found = returned_checks(ctx, out, *refs[seed], point, seed)
+    # One seed's references at a time (the first seed's are drawn again for the repeat call at the end), and each
+    # output let go once checked unless the repeat check needs it: the checker's memory does not grow with the seeds.
+    held: tuple[int, tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]] | None = None
+    for i, (out, seed) in enumerate(zip(outs, order, strict=True)):
+        if held is None or held[0] != seed:
+            held = None
+            release(device)
+            held = seed, references(task, task.make_inputs(point.dims, seed, device=device))
+        found = returned_checks(ctx, out, *held[1], point, seed)
         if seed in seeds and out is not outs[-1]:
             checks.extend(found)
         failed = [c for c in found if not c.ok]
         if failed:
             raise Reject(Outcome.WRONG_OUTPUT, failed[0].reason)
+        if 0 < i < len(outs) - 1:
+            out.tensors.clear()
+    held = None
+    release(device)
     launches = call_problems(ctx, batch, point)
     info["launches"] = launches[0] if launches else {}
     agreement(task, outs[0], outs[-1], checks, point, seeds[0], info)
@@ -263,8 +309,7 @@ def agreement(task: Task, first: CallOutput, again: CallOutput, found: list[Outp
         a, b = first.tensors[spec.name], again.tensors[spec.name]
         if torch.equal(a, b):
             continue
-        diff = (a.double() - b.double()).abs()
-        worst = float(torch.where(torch.isnan(diff), torch.full_like(diff, float("inf")), diff).max()) if diff.numel() else 0.0
+        worst = max_abs_difference(a, b)  # chunk by chunk: no FP64 copy of a whole output
         limit = allowed.get(spec.name, 0.0)
         if worst > limit:
             raise Reject(Outcome.CHEAT_DETECTED, (

@@ -106,6 +106,23 @@ class ShapeTuning(BaseModel):
         return self.before.gpu_us / self.after.gpu_us if self.after.gpu_us > 0 else 1.0
 
 
+class StageMemory(BaseModel):
+    """A GPU stage's peak device memory: the checker's (this process's allocations through PyTorch, peak reset when
+    the stage began; process-wide, so it holds any verification sharing the process) and its runners' (the largest
+    peak a runner reported, PyTorch's count in that process: what the candidate allocated through it)."""
+
+    checker_peak_bytes: int | None = Field(default=None, ge=0)
+    runner_peak_bytes: int | None = Field(default=None, ge=0)
+    device_total_bytes: int | None = Field(default=None, ge=0, description="the device's memory, for scale")
+
+    def describe(self) -> str:
+        """Compact, in GiB: ``peak checker 40.2 + runner 30.5 of 139.8 GiB`` ("" when nothing was measured)."""
+        parts = [f"{who} {v / (1 << 30):.1f}" for who, v in (("checker", self.checker_peak_bytes), ("runner", self.runner_peak_bytes))
+                 if v is not None]
+        total = f" of {self.device_total_bytes / (1 << 30):.1f}" if self.device_total_bytes else ""
+        return f"peak {' + '.join(parts)}{total} GiB" if parts else ""
+
+
 class StageResult(BaseModel):
     """One verifier stage (static, compile, correctness, gpu_correctness, profile, bench, tune)."""
 
@@ -117,6 +134,7 @@ class StageResult(BaseModel):
     timings: dict[str, ShapeTiming] = Field(default_factory=dict, description="profile / bench: per shape")
     tuning: dict[str, ShapeTuning] = Field(default_factory=dict, description="tune / tune_cpu: per shape")
     details: dict[str, object] = {}
+    memory: StageMemory | None = Field(default=None, description="GPU stages: peak device memory (None: not measured)")
 
     @model_validator(mode="before")
     @classmethod

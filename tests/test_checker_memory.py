@@ -1,0 +1,302 @@
+"""The checker's memory is bounded and known: chunked comparisons give the whole-tensor verdicts, the estimate of
+a verification's peak, and the one-line refusal of a task that cannot fit the device."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from typing import Any
+
+import pytest
+import torch
+
+from coda_agent.tasks import find_task
+from coda_agent.tasks.model import ShapePoint, Task, torch_dtype
+from coda_agent.verifier import compare
+from coda_agent.verifier.compare import BASELINE_TEXT, check_outputs, chunk_spans, max_abs_difference
+from coda_agent.verifier.plan import (
+    CHUNK_BUFFERS,
+    CHUNK_ELEMENTS,
+    TIMING_SETS,
+    Plan,
+    memory_need,
+    memory_refusal,
+)
+from coda_agent.verifier.verdict import OutputCheck, StageMemory, StageResult, Verdict
+
+from .conftest import cli
+
+GiB = 1 << 30
+
+
+# --- the comparison as it was: whole tensors in FP64 (the rule the chunked one must reproduce exactly) -----------
+
+
+def _unravel(flat: int, shape: tuple[int, ...]) -> list[int]:
+    out = []
+    for d in reversed(shape):
+        out.append(flat % d if d else 0)
+        flat = flat // d if d else 0
+    return list(reversed(out))
+
+
+def whole_tensor_check(task: Task, name: str, got: torch.Tensor, ref32: torch.Tensor, reflp: torch.Tensor, dims: dict[str, int],
+                       rule: str) -> dict[str, Any]:
+    """The FP64 whole-tensor comparison the checker made before chunking (compare.py at cf690b3), for one output."""
+    spec = next(o for o in task.outputs if o.name == name)
+    want_shape, want_dtype = spec.concrete_shape(dims), torch_dtype(spec.dtype)
+    base = {"output": name, "shape_point": "p", "seed": 0}
+    cand = got.double()
+    ref = ref32.double()
+    lowp = (ref32.to(want_dtype) if rule == "single_rounding" else reflp).double()
+    bad = ~torch.isfinite(cand)
+    if bool(bad.any()):
+        first = _unravel(int(bad.reshape(-1).nonzero()[0]), want_shape)
+        return OutputCheck(**base, ok=False, worst_index=first, reason=(
+            f"output {name!r} has {int(bad.sum())} NaN/Inf values (first at {first}); an unwritten element or an overflow")).model_dump()
+    diff = (cand - ref).abs().reshape(-1)
+    flat = int(diff.argmax())
+    err = float(diff[flat])
+    lowp_err = float((lowp - ref).abs().max())
+    factor, floor = task.tolerance.for_output(name)
+    allowed = factor * lowp_err + floor * max(1.0, float(ref.abs().max()))
+    where = _unravel(flat, want_shape)
+    ok = err <= allowed
+    if ok and want_dtype.is_floating_point:
+        scale = ref.abs().clamp_min(1.0)
+        for p in (1, 2):
+            e = float(torch.linalg.vector_norm(cand - ref, p))
+            a = factor * float(torch.linalg.vector_norm(lowp - ref, p)) + floor * float(torch.linalg.vector_norm(scale, p))
+            if e > a:
+                return {**base, "ok": False, "max_abs_err": err, "allowed": allowed, "lowp_err": lowp_err, "worst_index": where,
+                        "spread": (p, e, a)}
+    return {**base, "ok": ok, "max_abs_err": err, "allowed": allowed, "lowp_err": lowp_err, "worst_index": where,
+            "worst_value": float(cand.reshape(-1)[flat]), "expected_value": float(ref.reshape(-1)[flat]),
+            "reason_head": "" if ok else f"output {name!r}: max error {err:.3g} at {where}"}
+
+
+def _task(shape: list[str | int], dtype: str) -> Task:
+    return Task.model_validate({
+        "name": "chunked", "version": 1, "family": "forward", "description": "d",
+        "inputs": [{"name": "x", "shape": ["M", "N"], "dtype": "float32"}],
+        "outputs": [{"name": "out", "shape": shape, "dtype": dtype}],
+        "shapes": {"small": [{"name": "p", "dims": {"M": 7, "N": 5, "L": 3}}], "bench": [{"name": "p", "dims": {"M": 7, "N": 5, "L": 3}}]},
+        "reference": "r.py:reference", "launch_budget": 4, "sol": {"flops": "M*N"},
+    })
+
+
+def _case(rng: random.Random, shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(candidate, FP32 reference, eager baseline) with the kinds of error a check meets."""
+    gen = torch.Generator().manual_seed(rng.randrange(1 << 30))
+    truth = torch.randn(shape, generator=gen) * rng.choice([1e-3, 1.0, 40.0])
+    eager = (truth + torch.randn(shape, generator=gen) * 1e-2).to(dtype)
+    noise = rng.choice([0.0, 1e-3, 1e-2, 5e-2])
+    cand = truth + torch.randn(shape, generator=gen) * noise
+    kind = rng.choice(["plain", "ties", "nan", "inf", "spike", "dropped", "everywhere", "ref-nan"])
+    flat = cand.reshape(-1)
+    if kind == "ties" and flat.numel() > 3:  # several elements at the same largest error: the first one is named
+        picks = sorted(rng.sample(range(flat.numel()), 3))
+        for i in picks:
+            flat[i] = truth.reshape(-1)[i] + 0.5
+    elif kind in ("nan", "inf"):
+        for i in rng.sample(range(flat.numel()), min(flat.numel(), rng.choice([1, 3]))):
+            flat[i] = float("nan") if kind == "nan" else -float("inf")
+    elif kind == "spike":
+        flat[rng.randrange(flat.numel())] += 3.0
+    elif kind == "dropped":
+        cand = torch.where(truth.abs() < 0.5, torch.zeros_like(truth), truth)
+    elif kind == "everywhere":  # every element near the largest error allowed: the norms fail, not the max
+        cand = truth + 1.9 * float((eager.float() - truth).abs().max())
+    elif kind == "ref-nan":
+        truth.reshape(-1)[rng.randrange(flat.numel())] = float("nan")
+    return cand.to(dtype), truth, eager
+
+
+def same(a: float | None, b: float | None) -> bool:
+    """Equal, NaN included (a NaN reference makes NaN errors, in both comparisons alike)."""
+    return a == b or (a is not None and b is not None and a != a and b != b)
+
+
+SHAPES: list[tuple[list[str | int], tuple[int, ...]]] = [
+    (["M", "N"], (7, 5)), (["M"], (7,)), ([], ()), (["M", "L", "N"], (7, 3, 5)),
+]
+
+
+@pytest.mark.parametrize("elements", [1, 3, 5, 11, 16, 1000])
+def test_chunked_comparison_matches_the_whole_tensor_one(monkeypatch, elements):
+    monkeypatch.setattr(compare, "CHUNK_ELEMENTS", elements)
+    rng = random.Random(elements)
+    seen = set()
+    for trial in range(120):
+        symbolic, shape = SHAPES[trial % len(SHAPES)]
+        dtype_name = rng.choice(["bfloat16", "float32"])
+        task = _task(symbolic, dtype_name)
+        cand, truth, eager = _case(rng, shape, torch_dtype(dtype_name))
+        if trial % 5 == 0 and truth.dim() == 2:  # a non-contiguous reference (a transpose's view)
+            truth = truth.t().contiguous().t()
+        rule = rng.choice(["eager", "single_rounding"])
+        (got,) = check_outputs(task, {"out": cand}, {"out": truth}, {"out": eager}, {"M": 7, "N": 5, "L": 3}, "p", 0, rule)
+        want = whole_tensor_check(task, "out", cand, truth, eager, {"M": 7, "N": 5, "L": 3}, rule)
+        seen.add((got.ok, "NaN/Inf" in got.reason, "norm" in got.reason))
+        assert got.ok == want["ok"]
+        assert got.worst_index == want["worst_index"], (trial, got, want)
+        if "NaN/Inf" in want.get("reason", ""):
+            assert got.reason == want["reason"]
+            continue
+        assert same(got.max_abs_err, want["max_abs_err"]) and same(got.lowp_err, want["lowp_err"])
+        assert same(got.allowed, want["allowed"])
+        if "spread" in want:
+            p, e, a = want["spread"]
+            assert f"the L{p} norm of the error, {e:.4g}, exceeds the allowed {a:.4g}" in got.reason
+            continue
+        assert "norm" not in got.reason
+        assert same(got.worst_value, want["worst_value"]) and same(got.expected_value, want["expected_value"])
+        assert got.reason.startswith(want["reason_head"])
+        if not got.ok:
+            assert BASELINE_TEXT[rule] in got.reason
+    assert {(True, False, False), (False, True, False), (False, False, False), (False, False, True)} <= seen
+
+
+def test_chunks_cover_every_element_once_in_whole_rows():
+    for shape, elements in [((7, 5), 11), ((7, 5), 3), ((4,), 3), ((), 8), ((0, 3), 4), ((2, 3, 4), 12)]:
+        spans = chunk_spans(shape, elements)
+        n = 1
+        for d in shape:
+            n *= d
+        assert [a for a, _ in spans] == sorted(a for a, _ in spans) and sum(b - a for a, b in spans) == n
+        assert all(b == spans[i + 1][0] for i, (_, b) in enumerate(spans[:-1]))
+        row = n // shape[0] if shape and shape[0] else 1
+        if len(shape) > 1 and row <= elements:
+            assert all(a % row == 0 for a, _ in spans)
+    assert chunk_spans((8192, 256000)) == [(a, min(a + 65 * 256000, 8192 * 256000)) for a in range(0, 8192 * 256000, 65 * 256000)]
+
+
+@pytest.mark.parametrize("elements", [1, 4, 7, 100])
+def test_chunked_repeat_difference_matches_the_whole_tensor_one(monkeypatch, elements):
+    monkeypatch.setattr(compare, "CHUNK_ELEMENTS", elements)
+    gen = torch.Generator().manual_seed(elements)
+    a = torch.randn(6, 5, generator=gen).bfloat16()
+    for change in ("none", "small", "nan", "inf"):
+        b = a.clone()
+        if change == "small":
+            b[3, 2] += 0.25
+        elif change == "nan":
+            b[5, 4] = float("nan")
+        elif change == "inf":
+            b[0, 0] = float("inf")
+        diff = (a.double() - b.double()).abs()
+        old = float(torch.where(torch.isnan(diff), torch.full_like(diff, float("inf")), diff).max())
+        assert max_abs_difference(a, b) == old
+
+
+# --- the estimate ------------------------------------------------------------------------------------------------
+
+GEMMA = ShapePoint(name="gemma2-2b-lmhead", dims={"M": 8192, "V": 256000, "K": 2304})
+
+
+def gemma_task(tmp_path=None) -> Task:
+    """gemm_cross_entropy at the Gemma-2 2B LM head (256k vocabulary) as its one bench shape."""
+    ce = find_task("gemm_cross_entropy")
+    data = ce.model_dump(mode="json")
+    data.update(name="gemm_cross_entropy_gemma", human=None, shapes={"small": data["shapes"]["small"], "bench": [GEMMA.model_dump()]})
+    task = Task.model_validate(data)
+    if tmp_path is not None:
+        import yaml
+
+        (tmp_path / "gemm_cross_entropy_gemma.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+        shutil.copy(ce.reference_file, tmp_path / ce.reference_file.name)
+        task.bind_path(tmp_path / "gemm_cross_entropy_gemma.yaml")
+    return task
+
+
+def test_the_estimate_at_the_gemma_lm_head_from_its_tensor_sizes():
+    task = gemma_task()
+    M, V, K = 8192, 256000, 2304
+    inp = M * K * 2 + V * K * 2 + M * 8  # x, w (bf16), targets (int64)
+    inp32 = M * K * 4 + V * K * 4 + M * 8
+    out = M * V * 2 + 2 * M * 4  # logits (bf16), lse and loss (fp32)
+    ref = M * V * 4 + 2 * M * 4  # the FP32 reference's outputs
+    temp = M * V * 4  # the reference's logits.float()
+    chunks = CHUNK_BUFFERS * 8 * CHUNK_ELEMENTS
+    flush = 256 << 20
+    need = memory_need(task, GEMMA, ["gpu_correctness"], 3)
+    assert need.checker_bytes == 4 * out + ref + out + 2 * inp + inp32 + temp + chunks
+    assert need.runner_bytes == 2 * 3 * inp + 4 * out + ref + flush
+    # The numbers the README quotes: about 40 GiB in the checker and 30 GiB in its runner, 71 GiB in all.
+    assert round(need.checker_bytes / GiB, 1) == 40.2 and round(need.runner_bytes / GiB, 1) == 30.5
+    assert round(need.total_bytes / GiB) == 71
+    # The old checker's FP64 copies alone came to M x V x 8 bytes each, several at once: 15.6 GiB apiece.
+    assert round(M * V * 8 / GiB, 2) == 15.62 and need.checker_bytes < 3 * M * V * 8
+    one = memory_need(task, GEMMA, ["gpu_correctness"], 1)  # one seed has a decoy: two sets, three calls
+    assert one.runner_bytes == 2 * 2 * inp + 3 * out + ref + flush
+    timed = memory_need(task, GEMMA, ["profile"], 3)
+    gemms = 2 * (M * K + V * K + M * V)
+    assert timed.checker_bytes == TIMING_SETS * inp + (ref + out) + out + max(out + temp, inp32 + temp, gemms, chunks)
+    assert timed.runner_bytes == 2 * TIMING_SETS * inp + out + ref + flush
+    both = memory_need(task, GEMMA, ["gpu_correctness", "profile", "tune"], 3)
+    assert both.checker_bytes == max(need.checker_bytes, timed.checker_bytes)
+    assert memory_need(task, GEMMA, ["correctness", "compile"], 3).total_bytes == 0  # no GPU stage, no GPU memory
+
+
+def test_a_task_that_cannot_fit_is_refused_in_one_line_with_the_numbers():
+    task = gemma_task()
+    plan = Plan(stages=["gpu_correctness", "profile"], backend="quack", shape_set="bench")
+    assert memory_refusal(task, plan, 130 * GiB, 141 * GiB) is None  # an idle H200
+    line = memory_refusal(task, plan, 40 * GiB, 141 * GiB)
+    assert line is not None and "\n" not in line
+    assert line == (
+        "task gemm_cross_entropy_gemma does not fit this GPU: at bench shape gemma2-2b-lmhead (M=8192, V=256000, K=2304) "
+        "with 3 seed(s) the checker needs about 40.2 GiB and its runner 30.5 GiB (70.7 GiB in all), and the device has "
+        "40.0 GiB free of 141.0 GiB"
+    )
+    assert memory_refusal(task, Plan(stages=["correctness"]), 1) is None  # the CPU stages need no device memory
+    small = Plan(stages=["gpu_correctness"], backend="quack", shape_set="small")
+    assert memory_refusal(task, small, 40 * GiB) is None
+
+
+def test_verify_refuses_a_task_that_cannot_fit_before_any_work(capsys, monkeypatch, tmp_path):
+    gemma_task(tmp_path)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (40 * GiB, 141 * GiB))
+    started = []
+    monkeypatch.setattr("coda_agent.cli.verify_cmd.verify", lambda *a, **k: started.append(a))
+    candidate = tmp_path / "k.py"
+    candidate.write_text("def forward(x, w, targets, *, ignore_index):\n    return {}\n")
+    code, out, err = cli(capsys, "verify", str(tmp_path / "gemm_cross_entropy_gemma.yaml"), str(candidate), "--backend", "quack")
+    assert code == 2 and not started, out + err
+    assert err.startswith("error: task gemm_cross_entropy_gemma does not fit this GPU: at bench shape gemma2-2b-lmhead")
+    assert err.count("\n") == 1 and "40.0 GiB free of 141.0 GiB" in err and "70.7 GiB in all" in err
+
+
+# --- peaks in the verdict ----------------------------------------------------------------------------------------
+
+
+def test_a_stage_records_its_peaks_and_old_records_still_read():
+    old = StageResult.model_validate({"stage": "gpu_correctness", "outcome": "passed", "seconds": 3.0})
+    assert old.memory is None
+    mem = StageMemory(checker_peak_bytes=40 * GiB + GiB // 5, runner_peak_bytes=30 * GiB, device_total_bytes=int(139.8 * GiB))
+    assert mem.describe() == "peak checker 40.2 + runner 30.0 of 139.8 GiB"
+    assert StageMemory(runner_peak_bytes=GiB).describe() == "peak runner 1.0 GiB"
+    assert StageMemory().describe() == ""
+    v = Verdict(task="t", task_version=1, backend="quack", outcome="passed",
+                stages=[StageResult(stage="gpu_correctness", outcome="passed", memory=mem)])
+    again = Verdict.model_validate_json(v.model_dump_json())
+    assert again.stages[0].memory == mem
+
+
+def test_the_runners_reported_peak_is_validated():
+    from coda_agent.verifier.protocol import MAX_REPORTED_BYTES, reported_bytes
+
+    assert reported_bytes(5 * GiB) == 5 * GiB and reported_bytes(0) == 0
+    for bad in (-1, 1.5, "5", True, None, [1], MAX_REPORTED_BYTES + 1):
+        assert reported_bytes(bad) is None
+
+
+def test_verify_prints_a_stages_peaks_on_its_line(capsys):
+    from coda_agent.cli.verify_cmd import print_verdict
+
+    mem = StageMemory(checker_peak_bytes=2 * GiB, runner_peak_bytes=3 * GiB, device_total_bytes=140 * GiB)
+    print_verdict(Verdict(task="t", task_version=1, backend="quack", outcome="passed",
+                          stages=[StageResult(stage="gpu_correctness", outcome="passed", seconds=1.0, memory=mem)]))
+    line = next(s for s in capsys.readouterr().out.splitlines() if "gpu_correctness" in s)
+    assert line.endswith("1.0 s  peak checker 2.0 + runner 3.0 of 140.0 GiB")
