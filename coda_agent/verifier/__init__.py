@@ -133,9 +133,6 @@ def pinned_source(source: str, tuned: Verdict, stage: str = "tune", min_gain: fl
     from . import tuning
 
     min_gain = tuning.MIN_GAIN if min_gain is None else min_gain
-    from . import tuning
-
-    min_gain = tuning.MIN_GAIN if min_gain is None else min_gain
     result = tuned.stage(stage)
     if not tuned.passed or result is None:
         raise TuningFailed(tuned.reason or tuned.outcome.value, _searched(result))
@@ -173,10 +170,6 @@ def run_plan(task: Task, source: str, plan: Plan) -> Verdict:
     from .static import check_source
 
     remove_stale_once()  # scratch folders a killed process left behind (kill -9): once per process
-    from . import gpu as _gpu  # noqa: F401 - registers the GPU stages
-    from .stages import STAGES, Context
-    from .static import check_source
-
     t0 = time.perf_counter()
     verdict = Verdict(task=task.name, task_version=task.version, backend=plan.backend, outcome=Outcome.PASSED,
                       sandbox=detect_sandbox().kind)
