@@ -235,6 +235,35 @@ def test_a_task_is_found_by_its_name_field_when_its_file_is_named_otherwise(tmp_
     assert find_task("foo").name == "bias_gelu"
 
 
+def test_every_command_skips_a_yaml_file_that_is_no_task_alike(tmp_path, capsys):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    write_task(folder, name="mine")
+    (folder / "notes.yaml").write_text("responses: [hello]\n")  # a mock script beside the task
+    skipped = f"skipped: {folder / 'notes.yaml'}: not a task file (none of inputs, outputs, reference)\n"
+    code, out, err = cli(capsys, "tasks", str(folder))
+    assert code == 0 and err == skipped and "mine" in out
+    code, out, err = cli(capsys, "validate", str(folder))
+    assert code == 0 and err == skipped and "1/1 task files valid" in out
+    code, out, err = cli(capsys, "run", str(folder), "--model", "mock/echo", "--rounds", "1", "--no-compile",
+                         "--runs-dir", str(tmp_path / "runs"))
+    assert code == 1 and err.startswith(skipped) and "1 task(s) × 1 model(s) = 1 runs" in out, err
+
+
+def test_a_task_is_named_by_its_name_field_everywhere_and_a_typo_gets_a_suggestion(tmp_path, monkeypatch, capsys):
+    (tmp_path / "foo.yaml").write_text(write_task(tmp_path, name="bias_gelu").read_text())
+    (tmp_path / "bias_gelu.yaml").unlink()
+    monkeypatch.setenv("CODA_AGENT_TASKS", str(tmp_path))
+    code, out, _ = cli(capsys, "tasks", "--format", "json")
+    assert code == 0 and "bias_gelu" in {r["name"] for r in json.loads(out)}
+    code, _, err = cli(capsys, "run", "nosuch", "--model", "mock/echo")
+    assert code == 2 and err.count("\n") == 1 and "bias_gelu" in err and "foo" not in err.split("known:")[1]
+    code, _, err = cli(capsys, "run", "gemm_swigl", "--model", "mock/echo")
+    assert code == 2 and err.count("\n") == 1 and "did you mean gemm_swiglu? known:" in err, err
+    code, _, err = cli(capsys, "verify", "bias_gelo")
+    assert code == 2 and "did you mean bias_gelu?" in err, err
+
+
 def test_tasks_and_validate_take_task_names_as_run_and_verify_do(capsys):
     code, out, _ = cli(capsys, "tasks", "gemm_rope", "--format", "json")
     assert code == 0 and [r["name"] for r in json.loads(out)] == ["gemm_rope"]

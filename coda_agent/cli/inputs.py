@@ -20,6 +20,14 @@ MODEL_SPECS = ", ".join(e.usage for e in registered()[:-1]) + f" or {registered(
 NO_MODEL = f"no model: pass --model {MODEL_SPECS} (or set {MODEL_ENV})"
 MODEL_HELP = f"{escape(MODEL_SPECS)} (see `coda-agent providers`); repeat for a sweep over models"
 
+def note_skipped(skipped: list[str]) -> None:
+    """One line on stderr for each YAML file of a folder that is no task file (every command skips them alike)."""
+    from . import err_console
+
+    for why in skipped:
+        err_console.print(f"[bold yellow]skipped:[/] {escape(why)}", highlight=False, soft_wrap=True)
+
+
 #: The shape set the CPU emulator runs: real sizes on a CPU take hours and prove nothing the small ones don't.
 EMULATOR_SHAPES = "small"
 

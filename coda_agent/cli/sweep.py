@@ -31,7 +31,7 @@ from ..tasks.loader import TaskError, find_task, load_task, task_files
 from ..tasks.model import Task
 from ..untrusted import shown
 from . import UserError, console, err_console, untrusted, wide_console
-from .inputs import NO_MODEL, check_task_runs
+from .inputs import NO_MODEL, check_task_runs, note_skipped
 from .run_cmd import (
     STOP_SIGNALS,
     RunOptions,
@@ -87,7 +87,9 @@ def _tasks(refs: list[str]) -> list[Task]:
     found: dict[Path, Task] = {}
     for ref in refs:
         if Path(ref).is_dir():
-            files = task_files([ref])
+            skipped: list[str] = []
+            files = task_files([ref], skipped)
+            note_skipped(skipped)
             if not files:
                 raise UserError(f"{ref}: no task files (*.yaml) in this folder")
             loaded = [load_task(f) for f in files]

@@ -12,19 +12,24 @@ from rich.table import Table
 from ..atomic import write_text_atomic
 from ..tasks.loader import TASKS_ENV, TaskError, discover_task_files, find_task, load_task, task_files
 from . import UserError, app, console, err_console
+from .inputs import note_skipped
 
 SEARCH_HELP = f"task names, files or folders (default: the built-in suite, then ${TASKS_ENV}, then ./tasks)"
 
 
 def _located(paths: list[Path] | None) -> list[tuple[str, Path]]:
     """(where it comes from, file) for the files, folders or task names asked for, or for every task on the
-    search path."""
+    search path; a folder's YAML files that are no tasks are skipped with one line each."""
+    skipped: list[str] = []
     if not paths:
-        return [(source.label, path) for source, path in discover_task_files()]
+        listed = [(source.label, path) for source, path in discover_task_files(skipped)]
+        note_skipped(skipped)
+        return listed
     found: list[tuple[str, Path]] = []
     for p in paths:
         by_name = not p.exists() and p.suffix not in (".yaml", ".yml") and p.name == str(p)
-        found += [("argument", f) for f in ([find_task(str(p)).path] if by_name else task_files([p]))]
+        found += [("argument", f) for f in ([find_task(str(p)).path] if by_name else task_files([p], skipped))]
+    note_skipped(skipped)
     return found
 
 

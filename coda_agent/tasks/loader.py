@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import os
 import sys
@@ -83,13 +84,36 @@ def load_task(path: str | Path) -> Task:
     return task.bind_path(p.resolve())
 
 
-def task_files(paths: Iterable[str | Path]) -> list[Path]:
-    """Expand files and folders into the task YAML files they hold (sorted)."""
+#: The keys that make a YAML file a task file: one in a folder of tasks with none of them (a mock script, a CI
+#: config) is no task, and every command skips it alike (a task file with a mistake is reported, not skipped).
+TASK_KEYS = ("inputs", "outputs", "reference")
+
+
+def not_a_task(path: Path) -> str | None:
+    """Why ``path`` (a YAML file in a folder of tasks) is no task file; None when it is one, or may be one with a
+    mistake (unreadable or not valid YAML: loading it says what is wrong)."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    if isinstance(data, dict) and any(k in data for k in TASK_KEYS):
+        return None
+    return f"{path}: not a task file (none of {', '.join(TASK_KEYS)})"
+
+
+def task_files(paths: Iterable[str | Path], skipped: list[str] | None = None) -> list[Path]:
+    """Expand files and folders into the task YAML files they hold (sorted). A folder's YAML files that are no
+    task files (:func:`not_a_task`) are left out, each with one line in ``skipped``; a file named itself is kept."""
     found: list[Path] = []
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            found.extend(sorted(q for q in p.glob("*.yaml")))
+            for q in sorted(p.glob("*.yaml")):
+                why = not_a_task(q)
+                if why is None:
+                    found.append(q)
+                elif skipped is not None:
+                    skipped.append(why)
         elif p.exists():
             found.append(p)
         else:
@@ -125,11 +149,11 @@ def task_sources() -> list[TaskSource]:
     return unique
 
 
-def discover_task_files() -> list[tuple[TaskSource, Path]]:
+def discover_task_files(skipped: list[str] | None = None) -> list[tuple[TaskSource, Path]]:
     """Every task file on the search path, the first of each name only (an earlier folder shadows a later one)."""
     found: dict[str, tuple[TaskSource, Path]] = {}
     for source in task_sources():
-        for path in task_files([source.folder]):
+        for path in task_files([source.folder], skipped):
             found.setdefault(path.stem, (source, path))
     return list(found.values())
 
@@ -158,9 +182,23 @@ def find_task(name_or_path: str) -> Task:
             continue
         if task.name == name_or_path:
             return task
-    known = ", ".join(sorted(path.stem for _, path in discover_task_files()))
+    names = known_task_names()
+    close = difflib.get_close_matches(name_or_path, names, n=1, cutoff=0.7)
+    hint = f"did you mean {close[0]}? " if close else ""
     where = ", ".join(str(s.folder) for s in task_sources())
-    raise TaskError(f"no task named {name_or_path!r} in {where} (known: {known})")
+    raise TaskError(f"no task named {name_or_path!r} in {where} ({hint}known: {', '.join(names)})")
+
+
+def known_task_names() -> list[str]:
+    """The tasks on the search path by their ``name:``, as ``coda-agent tasks`` lists them (a file that does not
+    load is listed by its file name)."""
+    names = set()
+    for _, path in discover_task_files():
+        try:
+            names.add(load_task(path).name)
+        except TaskError:
+            names.add(path.stem)
+    return sorted(names)
 
 
 def find_recorded_task(path: str, name: str) -> Task:
