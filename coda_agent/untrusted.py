@@ -16,6 +16,7 @@ functions, one for each boundary:
 from __future__ import annotations
 
 import re
+from typing import Any
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 #: C0 but newline and tab, DEL, C1, the Arabic letter mark, LRM/RLM, line/paragraph separators, LRE..RLO, LRI..PDI.
@@ -25,6 +26,19 @@ _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u202
 def storable(text: str) -> str:
     """``text`` as a UTF-8 file and a JSON record can hold it: each lone surrogate replaced by U+FFFD."""
     return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
+
+
+def storable_tree(value: Any) -> Any:
+    """``value`` (JSON-like: dicts, lists, strings, numbers) with every string, keys too, made :func:`storable`."""
+    if isinstance(value, str):
+        return storable(value)
+    if isinstance(value, dict):
+        return {storable_tree(k): storable_tree(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [storable_tree(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(storable_tree(v) for v in value)
+    return value
 
 
 def _visible(match: re.Match[str]) -> str:

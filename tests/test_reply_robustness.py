@@ -22,6 +22,7 @@ from coda_agent.execute import LocalExecutor
 from coda_agent.messages import ChatMessage
 from coda_agent.prompts.chat import MAX_ECHOED_CHARS
 from coda_agent.providers import MockProvider, get_provider
+from coda_agent.providers.manual import ManualProvider, render_prompt
 from coda_agent.store.ranking import code_fingerprint
 from coda_agent.store.records import Budgets
 from coda_agent.store.rundir import RunReader
@@ -216,14 +217,16 @@ def test_verify_prints_a_candidates_escapes_as_text(tmp_path, capsys):
     candidate = tmp_path / "bait.py"
     candidate.write_text(
         "from coda_agent.primitives import gemm\n\n\ndef forward(x, w, residual, gamma, eps):\n"
-        f"    raise ValueError({BAIT!r})\n"
+        f"    raise ValueError({BAIT + ' lone surrogate: ' + chr(0xD800)!r})\n"
     )
     code, out, err = cli(capsys, "verify", "gemm_residual_rmsnorm", str(candidate), "--seeds", "1",
                          "--json", str(tmp_path / "verdict.json"))
     assert code == 1 and "RUNTIME_ERROR" in out, out + err
     assert "\x1b" not in out and "\x9b" not in out and inert(out) and inert(err)
     assert "\\x1b]52;c;cm0gLXJmIH4=" in out and "[bold green]PASSED[/]" in out
-    assert "\x1b[2J" in json.loads((tmp_path / "verdict.json").read_text())["reason"]  # the record keeps the words
+    verdict = json.loads((tmp_path / "verdict.json").read_text())  # writable: the surrogate (in every field) replaced
+    assert "\x1b[2J" in verdict["reason"] and "lone surrogate: \ufffd" in verdict["reason"]  # the record keeps the words
+    assert "lone surrogate: \ufffd" in verdict["stages"][1]["details"]["shapes"]["tiny"]["reason"]
 
 
 # --- a sweep finishes its other runs ----------------------------------------------------------------
@@ -258,6 +261,15 @@ def test_a_sweep_finishes_its_other_runs_whatever_one_run_does(tmp_path, capsys,
     failures = [ln for ln in err.splitlines() if "the run failed" in ln]
     assert len(failures) == 2 and all("RuntimeError: an unforeseen failure" in ln for ln in failures)
     assert "with a second line" not in err and inert(out) and inert(err)
+
+
+def test_a_manual_answer_that_is_not_utf8_is_a_reply(tmp_path):
+    messages = [ChatMessage(role="user", content="hi")]
+    (tmp_path / "prompt-1.md").write_text(render_prompt(messages))  # asked before, answered with bytes, not text
+    (tmp_path / "answer-1.md").write_bytes(b"\xff\xfe junk \x00\x1b[2J")
+    provider = ManualProvider(tmp_path, timeout=5, poll_interval=0.01, notify=lambda line: None)
+    completion = asyncio.run(provider.complete(messages, max_tokens=10, temperature=0))
+    assert completion.text == "\ufffd\ufffd junk \x00\x1b[2J" and extract_code(completion.text).code is None
 
 
 def test_a_provider_message_with_surrogates_is_still_a_chat_message():

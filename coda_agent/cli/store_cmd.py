@@ -284,7 +284,7 @@ def diff(
         for col in ("field", "A", "B"):
             table.add_column(col, overflow="fold")
         for c in changes:
-            table.add_row(escape(c.key), escape(c.a), escape(c.b))
+            table.add_row(escape(c.key), untrusted(c.a), untrusted(c.b))
         out.print(table)
     table = Table(title="outcome per attempt", title_justify="left", box=box.SIMPLE_HEAD)
     for col in ("#", "A", "B", ""):
@@ -295,7 +295,7 @@ def diff(
     out.print(table)
     if d.code:
         out.print("best code:")
-        out.print(Syntax(d.code, "diff", theme="ansi_dark", background_color="default"))
+        out.print(Syntax(shown(d.code), "diff", theme="ansi_dark", background_color="default"))
     if d.code_note:
         out.print(f"best code: {d.code_note}")
     print_problems(a.problems + b.problems)

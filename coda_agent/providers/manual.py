@@ -85,7 +85,7 @@ class ManualProvider(Provider):
                 stat = path.stat()
                 current = (stat.st_size, stat.st_mtime_ns)
                 if current == seen and stat.st_size > 0:
-                    text = path.read_text()
+                    text = path.read_bytes().decode("utf-8", "replace")  # whatever was saved: the loop judges it
                     if text.strip():
                         return text
                 seen = current

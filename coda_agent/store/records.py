@@ -16,7 +16,7 @@ from pydantic_core import PydanticSerializationError
 
 from ..atomic import write_text_atomic
 from ..messages import ChatMessage
-from ..untrusted import storable
+from ..untrusted import storable_tree
 from ..verifier.verdict import ShapeTuning, Verdict
 from .outcomes import AttemptOutcome
 
@@ -193,24 +193,13 @@ def write_json_atomic(path: Path, data: BaseModel | dict[str, Any]) -> None:
     written, so the one place text JSON in UTF-8 cannot hold (a lone surrogate from a model or a candidate) is made
     storable: no record write fails on what a reply held."""
     if not isinstance(data, BaseModel):
-        text = json.dumps(_storable_tree(data), indent=2, default=str)
+        text = json.dumps(storable_tree(data), indent=2, default=str)
     else:
         try:
             text = data.model_dump_json(indent=2)
         except PydanticSerializationError:
-            text = type(data).model_validate(_storable_tree(data.model_dump(mode="json"))).model_dump_json(indent=2)
+            text = type(data).model_validate(storable_tree(data.model_dump(mode="json"))).model_dump_json(indent=2)
     write_text_atomic(path, text)
-
-
-def _storable_tree(value: Any) -> Any:
-    """``value`` (JSON-like) with every string made :func:`~coda_agent.untrusted.storable`."""
-    if isinstance(value, str):
-        return storable(value)
-    if isinstance(value, dict):
-        return {_storable_tree(k): _storable_tree(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_storable_tree(v) for v in value]
-    return value
 
 
 M = TypeVar("M", bound=BaseModel)

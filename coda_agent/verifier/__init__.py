@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..tasks.model import Baseline, Task
-from ..untrusted import storable
+from ..untrusted import storable, storable_tree
 from .plan import COMPILE_STAGES, CPU_STAGES, DEFAULT_TUNE_BUDGET_S, Plan
 from .sandbox import detect as detect_sandbox
 from .verdict import Outcome, OutputCheck, ShapeTuning, StageResult, TunedGemm, Verdict
@@ -206,6 +206,7 @@ def _finish(verdict: Verdict, t0: float, plan: Plan | None = None) -> Verdict:
         verdict.stages.append(failed)
     for st in verdict.stages:
         st.reason = sanitize(st.reason)
+        st.details = storable_tree(st.details)  # per-shape reasons and the like carry the candidate's words too
         for c in st.checks:
             c.reason = sanitize(c.reason)
     if failed is not None:
