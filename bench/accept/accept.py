@@ -51,14 +51,22 @@ def tasks(names: list[str]) -> list[str]:
     return [t for t in order if not names or t in names]
 
 
+def rel(path: Path) -> str:
+    """``path`` relative to the working directory when it lies below it (the records and the log get committed)."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def run_task(task: str, out: Path, tune_budget: float, timeout: float) -> dict[str, Any]:
     """One ``coda-agent run`` into its own runs folder (emptied first); its exit status, seconds and run folder."""
     runs = out / task
     shutil.rmtree(runs, ignore_errors=True)
     runs.mkdir(parents=True)
-    cmd = [sys.executable, "-m", "coda_agent", "run", str(HERE / "tasks" / f"{task}.yaml"),
-           "--model", f"mock/{HERE / 'models' / f'{task}.yaml'}", "--rounds", "2", "--tune-budget", f"{tune_budget:g}",
-           "--runs-dir", str(runs), "--plain"]
+    cmd = [sys.executable, "-m", "coda_agent", "run", rel(HERE / "tasks" / f"{task}.yaml"),
+           "--model", f"mock/{rel(HERE / 'models' / f'{task}.yaml')}", "--rounds", "2", "--tune-budget", f"{tune_budget:g}",
+           "--runs-dir", rel(runs), "--plain"]
     print(f"== {task}: {' '.join(cmd)}", flush=True)
     t0 = time.monotonic()
     try:
@@ -69,7 +77,7 @@ def run_task(task: str, out: Path, tune_budget: float, timeout: float) -> dict[s
     secs = time.monotonic() - t0
     dirs = sorted(p for p in runs.iterdir() if (p / "header.json").exists())
     print(f"== {task}: exit {rc} after {secs:.0f} s", flush=True)
-    return {"task": task, "exit": rc, "seconds": round(secs, 1), "run_dir": str(dirs[-1]) if dirs else None}
+    return {"task": task, "exit": rc, "seconds": round(secs, 1), "run_dir": rel(dirs[-1]) if dirs else None}
 
 
 def _load(path: Path) -> Any:
