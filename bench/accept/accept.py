@@ -133,9 +133,13 @@ def check_run(run_dir: Path | None, exit_code: int | None = 0) -> list[tuple[str
         return checks
     verdict = best.get("verdict") or {}
     ran = {s["stage"]: s["outcome"] for s in verdict.get("stages", [])}
+    peaks = [f"{s['stage']} peak " + " + ".join(f"{who} {m[f'{who}_peak_bytes'] / (1 << 30):.1f}"
+                                                for who in ("checker", "runner") if m.get(f"{who}_peak_bytes")) + " GiB"
+             for s in verdict.get("stages", []) if (m := s.get("memory") or {}) and any(m.values())]
     add("correct", verdict.get("outcome") == "passed" and verdict.get("backend") == "quack"
         and all(ran.get(s) == "passed" for s in GPU_STAGES),
-        f"attempt {best_no}: {verdict.get('outcome')} on {verdict.get('backend')} ({', '.join(f'{k} {v}' for k, v in ran.items())})")
+        f"attempt {best_no}: {verdict.get('outcome')} on {verdict.get('backend')} ({', '.join(f'{k} {v}' for k, v in ran.items())})"
+        + "".join(f"; {p}" for p in peaks))
 
     tuning = best.get("tuning") or {}
     shipped = tuning["code"] if tuning.get("adopted") else best.get("code") or ""
