@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -89,9 +90,21 @@ def untrusted(text: str) -> str:
     return escape(shown(text))
 
 
+#: The width of every command's tables and lines in a file or pipe, unless ``COLUMNS`` says otherwise: wide enough
+#: that the rows of ``tasks``, ``leaderboard`` and ``providers`` stay whole, narrow enough to read.
+PIPE_WIDTH = 160
+
+
+def pipe_width() -> int:
+    """``$COLUMNS`` when it is a number, else :data:`PIPE_WIDTH`."""
+    raw = os.environ.get("COLUMNS", "")
+    return int(raw) if raw.isdigit() and int(raw) >= 40 else PIPE_WIDTH
+
+
 def wide_console() -> Console:
-    """The console, or for a file or pipe one wide enough that table rows stay whole."""
-    return console if console.is_terminal else Console(width=220)
+    """Where every command prints its tables: the terminal as it is; a file or pipe at :func:`pipe_width` columns.
+    Tables wrap their cells at spaces; identifier columns (names, specs, ids) are ``no_wrap`` so no token is cut."""
+    return console if console.is_terminal else Console(width=pipe_width())
 
 
 def _print_version(value: bool) -> None:

@@ -36,8 +36,9 @@ def list_providers(fmt: str = typer.Option("table", "--format", "-f", help="tabl
         print(json.dumps(rows, indent=2))
         return
     table = Table(box=box.SIMPLE_HEAD)
-    for col in ("--model", "what", "needs"):
-        table.add_column(col, overflow="fold")
+    table.add_column("--model", no_wrap=True)
+    for col in ("what", "needs"):
+        table.add_column(col)
     for e in entries:
         table.add_row(escape(e.usage), escape(e.help), escape(needs(e)))
     wide_console().print(table)

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from ..atomic import write_text_atomic
 from ..tasks.loader import TASKS_ENV, TaskError, discover_task_files, find_task, load_task, task_files
-from . import UserError, app, console, err_console
+from . import UserError, app, console, err_console, wide_console
 from .inputs import note_skipped
 
 SEARCH_HELP = f"task names, files or folders (default: the built-in suite, then ${TASKS_ENV}, then ./tasks)"
@@ -73,8 +73,8 @@ def list_tasks(
     table = Table(title=f"{len(located)} task{'s' if len(located) != 1 else ''}", show_lines=True)
     for col in ("task", "family", "v", "budget"):
         table.add_column(col, no_wrap=True)
-    table.add_column(f"{shapes} shapes", overflow="fold", ratio=2)
-    table.add_column("from", overflow="fold", ratio=1)
+    table.add_column(f"{shapes} shapes", ratio=2)
+    table.add_column("from", ratio=1)
     for source, t in located:
         points = t.shapes.get(shapes, [])
         table.add_row(
@@ -82,7 +82,7 @@ def list_tasks(
             "\n".join(f"{p.name}: " + " ".join(f"{k}={v}" for k, v in p.dims.items()) for p in points) or "-",
             source if source == "built-in" else f"{source}: {t.path.parent}",
         )
-    console.print(table)
+    wide_console().print(table)
 
 
 @app.command("validate")
@@ -95,16 +95,17 @@ def validate(paths: list[Path] = typer.Argument(None, help=SEARCH_HELP, metavar=
         console.print("no task files found")
         raise typer.Exit(1)
     failed = 0
+    out = wide_console()
     for f in files:
         report = validate_path(f)
         if report.ok:
-            console.print(f"[green]ok[/]    {f}")
+            out.print(f"[green]ok[/]    {escape(str(f))}", soft_wrap=True)
         else:
             failed += 1
-            console.print(f"[red]FAIL[/]  {f}")
+            out.print(f"[red]FAIL[/]  {escape(str(f))}", soft_wrap=True)
             for p in report.problems:
-                console.print(f"      {p}", highlight=False)
-    console.print(f"{len(files) - failed}/{len(files)} task files valid")
+                out.print(f"      {escape(p)}", highlight=False, soft_wrap=True)
+    out.print(f"{len(files) - failed}/{len(files)} task files valid")
     if failed:
         raise typer.Exit(1)
 

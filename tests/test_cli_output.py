@@ -1,0 +1,48 @@
+"""Output that fits its medium (issue 41): in a file or pipe every command's tables are at most ``$COLUMNS`` wide,
+or :data:`~coda_agent.cli.PIPE_WIDTH` without it, and no name, shape or spec is cut in two."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from coda_agent.cli import PIPE_WIDTH
+from coda_agent.tasks import find_task
+
+from .conftest import cli
+
+
+def _widest(text: str) -> int:
+    return max(len(line.rstrip()) for line in text.splitlines())
+
+
+@pytest.mark.parametrize("columns", [None, "100"])
+def test_tables_in_a_pipe_fit_the_width_and_keep_tokens_whole(capsys, monkeypatch, tmp_path, columns):
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    width = int(columns or PIPE_WIDTH)
+    code, out, err = cli(capsys, "tasks")
+    assert code == 0, err
+    assert _widest(out) <= width
+    swiglu = find_task("gemm_swiglu")
+    for point in swiglu.shapes["bench"]:  # a shape's name and dims: on one line when it fits, each token whole
+        line = f"{point.name}: " + " ".join(f"{k}={v}" for k, v in point.dims.items())
+        assert line in out if columns is None else all(token in out for token in line.split())
+    code, out, err = cli(capsys, "providers")
+    assert code == 0 and _widest(out) <= width
+    code, specs, _ = cli(capsys, "providers", "--format", "json")
+    assert all(row["spec"] in out for row in json.loads(specs))  # the --model column never wraps
+    code, out, _ = cli(capsys, "validate", "gemm_swiglu")
+    assert code == 0 and "gemm_swiglu.yaml" in out.splitlines()[0]
+
+
+def test_a_columns_value_that_is_no_width_is_ignored(monkeypatch):
+    from coda_agent.cli import pipe_width
+
+    monkeypatch.setenv("COLUMNS", "wide")
+    assert pipe_width() == PIPE_WIDTH
+    monkeypatch.setenv("COLUMNS", "132")
+    assert pipe_width() == 132
