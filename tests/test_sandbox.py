@@ -335,7 +335,7 @@ def test_ci_runs_the_runners_as_nobody():
     if not os.environ.get("CI") or os.geteuid() != 0:
         pytest.skip("only CI (as root) must drop to nobody")
     box = sandbox.detect()
-    assert box.isolated and box.as_nobody, box.describe()
+    assert box.isolated and box.as_nobody and box.runner_user == "nobody", box.describe()
 
 
 def test_a_folder_nobody_cannot_reach_is_refused_with_its_cause(tmp_path):

@@ -9,9 +9,8 @@ Then every run is checked from its record alone, and the checks are printed:
   gpu       the run verified on a GPU (gpu_correctness and profile at the bench shapes, QuACK backend)
   flaw      the scripted flawed reply was caught (attempt 1 did not pass)
   correct   the run's best attempt passed gpu_correctness and profile
-  sandbox   every verdict of the run (its tuning's too) says bwrap, and the runners ran as nobody: the files
-            they wrote into the QuACK cache of the best kernel's source belong to uid 65534 (the verdict records
-            the sandbox's kind only, not its user), with this process as root
+  sandbox   every verdict of the run (its tuning's too) says bwrap with its runners as nobody, this process
+            being root
   timed     the best attempt has per-shape medians and a geomean time (summary: best_time_us)
   tuned     the tune stage searched configs at every bench shape and its schedule was adopted (verified and
             timed again), so best.py carries the harness's @schedule
@@ -38,7 +37,6 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 #: The 256k-vocabulary LM head first: the task the phase exists for runs even when a later one is cut short.
 ORDER = ("gemm_softcap_cross_entropy", "gemm_gelu_bwd", "gemm_residual_layernorm")
-NOBODY = 65534
 GPU_STAGES = ("gpu_correctness", "profile")
 
 
@@ -84,26 +82,6 @@ def _load(path: Path) -> Any:
     return json.loads(path.read_text())
 
 
-def _cache_owners(source: str) -> tuple[Path | None, set[int], int]:
-    """The QuACK cache folder of ``source``, the owners of the files in it and how many there are."""
-    try:
-        from coda_agent.verifier.stages import quack_cache_for
-    except Exception as exc:  # the checker's package cannot load: the check fails, saying why
-        print(f"   cannot import coda_agent.verifier.stages: {type(exc).__name__}: {exc}")
-        return None, set(), 0
-    folder = quack_cache_for(source)
-    owners: set[int] = set()
-    count = 0
-    if folder.is_dir():
-        for root, _dirs, files in os.walk(folder):
-            for f in files:
-                p = Path(root) / f
-                if p.is_file() and not p.is_symlink():
-                    owners.add(p.lstat().st_uid)
-                    count += 1
-    return folder, owners, count
-
-
 def check_run(run_dir: Path | None, exit_code: int | None = 0) -> list[tuple[str, bool, str]]:
     """The checks of one run (name, passed, detail), from its record alone."""
     checks: list[tuple[str, bool, str]] = []
@@ -145,11 +123,9 @@ def check_run(run_dir: Path | None, exit_code: int | None = 0) -> list[tuple[str
     shipped = tuning["code"] if tuning.get("adopted") else best.get("code") or ""
     verdicts = [a.get("verdict") for a in attempts.values()] + [(a.get("tuning") or {}).get("verdict") for a in attempts.values()]
     kinds = sorted({str(v.get("sandbox") or "unrecorded") for v in verdicts if v})
-    folder, owners, count = _cache_owners(shipped)
-    as_nobody = count > 0 and owners == {NOBODY}
-    add("sandbox", kinds == ["bwrap"] and as_nobody and os.geteuid() == 0,
-        f"verdicts say {'/'.join(kinds)}; {count} files the runners wrote in {folder} belong to uid "
-        f"{', '.join(map(str, sorted(owners))) or '-'} (nobody: {NOBODY}); this process runs as uid {os.geteuid()}")
+    users = sorted({str(v.get("runner_user") or "unrecorded") for v in verdicts if v})
+    add("sandbox", kinds == ["bwrap"] and users == ["nobody"] and os.geteuid() == 0,
+        f"verdicts say {'/'.join(kinds)}, runners as {'/'.join(users)}; this process runs as uid {os.geteuid()}")
 
     timing = best.get("timing") or {}
     shapes = timing.get("shapes") or {}

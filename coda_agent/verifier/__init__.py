@@ -171,8 +171,9 @@ def run_plan(task: Task, source: str, plan: Plan) -> Verdict:
 
     remove_stale_once()  # scratch folders a killed process left behind (kill -9): once per process
     t0 = time.perf_counter()
+    box = detect_sandbox()
     verdict = Verdict(task=task.name, task_version=task.version, backend=plan.backend, outcome=Outcome.PASSED,
-                      sandbox=detect_sandbox().kind)
+                      sandbox=box.kind, runner_user=box.runner_user)
     violations = check_source(source)
     if violations:
         reason = "the static check rejected the candidate:\n" + "\n".join(str(v) for v in violations[:12])

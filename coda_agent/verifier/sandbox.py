@@ -85,6 +85,11 @@ class Sandbox:
         """The user the runners run as (a folder a runner made before is theirs, not another user's)."""
         return NOBODY if self.as_nobody else os.geteuid()
 
+    @property
+    def runner_user(self) -> str:
+        """Who the runners are, as a verdict records it."""
+        return "nobody" if self.as_nobody else f"uid {os.geteuid()}"
+
     def describe(self) -> str:
         if self.isolated:
             who = "as nobody" if self.as_nobody else "as this user"

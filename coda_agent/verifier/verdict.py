@@ -162,6 +162,7 @@ class Verdict(BaseModel):
     outcome: Outcome
     reason: str = ""
     sandbox: str = Field(default="", description="how the candidate was isolated: bwrap, or process (no OS sandbox)")
+    runner_user: str = Field(default="", description="the user the runners ran as: nobody, or uid N (the checker's)")
     stages: list[StageResult] = []
     timings: dict[str, object] = {}
 
