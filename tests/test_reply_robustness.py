@@ -30,6 +30,7 @@ from coda_agent.tasks import find_task
 from coda_agent.untrusted import shown, storable
 from coda_agent.verifier import verify
 from coda_agent.verifier.static import MAX_DEPTH, check_source, without_schedule
+from coda_agent.verifier.tuning import pinned_schedule
 from coda_agent.verifier.verdict import Outcome, StageResult, Verdict
 from coda_agent.viewer.site import Site
 
@@ -91,7 +92,7 @@ def test_deeply_nested_constant_is_a_clean_static_rejection(terms, says):
     assert verdict.outcome is Outcome.STATIC_REJECTED and [s.stage for s in verdict.stages] == ["static"]
     assert "the static check rejected the candidate" in verdict.reason and "nested too deeply" in verdict.reason
     # every other walker of candidate text takes it too
-    assert without_schedule(source) == source and code_fingerprint(source)
+    assert without_schedule(source) == source and code_fingerprint(source) and pinned_schedule(source) == {}
     assert extract_code(fenced(source)).code == source
 
 
@@ -185,7 +186,7 @@ def test_a_candidates_escapes_reach_neither_the_feedback_nor_show_nor_the_leader
     assert inert(feedback) and "\\x1b]52;c;cm0gLXJmIH4=" in feedback and "[bold green]PASSED[/]" in feedback
     runs = str(run_dir.parent)
     for args in (("show", run_dir.name), ("show", run_dir.name, "--attempt", "1"), ("leaderboard",),
-                 ("leaderboard", "--format", "md"), ("leaderboard", "--format", "csv")):
+                 ("leaderboard", "--format", "md"), ("leaderboard", "--format", "csv"), ("diff", run_dir.name, "latest")):
         code, out, err = cli(capsys, *args, "--runs-dir", runs)
         assert code == 0, (args, err)
         assert inert(out) and inert(err), args

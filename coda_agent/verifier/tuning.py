@@ -450,7 +450,7 @@ def pinned_schedule(source: str) -> dict[ScheduleKey, Config]:
     """The table of forward's ``@schedule({...})``; empty when it has none (or the source is not a valid module)."""
     try:
         dec = _schedule_decorator(_forward(ast.parse(source)))
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # any text: NUL bytes, nesting the parser gives up on
         return {}
     if dec is None:
         return {}
@@ -467,7 +467,7 @@ def pinned_notes(source: str, measured: Collection[str] = ()) -> list[str]:
     shapes keeps, since the configs those lines measured stay pinned."""
     try:
         dec = _schedule_decorator(_forward(ast.parse(source)))
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # any text: NUL bytes, nesting the parser gives up on
         return []
     if dec is None:
         return []
