@@ -285,7 +285,7 @@ def test_a_stage_records_its_peaks_and_old_records_still_read():
 
 
 def test_the_runners_reported_peak_is_validated():
-    from coda_agent.verifier.protocol import MAX_REPORTED_BYTES, reported_bytes
+    from coda_agent.runner.protocol import MAX_REPORTED_BYTES, reported_bytes
 
     assert reported_bytes(5 * GiB) == 5 * GiB and reported_bytes(0) == 0
     for bad in (-1, 1.5, "5", True, None, [1], MAX_REPORTED_BYTES + 1):
@@ -300,3 +300,15 @@ def test_verify_prints_a_stages_peaks_on_its_line(capsys):
                           stages=[StageResult(stage="gpu_correctness", outcome="passed", seconds=1.0, memory=mem)]))
     line = next(s for s in capsys.readouterr().out.splitlines() if "gpu_correctness" in s)
     assert line.endswith("1.0 s  peak checker 2.0 + runner 3.0 of 140.0 GiB")
+
+
+def test_run_refuses_a_task_that_cannot_fit_before_its_record_is_made(capsys, monkeypatch, tmp_path):
+    gemma_task(tmp_path)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (40 * GiB, 141 * GiB))
+    runs = tmp_path / "runs"
+    code, out, err = cli(capsys, "run", str(tmp_path / "gemm_cross_entropy_gemma.yaml"), "--model", "mock/echo", "--runs-dir", str(runs))
+    assert code == 2, out + err
+    assert err.startswith("error: task gemm_cross_entropy_gemma does not fit this GPU: at bench shape gemma2-2b-lmhead")
+    assert err.count("\n") == 1 and "70.7 GiB in all" in err  # the correctness check is the larger of its stages
+    assert not runs.exists() or not any(runs.iterdir())
