@@ -100,10 +100,10 @@ def test_gemms_field_evaluates_and_is_validated(tmp_path):
     text = K0.path.read_text()
     bad = tmp_path / "bad.yaml"
     bad.write_text(text.replace("gemms: [[M, N, K]]", "gemms: [[M, N]]"))
-    with pytest.raises(TaskError, match=r"gemms: each entry must be \[M, N, K\]"):
+    with pytest.raises(TaskError, match=r"line \d+: gemms\[0\]: each entry must be \[M, N, K\]"):
         load_task(bad)
     bad.write_text(text.replace("gemms: [[M, N, K]]", "gemms: [[M, 2*Q, K]]"))
-    with pytest.raises(TaskError, match=r"does not bind \['Q'\]"):
+    with pytest.raises(TaskError, match=r"line \d+: gemms\[0\]\[1\]: uses Q, which no shape binds"):
         load_task(bad)
 
 

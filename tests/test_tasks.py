@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -77,7 +78,8 @@ def test_example_task_derived_facts():
         (lambda d: d["tolerance"].update(outputs={"nope": {"floor": 1}}) if "tolerance" in d else d.update(tolerance={"outputs": {"nope": {"floor": 1}}}), "'nope', which is not an output"),
         (lambda d: d.update(tolerance={"baseline": "exact"}), "tolerance.baseline: Input should be 'eager' or 'single_rounding'"),
         (lambda d: d["inputs"][0].update(init={"replace": {"value": 0, "fraction": 1.5}}), "inputs[0](x).init.replace.fraction"),
-        (lambda d: d["inputs"][0].update(init={"replace": {"value": "pad", "fraction": 0.5}}), "x.init.replace.value = 'pad': 'pad' uses unknown symbol 'pad'"),
+        (lambda d: d["inputs"][0].update(init={"replace": {"value": "pad", "fraction": 0.5}}), "inputs[0](x).init.replace.value: 'pad' at shape"),
+        (lambda d: d["inputs"][0].update(init={"replace": {"value": "pad", "fraction": 0.5}}), "'pad' uses unknown symbol 'pad'"),
         (lambda d: d["constants"].update(K=3), "constants ['K'] clash with shape symbols"),
     ],
 )
@@ -88,6 +90,72 @@ def test_schema_errors_name_the_file_field_and_problem(tmp_path, edit, message):
     text = str(err.value)
     assert str(path) in text
     assert message in text
+
+
+def _problem_lines(path: Path) -> list[str]:
+    with pytest.raises(TaskError) as err:
+        load_task(path)
+    first, *lines = str(err.value).splitlines()
+    assert first == f"{path}: invalid task file"
+    return lines
+
+
+def _points_at(path: Path, line: str, text: str) -> bool:
+    """The ``line N:`` of an error line is where ``text`` is in the file."""
+    n = int(re.search(r"line (\d+): ", line).group(1))
+    return text in path.read_text().splitlines()[n - 1]
+
+
+def test_a_bad_shape_expression_names_its_field_and_line(tmp_path):
+    path = write_task(tmp_path, lambda d: d["inputs"][0].update(shape=["N*", "K"]))
+    (line,) = _problem_lines(path)
+    assert re.match(r"  line \d+: inputs\[0\]\(x\)\.shape\[0\]: cannot parse 'N\*'", line) and "top level" not in line
+    assert _points_at(path, line, "N*")
+
+
+def test_an_unbound_symbol_names_the_tensor_that_uses_it(tmp_path):
+    path = write_task(tmp_path, lambda d: d["inputs"][1].update(shape=["Q", "K"]))
+    (line,) = _problem_lines(path)
+    assert re.match(r"  line \d+: inputs\[1\]\(w\)\.shape\[0\]: uses Q, which no shape binds", line)
+    assert _points_at(path, line, "Q")
+
+
+def test_each_mistake_is_one_line_at_its_own_field(tmp_path):
+    def edit(d):
+        d["inputs"][0]["shape"] = ["N*", "K"]
+        d["tolerance"] = {"outputs": {"nope": {"floor": 1}}}
+        d["outputs"][1]["name"] = d["outputs"][0]["name"]
+
+    lines = _problem_lines(write_task(tmp_path, edit))
+    assert len(lines) == 3, lines
+    fields = {re.match(r"  line \d+: (\S+):", ln).group(1) for ln in lines}
+    assert fields == {"inputs[0](x).shape[0]", "tolerance.outputs.nope", "outputs[1](h).name"}, lines
+
+
+def test_a_misnamed_output_is_one_line_naming_what_the_reference_returns(tmp_path, capsys):
+    def edit(d):
+        d["outputs"][0]["name"] = "hh"
+
+    path = write_task(tmp_path, edit)
+    report = validate_path(path)
+    assert len(report.problems) == 1, report.problems
+    (problem,) = report.problems
+    assert re.match(r"line \d+: outputs\[0\]\(hh\): the reference does not return output 'hh'; it returns 'h'", problem)
+    assert _points_at(path, problem, "hh")
+    code, _, err = cli(capsys, "run", str(path), "--model", "mock/echo", "--no-compile", "--runs-dir", str(tmp_path / "runs"))
+    assert code == 2 and err.count("\n") == 1 and "task t is not usable: line " in err and "outputs[0](hh)" in err
+
+
+def test_run_lists_several_problems_of_a_task_one_a_line(tmp_path, capsys):
+    reference = ("import torch\ndef reference(x, w, residual, gamma, *, eps):\n    h = torch.ones_like(residual).cumsum(-1)\n"
+                 "    return {'h': h, 'normed': h * gamma * 0, 'rstd': (x @ w.t()).float().sum(-1)}\n")
+    path = write_task(tmp_path, reference=reference)
+    code, _, err = cli(capsys, "run", str(path), "--model", "mock/echo", "--no-compile", "--runs-dir", str(tmp_path / "runs"))
+    first, *items = err.splitlines()
+    assert code == 2 and first.startswith("error: task t is not usable (") and f"coda-agent validate {path}" in first
+    assert len(items) >= 2 and all(i.startswith("  - ") and len(i) < 200 for i in items), err
+    assert sum("output 'normed' is near zero" in i for i in items) == 1  # said once, with the shapes it holds at
+    assert any("(also at small/" in i for i in items), err
 
 
 def test_replace_sets_a_fraction_of_an_input_to_a_constant(tmp_path):

@@ -98,8 +98,11 @@ def check_task_runs(task: Task) -> None:
     from ..tasks.validate import validate_task
 
     problems = validate_task(task)
+    if len(problems) == 1:
+        raise UserError(f"task {task.name} is not usable: {problems[0]}")
     if problems:
-        raise UserError(f"task {task.name} is not usable: " + "; ".join(problems))
+        raise UserError(f"task {task.name} is not usable ({len(problems)} problems; `coda-agent validate {task.path}`):\n"
+                        + "\n".join(f"  - {p}" for p in problems))
 
 
 def check_fits_device(task: Task, stages: tuple[str, ...] | list[str], shape_set: str, seeds: list[int] | tuple[int, ...]) -> None:

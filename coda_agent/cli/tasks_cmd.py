@@ -104,7 +104,8 @@ def validate(paths: list[Path] = typer.Argument(None, help=SEARCH_HELP, metavar=
             failed += 1
             out.print(f"[red]FAIL[/]  {escape(str(f))}", soft_wrap=True)
             for p in report.problems:
-                out.print(f"      {escape(p)}", highlight=False, soft_wrap=True)
+                for line in p.splitlines():
+                    out.print(f"      {escape(line)}", highlight=False, soft_wrap=True)
     out.print(f"{len(files) - failed}/{len(files)} task files valid")
     if failed:
         raise typer.Exit(1)

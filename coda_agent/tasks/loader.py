@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from .model import Task
+from .model import FieldProblems, Loc, Task
 
 #: The built-in task suite: YAML files, their references and ``human/`` kernels, shipped inside the package.
 BUILTIN_TASK_DIR = Path(__file__).resolve().parents[1] / "suite"
@@ -45,13 +45,48 @@ def _field_path(loc: tuple[Any, ...], data: Any) -> str:
     return "".join(parts) or "(top level)"
 
 
-def format_validation_error(path: Path, err: ValidationError, data: Any) -> str:
-    lines = [f"{path}: invalid task file"]
+def field_line(root: yaml.Node | None, loc: Loc) -> int | None:
+    """The line (1-based) of the field at ``loc`` in a composed YAML document, or of the nearest field above it
+    that is there (a missing field: the mapping that lacks it)."""
+    node, line = root, None
+    for item in loc:
+        if isinstance(node, yaml.MappingNode):
+            hit = next(((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == str(item)), None)
+            if hit is None:
+                break
+            line, node = hit[0].start_mark.line + 1, hit[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(item, int) and 0 <= item < len(node.value):
+            node = node.value[item]
+            line = node.start_mark.line + 1
+        else:
+            break
+    else:
+        if node is not None and line is None:
+            line = node.start_mark.line + 1
+    return line
+
+
+def format_validation_error(path: Path, err: ValidationError, data: Any, text: str = "") -> str:
+    """``path: invalid task file`` and one line per mistake: ``  line N: field.path: what is wrong``."""
+    try:
+        root = yaml.compose(text) if text else None
+    except yaml.YAMLError:
+        root = None
+    found: list[tuple[Loc, str]] = []
     for e in err.errors():
+        loc: Loc = tuple(e["loc"])
+        raised = (e.get("ctx") or {}).get("error")
+        if isinstance(raised, FieldProblems):  # the task's own checks: each mistake at its own field
+            found += [((*loc, *where), msg) for where, msg in raised.problems]
+            continue
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = "unknown field (typo?)"
-        lines.append(f"  {_field_path(tuple(e['loc']), data)}: {msg}")
+        found.append((loc, msg))
+    lines = [f"{path}: invalid task file"]
+    for loc, msg in found:
+        line = field_line(root, loc) if loc else None
+        lines.append("  " + (f"line {line}: " if line else "") + f"{_field_path(loc, data)}: {msg}")
     return "\n".join(lines)
 
 
@@ -80,7 +115,7 @@ def load_task(path: str | Path) -> Task:
     try:
         task = Task.model_validate(data)
     except ValidationError as exc:
-        raise TaskError(format_validation_error(p, exc, data)) from None
+        raise TaskError(format_validation_error(p, exc, data, text)) from None
     return task.bind_path(p.resolve())
 
 

@@ -33,6 +33,19 @@ def torch_dtype(name: str) -> torch.dtype:
     return getattr(torch, name)
 
 
+#: Where a field is in a task file: keys and list indices from the top, e.g. ``("inputs", 1, "shape", 0)``.
+Loc = tuple[str | int, ...]
+
+
+class FieldProblems(ValueError):
+    """The task's own checks found these mistakes, each at the field it is about (the loader adds the line): one
+    per mistake, not one per place it shows up."""
+
+    def __init__(self, problems: list[tuple[Loc, str]]) -> None:
+        super().__init__("; ".join(msg for _, msg in problems))
+        self.problems = problems
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -130,6 +143,11 @@ class SpeedOfLight(_Strict):
     bytes: Expr | None = None
 
 
+def _where(loc: Loc) -> str:
+    """``inputs[1]`` for a tensor's place in the task file."""
+    return f"{loc[0]}[{loc[1]}]"
+
+
 class Task(_Strict):
     """A target operator for the agent and the verifier."""
 
@@ -171,70 +189,98 @@ class Task(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> Task:
-        names = [t.name for t in (*self.inputs, *self.outputs)]
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
-            raise ValueError(f"input/output names must be unique; repeated: {dup}")
-        clash = set(self.constants) & set(names)
-        if clash:
-            raise ValueError(f"constants {sorted(clash)} clash with input/output names")
+        problems: list[tuple[Loc, str]] = []
+        tensors: list[tuple[Loc, TensorSpec]] = [(("inputs", i), t) for i, t in enumerate(self.inputs)]
+        tensors += [(("outputs", i), t) for i, t in enumerate(self.outputs)]
+        first: dict[str, Loc] = {}
+        for loc, t in tensors:
+            if t.name in first:
+                problems.append(((*loc, "name"), f"{t.name!r} is also {_where(first[t.name])}: input/output names must be unique"))
+            first.setdefault(t.name, loc)
         bound = {d for points in self.shapes.values() for p in points for d in p.dims}
-        clash = set(self.constants) & bound
-        if clash:
-            raise ValueError(f"constants {sorted(clash)} clash with shape symbols")
-        symbols: set[str] = set()
-        for t in (*self.inputs, *self.outputs):
-            for s in t.shape:
-                if isinstance(s, str):
-                    symbols |= expr.names(s)
-        symbols |= expr.names(str(self.sol.flops))
-        for g in self.gemms:
-            if len(g) != 3:
-                raise ValueError(f"gemms: each entry must be [M, N, K], got {g}")
-            symbols |= set().union(*(expr.names(str(d)) for d in g))
-        for set_name, points in self.shapes.items():
-            for p in points:
-                missing = symbols - set(p.dims)
-                if missing:
-                    raise ValueError(f"shape {set_name}/{p.name} does not bind {sorted(missing)}")
+        for c in self.constants:
+            if c in first:
+                problems.append((("constants", c), f"constants [{c!r}] clash with input/output names"))
+            if c in bound:
+                problems.append((("constants", c), f"constants [{c!r}] clash with shape symbols"))
+        uses: dict[str, Loc] = {}  # each shape symbol, and where it is first used
+
+        def use(loc: Loc, e: Expr) -> None:
+            try:
+                found = expr.names(str(e))
+            except expr.ExprError as exc:
+                problems.append((loc, str(exc)))
+                return
+            for s in sorted(found):
+                uses.setdefault(s, loc)
+
+        for loc, t in tensors:
+            for j, dim in enumerate(t.shape):
+                if isinstance(dim, str):
+                    use((*loc, "shape", j), dim)
+        use(("sol", "flops"), self.sol.flops)
+        for g, gemm in enumerate(self.gemms):
+            if len(gemm) != 3:
+                problems.append((("gemms", g), f"each entry must be [M, N, K], got {gemm}"))
+                continue
+            for d, size in enumerate(gemm):
+                use(("gemms", g, d), size)
+        for symbol, loc in uses.items():
+            unbound = [f"{set_name}/{p.name}" for set_name, points in self.shapes.items() for p in points if symbol not in p.dims]
+            if len(unbound) == sum(len(points) for points in self.shapes.values()):
+                problems.append((loc, f"uses {symbol}, which no shape binds (a typo, or a symbol missing from every shape's dims?)"))
+            elif unbound:
+                which = f"shape {unbound[0]} does" if len(unbound) == 1 else f"shapes {', '.join(unbound)} do"
+                problems.append((loc, f"uses {symbol}, which {which} not bind ['{symbol}']"))
+        outputs = [o.name for o in self.outputs]
         for name in self.tolerance.outputs:
-            if name not in {o.name for o in self.outputs}:
-                raise ValueError(f"tolerance.outputs names {name!r}, which is not an output")
-        for set_name, points in self.shapes.items():
-            for p in points:
-                self._check_expressions(f"shape {set_name}/{p.name}", p.dims)
+            if name not in outputs:
+                problems.append((("tolerance", "outputs", name), f"names {name!r}, which is not an output (outputs: {', '.join(outputs)})"))
+        if not problems:  # expressions are evaluated only once they parse and every symbol is bound
+            failed: dict[Loc, str] = {}
+            for set_name, points in self.shapes.items():
+                for p in points:
+                    for loc, msg in self._check_expressions(f"shape {set_name}/{p.name}", p.dims):
+                        failed.setdefault(loc, msg)  # the first shape where an expression fails says it
+            problems += failed.items()
+        if problems:
+            raise FieldProblems(problems)
         return self
 
-    def _check_expressions(self, where: str, dims: dict[str, int]) -> None:
-        """Every expression evaluates at this shape point (so no command meets a bad one halfway through a run)."""
+    def _check_expressions(self, where: str, dims: dict[str, int]) -> list[tuple[Loc, str]]:
+        """What does not evaluate at this shape point (so no command meets a bad expression halfway through a run)."""
         env = {k: float(v) for k, v in dims.items()}
+        problems: list[tuple[Loc, str]] = []
 
-        def value(field: str, e: Expr, kind: str = "number", env: dict[str, float] = env) -> None:
+        def value(loc: Loc, e: Expr, kind: str = "number", env: dict[str, float] = env) -> None:
             try:
                 v = expr.evaluate(e, env)
             except (expr.ExprError, ArithmeticError, ValueError, TypeError) as exc:
-                raise ValueError(f"{where}: {field} = {e!r}: {exc}") from None
+                problems.append((loc, f"{e!r} at {where}: {exc}"))
+                return
             if not math.isfinite(v):
-                raise ValueError(f"{where}: {field} = {e!r} is {v}")
-            if kind == "size" and (v != int(v) or v < 1):
-                raise ValueError(f"{where}: {field} = {e!r} is {v:g}, not a positive whole number")
+                problems.append((loc, f"{e!r} is {v} at {where}"))
+            elif kind == "size" and (v != int(v) or v < 1):
+                problems.append((loc, f"{e!r} is {v:g} at {where}, not a positive whole number"))
 
-        for t in (*self.inputs, *self.outputs):
-            for i, dim in enumerate(t.shape):
-                value(f"{t.name}.shape[{i}]", dim, "size")
+        for kind, tensors in (("inputs", self.inputs), ("outputs", self.outputs)):
+            for i, t in enumerate(tensors):
+                for j, dim in enumerate(t.shape):
+                    value((kind, i, "shape", j), dim, "size")
         init_env = self._init_env(dims)
-        for spec in self.inputs:
+        for i, spec in enumerate(self.inputs):
             params = ["mean", "std"] if spec.init.dist == "normal" else ["low", "high"]
             for param in params:
-                value(f"{spec.name}.init.{param}", getattr(spec.init, param), env=init_env)
+                value(("inputs", i, "init", param), getattr(spec.init, param), env=init_env)
             if spec.init.replace is not None:
-                value(f"{spec.name}.init.replace.value", spec.init.replace.value, env=init_env)
-        value("sol.flops", self.sol.flops)
+                value(("inputs", i, "init", "replace", "value"), spec.init.replace.value, env=init_env)
+        value(("sol", "flops"), self.sol.flops)
         if self.sol.bytes is not None:
-            value("sol.bytes", self.sol.bytes)
+            value(("sol", "bytes"), self.sol.bytes)
         for g, gemm in enumerate(self.gemms):
-            for d, name in zip(gemm, "MNK", strict=True):
-                value(f"gemms[{g}].{name}", d, "size")
+            for d, size in enumerate(gemm):
+                value(("gemms", g, d), size, "size")
+        return problems
 
     def _init_env(self, dims: dict[str, int]) -> dict[str, float]:
         """What ``init`` expressions may read: the shape symbols and the task's constants."""

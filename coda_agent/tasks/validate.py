@@ -6,12 +6,14 @@ near zero, constant, or that does not change when the inputs do; and an input th
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import yaml
 
-from .loader import TaskError, load_task, reference_function
+from .loader import TaskError, field_line, load_task, reference_function
 from .model import Task, torch_dtype
 
 
@@ -40,11 +42,50 @@ def _run(task: Task, dims: dict[str, int], seed: int, fp32: bool,
     return out
 
 
+def _field(task: Task, loc: tuple[str | int, ...]) -> str:
+    """``line 18: outputs[0](h)``: a field of the task file, as load errors name it (the line of its name)."""
+    try:
+        root = yaml.compose(task.path.read_text())
+    except (OSError, yaml.YAMLError):
+        root = None
+    line = field_line(root, (*loc, "name"))
+    label = f"{loc[0]}[{loc[1]}]({task.outputs[int(loc[1])].name if loc[0] == 'outputs' else task.inputs[int(loc[1])].name})"
+    return (f"line {line}: " if line else "") + label
+
+
+def _names_match(task: Task, returned: set[str]) -> list[str]:
+    """One line per output the reference does not return (naming what it returns instead), and one for what it
+    returns undeclared; none when the names agree. The checks after this one need them to."""
+    declared = [o.name for o in task.outputs]
+    extra = sorted(returned - set(declared))
+    problems = []
+    for i, name in enumerate(declared):
+        if name not in returned:
+            close = difflib.get_close_matches(name, extra, n=1, cutoff=0.5)
+            instead = f"; it returns {close[0]!r} (a typo in one of the two?)" if close else f" (it returns {sorted(returned)})"
+            problems.append(f"{_field(task, ('outputs', i))}: the reference does not return output {name!r}{instead}")
+            if close:
+                extra.remove(close[0])
+    if extra:
+        problems.append(f"{task.reference}: the reference returns undeclared outputs {extra} (declare them under outputs)")
+    return problems
+
+
 def validate_task(task: Task) -> list[str]:
-    """Problems with a loaded task (schema already checked): the reference on every small shape."""
+    """Problems with a loaded task (schema already checked): the reference on every small shape. One line per
+    mistake: a problem met at several shapes is said once, with the shapes; a misnamed output stops the checks
+    that would only repeat it."""
     problems: list[str] = []
     if task.human_file is not None and not task.human_file.exists():
         problems.append(f"human: {task.human} not found")
+    found: dict[str, list[str]] = {}  # what is wrong, with what -> its message, then the other shapes it holds at
+
+    def add(where: str, key: str, message: str) -> None:
+        if key in found:
+            found[key].append(where)
+        else:
+            found[key] = [f"{where}: {message}"]
+
     for point in task.shape("small"):
         where = f"shape small/{point.name}"
         try:
@@ -55,32 +96,31 @@ def validate_task(task: Task) -> list[str]:
             return [str(exc)]
         except Exception as exc:
             return [f"{where}: the reference raised {type(exc).__name__}: {exc}"]
+        misnamed = _names_match(task, set(lowp))
+        if misnamed:
+            return problems + misnamed
         for spec in task.outputs:
-            if spec.name not in lowp:
-                problems.append(f"{where}: the reference does not return output {spec.name!r}")
-                continue
             want = spec.concrete_shape(point.dims)
             got = lowp[spec.name]
             if tuple(got.shape) != want:
-                problems.append(f"{where}: output {spec.name!r} has shape {tuple(got.shape)}, the task declares {want}")
+                add(where, f"shape {spec.name}", f"output {spec.name!r} has shape {tuple(got.shape)}, the task declares {want}")
             if got.dtype != torch_dtype(spec.dtype):
-                problems.append(f"{where}: output {spec.name!r} comes back as {got.dtype} in the task dtype, declared {spec.dtype}")
+                add(where, f"dtype {spec.name}", f"output {spec.name!r} comes back as {got.dtype} in the task dtype, declared {spec.dtype}")
             r, o = ref[spec.name].double(), other[spec.name].double()
             if not bool(torch.isfinite(r).all()):
-                problems.append(f"{where}: output {spec.name!r} of the FP32 reference has NaN/Inf")
+                add(where, f"finite {spec.name}", f"output {spec.name!r} of the FP32 reference has NaN/Inf")
                 continue
             scale = float(r.abs().max())
             if scale < 1e-6:
-                problems.append(f"{where}: output {spec.name!r} is near zero (max |x| = {scale:.2g}); zeros would pass")
+                add(where, f"zero {spec.name}", f"output {spec.name!r} is near zero (max |x| = {scale:.2g}); zeros would pass")
             elif r.numel() > 1 and float(r.std()) < 1e-6 * scale:
-                problems.append(f"{where}: output {spec.name!r} is constant; a constant would pass")
+                add(where, f"constant {spec.name}", f"output {spec.name!r} is constant; a constant would pass")
             if torch.equal(r, o):
-                problems.append(f"{where}: output {spec.name!r} does not change when the inputs change")
-        extra = set(lowp) - {o.name for o in task.outputs}
-        if extra:
-            problems.append(f"{where}: the reference returns undeclared outputs {sorted(extra)}")
-        problems += [f"{where}: no output changes when input {name!r} alone does; a candidate could ignore it"
-                     for name in _ignored_inputs(task, point.dims, ref)]
+                add(where, f"fixed {spec.name}", f"output {spec.name!r} does not change when the inputs change")
+        for name in _ignored_inputs(task, point.dims, ref):
+            add(where, f"ignored {name}", f"no output changes when input {name!r} alone does; a candidate could ignore it")
+    for first, *others in found.values():
+        problems.append(first + (f" (also at {', '.join(w.removeprefix('shape ') for w in others)})" if others else ""))
     return problems
 
 
