@@ -343,7 +343,7 @@ def test_sigterm_ends_a_verification_in_flight_at_once(tmp_path, procs):
     )
     try:
         deadline = time.monotonic() + 120
-        while not any(b"verifier.runner" in procs.cmdline(p) and procs.cmdline(p).startswith(sys.executable.encode())
+        while not any(b"coda_agent.runner" in procs.cmdline(p) and procs.cmdline(p).startswith(sys.executable.encode())
                       for p in procs.descendants(proc.pid)):
             assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
             time.sleep(0.2)

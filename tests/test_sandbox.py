@@ -180,7 +180,7 @@ def test_the_checker_never_writes_or_reads_through_a_link_the_runner_plants(tmp_
     assert result.outcome is Outcome.PASSED, result.reason  # the checker replaced the link with its own file
     leak = f'''
         import sys as _sys, os as _os
-        _M = _sys.modules["__main__"]
+        _M = _sys.modules["coda_agent.runner.serve"]  # the runner's loop (python -m coda_agent.runner)
         _orig = _M.write_tensors
         def _write(path, tensors):
             refs = _orig(path, tensors)
@@ -199,7 +199,7 @@ def test_the_checker_reads_back_no_more_than_the_task_outputs_need():
     """A sparse file with a 2 GiB tensor ref costs the runner nothing; the checker refuses it before reading."""
     sparse = '''
         import sys as _sys, os as _os
-        _M = _sys.modules["__main__"]
+        _M = _sys.modules["coda_agent.runner.serve"]  # the runner's loop (python -m coda_agent.runner)
         _orig = _M.write_tensors
         def _write(path, tensors):
             refs = _orig(path, tensors)
@@ -233,7 +233,7 @@ def test_a_folder_the_runner_writes_must_be_this_users_and_closed_to_others(tmp_
 def test_a_message_nested_too_deep_is_a_protocol_error_not_a_checker_crash():
     import io
 
-    from coda_agent.verifier.protocol import Channel, ProtocolError
+    from coda_agent.runner.protocol import Channel, ProtocolError
 
     channel = Channel(io.BytesIO(b"[" * 200_000 + b"\n"), io.BytesIO())
     with pytest.raises(ProtocolError, match="nested too deep"):
@@ -243,7 +243,7 @@ def test_a_message_nested_too_deep_is_a_protocol_error_not_a_checker_crash():
 def test_tensor_files_carry_every_dtype_and_shape_whatever_their_offsets(tmp_path):
     """Tensors back to back in one file: an odd-sized one leaves the next misaligned, which the reader must copy
     out, not view; each tensor read on the CPU owns its memory."""
-    from coda_agent.verifier.protocol import read_tensors, write_tensors
+    from coda_agent.runner.protocol import read_tensors, write_tensors
 
     sent = {
         "flags": torch.tensor([True, False, True]),
@@ -266,7 +266,7 @@ def test_tensor_files_carry_every_dtype_and_shape_whatever_their_offsets(tmp_pat
 def test_tensor_files_between_gpus_go_through_page_locked_buffers(tmp_path):
     """CUDA tensors (strided, misaligned in the file, empty) arrive on the GPU as they were sent, through the host
     allocator's page-locked blocks, which a second transfer of the same size reuses."""
-    from coda_agent.verifier.protocol import _host_buffer, read_tensors, write_tensors
+    from coda_agent.runner.protocol import _host_buffer, read_tensors, write_tensors
 
     sent = {
         "flags": torch.tensor([True, False, True], device="cuda"),

@@ -249,7 +249,7 @@ def test_the_reference_is_imported_once_per_source_not_per_shape_and_seed(tmp_pa
 
 def test_the_op_log_records_host_ops_with_their_largest_tensor_and_nothing_the_backend_runs():
     from coda_agent.primitives import ColVecLoad, backend, epilogue, gemm
-    from coda_agent.verifier.runner import OpLog
+    from coda_agent.runner.serve import OpLog
 
     @epilogue(operands={"s": ColVecLoad()})
     def scale(acc, s):

@@ -58,9 +58,9 @@ from typing import Any
 import torch
 
 from coda_agent.primitives import backend
+from coda_agent.runner.serve import OpLog
 from coda_agent.tasks.loader import find_task, import_file
 from coda_agent.verifier import Plan
-from coda_agent.verifier.runner import OpLog
 from coda_agent.verifier.stages import Context
 
 #: Device cycles of the sleep ahead of each batch (~20 ms on an H200): longer than the batch's host time.

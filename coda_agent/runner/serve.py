@@ -1,4 +1,4 @@
-"""The candidate runner: ``python -m coda_agent.verifier.runner``, started by the checker inside the sandbox.
+"""The candidate runner: ``python -m coda_agent.runner``, started by the checker inside the sandbox.
 
 This is the only process that imports candidate code, and it holds nothing worth stealing or forging: no
 task, no reference, no tolerance, no verdict, no secret. It receives input tensors, calls ``forward`` the
@@ -340,7 +340,3 @@ def main() -> int:
     sys.stdout = sys.stderr
     serve(channel, Runner(Path.cwd()))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

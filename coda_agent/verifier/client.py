@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from ..primitives.configs import Schedule, schedule_to_wire
-from .protocol import (
+from ..runner.protocol import (
     Channel,
     ProtocolError,
     TensorRef,
@@ -143,7 +143,7 @@ class RunnerClient:
             scratch=self.scratch, writable=(cache_dir,) if cache_dir else (), hidden=hidden, gpu=device == "cuda",
             env=env, limits=Limits(memory_bytes=None if device == "cuda" else Limits().memory_bytes),
         )
-        argv = [sys.executable, "-m", "coda_agent.verifier.runner"]
+        argv = [sys.executable, "-m", "coda_agent.runner"]
         limits = {
             "RLIMIT_CPU": spec.limits.cpu_seconds, "RLIMIT_CORE": 0, "RLIMIT_NOFILE": spec.limits.open_files,
             "RLIMIT_FSIZE": spec.limits.file_bytes, "RLIMIT_NPROC": spec.limits.processes,
