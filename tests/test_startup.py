@@ -51,3 +51,17 @@ def test_the_cli_package_imports_no_torch():
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_one_run_and_the_sweep_do_not_import_each_other():
+    """``run_cmd`` (one run) sits below ``sweep``; the ``run`` command (``run_command``) sits above both."""
+    import ast
+
+    cli = REPO / "coda_agent" / "cli"
+
+    def imported(name: str) -> set[str]:
+        tree = ast.parse((cli / f"{name}.py").read_text())
+        return {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 1}
+
+    assert "sweep" not in imported("run_cmd") and "run_command" not in imported("run_cmd")
+    assert "run_command" not in imported("sweep")
