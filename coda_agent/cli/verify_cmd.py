@@ -13,7 +13,7 @@ from ..tasks.model import Baseline
 from ..untrusted import shown
 from ..verifier import COMPILE_STAGES, CPU_STAGES, detect_sandbox, verify
 from ..verifier.verdict import Outcome, Verdict
-from . import UserError, app, console, err_console, outcome_style
+from . import UserError, app, console, err_console, outcome_style, wide_console
 from .inputs import (
     check_fits_device,
     check_shape_set,
@@ -51,7 +51,7 @@ def print_verdict(verdict: Verdict) -> None:
         memory = f"  {s.memory.describe()}" if s.memory is not None and s.memory.describe() else ""
         console.print(f"  {s.stage:<16} {mark}  {s.seconds:6.1f} s{memory}", highlight=False, soft_wrap=True)
     if any(s.checks for s in verdict.stages):
-        console.print(verdict_table(verdict))
+        wide_console().print(verdict_table(verdict))
     console.print(f"[bold {outcome_style(verdict.outcome.value)}]{verdict.outcome.value.upper()}[/] {verdict.task} v{verdict.task_version}", highlight=False)
     if verdict.reason and not verdict.passed:
         console.print(shown(verdict.reason), highlight=False, markup=False)  # the candidate's words, inert
