@@ -113,6 +113,14 @@ def test_a_bad_shape_expression_names_its_field_and_line(tmp_path):
     assert _points_at(path, line, "N*")
 
 
+def test_tasks_skips_a_broken_task_with_its_first_mistake(tmp_path, monkeypatch, capsys):
+    write_task(tmp_path, lambda d: d["inputs"][0].update(shape=["N*", "K"]), name="broken")
+    monkeypatch.setenv("CODA_AGENT_TASKS", str(tmp_path))
+    code, out, err = cli(capsys, "tasks")
+    assert code == 0 and "gemm_swiglu" in out
+    assert err.count("\n") == 1 and re.search(r"broken.yaml: invalid task file: line \d+: inputs\[0\]\(x\)\.shape\[0\]: cannot parse", err)
+
+
 def test_an_unbound_symbol_names_the_tensor_that_uses_it(tmp_path):
     path = write_task(tmp_path, lambda d: d["inputs"][1].update(shape=["Q", "K"]))
     (line,) = _problem_lines(path)
@@ -144,6 +152,71 @@ def test_a_misnamed_output_is_one_line_naming_what_the_reference_returns(tmp_pat
     assert _points_at(path, problem, "hh")
     code, _, err = cli(capsys, "run", str(path), "--model", "mock/echo", "--no-compile", "--runs-dir", str(tmp_path / "runs"))
     assert code == 2 and err.count("\n") == 1 and "task t is not usable: line " in err and "outputs[0](hh)" in err
+
+
+def test_run_lists_several_problems_of_a_task_one_a_line(tmp_path, capsys):
+    reference = ("import torch\ndef reference(x, w, residual, gamma, *, eps):\n    h = torch.ones_like(residual).cumsum(-1)\n"
+                 "    return {'h': h, 'normed': h * gamma * 0, 'rstd': (x @ w.t()).float().sum(-1)}\n")
+    path = write_task(tmp_path, reference=reference)
+    code, _, err = cli(capsys, "run", str(path), "--model", "mock/echo", "--no-compile", "--runs-dir", str(tmp_path / "runs"))
+    first, *items = err.splitlines()
+    assert code == 2 and first.startswith("error: task t is not usable (") and f"coda-agent validate {path}" in first
+    assert len(items) >= 2 and all(i.startswith("  - ") and len(i) < 200 for i in items), err
+    assert sum("output 'normed' is near zero" in i for i in items) == 1  # said once, with the shapes it holds at
+    assert any("(also at small/" in i for i in items), err
+
+
+def _problem_lines(path: Path) -> list[str]:
+    with pytest.raises(TaskError) as err:
+        load_task(path)
+    first, *lines = str(err.value).splitlines()
+    assert first == f"{path}: invalid task file"
+    return lines
+
+
+def _points_at(path: Path, line: str, text: str) -> bool:
+    """The ``(line N)`` of an error line is where ``text`` is in the file."""
+    n = int(re.search(r"\(line (\d+)\)", line).group(1))
+    return text in path.read_text().splitlines()[n - 1]
+
+
+def test_a_bad_shape_expression_names_its_field_and_line(tmp_path):
+    path = write_task(tmp_path, lambda d: d["inputs"][0].update(shape=["N*", "K"]))
+    (line,) = _problem_lines(path)
+    assert line.startswith("  inputs[0](x).shape[0] (line ") and "cannot parse 'N*'" in line and "top level" not in line
+    assert _points_at(path, line, "N*")
+
+
+def test_an_unbound_symbol_names_the_tensor_that_uses_it(tmp_path):
+    path = write_task(tmp_path, lambda d: d["inputs"][1].update(shape=["Q", "K"]))
+    (line,) = _problem_lines(path)
+    assert line.startswith("  inputs[1](w).shape[0] (line ") and "uses Q, which no shape binds" in line
+    assert _points_at(path, line, "Q")
+
+
+def test_each_mistake_is_one_line_at_its_own_field(tmp_path):
+    def edit(d):
+        d["inputs"][0]["shape"] = ["N*", "K"]
+        d["tolerance"] = {"outputs": {"nope": {"floor": 1}}}
+        d["launch_budget"] = 0
+
+    lines = _problem_lines(write_task(tmp_path, edit))
+    assert len(lines) == 3, lines
+    assert {re.match(r"  (\S+)", ln).group(1) for ln in lines} == {"inputs[0](x).shape[0]", "tolerance.outputs.nope", "launch_budget"}
+
+
+def test_a_misnamed_output_is_one_line_naming_what_the_reference_returns(tmp_path, capsys):
+    def edit(d):
+        d["outputs"][0]["name"] = "hh"
+
+    path = write_task(tmp_path, edit)
+    report = validate_path(path)
+    assert len(report.problems) == 1, report.problems
+    (problem,) = report.problems
+    assert problem.startswith("outputs[0](hh) (line ") and "does not return output 'hh'; it returns 'h'" in problem
+    assert _points_at(path, problem, "hh")
+    code, _, err = cli(capsys, "run", str(path), "--model", "mock/echo", "--no-compile", "--runs-dir", str(tmp_path / "runs"))
+    assert code == 2 and err.count("\n") == 1 and "task t is not usable: outputs[0](hh)" in err
 
 
 def test_run_lists_several_problems_of_a_task_one_a_line(tmp_path, capsys):

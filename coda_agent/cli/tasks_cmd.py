@@ -47,7 +47,8 @@ def list_tasks(
         try:
             located.append((source, load_task(path)))
         except TaskError as exc:  # one bad file in a folder hides none of the others
-            unreadable.append(str(exc).splitlines()[0])
+            first, *more = str(exc).splitlines()  # the file, and its first mistake
+            unreadable.append(first + (f": {more[0].strip()}{'; ...' if len(more) > 1 else ''}" if more else ""))
     for why in unreadable:
         err_console.print(f"[bold yellow]skipped:[/] {escape(why)} (`coda-agent validate` says more)", highlight=False,
                           soft_wrap=True)

@@ -228,7 +228,7 @@ class Task(_Strict):
         for symbol, loc in uses.items():
             unbound = [f"{set_name}/{p.name}" for set_name, points in self.shapes.items() for p in points if symbol not in p.dims]
             if len(unbound) == sum(len(points) for points in self.shapes.values()):
-                problems.append((loc, f"uses {symbol}, which no shape binds (a typo, or a symbol missing from every shape's dims?)"))
+                problems.append((loc, f"uses {symbol}, which no shape binds: no shape's dims have it (a typo?)"))
             elif unbound:
                 which = f"shape {unbound[0]} does" if len(unbound) == 1 else f"shapes {', '.join(unbound)} do"
                 problems.append((loc, f"uses {symbol}, which {which} not bind ['{symbol}']"))
