@@ -11,6 +11,8 @@ import stat
 import tempfile
 from pathlib import Path
 
+from .sandbox import NOBODY
+
 PREFIX = "coda_runner_"
 _OWNED = re.compile(rf"{PREFIX}(\d+)_")
 
@@ -30,10 +32,17 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _ours() -> set[int]:
+    """Who owns this user's scratch folders: this user, and as root also ``nobody``, to whom the sandbox hands them."""
+    uid = os.geteuid()
+    return {uid, NOBODY} if uid == 0 else {uid}
+
+
 def remove_stale(folder: Path | None = None) -> list[Path]:
     """Remove the scratch folders in ``folder`` (the temp folder) that belong to this user and whose process is gone;
     the ones removed. A folder of a live process, another user's, a link, or one without a pid is left alone."""
     removed: list[Path] = []
+    owners = _ours()
     base = folder if folder is not None else Path(tempfile.gettempdir())
     try:
         entries = list(base.glob(f"{PREFIX}*"))
@@ -47,7 +56,7 @@ def remove_stale(folder: Path | None = None) -> list[Path]:
             st = path.lstat()
         except OSError:
             continue
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or _alive(int(match.group(1))):
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid not in owners or _alive(int(match.group(1))):
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
