@@ -358,6 +358,8 @@ def test_tasks_refuses_an_unknown_shape_set_and_format(capsys, tmp_path):
     assert code == 2 and "table or json" in err
     code, _, err = cli(capsys, "tasks", str(tmp_path))
     assert code == 2 and f"no task files (*.yaml) in {tmp_path}" in err
+    code, _, err = cli(capsys, "validate", str(tmp_path))
+    assert code == 2 and err == f"error: no task files (*.yaml) in {tmp_path}\n"
 
 
 def test_version_answers_without_importing_torch():

@@ -92,9 +92,8 @@ def validate(paths: list[Path] = typer.Argument(None, help=SEARCH_HELP, metavar=
     from ..tasks.validate import validate_path
 
     files = [path for _, path in _located(paths)]
-    if not files:
-        console.print("no task files found")
-        raise typer.Exit(1)
+    if not files:  # a setup error, as in `tasks`: one line, exit 2
+        raise UserError(f"no task files (*.yaml) in {', '.join(map(str, paths or []))}")
     failed = 0
     out = wide_console()
     for f in files:
