@@ -47,7 +47,7 @@ def test_run_converges_in_three_attempts_and_writes_a_complete_record(recorded):
     assert h.model == f"mock/{SCRIPT}" and h.verifier_stages == ["correctness"] and h.device == "cpu"
     assert h.budgets.rounds == 5 and h.budgets.candidates_per_round == 1 and h.target == {"correct": True}
     assert {"coda-agent", "torch", "quack-kernels", "nvidia-cutlass-dsl"} <= set(h.packages)
-    assert h.params["temperature"] == 0.7 and len(h.params["examples"]) == 3
+    assert h.params["temperature"] == 0.7 and len(h.params["examples"]) == 2
     assert h.git_commit is None or len(h.git_commit) == 40
     assert run_dir.name.startswith(h.created.astimezone().strftime("%Y%m%d-")) and "_gemm_residual_rmsnorm_" in run_dir.name
 

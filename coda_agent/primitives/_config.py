@@ -21,13 +21,16 @@ class Config:
     """Explicit GEMM kernel configuration (SM90 rules; ``None`` fields take QuACK's arch default).
 
     SM90 default: 128x192 tile, 2x1 cluster, pingpong; a call that names no config runs 128x128 instead in packed
-    mode, and in element mode cooperative 128x256 at a long K with a light epilogue, or 128x128 where that saves part
-    of a wave of tiles (narrow N such as M 8192 x N 2048): ``configs.default_config``. Pingpong needs
-    tile_m in {64, 128, 192} and tile_n <= 256/208/128 respectively; cooperative (pingpong=False) allows
-    tile_m in {64, 128, 192, 256, 320}, with tile_n <= 256 (or a multiple of 32 up to 512), and for tile_m 192 or
-    320 a multiple of 32 up to 256 or 160. Those two (192 only with tile_n > 128) put the warp groups side by side
-    along N, which QuACK cannot build with an N-major B (a (K, N) tensor rather than ``w.t()``), and with which it
-    stores acc_pair mode's half-width outputs wrongly: refused there.
+    mode, and in element mode (once the grid fills a wave of 132 SMs) cooperative 128x256 where K >= 8192 and the
+    epilogue is light (it reads no (M, N) tile operand besides C and has no RowVecReduce) and that tiles no worse,
+    else 128x128 where that saves 5% of a wave of tiles (narrow N such as M 8192 x N 2048):
+    ``configs.default_config``.
+
+    Whether to pass one: on a GPU run the harness tunes each correct candidate's gemm calls (the valid configs,
+    timed) and pins the fastest with :func:`schedule`, which overrides ``config=``; a CPU-only run builds configs
+    but times none. So pass none unless you know a better one for the bench shapes. A config is checked against
+    SM90's rules where it is used (pingpong: tile_m 64, 128 or 192 with tile_n up to 256, 208, 128; cooperative,
+    ``pingpong=False``: tile_m up to 320), and the message names the rule that fails.
     tile_n must be a multiple of 16 (of 32 for acc_pair mode with an extra output).
     split_k > 1 splits K across that many CTAs per output tile (QuACK's serial split-K: the partial sums meet in
     FP32 in split order, so the result is the same run to run, and the epilogue runs once, on the last split); it

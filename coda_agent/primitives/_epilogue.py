@@ -81,6 +81,15 @@ def epilogue(
     Return dict: ``"D"`` (optional except in packed mode; the raw accumulator is stored when missing),
     every declared output and every reduce. A ``scaled`` reduce takes a ``(value, scale)`` tuple;
     in ``acc_pair`` mode a reduce takes one value per lane, ``(lane0, lane1)``.
+
+    Shapes by mode, for a GEMM of (M, K) by (K, N): element: D and each extra output (M, N); acc_pair: D (M, N),
+    each extra output (M, N/2); packed: C and D (M, 2N) interleaved, each extra output (M, N), row vectors of
+    length N, and a schedule key's N is N, not 2N.
+
+    Names: parameters, outputs and reduces must all differ; ``acc``, ``D`` and (as an operand) ``c`` are taken,
+    and an operand cannot be named like a parameter of :func:`gemm` (``A``, ``B``, ``C``, ``epi``, ``out_dtype``,
+    ``config``, ``store_d``). Names are case-sensitive: an operand ``b`` is not ``B``. ``@epilogue()`` with no
+    arguments is a plain element-wise epilogue; the parentheses are needed (bare ``@epilogue`` fails at import).
     """
     pins = dict(operands or {})
     sinks = dict(reduces or {})
@@ -181,6 +190,26 @@ class GemmCall:
         stored = {"D": (m, 2 * n) if self.epi.mode == "packed" else (m, n)} if self.store_d else {}
         stored.update({name: (m, width) for name in self.epi.outputs})
         return stored
+
+    def hbm_bytes(self) -> dict[str, int]:
+        """The bytes this call moves through HBM at the least (each tensor once), by what moves them: the GEMM's
+        operands ``A``/``B``, and the epilogue's: ``C``, ``tiles`` (full-tile operands), ``vectors`` (row/column
+        operands, select indices), ``D``, ``outputs`` (extra outputs) and ``reduces`` (each sink's (M,) or (N,) f32
+        result). The runner's op log records it; ``measure.cost`` turns it into the cost estimate."""
+
+        def size(t: torch.Tensor) -> int:
+            return int(t.numel()) * t.element_size()
+
+        out = torch.finfo(self.out_dtype).bits // 8  # no tensor made: the runner's op log would record it
+        stored = {name: shape[0] * shape[1] * out for name, shape in self.stored_shapes().items()}
+        return {
+            "A": size(self.A), "B": size(self.B), "C": size(self.C) if self.C is not None else 0,
+            "tiles": sum(size(o.value) for o in self.operands.values() if o.kind == "tile"),
+            "vectors": sum(size(o.value) for o in self.operands.values() if o.kind in ("row", "col"))
+            + sum(size(t) for t in self.indices.values()),
+            "D": stored.pop("D", 0), "outputs": sum(stored.values()),
+            "reduces": sum(4 * (self.n if isinstance(s, RowVecReduce) else self.m) for s in self.epi.sinks.values()),
+        }
 
     def stored_buffers(self, factory: Callable[..., torch.Tensor] = torch.empty) -> dict[str, torch.Tensor]:
         """Buffers for what the kernel stores, on A's device (see :meth:`stored_shapes`)."""
@@ -328,6 +357,12 @@ def gemm(
     Returns:
         ``{"D": ..., <outputs>..., <reduces>...}``; reduces come back finalised over the whole row/column:
         ColVecReduce/OnlineLSEReduce/ColVecSelect as (M,) f32, RowVecReduce as (N,) f32.
+
+    Launches, as the task's budget counts them per forward() call: a gemm() call is 1, plus 1 finalisation per
+    reduce sink, each sink its own (none are shared): ColVecReduce, RowVecReduce, ColVecSelect 1, OnlineLSEReduce 9;
+    two ColVecReduce sinks make a gemm() 3. Every torch op in forward() that computes or fills is 1 more (views and
+    ``torch.empty`` are free; a host helper says its count). The CPU stages count them from forward()'s op log and
+    refuse a candidate over the budget; the GPU stage counts the kernels it sees.
     """
     if not isinstance(epi, Epilogue):
         raise EpilogueError("gemm() takes an @epilogue-decorated function as its first argument")

@@ -33,6 +33,12 @@ class ColVecReduce:
     ``combine``: ``"add"`` (sum), ``"max"`` or ``"max_abs"``. ``scaled=True`` (add only): the fn returns a
     pair ``(value, scale)`` and the sum is of ``value * scale`` folded as one fma, e.g. ``(y, y)`` for a
     sum of squares. Not allowed in ``acc_pair`` mode.
+
+    Padding: in a partial last tile (N not a multiple of tile_n) the GPU evaluates the fn at the padding columns
+    too, with acc and every operand read as 0, and ``add``/``max_abs`` fold that value in (``max`` masks it). So
+    the reduced value must be 0 where acc and operands are 0 (``y * y``: fine; ``acc + 1.0``, ``exp(acc)``: wrong
+    on the GPU at ragged shapes, though the emulator, which has no padding, passes). Add constants on the host.
+    (From QuACK's code, ``quack.epilogue.ops.VecReduce``.) Launches: 1 finalisation kernel per such sink.
     """
 
     combine: Combine = "add"
@@ -46,7 +52,8 @@ class ColVecReduce:
 class RowVecReduce:
     """Reduce the fn's per-element value over M (down a column); one value per column, shape (N,).
 
-    Same ``combine`` / ``scaled`` rules as :class:`ColVecReduce`. dgamma of an RMSNorm is one.
+    Same ``combine`` / ``scaled`` and padding rules as :class:`ColVecReduce` (padding rows: M not a multiple of
+    ``tile_m``). dgamma of an RMSNorm is one. Launches: 1 finalisation kernel.
     """
 
     combine: Combine = "add"
@@ -60,7 +67,8 @@ class RowVecReduce:
 class OnlineLSEReduce:
     """Numerically stable log-sum-exp of the fn's value over N: one f32 value per row, shape (M,).
 
-    Keeps a running (max, sum) per tile; the partials are merged with logsumexp.
+    Keeps a running (max, sum) per tile; the partials are merged with logsumexp. Padding columns are masked.
+    Launches: 9 finalisation kernels (torch.logsumexp over the per-tile partials): mind a tight budget.
     """
 
 
@@ -69,7 +77,7 @@ class ColVecSelect:
     """Gather, per row m, the fn's value at column ``idx[m]``: one exact f32 value per row, shape (M,).
 
     ``index`` names the integer operand (int32/int64, shape (M,)) passed to :func:`gemm` by keyword.
-    Rows whose index is outside [0, N) are not written and come back as NaN.
+    Rows whose index is outside [0, N) are not written and come back as NaN. Launches: 1 (the NaN fill).
     """
 
     index: str = "target"

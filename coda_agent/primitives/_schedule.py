@@ -43,7 +43,8 @@ def schedule(table: Mapping[tuple[str, int, int, int], Config]) -> Callable[[For
     Written by the harness after it tunes a correct candidate (you may keep it when you revise one, or leave
     it out: the harness tunes again). Each gemm call whose epilogue fn name and GEMM shape (M, N, K) are in the
     table runs with that config, whatever its own ``config=`` says; other calls run as written. Only as the
-    decorator of ``forward``, with a literal dict.
+    decorator of ``forward``, with a literal dict. (M, N, K) is the GEMM's own: A's rows, B's columns, A's columns;
+    in packed mode N is the accumulator's width, half the 2N of C and D.
     """
     checked = _checked(table)
 

@@ -5,6 +5,12 @@ whole FP32 tiles) or a CuTe DSL ``Float32`` scalar (QuACK traces the fn once per
 Each function dispatches on the type of its argument, so one fn body serves both and the candidate never
 chooses a backend. On the QuACK side the functions are QuACK's own (``quack.activation``,
 ``quack.epilogue.pexp``), the ones its library mods use.
+
+The docstrings state each function's GPU precision: the PTX instruction it lowers to (read off the sm_90a PTX
+of an epilogue that calls every function, built with ``CUTE_DSL_KEEP=ptx``: ``ex2.approx.ftz``,
+``lg2.approx.ftz``, ``sqrt.rn``, ``rsqrt.approx``, ``sin/cos.approx``, ``tanh.approx``, ``rcp.approx.ftz``,
+``div.rn``) and that instruction's documented maximum error (PTX ISA; CUDA C++ Programming Guide, intrinsic
+functions). :data:`PRECISION` is what every function shares, the API reference's introduction to them.
 """
 
 from __future__ import annotations
@@ -14,6 +20,14 @@ from typing import Any
 import torch
 
 Value = Any  # a torch.Tensor (emulator) or a CuTe DSL Float32 (QuACK trace)
+
+#: What all value math shares on the GPU (the API reference's introduction to the value functions).
+PRECISION = """Values are FP32. On the GPU `+ - *` are FP32 (a multiply-add may fuse into one FMA) and `/` is IEEE
+division (`div.rn.f32`, about ten instructions: multiply by a constant's reciprocal instead). The functions below run
+on the special-function unit (a quarter of the FMA rate) in approximate forms (`.approx`, subnormals flushed to
+zero), with the errors stated; the emulator's torch FP32 is more exact, so leave a margin under the tolerance where
+an output sums many approximated terms. Epilogue math is hidden behind the GEMM unless K is short or the fn calls
+several special functions per element."""
 
 
 class Pair:
@@ -96,7 +110,11 @@ def unpack(v: Value) -> tuple[Value, Value]:
 
 
 def exp(x: Value) -> Value:
-    """e**x (fast-math on the GPU)."""
+    """e**x.
+
+    GPU: ``ex2.approx.ftz.f32`` of ``x * log2(e)`` (CUDA's ``__expf``): at most ``2 + 1.2 |x|`` ulp (an ulp is
+    6e-8 relative); results below 1.2e-38 flush to 0. One special-function op.
+    """
     _scalar_only("exp", x)
     if _emulated(x):
         return torch.exp(_t(x))
@@ -106,7 +124,11 @@ def exp(x: Value) -> Value:
 
 
 def log(x: Value) -> Value:
-    """Natural logarithm (fast-math on the GPU)."""
+    """Natural logarithm.
+
+    GPU: ``lg2.approx.ftz.f32`` times ln 2 (CUDA's ``__logf``): absolute error at most 2^-21.4 (4e-7) for x in
+    [0.5, 2], at most 3 ulp elsewhere; a subnormal x reads as 0 (-inf). One special-function op.
+    """
     _scalar_only("log", x)
     if _emulated(x):
         return torch.log(_t(x))
@@ -116,7 +138,10 @@ def log(x: Value) -> Value:
 
 
 def sqrt(x: Value) -> Value:
-    """Square root."""
+    """Square root.
+
+    GPU: ``sqrt.rn.f32``, IEEE correctly rounded (exact to FP32); several instructions.
+    """
     _scalar_only("sqrt", x)
     if _emulated(x):
         return torch.sqrt(_t(x))
@@ -126,7 +151,10 @@ def sqrt(x: Value) -> Value:
 
 
 def rsqrt(x: Value) -> Value:
-    """1 / sqrt(x)."""
+    """1 / sqrt(x).
+
+    GPU: ``rsqrt.approx.f32``: at most 2 ulp (relative error about 2^-22). One special-function op.
+    """
     _scalar_only("rsqrt", x)
     if _emulated(x):
         return torch.rsqrt(_t(x))
@@ -157,8 +185,9 @@ def _reduced_radians(x: Value) -> Value:
 def sin(x: Value) -> Value:
     """Sine (radians), e.g. for RoPE angles computed in the epilogue.
 
-    On the GPU: the hardware approximation after reducing x to [-pi, pi]; the error is about 1e-6 plus
-    the FP32 rounding of x / 2pi (|x| * 6e-8 rad), far below bf16 resolution for RoPE angles.
+    GPU: ``sin.approx.f32`` after reducing x to [-pi, pi] in turns: absolute error at most 2^-21.4 (4e-7, CUDA's
+    ``__sinf`` on [-pi, pi]) plus the FP32 rounding of x / 2pi (|x| * 6e-8 rad), far below bf16 resolution for
+    RoPE angles.
     """
     _scalar_only("sin", x)
     if _emulated(x):
@@ -169,7 +198,7 @@ def sin(x: Value) -> Value:
 
 
 def cos(x: Value) -> Value:
-    """Cosine (radians); on the GPU computed like :func:`sin`."""
+    """Cosine (radians); on the GPU computed like :func:`sin` (``cos.approx.f32``, the same error)."""
     _scalar_only("cos", x)
     if _emulated(x):
         return torch.cos(_t(x))
@@ -179,7 +208,10 @@ def cos(x: Value) -> Value:
 
 
 def maximum(x: Value, y: Value) -> Value:
-    """Element-wise max of two values (the only data-dependent select an fn needs for clamping)."""
+    """Element-wise max of two values (the only data-dependent select an fn needs for clamping). Exact.
+
+    NaN: the GPU's max may return the non-NaN operand where torch returns NaN.
+    """
     _scalar_only("maximum", x)
     if _emulated(x):
         return torch.maximum(_t(x), _t(y))
@@ -189,7 +221,7 @@ def maximum(x: Value, y: Value) -> Value:
 
 
 def minimum(x: Value, y: Value) -> Value:
-    """Element-wise min of two values."""
+    """Element-wise min of two values. Exact (NaN: as :func:`maximum`)."""
     _scalar_only("minimum", x)
     if _emulated(x):
         return torch.minimum(_t(x), _t(y))
@@ -199,7 +231,12 @@ def minimum(x: Value, y: Value) -> Value:
 
 
 def tanh(x: Value) -> Value:
-    """Hyperbolic tangent."""
+    """Hyperbolic tangent.
+
+    GPU: ``tanh.approx.f32`` (one special-function op): maximum relative error about 2^-11 (5e-4), the least
+    precise function here: below bf16's rounding (2^-9 relative) but some 4000x FP32's, so it shows in FP32
+    outputs and in sums over many columns.
+    """
     _scalar_only("tanh", x)
     if _emulated(x):
         return torch.tanh(_t(x))
@@ -209,7 +246,10 @@ def tanh(x: Value) -> Value:
 
 
 def sigmoid(x: Value) -> Value:
-    """1 / (1 + exp(-x))."""
+    """1 / (1 + exp(-x)).
+
+    GPU: ``ex2.approx.ftz.f32`` then ``rcp.approx.ftz.f32`` (1 ulp): a few ulp relative. Two special-function ops.
+    """
     _scalar_only("sigmoid", x)
     if _emulated(x):
         return torch.sigmoid(_t(x))
@@ -219,7 +259,10 @@ def sigmoid(x: Value) -> Value:
 
 
 def silu(x: Value) -> Value:
-    """x * sigmoid(x) (a.k.a. swish)."""
+    """x * sigmoid(x) (a.k.a. swish).
+
+    GPU: :func:`sigmoid` times x: a few ulp relative. Two special-function ops.
+    """
     _scalar_only("silu", x)
     if _emulated(x):
         return torch.nn.functional.silu(_t(x))
@@ -229,7 +272,11 @@ def silu(x: Value) -> Value:
 
 
 def relu(x: Value) -> Value:
-    """max(x, 0)."""
+    """max(x, 0).
+
+    GPU: ``max.f32``, exact; but relu(NaN) is 0 on the GPU (the max returns its non-NaN operand) where the
+    emulator and torch give NaN.
+    """
     _scalar_only("relu", x)
     if _emulated(x):
         return torch.relu(_t(x))
@@ -239,7 +286,10 @@ def relu(x: Value) -> Value:
 
 
 def gelu_tanh(x: Value) -> Value:
-    """GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    """GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+
+    GPU: through :func:`tanh` (``tanh.approx.f32``): absolute error up to about ``0.5 |x| * 2^-11``.
+    """
     _scalar_only("gelu_tanh", x)
     if _emulated(x):
         return torch.nn.functional.gelu(_t(x), approximate="tanh")
@@ -249,7 +299,10 @@ def gelu_tanh(x: Value) -> Value:
 
 
 def swiglu(gate: Value, up: Value) -> Value:
-    """SwiGLU: silu(gate) * up."""
+    """SwiGLU: silu(gate) * up.
+
+    GPU: :func:`silu`'s precision (a few ulp relative).
+    """
     _scalar_only("swiglu", gate)
     _scalar_only("swiglu", up)
     if _emulated(gate):
@@ -264,6 +317,8 @@ def dswiglu(gate: Value, up: Value, dout: Value) -> tuple[Value, Value, Value]:
 
     With s = sigmoid(gate): dgate = dout * up * s * (1 + gate * (1 - s)), dup = dout * silu(gate),
     out = silu(gate) * up (the forward value, recomputed for free).
+
+    GPU: through :func:`sigmoid` (``ex2.approx`` + ``rcp.approx``): a few ulp relative.
     """
     for v in (gate, up, dout):
         _scalar_only("dswiglu", v)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import inspect
+import re
 
 from .. import primitives
+from ..primitives import _values
 
 _GROUPS = (
     ("Declaring and running a fused GEMM", ("epilogue", "gemm", "Config", "schedule")),
@@ -17,27 +19,48 @@ _GROUPS = (
 
 
 def _signature(obj: object, name: str) -> str:
+    """``name(a, b=1, *, c=None)``: parameters and defaults, without annotations (the docstrings give the types)."""
     try:
-        sig = str(inspect.signature(obj))  # type: ignore[arg-type]
+        sig = inspect.signature(obj)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        sig = ""
-    return f"{name}{sig}"
+        return name
+    params = [p.replace(annotation=inspect.Parameter.empty) for p in sig.parameters.values()]
+    return f"{name}{sig.replace(parameters=params, return_annotation=inspect.Signature.empty)}"
+
+
+def plain(text: str) -> str:
+    """reST markup as plain Markdown: ````x```` and ``:func:`x``` become ```x```."""
+    return re.sub(r":(?:func|class|data|meth|mod):`~?([^`]+)`", r"`\1`", text.replace("``", "`"))
+
+
+def _doc(name: str) -> str:
+    return plain(inspect.cleandoc(getattr(primitives, name).__doc__ or "").strip())
 
 
 def _entry(name: str) -> str:
     obj = getattr(primitives, name)
-    doc = inspect.cleandoc(obj.__doc__ or "").strip()
     kind = "class" if inspect.isclass(obj) else "def"
-    return f"### `{kind} {_signature(obj, name)}`\n\n{doc}\n"
+    return f"### `{kind} {_signature(obj, name)}`\n\n{_doc(name)}\n"
+
+
+def _value_entry(name: str) -> str:
+    """A value function as one list item: its signature, then its docstring's paragraphs run together."""
+    text = " ".join(" ".join(_doc(name).split()).split("\n"))
+    return f"- `{_signature(getattr(primitives, name), name)}`: {text}"
 
 
 def api_reference() -> str:
     """Markdown reference of ``coda_agent.primitives``: the module overview, then every public name."""
     listed = {n for _, names in _GROUPS if names for n in names}
     value_math = [n for n in primitives.__all__ if n not in listed and n != "Epilogue"]
-    parts = ["# coda_agent.primitives — API reference", "", inspect.cleandoc(primitives.__doc__ or ""), ""]
+    overview = inspect.cleandoc(primitives.__doc__ or "").split("\n\n")  # its code sample: the worked examples show more
+    parts = ["# coda_agent.primitives — API reference", "", plain("\n\n".join(p for p in overview if "::" not in p and not p.startswith("    "))), ""]
     for title, names in _GROUPS:
         parts.append(f"## {title}\n")
-        for name in names if names is not None else value_math:
+        if names is None:  # the value functions: what their GPU precision shares, then one item each
+            parts.append(plain(" ".join(_values.PRECISION.split())) + "\n")
+            parts.append("\n".join(_value_entry(n) for n in value_math) + "\n")
+            continue
+        for name in names:
             parts.append(_entry(name))
     return "\n".join(parts).rstrip() + "\n"

@@ -36,16 +36,12 @@ APPROACHES = (
 
 
 def system_prompt(examples: Sequence[Example]) -> str:
-    """The contract, the generated API reference and the worked examples (the same for every attempt)."""
+    """The contract, the generated API reference and the worked examples (the same for every attempt). The host
+    allowlist is only summarised here; the feedback on a refused module gives it in full (:func:`.feedback.host_allowlist`)."""
     return render(
         "system.j2",
         api_reference=api_reference().strip(),
         examples=examples,
-        torch_functions=sorted(static.TORCH_FUNCTIONS),
-        torch_values=sorted(static.TORCH_VALUES),
-        methods=sorted(static.METHODS),
-        data_attrs=sorted(static.DATA_ATTRS),
-        builtins=sorted(static.BUILTINS - {"True", "False", "None"}),
         epilogue_functions=sorted(static.EPILOGUE_FUNCTIONS),
     )
 
@@ -113,7 +109,8 @@ def describe_checks(task: Task, stages: Sequence[str], shape_set: str, seeds: Se
         if name == "correctness":
             steps.append(f"the CPU emulator against the FP32 reference at the `{shape_set}` shapes ({shapes}), {seed_text}")
         elif name == "compile":
-            steps.append("an sm_90a build of every kernel `forward()` launches (QuACK / CuTe DSL, no GPU needed)")
+            steps.append("an sm_90a build of every kernel `forward()` launches (QuACK / CuTe DSL, no GPU needed), with the "
+                         "launch count and a cost estimate (bytes, launches, host ops) at the bench shapes")
         elif name == "gpu_correctness":
             steps.append(f"real kernels on the GPU against the FP32 reference at the `{shape_set}` shapes, {seed_text}, "
                          "with the launch count checked against the budget")

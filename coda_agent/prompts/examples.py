@@ -164,9 +164,9 @@ def _words(text: str) -> set[str]:
 
 
 def select_examples(
-    task: Task, *, library: Path | None = None, names: Sequence[str] | None = None, limit: int = 3, max_chars: int = 12000
+    task: Task, *, library: Path | None = None, names: Sequence[str] | None = None, limit: int = 2, max_chars: int = 12000
 ) -> list[Example]:
-    """Up to ``limit`` worked examples: the other tasks that best cover what the target needs
+    """Up to ``limit`` worked examples (two keep the first prompt lean; the API reference states the rules): the other tasks that best cover what the target needs
     (:func:`task_needs`) not yet covered by the examples chosen so far, then word overlap of description,
     conventions and reference code, then primitives not yet shown. ``names`` picks examples explicitly (the
     target itself is still refused).

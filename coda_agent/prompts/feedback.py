@@ -17,6 +17,7 @@ from ..store.outcomes import AttemptOutcome
 from ..store.ranking import attempt_time_us, shape_ratio
 from ..store.records import Attempt
 from ..untrusted import shown
+from ..verifier import static
 from ..verifier.tuning import pinned_schedule, schedule_text
 from ..verifier.verdict import Outcome, OutputCheck, Verdict
 from .lead import lead_attempt, replied
@@ -231,7 +232,29 @@ def _attempt_view(attempt: Attempt, *, is_lead: bool) -> dict[str, Any]:
         view["checks"], view["check_notes"] = _check_rows(verdict)
     if attempt.timing:
         view["timing"] = _timing_view(attempt.timing)
+    view["cost"] = cost_summary(attempt)
     return view
+
+
+def host_allowlist() -> str:
+    """The static check's allowlist for host code in full, from its own tables (shown after a refusal)."""
+    return render(
+        "allowlist.j2",
+        torch_functions=sorted(static.TORCH_FUNCTIONS),
+        torch_values=sorted(static.TORCH_VALUES),
+        methods=sorted(static.METHODS),
+        data_attrs=sorted(static.DATA_ATTRS),
+        builtins=sorted(static.BUILTINS - {"True", "False", "None"}),
+    ).strip()
+
+
+def cost_summary(attempt: Attempt) -> str:
+    """The compile stage's cost estimate at the bench shapes (``measure.cost``), as text; empty when none."""
+    verdict = attempt.verdict
+    for stage in verdict.stages if verdict is not None else []:
+        if stage.stage == "compile" and stage.details.get("cost_summary"):
+            return str(stage.details["cost_summary"])
+    return ""
 
 
 def _ratio_text(key: str, value: float) -> str:
@@ -266,7 +289,12 @@ def _next_steps(
 ) -> list[str]:
     if best is not None:
         if not goal_is_speed:
-            return ["A correct candidate exists; improve on it only if you see a clear gain, and keep it correct."]
+            steps = ["A correct candidate exists; improve on it only if you see a clear gain, and keep it correct."]
+            if text := cost_summary(best):
+                dominant = next((ln for ln in text.splitlines() if ln.startswith("Largest avoidable cost")), "")
+                steps.append("No GPU times this run, so speed is judged by the CPU's cost estimate of the best candidate: "
+                             + (dominant or "see its table above") + " A faster candidate cuts that.")
+            return steps
         steps = [
             "Keep it correct and make it faster; start from the best candidates above.",
             *_speed_steps(best, goals),
@@ -332,5 +360,7 @@ def feedback_prompt(
             for a in history
         ],
         next_steps=_next_steps(lead, latest, best, goal_is_speed, goals or {}),
+        allowlist=host_allowlist() if any(a.verdict is not None and a.verdict.outcome is Outcome.STATIC_REJECTED
+                                          for a in latest) else "",
     ))
 

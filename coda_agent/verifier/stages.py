@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from ..measure import cost
+from ..measure.peaks import NOMINAL_H200, speed_of_light_us
 from ..primitives import Config
 from ..primitives.configs import config_from_fields, config_label
 from ..settings import runs_dir
@@ -386,7 +388,8 @@ def compile_sm90(ctx: Context) -> StageResult:
                 return result(Outcome.CHEAT_DETECTED, f"at shape {point.name}, no kernel was built for the task's GEMM {missing[0]} (built: {est.gemms})")
             details: dict[str, object] = est.describe()
             try:
-                wanted = bench_configs(ctx.task, client, ops, point.name)
+                seen: dict[str, list[dict[str, Any]]] = {}
+                wanted = bench_configs(ctx.task, client, ops, point.name, seen=seen)
             except CandidateRaised as exc:
                 return result(Outcome.COMPILE_ERROR, str(exc))
             except Reject as rej:
@@ -399,13 +402,33 @@ def compile_sm90(ctx: Context) -> StageResult:
                 except CandidateRaised as exc:
                     return result(Outcome.COMPILE_ERROR, f"{at} does not build for sm_90a:\n{exc}")
             details["bench_configs"] = [f"{e}: {config_label(c)}" for e, c in wanted]
+            details.update(cost_details(ctx.task, seen))
     except RunnerError as exc:
         return result(*runner_failure(exc, ctx.plan, Outcome.COMPILE_ERROR, f"building the sm_90a kernels failed at shape {point.name}:\n"))
     more = f", and {len(wanted)} more config(s) it uses at the bench shapes" if wanted else ""
     return result(Outcome.PASSED, f"built {len(est.gemms)} GEMM kernel(s) for sm_90a at shape {point.name}{more}", details)
 
 
-def bench_configs(task: Task, client: RunnerClient, built: list[dict[str, Any]], built_at: str) -> dict[tuple[str, Config], str]:
+def cost_details(task: Task, seen: Mapping[str, list[dict[str, Any]]]) -> dict[str, object]:
+    """The cost estimate (:mod:`..measure.cost`) at each bench shape from its op log on meta tensors, under the
+    nominal H200 peaks the task prompt's speed of light uses: ``cost`` (per shape) and ``cost_summary`` (the
+    feedback's text). The op logs come from the runner, which the candidate shares: a record the estimate cannot
+    read leaves it out, it never fails the stage."""
+    estimates = []
+    for p in task.shapes.get("bench", []):
+        if p.name in seen:
+            sol = speed_of_light_us(task.flops(p.dims), task.min_bytes(p.dims), NOMINAL_H200)
+            try:
+                estimates.append(cost.estimate(seen[p.name], NOMINAL_H200, shape=p.name, sol_us=sol, min_bytes=task.min_bytes(p.dims)))
+            except (TypeError, ValueError, AttributeError, OverflowError):
+                continue
+    if not estimates:
+        return {}
+    return {"cost": [e.to_json() for e in estimates], "cost_summary": cost.summary(estimates)}
+
+
+def bench_configs(task: Task, client: RunnerClient, built: list[dict[str, Any]], built_at: str,
+                  seen: dict[str, list[dict[str, Any]]] | None = None) -> dict[tuple[str, Config], str]:
     """The (epilogue, config) pairs forward() would run at the bench shapes that the compile at the small shape
     ``built_at`` did not build, each with the first bench shape that asks for it, learnt from forward() on meta
     tensors (the op log reports each call's effective config: a pinned schedule, the call's own, or the default).
@@ -428,6 +451,8 @@ def bench_configs(task: Task, client: RunnerClient, built: list[dict[str, Any]],
                                            "`if` on a tensor's values (each one also stalls the GPU)")
             raise CandidateRaised(f"forward() raised at bench shape {point.name}, run on meta tensors before any kernel "
                                   f"was built there{why}:\n{exc}", contract=True) from None
+        if seen is not None:
+            seen[point.name] = ops
         problem = LaunchEstimate.from_ops(ops).problem(task, point.dims, f"{point.name} (bench, on meta tensors)")
         if problem:
             raise Reject(*problem)
