@@ -88,8 +88,7 @@ def epilogue(
 
     Names: parameters, outputs and reduces must all differ; ``acc``, ``D`` and (as an operand) ``c`` are taken,
     and an operand cannot be named like a parameter of :func:`gemm` (``A``, ``B``, ``C``, ``epi``, ``out_dtype``,
-    ``config``, ``store_d``). Names are case-sensitive: an operand ``b`` is not ``B``. ``@epilogue()`` with no
-    arguments is a plain element-wise epilogue; the parentheses are needed (bare ``@epilogue`` fails at import).
+    ``config``, ``store_d``). Names are case-sensitive: an operand ``b`` is not ``B``.
     """
     pins = dict(operands or {})
     sinks = dict(reduces or {})
