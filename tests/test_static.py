@@ -194,3 +194,24 @@ def test_what_the_new_rules_leave_alone():
               "    zero = torch.zeros(x.shape[0], device=x.device).to(dev) + torch.ones(1, device=dev)\n"
               "    return {'out': gemm(e, x, w.t(), C=residual)['D'], 'zero': zero}\n")
     assert check_source(source) == []
+
+
+def test_math_on_numbers_is_a_constant_anywhere():
+    """math.f(...) of numbers, math.pi/e and + - * / is a float constant at the top level and in an epilogue fn;
+    a docstring, numbers on the left of a value, operators and keyword arguments in host glue pass too."""
+    source = ('"""A kernel."""\n' + OK_HEADER +
+              "K = math.sqrt(2.0 / math.pi)\nL = -math.log(2) * 3\n"
+              "@epilogue()\ndef e(acc):\n    return {'D': 0.5 * acc * math.sqrt(2.0 / math.pi) + K * L}\n"
+              "def forward(x, w):\n    d = gemm(e, x, w.t())['D']\n"
+              "    return {'out': torch.nan_to_num(d, nan=0.0) - 2.0 * d}\n")
+    assert check_source(source) == []
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ("K = math.sqrt(math.prod([2]))\n", "top-level assignments must be constants"),
+    ("@epilogue()\ndef e(acc):\n    return {'D': math.sqrt(acc * 2.0)}\n", "math.sqrt() cannot be called inside an epilogue fn"),
+    ("@epilogue\ndef e(acc):\n    return {'D': acc}\n", "write @epilogue() with parentheses"),
+])
+def test_math_on_values_and_bare_epilogue_are_refused(body, message):
+    violations = check_source(OK_HEADER + body + "def forward(x):\n    return {}\n")
+    assert any(message in v.message for v in violations), [str(v) for v in violations]

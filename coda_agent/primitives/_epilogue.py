@@ -78,7 +78,7 @@ def epilogue(
             ``c`` is a 16-bit (M, 2N) interleaved tensor, ``x, y = unpack(c)``; ``acc`` is (M, N);
             ``"D": pack(dx, dy)`` writes (M, 2N) in C's dtype; requires a ``c`` parameter and ``"D"``).
 
-    Return dict: ``"D"`` (optional except in packed mode; the raw accumulator is stored when missing),
+    Return dict: ``"D"`` (optional except in packed mode; when missing, the raw accumulator is stored, as ``"D": acc`` would),
     every declared output and every reduce. A ``scaled`` reduce takes a ``(value, scale)`` tuple;
     in ``acc_pair`` mode a reduce takes one value per lane, ``(lane0, lane1)``.
 
@@ -341,7 +341,7 @@ def gemm(
 
     Args:
         epi: an :func:`epilogue`.
-        A: (M, K), bf16 or fp16. B: (K, N), same dtype (any strides: pass ``W.t()`` for an (N, K) weight).
+        A: (M, K), bf16 or fp16. B: (K, N), same dtype, any strides (a transposed view is free).
         C: optional (M, N) tensor read by the fn's ``c`` parameter ((M, 2N) interleaved in packed mode).
         out_dtype: dtype of D and the extra outputs (default: A's dtype; packed mode: C's).
         config: an explicit :class:`Config`, or None for the default (see :class:`Config`). No autotuning here; a
@@ -351,7 +351,7 @@ def gemm(
         **operands: the fn's other parameters, plus the index tensors of ColVecSelect reduces.
 
     Every tile the kernel moves (A, B, C, tile operands, D, the extra outputs) needs rows on a 16-byte grid (TMA):
-    K, N and the output widths a multiple of 8 for 16-bit tensors, of 4 for fp32; gemm() says which one is off.
+    K, N and the output widths a multiple of 8 for 16-bit tensors, of 4 for fp32 (M is free); gemm() says which one is off.
 
     Returns:
         ``{"D": ..., <outputs>..., <reduces>...}``; reduces come back finalised over the whole row/column:

@@ -76,8 +76,9 @@ class OnlineLSEReduce:
 class ColVecSelect:
     """Gather, per row m, the fn's value at column ``idx[m]``: one exact f32 value per row, shape (M,).
 
-    ``index`` names the integer operand (int32/int64, shape (M,)) passed to :func:`gemm` by keyword.
-    Rows whose index is outside [0, N) are not written and come back as NaN. Launches: 1 (the NaN fill).
+    ``index`` names the integer operand (int32/int64, shape (M,)) passed to :func:`gemm` by keyword
+    (``index="targets"`` for an operand ``targets``). Rows whose index is outside [0, N) (a negative ignore_index
+    too) are not written and come back as NaN. Launches: 1 (the NaN fill).
     """
 
     index: str = "target"

@@ -505,6 +505,9 @@ class _Checker(ast.NodeVisitor):
                 self._check_schedule(node, dec)
             elif self._is_primitive(target, "epilogue"):
                 is_epilogue = True
+                if not isinstance(dec, ast.Call):
+                    self.flag(dec, "write @epilogue() with parentheses (or @epilogue(outputs=..., ...)): bare @epilogue "
+                                   "raises a TypeError at import")
             else:
                 self.flag(dec, "the only decorators allowed are @epilogue(...), and @schedule({...}) on forward")
         is_epilogue = is_epilogue or (not self.params and node.name in self.epilogue_helpers)
@@ -656,7 +659,7 @@ class _Checker(ast.NodeVisitor):
         ok = (isinstance(func, ast.Name) and (self.prim_aliases.get(func.id) in EPILOGUE_FUNCTIONS
                                               or (func.id in EPILOGUE_BUILTINS and id(func) in self.builtins)
                                               or func.id in self.epilogue_helpers))
-        on_numbers = all(_is_constant(a) for a in (*node.args, *(k.value for k in node.keywords)))
+        on_numbers = all(_is_constant(a) or _number_expr(a, self.math) for a in (*node.args, *(k.value for k in node.keywords)))
         ok = ok or (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
                     and ((func.value.id in self.prims and func.attr in EPILOGUE_FUNCTIONS) or (func.value.id in self.math and on_numbers)))
         if not ok:
@@ -817,6 +820,29 @@ def _names_a_type(note: ast.AST) -> bool:
     return all(isinstance(n, _TYPE_NODES) or (isinstance(n, ast.BinOp) and isinstance(n.op, ast.BitOr)) for n in ast.walk(note))
 
 
+_NUMBER_OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.Div)
+
+
+def _number_expr(node: ast.AST, math_names: set[str]) -> bool:
+    """A Python number the module computes once: numeric literals, ``math.pi``/``e``/``tau``, ``+ - * /`` and
+    unary signs of such, and ``math.f(...)`` of such (``math.sqrt(2.0 / math.pi)``): a float constant wherever
+    it stands (never a value)."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
+    if isinstance(node, ast.UnaryOp):
+        return isinstance(node.op, (ast.USub, ast.UAdd)) and _number_expr(node.operand, math_names)
+    if isinstance(node, ast.BinOp):
+        return (isinstance(node.op, _NUMBER_OPERATORS) and _number_expr(node.left, math_names)
+                and _number_expr(node.right, math_names))
+    if isinstance(node, ast.Attribute):
+        return isinstance(node.value, ast.Name) and node.value.id in math_names and node.attr in ("pi", "e", "tau")
+    if isinstance(node, ast.Call):
+        return (isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
+                and node.func.value.id in math_names and not node.keywords and bool(node.args)
+                and all(_number_expr(a, math_names) for a in node.args))
+    return False
+
+
 def _is_constant(node: ast.AST) -> bool:
     if isinstance(node, ast.Constant):
         return True
@@ -843,6 +869,7 @@ def check_source(source: str) -> list[Violation]:
 
 def _check_tree(tree: ast.Module) -> list[Violation]:
     checker = _Checker(tree)
+    math_names = {a.asname or a.name for n in tree.body if isinstance(n, ast.Import) for a in n.names if a.name == "math"}
     for node in tree.body:
         if isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -853,10 +880,13 @@ def _check_tree(tree: ast.Module) -> list[Violation]:
                     checker.flag(node, "top-level assignments must bind plain names")
             value = node.value
             if value is not None:
+                numbers = {id(sub) for n in ast.walk(value) if isinstance(n, ast.Call) and _number_expr(n, math_names)
+                           for sub in ast.walk(n)}  # math.sqrt(2 / math.pi): a float constant
                 bad = [n for n in ast.walk(value) if not isinstance(n, _CONST_NODES)]
-                calls = [n for n in ast.walk(value) if isinstance(n, ast.Call) and checker._primitive_name(n.func) not in DECLARATIONS]
+                calls = [n for n in ast.walk(value) if isinstance(n, ast.Call) and id(n) not in numbers
+                         and checker._primitive_name(n.func) not in DECLARATIONS]
                 if bad or calls:
-                    checker.flag(node, "top-level assignments must be constants (literals, tuples, dicts, declarations such as Config(...) or RowVecLoad()): no tensors, values or other state")
+                    checker.flag(node, "top-level assignments must be constants (literals, tuples, dicts, math on numbers such as math.sqrt(2 / math.pi), declarations such as Config(...) or RowVecLoad()): no tensors, values or other state")
         elif isinstance(node, ast.Expr) and not (isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
             checker.flag(node, "top-level expressions other than the docstring are not allowed")
         elif not isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.Assign, ast.AnnAssign, ast.Expr)):
