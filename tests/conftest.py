@@ -80,6 +80,13 @@ def _isolated_store(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
     monkeypatch.setenv("CODA_AGENT_CACHE_DIR", str(base / "cache"))
 
 
+@pytest.fixture(autouse=True)
+def _output_to_a_pipe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test sees output as a user's pipe does: pytest-xdist's workers set COLUMNS=80, which the commands honour
+    (tests of the width set it themselves)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 def invoke(*args: str) -> int:
     """Run the real entry point in-process (one-line errors included); returns its exit code."""
     saved = sys.argv

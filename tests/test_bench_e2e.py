@@ -20,6 +20,7 @@ from coda_agent.cli import app
 from coda_agent.store.index import Index
 from coda_agent.torch import CodaLlamaStack, ReferenceLlamaStack
 
+from .conftest import invoke
 from .records_factory import bench_row, make_bench
 
 STEPS = 3
@@ -165,11 +166,12 @@ def test_an_unknown_variant_is_refused():
         run_e2e(PRESETS["tiny"], device="cpu", command="", variants=["fast"])
 
 
-def test_the_cli_without_a_gpu_says_so_in_one_line(monkeypatch):
+def test_the_cli_without_a_gpu_says_so_in_one_line(monkeypatch, capsys):
+    """A setup error, as every other: one line on stderr, exit 2."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    res = CliRunner().invoke(app, ["bench-e2e", "--preset", "tiny"])
-    assert res.exit_code == 1
-    assert res.output.count("\n") == 1 and "no CUDA GPU" in res.output
+    assert invoke("bench-e2e", "--preset", "tiny") == 2
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and "no CUDA GPU" in captured.err and not captured.out
 
 
 def test_the_cli_refuses_an_unknown_preset_or_variant_before_looking_for_a_gpu():

@@ -110,10 +110,10 @@ def test_the_search_never_proposes_a_config_whose_build_failed():
 
 
 def test_prebuild_builds_a_shapes_proposals_for_sm90_into_the_candidates_cache_and_the_runner_has_the_last_word(
-        tmp_path, monkeypatch):
+        scratch, monkeypatch):
     """Real sm_90a builds on the CPU. The op log claims a K-major B for gemm_rmsnorm_bwd's call, so the space holds
     the tiles split along N; the builder's runner checks B as it is and refuses them, and they are not proposed."""
-    monkeypatch.setenv("QUACK_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("QUACK_CACHE_DIR", str(scratch))  # a folder the runners reach as nobody too
     task = find_task("gemm_rmsnorm_bwd")
     source = task.human_file.read_text()
     ctx = Context(task=task, source=source, plan=Plan(), deadline=time.monotonic() + 280)
