@@ -23,8 +23,9 @@ class Config:
     ``Config()`` is QuACK's SM90 default: 128x192 tile, 2x1 cluster, pingpong. A gemm call that names no config
     runs: in acc_pair mode that default; in packed mode 128x128; in element mode,
     once the grid fills a wave of 132 SMs, cooperative 128x256 at long K (K >= 8192) with a light epilogue (no
-    (M, N) tile operand besides C, no RowVecReduce) where that tiles no worse, else 128x128 where that saves 5% of a
-    wave of tiles (narrow N such as M 8192 x N 2048), else that default.
+    (M, N) tile operand besides C, no RowVecReduce) where that tiles no worse, else 128x128 where the waves of tiles
+    (ceil(tiles / 132), each priced by its tile's area) take at least 5% less (narrow N such as M 8192 x N 2048),
+    else that default.
 
     Whether to pass one: on a GPU run the harness tunes each correct candidate's gemm calls (the valid configs,
     timed) and pins the fastest with :func:`schedule`, which overrides ``config=``; a CPU-only run builds configs
