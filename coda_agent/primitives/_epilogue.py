@@ -360,8 +360,7 @@ def gemm(
     Launches, as the task's budget counts them per forward() call: a gemm() call is 1, plus 1 finalisation per
     reduce sink, each sink its own (none are shared): ColVecReduce, RowVecReduce, ColVecSelect 1, OnlineLSEReduce 9;
     two ColVecReduce sinks make a gemm() 3. Every torch op in forward() that computes or fills is 1 more (views and
-    ``torch.empty`` are free; a host helper says its count). The CPU stages count them from forward()'s op log and
-    refuse a candidate over the budget; the GPU stage counts the kernels it sees.
+    ``torch.empty`` are free; a host helper says its count). The CPU and GPU stages both count.
     """
     if not isinstance(epi, Epilogue):
         raise EpilogueError("gemm() takes an @epilogue-decorated function as its first argument")

@@ -22,12 +22,13 @@ import torch
 Value = Any  # a torch.Tensor (emulator) or a CuTe DSL Float32 (QuACK trace)
 
 #: What all value math shares on the GPU (the API reference's introduction to the value functions).
-PRECISION = """Values are FP32. On the GPU `+ - *` are FP32 (a multiply-add may fuse into one FMA) and `/` is IEEE
-division (`div.rn.f32`, about ten instructions: multiply by a constant's reciprocal instead). The functions below run
-on the special-function unit (a quarter of the FMA rate) in approximate forms (`.approx`, subnormals flushed to
-zero), with the errors stated; the emulator's torch FP32 is more exact, so leave a margin under the tolerance where
-an output sums many approximated terms. Epilogue math is hidden behind the GEMM unless K is short or the fn calls
-several special functions per element."""
+PRECISION = """Values are FP32: `acc`, `c` and every operand arrive in FP32 whatever their dtype, a reduce sink takes
+its value in FP32, and D and the extra outputs are rounded once to their dtype as they are stored (only inside the
+tensor: at a partial last tile, only reduce sinks see the padding). On the GPU `+ - *` are FP32 (a multiply-add may
+fuse into an FMA); `/` is IEEE division (`div.rn.f32`, ~10 instructions: multiply by a reciprocal constant instead).
+The functions below run on the special-function unit (a quarter of the FMA rate) in `.approx` forms (subnormals
+flushed), errors stated; the emulator's FP32 is more exact, so leave a margin where an output sums many approximated
+terms. Epilogue math hides behind the GEMM unless K is short or the fn calls several special functions per element."""
 
 
 class Pair:
@@ -186,8 +187,7 @@ def sin(x: Value) -> Value:
     """Sine (radians), e.g. for RoPE angles computed in the epilogue.
 
     GPU: ``sin.approx.f32`` after reducing x to [-pi, pi] in turns: absolute error at most 2^-21.4 (4e-7, CUDA's
-    ``__sinf`` on [-pi, pi]) plus the FP32 rounding of x / 2pi (|x| * 6e-8 rad), far below bf16 resolution for
-    RoPE angles.
+    ``__sinf``) plus the FP32 rounding of x / 2pi (|x| * 6e-8 rad).
     """
     _scalar_only("sin", x)
     if _emulated(x):
@@ -233,9 +233,8 @@ def minimum(x: Value, y: Value) -> Value:
 def tanh(x: Value) -> Value:
     """Hyperbolic tangent.
 
-    GPU: ``tanh.approx.f32`` (one special-function op): maximum relative error about 2^-11 (5e-4), the least
-    precise function here: below bf16's rounding (2^-9 relative) but some 4000x FP32's, so it shows in FP32
-    outputs and in sums over many columns.
+    GPU: ``tanh.approx.f32`` (one special-function op): relative error up to about 2^-11 (5e-4), the least
+    precise here: below bf16's rounding (2^-9) but it shows in FP32 outputs and in sums over many columns.
     """
     _scalar_only("tanh", x)
     if _emulated(x):
