@@ -55,6 +55,9 @@ mkdir -p "$work"
 # The runner's sandbox: the image has no bubblewrap, scripts/gpu_bwrap.sh carries Debian's binary in .gpu2/.
 [ -x .gpu2/bwrap ] && export CODA_AGENT_BWRAP=$PWD/.gpu2/bwrap
 export PYTHONUNBUFFERED=1 CODA_AGENT_RUNS_DIR=$PWD/$work/runs
+# As root the checker drops its runners to nobody, who must read the carried packages: .gpu2/env.sh's pip --target
+# leaves /tmp/py closed to other users (seen at 1e4df0d: every runner fell back to root), so open it, read-only.
+[ "$(id -u)" = 0 ] && [ -d /tmp/py ] && chmod -R o+rX /tmp/py
 
 machine_state() {  # one line: the time, load, the CPUs' steal and idle time so far (USER_HZ ticks), CPU 0's clock
   echo "   machine at $(date -u +%FT%TZ): load $(cut -d' ' -f1-3 /proc/loadavg);" \
