@@ -1,4 +1,4 @@
-"""The CPU's cost estimate (measure.cost): the bytes, launches and host ops of a candidate at a bench shape, priced on
+"""The CPU's cost estimate (verifier.cost): the bytes, launches and host ops of a candidate at a bench shape, priced on
 the roofline, recorded by the compile stage and shown in the feedback with what a faster candidate would cut."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from datetime import datetime, timezone
 import pytest
 import torch
 
-from coda_agent.measure import cost
 from coda_agent.measure.peaks import NOMINAL_H200, Peaks
 from coda_agent.messages import ChatMessage
 from coda_agent.primitives import backend
@@ -18,6 +17,7 @@ from coda_agent.store.records import Attempt
 from coda_agent.tasks import find_task
 from coda_agent.tasks.loader import import_file
 from coda_agent.tasks.model import torch_dtype
+from coda_agent.verifier import cost
 from coda_agent.verifier.stages import cost_details
 from coda_agent.verifier.verdict import Outcome, StageResult, Verdict
 

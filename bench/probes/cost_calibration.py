@@ -1,4 +1,4 @@
-"""How well the CPU's cost estimate (``coda_agent.measure.cost``) ranks the hand-written kernels' measured H200 times.
+"""How well the CPU's cost estimate (``coda_agent.verifier.cost``) ranks the hand-written kernels' measured H200 times.
 
 For every row of a bench result (a task's human kernel at a bench shape, timed on the H200), run the kernel's
 forward() on meta tensors at that shape under the runner's op log (what the verifier's compile stage records), price
@@ -20,13 +20,13 @@ from pathlib import Path
 
 import torch
 
-from coda_agent.measure.cost import estimate
 from coda_agent.measure.peaks import Peaks
 from coda_agent.primitives import backend
 from coda_agent.runner.serve import OpLog
 from coda_agent.tasks import find_task
 from coda_agent.tasks.loader import import_file
 from coda_agent.tasks.model import torch_dtype
+from coda_agent.verifier.cost import estimate
 
 
 def ranks(xs: list[float]) -> list[float]:

@@ -194,7 +194,7 @@ class GemmCall:
         """The bytes this call moves through HBM at the least (each tensor once), by what moves them: the GEMM's
         operands ``A``/``B``, and the epilogue's: ``C``, ``tiles`` (full-tile operands), ``vectors`` (row/column
         operands, select indices), ``D``, ``outputs`` (extra outputs) and ``reduces`` (each sink's (M,) or (N,) f32
-        result). The runner's op log records it; ``measure.cost`` turns it into the cost estimate."""
+        result). The runner's op log records it; ``verifier.cost`` turns it into the cost estimate."""
 
         def size(t: torch.Tensor) -> int:
             return int(t.numel()) * t.element_size()

@@ -249,7 +249,7 @@ def host_allowlist() -> str:
 
 
 def cost_summary(attempt: Attempt) -> str:
-    """The compile stage's cost estimate at the bench shapes (``measure.cost``), as text; empty when none."""
+    """The compile stage's cost estimate at the bench shapes (``verifier.cost``), as text; empty when none."""
     verdict = attempt.verdict
     for stage in verdict.stages if verdict is not None else []:
         if stage.stage == "compile" and stage.details.get("cost_summary"):

@@ -27,13 +27,13 @@ from typing import Any
 
 import torch
 
-from ..measure import cost
 from ..measure.peaks import NOMINAL_H200, speed_of_light_us
 from ..primitives import Config
 from ..primitives.configs import config_from_fields, config_label
 from ..settings import runs_dir
 from ..tasks.loader import BUILTIN_TASK_DIR, TaskError, reference_function, task_sources
 from ..tasks.model import ShapePoint, Task, torch_dtype
+from . import cost
 from .client import (
     Batch,
     CallOutput,
@@ -410,7 +410,7 @@ def compile_sm90(ctx: Context) -> StageResult:
 
 
 def cost_details(task: Task, seen: Mapping[str, list[dict[str, Any]]]) -> dict[str, object]:
-    """The cost estimate (:mod:`..measure.cost`) at each bench shape from its op log on meta tensors, under the
+    """The cost estimate (:mod:`.cost`) at each bench shape from its op log on meta tensors, under the
     nominal H200 peaks the task prompt's speed of light uses: ``cost`` (per shape) and ``cost_summary`` (the
     feedback's text). The op logs come from the runner, which the candidate shares: a record the estimate cannot
     read leaves it out, it never fails the stage."""

@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..verifier.trace import FINALISE_LAUNCHES, NO_KERNEL_OPS  # the launch rule's own counts
-from .peaks import Peaks
+from ..measure.peaks import Peaks
+from .trace import FINALISE_LAUNCHES, NO_KERNEL_OPS  # the launch rule's own counts
 
 #: What one extra kernel launch costs on the stream (a small kernel back to back with the GEMM), in µs.
 LAUNCH_US = 3.0
