@@ -6,7 +6,7 @@ it with the estimate under the bench's own measured peaks, and set the estimate 
 Spearman's rank correlation over all rows, the same for the time over the speed of light (the harder test: size
 alone does not decide it), Kendall's tau, and measured/estimate per row. No GPU needed.
 
-    python bench/probes/cost_calibration.py bench/results/h200-2026-12-03-e.json --out bench/results/h200-2026-12-03-cost-calibration
+    python bench/probes/cost_calibration.py bench/results/h200-2026-12-03-e.json --out bench/calibration/h200-2026-12-03-cost-calibration
 """
 
 from __future__ import annotations

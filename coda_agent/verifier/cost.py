@@ -11,7 +11,7 @@ the speed of light uses (:mod:`.peaks`), each tensor moved once:
 
 It is a floor, not a forecast: the GEMM mainloop's own efficiency, wave quantisation, L2 and the config are left
 out. How well it ranks the hand-written kernels' measured H200 times is calibrated by
-``bench/probes/cost_calibration.py`` (result: ``bench/results/h200-2026-12-03-cost-calibration.md``), and said in
+``bench/probes/cost_calibration.py`` (result: ``bench/calibration/h200-2026-12-03-cost-calibration.md``), and said in
 :data:`HOW_WELL`.
 """
 
@@ -31,7 +31,7 @@ EPILOGUE_BYTES = {
     "C": "the C operand read", "tiles": "full-tile operands read", "vectors": "row/column vector operands read",
     "D": "D stored", "outputs": "extra outputs stored", "reduces": "reduce results",
 }
-#: The calibration's verdict, shown with the estimate (bench/results/h200-2026-12-03-cost-calibration.md).
+#: The calibration's verdict, shown with the estimate (bench/calibration/h200-2026-12-03-cost-calibration.md).
 HOW_WELL = (
     "a floor from bytes, FLOPs and launches. Against the 65 measured H200 rows of the hand-written kernels it ranks "
     "the times with Spearman 0.996 (measured/estimate 0.98x to 1.30x, median 1.04x), but that is mostly GEMM size: "
