@@ -1,16 +1,22 @@
 """Output that fits its medium (issue 41): in a file or pipe every command's tables are at most ``$COLUMNS`` wide,
-or :data:`~coda_agent.cli.PIPE_WIDTH` without it, and no name, shape or spec is cut in two."""
+or :data:`~coda_agent.cli.PIPE_WIDTH` without it, and no name, shape or spec is cut in two; a pipe whose reader
+leaves early ends every command alike."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
 from coda_agent.cli import PIPE_WIDTH
+from coda_agent.launch import READER_GONE
 from coda_agent.tasks import find_task
 
 from .conftest import cli
+from .records_factory import make_run
 
 
 def _widest(text: str) -> int:
@@ -46,3 +52,29 @@ def test_a_columns_value_that_is_no_width_is_ignored(monkeypatch):
     assert pipe_width() == PIPE_WIDTH
     monkeypatch.setenv("COLUMNS", "132")
     assert pipe_width() == 132
+
+
+@pytest.mark.parametrize(("args", "unbuffered"), [
+    (["--version"], False), (["api-doc"], True), (["tasks"], False), (["show", "RUN", "--format", "json"], True),
+])
+def test_a_pipe_closed_before_the_output_ends_the_command_quietly(tmp_path, args, unbuffered):
+    """``coda-agent ... | head -1``: every command ends alike when its reader has gone (written to or not, buffered
+    or not): exit 141, nothing on stderr. A command that wrote nothing to stdout keeps its own status."""
+    run = make_run(tmp_path / "runs")
+    env = {**os.environ, "CODA_AGENT_RUNS_DIR": str(tmp_path / "runs")}
+    env.pop("PYTHONUNBUFFERED", None)
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    proc = subprocess.Popen([sys.executable, "-m", "coda_agent", *[run.name if a == "RUN" else a for a in args]],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc.stdout.close()  # the reader leaves before the command has written anything
+    _, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err.decode()) == (READER_GONE, "")
+
+
+def test_a_closed_pipe_nothing_was_written_to_leaves_the_exit_status_alone(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "coda_agent", "verify", "nosuch"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and err.decode().startswith("error: no task named 'nosuch'")

@@ -25,6 +25,7 @@ from rich.text import Text
 
 from ..agent import Agent, AgentConfig, FatalProviderError, RunEvents
 from ..execute import Executor, ExecutorError, open_executor
+from ..launch import ReaderGone
 from ..prompts.feedback import attempt_headline
 from ..providers import Provider, ProviderError, get_provider, lookup
 from ..store.records import Attempt, Budgets, RunHeader, RunSummary
@@ -332,7 +333,7 @@ class _StdoutOutlivingItsReader(io.TextIOBase):
         if not self.gone:
             try:
                 self.stream.write(text)
-            except BrokenPipeError:
+            except (BrokenPipeError, ReaderGone):
                 self._lost()
         return len(text)
 
@@ -340,7 +341,7 @@ class _StdoutOutlivingItsReader(io.TextIOBase):
         if not self.gone:
             try:
                 self.stream.flush()
-            except BrokenPipeError:
+            except (BrokenPipeError, ReaderGone):
                 self._lost()
 
     def isatty(self) -> bool:
