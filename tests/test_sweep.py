@@ -34,8 +34,28 @@ def test_every_task_with_every_model_then_a_table(tmp_path, capsys):
     assert RunReader(runs / record.members[0].run).summary().status == "target_reached"
     assert "[gemm_residual_rmsnorm · mock/echo] #1" in out  # attempt lines say which run they belong to
     table = out[out.index(f"sweep {record.sweep_id}"):]
-    assert table.count("target_reached") == 1 and table.count("none correct") == 3
-    assert all(m.run in table for m in record.members)
+    assert table.count("target reached, 1 correct") == 1 and table.count("no correct kernel") == 3  # as `show` says
+    lines = out.splitlines()
+    assert all(any(line.endswith(str(runs / m.run)) for line in lines) for m in record.members)  # each path whole
+    assert lines[-1] == "FAILED 1 of 4 runs found a correct kernel; 3 found none"
+
+
+def test_the_closing_line_counts_what_became_of_each_run_and_the_exit_status_is_the_worst():
+    """Each run's status as ``run`` gives it alone (0 a correct kernel, 1 none or the harness failed, 2 a set-up or
+    provider error); the sweep's is the worst of them."""
+    from coda_agent.cli.sweep import _Outcome, closing_line
+    from coda_agent.store.records import RunSummary, SweepMember
+
+    member = SweepMember(task="gemm_swiglu.yaml", model="mock/echo")
+    correct = _Outcome(member, RunSummary(status="target_reached", attempts=2, passes=1, best_attempt=2))
+    none = _Outcome(member, RunSummary(status="completed", attempts=3))
+    harness = _Outcome(member, RunSummary(status="failed", attempts=1), error="the run failed: ValueError", failed=1)
+    setup = _Outcome(member, error="no ANTHROPIC_API_KEY", failed=2)
+    unstarted = _Outcome(member, error="not started: the sweep's $1 are spent")
+    assert [o.exit_status for o in (correct, none, harness, setup, unstarted)] == [0, 1, 1, 2, 1]
+    assert closing_line([correct, correct]) == "[bold green]PASSED[/] all 2 runs found a correct kernel"
+    assert closing_line([correct, none, none, harness, setup, unstarted]) == (
+        "[bold red]FAILED[/] 1 of 6 runs found a correct kernel; 2 found none, 2 failed, 1 not started")
 
 
 def test_a_folder_of_tasks_is_a_sweep(tmp_path, capsys):
@@ -89,7 +109,7 @@ def test_a_sweep_resumed_by_its_file_finds_its_runs_beside_it(tmp_path, capsys):
 
     code, out, err = cli(capsys, "run", "--resume", str(path), "--runs-dir", str(tmp_path / "elsewhere"))
     assert code == 1 and "3 of 4 runs started before" in out, out + err
-    assert "a run directory?" not in out + err and "│ error" not in out, out + err
+    assert "a run directory?" not in out + err and "failed" not in out, out + err
     assert all((runs / m.run / "summary.json").is_file() for m in sweep_record(runs).members)
     assert not (tmp_path / "elsewhere").exists()
 

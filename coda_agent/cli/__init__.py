@@ -79,6 +79,10 @@ OUTCOME_STYLE: dict[AttemptOutcome, str] = {
 }
 
 
+#: The colour of a run's status tone (:func:`coda_agent.store.records.run_status`), as the viewer shows it.
+TONE_STYLE = {"ok": "green", "bad": "red", "warn": "yellow", "running": "cyan"}
+
+
 def outcome_style(outcome: str) -> str:
     """The style of an attempt's or a stage's outcome (by value: a verifier ``Outcome`` reads the same)."""
     return OUTCOME_STYLE[AttemptOutcome(outcome)]

@@ -20,7 +20,7 @@ from ..store.records import run_status
 from ..store.rundir import Problem, RunFiles, RunRecordError, read_run, resolve_run
 from ..store.timings import timing_points
 from ..untrusted import shown
-from . import CliApp, UserError, app, console, err_console, outcome_style, untrusted, wide_console
+from . import TONE_STYLE, CliApp, UserError, app, console, err_console, outcome_style, untrusted, wide_console
 
 index_app = CliApp(help="The SQLite index over run records and bench results (a rebuildable cache).")
 app.add_typer(index_app, name="index")
@@ -228,8 +228,7 @@ def show(
             f"stages {', '.join(h.verifier_stages) or '-'}", highlight=False,
         )
     label, tone = run_status(s.status, s.passes)
-    colour = {"ok": "green", "bad": "red", "warn": "yellow", "running": "cyan"}[tone]
-    status = f"[{colour}]{escape(label)}[/]" + (f" ({untrusted(s.stop_reason)})" if s.stop_reason else "")
+    status = f"[{TONE_STYLE[tone]}]{escape(label)}[/]" + (f" ({untrusted(s.stop_reason)})" if s.stop_reason else "")
     out.print(f"status {status}", highlight=False)
 
     table = Table(title="attempts", title_justify="left", box=box.SIMPLE_HEAD)

@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from pydantic import ValidationError
+from rich import box
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -25,12 +26,12 @@ from rich.text import Text
 from ..agent import Agent, AgentConfig, FatalProviderError, RunEvents, SharedBudget
 from ..execute import Executor
 from ..providers import Provider, ProviderConfigError, lookup
-from ..store.records import Attempt, RunSummary, SweepMember, SweepRecord, write_json_atomic
+from ..store.records import Attempt, RunSummary, SweepMember, SweepRecord, run_status, write_json_atomic
 from ..store.rundir import RunReader, RunRecordError
 from ..tasks.loader import TaskError, find_task, load_task, task_files
 from ..tasks.model import Task
 from ..untrusted import shown
-from . import UserError, console, err_console, untrusted, wide_console
+from . import TONE_STYLE, UserError, console, err_console, untrusted, wide_console
 from .inputs import NO_MODEL, check_task_runs, note_skipped
 from .run_cmd import (
     STOP_SIGNALS,
@@ -191,7 +192,13 @@ class _Outcome:
     member: SweepMember
     summary: RunSummary | None = None
     error: str = ""
-    fatal: bool = False
+    failed: int = 0  # when an error ended it, the exit status `run` gives: 2 set-up or provider, 1 the harness
+
+    @property
+    def exit_status(self) -> int:
+        """What ``coda-agent run`` gives this run alone: 0 a correct kernel, 1 none (or the harness failed), 2 a set-up
+        or provider error."""
+        return self.failed or (0 if self.summary is not None and self.summary.best_attempt is not None else 1)
 
 
 class _Lines(RunEvents):
@@ -262,9 +269,9 @@ class _Session:
                         self.redo_corrupt,
                     )
             except (UserError, TaskError, RunRecordError) as exc:
-                return _Outcome(member, error=str(exc), fatal=True)
+                return _Outcome(member, error=str(exc), failed=2)
             except Exception as exc:  # starting this run failed in a way nobody foresaw: the others still run
-                return _Outcome(member, error=one_line_failure(exc), fatal=True)
+                return _Outcome(member, error=one_line_failure(exc), failed=1)
             agent.events, agent.executor = _Lines(_label(member)), self.workers
             self.agents.append(agent)
             if self.shared is not None:
@@ -273,9 +280,9 @@ class _Session:
             try:
                 return _Outcome(member, await agent.run())
             except FatalProviderError as exc:
-                return _Outcome(member, agent.summary, error=str(exc), fatal=True)
+                return _Outcome(member, agent.summary, error=str(exc), failed=2)
             except Exception as exc:  # whatever one run does, the sweep's other runs go on; this one is a failure
-                return _Outcome(member, agent.summary, error=one_line_failure(exc), fatal=True)
+                return _Outcome(member, agent.summary, error=one_line_failure(exc), failed=1)
             finally:
                 await provider.aclose()
 
@@ -326,31 +333,55 @@ class _Session:
             )
             return STOP_SIGNALS[received[0]] if received else 130
         wide_console().print(summary_table(self.record, outcomes))
+        for line in run_lines(self.base, outcomes):
+            console.print(line, highlight=False, soft_wrap=True)
         for o in outcomes:
             if o.error:
-                kind = "[bold red]error:[/]" if o.fatal else "note:"
+                kind = "[bold red]error:[/]" if o.failed else "note:"
                 err_console.print(f"{kind} [{escape(_label(o.member))}] {untrusted(o.error)}", highlight=False, soft_wrap=True)
         console.print(f"  record: {self.path}", highlight=False, soft_wrap=True, markup=False)
-        if any(o.fatal for o in outcomes):
-            return 2
-        return 0 if all(o.summary is not None and o.summary.best_attempt is not None for o in outcomes) else 1
+        console.print(closing_line(outcomes), highlight=False, soft_wrap=True)
+        return max(o.exit_status for o in outcomes)
+
+
+def closing_line(outcomes: list[_Outcome]) -> str:
+    """The sweep's verdict, as ``run`` ends with its own: how many runs found a correct kernel, and what became of
+    the others (none found, failed, not started)."""
+    n = len(outcomes)
+    correct = sum(o.exit_status == 0 for o in outcomes)
+    others = {
+        "found none": sum(not o.error and o.exit_status == 1 for o in outcomes),
+        "failed": sum(bool(o.failed) for o in outcomes),
+        "not started": sum(bool(o.error) and not o.failed for o in outcomes),
+    }
+    if correct == n:
+        return f"[bold green]PASSED[/] {'the run' if n == 1 else f'all {n} runs'} found a correct kernel"
+    rest = ", ".join(f"{v} {k}" for k, v in others.items() if v)
+    return f"[bold red]FAILED[/] {correct} of {n} run{'s' if n != 1 else ''} found a correct kernel; {rest}"
 
 
 def summary_table(record: SweepRecord, outcomes: list[_Outcome]) -> Table:
-    """One row per run: status, best, attempts, tokens, cost, where its record is."""
-    table = Table(title=f"sweep {record.sweep_id}", title_justify="left", title_style="bold")
-    for col in ("task", "model", "status", "best", "attempts", "tokens", "$", "run"):
-        table.add_column(col, overflow="fold", no_wrap=col == "run", justify="right" if col in ("attempts", "tokens", "$") else "left")
+    """One row per run: status, best, attempts, tokens, cost (where its record is: :func:`run_lines`)."""
+    table = Table(title=f"sweep {record.sweep_id}", title_justify="left", title_style="bold", box=box.SIMPLE_HEAD)
+    for col in ("task", "model", "status", "best"):  # names and figures whole; the status and the speeds at spaces
+        table.add_column(col, no_wrap=col in ("task", "model"), min_width=17 if col == "status" else None)
+    for col in ("attempts", "tokens", "$"):
+        table.add_column(col, justify="right", no_wrap=True)
     for o in outcomes:
         s = o.summary
         if s is None:
-            status = "[red]error[/]" if o.fatal else "not started"
-            table.add_row(Path(o.member.task).stem, o.member.model, status, "-", "-", "-", "-", o.member.run or "-")
+            status = "[red]error[/]" if o.failed else "not started"
+            table.add_row(escape(Path(o.member.task).stem), escape(o.member.model), status, "-", "-", "-", "-")
             continue
-        best = f"#{s.best_attempt}" + (f" ({speed_text(s)})" if speed_text(s) else "") if s.best_attempt else "none correct"
-        colour = "green" if s.best_attempt else "red"
+        best = f"#{s.best_attempt}" + (f" ({speed_text(s)})" if speed_text(s) else "") if s.best_attempt else "-"
+        label, tone = run_status(s.status, s.passes)
         table.add_row(
-            escape(Path(o.member.task).stem), escape(o.member.model), f"[{colour}]{s.status}[/]", best, str(s.attempts),
-            tokens_text(s.input_tokens + s.output_tokens), money_text(s.cost_usd, s.cost_known), escape(o.member.run or "-"),
+            escape(Path(o.member.task).stem), escape(o.member.model), f"[{TONE_STYLE[tone]}]{escape(label)}[/]", best,
+            str(s.attempts), tokens_text(s.input_tokens + s.output_tokens), money_text(s.cost_usd, s.cost_known),
         )
     return table
+
+
+def run_lines(base: Path, outcomes: list[_Outcome]) -> list[Text]:
+    """Where each run's record is, a line each (paths are never cut, as they would be in a table's cell)."""
+    return [Text(f"  run [{_label(o.member)}]: {shown(str(base / o.member.run))}") for o in outcomes if o.member.run]
