@@ -330,6 +330,14 @@ def test_a_run_on_an_unpriced_model_shows_unpriced_not_zero_dollars(tmp_path, ca
     assert RunReader(run_dir).summary().cost_known is False
 
 
+def _how_it_ended(proc: subprocess.Popen, runs: Path) -> str:
+    """A run that ended before its runner was seen: its exit, its stderr and each attempt's verdict, in full."""
+    out, err = proc.communicate(timeout=60)
+    verdicts = [(a.index, a.verdict.outcome if a.verdict else None, a.verdict.reason if a.verdict else a.provider_error)
+                for run in runs.iterdir() for a in RunReader(run).attempts()] if runs.is_dir() else []
+    return f"exit {proc.returncode}\nstdout:\n{out}\nstderr:\n{err}\nattempts: {verdicts}"
+
+
 def test_sigterm_ends_a_verification_in_flight_at_once(tmp_path, procs):
     """A candidate that never returns does not hold an interrupted run until its time limit."""
     human = (TASK_DIR / "human" / "gemm_residual_rmsnorm.py").read_text()
@@ -345,7 +353,7 @@ def test_sigterm_ends_a_verification_in_flight_at_once(tmp_path, procs):
         deadline = time.monotonic() + 120
         while not any(b"coda_agent.runner" in procs.cmdline(p) and procs.cmdline(p).startswith(sys.executable.encode())
                       for p in procs.descendants(proc.pid)):
-            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline and proc.poll() is None, _how_it_ended(proc, tmp_path / "runs")
             time.sleep(0.2)
         time.sleep(1.0)
         t0 = time.monotonic()
