@@ -21,21 +21,19 @@ class Config:
     """Explicit GEMM kernel configuration (SM90 rules).
 
     ``Config()`` is QuACK's SM90 default: 128x192 tile, 2x1 cluster, pingpong. A gemm call that names no config
-    runs: in acc_pair mode that default; in packed mode 128x128; in element mode,
-    once the grid fills a wave of 132 SMs, cooperative 128x256 at long K (K >= 8192) with a light epilogue (no
-    (M, N) tile operand besides C, no RowVecReduce) where that tiles no worse, else 128x128 where the waves of tiles
-    (ceil(tiles / 132), each priced by its tile's area) take at least 5% less (narrow N such as M 8192 x N 2048),
-    else that default.
+    runs: in acc_pair mode that default; in packed mode 128x128; in element mode, where the default's tiles
+    (partial ones counted) fill at least 132 SMs: with a light epilogue (no (M, N) tile operand besides C, no
+    RowVecReduce) at K >= 8192, cooperative 128x256 if its wave cost is no higher; else 128x128 if its wave cost
+    is at least 5% lower (narrow N, e.g. M 8192 x N 2048); else the default. Wave cost: ceil(tiles / 132) x tile_m x
+    tile_n.
 
     Whether to pass one: on a GPU run the harness tunes each correct candidate's gemm calls (the valid configs,
     timed) and pins the fastest with :func:`schedule`, which overrides ``config=``; a CPU-only run builds configs
-    but times none. So pass none unless you know a better one for the bench shapes. A config is checked against
-    SM90's rules where it is used (pingpong: tile_m 64, 128 or 192 with tile_n up to 256, 208, 128; cooperative,
-    ``pingpong=False``: tile_m up to 320), and the message names the rule that fails.
-    tile_n must be a multiple of 16 (of 32 for acc_pair mode with an extra output).
-    split_k > 1 splits K across that many CTAs per output tile (QuACK's serial split-K: the partial sums meet in
-    FP32 in split order, so the result is the same run to run, and the epilogue runs once, on the last split); it
-    fills a GPU whose grid of output tiles is too small for it, and needs D stored.
+    but times none. So pass none unless you know a better one for the bench shapes. SM90's rules, checked where
+    the config is used (the message names the one that fails): pingpong tile_m 64, 128 or 192 with tile_n at most
+    256, 208 or 128 respectively; cooperative (``pingpong=False``) tile_m up to 320; tile_n a multiple of 16 (of 32
+    in acc_pair mode with an extra output). split_k > 1 splits K over that many CTAs per output tile (serial: the
+    same result run to run; the epilogue runs once): it fills a GPU whose grid of tiles is too small, and needs D.
     """
 
     tile_m: int = 128

@@ -73,18 +73,19 @@ def epilogue(
         reduces: reduction sinks by name (:class:`ColVecReduce`, :class:`RowVecReduce`,
             :class:`OnlineLSEReduce`, :class:`ColVecSelect`); the fn returns each one's per-element value.
         mode: ``"element"`` (default; one value per accumulator element), ``"acc_pair"`` (adjacent columns
-            (2j, 2j+1) arrive as one Pair: ``g, u = unpack(acc)``; extra outputs are half width; vectors,
+            (2j, 2j+1) arrive as one Pair: ``g, u = unpack(acc)``, g from column 2j; extra outputs are half width; vectors,
             tiles and ``c`` arrive paired too, except column vectors), or ``"packed"`` (dgated backward:
             ``c`` is a 16-bit (M, 2N) interleaved tensor, ``x, y = unpack(c)``; ``acc`` is (M, N);
             ``"D": pack(dx, dy)`` writes (M, 2N) in C's dtype; requires a ``c`` parameter and ``"D"``).
 
-    Return dict: ``"D"`` (optional except in packed mode; when missing, the raw accumulator is stored, as ``"D": acc`` would),
-    every declared output and every reduce. A ``scaled`` reduce takes a ``(value, scale)`` tuple;
-    in ``acc_pair`` mode a reduce takes one value per lane, ``(lane0, lane1)``.
+    Return dict: ``"D"`` (optional except in packed mode; when missing, the raw accumulator is stored, columns in
+    order, the same kernel as ``"D": acc``), every declared output and every reduce; one value may feed several of
+    them. A ``scaled`` reduce takes a ``(value, scale)`` tuple; in ``acc_pair`` mode a reduce takes one value per
+    lane, ``(lane0, lane1)``.
 
     Shapes by mode, for a GEMM of (M, K) by (K, N): element: D and each extra output (M, N); acc_pair: D (M, N),
     each extra output (M, N/2); packed: C and D (M, 2N) interleaved, each extra output (M, N), row vectors of
-    length N, and a schedule key's N is N, not 2N.
+    length N.
 
     Names: parameters, outputs and reduces must all differ; ``acc``, ``D`` and (as an operand) ``c`` are taken,
     and an operand cannot be named like a parameter of :func:`gemm` (``A``, ``B``, ``C``, ``epi``, ``out_dtype``,
@@ -342,7 +343,9 @@ def gemm(
     Args:
         epi: an :func:`epilogue`.
         A: (M, K), bf16 or fp16. B: (K, N), same dtype, any strides (a transposed view is free).
-        C: optional (M, N) tensor read by the fn's ``c`` parameter ((M, 2N) interleaved in packed mode).
+        C: optional (M, N) tensor read by the fn's ``c`` parameter, bf16, fp16 or fp32 ((M, 2N) interleaved and
+            16-bit in packed mode). C and an (M, N) tile operand each cost one read of their bytes; D and each extra
+            output one write.
         out_dtype: dtype of D and the extra outputs (default: A's dtype; packed mode: C's).
         config: an explicit :class:`Config`, or None for the default (see :class:`Config`). No autotuning here; a
             :func:`schedule` on ``forward`` that names this call (epilogue name, M, N, K) takes precedence.
@@ -359,8 +362,9 @@ def gemm(
 
     Launches, as the task's budget counts them per forward() call: a gemm() call is 1, plus 1 finalisation per
     reduce sink, each sink its own (none are shared): ColVecReduce, RowVecReduce, ColVecSelect 1, OnlineLSEReduce 9;
-    two ColVecReduce sinks make a gemm() 3. Every torch op in forward() that computes or fills is 1 more (views and
-    ``torch.empty`` are free; a host helper says its count). The CPU and GPU stages both count.
+    two ColVecReduce sinks make a gemm() 3. Every torch op in forward() that computes or fills is 1 more (views,
+    ``torch.empty``, indexing gemm()'s result dict are free; a host helper says its count). The CPU and GPU stages
+    both count.
     """
     if not isinstance(epi, Epilogue):
         raise EpilogueError("gemm() takes an @epilogue-decorated function as its first argument")

@@ -30,15 +30,15 @@ class RowVecLoad:
 class ColVecReduce:
     """Reduce the fn's per-element value over N (across a row); the result is one value per row, shape (M,).
 
-    ``combine``: ``"add"`` (sum), ``"max"`` or ``"max_abs"``. ``scaled=True`` (add only): the fn returns a
+    ``combine``: ``"add"`` (sum), ``"max"`` or ``"max_abs"`` (the max of |value|, never negative). ``scaled=True`` (add only): the fn returns a
     pair ``(value, scale)`` and the sum is of ``value * scale`` folded as one fma, e.g. ``(y, y)`` for a
     sum of squares. Not allowed in ``acc_pair`` mode.
 
     Padding: in a partial last tile (N not a multiple of tile_n) the GPU evaluates the fn at the padding columns
-    too, with acc and every operand read as 0, and ``add``/``max_abs`` fold that value in (``max`` masks it). So
+    too, with acc, c and every operand read as 0, and ``add``/``max_abs`` fold that value in (``max`` masks it). So
     the reduced value must be 0 where acc and operands are 0 (``y * y``: fine; ``acc + 1.0``, ``exp(acc)``: wrong
     on the GPU at ragged shapes, though the emulator, which has no padding, passes). Add constants on the host.
-    (From QuACK's code, ``quack.epilogue.ops.VecReduce``.) Launches: 1 finalisation kernel per such sink.
+    Launches: 1 finalisation kernel per such sink, whatever its combine.
     """
 
     combine: Combine = "add"

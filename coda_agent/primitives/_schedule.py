@@ -40,11 +40,10 @@ def _checked(table: object) -> Mapping[ScheduleKey, Config]:
 def schedule(table: Mapping[tuple[str, int, int, int], Config]) -> Callable[[Forward], Forward]:
     """Pin the kernel config of ``forward``'s gemm calls: ``@schedule({("epi_name", M, N, K): Config(...)})``.
 
-    Written by the harness after it tunes a correct candidate (you may keep it when you revise one, or leave
-    it out: the harness tunes again). Each gemm call whose epilogue fn name and GEMM shape (M, N, K) are in the
-    table runs with that config, whatever its own ``config=`` says; other calls run as written. Only as the
-    decorator of ``forward``, with a literal dict. (M, N, K) is the GEMM's own: A's rows, B's columns, A's columns;
-    in packed mode N is the accumulator's width, half the 2N of C and D.
+    The harness writes it after tuning a correct candidate (keep it when revising one, or drop it: the harness
+    tunes again). A gemm call whose fn name and (M, N, K) (A's rows, B's columns, A's columns; in packed mode the
+    accumulator's N, half C's 2N) are in the table runs with that config, whatever its ``config=``. Only on
+    ``forward``, with a literal dict.
     """
     checked = _checked(table)
 

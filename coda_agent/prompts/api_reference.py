@@ -50,11 +50,11 @@ def _value_entry(name: str) -> str:
 
 
 def api_reference() -> str:
-    """Markdown reference of ``coda_agent.primitives``: the module overview, then every public name."""
+    """Markdown reference of ``coda_agent.primitives``: every public name, by group (the module's overview says
+    nothing the contract and the `Config` entry do not, and the worked examples show more than its sample)."""
     listed = {n for _, names in _GROUPS if names for n in names}
     value_math = [n for n in primitives.__all__ if n not in listed and n != "Epilogue"]
-    overview = inspect.cleandoc(primitives.__doc__ or "").split("\n\n")  # its code sample: the worked examples show more
-    parts = ["# coda_agent.primitives — API reference", "", plain("\n\n".join(p for p in overview if "::" not in p and not p.startswith("    "))), ""]
+    parts = ["# coda_agent.primitives — API reference", ""]
     for title, names in _GROUPS:
         parts.append(f"## {title}\n")
         if names is None:  # the value functions: what their GPU precision shares, then one item each
