@@ -78,3 +78,26 @@ def test_a_closed_pipe_nothing_was_written_to_leaves_the_exit_status_alone(tmp_p
     proc.stdout.close()
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 2 and err.decode().startswith("error: no task named 'nosuch'")
+
+
+def test_lines_in_a_pipe_keep_paths_run_ids_and_reasons_whole(capsys, tmp_path):
+    """Only tables wrap (their cells, at spaces); every other line is printed whole, however long: ``verify``'s
+    candidate path and verdict reason, ``run``'s record, ``show``'s run id."""
+    folder = tmp_path / ("a_folder_with_a_long_name_" * 4)
+    folder.mkdir()
+    candidate = folder / "candidate_kernel.py"
+    human = find_task("gemm_residual_rmsnorm").human_file
+    candidate.write_text(human.read_text().replace(", eps)}", ", eps * 1e6)}"))  # rstd far off
+    code, out, _ = cli(capsys, "verify", "gemm_residual_rmsnorm", str(candidate))
+    lines = out.splitlines()
+    assert code == 1 and lines[0] == f"verifying {candidate} on gemm_residual_rmsnorm (torch, shapes: small)", out
+    (reason,) = [line for line in lines if line.startswith("output 'rstd': max error")]
+    assert len(reason) > 80 and reason.endswith("+ floor)"), out
+
+    runs = folder / "runs"
+    code, out, _ = cli(capsys, "run", "gemm_residual_rmsnorm", "--model", "mock/gemm_residual_three_attempts",
+                       "--rounds", "1", "--no-compile", "--runs-dir", str(runs))
+    (run,) = runs.iterdir()
+    assert code == 1 and f"  record: {run}" in out.splitlines(), out
+    code, out, _ = cli(capsys, "show", str(run))
+    assert code == 0 and out.splitlines()[0] == f"{run.name}  (run id {run.name})", out

@@ -56,8 +56,10 @@ app = CliApp(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-console = Console()
-err_console = Console(stderr=True)
+#: Every line is printed whole (``soft_wrap``): a path, a run id or a reason is never broken in a file or pipe, and
+#: a terminal wraps it as it wraps any long line; tables still fit the width and wrap their cells themselves.
+console = Console(soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
 
 
 #: The colour of each attempt outcome in every command: green passed, red the candidate's own failures, magenta
@@ -108,7 +110,7 @@ def pipe_width() -> int:
 def wide_console() -> Console:
     """Where every command prints its tables: the terminal as it is; a file or pipe at :func:`pipe_width` columns.
     Tables wrap their cells at spaces; identifier columns (names, specs, ids) are ``no_wrap`` so no token is cut."""
-    return console if console.is_terminal else Console(width=pipe_width())
+    return console if console.is_terminal else Console(width=pipe_width(), soft_wrap=True)
 
 
 def _print_version(value: bool) -> None:
@@ -139,7 +141,7 @@ def main() -> None:
     try:
         app(standalone_mode=True)
     except (TaskError, UserError) as exc:
-        err_console.print(f"[bold red]error:[/] {untrusted(str(exc))}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {untrusted(str(exc))}", highlight=False)
         sys.exit(2)
     except KeyboardInterrupt:
         err_console.print("interrupted")

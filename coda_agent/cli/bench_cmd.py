@@ -120,7 +120,7 @@ def bench_cmd(
         workers = open_executor(executor, address=address, cpu_workers=jobs, gpu_slots=jobs)
     except ExecutorError as exc:
         raise UserError(str(exc)) from None
-    console.print(f"verifying on {workers.describe()}", highlight=False, soft_wrap=True, markup=False)
+    console.print(f"verifying on {workers.describe()}", highlight=False, markup=False)
     with workers, _progress(1 + 2 * len(selected), workers.activity) as step:
         peaks = measure_peaks()
         step(f"peaks {peaks.tflops_bf16:.0f} TFLOP/s, {peaks.hbm_tbps:.2f} TB/s")

@@ -25,7 +25,7 @@ def note_skipped(skipped: list[str]) -> None:
     from . import err_console
 
     for why in skipped:
-        err_console.print(f"[bold yellow]skipped:[/] {escape(why)}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold yellow]skipped:[/] {escape(why)}", highlight=False)
 
 
 #: The shape set the CPU emulator runs: real sizes on a CPU take hours and prove nothing the small ones don't.

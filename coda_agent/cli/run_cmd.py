@@ -123,7 +123,7 @@ class _Display(RunEvents):
         self.line(Text(shown(message), style="dim italic"))
 
     def line(self, text: Text) -> None:
-        self.out.print(text, highlight=False, soft_wrap=True)
+        self.out.print(text, highlight=False)
 
     def status(self) -> Text:
         s = self.summary
@@ -167,7 +167,7 @@ class LiveDisplay(_Display):
         return Group(*rows)
 
     def line(self, text: Text) -> None:
-        (self.live.console if self.live.is_started else self.out).print(text, highlight=False, soft_wrap=True)
+        (self.live.console if self.live.is_started else self.out).print(text, highlight=False)
 
 
 def make_provider(model: str, base_url: str | None, runs_dir: Path) -> Provider:
@@ -222,24 +222,24 @@ def print_result(summary: RunSummary, header: RunHeader, run_dir: Path) -> None:
             f"[bold green]PASSED[/] {header.task} v{header.task_version}: attempt #{summary.best_attempt} is correct"
             + (f" ({speed_text(summary)})" if speed_text(summary) else "")
             + f", after {summary.attempts} attempt{'s' if summary.attempts != 1 else ''}",
-            highlight=False, soft_wrap=True,
+            highlight=False,
         )
-        console.print(f"  best candidate: {run_dir / 'best.py'}", highlight=False, soft_wrap=True, markup=False)
+        console.print(f"  best candidate: {run_dir / 'best.py'}", highlight=False, markup=False)
     else:
         console.print(
             f"[bold red]FAILED[/] {header.task} v{header.task_version}: no correct candidate in "
             f"{summary.attempts} attempt{'s' if summary.attempts != 1 else ''}",
-            highlight=False, soft_wrap=True,
+            highlight=False,
         )
     outcomes = ", ".join(f"{k} {v}" for k, v in sorted(summary.outcomes.items(), key=lambda kv: -kv[1]))
-    console.print(f"  stopped: {untrusted(summary.stop_reason or summary.status)}", highlight=False, soft_wrap=True)
+    console.print(f"  stopped: {untrusted(summary.stop_reason or summary.status)}", highlight=False)
     console.print(
         f"  {summary.rounds} round{'s' if summary.rounds != 1 else ''} · {outcomes or 'no attempts'} · tokens "
         f"{tokens_text(summary.input_tokens)} in / {tokens_text(summary.output_tokens)} out · {money_text(summary.cost_usd, summary.cost_known)} · "
         f"wall {summary.wall_seconds:.0f} s",
-        highlight=False, soft_wrap=True,
+        highlight=False,
     )
-    console.print(f"  record: {run_dir}", highlight=False, soft_wrap=True, markup=False)
+    console.print(f"  record: {run_dir}", highlight=False, markup=False)
 
 
 class RunOptions(BaseModel):
@@ -326,8 +326,7 @@ class _StdoutOutlivingItsReader(io.TextIOBase):
         self.gone = True
         with contextlib.suppress(OSError, ValueError):  # nothing is left to flush into the closed pipe at exit
             os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
-        err_console.print(f"stdout was closed; carrying on, everything is recorded in {self.record}", highlight=False,
-                          soft_wrap=True, markup=False)
+        err_console.print(f"stdout was closed; carrying on, everything is recorded in {self.record}", highlight=False, markup=False)
 
     def write(self, text: str) -> int:
         if not self.gone:
@@ -370,10 +369,10 @@ def _run_to_its_end(agent: Agent, provider: Provider, run_dir: Path, workers: Ex
     console.print(
         f"run [bold]{escape(header.run_id)}[/]: {escape(header.task)} v{header.task_version} with {escape(header.model)} "
         f"({', '.join(header.verifier_stages)} on {escape(header.device)}{tuned})",
-        highlight=False, soft_wrap=True,
+        highlight=False,
     )
-    console.print(f"  record: {run_dir}", highlight=False, soft_wrap=True, markup=False)
-    console.print(f"  verifying on {workers.describe()}", highlight=False, soft_wrap=True, markup=False)
+    console.print(f"  record: {run_dir}", highlight=False, markup=False)
+    console.print(f"  verifying on {workers.describe()}", highlight=False, markup=False)
     display: _Display = (
         LiveDisplay(console, header, agent.config.budgets.rounds, workers) if console.is_terminal and not plain
         else PlainDisplay(console, header, agent.config.budgets.rounds)
@@ -387,15 +386,15 @@ def _run_to_its_end(agent: Agent, provider: Provider, run_dir: Path, workers: Ex
         with display.live if isinstance(display, LiveDisplay) else contextlib.nullcontext():
             summary = asyncio.run(_drive(agent, provider, received, workers))
     except (asyncio.CancelledError, KeyboardInterrupt):
-        err_console.print(f"interrupted; finished attempts are saved. Resume with: coda-agent run --resume {run_dir}", highlight=False, soft_wrap=True, markup=False)
+        err_console.print(f"interrupted; finished attempts are saved. Resume with: coda-agent run --resume {run_dir}", highlight=False, markup=False)
         raise typer.Exit(STOP_SIGNALS[received[0]] if received else 130) from None
     except FatalProviderError as exc:
-        err_console.print(f"[bold red]error:[/] {untrusted(str(exc))}", highlight=False, soft_wrap=True)
-        err_console.print(f"  (the run is saved; after fixing this: coda-agent run --resume {run_dir})", highlight=False, soft_wrap=True, markup=False)
+        err_console.print(f"[bold red]error:[/] {untrusted(str(exc))}", highlight=False)
+        err_console.print(f"  (the run is saved; after fixing this: coda-agent run --resume {run_dir})", highlight=False, markup=False)
         raise typer.Exit(2) from None
     except Exception as exc:  # the harness failed on this run (the summary says so): one line, not a traceback
-        err_console.print(f"[bold red]error:[/] {untrusted(one_line_failure(exc))}", highlight=False, soft_wrap=True)
-        err_console.print(f"  (finished attempts are recorded in {run_dir})", highlight=False, soft_wrap=True, markup=False)
+        err_console.print(f"[bold red]error:[/] {untrusted(one_line_failure(exc))}", highlight=False)
+        err_console.print(f"  (finished attempts are recorded in {run_dir})", highlight=False, markup=False)
         raise typer.Exit(1) from None
     print_result(summary, agent.header, run_dir)
     if summary.best_attempt is None:
@@ -430,7 +429,7 @@ def resume_run(
         raise UserError(f"run {header.run_id} used {header.model}; a resumed run continues with the same model")
     if unreadable:
         moved = reader.set_aside_unreadable(header.budgets.candidates_per_round)
-        err_console.print(f"set aside {len(moved)} attempt file(s) to redo: {', '.join(p.name for p in moved)}", highlight=False, soft_wrap=True)
+        err_console.print(f"set aside {len(moved)} attempt file(s) to redo: {', '.join(p.name for p in moved)}", highlight=False)
     provider = make_provider(header.model, base_url or header.params.get("base_url"), base)
     budgets = _budgets(header.budgets, **given) if given else None
     try:

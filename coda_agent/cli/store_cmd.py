@@ -50,7 +50,7 @@ def print_problems(problems: list[Problem]) -> None:
         return
     err_console.print(f"[yellow]{len(problems)} file(s) could not be read (shown without them):[/]")
     for p in problems:
-        err_console.print(f"  {escape(p.file)}: {escape(p.message)}", highlight=False, soft_wrap=True)
+        err_console.print(f"  {escape(p.file)}: {escape(p.message)}", highlight=False)
 
 
 @index_app.command("rebuild")
@@ -145,7 +145,7 @@ def leaderboard(
                 out.print(_rich_group(g))
     for note in (lb.untimed_note(board), lb.missing_bench_note(bench_dir)):
         if note:
-            err_console.print(escape(note), highlight=False, soft_wrap=True)
+            err_console.print(escape(note), highlight=False)
     print_problems(board.problems)
 
 

@@ -148,7 +148,7 @@ def start_sweep(
         f"sweep [bold]{record.sweep_id}[/]: {len(selected)} task(s) × {len(set(models))} model(s) = "
         f"{len(record.members)} runs, {jobs} at a time", highlight=False,
     )
-    console.print(f"  record: {path}", highlight=False, soft_wrap=True, markup=False)
+    console.print(f"  record: {path}", highlight=False, markup=False)
     with outliving_a_closed_stdout(path):
         return _Session(record, path, base, jobs, executor).run()
 
@@ -212,12 +212,12 @@ class _Lines(RunEvents):
         self.placed[index] = worker
 
     def note(self, message: str) -> None:
-        console.print(Text(f"[{self.label}] {shown(message)}", style="dim italic"), highlight=False, soft_wrap=True)
+        console.print(Text(f"[{self.label}] {shown(message)}", style="dim italic"), highlight=False)
 
     def attempt_finished(self, attempt: Attempt, summary: RunSummary) -> None:
         line = Text(f"[{self.label}] ", style="bold")
         line.append_text(attempt_line(attempt, self.placed.pop(attempt.index, None)))
-        console.print(line, highlight=False, soft_wrap=True)
+        console.print(line, highlight=False)
 
 
 def _label(member: SweepMember) -> str:
@@ -316,7 +316,7 @@ class _Session:
             return self._run()
 
     def _run(self) -> int:
-        console.print(f"  verifying on {self.workers.describe()}", highlight=False, soft_wrap=True, markup=False)
+        console.print(f"  verifying on {self.workers.describe()}", highlight=False, markup=False)
         if self.shared is not None:  # what the runs left alone spent counts, too
             for m in self.record.members:
                 with contextlib.suppress(RunRecordError):
@@ -329,18 +329,18 @@ class _Session:
         except (asyncio.CancelledError, KeyboardInterrupt):
             err_console.print(
                 f"interrupted; finished attempts are saved. Resume with: coda-agent run --resume {self.path}",
-                highlight=False, soft_wrap=True, markup=False,
+                highlight=False, markup=False,
             )
             return STOP_SIGNALS[received[0]] if received else 130
         wide_console().print(summary_table(self.record, outcomes))
         for line in run_lines(self.base, outcomes):
-            console.print(line, highlight=False, soft_wrap=True)
+            console.print(line, highlight=False)
         for o in outcomes:
             if o.error:
                 kind = "[bold red]error:[/]" if o.failed else "note:"
-                err_console.print(f"{kind} [{escape(_label(o.member))}] {untrusted(o.error)}", highlight=False, soft_wrap=True)
-        console.print(f"  record: {self.path}", highlight=False, soft_wrap=True, markup=False)
-        console.print(closing_line(outcomes), highlight=False, soft_wrap=True)
+                err_console.print(f"{kind} [{escape(_label(o.member))}] {untrusted(o.error)}", highlight=False)
+        console.print(f"  record: {self.path}", highlight=False, markup=False)
+        console.print(closing_line(outcomes), highlight=False)
         return max(o.exit_status for o in outcomes)
 
 

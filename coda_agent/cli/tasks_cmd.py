@@ -50,8 +50,7 @@ def list_tasks(
             first, *more = str(exc).splitlines()  # the file, and its first mistake
             unreadable.append(first + (f": {more[0].strip()}{'; ...' if len(more) > 1 else ''}" if more else ""))
     for why in unreadable:
-        err_console.print(f"[bold yellow]skipped:[/] {escape(why)} (`coda-agent validate` says more)", highlight=False,
-                          soft_wrap=True)
+        err_console.print(f"[bold yellow]skipped:[/] {escape(why)} (`coda-agent validate` says more)", highlight=False)
     if not located:
         if unreadable:
             raise typer.Exit(2)
@@ -99,13 +98,13 @@ def validate(paths: list[Path] = typer.Argument(None, help=SEARCH_HELP, metavar=
     for f in files:
         report = validate_path(f)
         if report.ok:
-            out.print(f"[green]ok[/]    {escape(str(f))}", soft_wrap=True)
+            out.print(f"[green]ok[/]    {escape(str(f))}")
         else:
             failed += 1
-            out.print(f"[red]FAIL[/]  {escape(str(f))}", soft_wrap=True)
+            out.print(f"[red]FAIL[/]  {escape(str(f))}")
             for p in report.problems:
                 for line in p.splitlines():
-                    out.print(f"      {escape(line)}", highlight=False, soft_wrap=True)
+                    out.print(f"      {escape(line)}", highlight=False)
     out.print(f"{len(files) - failed}/{len(files)} task files valid")
     if failed:
         raise typer.Exit(1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from ..atomic import write_text_atomic
@@ -49,7 +50,7 @@ def print_verdict(verdict: Verdict) -> None:
     for s in verdict.stages:
         mark = f"[{outcome_style(s.outcome.value)}]{'pass' if s.outcome is Outcome.PASSED else s.outcome.value}[/]"
         memory = f"  {s.memory.describe()}" if s.memory is not None and s.memory.describe() else ""
-        console.print(f"  {s.stage:<16} {mark}  {s.seconds:6.1f} s{memory}", highlight=False, soft_wrap=True)
+        console.print(f"  {s.stage:<16} {mark}  {s.seconds:6.1f} s{memory}", highlight=False)
     if any(s.checks for s in verdict.stages):
         wide_console().print(verdict_table(verdict))
     console.print(f"[bold {outcome_style(verdict.outcome.value)}]{verdict.outcome.value.upper()}[/] {verdict.task} v{verdict.task_version}", highlight=False)
@@ -102,7 +103,7 @@ def verify_cmd(
     check_fits_device(t, stages, shape_set, seed_values)
     limit = timeout_value(timeout, default_timeout(t, stages, shape_set, len(seed_values)))
     source = read_candidate(path)
-    console.print(f"verifying [bold]{path}[/] on [bold]{t.name}[/] ({label}, shapes: {shape_set})")
+    console.print(f"verifying [bold]{escape(str(path))}[/] on [bold]{escape(t.name)}[/] ({label}, shapes: {shape_set})", highlight=False)
     box = detect_sandbox()
     if not box.isolated:
         err_console.print(f"[bold yellow]warning:[/] {box.describe()}", highlight=False)
