@@ -58,3 +58,21 @@ def test_default_time_limit_follows_the_stages_and_shapes():
     assert default_timeout(K0, ("correctness",), "small", 3) == 120
     assert default_timeout(K0, ("correctness", "compile"), "small", 3) == 300  # as the run command's help says
     assert default_timeout(K0, ("gpu_correctness", "profile"), "bench", 3) > 600  # a QuACK build per bench shape
+
+
+def test_compile_only_says_it_compiles_not_that_it_passed(capsys, monkeypatch):
+    """``--compile-only`` builds the kernels and checks no output: its verdict says so (exit 0 all the same)."""
+    from coda_agent.cli import verify_cmd
+    from coda_agent.verifier.verdict import StageResult, Verdict
+
+    def built(task, source, stages, **kwargs):
+        assert stages == ("compile",)
+        return Verdict(task=task.name, task_version=task.version, backend="quack-compile", outcome="passed",
+                       stages=[StageResult(stage="static", outcome="passed", seconds=0.0),
+                               StageResult(stage="compile", outcome="passed", seconds=9.0)])
+
+    monkeypatch.setattr(verify_cmd, "verify", built)
+    code, out, err = cli(capsys, "verify", "gemm_residual_rmsnorm", "--compile-only")
+    assert code == 0, out + err
+    assert out.splitlines()[-1] == "COMPILES gemm_residual_rmsnorm v1 (sm_90a build only; correctness not checked)"
+    assert "PASSED" not in out

@@ -28,6 +28,8 @@ from .inputs import (
 #: ``--tolerance-baseline`` spellings and the baseline each names.
 BASELINES: dict[str, Baseline] = {"eager": "eager", "single-rounding": "single_rounding"}
 BASELINE_NAMES = {v: k for k, v in BASELINES.items()}
+#: The stages that check a candidate's outputs: a pass without one of them says only that it builds.
+CORRECTNESS_STAGES = ("correctness", "gpu_correctness")
 
 
 def verdict_table(verdict: Verdict) -> Table:
@@ -53,7 +55,11 @@ def print_verdict(verdict: Verdict) -> None:
         console.print(f"  {s.stage:<16} {mark}  {s.seconds:6.1f} s{memory}", highlight=False)
     if any(s.checks for s in verdict.stages):
         wide_console().print(verdict_table(verdict))
-    console.print(f"[bold {outcome_style(verdict.outcome.value)}]{verdict.outcome.value.upper()}[/] {verdict.task} v{verdict.task_version}", highlight=False)
+    headline, scope = verdict.outcome.value.upper(), ""
+    if verdict.passed and not any(s.stage in CORRECTNESS_STAGES for s in verdict.stages):  # --compile-only
+        headline, scope = "COMPILES", " (sm_90a build only; correctness not checked)"
+    console.print(f"[bold {outcome_style(verdict.outcome.value)}]{headline}[/] {escape(verdict.task)} v{verdict.task_version}{scope}",
+                  highlight=False)
     if verdict.reason and not verdict.passed:
         console.print(shown(verdict.reason), highlight=False, markup=False)  # the candidate's words, inert
 
