@@ -28,7 +28,7 @@ from ..execute import Executor, ExecutorError, open_executor
 from ..launch import ReaderGone
 from ..prompts.feedback import attempt_headline
 from ..providers import Provider, ProviderError, get_provider, lookup
-from ..store.records import Attempt, Budgets, RunHeader, RunSummary
+from ..store.records import Attempt, Budgets, RunHeader, RunSummary, run_status
 from ..store.rundir import RunReader, RunRecordError, resolve_run
 from ..tasks.model import Task
 from ..untrusted import shown
@@ -407,10 +407,8 @@ def one_line_failure(exc: BaseException) -> str:
     return f"the run failed: {type(exc).__name__}" + (f": {first}" if first else "")
 
 
-def resume_run(
-    name: str, base: Path, model: str | None, base_url: str | None, given: dict[str, Any], task: str | None,
-    redo_corrupt: bool,
-) -> tuple[Path, Agent, Provider]:
+def recorded_run(name: str, base: Path, model: str | None, task: str | None, redo_corrupt: bool) -> tuple[Path, RunReader]:
+    """The run ``--resume`` names, readable (or ``--redo-corrupt``), on the task and with the model given if any."""
     try:
         run_dir = resolve_run(name, base)
         reader = RunReader(run_dir)
@@ -427,9 +425,45 @@ def resume_run(
         raise UserError(f"run {header.run_id} is on task {header.task}, not {task}")
     if model and model != header.model:
         raise UserError(f"run {header.run_id} used {header.model}; a resumed run continues with the same model")
-    if unreadable:
+    return run_dir, reader
+
+
+#: A run that ended so is not continued by ``--resume`` alone: its target reached, or its rounds or a budget spent
+#: (``--rounds`` or a larger budget continues these two).
+ENDED = ("target_reached", "completed", "budget_exhausted")
+
+
+def already_finished(run_dir: Path, reader: RunReader, given: dict[str, Any]) -> int | None:
+    """``--resume`` of a run that has nothing left to do: says so with its result, asks no model, starts no worker;
+    the exit status is the run's own (0 a correct kernel, 1 none). None when there is something to resume."""
+    try:
+        summary = reader.summary()
+    except RunRecordError as exc:
+        raise UserError(str(exc)) from None
+    if summary is None or summary.status not in ENDED:
+        return None  # killed while running, interrupted, or failed: it goes on
+    if len(reader.attempt_files()) != summary.attempts or reader.unreadable_attempts():
+        return None  # attempts lost or unreadable since: they are redone
+    if given and summary.status != "target_reached":
+        return None  # budgets raised: it goes on
+    label, _ = run_status(summary.status, summary.passes)
+    console.print(f"run {escape(reader.header.run_id)} already finished ({escape(label)}): nothing to resume", highlight=False)
+    print_result(summary, reader.header, run_dir)
+    if summary.status != "target_reached":
+        console.print(f"  to go on: coda-agent run --resume {run_dir} --rounds N (or a larger budget)", highlight=False, markup=False)
+    return 0 if summary.best_attempt is not None else 1
+
+
+def resume_run(
+    name: str, base: Path, model: str | None, base_url: str | None, given: dict[str, Any], task: str | None,
+    redo_corrupt: bool,
+) -> tuple[Path, Agent, Provider]:
+    run_dir, reader = recorded_run(name, base, model, task, redo_corrupt)
+    header = reader.header
+    if redo_corrupt:
         moved = reader.set_aside_unreadable(header.budgets.candidates_per_round)
-        err_console.print(f"set aside {len(moved)} attempt file(s) to redo: {', '.join(p.name for p in moved)}", highlight=False)
+        if moved:
+            err_console.print(f"set aside {len(moved)} attempt file(s) to redo: {', '.join(p.name for p in moved)}", highlight=False)
     provider = make_provider(header.model, base_url or header.params.get("base_url"), base)
     budgets = _budgets(header.budgets, **given) if given else None
     try:

@@ -107,7 +107,11 @@ def run_cmd(
     one_model: str | None = models[0] if models else None
     if resume:
         from ..verifier.scratch import remove_stale
+        from .run_cmd import already_finished, recorded_run
 
+        finished = already_finished(*recorded_run(resume, base, one_model, one_task, redo_corrupt), options.budget_flags())
+        if finished is not None:
+            raise typer.Exit(finished)
         remove_stale()  # what the interrupted run's runners left behind if it was killed outright (kill -9)
         workers = open_workers(executor, address)
         with _closed_on_error(workers):
