@@ -64,7 +64,7 @@ def epilogue(
     be ``acc``; a parameter named ``c`` receives the GEMM's C operand (``gemm(..., C=...)``); every other
     parameter is an operand passed to :func:`gemm` by keyword, whose kind follows from its shape:
     a number or 1-element tensor is a scalar, shape (M, N) a tile, (N,) or (1, N) a row vector, (M,) or
-    (1, M) a column vector. Pin vectors with ``operands={"x": ColVecLoad()}`` / ``RowVecLoad()`` (required
+    (1, M) a column vector; vectors bf16 or fp32. Pin vectors with ``operands={"x": ColVecLoad()}`` / ``RowVecLoad()`` (required
     when M == N).
 
     Args:
@@ -74,8 +74,9 @@ def epilogue(
             :class:`OnlineLSEReduce`, :class:`ColVecSelect`); the fn returns each one's per-element value.
         mode: ``"element"`` (default; one value per accumulator element), ``"acc_pair"`` (adjacent columns
             (2j, 2j+1) arrive as one Pair: ``g, u = unpack(acc)``, g from column 2j; extra outputs are half width; vectors,
-            tiles and ``c`` arrive paired too, except column vectors), or ``"packed"`` (dgated backward:
-            ``c`` is a 16-bit (M, 2N) interleaved tensor, ``x, y = unpack(c)``; ``acc`` is (M, N);
+            tiles and ``c`` arrive paired too, except column vectors), or ``"packed"`` (a gated pair's backward; an
+            ungated one is element mode with C. ``c`` is a 16-bit (M, 2N) interleaved tensor, ``x, y = unpack(c)``,
+            x from column 2j; ``acc`` is (M, N);
             ``"D": pack(dx, dy)`` writes (M, 2N) in C's dtype; requires a ``c`` parameter and ``"D"``).
 
     Return dict: ``"D"`` (optional except in packed mode; when missing, the raw accumulator is stored, columns in
@@ -89,7 +90,8 @@ def epilogue(
 
     Names: parameters, outputs and reduces must all differ; ``acc``, ``D`` and (as an operand) ``c`` are taken,
     and an operand cannot be named like a parameter of :func:`gemm` (``A``, ``B``, ``C``, ``epi``, ``out_dtype``,
-    ``config``, ``store_d``). Names are case-sensitive: an operand ``b`` is not ``B``.
+    ``config``, ``store_d``). Names are case-sensitive: an operand ``b`` is not ``B``. They are the kernel's own:
+    forward() maps them to the task's outputs; a module constant ``C`` is not gemm's ``C``.
     """
     pins = dict(operands or {})
     sinks = dict(reduces or {})
@@ -347,8 +349,8 @@ def gemm(
             16-bit in packed mode). C and an (M, N) tile operand each cost one read of their bytes; D and each extra
             output one write.
         out_dtype: dtype of D and the extra outputs (default: A's dtype; packed mode: C's).
-        config: an explicit :class:`Config`, or None for the default (see :class:`Config`). No autotuning here; a
-            :func:`schedule` on ``forward`` that names this call (epilogue name, M, N, K) takes precedence.
+        config: an explicit :class:`Config`, or None for the default (see :class:`Config`); a :func:`schedule`
+            pin takes precedence.
         store_d: False skips writing D (saves its HBM traffic when only the extra outputs and reduces are
             needed, e.g. a SwiGLU activation); the result then has no "D". Not allowed in packed mode.
         **operands: the fn's other parameters, plus the index tensors of ColVecSelect reduces.

@@ -67,7 +67,8 @@ class RowVecReduce:
 class OnlineLSEReduce:
     """Numerically stable log-sum-exp of the fn's value over N: one f32 value per row, shape (M,).
 
-    Keeps a running (max, sum) per tile; the partials are merged with logsumexp. Padding columns are masked.
+    Keeps a running (max, sum) per tile (`exp`'s GPU precision); the partials are merged with logsumexp in FP32.
+    Padding columns are masked.
     Launches: 9 finalisation kernels (torch.logsumexp over the per-tile partials): mind a tight budget.
     """
 

@@ -29,7 +29,8 @@ too (`maximum(acc, 0.0)`). On the GPU `+ - *` are FP32 (a multiply-add may
 fuse into an FMA); `/` is IEEE division (`div.rn.f32`, ~10 instructions: multiply by a reciprocal constant instead).
 The functions below run on the special-function unit (a quarter of the FMA rate) in `.approx` forms (subnormals
 flushed), errors stated; the emulator's FP32 is more exact, so leave a margin where an output sums many approximated
-terms. On the H200 (bench, 2026-12) element-mode kernels with no C and one or two special functions per element
+terms; the emulator fuses nothing. An expression the fn repeats is computed once (sm_90a PTX: `gelu_tanh(acc)`
+beside `tanh` of its exact inner expression has one `tanh.approx`, the same math written otherwise two). On the H200 (bench, 2026-12) element-mode kernels with no C and one or two special functions per element
 ran at 0.98-1.04x cuBLAS at K 2048-8192 (the math hid behind the GEMM); reading C or packed pairs cost more
 (0.83-0.96x)."""
 
@@ -251,7 +252,7 @@ def sigmoid(x: Value) -> Value:
     """1 / (1 + exp(-x)).
 
     GPU: ``ex2.approx.ftz.f32`` then ``rcp.approx.ftz.f32`` (1 ulp): a few ulp relative; 0, not NaN, where exp(-x)
-    overflows. Two special-function ops.
+    overflows (the emulator too). Two special-function ops.
     """
     _scalar_only("sigmoid", x)
     if _emulated(x):
@@ -275,7 +276,7 @@ def silu(x: Value) -> Value:
 
 
 def relu(x: Value) -> Value:
-    """max(x, 0).
+    """max(x, 0), the same as ``maximum(x, 0.0)``.
 
     GPU: ``max.f32``, exact; but relu(NaN) is 0 on the GPU (the max returns its non-NaN operand) where the
     emulator and torch give NaN.
@@ -291,7 +292,8 @@ def relu(x: Value) -> Value:
 def gelu_tanh(x: Value) -> Value:
     """GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 
-    GPU: through :func:`tanh` (``tanh.approx.f32``): absolute error up to about ``0.5 |x| * 2^-11``.
+    GPU: ``tanh(x * (K0 + K1 * (x * x)))``, K0 = sqrt(2/pi), K1 = 0.044715 K0 (``tanh.approx.f32``): absolute
+    error up to about ``0.5 |x| * 2^-11``.
     """
     _scalar_only("gelu_tanh", x)
     if _emulated(x):
