@@ -352,3 +352,30 @@ def test_leaderboard_says_why_speed_is_not_compared_and_where_bench_results_are(
     make_bench(bench, [bench_row("gemm_rmsnorm", "llama3-8b", 100.0)])
     code, out, err = run_cli(monkeypatch, capsys, "leaderboard")
     assert "no bench results found" not in err and "Speed not compared" in err
+
+
+def test_a_run_that_ended_before_its_first_attempt_is_no_authors_result(tmp_path, monkeypatch, capsys):
+    """A provider's set-up error ends a run with no attempt: no row, no run in an author's count; the runs left
+    out are named (stderr, JSON)."""
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("CODA_AGENT_RUNS_DIR", str(runs))
+    monkeypatch.setenv("CODA_AGENT_BENCH_DIR", str(tmp_path / "bench"))
+    make_run(runs, model="anthropic/claude", outcomes=("passed",))
+    unstarted = []
+    for hours, model in ((1, "anthropic/claude"), (2, "openai/gpt-5")):
+        run = make_run(runs, model=model, outcomes=(), created=T0 + timedelta(hours=hours))
+        summary = json.loads((run / "summary.json").read_text())
+        (run / "summary.json").write_text(json.dumps({**summary, "status": "failed", "stop_reason": "no OPENAI_API_KEY"}))
+        unstarted.append(run.name)
+    b = board(tmp_path)
+    assert [(e.author, e.runs) for g in b.groups for e in g.entries] == [("anthropic/claude", 1)]
+    assert b.no_attempts == unstarted
+    code, out, err = run_cli(monkeypatch, capsys, "leaderboard")
+    assert code == 0 and "openai/gpt-5" not in out and "1/1" in out
+    assert f"not counted: 2 runs with no attempts (ended before the first, e.g. on a provider's set-up error): {', '.join(unstarted)}" in err
+    code, out, _ = run_cli(monkeypatch, capsys, "leaderboard", "--format", "json")
+    assert json.loads(out)["no_attempts"] == unstarted and [r["author"] for r in json.loads(out)["summary"]] == ["anthropic/claude"]
+    from coda_agent.viewer import Site
+
+    html = Site(runs, tmp_path / "bench").get("/").body.decode()
+    assert "not counted: 2 runs with no attempts" in html

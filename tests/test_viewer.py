@@ -178,7 +178,8 @@ def test_empty_runs_folder(tmp_path):
     assert status == 200 and "Nothing to compare yet" in html
     svg = get(s, "/plots/speedup.svg")[1]
     assert "no timed results yet" in svg
-    assert json.loads(get(s, "/index.json")[1]) == {"groups": [], "apart": [], "problems": [], "summary": [], "runs": []}
+    assert json.loads(get(s, "/index.json")[1]) == {"groups": [], "apart": [], "problems": [], "no_attempts": [], "summary": [],
+                                                    "runs": []}
 
 
 def test_cpu_only_task_page_says_there_is_no_timing(tmp_path):

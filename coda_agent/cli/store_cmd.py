@@ -143,7 +143,7 @@ def leaderboard(
             out.rule("other versions / devices (not compared with the tables above)")
             for g in board.apart:
                 out.print(_rich_group(g))
-    for note in (lb.untimed_note(board), lb.missing_bench_note(bench_dir)):
+    for note in (lb.untimed_note(board), lb.no_attempts_note(board), lb.missing_bench_note(bench_dir)):
         if note:
             err_console.print(escape(note), highlight=False)
     print_problems(board.problems)

@@ -9,7 +9,8 @@ Sources: the human author and the baselines (eager, torch.compile, cuBLAS GEMM a
 come from the newest bench result per task/version/device/shape; where no bench result covers a shape,
 from the newest agent run that timed them in its own session. Each model's best is its fastest passing
 attempt over all its runs; "what it took" is that run's rounds, attempts, tokens, $ and time to its
-first correct candidate. A human run record (``model: human``) competes with the bench figure.
+first correct candidate. A human run record (``model: human``) competes with the bench figure. A run that ended
+before its first attempt (a provider's or the set-up's error) is no author's result: it is left out, and named.
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ class Leaderboard(BaseModel):
     groups: list[Group]  # the main tables: per task, its latest version on one device
     apart: list[Group]  # other versions/devices, never compared with the main tables
     problems: list[Problem]
+    no_attempts: list[str] = []  # runs left out: they ended before their first attempt
 
     @property
     def empty(self) -> bool:
@@ -113,7 +115,8 @@ def build(index: Index, task: str | None = None, device: str | None = None) -> L
     timings: dict[str, list[AttemptTiming]] = defaultdict(list)
     for t in index.attempt_timings(task):
         timings[t.run_dir].append(t)
-    runs = [_replay_costs(r, index) for r in runs]
+    no_attempts = [r.dir for r in runs if not r.attempts and r.status != "running"]
+    runs = [_replay_costs(r, index) for r in runs if r.attempts]
 
     runs_by: dict[Combo, list[RunRow]] = defaultdict(list)
     for r in runs:
@@ -129,7 +132,7 @@ def build(index: Index, task: str | None = None, device: str | None = None) -> L
     for combo in combos:
         groups = _combo_groups(combo, runs_by.get(combo, []), bench_by.get(combo, []), timings)
         (main if combo in primary else apart).extend(groups)
-    return Leaderboard(groups=main, apart=apart, problems=index.problems())
+    return Leaderboard(groups=main, apart=apart, problems=index.problems(), no_attempts=no_attempts)
 
 
 def _primary_combos(
@@ -381,6 +384,15 @@ def untimed_note(board: Leaderboard) -> str:
             "the human kernel's and the baselines' times come from a GPU (`coda-agent run` or `bench` on one).")
 
 
+def no_attempts_note(board: Leaderboard) -> str:
+    """One line naming the runs left out because they ended before their first attempt ("" when none did)."""
+    if not board.no_attempts:
+        return ""
+    n = len(board.no_attempts)
+    return (f"not counted: {n} run{'s' if n != 1 else ''} with no attempts (ended before the first, e.g. on a provider's "
+            f"set-up error): {', '.join(board.no_attempts)}")
+
+
 SUMMARY_COLUMNS: list[tuple[str, str]] = [
     ("task", "task"), ("device", "device"), ("author", "author"), ("correct", "correct"), ("shapes", "shapes"), ("×eager", "vs_eager"),
     ("×compile", "vs_compiled"), ("×cuBLAS", "vs_cublas"), ("×human", "vs_human"), ("%SoL", "pct_sol"),
@@ -416,6 +428,7 @@ def summary_json(board: Leaderboard) -> str:
     return json.dumps({
         "summary": [r.model_dump() for r in summarize(board)],
         "problems": [{"file": p.file, "message": p.message} for p in board.problems],
+        "no_attempts": board.no_attempts,
     }, indent=2)
 
 
@@ -602,6 +615,7 @@ def to_json(board: Leaderboard) -> str:
         "groups": [_group_json(g) for g in board.groups],
         "apart": [_group_json(g) for g in board.apart],
         "problems": [{"file": p.file, "message": p.message} for p in board.problems],
+        "no_attempts": board.no_attempts,
     }
     return json.dumps(data, indent=2)
 

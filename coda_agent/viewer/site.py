@@ -205,6 +205,7 @@ class Site:
             recent_runs=RECENT_RUNS, runs_dir=str(self.runs_dir),
             bench_dir=str(self.bench_dir), json_url="index.json", has_timing=any(g.timed for g in board.groups),
             untimed_note=lb.untimed_note(board), bench_note=lb.missing_bench_note(self.bench_dir),
+            no_attempts_note=lb.no_attempts_note(board),
         )
 
     # ---- task
