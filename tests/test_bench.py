@@ -61,7 +61,10 @@ def test_interleaved_timing_rotates_order_and_ranks_variants():
         return fn
 
     variants = {"fast": sleeper("fast", 0.0005), "slow": sleeper("slow", 0.003)}
-    plan = timing.RepPlan(warmup=1, target_s=0.02, min_reps=4, max_reps=6)
+    # the probe sizes the run from the slowest variant (6 reps of a 3 ms one here); pinned at 6, so that a loaded
+    # machine's longer sleeps cannot size it smaller
+    assert timing.RepPlan(warmup=1, target_s=0.02, min_reps=4, max_reps=6).reps_for(3000) == 6
+    plan = timing.RepPlan(warmup=1, target_s=0.02, min_reps=6, max_reps=6)
     t = timing.time_interleaved(variants, timing.Clock("cpu"), plan)
     assert t["fast"].median_us < t["slow"].median_us
     assert t["slow"].median_us >= 3000

@@ -329,6 +329,53 @@ def test_runners_over_one_source_follow_one_another_in_either_mode(as_nobody, mo
     assert cache.stat().st_uid == (sandbox.NOBODY if as_nobody else os.geteuid())
 
 
+def test_runners_switching_user_over_one_source_take_its_cache_back(monkeypatch, scratch):
+    """As root, one checker may run its runners as nobody and the next as root (one started from a folder nobody
+    cannot read): each takes the source's QuACK cache back, everything in it, rather than refusing it (CI's
+    sigterm run ended infra_error so: its cache folder was nobody's and its runner root)."""
+    from coda_agent import verifier
+    from coda_agent.tasks import find_task
+
+    if os.geteuid() != 0:
+        pytest.skip("only root runs runners as another user")
+    _as(True)
+    monkeypatch.setenv("QUACK_CACHE_DIR", str(scratch / "quack"))
+    task = find_task("gemm_residual")
+    source = task.human_file.read_text()
+    for as_nobody in (True, False, True):
+        monkeypatch.setattr("coda_agent.verifier.client.detect", lambda a=as_nobody: _as(a))
+        verdict = verifier.verify(task, source, ["correctness"], shape_names=["tiny"], seeds=[0])
+        assert verdict.outcome is Outcome.PASSED, verdict.reason
+        cache = next((scratch / "quack" / "by-source").iterdir())
+        owners = {os.lstat(os.path.join(root, name)).st_uid for root, dirs, files in os.walk(cache) for name in (*dirs, *files)}
+        assert owners | {cache.stat().st_uid} == {sandbox.NOBODY if as_nobody else 0}
+
+
+def test_hand_over_changes_links_never_their_targets(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give folders away")
+    outside = tmp_path / "outside"
+    outside.write_text("x")
+    folder = tmp_path / "cache"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "sub" / "kernel.o").write_bytes(b"\0")
+    (folder / "link").symlink_to(outside)
+    sandbox.hand_over(folder, sandbox.NOBODY)
+    assert {p.lstat().st_uid for p in (folder, folder / "sub", folder / "sub" / "kernel.o", folder / "link")} == {sandbox.NOBODY}
+    assert outside.stat().st_uid == 0
+
+
+def test_the_checkers_working_folder_is_not_a_runners_python_path(monkeypatch, tmp_path):
+    """``python -m coda_agent`` puts its working folder first on sys.path; one closed to other users made the
+    probe as nobody fail, and every runner of that checker run as root."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    assert str(tmp_path) not in sandbox.python_path()
+    assert str(tmp_path) not in sandbox.runner_env(sandbox.Spec(scratch=tmp_path)).get("PYTHONPATH", "").split(os.pathsep)
+    monkeypatch.setattr(sandbox, "PACKAGE", tmp_path / "coda_agent")  # a checkout run in place: its folder stays
+    assert str(tmp_path) in sandbox.python_path()
+
+
 def test_ci_runs_the_runners_as_nobody():
     """CI is root, as the GPU image's user is: its runners must drop to nobody there (.ci/run opens Python's folders),
     or the path the GPU box takes goes untested again."""

@@ -105,12 +105,14 @@ class Sandbox:
         env = runner_env(spec)
         for p in (spec.scratch, *spec.writable):
             p.mkdir(mode=0o700, parents=True, exist_ok=True)
-            check_private(p, runner_uid=self.runner_uid)
+            # As root, a folder an earlier runner left is nobody's or root's, whichever that runner was: take it
+            # back for this one either way (a checker started from a folder nobody cannot read runs them as root).
+            check_private(p, runner_uid=NOBODY if os.geteuid() == 0 else None)
             if self.as_nobody:
                 check_reachable(p)
             p.chmod(0o700)  # the runner's folders are its own and the checker's, no other user's
-            if self.as_nobody:
-                os.chown(p, NOBODY, NOBODY)
+            if os.geteuid() == 0:
+                hand_over(p, self.runner_uid)
         cmd = self._bwrap_argv(argv, spec, env) if self.kind == "bwrap" else argv
         user = dict(user=NOBODY, group=NOBODY, extra_groups=[]) if self.as_nobody else {}
         return subprocess.Popen(  # type: ignore[call-overload]
@@ -173,13 +175,35 @@ def check_private(folder: Path, runner_uid: int | None = None) -> None:
             raise UnsafeFolder(f"{p} is writable by other users: the runner will not write below it")
 
 
+def hand_over(folder: Path, uid: int) -> None:
+    """Make ``folder`` and everything in it ``uid``'s, so that its runner can write all it holds (a QuACK cache
+    filled by a runner of the other user). Links are changed, never followed."""
+    for root, dirs, files in os.walk(folder):
+        for name in (*dirs, *files):
+            path = os.path.join(root, name)
+            if os.lstat(path).st_uid != uid:
+                os.lchown(path, uid, uid)
+    if os.lstat(folder).st_uid != uid:
+        os.lchown(folder, uid, uid)
+
+
+def python_path() -> list[str]:
+    """The checker's Python paths a runner needs: every existing ``sys.path`` folder except the checker's working
+    folder, which ``python -m`` puts first and the runner never imports from (unless the package lives there). A
+    working folder closed to other users would otherwise make the runners fall back from nobody to root."""
+    cwd = os.path.realpath(os.getcwd())
+    keep = str(PACKAGE.parent)
+    return [p for p in dict.fromkeys(sys.path)
+            if p and os.path.isdir(p) and (os.path.realpath(p) != cwd or os.path.realpath(p) == keep)]
+
+
 def runner_env(spec: Spec) -> dict[str, str]:
     """The runner's whole environment: an allowlist of the checker's, plus where it may write."""
     env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
     env.update({
         "HOME": str(spec.scratch), "TMPDIR": "/tmp", "XDG_CACHE_HOME": str(spec.scratch / ".cache"),
         "TRITON_CACHE_DIR": str(spec.scratch / ".triton"), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
-        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)),
+        "PYTHONPATH": os.pathsep.join(python_path()),
     })
     env.update(spec.env)
     return env
@@ -212,14 +236,14 @@ PACKAGE = Path(__file__).resolve().parents[1]
 def _needed_paths(spec: Spec) -> list[Path]:
     """What the runner reads or writes: the interpreter, the package, Python's paths, its folders."""
     return [Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent, PACKAGE,
-            spec.scratch, *spec.writable, *(Path(p) for p in sys.path if p and os.path.isdir(p))]
+            spec.scratch, *spec.writable, *(Path(p) for p in python_path())]
 
 
 def _needed_under_tmp() -> list[str]:
     """What the runner reads that lives under /tmp (the GPU machine's site-packages, a virtualenv or an editable
     checkout there) survives the private /tmp."""
     out: list[str] = []
-    for p in sorted({sys.prefix, str(PACKAGE), *sys.path}):
+    for p in sorted({sys.prefix, str(PACKAGE), *python_path()}):
         if p and p.startswith("/tmp/") and os.path.isdir(p) and not any(p.startswith(q + "/") for q in out):
             out.append(p)
     return out
