@@ -24,8 +24,8 @@ class Config:
     runs: in acc_pair mode that default; in packed mode 128x128; in element mode, the default below one wave of
     its tiles (partial ones counted, 132 SMs), else: with a light epilogue (no (M, N) tile operand besides C, no
     RowVecReduce) at K >= 8192, cooperative 128x256 if its wave cost is no higher; else 128x128 (2x1, pingpong)
-    if its wave cost is at least 5% lower (narrow N, e.g. M 8192 x N 2048); else the default. Wave cost: ceil(tiles / 132) x tile_m x
-    tile_n.
+    if its wave cost is at least 5% lower (a narrow N); else the default. Wave cost: ceil(tiles / 132) x tile_m x
+    tile_n (clusters not counted).
 
     Whether to pass one: on a GPU run the harness tunes each correct candidate's gemm calls (the valid configs,
     timed) and pins the fastest with :func:`schedule`, which overrides ``config=``; a CPU-only run builds configs

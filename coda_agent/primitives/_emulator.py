@@ -92,9 +92,9 @@ def run(call: GemmCall) -> dict[str, torch.Tensor]:
     missing = [k for k in (*epi.outputs, *epi.sinks) if k not in result]
     unknown = [k for k in result if k not in declared]
     if missing:
-        raise EpilogueError(f"epilogue fn {epi.name} did not return declared names {missing}")
+        raise EpilogueError(f"epilogue fn {epi.name} did not return declared names {', '.join(missing)}")
     if unknown:
-        raise EpilogueError(f"epilogue fn {epi.name} returned undeclared names {unknown}; declare them in outputs= or reduces=")
+        raise EpilogueError(f"epilogue fn {epi.name} returned undeclared names {', '.join(map(str, unknown))}; declare them in outputs= or reduces=")
 
     out: dict[str, torch.Tensor] = {}
     d = result.get("D")

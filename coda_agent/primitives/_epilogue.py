@@ -61,7 +61,7 @@ def epilogue(
     """Declare a GEMM epilogue: ``fn(acc, **operands) -> {"D": ..., <outputs>, <reduces>}``.
 
     The fn runs on the FP32 accumulator while the output tile is still on chip. Its first parameter must
-    be ``acc``; a parameter named ``c`` receives the GEMM's C operand (``gemm(..., C=...)``); every other
+    be ``acc`` (the rest in any order); a parameter named ``c`` receives the GEMM's C operand (``gemm(..., C=...)``); every other
     parameter is an operand passed to :func:`gemm` by keyword, whose kind follows from its shape:
     a number or 1-element tensor is a scalar, shape (M, N) a tile, (N,) or (1, N) a row vector, (M,) or
     (1, M) a column vector; vectors bf16 or fp32. Pin vectors with ``operands={"x": ColVecLoad()}`` / ``RowVecLoad()`` (required
@@ -76,7 +76,7 @@ def epilogue(
             (2j, 2j+1) arrive as one Pair: ``g, u = unpack(acc)``, g from column 2j; extra outputs are half width; vectors,
             tiles and ``c`` arrive paired too, except column vectors), or ``"packed"`` (a gated pair's backward; an
             ungated one is element mode with C. ``c`` is a 16-bit (M, 2N) interleaved tensor, ``x, y = unpack(c)``,
-            x from column 2j; ``acc`` is (M, N);
+            x from column 2j; ``acc`` is a plain (M, N) value;
             ``"D": pack(dx, dy)`` writes (M, 2N) in C's dtype; requires a ``c`` parameter and ``"D"``).
 
     Return dict: ``"D"`` (optional except in packed mode; when missing, the raw accumulator is stored, columns in
@@ -90,8 +90,8 @@ def epilogue(
 
     Names: parameters, outputs and reduces must all differ; ``acc``, ``D`` and (as an operand) ``c`` are taken,
     and an operand cannot be named like a parameter of :func:`gemm` (``A``, ``B``, ``C``, ``epi``, ``out_dtype``,
-    ``config``, ``store_d``). Names are case-sensitive: an operand ``b`` is not ``B``. They are the kernel's own:
-    forward() maps them to the task's outputs; a module constant ``C`` is not gemm's ``C``.
+    ``config``, ``store_d``). Names are case-sensitive: an operand ``b`` is not ``B``. They are the kernel's own
+    (forward() maps them to the task's outputs); a module constant ``C`` is not gemm's ``C``.
     """
     pins = dict(operands or {})
     sinks = dict(reduces or {})
@@ -345,10 +345,11 @@ def gemm(
     Args:
         epi: an :func:`epilogue`.
         A: (M, K), bf16 or fp16. B: (K, N), same dtype, any strides (a transposed view is free).
-        C: optional (M, N) tensor read by the fn's ``c`` parameter, bf16, fp16 or fp32 ((M, 2N) interleaved and
+        C: optional (M, N) tensor read by the fn's ``c`` parameter (one (M, N) input: prefer C to a tile
+            operand), bf16, fp16 or fp32 ((M, 2N) interleaved and
             16-bit in packed mode). C and an (M, N) tile operand each cost one read of their bytes; D and each extra
             output one write.
-        out_dtype: dtype of D and the extra outputs (default: A's dtype; packed mode: C's).
+        out_dtype: the one dtype of D and the extra outputs (default: A's dtype; packed mode: C's).
         config: an explicit :class:`Config`, or None for the default (see :class:`Config`); a :func:`schedule`
             pin takes precedence.
         store_d: False skips writing D (saves its HBM traffic when only the extra outputs and reduces are

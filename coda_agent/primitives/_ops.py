@@ -30,15 +30,16 @@ class RowVecLoad:
 class ColVecReduce:
     """Reduce the fn's per-element value over N (across a row); the result is one value per row, shape (M,).
 
-    ``combine``: ``"add"`` (sum), ``"max"`` or ``"max_abs"`` (the max of |value|, never negative). ``scaled=True`` (add only): the fn returns a
-    pair ``(value, scale)`` and the sum is of ``value * scale`` folded as one fma, e.g. ``(y, y)`` for a
-    sum of squares. Not allowed in ``acc_pair`` mode.
+    ``combine``: ``"add"`` (sum), ``"max"`` or ``"max_abs"`` (the max of |value|, never negative).
+    ``scaled=True`` (add only): the fn returns a pair ``(value, scale)`` and the sum is of ``value * scale`` folded
+    as one fma, e.g. ``(y, y)`` for a sum of squares (the scale may be any value, a scalar operand too). Tiles'
+    partials merge in FP32. Not allowed in ``acc_pair`` mode.
 
     Padding: in a partial last tile (N not a multiple of tile_n) the GPU evaluates the fn at the padding columns
-    too, with acc, c and every operand read as 0, and ``add``/``max_abs`` fold that value in (``max`` masks it). So
+    too, with acc, c and every tensor operand read as 0 (a scalar keeps its value), and ``add``/``max_abs`` fold that value in (``max`` masks it). So
     the reduced value must be 0 where acc and operands are 0 (``y * y``: fine; ``acc + 1.0``, ``exp(acc)``: wrong
     on the GPU at ragged shapes, though the emulator, which has no padding, passes). Add constants on the host.
-    Launches: 1 finalisation kernel per such sink, whatever its combine.
+    Rows past M are not in the result. Launches: 1 finalisation kernel per such sink, whatever its combine.
     """
 
     combine: Combine = "add"
@@ -78,8 +79,9 @@ class ColVecSelect:
     """Gather, per row m, the fn's value at column ``idx[m]``: one exact f32 value per row, shape (M,).
 
     ``index`` names the integer operand (int32/int64, shape (M,)) passed to :func:`gemm` by keyword
-    (``index="targets"`` for an operand ``targets``). Rows whose index is outside [0, N) (a negative ignore_index
-    too) are not written and come back as NaN. Launches: 1 (the NaN fill).
+    (``index="targets"`` for an operand ``targets``; it needs no pin). The value is the fn's, in FP32
+    (unrounded). Rows whose index is outside [0, N) (a negative ignore_index too) are not written and come back as NaN
+    (in this sink's result only). Launches: 1 (the NaN fill).
     """
 
     index: str = "target"
