@@ -78,6 +78,8 @@ def test_rounds_budget_and_concurrent_candidates(tmp_path):
     assert attempts[3].messages[:-1] == attempts[4].messages[:-1] == attempts[5].messages[:-1]
     lasts = [a.messages[-1].content for a in attempts[3:]]
     assert len({text.split("You are candidate")[0] for text in lasts}) == 1
+    one = Agent.create(TASK, MockProvider([REFUSED]), config(rounds=1), tmp_path)
+    assert run(one).stop_reason == "1 round done"  # not "all 1 round done"
     assert [f"You are candidate {i} of 3" in text for i, text in enumerate(lasts, 1)] == [True] * 3
     assert len({text.split("Yours: ")[1] for text in lasts}) == 3
     assert "import of 'os' is not allowed" in attempts[3].messages[-1].content

@@ -397,7 +397,7 @@ class Agent:
         if self.shared is not None and self.shared.exhausted():
             return "budget_exhausted", f"the sweep's dollar budget is spent (${self.shared.spent():.4f} of ${self.shared.max_dollars:g})"
         if self._pending is None and max((a.round for a in self.attempts), default=0) >= b.rounds:
-            return "completed", f"all {b.rounds} round{'s' if b.rounds != 1 else ''} done"
+            return "completed", f"all {b.rounds} rounds done" if b.rounds != 1 else "1 round done"
         slots = self._pending[1] if self._pending else list(range(b.candidates_per_round))
         if slots and self._affordable(len(slots)) == 0:
             which = "token" if self._affordable(1, dollars=False) == 0 else "dollar"
