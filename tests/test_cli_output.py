@@ -101,3 +101,28 @@ def test_lines_in_a_pipe_keep_paths_run_ids_and_reasons_whole(capsys, tmp_path):
     assert code == 1 and f"  record: {run}" in out.splitlines(), out
     code, out, _ = cli(capsys, "show", str(run))
     assert code == 0 and out.splitlines()[0] == f"{run.name}  (run id {run.name})", out
+
+
+def test_an_escape_sequence_from_a_task_or_its_reference_is_written_out_by_every_command(capsys, tmp_path):
+    """A shape's name or a reference's exception holding ``\\x1b[31m``: every command shows it as text
+    (:func:`coda_agent.untrusted.shown`), none lets the terminal act on it or drops it."""
+    import yaml
+
+    example = find_task("gemm_residual_rmsnorm")
+    data = yaml.safe_load(example.path.read_text())
+    data.update(name="esc", reference="esc.py:reference", human=None)
+    data["shapes"]["small"][0]["name"] = "tiny\x1bRED"
+    (tmp_path / "esc.yaml").write_text(yaml.safe_dump(data))
+    (tmp_path / "esc.py").write_text(example.reference_file.read_text())
+    data.update(name="raises", reference="raises.py:reference", shapes=yaml.safe_load(example.path.read_text())["shapes"])
+    (tmp_path / "raises.yaml").write_text(yaml.safe_dump(data))
+    (tmp_path / "raises.py").write_text("def reference(**kw):\n    raise ValueError('boom \\x1b[31mRED')\n")
+    runs = ("--runs-dir", str(tmp_path / "runs"))
+    for args, shows in [
+        (("tasks", str(tmp_path / "esc.yaml"), "--shapes", "small"), "tiny\\x1bRED"),
+        (("validate", str(tmp_path / "raises.yaml")), "boom \\x1b[31mRED"),
+        (("run", str(tmp_path / "raises.yaml"), "--model", "mock/echo", *runs), "boom \\x1b[31mRED"),
+        (("verify", str(tmp_path / "esc.yaml"), str(example.human_file)), "tiny\\x1bRED/0"),
+    ]:
+        _, out, err = cli(capsys, *args)
+        assert shows in out + err and "\x1b" not in out + err, (args, out + err)

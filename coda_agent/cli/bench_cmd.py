@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -22,7 +21,7 @@ from ..settings import bench_dir
 from ..tasks.loader import find_task, load_tasks
 from ..tasks.model import Task
 from ..verifier.plan import DEFAULT_TUNE_BUDGET_S
-from . import UserError, app, console, wide_console
+from . import UserError, app, console, untrusted, wide_console
 
 if TYPE_CHECKING:
     from ..bench.runner import BenchOptions
@@ -141,7 +140,7 @@ def bench_cmd(
                 console.print(f"  [yellow]missed[/] {c.describe()}", highlight=False)
     for r in run.rows:
         if not r.correct:
-            console.print(f"[red]FAILED[/] {r.task} @ {r.shape}: {r.verdict_reason}", highlight=False, markup=False)
+            console.print(f"[red]FAILED[/] {untrusted(r.task)} @ {untrusted(r.shape)}: {untrusted(r.verdict_reason)}", highlight=False)
     if save:
         for p in write_run(run, json_path, md_path):
             console.print(f"wrote {p}")
@@ -208,7 +207,7 @@ def _tune(selected: list[Task], shapes: str, shape: list[str] | None, budget_s: 
         result = tune_human_kernel(task, shapes, shape or None, budget_s)
         searched = result.tuned
         if result.failed:
-            console.print(f"[red]{escape(task.name)}: the search failed: {escape(result.failed)}[/]")
+            console.print(f"[red]{untrusted(task.name)}: the search failed: {untrusted(result.failed)}[/]")
         rows = search_rows(searched)
         if rows:
             table = Table(title=f"{task.name}: the tuned schedule against the configs as written", title_justify="left")
@@ -218,12 +217,12 @@ def _tune(selected: list[Task], shapes: str, shape: list[str] | None, budget_s: 
                 table.add_row(*row)
             wide_console().print(table)
         for line in failures(searched):
-            console.print(f"  failed: {escape(line)}", highlight=False)
+            console.print(f"  failed: {untrusted(line)}", highlight=False)
         for shape_name, built in searched.builds.items():
-            console.print(f"{escape(shape_name)}: {built['configs']:.0f} configs built beforehand on the CPU in "
+            console.print(f"{untrusted(shape_name)}: {built['configs']:.0f} configs built beforehand on the CPU in "
                           f"{built['seconds']:.1f} s ({built['failed']:.0f} failed)", highlight=False)
         for shape_name, why in searched.lost.items():
-            console.print(f"[yellow]{escape(shape_name)}: not tuned: {escape(why)}[/]")
+            console.print(f"[yellow]{untrusted(shape_name)}: not tuned: {untrusted(why)}[/]")
         diff = result.diff()
         if not result.failed:
             console.print(diff or "(nothing beat the configs as written by 1% or more)", highlight=False, markup=False)

@@ -22,10 +22,10 @@ MODEL_HELP = f"{escape(MODEL_SPECS)} (see `coda-agent providers`); repeat for a 
 
 def note_skipped(skipped: list[str]) -> None:
     """One line on stderr for each YAML file of a folder that is no task file (every command skips them alike)."""
-    from . import err_console
+    from . import err_console, untrusted
 
     for why in skipped:
-        err_console.print(f"[bold yellow]skipped:[/] {escape(why)}", highlight=False)
+        err_console.print(f"[bold yellow]skipped:[/] {untrusted(why)}", highlight=False)
 
 
 #: The shape set the CPU emulator runs: real sizes on a CPU take hours and prove nothing the small ones don't.

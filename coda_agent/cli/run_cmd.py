@@ -19,7 +19,6 @@ import typer
 from pydantic import BaseModel
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -219,7 +218,7 @@ def print_result(summary: RunSummary, header: RunHeader, run_dir: Path) -> None:
     """The final verdict: what the best candidate achieved, why the run stopped, where things are."""
     if summary.best_attempt is not None:
         console.print(
-            f"[bold green]PASSED[/] {header.task} v{header.task_version}: attempt #{summary.best_attempt} is correct"
+            f"[bold green]PASSED[/] {untrusted(header.task)} v{header.task_version}: attempt #{summary.best_attempt} is correct"
             + (f" ({speed_text(summary)})" if speed_text(summary) else "")
             + f", after {summary.attempts} attempt{'s' if summary.attempts != 1 else ''}",
             highlight=False,
@@ -227,7 +226,7 @@ def print_result(summary: RunSummary, header: RunHeader, run_dir: Path) -> None:
         console.print(f"  best candidate: {run_dir / 'best.py'}", highlight=False, markup=False)
     else:
         console.print(
-            f"[bold red]FAILED[/] {header.task} v{header.task_version}: no correct candidate in "
+            f"[bold red]FAILED[/] {untrusted(header.task)} v{header.task_version}: no correct candidate in "
             f"{summary.attempts} attempt{'s' if summary.attempts != 1 else ''}",
             highlight=False,
         )
@@ -367,8 +366,8 @@ def _run_to_its_end(agent: Agent, provider: Provider, run_dir: Path, workers: Ex
     header = agent.header
     tuned = f"; configs tuned, {agent.config.tune_budget_s:g} s per candidate" if agent.tune_fn is not None and agent.config.tune_budget_s else ""
     console.print(
-        f"run [bold]{escape(header.run_id)}[/]: {escape(header.task)} v{header.task_version} with {escape(header.model)} "
-        f"({', '.join(header.verifier_stages)} on {escape(header.device)}{tuned})",
+        f"run [bold]{untrusted(header.run_id)}[/]: {untrusted(header.task)} v{header.task_version} with {untrusted(header.model)} "
+        f"({', '.join(header.verifier_stages)} on {untrusted(header.device)}{tuned})",
         highlight=False,
     )
     console.print(f"  record: {run_dir}", highlight=False, markup=False)
@@ -447,7 +446,7 @@ def already_finished(run_dir: Path, reader: RunReader, given: dict[str, Any]) ->
     if given and summary.status != "target_reached":
         return None  # budgets raised: it goes on
     label, _ = run_status(summary.status, summary.passes)
-    console.print(f"run {escape(reader.header.run_id)} already finished ({escape(label)}): nothing to resume", highlight=False)
+    console.print(f"run {untrusted(reader.header.run_id)} already finished ({untrusted(label)}): nothing to resume", highlight=False)
     print_result(summary, reader.header, run_dir)
     if summary.status != "target_reached":
         console.print(f"  to go on: coda-agent run --resume {run_dir} --rounds N (or a larger budget)", highlight=False, markup=False)

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import typer
 from rich import box
-from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
 
@@ -50,7 +49,7 @@ def print_problems(problems: list[Problem]) -> None:
         return
     err_console.print(f"[yellow]{len(problems)} file(s) could not be read (shown without them):[/]")
     for p in problems:
-        err_console.print(f"  {escape(p.file)}: {escape(p.message)}", highlight=False)
+        err_console.print(f"  {untrusted(p.file)}: {untrusted(p.message)}", highlight=False)
 
 
 @index_app.command("rebuild")
@@ -69,7 +68,7 @@ def index_rebuild(runs_dir: Path = RUNS_DIR, bench_dir: Path = BENCH_DIR) -> Non
 
 
 def _rich_group(g: lb.Group) -> Table:
-    table = Table(title=escape(g.title), title_justify="left", title_style="bold", box=box.SIMPLE_HEAD)
+    table = Table(title=untrusted(g.title), title_justify="left", title_style="bold", box=box.SIMPLE_HEAD)
     for header, key in lb.columns_for(g):
         if key == "author":
             table.add_column(header, overflow="fold", min_width=12)
@@ -145,7 +144,7 @@ def leaderboard(
                 out.print(_rich_group(g))
     for note in (lb.untimed_note(board), lb.no_attempts_note(board), lb.missing_bench_note(bench_dir)):
         if note:
-            err_console.print(escape(note), highlight=False)
+            err_console.print(untrusted(note), highlight=False)
     print_problems(board.problems)
 
 
@@ -163,7 +162,7 @@ def find_run(runs_dir: Path, ref: str) -> RunFiles:
 
 
 def _outcome(outcome: str) -> str:
-    return f"[{outcome_style(outcome)}]{escape(outcome)}[/]"
+    return f"[{outcome_style(outcome)}]{untrusted(outcome)}[/]"
 
 
 def _show_attempt(rf: RunFiles, index: int, fmt: str) -> None:
@@ -176,7 +175,7 @@ def _show_attempt(rf: RunFiles, index: int, fmt: str) -> None:
         print(a.model_dump_json(indent=2))
         return
     out = wide_console()
-    out.print(f"[bold]{escape(rf.name)}[/] attempt #{a.index} (round {a.round}, slot {a.slot}): {_outcome(a.outcome)}", highlight=False)
+    out.print(f"[bold]{untrusted(rf.name)}[/] attempt #{a.index} (round {a.round}, slot {a.slot}): {_outcome(a.outcome)}", highlight=False)
     out.print(
         f"tokens {lb.fmt_tokens(a.usage.input_tokens)} in / {lb.fmt_tokens(a.usage.output_tokens)} out · "
         f"{lb.fmt_money(a.usage.cost_usd, a.usage.price_known)} · "
@@ -211,13 +210,13 @@ def show(
         return
     h, s = rf.header, rf.effective_summary()
     out = wide_console()
-    out.print(f"[bold]{escape(rf.name)}[/]" + (f"  (run id {escape(h.run_id)})" if h else ""), highlight=False)
+    out.print(f"[bold]{untrusted(rf.name)}[/]" + (f"  (run id {untrusted(h.run_id)})" if h else ""), highlight=False)
     if h:
         author, replay_of = replayed_model(h.model, runs_dir)
-        model = escape(author) + (f"[/] (a replay of run {escape(replay_of)})[bold]" if replay_of else "")
+        model = untrusted(author) + (f"[/] (a replay of run {untrusted(replay_of)})[bold]" if replay_of else "")
         out.print(
-            f"task [bold]{escape(h.task)}[/] v{h.task_version} · model [bold]{model}[/] · "
-            f"device {escape(h.device)}" + (f" · host {escape(h.host)}" if h.host else ""), highlight=False,
+            f"task [bold]{untrusted(h.task)}[/] v{h.task_version} · model [bold]{model}[/] · "
+            f"device {untrusted(h.device)}" + (f" · host {untrusted(h.host)}" if h.host else ""), highlight=False,
         )
         git = f" · git {h.git_commit[:10]}{' (dirty)' if h.git_dirty else ''}" if h.git_commit else ""
         out.print(f"created {h.created:%Y-%m-%d %H:%M:%S}{git}", highlight=False)
@@ -228,7 +227,7 @@ def show(
             f"stages {', '.join(h.verifier_stages) or '-'}", highlight=False,
         )
     label, tone = run_status(s.status, s.passes)
-    status = f"[{TONE_STYLE[tone]}]{escape(label)}[/]" + (f" ({untrusted(s.stop_reason)})" if s.stop_reason else "")
+    status = f"[{TONE_STYLE[tone]}]{untrusted(label)}[/]" + (f" ({untrusted(s.stop_reason)})" if s.stop_reason else "")
     out.print(f"status {status}", highlight=False)
 
     table = Table(title="attempts", title_justify="left", box=box.SIMPLE_HEAD)
@@ -247,7 +246,7 @@ def show(
             str(a.index), f"{a.round}.{a.slot}", "-" if at is None else f"+{lb.fmt_seconds(at)}", _outcome(a.outcome),
             untrusted(lb.headline(reason, 90)), f"{lb.fmt_tokens(a.usage.input_tokens)}/{lb.fmt_tokens(a.usage.output_tokens)}",
             lb.fmt_money(a.usage.cost_usd, a.usage.price_known), lb.fmt_seconds(a.durations.get("llm")),
-            lb.fmt_seconds(a.durations.get("verify")), escape(times),
+            lb.fmt_seconds(a.durations.get("verify")), untrusted(times),
         )
     if rf.attempts:
         out.print(table)
@@ -274,7 +273,7 @@ def diff(
     a, b = find_run(runs_dir, run_a), find_run(runs_dir, run_b)
     d = diff_runs(a, b)
     out = wide_console()
-    out.print(f"[bold]A[/] {escape(a.name)}\n[bold]B[/] {escape(b.name)}", highlight=False)
+    out.print(f"[bold]A[/] {untrusted(a.name)}\n[bold]B[/] {untrusted(b.name)}", highlight=False)
     for title, changes in (("header", d.header), ("summary", d.summary)):
         if not changes:
             out.print(f"{title}: identical")
@@ -283,7 +282,7 @@ def diff(
         for col in ("field", "A", "B"):
             table.add_column(col, overflow="fold")
         for c in changes:
-            table.add_row(escape(c.key), untrusted(c.a), untrusted(c.b))
+            table.add_row(untrusted(c.key), untrusted(c.a), untrusted(c.b))
         out.print(table)
     table = Table(title="outcome per attempt", title_justify="left", box=box.SIMPLE_HEAD)
     for col in ("#", "A", "B", ""):

@@ -19,7 +19,6 @@ from pathlib import Path
 
 from pydantic import ValidationError
 from rich import box
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -338,7 +337,7 @@ class _Session:
         for o in outcomes:
             if o.error:
                 kind = "[bold red]error:[/]" if o.failed else "note:"
-                err_console.print(f"{kind} [{escape(_label(o.member))}] {untrusted(o.error)}", highlight=False)
+                err_console.print(f"{kind} [{untrusted(_label(o.member))}] {untrusted(o.error)}", highlight=False)
         console.print(f"  record: {self.path}", highlight=False, markup=False)
         console.print(closing_line(outcomes), highlight=False)
         return max(o.exit_status for o in outcomes)
@@ -371,12 +370,12 @@ def summary_table(record: SweepRecord, outcomes: list[_Outcome]) -> Table:
         s = o.summary
         if s is None:
             status = "[red]error[/]" if o.failed else "not started"
-            table.add_row(escape(Path(o.member.task).stem), escape(o.member.model), status, "-", "-", "-", "-")
+            table.add_row(untrusted(Path(o.member.task).stem), untrusted(o.member.model), status, "-", "-", "-", "-")
             continue
         best = f"#{s.best_attempt}" + (f" ({speed_text(s)})" if speed_text(s) else "") if s.best_attempt else "-"
         label, tone = run_status(s.status, s.passes)
         table.add_row(
-            escape(Path(o.member.task).stem), escape(o.member.model), f"[{TONE_STYLE[tone]}]{escape(label)}[/]", best,
+            untrusted(Path(o.member.task).stem), untrusted(o.member.model), f"[{TONE_STYLE[tone]}]{untrusted(label)}[/]", best,
             str(s.attempts), tokens_text(s.input_tokens + s.output_tokens), money_text(s.cost_usd, s.cost_known),
         )
     return table

@@ -6,12 +6,11 @@ import json
 from pathlib import Path
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from ..atomic import write_text_atomic
 from ..tasks.loader import TASKS_ENV, TaskError, discover_task_files, find_task, load_task, task_files
-from . import UserError, app, console, err_console, wide_console
+from . import UserError, app, console, err_console, untrusted, wide_console
 from .inputs import note_skipped
 
 SEARCH_HELP = f"task names, files or folders (default: the built-in suite, then ${TASKS_ENV}, then ./tasks)"
@@ -50,7 +49,7 @@ def list_tasks(
             first, *more = str(exc).splitlines()  # the file, and its first mistake
             unreadable.append(first + (f": {more[0].strip()}{'; ...' if len(more) > 1 else ''}" if more else ""))
     for why in unreadable:
-        err_console.print(f"[bold yellow]skipped:[/] {escape(why)} (`coda-agent validate` says more)", highlight=False)
+        err_console.print(f"[bold yellow]skipped:[/] {untrusted(why)} (`coda-agent validate` says more)", highlight=False)
     if not located:
         if unreadable:
             raise typer.Exit(2)
@@ -79,8 +78,8 @@ def list_tasks(
         points = t.shapes.get(shapes, [])
         table.add_row(
             t.name, t.family, str(t.version), str(t.launch_budget),
-            "\n".join(f"{p.name}: " + " ".join(f"{k}={v}" for k, v in p.dims.items()) for p in points) or "-",
-            source if source == "built-in" else f"{source}: {t.path.parent}",
+            untrusted("\n".join(f"{p.name}: " + " ".join(f"{k}={v}" for k, v in p.dims.items()) for p in points) or "-"),
+            untrusted(source if source == "built-in" else f"{source}: {t.path.parent}"),
         )
     wide_console().print(table)
 
@@ -98,13 +97,13 @@ def validate(paths: list[Path] = typer.Argument(None, help=SEARCH_HELP, metavar=
     for f in files:
         report = validate_path(f)
         if report.ok:
-            out.print(f"[green]ok[/]    {escape(str(f))}")
+            out.print(f"[green]ok[/]    {untrusted(str(f))}")
         else:
             failed += 1
-            out.print(f"[red]FAIL[/]  {escape(str(f))}")
+            out.print(f"[red]FAIL[/]  {untrusted(str(f))}")
             for p in report.problems:
                 for line in p.splitlines():
-                    out.print(f"      {escape(line)}", highlight=False)
+                    out.print(f"      {untrusted(line)}", highlight=False)
     out.print(f"{len(files) - failed}/{len(files)} task files valid")
     if failed:
         raise typer.Exit(1)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from ..atomic import write_text_atomic
@@ -14,7 +13,7 @@ from ..tasks.model import Baseline
 from ..untrusted import shown
 from ..verifier import COMPILE_STAGES, CPU_STAGES, detect_sandbox, verify
 from ..verifier.verdict import Outcome, Verdict
-from . import UserError, app, console, err_console, outcome_style, wide_console
+from . import UserError, app, console, err_console, outcome_style, untrusted, wide_console
 from .inputs import (
     check_fits_device,
     check_shape_set,
@@ -42,8 +41,8 @@ def verdict_table(verdict: Verdict) -> Table:
     for c in worst:
         fmt = lambda v: "-" if v is None else f"{v:.3g}"  # noqa: E731
         table.add_row(
-            c.output, "[green]yes[/]" if c.ok else "[red]no[/]", fmt(c.max_abs_err), fmt(c.allowed), fmt(c.lowp_err),
-            str(c.worst_index) if c.worst_index is not None else "-", f"{c.shape_point}/{c.seed}",
+            untrusted(c.output), "[green]yes[/]" if c.ok else "[red]no[/]", fmt(c.max_abs_err), fmt(c.allowed), fmt(c.lowp_err),
+            str(c.worst_index) if c.worst_index is not None else "-", untrusted(f"{c.shape_point}/{c.seed}"),
         )
     return table
 
@@ -58,7 +57,7 @@ def print_verdict(verdict: Verdict) -> None:
     headline, scope = verdict.outcome.value.upper(), ""
     if verdict.passed and not any(s.stage in CORRECTNESS_STAGES for s in verdict.stages):  # --compile-only
         headline, scope = "COMPILES", " (sm_90a build only; correctness not checked)"
-    console.print(f"[bold {outcome_style(verdict.outcome.value)}]{headline}[/] {escape(verdict.task)} v{verdict.task_version}{scope}",
+    console.print(f"[bold {outcome_style(verdict.outcome.value)}]{headline}[/] {untrusted(verdict.task)} v{verdict.task_version}{scope}",
                   highlight=False)
     if verdict.reason and not verdict.passed:
         console.print(shown(verdict.reason), highlight=False, markup=False)  # the candidate's words, inert
@@ -109,7 +108,7 @@ def verify_cmd(
     check_fits_device(t, stages, shape_set, seed_values)
     limit = timeout_value(timeout, default_timeout(t, stages, shape_set, len(seed_values)))
     source = read_candidate(path)
-    console.print(f"verifying [bold]{escape(str(path))}[/] on [bold]{escape(t.name)}[/] ({label}, shapes: {shape_set})", highlight=False)
+    console.print(f"verifying [bold]{untrusted(str(path))}[/] on [bold]{untrusted(t.name)}[/] ({label}, shapes: {shape_set})", highlight=False)
     box = detect_sandbox()
     if not box.isolated:
         err_console.print(f"[bold yellow]warning:[/] {box.describe()}", highlight=False)
