@@ -72,7 +72,7 @@ def test_example_task_derived_facts():
         (lambda d: d.update(launch_budget=0), "launch_budget: Input should be greater than or equal to 1"),
         (lambda d: d.update(reference="ref:reference"), "reference: must look like 'file.py:function'"),
         (lambda d: d["shapes"].pop("bench"), "needs a non-empty 'bench' shape set"),
-        (lambda d: d["shapes"]["small"][0]["dims"].pop("K"), "does not bind ['K']"),
+        (lambda d: d["shapes"]["small"][0]["dims"].pop("K"), "inputs[0](x).shape[1]: uses K, which shape small/tiny does not bind"),
         (lambda d: d.update(colour="blue"), "colour: unknown field (typo?)"),
         (lambda d: d["outputs"].append(dict(d["outputs"][0])), "names must be unique"),
         (lambda d: d["tolerance"].update(outputs={"nope": {"floor": 1}}) if "tolerance" in d else d.update(tolerance={"outputs": {"nope": {"floor": 1}}}), "'nope', which is not an output"),
@@ -80,7 +80,7 @@ def test_example_task_derived_facts():
         (lambda d: d["inputs"][0].update(init={"replace": {"value": 0, "fraction": 1.5}}), "inputs[0](x).init.replace.fraction"),
         (lambda d: d["inputs"][0].update(init={"replace": {"value": "pad", "fraction": 0.5}}), "inputs[0](x).init.replace.value: 'pad' at shape"),
         (lambda d: d["inputs"][0].update(init={"replace": {"value": "pad", "fraction": 0.5}}), "'pad' uses unknown symbol 'pad'"),
-        (lambda d: d["constants"].update(K=3), "constants ['K'] clash with shape symbols"),
+        (lambda d: d["constants"].update(K=3), "constants.K: constant K has the name of a shape symbol"),
     ],
 )
 def test_schema_errors_name_the_file_field_and_problem(tmp_path, edit, message):
@@ -90,6 +90,7 @@ def test_schema_errors_name_the_file_field_and_problem(tmp_path, edit, message):
     text = str(err.value)
     assert str(path) in text
     assert message in text
+    assert "['" not in text  # names as words, never as a Python list
 
 
 def _problem_lines(path: Path) -> list[str]:
@@ -113,12 +114,12 @@ def test_a_bad_shape_expression_names_its_field_and_line(tmp_path):
     assert _points_at(path, line, "N*")
 
 
-def test_tasks_skips_a_broken_task_with_its_first_mistake(tmp_path, monkeypatch, capsys):
+def test_tasks_names_a_broken_task_with_its_first_mistake_and_lists_the_others(tmp_path, monkeypatch, capsys):
     write_task(tmp_path, lambda d: d["inputs"][0].update(shape=["N*", "K"]), name="broken")
     monkeypatch.setenv("CODA_AGENT_TASKS", str(tmp_path))
     code, out, err = cli(capsys, "tasks")
-    assert code == 0 and "gemm_swiglu" in out
-    assert err.count("\n") == 1 and re.search(r"broken.yaml: invalid task file: line \d+: inputs\[0\]\(x\)\.shape\[0\]: cannot parse", err)
+    assert code == 2 and "gemm_swiglu" in out
+    assert err.count("\n") == 1 and re.search(r"^error: .*broken.yaml: invalid task file: line \d+: inputs\[0\]\(x\)\.shape\[0\]: cannot parse", err)
 
 
 def test_an_unbound_symbol_names_the_tensor_that_uses_it(tmp_path):
@@ -382,3 +383,32 @@ def test_version_flag():
 
     result = CliRunner().invoke(app, ["--version"])
     assert result.exit_code == 0 and result.output.strip() == f"coda-agent {__version__}"
+
+
+def test_a_task_file_that_does_not_load_is_an_error_for_tasks_as_for_run(tmp_path, capsys):
+    """``tasks DIR`` lists what loads and names each file that does not, one error line each, exit 2: the exit
+    ``run DIR`` gives on the same folder (a YAML file that is no task at all is skipped by both)."""
+    write_task(tmp_path, name="good")
+    broken = write_task(tmp_path, lambda d: d.update(family="sideways"), name="broken")
+    code, out, err = cli(capsys, "tasks", str(tmp_path))
+    assert code == 2 and "good" in out, out + err
+    assert err.startswith(f"error: {broken}: invalid task file: line ") and "family: Input should be" in err
+    assert err.count("\n") == 1
+    code, out, err = cli(capsys, "tasks", str(tmp_path), "--format", "json")
+    assert code == 2 and [r["name"] for r in json.loads(out)] == ["good"]
+    code, _, err = cli(capsys, "run", str(tmp_path), "--model", "mock/echo", "--runs-dir", str(tmp_path / "runs"))
+    assert code == 2 and str(broken) in err
+
+
+def test_an_unknown_task_names_every_place_it_was_looked_for(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CODA_AGENT_TASKS", raising=False)
+    code, _, err = cli(capsys, "run", "nosuch", "--model", "mock/echo")
+    assert code == 2 and err.startswith(
+        f"error: no task named 'nosuch' in the built-in suite {TASK_DIR}, $CODA_AGENT_TASKS (not set), ./tasks (no such "
+        "folder here) (known: ")
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "more").mkdir()
+    monkeypatch.setenv("CODA_AGENT_TASKS", str(tmp_path / "more"))
+    code, _, err = cli(capsys, "verify", "nosuch")
+    assert code == 2 and f"in the built-in suite {TASK_DIR}, $CODA_AGENT_TASKS {tmp_path / 'more'}, ./tasks (known: " in err

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from ..atomic import write_text_atomic
 from ..tasks.loader import TASKS_ENV, TaskError, discover_task_files, find_task, load_task, task_files
+from ..tasks.model import Task
 from . import UserError, app, console, err_console, untrusted, wide_console
 from .inputs import note_skipped
 
@@ -38,7 +39,9 @@ def list_tasks(
     shapes: str = typer.Option("bench", help="which shape set to show"),
     fmt: str = typer.Option("table", "--format", "-f", help="table or json"),
 ) -> None:
-    """List tasks: name, family, version, launch budget, shapes and where each comes from."""
+    """List tasks: name, family, version, launch budget, shapes and where each comes from.
+
+    A task file that does not load is an error, as for ``run``: one line each, the others listed, exit 2."""
     if fmt not in ("table", "json"):
         raise UserError(f"unknown --format {fmt!r}: use table or json")
     located, unreadable = [], []
@@ -49,7 +52,7 @@ def list_tasks(
             first, *more = str(exc).splitlines()  # the file, and its first mistake
             unreadable.append(first + (f": {more[0].strip()}{'; ...' if len(more) > 1 else ''}" if more else ""))
     for why in unreadable:
-        err_console.print(f"[bold yellow]skipped:[/] {untrusted(why)} (`coda-agent validate` says more)", highlight=False)
+        err_console.print(f"[bold red]error:[/] {untrusted(why)} (`coda-agent validate` says more)", highlight=False)
     if not located:
         if unreadable:
             raise typer.Exit(2)
@@ -68,7 +71,13 @@ def list_tasks(
             for source, t in located
         ]
         print(json.dumps(rows, indent=2))
-        return
+    else:
+        _print_table(located, shapes)
+    if unreadable:
+        raise typer.Exit(2)
+
+
+def _print_table(located: list[tuple[str, Task]], shapes: str) -> None:
     table = Table(title=f"{len(located)} task{'s' if len(located) != 1 else ''}", show_lines=True)
     for col in ("task", "family", "v", "budget"):
         table.add_column(col, no_wrap=True)

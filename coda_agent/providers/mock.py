@@ -61,12 +61,12 @@ def _check_response(response: object, where: str) -> Response:
     unknown = set(response) - _RESPONSE_KEYS
     if unknown:
         raise ProviderConfigError(
-            f"{where}: unknown key(s) {sorted(unknown)}; expected some of {sorted(_RESPONSE_KEYS)}"
+            f"{where}: unknown key(s) {', '.join(sorted(unknown))}; expected some of {', '.join(sorted(_RESPONSE_KEYS))}"
         )
     if "error" in response:
         kinds = [k.value for k in ErrorKind]
         if response["error"] not in kinds:
-            raise ProviderConfigError(f"{where}: error {response['error']!r} is not one of {kinds}")
+            raise ProviderConfigError(f"{where}: error {response['error']!r} is not one of {', '.join(kinds)}")
     elif not isinstance(response.get("text"), str):
         raise ProviderConfigError(f"{where}: a mapping response needs 'text' (a string) or 'error'")
     return response

@@ -220,8 +220,17 @@ def find_task(name_or_path: str) -> Task:
     names = known_task_names()
     close = difflib.get_close_matches(name_or_path, names, n=1, cutoff=0.7)
     hint = f"did you mean {close[0]}? " if close else ""
-    where = ", ".join(str(s.folder) for s in task_sources())
-    raise TaskError(f"no task named {name_or_path!r} in {where} ({hint}known: {', '.join(names)})")
+    raise TaskError(f"no task named {name_or_path!r} in {searched()} ({hint}known: {', '.join(names)})")
+
+
+def searched() -> str:
+    """Every place a task name is looked for, those that are not there included (where a task may go)."""
+    where = [f"the built-in suite {BUILTIN_TASK_DIR}"]
+    where += [f"${TASKS_ENV} {s.folder}" for s in task_sources() if s.label == TASKS_ENV]
+    if not os.environ.get(TASKS_ENV, "").strip(os.pathsep + " "):
+        where.append(f"${TASKS_ENV} (not set)")
+    where.append("./tasks" if LOCAL_TASK_DIR.is_dir() else "./tasks (no such folder here)")
+    return ", ".join(where)
 
 
 def known_task_names() -> list[str]:

@@ -102,7 +102,7 @@ class ShapePoint(_Strict):
     def _positive(cls, v: dict[str, int]) -> dict[str, int]:
         bad = [k for k, x in v.items() if x <= 0]
         if bad:
-            raise ValueError(f"dimensions must be positive: {bad}")
+            raise ValueError(f"dimensions must be positive: {', '.join(bad)}")
         return v
 
 
@@ -200,9 +200,9 @@ class Task(_Strict):
         bound = {d for points in self.shapes.values() for p in points for d in p.dims}
         for c in self.constants:
             if c in first:
-                problems.append((("constants", c), f"constants [{c!r}] clash with input/output names"))
+                problems.append((("constants", c), f"constant {c} has the name of an input or output"))
             if c in bound:
-                problems.append((("constants", c), f"constants [{c!r}] clash with shape symbols"))
+                problems.append((("constants", c), f"constant {c} has the name of a shape symbol"))
         uses: dict[str, Loc] = {}  # each shape symbol, and where it is first used
 
         def use(loc: Loc, e: Expr) -> None:
@@ -231,7 +231,7 @@ class Task(_Strict):
                 problems.append((loc, f"uses {symbol}, which no shape binds: no shape's dims have it (a typo?)"))
             elif unbound:
                 which = f"shape {unbound[0]} does" if len(unbound) == 1 else f"shapes {', '.join(unbound)} do"
-                problems.append((loc, f"uses {symbol}, which {which} not bind ['{symbol}']"))
+                problems.append((loc, f"uses {symbol}, which {which} not bind"))
         outputs = [o.name for o in self.outputs]
         for name in self.tolerance.outputs:
             if name not in outputs:

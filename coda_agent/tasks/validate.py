@@ -62,12 +62,12 @@ def _names_match(task: Task, returned: set[str]) -> list[str]:
     for i, name in enumerate(declared):
         if name not in returned:
             close = difflib.get_close_matches(name, extra, n=1, cutoff=0.5)
-            instead = f"; it returns {close[0]!r} (a typo in one of the two?)" if close else f" (it returns {sorted(returned)})"
+            instead = f"; it returns {close[0]!r} (a typo in one of the two?)" if close else f" (it returns {', '.join(sorted(returned)) or 'none'})"
             problems.append(f"{_field(task, ('outputs', i))}: the reference does not return output {name!r}{instead}")
             if close:
                 extra.remove(close[0])
     if extra:
-        problems.append(f"{task.reference}: the reference returns undeclared outputs {extra} (declare them under outputs)")
+        problems.append(f"{task.reference}: the reference returns undeclared outputs {', '.join(extra)} (declare them under outputs)")
     return problems
 
 

@@ -244,6 +244,6 @@ def check_outputs(
     if extra:
         checks.append(
             OutputCheck(output=",".join(sorted(extra)), shape_point=shape_point, seed=seed, ok=False,
-                        reason=f"forward() returned names that are not task outputs: {sorted(extra)}")
+                        reason=f"forward() returned names that are not task outputs: {', '.join(sorted(extra))}")
         )
     return checks
