@@ -33,3 +33,21 @@ def test_the_wheel_ships_the_task_suite_and_the_examples(tmp_path):
     read = lambda suffix: zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(suffix))).decode()  # noqa: E731
     assert "License-Expression: Apache-2.0" in read(".dist-info/METADATA")
     assert "coda-agent = coda_agent.launch:main" in read(".dist-info/entry_points.txt")  # --version without torch
+
+
+def test_an_editable_install_builds_quietly_as_a_path_entry(tmp_path):
+    """``scripts/setup.sh``'s ``pip install -e``: the PEP 660 build of the checkout warns about nothing (setuptools'
+    "Editable installation" banner came from its import finder for a package it could not place) and puts the
+    checkout on ``sys.path``."""
+    src = tmp_path / "checkout"
+    shutil.copytree(REPO / "coda_agent", src / "coda_agent", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    build = "import sys; from setuptools import build_meta; print(build_meta.build_editable(sys.argv[1]))"
+    proc = subprocess.run([sys.executable, "-c", build, str(tmp_path / "dist")], cwd=src, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Warning" not in proc.stderr and "Editable installation" not in proc.stdout + proc.stderr, proc.stderr
+    wheel = tmp_path / "dist" / proc.stdout.split()[-1]
+    (pth,) = [n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".pth")]
+    assert zipfile.ZipFile(wheel).read(pth).decode().strip() == str(src.resolve())
