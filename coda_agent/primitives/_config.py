@@ -21,7 +21,7 @@ class Config:
     """Explicit GEMM kernel configuration (SM90 rules).
 
     ``Config()`` is QuACK's SM90 default: 128x192 tile, 2x1 cluster, pingpong. A gemm call that names no config
-    runs: in acc_pair mode that default; in packed mode 128x128; in element mode, the default below one wave of
+    runs: in acc_pair mode that default; in packed mode 128x128 (2x1, pingpong); in element mode, the default below one wave of
     its tiles (partial ones counted, 132 SMs), else: with a light epilogue (no (M, N) tile operand besides C, no
     RowVecReduce) at K >= 8192, cooperative 128x256 if its wave cost is no higher; else 128x128 (2x1, pingpong)
     if its wave cost is at least 5% lower (a narrow N); else the default. Wave cost: ceil(tiles / 132) x tile_m x
@@ -56,7 +56,7 @@ class Config:
         if self.pingpong:
             limits = {64: 256, 128: 208, 192: 128}
             if self.tile_m not in limits:
-                problems.append(f"pingpong needs tile_m in {sorted(limits)}, got {self.tile_m}")
+                problems.append(f"pingpong needs tile_m to be one of {', '.join(map(str, limits))}, got {self.tile_m}")
             elif self.tile_n > limits[self.tile_m]:
                 problems.append(f"pingpong with tile_m={self.tile_m} needs tile_n <= {limits[self.tile_m]}")
         elif self.tile_m not in (64, 128, 192, 256, 320):

@@ -68,7 +68,8 @@ def epilogue(
     when M == N).
 
     Args:
-        outputs: extra full-tile outputs (each in D's dtype; half width in ``acc_pair`` mode).
+        outputs: extra full-tile outputs (each in D's dtype; half width in ``acc_pair`` mode); each adds its write,
+            and in element mode no tile rule.
         operands: pins for vector operands.
         reduces: reduction sinks by name (:class:`ColVecReduce`, :class:`RowVecReduce`,
             :class:`OnlineLSEReduce`, :class:`ColVecSelect`); the fn returns each one's per-element value.
@@ -113,10 +114,10 @@ def epilogue(
             raise EpilogueError(f"mode must be 'element', 'acc_pair' or 'packed', not {mode!r}")
         clash = RESERVED & (set(params) | set(outs) - {"D"} | set(sinks))
         if clash:
-            raise EpilogueError(f"names {sorted(clash)} are reserved ('acc' is the accumulator, 'D' the main output)")
+            raise EpilogueError(f"names {', '.join(sorted(clash))} are reserved ('acc' is the accumulator, 'D' the main output)")
         dup = (set(outs) & set(sinks)) | (set(params) & (set(outs) | set(sinks)))
         if dup:
-            raise EpilogueError(f"names {sorted(dup)} are used twice (parameters, outputs and reduces must differ)")
+            raise EpilogueError(f"names {', '.join(sorted(dup))} are used twice (parameters, outputs and reduces must differ)")
         for name, pin in pins.items():
             if name not in params or name == "c":
                 raise EpilogueError(f"operands pins {name!r}, which is not an operand parameter of {fn.__name__}")
@@ -414,11 +415,11 @@ def _check(epi: Epilogue, A: Any, B: Any, C: Any, operands: dict[str, Any], out_
     missing, extra = expected - set(operands), set(operands) - expected
     if missing or extra:
         raise EpilogueError(
-            f"gemm({epi.name}) operands: missing {sorted(missing)}, unexpected {sorted(extra)}"
+            f"gemm({epi.name}) operands: missing {', '.join(sorted(missing))}, unexpected {', '.join(sorted(extra))}"
             if missing and extra
-            else f"gemm({epi.name}) is missing operands {sorted(missing)}"
+            else f"gemm({epi.name}) is missing operands {', '.join(sorted(missing))}"
             if missing
-            else f"gemm({epi.name}) got unexpected operands {sorted(extra)} (not parameters of the fn)"
+            else f"gemm({epi.name}) got unexpected operands {', '.join(sorted(extra))} (not parameters of the fn)"
         )
     kinds = tuple((p, operand_kind(epi, p, operands[p], m, n)) for p in epi.operand_params)
     indices = {}

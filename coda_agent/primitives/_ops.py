@@ -36,8 +36,8 @@ class ColVecReduce:
     partials merge in FP32. Not allowed in ``acc_pair`` mode.
 
     Padding: in a partial last tile (N not a multiple of tile_n) the GPU evaluates the fn at the padding columns
-    too, with acc, c and every tensor operand read as 0 (a scalar keeps its value), and ``add``/``max_abs`` fold that value in (``max`` masks it). So
-    the reduced value must be 0 where acc and operands are 0 (``y * y``: fine; ``acc + 1.0``, ``exp(acc)``: wrong
+    too, with acc, c and every tensor operand read as 0 (a scalar keeps its value), and ``add``/``max_abs`` fold
+    that value in (``max`` masks it). So the reduced value must be 0 where acc and operands are 0 (``y * y``: fine; ``acc + 1.0``, ``exp(acc)``: wrong
     on the GPU at ragged shapes, though the emulator, which has no padding, passes). Add constants on the host.
     Rows past M are not in the result. Launches: 1 finalisation kernel per such sink, whatever its combine.
     """
@@ -68,7 +68,7 @@ class RowVecReduce:
 class OnlineLSEReduce:
     """Numerically stable log-sum-exp of the fn's value over N: one f32 value per row, shape (M,).
 
-    Keeps a running (max, sum) per tile (`exp`'s GPU precision); the partials are merged with logsumexp in FP32.
+    Keeps a running (max, sum) per tile (one `exp` per element, its GPU precision); the partials are merged with logsumexp in FP32.
     Padding columns are masked.
     Launches: 9 finalisation kernels (torch.logsumexp over the per-tile partials): mind a tight budget.
     """
