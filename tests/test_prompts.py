@@ -131,7 +131,7 @@ def test_system_prompt_has_the_contract_the_static_check_and_the_generated_api()
     # what models had to guess (issue 40), each answered once
     for answer in ("`SCALE = 0.5` at the top, `acc * SCALE` in the fn", "`C = math.sqrt(2 / math.pi)`",
                    "`@epilogue()` (no arguments) is fine", "an operand `b` is not `B`", "half C's 2N",
-                   "with a light epilogue (no (M, N) tile operand besides C", "in acc_pair mode that default",
+                   "epilogue is light (no (M, N) tile operand besides C", "acc_pair mode: the default; packed mode: 128x128 (2x1, pingpong)",
                    "Whether to pass one", "each sink its own (none are shared)", "evaluates the fn at the padding columns",
                    # and what they still guessed after it (the model seat, before-summary): B's orientation, numbers
                    # on the left, the docstring, host operators and keywords, "D" left out, a negative select index
@@ -141,7 +141,7 @@ def test_system_prompt_has_the_contract_the_static_check_and_the_generated_api()
                    # and after the second prompt (the third seat): the wave cost, pingpong pairs, optional imports,
                    # max_abs, c at the padding, one value feeding several entries, C's dtypes and costs, numbers in
                    # value functions, rounding, free result indexing, sigmoid's overflow, fused host ops
-                   "Wave cost: ceil(tiles / 132) x tile_m x", "256, 208 or 128 respectively", "Imports (each optional)",
+                   "wave cost = ceil(tiles / 132) x tile_m x tile_n", "256, 208 or 128 respectively", "Imports (each optional)",
                    "the max of |value|, never negative", "with acc, c and every tensor operand read as 0 (a scalar keeps its value)",
                    "one value may feed several", "bf16, fp16 or fp32", "each cost one read of their bytes",
                    "Value functions take numbers too", "rounded once (to nearest even)", "indexing gemm()'s result dict are free",
@@ -158,7 +158,7 @@ def test_system_prompt_has_the_contract_the_static_check_and_the_generated_api()
 #: 31,196 for gemm_swiglu (27,368 of them the system message, most of that the host allowlist) and up to about
 #: 34,379 in the suite (gemm_rmsnorm_bwd); after, 26,341 and at most 29,366 (gemm_rmsnorm_gemm); with the
 #: model seat's remaining answers (static math on numbers, the reference's two runs, the defaults per mode) at most 29,774;
-#: with the third to sixth seats' answers (bench/model_seat/RESULTS.md) at most 31,350 (gemm_rmsnorm_gemm) with the sixth's.
+#: with the third to sixth seats' answers (bench/model_seat/RESULTS.md) at most 31,379 (gemm_rmsnorm_gemm).
 FIRST_PROMPT_MAX_CHARS = 31_500
 
 

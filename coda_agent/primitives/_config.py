@@ -21,11 +21,12 @@ class Config:
     """Explicit GEMM kernel configuration (SM90 rules).
 
     ``Config()`` is QuACK's SM90 default: 128x192 tile, 2x1 cluster, pingpong. A gemm call that names no config
-    runs: in acc_pair mode that default; in packed mode 128x128 (2x1, pingpong); in element mode, the default below one wave of
-    its tiles (partial ones counted, 132 SMs), else: with a light epilogue (no (M, N) tile operand besides C, no
-    RowVecReduce) at K >= 8192, cooperative 128x256 if its wave cost is no higher; else 128x128 (2x1, pingpong)
-    if its wave cost is at least 5% lower (a narrow N); else the default. Wave cost: ceil(tiles / 132) x tile_m x
-    tile_n (clusters not counted).
+    runs, with wave cost = ceil(tiles / 132) x tile_m x tile_n (partial tiles counted, clusters not):
+    - acc_pair mode: the default; packed mode: 128x128 (2x1, pingpong);
+    - element mode: the default if it makes fewer than 132 tiles; else cooperative 128x256 if K >= 8192, the
+      epilogue is light (no (M, N) tile operand besides C, no RowVecReduce) and its wave cost is no higher than
+      the default's; else 128x128 (2x1, pingpong) if the default's wave cost is at least 1.05x its own; else the
+      default.
 
     Whether to pass one: on a GPU run the harness tunes each correct candidate's gemm calls (the valid configs,
     timed) and pins the fastest with :func:`schedule`, which overrides ``config=``; a CPU-only run builds configs
