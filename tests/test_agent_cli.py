@@ -96,7 +96,7 @@ def test_the_run_command_prints_the_record_and_the_verdict(tmp_path, capsys):
     assert f"record: {run_dir}" in out
     assert "#1   r1.0  static_rejected" in out
     assert "FAILED gemm_residual_rmsnorm v1: no correct candidate in 1 attempt" in out
-    assert "stopped: all 1 round done" in out
+    assert "stopped: 1 round done" in out
 
 
 def test_resume_after_a_kill_redoes_only_the_unfinished_attempt(recorded, tmp_path, capsys):

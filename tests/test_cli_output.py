@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from coda_agent.cli import PIPE_WIDTH
-from coda_agent.launch import READER_GONE
+from coda_agent.stdout import READER_GONE
 from coda_agent.tasks import find_task
 
 from .conftest import cli

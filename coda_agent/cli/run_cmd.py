@@ -24,9 +24,9 @@ from rich.text import Text
 
 from ..agent import Agent, AgentConfig, FatalProviderError, RunEvents
 from ..execute import Executor, ExecutorError, open_executor
-from ..launch import ReaderGone
 from ..prompts.feedback import attempt_headline
 from ..providers import Provider, ProviderError, get_provider, lookup
+from ..stdout import ReaderGone
 from ..store.records import Attempt, Budgets, RunHeader, RunSummary, run_status
 from ..store.rundir import RunReader, RunRecordError, resolve_run
 from ..tasks.model import Task
