@@ -74,7 +74,7 @@ def epilogue(
         reduces: reduction sinks by name (:class:`ColVecReduce`, :class:`RowVecReduce`,
             :class:`OnlineLSEReduce`, :class:`ColVecSelect`); the fn returns each one's per-element value.
         mode: ``"element"`` (default; one value per accumulator element), ``"acc_pair"`` (adjacent columns
-            (2j, 2j+1) arrive as one Pair: ``g, u = unpack(acc)``, g from column 2j; extra outputs are half width; vectors,
+            (2j, 2j+1) arrive as one Pair: ``g, u = unpack(acc)``, g from column 2j; extra outputs are half width; reduces unscaled Col/RowVecReduce only; vectors,
             tiles and ``c`` arrive paired too, except column vectors), or ``"packed"`` (a gated pair's backward; an
             ungated one is element mode with C. ``c`` is a 16-bit (M, 2N) interleaved tensor, ``x, y = unpack(c)``,
             x from column 2j; ``acc`` is a plain (M, N) value;
