@@ -33,7 +33,7 @@ class ColVecReduce:
     ``combine``: ``"add"`` (sum), ``"max"`` or ``"max_abs"`` (the max of |value|, never negative).
     ``scaled=True`` (add only): the fn returns a pair ``(value, scale)`` and the sum is of ``value * scale`` folded
     as one fma, e.g. ``(y, y)`` for a sum of squares (the scale may be any value, a scalar operand too). Tiles'
-    partials merge in FP32. In ``acc_pair`` mode only unscaled (one value per lane, ``(lane0, lane1)``).
+    partials merge in FP32. In ``acc_pair`` mode only unscaled.
 
     Padding: in a partial last tile (N not a multiple of tile_n) the GPU evaluates the fn at the padding columns
     too, with acc, c and every tensor operand read as 0 (a scalar keeps its value), and ``add``/``max_abs`` fold
