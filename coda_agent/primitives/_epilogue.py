@@ -91,7 +91,7 @@ def epilogue(
 
     Names: parameters, outputs and reduces must all differ; ``acc``, ``D`` and (as an operand) ``c`` are taken,
     and an operand cannot be named like a parameter of :func:`gemm` (``A``, ``B``, ``C``, ``epi``, ``out_dtype``,
-    ``config``, ``store_d``). Names are case-sensitive: an operand ``b`` is not ``B``. They are the kernel's own
+    ``config``, ``store_d``); no other name is. Names are case-sensitive: an operand ``b`` is not ``B``. They are the kernel's own
     (forward() maps them to the task's outputs); a module constant ``C`` is not gemm's ``C``.
     """
     pins = dict(operands or {})
