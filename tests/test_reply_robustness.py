@@ -249,7 +249,8 @@ def test_a_sweep_finishes_its_other_runs_whatever_one_run_does(tmp_path, capsys,
     runs = tmp_path / "runs"
     code, out, err = cli(capsys, "run", "gemm_residual_rmsnorm", "gemm_rmsnorm", "--model", "mock/echo", "--model",
                          f"mock/{poison}", "--rounds", "3", "--no-compile", "--jobs", "2", "--runs-dir", str(runs))
-    assert code == 2, out + err  # a run failed: the sweep says so, after finishing the others
+    assert code == 1, out + err  # a run failed (as run alone exits): the sweep says so, after finishing the others
+    assert "2 failed" in out.splitlines()[-1], out
     (record,) = runs.glob("*.sweep.json")
     members = json.loads(record.read_text())["members"]
     summaries = {(Path(m["task"]).stem, m["model"].split("/")[-1]): RunReader(runs / m["run"]).summary() for m in members}
@@ -261,6 +262,7 @@ def test_a_sweep_finishes_its_other_runs_whatever_one_run_does(tmp_path, capsys,
             assert s.stop_reason == "the run failed: RuntimeError: an unforeseen failure"
     failures = [ln for ln in err.splitlines() if "the run failed" in ln]
     assert len(failures) == 2 and all("RuntimeError: an unforeseen failure" in ln for ln in failures)
+    assert all(f"{task} · mock/" in ln for ln, task in zip(sorted(failures), ("gemm_residual_rmsnorm", "gemm_rmsnorm"), strict=True)), failures
     assert "with a second line" not in err and inert(out) and inert(err)
 
 

@@ -337,7 +337,7 @@ class _Session:
         for o in outcomes:
             if o.error:
                 kind = "[bold red]error:[/]" if o.failed else "note:"
-                err_console.print(f"{kind} [{untrusted(_label(o.member))}] {untrusted(o.error)}", highlight=False)
+                err_console.print(f"{kind} {untrusted(f'[{_label(o.member)}]')} {untrusted(o.error)}", highlight=False)
         console.print(f"  record: {self.path}", highlight=False, markup=False)
         console.print(closing_line(outcomes), highlight=False)
         return max(o.exit_status for o in outcomes)
