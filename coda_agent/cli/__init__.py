@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import typer
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from ..store.outcomes import AttemptOutcome
@@ -111,6 +115,49 @@ def wide_console() -> Console:
     """Where every command prints its tables: the terminal as it is; a file or pipe at :func:`pipe_width` columns.
     Tables wrap their cells at spaces; identifier columns (names, specs, ids) are ``no_wrap`` so no token is cut."""
     return console if console.is_terminal else Console(width=pipe_width(), soft_wrap=True)
+
+
+def print_table(table: Table, droppable: Sequence[str] = (), out: Console | None = None) -> None:
+    """Print ``table`` whole at the width it has: where even its cells wrapped at spaces would not fit, the
+    ``droppable`` columns go, least useful first, and a line says which; a table still too wide is printed wider
+    than the terminal rather than cut mid-token (rich would fold a name into slivers or end it in an ellipsis)."""
+    out = out or wide_console()
+    dropped: list[str] = []
+    for header in droppable:
+        if _least_width(table) <= out.width:
+            break
+        column = next((c for c in table.columns if c.header == header), None)
+        if column is not None:
+            table.columns.remove(column)
+            dropped.append(header)
+    for column in table.columns:  # rich shares a narrow table's width out by ratio, ending long words in an ellipsis
+        column.min_width = max(column.min_width or 0, _cell_need(column.header, column.no_wrap),
+                               *(_cell_need(c, column.no_wrap) for c in column.cells))
+    need = _least_width(table)
+    if need > out.width:
+        out = Console(file=out.file, width=need, soft_wrap=True, force_terminal=out.is_terminal, no_color=out.no_color)
+    out.print(table)
+    if dropped:
+        out.print(f"[dim]({out.width} columns leave out {', '.join(dropped)}; a wider terminal shows them)[/]",
+                  highlight=False)
+
+
+def _least_width(table: Table) -> int:
+    """The fewest columns ``table`` takes with no token cut: its no_wrap cells whole, the others wrapped at spaces
+    (rich's own measure lets a no_wrap cell end in an ellipsis)."""
+    _, right, _, left = table.padding
+    widths = [max(_cell_need(c, col.no_wrap) for c in (col.header, *col.cells)) + left + right for col in table.columns]
+    frame = (len(widths) - 1 + 2 * table.show_edge) if table.box else 0
+    return sum(widths) + frame
+
+
+def _cell_need(cell: object, whole: bool) -> int:
+    """The columns a cell needs: its longest line when it may not wrap, else its longest word."""
+    text = cell if isinstance(cell, Text) else Text.from_markup(cell) if isinstance(cell, str) else None
+    if text is None:
+        return 1
+    parts = text.plain.splitlines() if whole else text.plain.split()
+    return max((cell_len(p) for p in parts), default=0)
 
 
 def _print_version(value: bool) -> None:

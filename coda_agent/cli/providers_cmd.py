@@ -11,7 +11,7 @@ from rich.table import Table
 
 from ..providers import ProviderEntry, registered
 from ..verifier.sandbox import UNSANDBOXED_OPT_IN
-from . import UserError, app, wide_console
+from . import UserError, app, print_table
 
 
 def needs(entry: ProviderEntry) -> str:
@@ -41,4 +41,4 @@ def list_providers(fmt: str = typer.Option("table", "--format", "-f", help="tabl
         table.add_column(col)
     for e in entries:
         table.add_row(escape(e.usage), escape(e.help), escape(needs(e)))
-    wide_console().print(table)
+    print_table(table)

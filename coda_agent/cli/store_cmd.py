@@ -19,7 +19,18 @@ from ..store.records import run_status
 from ..store.rundir import Problem, RunFiles, RunRecordError, read_run, resolve_run
 from ..store.timings import timing_points
 from ..untrusted import shown
-from . import TONE_STYLE, CliApp, UserError, app, console, err_console, outcome_style, untrusted, wide_console
+from . import (
+    TONE_STYLE,
+    CliApp,
+    UserError,
+    app,
+    console,
+    err_console,
+    outcome_style,
+    print_table,
+    untrusted,
+    wide_console,
+)
 
 index_app = CliApp(help="The SQLite index over run records and bench results (a rebuildable cache).")
 app.add_typer(index_app, name="index")
@@ -67,11 +78,17 @@ def index_rebuild(runs_dir: Path = RUNS_DIR, bench_dir: Path = BENCH_DIR) -> Non
 # ---------------------------------------------------------------------------------------------- leaderboard
 
 
+#: The leaderboard's columns a narrow terminal loses first (least useful first): the task, author, correctness and
+#: the ratio against cuBLAS stay.
+SUMMARY_DROPPABLE = ("$", "shapes", "runs ok", "×eager", "%SoL", "×compile", "×human", "device")
+GROUP_DROPPABLE = ("1st correct", "$", "tokens", "attempts", "rounds", "runs ok", "×eager", "%SoL", "×compile")
+
+
 def _rich_group(g: lb.Group) -> Table:
     table = Table(title=untrusted(g.title), title_justify="left", title_style="bold", box=box.SIMPLE_HEAD)
     for header, key in lb.columns_for(g):
         if key == "author":
-            table.add_column(header, overflow="fold", min_width=12)
+            table.add_column(header, no_wrap=True)
         else:
             table.add_column(header, justify="right", no_wrap=True)
     for e in g.entries:
@@ -88,7 +105,7 @@ def _summary_table(rows: list[lb.SummaryRow]) -> Table:
                   title_justify="left", title_style="bold", box=box.SIMPLE_HEAD)
     for header, key in lb.SUMMARY_COLUMNS:
         if key in ("task", "device", "author"):
-            table.add_column(header, overflow="fold")
+            table.add_column(header, no_wrap=True)
         else:
             table.add_column(header, justify="right", no_wrap=True)
     previous: tuple[str, int, str] | None = None
@@ -133,15 +150,15 @@ def leaderboard(
     elif board.empty:
         wide_console().print(f"no run records in {runs_dir} and no bench results in {bench_dir} yet", highlight=False)
     elif not details:
-        wide_console().print(_summary_table(lb.summarize(board)))
+        print_table(_summary_table(lb.summarize(board)), SUMMARY_DROPPABLE)
     else:
         out = wide_console()
         for g in board.groups:
-            out.print(_rich_group(g))
+            print_table(_rich_group(g), GROUP_DROPPABLE, out)
         if board.apart:
             out.rule("other versions / devices (not compared with the tables above)")
             for g in board.apart:
-                out.print(_rich_group(g))
+                print_table(_rich_group(g), GROUP_DROPPABLE, out)
     for note in (lb.untimed_note(board), lb.no_attempts_note(board), lb.missing_bench_note(bench_dir)):
         if note:
             err_console.print(untrusted(note), highlight=False)
@@ -249,7 +266,7 @@ def show(
             lb.fmt_seconds(a.durations.get("verify")), untrusted(times),
         )
     if rf.attempts:
-        out.print(table)
+        print_table(table, ("at", "$", "llm", "verify", "tokens in/out", "round.slot"), out)
     else:
         out.print("no finished attempts yet")
     best = f"best #{s.best_attempt}" + (f" ({lb.fmt_us(s.best_time_us)} µs)" if s.best_time_us else "")

@@ -11,7 +11,7 @@ from rich.table import Table
 from ..atomic import write_text_atomic
 from ..tasks.loader import TASKS_ENV, TaskError, discover_task_files, find_task, load_task, task_files
 from ..tasks.model import Task
-from . import UserError, app, console, err_console, untrusted, wide_console
+from . import UserError, app, console, err_console, print_table, untrusted, wide_console
 from .inputs import note_skipped
 
 SEARCH_HELP = f"task names, files or folders (default: the built-in suite, then ${TASKS_ENV}, then ./tasks)"
@@ -90,7 +90,7 @@ def _print_table(located: list[tuple[str, Task]], shapes: str) -> None:
             untrusted("\n".join(f"{p.name}: " + " ".join(f"{k}={v}" for k, v in p.dims.items()) for p in points) or "-"),
             untrusted(source if source == "built-in" else f"{source}: {t.path.parent}"),
         )
-    wide_console().print(table)
+    print_table(table, ("family",))  # where a task comes from stays: a long folder makes the table wider
 
 
 @app.command("validate")

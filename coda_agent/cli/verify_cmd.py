@@ -13,7 +13,7 @@ from ..tasks.model import Baseline
 from ..untrusted import shown
 from ..verifier import COMPILE_STAGES, CPU_STAGES, detect_sandbox, verify
 from ..verifier.verdict import Outcome, Verdict
-from . import UserError, app, console, err_console, outcome_style, untrusted, wide_console
+from . import UserError, app, console, err_console, outcome_style, print_table, untrusted
 from .inputs import (
     check_fits_device,
     check_shape_set,
@@ -53,7 +53,7 @@ def print_verdict(verdict: Verdict) -> None:
         memory = f"  {s.memory.describe()}" if s.memory is not None and s.memory.describe() else ""
         console.print(f"  {s.stage:<16} {mark}  {s.seconds:6.1f} s{memory}", highlight=False)
     if any(s.checks for s in verdict.stages):
-        wide_console().print(verdict_table(verdict))
+        print_table(verdict_table(verdict))
     headline, scope = verdict.outcome.value.upper(), ""
     if verdict.passed and not any(s.stage in CORRECTNESS_STAGES for s in verdict.stages):  # --compile-only
         headline, scope = "COMPILES", " (sm_90a build only; correctness not checked)"
