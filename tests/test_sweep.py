@@ -7,6 +7,7 @@ import shutil
 
 from coda_agent.store.records import SweepRecord
 from coda_agent.store.rundir import RunReader
+from coda_agent.tasks import find_task
 
 from .conftest import TASK_DIR, cli
 from .fake_llm_server import OPENAI_PATH, FakeLLMServer, openai_chat
@@ -196,3 +197,15 @@ def test_total_dollars_stops_the_whole_sweep(tmp_path, capsys, monkeypatch):
     assert second.run is None and "not started" in out
     code, _, err = cli(capsys, "run", "gemm_residual", "--model", "mock/echo", "--total-dollars", "1", "--runs-dir", str(tmp_path))
     assert code == 2 and "--total-dollars is for sweeps" in err
+
+
+def test_a_sweep_calls_a_task_by_its_name_not_its_file_name(tmp_path):
+    """tasks, run and the leaderboard call a task by its ``name:``; the sweep's lines and table did by its file."""
+    from coda_agent.cli.sweep import task_name
+
+    suite = TASK_DIR / "gemm_residual.yaml"
+    renamed = tmp_path / "my_copy.yaml"
+    shutil.copy(suite, renamed)
+    shutil.copy(TASK_DIR / find_task("gemm_residual").reference_file.name, tmp_path)
+    assert task_name(str(renamed)) == "gemm_residual"
+    assert task_name(str(tmp_path / "gone.yaml")) == "gone"  # a file that no longer loads: its stem

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import secrets
 import signal
@@ -30,7 +31,7 @@ from ..store.rundir import RunReader, RunRecordError
 from ..tasks.loader import TaskError, find_task, load_task, task_files
 from ..tasks.model import Task
 from ..untrusted import shown
-from . import TONE_STYLE, UserError, console, err_console, untrusted, wide_console
+from . import TONE_STYLE, UserError, console, err_console, print_table, untrusted
 from .inputs import NO_MODEL, check_task_runs, note_skipped
 from .run_cmd import (
     STOP_SIGNALS,
@@ -220,7 +221,17 @@ class _Lines(RunEvents):
 
 
 def _label(member: SweepMember) -> str:
-    return f"{Path(member.task).stem} · {member.model}"
+    return f"{task_name(member.task)} · {member.model}"
+
+
+@functools.cache
+def task_name(task_file: str) -> str:
+    """A member's task by its ``name:``, as ``tasks``, the run and the leaderboard call it (its file may be named
+    otherwise); the file's stem when the file no longer loads."""
+    try:
+        return load_task(Path(task_file)).name
+    except (TaskError, OSError):
+        return Path(task_file).stem
 
 
 @dataclass
@@ -331,7 +342,7 @@ class _Session:
                 highlight=False, markup=False,
             )
             return STOP_SIGNALS[received[0]] if received else 130
-        wide_console().print(summary_table(self.record, outcomes))
+        print_table(summary_table(self.record, outcomes))
         for line in run_lines(self.base, outcomes):
             console.print(line, highlight=False)
         for o in outcomes:
@@ -370,12 +381,12 @@ def summary_table(record: SweepRecord, outcomes: list[_Outcome]) -> Table:
         s = o.summary
         if s is None:
             status = "[red]error[/]" if o.failed else "not started"
-            table.add_row(untrusted(Path(o.member.task).stem), untrusted(o.member.model), status, "-", "-", "-", "-")
+            table.add_row(untrusted(task_name(o.member.task)), untrusted(o.member.model), status, "-", "-", "-", "-")
             continue
         best = f"#{s.best_attempt}" + (f" ({speed_text(s)})" if speed_text(s) else "") if s.best_attempt else "-"
         label, tone = run_status(s.status, s.passes)
         table.add_row(
-            untrusted(Path(o.member.task).stem), untrusted(o.member.model), f"[{TONE_STYLE[tone]}]{untrusted(label)}[/]", best,
+            untrusted(task_name(o.member.task)), untrusted(o.member.model), f"[{TONE_STYLE[tone]}]{untrusted(label)}[/]", best,
             str(s.attempts), tokens_text(s.input_tokens + s.output_tokens), money_text(s.cost_usd, s.cost_known),
         )
     return table
