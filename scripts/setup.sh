@@ -6,8 +6,12 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-# torch first, pinned: on these machines 2.13.0 is a local CPU wheel; a bare `torch` would pull a multi-GB CUDA build.
-.venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/python -m pip install -q "torch==2.13.0"
+# torch first, pinned, the CPU build: a local wheel where pip's find-links has one (its dependencies come with the
+# project's below), else from PyTorch's CPU index; never PyPI's torch, which on Linux is a multi-GB CUDA build.
+if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+  .venv/bin/python -m pip install -q --no-index --no-deps "torch==2.13.0" 2>/dev/null \
+    || .venv/bin/python -m pip install -q "torch==2.13.0" --index-url "${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}"
+fi
 # ray: the Ray executor's tests (tests/test_execute_ray.py) run on a local cluster; the wheel installs in seconds.
 .venv/bin/python -m pip install -q -e ".[dev,ray]"
 # Candidates run inside bubblewrap (the verifier's OS sandbox); without it they run as plain processes.

@@ -142,7 +142,7 @@ def test_timing_stage_times_the_candidate_with_its_baselines_on_the_emulator():
     # where the shape's wall time went, for the bench's progress line
     parts = ["timed: traced", "timed: candidate", "timed: transfer", "timed: checks", "timed: baselines"]
     assert list(tiny.seconds) == ["setup", "warm-up", "timed", *parts, "close"] and all(s >= 0 for s in tiny.seconds.values())
-    assert 0 < sum(tiny.seconds[p] for p in parts) <= tiny.seconds["timed"] + 0.05  # the rounds' parts (each rounded)
+    assert 0 <= sum(tiny.seconds[p] for p in parts) <= tiny.seconds["timed"] + 0.05  # the rounds' parts (each rounded: a fast round is 0.0)
     bench_verdict = Verdict(task=K0.name, task_version=1, backend="torch", outcome=Outcome.PASSED,
                             stages=[res.model_copy(update={"stage": "bench"})])
     assert re.fullmatch(r"setup \d+ s, warm-up \d+ s, timed \d+ s \(traced \d+ s, candidate \d+ s, transfer \d+ s, checks \d+ s, "
