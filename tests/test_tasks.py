@@ -74,6 +74,7 @@ def test_example_task_derived_facts():
         (lambda d: d["shapes"].pop("bench"), "needs a non-empty 'bench' shape set"),
         (lambda d: d["shapes"]["small"][0]["dims"].pop("K"), "inputs[0](x).shape[1]: uses K, which shape small/tiny does not bind"),
         (lambda d: d.update(colour="blue"), "colour: unknown field (typo?)"),
+        (lambda d: d.update(launch_budgt=d.pop("launch_budget")), "launch_budgt: unknown field; did you mean launch_budget?"),
         (lambda d: d["outputs"].append(dict(d["outputs"][0])), "names must be unique"),
         (lambda d: d["tolerance"].update(outputs={"nope": {"floor": 1}}) if "tolerance" in d else d.update(tolerance={"outputs": {"nope": {"floor": 1}}}), "'nope', which is not an output"),
         (lambda d: d.update(tolerance={"baseline": "exact"}), "tolerance.baseline: Input should be 'eager' or 'single_rounding'"),
@@ -91,6 +92,13 @@ def test_schema_errors_name_the_file_field_and_problem(tmp_path, edit, message):
     assert str(path) in text
     assert message in text
     assert "['" not in text  # names as words, never as a Python list
+
+
+def test_a_misspelt_required_field_is_one_mistake(tmp_path):
+    path = write_task(tmp_path, lambda d: d.update(launch_budgt=d.pop("launch_budget")))
+    with pytest.raises(TaskError) as err:
+        load_task(path)
+    assert "Field required" not in str(err.value) and len(str(err.value).splitlines()) == 2
 
 
 def _problem_lines(path: Path) -> list[str]:
@@ -324,7 +332,7 @@ def test_every_command_skips_a_yaml_file_that_is_no_task_alike(tmp_path, capsys)
     assert code == 0 and err == skipped and "1/1 task files valid" in out
     code, out, err = cli(capsys, "run", str(folder), "--model", "mock/echo", "--rounds", "1", "--no-compile",
                          "--runs-dir", str(tmp_path / "runs"))
-    assert code == 1 and err.startswith(skipped) and "1 task(s) × 1 model(s) = 1 runs" in out, err
+    assert code == 1 and err.startswith(skipped) and "1 task(s) × 1 model(s) = 1 run," in out, err
 
 
 def test_a_task_is_named_by_its_name_field_everywhere_and_a_typo_gets_a_suggestion(tmp_path, monkeypatch, capsys):

@@ -146,7 +146,7 @@ def start_sweep(
         raise UserError(f"cannot write the sweep record under {base}: {exc}") from None
     console.print(
         f"sweep [bold]{record.sweep_id}[/]: {len(selected)} task(s) × {len(set(models))} model(s) = "
-        f"{len(record.members)} runs, {jobs} at a time", highlight=False,
+        f"{len(record.members)} run{'s' if len(record.members) != 1 else ''}, {jobs} at a time", highlight=False,
     )
     console.print(f"  record: {path}", highlight=False, markup=False)
     with outliving_a_closed_stdout(path):

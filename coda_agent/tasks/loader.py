@@ -83,11 +83,29 @@ def format_validation_error(path: Path, err: ValidationError, data: Any, text: s
         if e["type"] == "extra_forbidden":
             msg = "unknown field (typo?)"
         found.append((loc, msg))
+    found = _typos_named(found, err)
     lines = [f"{path}: invalid task file"]
     for loc, msg in found:
         line = field_line(root, loc) if loc else None
         lines.append("  " + (f"line {line}: " if line else "") + f"{_field_path(loc, data)}: {msg}")
     return "\n".join(lines)
+
+
+def _typos_named(found: list[tuple[Loc, str]], err: ValidationError) -> list[tuple[Loc, str]]:
+    """An unknown field that is a required one misspelt (``launch_budgt``) is one mistake, not two: the unknown
+    field names the one it is like, and the "Field required" it caused goes."""
+    missing = {tuple(e["loc"]) for e in err.errors() if e["type"] == "missing"}
+    explained: set[Loc] = set()
+    out = []
+    for loc, msg in found:
+        if msg == "unknown field (typo?)" and loc and isinstance(loc[-1], str):
+            siblings = [m[-1] for m in missing if m[:-1] == loc[:-1] and isinstance(m[-1], str)]
+            close = difflib.get_close_matches(loc[-1], siblings, n=1)
+            if close:
+                msg = f"unknown field; did you mean {close[0]}?"
+                explained.add((*loc[:-1], close[0]))
+        out.append((loc, msg))
+    return [(loc, msg) for loc, msg in out if loc not in explained]
 
 
 def yaml_problem(exc: yaml.YAMLError) -> str:
