@@ -229,6 +229,8 @@ def test_leaderboard_command_formats_and_errors(cli_store, monkeypatch, capsys):
     assert code == 2 and "no runs or bench results on device 'cpu' (known: NVIDIA H200)" in err
     code, _, err = run_cli(monkeypatch, capsys, "leaderboard", "--task", "nope")
     assert code == 2 and "no runs or bench results for task 'nope' (known: gemm_rmsnorm)" in err
+    code, _, err = run_cli(monkeypatch, capsys, "leaderboard", "--task", "gemm_rmsnrm")
+    assert code == 2 and "did you mean gemm_rmsnorm?" in err
     code, _, err = run_cli(monkeypatch, capsys, "leaderboard", "--format", "xml")
     assert code == 2 and "unknown --format 'xml'" in err
 
@@ -379,3 +381,8 @@ def test_a_run_that_ended_before_its_first_attempt_is_no_authors_result(tmp_path
 
     html = Site(runs, tmp_path / "bench").get("/").body.decode()
     assert "not counted: 2 runs with no attempts" in html
+
+
+def test_a_bench_folder_that_does_not_exist_is_named_as_such(tmp_path):
+    assert lb.missing_bench_note(tmp_path / "nope").startswith(f"no bench results found in {tmp_path / 'nope'} (no such folder)")
+    assert "(no such folder)" not in lb.missing_bench_note(tmp_path)  # there, but empty

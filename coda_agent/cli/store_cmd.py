@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
 
@@ -134,7 +135,9 @@ def leaderboard(
     with open_index(runs_dir, bench_dir) as ix:
         if task is not None and task not in ix.tasks():
             known = ", ".join(ix.tasks()) or "none yet"
-            raise UserError(f"no runs or bench results for task {task!r} (known: {known})")
+            close = difflib.get_close_matches(task, ix.tasks(), n=1, cutoff=0.7)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise UserError(f"no runs or bench results for task {task!r}{hint} (known: {known})")
         board = lb.build(ix, task=task, device=device)
         devices = sorted({r.device for r in ix.runs(task)} | {b.device for b in ix.bench_rows(task)})
     if device is not None and board.empty:

@@ -362,7 +362,8 @@ def missing_bench_note(bench_dir: Path | None) -> str:
     human-kernel or baseline rows. They are files of the git checkout (``bench/results/``), not of the wheel."""
     if bench_dir is not None and bench_dir.is_dir() and any(bench_dir.glob("*.json")):
         return ""
-    return (f"no bench results found in {bench_dir} (so no human-kernel or baseline rows); they ship with the git "
+    gone = " (no such folder)" if bench_dir is not None and not bench_dir.exists() else ""
+    return (f"no bench results found in {bench_dir}{gone} (so no human-kernel or baseline rows); they ship with the git "
             "checkout (bench/results/), not the wheel: pass --bench-dir or set CODA_AGENT_BENCH_DIR")
 
 
