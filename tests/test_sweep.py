@@ -169,6 +169,10 @@ def test_resume_with_higher_budgets_extends_every_run(tmp_path, capsys):
     runs = tmp_path / "runs"
     cli(capsys, "run", "gemm_residual_rmsnorm", *MODELS, "--rounds", "1", "--no-compile", "--runs-dir", str(runs))
     record = sweep_record(runs)
+    code, out, err = cli(capsys, "run", "--resume", record.sweep_id, "--runs-dir", str(runs))  # nothing left to do
+    assert code == 1 and "already finished: nothing to resume" in out and "started before" not in out, out + err
+    assert "FAILED 0 of 2 runs found a correct kernel" in out
+    assert [RunReader(runs / m.run).summary().attempts for m in record.members] == [1, 1]
     code, _, err = cli(capsys, "run", "--resume", record.sweep_id, "--temperature", "0.1", "--runs-dir", str(runs))
     assert code == 2 and "only budgets" in err and "temperature" in err
     code, out, err = cli(capsys, "run", "--resume", record.sweep_id, "--rounds", "2", "--runs-dir", str(runs))

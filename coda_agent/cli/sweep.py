@@ -34,6 +34,7 @@ from ..untrusted import shown
 from . import TONE_STYLE, UserError, console, err_console, print_table, untrusted
 from .inputs import NO_MODEL, check_task_runs, note_skipped
 from .run_cmd import (
+    ENDED,
     STOP_SIGNALS,
     RunOptions,
     attempt_line,
@@ -173,6 +174,15 @@ def resume_sweep(
     fixed = sorted(set(changed) - set(EXTENSIBLE))
     if fixed:
         raise UserError(f"a resumed sweep keeps its settings; only budgets ({', '.join(EXTENSIBLE)}) may change, not {', '.join(fixed)}")
+    if not changed and total_dollars is None:
+        ended = _ended(record, base)
+        if ended is not None:
+            console.print(f"sweep [bold]{record.sweep_id}[/] already finished: nothing to resume", highlight=False)
+            print_table(summary_table(record, ended))
+            for line in run_lines(base, ended):
+                console.print(line, highlight=False)
+            console.print(closing_line(ended), highlight=False)
+            return max(o.exit_status for o in ended)
     executor = _open(workers, jobs, len(record.members))
     if total_dollars is not None:
         record.total_dollars = total_dollars
@@ -183,6 +193,24 @@ def resume_sweep(
     console.print(f"resuming sweep [bold]{record.sweep_id}[/]: {done} of {len(record.members)} runs started before", highlight=False)
     with outliving_a_closed_stdout(path):
         return _Session(record, path, base, jobs, executor, redo_corrupt, extended=bool(changed) or total_dollars is not None).run()
+
+
+def _ended(record: SweepRecord, base: Path) -> list[_Outcome] | None:
+    """Every member's outcome when each run has ended as ``run --resume`` would leave it (:data:`ENDED`, no attempt
+    lost since); None when any has something left to do."""
+    outcomes = []
+    for member in record.members:
+        if member.run is None:
+            return None
+        try:
+            reader = RunReader(base / member.run)
+            summary = reader.summary()
+        except RunRecordError:
+            return None
+        if summary is None or summary.status not in ENDED or len(reader.attempt_files()) != summary.attempts:
+            return None
+        outcomes.append(_Outcome(member, summary))
+    return outcomes
 
 
 @dataclass
