@@ -11,7 +11,7 @@ import typer
 from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
@@ -131,8 +131,7 @@ def print_table(table: Table, droppable: Sequence[str] = (), out: Console | None
             table.columns.remove(column)
             dropped.append(header)
     for column in table.columns:  # rich shares a narrow table's width out by ratio, ending long words in an ellipsis
-        column.min_width = max(column.min_width or 0, _cell_need(column.header, column.no_wrap),
-                               *(_cell_need(c, column.no_wrap) for c in column.cells))
+        column.min_width = max(column.min_width or 0, _column_need(column))
     need = _least_width(table)
     if need > out.width:
         out = Console(file=out.file, width=need, soft_wrap=True, force_terminal=out.is_terminal, no_color=out.no_color)
@@ -146,18 +145,21 @@ def _least_width(table: Table) -> int:
     """The fewest columns ``table`` takes with no token cut: its no_wrap cells whole, the others wrapped at spaces
     (rich's own measure lets a no_wrap cell end in an ellipsis)."""
     _, right, _, left = table.padding
-    widths = [max(_cell_need(c, col.no_wrap) for c in (col.header, *col.cells)) + left + right for col in table.columns]
+    widths = [_column_need(col) + left + right for col in table.columns]
     frame = (len(widths) - 1 + 2 * table.show_edge) if table.box else 0
     return sum(widths) + frame
 
 
-def _cell_need(cell: object, whole: bool) -> int:
-    """The columns a cell needs: its longest line when it may not wrap, else its longest word."""
-    text = cell if isinstance(cell, Text) else Text.from_markup(cell) if isinstance(cell, str) else None
-    if text is None:
-        return 1
-    parts = text.plain.splitlines() if whole else text.plain.split()
-    return max((cell_len(p) for p in parts), default=0)
+def _column_need(column: Column) -> int:
+    """The columns a table column's text needs: its longest line where it may not wrap, else its longest word."""
+    def need(cell: object) -> int:
+        text = cell if isinstance(cell, Text) else Text.from_markup(cell) if isinstance(cell, str) else None
+        if text is None:
+            return 1
+        parts = text.plain.splitlines() if column.no_wrap else text.plain.split()
+        return max((cell_len(p) for p in parts), default=0)
+
+    return max(need(c) for c in (column.header, *column.cells))
 
 
 def _print_version(value: bool) -> None:

@@ -432,17 +432,26 @@ def recorded_run(name: str, base: Path, model: str | None, task: str | None, red
 ENDED = ("target_reached", "completed", "budget_exhausted")
 
 
+def ended_summary(reader: RunReader) -> RunSummary | None:
+    """The summary of a run that ended (:data:`ENDED`) with every attempt still on disk and readable; None for one
+    that ``--resume`` goes on with (killed while running, interrupted, failed, or attempts lost since)."""
+    summary = reader.summary()
+    if summary is None or summary.status not in ENDED:
+        return None
+    if len(reader.attempt_files()) != summary.attempts or reader.unreadable_attempts():
+        return None
+    return summary
+
+
 def already_finished(run_dir: Path, reader: RunReader, given: dict[str, Any]) -> int | None:
     """``--resume`` of a run that has nothing left to do: says so with its result, asks no model, starts no worker;
     the exit status is the run's own (0 a correct kernel, 1 none). None when there is something to resume."""
     try:
-        summary = reader.summary()
+        summary = ended_summary(reader)
     except RunRecordError as exc:
         raise UserError(str(exc)) from None
-    if summary is None or summary.status not in ENDED:
-        return None  # killed while running, interrupted, or failed: it goes on
-    if len(reader.attempt_files()) != summary.attempts or reader.unreadable_attempts():
-        return None  # attempts lost or unreadable since: they are redone
+    if summary is None:
+        return None
     if given and summary.status != "target_reached":
         return None  # budgets raised: it goes on
     label, _ = run_status(summary.status, summary.passes)

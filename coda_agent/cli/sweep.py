@@ -34,10 +34,10 @@ from ..untrusted import shown
 from . import TONE_STYLE, UserError, console, err_console, print_table, untrusted
 from .inputs import NO_MODEL, check_task_runs, note_skipped
 from .run_cmd import (
-    ENDED,
     STOP_SIGNALS,
     RunOptions,
     attempt_line,
+    ended_summary,
     make_provider,
     money_text,
     new_run,
@@ -178,11 +178,7 @@ def resume_sweep(
         ended = _ended(record, base)
         if ended is not None:
             console.print(f"sweep [bold]{record.sweep_id}[/] already finished: nothing to resume", highlight=False)
-            print_table(summary_table(record, ended))
-            for line in run_lines(base, ended):
-                console.print(line, highlight=False)
-            console.print(closing_line(ended), highlight=False)
-            return max(o.exit_status for o in ended)
+            return report(record, path, base, ended)
     executor = _open(workers, jobs, len(record.members))
     if total_dollars is not None:
         record.total_dollars = total_dollars
@@ -203,11 +199,10 @@ def _ended(record: SweepRecord, base: Path) -> list[_Outcome] | None:
         if member.run is None:
             return None
         try:
-            reader = RunReader(base / member.run)
-            summary = reader.summary()
+            summary = ended_summary(RunReader(base / member.run))
         except RunRecordError:
             return None
-        if summary is None or summary.status not in ENDED or len(reader.attempt_files()) != summary.attempts:
+        if summary is None:
             return None
         outcomes.append(_Outcome(member, summary))
     return outcomes
@@ -370,16 +365,21 @@ class _Session:
                 highlight=False, markup=False,
             )
             return STOP_SIGNALS[received[0]] if received else 130
-        print_table(summary_table(self.record, outcomes))
-        for line in run_lines(self.base, outcomes):
-            console.print(line, highlight=False)
-        for o in outcomes:
-            if o.error:
-                kind = "[bold red]error:[/]" if o.failed else "note:"
-                err_console.print(f"{kind} {untrusted(f'[{_label(o.member)}]')} {untrusted(o.error)}", highlight=False)
-        console.print(f"  record: {self.path}", highlight=False, markup=False)
-        console.print(closing_line(outcomes), highlight=False)
-        return max(o.exit_status for o in outcomes)
+        return report(self.record, self.path, self.base, outcomes)
+
+
+def report(record: SweepRecord, path: Path, base: Path, outcomes: list[_Outcome]) -> int:
+    """A sweep's end: its table, each run's record, the errors, the closing line; the worst run's exit status."""
+    print_table(summary_table(record, outcomes))
+    for line in run_lines(base, outcomes):
+        console.print(line, highlight=False)
+    for o in outcomes:
+        if o.error:
+            kind = "[bold red]error:[/]" if o.failed else "note:"
+            err_console.print(f"{kind} {untrusted(f'[{_label(o.member)}]')} {untrusted(o.error)}", highlight=False)
+    console.print(f"  record: {path}", highlight=False, markup=False)
+    console.print(closing_line(outcomes), highlight=False)
+    return max(o.exit_status for o in outcomes)
 
 
 def closing_line(outcomes: list[_Outcome]) -> str:
