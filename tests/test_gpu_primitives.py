@@ -56,6 +56,12 @@ CASES = [
     (residual_sumsq, P.Config(cluster_m=1, cluster_n=2)), (plain, P.Config(tile_m=256, tile_n=128, pingpong=False)),
     (residual_sumsq, P.Config(split_k=2)), (gated, P.Config(split_k=3)), (lse_target, P.Config(split_k=2)),
     (swiglu_bwd, P.Config(tile_n=128, split_k=2)),
+    # The load-ahead kernel: its own scheduler readers (one more warp per CTA), pingpong and cooperative.
+    (plain, P.Config(load_ahead=True)), (residual_sumsq, P.Config(load_ahead=True)),
+    (gated, P.Config(load_ahead=True)), (lse_target, P.Config(load_ahead=True)),
+    (swiglu_bwd, P.Config(tile_n=128, load_ahead=True)),
+    (residual_sumsq, P.Config(cluster_m=1, cluster_n=2, load_ahead=True)),
+    (residual_sumsq, P.Config(tile_m=256, tile_n=128, pingpong=False, load_ahead=True)),
 ]
 
 

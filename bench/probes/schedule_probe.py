@@ -44,7 +44,7 @@ SWEEP = [Config(tile_m=m, tile_n=n, pingpong=pp, cluster_m=cm, cluster_n=cn)
          for cm, cn in ((2, 1), (1, 2))]
 #: The tiles every split variant also runs with (besides the kernel's own): the two that the wave model trades.
 SPLIT_TILES = [Config(tile_n=192), Config(tile_n=128)]
-STATE: dict[str, Any] = {"dynamic": False, "config": None, "split": None, "calls": None}
+STATE: dict[str, Any] = {"dynamic": False, "config": None, "split": None, "calls": None, "ahead": False}
 
 
 @functools.cache
@@ -68,14 +68,18 @@ def _forced(run: Callable[..., Any]) -> Callable[..., Any]:
         if STATE["split"] is not None:
             config = call.config or default_config(call) or Config()
             call = dataclasses.replace(call, config=dataclasses.replace(config, split_k=STATE["split"]))
+        config = call.config or default_config(call) or Config()
+        if config.load_ahead != STATE["ahead"]:
+            call = dataclasses.replace(call, config=dataclasses.replace(config, load_ahead=STATE["ahead"]))
         return run(call)
     return go
 
 
 def human_variant(forward: Callable[..., Any], kwargs: dict[str, Any], dynamic: bool,
-                  config: Config | None = None, split: int | None = None) -> Callable[[], Any]:
+                  config: Config | None = None, split: int | None = None, ahead: bool = False) -> Callable[[], Any]:
+    """``ahead``: every gemm call on the load-ahead kernel (``Config.load_ahead``), else on QuACK's."""
     def call() -> Any:
-        STATE["dynamic"], STATE["config"], STATE["split"] = dynamic, config, split
+        STATE["dynamic"], STATE["config"], STATE["split"], STATE["ahead"] = dynamic, config, split, ahead
         return forward(**kwargs)
     return call
 
@@ -94,7 +98,7 @@ def plain_twin(forward: Callable[..., Any], kwargs: dict[str, Any]) -> Callable[
     replays: list[tuple[torch.Tensor, torch.Tensor, Config]] = []
 
     def run() -> Any:
-        STATE["dynamic"], STATE["config"], STATE["split"] = True, None, None
+        STATE["dynamic"], STATE["config"], STATE["split"], STATE["ahead"] = True, None, None, False
         if not replays:  # the first call (the probe's build run) records the kernel's calls
             STATE["calls"] = []
             try:
@@ -107,7 +111,7 @@ def plain_twin(forward: Callable[..., Any], kwargs: dict[str, Any]) -> Callable[
 
 
 def variants_for(task_name: str, dims: dict[str, int], sweep: bool, splits: tuple[int, ...] = (),
-                 files: tuple[Path, ...] = ()) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
+                 files: tuple[Path, ...] = (), ahead: bool = False) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
     task = find_task(task_name)
     assert task.human_file is not None, f"{task_name} has no human kernel"
     human = import_file(task.human_file, f"probe_human_{task_name}")
@@ -118,6 +122,8 @@ def variants_for(task_name: str, dims: dict[str, int], sweep: bool, splits: tupl
         "as written, dynamic": human_variant(human.forward, kwargs, True),
         "plain twin, dynamic": plain_twin(human.forward, kwargs),
     }
+    if ahead:
+        out["as written, dynamic, ahead"] = human_variant(human.forward, kwargs, True, ahead=True)
     for path in files:  # another forward() of the task, as it writes its configs (and at the sweep's), dynamic
         other = import_file(path, f"probe_variant_{path.stem}")
         out[f"{path.stem}, dynamic"] = human_variant(other.forward, kwargs, True)
@@ -132,6 +138,8 @@ def variants_for(task_name: str, dims: dict[str, int], sweep: bool, splits: tupl
             label = _label(c)
             out[label] = human_variant(human.forward, kwargs, False, c)
             out[label + ", dynamic"] = human_variant(human.forward, kwargs, True, c)
+            if ahead:
+                out[label + ", dynamic, ahead"] = human_variant(human.forward, kwargs, True, c, ahead=True)
     gemms = cublas_gemms(task, dims)
     if gemms is not None:
         out["cublas"] = gemms
@@ -159,10 +167,15 @@ def _label(c: Config) -> str:
 
 def agreement(variants: dict[str, Callable[[], Any]], reference: str) -> None:
     """Each split variant's outputs against the reference variant's: the largest difference over the largest
-    reference value, per output (split-K sums the same products in another order: about bf16's rounding)."""
+    reference value, per output (split-K sums the same products in another order: about bf16's rounding). The
+    load-ahead kernel at the kernel's own configs must match QuACK's bit for bit: it says whether it does."""
     if reference not in variants:
         return
     want = variants[reference]()
+    if "as written, dynamic, ahead" in variants:
+        got = variants["as written, dynamic, ahead"]()
+        same = {k: bool(torch.equal(got[k], v)) for k, v in want.items() if isinstance(v, torch.Tensor)}
+        print(f"  bitwise equal, ahead vs as written: {same}", flush=True)
     for name, fn in variants.items():
         if "split" not in name:
             continue
@@ -214,6 +227,9 @@ def main() -> None:
                    help="a file with the task's forward() written another way, timed beside the human kernel as "
                         "'<file stem>, dynamic' (with --sweep also '<file stem> <config>, dynamic'; repeatable; every "
                         "--row task must take its inputs)")
+    p.add_argument("--ahead", action="store_true",
+                   help="time the load-ahead kernel too: '<variant>, ahead' beside the kernel as written (and with "
+                        "--sweep beside each config), and check it matches QuACK's kernel bit for bit")
     p.add_argument("--split", action="append", default=[], type=int,
                    help="split-K variants: split_k S (repeatable), with the kernel's config and SPLIT_TILES")
     args = p.parse_args()
@@ -227,7 +243,7 @@ def main() -> None:
         first = {t: (s, d) for t, s, d in reversed(jobs)}  # each task's first row: the kernels take any shape
         k = 0
         for t, (s, d) in first.items():
-            for name, fn in variants_for(t, d, t in args.sweep, splits, files)[0].items():
+            for name, fn in variants_for(t, d, t in args.sweep, splits, files, args.ahead)[0].items():
                 if args.only and name not in args.only:
                     continue
                 if k % n == i:
@@ -237,7 +253,7 @@ def main() -> None:
                 k += 1
         return
     for task_name, shape, dims in jobs:
-        variants, meta = variants_for(task_name, dims, task_name in args.sweep, splits, files)
+        variants, meta = variants_for(task_name, dims, task_name in args.sweep, splits, files, args.ahead)
         variants = runnable({k: v for k, v in variants.items() if not args.only or k in args.only})
         agreement(variants, "as written, dynamic")
         if args.ncu:

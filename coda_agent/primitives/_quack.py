@@ -11,6 +11,7 @@ Imported lazily (only the harness selects it). Two flavours:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from contextlib import nullcontext
 from typing import Any
@@ -25,14 +26,19 @@ from .quack_patches import compile_only, split_k_plans
 _QUACK_MODE = {"element": None, "acc_pair": "acc_pair", "packed": "packed_cd_b16x2"}
 
 
-def _epimod(call: GemmCall) -> Any:
-    """Build (once per Epilogue) the QuACK EpiMod with the same pins, sinks and mode."""
+def _epimod(call: GemmCall, ahead: bool) -> Any:
+    """Build (once per Epilogue and kernel) the QuACK EpiMod with the same pins, sinks and mode; ``ahead``: one
+    that mints the load-ahead kernel (:mod:`._ahead`)."""
     epi = call.epi
-    mod = epi.backend_cache.get("quack")
+    cache_key = "quack-ahead" if ahead else "quack"
+    mod = epi.backend_cache.get(cache_key)
     if mod is not None:
         return mod
-    from quack.epilogue import gemm_epilogue
+    from quack.epilogue import EpiMod
     from quack.epilogue import ops as q
+
+    if ahead:
+        from ._ahead import AheadEpiMod as EpiMod
 
     pins = {
         name: (q.ColVecLoad(name) if isinstance(pin, ColVecLoad) else q.RowVecLoad(name))
@@ -52,15 +58,19 @@ def _epimod(call: GemmCall) -> Any:
             idx_op = q.ColVecLoad(sink.index)
             extra.append(idx_op)
             outs[name] = q.ColVecSelect(name, idx_op=idx_op)
-    mod = gemm_epilogue(
-        outputs=epi.outputs,
-        ops=pins or None,
-        outs=outs or None,
-        mode=_QUACK_MODE[epi.mode],
-        extra_ops=tuple(extra),
-    )(epi.fn)
-    epi.backend_cache["quack"] = mod
+    mod = EpiMod(epi.fn, outputs=epi.outputs, ops=pins or None, outs=outs or None, mode=_QUACK_MODE[epi.mode],
+                 extra_ops=tuple(extra))
+    epi.backend_cache[cache_key] = mod
     return mod
+
+
+def _config(call: GemmCall) -> Config:
+    """The call's config (its own, else :func:`.configs.default_config`), with ``load_ahead`` off where the
+    load-ahead kernel does not go: split-K (QuACK's split protocol lives in its own kernel)."""
+    config = call.config or default_config(call) or Config()
+    if config.load_ahead and config.split_k > 1:
+        return dataclasses.replace(config, load_ahead=False)
+    return config
 
 
 @functools.cache
@@ -152,9 +162,10 @@ def run(call: GemmCall) -> dict[str, torch.Tensor]:
     """Launch the fused kernel (its config, else :func:`.configs.default_config`; no tuning) through a QuACK plan
     built once per call metadata, as QuACK's eager call replays its own, but with the reused
     :func:`_tile_counter`."""
-    mod = _epimod(call)
+    config = _config(call)
+    mod = _epimod(call, config.load_ahead)
     kw, selects = _operands(call)
-    config = _gemm_config(call.config or default_config(call))
+    config = _gemm_config(config)
     out = call.stored_buffers()
     plans = call.epi.backend_cache.setdefault("quack_plans", {})
     key = _plan_key(call, config, kw)
@@ -216,9 +227,10 @@ _SPLIT_K_BUFFERS: dict[tuple[int, int, tuple[Any, ...]], tuple[torch.Tensor, tor
 def run_compile_only(call: GemmCall) -> dict[str, torch.Tensor]:
     """Compile the kernel for sm_90a (or the arch the environment names) without launching it (no GPU needed)."""
     with compile_only():
-        mod = _epimod(call)
+        config = _config(call)
+        mod = _epimod(call, config.load_ahead)
         kw, selects = _operands(call)
         out, reduced = call.zero_results()
-        _plan(mod, call, out, _gemm_config(call.config or default_config(call)), kw)
+        _plan(mod, call, out, _gemm_config(config), kw)
     return {**out, **reduced, **selects}
 

@@ -166,12 +166,14 @@ def config_literal(c: Config) -> str:
 
 
 def config_label(c: Config | None) -> str:
-    """``128x208 pingpong 2x1`` (``... split-k 2`` when K is split); ``default`` for None (QuACK's arch default)."""
+    """``128x208 pingpong 2x1`` (``... split-k 2`` when K is split, ``... ahead`` on the load-ahead kernel);
+    ``default`` for None (QuACK's arch default)."""
     if c is None:
         return "default"
     kind = "pingpong" if c.pingpong else "coop"
     split = f" split-k {c.split_k}" if c.split_k > 1 else ""
-    return f"{c.tile_m}x{c.tile_n} {kind} {c.cluster_m}x{c.cluster_n}{split}"
+    ahead = " ahead" if c.load_ahead else ""
+    return f"{c.tile_m}x{c.tile_n} {kind} {c.cluster_m}x{c.cluster_n}{split}{ahead}"
 
 
 def config_fields(c: Config) -> dict[str, int | bool]:
