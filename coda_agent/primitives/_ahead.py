@@ -68,6 +68,34 @@ class LoadAheadSm90(GemmSm90):
             elect_one_release=True,
         )
 
+    @classmethod
+    def _compute_stages(
+        cls, cta_tile_shape_mnk: Any, epi_tile: Any, a_dtype: Any, b_dtype: Any, d_dtype: Any, c_dtype: Any,
+        epilogue_args: Any, smem_capacity: int, occupancy: int, warp_shape_mnk: Any = None, **kwargs: Any,
+    ) -> tuple[int, int, int]:
+        """QuACK's stage split, then the C stages deepened toward a whole tile's subtiles with the smem QuACK gave
+        to D stages beyond its two (never an A/B stage): QuACK caps C at 5 stages because its epilogue loads only
+        within the current tile, while here the epilogue-load warp can bring in a tile's whole C under its
+        mainloop."""
+        ab_stage, d_stage, c_stage = super()._compute_stages(
+            cta_tile_shape_mnk, epi_tile, a_dtype, b_dtype, d_dtype, c_dtype, epilogue_args, smem_capacity,
+            occupancy, warp_shape_mnk, **kwargs,
+        )
+        if c_stage == 0:
+            return ab_stage, d_stage, c_stage
+        subtile = cute.size(cute.shape(epi_tile))
+        subtiles = cta_tile_shape_mnk[0] * cta_tile_shape_mnk[1] // subtile
+        fewest_d = min(subtiles, 4 if epi_tile[1] <= 16 else 2)  # QuACK's own floor
+        op_bytes = cls.epi_smem_bytes(epilogue_args, cta_tile_shape_mnk, epi_tile, warp_shape_mnk)
+        d_bytes = (subtile * d_dtype.width // 8 if d_dtype is not None else 0) + op_bytes.d_stage
+        c_bytes = (subtile * c_dtype.width // 8 if c_dtype is not None else 0) + op_bytes.c_stage
+        if d_bytes == 0 or d_bytes % 1024 or c_bytes % 1024:  # a move that could change the 1 KiB alignment pads
+            return ab_stage, d_stage, c_stage
+        more_c = min((d_stage - fewest_d) * d_bytes // c_bytes, subtiles - c_stage)
+        if more_c <= 0:
+            return ab_stage, d_stage, c_stage
+        return ab_stage, d_stage - -(-more_c * c_bytes // d_bytes), c_stage + more_c
+
     @cute.kernel
     def kernel(
         self,
