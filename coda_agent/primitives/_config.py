@@ -35,9 +35,9 @@ class Config:
     256, 208 or 128 respectively; cooperative (``pingpong=False``) tile_m up to 320; tile_n a multiple of 16 (of 32
     in acc_pair mode with an extra output). split_k > 1 splits K over that many CTAs per output tile (serial: the
     same result run to run; the epilogue runs once): it fills a GPU whose grid of tiles is too small, and needs D.
-    load_ahead: the epilogue's C and tile operands are loaded by a producer warp while the mainloop runs (the
-    harness's own SM90 kernel) instead of by the epilogue when it starts (QuACK's); the outputs are the same, bit
-    for bit. A split_k > 1 call runs QuACK's kernel either way.
+    load_ahead: where the epilogue reads C or an (M, N) tile operand, in element or acc_pair mode with split_k 1,
+    a producer warp loads them while the mainloop runs (the harness's own SM90 kernel); False, or any other call,
+    runs QuACK's kernel, whose epilogue loads them when it starts. The outputs are the same bit for bit.
     """
 
     tile_m: int = 128
@@ -47,7 +47,7 @@ class Config:
     pingpong: bool = True
     max_swizzle_size: int = 8
     split_k: int = 1
-    load_ahead: bool = False
+    load_ahead: bool = True
 
     def check(self, mode: Mode, has_outputs: bool, store_d: bool = True, b_major: Major = "k") -> None:
         """Reject configs QuACK would reject on SM90, or could not build, with the rule that failed."""

@@ -181,6 +181,12 @@ class GemmCall:
     def b_major(self) -> Major:
         return b_major(self.B)
 
+    @property
+    def reads_tiles(self) -> bool:
+        """Whether the epilogue reads an (M, N) tile from HBM (C, or a tile operand): what the load-ahead kernel
+        loads under the mainloop (``Config.load_ahead``)."""
+        return self.C is not None or any(op.kind == "tile" for op in self.operands.values())
+
     def check_config(self, config: Config) -> None:
         """``config`` against this call's mode, outputs, D and B's layout (:meth:`Config.check`)."""
         config.check(self.epi.mode, bool(self.epi.outputs), self.store_d, self.b_major)

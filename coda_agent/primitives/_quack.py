@@ -20,7 +20,7 @@ import torch
 
 from ._epilogue import Config, GemmCall
 from ._ops import ColVecLoad, ColVecReduce, ColVecSelect, OnlineLSEReduce, RowVecLoad, RowVecReduce
-from .configs import DYNAMIC_SCHEDULER, default_config
+from .configs import DYNAMIC_SCHEDULER, default_config, loads_ahead
 from .quack_patches import compile_only, split_k_plans
 
 _QUACK_MODE = {"element": None, "acc_pair": "acc_pair", "packed": "packed_cd_b16x2"}
@@ -66,11 +66,15 @@ def _epimod(call: GemmCall, ahead: bool) -> Any:
 
 def _config(call: GemmCall) -> Config:
     """The call's config (its own, else :func:`.configs.default_config`), with ``load_ahead`` off where the
-    load-ahead kernel does not go: split-K (QuACK's split protocol lives in its own kernel)."""
+    load-ahead kernel is not the one to run (:func:`.configs.loads_ahead`)."""
     config = call.config or default_config(call) or Config()
-    if config.load_ahead and config.split_k > 1:
-        return dataclasses.replace(config, load_ahead=False)
-    return config
+    return _kernel_config(config, loads_ahead(call, config))
+
+
+@functools.cache
+def _kernel_config(config: Config, ahead: bool) -> Config:
+    """``config`` with ``load_ahead`` saying which kernel runs (memoised: it is asked on every launch)."""
+    return config if config.load_ahead == ahead else dataclasses.replace(config, load_ahead=ahead)
 
 
 @functools.cache

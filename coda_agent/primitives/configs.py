@@ -50,14 +50,18 @@ Runner = Callable[[GemmCall], dict[str, torch.Tensor]]
 
 
 def config_space(mode: Mode, has_outputs: bool, mnk: tuple[int, int, int] | None = None, store_d: bool = True,
-                 sms: int = H200_SM_COUNT, b_major: Major = "k") -> list[Config]:
+                 sms: int = H200_SM_COUNT, b_major: Major = "k", reads_tiles: bool = False) -> list[Config]:
     """Every config of :data:`TILES` x :data:`CLUSTERS` that QuACK accepts for this epilogue, the default first; for
     a call of ``mnk`` whose default tiles fill less than one wave of ``sms``, also the :data:`STARVED_SPLITS` that
-    keep :data:`MIN_SPLIT_DEPTH` of K each. For a call of ``mnk`` the rest come in the order of their
-    :func:`wave_cost` (ties in the order of :data:`TILES`): a search its budget cuts short has tried the tiles that
-    waste the least of the grid first (at the ragged 8000 x 4000, cuBLAS's 192x192, which won there)."""
-    candidates = [Config(tile_m=tile_m, tile_n=tile_n, cluster_m=cluster_m, cluster_n=cluster_n, pingpong=pingpong)
-                  for tile_m, tile_n, pingpong in TILES for cluster_m, cluster_n in CLUSTERS]
+    keep :data:`MIN_SPLIT_DEPTH` of K each. Where the load-ahead kernel would run (an epilogue that ``reads_tiles``,
+    :func:`loads_ahead`), each tile also on QuACK's kernel (``load_ahead=False``), right after it. For a call of
+    ``mnk`` the rest come in the order of their :func:`wave_cost` (ties in the order of :data:`TILES`): a search its
+    budget cuts short has tried the tiles that waste the least of the grid first (at the ragged 8000 x 4000,
+    cuBLAS's 192x192, which won there)."""
+    both_kernels = reads_tiles and mode in AHEAD_MODES
+    candidates = [c for tile_m, tile_n, pingpong in TILES for cluster_m, cluster_n in CLUSTERS
+                  for c in _kernels(Config(tile_m=tile_m, tile_n=tile_n, cluster_m=cluster_m, cluster_n=cluster_n,
+                                           pingpong=pingpong), both_kernels)]
     if mnk is not None and tile_count(mnk[0], mnk[1], Config()) < sms:
         candidates += [c for c in STARVED_SPLITS if mnk[2] // c.split_k >= MIN_SPLIT_DEPTH]
     space = []
@@ -68,8 +72,31 @@ def config_space(mode: Mode, has_outputs: bool, mnk: tuple[int, int, int] | None
             continue
         space.append(config)
     if mnk is None:
-        return sorted(space, key=lambda c: c != Config())
-    return sorted(space, key=lambda c: (c != Config(), wave_cost(mnk[0], mnk[1], c, sms)))
+        return sorted(space, key=lambda c: not _default_tile(c))
+    return sorted(space, key=lambda c: (not _default_tile(c), wave_cost(mnk[0], mnk[1], c, sms)))
+
+
+def _default_tile(c: Config) -> bool:
+    """The arch default, on either kernel (a sort keeps the two side by side)."""
+    return dataclasses.replace(c, load_ahead=True) == Config()
+
+
+def _kernels(config: Config, both: bool) -> tuple[Config, ...]:
+    return (config, dataclasses.replace(config, load_ahead=False)) if both else (config,)
+
+
+#: The modes the load-ahead kernel runs in. Packed mode stays on QuACK's kernel: at gemm_swiglu_bwd coda-h2048
+#: (128x128, the packed default) the load-ahead kernel ran 2-3% slower in two probes on the H200, while its outputs
+#: matched (bench/results/h200-2026-12-04-a-notes.md).
+AHEAD_MODES = ("element", "acc_pair")
+
+
+def loads_ahead(call: GemmCall, config: Config) -> bool:
+    """Whether the call runs on the load-ahead kernel (``primitives/_ahead.py``) under ``config``: asked for
+    (``load_ahead``), something to load (C or a tile operand), a mode of :data:`AHEAD_MODES`, and K unsplit (a split
+    call's protocol lives in QuACK's kernel). Measured on the H200 (2026-12-04-a): 0.3-1.7% faster than QuACK's
+    kernel at gemm_residual's bench rows, the same at gemm_residual_rmsnorm's, bit for bit the same outputs."""
+    return config.load_ahead and config.split_k == 1 and call.epi.mode in AHEAD_MODES and call.reads_tiles
 
 
 #: QuACK's dynamic persistent tile scheduler (an atomic tile counter instead of a fixed tile order): on. Measured on
@@ -166,13 +193,13 @@ def config_literal(c: Config) -> str:
 
 
 def config_label(c: Config | None) -> str:
-    """``128x208 pingpong 2x1`` (``... split-k 2`` when K is split, ``... ahead`` on the load-ahead kernel);
+    """``128x208 pingpong 2x1`` (``... split-k 2`` when K is split, ``... no-ahead`` with ``load_ahead`` off);
     ``default`` for None (QuACK's arch default)."""
     if c is None:
         return "default"
     kind = "pingpong" if c.pingpong else "coop"
     split = f" split-k {c.split_k}" if c.split_k > 1 else ""
-    ahead = " ahead" if c.load_ahead else ""
+    ahead = "" if c.load_ahead else " no-ahead"
     return f"{c.tile_m}x{c.tile_n} {kind} {c.cluster_m}x{c.cluster_n}{split}{ahead}"
 
 

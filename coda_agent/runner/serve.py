@@ -74,6 +74,7 @@ class OpLog(TorchDispatchMode):
                     "gemm": [call.m, call.n, int(call.A.shape[1])],
                     "sinks": sorted(type(s).__name__ for s in call.epi.sinks.values()), "mode": call.epi.mode,
                     "epilogue": call.epi.name, "outputs": len(call.epi.outputs), "store_d": call.store_d, "b_major": call.b_major,
+                    "reads_tiles": call.reads_tiles,
                     "config": None if config is None else config_fields(config), "bytes": call.hbm_bytes(),
                 })
             with torch._C._DisableTorchDispatch():  # the backend's own ops skip the log, and its Python cost

@@ -102,6 +102,7 @@ class GemmSite:
     written: Config | None
     store_d: bool = True
     b_major: Major = "k"
+    reads_tiles: bool = False
 
     @property
     def mnk(self) -> tuple[int, int, int]:
@@ -109,7 +110,8 @@ class GemmSite:
 
     def space(self) -> list[Config]:
         """The configs to search for this call (:func:`~coda_agent.primitives.configs.config_space`)."""
-        return config_space(self.mode, self.has_outputs, self.mnk, self.store_d, b_major=self.b_major)
+        return config_space(self.mode, self.has_outputs, self.mnk, self.store_d, b_major=self.b_major,
+                            reads_tiles=self.reads_tiles)
 
     @property
     def effective(self) -> Config:
@@ -132,7 +134,7 @@ def gemm_sites(ops: Sequence[Mapping[str, Any]]) -> list[GemmSite]:
             written = None
         key = (name, dims[0], dims[1], dims[2])
         sites.setdefault(key, GemmSite(key, cast(Mode, mode), bool(op.get("outputs")), written, op.get("store_d") is not False,
-                                       "n" if op.get("b_major") == "n" else "k"))
+                                       "n" if op.get("b_major") == "n" else "k", op.get("reads_tiles") is True))
     return list(sites.values())
 
 

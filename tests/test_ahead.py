@@ -1,0 +1,137 @@
+"""The load-ahead kernel on a CPU: which calls it runs, what the tuner searches, its stage split, its compile-cache
+identity, and every suite kernel built on it for sm_90a (its outputs on the GPU: tests/test_gpu_ahead.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from coda_agent import primitives as P
+from coda_agent.primitives import _quack, backend
+from coda_agent.primitives.configs import config_label, config_space, loads_ahead
+from coda_agent.tasks import load_tasks
+from coda_agent.tasks.loader import import_file
+
+from .conftest import TASK_DIR
+
+
+@P.epilogue()
+def add_c(acc, c):
+    return {"D": acc + c}
+
+
+@P.epilogue()
+def add_tile(acc, bias_tile):
+    return {"D": acc + bias_tile}
+
+
+@P.epilogue()
+def plain(acc):
+    return {}
+
+
+@P.epilogue(outputs=("act",), mode="packed")
+def packed_bwd(acc, c):
+    gate, up = P.unpack(c)
+    dgate, dup, act = P.dswiglu(gate, up, acc)
+    return {"D": P.pack(dgate, dup), "act": act}
+
+
+def _call(epi, config=None, **operands):
+    """The GemmCall one gemm() makes (on the emulator), with ``config``."""
+    from coda_agent.primitives import _emulator
+
+    seen = []
+
+    def record(call):
+        seen.append(call)
+        return _emulator.run(call)
+
+    a, w = torch.zeros(64, 32).bfloat16(), torch.zeros(128, 32).bfloat16()
+    with backend.using("torch", run=record):
+        P.gemm(epi, a, w.t(), config=config, **operands)
+    return seen[0]
+
+
+def test_the_load_ahead_kernel_runs_where_the_epilogue_reads_a_tile_and_nowhere_else():
+    c = torch.zeros(64, 128).bfloat16()
+    on = P.Config()
+    assert loads_ahead(_call(add_c, C=c), on)
+    assert loads_ahead(_call(add_tile, bias_tile=c), on)  # a tile operand, not C
+    assert not loads_ahead(_call(plain), on)  # nothing to load
+    assert not loads_ahead(_call(add_c, C=c), P.Config(load_ahead=False))  # asked not to
+    assert not loads_ahead(_call(add_c, C=c, config=P.Config(split_k=2)), P.Config(split_k=2))
+    assert not loads_ahead(_call(packed_bwd, C=torch.zeros(64, 256).bfloat16()), on)  # measured slower
+    # The backend's choice follows the rule, whatever the config asked.
+    assert _quack._config(_call(add_c, C=c)).load_ahead
+    assert not _quack._config(_call(plain)).load_ahead
+
+
+def test_the_tuner_tries_each_tile_on_both_kernels_only_where_the_load_ahead_kernel_would_run():
+    mnk = (8192, 2048, 8192)
+    both = config_space("element", False, mnk, reads_tiles=True)
+    one = config_space("element", False, mnk, reads_tiles=False)
+    assert all(c.load_ahead for c in one)
+    assert len(both) == 2 * len(one)
+    for ahead, quacks in zip(both[::2], both[1::2], strict=True):  # each tile, then the same on QuACK's kernel
+        assert ahead.load_ahead and quacks == dataclasses.replace(ahead, load_ahead=False)
+    assert config_space("packed", True, mnk, reads_tiles=True) == config_space("packed", True, mnk)
+    assert config_label(P.Config(load_ahead=False)).endswith("no-ahead")
+
+
+@pytest.mark.parametrize(("tile", "subtile"), [((128, 256, 64), (128, 32)), ((192, 192, 64), (64, 32)),
+                                               ((128, 192, 64), (64, 32)), ((128, 208, 64), (64, 16)),
+                                               ((128, 128, 64), (64, 32))])
+def test_the_c_stages_grow_only_into_smem_quack_gave_to_d_stages(tile, subtile):
+    from cutlass import BFloat16
+    from cutlass._mlir import ir
+    from quack.gemm_sm90 import GemmSm90
+
+    from coda_agent.primitives._ahead import LoadAheadSm90
+
+    args = (tile, subtile, BFloat16, BFloat16, BFloat16, BFloat16, None, 232448, 1)
+    with ir.Context(), ir.Location.unknown():  # the DSL's layout algebra, outside a kernel
+        ab, d, c = LoadAheadSm90._compute_stages(*args)
+        ab_q, d_q, c_q = GemmSm90._compute_stages(*args)
+    subtiles = tile[0] * tile[1] // (subtile[0] * subtile[1])
+    assert ab == ab_q and c_q <= c <= subtiles and d >= min(2, subtiles)
+    assert c + d <= c_q + d_q  # the same bytes per stage: never more smem than QuACK's split
+
+
+def test_the_two_kernels_of_one_epilogue_never_share_a_compile_cache_entry():
+    from quack.epilogue import EpiMod
+
+    from coda_agent.primitives._ahead import AheadEpiMod
+
+    def fn(acc, c):
+        return acc + c
+
+    assert AheadEpiMod(fn).semantic_digest != EpiMod(fn).semantic_digest
+
+
+TASKS = load_tasks([TASK_DIR])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", TASKS, ids=[t.name for t in TASKS])
+def test_every_suite_kernel_builds_on_the_load_ahead_kernel_for_sm90(task, tmp_path, monkeypatch):
+    """Every gemm call forced onto it (rule or not): a real sm_90a compile of each human kernel."""
+    import quack.cache
+
+    monkeypatch.setattr(quack.cache, "CACHE_DIR", str(tmp_path))
+    built = []
+    chosen = _quack._config
+
+    def forced(call):
+        config = dataclasses.replace(chosen(call), load_ahead=call.config is None or call.config.split_k == 1)
+        built.append(config.load_ahead)
+        return config
+
+    monkeypatch.setattr(_quack, "_config", forced)
+    human = import_file(task.human_file, f"ahead_cpu_{task.name}")
+    point = task.shapes["small"][0]
+    with backend.using("quack-compile"):
+        human.forward(**task.make_inputs(dict(point.dims), seed=0, device="cpu"), **task.constants)
+    assert any(built) and any(tmp_path.rglob("*.o"))
