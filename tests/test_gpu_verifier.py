@@ -50,6 +50,13 @@ def test_quack_kernels_are_recognised_even_with_gemm_in_the_epilogue_name():
     assert trace.classify_kernel(QUACK.replace("residual_rms", "my_gemm_epi")) == "quack"
 
 
+def test_the_load_ahead_kernel_counts_as_a_fused_gemm_and_a_look_alike_does_not():
+    # As the H200's profiler named it (bench/results/h200-2026-12-04-a-notes.md).
+    ahead = "kernel_cutlass_kernel_coda_agentprimitives_aheadGemmMod_add_residual_3b378895b50417fc__c_sm9_ahead_0"
+    assert trace.classify_kernel(ahead) == "quack"
+    assert trace.classify_kernel(ahead.replace("primitives_ahead", "my_gemm")) == "matmul"
+
+
 @pytest.mark.parametrize("name", OTHERS)
 def test_elementwise_and_reduction_kernels_are_other(name):
     assert trace.classify_kernel(name) == "other"

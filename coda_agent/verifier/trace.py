@@ -19,8 +19,11 @@ from .verdict import Outcome
 
 KernelKind = Literal["quack", "matmul", "marker", "other"]
 
-#: CuTe DSL kernels that QuACK builds: ``kernel_cutlass_kernel_quack...`` (the GEMM + epilogue).
-QUACK_KERNEL = re.compile(r"^kernel_cutlass_kernel_quack")
+#: The fused GEMM + epilogue kernels ``primitives.gemm`` launches, named by the CuTe DSL after their class's module:
+#: QuACK's (``kernel_cutlass_kernel_quack...``) and the harness's load-ahead kernel
+#: (``kernel_cutlass_kernel_coda_agentprimitives_ahead...``, ``primitives/_ahead.py``). Candidates cannot build
+#: CuTe DSL kernels of their own: the static check refuses the imports.
+QUACK_KERNEL = re.compile(r"^kernel_cutlass_kernel_(quack|coda_agentprimitives_ahead)")
 #: cuBLAS/cuBLASLt, CUTLASS-in-cuBLAS and Inductor matmul kernels: a GEMM that bypassed primitives.gemm.
 MATMUL_KERNEL = re.compile(
     r"nvjet|gemm|gemv|xmma|cublas|cutlass|wgmma|tensorop|[sh]1688|[sh]16816|splitKreduce|dot_kernel|triton_tem",
@@ -44,7 +47,8 @@ MATMUL_OPS = frozenset(f"aten::{op}" for op in (
 
 
 def classify_kernel(name: str) -> KernelKind:
-    """``quack`` for QuACK's CuTe DSL kernels, ``matmul`` for cuBLAS-style GEMMs, the runner's marker, else ``other``."""
+    """``quack`` for the fused kernels of :data:`QUACK_KERNEL`, ``matmul`` for cuBLAS-style GEMMs, the runner's marker,
+    else ``other``."""
     if QUACK_KERNEL.match(name):
         return "quack"
     if MARKER_KERNEL.search(name):
