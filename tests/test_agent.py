@@ -13,18 +13,20 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from coda_agent.agent import Agent, AgentConfig, FatalProviderError, RunEvents
+from coda_agent.agent import Agent, AgentConfig, Extraction, FatalProviderError, RunEvents, extract_code
+from coda_agent.agent import loop as agent_loop
 from coda_agent.execute import Job
 from coda_agent.measure.timing import Timing
 from coda_agent.messages import ChatMessage
 from coda_agent.providers import Completion, MockProvider
-from coda_agent.store.records import Budgets
+from coda_agent.store.records import Budgets, RunSummary
 from coda_agent.store.rundir import RunReader
 from coda_agent.tasks import Task, TaskError, find_task
 from coda_agent.verifier import Tuned, verify
@@ -141,6 +143,31 @@ def test_a_reply_without_code_is_a_recorded_attempt_and_fed_back(tmp_path):
     assert "no ```python block" in first.extraction_error
     assert "Attempt #1 (your reply above): NO CODE" in second.messages[-1].content
     assert summary.outcomes == {"no_code": 1, "static_rejected": 1}
+
+
+def test_the_event_loop_runs_on_while_a_reply_is_being_read(tmp_path, monkeypatch):
+    """Reading a reply is off the event loop, so other runs and Ctrl-C never wait on it: a stand-in extractor holds
+    until a coroutine on the loop answers, which it could not do were the reading blocking the loop (then the wait
+    runs out and the test fails; it never hangs)."""
+    reading, answered = threading.Event(), threading.Event()
+    answered_in_time: list[bool] = []
+
+    def held(text: str) -> Extraction:
+        reading.set()
+        answered_in_time.append(answered.wait(timeout=10))
+        return extract_code(text)
+
+    monkeypatch.setattr(agent_loop, "extract_code", held)
+
+    async def main() -> RunSummary:
+        run = asyncio.create_task(Agent.create(TASK, MockProvider(["no code here"]), config(rounds=1), tmp_path).run())
+        while not reading.is_set() and not run.done():
+            await asyncio.sleep(0.01)
+        answered.set()
+        return await run
+
+    summary = asyncio.run(main())
+    assert answered_in_time == [True] and summary.outcomes == {"no_code": 1}
 
 
 def test_provider_errors_are_recorded_attempts_but_fatal_ones_stop_the_run(tmp_path):

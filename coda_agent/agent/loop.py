@@ -11,6 +11,7 @@ import asyncio
 import math
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -175,6 +176,23 @@ class SharedBudget:
 
     def exhausted(self) -> bool:
         return self.spent() >= self.max_dollars
+
+
+#: Where replies are read, off the event loop, so that other runs of a sweep and Ctrl-C never wait on a long one; its
+#: own thread, not asyncio's default pool, which tuning jobs hold for minutes (``Agent._tune``). One is enough: the
+#: reading is pure Python and CPU-bound, so more threads would only take turns at the GIL.
+_REPLY_READER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reply")
+
+
+def read_reply(raw: str) -> tuple[str, Extraction]:
+    """The reply as the run keeps it (:func:`kept_reply`) and the code in it: linear in its length, yet up to half a
+    second for a hostile reply near the cap, so :meth:`Agent._attempt` runs it on :data:`_REPLY_READER`."""
+    text = storable(raw)
+    try:
+        extraction = extract_code(text)
+    except Exception as exc:  # extract_code takes any text; should it fail, the attempt is still recorded
+        extraction = Extraction(None, f"the code could not be extracted ({type(exc).__name__})")
+    return kept_reply(text), extraction
 
 
 def kept_reply(text: str) -> str:
@@ -530,12 +548,7 @@ class Agent:
             input_tokens=completion.input_tokens, output_tokens=completion.output_tokens,
             cost_usd=completion.cost_usd, price_known=completion.price_known,
         )
-        text = storable(completion.text)
-        reply = kept_reply(text)
-        try:
-            extraction = extract_code(text)
-        except Exception as exc:  # extract_code takes any text; should it fail, the attempt is still recorded
-            extraction = Extraction(None, f"the code could not be extracted ({type(exc).__name__})")
+        reply, extraction = await asyncio.get_running_loop().run_in_executor(_REPLY_READER, read_reply, completion.text)
         verdict, timing, durations = None, {}, {"llm": round(llm_s, 3)}
         if extraction.code is not None:
             self.events.attempt_phase(index, "verifying")
