@@ -12,9 +12,10 @@ from coda_agent.primitives import Config
 from coda_agent.primitives.configs import config_label
 from coda_agent.tasks import find_task
 from coda_agent.verifier.builds import build_configs
+from coda_agent.verifier.caches import quack_cache_for
 from coda_agent.verifier.client import Batch, CandidateRaised, RunnerCrashed
 from coda_agent.verifier.plan import Plan
-from coda_agent.verifier.stages import Context, quack_cache_for
+from coda_agent.verifier.stages import Context
 from coda_agent.verifier.tuning import GemmSite, TuneCache, prebuild, search_shape
 from coda_agent.verifier.verdict import Outcome
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.cells import cell_len
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, ConsoleRenderable, RenderHook, RenderResult
 from rich.markup import escape
+from rich.segment import Segment
 from rich.table import Column, Table
 from rich.text import Text
 from typer.core import TyperArgument, TyperCommand, TyperGroup
@@ -18,6 +19,9 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup
 from ..store.outcomes import AttemptOutcome
 from ..tasks.loader import TaskError
 from ..untrusted import shown
+
+if TYPE_CHECKING:
+    from ..verifier.sandbox import Sandbox
 
 
 class _PlainHelp:
@@ -60,10 +64,36 @@ app = CliApp(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-#: Every line is printed whole (``soft_wrap``): a path, a run id or a reason is never broken in a file or pipe, and
-#: a terminal wraps it as it wraps any long line; tables still fit the width and wrap their cells themselves.
-console = Console(soft_wrap=True)
-err_console = Console(stderr=True, soft_wrap=True)
+class _Inert(RenderHook):
+    """The last word of a console on all it prints: each control, escape and bidi character of the text written out
+    (:func:`shown`), whichever command or table put it there (a run folder's name, a path, a model's); rich's own
+    colour and cursor codes are kept apart from the text and pass. Text from a model or a candidate is made inert
+    where it is put in (:func:`untrusted`) as well, so that tables measure it as it is shown."""
+
+    def process_renderables(self, renderables: list[ConsoleRenderable]) -> list[ConsoleRenderable]:
+        return [_InertRenderable(r) for r in renderables]
+
+
+class _InertRenderable:
+    def __init__(self, inner: ConsoleRenderable) -> None:
+        self.inner = inner
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for segment in console.render(self.inner, options):
+            yield segment if segment.control else Segment(shown(segment.text), segment.style)
+
+
+def terminal(**options: Any) -> Console:
+    """A console for the commands to print with, the only kind they make. Every line is printed whole (``soft_wrap``):
+    a path, a run id or a reason is never broken in a file or pipe, and a terminal wraps it as it wraps any long line;
+    tables still fit the width and wrap their cells themselves. Nothing it prints holds a raw control character."""
+    out = Console(soft_wrap=True, **options)
+    out.push_render_hook(_Inert())
+    return out
+
+
+console = terminal()
+err_console = terminal(stderr=True)
 
 
 #: The colour of each attempt outcome in every command: green passed, red the candidate's own failures, magenta
@@ -114,7 +144,7 @@ def pipe_width() -> int:
 def wide_console() -> Console:
     """Where every command prints its tables: the terminal as it is; a file or pipe at :func:`pipe_width` columns.
     Tables wrap their cells at spaces; identifier columns (names, specs, ids) are ``no_wrap`` so no token is cut."""
-    return console if console.is_terminal else Console(width=pipe_width(), soft_wrap=True)
+    return console if console.is_terminal else terminal(width=pipe_width())
 
 
 def print_table(table: Table, droppable: Sequence[str] = (), out: Console | None = None) -> None:
@@ -134,7 +164,7 @@ def print_table(table: Table, droppable: Sequence[str] = (), out: Console | None
         column.min_width = max(column.min_width or 0, _column_need(column))
     need = _least_width(table)
     if need > out.width:
-        out = Console(file=out.file, width=need, soft_wrap=True, force_terminal=out.is_terminal, no_color=out.no_color)
+        out = terminal(file=out.file, width=need, force_terminal=out.is_terminal, no_color=out.no_color)
     out.print(table)
     if dropped:
         out.print(f"[dim]({out.width} columns leave out {', '.join(dropped)}; a wider terminal shows them)[/]",
@@ -179,6 +209,17 @@ def _root(
 
 class UserError(Exception):
     """A problem the user can fix (bad argument, missing file); printed as one line, exit code 2."""
+
+
+def refuse_without_runners() -> Sandbox:
+    """The runners' sandbox, or :class:`UserError` with the one line that says why no runner can start here (as
+    root, where ``nobody`` cannot read Python) and what to do: before a command that verifies anything."""
+    from ..verifier.sandbox import detect
+
+    box = detect()
+    if box.refused:
+        raise UserError(box.refused)
+    return box
 
 
 def main() -> None:

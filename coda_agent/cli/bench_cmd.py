@@ -20,8 +20,9 @@ from ..bench.results import E2E_SUFFIX, BenchRun
 from ..settings import bench_dir
 from ..tasks.loader import find_task, load_tasks
 from ..tasks.model import Task
+from ..untrusted import shown
 from ..verifier.plan import DEFAULT_TUNE_BUDGET_S
-from . import UserError, app, console, untrusted, wide_console
+from . import UserError, app, console, refuse_without_runners, untrusted, wide_console
 
 if TYPE_CHECKING:
     from ..bench.runner import BenchOptions
@@ -94,6 +95,7 @@ def bench_cmd(
 
     if not torch.cuda.is_available():  # a setup error like any other: one line, exit 2
         raise UserError(NO_GPU)
+    refuse_without_runners()
     device = torch.cuda.get_device_name(0)
     if tune:
         _tune(selected, shapes, shape, tune_budget, json_out if save else None, device)
@@ -174,8 +176,8 @@ def _progress(total: int, activity: Callable[[], str] = str) -> Iterator[Callabl
             job = bar.add_task("measuring peaks", total=total)
             busy = bar.add_task("", total=None)
 
-            def step(msg: str) -> None:
-                bar.update(job, advance=1, description=msg)
+            def step(msg: str) -> None:  # a step's line may quote a kernel's exception: text, not markup
+                bar.update(job, advance=1, description=untrusted(msg))
                 bar.update(busy, description=f"  {activity()}")
 
             yield step
@@ -185,7 +187,7 @@ def _progress(total: int, activity: Callable[[], str] = str) -> Iterator[Callabl
 
     def line(msg: str) -> None:
         with lock:
-            print(f"[{time.monotonic() - t0:7.1f} s] {msg}", flush=True)
+            print(f"[{time.monotonic() - t0:7.1f} s] {shown(msg)}", flush=True)
 
     line("measuring peaks")
     yield line

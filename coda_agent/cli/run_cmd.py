@@ -33,7 +33,7 @@ from ..tasks.model import Task
 from ..untrusted import shown
 from ..verifier import DEFAULT_TUNE_BUDGET_S
 from ..verifier.sandbox import UNSANDBOXED_OPT_IN, SandboxUnavailable, require_isolation
-from . import UserError, console, err_console, outcome_style, untrusted
+from . import UserError, console, err_console, outcome_style, refuse_without_runners, untrusted
 from .inputs import check_fits_device, check_task_runs, default_timeout, seed_list, timeout_value
 
 
@@ -170,7 +170,9 @@ class LiveDisplay(_Display):
 
 
 def make_provider(model: str, base_url: str | None, runs_dir: Path) -> Provider:
-    """The provider for ``model``; one that runs a real model's candidates first needs the OS sandbox."""
+    """The provider for ``model``; one that runs a real model's candidates first needs the OS sandbox (and any
+    model a runner it may start)."""
+    refuse_without_runners()
     try:
         if lookup(model).real_model:
             box = require_isolation(f"an agent run with {model}")

@@ -11,9 +11,18 @@ from ..atomic import write_text_atomic
 from ..tasks.loader import find_task
 from ..tasks.model import Baseline
 from ..untrusted import shown
-from ..verifier import COMPILE_STAGES, CPU_STAGES, detect_sandbox, verify
+from ..verifier import COMPILE_STAGES, CPU_STAGES, verify
 from ..verifier.verdict import Outcome, Verdict
-from . import UserError, app, console, err_console, outcome_style, print_table, untrusted
+from . import (
+    UserError,
+    app,
+    console,
+    err_console,
+    outcome_style,
+    print_table,
+    refuse_without_runners,
+    untrusted,
+)
 from .inputs import (
     check_fits_device,
     check_shape_set,
@@ -109,7 +118,7 @@ def verify_cmd(
     limit = timeout_value(timeout, default_timeout(t, stages, shape_set, len(seed_values)))
     source = read_candidate(path)
     console.print(f"verifying [bold]{untrusted(str(path))}[/] on [bold]{untrusted(t.name)}[/] ({label}, shapes: {shape_set})", highlight=False)
-    box = detect_sandbox()
+    box = refuse_without_runners()
     if not box.isolated:
         err_console.print(f"[bold yellow]warning:[/] {box.describe()}", highlight=False)
     verdict = verify(t, source, stages, shape_set=shape_set, seeds=seed_values, timeout=limit, backend_label=label,

@@ -165,15 +165,20 @@ def _searched(result: StageResult | None) -> Tuned:
 
 def run_plan(task: Task, source: str, plan: Plan) -> Verdict:
     from . import gpu as _gpu  # noqa: F401 - registers the GPU stages
+    from .caches import prune_once
     from .scratch import remove_stale_once
     from .stages import STAGES, Context
     from .static import check_source
 
     remove_stale_once()  # scratch folders a killed process left behind (kill -9): once per process
+    prune_once()  # the compile caches of sources unused for longest, over their budget: once per process
     t0 = time.perf_counter()
     box = detect_sandbox()
     verdict = Verdict(task=task.name, task_version=task.version, backend=plan.backend, outcome=Outcome.PASSED,
                       sandbox=box.kind, runner_user=box.runner_user)
+    if box.refused:
+        verdict.stages.append(StageResult(stage="static", outcome=Outcome.INFRA_ERROR, reason=box.refused))
+        return _finish(verdict, t0)
     violations = check_source(source)
     if violations:
         reason = "the static check rejected the candidate:\n" + "\n".join(str(v) for v in violations[:12])

@@ -5,7 +5,7 @@ A proposal the GPU runner has to build first costs its build (2-7 s on the H200)
 timing, one proposal after another. Here :data:`BUILDERS` runners on the ``quack-compile`` backend (QuACK's
 compile-only path, no GPU) each take configs off one queue and build them under the harness's schedule at the task's
 first small shape: a kernel does not depend on the sizes, and QuACK's compile cache, which the candidate's runners
-share (:func:`~.stages.quack_cache_for`), is where the kernels meet, as in QuACK's own autotuner and its compile pool.
+share (:func:`~.caches.quack_cache_for`), is where the kernels meet, as in QuACK's own autotuner and its compile pool.
 The GPU runner then loads each kernel instead of building it.
 
 A build that fails is not proposed at all: one the primitives refuse, or one that takes its process down. A

@@ -11,7 +11,6 @@ import contextlib
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -36,7 +35,7 @@ from ..runner.protocol import (
     write_tensors,
 )
 from .sandbox import Limits, Sandbox, Spec, detect, kill
-from .scratch import scratch_prefix
+from .scratch import remove_tree, scratch_prefix
 
 STDERR_TAIL = 4000
 #: The largest kernel trace the checker reads back from a runner (a batch's trace of kernel events is tens of KB).
@@ -141,7 +140,7 @@ class RunnerClient:
             env.update({"QUACK_ARCH": "90", "CUTE_DSL_ARCH": "sm_90a"})
         spec = Spec(
             scratch=self.scratch, writable=(cache_dir,) if cache_dir else (), hidden=hidden, gpu=device == "cuda",
-            env=env, limits=Limits(memory_bytes=None if device == "cuda" else Limits().memory_bytes),
+            env=env, limits=Limits(memory_bytes=None) if device == "cuda" else Limits(),
         )
         argv = [sys.executable, "-m", "coda_agent.runner"]
         limits = {
@@ -320,7 +319,7 @@ class RunnerClient:
         kill(self.proc)
         self.channel.close()
         self._stderr.join(timeout=1)
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        remove_tree(self.scratch)
 
     def __enter__(self) -> RunnerClient:
         return self

@@ -2,14 +2,21 @@
 
 With bubblewrap (``bwrap`` on the PATH, or ``CODA_AGENT_BWRAP``) the runner gets its own PID, network,
 IPC, UTS and mount namespaces: it cannot see the agent or the checker (``/proc`` is its own), has no
-network, sees the filesystem read-only except its scratch folder, a private ``/tmp`` and the QuACK cache of
-its own source, and does not see task folders, the run store or the home folder. When the checker runs
-as root the runner runs as ``nobody``. bubblewrap's ``--die-with-parent`` and the PID namespace end every
-process the runner started when the checker ends it, detached or not.
+network, sees the filesystem read-only except its scratch folder, a private ``/tmp`` and ``/dev/shm`` (both
+sized), and the QuACK cache of its own source, and does not see task folders, the run store or the home folder.
+bubblewrap's ``--die-with-parent`` and the PID namespace end every process the runner started when the checker
+ends it, detached or not.
+
+A runner is never host root: when the checker runs as root, runners run as ``nobody``, and where ``nobody``
+cannot read what a runner needs (a Python under ``/root``), no runner starts (:attr:`Sandbox.refused` says why
+and what to do). The checker does no root work below a runner's folders: it gives a runner a folder it made
+(the folder itself, never what it holds) and removes what runners wrote through folder handles
+(:func:`.scratch.remove_tree`).
 
 Without bubblewrap the runner is a plain child process (own session, cleared environment, rlimits, as
-``nobody`` when possible): enough against accidents, not against a determined candidate. That mode is
-reported loudly and real-API agent runs refuse it unless the user opts in.
+``nobody`` under root): enough against accidents, not against a determined candidate (a process that leaves
+its session outlives the check). That mode is reported loudly and real-API agent runs refuse it unless the
+user opts in.
 """
 
 from __future__ import annotations
@@ -44,15 +51,29 @@ _READABLE = ("import os,sys; bad=[p for p in sys.argv[1:] if not os.access(p, os
 Kind = Literal["bwrap", "process"]
 
 
+def host_memory() -> int:
+    """This machine's physical memory in bytes."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _share_of_host(most: int, fraction: float) -> int:
+    """``most``, or ``fraction`` of the host's memory where that is less: a runner's bounds follow the machine."""
+    return min(most, int(host_memory() * fraction))
+
+
 @dataclass(frozen=True)
 class Limits:
-    """Resource limits of one runner."""
+    """Resource limits of one runner, each bounded by what the host has."""
 
     cpu_seconds: int = 3600
-    memory_bytes: int | None = 16 * 1024**3  # address space; None on a GPU (CUDA reserves huge ranges)
+    #: Address space: 16 GiB, or half the host's memory where that is less; None on a GPU (CUDA reserves huge
+    #: ranges of address space).
+    memory_bytes: int | None = field(default_factory=lambda: _share_of_host(16 * 1024**3, 0.5))
     processes: int = 2048  # threads count too (torch, CUDA and QuACK's compile pool start many)
     open_files: int = 4096
     file_bytes: int = 32 * 1024**3
+    #: The private /tmp and /dev/shm (tmpfs: host memory no rlimit counts), each: 2 GiB or an eighth of the host's.
+    tmpfs_bytes: int = field(default_factory=lambda: _share_of_host(2 * 1024**3, 0.125))
 
 
 @dataclass(frozen=True)
@@ -75,10 +96,13 @@ class Sandbox:
     bwrap: str | None = None
     as_nobody: bool = False
     note: str = ""
+    #: Why no runner may start here (one line, with what to do), or "": as root, runners that ``nobody`` could
+    #: not run would run as host root.
+    refused: str = ""
 
     @property
     def isolated(self) -> bool:
-        return self.kind == "bwrap"
+        return self.kind == "bwrap" and not self.refused
 
     @property
     def runner_uid(self) -> int:
@@ -91,6 +115,8 @@ class Sandbox:
         return "nobody" if self.as_nobody else f"uid {os.geteuid()}"
 
     def describe(self) -> str:
+        if self.refused:
+            return self.refused
         if self.isolated:
             who = "as nobody" if self.as_nobody else "as this user"
             why = f"; runners not as nobody: {self.note}" if self.note else ""
@@ -102,16 +128,19 @@ class Sandbox:
 
         No ``preexec_fn``: the checker runs in threads, where forking into Python code can deadlock.
         """
+        if self.refused:
+            raise SandboxUnavailable(self.refused)
+        if os.geteuid() == 0 and not self.as_nobody:
+            raise SandboxUnavailable("a runner never runs as root: this sandbox would run it so")
         env = runner_env(spec)
         for p in (spec.scratch, *spec.writable):
             p.mkdir(mode=0o700, parents=True, exist_ok=True)
-            # As root, a folder an earlier runner left is nobody's or root's, whichever that runner was: take it
-            # back for this one either way (a checker started from a folder nobody cannot read runs them as root).
-            check_private(p, runner_uid=NOBODY if os.geteuid() == 0 else None)
+            # A folder an earlier runner of this checker left is that runner's user's (nobody's, under root).
+            check_private(p, runner_uid=self.runner_uid)
             if self.as_nobody:
                 check_reachable(p)
             p.chmod(0o700)  # the runner's folders are its own and the checker's, no other user's
-            if os.geteuid() == 0:
+            if self.as_nobody:
                 hand_over(p, self.runner_uid)
         cmd = self._bwrap_argv(argv, spec, env) if self.kind == "bwrap" else argv
         user = dict(user=NOBODY, group=NOBODY, extra_groups=[]) if self.as_nobody else {}
@@ -122,8 +151,10 @@ class Sandbox:
 
     def _bwrap_argv(self, argv: list[str], spec: Spec, env: dict[str, str]) -> list[str]:
         assert self.bwrap is not None
+        size = str(spec.limits.tmpfs_bytes)
         cmd = [self.bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/", "/",
-               "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+               "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm", "--proc", "/proc", "--size", size,
+               "--tmpfs", "/tmp"]
         for keep in _needed_under_tmp():
             cmd += ["--ro-bind", keep, keep]
         for folder in (spec.scratch, *spec.writable):
@@ -176,25 +207,24 @@ def check_private(folder: Path, runner_uid: int | None = None) -> None:
 
 
 def hand_over(folder: Path, uid: int) -> None:
-    """Make ``folder`` and everything in it ``uid``'s, so that its runner can write all it holds (a QuACK cache
-    filled by a runner of the other user). Links are changed, never followed."""
-    for root, dirs, files in os.walk(folder):
-        for name in (*dirs, *files):
-            path = os.path.join(root, name)
-            if os.lstat(path).st_uid != uid:
-                os.lchown(path, uid, uid)
+    """Make the folder the checker made for a runner ``uid``'s: the folder itself, never what it holds (a runner
+    may have swapped anything below it for a link; what a runner wrote there is its user's already). Its parent is
+    the checker's and closed to others (:func:`check_private`), so the folder cannot be swapped itself."""
     if os.lstat(folder).st_uid != uid:
         os.lchown(folder, uid, uid)
 
 
 def python_path() -> list[str]:
-    """The checker's Python paths a runner needs: every existing ``sys.path`` folder except the checker's working
-    folder, which ``python -m`` puts first and the runner never imports from (unless the package lives there). A
-    working folder closed to other users would otherwise make the runners fall back from nobody to root."""
-    cwd = os.path.realpath(os.getcwd())
+    """The checker's Python paths a runner needs: every existing ``sys.path`` folder except the one Python put first
+    for the checker itself (its script's folder, or the working folder under ``python -m``) and the working folder,
+    which the runner never imports from (unless the package lives there). One closed to other users would
+    otherwise stop every runner as nobody."""
+    own = {os.path.realpath(os.getcwd())}
+    if sys.path and sys.path[0] and not sys.flags.safe_path:
+        own.add(os.path.realpath(sys.path[0]))
     keep = str(PACKAGE.parent)
     return [p for p in dict.fromkeys(sys.path)
-            if p and os.path.isdir(p) and (os.path.realpath(p) != cwd or os.path.realpath(p) == keep)]
+            if p and os.path.isdir(p) and (os.path.realpath(p) not in own or os.path.realpath(p) == keep)]
 
 
 def runner_env(spec: Spec) -> dict[str, str]:
@@ -262,28 +292,40 @@ def kill(proc: subprocess.Popen[bytes]) -> None:
 
 @functools.cache
 def detect() -> Sandbox:
-    """The strongest sandbox that works here (probed once per process by running ``true`` inside it)."""
+    """The strongest sandbox that works here, probed once per process by starting the runner's Python inside it
+    (as ``nobody`` when this is root: never as root)."""
+    as_nobody = os.geteuid() == 0
+    who = "nobody" if as_nobody else "this user"
+    user = dict(user=NOBODY, group=NOBODY, extra_groups=[]) if as_nobody else {}
+    readable = [str(p) for p in _needed_paths(Spec(scratch=Path("/")))]
+    python = [sys.executable, "-S", "-c", _READABLE, *readable]
     bwrap = os.environ.get("CODA_AGENT_BWRAP") or shutil.which("bwrap")
-    if not bwrap:
-        return Sandbox("process", note="bubblewrap is not installed: apt-get install bubblewrap")
-    tries = [True, False] if os.geteuid() == 0 else [False]
-    errors = []
-    for as_nobody in tries:
-        box = Sandbox("bwrap", bwrap=bwrap, as_nobody=as_nobody)
+    if bwrap:
         binds = [arg for keep in _needed_under_tmp() for arg in ("--ro-bind", keep, keep)]
-        readable = [str(p) for p in _needed_paths(Spec(scratch=Path("/")))]
         probe = [bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-                 "--tmpfs", "/tmp", *binds, "--", sys.executable, "-S", "-c", _READABLE, *readable]
-        user = dict(user=NOBODY, group=NOBODY, extra_groups=[]) if as_nobody else {}
-        try:
-            res = subprocess.run(probe, capture_output=True, timeout=20, env=_bwrap_own_env(), **user)  # type: ignore[call-overload]
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            errors.append(str(exc))
-            continue
-        if res.returncode == 0:
-            return box if not errors else Sandbox("bwrap", bwrap=bwrap, note=errors[0])
-        errors.append(_probe_failure(res, "nobody" if as_nobody else "this user"))
-    return Sandbox("process", note=f"bubblewrap is installed but no runner could start in it: {'; '.join(errors)}")
+                 "--tmpfs", "/tmp", *binds, "--", *python]
+        failure = _probe(probe, user, who)
+        if failure is None:
+            return Sandbox("bwrap", bwrap=bwrap, as_nobody=as_nobody)
+        note = f"bubblewrap is installed but no runner could start in it: {failure}"
+    else:
+        note = "bubblewrap is not installed: apt-get install bubblewrap"
+    if as_nobody:  # a plain child process, as nobody too, or none at all
+        failure = _probe(python, user, who)
+        if failure is not None:
+            return Sandbox("process", note=note, refused=(
+                f"no runner can start: the checker runs as root, runners run as nobody, and {failure}; or run "
+                "coda-agent as a user other than root"))
+    return Sandbox("process", as_nobody=as_nobody, note=note)
+
+
+def _probe(argv: list[str], user: dict[str, Any], who: str) -> str | None:
+    """Start the probe; None when the runner's Python could read all it needs, else why not."""
+    try:
+        res = subprocess.run(argv, capture_output=True, timeout=20, env=_bwrap_own_env(), **user)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{who} cannot start it: {exc}"
+    return None if res.returncode == 0 else _probe_failure(res, who)
 
 
 def _probe_failure(res: subprocess.CompletedProcess[bytes], who: str) -> str:
@@ -304,8 +346,11 @@ class SandboxUnavailable(Exception):
 
 
 def require_isolation(purpose: str) -> Sandbox:
-    """The sandbox, or :class:`SandboxUnavailable` when there is none and ``CODA_AGENT_ALLOW_UNSANDBOXED`` is unset."""
+    """The sandbox, or :class:`SandboxUnavailable` when no runner may start, or when there is no OS sandbox and
+    ``CODA_AGENT_ALLOW_UNSANDBOXED`` is unset."""
     box = detect()
+    if box.refused:
+        raise SandboxUnavailable(box.refused)
     if not box.isolated and os.environ.get(UNSANDBOXED_OPT_IN, "") in ("", "0"):
         raise SandboxUnavailable(
             f"{purpose} runs model-written code, and this machine has {box.describe()}; install bubblewrap "

@@ -14,10 +14,7 @@ must come back unchanged.
 
 from __future__ import annotations
 
-import hashlib
 import math
-import os
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -34,6 +31,7 @@ from ..settings import runs_dir
 from ..tasks.loader import BUILTIN_TASK_DIR, TaskError, reference_function, task_sources
 from ..tasks.model import ShapePoint, Task, torch_dtype
 from . import cost
+from .caches import mark_used, quack_cache_for
 from .client import (
     Batch,
     CallOutput,
@@ -45,7 +43,6 @@ from .client import (
 )
 from .compare import check_outputs, max_abs_difference
 from .plan import GPU_STAGES, Plan
-from .static import without_schedule
 from .trace import LaunchEstimate, LaunchTrace, calls_from_trace
 from .verdict import Outcome, OutputCheck, StageMemory, StageResult
 
@@ -72,23 +69,18 @@ class Context:
     @contextmanager
     def runner(self, backend: str, device: str, deadline: float | None = None) -> Iterator[RunnerClient]:
         """A runner of the candidate in the sandbox, killed at the stage's deadline (or an earlier ``deadline``)."""
+        cache = quack_cache_for(self.source)
+        mark_used(cache)
         with RunnerClient(
             self.source, backend=backend, device=device, constants=dict(self.task.constants),
             deadline=self.deadline if deadline is None else min(deadline, self.deadline),
-            cache_dir=quack_cache_for(self.source), hidden=hidden_paths(self.task),
+            cache_dir=cache, hidden=hidden_paths(self.task),
         ) as client:
             try:
                 yield client
             finally:
                 if client.peak_bytes is not None:
                     self.runner_peak = max(client.peak_bytes, self.runner_peak or 0)
-
-
-def quack_cache_for(source: str) -> Path:
-    """A QuACK compile cache per candidate source: a runner can write only the cache of its own code. A pinned
-    schedule does not count (the harness's tuned module reuses the kernels its search built from the same code)."""
-    root = Path(os.environ.get("QUACK_CACHE_DIR") or Path(tempfile.gettempdir()) / "coda_quack_cache")
-    return root / "by-source" / hashlib.sha256(without_schedule(source).encode()).hexdigest()[:20]
 
 
 def hidden_paths(task: Task) -> tuple[Path, ...]:
