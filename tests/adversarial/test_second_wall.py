@@ -156,10 +156,11 @@ def test_the_fallback_without_bubblewrap_runs_candidates_as_nobody(monkeypatch):
 
 
 @needs_bwrap
-def test_the_runners_tmp_and_shared_memory_are_sized():
-    """tmpfs pages are host memory no rlimit counts: a runner filled an unsized /tmp with 2.1 GB."""
+def test_the_runners_tmp_and_shared_memory_are_sized_and_its_folders_nosuid():
+    """tmpfs pages are host memory no rlimit counts: a runner filled an unsized /tmp with 2.1 GB. And a program a
+    runner leaves in its folders never runs set-uid from there."""
     payload = """
-        import errno, json
+        import errno, json, os
         def fill(path):
             try:
                 with open(path, "wb") as f:
@@ -169,11 +170,13 @@ def test_the_runners_tmp_and_shared_memory_are_sized():
                 return "wrote 64 MiB"
             except OSError as exc:
                 return errno.errorcode.get(exc.errno, str(exc.errno))
-        print(json.dumps({"tmp": fill("/tmp/fill"), "shm": fill("/dev/shm/fill")}))
+        mounts = {line.split()[4]: line.split()[5] for line in open("/proc/self/mountinfo")}
+        print(json.dumps({"tmp": fill("/tmp/fill"), "shm": fill("/dev/shm/fill"),
+                          "nosuid": "nosuid" in mounts[os.getcwd()].split(",")}))
     """
     with runner_folder("coda_wall_") as base:
         seen = _run(sandbox.detect(), payload, Spec(scratch=base / "s", limits=Limits(tmpfs_bytes=8 << 20)))
-    assert seen == {"tmp": "ENOSPC", "shm": "ENOSPC"}
+    assert seen == {"tmp": "ENOSPC", "shm": "ENOSPC", "nosuid": True}
     assert Limits().tmpfs_bytes <= sandbox.host_memory() // 8
     assert Limits().memory_bytes is not None and Limits().memory_bytes <= sandbox.host_memory() // 2
 
