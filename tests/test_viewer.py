@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import unicodedata
 import urllib.error
 import urllib.request
 import xml.etree.ElementTree as ET
@@ -225,6 +226,52 @@ def test_server_on_loopback_serves_pages_with_safe_headers(site):
         server.shutdown()
         server.server_close()
     assert server.server_address[0] == "127.0.0.1"
+
+
+#: What a terminal or a browser would act on, in a run folder's, a task's and a model's name: a colour, a C1 CSI, a
+#: bell, a right-to-left override, DEL (a folder's name cannot hold NUL or "/").
+CONTROLS = "\x1b[31m\x9b2J\x07\u202e\x7f"
+
+
+def raw_controls(text: str) -> set[str]:
+    """The control and bidi characters left raw in ``text`` (newline and tab are text)."""
+    return {c for c in text if (unicodedata.category(c) == "Cc" and c not in "\n\t") or "\u202a" <= c <= "\u202e"}
+
+
+def test_names_with_control_characters_are_written_out_on_every_page_served_and_exported(tmp_path):
+    runs, bench = tmp_path / "runs", tmp_path / "bench"
+    make_bench(bench, [bench_row("gemm_rmsnorm", "llama3-8b", 100.0)])
+    make_run(runs, model="anthropic/claude", outcomes=("passed",), times={"llama3-8b": 104.0})
+    make_run(runs, task=f"gemm_rmsnorm{CONTROLS}", model=f"evil/{CONTROLS}", outcomes=("wrong_output", "passed"),
+             times={"llama3-8b": 90.0}, created=T0 + timedelta(hours=1))  # the task's name is in the folder's too
+    renamed = make_run(runs, model=f"evil/{CONTROLS}", outcomes=("passed",), times={"llama3-8b": 95.0}, run_id="ren")
+    renamed.rename(renamed.with_name(renamed.name + CONTROLS))
+    s = Site(runs, bench)
+    paths = s.paths()
+    pages = {p: s.get(p) for p in paths}
+    assert all(page.status == 200 for page in pages.values())
+    for path, page in pages.items():
+        assert not raw_controls(page.body.decode()), path
+    names = "".join(page.body.decode() for page in pages.values() if page.content_type.startswith("text/html"))
+    assert "evil/\\x1b[31m\\x9b2J\\x07\\u202e\\x7f" in names and "gemm_rmsnorm\\x1b[31m" in names
+    assert "ren\\x1b[31m" in names  # the renamed folder's name, on the front page and its own
+
+    out = tmp_path / "site"
+    export_site(s, out)
+    for page in out.rglob("*"):
+        if page.is_file():
+            assert not raw_controls(page.read_text()), page
+            assert not raw_controls(page.name)
+
+    server = serve(s, port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        for path in paths:
+            with urllib.request.urlopen(f"http://127.0.0.1:{server.server_address[1]}{path}", timeout=10) as r:
+                assert not raw_controls(r.read().decode()), path
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_view_refuses_other_hosts_without_the_unsafe_flag(tmp_path, monkeypatch, capsys):

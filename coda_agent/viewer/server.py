@@ -44,12 +44,12 @@ class _Handler(BaseHTTPRequestHandler):
     def _page(self) -> Page:
         if self.server.check_host and not _loopback_host_header(self.headers.get("Host", "")):
             # a page on another site that rebinds its DNS name to 127.0.0.1 must not read the runs
-            return Page(403, "text/plain; charset=utf-8", b"forbidden: unexpected Host header\n")
+            return Page(403, "text/plain; charset=utf-8", "forbidden: unexpected Host header\n")
         try:
             return self.server.site.get(self.path)
         except Exception as exc:  # a bug in one page must not take the viewer down
             self.log_error("error rendering %s: %r", self.path, exc)
-            return Page(500, "text/plain; charset=utf-8", f"internal error: {type(exc).__name__}: {exc}\n".encode())
+            return Page(500, "text/plain; charset=utf-8", f"internal error: {type(exc).__name__}: {exc}\n")
 
     def do_GET(self) -> None:
         self._send(self._page())

@@ -1,5 +1,6 @@
 """The viewer's pages: every URL maps to HTML (or SVG/CSS) and has a JSON twin; the server and the static
-export both go through :meth:`Site.get`, so what is exported is exactly what is served.
+export both go through :meth:`Site.get`, so what is exported is exactly what is served. A :class:`Page` writes out the
+control characters of all its text: a run folder, task or model named with ``\x1b[31m`` shows that, on any page.
 
 Links are relative (``task/X.html`` from the leaderboard, ``../run/Y.html`` from a task page), so an
 exported folder works from ``file://`` and from any static host. The viewer only reads: the index is
@@ -15,6 +16,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -52,25 +54,29 @@ def breakable(name: str) -> Markup:
     return Markup("_<wbr>").join(escape(part) for part in name.split("_"))
 
 
-def inert(value: Any) -> Any:
-    """Every ``{{ value }}`` a page shows: text (a reason, a reply, a model's name) with its control, escape and bidi
-    characters written out (``\\x1b``, ``\\u202e``) before the HTML escaping; markup the site made is left be."""
-    return shown(value) if isinstance(value, str) and not isinstance(value, Markup) else value
-
-
 def highlight_python(code: str) -> Markup:
-    return Markup(highlight(shown(code), PythonLexer(), _FORMATTER))  # pygments escapes the source
+    """The code, highlighted and HTML-escaped by pygments, its controls written out first so that it lexes as shown."""
+    return Markup(highlight(shown(code), PythonLexer(), _FORMATTER))
 
 
 @dataclass(frozen=True)
 class Page:
+    """One response of the site, what the server sends and the export writes. Its text is made inert once, here, for
+    every page: :func:`shown` writes out each control, escape and bidi character (``\\x1b``, ``\\u202e``), which
+    commutes with the HTML, XML and JSON escaping the text already had, so a name, reason or reply from a record
+    reads as text and does nothing, however it reached the page."""
+
     status: int
     content_type: str
-    body: bytes
+    text: str
+
+    @cached_property
+    def body(self) -> bytes:
+        return shown(self.text).encode()
 
 
 def _json_page(data: Any, status: int = 200) -> Page:
-    return Page(status, "application/json; charset=utf-8", json.dumps(data, indent=2, default=str).encode())
+    return Page(status, "application/json; charset=utf-8", json.dumps(data, indent=2, default=str))
 
 
 #: Runs listed on the front page (newest first); each task's page lists all of its own.
@@ -105,7 +111,7 @@ class Site:
         self._lock = threading.Lock()
         self._pinned: Index | None = None
         self.env = Environment(
-            loader=FileSystemLoader(HERE / "templates"), autoescape=True, undefined=StrictUndefined, finalize=inert,
+            loader=FileSystemLoader(HERE / "templates"), autoescape=True, undefined=StrictUndefined,
             trim_blocks=True, lstrip_blocks=True,
         )
         self.env.globals.update(slug=slug, columns_for=lb.columns_for, cell=lb.cell, summary_cell=lb.summary_cell,
@@ -147,12 +153,12 @@ class Site:
             return _json_page(self.leaderboard_data())
         if path == "/static/style.css":
             css = (HERE / "static" / "style.css").read_text() + _FORMATTER.get_style_defs(".hl")
-            return Page(200, "text/css; charset=utf-8", css.encode())
+            return Page(200, "text/css; charset=utf-8", css)
         if path == "/plots/speedup.svg":
             with self.index() as ix:
                 board = lb.build(ix)
             svg = plots.summary_chart(board, "Speedup by task (latest version, one device per task)")
-            return Page(200, "image/svg+xml", svg.encode())
+            return Page(200, "image/svg+xml", svg)
         m = re.fullmatch(r"/(task|run|plots/task)/([^/]+?)(\.html|\.json|\.svg)?", path)
         if m:
             kind, key, ext = m.group(1), m.group(2), m.group(3) or ".html"
@@ -178,7 +184,7 @@ class Site:
 
     def _render(self, template: str, status: int = 200, **ctx: Any) -> Page:
         html = self.env.get_template(template).render(**ctx)
-        return Page(status, "text/html; charset=utf-8", html.encode())
+        return Page(status, "text/html; charset=utf-8", html)
 
     def not_found(self, message: str, as_json: bool = False) -> Page:
         if as_json:
@@ -236,10 +242,10 @@ class Site:
         with self.index() as ix:
             name = self._task_name(ix, key)
             if name is None:
-                return Page(404, "image/svg+xml", plots.speedup_chart([], f"no task {key}").encode())
+                return Page(404, "image/svg+xml", plots.speedup_chart([], f"no task {key}"))
             board = lb.build(ix, task=name)
         svg = plots.speedup_chart([*board.groups, *board.apart], f"{name}: human vs models vs baselines")
-        return Page(200, "image/svg+xml", svg.encode())
+        return Page(200, "image/svg+xml", svg)
 
     # ---- run
 
