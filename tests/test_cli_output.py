@@ -4,19 +4,24 @@ leaves early ends every command alike."""
 
 from __future__ import annotations
 
+import ast
+import io
 import json
 import os
 import subprocess
 import sys
+import unicodedata
 
 import pytest
+from rich.text import Text
 
-from coda_agent.cli import PIPE_WIDTH
+from coda_agent.cli import PIPE_WIDTH, terminal
 from coda_agent.stdout import READER_GONE
 from coda_agent.tasks import find_task
 
 from .conftest import cli
 from .records_factory import make_run
+from .test_layering import PACKAGE
 
 
 def _widest(text: str) -> int:
@@ -164,3 +169,50 @@ def test_an_escape_sequence_from_a_task_or_its_reference_is_written_out_by_every
     ]:
         _, out, err = cli(capsys, *args)
         assert shows in out + err and "\x1b" not in out + err, (args, out + err)
+
+
+#: What a terminal would act on, in a run folder's, a task's and a model's name: a colour, a C1 CSI, a bell, a
+#: right-to-left override, DEL (a folder's name cannot hold NUL or "/").
+CONTROLS = "\x1b[31m\x9b2J\x07\u202e\x7f"
+
+
+def raw_controls(text: str) -> set[str]:
+    """The control and bidi characters left raw in ``text`` (newline and tab are text)."""
+    return {c for c in text if (unicodedata.category(c) == "Cc" and c not in "\n\t") or "\u202a" <= c <= "\u202e"}
+
+
+def test_names_with_control_characters_are_written_out_by_every_command_that_shows_runs(capsys, tmp_path):
+    runs = tmp_path / "runs"
+    evil = make_run(runs, task=f"gemm_rmsnorm{CONTROLS}", model=f"evil/{CONTROLS}", outcomes=("wrong_output", "passed"),
+                    times={"llama3-8b": 90.0})  # the task's name is in the folder's too
+    renamed = make_run(runs, model=f"evil/{CONTROLS}", outcomes=("passed",), times={"llama3-8b": 95.0}, run_id="ren")
+    renamed = renamed.rename(renamed.with_name(renamed.name + CONTROLS))
+    where = ("--runs-dir", str(runs), "--bench-dir", str(tmp_path / "bench"))
+    for args in [("leaderboard", *where), ("leaderboard", "-f", "md", *where), ("leaderboard", "-f", "csv", *where),
+                 ("leaderboard", "-f", "json", *where), ("leaderboard", "--task", f"gemm_rmsnorm{CONTROLS}", *where),
+                 ("index", "rebuild", *where), ("view", "--export", str(tmp_path / f"site{CONTROLS}"), *where)]:
+        code, out, err = cli(capsys, *args)
+        assert code == 0 and not raw_controls(out + err), (args, out + err)
+    for args in [("show", evil.name), ("show", renamed.name), ("show", renamed.name, "-f", "json"),
+                 ("show", evil.name, "-a", "1"), ("show", evil.name, "-a", "1", "-f", "json"),
+                 ("diff", evil.name, renamed.name), ("show", f"nothing{CONTROLS}")]:
+        code, out, err = cli(capsys, *args, "--runs-dir", str(runs))
+        assert code == (2 if args[1].startswith("nothing") else 0) and not raw_controls(out + err), (args, out + err)
+    _, out, _ = cli(capsys, "show", renamed.name, "--runs-dir", str(runs))
+    assert "ren\\x1b[31m\\x9b2J\\x07\\u202e\\x7f" in out and "evil/\\x1b[31m" in out  # visible, not dropped
+
+
+def test_a_console_writes_out_the_controls_of_what_it_prints_and_keeps_its_own_colours():
+    """The hook of :func:`coda_agent.cli.terminal` is the last word on whatever a command prints, even text no one
+    escaped; rich's colour codes are not text and pass (and rich drops a bell from text itself)."""
+    buffer = io.StringIO()
+    terminal(file=buffer, force_terminal=True, color_system="standard").print(Text(f"run{CONTROLS}", style="bold"))
+    assert buffer.getvalue() == "\x1b[1mrun\\x1b[31m\\x9b2J\\u202e\\x7f\x1b[0m\n"
+
+
+def test_every_console_is_made_by_terminal():
+    """A command that made its own rich console would print a run folder's name raw again."""
+    made = [f"{p.relative_to(PACKAGE)}:{node.lineno}" for p in sorted(PACKAGE.rglob("*.py"))
+            for node in ast.walk(ast.parse(p.read_text())) if isinstance(node, ast.Call)
+            and (getattr(node.func, "id", None) or getattr(node.func, "attr", None)) == "Console"]
+    assert len(made) == 1 and made[0].startswith("cli/__init__.py:"), made

@@ -192,7 +192,7 @@ def _show_attempt(rf: RunFiles, index: int, fmt: str) -> None:
         known = ", ".join(str(x.index) for x in rf.attempts) or "none finished yet"
         raise UserError(f"run {rf.name} has no attempt #{index} (attempts: {known})")
     if fmt == "json":
-        print(a.model_dump_json(indent=2))
+        print(json.dumps(a.model_dump(mode="json"), indent=2))  # as the whole run's: ASCII, every control escaped
         return
     out = wide_console()
     out.print(f"[bold]{untrusted(rf.name)}[/] attempt #{a.index} (round {a.round}, slot {a.slot}): {_outcome(a.outcome)}", highlight=False)
@@ -339,7 +339,7 @@ def view(
         if export.exists() and not export.is_dir():
             raise UserError(f"{export}: exists and is not a folder")
         written = export_site(site, export)
-        console.print(f"wrote {written} files to {export} (open {export / 'index.html'})")
+        console.print(f"wrote {written} files to {export} (open {export / 'index.html'})", highlight=False, markup=False)
         return
     if not is_loopback_host(host) and not unsafe_host:
         raise UserError(f"refusing to serve on {host}: runs hold prompts and code; pass --unsafe-host to allow it")
