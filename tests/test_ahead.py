@@ -135,3 +135,17 @@ def test_every_suite_kernel_builds_on_the_load_ahead_kernel_for_sm90(task, tmp_p
     with backend.using("quack-compile"):
         human.forward(**task.make_inputs(dict(point.dims), seed=0, device="cpu"), **task.constants)
     assert any(built) and any(tmp_path.rglob("*.o"))
+
+
+def test_a_schedule_the_tuner_pins_on_quacks_kernel_passes_the_static_check():
+    """The tune stage pins ``Config(..., load_ahead=False)`` where QuACK's kernel won: the pinned module must still
+    pass the static check (it refused every flag but pingpong)."""
+    import ast
+
+    from coda_agent.verifier.static import ScheduleFormError, literal_schedule
+
+    call = ast.parse('schedule({("add_c", 1, 2, 3): Config(tile_n=128, load_ahead=False)})').body[0].value
+    assert literal_schedule(call) == {("add_c", 1, 2, 3): P.Config(tile_n=128, load_ahead=False)}
+    bad = ast.parse('schedule({("add_c", 1, 2, 3): Config(load_ahead=0)})').body[0].value
+    with pytest.raises(ScheduleFormError, match="load_ahead, pingpong: True/False"):
+        literal_schedule(bad)

@@ -529,6 +529,7 @@ def test_bench_tune_shows_and_writes_what_a_failed_search_measured_and_exits_non
         task.name, searched.source, Tuned(None, searched.tuned.search, {}, {"llama3-8b-down": [cut]},
               {"tiny": {"configs": 13, "failed": 2, "seconds": 21.5}}), failed=reason))
     out = tmp_path / "tune.json"
+    monkeypatch.setenv("COLUMNS", "250")  # the table whole on one line per row, whichever config the search kept
     res = CliRunner().invoke(app, ["bench", "gemm_residual", "--tune", "--json", str(out)], terminal_width=250)
     assert res.exit_code == 1, res.output
     shown = res.output.replace("\n", "")  # the console folds long lines at its width

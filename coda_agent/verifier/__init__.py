@@ -165,6 +165,7 @@ def _searched(result: StageResult | None) -> Tuned:
 
 def run_plan(task: Task, source: str, plan: Plan) -> Verdict:
     from . import gpu as _gpu  # noqa: F401 - registers the GPU stages
+    from . import tuning as _tuning  # noqa: F401 - registers the tune stages (tune, tune_cpu)
     from .caches import prune_once
     from .scratch import remove_stale_once
     from .stages import STAGES, Context

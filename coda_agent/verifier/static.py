@@ -176,7 +176,8 @@ def literal_schedule(call: ast.Call, config_names: Collection[str] = ("Config",)
     """
     if len(call.args) != 1 or call.keywords or not isinstance(call.args[0], ast.Dict):
         raise ScheduleFormError("schedule() takes exactly one argument, a dict literal {(epilogue_name, M, N, K): Config(...)}")
-    fields = {f.name: bool if f.name == "pingpong" else int for f in dataclasses.fields(Config)}
+    fields = {f.name: bool if f.type in (bool, "bool") else int for f in dataclasses.fields(Config)}
+    flags = ", ".join(sorted(name for name, kind in fields.items() if kind is bool))
     table: dict[tuple[str, int, int, int], Config] = {}
     for k, v in zip(call.args[0].keys, call.args[0].values, strict=True):
         try:
@@ -195,7 +196,7 @@ def literal_schedule(call: ast.Call, config_names: Collection[str] = ("Config",)
         values: dict[str, object] = {}
         for kw in v.keywords:
             if kw.arg not in fields or not isinstance(kw.value, ast.Constant) or type(kw.value.value) is not fields[kw.arg]:
-                raise ScheduleFormError(f"schedule entry {key!r}: Config fields are {', '.join(sorted(fields))}, each a constant integer (pingpong: True/False)")
+                raise ScheduleFormError(f"schedule entry {key!r}: Config fields are {', '.join(sorted(fields))}, each a constant integer ({flags}: True/False)")
             values[kw.arg] = kw.value.value
         if key in table:
             raise ScheduleFormError(f"schedule key {key!r} appears twice")
