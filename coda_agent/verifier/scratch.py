@@ -15,6 +15,7 @@ import os
 import re
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from .sandbox import NOBODY
@@ -47,7 +48,7 @@ def _remove_entry(top: int, name: str) -> bool:
     """Remove the entry ``name`` of the folder open as ``top`` (a file, a link, or a folder and all below it)."""
     fd = _open_folder(top, name)
     if fd is None:
-        return _unlink(top, name)
+        return _remove(os.unlink, top, name)
     ok = True
     stack: list[tuple[str, list[str] | None]] = [(name, None)]  # the folders from ``name`` down, their subfolders
     while stack:
@@ -58,13 +59,13 @@ def _remove_entry(top: int, name: str) -> bool:
                 if _is_folder(fd, entry):
                     pending.append(entry)
                 else:
-                    ok &= _unlink(fd, entry)
+                    ok &= _remove(os.unlink, fd, entry)
             stack[-1] = (current, pending)
         if pending:
             child = pending.pop()
             child_fd = _open_folder(fd, child)
             if child_fd is None:  # swapped for a file or a link since it was listed
-                ok &= _unlink(fd, child)
+                ok &= _remove(os.unlink, fd, child)
                 continue
             os.close(fd)
             fd = child_fd
@@ -75,10 +76,10 @@ def _remove_entry(top: int, name: str) -> bool:
             parent = os.open("..", _DIR, dir_fd=fd)
             os.close(fd)
             fd = parent
-            ok &= _rmdir(fd, current)
+            ok &= _remove(os.rmdir, fd, current)
         else:
             os.close(fd)
-            ok &= _rmdir(top, current)
+            ok &= _remove(os.rmdir, top, current)
     return ok
 
 
@@ -104,26 +105,18 @@ def _is_folder(parent: int, name: str) -> bool:
         return False
 
 
-def _unlink(parent: int, name: str) -> bool:
+def _remove(remove: Callable[..., None], parent: int, name: str) -> bool:
+    """``remove`` (``os.unlink`` or ``os.rmdir``) the entry ``name`` of the folder ``parent``; one already gone
+    counts as removed, one that cannot be is logged."""
     try:
-        os.unlink(name, dir_fd=parent)
-        return True
+        remove(name, dir_fd=parent)
     except FileNotFoundError:
         return True
     except OSError as exc:
         log.warning("cannot remove %s: %s", name, exc)
         return False
+    return True
 
-
-def _rmdir(parent: int, name: str) -> bool:
-    try:
-        os.rmdir(name, dir_fd=parent)
-        return True
-    except FileNotFoundError:
-        return True
-    except OSError as exc:
-        log.warning("cannot remove folder %s: %s", name, exc)
-        return False
 
 PREFIX = "coda_runner_"
 _OWNED = re.compile(rf"{PREFIX}(\d+)_")
