@@ -64,6 +64,8 @@ app = CliApp(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+
 class _Inert(RenderHook):
     """The last word of a console on all it prints: each control, escape and bidi character of the text written out
     (:func:`shown`), whichever command or table put it there (a run folder's name, a path, a model's); rich's own
