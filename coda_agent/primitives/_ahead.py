@@ -6,7 +6,7 @@ warp-specialized epilogues load C from the producer warp group while the mainloo
 on QuACK's parts: a second warp of the producer warp group (:attr:`LoadAheadSm90.epi_load_warp_id`) walks the tile
 scheduler's tiles beside the A/B warp and fills the epilogue's C stages, a tile ahead when stages are free, while
 the epilogue itself only waits on them (``GemmBase.epilogue`` with no ``copy_C``). Everything else (mainloop,
-epilogue, stores, scheduler, stages) is QuACK's own code, called rather than copied.
+epilogue, stores, scheduler, the stage split before C's share) is QuACK's own code, called rather than copied.
 
 The kernel covers what the primitives launch with split_k 1: dense A and B, no varlen, gather or A transform (the
 backend runs QuACK's kernel for a split call). :class:`AheadEpiMod` mints its kernel
@@ -38,7 +38,8 @@ from quack.pipeline import make_pipeline_state
 
 
 class LoadAheadSm90(GemmSm90):
-    """Put before a minted QuACK SM90 class in the bases: its ``kernel`` and scheduler pipeline, nothing else."""
+    """Put before a minted QuACK SM90 class in the bases: its ``kernel``, scheduler pipeline and C stages, nothing
+    else."""
 
     @property
     def epi_load_warp_id(self) -> int:
@@ -76,7 +77,7 @@ class LoadAheadSm90(GemmSm90):
         """QuACK's stage split, then the C stages deepened toward a whole tile's subtiles with the smem QuACK gave
         to D stages beyond its two (never an A/B stage): QuACK caps C at 5 stages because its epilogue loads only
         within the current tile, while here the epilogue-load warp can bring in a tile's whole C under its
-        mainloop."""
+        mainloop. Measured level with QuACK's split at gemm_residual's rows (H200, 2026-12-04-a, probe 2)."""
         ab_stage, d_stage, c_stage = super()._compute_stages(
             cta_tile_shape_mnk, epi_tile, a_dtype, b_dtype, d_dtype, c_dtype, epilogue_args, smem_capacity,
             occupancy, warp_shape_mnk, **kwargs,
