@@ -4,6 +4,10 @@ identity, and every suite kernel built on it for sm_90a (its outputs on the GPU:
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -12,9 +16,8 @@ from coda_agent import primitives as P
 from coda_agent.primitives import _quack, backend
 from coda_agent.primitives.configs import config_label, config_space, loads_ahead
 from coda_agent.tasks import load_tasks
-from coda_agent.tasks.loader import import_file
 
-from .conftest import TASK_DIR
+from .conftest import REPO, TASK_DIR, runner_folder
 
 
 @P.epilogue()
@@ -81,23 +84,39 @@ def test_the_tuner_tries_each_tile_on_both_kernels_only_where_the_load_ahead_ker
     assert config_label(P.Config(load_ahead=False)).endswith("no-ahead")
 
 
-@pytest.mark.parametrize(("tile", "subtile"), [((128, 256, 64), (128, 32)), ((192, 192, 64), (64, 32)),
-                                               ((128, 192, 64), (64, 32)), ((128, 208, 64), (64, 16)),
-                                               ((128, 128, 64), (64, 32))])
-def test_the_c_stages_grow_only_into_smem_quack_gave_to_d_stages(tile, subtile):
-    from cutlass import BFloat16
-    from cutlass._mlir import ir
-    from quack.gemm_sm90 import GemmSm90
+#: What the stage test computes, in a child process of its own (as every test here that runs the CuTe DSL's
+#: compiler: its libraries stay out of the test worker, which later runs torch's CPU kernels).
+_STAGES = """
+import json, sys
+from cutlass import BFloat16
+from cutlass._mlir import ir
+from quack.gemm_sm90 import GemmSm90
+from coda_agent.primitives._ahead import LoadAheadSm90
+out = []
+with ir.Context(), ir.Location.unknown():  # the DSL's layout algebra, outside a kernel
+    for tile, subtile in json.loads(sys.argv[1]):
+        args = (tuple(tile), tuple(subtile), BFloat16, BFloat16, BFloat16, BFloat16, None, 232448, 1)
+        out.append([LoadAheadSm90._compute_stages(*args), GemmSm90._compute_stages(*args)])
+print(json.dumps(out))
+"""
+TILES = [((128, 256, 64), (128, 32)), ((192, 192, 64), (64, 32)), ((128, 192, 64), (64, 32)),
+         ((128, 208, 64), (64, 16)), ((128, 128, 64), (64, 32))]
 
-    from coda_agent.primitives._ahead import LoadAheadSm90
 
-    args = (tile, subtile, BFloat16, BFloat16, BFloat16, BFloat16, None, 232448, 1)
-    with ir.Context(), ir.Location.unknown():  # the DSL's layout algebra, outside a kernel
-        ab, d, c = LoadAheadSm90._compute_stages(*args)
-        ab_q, d_q, c_q = GemmSm90._compute_stages(*args)
-    subtiles = tile[0] * tile[1] // (subtile[0] * subtile[1])
-    assert ab == ab_q and c_q <= c <= subtiles and d >= min(2, subtiles)
-    assert c + d <= c_q + d_q  # the same bytes per stage: never more smem than QuACK's split
+def _child(script: str, *args: str) -> str:
+    """Run ``script`` in a fresh interpreter (the repository first on its path); its output."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res.stdout
+
+
+def test_the_c_stages_grow_only_into_smem_quack_gave_to_d_stages():
+    for (tile, subtile), (ahead, quacks) in zip(TILES, json.loads(_child(_STAGES, json.dumps(TILES))), strict=True):
+        (ab, d, c), (ab_q, d_q, c_q) = ahead, quacks
+        subtiles = tile[0] * tile[1] // (subtile[0] * subtile[1])
+        assert ab == ab_q and c_q <= c <= subtiles and d >= min(2, subtiles), (tile, ahead, quacks)
+        assert c + d <= c_q + d_q  # the same bytes per stage: never more smem than QuACK's split
 
 
 def test_the_two_kernels_of_one_epilogue_never_share_a_compile_cache_entry():
@@ -114,27 +133,34 @@ def test_the_two_kernels_of_one_epilogue_never_share_a_compile_cache_entry():
 TASKS = load_tasks([TASK_DIR])
 
 
+#: Every gemm call of a human kernel forced onto the load-ahead kernel (rule or not), built for sm_90a.
+_BUILD = """
+import dataclasses, sys
+from coda_agent.primitives import _quack, backend
+from coda_agent.tasks import find_task
+from coda_agent.tasks.loader import import_file
+chosen, built = _quack._config, []
+def forced(call):
+    config = dataclasses.replace(chosen(call), load_ahead=call.config is None or call.config.split_k == 1)
+    built.append(config.load_ahead)
+    return config
+_quack._config = forced
+task = find_task(sys.argv[1])
+human = import_file(task.human_file, "human")
+point = task.shapes["small"][0]
+with backend.using("quack-compile"):
+    human.forward(**task.make_inputs(dict(point.dims), seed=0, device="cpu"), **task.constants)
+print(sum(built))
+"""
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("task", TASKS, ids=[t.name for t in TASKS])
-def test_every_suite_kernel_builds_on_the_load_ahead_kernel_for_sm90(task, tmp_path, monkeypatch):
-    """Every gemm call forced onto it (rule or not): a real sm_90a compile of each human kernel."""
-    import quack.cache
-
-    monkeypatch.setattr(quack.cache, "CACHE_DIR", str(tmp_path))
-    built = []
-    chosen = _quack._config
-
-    def forced(call):
-        config = dataclasses.replace(chosen(call), load_ahead=call.config is None or call.config.split_k == 1)
-        built.append(config.load_ahead)
-        return config
-
-    monkeypatch.setattr(_quack, "_config", forced)
-    human = import_file(task.human_file, f"ahead_cpu_{task.name}")
-    point = task.shapes["small"][0]
-    with backend.using("quack-compile"):
-        human.forward(**task.make_inputs(dict(point.dims), seed=0, device="cpu"), **task.constants)
-    assert any(built) and any(tmp_path.rglob("*.o"))
+def test_every_suite_kernel_builds_on_the_load_ahead_kernel_for_sm90(task, monkeypatch):
+    with runner_folder("coda_test_ahead_") as cache:
+        monkeypatch.setenv("QUACK_CACHE_DIR", str(cache))
+        assert int(_child(_BUILD, task.name).split()[-1]) >= 1
+        assert any(cache.rglob("*.o"))
 
 
 def test_a_schedule_the_tuner_pins_on_quacks_kernel_passes_the_static_check():
