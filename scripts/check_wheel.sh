@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+chmod 711 "$work"  # as root the runners run as nobody: they must pass through to the venv (not list the folder)
 "${PYTHON:-.venv/bin/python}" -m pip wheel -q --no-deps -w "$work/dist" .
 python3 -m venv "$work/venv"
 # torch first, pinned as in setup.sh (a bare `torch` would pull a multi-GB CUDA build)
