@@ -20,4 +20,18 @@ if ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; the
   { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; } >/dev/null 2>&1 \
     || echo "note: could not install bubblewrap; candidates will run WITHOUT an OS sandbox (apt-get install bubblewrap)"
 fi
+# As root, candidates run as nobody (never as root): nobody must pass through the folders above Python and the
+# checkout (o+x: traversal, not listing), or no runner starts. A pyenv Python under /root is the usual case.
+if [ "$(id -u)" = 0 ]; then
+  opened=$(.venv/bin/python -c 'import os,sys,pathlib
+done = []
+for p in {sys.base_prefix, os.path.realpath(sys.executable), os.getcwd()}:
+    for d in pathlib.Path(p).resolve().parents:
+        mode = os.stat(d).st_mode
+        if not mode & 0o001:
+            os.chmod(d, mode | 0o001)
+            done.append(str(d))
+print(" ".join(sorted(set(done))))')
+  [ -z "$opened" ] || echo "note: opened $opened to other users for traversal (o+x, not listing): the sandbox runs candidates as nobody"
+fi
 echo "set-up done: $(.venv/bin/coda-agent --help >/dev/null && echo coda-agent ready)"
