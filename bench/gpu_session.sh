@@ -5,9 +5,10 @@
 # (.gpu and the tracked tree together pass the device tool's 64 MiB carry limit: move bench/results out of the tree
 # for the stage1 call, and back after; no phase reads it.)
 # What the phases took on one H200 (2026-12-03; size the calls by them, a cold machine is the slower): the whole-suite
-# bench 462-730 s over one or two calls, guards 168-282 s, more 253 s, tune-human about 45 s per kernel at
-# TUNE_BUDGET 50, tune-run 161 s at TUNE_BUDGET 120; accept is estimated (not yet run) at 6-8 minutes, 2-3 per task:
-# give it a call of its own (`bash bench/gpu_session.sh 590 accept`). A device call lasts at most 600 s, and the machine
+# bench 462-730 s over one or two calls, guards 168-282 s (at f1f6218, with the load-ahead kernel's tests, 330 s
+# covered 30 of its 45 tests on a cold machine: give it a call of its own), more 253 s, tune-human about 45 s per
+# kernel at TUNE_BUDGET 50, tune-run 161 s at TUNE_BUDGET 120; accept 6-11 minutes, the soft-capped cross-entropy
+# alone up to 382 s: split it with ACCEPT_TASKS over two calls, that task in a call of its own. A device call lasts at most 600 s, and the machine
 # goes back after 30 s idle between calls.
 # The phases run in order, each cut off at CAP seconds or at the call's end (SECONDS from now, less a margin for the
 # copy back), whichever comes first:
@@ -39,6 +40,8 @@
 #   probe     bench/probes/gpu_probe.sh without ncu: the schedule probe's kernels built in parallel, then timed
 #             (PROBE_ARGS, or PROBE_ARGS_FILE with one argument per line, names the rows and variants, e.g.
 #             bench/probes/args/swiglu_bwd_fold.txt); results in .gpuwork/probe/
+#   ncu-source  bench/probes/ncu_source.sh: ncu's per-instruction stall samples of a probe row's kernels (NCU_ROWS,
+#             NCU_ONLY), read with bench/probes/stall_ledger.py; results in .gpuwork/ncu-source/
 #   host      bench/probes/host_probe.py: the host time per call of the human kernels at the rows that timed
 #             host-bound at 666e628, plain, under the op log, after a profiler session and in the sandboxed runner
 #             (after a bench's check phase, whose kernels the runner then finds built); HOST_ARGS replaces --per-cpu
@@ -120,8 +123,9 @@ for spec in "$@"; do
                   gemm_rmsnorm_bwd} --tune --tune-budget "${TUNE_BUDGET:-100}" --json "${TUNE_JSON:-$work/tune-human.json}" ;;
     cublas) run_phase cublas "$secs" python3 bench/probes/cublas_kernels.py --json "$work/cublas.jsonl" ;;
     probe) run_phase probe "$secs" env NCU_S=0 OUT= bash bench/probes/gpu_probe.sh ;;
+    ncu-source) run_phase ncu-source "$secs" env OUT= bash bench/probes/ncu_source.sh ;;
     host) run_phase host "$secs" python3 bench/probes/host_probe.py ${HOST_ARGS:---per-cpu} --json "$work/host.jsonl" ;;
-    *) echo "unknown phase $phase (bench, trust, guards, launch, ops, more, e2e, tune-run, accept, tune-human, cublas, probe, host)"; exit 2 ;;
+    *) echo "unknown phase $phase (bench, trust, guards, launch, ops, more, e2e, tune-run, accept, tune-human, cublas, probe, ncu-source, host)"; exit 2 ;;
   esac
 done
 # The logs get committed: this machine's paths become the repository root ".", python3, <site-packages> and $OUT.

@@ -122,12 +122,37 @@ def test_the_c_stages_grow_only_into_smem_quack_gave_to_d_stages():
 def test_the_two_kernels_of_one_epilogue_never_share_a_compile_cache_entry():
     from quack.epilogue import EpiMod
 
-    from coda_agent.primitives._ahead import AheadEpiMod
+    from coda_agent.primitives._ahead import AheadEpiMod, LoadAheadSm90
 
     def fn(acc, c):
         return acc + c
 
-    assert AheadEpiMod(fn).semantic_digest != EpiMod(fn).semantic_digest
+    class Deeper(LoadAheadSm90):  # a probe's stage split: a kernel of its own
+        epi_c_stage_base = 6
+
+    digests = {EpiMod(fn).semantic_digest, AheadEpiMod(fn).semantic_digest, AheadEpiMod(fn, kernel=Deeper).semantic_digest}
+    assert len(digests) == 3
+    assert AheadEpiMod(fn, kernel=Deeper).semantic_digest == AheadEpiMod(fn, kernel=Deeper).semantic_digest
+
+
+_PROBE_STAGES = """
+from cutlass import BFloat16
+from cutlass._mlir import ir
+from quack.gemm_sm90 import GemmSm90
+from coda_agent.tasks.loader import import_file
+kernel = import_file(__import__("pathlib").Path(__import__("sys").argv[1]), "stages").MainloopFirstSm90
+with ir.Context(), ir.Location.unknown():
+    c = ((128, 256, 64), (128, 32), BFloat16, BFloat16, BFloat16)
+    print(__import__("json").dumps([kernel._compute_stages(*c, BFloat16, None, 232448, 1),
+                                    GemmSm90._compute_stages(*c, None, None, 232448, 1)]))
+"""
+
+
+def test_the_probes_mainloop_first_split_keeps_the_plain_gemms_ab_stages_at_128x256():
+    """bench/probes/ahead_stages.py's premise (issue 44): with C reading, QuACK's split drops to 3 A/B stages at
+    128x256, the plain GEMM's has 4; the probe's kernel keeps 4 and still has C and D stages."""
+    (ab, d, c), (ab_plain, _, _) = json.loads(_child(_PROBE_STAGES, str(REPO / "bench/probes/ahead_stages.py")))
+    assert ab == ab_plain == 4 and c >= 2 and d >= 2
 
 
 TASKS = load_tasks([TASK_DIR])

@@ -4,7 +4,8 @@
 # issue 44's question: what a cooperative tile's epilogue does that its plain twin does not.
 #   1. the variants built in parallel (QuACK's disk cache keeps them for the profiled run);
 #   2. ncu: SpeedOfLight, WarpStateStats and SourceCounters of each variant, launched once;
-#   3. the SASS page (one row per instruction: its stall samples by reason) and the details page as CSV.
+#   3. the SASS page (one row per instruction: its stall samples by reason) and the details page as CSV, and
+#      bench/probes/stall_ledger.py's reading of them (ledger.txt).
 # NCU_ROWS names the rows (default: gemm_residual and gemm_residual_rmsnorm at llama3-1b-down), NCU_ONLY the
 # variants, one per line (default: the plain twin, QuACK's kernel and the load-ahead kernel, all dynamic).
 # Results in $OUT/ncu-source.tar.gz (or .gpuwork/ncu-source/).
@@ -31,5 +32,6 @@ echo "profiled in $(( $(date +%s) - t0 )) s"; tail -3 "$work/ncu.log"
 "$ncu" --import "$work/profile.ncu-rep" --page details --csv >"$work/details.csv" 2>>"$work/ncu.log"
 "$ncu" --import "$work/profile.ncu-rep" --page source --print-source sass --csv >"$work/sass.csv" 2>>"$work/ncu.log" \
   || echo "the SASS page did not export (the report comes back whole)"
-ls -la "$work"
+python3 bench/probes/stall_ledger.py "$work/sass.csv" --details "$work/details.csv" >"$work/ledger.txt" 2>&1
+head -40 "$work/ledger.txt"
 if [ -n "${OUT:-}" ]; then tar czf "$OUT/ncu-source.tar.gz" -C .gpuwork ncu-source; fi

@@ -27,12 +27,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 
 from coda_agent.measure.baselines import cublas_gemms
 from coda_agent.measure.timing import Clock, RepPlan, paired_ratio, time_interleaved
-from coda_agent.primitives import Config, _quack, backend
+from coda_agent.primitives import Config, _ahead, _quack, backend
 from coda_agent.primitives.configs import default_config
 from coda_agent.tasks.loader import find_task, import_file
 
@@ -45,6 +46,9 @@ SWEEP = [Config(tile_m=m, tile_n=n, pingpong=pp, cluster_m=cm, cluster_n=cn)
 #: The tiles every split variant also runs with (besides the kernel's own): the two that the wave model trades.
 SPLIT_TILES = [Config(tile_n=192), Config(tile_n=128)]
 STATE: dict[str, Any] = {"dynamic": False, "config": None, "split": None, "calls": None, "ahead": False}
+#: Each epilogue's copy per load-ahead class of ``--ahead-kernel``: a copy has a backend cache of its own, so the
+#: class's kernels are built and cached apart from the load-ahead kernel's.
+EPI_COPIES: dict[tuple[int, type], Any] = {}
 
 
 @functools.cache
@@ -69,15 +73,25 @@ def _forced(run: Callable[..., Any]) -> Callable[..., Any]:
             config = call.config or default_config(call) or Config()
             call = dataclasses.replace(call, config=dataclasses.replace(config, split_k=STATE["split"]))
         config = call.config or default_config(call) or Config()
-        if config.load_ahead != STATE["ahead"]:
-            call = dataclasses.replace(call, config=dataclasses.replace(config, load_ahead=STATE["ahead"]))
+        ahead = STATE["ahead"]
+        if config.load_ahead != bool(ahead):
+            call = dataclasses.replace(call, config=dataclasses.replace(config, load_ahead=bool(ahead)))
+        if isinstance(ahead, type):  # a load-ahead class of --ahead-kernel: the epilogue's copy for it
+            key = (id(call.epi), ahead)
+            if key not in EPI_COPIES:
+                EPI_COPIES[key] = dataclasses.replace(call.epi, backend_cache={}, checked_calls={})
+                with mock.patch.object(_ahead, "AheadEpiMod", functools.partial(_ahead.AheadEpiMod, kernel=ahead)):
+                    _quack._epimod(dataclasses.replace(call, epi=EPI_COPIES[key]), True)  # built once, cached
+            call = dataclasses.replace(call, epi=EPI_COPIES[key])
         return run(call)
     return go
 
 
 def human_variant(forward: Callable[..., Any], kwargs: dict[str, Any], dynamic: bool,
-                  config: Config | None = None, split: int | None = None, ahead: bool = False) -> Callable[[], Any]:
-    """``ahead``: every gemm call on the load-ahead kernel (``Config.load_ahead``), else on QuACK's."""
+                  config: Config | None = None, split: int | None = None,
+                  ahead: bool | type = False) -> Callable[[], Any]:
+    """``ahead``: every gemm call on the load-ahead kernel (``Config.load_ahead``; a class: that load-ahead class's
+    kernel, :data:`EPI_COPIES`), else on QuACK's."""
     def call() -> Any:
         STATE["dynamic"], STATE["config"], STATE["split"], STATE["ahead"] = dynamic, config, split, ahead
         return forward(**kwargs)
@@ -111,7 +125,8 @@ def plain_twin(forward: Callable[..., Any], kwargs: dict[str, Any]) -> Callable[
 
 
 def variants_for(task_name: str, dims: dict[str, int], sweep: bool, splits: tuple[int, ...] = (),
-                 files: tuple[Path, ...] = (), ahead: bool = False) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
+                 files: tuple[Path, ...] = (), ahead: bool = False,
+                 kernels: tuple[type, ...] = ()) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
     task = find_task(task_name)
     assert task.human_file is not None, f"{task_name} has no human kernel"
     human = import_file(task.human_file, f"probe_human_{task_name}")
@@ -124,6 +139,8 @@ def variants_for(task_name: str, dims: dict[str, int], sweep: bool, splits: tupl
     }
     if ahead:
         out["as written, dynamic, ahead"] = human_variant(human.forward, kwargs, True, ahead=True)
+    for kernel in kernels:
+        out[f"as written, dynamic, ahead {kernel.__name__}"] = human_variant(human.forward, kwargs, True, ahead=kernel)
     for path in files:  # another forward() of the task, as it writes its configs (and at the sweep's), dynamic
         other = import_file(path, f"probe_variant_{path.stem}")
         out[f"{path.stem}, dynamic"] = human_variant(other.forward, kwargs, True)
@@ -168,14 +185,15 @@ def _label(c: Config) -> str:
 def agreement(variants: dict[str, Callable[[], Any]], reference: str) -> None:
     """Each split variant's outputs against the reference variant's: the largest difference over the largest
     reference value, per output (split-K sums the same products in another order: about bf16's rounding). The
-    load-ahead kernel at the kernel's own configs must match QuACK's bit for bit: it says whether it does."""
+    load-ahead kernels at the kernel's own configs must match QuACK's bit for bit: it says whether each does."""
     if reference not in variants:
         return
     want = variants[reference]()
-    if "as written, dynamic, ahead" in variants:
-        got = variants["as written, dynamic, ahead"]()
-        same = {k: bool(torch.equal(got[k], v)) for k, v in want.items() if isinstance(v, torch.Tensor)}
-        print(f"  bitwise equal, ahead vs as written: {same}", flush=True)
+    for name, fn in variants.items():
+        if name.startswith("as written, dynamic, ahead"):
+            got = fn()
+            same = {k: bool(torch.equal(got[k], v)) for k, v in want.items() if isinstance(v, torch.Tensor)}
+            print(f"  bitwise equal, {name.removeprefix('as written, dynamic, ')} vs as written: {same}", flush=True)
     for name, fn in variants.items():
         if "split" not in name:
             continue
@@ -215,6 +233,15 @@ def rows(specs: list[str]) -> list[tuple[str, str, dict[str, int]]]:
     return found
 
 
+def _load_ahead_class(spec: str) -> type:
+    """``FILE:CLASS``: a subclass of the load-ahead kernel defined in FILE."""
+    path, _, name = spec.rpartition(":")
+    kernel = getattr(import_file(Path(path), f"probe_kernel_{Path(path).stem}"), name)
+    if not issubclass(kernel, _ahead.LoadAheadSm90):
+        raise argparse.ArgumentTypeError(f"{spec} is not a subclass of LoadAheadSm90")
+    return kernel
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--row", action="append", default=[], help="task, task:shape or task:DIM=N,... (repeatable)")
@@ -230,10 +257,13 @@ def main() -> None:
     p.add_argument("--ahead", action="store_true",
                    help="time the load-ahead kernel too: '<variant>, ahead' beside the kernel as written (and with "
                         "--sweep beside each config), and check it matches QuACK's kernel bit for bit")
+    p.add_argument("--ahead-kernel", action="append", default=[], type=_load_ahead_class, metavar="FILE:CLASS",
+                   help="a subclass of the load-ahead kernel (e.g. bench/probes/ahead_stages.py:MainloopFirstSm90), "
+                        "timed as 'as written, dynamic, ahead CLASS' and checked bit for bit (repeatable)")
     p.add_argument("--split", action="append", default=[], type=int,
                    help="split-K variants: split_k S (repeatable), with the kernel's config and SPLIT_TILES")
     args = p.parse_args()
-    splits, files = tuple(args.split), tuple(args.variant)
+    splits, files, kernels = tuple(args.split), tuple(args.variant), tuple(args.ahead_kernel)
     backend.set_backend("quack", wrap=_forced)
     _quack._gemm_config = lambda config: _gemm_config(config, STATE["dynamic"])  # type: ignore[assignment]
     clock = Clock("cuda")
@@ -243,7 +273,7 @@ def main() -> None:
         first = {t: (s, d) for t, s, d in reversed(jobs)}  # each task's first row: the kernels take any shape
         k = 0
         for t, (s, d) in first.items():
-            for name, fn in variants_for(t, d, t in args.sweep, splits, files, args.ahead)[0].items():
+            for name, fn in variants_for(t, d, t in args.sweep, splits, files, args.ahead, kernels)[0].items():
                 if args.only and name not in args.only:
                     continue
                 if k % n == i:
@@ -253,7 +283,7 @@ def main() -> None:
                 k += 1
         return
     for task_name, shape, dims in jobs:
-        variants, meta = variants_for(task_name, dims, task_name in args.sweep, splits, files, args.ahead)
+        variants, meta = variants_for(task_name, dims, task_name in args.sweep, splits, files, args.ahead, kernels)
         variants = runnable({k: v for k, v in variants.items() if not args.only or k in args.only})
         agreement(variants, "as written, dynamic")
         if args.ncu:

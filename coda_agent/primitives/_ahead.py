@@ -9,9 +9,9 @@ the epilogue itself only waits on them (``GemmBase.epilogue`` with no ``copy_C``
 epilogue, stores, scheduler, the stage split before C's share) is QuACK's own code, called rather than copied.
 
 The kernel covers what the primitives launch with split_k 1: dense A and B, no varlen, gather or A transform (the
-backend runs QuACK's kernel for a split call). :class:`AheadEpiMod` mints its kernel
-classes from QuACK's: the same EpiMod machinery and fn, with this module's source hash in the compile-cache identity,
-so a kernel of one path is never served for the other.
+backend runs QuACK's kernel for a split call). :class:`AheadEpiMod` mints its kernel classes from QuACK's: the same
+EpiMod machinery and fn, with the kernel class's source hash in the compile-cache identity, so a kernel of one path
+is never served for the other.
 """
 
 import hashlib
@@ -408,16 +408,22 @@ class LoadAheadSm90(GemmSm90):
                 epi_store_pipeline.producer_tail()
 
 
-#: This module's source: part of every kernel's compile-cache identity, so an edit here never reuses an old build.
-SOURCE_KEY = hashlib.sha256(inspect.getsource(LoadAheadSm90).encode()).hexdigest()[:16]
+def source_key(kernel: type) -> str:
+    """The source of ``kernel`` and of every load-ahead class it derives from: part of each kernel's compile-cache
+    identity, so an edit to one never reuses an old build, and two kernels never share one."""
+    sources = [inspect.getsource(c) for c in kernel.__mro__ if issubclass(c, LoadAheadSm90)]
+    return hashlib.sha256("".join(sources).encode()).hexdigest()[:16]
 
 
 class AheadEpiMod(EpiMod):
-    """QuACK's EpiMod, minting load-ahead kernel classes on SM90 (others as QuACK mints them)."""
+    """QuACK's EpiMod, minting load-ahead kernel classes on SM90 (others as QuACK mints them). ``kernel``: the
+    load-ahead class to put before QuACK's (a probe passes a subclass of :class:`LoadAheadSm90` to time another
+    stage split beside it)."""
 
-    def __init__(self, fn: Any, **kwargs: Any) -> None:
+    def __init__(self, fn: Any, kernel: type[LoadAheadSm90] = LoadAheadSm90, **kwargs: Any) -> None:
         super().__init__(fn, **kwargs)
-        self.semantic_key: tuple[Any, ...] = (*self.semantic_key, ("kernel", "load-ahead", SOURCE_KEY))
+        self.kernel = kernel
+        self.semantic_key: tuple[Any, ...] = (*self.semantic_key, ("kernel", kernel.__qualname__, source_key(kernel)))
         self.semantic_digest = hashlib.sha256(repr(self.semantic_key).encode()).hexdigest()
         self._ident = f"{fn.__name__}_{self.semantic_digest[:16]}"
         TORCH_OP_EPI_MODS[self.semantic_digest] = self
@@ -431,5 +437,5 @@ class AheadEpiMod(EpiMod):
         cls = self._ahead_classes.get(key)
         if cls is None:
             name = f"{base.__name__}_ahead"
-            cls = self._ahead_classes[key] = type(name, (LoadAheadSm90, base), {"__qualname__": name})
+            cls = self._ahead_classes[key] = type(name, (self.kernel, base), {"__qualname__": name})
         return cls
