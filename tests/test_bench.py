@@ -19,7 +19,7 @@ from coda_agent.bench import report, runner, tune
 from coda_agent.bench.results import BenchRow, BenchRun
 from coda_agent.cli import app
 from coda_agent.measure import peaks, timing
-from coda_agent.measure.baselines import baseline_variants, cublas_gemms, gemm_dtype
+from coda_agent.measure.baselines import baseline_variants, cublas_gemms, gemm_dtype, gemm_layouts
 from coda_agent.measure.timing import Timing
 from coda_agent.tasks import find_task
 from coda_agent.tasks.loader import TaskError, load_task
@@ -115,6 +115,23 @@ def test_cublas_baseline_runs_the_tasks_gemms_in_the_task_dtype():
     (out,) = fn()
     assert out.shape == (8, 16) and out.dtype == gemm_dtype(K0) == torch.bfloat16
     assert cublas_gemms(K0.model_copy(update={"gemms": []}), {"M": 8, "N": 16, "K": 32}, device="cpu") is None
+
+
+def test_the_cublas_baseline_multiplies_in_the_layout_the_reference_does(tmp_path, monkeypatch):
+    """A dgrad's ``dz @ w`` reads an N-major weight: cuBLAS is timed on that product, not on ``x @ w.T``."""
+    assert gemm_layouts(find_task("gemm_rmsnorm_bwd")) == gemm_layouts(find_task("gemm_swiglu_bwd")) == ("x @ w",)
+    assert gemm_layouts(K0) == ("x @ w.T",) and gemm_layouts(find_task("gemm_rmsnorm_gemm")) == ("x @ w.T",) * 2
+    text = K0.path.read_text().replace("reference: gemm_residual_rmsnorm.py:reference", "reference: ref.py:reference")
+    (tmp_path / "t.yaml").write_text(text.replace("human: human/gemm_residual_rmsnorm.py", ""))
+    (tmp_path / "ref.py").write_text((K0.path.parent / "gemm_residual_rmsnorm.py").read_text().replace(
+        "x @ w.t()", "x.t().contiguous().t() @ w.t().contiguous()"))  # A stored (K, M), B stored (K, N)
+    task = load_task(tmp_path / "t.yaml")
+    assert gemm_layouts(task) == ("x.T @ w",)
+    strides = []
+    real_mm = torch.mm
+    monkeypatch.setattr(torch, "mm", lambda a, b: strides.append((a.stride(), b.stride())) or real_mm(a, b))
+    (out,) = cublas_gemms(task, {"M": 8, "N": 16, "K": 32}, device="cpu")()
+    assert out.shape == (8, 16) and strides == [((1, 8), (16, 1))]
 
 
 def test_baselines_include_eager_reference_and_cublas():

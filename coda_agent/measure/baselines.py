@@ -4,7 +4,9 @@
 * ``compiled``: ``torch.compile`` of the same function (Inductor defaults, static shapes);
 * ``compiled_max_autotune``: the same with ``mode="max-autotune-no-cudagraphs"`` (Inductor autotunes its GEMM
   templates against cuBLAS; slow to compile, so only the bench asks for it);
-* ``cublas``: only the task's GEMMs (its ``gemms`` field) through ``torch.mm``, the practical floor.
+* ``cublas``: only the task's GEMMs (its ``gemms`` field) through ``torch.mm``, the practical floor, each in the
+  layout the reference multiplies it in (:func:`gemm_layouts`: a dgrad's ``dz @ w`` reads an N-major weight,
+  ``x @ w.T`` a K-major one, and cuBLAS's speed can differ between the two).
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..tasks.loader import reference_function
 from ..tasks.model import Task, torch_dtype
@@ -77,8 +80,55 @@ def compiled_reference(task: Task, mode: str = "default") -> Callable[..., Any]:
     return call
 
 
+#: How a GEMM's operands are stored, as the product reads in PyTorch: A (M, K) or its transpose stored (K, M),
+#: times B stored (N, K) (an nn.Linear weight, used transposed) or (K, N).
+Layout = Literal["x @ w.T", "x @ w", "x.T @ w.T", "x.T @ w"]
+DEFAULT_LAYOUT: Layout = "x @ w.T"
+
+
+#: :func:`gemm_layouts` per task file: the reference runs once per process.
+_LAYOUTS: dict[tuple[Path, int, str], tuple[Layout, ...]] = {}
+
+
+def gemm_layouts(task: Task) -> tuple[Layout, ...]:
+    """The layout of each of the task's GEMMs as its reference multiplies: the reference is run once on the CPU at
+    the first small shape, and each matrix product it makes whose (M, N, K) is an entry of ``gemms`` there gives
+    that entry its operands' storage (their strides). An entry no product matches keeps :data:`DEFAULT_LAYOUT`."""
+    key = (task.path, task.version, repr(task.gemms))
+    if key not in _LAYOUTS:
+        _LAYOUTS[key] = _traced_layouts(task)
+    return _LAYOUTS[key]
+
+
+def _traced_layouts(task: Task) -> tuple[Layout, ...]:
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    point = task.shape("small")[0]
+    wanted = task.gemm_shapes(point.dims)
+    found: dict[tuple[int, int, int], Layout] = {}
+    products = {torch.ops.aten.mm.default: (0, 1), torch.ops.aten.addmm.default: (1, 2)}
+
+    class Products(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if func in products:
+                a, b = (args[i] for i in products[func])
+                (m, k), n = a.shape, b.shape[1]
+                a_stored_km = a.stride(0) == 1 and m > 1
+                b_stored_nk = b.stride(0) == 1 and k > 1
+                layout = f"x{'.T' if a_stored_km else ''} @ w{'.T' if b_stored_nk else ''}"
+                found.setdefault((m, n, k), layout)  # type: ignore[arg-type]
+            return func(*args, **(kwargs or {}))
+
+    inputs = task.make_inputs(point.dims, seed=0)
+    inputs = {k: (v.float() if v.is_floating_point() else v) for k, v in inputs.items()}
+    with torch.no_grad(), Products():
+        reference_function(task)(**inputs, **task.constants)
+    return tuple(found.get(mnk, DEFAULT_LAYOUT) for mnk in wanted)
+
+
 def cublas_gemms(task: Task, dims: dict[str, int], device: str = "cuda") -> Callable[[], object] | None:
-    """The task's GEMMs alone: A (M, K) @ W(N, K)^T per entry of ``gemms``; None when the task lists none."""
+    """The task's GEMMs alone, each in its layout (:func:`gemm_layouts`); None when the task lists none."""
     shapes = task.gemm_shapes(dims)
     if not shapes:
         return None
@@ -86,13 +136,18 @@ def cublas_gemms(task: Task, dims: dict[str, int], device: str = "cuda") -> Call
 
     dt = gemm_dtype(task)
     gen = torch.Generator(device=device).manual_seed(0)
-    ops = [
-        (torch.randn(m, k, device=device, dtype=dt, generator=gen), torch.randn(n, k, device=device, dtype=dt, generator=gen) / k**0.5)
-        for m, n, k in shapes
-    ]
+
+    def operand(rows: int, cols: int, transposed: bool, scale: float = 1.0) -> torch.Tensor:
+        """A (rows, cols) operand, stored transposed (cols, rows) when ``transposed``."""
+        shape = (cols, rows) if transposed else (rows, cols)
+        t = torch.randn(shape, device=device, dtype=dt, generator=gen) * scale
+        return t.t() if transposed else t
+
+    ops = [(operand(m, k, layout.startswith("x.T")), operand(k, n, layout.endswith("w.T"), k**-0.5))
+           for (m, n, k), layout in zip(shapes, gemm_layouts(task), strict=True)]
 
     def run() -> object:
-        return [torch.mm(a, w.t()) for a, w in ops]
+        return [torch.mm(a, b) for a, b in ops]
 
     return run
 

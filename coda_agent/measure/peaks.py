@@ -81,7 +81,7 @@ def measure_peaks(
     clock = clock or Clock("cuda")
 
     def mm(m: int, n: int, k: int) -> Callable[[], object]:
-        """A (M, K) @ W(N, K)^T, as the bench's cuBLAS baselines run it (``baselines.cublas_gemms``)."""
+        """A (M, K) @ W(N, K)^T, the layout of most tasks' cuBLAS baselines (``baselines.gemm_layouts``)."""
         a = torch.randn(m, k, device=clock.device, dtype=torch.bfloat16)
         w = torch.randn(n, k, device=clock.device, dtype=torch.bfloat16) / k**0.5
         out = torch.empty(m, n, device=clock.device, dtype=torch.bfloat16)

@@ -167,8 +167,8 @@ class Task(_Strict):
     sol: SpeedOfLight
     gemms: list[list[Expr]] = Field(
         default=[],
-        description="the GEMMs the task contains, [M, N, K] each (A (M, K) times an nn.Linear-style (N, K) "
-        "weight); the bench times them alone through cuBLAS as the practical floor",
+        description="the GEMMs the task contains, [M, N, K] each; the bench times them alone through cuBLAS as the "
+        "practical floor, each in the layout the reference multiplies it in (measure.baselines.gemm_layouts)",
     )
     _path: Path | None = PrivateAttr(default=None)
 
