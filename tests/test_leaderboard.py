@@ -12,6 +12,7 @@ import pytest
 
 from coda_agent.cli import main
 from coda_agent.store import leaderboard as lb
+from coda_agent.store import leaderboard_text as lbt
 from coda_agent.store.index import Index
 
 from .records_factory import H200, REASONS, T0, bench_row, make_bench, make_run
@@ -127,10 +128,10 @@ def test_cpu_only_runs_show_correctness_and_cost_never_times(tmp_path):
         ("anthropic/claude", True), ("mock/good", True), ("openai/gpt-5", False)]
     assert all(e.time_us is None and e.vs_eager is None and e.vs_human is None and e.pct_sol is None for e in g.entries)
     assert entry(g, "mock/good").cost_usd == 0.0 and entry(g, "anthropic/claude").cost_usd == pytest.approx(0.12)
-    md = lb.to_markdown(b)
+    md = lbt.to_markdown(b)
     assert "untimed (correctness and cost)" in md and "time µs" not in md and "×eager" not in md
     assert "| mock/good | yes | 1/1 | 2 | 2 | 7.6k | $0 | 50.0s (#2) |" in md
-    rows = list(csv.DictReader(io.StringIO(lb.to_csv(b))))
+    rows = list(csv.DictReader(io.StringIO(lbt.to_csv(b))))
     assert {r["time_us"] for r in rows} == {""} and {r["device"] for r in rows} == {"cpu"}
 
 
@@ -177,11 +178,11 @@ def test_json_and_csv_carry_every_group_and_problem(tmp_path):
     make_run(tmp_path / "runs", version=2, outcomes=("passed",), device="cpu", created=T0 + timedelta(hours=1))
     (tmp_path / "runs" / "bad").mkdir()
     b = board(tmp_path)
-    data = json.loads(lb.to_json(b))
+    data = json.loads(lbt.to_json(b))
     assert [(g["task_version"], g["device"], g["timed"]) for g in data["groups"]] == [(2, "cpu", False)]
     assert [(g["task_version"], g["shape"]) for g in data["apart"]] == [(1, "llama3-8b")]
     assert data["problems"][0]["file"].endswith("runs/bad/header.json")
-    rows = list(csv.DictReader(io.StringIO(lb.to_csv(b))))
+    rows = list(csv.DictReader(io.StringIO(lbt.to_csv(b))))
     assert [(r["section"], r["author"]) for r in rows][:2] == [("main", "anthropic/claude-sonnet-4-5"), ("apart", "human")]
     assert len(rows) == 1 + 2 + 4
 
@@ -384,5 +385,5 @@ def test_a_run_that_ended_before_its_first_attempt_is_no_authors_result(tmp_path
 
 
 def test_a_bench_folder_that_does_not_exist_is_named_as_such(tmp_path):
-    assert lb.missing_bench_note(tmp_path / "nope").startswith(f"no bench results found in {tmp_path / 'nope'} (no such folder)")
-    assert "(no such folder)" not in lb.missing_bench_note(tmp_path)  # there, but empty
+    assert lbt.missing_bench_note(tmp_path / "nope").startswith(f"no bench results found in {tmp_path / 'nope'} (no such folder)")
+    assert "(no such folder)" not in lbt.missing_bench_note(tmp_path)  # there, but empty

@@ -14,6 +14,7 @@ from rich.table import Table
 from ..providers.remote import is_loopback_host
 from ..settings import BENCH_DIR_ENV, DEFAULT_BENCH_DIR, DEFAULT_RUNS_DIR, RUNS_DIR_ENV
 from ..store import leaderboard as lb
+from ..store import leaderboard_text as lbt
 from ..store.compare import diff_runs
 from ..store.index import Index, replayed_model
 from ..store.records import run_status
@@ -87,14 +88,14 @@ GROUP_DROPPABLE = ("1st correct", "$", "tokens", "attempts", "rounds", "runs ok"
 
 def _rich_group(g: lb.Group) -> Table:
     table = Table(title=untrusted(g.title), title_justify="left", title_style="bold", box=box.SIMPLE_HEAD)
-    for header, key in lb.columns_for(g):
+    for header, key in lbt.columns_for(g):
         if key == "author":
             table.add_column(header, no_wrap=True)
         else:
             table.add_column(header, justify="right", no_wrap=True)
     for e in g.entries:
         style = "dim" if e.kind == "baseline" else "bold" if e.kind == "human" else ""
-        cells = [untrusted(lb.cell(e, k)) for _, k in lb.columns_for(g)]
+        cells = [untrusted(lbt.cell(e, k)) for _, k in lbt.columns_for(g)]
         if e.correct is False:
             cells[1] = "[red]no[/]"
         table.add_row(*cells, style=style)
@@ -104,14 +105,14 @@ def _rich_group(g: lb.Group) -> Table:
 def _summary_table(rows: list[lb.SummaryRow]) -> Table:
     table = Table(title="leaderboard: geometric means over the timed shapes (per-shape tables: --task T)",
                   title_justify="left", title_style="bold", box=box.SIMPLE_HEAD)
-    for header, key in lb.SUMMARY_COLUMNS:
+    for header, key in lbt.SUMMARY_COLUMNS:
         if key in ("task", "device", "author"):
             table.add_column(header, no_wrap=True)
         else:
             table.add_column(header, justify="right", no_wrap=True)
     previous: tuple[str, int, str] | None = None
     for r in rows:
-        cells = [untrusted(lb.summary_cell(r, k)) for _, k in lb.SUMMARY_COLUMNS]
+        cells = [untrusted(lbt.summary_cell(r, k)) for _, k in lbt.SUMMARY_COLUMNS]
         if (r.task, r.task_version, r.device) == previous:
             cells[0] = cells[1] = ""
         if r.correct is False:
@@ -144,12 +145,12 @@ def leaderboard(
         raise UserError(f"no runs or bench results on device {device!r} (known: {', '.join(devices) or 'none yet'})")
     details = task is not None
     if fmt == "json":
-        print(lb.to_json(board) if details else lb.summary_json(board))
+        print(lbt.to_json(board) if details else lbt.summary_json(board))
         return
     if fmt == "csv":
-        print(lb.to_csv(board) if details else lb.summary_csv(board), end="")
+        print(lbt.to_csv(board) if details else lbt.summary_csv(board), end="")
     elif fmt == "md":
-        print(lb.to_markdown(board) if details else lb.summary_markdown(board))
+        print(lbt.to_markdown(board) if details else lbt.summary_markdown(board))
     elif board.empty:
         wide_console().print(f"no run records in {runs_dir} and no bench results in {bench_dir} yet", highlight=False)
     elif not details:
@@ -162,7 +163,7 @@ def leaderboard(
             out.rule("other versions / devices (not compared with the tables above)")
             for g in board.apart:
                 print_table(_rich_group(g), GROUP_DROPPABLE, out)
-    for note in (lb.untimed_note(board), lb.no_attempts_note(board), lb.missing_bench_note(bench_dir)):
+    for note in (lbt.untimed_note(board), lbt.no_attempts_note(board), lbt.missing_bench_note(bench_dir)):
         if note:
             err_console.print(untrusted(note), highlight=False)
     print_problems(board.problems)
@@ -197,9 +198,9 @@ def _show_attempt(rf: RunFiles, index: int, fmt: str) -> None:
     out = wide_console()
     out.print(f"[bold]{untrusted(rf.name)}[/] attempt #{a.index} (round {a.round}, slot {a.slot}): {_outcome(a.outcome)}", highlight=False)
     out.print(
-        f"tokens {lb.fmt_tokens(a.usage.input_tokens)} in / {lb.fmt_tokens(a.usage.output_tokens)} out · "
-        f"{lb.fmt_money(a.usage.cost_usd, a.usage.price_known)} · "
-        + " · ".join(f"{k} {lb.fmt_seconds(v)}" for k, v in a.durations.items()), highlight=False,
+        f"tokens {lbt.fmt_tokens(a.usage.input_tokens)} in / {lbt.fmt_tokens(a.usage.output_tokens)} out · "
+        f"{lbt.fmt_money(a.usage.cost_usd, a.usage.price_known)} · "
+        + " · ".join(f"{k} {lbt.fmt_seconds(v)}" for k, v in a.durations.items()), highlight=False,
     )
     reason = a.reason or "(no reason recorded)"
     out.rule("reason")
@@ -243,7 +244,7 @@ def show(
         b = h.budgets
         out.print(
             f"budgets: {b.rounds} rounds × {b.candidates_per_round} · tokens {b.max_tokens or '-'} · "
-            f"$ {b.max_dollars or '-'} · wall {lb.fmt_seconds(b.max_wall_seconds)} · "
+            f"$ {b.max_dollars or '-'} · wall {lbt.fmt_seconds(b.max_wall_seconds)} · "
             f"stages {', '.join(h.verifier_stages) or '-'}", highlight=False,
         )
     label, tone = run_status(s.status, s.passes)
@@ -261,23 +262,23 @@ def show(
         reason = a.reason
         at = (a.started - start).total_seconds() if start and a.started.tzinfo == start.tzinfo else None
         points = timing_points(a.timing)
-        times = ", ".join(lb.fmt_us(v.median_us) + (f" @{k}" if k else "") for k, v in points.items()) or "-"
+        times = ", ".join(lbt.fmt_us(v.median_us) + (f" @{k}" if k else "") for k, v in points.items()) or "-"
         table.add_row(
-            str(a.index), f"{a.round}.{a.slot}", "-" if at is None else f"+{lb.fmt_seconds(at)}", _outcome(a.outcome),
-            untrusted(lb.headline(reason, 90)), f"{lb.fmt_tokens(a.usage.input_tokens)}/{lb.fmt_tokens(a.usage.output_tokens)}",
-            lb.fmt_money(a.usage.cost_usd, a.usage.price_known), lb.fmt_seconds(a.durations.get("llm")),
-            lb.fmt_seconds(a.durations.get("verify")), untrusted(times),
+            str(a.index), f"{a.round}.{a.slot}", "-" if at is None else f"+{lbt.fmt_seconds(at)}", _outcome(a.outcome),
+            untrusted(lbt.headline(reason, 90)), f"{lbt.fmt_tokens(a.usage.input_tokens)}/{lbt.fmt_tokens(a.usage.output_tokens)}",
+            lbt.fmt_money(a.usage.cost_usd, a.usage.price_known), lbt.fmt_seconds(a.durations.get("llm")),
+            lbt.fmt_seconds(a.durations.get("verify")), untrusted(times),
         )
     if rf.attempts:
         print_table(table, ("at", "$", "llm", "verify", "tokens in/out", "round.slot"), out)
     else:
         out.print("no finished attempts yet")
-    best = f"best #{s.best_attempt}" + (f" ({lb.fmt_us(s.best_time_us)} µs)" if s.best_time_us else "")
+    best = f"best #{s.best_attempt}" + (f" ({lbt.fmt_us(s.best_time_us)} µs)" if s.best_time_us else "")
     out.print(
         f"{s.attempts} attempts in {s.rounds} rounds, {s.passes} passed"
         + (f", {best}" if s.best_attempt else "")
-        + f" · tokens {lb.fmt_tokens(s.input_tokens + s.output_tokens)} · {lb.fmt_money(s.cost_usd, s.cost_known)}"
-        + f" · wall {lb.fmt_seconds(s.wall_seconds)} · first correct after {lb.fmt_seconds(s.seconds_to_first_correct)}",
+        + f" · tokens {lbt.fmt_tokens(s.input_tokens + s.output_tokens)} · {lbt.fmt_money(s.cost_usd, s.cost_known)}"
+        + f" · wall {lbt.fmt_seconds(s.wall_seconds)} · first correct after {lbt.fmt_seconds(s.seconds_to_first_correct)}",
         highlight=False,
     )
     print_problems(rf.problems)

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from xml.sax.saxutils import escape, quoteattr
 
-from ..store.leaderboard import BASELINES, Entry, Group, Leaderboard, fmt_ratio, fmt_us
+from ..store.leaderboard import BASELINES, Entry, Group, Leaderboard
+from ..store.leaderboard_text import fmt_ratio, fmt_us
 from ..store.ranking import geomean
 
 COLOURS = {"human": "#2563eb", "model": "#ea7a1a", "baseline": "#9ca3af", "sol": "#4b5563"}

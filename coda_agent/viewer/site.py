@@ -28,6 +28,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
 from ..store import leaderboard as lb
+from ..store import leaderboard_text as lbt
 from ..store.index import Index, RunRow, replayed_model
 from ..store.records import Attempt, run_status
 from ..store.rundir import RunFiles, iter_run_dirs, read_run
@@ -114,10 +115,10 @@ class Site:
             loader=FileSystemLoader(HERE / "templates"), autoescape=True, undefined=StrictUndefined,
             trim_blocks=True, lstrip_blocks=True,
         )
-        self.env.globals.update(slug=slug, columns_for=lb.columns_for, cell=lb.cell, summary_cell=lb.summary_cell,
-                                summary_columns=lb.SUMMARY_COLUMNS, run_status=run_status)
-        self.env.filters.update(breakable=breakable, us=lb.fmt_us, ratio=lb.fmt_ratio, money=lb.fmt_money, seconds=lb.fmt_seconds,
-                                tokens=lb.fmt_tokens, python=highlight_python, headline=lb.headline)
+        self.env.globals.update(slug=slug, columns_for=lbt.columns_for, cell=lbt.cell, summary_cell=lbt.summary_cell,
+                                summary_columns=lbt.SUMMARY_COLUMNS, run_status=run_status)
+        self.env.filters.update(breakable=breakable, us=lbt.fmt_us, ratio=lbt.fmt_ratio, money=lbt.fmt_money, seconds=lbt.fmt_seconds,
+                                tokens=lbt.fmt_tokens, python=highlight_python, headline=lbt.headline)
 
     @contextmanager
     def index(self) -> Iterator[Index]:
@@ -197,7 +198,7 @@ class Site:
         with self.index() as ix:
             board = lb.build(ix)
             runs = ix.runs()
-        data = json.loads(lb.to_json(board))
+        data = json.loads(lbt.to_json(board))
         data["summary"] = [r.model_dump() for r in lb.summarize(board)]
         data["runs"] = [_run_json(r) for r in reversed(runs)]
         return data
@@ -210,8 +211,8 @@ class Site:
             "leaderboard.html", root="", title="Leaderboard", board=board, summary=lb.summarize(board), runs=runs,
             recent_runs=RECENT_RUNS, runs_dir=str(self.runs_dir),
             bench_dir=str(self.bench_dir), json_url="index.json", has_timing=any(g.timed for g in board.groups),
-            untimed_note=lb.untimed_note(board), bench_note=lb.missing_bench_note(self.bench_dir),
-            no_attempts_note=lb.no_attempts_note(board),
+            untimed_note=lbt.untimed_note(board), bench_note=lbt.missing_bench_note(self.bench_dir),
+            no_attempts_note=lbt.no_attempts_note(board),
         )
 
     # ---- task
@@ -228,12 +229,12 @@ class Site:
             runs = list(reversed(ix.runs(name)))
         spec = _task_spec(name)
         if as_json:
-            data = json.loads(lb.to_json(board))
+            data = json.loads(lbt.to_json(board))
             definition = {"definition": spec.describe() if spec else None}
             return _json_page({"task": name, **definition, **data, "runs": [_run_json(r) for r in runs]})
         return self._render(
             "task.html", root="../", title=name, task=name, board=board, runs=runs, json_url=f"{slug(name)}.json",
-            has_timing=any(g.timed for g in (*board.groups, *board.apart)), spec=spec, untimed_note=lb.untimed_note(board),
+            has_timing=any(g.timed for g in (*board.groups, *board.apart)), spec=spec, untimed_note=lbt.untimed_note(board),
             reference_source=_read(spec.reference_file) if spec else None,
             human_source=_read(spec.human_file) if spec and spec.human_file else None,
         )
