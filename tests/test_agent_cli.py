@@ -256,6 +256,34 @@ def test_a_broken_task_stops_before_any_model_call(tmp_path, capsys):
     assert not runs.exists()  # no empty run directory left "running"
 
 
+def test_examples_come_from_the_suite_and_the_places_named_never_the_tasks_folder(tmp_path, capsys):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    task = broken_task(mine, (TASK_DIR / "gemm_residual_rmsnorm.py").read_text())
+    neighbour = yaml.safe_load((TASK_DIR / "gemm_rmsnorm.yaml").read_text())
+    neighbour.update(name="my_rmsnorm", human="my_kernel.py")
+    (mine / "my_rmsnorm.yaml").write_text(yaml.safe_dump(neighbour))
+    shutil.copy(TASK_DIR / "gemm_rmsnorm.py", mine)
+    mark = "# the user's own kernel, beside their other task"
+    (mine / "my_kernel.py").write_text(mark + "\n" + (TASK_DIR / "human" / "gemm_rmsnorm.py").read_text())
+    runs = tmp_path / "runs"
+
+    def system_prompt(*extra: str) -> tuple[str, dict]:
+        code, _, err = cli(capsys, "run", str(task), "--model", "mock/echo", "--rounds", "1", "--no-compile", "--runs-dir", str(runs), *extra)
+        assert code == 1, err
+        run_dir = max(runs.iterdir(), key=lambda d: d.stat().st_mtime)
+        reader = RunReader(run_dir)
+        return reader.attempts()[0].messages[0].content, reader.header.params
+
+    system, params = system_prompt()
+    assert mark not in system and "my_rmsnorm" not in params["examples"] and params["example_places"] == []
+    system, params = system_prompt("--examples-from", str(mine), "--examples", "my_rmsnorm,gemm_rope")
+    assert mark in system and params["examples"] == ["my_rmsnorm", "gemm_rope"] and params["example_places"] == [str(mine.resolve())]
+    for bad, why in ((tmp_path / "nowhere", "no such file or folder"), (mine / "my_kernel.py", "not a task file or folder")):
+        code, _, err = cli(capsys, "run", str(task), "--model", "mock/echo", "--examples-from", str(bad), "--runs-dir", str(runs))
+        assert code == 2 and err.startswith(f"error: --examples-from {bad}: {why}") and err.count("\n") == 1
+
+
 def test_run_checks_seeds_and_sets_the_verify_time_limit(tmp_path, capsys):
     code, _, err = cli(capsys, "run", "gemm_residual_rmsnorm", "--model", "mock/echo", "--seeds", "0", "--runs-dir", str(tmp_path))
     assert code == 2 and "--seeds 0: must be at least 1" in err and err.count("\n") == 1

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import random
 import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+import yaml
 
 from coda_agent.tasks import find_task
+from coda_agent.tasks.footprint import reference_working_bytes
 from coda_agent.tasks.model import ShapePoint, Task, torch_dtype
 from coda_agent.verifier import compare
 from coda_agent.verifier.compare import BASELINE_TEXT, check_outputs, chunk_spans, max_abs_difference
@@ -194,33 +197,31 @@ def test_chunked_repeat_difference_matches_the_whole_tensor_one(monkeypatch, ele
 GEMMA = ShapePoint(name="gemma2-2b-lmhead", dims={"M": 8192, "V": 256000, "K": 2304})
 
 
-def gemma_task(tmp_path=None) -> Task:
-    """gemm_cross_entropy at the Gemma-2 2B LM head (256k vocabulary) as its one bench shape."""
+def gemma_task(tmp_path: Path) -> Task:
+    """gemm_cross_entropy at the Gemma-2 2B LM head (256k vocabulary) as its one bench shape, in ``tmp_path``."""
     ce = find_task("gemm_cross_entropy")
     data = ce.model_dump(mode="json")
     data.update(name="gemm_cross_entropy_gemma", human=None, shapes={"small": data["shapes"]["small"], "bench": [GEMMA.model_dump()]})
-    task = Task.model_validate(data)
-    if tmp_path is not None:
-        import yaml
-
-        (tmp_path / "gemm_cross_entropy_gemma.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-        shutil.copy(ce.reference_file, tmp_path / ce.reference_file.name)
-        task.bind_path(tmp_path / "gemm_cross_entropy_gemma.yaml")
-    return task
+    (tmp_path / "gemm_cross_entropy_gemma.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    shutil.copy(ce.reference_file, tmp_path / ce.reference_file.name)
+    return Task.model_validate(data).bind_path(tmp_path / "gemm_cross_entropy_gemma.yaml")
 
 
-def test_the_estimate_at_the_gemma_lm_head_from_its_tensor_sizes():
-    task = gemma_task()
+def test_the_estimate_at_the_gemma_lm_head_from_its_tensor_sizes(tmp_path):
+    task = gemma_task(tmp_path)
     M, V, K = 8192, 256000, 2304
     inp = M * K * 2 + V * K * 2 + M * 8  # x, w (bf16), targets (int64)
     inp32 = M * K * 4 + V * K * 4 + M * 8
     out = M * V * 2 + 2 * M * 4  # logits (bf16), lse and loss (fp32)
     ref = M * V * 4 + 2 * M * 4  # the FP32 reference's outputs
-    temp = 2 * M * V * 4  # the reference's logits.float() and its logsumexp's temporary
+    # the reference's working memory, measured: the eager call's logits.float() and its logsumexp's temporary, and
+    # a few per-row vectors
+    work = reference_working_bytes(task, GEMMA.dims)
+    assert 2 * M * V * 4 <= work <= 2 * M * V * 4 + 64 * M
     chunks = CHUNK_BUFFERS * 8 * CHUNK_ELEMENTS
     flush = 256 << 20
     need = memory_need(task, GEMMA, ["gpu_correctness"], 3)
-    assert need.checker_bytes == 4 * out + ref + out + 2 * inp + inp32 + temp + chunks
+    assert need.checker_bytes == 4 * out + ref + out + 2 * inp + inp32 + work + chunks
     assert need.runner_bytes == 2 * 3 * inp + 4 * out + 2 * ref + flush
     # The numbers the README quotes: 48.0 GiB in the checker and 38.3 GiB in its runner, 86.3 GiB in all (measured on
     # the H200 with the torch emulator as the candidate: 45.3 and 38.3 GiB).
@@ -232,7 +233,7 @@ def test_the_estimate_at_the_gemma_lm_head_from_its_tensor_sizes():
     assert one.runner_bytes == 2 * 2 * inp + 3 * out + 2 * ref + flush
     timed = memory_need(task, GEMMA, ["profile"], 3)
     gemms = 2 * (M * K + V * K + M * V)
-    assert timed.checker_bytes == TIMING_SETS * inp + (ref + out) + out + max(out + temp, inp32 + temp, gemms, chunks)
+    assert timed.checker_bytes == TIMING_SETS * inp + (ref + out) + out + max(out + work, inp32 + work, gemms, chunks)
     assert timed.runner_bytes == 2 * TIMING_SETS * inp + 2 * out + 2 * ref + flush
     assert (round(timed.checker_bytes / GiB, 1), round(timed.runner_bytes / GiB, 1)) == (38.6, 30.5)  # measured: 24.3, 30.5
     both = memory_need(task, GEMMA, ["gpu_correctness", "profile", "tune"], 3)
@@ -240,8 +241,8 @@ def test_the_estimate_at_the_gemma_lm_head_from_its_tensor_sizes():
     assert memory_need(task, GEMMA, ["correctness", "compile"], 3).total_bytes == 0  # no GPU stage, no GPU memory
 
 
-def test_a_task_that_cannot_fit_is_refused_in_one_line_with_the_numbers():
-    task = gemma_task()
+def test_a_task_that_cannot_fit_is_refused_in_one_line_with_the_numbers(tmp_path):
+    task = gemma_task(tmp_path)
     plan = Plan(stages=["gpu_correctness", "profile"], backend="quack", shape_set="bench")
     assert memory_refusal(task, plan, 130 * GiB, 141 * GiB) is None  # an idle H200
     line = memory_refusal(task, plan, 40 * GiB, 141 * GiB)
@@ -254,6 +255,52 @@ def test_a_task_that_cannot_fit_is_refused_in_one_line_with_the_numbers():
     assert memory_refusal(task, Plan(stages=["correctness"]), 1) is None  # the CPU stages need no device memory
     small = Plan(stages=["gpu_correctness"], backend="quack", shape_set="small")
     assert memory_refusal(task, small, 40 * GiB) is None
+
+
+#: Issue 48's task: cross-entropy over Qwen3-8B's vocabulary that writes no logits, only the per-row statistics.
+QWEN3 = ShapePoint(name="qwen3-8b-lmhead", dims={"M": 16384, "V": 151936, "K": 4096})
+LOSS_ONLY_REFERENCE = """import torch
+
+
+def reference(x, w, targets, *, ignore_index):
+    lf = (x @ w.t()).float()
+    lse = torch.logsumexp(lf, dim=-1)
+    counted = targets != ignore_index
+    picked = lf.gather(1, torch.where(counted, targets, 0)[:, None])[:, 0]
+    return {"lse": lse, "loss": torch.where(counted, lse - picked, 0.0)}
+"""
+
+
+def loss_only_task(tmp_path: Path) -> Task:
+    data = find_task("gemm_cross_entropy").model_dump(mode="json")
+    data.update(name="cross_entropy_loss_only", human=None, reference="loss_only.py:reference",
+                outputs=[o for o in data["outputs"] if o["name"] != "logits"],
+                shapes={"small": data["shapes"]["small"], "bench": [QWEN3.model_dump()]})
+    (tmp_path / "loss_only.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    (tmp_path / "loss_only.py").write_text(LOSS_ONLY_REFERENCE)
+    return find_task(str(tmp_path / "loss_only.yaml"))
+
+
+def test_a_reference_whose_temporaries_dwarf_its_outputs_is_estimated_by_them(tmp_path):
+    """Its outputs are two per-row vectors; its reference builds M x V FP32 logits and a logsumexp temporary as large
+    (the eager call's bf16 logits are gone once copied): 18.5 GiB at Qwen3-8B's head, where the old guess (two
+    output-sized temporaries) said 128 KiB and the whole estimate 5.1 GiB."""
+    task = loss_only_task(tmp_path)
+    M, V, K = QWEN3.dims["M"], QWEN3.dims["V"], QWEN3.dims["K"]
+    logits = 2 * M * V * 4  # the FP32 logits and logsumexp's (logits - max)
+    work = reference_working_bytes(task, QWEN3.dims)
+    assert logits <= work <= logits + 64 * M and round(work / GiB, 1) == 18.5
+    inputs, upcast = M * K * 2 + V * K * 2 + M * 8, M * K * 4 + V * K * 4 + M * 8
+    plan = Plan(stages=["gpu_correctness", "profile"], backend="quack", shape_set="bench")
+    need = memory_need(task, QWEN3, plan.stages, 3)
+    assert need.checker_bytes >= 2 * inputs + upcast + logits  # at least the reference's own real need, and its inputs'
+    line = memory_refusal(task, plan, 24 * GiB, 24 * GiB)  # a 24 GiB GPU: refused before any work, with the numbers
+    assert line == (
+        "task cross_entropy_loss_only does not fit this GPU: at bench shape qwen3-8b-lmhead (M=16384, V=151936, K=4096) "
+        "with 3 seed(s) the checker needs about 25.0 GiB and its runner 8.0 GiB (32.9 GiB in all), and the device has "
+        "24.0 GiB free of 24.0 GiB"
+    )
+    assert memory_refusal(task, plan, 130 * GiB, 141 * GiB) is None
 
 
 def test_verify_refuses_a_task_that_cannot_fit_before_any_work(capsys, monkeypatch, tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -105,6 +106,50 @@ def test_a_task_in_its_own_folder_gets_the_suites_examples_picked_by_what_it_nee
     # would put gemm_rmsnorm_rope (no row statistic) first
     assert examples[0].needs >= needs
     assert kernel_body(examples[0].kernel_source) in system_prompt(examples)
+
+
+#: A kernel a user keeps beside their own task: the copy of a suite kernel, told apart by its first line.
+NEIGHBOUR_MARK = "# the user's own rmsnorm kernel, kept beside their other tasks"
+
+
+def neighbour_task_in(folder: Path) -> None:
+    """A second task in the user's folder, with a human kernel of its own (the suite's gemm_rmsnorm, renamed)."""
+    suite = find_task("gemm_rmsnorm")
+    text = suite.path.read_text().replace("name: gemm_rmsnorm", "name: my_rmsnorm").replace("human/gemm_rmsnorm.py", "my_rmsnorm_kernel.py")
+    (folder / "my_rmsnorm.yaml").write_text(text)
+    shutil.copy(suite.reference_file, folder / suite.reference_file.name)
+    (folder / "my_rmsnorm_kernel.py").write_text(NEIGHBOUR_MARK + "\n" + suite.human_file.read_text())
+
+
+def test_a_kernel_beside_a_task_is_an_example_only_where_the_user_names_its_folder(tmp_path):
+    task = novel_task_in(tmp_path / "mine")
+    neighbour_task_in(tmp_path / "mine")
+    assert "my_rmsnorm" not in {e.name for e in library_examples(task)}  # the task's folder is no library by itself
+    for names in (None, ["gemm_rmsnorm", "gemm_rope"]):
+        assert NEIGHBOUR_MARK not in system_prompt(select_examples(task, names=names))
+    with pytest.raises(TaskError, match="no usable example task"):
+        select_examples(task, names=["my_rmsnorm"])
+    # named, the folder joins the suite: its kernel may be chosen, and picked by name
+    assert {"my_rmsnorm", "gemm_rmsnorm"} <= {e.name for e in library_examples(task, [tmp_path / "mine"])}
+    chosen = select_examples(task, places=[tmp_path / "mine"], names=["my_rmsnorm"])
+    assert NEIGHBOUR_MARK in system_prompt(chosen)
+    with pytest.raises(TaskError, match="no such file or folder"):
+        library_examples(task, [tmp_path / "nowhere"])
+
+
+def test_the_task_prompt_shows_the_notes_the_author_wrote_on_its_shapes(tmp_path):
+    task = novel_task_in(tmp_path / "mine")
+    noted = task.path.read_text().replace(
+        "{name: big, dims: {M: 8192, N: 4096, K: 4096}}",
+        '{name: big, dims: {M: 8192, N: 4096, K: 4096}, note: "the decode batch of our serving stack:\n  keep it exact"}',
+    )
+    task.path.write_text(noted)
+    task = find_task(str(task.path))
+    sol = speed_of_light(task, "bench", NOMINAL_H200)
+    text = task_prompt(task, checks="checks", target="a correct candidate", sol=sol, sol_label=NOMINAL_H200.label())
+    assert "- `bench` (GPU checks and timing): big(M=8192,N=4096,K=4096)\n  - big: the decode batch of our serving stack: keep it exact\n" in text
+    suite = task_prompt(find_task("gemm_rmsnorm"), checks="checks", target="t", sol=sol, sol_label="l")
+    assert "  - ragged: not a multiple of any tile size\n" in suite
 
 
 def test_task_needs_read_the_tensors_against_the_first_gemm():

@@ -80,6 +80,8 @@ class AgentConfig:
     target_speedup: float | None = DEFAULT_TARGET_SPEEDUP
     target_sol: float | None = None
     examples: tuple[str, ...] | None = None
+    #: Task files and folders whose human kernels join the suite's as worked examples (``run --examples-from``).
+    example_places: tuple[str, ...] = ()
     base_url: str | None = None
     verify_timeout: float = 600.0
     #: CPU verifications at once, when the run has a local executor of its own.
@@ -122,7 +124,7 @@ class AgentConfig:
         return {
             "temperature": self.temperature, "max_reply_tokens": self.max_reply_tokens, "shape_set": self.shape_set,
             "seeds": list(self.seeds), "backend_label": self.backend_label, "examples": list(self.examples or []),
-            "base_url": self.base_url, "verify_timeout": self.verify_timeout, "verify_workers": self.verify_workers,
+            "example_places": list(self.example_places), "base_url": self.base_url, "verify_timeout": self.verify_timeout, "verify_workers": self.verify_workers,
             "target_speedup": self.target_speedup, "target_sol": self.target_sol, "population_size": self.population_size,
             "tune_budget_s": self.tune_budget_s,
         }
@@ -136,7 +138,8 @@ class AgentConfig:
             max_reply_tokens=p.get("max_reply_tokens", 8192), stages=tuple(header.verifier_stages) or CPU_STAGES,
             shape_set=p.get("shape_set", "small"), seeds=tuple(p.get("seeds", (0, 1, 2))),
             backend_label=p.get("backend_label", "torch"), target_speedup=p.get("target_speedup", DEFAULT_TARGET_SPEEDUP),
-            target_sol=p.get("target_sol"), examples=tuple(p.get("examples") or ()), base_url=p.get("base_url"),
+            target_sol=p.get("target_sol"), examples=tuple(p.get("examples") or ()),
+            example_places=tuple(p.get("example_places") or ()), base_url=p.get("base_url"),
             verify_timeout=p.get("verify_timeout", 600.0), verify_workers=p.get("verify_workers", 2),
             population_size=p.get("population_size", DEFAULT_POPULATION), tune_budget_s=p.get("tune_budget_s"),
         )
@@ -260,7 +263,7 @@ class Agent:
         self.executor = executor
         self.attempts: list[Attempt] = sorted(attempts, key=lambda a: a.index)
         self.previous = previous
-        self.examples = select_examples(task, names=config.examples) if config.examples is not None else select_examples(task)
+        self.examples = select_examples(task, places=config.example_places, names=config.examples)
         self.peaks = session_peaks(config)
         self.sol = speed_of_light(task, "bench", self.peaks)
         self.system = system_prompt(self.examples)
@@ -283,7 +286,7 @@ class Agent:
         cls, task: Task, provider: Provider, config: AgentConfig, runs_dir: Path, **kwargs: Any
     ) -> Agent:
         """Start a new run directory (header written) for ``task``."""
-        examples = select_examples(task, names=config.examples) if config.examples is not None else select_examples(task)
+        examples = select_examples(task, places=config.example_places, names=config.examples)
         config = replace(config, examples=tuple(e.name for e in examples))
         created = _now()
         commit, dirty = git_state()

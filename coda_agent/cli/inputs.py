@@ -43,6 +43,17 @@ STAGE_SECONDS = {
 START_UP_SECONDS = 30.0  # the worker process importing torch and the primitives
 
 
+def example_places(paths: list[Path]) -> list[str]:
+    """The ``--examples-from`` places as absolute paths (a sweep or a resumed run finds them from anywhere): each a
+    task file or a folder of tasks that exists."""
+    for p in paths:
+        if not p.exists():
+            raise UserError(f"--examples-from {p}: no such file or folder")
+        if p.is_file() and p.suffix not in (".yaml", ".yml"):
+            raise UserError(f"--examples-from {p}: not a task file or folder (a task's human kernel is found from its YAML)")
+    return [str(p.resolve()) for p in paths]
+
+
 def seed_list(n: int) -> list[int]:
     """Seeds ``0..n-1``; zero or fewer would check nothing and report a pass."""
     if n < 1:

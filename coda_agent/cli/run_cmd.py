@@ -260,6 +260,7 @@ class RunOptions(BaseModel):
     seeds: int | None = None
     timeout: float | None = None
     examples: str | None = None
+    examples_from: list[str] = []
     no_tune: bool = False
     tune_budget: float | None = None
 
@@ -278,6 +279,7 @@ class RunOptions(BaseModel):
             "target_speedup": self.target_speedup, "target_sol": self.target_sol, "base_url": self.base_url,
             "seeds": tuple(seed_list(self.seeds)) if self.seeds is not None else None,
             "examples": tuple(e.strip() for e in self.examples.split(",") if e.strip()) if self.examples else None,
+            "example_places": tuple(self.examples_from),
         }
         config = AgentConfig.for_this_machine(
             model, compile=not self.no_compile, budgets=_budgets(Budgets(), **self.budget_flags()),

@@ -15,7 +15,7 @@ from ..settings import runs_dir as default_runs_dir
 from ..tasks.loader import find_recorded_task, find_task
 from ..verifier.plan import DEFAULT_TUNE_BUDGET_S
 from . import UserError, app
-from .inputs import MODEL_ENV, MODEL_HELP, NO_MODEL, check_task_runs
+from .inputs import MODEL_ENV, MODEL_HELP, NO_MODEL, check_task_runs, example_places
 
 
 @app.command("run")
@@ -47,6 +47,10 @@ def run_cmd(
         None, help="seconds one candidate's verification may take (default from the stages and shapes: 300 s on a CPU, 120 s with --no-compile)"
     ),
     examples: str = typer.Option(None, help="comma-separated tasks whose human kernels are shown as examples (default chosen by similarity)"),
+    examples_from: list[Path] = typer.Option(
+        None, "--examples-from", metavar="PATH", help="a task file or folder of tasks whose human kernels join the suite's as "
+        "examples (repeatable); a task's own folder is not searched unless named",
+    ),
     no_tune: bool = typer.Option(False, "--no-tune", help="GPU: keep each candidate's gemm configs as written (no schedule tuning)"),
     tune_budget: float = typer.Option(
         None, min=1, help=f"GPU: seconds the harness may search each correct candidate's gemm configs (default {DEFAULT_TUNE_BUDGET_S:.0f})"
@@ -87,7 +91,7 @@ def run_cmd(
         base_url=base_url, rounds=rounds, candidates=candidates, max_tokens_total=max_tokens_total,
         max_dollars=max_dollars, max_wall=max_wall, temperature=temperature, max_reply_tokens=max_reply_tokens,
         target_speedup=target_speedup, target_sol=target_sol, no_compile=no_compile, seeds=seeds, timeout=timeout,
-        examples=examples, no_tune=no_tune, tune_budget=tune_budget,
+        examples=examples, examples_from=example_places(examples_from or []), no_tune=no_tune, tune_budget=tune_budget,
     )
     if no_tune and tune_budget is not None:
         raise UserError("--no-tune and --tune-budget contradict each other: pass one of them")

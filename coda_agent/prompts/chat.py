@@ -73,7 +73,8 @@ def task_prompt(
     sol_label: str,
     human_us: Mapping[str, float] | None = None,
 ) -> str:
-    """What to compute and how it is judged: signature, tensors, reference, shapes, tolerance, budget, SoL."""
+    """What to compute and how it is judged: signature, tensors, reference, shapes (with the notes the task's author
+    wrote on them), tolerance, budget, SoL."""
     sol_by_shape = {p.shape: p.sol_us for p in sol}
     return render(
         "task.j2",
@@ -87,7 +88,8 @@ def task_prompt(
         outputs=[{"name": o.name, "shape": _shape_text(o.shape), "dtype": o.dtype, "description": o.description} for o in task.outputs],
         constants=task.constants,
         reference_source=task.reference_file.read_text().strip(),
-        shape_sets={name: task.summary_shapes(name) for name in task.shapes},
+        shape_sets={name: {"points": task.summary_shapes(name), "notes": {p.name: " ".join(p.note.split()) for p in points if p.note}}
+                    for name, points in task.shapes.items()},
         tolerances=[
             {"name": o.name, "factor": f"{f:g}", "floor": f"{fl:g}"}
             for o in task.outputs

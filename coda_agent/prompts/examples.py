@@ -1,4 +1,5 @@
-"""The worked-example library: other tasks' hand-written kernels, loaded from disk and chosen for a target.
+"""The worked-example library: other tasks' hand-written kernels (the suite's, and those of the places the user
+names), loaded from disk and chosen for a target.
 
 An example must never give the target's answer away (its own kernel, the same text, or a block task
 that embeds the same epilogue); among the rest, the ones chosen cover what the target's kernel has to
@@ -123,16 +124,18 @@ def task_needs(task: Task) -> frozenset[str]:
     return frozenset(needs)
 
 
-def library_examples(task: Task, library: Path | None = None) -> list[Example]:
-    """Every other task with a human kernel, never the target's own solution.
+def library_examples(task: Task, places: Sequence[str | Path] = ()) -> list[Example]:
+    """Every other task with a human kernel in the library, never the target's own solution.
 
-    Refused: the target itself, the same kernel file or text, and any kernel containing an epilogue with
-    the same structure as one of the target's (a block task embedding the target's kernel gives the
-    answer away). Task files that fail to load are skipped: examples are help, not a reason to stop a run.
-    By default the library is the task's own folder, then the built-in suite (a user's task still gets the
-    suite's kernels as examples); a name seen once is not taken again.
+    The library is the built-in suite, then the task files and folders the user names in ``places``
+    (``run --examples-from``); a kernel that merely sits in the target's folder is not in it, so one task of a
+    user's folder never shows up in another's prompt unasked. Refused: the target itself, the same kernel file or
+    text, and any kernel containing an epilogue with the same structure as one of the target's (a block task
+    embedding the target's kernel gives the answer away). Task files that fail to load are skipped: examples are
+    help, not a reason to stop a run; a place that does not exist is a :class:`TaskError`. A name seen once is not
+    taken again.
     """
-    folders = [library] if library else list(dict.fromkeys([task.path.parent.resolve(), BUILTIN_TASK_DIR.resolve()]))
+    folders = list(dict.fromkeys([BUILTIN_TASK_DIR.resolve(), *(Path(p).resolve() for p in places)]))
     own_file = task.human_file.resolve() if task.human_file else None
     own_source = task.human_file.read_text() if task.human_file and task.human_file.exists() else None
     own_text = _normalised(own_source) if own_source is not None else None
@@ -164,14 +167,14 @@ def _words(text: str) -> set[str]:
 
 
 def select_examples(
-    task: Task, *, library: Path | None = None, names: Sequence[str] | None = None, limit: int = 2, max_chars: int = 12000
+    task: Task, *, places: Sequence[str | Path] = (), names: Sequence[str] | None = None, limit: int = 2, max_chars: int = 12000
 ) -> list[Example]:
     """Up to ``limit`` worked examples (two keep the first prompt lean; the API reference states the rules): the other tasks that best cover what the target needs
     (:func:`task_needs`) not yet covered by the examples chosen so far, then word overlap of description,
     conventions and reference code, then primitives not yet shown. ``names`` picks examples explicitly (the
     target itself is still refused).
     """
-    pool = library_examples(task, library)
+    pool = library_examples(task, places)
     if names is not None:
         by_name = {e.name: e for e in pool}
         missing = [n for n in names if n not in by_name]

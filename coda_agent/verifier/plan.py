@@ -97,44 +97,50 @@ class MemoryNeed:
 
 
 def memory_need(task: Task, point: ShapePoint, stages: Sequence[str], seeds: int) -> MemoryNeed:
-    """The peak device memory of ``stages`` at ``point`` with ``seeds`` seeds, from the task's tensor sizes.
+    """The peak device memory of ``stages`` at ``point`` with ``seeds`` seeds, from the task's tensor sizes and its
+    reference's measured working memory.
 
-    With I an input set, O an output set (task dtypes), R the outputs in FP32 (the FP32 reference), F the largest
-    output in FP32, I32 the inputs upcast, S the input sets checked (the seeds, plus a decoy with one seed) and
-    C = S + 1 calls kept:
+    With I an input set, O an output set (task dtypes), R the outputs in FP32 (the FP32 reference), W the most a
+    reference call holds beyond its outputs (measured: :func:`..tasks.footprint.reference_working_bytes`; a
+    cross-entropy's M x V logits and its logsumexp's temporary, whether or not it returns the logits), I32 the inputs
+    upcast, S the input sets checked (the seeds, plus a decoy with one seed) and C = S + 1 calls kept:
 
     * correctness, checker: C x O (every kept call's outputs read back) + R + O (one seed's FP32 and task-dtype
-      references) + 2 x I + I32 + 2 x F (the seed's inputs drawn again, their upcast and the eager call's copy; a
-      reference's temporaries: cross-entropy's ``logits.float()`` and its logsumexp's) + the comparison's chunks;
+      references) + 2 x I + I32 + W (the seed's inputs drawn again, their upcast and the eager call's copy; a
+      reference call's working memory) + the comparison's chunks;
       its runner: 2 x S x I (the sets and their snapshots for the inputs-unchanged check) + C x O (the kept
       outputs) + 2 x R (the candidate's own working memory: the torch emulator's FP32 accumulator and epilogue) +
       the L2 flush buffer;
     * timing (profile, bench, tune), checker: 3 x I (the timing sets) + their references (all three up to
       :data:`TIMING_REFS_BYTES`, else one set's) + O (a checked call's outputs read back) + the largest of what comes
-      and goes in turn: the eager baseline's call (O + 2 x F), a reference's (I32 + 2 x F), the cuBLAS baseline's
+      and goes in turn: the eager baseline's call (O + W), a reference's (I32 + W), the cuBLAS baseline's
       operands and products, the comparison's chunks; its runner: 2 x 3 x I + 2 x O (a kept call's outputs and the
       current one's) + 2 x R + the flush buffer.
 
     Measured on the H200 at the Gemma-2 2B LM head (cross-entropy, M 8192, V 256000, K 2304, 3 seeds, the torch
     emulator as the candidate): correctness peaks of 45.3 GiB (checker) and 38.3 GiB (runner), estimated 48.0 and
-    38.3; timing peaks of 24.3 and 30.5 GiB, estimated 38.6 and 30.5. An estimate still: a reference or a candidate
-    with larger temporaries needs more."""
+    38.3; timing peaks of 24.3 and 30.5 GiB, estimated 38.6 and 30.5 (W came to the two M x V FP32 temporaries then
+    guessed). An estimate still: a candidate with larger temporaries needs more."""
+    if not any(s in _CHECKED + _TIMED for s in stages):
+        return MemoryNeed(point, 0, 0)
+    from ..tasks.footprint import reference_working_bytes  # runs the reference (torch): only for a GPU stage
+
     dims = point.dims
     inp, inp32 = _bytes(task.inputs, dims), _bytes(task.inputs, dims, fp32=True)
     out, ref = _bytes(task.outputs, dims), _bytes(task.outputs, dims, fp32=True)
     largest = max(math.prod(t.concrete_shape(dims)) for t in task.outputs)
-    temp = 2 * 4 * largest  # two output-sized FP32 temporaries of a reference call
+    work = reference_working_bytes(task, dims)
     chunks = CHUNK_BUFFERS * 8 * min(CHUNK_ELEMENTS, largest)
     checker = runner = 0
     if any(s in _CHECKED for s in stages):
         sets = seeds + (1 if seeds == 1 else 0)
         calls = sets + 1
-        checker = calls * out + ref + out + 2 * inp + inp32 + temp + chunks
+        checker = calls * out + ref + out + 2 * inp + inp32 + work + chunks
         runner = 2 * sets * inp + calls * out + 2 * ref + FLUSH_BYTES
     if any(s in _TIMED for s in stages):
         refs = (ref + out) * (TIMING_SETS if (ref + out) * TIMING_SETS <= TIMING_REFS_BYTES else 1)
         gemms = sum(2 * (m * k + n * k + m * n) for m, n, k in task.gemm_shapes(dims))
-        checker = max(checker, TIMING_SETS * inp + refs + out + max(out + temp, inp32 + temp, gemms, chunks))
+        checker = max(checker, TIMING_SETS * inp + refs + out + max(out + work, inp32 + work, gemms, chunks))
         runner = max(runner, 2 * TIMING_SETS * inp + 2 * out + 2 * ref + FLUSH_BYTES)
     return MemoryNeed(point, checker, runner)
 
@@ -151,7 +157,7 @@ def memory_refusal(task: Task, plan: Plan, free_bytes: int, total_bytes: int | N
     """One line saying the plan cannot fit a device with ``free_bytes`` free, with the numbers (the largest shape
     that does not fit); None when every shape fits, or when the plan runs no GPU stage."""
     too_big = [n for n in memory_needs(task, plan) if n.total_bytes > free_bytes]
-    if not too_big or not any(s in _CHECKED + _TIMED for s in plan.stages):
+    if not too_big:
         return None
     worst = max(too_big, key=lambda n: n.total_bytes)
     dims = ", ".join(f"{k}={v}" for k, v in worst.shape.dims.items())
