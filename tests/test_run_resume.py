@@ -25,3 +25,20 @@ def test_a_run_that_spent_its_budget_exits_as_it_did_and_says_how_to_go_on(tmp_p
     assert f"  to go on: coda-agent run --resume {run} --rounds N (or a larger budget)" in out.splitlines()
     code, out, err = cli(capsys, "run", "--resume", run.name, "--rounds", "5", "--runs-dir", str(tmp_path))
     assert code == 2 and "already finished" not in out, out + err  # a budget raised: it goes on (here: no API key)
+
+
+def test_a_run_recorded_before_example_places_resumes_with_its_task_folder_as_one(tmp_path):
+    """Runs then searched their task's own folder for examples; a resume must rebuild the prompts they started with."""
+    from datetime import datetime, timezone
+
+    from coda_agent.agent.loop import AgentConfig
+    from coda_agent.store.records import RunHeader
+
+    (tmp_path / "t.yaml").write_text("")
+    header = RunHeader(run_id="r", created=datetime.now(timezone.utc), task="t", task_version=1,
+                       task_path=str(tmp_path / "t.yaml"), model="mock/x", params={"examples": ["gemm_rope"]})
+    assert AgentConfig.from_header(header).example_places == (str(tmp_path),)
+    recorded = header.model_copy(update={"params": {"example_places": []}})
+    assert AgentConfig.from_header(recorded).example_places == ()
+    gone = header.model_copy(update={"task_path": str(tmp_path / "gone" / "t.yaml")})
+    assert AgentConfig.from_header(gone).example_places == ()

@@ -139,11 +139,19 @@ class AgentConfig:
             shape_set=p.get("shape_set", "small"), seeds=tuple(p.get("seeds", (0, 1, 2))),
             backend_label=p.get("backend_label", "torch"), target_speedup=p.get("target_speedup", DEFAULT_TARGET_SPEEDUP),
             target_sol=p.get("target_sol"), examples=tuple(p.get("examples") or ()),
-            example_places=tuple(p.get("example_places") or ()), base_url=p.get("base_url"),
+            example_places=tuple(p["example_places"]) if "example_places" in p else _old_example_places(header),
+            base_url=p.get("base_url"),
             verify_timeout=p.get("verify_timeout", 600.0), verify_workers=p.get("verify_workers", 2),
             population_size=p.get("population_size", DEFAULT_POPULATION), tune_budget_s=p.get("tune_budget_s"),
         )
         return replace(cfg, **overrides)
+
+
+def _old_example_places(header: RunHeader) -> tuple[str, ...]:
+    """Where a run recorded before ``example_places`` found its examples: the suite and its task's own folder (what
+    every run searched then), so that it resumes with the prompts it started with."""
+    folder = Path(header.task_path).parent if header.task_path else None
+    return (str(folder),) if folder is not None and folder.is_dir() else ()
 
 
 class RunEvents:
