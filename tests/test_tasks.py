@@ -166,7 +166,7 @@ def test_a_misnamed_output_is_one_line_naming_what_the_reference_returns(tmp_pat
 
 def test_run_lists_several_problems_of_a_task_one_a_line(tmp_path, capsys):
     reference = ("import torch\ndef reference(x, w, residual, gamma, *, eps):\n    h = torch.ones_like(residual).cumsum(-1)\n"
-                 "    return {'h': h, 'normed': h * gamma * 0, 'rstd': (x @ w.t()).float().sum(-1)}\n")
+                 "    return {'h': h, 'normed': h * gamma * 0, 'rstd': (x @ w.t()).float().pow(2).mean(-1).add(eps).rsqrt()}\n")
     path = write_task(tmp_path, reference=reference)
     code, _, err = cli(capsys, "run", str(path), "--model", "mock/echo", "--no-compile", "--runs-dir", str(tmp_path / "runs"))
     first, *items = err.splitlines()
@@ -276,7 +276,7 @@ def test_validate_refuses_a_clamp_the_test_data_never_reaches(tmp_path):
     it would pass verify; the line names the constant, the move that changes nothing, and the init to widen."""
     path = _clamped_swiglu(tmp_path, x_std=1.0)
     (problem,) = validate_path(path).problems
-    assert "constants.limit: no output changes when it moves from 7 to 10.5 (x1.5) at any small shape" in problem
+    assert "constants.limit: no output changes when it moves from 7 to 10.5 (x1.5) at the small shapes" in problem
     assert "widen the init of inputs[0](x) or inputs[1](w)" in problem and _points_at(path, problem, "limit")
     assert validate_path(_clamped_swiglu(tmp_path, x_std=4.0)).ok  # a spread that reaches the clamp: alpha moves it too
 

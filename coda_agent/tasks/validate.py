@@ -196,8 +196,8 @@ def _inert_constants(task: Task, runs: list[tuple[dict[str, int], Tensors, Tenso
             continue
         moves = " or ".join(f"to {moved:g} (x{factor:g})" for factor, moved in inert)
         problems.append(f"{_at(task, ('constants', name))}constants.{name}: no output changes when it moves from {value:g} "
-                        f"{moves} at any small shape: the test data never reaches what it does, so a kernel without it "
-                        f"would pass; {_reaching(task, runs, {name: inert[0][1]})}")
+                        f"{moves} at the small shapes: the test data never reaches it, so a kernel could leave it out; "
+                        f"{_reaching(task, runs, {name: inert[0][1]})}")
     return problems
 
 
@@ -214,8 +214,8 @@ def _reaching(task: Task, runs: list[tuple[dict[str, int], Tensors, Tensors]], c
                 wider.append(_label(task, ("inputs", i)))
                 break
     if wider:
-        return f"widen the init of {' or '.join(wider)} (drawn {WIDER:g}x as wide, the outputs move)"
-    return "give the test data values where it acts (a wider init, or an init.replace with such values)"
+        return f"widen the init of {' or '.join(wider)} ({WIDER:g}x as wide, it acts)"
+    return "give the test data values where it acts (a wider init, an init.replace)"
 
 
 def _widened(task: Task, spec: InputSpec, dims: dict[str, int], drawn: torch.Tensor) -> torch.Tensor:
