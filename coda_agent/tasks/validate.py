@@ -29,6 +29,8 @@ CONSTANT_MOVES = (1.5, 0.5)
 WIDER = 4.0
 
 Tensors = dict[str, torch.Tensor]
+#: Each small shape's dims, its inputs (seed 0) and the FP32 reference's outputs at them.
+Runs = list[tuple[dict[str, int], Tensors, Tensors]]
 
 
 @dataclass
@@ -111,7 +113,7 @@ def validate_task(task: Task) -> list[str]:
         else:
             found[key] = [f"{where}: {message}"]
 
-    runs: list[tuple[dict[str, int], Tensors, Tensors]] = []  # each small shape's dims, inputs and FP32 outputs
+    runs: Runs = []
     for point in task.shape("small"):
         where = f"shape small/{point.name}"
         try:
@@ -185,7 +187,7 @@ def _changes(task: Task, inputs: Tensors, ref: Tensors, constants: dict[str, flo
     return any(not torch.equal(out[spec.name], ref[spec.name]) for spec in task.outputs if spec.name in out)
 
 
-def _inert_constants(task: Task, runs: list[tuple[dict[str, int], Tensors, Tensors]]) -> list[str]:
+def _inert_constants(task: Task, runs: Runs) -> list[str]:
     """One line per constant that a move of :data:`CONSTANT_MOVES` changes no output with at any small shape: the
     test data never reaches what it does, so a kernel could leave it out and pass."""
     problems = []
@@ -201,7 +203,7 @@ def _inert_constants(task: Task, runs: list[tuple[dict[str, int], Tensors, Tenso
     return problems
 
 
-def _reaching(task: Task, runs: list[tuple[dict[str, int], Tensors, Tensors]], constants: dict[str, float | int]) -> str:
+def _reaching(task: Task, runs: Runs, constants: dict[str, float | int]) -> str:
     """The fix for a constant the test data never reaches: the inputs that, drawn :data:`WIDER` times as wide, would
     reach it (their inits to widen), else test data where it acts."""
     wider = []
