@@ -685,10 +685,14 @@ def test_rows_off_the_16_byte_grid_are_refused_on_the_cpu_as_the_gpu_would():
 
     a, b = torch.randn(100, 64).bfloat16(), torch.randn(64, 784).bfloat16()
     assert P.gemm(gated, a, b)["act"].shape == (100, 392)
-    with pytest.raises(P.EpilogueError, match=r"output 'act' is \(100, 388\) bfloat16, 776 bytes a row.*multiple of 8 elements"):
+    with pytest.raises(P.EpilogueError, match=r"output 'act' is \(100, 388\) bfloat16, 776 bytes a row.*multiple of 8 elements") as err:
         P.gemm(gated, a, torch.randn(64, 776).bfloat16())
-    with pytest.raises(P.EpilogueError, match=r"A \(100, 66\) bfloat16 has strides \(66, 1\)"):
+    assert "the task's shape is misaligned" in str(err.value) and "pad" not in str(err.value)  # the task owns N
+    with pytest.raises(P.EpilogueError, match=r"A \(100, 66\) bfloat16 has rows of 66 elements.*multiple of 8 elements") as err:
         P.gemm(gated, torch.randn(100, 66).bfloat16(), torch.randn(66, 784).bfloat16())
+    assert "the task's shape is misaligned" in str(err.value) and "pad" not in str(err.value)  # the task owns K
+    with pytest.raises(P.EpilogueError, match=r"B \(66, 784\) bfloat16 has rows of 66 elements"):  # w.t(): K-major
+        P.gemm(gated, torch.randn(66, 96).bfloat16().t(), torch.randn(784, 66).bfloat16().t())  # A M-major, on the grid
     with pytest.raises(P.EpilogueError, match=r"offset 1.*contiguous copy"):
         P.gemm(gated, torch.randn(100, 72).bfloat16()[:, 1:65], b)
 

@@ -25,15 +25,16 @@ from .conftest import TASK_DIR, cli
 EXAMPLE = TASK_DIR / "gemm_residual_rmsnorm.yaml"
 
 
-def write_task(tmp_path: Path, edit=None, reference: str | None = None, name: str = "t") -> Path:
-    """A copy of the example task in tmp_path, optionally edited (dict -> dict) and with another reference."""
-    data = yaml.safe_load(EXAMPLE.read_text())
+def write_task(tmp_path: Path, edit=None, reference: str | None = None, name: str = "t", base: Path = EXAMPLE) -> Path:
+    """A copy of a suite task (the example by default) in tmp_path, optionally edited (dict -> dict) and with another
+    reference."""
+    data = yaml.safe_load(base.read_text())
     data["name"] = name
     data["reference"] = "ref.py:reference"
     data["human"] = None
     if edit:
         edit(data)
-    (tmp_path / "ref.py").write_text(reference or (TASK_DIR / "gemm_residual_rmsnorm.py").read_text())
+    (tmp_path / "ref.py").write_text(reference or base.with_suffix(".py").read_text())
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -165,7 +166,7 @@ def test_a_misnamed_output_is_one_line_naming_what_the_reference_returns(tmp_pat
 
 def test_run_lists_several_problems_of_a_task_one_a_line(tmp_path, capsys):
     reference = ("import torch\ndef reference(x, w, residual, gamma, *, eps):\n    h = torch.ones_like(residual).cumsum(-1)\n"
-                 "    return {'h': h, 'normed': h * gamma * 0, 'rstd': (x @ w.t()).float().sum(-1)}\n")
+                 "    return {'h': h, 'normed': h * gamma * 0, 'rstd': (x @ w.t()).float().pow(2).mean(-1).add(eps).rsqrt()}\n")
     path = write_task(tmp_path, reference=reference)
     code, _, err = cli(capsys, "run", str(path), "--model", "mock/echo", "--no-compile", "--runs-dir", str(tmp_path / "runs"))
     first, *items = err.splitlines()
@@ -250,6 +251,64 @@ def test_validate_rejects_broken_and_degenerate_references(tmp_path, reference, 
     report = validate_path(write_task(tmp_path, reference=textwrap.dedent(reference)))
     assert not report.ok
     assert any(problem in p for p in report.problems), report.problems
+
+
+#: GPT-OSS's clamped SwiGLU: the gate clamped above at ``limit``, the up projection on both sides.
+CLAMPED_SWIGLU = """
+import torch
+def reference(x, w, *, limit, alpha):
+    preact = x @ w.t()
+    gate, up = preact[:, 0::2].clamp(max=limit), preact[:, 1::2].clamp(-limit, limit)
+    return {"act": gate * torch.sigmoid(alpha * gate) * (up + 1), "preact": preact}
+"""
+
+
+def _clamped_swiglu(tmp_path: Path, x_std: float) -> Path:
+    def edit(d):
+        d["constants"] = {"limit": 7.0, "alpha": 1.702}
+        d["inputs"][0]["init"] = {"dist": "normal", "std": x_std}
+
+    return write_task(tmp_path, edit, CLAMPED_SWIGLU, base=TASK_DIR / "gemm_swiglu.yaml")
+
+
+def test_validate_refuses_a_clamp_the_test_data_never_reaches(tmp_path):
+    """Issue 48: at the suite's spread (pre-activations about N(0, 1)) the clamp at 7 never acts, so a kernel without
+    it would pass verify; the line names the constant, the move that changes nothing, and the init to widen."""
+    path = _clamped_swiglu(tmp_path, x_std=1.0)
+    (problem,) = validate_path(path).problems
+    assert "constants.limit: no output changes when it moves from 7 to 10.5 (x1.5) at the small shapes" in problem
+    assert "widen the init of inputs[0](x) or inputs[1](w)" in problem and _points_at(path, problem, "limit")
+    assert validate_path(_clamped_swiglu(tmp_path, x_std=4.0)).ok  # a spread that reaches the clamp: alpha moves it too
+
+
+def test_validate_refuses_a_mask_value_no_input_holds(tmp_path):
+    """Cross-entropy's ignore_index with targets that never hold it: no spread reaches it, the data must hold it."""
+    path = write_task(tmp_path, lambda d: d["inputs"][2]["init"].pop("replace"), base=TASK_DIR / "gemm_cross_entropy.yaml")
+    (problem,) = validate_path(path).problems
+    assert "constants.ignore_index: no output changes when it moves from -100 to -150 (x1.5) or to -50 (x0.5)" in problem
+    assert "give the test data values where it acts" in problem and _points_at(path, problem, "ignore_index")
+
+
+@pytest.mark.parametrize(
+    ("dims", "expected", "symbol", "fix"),
+    [
+        ({"M": 4096, "V": 151935, "K": 4096}, "outputs[0](logits).shape[1]: V is 151935 at shape bench/odd: the rows of "
+         "logits are 303870 bytes", "- V", "make V a multiple of 8 there (as 151936)"),
+        ({"M": 4096, "V": 151936, "K": 4095}, "inputs[0](x).shape[1]: K is 4095 at shape bench/odd: the rows of x, w are "
+         "8190 bytes", "- K", "make K a multiple of 8 there (as 4096)"),
+    ],
+)
+def test_validate_refuses_a_shape_whose_rows_tma_cannot_move(tmp_path, dims, expected, symbol, fix):
+    """Issue 48: a bench shape off TMA's 16-byte row grid, where every kernel would fail to build, is the task's to
+    fix: one line names the tensor, the symbol, the shape, the rule and the nearest aligned size."""
+    path = write_task(tmp_path, lambda d: d["shapes"]["bench"].append({"name": "odd", "dims": dims}),
+                      base=TASK_DIR / "gemm_cross_entropy.yaml")
+    (problem,) = validate_path(path).problems
+    assert expected in problem and "rows of a multiple of 16 bytes (8 bfloat16 elements)" in problem
+    assert "the task's shape is misaligned and no kernel can run it" in problem and problem.endswith(fix)
+    assert _points_at(path, problem, symbol)
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 1 and "the task's shape is misaligned" in result.output
 
 
 def test_missing_reference_function_is_reported(tmp_path):

@@ -11,6 +11,16 @@ Major = Literal["k", "n"]
 #: The most K splits a Config may ask for (each split's K range must stay long enough to pipeline).
 MAX_SPLIT_K = 16
 
+#: The alignment QuACK compiles every tile tensor for (``quack.compile_utils.div_for_dtype``): TMA copies rows of
+#: 16 bytes at a time, so a row stride or start off that grid breaks the kernel on the GPU, not the CPU compile.
+TMA_ALIGN_BYTES = 16
+
+
+def tma_row_multiple(itemsize: int) -> int:
+    """What a row's element count must be a multiple of for TMA to move it (8 for 16-bit elements, 4 for 32-bit):
+    gemm() checks every tile it moves by it, and ``coda-agent validate`` every tile-shaped tensor of a task."""
+    return max(1, TMA_ALIGN_BYTES // itemsize)
+
 
 class EpilogueError(ValueError):
     """A candidate broke the epilogue contract (declaration, call or fn result)."""

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import torch
 
-from ._config import Config, EpilogueError, Major, Mode
+from ._config import TMA_ALIGN_BYTES, Config, EpilogueError, Major, Mode, tma_row_multiple
 from ._ops import ColVecLoad, ColVecReduce, ColVecSelect, OnlineLSEReduce, Pin, RowVecLoad, RowVecReduce, Sink
 
 OperandKind = Literal["scalar", "row", "col", "tile"]
@@ -456,34 +456,48 @@ def _check(epi: Epilogue, A: Any, B: Any, C: Any, operands: dict[str, Any], out_
     return _Checked(kinds, dtype, config)
 
 
-#: The alignment QuACK compiles every tile tensor for (``quack.compile_utils.div_for_dtype``): TMA copies rows of
-#: 16 bytes at a time, so a row stride or start off that grid breaks the kernel on the GPU, not the CPU compile.
-TMA_ALIGN_BYTES = 16
+#: What a misaligned row width means, where gemm() finds one: the width is the shape's, which a kernel's author cannot
+#: change when the task set it (issue 48: an error never asks the kernel's author for what the task owns).
+SHAPE_MISALIGNED = ("that width is the shapes' gemm() was given: where it is the task's own (its K, N or an output's "
+                    "width), the task's shape is misaligned and no kernel can run it (`coda-agent validate` refuses such a task)")
+
+
+def _row_width(t: torch.Tensor) -> int | None:
+    """The element count of one of a 2-D tensor's rows as TMA moves them (its stride-1 dim), None without one."""
+    return int(t.shape[1]) if t.stride(1) == 1 else int(t.shape[0]) if t.stride(0) == 1 else None
 
 
 def _check_tma_alignment(call: GemmCall) -> None:
-    """Every tile the kernel moves (A, B, C, tile operands, D and the extra outputs) has 16-byte-aligned rows."""
+    """Every tile the kernel moves (A, B, C, tile operands, D and the extra outputs) has 16-byte-aligned rows: a
+    width off that grid is the shape's (see :data:`SHAPE_MISALIGNED`), a stride or start off it the view's."""
     tiles = {"A": call.A, "B": call.B, **({"C": call.C} if call.C is not None else {})}
     for name, t in tiles.items():
         size = t.element_size()
         off = [s * size for s in t.stride() if s != 1] + [t.storage_offset() * size]
-        if any(b % TMA_ALIGN_BYTES for b in off):
+        if not any(b % TMA_ALIGN_BYTES for b in off):
+            continue
+        multiple, width = tma_row_multiple(size), _row_width(t)
+        described = f"{name} {tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}"
+        if width is not None and width % multiple:
             raise EpilogueError(
-                f"{name} {tuple(t.shape)} {str(t.dtype).removeprefix('torch.')} has strides {t.stride()} and offset "
-                f"{t.storage_offset()}: the kernel moves tiles with TMA, which needs every row to start on a "
-                f"{TMA_ALIGN_BYTES}-byte boundary: pad its rows to a multiple of {TMA_ALIGN_BYTES // size} elements (a "
-                "view that starts off the boundary: pass a contiguous copy)"
+                f"{described} has rows of {width} elements: the kernel moves tiles with TMA, which needs every row to "
+                f"start on a {TMA_ALIGN_BYTES}-byte boundary, so rows of a multiple of {multiple} elements; {SHAPE_MISALIGNED}"
             )
+        raise EpilogueError(
+            f"{described} has strides {t.stride()} and offset {t.storage_offset()}: the kernel moves tiles with TMA, "
+            f"which needs every row to start on a {TMA_ALIGN_BYTES}-byte boundary: this view's rows do not (a slice "
+            "of a wider tensor): pass a contiguous copy"
+        )
     # Tile operands cross as contiguous copies (the QuACK backend makes them), outputs as fresh contiguous buffers.
     rows = {f"operand {name!r}": (tuple(op.value.shape), op.value.dtype) for name, op in call.operands.items() if op.kind == "tile"}
     rows.update({f"output {name!r}": (shape, call.out_dtype) for name, shape in call.stored_shapes().items()})
     for name, (shape, dtype) in rows.items():
         size = dtype.itemsize
-        if shape[1] * size % TMA_ALIGN_BYTES:
+        if shape[1] % tma_row_multiple(size):
             raise EpilogueError(
                 f"{name} is {shape} {str(dtype).removeprefix('torch.')}, {shape[1] * size} bytes a row: the kernel "
-                f"moves it with TMA, which needs rows of a multiple of {TMA_ALIGN_BYTES} bytes; pad N so that each "
-                f"row is a multiple of {TMA_ALIGN_BYTES // size} elements"
+                f"moves it with TMA, which needs rows of a multiple of {TMA_ALIGN_BYTES} bytes, so of a multiple of "
+                f"{tma_row_multiple(size)} elements; {SHAPE_MISALIGNED}"
             )
 
 

@@ -267,7 +267,7 @@ class Task(_Strict):
             for i, t in enumerate(tensors):
                 for j, dim in enumerate(t.shape):
                     value((kind, i, "shape", j), dim, "size")
-        init_env = self._init_env(dims)
+        init_env = self.init_env(dims)
         for i, spec in enumerate(self.inputs):
             params = ["mean", "std"] if spec.init.dist == "normal" else ["low", "high"]
             for param in params:
@@ -282,7 +282,7 @@ class Task(_Strict):
                 value(("gemms", g, d), size, "size")
         return problems
 
-    def _init_env(self, dims: dict[str, int]) -> dict[str, float]:
+    def init_env(self, dims: dict[str, int]) -> dict[str, float]:
         """What ``init`` expressions may read: the shape symbols and the task's constants."""
         return {**{k: float(v) for k, v in self.constants.items()}, **{k: float(v) for k, v in dims.items()}}
 
@@ -348,7 +348,7 @@ class Task(_Strict):
 
         gen = torch.Generator(device=device).manual_seed(seed)
         out: dict[str, torch.Tensor] = {}
-        env = self._init_env(dims)
+        env = self.init_env(dims)
         for spec in self.inputs:
             shape = spec.concrete_shape(dims)
             dt = torch_dtype(spec.dtype)

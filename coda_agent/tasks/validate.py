@@ -1,20 +1,36 @@
 """``coda-agent validate``: a task must load, its reference must run, and it must not be degenerate.
 
 Degenerate tasks are the ones a trivial candidate could pass (robust-kbench's filters): an output that is
-near zero, constant, or that does not change when the inputs do; and an input that changes no output alone.
+near zero, constant, or that does not change when the inputs do; an input that changes no output alone; and a
+constant the test data never reaches (a clamp above every value), which a kernel could leave out. A task is also
+refused where no kernel could run it: a shape whose tensors' rows TMA cannot move (the primitives' own rule).
 """
 
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import yaml
 
+from ..primitives._config import TMA_ALIGN_BYTES, tma_row_multiple
+from . import expr
 from .loader import TaskError, field_line, load_task, reference_function
-from .model import Task, torch_dtype
+from .model import DTYPE_BYTES, InputSpec, Loc, Task, TensorSpec, torch_dtype
+
+#: How validate moves each constant (a factor; a zero moves by the factor less one): each move must change an output
+#: at some small shape's test data, or the data never reaches what the constant does (a clamp above every value, a
+#: mask value no input holds) and a kernel without it passes verify.
+CONSTANT_MOVES = (1.5, 0.5)
+#: How much wider than its init an input is drawn to find the ones whose spread would reach an inert constant.
+WIDER = 4.0
+
+Tensors = dict[str, torch.Tensor]
+#: Each small shape's dims, its inputs (seed 0) and the FP32 reference's outputs at them.
+Runs = list[tuple[dict[str, int], Tensors, Tensors]]
 
 
 @dataclass
@@ -30,27 +46,37 @@ class TaskReport:
         return not self.problems
 
 
-def _run(task: Task, dims: dict[str, int], seed: int, fp32: bool,
-         inputs: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
-    inputs = task.make_inputs(dims, seed) if inputs is None else inputs
+def _run(task: Task, inputs: Tensors, fp32: bool, constants: dict[str, float | int] | None = None) -> Tensors:
+    """The reference's outputs at ``inputs`` (upcast first where ``fp32``), under the task's constants or ``constants``
+    over them."""
     if fp32:
         inputs = {k: (v.float() if v.is_floating_point() else v) for k, v in inputs.items()}
     with torch.no_grad():
-        out = reference_function(task)(**inputs, **task.constants)
+        out = reference_function(task)(**inputs, **{**task.constants, **(constants or {})})
     if not isinstance(out, dict):
         raise TaskError(f"{task.path}: reference must return a dict of outputs, got {type(out).__name__}")
     return out
 
 
-def _field(task: Task, loc: tuple[str | int, ...]) -> str:
-    """``line 18: outputs[0](h)``: a field of the task file, as load errors name it (the line of its name)."""
+def _at(task: Task, loc: Loc) -> str:
+    """``line 18: ``: where the field at ``loc`` is in the task file (empty where it cannot be read again)."""
     try:
         root = yaml.compose(task.path.read_text())
     except (OSError, yaml.YAMLError):
         root = None
-    line = field_line(root, (*loc, "name"))
-    label = f"{loc[0]}[{loc[1]}]({task.outputs[int(loc[1])].name if loc[0] == 'outputs' else task.inputs[int(loc[1])].name})"
-    return (f"line {line}: " if line else "") + label
+    line = field_line(root, loc)
+    return f"line {line}: " if line else ""
+
+
+def _label(task: Task, loc: Loc) -> str:
+    """``outputs[0](h)``: a tensor of the task file, as load errors name it."""
+    tensors: Sequence[TensorSpec] = task.outputs if loc[0] == "outputs" else task.inputs
+    return f"{loc[0]}[{loc[1]}]({tensors[int(loc[1])].name})"
+
+
+def _field(task: Task, loc: tuple[str | int, ...]) -> str:
+    """``line 18: outputs[0](h)``: a tensor of the task file, at the line of its name."""
+    return _at(task, (*loc, "name")) + _label(task, loc)
 
 
 def _names_match(task: Task, returned: set[str]) -> list[str]:
@@ -78,6 +104,7 @@ def validate_task(task: Task) -> list[str]:
     problems: list[str] = []
     if task.human_file is not None and not task.human_file.exists():
         problems.append(f"human: {task.human} not found")
+    problems += _misaligned_shapes(task)
     found: dict[str, list[str]] = {}  # what is wrong, with what -> its message, then the other shapes it holds at
 
     def add(where: str, key: str, message: str) -> None:
@@ -86,16 +113,19 @@ def validate_task(task: Task) -> list[str]:
         else:
             found[key] = [f"{where}: {message}"]
 
+    runs: Runs = []
     for point in task.shape("small"):
         where = f"shape small/{point.name}"
         try:
-            lowp = _run(task, point.dims, 0, fp32=False)
-            ref = _run(task, point.dims, 0, fp32=True)
-            other = _run(task, point.dims, 1, fp32=True)
+            inputs = task.make_inputs(point.dims, 0)
+            lowp = _run(task, inputs, fp32=False)
+            ref = _run(task, inputs, fp32=True)
+            other = _run(task, task.make_inputs(point.dims, 1), fp32=True)
         except TaskError as exc:
-            return [str(exc)]
+            return [*problems, str(exc)]
         except Exception as exc:
-            return [f"{where}: the reference raised {type(exc).__name__}: {exc}"]
+            return [*problems, f"{where}: the reference raised {type(exc).__name__}: {exc}"]
+        runs.append((point.dims, inputs, ref))
         misnamed = _names_match(task, set(lowp))
         if misnamed:
             return problems + misnamed
@@ -121,7 +151,7 @@ def validate_task(task: Task) -> list[str]:
             add(where, f"ignored {name}", f"no output changes when input {name!r} alone does; a candidate could ignore it")
     for first, *others in found.values():
         problems.append(first + (f" (also at {', '.join(w.removeprefix('shape ') for w in others)})" if others else ""))
-    return problems
+    return problems + _inert_constants(task, runs)
 
 
 def _ignored_inputs(task: Task, dims: dict[str, int], ref: dict[str, torch.Tensor]) -> list[str]:
@@ -132,10 +162,104 @@ def _ignored_inputs(task: Task, dims: dict[str, int], ref: dict[str, torch.Tenso
     for name in first:
         if torch.equal(first[name], second[name]):
             continue
-        out = _run(task, dims, 0, fp32=True, inputs={**first, name: second[name]})
+        out = _run(task, {**first, name: second[name]}, fp32=True)
         if all(torch.equal(out[spec.name], ref[spec.name]) for spec in task.outputs if spec.name in out):
             ignored.append(name)
     return ignored
+
+
+def _moved(value: float | int, factor: float) -> float | int:
+    """``value`` moved by ``factor`` (a zero by ``factor - 1``; an int stays an int and moves by one at least)."""
+    if isinstance(value, int):
+        step = 1 if factor > 1 else -1
+        moved = round(value * factor) if value else step
+        return moved if moved != value else value + step
+    return value * factor if value else factor - 1
+
+
+def _changes(task: Task, inputs: Tensors, ref: Tensors, constants: dict[str, float | int]) -> bool:
+    """Whether an output of the FP32 reference at ``inputs`` (``ref``) changes under ``constants`` (a reference that
+    raises under them depends on them too)."""
+    try:
+        out = _run(task, inputs, fp32=True, constants=constants)
+    except Exception:
+        return True
+    return any(not torch.equal(out[spec.name], ref[spec.name]) for spec in task.outputs if spec.name in out)
+
+
+def _inert_constants(task: Task, runs: Runs) -> list[str]:
+    """One line per constant that a move of :data:`CONSTANT_MOVES` changes no output with at any small shape: the
+    test data never reaches what it does, so a kernel could leave it out and pass."""
+    problems = []
+    for name, value in task.constants.items():
+        inert = [(factor, _moved(value, factor)) for factor in CONSTANT_MOVES
+                 if not any(_changes(task, inputs, ref, {name: _moved(value, factor)}) for _, inputs, ref in runs)]
+        if not inert:
+            continue
+        moves = " or ".join(f"to {moved:g} (x{factor:g})" for factor, moved in inert)
+        problems.append(f"{_at(task, ('constants', name))}constants.{name}: no output changes when it moves from {value:g} "
+                        f"{moves} at the small shapes: the test data never reaches it, so a kernel could leave it out; "
+                        f"{_reaching(task, runs, {name: inert[0][1]})}")
+    return problems
+
+
+def _reaching(task: Task, runs: Runs, constants: dict[str, float | int]) -> str:
+    """The fix for a constant the test data never reaches: the inputs that, drawn :data:`WIDER` times as wide, would
+    reach it (their inits to widen), else test data where it acts."""
+    wider = []
+    for i, spec in enumerate(task.inputs):
+        if spec.init.dist == "randint" or not torch_dtype(spec.dtype).is_floating_point:
+            continue
+        for dims, inputs, _ in runs:
+            widened = {**inputs, spec.name: _widened(task, spec, dims, inputs[spec.name])}
+            if _changes(task, widened, _run(task, widened, fp32=True), constants):
+                wider.append(_label(task, ("inputs", i)))
+                break
+    if wider:
+        return f"widen the init of {' or '.join(wider)} ({WIDER:g}x as wide, it acts)"
+    return "give the test data values where it acts (a wider init, an init.replace)"
+
+
+def _widened(task: Task, spec: InputSpec, dims: dict[str, int], drawn: torch.Tensor) -> torch.Tensor:
+    """An input as its init would draw it with :data:`WIDER` times its spread (the same draw, in FP32)."""
+    init, env = spec.init, task.init_env(dims)
+    center = (expr.evaluate(init.mean, env) if init.dist == "normal"
+              else (expr.evaluate(init.low, env) + expr.evaluate(init.high, env)) / 2)
+    return (drawn.float() - center) * WIDER + center
+
+
+def _misaligned_shapes(task: Task) -> list[str]:
+    """One line per tensor width that a shape (of any set) binds off TMA's row grid (the primitives'
+    :func:`~coda_agent.primitives._config.tma_row_multiple`): every tensor with two dims longer than 1 crosses into a
+    kernel as tiles that TMA moves row by row, so no kernel can run the task at that shape."""
+    found: dict[tuple[str, int], tuple[Loc, list[str], list[str]]] = {}  # (width, bytes per element) -> field, tensors, shapes
+    for set_name, points in task.shapes.items():
+        for point in points:
+            for kind, tensors in (("inputs", task.inputs), ("outputs", task.outputs)):
+                for i, spec in enumerate(tensors):
+                    shape = spec.concrete_shape(point.dims)
+                    if sum(d > 1 for d in shape) < 2 or shape[-1] % tma_row_multiple(DTYPE_BYTES[spec.dtype]) == 0:
+                        continue
+                    loc, names, where = found.setdefault((str(spec.shape[-1]), DTYPE_BYTES[spec.dtype]), ((kind, i), [], []))
+                    if spec.name not in names:
+                        names.append(spec.name)
+                    if f"{set_name}/{point.name}" not in where:
+                        where.append(f"{set_name}/{point.name}")
+    problems = []
+    for (width, size), (loc, names, where) in found.items():
+        spec = (task.outputs if loc[0] == "outputs" else task.inputs)[int(loc[1])]
+        j, multiple = len(spec.shape) - 1, tma_row_multiple(size)
+        first = task.shape(*where[0].split("/"))[0]
+        value = spec.concrete_shape(first.dims)[-1]
+        what = f"{width} is {value}" if width != str(value) else f"its width is {value}"
+        also = f" (also at {', '.join(where[1:])})" if where[1:] else ""
+        problems.append(
+            f"{_at(task, (*loc, 'shape', j))}{_label(task, loc)}.shape[{j}]: {what} at shape {where[0]}{also}: the rows of "
+            f"{', '.join(names)} are {value * size} bytes, and a kernel moves them with TMA, which needs rows of a multiple "
+            f"of {TMA_ALIGN_BYTES} bytes ({multiple} {spec.dtype} elements): the task's shape is misaligned and no kernel "
+            f"can run it; make {width} a multiple of {multiple} there (as {-(-value // multiple) * multiple})"
+        )
+    return problems
 
 
 def validate_path(path: Path) -> TaskReport:
