@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from coda_agent.tasks import find_task
-from coda_agent.tasks.model import ShapePoint, Task, torch_dtype
+from coda_agent.tasks.model import Init, ShapePoint, Task, torch_dtype
 from coda_agent.verifier import compare
 from coda_agent.verifier.compare import BASELINE_TEXT, check_outputs, chunk_spans, max_abs_difference
 from coda_agent.verifier.plan import (
@@ -230,6 +230,10 @@ def test_the_estimate_at_the_gemma_lm_head_from_its_tensor_sizes():
     assert round(M * V * 8 / GiB, 2) == 15.62 and need.checker_bytes < 118.7 * GiB
     one = memory_need(task, GEMMA, ["gpu_correctness"], 1)  # one seed has a decoy: two sets, three calls
     assert one.runner_bytes == 2 * 2 * inp + 3 * out + 2 * ref + flush
+    stressed = memory_need(task.model_copy(update={"stress": {"x": Init(std=64)}}), GEMMA, ["gpu_correctness"], 3)
+    assert stressed.checker_bytes == 5 * out + ref + out + 2 * inp + inp32 + temp + chunks  # the stress set: one more
+    assert stressed.runner_bytes == 2 * 4 * inp + 5 * out + 2 * ref + flush
+    assert round(stressed.checker_bytes / GiB, 1) == 51.9 and round(stressed.runner_bytes / GiB, 1) == 44.5
     timed = memory_need(task, GEMMA, ["profile"], 3)
     gemms = 2 * (M * K + V * K + M * V)
     assert timed.checker_bytes == TIMING_SETS * inp + (ref + out) + out + max(out + temp, inp32 + temp, gemms, chunks)
@@ -267,7 +271,7 @@ def test_verify_refuses_a_task_that_cannot_fit_before_any_work(capsys, monkeypat
     code, out, err = cli(capsys, "verify", str(tmp_path / "gemm_cross_entropy_gemma.yaml"), str(candidate), "--backend", "quack")
     assert code == 2 and not started, out + err
     assert err.startswith("error: task gemm_cross_entropy_gemma does not fit this GPU: at bench shape gemma2-2b-lmhead")
-    assert err.count("\n") == 1 and "40.0 GiB free of 141.0 GiB" in err and "86.3 GiB in all" in err
+    assert err.count("\n") == 1 and "40.0 GiB free of 141.0 GiB" in err and "96.4 GiB in all" in err  # 3 seeds and the stress set
 
 
 # --- peaks in the verdict ----------------------------------------------------------------------------------------
@@ -312,5 +316,5 @@ def test_run_refuses_a_task_that_cannot_fit_before_its_record_is_made(capsys, mo
     code, out, err = cli(capsys, "run", str(tmp_path / "gemm_cross_entropy_gemma.yaml"), "--model", "mock/echo", "--runs-dir", str(runs))
     assert code == 2, out + err
     assert err.startswith("error: task gemm_cross_entropy_gemma does not fit this GPU: at bench shape gemma2-2b-lmhead")
-    assert err.count("\n") == 1 and "86.3 GiB in all" in err  # the correctness check is the larger of its stages
+    assert err.count("\n") == 1 and "96.4 GiB in all" in err  # the correctness check, with the stress set, is the larger
     assert not runs.exists() or not any(runs.iterdir())
