@@ -205,7 +205,7 @@ def _candidate(name: str) -> str:
 def test_the_human_kernel_passes_the_protocol():
     res = _check(K0.human_file.read_text())
     assert res.outcome is Outcome.PASSED, res.reason
-    assert len(res.checks) == 2 * 3  # 2 seeds x 3 outputs
+    assert len(res.checks) == (2 + 1) * 3  # (2 seeds + the stress set) x 3 outputs
     assert res.details["shapes"]["tiny"]["outcome"] == "passed"
     assert res.details["shapes"]["tiny"]["launches"]["launches_estimate"] == 4
 

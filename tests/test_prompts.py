@@ -299,6 +299,22 @@ def test_feedback_error_table_says_which_output_where_and_by_how_much():
     assert "far off" in text and "algebra" in text
 
 
+def test_a_stress_set_failure_says_what_the_set_is_not_that_the_formula_differs():
+    reason = ("on the stress inputs at shape tiny (x at large magnitudes or at the edges of their range, where the FP32 "
+              "reference is finite), output 'loss': max error 3e+38 exceeds the allowed 2. The kernel passes the ordinary "
+              "inputs but is numerically unstable at large magnitudes: keep every intermediate in range")
+    checks = [
+        OutputCheck(output="loss", shape_point="tiny", seed=0, ok=True, max_abs_err=1e-6, allowed=1e-5),
+        OutputCheck(output="loss", shape_point="tiny", seed=104729, stress=True, ok=False, max_abs_err=3e38, allowed=2.0,
+                    worst_index=[0], reason=reason),
+    ]
+    text = feedback_prompt([make_attempt(1, 1, CODE, verdict(Outcome.WRONG_OUTPUT, reason, checks))], population=[], goal_is_speed=False)
+    assert "| tiny/stress |" in text and f"`loss`: {reason}" in text and "far off" not in text
+    ce = find_task("gemm_cross_entropy")
+    assert "and a stress input set (inputs at large magnitudes" in describe_checks(ce, ("correctness",), "small", [0, 1, 2])
+    assert "stress" not in describe_checks(find_task("gemm_residual"), ("correctness",), "small", [0, 1, 2])
+
+
 def test_feedback_trims_long_compile_errors_and_keeps_the_candidates_lines():
     trace = "building the sm_90a kernels failed at shape tiny:\nline 7: out = gemm(fused, x, w.t())\n" + "\n".join(
         f"  cute internal frame {i}" for i in range(200)

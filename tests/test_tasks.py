@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from coda_agent.cli import app
 from coda_agent.tasks import TaskError, find_task, load_task, load_tasks
 from coda_agent.tasks.expr import ExprError, evaluate
+from coda_agent.tasks.model import STRESS_STD, Init, delicate_operators
 from coda_agent.tasks.validate import validate_path
 
 from .conftest import TASK_DIR, cli
@@ -189,6 +190,56 @@ def test_replace_sets_a_fraction_of_an_input_to_a_constant(tmp_path):
     assert 0.15 < float(hit.float().mean()) < 0.35
     assert bool((x[~hit].abs() < 10).all())  # the rest is drawn as before
     assert torch.equal(x, task.make_inputs({"M": 64, "N": 16, "K": 32}, seed=3)["x"])
+
+
+def test_delicate_operators_are_read_from_the_reference_source():
+    source = "import torch\ndef reference(x, n):\n    return {'y': torch.logsumexp(x, -1) / n + x.rsqrt().sum()}\n"
+    assert delicate_operators(source) == ["/", "logsumexp", "rsqrt"]
+    assert delicate_operators("def reference(x, w):  # exp, log\n    return {'y': x @ w + 1}\n") == []
+
+
+def test_a_delicate_reference_gets_a_stress_set_of_its_activations_at_large_magnitudes():
+    ce = find_task("gemm_cross_entropy")  # logsumexp; x is left at the default init, w and targets have their own
+    assert ce.stress_inits() == {"x": Init(std=STRESS_STD)}
+    dims = ce.shape("small")[0].dims
+    plain, stress = ce.make_inputs(dims, 5), ce.make_inputs(dims, 5, stress=True)
+    assert 60 < float(stress["x"].float().std()) < 68
+    assert torch.equal(plain["w"], stress["w"]) and torch.equal(plain["targets"], stress["targets"])
+    assert find_task("gemm_residual").stress_inits() == {}  # a GEMM and an add: nothing to stress
+
+
+def test_a_task_declares_its_own_stress_set_or_none(tmp_path):
+    edge = {"dist": "uniform", "low": 1e-3, "high": "2e-3"}
+    declared = load_task(write_task(tmp_path, lambda d: d.update(stress={"gamma": edge}), name="declared"))
+    assert declared.stress_inits() == {"gamma": Init(**edge)}
+    gamma = declared.make_inputs({"M": 8, "N": 16, "K": 32}, 0, stress=True)["gamma"].float()
+    assert bool(((gamma >= 0.9e-3) & (gamma <= 2.1e-3)).all())
+    assert load_task(write_task(tmp_path, lambda d: d.update(stress={}), name="none")).stress_inits() == {}
+
+
+def test_a_stress_block_naming_no_input_or_a_bad_expression_is_a_field_problem(tmp_path):
+    lines = _problem_lines(write_task(tmp_path, lambda d: d.update(stress={"xx": {"std": 10}})))
+    assert len(lines) == 1 and "stress.xx: names 'xx', which is not an input (inputs: x, w, residual, gamma)" in lines[0]
+    lines = _problem_lines(write_task(tmp_path, lambda d: d.update(stress={"x": {"std": "Q * 2"}})))
+    assert len(lines) == 1 and "stress.x" in lines[0] and "Q" in lines[0]
+
+
+def test_validate_refuses_a_stress_set_the_reference_overflows_on(tmp_path):
+    """Cross-entropy's backward takes lse as an input: at the default stress set's large logits, exp(logits - lse)
+    overflows the reference itself, so the suite task declares a stress set with an lse to match."""
+    source = TASK_DIR / "gemm_rmsnorm_cross_entropy_bwd.yaml"
+    data = yaml.safe_load(source.read_text())
+    assert set(data.pop("stress")) == {"x", "lse"}
+    data["human"] = None
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(data))
+    (tmp_path / data["reference"].split(":")[0]).write_text((TASK_DIR / data["reference"].split(":")[0]).read_text())
+    report = validate_path(tmp_path / "t.yaml")
+    assert report.problems == [
+        "shape small/tiny: on the default stress set (x at large magnitudes) the FP32 reference's output 'dlogits' has "
+        "NaN/Inf, so no candidate could pass it; declare a stress: block the reference stays finite on (stress: {} for "
+        "none) (also at small/ragged)"
+    ]
+    assert validate_path(source).ok
 
 
 def test_yaml_syntax_error_names_line(tmp_path):

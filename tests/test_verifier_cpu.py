@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from coda_agent.verifier.sandbox import Spec, runner_env
 from coda_agent.verifier.verdict import Outcome
 
 K0 = find_task("gemm_residual_rmsnorm")
+CANDIDATES = Path(__file__).parent / "candidates"
 HUMAN = K0.human_file.read_text()
 
 
@@ -28,8 +30,9 @@ def test_human_kernel_passes_with_a_full_error_table():
     worst = {c.output: c for c in v.worst_checks()}
     assert set(worst) == {"h", "normed", "rstd"}
     assert all(c.ok and c.max_abs_err is not None and c.max_abs_err <= c.allowed for c in worst.values())
-    # 2 small shapes x 3 seeds x 3 outputs
-    assert len(v.stage("correctness").checks) == 18
+    # 2 small shapes x (3 seeds + the stress set: its reference takes an rsqrt) x 3 outputs
+    checks = v.stage("correctness").checks
+    assert len(checks) == 24 and sum(c.stress for c in checks) == 6
 
 
 def test_wrong_sign_is_wrong_output_naming_the_output_and_location():
@@ -39,6 +42,22 @@ def test_wrong_sign_is_wrong_output_naming_the_output_and_location():
     bad = [c for c in v.worst_checks() if not c.ok]
     assert {c.output for c in bad} == {"h", "normed", "rstd"}
     assert all(c.worst_index is not None for c in bad)
+
+
+def test_a_logsumexp_without_the_max_subtraction_passes_the_seeds_and_fails_the_stress_set():
+    """exp of the raw logits is right while they are small, as the seeds draw them, and Inf past 88: the stress set
+    (x at large magnitudes, where the FP32 reference is finite) turns that into a rejection an LLM can act on."""
+    ce = find_task("gemm_cross_entropy")
+    v = verify(ce, (CANDIDATES / "ce_unshifted_logsumexp.py").read_text())
+    assert v.outcome is Outcome.WRONG_OUTPUT
+    assert v.reason.startswith("on the stress inputs at shape tiny (x at large magnitudes"), v.reason
+    assert "output 'lse' has 256 NaN/Inf values" in v.reason and "subtract the row maximum before exp" in v.reason
+    checks = v.stage("correctness").checks
+    seeds = [c for c in checks if not c.stress]
+    assert len(seeds) == 9 and all(c.ok for c in seeds)  # tiny's 3 seeds x 3 outputs, then the stress set
+    assert [c.input_set for c in checks if not c.ok] == ["tiny/stress"] * 2  # lse, and the loss taken from it
+    human = verify(ce, ce.human_file.read_text())  # the online (max, sum) logsumexp
+    assert human.outcome is Outcome.PASSED and "and the stress set" in human.reason
 
 
 def test_missing_output_is_named():

@@ -51,7 +51,7 @@ def verdict_table(verdict: Verdict) -> Table:
         fmt = lambda v: "-" if v is None else f"{v:.3g}"  # noqa: E731
         table.add_row(
             untrusted(c.output), "[green]yes[/]" if c.ok else "[red]no[/]", fmt(c.max_abs_err), fmt(c.allowed), fmt(c.lowp_err),
-            str(c.worst_index) if c.worst_index is not None else "-", untrusted(f"{c.shape_point}/{c.seed}"),
+            str(c.worst_index) if c.worst_index is not None else "-", untrusted(c.input_set),
         )
     return table
 

@@ -107,6 +107,8 @@ def describe_checks(task: Task, stages: Sequence[str], shape_set: str, seeds: Se
     steps = ["the static check (nothing runs if it refuses the module)"]
     shapes = ", ".join(p.name for p in task.shape(shape_set))
     seed_text = f"seed{'s' if len(seeds) != 1 else ''} {', '.join(str(s) for s in seeds)}"
+    if task.stress_inits():
+        seed_text += " and a stress input set (inputs at large magnitudes: exp, log, division and rsqrt must stay in range)"
     for name in stages:
         if name == "correctness":
             steps.append(f"the CPU emulator against the FP32 reference at the `{shape_set}` shapes ({shapes}), {seed_text}")

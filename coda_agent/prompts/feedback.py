@@ -136,7 +136,7 @@ def attempt_headline(attempt: Attempt) -> str:
             if r is None:
                 bits.append(c.reason.split(";")[0] if c.reason else f"{c.output}: wrong")
             else:
-                bits.append(f"{c.output} err {_num(c.max_abs_err)} > {_num(c.allowed)} ({_times(r)}) at {c.worst_index} {c.shape_point}/{c.seed}")
+                bits.append(f"{c.output} err {_num(c.max_abs_err)} > {_num(c.allowed)} ({_times(r)}) at {c.worst_index} {c.input_set}")
         more = f" (+{len(failing) - 3} more)" if len(failing) > 3 else ""
         return "; ".join(bits) + more
     lines = [ln.strip() for ln in verdict.reason.strip().splitlines() if ln.strip()]
@@ -170,12 +170,12 @@ def _check_rows(verdict: Verdict) -> tuple[list[dict[str, Any]], list[str]]:
         rows.append({
             "output": c.output, "ok": c.ok, "err": _num(c.max_abs_err), "allowed": _num(c.allowed),
             "ratio": "-" if r is None else f"{r:.3g}" if r < 100 else f"{r:.0f}", "where": str(c.worst_index) if c.worst_index is not None else "-",
-            "got": _num(c.worst_value), "expected": _num(c.expected_value), "at": f"{c.shape_point}/{c.seed}",
+            "got": _num(c.worst_value), "expected": _num(c.expected_value), "at": c.input_set,
             "fails_at": ", ".join(fails) if fails else "-",
         })
         if c.ok:
             continue
-        if r is None:
+        if r is None or c.stress:  # the stress set's reason says what it is and what fixes it
             notes.append(f"`{c.output}`: {c.reason}")
         elif r <= 10:
             notes.append(

@@ -6,6 +6,7 @@ A task is a YAML file plus a Python FP32 reference next to it (and a human kerne
 
 from __future__ import annotations
 
+import ast
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -31,6 +32,31 @@ def torch_dtype(name: str) -> torch.dtype:
     import torch
 
     return getattr(torch, name)
+
+
+#: Operators whose textbook forms break at large magnitudes or near the edges of their domain: exp overflows FP32
+#: past 88, a quotient or a root blows up near 0, tanh and sigmoid written through exp turn into inf/inf. A reference
+#: that calls one (or divides) gets a stress input set by default (:meth:`Task.stress_inits`).
+DELICATE_OPERATORS = frozenset({
+    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "logsumexp", "softmax", "log_softmax", "cross_entropy",
+    "sigmoid", "silu", "tanh", "rsqrt", "sqrt", "reciprocal", "div", "true_divide",
+})
+#: The std the default stress set draws the activations at: logits of about 3 x 64 over a row, well past exp's
+#: FP32 overflow at 88, while the inputs and a stable FP32 reference stay far from any range limit.
+STRESS_STD = 64.0
+
+
+def delicate_operators(source: str) -> list[str]:
+    """The delicate operators (:data:`DELICATE_OPERATORS`, and ``/`` for a division) a Python source uses."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            found.add("/")
+        elif isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in DELICATE_OPERATORS:
+                found.add(name)
+    return sorted(found)
 
 
 #: Where a field is in a task file: keys and list indices from the top, e.g. ``("inputs", 1, "shape", 0)``.
@@ -165,6 +191,12 @@ class Task(_Strict):
     tolerance: Tolerance = Tolerance()
     launch_budget: int = Field(ge=1, description="max kernel launches in one forward call")
     sol: SpeedOfLight
+    stress: dict[str, Init] | None = Field(
+        default=None,
+        description="the stress input set: inits that replace some inputs' (large magnitudes, ties, values near a "
+        "domain's edge) in one more input set the correctness check runs; {} for none; left out, a default when the "
+        "reference is numerically delicate (Task.stress_inits)",
+    )
     gemms: list[list[Expr]] = Field(
         default=[],
         description="the GEMMs the task contains, [M, N, K] each; the bench times them alone through cuBLAS as the "
@@ -232,6 +264,10 @@ class Task(_Strict):
             elif unbound:
                 which = f"shape {unbound[0]} does" if len(unbound) == 1 else f"shapes {', '.join(unbound)} do"
                 problems.append((loc, f"uses {symbol}, which {which} not bind"))
+        inputs = [i.name for i in self.inputs]
+        for name in self.stress or {}:
+            if name not in inputs:
+                problems.append((("stress", name), f"names {name!r}, which is not an input (inputs: {', '.join(inputs)})"))
         outputs = [o.name for o in self.outputs]
         for name in self.tolerance.outputs:
             if name not in outputs:
@@ -268,12 +304,13 @@ class Task(_Strict):
                 for j, dim in enumerate(t.shape):
                     value((kind, i, "shape", j), dim, "size")
         init_env = self.init_env(dims)
-        for i, spec in enumerate(self.inputs):
-            params = ["mean", "std"] if spec.init.dist == "normal" else ["low", "high"]
-            for param in params:
-                value(("inputs", i, "init", param), getattr(spec.init, param), env=init_env)
-            if spec.init.replace is not None:
-                value(("inputs", i, "init", "replace", "value"), spec.init.replace.value, env=init_env)
+        inits: list[tuple[Loc, Init]] = [(("inputs", i, "init"), spec.init) for i, spec in enumerate(self.inputs)]
+        inits += [(("stress", name), ini) for name, ini in (self.stress or {}).items()]
+        for loc, ini in inits:
+            for param in ["mean", "std"] if ini.dist == "normal" else ["low", "high"]:
+                value((*loc, param), getattr(ini, param), env=init_env)
+            if ini.replace is not None:
+                value((*loc, "replace", "value"), ini.replace.value, env=init_env)
         value(("sol", "flops"), self.sol.flops)
         if self.sol.bytes is not None:
             value(("sol", "bytes"), self.sol.bytes)
@@ -342,17 +379,34 @@ class Task(_Strict):
         env = {k: float(v) for k, v in dims.items()}
         return [(int(expr.evaluate(m, env)), int(expr.evaluate(n, env)), int(expr.evaluate(k, env))) for m, n, k in self.gemms]
 
-    def make_inputs(self, dims: dict[str, int], seed: int, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
-        """Fresh random inputs for one shape point and seed (drawn in FP32, then cast)."""
+    def stress_inits(self) -> dict[str, Init]:
+        """The inits the stress input set draws in place of the task's own; empty: the task has no stress set.
+
+        The task's ``stress`` block when it has one; otherwise, when its reference calls a delicate operator
+        (:func:`delicate_operators`), every floating input left at the default init (a standard normal: the
+        activations, whose values the task leaves open) drawn at std :data:`STRESS_STD`. Inputs with an init of their
+        own (weights at 1/sqrt(K), a range such as rstd's, integer ids) keep it: the task says their values lie
+        there. A task not loaded from a file has no reference source to read, so only its own block."""
+        if self.stress is not None:
+            return self.stress
+        if self._path is None or not delicate_operators(self.reference_file.read_text()):
+            return {}
+        return {s.name: Init(std=STRESS_STD) for s in self.inputs if s.init == Init() and s.dtype.startswith(("bfloat", "float"))}
+
+    def make_inputs(self, dims: dict[str, int], seed: int, device: str | torch.device = "cpu",
+                    stress: bool = False) -> dict[str, torch.Tensor]:
+        """Fresh random inputs for one shape point and seed (drawn in FP32, then cast); ``stress``: the stress set's
+        (:meth:`stress_inits`)."""
         import torch
 
         gen = torch.Generator(device=device).manual_seed(seed)
         out: dict[str, torch.Tensor] = {}
         env = self.init_env(dims)
+        overrides = self.stress_inits() if stress else {}
         for spec in self.inputs:
             shape = spec.concrete_shape(dims)
             dt = torch_dtype(spec.dtype)
-            ini = spec.init
+            ini = overrides.get(spec.name, spec.init)
             if ini.dist == "randint":
                 ilo, ihi = int(expr.evaluate(ini.low, env)), int(expr.evaluate(ini.high, env))
                 t = torch.randint(ilo, ihi, shape, generator=gen, device=device, dtype=dt)

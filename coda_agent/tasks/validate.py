@@ -149,9 +149,28 @@ def validate_task(task: Task) -> list[str]:
                 add(where, f"fixed {spec.name}", f"output {spec.name!r} does not change when the inputs change")
         for name in _ignored_inputs(task, point.dims, ref):
             add(where, f"ignored {name}", f"no output changes when input {name!r} alone does; a candidate could ignore it")
+        if problem := _stress_problem(task, point.dims):
+            add(where, "stress", problem)
     for first, *others in found.values():
         problems.append(first + (f" (also at {', '.join(w.removeprefix('shape ') for w in others)})" if others else ""))
     return problems + _inert_constants(task, runs)
+
+
+def _stress_problem(task: Task, dims: dict[str, int]) -> str | None:
+    """Why the stress set (:meth:`Task.stress_inits`) cannot judge a candidate here, or None: the FP32 reference and
+    the task-dtype one (the tolerance's baseline) must both stay finite on it, else every candidate fails there."""
+    stressed = task.stress_inits()
+    if not stressed:
+        return None
+    inputs = task.make_inputs(dims, 0, stress=True)
+    for label, fp32 in (("FP32", True), ("task-dtype", False)):
+        out = _run(task, inputs, fp32=fp32)
+        bad = [o.name for o in task.outputs if o.name in out and not bool(torch.isfinite(out[o.name]).all())]
+        if bad:
+            block = "its stress: block" if task.stress is not None else f"the default stress set ({', '.join(sorted(stressed))} at large magnitudes)"
+            return (f"on {block} the {label} reference's output {bad[0]!r} has NaN/Inf, so no candidate could pass it; "
+                    "declare a stress: block the reference stays finite on (stress: {} for none)")
+    return None
 
 
 def _ignored_inputs(task: Task, dims: dict[str, int], ref: dict[str, torch.Tensor]) -> list[str]:

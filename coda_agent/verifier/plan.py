@@ -9,12 +9,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
 from ..measure.baselines import COMPILE_MODES
 from ..measure.timing import FLUSH_BYTES
 from ..tasks.model import DTYPE_BYTES, Baseline, ShapePoint, Task, TensorSpec
+
+if TYPE_CHECKING:
+    import torch
 
 #: Stages on the CPU (emulator) and the sm_90a compile; ``tune_cpu`` is the GPU's ``tune`` on the emulator, where
 #: configs are ignored: for tests.
@@ -61,6 +65,34 @@ class Plan(BaseModel):
         return v
 
 
+# --- input sets -----------------------------------------------------------------------------------------------
+
+#: Added to the first seed for the seeds of the sets that are not the plan's own: the decoy and the stress set.
+DECOY_SEED_OFFSET, STRESS_SEED_OFFSET = 7919, 104729
+
+
+@dataclass(frozen=True)
+class InputSet:
+    """One input set of the correctness check: a seed's draw of the task's inputs, or (``stress``) the stress set's,
+    where the inputs the task stresses are drawn from its stress inits instead (:meth:`Task.stress_inits`)."""
+
+    seed: int
+    stress: bool = False
+
+    def draw(self, task: Task, dims: dict[str, int], device: str) -> dict[str, torch.Tensor]:
+        return task.make_inputs(dims, self.seed, device=device, stress=self.stress)
+
+
+def input_sets(task: Task, seeds: Sequence[int]) -> tuple[list[InputSet], list[InputSet]]:
+    """(the sets checked, the decoys) at each shape: one set per seed and the stress set when the task has one; a
+    decoy, checked but not recorded, only when that makes a single set (so no call follows a call on the same
+    inputs, and stale memory never holds the right answer)."""
+    checked = [InputSet(s) for s in seeds]
+    if task.stress_inits():
+        checked.append(InputSet(seeds[0] + STRESS_SEED_OFFSET, stress=True))
+    return checked, ([] if len(checked) > 1 else [InputSet(seeds[0] + DECOY_SEED_OFFSET)])
+
+
 # --- device memory ------------------------------------------------------------------------------------------------
 
 #: Elements of an output the tolerance check compares at a time (``compare.py``): its FP64 temporaries are a few
@@ -103,7 +135,8 @@ def memory_need(task: Task, point: ShapePoint, stages: Sequence[str], seeds: int
     With I an input set, O an output set (task dtypes), R the outputs in FP32 (the FP32 reference), W the most a
     reference call holds beyond its outputs (measured: :func:`..tasks.footprint.reference_working_bytes`; a
     cross-entropy's M x V logits and its logsumexp's temporary, whether or not it returns the logits), I32 the inputs
-    upcast, S the input sets checked (the seeds, plus a decoy with one seed) and C = S + 1 calls kept:
+    upcast, S the input sets checked (:func:`input_sets`: the seeds, the stress set when the task has one, a decoy
+    when that makes one set) and C = S + 1 calls kept:
 
     * correctness, checker: C x O (every kept call's outputs read back) + R + O (one seed's FP32 and task-dtype
       references) + 2 x I + I32 + W (the seed's inputs drawn again, their upcast and the eager call's copy; a
@@ -133,7 +166,7 @@ def memory_need(task: Task, point: ShapePoint, stages: Sequence[str], seeds: int
     chunks = CHUNK_BUFFERS * 8 * min(CHUNK_ELEMENTS, largest)
     checker = runner = 0
     if any(s in _CHECKED for s in stages):
-        sets = seeds + (1 if seeds == 1 else 0)
+        sets = sum(map(len, input_sets(task, range(seeds))))
         calls = sets + 1
         checker = calls * out + ref + out + 2 * inp + inp32 + work + chunks
         runner = 2 * sets * inp + calls * out + 2 * ref + FLUSH_BYTES

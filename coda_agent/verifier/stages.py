@@ -4,12 +4,13 @@ The checker owns the task, the inputs, both references, the comparison and the v
 runs only in a sandboxed runner (:mod:`.client`) that never sees any of them. :data:`STAGES` maps a stage
 name to its function; the GPU stages register themselves from :mod:`.gpu`.
 
-The correctness protocol (CPU and GPU alike) at each shape: one input set per seed (plus a decoy when
-there is one seed), sent to the runner; a warm-up call; then one batch calling every set in turn and the
-first set again, so no call follows a call on the same inputs (stale memory never holds the right
-answer) and the repeat shows whether the result depends on anything but the inputs. Every call's output
-is checked against the FP32 reference, every call's launches against the task's rules, and the inputs
-must come back unchanged.
+The correctness protocol (CPU and GPU alike) at each shape: one input set per seed, and the stress set
+when the task has one (its inputs at large magnitudes: a kernel that is only stable on small values fails
+there), plus a decoy when that makes one set (:func:`.plan.input_sets`), sent to the runner; a warm-up call;
+then one batch calling every set in turn and the first set again, so no call follows a call on the same
+inputs (stale memory never holds the right answer) and the repeat shows whether the result depends on
+anything but the inputs. Every call's output is checked against the FP32 reference, every call's launches
+against the task's rules, and the inputs must come back unchanged.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from .client import (
     RunnerTimedOut,
 )
 from .compare import check_outputs, max_abs_difference
-from .plan import GPU_STAGES, Plan
+from .plan import GPU_STAGES, InputSet, Plan, input_sets
 from .trace import LaunchEstimate, LaunchTrace, calls_from_trace
 from .verdict import Outcome, OutputCheck, StageMemory, StageResult
 
@@ -237,17 +238,18 @@ def returned_bytes_limit(task: Task, point: ShapePoint, calls: int) -> int:
 def check_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: str, checks: list[OutputCheck]) -> dict[str, object]:
     """The correctness protocol at one shape (module docstring), adding to ``checks``; raises :class:`Reject` on a fault."""
     task = ctx.task
-    seeds = list(ctx.plan.seeds)
-    decoys = [] if len(seeds) > 1 else [seeds[0] + 7919]
-    ids = {s: f"{point.name}-{s}" for s in seeds + decoys}
+    checked, decoys = input_sets(task, ctx.plan.seeds)
+    # The runner knows a set by its place alone: nothing tells the candidate which one is the stress set.
+    ids = {s: f"{point.name}-{i}" for i, s in enumerate(checked + decoys)}
     for s, set_id in ids.items():  # one set held here at a time: each is drawn again, the same, for its reference
-        client.put(set_id, task.make_inputs(point.dims, s, device=device))
+        client.put(set_id, s.draw(task, point.dims, device))
     release(device)
     info: dict[str, object] = {"dims": point.dims}
     try:
-        warm = client.run([ids[(decoys or seeds)[-1]]], keep=[])  # builds the kernels; its launches are not judged
+        warm = client.run([ids[(decoys or checked)[-1]]], keep=[])  # builds the kernels; its launches are not judged
         del warm
-        calls = [ids[s] for s in seeds + decoys] + [ids[seeds[0]]]
+        order = checked + decoys + [checked[0]]
+        calls = [ids[s] for s in order]
         batch = client.run(calls, keep=list(range(len(calls))))
     except CandidateRaised as exc:
         raise Reject(Outcome.RUNTIME_ERROR, f"forward() raised at shape {point.name} {point.dims}:\n{exc}") from None
@@ -266,17 +268,18 @@ def check_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: s
                     f"at shape {point.name}, forward() returned a buffer it had already returned from an earlier call "
                     "(an answer kept across calls); compute every output from the current inputs"
                 ))
-    order = seeds + decoys + [seeds[0]]
-    # One seed's references at a time (the first seed's are drawn again for the repeat call at the end), and each
+    # One set's references at a time (the first set's are drawn again for the repeat call at the end), and each
     # output let go once checked unless the repeat check needs it: the checker's memory does not grow with the seeds.
-    held: tuple[int, tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]] | None = None
-    for i, (out, seed) in enumerate(zip(outs, order, strict=True)):
-        if held is None or held[0] != seed:
+    held: tuple[InputSet, tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]] | None = None
+    for i, (out, inputs) in enumerate(zip(outs, order, strict=True)):
+        if held is None or held[0] != inputs:
             held = None
             release(device)
-            held = seed, references(task, task.make_inputs(point.dims, seed, device=device))
-        found = returned_checks(ctx, out, *held[1], point, seed)
-        if seed in seeds and out is not outs[-1]:
+            held = inputs, references(task, inputs.draw(task, point.dims, device))
+        found = returned_checks(ctx, out, *held[1], point, inputs.seed)
+        if inputs.stress:
+            found = [c.model_copy(update={"stress": True, "reason": c.reason and unstable(task, point, c.reason)}) for c in found]
+        if inputs in checked and out is not outs[-1]:
             checks.extend(found)
         failed = [c for c in found if not c.ok]
         if failed:
@@ -287,8 +290,17 @@ def check_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: s
     release(device)
     launches = call_problems(ctx, batch, point)
     info["launches"] = launches[0] if launches else {}
-    agreement(task, outs[0], outs[-1], checks, point, seeds[0], info)
+    agreement(task, outs[0], outs[-1], checks, point, checked[0].seed, info)
     return info
+
+
+def unstable(task: Task, point: ShapePoint, reason: str) -> str:
+    """A failed check's reason on the stress set: what that set is, and what usually fixes such a kernel."""
+    stressed = ", ".join(sorted(task.stress_inits()))
+    return (f"on the stress inputs at shape {point.name} ({stressed} at large magnitudes or at the edges of their range, "
+            f"where the FP32 reference is finite), {reason}. The kernel passes the ordinary inputs but is numerically "
+            "unstable at large magnitudes: keep every intermediate in range, e.g. subtract the row maximum before exp (as a "
+            "stable logsumexp or softmax does) and never take exp, a quotient or rsqrt of an unbounded value")
 
 
 def agreement(task: Task, first: CallOutput, again: CallOutput, found: list[OutputCheck], point: ShapePoint, seed: int,
@@ -331,7 +343,8 @@ def run_correctness(ctx: Context, name: str, backend_name: str, device: str) -> 
     t0 = time.perf_counter()
     shapes: dict[str, dict[str, object]] = {}
     checks: list[OutputCheck] = []
-    details: dict[str, object] = {"shapes": shapes, "seeds": list(ctx.plan.seeds), "device": device}
+    details: dict[str, object] = {"shapes": shapes, "seeds": list(ctx.plan.seeds), "device": device,
+                                  "stressed_inputs": sorted(ctx.task.stress_inits())}
 
     def result(outcome: Outcome, reason: str) -> StageResult:
         return StageResult(stage=name, outcome=outcome, reason=reason, seconds=time.perf_counter() - t0, checks=checks, details=details)
@@ -348,7 +361,9 @@ def run_correctness(ctx: Context, name: str, backend_name: str, device: str) -> 
     except RunnerError as exc:
         return result(*runner_failure(exc, ctx.plan, Outcome.RUNTIME_ERROR, ""))
     n = len(ctx.shape_points())
-    return result(Outcome.PASSED, f"all outputs within tolerance on {n} {ctx.plan.shape_set} shapes x {len(ctx.plan.seeds)} seeds, launch budget kept")
+    stress = " and the stress set" if ctx.task.stress_inits() else ""
+    return result(Outcome.PASSED, f"all outputs within tolerance on {n} {ctx.plan.shape_set} shapes x {len(ctx.plan.seeds)} seeds"
+                                  f"{stress}, launch budget kept")
 
 
 @stage("correctness")

@@ -38,6 +38,7 @@ class OutputCheck(BaseModel):
     output: str
     shape_point: str
     seed: int
+    stress: bool = Field(default=False, description="on the stress input set (large magnitudes), drawn with this seed")
     ok: bool
     max_abs_err: float | None = None
     allowed: float | None = None
@@ -47,6 +48,11 @@ class OutputCheck(BaseModel):
     worst_value: float | None = None
     expected_value: float | None = None
     reason: str = ""
+
+    @property
+    def input_set(self) -> str:
+        """Where it was checked: ``shape/seed``, or ``shape/stress`` on the stress set."""
+        return f"{self.shape_point}/{'stress' if self.stress else self.seed}"
 
     @property
     def error_ratio(self) -> float | None:
