@@ -162,6 +162,8 @@ def test_the_search_stops_at_the_budget_and_caches_only_finished_searches():
     assert len(first.tried_us) == 1 + 2 and len(second.tried_us) == 1 + 1
     assert [s["proposal"] for s in first.seconds.values()] == [1.0, 1.0]  # what each proposal cost, by the clock
     assert chosen == {} and cache.entries == {}  # A's winner lies past the budget; neither search finished
+    space = [len([c for c in site.space() if c != site.effective]) for site in SITES]
+    assert (first.untried, second.untried) == (space[0] - 2, space[1] - 1)  # the record says what the budget left
 
 
 def test_a_config_that_fails_is_recorded_and_skipped():
@@ -424,54 +426,73 @@ def test_a_runner_that_dies_for_good_ends_the_stage_and_keeps_what_the_search_me
     assert "default" in call.tried_us and config_label(WINNER) not in call.tried_us and call.tuned is None
 
 
-def test_the_budget_is_search_time_the_final_comparisons_are_not_charged_to_later_shapes(monkeypatch):
-    shares = []
+def test_the_budget_is_the_stages_wall_time_final_comparisons_included(monkeypatch):
+    """A user who asks for a budget gets about that: each search uses its whole share here, each final comparison
+    takes 1.5 s, and the stage still ends by the budget, its runner's start included: time is kept for the
+    comparisons to come (a quarter of what is left before one is measured, then what they took), and a shape whose
+    comparison no longer fits is not searched."""
+    searches, compares_ended = [], []  # (the search's deadline, when it began); when each comparison ended (monotonic)
 
     def search(sites, timer, deadline, cache, signatures, unbuildable=None):
-        shares.append(deadline - time.monotonic())
+        searches.append((deadline, time.monotonic()))
+        time.sleep(max(0.0, deadline - time.monotonic()))  # a search that uses its share to the end
         return {sites[0].key: WINNER}, [], Timing(median_us=120.0)
 
     class SlowCompare(Deterministic):
         def compare(self, table):
-            time.sleep(1.5)  # a final comparison: full repetitions, every round checked
+            time.sleep(1.5)  # a final comparison: the full repetition plan
+            compares_ended.append(time.monotonic())
             return super().compare(table)
 
     monkeypatch.setattr(tuning, "search_shape", search)
     monkeypatch.setattr(tuning, "ScheduleTimer", SlowCompare)
     small = TASK.shape("small")
-    plan = Plan(stages=["tune_cpu"], shape_set="small", tune_budget_s=3.0 * len(small), tune_cache=False)
-    verdict = run_plan(TASK, HUMAN, plan)
-    assert verdict.passed, verdict.reason
-    assert len(shares) == len(small) >= 2
-    assert shares[0] == pytest.approx(3.0, abs=0.2)
-    assert shares[-1] > 3.0 * len(small) - 0.5  # what the searches before it left (nearly all), not less the compares
+    budget = 12.0  # the sandboxed runner's start takes 1-5 s of it on a CPU
+    plan = Plan(stages=["tune_cpu"], shape_set="small", tune_budget_s=budget, tune_cache=False)
+    ctx = Context(task=TASK, source=HUMAN, plan=plan, deadline=time.monotonic() + 120)
+    stage_end = time.monotonic() + budget
+    result = tuning.run_tune(ctx, "tune_cpu", "torch", "cpu")
+    assert result.outcome == Outcome.PASSED, result.reason
+    assert compares_ended[-1] <= stage_end + 0.3  # the runner's start and the traced calls came out of it too
+    assert result.seconds <= budget + 2.5  # and then the runner is stopped and its folder removed
+    (first_end, first_began), *_ = searches
+    left = stage_end - first_began
+    assert first_end - first_began == pytest.approx(0.75 * left / len(small), abs=0.3)  # a quarter kept to compare
+    compared, unreached = result.details["comparisons_s"], result.details["out_of_budget"]
+    assert small[0].name in compared and len(compared) + len(unreached) == len(small) == len(searches) + len(unreached)
+    assert all(s == pytest.approx(1.5, abs=0.3) for s in compared.values())
 
 
 def test_the_builds_before_a_search_take_from_the_whole_budget_not_the_first_shapes_share(monkeypatch):
     """A shape's builds serve every later shape (a kernel does not depend on sizes), so they may use the whole budget
-    and the first shape's search gets an even share of what they left. On the H200 the first shape's builds (20 s)
-    outlasted its share of a 55 s budget over three shapes, and that shape was never searched."""
-    builds_deadlines, shares = [], []
+    (less what is kept for the final comparisons) and the first shape's search gets an even share of what they left.
+    On the H200 the first shape's builds (20 s) outlasted its share of a 55 s budget over three shapes, and that
+    shape was never searched."""
+    builds_calls, searches = [], []  # (deadline, when called), monotonic
 
     def builds(ctx, sites, signatures, cache, built, deadline):
-        builds_deadlines.append(deadline - time.monotonic())
+        builds_calls.append((deadline, time.monotonic()))
         if not built:  # the first shape builds every config; the later ones find them built
             time.sleep(1.5)
             built.add((sites[0].key[0], WINNER))
         return 0, {}
 
     def search(sites, timer, deadline, cache, signatures, unbuildable=None):
-        shares.append(deadline - time.monotonic())
+        searches.append((deadline, time.monotonic()))
         return {sites[0].key: WINNER}, [], Timing(median_us=120.0)
 
     monkeypatch.setattr(tuning, "search_shape", search)
     monkeypatch.setattr(tuning, "ScheduleTimer", Deterministic)
-    shapes = len(TASK.shape("small"))
-    plan = Plan(stages=["tune_cpu"], shape_set="small", tune_budget_s=3.0 * shapes, tune_cache=False)
+    shapes, budget = len(TASK.shape("small")), 60.0
+    plan = Plan(stages=["tune_cpu"], shape_set="small", tune_budget_s=budget, tune_cache=False)
     ctx = Context(task=TASK, source=HUMAN, plan=plan, deadline=time.monotonic() + 120)
+    stage_end = time.monotonic() + budget
     result = tuning.run_tune(ctx, "tune_cpu", "torch", "cpu", builds_first=builds)
     assert result.outcome == Outcome.PASSED, result.reason
-    assert len(builds_deadlines) == len(shares) == shapes >= 2
-    assert builds_deadlines[0] == pytest.approx(3.0 * shapes, abs=0.2)
-    assert shares[0] == pytest.approx((3.0 * shapes - 1.5) / shapes, abs=0.2)  # not 3.0 - 1.5
+    assert len(builds_calls) == len(searches) == shapes >= 2
+    (builds_end, builds_began), (search_end, search_began) = builds_calls[0], searches[0]
+    kept = tuning.FIRST_COMPARE_SHARE * (stage_end - builds_began)  # for the comparisons to come (none measured)
+    assert builds_end == pytest.approx(stage_end - kept, abs=0.2)
+    assert search_end - search_began == pytest.approx((stage_end - kept - search_began) / shapes, abs=0.2)
+    assert search_began - builds_began == pytest.approx(1.5, abs=0.3)  # the builds came out of the whole, not its share
     assert result.details["builds"][TASK.shape("small")[0].name]["seconds"] == pytest.approx(1.5, abs=0.2)

@@ -606,7 +606,9 @@ class Agent:
         if tuned is None or tuned.source is None or tuned.source == code:
             if tuned is not None and tuned.search:
                 tried = sum(len(c.tried_us) for s in tuned.search.values() for c in s.calls)
-                self.events.note(f"tuning: {tried} configs tried, none beat the configs as written")
+                untried = sum(c.untried for s in tuned.search.values() for c in s.calls)
+                left = f" ({untried} left untried: the budget ended first)" if untried else ""
+                self.events.note(f"tuning: {tried} configs tried{left}, none beat the configs as written")
             return None
         tuned_verdict = await self._verify(tuned.source)
         after = self._timing(tuned_verdict) if tuned_verdict.passed else {}

@@ -87,4 +87,5 @@ def searched(call: TunedGemm) -> str:
         return "cached"
     spent = [s["proposal"] for s in call.seconds.values() if "proposal" in s]
     each = f", {statistics.median(spent):.1f} s each" if spent else ""
-    return f"{len(call.seconds)} configs{each}"
+    untried = f" ({call.untried} left untried)" if call.untried else ""
+    return f"{len(call.seconds)} configs{each}{untried}"

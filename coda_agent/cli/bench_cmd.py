@@ -80,7 +80,7 @@ def bench_cmd(
     save: bool = typer.Option(True, "--save/--no-save", help="write the JSON and markdown files"),
     tune: bool = typer.Option(False, "--tune", help="search the human kernels' gemm configs (the verifier's tune stage) "
                               "and print the @schedule to pin, as a diff"),
-    tune_budget: float = typer.Option(DEFAULT_TUNE_BUDGET_S, "--tune-budget", min=1, help="with --tune: seconds of search per kernel"),
+    tune_budget: float = typer.Option(DEFAULT_TUNE_BUDGET_S, "--tune-budget", min=1, help="with --tune: seconds of tuning per kernel (its tune stage's wall time)"),
     max_autotune: bool = typer.Option(
         True, "--max-autotune/--no-max-autotune",
         help="also time torch.compile mode max-autotune-no-cudagraphs (minutes of Inductor autotuning per shape)",

@@ -53,7 +53,8 @@ def run_cmd(
     ),
     no_tune: bool = typer.Option(False, "--no-tune", help="GPU: keep each candidate's gemm configs as written (no schedule tuning)"),
     tune_budget: float = typer.Option(
-        None, min=1, help=f"GPU: seconds the harness may search each correct candidate's gemm configs (default {DEFAULT_TUNE_BUDGET_S:.0f})"
+        None, min=1, help=f"GPU: seconds the harness may spend tuning each correct candidate's gemm configs, its runner's start and "
+        f"final comparisons included (default {DEFAULT_TUNE_BUDGET_S:.0f})"
     ),
     jobs: int = typer.Option(2, min=1, help="sweep: runs in flight at once (their timings never overlap on a GPU)"),
     executor: str = typer.Option(

@@ -46,7 +46,7 @@ class Plan(BaseModel):
     )
     #: The tolerance baseline to judge outputs by, instead of the task's own (``tolerance.baseline``).
     tolerance_baseline: Baseline | None = None
-    tune_budget_s: float = Field(default=DEFAULT_TUNE_BUDGET_S, gt=0, description="tune: seconds of config search per candidate")
+    tune_budget_s: float = Field(default=DEFAULT_TUNE_BUDGET_S, gt=0, description="tune: the stage's wall time per candidate, in seconds")
     tune_cache: bool = Field(default=True, description="tune: reuse and record winners in the tuning cache (settings.cache_dir)")
 
     @field_validator("compile_modes")

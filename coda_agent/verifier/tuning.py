@@ -10,11 +10,14 @@ forward() would hide that behind its host time) stays for the next call.
 On the GPU, the configs a shape's search will propose are first built for sm_90a by CPU processes side by side
 (:mod:`.builds`), so a proposal loads its kernels instead of building them, and a config whose build fails or aborts
 is recorded as failed without being proposed.
-The plan's budget is seconds of search (the builds count; the runner's start-up and the final comparisons do not).
-A shape's builds may take what is left of the whole budget, since their kernels serve every later shape (a kernel does
-not depend on sizes); what they leave is split evenly over the shapes still to tune (what one leaves over goes to the
-next), and at a shape over its gemm calls still to search; a proposal under way finishes. Finally forward() as written
-and under the tuned schedule are timed interleaved with the full repetition plan and every round checked. A config
+The plan's budget is the stage's wall time: the runner's start-up, each shape's traced call, the builds, the searches
+and the final comparisons all come out of it. Before a shape's search, time is kept for the final comparisons still to
+come (:func:`comparisons_to_come`: the ones measured so far, on average). A shape's builds may take what is left of the
+rest, since their kernels serve every later shape (a kernel does not depend on sizes); what they leave is split evenly
+over the shapes still to tune (what one leaves over goes to the next), and at a shape over its gemm calls still to
+search; a proposal under way finishes, so the stage ends by its budget plus at most one proposal (and a comparison
+that outran its estimate). A shape whose final comparison no longer fits is not searched (``details["out_of_budget"]``). Finally forward() as written and under the tuned schedule are timed interleaved with the
+full repetition plan, :data:`FINAL_CHECKS` rounds of each checked. A config
 that fails (raises, launches something else, computes a wrong result, kills the runner) is recorded and skipped; a
 dead runner is started again, at most :data:`MAX_RESTARTS` times in a stage (the next death ends it, and the candidate
 keeps its configs; what that shape's search had measured, the config that killed it included, stays in
@@ -35,8 +38,9 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import math
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -82,6 +86,12 @@ SEARCH_REPS = RepPlan(warmup=2, target_s=0.05, min_reps=5, max_reps=20)
 #: config that computes wrong, and the schedule the search picks is timed again under the full checks.
 SEARCH_CHECKS = 1
 FINAL_REPS = RepPlan()
+#: Rounds per variant whose outputs the final comparison checks: the timing is the full plan's, but a pinned schedule
+#: is verified again whole before it is adopted (``Agent._tune``), so a config that computes wrong still fails there;
+#: checking every round cost the 256k-vocabulary head 2 s of output transfer a round (accept, 2026-12-03).
+FINAL_CHECKS = 2
+#: The share of the time left that the first final comparison is given before one has been measured.
+FIRST_COMPARE_SHARE = 0.25
 #: A tuned schedule is pinned only where it beats the configs as written by at least this factor.
 MIN_GAIN = 1.01
 CACHE_FILE = "tuned_configs.json"
@@ -232,7 +242,7 @@ class ScheduleTimer:
 
     def compare(self, table: Schedule) -> tuple[Timing, Timing]:
         """(as written, under ``table``), timed interleaved."""
-        t = self.timer.time({"as_written": {}, "tuned": table}, {}, FINAL_REPS)
+        t = self.timer.time({"as_written": {}, "tuned": table}, {}, FINAL_REPS, checked_rounds=FINAL_CHECKS)
         return t["as_written"], t["tuned"]
 
 
@@ -276,11 +286,10 @@ def search_shape(
                 chosen[site.key] = result.tuned = cached
             continue
         complete = True
-        for config in site.space():
-            if config == effective:
-                continue
+        space = [c for c in site.space() if c != effective]
+        for n, config in enumerate(space):
             if clock() >= share:
-                complete = False
+                complete, result.untried = False, len(space) - n
                 break
             label = config_label(config)
             if (site.key[0], config) in unbuildable:
@@ -323,13 +332,18 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str, builds_fir
 
     def result(outcome: Outcome, reason: str) -> StageResult:
         details["configs_tried"] = sum(len(c.tried_us) - 1 + len(c.failed) for s in tuning.values() for c in s.calls)
+        details["configs_untried"] = sum(c.untried for s in tuning.values() for c in s.calls)
         return StageResult(stage=name, outcome=outcome, reason=reason, seconds=time.perf_counter() - t0, tuning=tuning,
                            details=details)
 
     points = ctx.shape_points()
     lost: dict[str, str] = {}  # shape -> why: the runner died there outside a proposal and was started again
     details["shapes_lost"] = lost
-    left = ctx.plan.tune_budget_s  # seconds of search: the runner's start-up and the final comparisons are not its
+    deadline = time.monotonic() + ctx.plan.tune_budget_s  # the stage's wall time (module docstring)
+    compared: dict[str, float] = {}  # shape -> its final comparison's seconds: what the later shapes keep for theirs
+    details["comparisons_s"] = compared
+    unreached: list[str] = []  # shapes the budget ended before
+    details["out_of_budget"] = unreached
     built: set[Build] = set()  # what the builders were given at an earlier shape (a kernel does not depend on sizes)
     unbuildable: dict[Build, str] = {}
     builds: dict[str, dict[str, float]] = {}  # shape -> configs built beforehand, how many failed, seconds
@@ -338,6 +352,9 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str, builds_fir
         with ExitStack() as stack:
             runner = SearchRunner(lambda: stack.enter_context(ctx.runner(backend_name, device)))
             for i, point in enumerate(points):
+                if compared and deadline - time.monotonic() < comparisons_to_come(compared.values(), math.inf, 1):
+                    unreached.append(point.name)  # not even its final comparison fits: the stage ends by its budget
+                    continue
                 try:
                     timer = ShapeTimer(ctx, runner.client, point, device)
                     batch = runner.client.run([timer.ids[0]], keep=[])  # traced: which gemm calls there are to tune
@@ -349,17 +366,20 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str, builds_fir
 
                     search = ScheduleTimer(timer, reopen)
                     started = time.monotonic()
+                    kept = comparisons_to_come(compared.values(), deadline - started, len(points) - i)
                     if builds_first is not None:  # for every shape from here on: the budget's end, not this one's share
-                        wanted, failed = builds_first(ctx, sites, signatures, cache, built, started + left)
+                        wanted, failed = builds_first(ctx, sites, signatures, cache, built, deadline - kept)
                         unbuildable.update(failed)
                         builds[point.name] = {"configs": wanted, "failed": len(failed),
                                               "seconds": round(time.monotonic() - started, 2)}
                     now = time.monotonic()
-                    share = now + max(0.0, started + left - now) / (len(points) - i)
+                    share = now + max(0.0, deadline - kept - now) / (len(points) - i)
                     chosen, calls, written = search_shape(sites, search, share, cache, signatures,
                                                           unbuildable=unbuildable)
-                    left = max(0.0, left - (time.monotonic() - started))
+                    compare_started = time.monotonic()
                     before, after = search.compare(chosen) if chosen else (written, written)
+                    if chosen:
+                        compared[point.name] = round(time.monotonic() - compare_started, 2)
                     search.timer.close()
                 except SearchCut as cut:  # the stage ends (below); what this shape's search measured stays
                     details["cut_short"] = {point.name: [c.model_dump(mode="json") for c in cut.calls]}
@@ -382,7 +402,17 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str, builds_fir
         cache.save()
     summary = "; ".join(f"{s}: {t.before.gpu_us:.1f} -> {t.after.gpu_us:.1f} µs" for s, t in tuning.items())
     summary += "".join(f"; {s}: not tuned, {why}" for s, why in lost.items())
+    summary += "".join(f"; {s}: not tuned, the budget ended before it" for s in unreached)
     return result(Outcome.PASSED, f"tuned (GPU time: {summary})")
+
+
+def comparisons_to_come(measured: Iterable[float], left_s: float, shapes: int) -> float:
+    """Seconds to keep for the final comparisons of ``shapes`` shapes, this one's included: the ones measured so far
+    on average, else (none yet) :data:`FIRST_COMPARE_SHARE` of the time left."""
+    done = list(measured)
+    if not done:
+        return FIRST_COMPARE_SHARE * max(0.0, left_s)
+    return min(max(0.0, left_s), shapes * sum(done) / len(done))
 
 
 def prebuild(ctx: Context, sites: Sequence[GemmSite], signatures: Mapping[str, str], cache: TuneCache, built: set[Build],

@@ -96,6 +96,7 @@ class TunedGemm(BaseModel):
         "config label -> where its proposal's wall clock went: 'proposal' in all, and the timing protocol's parts "
         "(its 'warm-up' holds the build of the config's kernels): what a budget buys"))
     cached: bool = Field(default=False, description="the winner came from the tuning cache; nothing was searched")
+    untried: int = Field(default=0, description="configs of its space the stage's budget ended before they were timed")
 
 
 class ShapeTuning(BaseModel):
