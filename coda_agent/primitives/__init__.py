@@ -25,8 +25,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ._call import Epilogue
     from ._config import Config, EpilogueError
-    from ._epilogue import Epilogue, epilogue, gemm
+    from ._epilogue import epilogue, gemm
     from ._ops import ColVecLoad, ColVecReduce, ColVecSelect, OnlineLSEReduce, RowVecLoad, RowVecReduce
     from ._schedule import schedule
     from ._values import (
@@ -86,7 +87,7 @@ __all__ = [
 
 #: The submodule of each public name. They load on first use (PEP 562): most import torch, and a verdict or a run
 #: record that names a :class:`Config` must load without it (listing tasks and results stays fast).
-_HOME = {"Config": "_config", "EpilogueError": "_config", "Epilogue": "_epilogue", "epilogue": "_epilogue",
+_HOME = {"Config": "_config", "EpilogueError": "_config", "Epilogue": "_call", "epilogue": "_epilogue",
          "gemm": "_epilogue", "schedule": "_schedule", "rstd_correction": "host", "rstd_from_sqsum": "host",
          **dict.fromkeys(("ColVecLoad", "ColVecReduce", "ColVecSelect", "OnlineLSEReduce", "RowVecLoad", "RowVecReduce"), "_ops")}
 
