@@ -17,6 +17,16 @@ a projection with a bias, a tanh-GELU and a per-row absolute maximum (say, for a
 The same code runs on the torch emulator (CPU) and as a QuACK kernel (GPU); the harness chooses. The
 harness also owns the schedule: it tunes each gemm call's :class:`Config` and pins the winners on
 ``forward`` with :func:`schedule`.
+
+Layers, each module importing only those below it (tests/test_layering.py holds the graph acyclic):
+
+* ``_config`` (Config and its SM90 rules, torch-free), ``_ops`` (pins, sinks), ``_values`` (value math),
+  ``host``, ``quack_patches``: leaves;
+* ``_call``: one call as every backend takes it (Epilogue, GemmCall); ``_schedule``: ``@schedule``'s pins;
+* ``configs``: the config space, the default and the config a call runs with (``chosen_config``); ``backend``:
+  which backend runs a call;
+* ``_emulator``, ``_quack`` (and its load-ahead kernel, ``_ahead``): the backends, loaded when picked;
+* ``_epilogue``: ``epilogue()`` and ``gemm()``, the front end, which checks a call and hands it to the backend.
 """
 
 from __future__ import annotations
