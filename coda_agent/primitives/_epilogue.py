@@ -248,7 +248,8 @@ def gemm(
             epi.checked_calls[signature] = checked
     resolved = {name: operand(kind, operands[name]) for name, kind in checked.kinds}
     indices = {idx: operands[idx] for idx in epi.index_operands}
-    call = GemmCall(epi, A, B, C, resolved, indices, checked.out_dtype, config, store_d, checked.pinned, signature)
+    call = GemmCall(epi, A, B, C, resolved, indices, checked.out_dtype, config, store_d,
+                    pinned=checked.pinned, signature=signature)
     return backend.active().run(call)
 
 
@@ -311,7 +312,7 @@ def _check(epi: Epilogue, A: Any, B: Any, C: Any, operands: dict[str, Any], out_
     elif config is not None:
         config.check(epi.mode, bool(epi.outputs), store_d, b_major(B))
     resolved = {name: operand(kind, operands[name]) for name, kind in kinds}
-    _check_tma_alignment(GemmCall(epi, A, B, C, resolved, indices, dtype, config, store_d, pinned))
+    _check_tma_alignment(GemmCall(epi, A, B, C, resolved, indices, dtype, config, store_d, pinned=pinned))
     return Checked(kinds, dtype, pinned)
 
 
