@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from coda_agent import primitives as P
-from coda_agent.primitives import _quack, backend
-from coda_agent.primitives.configs import config_label, config_space, loads_ahead
+from coda_agent.primitives import backend
+from coda_agent.primitives.configs import config_label, config_space, kernel_config, loads_ahead
 from coda_agent.tasks import load_tasks
 
 from .conftest import REPO, TASK_DIR, runner_folder
@@ -68,8 +68,8 @@ def test_the_load_ahead_kernel_runs_where_the_epilogue_reads_a_tile_and_nowhere_
     assert not loads_ahead(_call(add_c, C=c, config=P.Config(split_k=2)), P.Config(split_k=2))
     assert not loads_ahead(_call(packed_bwd, C=torch.zeros(64, 256).bfloat16()), on)  # measured slower
     # The backend's choice follows the rule, whatever the config asked.
-    assert _quack._config(_call(add_c, C=c)).load_ahead
-    assert not _quack._config(_call(plain)).load_ahead
+    assert kernel_config(_call(add_c, C=c)).load_ahead
+    assert not kernel_config(_call(plain)).load_ahead
 
 
 def test_the_tuner_tries_each_tile_on_both_kernels_only_where_the_load_ahead_kernel_would_run():
@@ -164,12 +164,13 @@ import dataclasses, sys
 from coda_agent.primitives import _quack, backend
 from coda_agent.tasks import find_task
 from coda_agent.tasks.loader import import_file
-chosen, built = _quack._config, []
+chosen, built = _quack.kernel_config, []
 def forced(call):
-    config = dataclasses.replace(chosen(call), load_ahead=call.config is None or call.config.split_k == 1)
+    config = chosen(call)
+    config = dataclasses.replace(config, load_ahead=config.split_k == 1)
     built.append(config.load_ahead)
     return config
-_quack._config = forced
+_quack.kernel_config = forced
 task = find_task(sys.argv[1])
 human = import_file(task.human_file, "human")
 point = task.shapes["small"][0]

@@ -24,9 +24,9 @@ TASKS = load_tasks([TASK_DIR])
 @contextmanager
 def kernel(ahead: bool, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every gemm call of the block on one kernel, whatever its config says."""
-    chosen = _quack._config
+    chosen = _quack.kernel_config
     with monkeypatch.context() as m:
-        m.setattr(_quack, "_config", lambda call: dataclasses.replace(chosen(call), load_ahead=ahead))
+        m.setattr(_quack, "kernel_config", lambda call: dataclasses.replace(chosen(call), load_ahead=ahead))
         with backend.using("quack"):
             yield
 

@@ -82,3 +82,83 @@ def test_providers_reach_the_store_only_to_replay_a_run():
     stored = {n.module for n in ast.walk(ast.parse((providers / "replay.py").read_text()))
               if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("store")}
     assert stored == {"store.rundir"}, stored
+
+
+PRIMITIVES = PACKAGE / "primitives"
+
+
+def _runs_at_import(node: ast.AST, lazy: bool) -> list[ast.AST]:
+    """The statements under ``node`` that run when its module is imported (with ``lazy``, function bodies too);
+    ``if TYPE_CHECKING:`` blocks never run."""
+    found: list[ast.AST] = []
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and not lazy:
+            continue
+        if isinstance(child, ast.If) and ast.unparse(child.test) == "TYPE_CHECKING":
+            found.extend(s for s in child.orelse for s in [s, *_runs_at_import(s, lazy)])
+            continue
+        found.append(child)
+        found.extend(_runs_at_import(child, lazy))
+    return found
+
+
+def primitives_imports(path: Path, lazy: bool = False) -> set[str]:
+    """The modules of coda_agent.primitives that one of its modules imports (``__init__`` for the package itself)."""
+    modules = {p.stem for p in PRIMITIVES.glob("*.py")}
+
+    def module_of(parts: list[str]) -> str:
+        return parts[0] if parts and parts[0] in modules else "__init__"
+
+    out = set()
+    for node in _runs_at_import(ast.parse(path.read_text()), lazy):
+        if isinstance(node, ast.ImportFrom):
+            if node.level == 1:
+                named = [m for m in (node.module or "").split(".") if m]
+            elif node.level == 0 and (node.module or "").startswith("coda_agent.primitives"):
+                named = node.module.split(".")[2:]
+            else:
+                continue
+            out |= {module_of(named)} if named else {module_of([a.name]) for a in node.names}
+        elif isinstance(node, ast.Import):
+            out |= {module_of(a.name.split(".")[2:]) for a in node.names if a.name.startswith("coda_agent.primitives")}
+    return out - {path.stem}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import circle of ``graph`` (module -> the modules it imports), or [] if it has none."""
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> list[str]:
+        if module in path:
+            return [*path[path.index(module):], module]
+        if module in done:
+            return []
+        for target in sorted(graph.get(module, ())):
+            found = visit(target, [*path, module])
+            if found:
+                return found
+        done.add(module)
+        return []
+
+    return next((c for c in (visit(m, []) for m in sorted(graph)) if c), [])
+
+
+def test_the_primitives_import_each_other_without_a_circle():
+    """Each module of the primitives sits on the ones below it (the layer map in primitives/__init__.py): none
+    imports, at import time or lazily inside a function, a module that imports it back."""
+    for lazy in (False, True):
+        graph = {p.stem: primitives_imports(p, lazy) for p in PRIMITIVES.glob("*.py")}
+        assert not _cycle(graph), (lazy, _cycle(graph))
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_no_primitives_module_imports_after_its_first_definition():
+    """Imports at the top: one at the bottom of a module is how a circle hides (it runs after the importer has
+    half loaded)."""
+    late = []
+    for path in sorted(PRIMITIVES.glob("*.py")):
+        body = ast.parse(path.read_text()).body
+        first = next((i for i, s in enumerate(body) if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))), len(body))
+        after = _runs_at_import(ast.Module(body=body[first:], type_ignores=[]), lazy=False)
+        late += [f"{path.name}:{n.lineno}" for n in after if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert not late, late

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from coda_agent import primitives as P
 from coda_agent.primitives import backend
-from coda_agent.primitives.configs import config_label
+from coda_agent.primitives.configs import chosen_config, config_label
 
 M, N, K = 64, 96, 32
 
@@ -306,7 +306,7 @@ def _configs_run(fn, *, override=None):
 
     def record(run):
         def observed(call):
-            seen.append(call.config)
+            seen.append(chosen_config(call))
             return run(call)
 
         return observed
@@ -500,7 +500,7 @@ def test_a_calls_space_comes_default_first_then_in_the_order_of_the_wave_model()
 
 
 def test_the_default_config_narrows_the_tile_in_packed_mode_and_where_the_arch_default_wastes_a_wave():
-    from coda_agent.primitives._epilogue import GemmCall, Operand
+    from coda_agent.primitives._call import GemmCall, Operand
     from coda_agent.primitives.configs import LONG_K_TILE, NARROW_TILE, PACKED_TILE, default_config, wave_cost
 
     @P.epilogue()
@@ -577,14 +577,14 @@ def test_a_schedule_crosses_the_wire_and_bad_entries_do_not():
 
 def test_the_quack_plan_key_is_the_calls_metadata_not_its_data():
     """QuACK plans are reused per key (``_quack.run``): one per layout, whatever the values."""
-    from coda_agent.primitives import _epilogue, _quack
+    from coda_agent.primitives import _call, _quack
 
     @P.epilogue()
     def scaled(acc, s):
         return {"D": acc * s}
 
     def key(a, b, s):
-        call = _epilogue.GemmCall(epi=scaled, A=a, B=b, C=None, operands={}, indices={}, out_dtype=a.dtype, config=None)
+        call = _call.GemmCall(epi=scaled, A=a, B=b, C=None, operands={}, indices={}, out_dtype=a.dtype, config=None)
         return _quack._plan_key(call, _quack._gemm_config(None), {"s": s})
 
     a, b = torch.randn(64, 32).bfloat16(), torch.randn(32, 48).bfloat16()
@@ -647,7 +647,7 @@ def test_the_quack_backend_launches_a_plan_as_quacks_own_run_does(monkeypatch, b
     import quack.epilogue.frontend as frontend
     import quack.gemm_runtime.host as host
 
-    from coda_agent.primitives import _epilogue, _quack
+    from coda_agent.primitives import _call, _quack
 
     launches = []
 
@@ -662,7 +662,7 @@ def test_the_quack_backend_launches_a_plan_as_quacks_own_run_does(monkeypatch, b
         return {"D": acc * s + c, "extra": acc}
 
     a, b, c = torch.randn(64, 32).bfloat16(), torch.randn(32, 48).bfloat16(), torch.randn(64, 48).bfloat16()
-    call = _epilogue.GemmCall(epi=scaled, A=a, B=b, C=c, operands={}, indices={}, out_dtype=a.dtype, config=None)
+    call = _call.GemmCall(epi=scaled, A=a, B=b, C=c, operands={}, indices={}, out_dtype=a.dtype, config=None)
     gemm_plan = SimpleNamespace(split_k=1)
     out = {"D": torch.empty(64, 48).bfloat16(), "extra": torch.empty(64, 48).bfloat16()}
     scratch, kw, counter = {"partials": torch.empty(4)}, {"s": 2.0}, torch.zeros(1, dtype=torch.int32)

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from coda_agent.primitives import backend
-from coda_agent.primitives._epilogue import GemmCall
+from coda_agent.primitives._call import GemmCall
 from coda_agent.runner.serve import Runner
 from coda_agent.tasks.loader import find_task, import_file, load_tasks
 

@@ -32,9 +32,9 @@ from pathlib import Path
 import torch
 
 from coda_agent.primitives import backend
-from coda_agent.primitives._epilogue import GemmCall
+from coda_agent.primitives._call import GemmCall
 from coda_agent.primitives.backend import Runner
-from coda_agent.primitives.configs import config_fields, config_from_fields, config_label, default_config
+from coda_agent.primitives.configs import chosen_config, config_fields, config_from_fields, config_label
 from coda_agent.tasks.loader import find_task, import_file
 from coda_agent.tasks.model import torch_dtype
 
@@ -57,7 +57,7 @@ def bench_configs(task_name: str, kernel: Path) -> dict[str, list[str]]:
 
         def seen(run: Runner, shape: str = point.name) -> Runner:
             def observe(call: GemmCall) -> dict[str, torch.Tensor]:
-                config = call.config or default_config(call)
+                config = chosen_config(call)
                 shapes = found.setdefault(json.dumps(None if config is None else config_fields(config)), [])
                 if shape not in shapes:
                     shapes.append(shape)

@@ -34,7 +34,7 @@ import torch
 from coda_agent.measure.baselines import cublas_gemms
 from coda_agent.measure.timing import Clock, RepPlan, paired_ratio, time_interleaved
 from coda_agent.primitives import Config, _ahead, _quack, backend
-from coda_agent.primitives.configs import default_config
+from coda_agent.primitives.configs import chosen_config
 from coda_agent.tasks.loader import find_task, import_file
 
 #: The configs of ``--sweep``, both clusters each: QuACK's SM90 space for gated epilogues (tile_n % 32 == 0), and
@@ -70,9 +70,9 @@ def _forced(run: Callable[..., Any]) -> Callable[..., Any]:
         if STATE["config"] is not None:
             call = dataclasses.replace(call, config=STATE["config"])
         if STATE["split"] is not None:
-            config = call.config or default_config(call) or Config()
+            config = chosen_config(call) or Config()
             call = dataclasses.replace(call, config=dataclasses.replace(config, split_k=STATE["split"]))
-        config = call.config or default_config(call) or Config()
+        config = chosen_config(call) or Config()
         ahead = STATE["ahead"]
         if config.load_ahead != bool(ahead):
             call = dataclasses.replace(call, config=dataclasses.replace(config, load_ahead=bool(ahead)))
@@ -119,7 +119,7 @@ def plain_twin(forward: Callable[..., Any], kwargs: dict[str, Any]) -> Callable[
                 forward(**kwargs)
             finally:
                 calls, STATE["calls"] = STATE["calls"], None
-            replays.extend((c.A, c.B, c.config or default_config(c) or Config()) for c in calls)
+            replays.extend((c.A, c.B, chosen_config(c) or Config()) for c in calls)
         return [gemm(bare, a, b, config=config)["D"] for a, b, config in replays]
     return run
 

@@ -17,6 +17,16 @@ a projection with a bias, a tanh-GELU and a per-row absolute maximum (say, for a
 The same code runs on the torch emulator (CPU) and as a QuACK kernel (GPU); the harness chooses. The
 harness also owns the schedule: it tunes each gemm call's :class:`Config` and pins the winners on
 ``forward`` with :func:`schedule`.
+
+Layers, each module importing only those below it (tests/test_layering.py holds the graph acyclic):
+
+* ``_config`` (Config and its SM90 rules, torch-free), ``_ops`` (pins, sinks), ``_values`` (value math),
+  ``host``, ``quack_patches``: leaves;
+* ``_call``: one call as every backend takes it (Epilogue, GemmCall); ``_schedule``: ``@schedule``'s pins;
+* ``configs``: the config space, the default and the config a call runs with (``chosen_config``); ``backend``:
+  which backend runs a call;
+* ``_emulator``, ``_quack`` (and its load-ahead kernel, ``_ahead``): the backends, loaded when picked;
+* ``_epilogue``: ``epilogue()`` and ``gemm()``, the front end, which checks a call and hands it to the backend.
 """
 
 from __future__ import annotations
@@ -25,8 +35,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ._call import Epilogue
     from ._config import Config, EpilogueError
-    from ._epilogue import Epilogue, epilogue, gemm
+    from ._epilogue import epilogue, gemm
     from ._ops import ColVecLoad, ColVecReduce, ColVecSelect, OnlineLSEReduce, RowVecLoad, RowVecReduce
     from ._schedule import schedule
     from ._values import (
@@ -86,7 +97,7 @@ __all__ = [
 
 #: The submodule of each public name. They load on first use (PEP 562): most import torch, and a verdict or a run
 #: record that names a :class:`Config` must load without it (listing tasks and results stays fast).
-_HOME = {"Config": "_config", "EpilogueError": "_config", "Epilogue": "_epilogue", "epilogue": "_epilogue",
+_HOME = {"Config": "_config", "EpilogueError": "_config", "Epilogue": "_call", "epilogue": "_epilogue",
          "gemm": "_epilogue", "schedule": "_schedule", "rstd_correction": "host", "rstd_from_sqsum": "host",
          **dict.fromkeys(("ColVecLoad", "ColVecReduce", "ColVecSelect", "OnlineLSEReduce", "RowVecLoad", "RowVecReduce"), "_ops")}
 

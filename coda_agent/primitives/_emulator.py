@@ -11,7 +11,8 @@ from typing import Any
 
 import torch
 
-from ._epilogue import EpilogueError, GemmCall
+from ._call import GemmCall
+from ._config import EpilogueError
 from ._ops import ColVecReduce, ColVecSelect, OnlineLSEReduce, RowVecReduce, Sink
 from ._values import Pair
 

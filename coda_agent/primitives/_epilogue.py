@@ -1,54 +1,26 @@
-"""The epilogue declaration, the GEMM call, and the operand rules both backends share.
+"""The candidate's front end: the ``@epilogue`` declaration, the ``gemm()`` call, and the operand rules.
 
 A candidate declares ``@epilogue(...)`` over a plain fn ``fn(acc, **operands) -> dict`` and calls
 ``gemm(epi, A, B, C, **operands)``. Everything a backend needs (operand kinds, shapes, dtypes, the
-config) is resolved here once, so the emulator and QuACK see exactly the same request and a mistake
-is reported identically on the CPU and on the GPU.
+configs asked for) is resolved here once into a :class:`~._call.GemmCall`, so the emulator and QuACK see exactly
+the same request and a mistake is reported identically on the CPU and on the GPU.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
-from ._config import TMA_ALIGN_BYTES, Config, EpilogueError, Major, Mode, tma_row_multiple
+from . import backend
+from ._call import Checked, Epilogue, GemmCall, Operand, OperandKind, b_major
+from ._config import TMA_ALIGN_BYTES, Config, EpilogueError, Mode, tma_row_multiple
 from ._ops import ColVecLoad, ColVecReduce, ColVecSelect, OnlineLSEReduce, Pin, RowVecLoad, RowVecReduce, Sink
+from ._schedule import pinned_config
 
-OperandKind = Literal["scalar", "row", "col", "tile"]
 RESERVED = frozenset({"acc", "D"})
-
-
-@dataclass
-class Epilogue:
-    """A declared epilogue: the fn plus what it reads and writes. Create it with :func:`epilogue`."""
-
-    fn: Callable[..., dict[str, Any]]
-    outputs: tuple[str, ...]
-    pins: Mapping[str, Pin]
-    sinks: Mapping[str, Sink]
-    mode: Mode
-    params: tuple[str, ...]  # the fn's parameters after ``acc``
-    backend_cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-    #: What :func:`gemm` accepted, by call signature (:func:`_signature`): a repeat call skips the checks.
-    checked_calls: dict[Hashable, _Checked] = field(default_factory=dict, repr=False, compare=False)
-
-    @property
-    def name(self) -> str:
-        return getattr(self.fn, "__name__", "epilogue")
-
-    @property
-    def operand_params(self) -> tuple[str, ...]:
-        """Parameters fed from ``gemm(**operands)`` (everything but ``c``)."""
-        return tuple(p for p in self.params if p != "c")
-
-    @property
-    def index_operands(self) -> tuple[str, ...]:
-        """Integer operands that feed :class:`ColVecSelect` sinks, not the fn."""
-        return tuple(s.index for s in self.sinks.values() if isinstance(s, ColVecSelect))
 
 
 def epilogue(
@@ -138,108 +110,6 @@ def epilogue(
     return decorate
 
 
-@dataclass(frozen=True)
-class Operand:
-    """One resolved operand: its kind and its value (a float for scalars, else a 2-D tensor)."""
-
-    kind: OperandKind
-    value: Any
-
-
-@dataclass(frozen=True)
-class GemmCall:
-    """A fully checked GEMM+epilogue request, the same object for every backend."""
-
-    epi: Epilogue
-    A: torch.Tensor  # (M, K)
-    B: torch.Tensor  # (K, N)
-    C: torch.Tensor | None
-    operands: Mapping[str, Operand]  # fn operands (rank-2 vectors as (1, len))
-    indices: Mapping[str, torch.Tensor]  # ColVecSelect index tensors, (M,)
-    out_dtype: torch.dtype
-    config: Config | None
-    store_d: bool = True
-    #: The metadata :func:`gemm` checked this call under (every tensor's dtype, shape, strides and offset, every
-    #: scalar's type, the configs asked for): under one config, calls of equal signatures run one kernel through
-    #: one plan. None: a call made outside gemm(); backends then derive their keys from the tensors.
-    signature: Hashable | None = None
-
-    @property
-    def m(self) -> int:
-        return self.A.shape[0]
-
-    @property
-    def n(self) -> int:
-        return self.B.shape[1]
-
-    @property
-    def key(self) -> tuple[str, int, int, int]:
-        """(epilogue name, M, N, K): how a :func:`schedule` names this call."""
-        return (self.epi.name, self.m, self.n, int(self.A.shape[1]))
-
-    @property
-    def b_major(self) -> Major:
-        return b_major(self.B)
-
-    @property
-    def reads_tiles(self) -> bool:
-        """Whether the epilogue reads an (M, N) tile from HBM (C, or a tile operand): what the load-ahead kernel
-        loads under the mainloop (``Config.load_ahead``)."""
-        return self.C is not None or any(op.kind == "tile" for op in self.operands.values())
-
-    def check_config(self, config: Config) -> None:
-        """``config`` against this call's mode, outputs, D and B's layout (:meth:`Config.check`)."""
-        config.check(self.epi.mode, bool(self.epi.outputs), self.store_d, self.b_major)
-
-    def stored_shapes(self) -> dict[str, tuple[int, int]]:
-        """The shapes of what the kernel stores (all in ``out_dtype``): D (unless ``store_d`` is off) and the extra
-        outputs."""
-        m, n = self.m, self.n
-        width = n // 2 if self.epi.mode == "acc_pair" else n
-        stored = {"D": (m, 2 * n) if self.epi.mode == "packed" else (m, n)} if self.store_d else {}
-        stored.update({name: (m, width) for name in self.epi.outputs})
-        return stored
-
-    def hbm_bytes(self) -> dict[str, int]:
-        """The bytes this call moves through HBM at the least (each tensor once), by what moves them: the GEMM's
-        operands ``A``/``B``, and the epilogue's: ``C``, ``tiles`` (full-tile operands), ``vectors`` (row/column
-        operands, select indices), ``D``, ``outputs`` (extra outputs) and ``reduces`` (each sink's (M,) or (N,) f32
-        result). The runner's op log records it; ``verifier.cost`` turns it into the cost estimate."""
-
-        def size(t: torch.Tensor) -> int:
-            return int(t.numel()) * t.element_size()
-
-        out = torch.finfo(self.out_dtype).bits // 8  # no tensor made: the runner's op log would record it
-        stored = {name: shape[0] * shape[1] * out for name, shape in self.stored_shapes().items()}
-        return {
-            "A": size(self.A), "B": size(self.B), "C": size(self.C) if self.C is not None else 0,
-            "tiles": sum(size(o.value) for o in self.operands.values() if o.kind == "tile"),
-            "vectors": sum(size(o.value) for o in self.operands.values() if o.kind in ("row", "col"))
-            + sum(size(t) for t in self.indices.values()),
-            "D": stored.pop("D", 0), "outputs": sum(stored.values()),
-            "reduces": sum(4 * (self.n if isinstance(s, RowVecReduce) else self.m) for s in self.epi.sinks.values()),
-        }
-
-    def stored_buffers(self, factory: Callable[..., torch.Tensor] = torch.empty) -> dict[str, torch.Tensor]:
-        """Buffers for what the kernel stores, on A's device (see :meth:`stored_shapes`)."""
-        return {name: factory(shape, dtype=self.out_dtype, device=self.A.device) for name, shape in self.stored_shapes().items()}
-
-    def zero_results(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-        """Zeros shaped as the kernel's results, on A's device: (D and the extra outputs, the reductions)."""
-        m, n, dev = self.m, self.n, self.A.device
-        stored = self.stored_buffers(torch.zeros)
-        reduced = {
-            name: torch.zeros(n if isinstance(sink, RowVecReduce) else m, dtype=torch.float32, device=dev)
-            for name, sink in self.epi.sinks.items()
-        }
-        return stored, reduced
-
-
-def b_major(B: torch.Tensor) -> Major:
-    """B's (K, N) layout as QuACK reads it (``gemm_tvm_ffi_utils.get_major`` of its (N, K) view)."""
-    return "k" if B.stride(0) == 1 else "n"
-
-
 
 #: What D and the extra outputs can be stored as.
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -294,16 +164,6 @@ def operand(kind: OperandKind, v: Any) -> Operand:
         return Operand(kind, v)
     with torch._C._DisableTorchDispatch():  # a view, which the runner's op log would not record: skip its Python
         return Operand(kind, v.reshape(1, v.shape[-1]))  # trip through the log (issue 9's host-bound rows)
-
-
-@dataclass(frozen=True)
-class _Checked:
-    """What :func:`gemm`'s checks concluded about a call signature: each operand's kind, D's dtype and the config
-    the call runs with (its own, or the running schedule's pin)."""
-
-    kinds: tuple[tuple[str, OperandKind], ...]
-    out_dtype: torch.dtype
-    config: Config | None
 
 
 #: Signatures one Epilogue remembers before it forgets them all (a forward whose shapes never repeat).
@@ -388,12 +248,13 @@ def gemm(
             epi.checked_calls[signature] = checked
     resolved = {name: operand(kind, operands[name]) for name, kind in checked.kinds}
     indices = {idx: operands[idx] for idx in epi.index_operands}
-    call = GemmCall(epi, A, B, C, resolved, indices, checked.out_dtype, checked.config, store_d, signature)
+    call = GemmCall(epi, A, B, C, resolved, indices, checked.out_dtype, config, store_d,
+                    pinned=checked.pinned, signature=signature)
     return backend.active().run(call)
 
 
 def _check(epi: Epilogue, A: Any, B: Any, C: Any, operands: dict[str, Any], out_dtype: Any, config: Any,
-           store_d: bool) -> _Checked:
+           store_d: bool) -> Checked:
     """gemm()'s checks of a call, each with the rule it broke; what they concluded, for every later call of the
     same signature."""
     for label, t in (("A", A), ("B", B)):
@@ -443,17 +304,16 @@ def _check(epi: Epilogue, A: Any, B: Any, C: Any, operands: dict[str, Any], out_
         raise EpilogueError("config must be a primitives.Config")
     key = (epi.name, m, n, int(A.shape[1]))
     pinned = pinned_config(key)
-    if pinned is not None:
+    if pinned is not None:  # the config that runs (configs.chosen_config): the call's own is never built
         try:
             pinned.check(epi.mode, bool(epi.outputs), store_d, b_major(B))
         except EpilogueError as exc:
             raise EpilogueError(f"schedule entry {key}: {exc}") from None
-        config = pinned
     elif config is not None:
         config.check(epi.mode, bool(epi.outputs), store_d, b_major(B))
     resolved = {name: operand(kind, operands[name]) for name, kind in kinds}
-    _check_tma_alignment(GemmCall(epi, A, B, C, resolved, indices, dtype, config, store_d))
-    return _Checked(kinds, dtype, config)
+    _check_tma_alignment(GemmCall(epi, A, B, C, resolved, indices, dtype, config, store_d, pinned=pinned))
+    return Checked(kinds, dtype, pinned)
 
 
 #: What a misaligned row width means, where gemm() finds one: the width is the shape's, which a kernel's author cannot
@@ -499,8 +359,3 @@ def _check_tma_alignment(call: GemmCall) -> None:
                 f"moves it with TMA, which needs rows of a multiple of {TMA_ALIGN_BYTES} bytes, so of a multiple of "
                 f"{tma_row_multiple(size)} elements; {SHAPE_MISALIGNED}"
             )
-
-
-# Last, as both import this module (the call, the config); gemm() asks them on every call, so not at call time.
-from . import backend  # noqa: E402
-from ._schedule import pinned_config  # noqa: E402

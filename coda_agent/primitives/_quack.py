@@ -11,16 +11,16 @@ Imported lazily (only the harness selects it). Two flavours:
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from contextlib import nullcontext
 from typing import Any
 
 import torch
 
-from ._epilogue import Config, GemmCall
+from ._call import GemmCall
+from ._config import Config
 from ._ops import ColVecLoad, ColVecReduce, ColVecSelect, OnlineLSEReduce, RowVecLoad, RowVecReduce
-from .configs import DYNAMIC_SCHEDULER, default_config, loads_ahead
+from .configs import DYNAMIC_SCHEDULER, kernel_config
 from .quack_patches import compile_only, split_k_plans
 
 _QUACK_MODE = {"element": None, "acc_pair": "acc_pair", "packed": "packed_cd_b16x2"}
@@ -62,19 +62,6 @@ def _epimod(call: GemmCall, ahead: bool) -> Any:
                  extra_ops=tuple(extra))
     epi.backend_cache[cache_key] = mod
     return mod
-
-
-def _config(call: GemmCall) -> Config:
-    """The call's config (its own, else :func:`.configs.default_config`), with ``load_ahead`` off where the
-    load-ahead kernel is not the one to run (:func:`.configs.loads_ahead`)."""
-    config = call.config or default_config(call) or Config()
-    return _kernel_config(config, loads_ahead(call, config))
-
-
-@functools.cache
-def _kernel_config(config: Config, ahead: bool) -> Config:
-    """``config`` with ``load_ahead`` saying which kernel runs (memoised: it is asked on every launch)."""
-    return config if config.load_ahead == ahead else dataclasses.replace(config, load_ahead=ahead)
 
 
 @functools.cache
@@ -163,10 +150,9 @@ _TILE_COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
 
 
 def run(call: GemmCall) -> dict[str, torch.Tensor]:
-    """Launch the fused kernel (its config, else :func:`.configs.default_config`; no tuning) through a QuACK plan
-    built once per call metadata, as QuACK's eager call replays its own, but with the reused
-    :func:`_tile_counter`."""
-    config = _config(call)
+    """Launch the fused kernel (:func:`.configs.kernel_config`; no tuning) through a QuACK plan built once per call
+    metadata, as QuACK's eager call replays its own, but with the reused :func:`_tile_counter`."""
+    config = kernel_config(call)
     mod = _epimod(call, config.load_ahead)
     kw, selects = _operands(call)
     config = _gemm_config(config)
@@ -231,7 +217,7 @@ _SPLIT_K_BUFFERS: dict[tuple[int, int, tuple[Any, ...]], tuple[torch.Tensor, tor
 def run_compile_only(call: GemmCall) -> dict[str, torch.Tensor]:
     """Compile the kernel for sm_90a (or the arch the environment names) without launching it (no GPU needed)."""
     with compile_only():
-        config = _config(call)
+        config = kernel_config(call)
         mod = _epimod(call, config.load_ahead)
         kw, selects = _operands(call)
         out, reduced = call.zero_results()

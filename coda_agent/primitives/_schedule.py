@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from ._epilogue import Config, EpilogueError
+from ._config import Config, EpilogueError
 
 #: A gemm call's identity in a schedule: (epilogue fn name, M, N, K).
 ScheduleKey = tuple[str, int, int, int]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._epilogue import GemmCall
+from ._call import GemmCall, Runner
 
 BACKENDS = ("torch", "quack", "quack-compile", "shapes")
 
@@ -27,7 +27,7 @@ class Backend:
     """A named way to execute a :class:`GemmCall`."""
 
     name: str
-    run: Callable[[GemmCall], dict[str, torch.Tensor]]
+    run: Runner
 
 
 def _shapes_only(call: GemmCall) -> dict[str, torch.Tensor]:
@@ -61,9 +61,6 @@ _active: list[Backend] = [_make("torch")]
 def active() -> Backend:
     """The backend ``gemm`` runs on now."""
     return _active[-1]
-
-
-Runner = Callable[[GemmCall], dict[str, torch.Tensor]]
 
 
 def set_backend(name: str, wrap: Callable[[Runner], Runner] | None = None) -> Backend:

@@ -7,20 +7,23 @@ Not part of the candidate surface (``coda_agent.primitives.__all__``), like :mod
   of fewer tiles than SMs, used by the offline tuner of the human kernels and by the verifier's ``tune`` stage;
 * ``Config(...)`` source text and short labels;
 * a schedule on the wire (JSON) between the checker and the sandboxed runner;
+* the config a gemm call runs with (:func:`chosen_config`, :func:`kernel_config`): the one home of the precedence
+  (the harness's schedule > the call's ``config=`` > :func:`default_config`) and of the load-ahead decision;
 * :class:`ScheduleOverride`: the harness's schedule, applied to every gemm call over whatever the candidate
-  pinned or passed (precedence: harness override > ``@schedule`` > the call's ``config=`` > the default).
+  pinned or passed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-from ._epilogue import Config, EpilogueError, GemmCall, Major, Mode
+from ._call import GemmCall, Runner
+from ._config import Config, EpilogueError, Major, Mode
 from ._ops import RowVecReduce
 from ._schedule import ScheduleKey
 from .quack_patches import H200_SM_COUNT
@@ -46,7 +49,6 @@ STARVED_SPLITS = tuple(Config(tile_n=n, split_k=s) for n in (128, 192) for s in 
 MIN_SPLIT_DEPTH = 1024
 
 Schedule = Mapping[ScheduleKey, Config]
-Runner = Callable[[GemmCall], dict[str, torch.Tensor]]
 
 
 def config_space(mode: Mode, has_outputs: bool, mnk: tuple[int, int, int] | None = None, store_d: bool = True,
@@ -185,6 +187,26 @@ def _element_default(m: int, n: int, long_light: bool, sms: int) -> Config | Non
     return NARROW_TILE if gain >= NARROW_MIN_GAIN else None
 
 
+def chosen_config(call: GemmCall) -> Config | None:
+    """The config a gemm call runs with, by precedence: the schedule in force pins it (``call.pinned``: the
+    harness's :class:`ScheduleOverride`, else ``forward``'s ``@schedule``), else the call's own ``config=``, else
+    :func:`default_config`; None: QuACK's arch default, ``Config()``. The runner's op log records it."""
+    return call.pinned or call.config or default_config(call)
+
+
+def kernel_config(call: GemmCall) -> Config:
+    """:func:`chosen_config`, with ``load_ahead`` saying which kernel runs (:func:`loads_ahead`): what the QuACK
+    backend builds and launches."""
+    config = chosen_config(call) or Config()
+    return _with_ahead(config, loads_ahead(call, config))
+
+
+@functools.cache
+def _with_ahead(config: Config, ahead: bool) -> Config:
+    """``config`` with ``load_ahead`` set to ``ahead`` (memoised: it is asked on every launch)."""
+    return config if config.load_ahead == ahead else dataclasses.replace(config, load_ahead=ahead)
+
+
 def config_literal(c: Config) -> str:
     """``Config(...)`` source for a config, naming only the fields that differ from the default."""
     default = Config()
@@ -255,6 +277,6 @@ class ScheduleOverride:
             if config is None:
                 return run(call)
             call.check_config(config)
-            return run(dataclasses.replace(call, config=config))
+            return run(dataclasses.replace(call, pinned=config))
 
         return overridden

@@ -28,8 +28,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..measure.timing import FLUSH_BYTES, lead_in
 from ..primitives import backend
-from ..primitives._epilogue import EpilogueError, GemmCall
-from ..primitives.configs import ScheduleOverride, config_fields, default_config, schedule_from_wire
+from ..primitives._call import GemmCall
+from ..primitives._config import EpilogueError
+from ..primitives.configs import ScheduleOverride, chosen_config, config_fields, schedule_from_wire
 from .candidate import CandidateModule, candidate_trace
 from .protocol import Channel, ProtocolError, TensorRef, read_tensors, write_tensors
 
@@ -69,7 +70,7 @@ class OpLog(TorchDispatchMode):
     def wrap_backend(self, run: Callable[[GemmCall], dict[str, torch.Tensor]]) -> Callable[[GemmCall], dict[str, torch.Tensor]]:
         def observed(call: GemmCall) -> dict[str, torch.Tensor]:
             if self._recording:
-                config = call.config or default_config(call)  # the config the GPU runs it with
+                config = chosen_config(call)  # the config the GPU runs it with
                 self.calls[-1].append({
                     "gemm": [call.m, call.n, int(call.A.shape[1])],
                     "sinks": sorted(type(s).__name__ for s in call.epi.sinks.values()), "mode": call.epi.mode,

@@ -52,7 +52,7 @@ import torch
 from ..atomic import write_text_atomic
 from ..measure.timing import RepPlan, Timing
 from ..primitives import Config
-from ..primitives._epilogue import Major, Mode
+from ..primitives._config import Major, Mode
 from ..primitives._schedule import ScheduleKey
 from ..primitives.configs import (
     Schedule,
