@@ -110,15 +110,15 @@ def _summary_table(rows: list[lb.SummaryRow]) -> Table:
             table.add_column(header, no_wrap=True)
         else:
             table.add_column(header, justify="right", no_wrap=True)
-    previous: tuple[str, int, str] | None = None
+    previous: tuple[str, int, str | None, str] | None = None
     for r in rows:
         cells = [untrusted(lbt.summary_cell(r, k)) for _, k in lbt.SUMMARY_COLUMNS]
-        if (r.task, r.task_version, r.device) == previous:
+        if (r.task, r.task_version, r.task_hash, r.device) == previous:
             cells[0] = cells[1] = ""
         if r.correct is False:
             cells[3] = "[red]no[/]"
         table.add_row(*cells, style="bold" if r.kind == "human" else "dim" if r.section == "apart" else "")
-        previous = (r.task, r.task_version, r.device)
+        previous = (r.task, r.task_version, r.task_hash, r.device)
     return table
 
 

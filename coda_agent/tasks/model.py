@@ -7,6 +7,7 @@ A task is a YAML file plus a Python FP32 reference next to it (and a human kerne
 from __future__ import annotations
 
 import ast
+import hashlib
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -22,6 +23,9 @@ DType = Literal["bfloat16", "float16", "float32", "int32", "int64"]
 Family = Literal["forward", "backward", "block"]
 Expr = str | int | float
 
+
+#: Hex digits of :attr:`Task.content_hash` kept: enough that two versions of one task never collide.
+TASK_HASH_CHARS = 12
 
 #: Bytes per element of each task dtype (the speed-of-light byte count needs no torch).
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "int32": 4, "int64": 8}
@@ -346,6 +350,16 @@ class Task(_Strict):
     @property
     def human_file(self) -> Path | None:
         return self.path.parent / self.human if self.human else None
+
+    @property
+    def content_hash(self) -> str:
+        """A short hash of what defines the operator, the YAML file and its reference (not the human kernel, one
+        author's answer): a task's identity, so two different tasks under one name are never ranked together."""
+        digest = hashlib.sha256()
+        for f in (self.path, self.reference_file):
+            data = f.read_bytes() if f.is_file() else b""
+            digest.update(len(data).to_bytes(8, "little") + data)  # the two files' bytes never run into each other
+        return digest.hexdigest()[:TASK_HASH_CHARS]
 
     def shape(self, set_name: str, name: str | None = None) -> list[ShapePoint]:
         """The shape points of a set (or the one named ``name``)."""
