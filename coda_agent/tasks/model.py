@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -353,12 +354,12 @@ class Task(_Strict):
 
     @property
     def content_hash(self) -> str:
-        """A short hash of what defines the operator, the YAML file and its reference (not the human kernel, one
-        author's answer): a task's identity, so two different tasks under one name are never ranked together."""
-        digest = hashlib.sha256()
-        for f in (self.path, self.reference_file):
-            data = f.read_bytes() if f.is_file() else b""
-            digest.update(len(data).to_bytes(8, "little") + data)  # the two files' bytes never run into each other
+        """A short hash of what defines the operator: the task's fields as loaded (a comment or a reformatting is no
+        other task) and its reference's text; not its ``human:`` kernel, one author's answer. A task's identity, so
+        two different tasks under one name are never ranked together."""
+        fields = json.dumps(self.model_dump(mode="json", exclude={"human"}), sort_keys=True).encode()
+        reference = self.reference_file.read_bytes() if self.reference_file.is_file() else b""
+        digest = hashlib.sha256(len(fields).to_bytes(8, "little") + fields + reference)
         return digest.hexdigest()[:TASK_HASH_CHARS]
 
     def shape(self, set_name: str, name: str | None = None) -> list[ShapePoint]:
