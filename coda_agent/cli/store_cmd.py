@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import errno
 import json
 from pathlib import Path
 
@@ -349,7 +350,8 @@ def view(
     try:
         server = serve(site, host=host, port=port)
     except OSError as exc:
-        raise UserError(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+        why = "the port is in use (another viewer?)" if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc)
+        raise UserError(f"cannot listen on {host}:{port}: {why}; pass another --port (--port 0: any free one)") from None
     console.print(f"coda-agent viewer on http://{host}:{server.server_address[1]}/ (Ctrl-C to stop)", highlight=False)
     try:
         server.serve_forever()

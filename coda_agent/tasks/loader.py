@@ -214,7 +214,7 @@ def task_sources() -> list[TaskSource]:
         if raw.strip():
             folder = Path(raw.strip()).expanduser()
             if not folder.is_dir():
-                raise TaskError(f"{TASKS_ENV}: {folder}: no such folder")
+                raise TaskError(f"{TASKS_ENV}: {folder}: no such folder (fix the path in ${TASKS_ENV}, or unset it)")
             sources.append(TaskSource(TASKS_ENV, folder))
     if LOCAL_TASK_DIR.is_dir():
         sources.append(TaskSource("./tasks", LOCAL_TASK_DIR))
@@ -329,7 +329,8 @@ def reference_function(task: Task) -> Callable[..., dict[str, Any]]:
     """The task's FP32 reference ``fn(**inputs, **constants) -> {output: tensor}``."""
     path = task.reference_file
     if not path.exists():
-        raise TaskError(f"{task.path}: reference: file {path.name} not found next to the task")
+        raise TaskError(f"{task.path}: reference: file {path.name} not found next to the task (fix reference: to name "
+                        f"the .py file beside the task, as file.py:function)")
     try:
         module = import_file(path, f"coda_task_ref_{task.name.replace('-', '_')}")
     except Exception as exc:
