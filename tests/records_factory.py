@@ -70,6 +70,8 @@ def make_run(
     stages: list[str] | None = None,
     code: str = GOOD_CODE,
     priced: bool = True,
+    task_hash: str | None = None,
+    task_path: str | None = None,
 ) -> Path:
     """A finished run: one attempt per outcome (one per round); passing attempts timed at ``times`` (shape -> µs).
 
@@ -78,10 +80,11 @@ def make_run(
     ``session`` adds what the agent's profile stage records next to a candidate (shape -> human_us,
     eager, compiled, cublas, sol_us), and the header's ``human_timing``.
     """
-    run_id = run_id or hashlib.sha1(repr((task, version, model, device, created, outcomes)).encode()).hexdigest()[:8]
+    run_id = run_id or hashlib.sha1(repr((task, version, model, device, created, outcomes, task_hash)).encode()).hexdigest()[:8]
     d = runs_dir / f"{created:%Y%m%d-%H%M%S}_{task}_{run_id}"
     header = RunHeader(
-        run_id=run_id, created=created, task=task, task_version=version, task_path=f"tasks/{task}.yaml", model=model,
+        run_id=run_id, created=created, task=task, task_version=version, task_path=task_path or f"tasks/{task}.yaml",
+        task_hash=task_hash, model=model,
         params=params if params is not None else {"temperature": 0.2}, device=device, host="box1",
         verifier_stages=stages if stages is not None else ["static", "correctness"], git_commit="abc1234def",
     )
@@ -143,10 +146,10 @@ def make_run(
 
 def bench_row(task: str, shape: str, human: float | None, *, version: int = 1, eager: float = 200.0,
               compiled: float = 150.0, cublas: float = 95.0, sol: float = 80.0, correct: bool = True,
-              author: str = "human") -> BenchRow:
+              author: str = "human", task_hash: str | None = None) -> BenchRow:
     t = lambda us: Timing(median_us=us, p10_us=us * 0.98, p90_us=us * 1.02, reps=100)  # noqa: E731
     return BenchRow(
-        task=task, task_version=version, shape=shape, dims={"M": 4096, "N": 4096, "K": 4096}, author=author,
+        task=task, task_version=version, task_hash=task_hash, shape=shape, dims={"M": 4096, "N": 4096, "K": 4096}, author=author,
         correct=correct, verdict_reason="" if correct else "output y outside tolerance",
         candidate=t(human) if human is not None else None, eager=t(eager), compiled=t(compiled), cublas=t(cublas),
         sol_us=sol, flops=1.4e11, min_bytes=1e8, launches=1,

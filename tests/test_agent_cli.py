@@ -19,6 +19,7 @@ from coda_agent.store.rundir import RunReader
 
 from .conftest import EXAMPLE_SCRIPT, REPO, TASK_DIR, cli, invoke
 from .fake_llm_server import OPENAI_PATH, FakeLLMServer, openai_chat
+from .records_factory import make_run
 
 SCRIPT = "gemm_residual_three_attempts"  # the shipped example, by name: works from any folder
 TASK_YAML = str(TASK_DIR / "gemm_residual_rmsnorm.yaml")
@@ -166,6 +167,21 @@ def test_missing_or_bad_model_is_one_clear_line(tmp_path, capsys, monkeypatch):
     code, _, err = cli(capsys, "run", "--resume", "nope", "--runs-dir", str(tmp_path))
     assert code == 2 and "no run 'nope'" in err
     assert not list(tmp_path.iterdir())
+    code, _, err = cli(capsys, "run", TASK_YAML, "--model", "antropic/claude-sonnet-4-5", "--runs-dir", str(tmp_path))
+    assert code == 2 and "(did you mean anthropic/claude-sonnet-4-5?)" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_run_record_given_as_the_task_names_resume(tmp_path, capsys):
+    """A run's folder, a folder of runs or a sweep's file where a task goes: one line saying --resume continues it."""
+    runs = tmp_path / "runs"
+    run = make_run(runs)
+    (runs / "s1.sweep.json").write_text("{}")
+    for ref, what in ((str(run), "a run's record"), (run.name, "a run's record"), (str(runs), "a folder of run records"),
+                      (str(runs / "s1.sweep.json"), "a sweep's record")):
+        code, _, err = cli(capsys, "run", ref, "--model", "mock/echo", "--runs-dir", str(runs))
+        line = " ".join(err.split())
+        assert code == 2 and what in line and "coda-agent run --resume" in line and err.count("\n") == 1, err
+    assert sorted(p.name for p in runs.iterdir()) == sorted([run.name, "s1.sweep.json"])  # nothing started
 
 
 def test_ctrl_c_marks_the_run_interrupted_and_says_how_to_resume(tmp_path):

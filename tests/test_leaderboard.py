@@ -14,6 +14,7 @@ from coda_agent.cli import main
 from coda_agent.store import leaderboard as lb
 from coda_agent.store import leaderboard_text as lbt
 from coda_agent.store.index import Index
+from coda_agent.tasks.loader import BUILTIN_TASK_DIR
 
 from .records_factory import H200, REASONS, T0, bench_row, make_bench, make_run
 
@@ -387,3 +388,34 @@ def test_a_run_that_ended_before_its_first_attempt_is_no_authors_result(tmp_path
 def test_a_bench_folder_that_does_not_exist_is_named_as_such(tmp_path):
     assert lbt.missing_bench_note(tmp_path / "nope").startswith(f"no bench results found in {tmp_path / 'nope'} (no such folder)")
     assert "(no such folder)" not in lbt.missing_bench_note(tmp_path)  # there, but empty
+
+
+def test_two_tasks_under_one_name_never_share_a_row_and_old_records_join_the_one_they_match(tmp_path, monkeypatch, capsys):
+    """A task's identity is its content: an edited copy of a built-in, run under the built-in's name and version,
+    is ranked apart and labelled; a run recorded before hashes joins the one content its name has, if only one."""
+    runs = tmp_path / "runs"
+    builtin = str(BUILTIN_TASK_DIR / "gemm_rmsnorm.yaml")
+    make_bench(tmp_path / "bench", [bench_row("gemm_rmsnorm", "s", 100.0, task_hash="aaaa")])
+    make_run(runs, model="a/old", outcomes=("passed",), times={"s": 120.0})  # no hash: recorded before hashes
+    make_run(runs, model="a/builtin", outcomes=("passed",), times={"s": 110.0}, task_hash="aaaa", task_path=builtin,
+             created=T0 + timedelta(hours=1))
+    assert [e.author for e in board(tmp_path).groups[0].entries][:3] == ["human", "a/builtin", "a/old"]
+    assert board(tmp_path).groups[0].content == ""  # one content: nothing to tell apart
+
+    make_run(runs, model="a/edited", outcomes=("passed",), times={"s": 50.0}, task_hash="bbbb",
+             task_path="/home/me/tasks/gemm_rmsnorm.yaml", created=T0 + timedelta(hours=2))
+    b = board(tmp_path)
+    main, apart = b.groups[0], next(g for g in b.apart if g.task_hash == "bbbb")
+    assert (main.task_hash, [e.author for e in main.entries][:2]) == ("aaaa", ["human", "a/builtin"])
+    assert main.content == "content aaaa, built-in" and "(content aaaa, built-in)" in main.title
+    assert [e.author for e in apart.entries] == ["a/edited"] and apart.entries[0].vs_human is None
+    assert apart.content == "content bbbb, /home/me/tasks/gemm_rmsnorm.yaml"
+    # a record without a hash is no longer known to be either: a group of its own
+    assert [e.author for e in main.entries if e.kind != "baseline"] == ["human", "a/builtin"]
+    unknown = next(g for g in (*b.groups, *b.apart) if g.task_hash is None)
+    assert [e.author for e in unknown.entries] == ["a/old"] and unknown.content == "content not recorded"
+    summary = {r.author: r for r in lb.summarize(b)}
+    assert summary["a/edited"].apart_why == "other content" and summary["a/builtin"].section == "main"
+
+    code, out, _ = run_cli(monkeypatch, capsys, "leaderboard", "--runs-dir", str(runs), "--bench-dir", str(tmp_path / "bench"))
+    assert code == 0 and "content bbbb" in out and "content aaaa, built-in" in out

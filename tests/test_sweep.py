@@ -211,5 +211,7 @@ def test_a_sweep_calls_a_task_by_its_name_not_its_file_name(tmp_path):
     renamed = tmp_path / "my_copy.yaml"
     shutil.copy(suite, renamed)
     shutil.copy(TASK_DIR / find_task("gemm_residual").reference_file.name, tmp_path)
+    (tmp_path / "human").mkdir()  # the copy names its human kernel: a task whose human: file is missing does not load
+    shutil.copy(TASK_DIR / "human" / "gemm_residual.py", tmp_path / "human")
     assert task_name(str(renamed)) == "gemm_residual"
     assert task_name(str(tmp_path / "gone.yaml")) == "gone"  # a file that no longer loads: its stem

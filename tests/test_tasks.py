@@ -389,7 +389,6 @@ def test_tasks_are_found_in_the_suite_then_coda_agent_tasks_then_dot_tasks(tmp_p
     extra.mkdir()
     (work / "tasks").mkdir(parents=True)
     write_task(extra, name="mine")
-    write_task(extra, name="gemm_residual")  # shadowed by the built-in task of that name
     write_task(work / "tasks", name="local")
     monkeypatch.chdir(work)
     monkeypatch.setenv("CODA_AGENT_TASKS", str(extra) + os.pathsep)  # empty entries are skipped, as in PATH
@@ -401,6 +400,7 @@ def test_tasks_are_found_in_the_suite_then_coda_agent_tasks_then_dot_tasks(tmp_p
     rows = {r["name"]: r for r in json.loads(out)}
     assert len(rows) == 15 and rows["mine"]["source"] == "CODA_AGENT_TASKS" and rows["local"]["source"] == "./tasks"
     assert rows["gemm_residual"]["source"] == "built-in" and rows["gemm_swiglu"]["shapes"]["small"]
+    assert rows["gemm_residual"]["shadows"] is None and len(rows["mine"]["task_hash"]) == 12
     code, out, _ = cli(capsys, "tasks")
     assert code == 0 and "15 tasks" in out and "built-in" in out and "./tasks" in out
 
@@ -530,3 +530,73 @@ def test_an_unknown_task_names_every_place_it_was_looked_for(tmp_path, monkeypat
     monkeypatch.setenv("CODA_AGENT_TASKS", str(tmp_path / "more"))
     code, _, err = cli(capsys, "verify", "nosuch")
     assert code == 2 and f"in the built-in suite {TASK_DIR}, $CODA_AGENT_TASKS {tmp_path / 'more'}, ./tasks (known: " in err
+
+
+def test_a_task_is_its_content_its_fields_and_reference_not_its_human_kernel(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    copy = load_task(write_task(tmp_path / "a"))
+    before = copy.content_hash
+    assert len(before) == 12
+    (tmp_path / "b" / "human.py").write_text("# one author's answer\n")
+    with_human = write_task(tmp_path / "b", edit=lambda d: d.update(human="human.py"))
+    with_human.write_text("# a comment, the same task\n" + with_human.read_text())
+    assert load_task(with_human).content_hash == before  # a human kernel is an answer, not the operator
+    assert load_task(write_task(tmp_path / "b", edit=lambda d: d.update(launch_budget=9))).content_hash != before
+    (tmp_path / "a" / "ref.py").write_text((tmp_path / "a" / "ref.py").read_text() + "\n# edited\n")
+    assert copy.content_hash != before  # the reference defines the operator
+
+
+def test_a_local_copy_of_a_built_in_is_listed_and_its_name_refused_while_they_differ(tmp_path, monkeypatch, capsys):
+    """An edited copy of a built-in task in ./tasks is listed beside it, and ``run NAME`` says that the name stands for
+    two tasks (both files named) instead of silently taking one; run by its path, either is used. An unedited copy
+    is the same task: the name finds it."""
+    local = tmp_path / "tasks"
+    local.mkdir()
+    builtin = TASK_DIR / "gemm_residual.yaml"
+    for f in (builtin, builtin.with_suffix(".py")):
+        (local / f.name).write_text(f.read_text())
+    (local / "gemm_residual.yaml").write_text(builtin.read_text().replace("human: human/gemm_residual.py\n", ""))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CODA_AGENT_TASKS", raising=False)
+    assert find_task("gemm_residual").path == builtin  # the human kernel is not the operator: the same task
+    (local / "gemm_residual.py").write_text(builtin.with_suffix(".py").read_text() + "\n# edited\n")
+    with pytest.raises(TaskError) as refused:
+        find_task("gemm_residual")
+    message = str(refused.value)
+    assert "\n" not in message and str(builtin) in message and str((local / "gemm_residual.yaml").resolve()) in message
+    assert "pass the path of the one you mean" in message
+    assert find_task("tasks/gemm_residual.yaml").path == (local / "gemm_residual.yaml").resolve()
+
+    code, out, err = cli(capsys, "tasks", "--format", "json")
+    rows = [r for r in json.loads(out) if r["name"] == "gemm_residual"]
+    assert code == 0 and [r["source"] for r in rows] == ["built-in", "./tasks"]
+    assert rows[0]["task_hash"] != rows[1]["task_hash"] and "run each by its path" in rows[1]["shadows"]
+    code, out, _ = cli(capsys, "tasks")
+    assert code == 0 and "run each by its path" in " ".join(out.split())
+    code, _, err = cli(capsys, "run", "gemm_residual", "--model", "mock/echo")
+    assert code == 2 and "stands for 2 different tasks" in err and err.count("\n") == 1
+
+
+def test_a_missing_human_kernel_says_the_field_is_optional_in_every_command(tmp_path, capsys):
+    path = write_task(tmp_path, edit=lambda d: d.update(human="human/t.py"))
+    with pytest.raises(TaskError, match=r"line \d+: human: human/t.py not found next to the task \(the field is optional: fix"):
+        load_task(path)
+    code, _, listed = cli(capsys, "tasks", str(path))
+    assert code == 2 and "human/t.py not found" in listed and "drop the line" in listed
+    code, out, _ = cli(capsys, "validate", str(path))
+    assert code == 1 and "human/t.py not found" in out and "drop the line" in out
+
+
+def test_a_python_file_given_as_a_task_names_the_task_file(tmp_path, capsys):
+    path = write_task(tmp_path)
+    with pytest.raises(TaskError, match=r"ref\.py: the reference of a task, not a task file; pass the task: .*t\.yaml"):
+        find_task(str(tmp_path / "ref.py"))
+    human = TASK_DIR / "human" / "gemm_residual.py"
+    with pytest.raises(TaskError, match=r"the human kernel of a task, not a task file; pass the task: .*gemm_residual\.yaml"):
+        load_task(human)
+    (tmp_path / "other.py").write_text("x = 1\n")
+    code, out, _ = cli(capsys, "validate", str(tmp_path / "other.py"))
+    assert code == 1 and "other.py: a Python file, not a task file; pass the task's YAML file" in out
+    code, _, err = cli(capsys, "tasks", str(path.with_name("ref.py")))
+    assert code == 2 and "the reference of a task, not a task file; pass the task:" in err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import unicodedata
 import urllib.error
@@ -281,6 +282,12 @@ def test_view_refuses_other_hosts_without_the_unsafe_flag(tmp_path, monkeypatch,
     assert code == 2 and "refusing to serve on 0.0.0.0" in err and "--unsafe-host" in err
     code, _, err = run_cli(monkeypatch, capsys, "view", "--port", "70000")
     assert code == 2 and "must be 0-65535" in err
+    with socket.socket() as busy:  # another viewer holds the port: the fix is another --port
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        code, _, err = run_cli(monkeypatch, capsys, "view", "--port", str(port))
+    assert code == 2 and f"cannot listen on 127.0.0.1:{port}: the port is in use" in err and "pass another --port" in err
     make_run(tmp_path / "runs", outcomes=("passed",))
     code, out, _ = run_cli(monkeypatch, capsys, "view", "--export", str(tmp_path / "out"))
     assert code == 0 and "wrote 9 files" in out and (tmp_path / "out" / "index.html").exists()

@@ -300,7 +300,7 @@ class Agent:
         commit, dirty = git_state()
         header = RunHeader(
             run_id=new_run_id(task.name, created.astimezone()), created=created, task=task.name, task_version=task.version,
-            task_path=str(task.path), model=config.model, params=config.params(), budgets=config.budgets,
+            task_path=str(task.path), task_hash=task.content_hash, model=config.model, params=config.params(), budgets=config.budgets,
             target=config.target_for(task), verifier_stages=list(config.stages), git_commit=commit, git_dirty=dirty,
             packages=package_versions(), device=_device(config), host=host_name(),
         )

@@ -19,6 +19,7 @@ class BenchRow(BaseModel):
 
     task: str
     task_version: int
+    task_hash: str | None = Field(default=None, description="the task's content hash (Task.content_hash); None: not recorded")
     shape: str
     dims: dict[str, int]
     author: str = "human"

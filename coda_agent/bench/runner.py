@@ -145,7 +145,7 @@ def checked_rows(task: Task, opts: BenchOptions, checked: Verdict, peaks: Peaks)
         flops, nbytes = task.flops(point.dims), task.min_bytes(point.dims)
         rows.append(
             BenchRow(
-                task=task.name, task_version=task.version, shape=point.name, dims=point.dims, correct=ok,
+                task=task.name, task_version=task.version, task_hash=task.content_hash, shape=point.name, dims=point.dims, correct=ok,
                 verdict_reason=reason, sol_us=speed_of_light_us(flops, nbytes, peaks), flops=flops, min_bytes=nbytes,
                 launches=launched.get("launches") if isinstance(launched, dict) else launched, family=task.family,
                 gemms=[list(g) for g in task.gemm_shapes(point.dims)], pending=ok,
@@ -236,7 +236,7 @@ def reusable_rows(previous: BenchRun, tasks: list[Task], opts: BenchOptions) -> 
     for task in tasks:
         rows = [r for r in previous.rows if r.task == task.name]
         wanted = [p.name for p in shape_points(task, opts)]
-        if rows and [r.shape for r in rows] == wanted and all(r.task_version == task.version for r in rows):
+        if rows and [r.shape for r in rows] == wanted and all(r.task_version == task.version and r.task_hash in (None, task.content_hash) for r in rows):
             kept[task.name] = rows
     return kept
 

@@ -425,9 +425,11 @@ def recorded_run(name: str, base: Path, model: str | None, task: str | None, red
             f"attempts (and any later round, whose prompts were built on them): coda-agent run --resume {run_dir} --redo-corrupt"
         )
     if task and Path(task).stem != header.task and task != header.task:
-        raise UserError(f"run {header.run_id} is on task {header.task}, not {task}")
+        raise UserError(f"run {header.run_id} is on task {header.task}, not {task}: drop the task (--resume takes the run's), "
+                        f"or start a new run on {task}")
     if model and model != header.model:
-        raise UserError(f"run {header.run_id} used {header.model}; a resumed run continues with the same model")
+        raise UserError(f"run {header.run_id} used {header.model}; a resumed run continues with the same model: drop --model, "
+                        "or start a new run with it")
     return run_dir, reader
 
 

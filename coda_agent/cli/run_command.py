@@ -12,6 +12,7 @@ import typer
 from ..execute import EXECUTORS
 from ..settings import RUNS_DIR_ENV
 from ..settings import runs_dir as default_runs_dir
+from ..store.rundir import is_run_dir
 from ..tasks.loader import find_recorded_task, find_task
 from ..verifier.plan import DEFAULT_TUNE_BUDGET_S
 from . import UserError, app
@@ -100,6 +101,7 @@ def run_cmd(
     tasks, models = list(task or []), list(model or [])
     if redo_corrupt and not resume:
         raise UserError("--redo-corrupt goes with --resume RUN")
+    refuse_records_as_tasks(tasks, base)
     if resume and is_sweep(resume, base):
         raise typer.Exit(resume_sweep(resume, base, options, jobs, redo_corrupt, total_dollars, (executor, address)))
     if not resume and (len(models) > 1 or len(tasks) > 1 or any(Path(t).is_dir() for t in tasks)):
@@ -142,3 +144,19 @@ def run_cmd(
         run_dir = agent.run_dir
     with workers:
         _run_one(agent, provider, run_dir, workers, plain)
+
+
+def refuse_records_as_tasks(tasks: list[str], base: Path) -> None:
+    """A run's folder (or a folder of runs, or a sweep's file) given where a task goes: one line naming ``--resume``,
+    which continues it, before the task loader says only that it holds no task."""
+    from .sweep import SWEEP_SUFFIX
+
+    for ref in tasks:
+        p = Path(ref)
+        if is_run_dir(p) or (p.name == ref and is_run_dir(base / ref)):
+            raise UserError(f"{ref}: a run's record, not a task; to continue that run: coda-agent run --resume {ref}")
+        if p.name.endswith(SWEEP_SUFFIX) and p.is_file():
+            raise UserError(f"{ref}: a sweep's record, not a task; to continue that sweep: coda-agent run --resume {ref}")
+        if p.is_dir() and not any(p.glob("*.y*ml")) and any(is_run_dir(d) for d in p.iterdir() if d.is_dir()):
+            raise UserError(f"{ref}: a folder of run records, not of tasks; to continue one of those runs: "
+                            f"coda-agent run --resume {p / '<run folder>'}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import errno
 import json
 from pathlib import Path
 
@@ -110,15 +111,15 @@ def _summary_table(rows: list[lb.SummaryRow]) -> Table:
             table.add_column(header, no_wrap=True)
         else:
             table.add_column(header, justify="right", no_wrap=True)
-    previous: tuple[str, int, str] | None = None
+    previous: tuple[str, int, str | None, str] | None = None
     for r in rows:
         cells = [untrusted(lbt.summary_cell(r, k)) for _, k in lbt.SUMMARY_COLUMNS]
-        if (r.task, r.task_version, r.device) == previous:
+        if (r.task, r.task_version, r.task_hash, r.device) == previous:
             cells[0] = cells[1] = ""
         if r.correct is False:
             cells[3] = "[red]no[/]"
         table.add_row(*cells, style="bold" if r.kind == "human" else "dim" if r.section == "apart" else "")
-        previous = (r.task, r.task_version, r.device)
+        previous = (r.task, r.task_version, r.task_hash, r.device)
     return table
 
 
@@ -349,7 +350,8 @@ def view(
     try:
         server = serve(site, host=host, port=port)
     except OSError as exc:
-        raise UserError(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+        why = "the port is in use (another viewer?)" if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc)
+        raise UserError(f"cannot listen on {host}:{port}: {why}; pass another --port (--port 0: any free one)") from None
     console.print(f"coda-agent viewer on http://{host}:{server.server_address[1]}/ (Ctrl-C to stop)", highlight=False)
     try:
         server.serve_forever()

@@ -18,11 +18,12 @@ SEARCH_HELP = f"task names, files or folders (default: the built-in suite, then 
 
 
 def _located(paths: list[Path] | None) -> list[tuple[str, Path]]:
-    """(where it comes from, file) for the files, folders or task names asked for, or for every task on the
-    search path; a folder's YAML files that are no tasks are skipped with one line each."""
+    """(where it comes from, file) for the files, folders or task names asked for, or for every task file on the
+    search path (a copy of a task's file name in a later folder too); a folder's YAML files that are no tasks are
+    skipped with one line each."""
     skipped: list[str] = []
     if not paths:
-        listed = [(source.label, path) for source, path in discover_task_files(skipped)]
+        listed = [(source.label, path) for source, path in discover_task_files(skipped, every=True)]
         note_skipped(skipped)
         return listed
     found: list[tuple[str, Path]] = []
@@ -60,24 +61,43 @@ def list_tasks(
     if not any(shapes in t.shapes for _, t in located):
         sets = sorted({name for _, t in located for name in t.shapes})
         raise UserError(f"no task has a shape set {shapes!r} (shape sets: {', '.join(sets)})")
+    shadows = _shadows(located)
     located.sort(key=lambda st: (st[1].family, st[1].name))
     if fmt == "json":
         rows = [
             {
                 "name": t.name, "family": t.family, "version": t.version, "launch_budget": t.launch_budget,
                 "source": source, "path": str(t.path), "human": str(t.human_file) if t.human_file else None,
+                "task_hash": t.content_hash, "shadows": shadows.get(t.path),
                 "shapes": {k: [p.model_dump() for p in v] for k, v in t.shapes.items()},
             }
             for source, t in located
         ]
         print(json.dumps(rows, indent=2))
     else:
-        _print_table(located, shapes)
+        _print_table(located, shapes, shadows)
     if unreadable:
         raise typer.Exit(2)
 
 
-def _print_table(located: list[tuple[str, Task]], shapes: str) -> None:
+def _shadows(located: list[tuple[str, Task]]) -> dict[Path, str]:
+    """For each task that shares its name with another, what running it by name does (``find_task``): the first
+    found where they are the same task; where they differ, the name is refused and each is run by its path."""
+    first: dict[str, Task] = {}
+    notes = {}
+    for _, t in located:
+        earlier = first.setdefault(t.name, t)
+        if earlier is t:
+            continue
+        if earlier.content_hash == t.content_hash:
+            notes[t.path] = f"the same task as {earlier.path}"
+        else:
+            notes[t.path] = f"differs from {earlier.path} of the same name: run each by its path"
+            notes.setdefault(earlier.path, f"differs from {t.path} of the same name: run each by its path")
+    return notes
+
+
+def _print_table(located: list[tuple[str, Task]], shapes: str, shadows: dict[Path, str]) -> None:
     table = Table(title=f"{len(located)} task{'s' if len(located) != 1 else ''}", show_lines=True)
     for col in ("task", "family", "v", "budget"):
         table.add_column(col, no_wrap=True)
@@ -88,7 +108,8 @@ def _print_table(located: list[tuple[str, Task]], shapes: str) -> None:
         table.add_row(
             t.name, t.family, str(t.version), str(t.launch_budget),
             untrusted("\n".join(f"{p.name}: " + " ".join(f"{k}={v}" for k, v in p.dims.items()) for p in points) or "-"),
-            untrusted(source if source == "built-in" else f"{source}: {t.path.parent}"),
+            untrusted((source if source == "built-in" else f"{source}: {t.path.parent}")
+                      + (f"\n{shadows[t.path]}" if t.path in shadows else "")),
         )
     print_table(table, ("family",))  # where a task comes from stays: a long folder makes the table wider
 

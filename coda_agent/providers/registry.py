@@ -9,6 +9,7 @@ lists the entries, for help texts and errors. A new provider is its module plus 
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,7 +81,9 @@ def lookup(spec: str) -> ProviderEntry:
     entry = _REGISTRY.get(name)
     if entry is None:
         known = ", ".join(e.usage for e in registered())
-        raise ProviderConfigError(f"unknown provider {spec!r}: expected one of {known}")
+        close = difflib.get_close_matches(name, list(_REGISTRY), n=1, cutoff=0.6)
+        hint = f" (did you mean {f'{close[0]}/{target}' if target else _REGISTRY[close[0]].usage}?)" if close else ""
+        raise ProviderConfigError(f"unknown provider {spec!r}{hint}: expected one of {known}")
     if not target and entry.target_required:
         raise ProviderConfigError(f"{spec!r} names no model: expected {entry.usage}")
     return entry

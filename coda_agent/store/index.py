@@ -94,6 +94,16 @@ MIGRATIONS: list[Migration] = [
     Migration("m003_unpriced_cost_is_null", "", reindex=True),
     # A replay (``replay/<run>``) is listed under the model that wrote the replies: every run is read again.
     Migration("m004_replay_of", "ALTER TABLE runs ADD COLUMN replay_of TEXT", reindex=True),
+    # A task's identity is its content: two different tasks under one name are ranked apart.
+    Migration(
+        "m005_task_hash",
+        """
+        ALTER TABLE runs ADD COLUMN task_hash TEXT;
+        ALTER TABLE runs ADD COLUMN task_path TEXT;
+        ALTER TABLE bench_rows ADD COLUMN task_hash TEXT;
+        """,
+        reindex=True,
+    ),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -152,6 +162,8 @@ class RunRow:
     first_correct_attempt: int | None
     human_timing: str | None  # JSON: shape -> µs of the human kernel timed in this run's session
     replay_of: str | None = None  # a replay: the run whose replies it served (``model`` is that run's model)
+    task_hash: str | None = None  # the task's content hash; None in runs recorded before it
+    task_path: str | None = None
 
     def human_us(self) -> dict[str, float]:
         data = json.loads(self.human_timing) if self.human_timing else {}
@@ -188,6 +200,7 @@ class BenchRowRecord:
     flops: float | None
     min_bytes: float | None
     launches: int | None
+    task_hash: str | None = None  # the task's content hash; None in results recorded before it
 
     @property
     def conclusive(self) -> bool:
@@ -375,14 +388,14 @@ class Index:
             ("dir", "run_id", "task", "task_version", "model", "device", "host", "created", "status", "stop_reason",
              "rounds", "attempts", "passes", "best_attempt", "best_time_us", "input_tokens", "output_tokens", "cost_usd",
              "wall_seconds", "seconds_to_first_correct", "verifier_stages", "params", "git_commit", "git_dirty",
-             "first_correct_attempt", "human_timing", "replay_of"),
+             "first_correct_attempt", "human_timing", "replay_of", "task_hash", "task_path"),
             [(
                 run.name, h.run_id, h.task, h.task_version, model, _norm_device(h.device), h.host,
                 h.created.isoformat(), s.status, s.stop_reason, s.rounds, s.attempts, s.passes, s.best_attempt,
                 s.best_time_us, s.input_tokens, s.output_tokens, s.cost_usd if s.cost_known else None, s.wall_seconds,
                 s.seconds_to_first_correct, json.dumps(h.verifier_stages), json.dumps(h.params, default=str),
                 h.git_commit, int(h.git_dirty), run.first_correct_attempt(),
-                json.dumps(getattr(h, "human_timing", None) or {}), replay_of,
+                json.dumps(getattr(h, "human_timing", None) or {}), replay_of, h.task_hash, h.task_path,
             )],
         )
         for a in run.attempts:
@@ -430,11 +443,11 @@ class Index:
         us = lambda t: t.median_us if t is not None else None  # noqa: E731
         self._insert(
             "bench_rows",
-            ("bench_path", "row", "task", "task_version", "shape", "author", "correct", "verdict_reason", "candidate_us",
-             "eager_us", "compiled_us", "cublas_us", "sol_us", "flops", "min_bytes", "launches"),
+            ("bench_path", "row", "task", "task_version", "task_hash", "shape", "author", "correct", "verdict_reason",
+             "candidate_us", "eager_us", "compiled_us", "cublas_us", "sol_us", "flops", "min_bytes", "launches"),
             [
                 (
-                    name, i, r.task, r.task_version, r.shape, r.author, int(r.correct), r.verdict_reason,
+                    name, i, r.task, r.task_version, r.task_hash, r.shape, r.author, int(r.correct), r.verdict_reason,
                     us(r.candidate), us(r.eager), us(r.compiled), us(r.cublas), r.sol_us, r.flops, r.min_bytes,
                     r.launches,
                 )

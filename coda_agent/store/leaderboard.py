@@ -1,8 +1,11 @@
 """The leaderboard: per task, the best correct kernel of each author against the same baselines.
 
-Numbers are compared only where they are comparable: one *group* is one task version on one device at
-one bench shape. Per task, the latest version on one device (the one with bench results, else the most
-recent) is the main table; every other version/device is listed apart. Runs without timing (a CPU-only
+Numbers are compared only where they are comparable: one *group* is one task (version and content) on one
+device at one bench shape. A task's identity is its content hash (``Task.content_hash``): two different tasks
+under one name (an edited copy of a built-in) never share a group, and their groups are labelled apart. A record
+made before hashes were recorded joins the one content its task name and version has, or, where it has several,
+a group of its own ("content not recorded"). Per task, the latest version on one device (the one with bench
+results, else the most recent) is the main table; every other version/content/device is listed apart. Runs without timing (a CPU-only
 machine, a verdict not profiled) form the group with no shape: correctness and cost, no invented times.
 
 Sources: the human author and the baselines (eager, torch.compile, cuBLAS GEMM alone, speed of light)
@@ -17,11 +20,14 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from ..tasks.loader import BUILTIN_TASK_DIR
 from .index import AttemptTiming, BenchRowRecord, Index, RunRow
 from .ranking import geomean
 from .rundir import Problem
@@ -70,6 +76,8 @@ class Group(BaseModel):
     device: str
     shape: str | None  # None: untimed (correctness and cost only)
     entries: list[Entry]
+    task_hash: str | None = None  # the task's content hash; None: not recorded
+    content: str = ""  # where one task name has several contents: which this is (a short hash and the task's file)
 
     @property
     def timed(self) -> bool:
@@ -78,13 +86,14 @@ class Group(BaseModel):
     @property
     def title(self) -> str:
         where = f"shape {self.shape}" if self.shape else "untimed (correctness and cost)"
-        return f"{self.task} v{self.task_version} · {self.device} · {where}"
+        content = f" ({self.content})" if self.content else ""
+        return f"{self.task} v{self.task_version}{content} · {self.device} · {where}"
 
 
 
 class Leaderboard(BaseModel):
     groups: list[Group]  # the main tables: per task, its latest version on one device
-    apart: list[Group]  # other versions/devices, never compared with the main tables
+    apart: list[Group]  # other versions/contents/devices, never compared with the main tables
     problems: list[Problem]
     no_attempts: list[str] = []  # runs left out: they ended before their first attempt
 
@@ -93,7 +102,7 @@ class Leaderboard(BaseModel):
         return not self.groups and not self.apart
 
 
-Combo = tuple[str, int, str]  # task, version, device
+Combo = tuple[str, int, str | None, str]  # task, version, content hash (None: not recorded), device
 
 
 
@@ -120,28 +129,60 @@ def build(index: Index, task: str | None = None, device: str | None = None) -> L
     no_attempts = [r.dir for r in runs if not r.attempts and r.status != "running"]
     runs = [_replay_costs(r, index) for r in runs if r.attempts]
 
+    content = _content_of([*runs, *bench])
     runs_by: dict[Combo, list[RunRow]] = defaultdict(list)
     for r in runs:
-        runs_by[(r.task, r.task_version, r.device)].append(r)
+        runs_by[(r.task, r.task_version, content(r), r.device)].append(r)
     bench_by: dict[Combo, list[BenchRowRecord]] = defaultdict(list)
     for b in bench:
-        bench_by[(b.task, b.task_version, b.device)].append(b)
+        bench_by[(b.task, b.task_version, content(b), b.device)].append(b)
 
     main: list[Group] = []
     apart: list[Group] = []
-    combos = sorted(runs_by.keys() | bench_by.keys(), key=lambda c: (c[0], -c[1], c[2]))
+    combos = sorted(runs_by.keys() | bench_by.keys(), key=lambda c: (c[0], -c[1], c[2] or "", c[3]))
     primary = _primary_combos(combos, runs_by, bench_by)
+    several = {c[:2] for c in combos if len({d[2] for d in combos if d[:2] == c[:2]}) > 1}  # one version, several contents
     for combo in combos:
         groups = _combo_groups(combo, runs_by.get(combo, []), bench_by.get(combo, []), timings)
+        label = _content_label(combo[2], runs_by.get(combo, [])) if combo[:2] in several else ""
+        for g in groups:
+            g.task_hash, g.content = combo[2], label
         (main if combo in primary else apart).extend(groups)
     return Leaderboard(groups=main, apart=apart, problems=index.problems(), no_attempts=no_attempts)
+
+
+def _content_of(records: Iterable[RunRow | BenchRowRecord]) -> Callable[[RunRow | BenchRowRecord], str | None]:
+    """Each record's task content: its own hash; for one recorded before hashes, the one hash its task name and
+    version has (it was that task, as far as anyone can tell), else None (unknown: a group of its own)."""
+    known: dict[tuple[str, int], set[str]] = defaultdict(set)
+    for rec in records:
+        if rec.task_hash:
+            known[(rec.task, rec.task_version)].add(rec.task_hash)
+
+    def content(rec: RunRow | BenchRowRecord) -> str | None:
+        hashes = known.get((rec.task, rec.task_version), set())
+        return rec.task_hash or (next(iter(hashes)) if len(hashes) == 1 else None)
+
+    return content
+
+
+def _content_label(task_hash: str | None, runs: list[RunRow]) -> str:
+    """Which of a task name's several contents a group is: ``content 3f2a9c1e07aa, ./tasks/gemm_residual.yaml``
+    (the newest run's task file), ``content 3f2a9c1e07aa, built-in``."""
+    if task_hash is None:
+        return "content not recorded"
+    paths = [r.task_path for r in sorted(runs, key=lambda r: r.created, reverse=True) if r.task_path]
+    if not paths:
+        return f"content {task_hash}"
+    where = "built-in" if Path(paths[0]).is_relative_to(BUILTIN_TASK_DIR) else paths[0]
+    return f"content {task_hash}, {where}"
 
 
 
 def _primary_combos(
     combos: list[Combo], runs_by: dict[Combo, list[RunRow]], bench_by: dict[Combo, list[BenchRowRecord]]
 ) -> set[Combo]:
-    """Per task: the latest version; among its devices, one with bench results, then the most recent."""
+    """Per task: the latest version; among its contents and devices, one with bench results, then the most recent."""
     chosen: set[Combo] = set()
     for name in {c[0] for c in combos}:
         latest = max(c[1] for c in combos if c[0] == name)
@@ -230,7 +271,7 @@ def _session_references(
 def _combo_groups(
     combo: Combo, runs: list[RunRow], bench: list[BenchRowRecord], timings: dict[str, list[AttemptTiming]]
 ) -> list[Group]:
-    task, version, device = combo
+    task, version, _, device = combo
     latest: dict[tuple[str, str], BenchRowRecord] = {}  # newest conclusive bench row per (shape, author)
     refs: dict[str | None, _Reference] = {}
     shapes: list[str | None] = []
@@ -324,22 +365,26 @@ class SummaryRow(BaseModel):
     cost_usd: float | None = None  # of the run behind the figures (the cheapest, where several are)
     cost_known: bool = True
     run: str | None = None
-    apart_why: str = ""  # for an apart row: "old version" or "other device"
+    apart_why: str = ""  # for an apart row: "old version", "other content" (another task of this name) or "other device"
+    task_hash: str | None = None
+    content: str = ""  # Group.content: which of a task name's several contents
 
 
 
 def summarize(board: Leaderboard) -> list[SummaryRow]:
-    """Per task, version and device, one row per author (human first, then models, fastest first); per task
-    the main tables' rows come first, then other versions and devices (never compared with them)."""
-    combos: dict[tuple[str, bool, int, str], list[Group]] = defaultdict(list)
+    """Per task, version, content and device, one row per author (human first, then models, fastest first); per
+    task the main tables' rows come first, then other versions, contents and devices (never compared with them)."""
+    combos: dict[tuple[str, bool, int, str, str], list[Group]] = defaultdict(list)
     for section, groups in ((False, board.groups), (True, board.apart)):
         for g in groups:
-            combos[(g.task, section, -g.task_version, g.device)].append(g)
+            combos[(g.task, section, -g.task_version, g.task_hash or "", g.device)].append(g)
     rows: list[SummaryRow] = []
-    latest = {g.task: g.task_version for g in board.groups}
-    for (task, apart, neg_version, device), groups in sorted(combos.items(), key=lambda kv: kv[0]):
+    latest = {g.task: (g.task_version, g.task_hash or "") for g in board.groups}
+    for (task, apart, neg_version, content, device), groups in sorted(combos.items(), key=lambda kv: kv[0]):
         version = -neg_version
-        why = "" if not apart else "old version" if version < latest.get(task, version) else "other device"
+        main_version, main_content = latest.get(task, (version, content))
+        why = ("" if not apart else "old version" if version < main_version
+               else "other content" if content != main_content else "other device")
         timed_shapes = [g for g in groups if g.shape is not None and g.timed]
         pairs: dict[str, list[tuple[Group, Entry]]] = defaultdict(list)
         for g in groups:
@@ -355,6 +400,7 @@ def summarize(board: Leaderboard) -> list[SummaryRow]:
             figures = min(with_run, key=lambda e: e.cost_usd or 0.0) if with_run else seen[0][1]
             task_rows.append(SummaryRow(
                 section="apart" if apart else "main", apart_why=why, task=task, task_version=version, device=device, author=author,
+                task_hash=groups[0].task_hash, content=groups[0].content,
                 kind="human" if seen[0][1].kind == "human" else "model",
                 correct=all(checked) if checked else None, shapes=len(timed), of_shapes=len(timed_shapes),
                 vs_eager=geomean(e.vs_eager for _, e in timed), vs_compiled=geomean(e.vs_compiled for _, e in timed),

@@ -69,7 +69,7 @@ def summary_cell(r: SummaryRow, key: str) -> str:
     """One summary row's value for a SUMMARY_COLUMNS key, as text."""
     match key:
         case "task":
-            return f"{r.task} v{r.task_version}" + (" (old version)" if r.apart_why == "old version" else "")
+            return f"{r.task} v{r.task_version}" + (f" ({r.content})" if r.content else "") + (" (old version)" if r.apart_why == "old version" else "")
         case "device":
             return r.device + (" (not compared)" if r.apart_why == "other device" else "")
         case "author":
@@ -255,7 +255,7 @@ def _group_json(g: Group) -> dict[str, object]:
 
 
 
-CSV_FIELDS = ["section", "task", "task_version", "device", "shape", *Entry.model_fields]
+CSV_FIELDS = ["section", "task", "task_version", "task_hash", "device", "shape", *Entry.model_fields]
 
 
 
@@ -267,7 +267,7 @@ def to_csv(board: Leaderboard) -> str:
         for g in groups:
             for e in g.entries:
                 w.writerow(_csv_row({"section": section, "task": g.task, "task_version": g.task_version,
-                                     "device": g.device, "shape": g.shape or "", **e.model_dump()}))
+                                     "task_hash": g.task_hash or "", "device": g.device, "shape": g.shape or "", **e.model_dump()}))
     return out.getvalue()
 
 

@@ -61,6 +61,9 @@ class RunHeader(BaseModel):
     task: str
     task_version: int
     task_path: str
+    task_hash: str | None = Field(
+        default=None, description="the task's content hash (Task.content_hash): its identity; None in runs recorded before it"
+    )
     model: str = Field(description="provider/model, e.g. anthropic/claude-sonnet-4-5, or 'human'")
     params: dict[str, Any] = {}
     budgets: Budgets = Budgets()

@@ -116,8 +116,11 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
 
 
 def load_task(path: str | Path) -> Task:
-    """Parse and schema-check one task YAML file."""
+    """Parse and schema-check one task YAML file; its ``human:`` kernel, when named, must be there (every command
+    that lists, checks or runs the task says the same about it)."""
     p = Path(path)
+    if p.suffix == ".py":
+        raise TaskError(python_given(p))
     try:
         text = p.read_text()
     except OSError as exc:
@@ -134,7 +137,29 @@ def load_task(path: str | Path) -> Task:
         task = Task.model_validate(data)
     except ValidationError as exc:
         raise TaskError(format_validation_error(p, exc, data, text)) from None
-    return task.bind_path(p.resolve())
+    task.bind_path(p.resolve())
+    if task.human_file is not None and not task.human_file.is_file():
+        line = field_line(yaml.compose(text), ("human",))
+        raise TaskError(f"{p}: invalid task file\n  line {line}: human: {task.human} not found next to the task (the field "
+                        "is optional: fix the path, or drop the line for a task without a human kernel)")
+    return task
+
+
+def python_given(path: Path) -> str:
+    """What to pass instead of a Python file given as a task: the task file beside it (or in the folder above, as
+    for ``human/`` kernels) that names it as its reference or its human kernel, else what a task file is."""
+    for yaml_file in [*sorted(path.parent.glob("*.yaml")), *sorted(path.parent.parent.glob("*.yaml"))]:
+        try:
+            data = yaml.safe_load(yaml_file.read_text())
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+        if not isinstance(data, dict):
+            continue
+        if (yaml_file.parent / str(data.get("reference", "")).split(":", 1)[0]).resolve() == path.resolve():
+            return f"{path}: the reference of a task, not a task file; pass the task: {yaml_file}"
+        if data.get("human") and (yaml_file.parent / str(data["human"])).resolve() == path.resolve():
+            return f"{path}: the human kernel of a task, not a task file; pass the task: {yaml_file}"
+    return f"{path}: a Python file, not a task file; pass the task's YAML file (the one whose reference: names this file)"
 
 
 #: The keys that make a YAML file a task file: one in a folder of tasks with none of them (a mock script, a CI
@@ -189,7 +214,7 @@ def task_sources() -> list[TaskSource]:
         if raw.strip():
             folder = Path(raw.strip()).expanduser()
             if not folder.is_dir():
-                raise TaskError(f"{TASKS_ENV}: {folder}: no such folder")
+                raise TaskError(f"{TASKS_ENV}: {folder}: no such folder (fix the path in ${TASKS_ENV}, or unset it)")
             sources.append(TaskSource(TASKS_ENV, folder))
     if LOCAL_TASK_DIR.is_dir():
         sources.append(TaskSource("./tasks", LOCAL_TASK_DIR))
@@ -202,13 +227,14 @@ def task_sources() -> list[TaskSource]:
     return unique
 
 
-def discover_task_files(skipped: list[str] | None = None) -> list[tuple[TaskSource, Path]]:
-    """Every task file on the search path, the first of each name only (an earlier folder shadows a later one)."""
-    found: dict[str, tuple[TaskSource, Path]] = {}
+def discover_task_files(skipped: list[str] | None = None, every: bool = False) -> list[tuple[TaskSource, Path]]:
+    """Every task file on the search path, in search order: the first of each file name only, or with ``every``
+    the later ones of a name too (a copy in ``./tasks`` of a built-in: ``tasks`` lists both)."""
+    found: dict[str, list[tuple[TaskSource, Path]]] = {}
     for source in task_sources():
         for path in task_files([source.folder], skipped):
-            found.setdefault(path.stem, (source, path))
-    return list(found.values())
+            found.setdefault(path.stem, []).append((source, path))
+    return [hit for hits in found.values() for hit in (hits if every else hits[:1])]
 
 
 def load_tasks(paths: Iterable[str | Path] | None = None) -> list[Task]:
@@ -218,27 +244,40 @@ def load_tasks(paths: Iterable[str | Path] | None = None) -> list[Task]:
 
 
 def find_task(name_or_path: str) -> Task:
-    """A task by file path, or by name on the search path (see :func:`task_sources`)."""
+    """A task by file path, or by name on the search path (see :func:`task_sources`). A name that two different
+    tasks answer to (an edited copy of a built-in in ``./tasks``) is refused, naming both files: the user passes
+    the path of the one meant. Identical copies are one task."""
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") or p.exists():
         if p.is_dir():
             raise TaskError(f"{p}: a folder, not a task file (pass a task name or a .yaml file)")
         return load_task(p)
-    for source in task_sources():
-        candidate = source.folder / f"{name_or_path}.yaml"
-        if candidate.is_file():
-            return load_task(candidate)
-    for _, path in discover_task_files():  # a file named otherwise than its task's name: field (as `tasks` lists it)
-        try:
-            task = load_task(path)
-        except TaskError:
-            continue
-        if task.name == name_or_path:
-            return task
+    by_file_name = [s.folder / f"{name_or_path}.yaml" for s in task_sources()]
+    found = [(path, load_task(path)) for path in by_file_name if path.is_file()]
+    if not found:  # a file named otherwise than its task's name: field (as `tasks` lists it)
+        for _, path in discover_task_files(every=True):
+            try:
+                task = load_task(path)
+            except TaskError:
+                continue
+            if task.name == name_or_path:
+                found.append((path, task))
+    if found:
+        return _the_one(name_or_path, [task for _, task in found])
     names = known_task_names()
     close = difflib.get_close_matches(name_or_path, names, n=1, cutoff=0.7)
     hint = f"did you mean {close[0]}? " if close else ""
     raise TaskError(f"no task named {name_or_path!r} in {searched()} ({hint}known: {', '.join(names)})")
+
+
+def _the_one(name: str, tasks: list[Task]) -> Task:
+    """The task a name stands for: the first found, where every other is the same task (the same content)."""
+    differ = [t for t in tasks[1:] if t.content_hash != tasks[0].content_hash]
+    if not differ:
+        return tasks[0]
+    places = " and ".join(f"{t.path} (content {t.content_hash})" for t in (tasks[0], *differ))
+    raise TaskError(f"task name {name!r} stands for {len(differ) + 1} different tasks: {places}; pass the path of the one "
+                    f"you mean instead of the name, or give the copy a name of its own (its name: and file name)")
 
 
 def searched() -> str:
@@ -290,7 +329,8 @@ def reference_function(task: Task) -> Callable[..., dict[str, Any]]:
     """The task's FP32 reference ``fn(**inputs, **constants) -> {output: tensor}``."""
     path = task.reference_file
     if not path.exists():
-        raise TaskError(f"{task.path}: reference: file {path.name} not found next to the task")
+        raise TaskError(f"{task.path}: reference: file {path.name} not found next to the task (fix reference: to name "
+                        f"the .py file beside the task, as file.py:function)")
     try:
         module = import_file(path, f"coda_task_ref_{task.name.replace('-', '_')}")
     except Exception as exc:

@@ -7,6 +7,8 @@ A task is a YAML file plus a Python FP32 reference next to it (and a human kerne
 from __future__ import annotations
 
 import ast
+import hashlib
+import json
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -22,6 +24,9 @@ DType = Literal["bfloat16", "float16", "float32", "int32", "int64"]
 Family = Literal["forward", "backward", "block"]
 Expr = str | int | float
 
+
+#: Hex digits of :attr:`Task.content_hash` kept: enough that two versions of one task never collide.
+TASK_HASH_CHARS = 12
 
 #: Bytes per element of each task dtype (the speed-of-light byte count needs no torch).
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "int32": 4, "int64": 8}
@@ -346,6 +351,16 @@ class Task(_Strict):
     @property
     def human_file(self) -> Path | None:
         return self.path.parent / self.human if self.human else None
+
+    @property
+    def content_hash(self) -> str:
+        """A short hash of what defines the operator: the task's fields as loaded (a comment or a reformatting is no
+        other task) and its reference's text; not its ``human:`` kernel, one author's answer. A task's identity, so
+        two different tasks under one name are never ranked together."""
+        fields = json.dumps(self.model_dump(mode="json", exclude={"human"}), sort_keys=True).encode()
+        reference = self.reference_file.read_bytes() if self.reference_file.is_file() else b""
+        digest = hashlib.sha256(len(fields).to_bytes(8, "little") + fields + reference)
+        return digest.hexdigest()[:TASK_HASH_CHARS]
 
     def shape(self, set_name: str, name: str | None = None) -> list[ShapePoint]:
         """The shape points of a set (or the one named ``name``)."""

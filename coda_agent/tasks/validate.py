@@ -101,10 +101,7 @@ def validate_task(task: Task) -> list[str]:
     """Problems with a loaded task (schema already checked): the reference on every small shape. One line per
     mistake: a problem met at several shapes is said once, with the shapes; a misnamed output stops the checks
     that would only repeat it."""
-    problems: list[str] = []
-    if task.human_file is not None and not task.human_file.exists():
-        problems.append(f"human: {task.human} not found")
-    problems += _misaligned_shapes(task)
+    problems = _misaligned_shapes(task)
     found: dict[str, list[str]] = {}  # what is wrong, with what -> its message, then the other shapes it holds at
 
     def add(where: str, key: str, message: str) -> None:
