@@ -335,6 +335,8 @@ class RunFiles:
             return summary
         who = f"its writer ({self.lock.describe()}) is gone" if self.lock else "no process is writing it"
         reason = f"{who}, killed or lost before it could record why; resume with: {resume_command(self.dir)}"
+        if summary.stop_reason:  # what the estimate says of itself
+            reason = f"{summary.stop_reason}; {reason}"
         return summary.model_copy(update={"status": "interrupted", "stop_reason": reason})
 
     def as_json(self) -> dict[str, Any]:
