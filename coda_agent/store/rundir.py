@@ -182,6 +182,8 @@ class RunWriter:
             return cls(run_dir, WriterLock.acquire(run_dir / LOCK, f"run {run_dir.name}"))
         except WriterBusy as exc:
             raise RunBusy(str(exc)) from None
+        except OSError as exc:  # a read-only runs folder, a file system without links
+            raise RunRecordError(f"cannot lock {run_dir / LOCK}: {exc.strerror or exc}") from None
 
     def close(self) -> None:
         """Done writing: another process may now resume the run."""
