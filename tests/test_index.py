@@ -174,8 +174,8 @@ def test_bad_files_are_named_and_the_rest_is_indexed(store):
         assert set(rows) == {a.name, b.name}
         assert rows[a.name].attempts == 3  # summary.json still says 3; attempt 2 is simply absent below
         assert ix.conn.execute("SELECT count(*) FROM attempts WHERE run_dir = ?", (a.name,)).fetchone()[0] == 2
-        rolled = rows[b.name]  # no valid summary: figures from the attempts
-        assert (rolled.attempts, rolled.passes, rolled.best_attempt, rolled.status) == (2, 1, 2, "running")
+        rolled = rows[b.name]  # no valid summary: figures from the attempts; no writer, so not running
+        assert (rolled.attempts, rolled.passes, rolled.best_attempt, rolled.status) == (2, 1, 2, "interrupted")
         assert rolled.best_time_us == pytest.approx(96.0) and rolled.seconds_to_first_correct == pytest.approx(50.0)
         # fixing a file clears its problem on the next refresh
         (bench / "broken.json").unlink()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "coda_agent"
 #: The layers, lowest first; the packages of one layer do not import each other.
-LAYER_GROUPS = [("atomic", "settings", "provenance", "messages", "untrusted", "stdout", "primitives"), ("tasks",), ("measure", "torch"),
+LAYER_GROUPS = [("atomic", "settings", "provenance", "processes", "messages", "untrusted", "stdout", "primitives"), ("tasks",), ("measure", "torch"),
                 ("runner",), ("verifier",), ("execute",), ("bench",), ("store",), ("providers",), ("prompts",), ("agent",), ("viewer",),
                 ("cli",), ("launch",), ("__main__",)]
 LAYERS = [pkg for group in LAYER_GROUPS for pkg in group]

@@ -215,3 +215,28 @@ def test_a_sweep_calls_a_task_by_its_name_not_its_file_name(tmp_path):
     shutil.copy(TASK_DIR / "human" / "gemm_residual.py", tmp_path / "human")
     assert task_name(str(renamed)) == "gemm_residual"
     assert task_name(str(tmp_path / "gone.yaml")) == "gone"  # a file that no longer loads: its stem
+
+
+def test_a_second_resume_of_a_live_sweep_is_refused_before_it_touches_anything(tmp_path, capsys):
+    """A sweep runs in one process at a time: while one holds its lock (here this test does), ``--resume`` says who
+    in one line, starts no run and leaves the record as it was."""
+    import os
+    from datetime import datetime, timezone
+
+    from coda_agent.cli.sweep import hold_sweep
+    from coda_agent.provenance import host_name
+    from coda_agent.store.records import SweepMember, write_json_atomic
+
+    runs = tmp_path / "runs"
+    record = SweepRecord(sweep_id="sweep_20260101-000000_abc123", created=datetime.now(timezone.utc), options={},
+                         members=[SweepMember(task=str(TASK_DIR / "gemm_residual.yaml"), model="mock/echo")])
+    path = runs / f"{record.sweep_id}.sweep.json"
+    write_json_atomic(path, record)
+    kept = path.read_bytes()
+    with hold_sweep(path):
+        code, out, err = cli(capsys, "run", "--resume", str(path), "--rounds", "2", "--runs-dir", str(runs))
+    assert code == 2, out + err
+    (line,) = err.strip().splitlines()
+    assert line.startswith(f"error: sweep {record.sweep_id} is being written by pid {os.getpid()} on host {host_name()}")
+    assert path.read_bytes() == kept and not [d for d in runs.iterdir() if d.is_dir()]
+    assert not (runs / f"{record.sweep_id}.sweep.lock").exists(), "the lock goes with its holder"

@@ -305,32 +305,43 @@ class Agent:
             packages=package_versions(), device=_device(config), host=host_name(),
         )
         writer = RunWriter.create(runs_dir, header)
-        return cls(task, provider, config, writer, header, **kwargs)
+        try:
+            return cls(task, provider, config, writer, header, **kwargs)
+        except BaseException:
+            writer.close()
+            raise
 
     @classmethod
-    def resume(cls, run_dir: Path, provider: Provider, *, budgets: Budgets | None = None, **kwargs: Any) -> Agent:
-        """Continue a recorded run: same task, model and settings; ``budgets`` may extend it."""
-        reader = RunReader(run_dir)
-        header = reader.header
-        task = find_recorded_task(header.task_path, header.task)
-        if task.version != header.task_version:
-            raise TaskError(
-                f"{header.task_path} is now version {task.version}, but the run was started on version "
-                f"{header.task_version}; start a new run"
-            )
-        overrides: dict[str, Any] = {}
-        if budgets is not None:
-            if budgets.candidates_per_round != header.budgets.candidates_per_round:
-                raise RunRecordError(
-                    f"the run asks {header.budgets.candidates_per_round} candidates per round; a resumed run keeps that"
+    def resume(
+        cls, run_dir: Path, provider: Provider, *, budgets: Budgets | None = None, writer: RunWriter | None = None,
+        **kwargs: Any,
+    ) -> Agent:
+        """Continue a recorded run: same task, model and settings; ``budgets`` may extend it. The run's writer is
+        opened here (RunBusy while another process writes it) unless the caller opened it already (``writer``)."""
+        writer = writer or RunWriter.open(run_dir)
+        try:
+            reader = RunReader(run_dir)  # read under the lock: no other process adds to it now
+            header = reader.header
+            task = find_recorded_task(header.task_path, header.task)
+            if task.version != header.task_version:
+                raise TaskError(
+                    f"{header.task_path} is now version {task.version}, but the run was started on version "
+                    f"{header.task_version}; start a new run"
                 )
-            header = header.model_copy(update={"budgets": budgets})
-            RunWriter(run_dir).write_header(header)
-            overrides["budgets"] = budgets
-        config = AgentConfig.from_header(header, **overrides)
-        return cls(
-            task, provider, config, RunWriter(run_dir), header, attempts=reader.attempts(), previous=reader.summary(), **kwargs
-        )
+            overrides: dict[str, Any] = {}
+            if budgets is not None:
+                if budgets.candidates_per_round != header.budgets.candidates_per_round:
+                    raise RunRecordError(
+                        f"the run asks {header.budgets.candidates_per_round} candidates per round; a resumed run keeps that"
+                    )
+                header = header.model_copy(update={"budgets": budgets})
+                writer.write_header(header)
+                overrides["budgets"] = budgets
+            config = AgentConfig.from_header(header, **overrides)
+            return cls(task, provider, config, writer, header, attempts=reader.attempts(), previous=reader.summary(), **kwargs)
+        except BaseException:
+            writer.close()
+            raise
 
     @property
     def run_dir(self) -> Path:
@@ -339,11 +350,13 @@ class Agent:
     # --- the loop -------------------------------------------------------------------------------
 
     async def run(self) -> RunSummary:
-        """Rounds until the target or a budget; cancellation (Ctrl-C, SIGTERM) leaves an ``interrupted`` summary."""
+        """Rounds until the target or a budget; cancellation (Ctrl-C, SIGTERM) leaves an ``interrupted`` summary. The
+        run's writer is closed at the end, however it ends: another process may then resume it."""
         self._session_start = time.monotonic()
         own = self.executor is None
         self._executor = self.executor or LocalExecutor(cpu_workers=self.config.verify_workers, verify_fn=self.verify_fn)
         try:
+            self._summarise("running")  # a resumed run says so at once, not after its first attempt
             await self._time_human_kernel()
             while True:
                 stop = self._stop_reason()
@@ -367,6 +380,7 @@ class Agent:
         finally:
             if own:
                 self._executor.close()
+            self.writer.close()
         return self.summary
 
     def _unfinished_slots(self) -> tuple[int, list[int]] | None:

@@ -28,7 +28,7 @@ from ..prompts.feedback import attempt_headline
 from ..providers import Provider, ProviderError, get_provider, lookup
 from ..stdout import ReaderGone
 from ..store.records import Attempt, Budgets, RunHeader, RunSummary, run_status
-from ..store.rundir import RunReader, RunRecordError, resolve_run
+from ..store.rundir import RunReader, RunRecordError, RunWriter, resolve_run, resume_command
 from ..tasks.model import Task
 from ..untrusted import shown
 from ..verifier import DEFAULT_TUNE_BUDGET_S
@@ -389,11 +389,11 @@ def _run_to_its_end(agent: Agent, provider: Provider, run_dir: Path, workers: Ex
         with display.live if isinstance(display, LiveDisplay) else contextlib.nullcontext():
             summary = asyncio.run(_drive(agent, provider, received, workers))
     except (asyncio.CancelledError, KeyboardInterrupt):
-        err_console.print(f"interrupted; finished attempts are saved. Resume with: coda-agent run --resume {run_dir}", highlight=False, markup=False)
+        err_console.print(f"interrupted; finished attempts are saved. Resume with: {resume_command(run_dir)}", highlight=False, markup=False)
         raise typer.Exit(STOP_SIGNALS[received[0]] if received else 130) from None
     except FatalProviderError as exc:
         err_console.print(f"[bold red]error:[/] {untrusted(str(exc))}", highlight=False)
-        err_console.print(f"  (the run is saved; after fixing this: coda-agent run --resume {run_dir})", highlight=False, markup=False)
+        err_console.print(f"  (the run is saved; after fixing this: {resume_command(run_dir)})", highlight=False, markup=False)
         raise typer.Exit(2) from None
     except Exception as exc:  # the harness failed on this run (the summary says so): one line, not a traceback
         err_console.print(f"[bold red]error:[/] {untrusted(one_line_failure(exc))}", highlight=False)
@@ -422,7 +422,7 @@ def recorded_run(name: str, base: Path, model: str | None, task: str | None, red
     if unreadable and not redo_corrupt:
         raise UserError(
             f"{', '.join(str(p) for p in unreadable)}: unreadable attempt file(s); to set them aside and redo those "
-            f"attempts (and any later round, whose prompts were built on them): coda-agent run --resume {run_dir} --redo-corrupt"
+            f"attempts (and any later round, whose prompts were built on them): {resume_command(run_dir)} --redo-corrupt"
         )
     if task and Path(task).stem != header.task and task != header.task:
         raise UserError(f"run {header.run_id} is on task {header.task}, not {task}: drop the task (--resume takes the run's), "
@@ -464,7 +464,7 @@ def already_finished(run_dir: Path, reader: RunReader, given: dict[str, Any]) ->
     console.print(f"run {untrusted(reader.header.run_id)} already finished ({untrusted(label)}): nothing to resume", highlight=False)
     print_result(summary, reader.header, run_dir)
     if summary.status != "target_reached":
-        console.print(f"  to go on: coda-agent run --resume {run_dir} --rounds N (or a larger budget)", highlight=False, markup=False)
+        console.print(f"  to go on: {resume_command(run_dir)} --rounds N (or a larger budget)", highlight=False, markup=False)
     return 0 if summary.best_attempt is not None else 1
 
 
@@ -472,20 +472,31 @@ def resume_run(
     name: str, base: Path, model: str | None, base_url: str | None, given: dict[str, Any], task: str | None,
     redo_corrupt: bool,
 ) -> tuple[Path, Agent, Provider]:
-    run_dir, reader = recorded_run(name, base, model, task, redo_corrupt)
-    header = reader.header
-    if redo_corrupt:
-        moved = reader.set_aside_unreadable(header.budgets.candidates_per_round)
-        if moved:
-            err_console.print(f"set aside {len(moved)} attempt file(s) to redo: {', '.join(p.name for p in moved)}", highlight=False)
-    provider = make_provider(header.model, base_url or header.params.get("base_url"), base)
-    budgets = _budgets(header.budgets, **given) if given else None
+    """The agent that continues the run ``name``, holding its writer lock: one line (UserError) when another process
+    is writing it, before anything of it is touched."""
+    run_dir, _ = recorded_run(name, base, model, task, redo_corrupt)
     try:
-        agent = Agent.resume(run_dir, provider, budgets=budgets)
+        writer = RunWriter.open(run_dir)
     except RunRecordError as exc:
         raise UserError(str(exc)) from None
-    check_task_runs(agent.task)
-    check_fits_device(agent.task, agent.config.stages, agent.config.shape_set, agent.config.seeds)
+    try:
+        reader = RunReader(run_dir)  # again, now that no other process adds to it
+        header = reader.header
+        if redo_corrupt:
+            moved = reader.set_aside_unreadable(header.budgets.candidates_per_round)
+            if moved:
+                err_console.print(f"set aside {len(moved)} attempt file(s) to redo: {', '.join(p.name for p in moved)}", highlight=False)
+        provider = make_provider(header.model, base_url or header.params.get("base_url"), base)
+        budgets = _budgets(header.budgets, **given) if given else None
+        try:
+            agent = Agent.resume(run_dir, provider, budgets=budgets, writer=writer)
+        except RunRecordError as exc:
+            raise UserError(str(exc)) from None
+        check_task_runs(agent.task)
+        check_fits_device(agent.task, agent.config.stages, agent.config.shape_set, agent.config.seeds)
+    except BaseException:
+        writer.close()
+        raise
     provider.skip_replies(replies_used(agent))  # rebuilt from its spec, a scripted provider starts at its first reply
     return run_dir, agent, provider
 

@@ -251,6 +251,8 @@ def show(
     label, tone = run_status(s.status, s.passes)
     status = f"[{TONE_STYLE[tone]}]{untrusted(label)}[/]" + (f" ({untrusted(s.stop_reason)})" if s.stop_reason else "")
     out.print(f"status {status}", highlight=False)
+    if rf.how_to_resume and rf.how_to_resume not in s.stop_reason:
+        out.print(f"resume with: {rf.how_to_resume}", highlight=False, markup=False)
 
     table = Table(title="attempts", title_justify="left", box=box.SIMPLE_HEAD)
     for col in ("#", "round.slot", "at", "outcome", "reason", "tokens in/out", "$", "llm", "verify", "time µs"):

@@ -3,7 +3,9 @@
 Every task runs with every model under the same options and per-run budgets, ``--jobs`` runs at a time, their
 verifications on one executor (this host, or a Ray cluster: ``--executor ray``), which keeps timings apart.
 The runs are ordinary run directories; ``<runs-dir>/<sweep-id>.sweep.json`` lists them, so ``--resume``
-on it starts the runs not started yet, resumes the interrupted ones and leaves the finished ones be.
+on it starts the runs not started yet, resumes the interrupted ones and leaves the finished ones be. One process
+runs a sweep at a time: it holds ``<sweep-id>.sweep.lock`` (as each of its runs holds the run's own lock), so a
+second ``--resume`` of a live sweep is refused instead of starting its runs twice.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from ..agent import Agent, AgentConfig, FatalProviderError, RunEvents, SharedBud
 from ..execute import Executor
 from ..providers import Provider, ProviderConfigError, lookup
 from ..store.records import Attempt, RunSummary, SweepMember, SweepRecord, run_status, write_json_atomic
-from ..store.rundir import RunReader, RunRecordError
+from ..store.rundir import RunReader, RunRecordError, resume_command
+from ..store.writer_lock import WriterBusy, WriterLock
 from ..tasks.loader import TaskError, find_task, load_task, task_files
 from ..tasks.model import Task
 from ..untrusted import shown
@@ -36,6 +39,7 @@ from .inputs import NO_MODEL, check_task_runs, note_skipped
 from .run_cmd import (
     STOP_SIGNALS,
     RunOptions,
+    _closed_on_error,
     attempt_line,
     ended_summary,
     make_provider,
@@ -50,6 +54,7 @@ from .run_cmd import (
 )
 
 SWEEP_SUFFIX = ".sweep.json"
+LOCK_SUFFIX = ".sweep.lock"
 #: A run in one of these states is not started again when its sweep is resumed.
 FINISHED = ("target_reached", "budget_exhausted", "completed", "failed")
 #: ``--executor`` and ``--address``, as given.
@@ -82,6 +87,17 @@ def sweep_file(ref: str, base: Path) -> Path | None:
 
 def is_sweep(ref: str, base: Path) -> bool:
     return sweep_file(ref, base) is not None
+
+
+def hold_sweep(path: Path) -> WriterLock:
+    """The sweep's writer lock, beside its file; one line (UserError) naming the process that runs it now."""
+    sweep_id = path.name.removesuffix(SWEEP_SUFFIX)
+    try:
+        return WriterLock.acquire(path.with_name(sweep_id + LOCK_SUFFIX), f"sweep {sweep_id}")
+    except WriterBusy as exc:
+        raise UserError(str(exc)) from None
+    except OSError as exc:
+        raise UserError(f"cannot lock the sweep record {path}: {exc}") from None
 
 
 def _tasks(refs: list[str]) -> list[Task]:
@@ -139,18 +155,23 @@ def start_sweep(
         options=options.model_dump(), total_dollars=total_dollars, members=[SweepMember(task=str(t.path), model=m) for t in selected for m in dict.fromkeys(models)],
     )
     path = base / f"{record.sweep_id}{SWEEP_SUFFIX}"
-    try:
-        base.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(path, record)
-    except OSError as exc:
-        executor.close()
-        raise UserError(f"cannot write the sweep record under {base}: {exc}") from None
+    with _closed_on_error(executor):
+        try:
+            base.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"cannot write the sweep record under {base}: {exc}") from None
+        lock = hold_sweep(path)  # before its file exists: nobody resumes it while this process runs it
+        try:
+            write_json_atomic(path, record)
+        except OSError as exc:
+            lock.release()
+            raise UserError(f"cannot write the sweep record under {base}: {exc}") from None
     console.print(
         f"sweep [bold]{record.sweep_id}[/]: {len(selected)} task(s) × {len(set(models))} model(s) = "
         f"{len(record.members)} run{'s' if len(record.members) != 1 else ''}, {jobs} at a time", highlight=False,
     )
     console.print(f"  record: {path}", highlight=False, markup=False)
-    with outliving_a_closed_stdout(path):
+    with outliving_a_closed_stdout(path), lock:
         return _Session(record, path, base, jobs, executor).run()
 
 
@@ -166,10 +187,7 @@ def resume_sweep(
     path = sweep_file(ref, base)
     assert path is not None
     base = path.parent  # the sweep's runs sit beside its file, wherever --runs-dir points now
-    try:
-        record = SweepRecord.model_validate_json(path.read_text())
-    except (OSError, ValidationError, ValueError) as exc:
-        raise UserError(f"{path}: unreadable sweep record ({str(exc).splitlines()[0]})") from None
+    record = _read_record(path)
     changed = given.model_dump(exclude_defaults=True)
     fixed = sorted(set(changed) - set(EXTENSIBLE))
     if fixed:
@@ -179,16 +197,25 @@ def resume_sweep(
         if ended is not None:
             console.print(f"sweep [bold]{record.sweep_id}[/] already finished: nothing to resume", highlight=False)
             return report(record, path, base, ended)
-    executor = _open(workers, jobs, len(record.members))
-    if total_dollars is not None:
-        record.total_dollars = total_dollars
-    if changed or total_dollars is not None:
-        record.options.update(changed)
-        write_json_atomic(path, record)
-    done = sum(1 for m in record.members if m.run is not None)
-    console.print(f"resuming sweep [bold]{record.sweep_id}[/]: {done} of {len(record.members)} runs started before", highlight=False)
-    with outliving_a_closed_stdout(path):
-        return _Session(record, path, base, jobs, executor, redo_corrupt, extended=bool(changed) or total_dollars is not None).run()
+    with hold_sweep(path):
+        record = _read_record(path)  # again, as the process that ran it last left it
+        executor = _open(workers, jobs, len(record.members))
+        if total_dollars is not None:
+            record.total_dollars = total_dollars
+        if changed or total_dollars is not None:
+            record.options.update(changed)
+            write_json_atomic(path, record)
+        done = sum(1 for m in record.members if m.run is not None)
+        console.print(f"resuming sweep [bold]{record.sweep_id}[/]: {done} of {len(record.members)} runs started before", highlight=False)
+        with outliving_a_closed_stdout(path):
+            return _Session(record, path, base, jobs, executor, redo_corrupt, extended=bool(changed) or total_dollars is not None).run()
+
+
+def _read_record(path: Path) -> SweepRecord:
+    try:
+        return SweepRecord.model_validate_json(path.read_text())
+    except (OSError, ValidationError, ValueError) as exc:
+        raise UserError(f"{path}: unreadable sweep record ({str(exc).splitlines()[0]})") from None
 
 
 def _ended(record: SweepRecord, base: Path) -> list[_Outcome] | None:
@@ -361,7 +388,7 @@ class _Session:
             outcomes = asyncio.run(self.all_members(received))
         except (asyncio.CancelledError, KeyboardInterrupt):
             err_console.print(
-                f"interrupted; finished attempts are saved. Resume with: coda-agent run --resume {self.path}",
+                f"interrupted; finished attempts are saved. Resume with: {resume_command(self.path)}",
                 highlight=False, markup=False,
             )
             return STOP_SIGNALS[received[0]] if received else 130

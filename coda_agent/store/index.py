@@ -2,8 +2,8 @@
 
 The JSON files are the truth (``runs/<ts>_<task>_<id>/``, ``bench/results/*.json``); ``runs/index.db``
 only makes queries (leaderboard, viewer) fast. ``Index.refresh()`` re-reads the sources whose files
-changed (size + mtime signature) and drops vanished ones; ``Index.rebuild()`` forgets everything and
-re-reads it all. A file that cannot be read becomes a row in ``problems`` naming it, never a crash.
+changed (size + mtime signature; for a run, also whether its writer lives) and drops vanished ones;
+``Index.rebuild()`` forgets everything and re-reads it all. A file that cannot be read becomes a row in ``problems`` naming it, never a crash.
 
 The schema evolves through ``MIGRATIONS``, an append-only list applied in order and tracked by SQLite's
 ``PRAGMA user_version``. A migration that adds derived data marks every source stale, so the next
@@ -26,7 +26,7 @@ from typing import TypeVar
 from ..bench.results import E2E_SUFFIX, BenchRun, is_tune_report
 from ..verifier.verdict import GPU_OOM_MARK
 from .records import UnreadableRecord, read_json_record
-from .rundir import Problem, RunFiles, iter_run_dirs, read_run, record_files
+from .rundir import Problem, RunFiles, iter_run_dirs, read_run, record_files, writer_alive
 from .timings import TimingPoint, positive, timing_points
 
 T = TypeVar("T")
@@ -104,6 +104,8 @@ MIGRATIONS: list[Migration] = [
         """,
         reindex=True,
     ),
+    # A run whose writer is gone reads as interrupted, no longer running: every run is read again.
+    Migration("m006_writer_gone_is_interrupted", "", reindex=True),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -329,7 +331,9 @@ class Index:
         stats = RefreshStats()
         found: dict[str, tuple[str, Path, str]] = {}  # key -> (kind, path, signature)
         for d in iter_run_dirs(self.runs_dir):
-            found[f"run:{d.name}"] = ("run", d, _signature(record_files(d)))
+            # a run's status also turns on whether its writer lives (``running`` or ``interrupted``), which no file says
+            live = ":writing" if writer_alive(d) else ""
+            found[f"run:{d.name}"] = ("run", d, _signature(record_files(d)) + live)
         if self.bench_dir is not None and self.bench_dir.is_dir():
             for f in sorted(self.bench_dir.glob("*.json")):
                 if f.name.endswith(E2E_SUFFIX + ".json"):  # an end-to-end run: no per-task rows to rank

@@ -24,6 +24,8 @@ from .outcomes import AttemptOutcome
 SCHEMA_VERSION = 2
 
 RunStatus = Literal["running", "target_reached", "budget_exhausted", "completed", "interrupted", "failed"]
+#: A run that ended so has something left to do: ``run --resume`` continues it.
+RESUMABLE = ("interrupted", "failed")
 #: How a run ended, as a reader should take it: ``ok`` (a correct kernel), ``bad`` (none), ``warn`` (a correct
 #: kernel, but the run did not finish), ``running``.
 StatusTone = Literal["ok", "bad", "warn", "running"]

@@ -7,6 +7,11 @@ Layout of one run, ``runs/<YYYYmmdd-HHMMSS>_<task>_<id>/`` (the schema of each f
     attempts/0001.json   Attempt: one candidate, from prompt to verdict (written when it finishes)
     summary.json         RunSummary: rolled up after every attempt (status, best, totals)
     best.py              the best correct candidate, exported as a file
+    writer.lock          who is writing the run now (``writer_lock``); gone once the writer ends
+
+One process writes a run at a time: :class:`RunWriter` holds the run's writer lock from opening the run to
+:meth:`RunWriter.close`, so a second ``run --resume`` of a live run is refused instead of overwriting its attempts.
+A run whose summary says ``running`` but whose writer is gone (``kill -9``, a power cut) reads as ``interrupted``.
 
 The writer only ever replaces whole files atomically, so a run killed at any point (even ``kill -9``) loses
 only the attempts in flight, and every reader sees either the previous or the next version of a file.
@@ -33,6 +38,7 @@ from pydantic import BaseModel
 from ..atomic import write_text_atomic
 from .ranking import attempt_time_us, best_attempt
 from .records import (
+    RESUMABLE,
     SCHEMA_VERSION,
     Attempt,
     RunHeader,
@@ -42,10 +48,11 @@ from .records import (
     read_record_text,
     write_json_atomic,
 )
+from .writer_lock import Holder, WriterBusy, WriterLock, read_holder
 
 M = TypeVar("M", bound=BaseModel)
 
-HEADER, SUMMARY, BEST, ATTEMPTS = "header.json", "summary.json", "best.py", "attempts"
+HEADER, SUMMARY, BEST, ATTEMPTS, LOCK = "header.json", "summary.json", "best.py", "attempts", "writer.lock"
 _ATTEMPT_FILE = re.compile(r"^(\d{4,})\.json$")
 #: The run reference that means the newest run in the folder.
 LATEST = "latest"
@@ -53,6 +60,15 @@ LATEST = "latest"
 
 class RunRecordError(Exception):
     """A run directory is missing, unreadable or from an incompatible schema; the message says which file."""
+
+
+class RunBusy(RunRecordError):
+    """Another live process is writing the run; the message names it and what to do (one line)."""
+
+
+def resume_command(run_dir: Path) -> str:
+    """What continues the run in ``run_dir`` (the CLI's ``--resume``)."""
+    return f"coda-agent run --resume {run_dir}"
 
 
 def new_run_id(task: str, created: datetime) -> str:
@@ -71,9 +87,15 @@ def attempt_files(run_dir: Path) -> list[Path]:
 
 
 def record_files(run_dir: Path) -> list[Path]:
-    """Every file of the record that exists (what the index watches for changes)."""
+    """Every file of the record that exists (what the index watches for changes, with :func:`writer_alive`)."""
     named = [run_dir / n for n in (HEADER, SUMMARY, BEST) if (run_dir / n).exists()]
     return named + attempt_files(run_dir)
+
+
+def writer_alive(run_dir: Path) -> bool:
+    """A live process is writing the run now (without taking its lock)."""
+    holder = read_holder(run_dir / LOCK)
+    return holder is not None and holder.alive()
 
 
 def is_run_dir(path: Path) -> bool:
@@ -134,10 +156,11 @@ def _header_or_none(run_dir: Path) -> RunHeader | None:
 
 
 class RunWriter:
-    """Writes one run directory: the header once, each attempt when it finishes, the summary and best.py."""
+    """Writes one run directory: the header once, each attempt when it finishes, the summary and best.py; the one
+    writer of the run from :meth:`create` or :meth:`open` to :meth:`close` (it holds the run's writer lock)."""
 
-    def __init__(self, run_dir: Path) -> None:
-        self.run_dir = run_dir
+    def __init__(self, run_dir: Path, lock: WriterLock) -> None:
+        self.run_dir, self._lock = run_dir, lock
 
     @classmethod
     def create(cls, runs_dir: Path, header: RunHeader) -> RunWriter:
@@ -146,9 +169,25 @@ class RunWriter:
         if run_dir.exists():
             raise RunRecordError(f"{run_dir} already exists")
         (run_dir / ATTEMPTS).mkdir(parents=True)
-        writer = cls(run_dir)
+        writer = cls.open(run_dir)
         writer.write_header(header)
         return writer
+
+    @classmethod
+    def open(cls, run_dir: Path) -> RunWriter:
+        """The writer of an existing run (to resume it); RunBusy when a live process writes it now."""
+        if not is_run_dir(run_dir):
+            raise RunRecordError(f"{run_dir}: not a run directory")
+        try:
+            return cls(run_dir, WriterLock.acquire(run_dir / LOCK, f"run {run_dir.name}"))
+        except WriterBusy as exc:
+            raise RunBusy(str(exc)) from None
+        except OSError as exc:  # a read-only runs folder, a file system without links
+            raise RunRecordError(f"cannot lock {run_dir / LOCK}: {exc.strerror or exc}") from None
+
+    def close(self) -> None:
+        """Done writing: another process may now resume the run."""
+        self._lock.release()
 
     def write_header(self, header: RunHeader) -> None:
         write_json_atomic(self.run_dir / HEADER, header)
@@ -258,10 +297,19 @@ class RunFiles:
     attempts: list[Attempt]
     best_code: str | None
     problems: list[Problem] = field(default_factory=list)
+    #: Who the run's writer lock names (None: no lock), and whether that writer still runs.
+    lock: Holder | None = None
+    writer_alive: bool = False
 
     @property
     def name(self) -> str:
         return self.dir.name
+
+    @property
+    def how_to_resume(self) -> str | None:
+        """How to continue the run, when its status leaves something to do and no one is writing it."""
+        status = self.effective_summary().status
+        return resume_command(self.dir) if status in RESUMABLE and not self.writer_alive else None
 
     def effective_summary(self) -> RunSummary:
         """The run's summary, or one rolled up from the attempts when summary.json is missing or unreadable.
@@ -270,7 +318,8 @@ class RunFiles:
         """
         if self.summary is not None:
             known = self.summary.cost_known and all(a.usage.price_known for a in self.attempts)
-            return self.summary if known else self.summary.model_copy(update={"cost_known": False})
+            summary = self.summary if known else self.summary.model_copy(update={"cost_known": False})
+            return self._honest(summary)
         start = self.header.created if self.header else None
         first = min((a for a in self.attempts if a.passed), key=lambda a: a.finished, default=None)
         estimated = RunSummary(
@@ -279,7 +328,18 @@ class RunFiles:
             wall_seconds=_seconds(start, max((a.finished for a in self.attempts), default=None)) or 0.0,
             seconds_to_first_correct=_seconds(start, first.finished) if first else None,
         )
-        return rolled_up(estimated, self.attempts)
+        return self._honest(rolled_up(estimated, self.attempts))
+
+    def _honest(self, summary: RunSummary) -> RunSummary:
+        """``running`` only while its writer runs: a run whose writer is gone (killed, its machine down) was
+        interrupted, and says how to resume it."""
+        if summary.status != "running" or self.writer_alive:
+            return summary
+        who = f"its writer ({self.lock.describe()}) is gone" if self.lock else "no process is writing it"
+        reason = f"{who}, killed or lost before it could record why; resume with: {resume_command(self.dir)}"
+        if summary.stop_reason:  # what the estimate says of itself
+            reason = f"{summary.stop_reason}; {reason}"
+        return summary.model_copy(update={"status": "interrupted", "stop_reason": reason})
 
     def as_json(self) -> dict[str, Any]:
         """Everything read, as JSON-ready data (``show --format json``, the viewer's run page twin)."""
@@ -288,6 +348,9 @@ class RunFiles:
             "header": self.header.model_dump(mode="json") if self.header else None,
             "summary": self.effective_summary().model_dump(mode="json"),
             "summary_from_file": self.summary is not None,
+            "writer": {"pid": self.lock.pid, "host": self.lock.host, "heartbeat": self.lock.heartbeat}
+            if self.lock and self.writer_alive else None,
+            "resume_command": self.how_to_resume,
             "attempts": [a.model_dump(mode="json") for a in self.attempts],
             "best_code": self.best_code,
             "problems": [{"file": p.file, "message": p.message} for p in self.problems],
@@ -341,7 +404,9 @@ def read_run(run_dir: Path) -> RunFiles:
             best_code = read_record_text(run_dir / BEST)
         except UnreadableRecord as exc:
             problems.append(Problem.of(exc))
-    return RunFiles(run_dir, header, summary, [attempts[i] for i in sorted(attempts)], best_code, problems)
+    lock = read_holder(run_dir / LOCK)
+    return RunFiles(run_dir, header, summary, [attempts[i] for i in sorted(attempts)], best_code, problems,
+                    lock, writer_alive(run_dir))
 
 
 # --------------------------------------------------------------------------------------------------

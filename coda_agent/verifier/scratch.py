@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from ..processes import alive
 from .sandbox import NOBODY
 
 log = logging.getLogger("coda_agent.verifier")
@@ -127,16 +128,6 @@ def scratch_prefix() -> str:
     return f"{PREFIX}{os.getpid()}_"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, OverflowError):  # gone, or a number no process can have
-        return False
-    except PermissionError:  # someone else's live process
-        return True
-    return True
-
-
 def _ours() -> set[int]:
     """Who owns this user's scratch folders: this user, and as root also ``nobody``, to whom the sandbox hands them."""
     uid = os.geteuid()
@@ -162,7 +153,7 @@ def remove_stale(folder: Path | None = None) -> list[Path]:
             st = path.lstat()
         except OSError:
             continue
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid not in owners or _alive(int(match.group(1))):
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid not in owners or alive(int(match.group(1))):
             continue
         if remove_tree(path):
             removed.append(path)
