@@ -340,6 +340,41 @@ def test_validate_refuses_a_mask_value_no_input_holds(tmp_path):
     assert "give the test data values where it acts" in problem and _points_at(path, problem, "ignore_index")
 
 
+LABEL_SMOOTHED = """import torch
+
+
+def reference(x, w, targets, *, ignore_index, smoothing):
+    logits = x @ w.t()
+    lf = logits.float()
+    lse = torch.logsumexp(lf, dim=-1)
+    counted = targets != ignore_index
+    picked = lf.gather(1, torch.where(counted, targets, 0)[:, None])[:, 0]
+    smooth = lse - lf.mean(-1)
+    loss = (1 - smoothing) * (lse - picked) + smoothing * smooth
+    return {"logits": logits, "lse": lse, "loss": torch.where(counted, loss, 0.0)}
+"""
+
+
+def _label_smoothed(tmp_path: Path, w_mean: float) -> Path:
+    """Cross-entropy with label smoothing (its mean term: the mean of the logits over the vocabulary), weights drawn
+    with mean ``w_mean``."""
+    def edit(d):
+        d["constants"]["smoothing"] = 0.1
+        d["inputs"][1]["init"] = {"dist": "normal", "mean": w_mean, "std": "1/sqrt(K)"}
+
+    return write_task(tmp_path, edit, LABEL_SMOOTHED, base=TASK_DIR / "gemm_cross_entropy.yaml")
+
+
+def test_validate_refuses_a_term_the_test_data_keeps_too_small_to_see(tmp_path):
+    """Issue 48: with zero-mean weights, label smoothing's mean over the vocabulary is about zero, and a kernel that
+    leaves it out stays within the tolerance; the line names the term and its line, and what to draw otherwise.
+    Moving the smoothing constant cannot show it: it also scales the target's term."""
+    (problem,) = validate_path(_label_smoothed(tmp_path, 0.0)).problems
+    assert problem.startswith("ref.py:10: the right term of the '-' in `smooth = lse - lf.mean(-1)`"), problem
+    assert "a kernel could leave it out" in problem and "non-zero mean" in problem
+    assert validate_path(_label_smoothed(tmp_path, 0.02)).ok  # weights with a mean: the logits' mean is a real term
+
+
 @pytest.mark.parametrize(
     ("dims", "expected", "symbol", "fix"),
     [

@@ -165,6 +165,12 @@ class Tolerance(_Strict):
         o = self.outputs.get(name, OutputTolerance())
         return (o.factor if o.factor is not None else self.factor, o.floor if o.floor is not None else self.floor)
 
+    def allowed(self, name: str, baseline_err: float, ref_max: float) -> float:
+        """The largest max-abs error the rule lets output ``name`` have: ``factor`` times its baseline's, plus
+        ``floor`` times its scale."""
+        factor, floor = self.for_output(name)
+        return factor * baseline_err + floor * max(1.0, ref_max)
+
 
 class SpeedOfLight(_Strict):
     """Data for the speed-of-light model: FLOPs (an expression) and minimal bytes (default: every input read

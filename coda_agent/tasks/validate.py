@@ -2,7 +2,8 @@
 
 Degenerate tasks are the ones a trivial candidate could pass (robust-kbench's filters): an output that is
 near zero, constant, or that does not change when the inputs do; an input that changes no output alone; and a
-constant the test data never reaches (a clamp above every value), which a kernel could leave out. A task is also
+constant the test data never reaches (a clamp above every value) or a term of a sum it keeps too small to see
+(:mod:`.terms`), which a kernel could leave out. A task is also
 refused where no kernel could run it: a shape whose tensors' rows TMA cannot move (the primitives' own rule).
 """
 
@@ -20,6 +21,7 @@ from ..primitives._config import TMA_ALIGN_BYTES, tma_row_multiple
 from . import expr
 from .loader import TaskError, field_line, load_task, reference_function
 from .model import DTYPE_BYTES, InputSpec, Loc, Task, TensorSpec, torch_dtype
+from .terms import invisible_terms
 
 #: How validate moves each constant (a factor; a zero moves by the factor less one): each move must change an output
 #: at some small shape's test data, or the data never reaches what the constant does (a clamp above every value, a
@@ -111,6 +113,7 @@ def validate_task(task: Task) -> list[str]:
             found[key] = [f"{where}: {message}"]
 
     runs: Runs = []
+    judged: list[tuple[Tensors, Tensors, Tensors]] = []  # inputs, FP32 outputs, the tolerance baseline's outputs
     for point in task.shape("small"):
         where = f"shape small/{point.name}"
         try:
@@ -123,6 +126,7 @@ def validate_task(task: Task) -> list[str]:
         except Exception as exc:
             return [*problems, f"{where}: the reference raised {type(exc).__name__}: {exc}"]
         runs.append((point.dims, inputs, ref))
+        judged.append((inputs, ref, _baseline(task, lowp, ref)))
         misnamed = _names_match(task, set(lowp))
         if misnamed:
             return problems + misnamed
@@ -150,7 +154,17 @@ def validate_task(task: Task) -> list[str]:
             add(where, "stress", problem)
     for first, *others in found.values():
         problems.append(first + (f" (also at {', '.join(w.removeprefix('shape ') for w in others)})" if others else ""))
-    return problems + _inert_constants(task, runs)
+    return problems + _inert_constants(task, runs) + [
+        f"{term.describe(task.reference_file)} moves no output past twice the tolerance at the small shapes' test data "
+        "when it is left out, so a kernel could leave it out; draw the inputs that feed it where it counts (e.g. with "
+        "a non-zero mean, init: {mean: ...})" for term in invisible_terms(task, judged)]
+
+
+def _baseline(task: Task, lowp: Tensors, ref: Tensors) -> Tensors:
+    """The outputs the tolerance measures a candidate's error against (:class:`.model.Tolerance`'s ``baseline``)."""
+    if task.tolerance.baseline == "eager":
+        return lowp
+    return {o.name: ref[o.name].to(torch_dtype(o.dtype)) for o in task.outputs if o.name in ref}
 
 
 def _stress_problem(task: Task, dims: dict[str, int]) -> str | None:

@@ -215,8 +215,7 @@ def check_outputs(
             continue
         err, flat, lowp_err = stats.max_err, stats.max_err_at, stats.lowp_err
         factor, floor = task.tolerance.for_output(spec.name)
-        scale = max(1.0, stats.ref_max) if cand.numel() else 1.0
-        allowed = factor * lowp_err + floor * scale
+        allowed = task.tolerance.allowed(spec.name, lowp_err, stats.ref_max if cand.numel() else 0.0)
         where = _unravel(flat, want_shape)
         ok = err <= allowed
         spread = _spread_error(stats, factor, floor) if ok and want_dtype.is_floating_point else None

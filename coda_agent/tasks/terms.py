@@ -1,0 +1,133 @@
+"""The terms of a reference's sums that its test data lets a kernel leave out.
+
+A kernel is judged by its outputs at the test data, within the task's tolerance. A term the data makes too small to
+see (label smoothing's mean over the vocabulary, which zero-mean weights bring to about zero) passes the check
+whether a kernel computes it or not. :func:`invisible_terms` drops each tensor term of each sum the FP32 reference
+computes, in turn (a TorchDispatchMode replaces it by zeros), and names the ones whose absence moves no output past
+twice the tolerance at any small shape (:data:`SEEN`). Scalars (an ``eps``) are the constants' check's (:mod:`.validate`).
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .loader import reference_function
+from .model import Task, torch_dtype
+
+Tensors = dict[str, torch.Tensor]
+#: How far past the tolerance a dropped term must move some output to count as seen: a kernel's own rounding, up to
+#: the tolerance, can offset a missing term's effect by as much, so only a move past twice the tolerance fails it
+#: for sure.
+SEEN = 2.0
+#: The sums whose tensor operands are terms: dropping one is what a kernel that leaves the term out computes.
+_SUMS = {torch.ops.aten.add.Tensor: "+", torch.ops.aten.sub.Tensor: "-"}
+
+
+@dataclass(frozen=True)
+class Term:
+    """One operand of one sum the reference computes: the sum's place in the run (its index among the sums), which
+    operand (0: left, 1: right), and the reference's line that made it."""
+
+    index: int
+    operand: int
+    sign: str
+    line: int
+    text: str
+
+    def describe(self, reference: Path) -> str:
+        side = "left" if self.operand == 0 else "right"
+        return f"{reference.name}:{self.line}: the {side} term of the '{self.sign}' in `{self.text}`"
+
+
+class _Sums(TorchDispatchMode):
+    """Records the reference's sums of floating tensors (with the reference's line that made each); with ``drop``,
+    computes that one term as zeros."""
+
+    def __init__(self, reference: Path, drop: tuple[int, int] | None = None) -> None:
+        super().__init__()
+        self.reference, self.drop = str(reference.resolve()), drop
+        self.terms: list[Term] = []
+        self._count = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func in _SUMS and len(args) >= 2 and all(_is_term(a) for a in args[:2]):
+            index, self._count = self._count, self._count + 1
+            if self.drop is None:
+                line, text = self._where()
+                self.terms += [Term(index, j, _SUMS[func], line, text) for j in (0, 1)]
+            elif self.drop[0] == index:
+                args = list(args)
+                args[self.drop[1]] = torch.zeros_like(args[self.drop[1]])
+        return func(*args, **kwargs)
+
+    def _where(self) -> tuple[int, str]:
+        """The innermost line of the reference file on the stack (the reference's own line, or its call into torch)."""
+        for frame in reversed(traceback.extract_stack()):
+            if frame.filename == self.reference:
+                return frame.lineno or 0, (frame.line or "").strip()
+        return 0, ""
+
+
+def _is_term(x: object) -> bool:
+    return isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > 1
+
+
+def _fp32(inputs: Tensors) -> Tensors:
+    return {k: (v.float() if v.is_floating_point() else v) for k, v in inputs.items()}
+
+
+def invisible_terms(task: Task, runs: Sequence[tuple[Tensors, Tensors, Tensors]]) -> list[Term]:
+    """The terms (:class:`Term`) that, dropped, move no output past the task's tolerance at any of ``runs``: each
+    a small shape's (inputs, FP32 reference outputs, the tolerance baseline's outputs)."""
+    ref_fn = reference_function(task)
+    first_inputs = runs[0][0]
+    with torch.no_grad(), _Sums(task.reference_file) as probe:
+        ref_fn(**_fp32(first_inputs), **task.constants)
+    seen: set[tuple[int, int]] = set()
+    hidden = []
+    for term in probe.terms:
+        if (term.line, term.operand) in seen and term.line:
+            continue  # one verdict per source term (a loop's sums are the same term)
+        seen.add((term.line, term.operand))
+        if all(_within(task, ref, base, _dropped(ref_fn, task, inputs, term)) for inputs, ref, base in runs):
+            hidden.append(term)
+    return hidden
+
+
+def _dropped(ref_fn: Callable[..., Any], task: Task, inputs: Tensors, term: Term) -> Tensors | None:
+    """The FP32 reference with ``term`` computed as zeros; None when it does not run so (a shape that no longer
+    broadcasts, an error): then the term is not invisible."""
+    try:
+        with torch.no_grad(), _Sums(task.reference_file, drop=(term.index, term.operand)):
+            out = ref_fn(**_fp32(inputs), **task.constants)
+    except Exception:  # any error the changed value leads to counts as the term being seen
+        return None
+    return out if isinstance(out, dict) else None
+
+
+def _within(task: Task, ref: Tensors, base: Tensors, got: Tensors | None) -> bool:
+    """Every output of ``got`` within :data:`SEEN` times the task's tolerance of ``ref`` (``base``: the baseline's
+    outputs)."""
+    if got is None:
+        return False
+    for spec in task.outputs:
+        if spec.name not in got or not torch_dtype(spec.dtype).is_floating_point:
+            if spec.name in got and not torch.equal(got[spec.name], ref[spec.name]):
+                return False
+            continue
+        r, g = ref[spec.name].double(), got[spec.name].double()
+        if g.shape != r.shape or not bool(torch.isfinite(g).all()):
+            return False
+        baseline_err = float((base[spec.name].double() - r).abs().max()) if r.numel() else 0.0
+        ref_max = float(r.abs().max()) if r.numel() else 0.0
+        if float((g - r).abs().max()) > SEEN * task.tolerance.allowed(spec.name, baseline_err, ref_max):
+            return False
+    return True
