@@ -24,7 +24,7 @@ from coda_agent.measure.timing import Timing
 from coda_agent.tasks import find_task
 from coda_agent.tasks.loader import TaskError, load_task
 from coda_agent.verifier import Plan, Tuned, gpu
-from coda_agent.verifier.stages import Context
+from coda_agent.verifier.stages import Context, timed_by_part
 from coda_agent.verifier.verdict import Outcome, StageResult, Verdict
 
 from .conftest import cli
@@ -144,8 +144,8 @@ def test_baselines_include_eager_reference_and_cublas():
 
 def test_timing_stage_times_the_candidate_with_its_baselines_on_the_emulator():
     ctx = Context(task=K0, source=K0.human_file.read_text(), plan=Plan(shape_names=["tiny"], seeds=[0]), deadline=time.monotonic() + 120)
-    res = gpu.run_timing(ctx, device="cpu", backend_name="torch",
-                         plan=timing.RepPlan(warmup=1, target_s=0.01, min_reps=3, max_reps=3))
+    res = timed_by_part(lambda c: gpu.run_timing(c, device="cpu", backend_name="torch",
+                                                 plan=timing.RepPlan(warmup=1, target_s=0.01, min_reps=3, max_reps=3)))(ctx)
     assert res.outcome is Outcome.PASSED, res.reason
     tiny = res.timings["tiny"]
     assert tiny.compiled is None and set(tiny.baselines()) == {"eager", "cublas"}
@@ -157,13 +157,18 @@ def test_timing_stage_times_the_candidate_with_its_baselines_on_the_emulator():
     assert tiny.candidate.host_median_us == tiny.candidate.events_median_us
     assert all(t.host_median_us is None and not t.host_bound for t in tiny.baselines().values())
     # where the shape's wall time went, for the bench's progress line
-    parts = ["timed: traced", "timed: candidate", "timed: transfer", "timed: checks", "timed: baselines"]
-    assert list(tiny.seconds) == ["setup", "warm-up", "timed", *parts, "close"] and all(s >= 0 for s in tiny.seconds.values())
+    warm = ["warm-up: candidate", "warm-up: eager", "warm-up: cublas", "warm-up: sizing"]
+    parts = ["timed: traced", "timed: candidate", "timed: transfer", "timed: checks", "timed: eager", "timed: cublas"]
+    assert list(tiny.seconds) == ["setup", "warm-up", *warm, "timed", *parts, "close"] and all(s >= 0 for s in tiny.seconds.values())
     assert 0 <= sum(tiny.seconds[p] for p in parts) <= tiny.seconds["timed"] + 0.05  # the rounds' parts (each rounded: a fast round is 0.0)
+    assert abs(sum(tiny.seconds[p] for p in warm) - tiny.seconds["warm-up"]) <= 0.05  # each variant's, and the sizing
+    # the stage's parts: the shapes' phases by their parts, with the runner's start and stop
+    assert set(res.seconds_by_part) == {"runner start", "setup", *warm, *parts, "close", "runner stop"}
+    assert all(v >= 0 for v in res.seconds_by_part.values()) and sum(res.seconds_by_part.values()) <= res.seconds + 0.05
     bench_verdict = Verdict(task=K0.name, task_version=1, backend="torch", outcome=Outcome.PASSED,
                             stages=[res.model_copy(update={"stage": "bench"})])
-    assert re.fullmatch(r"setup \d+ s, warm-up \d+ s, timed \d+ s \(traced \d+ s, candidate \d+ s, transfer \d+ s, checks \d+ s, "
-                        r"baselines \d+ s\), "
+    assert re.fullmatch(r"setup \d+ s, warm-up \d+ s \(candidate \d+ s, eager \d+ s, cublas \d+ s, sizing \d+ s\), "
+                        r"timed \d+ s \(traced \d+ s, candidate \d+ s, transfer \d+ s, checks \d+ s, eager \d+ s, cublas \d+ s\), "
                         r"close \d+ s over 1 shape", runner.where_time_went(bench_verdict))
     assert runner.where_time_went(_verdict("gpu_correctness", {})) == ""
 

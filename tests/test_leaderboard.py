@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import sys
 from datetime import timedelta
 
@@ -271,6 +272,31 @@ def test_show_one_attempt_in_full_and_as_json(cli_store, monkeypatch, capsys):
     assert code == 0 and data["header"]["run_id"] == "aaaa1111" and [a["index"] for a in data["attempts"]] == [1, 2, 3]
     code, _, err = run_cli(monkeypatch, capsys, "show", "aaaa", "--attempt", "9")
     assert code == 2 and "has no attempt #9 (attempts: 1, 2, 3)" in err
+
+
+def test_show_prints_where_each_stage_spent_its_time(cli_store, monkeypatch, capsys):
+    a, _ = cli_store
+    code, out, _ = run_cli(monkeypatch, capsys, "show", "aaaa", "--attempt", "2")
+    assert code == 0 and "correctness 2.5 s: runner start 0.60, reference FP32 0.90, candidate 0.40, checks 0.30, other 0.30" in out
+    assert "static 0.01 s\n" in out  # a stage with no parts: its total alone
+    # a record from before the parts were kept (no seconds_by_part) loads and shows its total
+    path = a / "attempts" / "0003.json"
+    record = json.loads(path.read_text())
+    for stage in record["verdict"]["stages"]:
+        stage.pop("seconds_by_part", None)
+    path.write_text(json.dumps(record))
+    code, out, _ = run_cli(monkeypatch, capsys, "show", "aaaa", "--attempt", "3")
+    assert code == 0 and "correctness 2.5 s\n" in out and "attempt #3 (round 3, slot 0): passed" in out
+    # the run's table, stage x part over its attempts (#2 has the parts; #1 and #3 the stage's total only)
+    code, out, _ = run_cli(monkeypatch, capsys, "show", "aaaa", "--breakdown", "--format", "json")
+    rows = {(r["stage"], r["part"]): r for r in json.loads(out)}
+    assert code == 0 and rows[("correctness", "(stage)")]["attempts"] == 3 and rows[("correctness", "(stage)")]["total_s"] == 7.5
+    assert rows[("correctness", "reference FP32")] == {"stage": "correctness", "part": "reference FP32", "attempts": 1, "total_s": 0.9,
+                                                       "median_s": 0.9, "max_s": 0.9, "share": pytest.approx(0.12)}
+    assert rows[("correctness", "other")]["total_s"] == pytest.approx(0.3)
+    code, out, _ = run_cli(monkeypatch, capsys, "show", "aaaa", "-b")
+    assert code == 0 and "verification time over 3 verified attempts" in out
+    assert re.search(r"reference FP32\s+1\s+0\.9\s+0\.90\s+0\.90\s+12%", out)
 
 
 def test_show_a_run_with_a_broken_header_names_it(cli_store, monkeypatch, capsys):

@@ -246,6 +246,11 @@ def test_the_cpu_tune_stage_searches_every_gemm_call_at_each_shape():
     assert (call.epilogue, *call.mnk) == small_key(TASK.shape("small")[0]) and call.mode == "element"
     assert 1 <= len(call.tried_us) + len(call.failed) <= 1 + len(config_space("element", True))
     assert result.tuning["tiny"].before.median_us > 0 and result.details["device"] == "cpu"
+    # where the stage's time went: the runner, the shape's traced call, its search, comparison and close (no builds on
+    # the emulator), each measured
+    assert {"runner start", "traced call", "search", "close", "runner stop"} <= set(result.seconds_by_part) <= {
+        "runner start", "traced call", "search", "comparison", "close", "runner stop"}
+    assert all(v >= 0 for v in result.seconds_by_part.values()) and sum(result.seconds_by_part.values()) <= result.seconds + 0.01
 
 
 class Deterministic(tuning.ScheduleTimer):

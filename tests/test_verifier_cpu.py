@@ -35,6 +35,19 @@ def test_human_kernel_passes_with_a_full_error_table():
     assert len(checks) == 24 and sum(c.stress for c in checks) == 6
 
 
+def test_the_correctness_stage_records_where_its_time_went():
+    correctness = verify(K0, HUMAN).stage("correctness")
+    parts = correctness.seconds_by_part
+    assert set(parts) == {"runner start", "inputs", "warm-up", "candidate", "transfer", "reference FP32", "reference dtype",
+                          "checks", "runner stop"}
+    assert all(v >= 0 for v in parts.values())
+    assert sum(parts.values()) <= correctness.seconds + 0.01  # each rounded to the millisecond
+    assert sum(parts.values()) >= 0.8 * correctness.seconds  # the parts cover most of it: little is left as 'other'
+    line = correctness.describe_time()
+    assert line.startswith(f"correctness {correctness.seconds:.2f} s: runner start ") or line.startswith(f"correctness {correctness.seconds:.1f} s: runner start ")
+    assert "reference FP32" in line and "checks" in line
+
+
 def test_wrong_sign_is_wrong_output_naming_the_output_and_location():
     v = verify(K0, variant("h = acc + c", "h = acc - c"))
     assert v.outcome is Outcome.WRONG_OUTPUT

@@ -138,6 +138,8 @@ def test_run_page_timeline_transcript_code_and_tables(site):
         assert expected in text, expected
     assert '<span class="k">def</span><span class="w"> </span><span class="nf">forward</span>' in html  # pygments
     assert 'href="#attempt-2"' in html and 'class="tl-bar outcome-passed"' in html
+    assert "where the time went (s)" in text  # each stage's parts, the rest as 'other'
+    assert "runner start 0.60, reference FP32 0.90, candidate 0.40, checks 0.30, other 0.30" in text
     data = json.loads(get(s, f"/run/{a.name}.json")[1])
     assert data["header"]["model"] == "anthropic/claude" and [x["index"] for x in data["attempts"]] == [1, 2]
     assert data["attempts"][0]["verdict"]["outcome"] == "wrong_output" and data["problems"] == []

@@ -112,8 +112,8 @@ def time_task(task: Task, shapes: list[str], opts: BenchOptions, progress: Progr
 
 
 def where_time_went(verdict: Verdict) -> str:
-    """The bench stage's seconds by phase, summed over its shapes (``setup 9 s, warm-up 41 s, timed 80 s (traced
-    30 s, ...), close 0 s over 5 shapes``)."""
+    """The bench stage's seconds by phase, summed over its shapes (``setup 9 s, warm-up 41 s (candidate 20 s, ...),
+    timed 80 s (traced 30 s, ...), close 0 s over 5 shapes``)."""
     stage = verdict.stage("bench")
     totals: dict[str, float] = {}
     for timing in (stage.timings.values() if stage else ()):
@@ -121,12 +121,12 @@ def where_time_went(verdict: Verdict) -> str:
             totals[phase] = totals.get(phase, 0.0) + s
     if not totals or stage is None:
         return ""
-    parts = {k.removeprefix("timed: "): s for k, s in totals.items() if k.startswith("timed: ")}
     phases = []
     for phase, s in totals.items():
-        if phase.startswith("timed: "):
+        if ": " in phase:  # a phase's part, shown with it
             continue
-        inner = f" ({', '.join(f'{k} {v:.0f} s' for k, v in parts.items())})" if phase == "timed" and parts else ""
+        parts = {k.removeprefix(f"{phase}: "): v for k, v in totals.items() if k.startswith(f"{phase}: ")}
+        inner = f" ({', '.join(f'{k} {v:.0f} s' for k, v in parts.items())})" if parts else ""
         phases.append(f"{phase} {s:.0f} s{inner}")
     shapes = len(stage.timings)
     return ", ".join(phases) + f" over {shapes} shape{'s' * (shapes != 1)}"

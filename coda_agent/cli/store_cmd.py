@@ -20,6 +20,7 @@ from ..store.compare import diff_runs
 from ..store.index import Index, replayed_model
 from ..store.records import run_status
 from ..store.rundir import Problem, RunFiles, RunRecordError, read_run, resolve_run
+from ..store.stage_time import STAGE_TOTAL, stage_time_rows
 from ..store.timings import timing_points
 from ..untrusted import shown
 from . import (
@@ -203,6 +204,8 @@ def _show_attempt(rf: RunFiles, index: int, fmt: str) -> None:
         f"{lbt.fmt_money(a.usage.cost_usd, a.usage.price_known)} · "
         + " · ".join(f"{k} {lbt.fmt_seconds(v)}" for k, v in a.durations.items()), highlight=False,
     )
+    for st in a.verdict.stages if a.verdict else ():  # where the verify's time went, stage by stage
+        out.print(f"  {untrusted(st.describe_time())}", highlight=False)
     reason = a.reason or "(no reason recorded)"
     out.rule("reason")
     out.print(shown(reason), markup=False, highlight=False)  # a candidate's words: controls written out
@@ -213,10 +216,34 @@ def _show_attempt(rf: RunFiles, index: int, fmt: str) -> None:
         out.print(Syntax(shown(a.code), "python", theme="ansi_dark", background_color="default", line_numbers=True))
 
 
+def _show_breakdown(rf: RunFiles, fmt: str) -> None:
+    """Stage x part over the run's attempts: how many recorded it, total, median and max seconds, share of the stage."""
+    rows = stage_time_rows(a.verdict for a in rf.attempts)
+    if fmt == "json":
+        print(json.dumps([vars(r) for r in rows], indent=2))
+        return
+    out = wide_console()
+    verified = sum(a.verdict is not None for a in rf.attempts)
+    table = Table(title=f"{untrusted(rf.name)}: verification time over {verified} verified attempts (seconds)",
+                  title_justify="left", box=box.SIMPLE_HEAD)
+    for col in ("stage", "part", "attempts", "total", "median", "max", "share"):
+        table.add_column(col, justify="left" if col in ("stage", "part") else "right", no_wrap=True)
+    for r in rows:
+        first = r.part == STAGE_TOTAL
+        table.add_row(untrusted(r.stage) if first else "", untrusted(r.part), str(r.attempts), f"{r.total_s:.1f}",
+                      f"{r.median_s:.2f}", f"{r.max_s:.2f}", "" if first else f"{r.share:.0%}")
+    if rows:
+        out.print(table)
+    else:
+        out.print("no verified attempts yet")
+
+
 @app.command("show")
 def show(
     run: str = typer.Argument(..., help="run folder, run id, a unique prefix or suffix, or latest"),
     attempt: int = typer.Option(None, "--attempt", "-a", help="one attempt in full: its whole reason and its code"),
+    breakdown: bool = typer.Option(False, "--breakdown", "-b", help=(
+        "where the verifications' time went over every attempt: stage by stage, part by part")),
     fmt: str = typer.Option("table", "--format", "-f", help="table or json"),
     runs_dir: Path = RUNS_DIR,
 ) -> None:
@@ -224,6 +251,9 @@ def show(
     if fmt not in ("table", "json"):
         raise UserError(f"unknown --format {fmt!r}: use table or json")
     rf = find_run(runs_dir, run)
+    if breakdown:
+        _show_breakdown(rf, fmt)
+        return
     if attempt is not None:
         _show_attempt(rf, attempt, fmt)
         return

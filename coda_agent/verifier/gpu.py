@@ -119,9 +119,12 @@ def run_timing(ctx: Context, compile_modes: Sequence[str] = (), device: str = "c
         with ctx.runner(backend_name, device) as client:
             for point in ctx.shape_points():
                 try:
-                    shapes[point.name] = time_shape(ctx, client, point, device, compile_modes, plan or RepPlan())
+                    shapes[point.name] = timed = time_shape(ctx, client, point, device, compile_modes, plan or RepPlan())
                 except Reject as rej:
                     return result(rej.outcome, rej.reason)
+                for part, seconds in timed.seconds.items():
+                    if not any(other.startswith(f"{part}: ") for other in timed.seconds):  # a phase's parts stand for it
+                        ctx.watch.add(part, seconds)
     except RunnerError as exc:
         return result(*runner_failure(exc, ctx.plan, Outcome.RUNTIME_ERROR, "timing failed:\n"))
     summary = "; ".join(f"{s}: {d.candidate.median_us:.0f} µs" for s, d in shapes.items())
@@ -226,13 +229,13 @@ class ShapeTimer:
             self.refs[set_id] = refs
         return self.refs[set_id]
 
-    def baseline_batch(self, fn: Callable[[], object], n: int) -> Batched:
+    def baseline_batch(self, name: str, fn: Callable[[], object], n: int) -> Batched:
         _sync(self.device)
         w0 = time.perf_counter()
         with torch.no_grad():
             times = self.clock.batch(fn, n)
         w1 = time.perf_counter()
-        self._spend("baselines", w1 - w0)
+        self._spend(name, w1 - w0)
         return Batched(times, max(0.0, (w1 - w0) * 1e6 / n - self.overhead.get(n, {}).get("checker_us", 0.0)))
 
     def _spend(self, where: str, seconds: float) -> None:
@@ -251,12 +254,15 @@ class ShapeTimer:
         def one(name: str, n: int, check: bool = True, trace: bool = True) -> Batched:
             if name in candidates:
                 return self.candidate_batch(candidates[name], n, check, trace)
-            return self.baseline_batch(baselines[name], n)
+            return self.baseline_batch(name, baselines[name], n)
 
+        warmed: dict[str, float] = {}
         for name in names:  # warm-up: compiles, plans, allocator growth, cuBLAS heuristics
             # Untraced, like the correctness check's warm run: a first call at a shape may launch one-off set-up
             # kernels (the QuACK backend zeroes its tile counter and a new plan's); the traced batches judge the rest.
+            w0 = time.perf_counter()
             one(name, plan.warmup, check=False, trace=False)
+            warmed[f"warm-up: {name}"] = time.perf_counter() - w0
         slowest = max(sorted(one(name, 3, check=checked_rounds is None).times_us)[1] for name in names)
         reps = plan.reps_for(slowest)
         size = min(BATCH, reps)
@@ -266,6 +272,7 @@ class ShapeTimer:
         if size not in self.overhead:
             self.overhead[size] = _overheads(self.clock, self.client, self.device, size)
         t1 = time.perf_counter()
+        warmed["warm-up: sizing"] = t1 - t0 - sum(warmed.values())  # the rounds sized, the harness's overheads measured
         self._spent = {}
         events: dict[str, list[float]] = {n: [] for n in names}
         walls: dict[str, list[float]] = {n: [] for n in names}
@@ -287,8 +294,9 @@ class ShapeTimer:
                 walls[name].append(timed.wall_us)
                 hosts[name] += timed.host_us
                 batch_medians[name].append(statistics.median(timed.times_us))
-        self.seconds = {"warm-up": t1 - t0, "timed": time.perf_counter() - t1,
-                        **{f"timed: {k}": self._spent.get(k, 0.0) for k in ("traced", "candidate", "transfer", "checks", "baselines")}}
+        parts = ("traced", "candidate", "transfer", "checks", *baselines)
+        self.seconds = {"warm-up": t1 - t0, **warmed, "timed": time.perf_counter() - t1,
+                        **{f"timed: {k}": self._spent.get(k, 0.0) for k in parts}}
         return {name: honest_timing(events[name], walls[name], hosts[name], batch_medians[name]) for name in names}
 
     def close(self) -> None:

@@ -48,6 +48,28 @@ from .trace import LaunchEstimate, LaunchTrace, calls_from_trace
 from .verdict import Outcome, OutputCheck, StageMemory, StageResult
 
 
+class Stopwatch:
+    """Where a stage's wall time goes, part by part (:attr:`StageResult.seconds_by_part`): the clock around calls the
+    stage makes anyway, so measuring costs nothing."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, float] = {}
+
+    @contextmanager
+    def part(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - t0)
+
+    def add(self, name: str, seconds: float) -> None:
+        self.parts[name] = self.parts.get(name, 0.0) + seconds
+
+    def rounded(self) -> dict[str, float]:
+        return {k: round(v, 3) for k, v in self.parts.items()}
+
+
 @dataclass
 class Context:
     """What every stage may use: the task, the candidate's source, the plan and its deadline."""
@@ -60,6 +82,8 @@ class Context:
     signatures: dict[str, Any] = field(default_factory=dict)
     #: The largest peak device memory a runner of the current stage reported (None: none did).
     runner_peak: int | None = None
+    #: The current stage's parts (:func:`stage` gives each stage a fresh one and records it in its result).
+    watch: Stopwatch = field(default_factory=Stopwatch)
 
     def shape_points(self) -> list[ShapePoint]:
         points = self.task.shape(self.plan.shape_set)
@@ -72,16 +96,19 @@ class Context:
         """A runner of the candidate in the sandbox, killed at the stage's deadline (or an earlier ``deadline``)."""
         cache = quack_cache_for(self.source)
         mark_used(cache)
-        with RunnerClient(
-            self.source, backend=backend, device=device, constants=dict(self.task.constants),
-            deadline=self.deadline if deadline is None else min(deadline, self.deadline),
-            cache_dir=cache, hidden=hidden_paths(self.task),
-        ) as client:
-            try:
-                yield client
-            finally:
-                if client.peak_bytes is not None:
-                    self.runner_peak = max(client.peak_bytes, self.runner_peak or 0)
+        with self.watch.part("runner start"):
+            client = RunnerClient(
+                self.source, backend=backend, device=device, constants=dict(self.task.constants),
+                deadline=self.deadline if deadline is None else min(deadline, self.deadline),
+                cache_dir=cache, hidden=hidden_paths(self.task),
+            )
+        try:
+            yield client
+        finally:
+            if client.peak_bytes is not None:
+                self.runner_peak = max(client.peak_bytes, self.runner_peak or 0)
+            with self.watch.part("runner stop"):
+                client.close()
 
 
 def hidden_paths(task: Task) -> tuple[Path, ...]:
@@ -107,13 +134,28 @@ STAGES: dict[str, StageFn] = {}
 
 
 def stage(name: str) -> Callable[[StageFn], StageFn]:
-    """Register a stage; a GPU stage's result records its peak device memory (:func:`measured`)."""
+    """Register a stage; its result records where its time went (:func:`timed_by_part`), a GPU stage's its peak device
+    memory too (:func:`measured`)."""
 
     def register(fn: StageFn) -> StageFn:
-        STAGES[name] = measured(name, fn) if name in GPU_STAGES else fn
+        STAGES[name] = timed_by_part(measured(name, fn) if name in GPU_STAGES else fn)
         return fn
 
     return register
+
+
+def timed_by_part(fn: StageFn) -> StageFn:
+    """``fn`` on a fresh :attr:`Context.watch`, its parts recorded in the result."""
+
+    def run(ctx: Context) -> StageResult:
+        ctx.watch = Stopwatch()
+        result = fn(ctx)
+        result.seconds_by_part = ctx.watch.rounded()
+        return result
+
+    run.__name__ = run.__qualname__ = fn.__name__
+    run.__doc__ = fn.__doc__
+    return run
 
 
 def measured(name: str, fn: StageFn) -> StageFn:
@@ -166,11 +208,26 @@ def release(device: str | torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def references(task: Task, inputs: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """(FP32 reference, task-dtype reference) on the same inputs."""
+def references(task: Task, inputs: Mapping[str, torch.Tensor],
+               watch: Stopwatch | None = None) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """(FP32 reference, task-dtype reference) on the same inputs; each one's time in ``watch`` (its GPU work waited
+    for, so the time is not charged to the comparison that would wait for it)."""
     ref = reference_of(task)
+    watch = watch or Stopwatch()
     with torch.no_grad():
-        return ref(**upcast(inputs), **task.constants), ref(**{k: v.clone() for k, v in inputs.items()}, **task.constants)
+        with watch.part("reference FP32"):
+            ref32 = ref(**upcast(inputs), **task.constants)
+            _wait(inputs)
+        with watch.part("reference dtype"):
+            reflp = ref(**{k: v.clone() for k, v in inputs.items()}, **task.constants)
+            _wait(inputs)
+    return ref32, reflp
+
+
+def _wait(on: Mapping[str, torch.Tensor]) -> None:
+    """Wait for the GPU work queued on the device of ``on``'s tensors (nothing on the CPU)."""
+    if any(v.is_cuda for v in on.values()):
+        torch.cuda.synchronize()
 
 
 class Reject(Exception):
@@ -237,24 +294,28 @@ def returned_bytes_limit(task: Task, point: ShapePoint, calls: int) -> int:
 
 def check_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: str, checks: list[OutputCheck]) -> dict[str, object]:
     """The correctness protocol at one shape (module docstring), adding to ``checks``; raises :class:`Reject` on a fault."""
-    task = ctx.task
+    task, watch = ctx.task, ctx.watch
     checked, decoys = input_sets(task, ctx.plan.seeds)
     # The runner knows a set by its place alone: nothing tells the candidate which one is the stress set.
     ids = {s: f"{point.name}-{i}" for i, s in enumerate(checked + decoys)}
-    for s, set_id in ids.items():  # one set held here at a time: each is drawn again, the same, for its reference
-        client.put(set_id, s.draw(task, point.dims, device))
-    release(device)
+    with watch.part("inputs"):
+        for s, set_id in ids.items():  # one set held here at a time: each is drawn again, the same, for its reference
+            client.put(set_id, s.draw(task, point.dims, device))
+        release(device)
     info: dict[str, object] = {"dims": point.dims}
     try:
-        warm = client.run([ids[(decoys or checked)[-1]]], keep=[])  # builds the kernels; its launches are not judged
+        with watch.part("warm-up"):
+            warm = client.run([ids[(decoys or checked)[-1]]], keep=[])  # builds the kernels; its launches are not judged
         del warm
         order = checked + decoys + [checked[0]]
         calls = [ids[s] for s in order]
-        batch = client.run(calls, keep=list(range(len(calls))))
+        with watch.part("candidate"):
+            batch = client.run(calls, keep=list(range(len(calls))))
     except CandidateRaised as exc:
         raise Reject(Outcome.RUNTIME_ERROR, f"forward() raised at shape {point.name} {point.dims}:\n{exc}") from None
-    outs = client.fetch(returned_bytes_limit(task, point, len(calls)))
-    modified = client.drop(list(ids.values()))
+    with watch.part("transfer"):
+        outs = client.fetch(returned_bytes_limit(task, point, len(calls)))
+        modified = client.drop(list(ids.values()))
     changed = sorted({k for v in modified.values() for k in v} | {k for o in outs for k in o.inputs_modified})
     if changed:
         raise Reject(Outcome.CHEAT_DETECTED, f"at shape {point.name}, forward() modified its inputs {changed}; inputs are read-only")
@@ -274,9 +335,13 @@ def check_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: s
     for i, (out, inputs) in enumerate(zip(outs, order, strict=True)):
         if held is None or held[0] != inputs:
             held = None
-            release(device)
-            held = inputs, references(task, inputs.draw(task, point.dims, device))
-        found = returned_checks(ctx, out, *held[1], point, inputs.seed)
+            with watch.part("inputs"):
+                release(device)
+                drawn = inputs.draw(task, point.dims, device)
+            held = inputs, references(task, drawn, watch)
+            del drawn
+        with watch.part("checks"):
+            found = returned_checks(ctx, out, *held[1], point, inputs.seed)
         if inputs.stress:
             found = [c.model_copy(update={"stress": True, "reason": c.reason and unstable(task, point, c.reason)}) for c in found]
         if inputs in checked and out is not outs[-1]:
@@ -288,9 +353,10 @@ def check_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: s
             out.tensors.clear()
     held = None
     release(device)
-    launches = call_problems(ctx, batch, point)
-    info["launches"] = launches[0] if launches else {}
-    agreement(task, outs[0], outs[-1], checks, point, checked[0].seed, info)
+    with watch.part("checks"):
+        launches = call_problems(ctx, batch, point)
+        info["launches"] = launches[0] if launches else {}
+        agreement(task, outs[0], outs[-1], checks, point, checked[0].seed, info)
     return info
 
 
@@ -384,8 +450,9 @@ def compile_sm90(ctx: Context) -> StageResult:
 
     try:
         with ctx.runner("quack-compile", "cpu") as client:
-            client.put("compile", ctx.task.make_inputs(point.dims, 0))
-            batch = client.run(["compile"], keep=[])
+            with ctx.watch.part("build"):
+                client.put("compile", ctx.task.make_inputs(point.dims, 0))
+                batch = client.run(["compile"], keep=[])
             ops = batch.ops[0] if batch.ops else []  # the compile batch is always traced
             est = LaunchEstimate.from_ops(ops)
             if not est.gemms:
@@ -396,7 +463,8 @@ def compile_sm90(ctx: Context) -> StageResult:
             details: dict[str, object] = est.describe()
             try:
                 seen: dict[str, list[dict[str, Any]]] = {}
-                wanted = bench_configs(ctx.task, client, ops, point.name, seen=seen)
+                with ctx.watch.part("discover"):
+                    wanted = bench_configs(ctx.task, client, ops, point.name, seen=seen)
             except CandidateRaised as exc:
                 return result(Outcome.COMPILE_ERROR, str(exc))
             except Reject as rej:
@@ -404,8 +472,9 @@ def compile_sm90(ctx: Context) -> StageResult:
             for (epilogue, config), shape in wanted.items():
                 at = f"the config {config_label(config)} that forward() gives {epilogue} at bench shape {shape}"
                 try:
-                    client.set_schedule({(o["epilogue"], *o["gemm"]): config for o in ops if o.get("epilogue") == epilogue})
-                    client.run(["compile"], keep=[])
+                    with ctx.watch.part("build bench configs"):
+                        client.set_schedule({(o["epilogue"], *o["gemm"]): config for o in ops if o.get("epilogue") == epilogue})
+                        client.run(["compile"], keep=[])
                 except CandidateRaised as exc:
                     return result(Outcome.COMPILE_ERROR, f"{at} does not build for sm_90a:\n{exc}")
             details["bench_configs"] = [f"{e}: {config_label(c)}" for e, c in wanted]

@@ -356,8 +356,9 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str, builds_fir
                     unreached.append(point.name)  # not even its final comparison fits: the stage ends by its budget
                     continue
                 try:
-                    timer = ShapeTimer(ctx, runner.client, point, device)
-                    batch = runner.client.run([timer.ids[0]], keep=[])  # traced: which gemm calls there are to tune
+                    with ctx.watch.part("traced call"):  # its input sets made and sent with it
+                        timer = ShapeTimer(ctx, runner.client, point, device)
+                        batch = runner.client.run([timer.ids[0]], keep=[])  # traced: which gemm calls there are to tune
                     sites = gemm_sites((batch.ops or [[]])[0])
                     signatures = {s.key[0]: epilogue_signature(ctx.source, s.key[0]) for s in sites}
 
@@ -368,19 +369,23 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str, builds_fir
                     started = time.monotonic()
                     kept = comparisons_to_come(compared.values(), deadline - started, len(points) - i)
                     if builds_first is not None:  # for every shape from here on: the budget's end, not this one's share
-                        wanted, failed = builds_first(ctx, sites, signatures, cache, built, deadline - kept)
+                        with ctx.watch.part("builds"):
+                            wanted, failed = builds_first(ctx, sites, signatures, cache, built, deadline - kept)
                         unbuildable.update(failed)
                         builds[point.name] = {"configs": wanted, "failed": len(failed),
                                               "seconds": round(time.monotonic() - started, 2)}
                     now = time.monotonic()
                     share = now + max(0.0, deadline - kept - now) / (len(points) - i)
-                    chosen, calls, written = search_shape(sites, search, share, cache, signatures,
-                                                          unbuildable=unbuildable)
+                    with ctx.watch.part("search"):
+                        chosen, calls, written = search_shape(sites, search, share, cache, signatures,
+                                                              unbuildable=unbuildable)
                     compare_started = time.monotonic()
-                    before, after = search.compare(chosen) if chosen else (written, written)
+                    with ctx.watch.part("comparison"):
+                        before, after = search.compare(chosen) if chosen else (written, written)
                     if chosen:
                         compared[point.name] = round(time.monotonic() - compare_started, 2)
-                    search.timer.close()
+                    with ctx.watch.part("close"):
+                        search.timer.close()
                 except SearchCut as cut:  # the stage ends (below); what this shape's search measured stays
                     details["cut_short"] = {point.name: [c.model_dump(mode="json") for c in cut.calls]}
                     raise

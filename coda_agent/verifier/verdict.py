@@ -72,10 +72,12 @@ class ShapeTiming(BaseModel):
     compiled_max_autotune: Timing | None = None
     cublas: Timing | None = None
     seconds: dict[str, float] = Field(default_factory=dict, description=(
-        "where the shape's wall time went: setup (input sets made and sent), warm-up (first calls: compiles, plans), "
-        "timed (the traced and timed batches), close; the timed rounds split into 'timed: traced' (the candidate's traced "
-        "batches, their traces judged), 'timed: candidate' (its timed batches), 'timed: transfer' (kept outputs fetched from "
-        "the runner), 'timed: checks' (compared with the reference) and 'timed: baselines'"))
+        "where the shape's wall time went: setup (input sets made and sent), warm-up (first calls: compiles, plans; "
+        "'warm-up: <variant>' each variant's, 'warm-up: sizing' the rounds sized), timed (the traced and timed batches), close; "
+        "the timed rounds split into 'timed: traced' (the candidate's traced batches, their traces judged), 'timed: "
+        "candidate' (its timed batches), 'timed: transfer' (kept outputs fetched from the runner), 'timed: checks' "
+        "(the references and the comparison) and 'timed: <baseline>' each baseline's batches (records before them "
+        "kept 'timed: baselines')"))
 
     def baselines(self) -> dict[str, Timing]:
         return {k: t for k in BASELINES if (t := getattr(self, k)) is not None}
@@ -142,6 +144,25 @@ class StageResult(BaseModel):
     tuning: dict[str, ShapeTuning] = Field(default_factory=dict, description="tune / tune_cpu: per shape")
     details: dict[str, object] = {}
     memory: StageMemory | None = Field(default=None, description="GPU stages: peak device memory (None: not measured)")
+    seconds_by_part: dict[str, float] = Field(default_factory=dict, description=(
+        "where the stage's wall time went, part by part (seconds; what no part holds is the rest of :attr:`seconds`): "
+        "'runner start' and 'runner stop' in every stage with a runner; correctness: 'inputs' (drawn and sent), "
+        "'warm-up', 'candidate' (its checked calls), 'transfer' (outputs fetched, inputs dropped), 'reference FP32', "
+        "'reference dtype', 'checks'; compile: 'build', 'discover' (forward() on meta tensors at the bench shapes), "
+        "'build bench configs'; profile / bench: its shapes' :attr:`ShapeTiming.seconds` summed (a phase's parts in "
+        "place of the phase: 'warm-up: <variant>', 'timed: <part>'); tune: 'traced call', 'builds', 'search', 'comparison', 'close'"))
+
+    def time_parts(self) -> dict[str, float]:
+        """:attr:`seconds_by_part` with the rest of the stage's time as 'other' (empty when no part was recorded)."""
+        if not self.seconds_by_part:
+            return {}
+        rest = self.seconds - sum(self.seconds_by_part.values())
+        return {**self.seconds_by_part, **({"other": rest} if rest > 0.005 else {})}
+
+    def describe_time(self) -> str:
+        """One line: ``gpu_correctness 51.9 s: runner start 6.1, reference FP32 20.3, ..., other 4.1``."""
+        parts = ", ".join(f"{k} {_secs(v)}" for k, v in self.time_parts().items())
+        return f"{self.stage} {_secs(self.seconds)} s" + (f": {parts}" if parts else "")
 
     @model_validator(mode="before")
     @classmethod
@@ -154,6 +175,11 @@ class StageResult(BaseModel):
                 timings = {k: {"dims": {}, **v} for k, v in shapes.items()}
                 data = {**data, "timings": timings, "details": details}
         return data
+
+
+def _secs(v: float) -> str:
+    """Seconds to a tenth, or a hundredth under one (a CPU stage's parts)."""
+    return f"{v:.1f}" if v >= 1 else f"{v:.2f}"
 
 
 #: What torch.OutOfMemoryError says when the caching allocator cannot get device memory.
