@@ -207,7 +207,7 @@ def test_the_checker_reads_back_no_more_than_the_task_outputs_need():
                 size = _os.path.getsize(path)
                 with open(path, "r+b") as f:
                     f.truncate(size + (2 << 30))
-                refs.append(_M.TensorRef(name="0/extra", dtype="uint8", shape=[2 << 30], offset=size, nbytes=2 << 30))
+                refs.append(_sys.modules["coda_agent.runner.protocol"].TensorRef(name="0/extra", dtype="uint8", shape=[2 << 30], offset=size, nbytes=2 << 30))
             return refs
         _M.write_tensors = _write
     '''
