@@ -18,7 +18,7 @@ import os
 import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Annotated, Any, Literal, TypeVar
+from typing import IO, Annotated, Any, Literal, TypeVar, get_args
 
 import torch
 from pydantic import (
@@ -258,7 +258,7 @@ Request = Annotated[
     Field(discriminator="op"),
 ]
 _REQUESTS: TypeAdapter[Request] = TypeAdapter(Request)
-_REQUEST_OPS = ("load", "schedule", "discover", "inputs", "drop", "run", "fetch", "exit")
+_REQUEST_OPS = frozenset(kind.model_fields["op"].default for kind in get_args(get_args(Request)[0]))
 
 #: What one call ran: its aten ops and gemm calls, as ``serve.OpLog`` records them.
 CallOps = list[dict[str, Any]]
