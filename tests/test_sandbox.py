@@ -207,12 +207,37 @@ def test_the_checker_reads_back_no_more_than_the_task_outputs_need():
                 size = _os.path.getsize(path)
                 with open(path, "r+b") as f:
                     f.truncate(size + (2 << 30))
-                refs.append(_M.TensorRef(name="0/extra", dtype="uint8", shape=[2 << 30], offset=size, nbytes=2 << 30))
+                refs.append(_sys.modules["coda_agent.runner.protocol"].TensorRef(name="0/extra", dtype="uint8", shape=[2 << 30], offset=size, nbytes=2 << 30))
             return refs
         _M.write_tensors = _write
     '''
     result, _ = _past_the_static_check("gemm_residual", sparse)
     assert result.outcome is Outcome.CRASH and "more than the" in result.reason, result.reason
+
+
+@needs_bwrap
+@pytest.mark.parametrize(("kind", "forged", "problem"), [
+    ("Ran", '{"ok": true, "times_us": ["fast"]}', "times_us.0: Input should be a valid number"),
+    ("Dropped", '{"ok": true, "modified": {}, "verdict": "passed"}', "verdict: Extra inputs are not permitted"),
+    ("Fetched", '{"ok": true, "tensors": [], "calls": []}', "file: Field required"),
+    ("Done", '{"error": "no ok"}', "'ok' must be true or false, not None"),
+])
+def test_a_malformed_reply_is_a_crash_that_says_what_was_wrong(kind, forged, problem):
+    """What the runner sends in place of a reply is refused as a whole, never half-read or taken for the
+    candidate's own error."""
+    forge = f'''
+        import sys as _sys
+        _P = _sys.modules["coda_agent.runner.protocol"]
+        _send = _P.Channel.send
+        def _forged(self, message):
+            if type(message).__name__ != {kind!r}:
+                return _send(self, message)
+            self._writer.write({forged!r}.encode() + b"\\n")
+            self._writer.flush()
+        _P.Channel.send = _forged
+    '''
+    result, _ = _past_the_static_check("gemm_residual", forge)
+    assert result.outcome is Outcome.CRASH and "is malformed" in result.reason and problem in result.reason, result.reason
 
 
 def test_a_folder_the_runner_writes_must_be_this_users_and_closed_to_others(tmp_path):
@@ -238,6 +263,52 @@ def test_a_message_nested_too_deep_is_a_protocol_error_not_a_checker_crash():
     channel = Channel(io.BytesIO(b"[" * 200_000 + b"\n"), io.BytesIO())
     with pytest.raises(ProtocolError, match="nested too deep"):
         channel.recv()
+
+
+def test_a_reply_is_refused_unless_it_is_exactly_the_kind_its_request_expects():
+    from coda_agent.runner.protocol import Done, Failed, Fetched, ProtocolError, Ran, parse_reply
+
+    assert parse_reply({"ok": True, "times_us": [1, 2.5], "peak_bytes": 7}, Ran) == Ran(times_us=[1.0, 2.5], peak_bytes=7)
+    assert parse_reply({"ok": False, "error": "boom", "call": 3}, Ran) == Failed(error="boom", call=3)
+    assert parse_reply({"ok": True, "peak_bytes": "lots"}, Done).peak_bytes is None  # a diagnostic: dropped, not fatal
+    assert parse_reply({"ok": True, "times_us": [1.0], "host_us": ["x"]}, Ran).host_us == []
+    refused = [
+        ({"ok": "yes"}, Done, "'ok' must be true or false, not 'yes'"),
+        ({"ok": True, "times_us": [1.0], "modified": {}}, Ran, "modified: Extra inputs are not permitted"),
+        ({"ok": True, "times_us": ["1"]}, Ran, "times_us.0: Input should be a valid number"),
+        ({"ok": True, "times_us": [-1.0]}, Ran, "times_us.0: Input should be greater than or equal to 0"),
+        ({"ok": True, "file": "out_1.bin", "tensors": [], "calls": [{"call": "0", "kind": "dict"}]}, Fetched, "calls.0.call"),
+        ({"ok": True, "file": "out_1.bin", "calls": []}, Fetched, "tensors: Field required"),
+        ({"ok": False, "call": 1}, Ran, "not a Failed reply: error: Field required"),
+        ({"ok": True, "x" * 100_000: 1}, Done, "Extra inputs are not permitted"),
+    ]
+    for message, expected, problem in refused:
+        with pytest.raises(ProtocolError) as caught:
+            parse_reply(message, expected)
+        assert problem in str(caught.value) and len(str(caught.value)) < 1000, (message, str(caught.value)[:200])
+
+
+def test_an_unknown_or_malformed_request_gets_a_harness_error_reply(tmp_path):
+    """The runner answers each with a ``harness`` failure (the checker's fault, not the candidate's) and serves on."""
+    import io
+    import json
+
+    from coda_agent.runner.protocol import Channel
+    from coda_agent.runner.serve import Runner, serve
+
+    requests = [{"op": "teleport"}, {"backend": "torch"}, {"op": "run", "calls": [1]}, {"op": "drop", "sets": [], "all": True},
+                {"op": "discover", "inputs": {"x": {"shape": [2], "dtype": "complex32"}}}, {"op": "drop", "sets": ["s"]}, {"op": "exit"}]
+    out = io.BytesIO()
+    serve(Channel(io.BytesIO(b"".join(json.dumps(r).encode() + b"\n" for r in requests)), out), Runner(tmp_path))
+    replies = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [r["ok"] for r in replies] == [False] * 5 + [True]  # and the loop ended on exit
+    assert all(r["harness"] for r in replies[:5])
+    errors = [r["error"] for r in replies[:5]]
+    assert errors[0] == "unknown request 'teleport'" and errors[1] == "unknown request None"
+    assert errors[2] == "malformed 'run' request: run.calls.0: Input should be a valid string"
+    assert errors[3] == "malformed 'drop' request: drop.all: Extra inputs are not permitted"
+    assert "unknown dtype 'complex32'" in errors[4]
+    assert replies[5] == {"ok": True, "modified": {}}
 
 
 def test_tensor_files_carry_every_dtype_and_shape_whatever_their_offsets(tmp_path):

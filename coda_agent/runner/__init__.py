@@ -8,5 +8,5 @@ fresh interpreter). :mod:`.protocol` is the one module both sides import.
 
 - :mod:`.serve`: the runner's loop (load the candidate, run the calls it is told, send back what came out);
 - :mod:`.candidate`: the candidate module, imported from a real file;
-- :mod:`.protocol`: the wire (JSON lines and raw tensor files, validated on read).
+- :mod:`.protocol`: the wire (typed requests and replies as JSON lines, raw tensor files; validated on read).
 """

@@ -18,10 +18,18 @@ import os
 import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Annotated, Any, Literal, TypeVar, get_args
 
 import torch
-from pydantic import BaseModel, Field
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
 
 #: A message larger than this is refused (a runner cannot make the checker buffer without bound).
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
@@ -47,7 +55,13 @@ class ProtocolError(Exception):
     """The other side sent something malformed, or went away."""
 
 
-class TensorRef(BaseModel):
+class Message(BaseModel):
+    """Anything on the wire: exactly its fields, each of its own type (strict: ``"1"`` is no 1), nothing else."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class TensorRef(Message):
     """Where one tensor's bytes lie in a tensor file."""
 
     name: str
@@ -159,6 +173,230 @@ def read_tensors(path: Path, refs: list[TensorRef], device: str = "cpu", max_byt
     return out
 
 
+# --- the messages ---------------------------------------------------------------------------------------
+# Requests go from the checker to the runner, named by ``op``; the runner validates each in parse_request. Replies
+# carry ``ok``: a Failed one, or the kind of reply its request expects, which the checker validates in parse_reply.
+
+
+class MetaTensor(Message):
+    """An input's shape and dtype, without its values (a ``discover`` request)."""
+
+    shape: list[int]
+    dtype: str
+
+    @field_validator("dtype")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if value not in DTYPES:
+            raise ValueError(f"unknown dtype {value[:40]!r}")
+        return value
+
+
+class LoadRequest(Message):
+    """Import the candidate (``candidate.py`` in the scratch folder) on this backend and device."""
+
+    op: Literal["load"] = "load"
+    backend: str
+    device: str = "cpu"
+    constants: dict[str, Any] = {}
+
+
+class ScheduleRequest(Message):
+    """The harness's schedule for the calls that follow (``primitives.configs.schedule_to_wire``)."""
+
+    op: Literal["schedule"] = "schedule"
+    entries: list[list[Any]] = []
+
+
+class DiscoverRequest(Message):
+    """forward() once on meta tensors: its op log at a shape too large to run."""
+
+    op: Literal["discover"] = "discover"
+    inputs: dict[str, MetaTensor]
+
+
+class InputsRequest(Message):
+    """One input set, in a tensor file of the scratch folder."""
+
+    op: Literal["inputs"] = "inputs"
+    set: str
+    file: str
+    tensors: list[TensorRef]
+
+
+class DropRequest(Message):
+    """Forget these input sets."""
+
+    op: Literal["drop"] = "drop"
+    sets: list[str] = []
+
+
+class RunRequest(Message):
+    """A batch of calls, one per input set named; the outputs of the ``keep`` indices are kept for a fetch."""
+
+    op: Literal["run"] = "run"
+    calls: list[str]
+    keep: list[int] = []
+    dry: bool = False
+    trace: bool = True
+
+
+class FetchRequest(Message):
+    """The kept outputs, in a tensor file."""
+
+    op: Literal["fetch"] = "fetch"
+
+
+class ExitRequest(Message):
+    """End the runner."""
+
+    op: Literal["exit"] = "exit"
+
+
+Request = Annotated[
+    LoadRequest | ScheduleRequest | DiscoverRequest | InputsRequest | DropRequest | RunRequest | FetchRequest | ExitRequest,
+    Field(discriminator="op"),
+]
+_REQUESTS: TypeAdapter[Request] = TypeAdapter(Request)
+_REQUEST_OPS = frozenset(kind.model_fields["op"].default for kind in get_args(get_args(Request)[0]))
+
+#: What one call ran: its aten ops and gemm calls, as ``serve.OpLog`` records them.
+CallOps = list[dict[str, Any]]
+
+
+class Reply(Message):
+    """What every reply carries: ``ok``, and the runner's peak device memory so far (a diagnostic: anything but a
+    plausible byte count reads as none, :func:`reported_bytes`)."""
+
+    ok: bool
+    peak_bytes: Annotated[int | None, BeforeValidator(reported_bytes)] = None
+
+
+class Failed(Reply):
+    """The request failed: the candidate raised (``call``: in which call of a batch; ``contract``: it misused the
+    primitives), or the harness did (``harness``)."""
+
+    ok: Literal[False] = False
+    error: str
+    harness: bool = False
+    call: int | None = None
+    contract: bool = False
+
+
+class Done(Reply):
+    """A ``load``, ``schedule`` or ``inputs`` request was carried out."""
+
+    ok: Literal[True] = True
+
+
+class Discovered(Reply):
+    """What the one call on meta tensors ran."""
+
+    ok: Literal[True] = True
+    ops: list[CallOps] = Field(max_length=1)
+
+
+class Dropped(Reply):
+    """Per set dropped, the inputs forward() modified while it was held."""
+
+    ok: Literal[True] = True
+    modified: dict[str, list[str]]
+
+
+class Started(Reply):
+    """A batch's first call is about to run (the checker's wall clock starts)."""
+
+    ok: Literal[True] = True
+    started: Literal[True] = True
+
+
+class Synced(Reply):
+    """A batch's calls are done and the device is idle (the checker's wall clock stops)."""
+
+    ok: Literal[True] = True
+    synced: Literal[True] = True
+
+
+def _diagnostic_times(value: object) -> object:
+    """Host times the runner reported: anything but a list of finite, non-negative numbers reads as none."""
+    if isinstance(value, list) and all(type(v) in (int, float) and 0 <= v < math.inf for v in value):
+        return [float(v) for v in value]
+    return []
+
+
+class Ran(Reply):
+    """A batch's times (µs, one per call), the host time forward() took in each, its kernel trace (a file of the
+    scratch folder, traced GPU batches only) and its op log (traced batches only)."""
+
+    ok: Literal[True] = True
+    times_us: list[Annotated[float, Field(ge=0, allow_inf_nan=False)]]
+    host_us: Annotated[list[float], BeforeValidator(_diagnostic_times)] = []
+    trace: str | None = None
+    ops: list[CallOps] | None = None
+
+
+class CallReport(Message):
+    """One kept output: its type, and, for a dict, its keys, the values that are no plain tensor (``bad``: their
+    type names) and each tensor's storage address (aliasing); and the inputs the call modified."""
+
+    call: int
+    kind: str
+    bad: dict[str, str] = {}
+    storages: dict[str, int] = {}
+    keys: list[str] = []
+    inputs_modified: list[str] = []
+
+
+class Fetched(Reply):
+    """The kept outputs: their tensors in ``file`` (keys ``"<call>/<name>"``), and what each call returned."""
+
+    ok: Literal[True] = True
+    file: str
+    tensors: list[TensorRef]
+    calls: list[CallReport]
+
+
+def parse_request(message: dict[str, Any]) -> Request:
+    """The request ``message`` is; ProtocolError for an unknown or malformed one."""
+    op = message.get("op")
+    if op not in _REQUEST_OPS:
+        raise ProtocolError(f"unknown request {_clipped(op)}")
+    try:
+        return _REQUESTS.validate_python(message)
+    except ValidationError as exc:
+        raise ProtocolError(f"malformed {op!r} request: {_problems(exc)}") from None
+
+
+ExpectedReply = TypeVar("ExpectedReply", bound=Reply)
+
+
+def parse_reply(message: dict[str, Any], expected: type[ExpectedReply]) -> ExpectedReply | Failed:
+    """The reply ``message`` is: Failed (``ok`` false) or the ``expected`` kind (``ok`` true); ProtocolError for
+    anything else (no ``ok``, a missing, mistyped or unknown field), its text bounded whatever the runner sent."""
+    ok = message.get("ok")
+    model: type[ExpectedReply | Failed] | None = expected if ok is True else Failed if ok is False else None
+    if model is None:
+        raise ProtocolError(f"a reply's 'ok' must be true or false, not {_clipped(ok)}")
+    try:
+        return model.model_validate(message)
+    except ValidationError as exc:
+        raise ProtocolError(f"not a {model.__name__} reply: {_problems(exc)}") from None
+
+
+def _clipped(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _problems(exc: ValidationError, most: int = 3) -> str:
+    """The first few problems, each as ``field.path: what is wrong`` (no input values: they may be huge)."""
+    errors = exc.errors(include_url=False, include_input=False)
+    lines = [".".join(_clipped(p, 40) if isinstance(p, str) and len(p) > 40 else str(p) for p in e["loc"]) + f": {e['msg']}"
+             for e in errors[:most]]
+    more = f" (and {len(errors) - most} more)" if len(errors) > most else ""
+    return "; ".join(lines)[:600] + more
+
+
 class Channel:
     """One JSON object per line in each direction, over a pair of file descriptors."""
 
@@ -169,8 +407,8 @@ class Channel:
     def from_fds(cls, read_fd: int, write_fd: int) -> Channel:
         return cls(os.fdopen(read_fd, "rb"), os.fdopen(write_fd, "wb"))
 
-    def send(self, message: Mapping[str, Any]) -> None:
-        data = json.dumps(message, separators=(",", ":")).encode() + b"\n"
+    def send(self, message: Message) -> None:
+        data = json.dumps(message.model_dump(exclude_none=True), separators=(",", ":")).encode() + b"\n"
         try:
             self._writer.write(data)
             self._writer.flush()

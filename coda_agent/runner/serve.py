@@ -32,7 +32,33 @@ from ..primitives._call import GemmCall
 from ..primitives._config import EpilogueError
 from ..primitives.configs import ScheduleOverride, chosen_config, config_fields, schedule_from_wire
 from .candidate import CandidateModule, candidate_trace
-from .protocol import Channel, ProtocolError, TensorRef, read_tensors, write_tensors
+from .protocol import (
+    DTYPES,
+    CallReport,
+    Channel,
+    Discovered,
+    DiscoverRequest,
+    Done,
+    Dropped,
+    DropRequest,
+    ExitRequest,
+    Failed,
+    Fetched,
+    FetchRequest,
+    InputsRequest,
+    LoadRequest,
+    ProtocolError,
+    Ran,
+    Reply,
+    Request,
+    RunRequest,
+    ScheduleRequest,
+    Started,
+    Synced,
+    parse_request,
+    read_tensors,
+    write_tensors,
+)
 
 
 class OpLog(TorchDispatchMode):
@@ -139,64 +165,81 @@ class Runner:
 
     # --- requests -----------------------------------------------------------------------------
 
-    def load(self, msg: dict[str, Any]) -> dict[str, Any]:
-        self.device = str(msg.get("device", "cpu"))
-        name = str(msg["backend"])
-        backend.set_backend(name, wrap=self._observed)
-        self.constants = dict(msg.get("constants", {}))
+    def handle(self, request: Request) -> Reply:
+        """The reply to one request (the runner's loop has already ended on ``exit``)."""
+        match request:
+            case LoadRequest():
+                return self.load(request)
+            case ScheduleRequest():
+                return self.schedule(request)
+            case DiscoverRequest():
+                return self.discover(request)
+            case InputsRequest():
+                return self.inputs(request)
+            case DropRequest():
+                return self.drop(request)
+            case RunRequest():
+                return self.run(request)
+            case FetchRequest():
+                return self.fetch()
+        raise ValueError(f"{request.op!r} has no reply: the runner's loop ends on it")
+
+    def load(self, request: LoadRequest) -> Reply:
+        self.device = request.device
+        backend.set_backend(request.backend, wrap=self._observed)
+        self.constants = dict(request.constants)
         path = self.scratch / "candidate.py"
         try:
             self.candidate = CandidateModule(path.read_text(), path)
         except Exception as exc:
-            return {"ok": False, "error": f"importing the candidate failed:\n{candidate_trace(exc, path)}"}
+            return Failed(error=f"importing the candidate failed:\n{candidate_trace(exc, path)}")
         freeze_globals(self.candidate.module)
         if self.device == "cuda":
             self._flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
-        return {"ok": True}
+        return Done()
 
-    def schedule(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def schedule(self, request: ScheduleRequest) -> Reply:
         """The harness's schedule for the calls that follow (``[]``: none; configs as the candidate wrote them)."""
-        self.override.table = schedule_from_wire(msg.get("entries", []))
-        return {"ok": True}
+        self.override.table = schedule_from_wire(request.entries)
+        return Done()
 
-    def discover(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def discover(self, request: DiscoverRequest) -> Reply:
         """forward() once on meta tensors of the given shapes, its gemm calls answered with shapes only: the op
         log of a shape too large to run here (which calls, which configs). Nothing is computed or built."""
         assert self.candidate is not None, "load first"
-        meta = {str(k): torch.empty(v["shape"], dtype=getattr(torch, v["dtype"]), device="meta") for k, v in msg["inputs"].items()}
+        meta = {k: torch.empty(v.shape, dtype=DTYPES[v.dtype], device="meta") for k, v in request.inputs.items()}
         self.oplog.calls.clear()
         try:
             with torch.no_grad(), backend.using("shapes", wrap=self._observed), self.oplog, self.oplog.call():
                 self.candidate.forward(**meta, **self.constants)
         except Exception as exc:  # the contract broken at this shape (``contract``), or forward() needs values
-            return {"ok": False, "error": candidate_trace(exc, self.candidate.path), "contract": isinstance(exc, EpilogueError)}
-        return {"ok": True, "ops": self.oplog.calls[:1]}
+            return Failed(error=candidate_trace(exc, self.candidate.path), contract=isinstance(exc, EpilogueError))
+        return Discovered(ops=self.oplog.calls[:1])
 
-    def inputs(self, msg: dict[str, Any]) -> dict[str, Any]:
-        path = self.scratch / Path(str(msg["file"])).name
-        refs = [TensorRef.model_validate(r) for r in msg["tensors"]]
-        tensors = read_tensors(path, refs, self.device)
+    def inputs(self, request: InputsRequest) -> Reply:
+        path = self.scratch / Path(request.file).name
+        tensors = read_tensors(path, request.tensors, self.device)
         path.unlink()
-        self.sets[str(msg["set"])] = tensors
-        self.snapshots[str(msg["set"])] = {k: v.clone() for k, v in tensors.items()}
-        return {"ok": True}
+        self.sets[request.set] = tensors
+        self.snapshots[request.set] = {k: v.clone() for k, v in tensors.items()}
+        return Done()
 
     def modified(self, set_id: str) -> list[str]:
         """Inputs of a set that no longer hold what the checker sent (inputs are read-only)."""
         now, then = self.sets[set_id], self.snapshots[set_id]
         return [k for k in now if not torch.equal(now[k], then[k])]
 
-    def drop(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def drop(self, request: DropRequest) -> Reply:
         modified = {}
-        for s in (str(x) for x in msg.get("sets", [])):
+        for s in request.sets:
             if s in self.sets:
                 modified[s] = self.modified(s)
                 del self.sets[s], self.snapshots[s]
         if self.device == "cuda":
             torch.cuda.empty_cache()
-        return {"ok": True, "modified": modified}
+        return Dropped(modified=modified)
 
-    def run(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def run(self, request: RunRequest) -> Reply:
         """Run a batch of calls; keep the outputs of the ``keep`` indices for a later ``fetch``.
 
         Two interim messages bracket the calls (``started`` before the first, ``synced`` once the device is
@@ -207,8 +250,7 @@ class Runner:
         forward() cannot tell the batches apart by how fast its own host code runs.
         """
         assert self.candidate is not None and self.channel is not None, "load first"
-        calls, keep = [str(c) for c in msg["calls"]], {int(k) for k in msg.get("keep", [])}
-        dry, traced = bool(msg.get("dry", False)), bool(msg.get("trace", True))
+        calls, keep, dry, traced = request.calls, set(request.keep), request.dry, request.trace
         self.batches += 1
         cuda = self.device == "cuda"
         marks: list[tuple[Any, Any]] = []
@@ -219,7 +261,7 @@ class Runner:
         with torch.no_grad(), profiler as prof, self.oplog:
             if cuda:
                 torch.cuda.synchronize()
-            self.channel.send({"ok": True, "started": True})
+            self.channel.send(Started())
             lead_in(self.device)
             for i, set_id in enumerate(calls):
                 try:
@@ -228,20 +270,18 @@ class Runner:
                     hosts.append(host_s * 1e6)
                 except Exception as exc:
                     self.kept.clear()
-                    return {"ok": False, "call": i, "error": candidate_trace(exc, self.candidate.path)}
+                    return Failed(call=i, error=candidate_trace(exc, self.candidate.path))
             if cuda:
                 torch.cuda.synchronize()
-            self.channel.send({"ok": True, "synced": True})
+            self.channel.send(Synced())
         if cuda:
             times = [b.elapsed_time(e) * 1e3 for b, e in marks]
         else:
             times = [(e - b) * 1e6 for b, e in marks]
-        reply: dict[str, Any] = {"ok": True, "times_us": times, "host_us": hosts}
+        reply = Ran(times_us=times, host_us=hosts, ops=self.oplog.calls[: len(calls)] if traced else None)
         if trace_path is not None and prof is not None:
             prof.export_chrome_trace(str(trace_path))
-            reply["trace"] = trace_path.name
-        if traced:
-            reply["ops"] = self.oplog.calls[: len(calls)]
+            reply.trace = trace_path.name
         return reply
 
     def _one_call(self, kept: bool, index: int, set_id: str, cuda: bool, dry: bool = False) -> tuple[tuple[Any, Any], float]:
@@ -273,26 +313,25 @@ class Runner:
             self.kept.append((index, out, set_id))
         return mark, host_s
 
-    def fetch(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def fetch(self) -> Reply:
         """Write the kept outputs to a tensor file; describe what is not a dict of plain tensors."""
         described, tensors = [], {}
         for index, out, set_id in self.kept:
-            entry: dict[str, Any] = {"call": index, "kind": type(out).__name__, "bad": {}, "storages": {}}
+            entry = CallReport(call=index, kind=type(out).__name__, inputs_modified=self.modified(set_id))
             if isinstance(out, dict):
                 for key, value in out.items():
                     name = str(key)
                     if type(value) is not torch.Tensor:
-                        entry["bad"][name] = type(value).__name__
+                        entry.bad[name] = type(value).__name__
                         continue
                     tensors[f"{index}/{name}"] = value
-                    entry["storages"][name] = value.untyped_storage().data_ptr() if value.numel() else 0
-                entry["keys"] = [str(k) for k in out]
-            entry["inputs_modified"] = self.modified(set_id)
+                    entry.storages[name] = value.untyped_storage().data_ptr() if value.numel() else 0
+                entry.keys = [str(k) for k in out]
             described.append(entry)
         path = self.scratch / f"out_{self.batches}.bin"
         refs = write_tensors(path, tensors)
         self.kept.clear()
-        return {"ok": True, "file": path.name, "tensors": [r.model_dump() for r in refs], "calls": described}
+        return Fetched(file=path.name, tensors=refs, calls=described)
 
 
 def _cuda_profiler() -> Any:
@@ -307,29 +346,27 @@ def _cuda_profiler() -> Any:
 
 
 def serve(channel: Channel, runner: Runner) -> None:
+    """Answer the checker's requests until it sends ``exit`` or goes away. A request that is unknown or malformed
+    is the harness's fault, answered as one (``harness``), like any failure of the runner's own code."""
     runner.channel = channel
-    handlers = {
-        "load": runner.load, "inputs": runner.inputs, "drop": runner.drop, "run": runner.run, "fetch": runner.fetch,
-        "schedule": runner.schedule, "discover": runner.discover,
-    }
     while True:
         try:
-            msg = channel.recv()
+            message = channel.recv()
         except ProtocolError:
             return
-        op = msg.get("op")
-        if op == "exit":
-            return
-        handler = handlers.get(str(op))
-        if handler is None:
-            channel.send({"ok": False, "error": f"unknown request {op!r}"})
-            continue
         try:
-            reply = handler(msg)
+            request = parse_request(message)
+        except ProtocolError as exc:
+            channel.send(Failed(harness=True, error=str(exc)))
+            continue
+        if isinstance(request, ExitRequest):
+            return
+        try:
+            reply = runner.handle(request)
         except Exception:
-            reply = {"ok": False, "harness": True, "error": traceback.format_exc(limit=4)[-2000:]}
+            reply = Failed(harness=True, error=traceback.format_exc(limit=4)[-2000:])
         if runner.device == "cuda" and torch.cuda.is_initialized():  # this process's peak so far (PyTorch's count)
-            reply["peak_bytes"] = int(torch.cuda.max_memory_allocated())
+            reply.peak_bytes = int(torch.cuda.max_memory_allocated())
         channel.send(reply)
 
 

@@ -1,15 +1,16 @@
 """The checker's handle on one sandboxed runner: start it, talk to it, bound it in time, end it.
 
-Everything the runner says is data (validated by :mod:`.protocol`); its exit code and its files mean
-nothing to the verdict. A runner that dies becomes :class:`RunnerCrashed`, one that overruns the deadline
-is killed and becomes :class:`RunnerTimedOut`, and a ``forward`` that raised is :class:`CandidateRaised`.
+Everything the runner says is data: each reply is validated as the kind its request expects
+(:func:`~coda_agent.runner.protocol.parse_reply`), its tensors as their file allows; its exit code and its files
+mean nothing to the verdict. A runner that dies or sends a malformed reply becomes :class:`RunnerCrashed`, one
+that overruns the deadline is killed and becomes :class:`RunnerTimedOut`, and a ``forward`` that raised is
+:class:`CandidateRaised`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import subprocess
 import sys
@@ -25,13 +26,33 @@ import torch
 
 from ..primitives.configs import Schedule, schedule_to_wire
 from ..runner.protocol import (
+    CallOps,
     Channel,
+    Discovered,
+    DiscoverRequest,
+    Done,
+    Dropped,
+    DropRequest,
+    ExitRequest,
+    ExpectedReply,
+    Failed,
+    Fetched,
+    FetchRequest,
+    InputsRequest,
+    LoadRequest,
+    MetaTensor,
     ProtocolError,
-    TensorRef,
+    Ran,
+    Request,
+    RunRequest,
+    ScheduleRequest,
+    Started,
+    Synced,
     create_file,
+    dtype_name,
+    parse_reply,
     read_tensors,
     read_text,
-    reported_bytes,
     write_tensors,
 )
 from .sandbox import Limits, Sandbox, Spec, detect, kill
@@ -107,7 +128,7 @@ class Batch:
     wall_s: float
     host_us: list[float] = field(default_factory=list)  # the runner's host clock around each forward()
     trace: dict[str, Any] | None = None
-    ops: list[list[dict[str, Any]]] | None = None  # None: a batch run without the op log
+    ops: list[CallOps] | None = None  # None: a batch run without the op log
 
 
 @dataclass
@@ -165,7 +186,7 @@ class RunnerClient:
         with _LIVE_LOCK:
             _LIVE.add(self)
         try:
-            self._request({"op": "load", "backend": backend, "device": device, "constants": constants})
+            self._request(LoadRequest(backend=backend, device=device, constants=constants), Done)
         except BaseException:
             self.close()
             raise
@@ -187,38 +208,46 @@ class RunnerClient:
     def stderr_tail(self) -> str:
         return self._tail.decode(errors="replace")[-1500:]
 
-    def _request(self, message: dict[str, Any]) -> dict[str, Any]:
+    def _request(self, request: Request, expected: type[ExpectedReply]) -> ExpectedReply:
         try:
-            self.channel.send(message)
+            self.channel.send(request)
         except ProtocolError as exc:
             self._fail(exc)
-        self._op = str(message.get("op"))
-        return self._reply()
+        self._op = request.op
+        return self._reply(expected)
 
-    def _reply(self) -> dict[str, Any]:
+    def _reply(self, expected: type[ExpectedReply]) -> ExpectedReply:
+        """The runner's next reply, as the ``expected`` kind; a failure it reports is raised as what it was."""
         try:
-            reply = self.channel.recv()
+            message = self.channel.recv()
         except ProtocolError as exc:
             self._fail(exc)
-        peak = reported_bytes(reply.get("peak_bytes"))
-        if peak is not None:
-            self.peak_bytes = max(peak, self.peak_bytes or 0)
-        if not reply.get("ok"):
-            error = str(reply.get("error", "no reason given"))
-            if reply.get("harness"):
-                raise RunnerCrashed(f"the runner failed while handling {self._op!r}:\n{error}")
-            raise CandidateRaised(error, reply.get("call"), bool(reply.get("contract")))
+        try:
+            reply = parse_reply(message, expected)
+        except ProtocolError as exc:
+            self._stopped()
+            raise RunnerCrashed(f"the runner's reply to {self._op!r} is malformed: {exc}") from None
+        if reply.peak_bytes is not None:
+            self.peak_bytes = max(reply.peak_bytes, self.peak_bytes or 0)
+        if isinstance(reply, Failed):
+            if reply.harness:
+                raise RunnerCrashed(f"the runner failed while handling {self._op!r}:\n{reply.error}")
+            raise CandidateRaised(reply.error, reply.call, reply.contract)
         return reply
 
     def cancel(self) -> None:
         self._cancelled = True
         kill(self.proc)
 
-    def _fail(self, exc: Exception) -> Any:
+    def _stopped(self) -> None:
+        """Raise why the checker ended the runner, if it did (a broken channel is then no crash)."""
         if self._cancelled:
             raise RunnerCancelled("the verification was cancelled (the caller was interrupted)") from None
         if self._timed_out:
             raise RunnerTimedOut("the candidate did not finish in time") from None
+
+    def _fail(self, exc: Exception) -> Any:
+        self._stopped()
         try:
             code = self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -230,14 +259,14 @@ class RunnerClient:
 
     def set_schedule(self, table: Schedule) -> None:
         """Run the calls that follow under the harness's schedule (precedence over the candidate's own configs)."""
-        self._request({"op": "schedule", "entries": schedule_to_wire(table)})
+        self._request(ScheduleRequest(entries=schedule_to_wire(table)), Done)
 
-    def discover(self, shapes: Mapping[str, tuple[Sequence[int], torch.dtype]]) -> list[dict[str, Any]]:
+    def discover(self, shapes: Mapping[str, tuple[Sequence[int], torch.dtype]]) -> CallOps:
         """The op log of one forward() on meta tensors of these shapes and dtypes (its gemm calls answered with
         shapes only); CandidateRaised when forward() cannot run without values."""
-        inputs = {k: {"shape": list(shape), "dtype": str(dtype).removeprefix("torch.")} for k, (shape, dtype) in shapes.items()}
-        ops = self._request({"op": "discover", "inputs": inputs}).get("ops")
-        return ops[0] if isinstance(ops, list) and ops and isinstance(ops[0], list) else []
+        inputs = {k: MetaTensor(shape=list(shape), dtype=dtype_name(dtype)) for k, (shape, dtype) in shapes.items()}
+        ops = self._request(DiscoverRequest(inputs=inputs), Discovered).ops
+        return ops[0] if ops else []
 
     def put(self, set_id: str, tensors: dict[str, torch.Tensor]) -> None:
         path = self.scratch / f"in_{set_id}.bin"
@@ -245,27 +274,24 @@ class RunnerClient:
             refs = write_tensors(path, tensors)
         except ProtocolError as exc:
             raise RunnerCrashed(f"the runner's scratch folder was tampered with: {exc}") from None
-        self._request({"op": "inputs", "set": set_id, "file": path.name, "tensors": [r.model_dump() for r in refs]})
+        self._request(InputsRequest(set=set_id, file=path.name, tensors=refs), Done)
 
     def drop(self, set_ids: list[str]) -> dict[str, list[str]]:
         """Forget input sets; returns, per set, the inputs forward() modified while it was held."""
-        reply = self._request({"op": "drop", "sets": set_ids})
-        modified = reply.get("modified", {})
-        return {str(k): [str(n) for n in v] for k, v in modified.items()} if isinstance(modified, dict) else {}
+        return self._request(DropRequest(sets=set_ids), Dropped).modified
 
     def run(self, calls: list[str], keep: list[int], dry: bool = False, trace: bool = True) -> Batch:
         """One batch; ``wall_s`` runs from the runner's ``started`` to its ``synced`` message."""
-        self._request({"op": "run", "calls": calls, "keep": keep, "dry": dry, "trace": trace})
+        self._request(RunRequest(calls=calls, keep=keep, dry=dry, trace=trace), Started)
         t0 = time.perf_counter()
-        self._reply()
+        self._reply(Synced)
         wall = time.perf_counter() - t0
-        reply = self._reply()
-        times = [float(t) for t in reply.get("times_us", [])]
-        if len(times) != len(calls):
-            raise RunnerCrashed(f"the runner reported {len(times)} timings for {len(calls)} calls")
+        reply = self._reply(Ran)
+        if len(reply.times_us) != len(calls):
+            raise RunnerCrashed(f"the runner reported {len(reply.times_us)} timings for {len(calls)} calls")
         trace_data = None
-        if reply.get("trace") and trace and self.device == "cuda":  # a trace only where one was asked for
-            path = self.scratch / Path(str(reply["trace"])).name
+        if reply.trace and trace and self.device == "cuda":  # a trace only where one was asked for
+            path = self.scratch / Path(reply.trace).name
             try:
                 trace_data = json.loads(read_text(path, MAX_TRACE_BYTES))
             except (ProtocolError, ValueError, RecursionError) as exc:
@@ -274,37 +300,27 @@ class RunnerClient:
                 raise RunnerCrashed("the runner's kernel trace is not a trace")
             with contextlib.suppress(OSError):  # whatever the runner did to it since, it has been read
                 path.unlink()
-        ops = reply.get("ops")
-        hosts = reply.get("host_us")  # a diagnostic: anything but one finite time per call is dropped
-        if not (isinstance(hosts, list) and len(hosts) == len(calls)
-                and all(type(h) in (int, float) and 0 <= h < math.inf for h in hosts)):
-            hosts = []
-        return Batch(times_us=times, wall_s=wall, host_us=hosts, trace=trace_data,
-                     ops=ops if isinstance(ops, list) else None)
+        hosts = reply.host_us if len(reply.host_us) == len(calls) else []  # a diagnostic: one time per call, or none
+        return Batch(times_us=reply.times_us, wall_s=wall, host_us=hosts, trace=trace_data, ops=reply.ops)
 
     def fetch(self, max_bytes: int) -> list[CallOutput]:
         """The kept calls' outputs; RunnerCrashed when their bytes add up to more than ``max_bytes``, or their
         file is not a plain file of the runner's scratch folder."""
-        reply = self._request({"op": "fetch"})
-        path = self.scratch / Path(str(reply["file"])).name
+        reply = self._request(FetchRequest(), Fetched)
+        path = self.scratch / Path(reply.file).name
         try:
-            refs = [TensorRef.model_validate(r) for r in reply.get("tensors", [])]
-            flat = read_tensors(path, refs, self.device, max_bytes=max_bytes)
+            flat = read_tensors(path, reply.tensors, self.device, max_bytes=max_bytes)
         except (ProtocolError, ValueError) as exc:
             raise RunnerCrashed(f"the runner's outputs are unusable: {exc}") from None
         with contextlib.suppress(OSError):
             path.unlink()
         outs = []
-        for entry in reply.get("calls", []):
-            index = int(entry["call"])
-            prefix = f"{index}/"
+        for entry in reply.calls:
+            prefix = f"{entry.call}/"
             outs.append(CallOutput(
-                call=index, kind=str(entry.get("kind", "")),
+                call=entry.call, kind=entry.kind,
                 tensors={k.removeprefix(prefix): v for k, v in flat.items() if k.startswith(prefix)},
-                bad={str(k): str(v) for k, v in dict(entry.get("bad", {})).items()},
-                storages={str(k): int(v) for k, v in dict(entry.get("storages", {})).items()},
-                inputs_modified=[str(k) for k in entry.get("inputs_modified", [])],
-                keys=[str(k) for k in entry.get("keys", [])],
+                bad=entry.bad, storages=entry.storages, inputs_modified=entry.inputs_modified, keys=entry.keys,
             ))
         return outs
 
@@ -313,7 +329,7 @@ class RunnerClient:
         with _LIVE_LOCK:
             _LIVE.discard(self)
         with contextlib.suppress(ProtocolError):
-            self.channel.send({"op": "exit"})
+            self.channel.send(ExitRequest())
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=2)
         kill(self.proc)
