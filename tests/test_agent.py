@@ -448,7 +448,7 @@ def test_the_harness_tuner_pins_configs_that_ship_in_best_py_and_reach_the_feedb
     backend times a scheduled module faster; the loop adopts it, best.py carries it, the next prompt names it."""
     from coda_agent.primitives import Config
     from coda_agent.verifier import tune_schedule, tuning
-    from coda_agent.verifier.tuning import pinned_schedule
+    from coda_agent.verifier.static.schedule_source import pinned_schedule
 
     winner = Config(tile_m=256, tile_n=160, pingpong=False, cluster_m=1, cluster_n=2)
 

@@ -29,8 +29,8 @@ from coda_agent.store.rundir import RunReader
 from coda_agent.tasks import find_task
 from coda_agent.untrusted import shown, storable
 from coda_agent.verifier import verify
-from coda_agent.verifier.static import MAX_DEPTH, check_source, without_schedule
-from coda_agent.verifier.tuning import pinned_schedule
+from coda_agent.verifier.static import MAX_DEPTH, check_source
+from coda_agent.verifier.static.schedule_source import pinned_schedule, without_schedule
 from coda_agent.verifier.verdict import Outcome, StageResult, Verdict
 from coda_agent.viewer.site import Site
 

@@ -215,3 +215,38 @@ def test_math_on_numbers_is_a_constant_anywhere():
 def test_math_on_values_and_bare_epilogue_are_refused(body, message):
     violations = check_source(OK_HEADER + body + "def forward(x):\n    return {}\n")
     assert any(message in v.message for v in violations), [str(v) for v in violations]
+
+
+def test_every_rule_of_every_family_is_in_the_registry():
+    """A rule that no kind of node lists in RULES would never run; every registered rule belongs to a family."""
+    import inspect
+
+    from coda_agent.verifier.static import (
+        calls,
+        constructs,
+        definitions,
+        epilogue,
+        host,
+        imports,
+        module,
+        names,
+        stores,
+    )
+    from coda_agent.verifier.static.rules import RULES
+
+    families = (calls, constructs, definitions, epilogue, host, imports, module, names, stores)
+    defined = {f for m in families for name, f in vars(m).items()
+               if inspect.isfunction(f) and f.__module__ == m.__name__ and not name.startswith("_")}
+    registered = {rule for rules in RULES.values() for rule in rules}
+    assert defined == registered, sorted(f.__name__ for f in defined ^ registered)
+
+
+def test_the_prompts_read_the_pinned_schedule_without_the_tune_stage():
+    """The feedback shows a pinned schedule from its source form, not through the tune stage and its machinery."""
+    import subprocess
+    import sys
+
+    code = "import sys, coda_agent.prompts.feedback; print('coda_agent.verifier.tuning' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"

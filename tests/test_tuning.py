@@ -17,7 +17,14 @@ from coda_agent.verifier import Plan, TuningFailed, run_plan, tune_schedule, tun
 from coda_agent.verifier.client import RunnerCrashed
 from coda_agent.verifier.gpu import BATCH, ShapeTimer
 from coda_agent.verifier.stages import Context, Reject
-from coda_agent.verifier.static import check_source, without_schedule
+from coda_agent.verifier.static import check_source
+from coda_agent.verifier.static.schedule_source import (
+    ScheduleFormError,
+    pin_schedule,
+    pinned_notes,
+    pinned_schedule,
+    without_schedule,
+)
 from coda_agent.verifier.tuning import (
     MAX_RESTARTS,
     GemmSite,
@@ -25,9 +32,6 @@ from coda_agent.verifier.tuning import (
     SearchRunner,
     TuneCache,
     gemm_sites,
-    pin_schedule,
-    pinned_notes,
-    pinned_schedule,
     search_shape,
 )
 from coda_agent.verifier.verdict import Outcome, Verdict
@@ -230,7 +234,7 @@ def test_pinning_works_beside_a_module_alias_and_refuses_a_name_clash():
     )
     pinned = pin_schedule(source, {("e", 1, 2, 3): WINNER})
     assert check_source(pinned) == [] and pinned_schedule(pinned) == {("e", 1, 2, 3): WINNER}
-    with pytest.raises(tuning.ScheduleFormError, match="binds Config itself"):
+    with pytest.raises(ScheduleFormError, match="binds Config itself"):
         pin_schedule(source.replace("\n\n\n@P", "\nConfig = 3\n\n\n@P"), {("e", 1, 2, 3): WINNER})
 
 

@@ -18,7 +18,7 @@ from ..store.ranking import attempt_time_us, shape_ratio
 from ..store.records import Attempt
 from ..untrusted import shown
 from ..verifier import static
-from ..verifier.tuning import pinned_schedule, schedule_text
+from ..verifier.static.schedule_source import pinned_schedule, schedule_text
 from ..verifier.verdict import Outcome, OutputCheck, Verdict
 from .lead import lead_attempt, replied
 from .templating import render

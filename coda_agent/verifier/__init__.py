@@ -131,6 +131,7 @@ def pinned_source(source: str, tuned: Verdict, stage: str = "tune", min_gain: fl
     ``min_gain`` at some shape, under notes of this search's times and the earlier notes of the shapes it did not
     time, and the search. Raises :class:`TuningFailed` when the search failed."""
     from . import tuning
+    from .static.schedule_source import pin_schedule, pinned_notes
 
     min_gain = tuning.MIN_GAIN if min_gain is None else min_gain
     result = tuned.stage(stage)
@@ -147,8 +148,8 @@ def pinned_source(source: str, tuned: Verdict, stage: str = "tune", min_gain: fl
         else f"  {name}: {t.before.gpu_us:.1f} us, kept as written (nothing was {100 * (min_gain - 1):.0f}% faster)"
         for name, t in result.tuning.items()
     ]
-    notes += tuning.pinned_notes(source, measured=result.tuning)
-    return replace(_searched(result), source=tuning.pin_schedule(source, table, notes))
+    notes += pinned_notes(source, measured=result.tuning)
+    return replace(_searched(result), source=pin_schedule(source, table, notes))
 
 
 def _searched(result: StageResult | None) -> Tuned:

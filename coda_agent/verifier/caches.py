@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .sandbox import UnsafeFolder, check_private, host_memory
 from .scratch import remove_tree
-from .static import without_schedule
+from .static.schedule_source import without_schedule
 
 log = logging.getLogger("coda_agent.verifier")
 #: A cache folder the checker gave a runner this recently is never pruned (a runner of it may be running).

@@ -27,7 +27,7 @@ shape only (``details["shapes_lost"]``).
 A finished search is cached by (epilogue signature: name + hash of its source, M, N, K, device, package
 versions) in ``settings.cache_dir()/tuned_configs.json``, so an unchanged epilogue is not searched twice.
 
-The winners reach the exported module as ``@schedule({...})`` on forward (:func:`pin_schedule`), the one
+The winners reach the exported module as ``@schedule({...})`` on forward (:func:`~.static.schedule_source.pin_schedule`), the one
 decorator form the static check accepts besides ``@epilogue``. ``tune`` runs on the GPU through QuACK;
 ``tune_cpu`` runs the same path on the emulator, where configs are accepted and ignored and the times are
 the host's (for tests).
@@ -35,12 +35,11 @@ the host's (for tests).
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import math
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -59,7 +58,6 @@ from ..primitives.configs import (
     config_fields,
     config_from_fields,
     config_label,
-    config_literal,
     config_space,
 )
 from ..provenance import package_versions
@@ -69,14 +67,7 @@ from .builds import Build, build_configs
 from .client import RunnerClient, RunnerCrashed, RunnerError, last_line
 from .gpu import ShapeTimer
 from .stages import Context, Reject, runner_failure, stage
-from .static import (
-    PRIMITIVES,
-    ScheduleFormError,
-    check_source,
-    literal_schedule,
-    scope_bindings,
-    without_schedule,
-)
+from .static.schedule_source import without_schedule
 from .verdict import Outcome, ShapeTuning, StageResult, TunedGemm
 
 #: Repetitions per proposal: enough to rank configs; the final before/after comparison uses the full plan.
@@ -95,8 +86,6 @@ FIRST_COMPARE_SHARE = 0.25
 #: A tuned schedule is pinned only where it beats the configs as written by at least this factor.
 MIN_GAIN = 1.01
 CACHE_FILE = "tuned_configs.json"
-#: The first line of the comment :func:`pin_schedule` writes above the decorator (and replaces on a re-tune).
-NOTE_MARK = "# coda-agent tune:"
 MODES: tuple[Mode, ...] = ("element", "acc_pair", "packed")
 #: Runner deaths a stage outlives (each starts a fresh runner; one more ends the stage).
 MAX_RESTARTS = 2
@@ -464,119 +453,3 @@ def tuned_table(result: StageResult, min_gain: float = MIN_GAIN) -> dict[Schedul
                 if call.tuned is not None:
                     table[(call.epilogue, *call.mnk)] = call.tuned
     return table
-
-
-# --- the schedule in the candidate's source ----------------------------------------------------
-
-
-def _forward(tree: ast.Module) -> ast.FunctionDef:
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name == "forward":
-            return node
-    raise ValueError("the module has no top-level forward")
-
-
-def _schedule_decorator(fn: ast.FunctionDef) -> ast.Call | None:
-    for dec in fn.decorator_list:
-        if isinstance(dec, ast.Call) and ast.unparse(dec.func).split(".")[-1] == "schedule":
-            return dec
-    return None
-
-
-def pinned_schedule(source: str) -> dict[ScheduleKey, Config]:
-    """The table of forward's ``@schedule({...})``; empty when it has none (or the source is not a valid module)."""
-    try:
-        dec = _schedule_decorator(_forward(ast.parse(source)))
-    except (SyntaxError, ValueError, RecursionError, MemoryError):  # any text: NUL bytes, nesting the parser gives up on
-        return {}
-    if dec is None:
-        return {}
-    called = {ast.unparse(n.func) for n in ast.walk(dec) if isinstance(n, ast.Call) and n is not dec}
-    try:
-        return literal_schedule(dec, {name for name in called if name.split(".")[-1] == "Config"})
-    except ScheduleFormError:
-        return {}
-
-
-def pinned_notes(source: str, measured: Collection[str] = ()) -> list[str]:
-    """The lines of the comment :func:`pin_schedule` wrote above forward's ``@schedule``, after its first (the
-    heading), less those that open with a shape named in ``measured`` (``  name: ...``): what a re-tune at other
-    shapes keeps, since the configs those lines measured stay pinned."""
-    try:
-        dec = _schedule_decorator(_forward(ast.parse(source)))
-    except (SyntaxError, ValueError, RecursionError, MemoryError):  # any text: NUL bytes, nesting the parser gives up on
-        return []
-    if dec is None:
-        return []
-    lines = source.splitlines()
-    notes: list[str] = []
-    at = dec.lineno - 2
-    while at >= 0 and lines[at].startswith(NOTE_MARK):
-        notes.insert(0, lines[at][len(NOTE_MARK) + 1:])
-        at -= 1
-    return [n for n in notes[1:] if n.strip().split(":")[0] not in measured]
-
-
-def pin_schedule(source: str, table: Schedule, notes: Sequence[str] = ()) -> str:
-    """``source`` with ``@schedule({...})`` on forward: ``table`` over the schedule it already pins, under
-    ``notes`` as comment lines; imports ``Config``/``schedule`` from the primitives when the module does not.
-
-    Raises ScheduleFormError when the result would not pass the static check (a module that binds those
-    names to something else).
-    """
-    tree = ast.parse(source)
-    fn = _forward(tree)
-    old = _schedule_decorator(fn)
-    merged = {**pinned_schedule(source), **table}
-    lines = source.splitlines(keepends=True)
-    if lines and not lines[-1].endswith("\n"):
-        lines[-1] += "\n"
-    block = [f"{NOTE_MARK} {n}\n" for n in notes] + ["@schedule({\n"]
-    block += [f"    {key!r}: {config_literal(c)},\n" for key, c in sorted(merged.items())] + ["})\n"]
-    if old is not None:
-        start, end = old.lineno - 1, old.end_lineno or old.lineno
-        while start > 0 and lines[start - 1].startswith(NOTE_MARK):
-            start -= 1
-    else:
-        start = end = (fn.decorator_list[0].lineno if fn.decorator_list else fn.lineno) - 1
-    edits = [(start, end, block)]
-    imported = {
-        a.name for n in tree.body if isinstance(n, ast.ImportFrom) and n.module == PRIMITIVES and not n.level
-        for a in n.names if a.asname in (None, a.name)
-    }
-    missing = [n for n in ("Config", "schedule") if n not in imported]
-    clash = [n for n in missing if n in scope_bindings(tree)]
-    if clash:
-        raise ScheduleFormError(f"cannot pin a schedule: the module binds {', '.join(clash)} itself")
-    if missing:
-        edits.append(_import_edit(tree, lines, missing))
-    for first, last, new in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):  # bottom up: indices stay valid
-        lines[first:last] = new
-    pinned = "".join(lines)
-    problems = check_source(pinned)
-    if problems:
-        raise ScheduleFormError(f"the pinned module fails the static check: {problems[0]}")
-    return pinned
-
-
-def _import_edit(tree: ast.Module, lines: list[str], names: list[str]) -> tuple[int, int, list[str]]:
-    """The edit that imports ``names`` from the primitives: merged into the module's one-line
-    ``from coda_agent.primitives import ...`` where it has one (names in isort's order, so the pinned module
-    stays lint-clean), else a line of its own after the last import."""
-    source = "".join(lines)
-    for node in tree.body:
-        if not (isinstance(node, ast.ImportFrom) and node.module == PRIMITIVES and not node.level):
-            continue
-        one_line = node.lineno == node.end_lineno and lines[node.lineno - 1].rstrip("\n") == ast.get_source_segment(source, node)
-        if one_line and all(a.asname is None for a in node.names):
-            wanted = {a.name for a in node.names} | set(names)
-            merged = sorted(wanted, key=lambda n: (0 if n.isupper() else 1 if n[0].isupper() else 2, n))
-            return node.lineno - 1, node.lineno, [f"from {PRIMITIVES} import {', '.join(merged)}\n"]
-    imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-    at = max((n.end_lineno or n.lineno) for n in imports) if imports else 0
-    return at, at, [f"from {PRIMITIVES} import {', '.join(names)}\n"]
-
-
-def schedule_text(table: Schedule) -> str:
-    """``residual_rms 8192x4096x14336: 128x208 pingpong 2x1; ...`` for prompts and displays."""
-    return "; ".join(f"{k[0]} {k[1]}x{k[2]}x{k[3]}: {config_label(c)}" for k, c in sorted(table.items()))
