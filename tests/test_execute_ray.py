@@ -69,6 +69,7 @@ def essence(v: Verdict) -> dict:
     out = v.model_dump(mode="json", exclude={"timings"})
     for st in out["stages"]:
         st.pop("seconds")
+        st.pop("seconds_by_part")
     return out
 
 
