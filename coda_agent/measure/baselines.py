@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..tasks.loader import reference_function
+from ..tasks.loader import reference_function, upcast
 from ..tasks.model import Task, torch_dtype
 
 if TYPE_CHECKING:  # torch is imported where a baseline runs: naming the baselines stays fast
@@ -121,7 +121,7 @@ def _traced_layouts(task: Task) -> tuple[Layout, ...]:
             return func(*args, **(kwargs or {}))
 
     inputs = task.make_inputs(point.dims, seed=0)
-    inputs = {k: (v.float() if v.is_floating_point() else v) for k, v in inputs.items()}
+    inputs = upcast(inputs)
     with torch.no_grad(), Products():
         reference_function(task)(**inputs, **task.constants)
     return tuple(found.get(mnk, DEFAULT_LAYOUT) for mnk in wanted)

@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .loader import TaskError, reference_function
+from .loader import TaskError, reference_function, upcast
 from .model import Task
 
 #: An allocation is ("alloc", bytes) or ("free", index of the allocation it releases), in the call's order.
@@ -104,7 +104,7 @@ def _allocations(task: Task, dims: Mapping[str, int], fp32: bool) -> list[Event]
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # else kineto writes its start and stop lines on our stderr
     inputs = task.make_inputs(dict(dims), seed=0)
     if fp32:
-        inputs = {k: (v.float() if v.is_floating_point() else v) for k, v in inputs.items()}
+        inputs = upcast(inputs)
     fn = reference_function(task)
     try:
         with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:

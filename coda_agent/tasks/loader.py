@@ -6,7 +6,7 @@ import difflib
 import importlib.util
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -323,6 +323,11 @@ def import_file(path: Path, module_name: str) -> ModuleType:
         sys.modules.pop(module_name, None)
         raise
     return module
+
+
+def upcast(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """Floating inputs in FP32 (the FP32 reference's view of the same data); integer inputs unchanged."""
+    return {k: (v.float() if v.is_floating_point() else v) for k, v in inputs.items()}
 
 
 def reference_function(task: Task) -> Callable[..., dict[str, Any]]:

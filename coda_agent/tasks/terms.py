@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .loader import reference_function
+from .loader import reference_function, upcast
 from .model import Task, torch_dtype
 
 Tensors = dict[str, torch.Tensor]
@@ -80,17 +80,13 @@ def _is_term(x: object) -> bool:
     return isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > 1
 
 
-def _fp32(inputs: Tensors) -> Tensors:
-    return {k: (v.float() if v.is_floating_point() else v) for k, v in inputs.items()}
-
-
 def invisible_terms(task: Task, runs: Sequence[tuple[Tensors, Tensors, Tensors]]) -> list[Term]:
     """The terms (:class:`Term`) that, dropped, move no output past the task's tolerance at any of ``runs``: each
     a small shape's (inputs, FP32 reference outputs, the tolerance baseline's outputs)."""
     ref_fn = reference_function(task)
     first_inputs = runs[0][0]
     with torch.no_grad(), _Sums(task.reference_file) as probe:
-        ref_fn(**_fp32(first_inputs), **task.constants)
+        ref_fn(**upcast(first_inputs), **task.constants)
     seen: set[tuple[int, int]] = set()
     hidden = []
     for term in probe.terms:
@@ -107,7 +103,7 @@ def _dropped(ref_fn: Callable[..., Any], task: Task, inputs: Tensors, term: Term
     broadcasts, an error): then the term is not invisible."""
     try:
         with torch.no_grad(), _Sums(task.reference_file, drop=(term.index, term.operand)):
-            out = ref_fn(**_fp32(inputs), **task.constants)
+            out = ref_fn(**upcast(inputs), **task.constants)
     except Exception:  # any error the changed value leads to counts as the term being seen
         return None
     return out if isinstance(out, dict) else None

@@ -19,7 +19,7 @@ import yaml
 
 from ..primitives._config import TMA_ALIGN_BYTES, tma_row_multiple
 from . import expr
-from .loader import TaskError, field_line, load_task, reference_function
+from .loader import TaskError, field_line, load_task, reference_function, upcast
 from .model import DTYPE_BYTES, InputSpec, Loc, Task, TensorSpec, torch_dtype
 from .terms import invisible_terms
 
@@ -52,7 +52,7 @@ def _run(task: Task, inputs: Tensors, fp32: bool, constants: dict[str, float | i
     """The reference's outputs at ``inputs`` (upcast first where ``fp32``), under the task's constants or ``constants``
     over them."""
     if fp32:
-        inputs = {k: (v.float() if v.is_floating_point() else v) for k, v in inputs.items()}
+        inputs = upcast(inputs)
     with torch.no_grad():
         out = reference_function(task)(**inputs, **{**task.constants, **(constants or {})})
     if not isinstance(out, dict):

@@ -29,7 +29,7 @@ from ..measure.peaks import NOMINAL_H200, speed_of_light_us
 from ..primitives import Config
 from ..primitives.configs import config_from_fields, config_label
 from ..settings import runs_dir
-from ..tasks.loader import BUILTIN_TASK_DIR, TaskError, reference_function, task_sources
+from ..tasks.loader import BUILTIN_TASK_DIR, TaskError, reference_function, task_sources, upcast
 from ..tasks.model import ShapePoint, Task, torch_dtype
 from . import cost
 from .caches import mark_used, quack_cache_for
@@ -179,11 +179,6 @@ def measured(name: str, fn: StageFn) -> StageFn:
     run.__name__ = run.__qualname__ = fn.__name__
     run.__doc__ = fn.__doc__
     return run
-
-
-def upcast(inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Floating inputs in FP32 (the FP32 reference's view of the same data); integer inputs unchanged."""
-    return {k: (v.float() if v.is_floating_point() else v) for k, v in inputs.items()}
 
 
 Reference = Callable[..., dict[str, torch.Tensor]]
