@@ -194,7 +194,32 @@ def test_the_compiled_graphs_call_the_chains_kernels(small):
     layer_fw = ["gemm_rmsnorm_rope", "gemm_residual_rmsnorm", "gemm_rmsnorm_swiglu", "gemm_residual_rmsnorm"]
     layer_bw = ["gemm_swiglu_bwd", "gemm_rmsnorm_bwd", "gemm_rmsnorm_bwd"]
     assert seen["forward"] == [*layer_fw, *layer_fw, "gemm_rmsnorm_cross_entropy"]
-    assert seen["backward"] == ["gemm_rmsnorm_cross_entropy_bwd", "gemm_rmsnorm_bwd", *layer_bw, *layer_bw]
+    assert seen["backward"] == ["gemm_rmsnorm_bwd", *layer_bw, *layer_bw]  # no logits GEMM: the forward's are kept
+
+
+def test_a_head_that_keeps_no_logits_recomputes_them_within_the_tolerance_rule(small, eager_run, truth):
+    """``keep_logits=False``: the backward reruns the LM-head GEMM (``gemm_rmsnorm_cross_entropy_bwd``)."""
+    stack, h, targets = small
+    stack.head.keep_logits = False
+    try:
+        loss, grads = coda_loss(stack, h, targets)
+    finally:
+        stack.head.keep_logits = True
+    _, eager = reference_loss(stack, h, targets, torch.bfloat16)
+    assert torch.equal(loss, eager_run[0])
+    assert_within_the_tolerance_rule(grads, truth[1], eager)
+    for name, g in grads.items():  # the same math from the FP32 accumulator instead of the bf16 logits
+        assert relative_error(g, eager_run[1][name]) < 2e-2, name
+
+
+def test_a_second_backward_through_kept_logits_is_refused(small):
+    """The backward overwrites the kept logits with dlogits: a second one must fail, not reuse them."""
+    stack, h, targets = small
+    x = h.detach().clone().requires_grad_()
+    loss = stack(x, targets)
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
 
 
 def test_an_all_ignored_batch_has_zero_loss_and_zero_gradients(small):
@@ -235,16 +260,28 @@ def test_a_chosen_kernel_file_replaces_the_human_one(small, eager_run, tmp_path:
     kernels = Kernels({"gemm_swiglu_bwd": best})
     assert kernels["gemm_swiglu_bwd"].source == best
     assert kernels["gemm_swiglu_bwd"].op is not Kernels()["gemm_swiglu_bwd"].op
-    for module in stack.modules():
-        if isinstance(module, CodaLlamaLayer | CodaLMHead):
-            module.kernels = kernels
+    stack.use(kernels)
     try:
         _, grads = coda_loss(stack, h, targets)
     finally:
-        for module in stack.modules():
-            if isinstance(module, CodaLlamaLayer | CodaLMHead):
-                module.kernels = Kernels()
+        stack.use(Kernels())
     assert all(torch.equal(grads[name], g) for name, g in eager_run[1].items())
+
+
+def test_k_major_dgrad_weights_give_the_same_gradients(small, eager_run):
+    """``Kernels(k_major_dgrad=True)``: every dgrad GEMM reads a K-major copy of its weight; same values, same math."""
+    stack, h, targets = small
+    kernels = Kernels(k_major_dgrad=True)
+    w = stack.head.weight.detach()
+    assert kernels.dgrad_weight(w).stride() == (1, w.shape[0]) and torch.equal(kernels.dgrad_weight(w), w)
+    stack.use(kernels)
+    try:
+        loss, grads = coda_loss(stack, h, targets)
+    finally:
+        stack.use(Kernels())
+    assert torch.equal(loss, eager_run[0])
+    for name, g in eager_run[1].items():
+        assert torch.allclose(grads[name].float(), g.float(), rtol=1e-2, atol=1e-3), name  # BLAS may block it otherwise
 
 
 def test_a_kernel_for_a_task_outside_the_chain_is_refused():

@@ -33,11 +33,13 @@ MAX_AUTOTUNE = "max-autotune-no-cudagraphs"
 
 @dataclass(frozen=True)
 class VariantSpec:
-    """A variant: which model, and torch.compile's mode around it (None: eager)."""
+    """A variant: which model, torch.compile's mode around it (None: eager) and, for CODA's, whether its dgrad
+    GEMMs read K-major copies of the weights (``Kernels(k_major_dgrad=True)``)."""
 
     name: str
     coda: bool
     compile_mode: str | None
+    k_major_dgrad: bool = False
 
 
 VARIANTS = {
@@ -45,6 +47,7 @@ VARIANTS = {
     for spec in (
         VariantSpec("coda", coda=True, compile_mode=None),
         VariantSpec("coda-compile", coda=True, compile_mode="default"),
+        VariantSpec("coda-kmajor", coda=True, compile_mode=None, k_major_dgrad=True),
         VariantSpec("eager", coda=False, compile_mode=None),
         VariantSpec("compile", coda=False, compile_mode="default"),
         VariantSpec("compile-max-autotune", coda=False, compile_mode=MAX_AUTOTUNE),
@@ -67,6 +70,16 @@ def build_stack(config: E2EConfig, device: str, seed: int = 0) -> CodaLlamaStack
     return CodaLlamaStack(layers, CodaLMHead(config.dim, config.vocab, kernels=kernels, device=device))
 
 
+def on_kernels(stack: CodaLlamaStack, kernels: Kernels, run: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``run`` with ``stack`` on ``kernels`` for the call (its backward included: it reads them from the forward)."""
+
+    def call(*args: torch.Tensor) -> torch.Tensor:
+        stack.use(kernels)
+        return run(*args)
+
+    return call
+
+
 def training_step(model: nn.Module, run: Callable[..., torch.Tensor], h: torch.Tensor,
                   targets: torch.Tensor) -> Callable[[], torch.Tensor]:
     """One step as a trainer runs it: gradients cleared, loss forward, backward to every weight and the input."""
@@ -81,16 +94,18 @@ def training_step(model: nn.Module, run: Callable[..., torch.Tensor], h: torch.T
 
 
 def attention_step(config: E2EConfig, device: str) -> Callable[[], None]:
-    """One layer's attention alone, forward + backward: SDPA (causal, GQA) on Q/K/V split from one QKV tensor as
-    in the layers, with the gradient of its output in the layers' layout."""
+    """One layer's attention alone, forward + backward: SDPA (causal, GQA) on Q/K/V that are (B, heads, S, d)
+    views of one QKV tensor, as the layers hand them over, with the gradient of its output in the layers'
+    layout. The gradients are returned where SDPA leaves them: gathering them into one tensor is the layers'
+    work (CODA's RoPE backward reads them in place), not attention's."""
     b, s, nq, nkv, d = config.batch, config.seq, config.n_heads, config.n_kv_heads, config.dim // config.n_heads
-    qkv = torch.randn(b, s, (nq + 2 * nkv) * d, device=device, dtype=torch.bfloat16, requires_grad=True)
+    qkv = torch.randn(b, s, nq + 2 * nkv, d, device=device, dtype=torch.bfloat16)
+    q, k, v = (t.transpose(1, 2).requires_grad_() for t in qkv.split([nq, nkv, nkv], dim=2))
     grad = torch.randn(b, s, nq, d, device=device, dtype=torch.bfloat16).transpose(1, 2)
 
     def step() -> None:
-        qkv.grad = None
-        q, k, v = (t.reshape(b, s, -1, d).transpose(1, 2) for t in qkv.split([nq * d, nkv * d, nkv * d], dim=-1))
-        F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=nq != nkv).backward(grad)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=nq != nkv)
+        torch.autograd.grad(out, (q, k, v), grad)
 
     return step
 
@@ -177,6 +192,7 @@ def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | 
 
     steps: dict[str, Callable[[], torch.Tensor]] = {}
     compiled: dict[str, tuple[str, str | None]] = {}  # name -> (backend, mode)
+    kernel_sets = {False: Kernels(), True: Kernels(k_major_dgrad=True)}
     for name in names:
         spec = VARIANTS[name]
         model: nn.Module = coda if spec.coda else reference
@@ -184,6 +200,8 @@ def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | 
         if spec.compile_mode is not None:
             compiled[name] = (backend, spec.compile_mode if backend == "inductor" else None)  # the mode is Inductor's
             run = torch.compile(model, backend=backend, mode=compiled[name][1], fullgraph=True)
+        if spec.coda:  # the CODA variants share one stack's weights: each step sets its kernels first
+            run = on_kernels(coda, kernel_sets[spec.k_major_dgrad], run)
         steps[name] = training_step(model, run, h, targets)
     dropped = first_steps(steps, progress)
     if "coda" in dropped:
@@ -218,7 +236,7 @@ def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | 
         created=datetime.now(timezone.utc), command=command, device=device_name or device, driver=driver_version(),
         packages=package_versions(), git_commit=git_commit(), timing_method=timing_method(device, plan),
         attention_method=(f"non-attention time = step median - {config.layers} layers x the median of one layer's "
-                          "SDPA forward+backward timed alone, interleaved with the steps (causal, GQA, Q/K/V split "
-                          "from one QKV tensor as in the layers)"),
+                          "SDPA forward+backward timed alone, interleaved with the steps (causal, GQA, Q/K/V as "
+                          "views of one QKV tensor as in the layers; their gradients left where SDPA writes them)"),
         notes=notes, config=config, attention=timings["attention"], variants=results,
     )

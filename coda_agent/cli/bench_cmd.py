@@ -256,7 +256,7 @@ def bench_e2e_cmd(
     seq: int = typer.Option(None, "--seq", min=1, help="tokens per sequence (default: the preset's)"),
     variant: list[str] = typer.Option(
         None, "--variant", help="variants to time beside coda (repeatable; default: eager, compile, compile-max-autotune; "
-        "also coda-compile)", metavar="<name>"),
+        "also coda-compile, and coda-kmajor: CODA with K-major weight copies for its dgrad GEMMs)", metavar="<name>"),
     steps: int = typer.Option(20, "--steps", min=3, help="timed steps per variant"),
     warmup: int = typer.Option(3, "--warmup", min=1, help="untimed steps per variant first (the compiles happen here)"),
     top: int = typer.Option(15, "--top", min=1, help="kernels listed per variant"),

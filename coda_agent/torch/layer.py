@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import glue
 from .ops import Kernels
 
 IGNORE_INDEX = -100
@@ -51,33 +52,31 @@ def rope_table(head_dim: int, n_heads: int, n_kv_heads: int, theta: float) -> to
     return torch.cat([head.repeat(n_heads + n_kv_heads), torch.zeros(n_kv_heads * head_dim)])
 
 
-def _rotate_back(dqkv: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
-    """RoPE's backward: every interleaved pair rotated by -theta (FP32)."""
-    theta = positions.float()[:, None] * inv_freq[None, 0::2]
-    c, s = theta.cos(), theta.sin()
-    y1, y2 = dqkv[:, 0::2], dqkv[:, 1::2]
-    return torch.stack((y1 * c + y2 * s, y2 * c - y1 * s), dim=-1).flatten(-2)
-
-
 class _AttentionIn(torch.autograd.Function):
-    """norm + QKV + RoPE (``gemm_rmsnorm_rope``); backward: RoPE's (glue, with zdz) then ``gemm_rmsnorm_bwd``."""
+    """norm + QKV + RoPE (``gemm_rmsnorm_rope``), handed to SDPA as (B, heads, S, head_dim) views of its output;
+    backward: RoPE's (one fused pass that reads SDPA's gradients where they lie, with zdz) then
+    ``gemm_rmsnorm_bwd``."""
 
     @staticmethod
     def forward(ctx: Any, h: torch.Tensor, normed: torch.Tensor, rstd: torch.Tensor, gamma: torch.Tensor,
-                w_qkv: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, kernels: Kernels) -> torch.Tensor:
+                w_qkv: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, heads: tuple[int, int, int],
+                kernels: Kernels) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         qkv = kernels["gemm_rmsnorm_rope"](x=normed, w=w_qkv, rstd=rstd, positions=positions, inv_freq=inv_freq)["out"]
-        ctx.save_for_backward(h, rstd, gamma, w_qkv, positions, inv_freq, qkv)
+        ctx.save_for_backward(h, rstd, gamma, w_qkv, inv_freq, qkv)
         ctx.kernels = kernels
-        return qkv
+        batch, n_q, n_kv = heads
+        head_dim = qkv.shape[1] // (n_q + 2 * n_kv)
+        q, k, v = qkv.view(batch, -1, n_q + 2 * n_kv, head_dim).split([n_q, n_kv, n_kv], dim=2)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
     @staticmethod
-    def backward(ctx: Any, dqkv: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        h, rstd, gamma, w_qkv, positions, inv_freq, qkv = ctx.saved_tensors
-        dqkv = dqkv.float()
-        dz = _rotate_back(dqkv, positions, inv_freq).to(qkv.dtype)
-        zdz = (qkv.float() * dqkv).sum(-1)  # the rotation is orthogonal: sum(dz * z) = sum(dqkv * qkv)
-        out = ctx.kernels["gemm_rmsnorm_bwd"](dz=dz, w=w_qkv, h=h, gamma=gamma, rstd=rstd, zdz=zdz, dres=torch.zeros_like(h))
-        return out["dh"], None, None, out["dgamma"].to(gamma.dtype), dz.t() @ out["normed"], None, None, None
+    def backward(ctx: Any, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        h, rstd, gamma, w_qkv, inv_freq, qkv = ctx.saved_tensors
+        dz, zdz = glue.rope_backward(dq, dk, dv, qkv, inv_freq)
+        kernels: Kernels = ctx.kernels
+        out = kernels["gemm_rmsnorm_bwd"](dz=dz, w=kernels.dgrad_weight(w_qkv), h=h, gamma=gamma, rstd=rstd, zdz=zdz,
+                                          dres=torch.zeros_like(h))
+        return out["dh"], None, None, out["dgamma"].to(gamma.dtype), dz.t() @ out["normed"], None, None, None, None
 
 
 class _AttentionOut(torch.autograd.Function):
@@ -116,35 +115,46 @@ class _Mlp(torch.autograd.Function):
     def backward(ctx: Any, dy: torch.Tensor, _dnormed: Any, _drstd: Any) -> tuple[torch.Tensor | None, ...]:
         h, rstd, gamma, w_gate_up, w_down, preact = ctx.saved_tensors
         dy = dy.contiguous()
-        swiglu = ctx.kernels["gemm_swiglu_bwd"](dy=dy, w_down=w_down, preact=preact)
-        norm = ctx.kernels["gemm_rmsnorm_bwd"](dz=swiglu["dpreact"], w=w_gate_up, h=h, gamma=gamma, rstd=rstd,
-                                               zdz=swiglu["zdz"], dres=dy)
+        kernels: Kernels = ctx.kernels
+        swiglu = kernels["gemm_swiglu_bwd"](dy=dy, w_down=kernels.dgrad_weight(w_down), preact=preact)
+        norm = kernels["gemm_rmsnorm_bwd"](dz=swiglu["dpreact"], w=kernels.dgrad_weight(w_gate_up), h=h, gamma=gamma,
+                                           rstd=rstd, zdz=swiglu["zdz"], dres=dy)
         dw_gate_up = swiglu["dpreact"].t() @ norm["normed"]
         return norm["dh"], None, None, norm["dgamma"].to(gamma.dtype), dw_gate_up, dy.t() @ swiglu["act"], None, None, None
 
 
 class _LMHeadLoss(torch.autograd.Function):
     """final norm + LM head + mean cross-entropy over the counted tokens (``gemm_rmsnorm_cross_entropy``);
-    backward: ``gemm_rmsnorm_cross_entropy_bwd`` (which recomputes the logits) then ``gemm_rmsnorm_bwd``."""
+    backward: the logits it kept turned into dlogits in place (one memory-bound pass), or with
+    ``keep_logits=False`` recomputed by ``gemm_rmsnorm_cross_entropy_bwd``; then ``gemm_rmsnorm_bwd``."""
 
     @staticmethod
-    def forward(ctx: Any, h: torch.Tensor, normed: torch.Tensor, rstd: torch.Tensor, gamma: torch.Tensor, w: torch.Tensor,
-                targets: torch.Tensor, ignore_index: int, kernels: Kernels) -> torch.Tensor:
-        out = kernels["gemm_rmsnorm_cross_entropy"](x=normed, w=w, rstd=rstd, targets=targets, ignore_index=ignore_index)
+    def forward(ctx: Any, h: torch.Tensor, normed: torch.Tensor, rstd: torch.Tensor, gamma: torch.Tensor,
+                w: torch.Tensor, targets: torch.Tensor, ignore_index: int, keep_logits: bool,
+                kernels: Kernels) -> torch.Tensor:
+        out = kernels["gemm_rmsnorm_cross_entropy"](x=normed, w=w, rstd=rstd, targets=targets,
+                                                    ignore_index=ignore_index)
         counted = (targets != ignore_index).sum().clamp(min=1).float()
-        ctx.save_for_backward(h, normed, rstd, gamma, w, targets, out["lse"], counted)
-        ctx.ignore_index, ctx.kernels = ignore_index, kernels
+        kept = out["logits"] if keep_logits else normed  # the forward's own logits, or what recomputing them takes
+        ctx.save_for_backward(h, rstd, gamma, w, targets, out["lse"], counted, kept)
+        ctx.ignore_index, ctx.keep_logits, ctx.kernels = ignore_index, keep_logits, kernels
         return out["loss"].sum() / counted
 
     @staticmethod
     def backward(ctx: Any, dloss: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        h, normed, rstd, gamma, w, targets, lse, counted = ctx.saved_tensors
-        per_token = (dloss.float() / counted).expand(targets.shape).contiguous()
-        ce = ctx.kernels["gemm_rmsnorm_cross_entropy_bwd"](x=normed, w=w, rstd=rstd, targets=targets, lse=lse,
-                                                           dloss=per_token, ignore_index=ctx.ignore_index)
-        norm = ctx.kernels["gemm_rmsnorm_bwd"](dz=ce["dlogits"], w=w, h=h, gamma=gamma, rstd=rstd, zdz=ce["zdz"],
-                                               dres=torch.zeros_like(h))
-        return norm["dh"], None, None, norm["dgamma"].to(gamma.dtype), ce["dlogits"].t() @ norm["normed"], None, None, None
+        h, rstd, gamma, w, targets, lse, counted, kept = ctx.saved_tensors
+        per_token = (dloss.float() / counted).expand(targets.shape)
+        kernels: Kernels = ctx.kernels
+        if ctx.keep_logits:
+            dlogits, zdz = kept, glue.softmax_grad_(kept, lse, targets, per_token, ctx.ignore_index)
+        else:
+            ce = kernels["gemm_rmsnorm_cross_entropy_bwd"](x=kept, w=w, rstd=rstd, targets=targets, lse=lse,
+                                                           dloss=per_token.contiguous(), ignore_index=ctx.ignore_index)
+            dlogits, zdz = ce["dlogits"], ce["zdz"]
+        norm = kernels["gemm_rmsnorm_bwd"](dz=dlogits, w=kernels.dgrad_weight(w), h=h, gamma=gamma, rstd=rstd, zdz=zdz,
+                                           dres=torch.zeros_like(h))
+        dw = dlogits.t() @ norm["normed"]
+        return norm["dh"], None, None, norm["dgamma"].to(gamma.dtype), dw, None, None, None, None
 
 
 def _weight(*shape: int, std: float, device: torch.device | str | None, dtype: torch.dtype) -> nn.Parameter:
@@ -185,39 +195,46 @@ class CodaLlamaLayer(nn.Module):
         tokens = batch * seq
         h, normed, rstd = stream.h.reshape(tokens, dim), stream.normed.reshape(tokens, dim), stream.rstd.reshape(tokens)
         positions = torch.arange(seq, device=h.device).repeat(batch)
-        qkv = _AttentionIn.apply(h, normed, rstd, self.attention_norm, self.wqkv, positions, self.inv_freq, self.kernels)
-        a = self._attention(qkv.view(batch, seq, -1)).reshape(tokens, dim)
+        q, k, v = _AttentionIn.apply(h, normed, rstd, self.attention_norm, self.wqkv, positions, self.inv_freq,
+                                     (batch, self.n_heads, self.n_kv_heads), self.kernels)
+        a = self._attention(q, k, v).reshape(tokens, dim)
         h1, normed1, rstd1 = _AttentionOut.apply(a, self.wo, h, self.ffn_norm, self.eps, self.kernels)
         h2, normed2, rstd2 = _Mlp.apply(h1, normed1, rstd1, self.ffn_norm, self.w_gate_up, self.w_down, next_norm, self.eps,
                                         self.kernels)
         return Stream(h2.view(batch, seq, dim), normed2.view(batch, seq, dim), rstd2.view(batch, seq))
 
-    def _attention(self, qkv: torch.Tensor) -> torch.Tensor:
-        """Causal grouped-query attention (torch's SDPA), heads concatenated: (B, S, n_heads * head_dim)."""
-        batch, seq, _ = qkv.shape
-        d, nq, nkv = self.head_dim, self.n_heads, self.n_kv_heads
-        q, k, v = qkv.split([nq * d, nkv * d, nkv * d], dim=-1)
-        q, k, v = (t.reshape(batch, seq, -1, d).transpose(1, 2) for t in (q, k, v))
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=nq != nkv)
-        return out.transpose(1, 2).reshape(batch, seq, nq * d)
+    def _attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Causal grouped-query attention (torch's SDPA) on (B, heads, S, head_dim), heads concatenated:
+        (B, S, n_heads * head_dim)."""
+        batch, _, seq, _ = q.shape
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.n_heads != self.n_kv_heads)
+        return out.transpose(1, 2).reshape(batch, seq, -1)
 
 
 class CodaLMHead(nn.Module):
     """The final RMSNorm, the LM head and the mean cross-entropy over the tokens whose target is not
-    ``ignore_index``, on the task kernels (the logits are never kept: the backward recomputes them)."""
+    ``ignore_index``, on the task kernels.
 
-    def __init__(self, dim: int, vocab: int, *, ignore_index: int = IGNORE_INDEX, kernels: Kernels | None = None,
-                 device: torch.device | str | None = None, dtype: torch.dtype = torch.bfloat16) -> None:
+    The forward's logits (M x V, bf16) stay until the backward, which turns them into dlogits in place: the
+    backward runs no logits GEMM. ``keep_logits=False`` keeps nothing that size and recomputes them in the
+    backward instead (2·M·V·K more FLOPs, the trade Liger-style fused cross-entropy makes, for a vocabulary
+    whose logits would not fit).
+    """
+
+    def __init__(self, dim: int, vocab: int, *, ignore_index: int = IGNORE_INDEX, keep_logits: bool = True,
+                 kernels: Kernels | None = None, device: torch.device | str | None = None,
+                 dtype: torch.dtype = torch.bfloat16) -> None:
         super().__init__()
-        self.ignore_index = ignore_index
+        self.ignore_index, self.keep_logits = ignore_index, keep_logits
         self.kernels = kernels or Kernels()
         self.norm = nn.Parameter(torch.ones(dim, device=device, dtype=dtype))
         self.weight = _weight(vocab, dim, std=dim**-0.5, device=device, dtype=dtype)
 
     def forward(self, stream: Stream, targets: torch.Tensor) -> torch.Tensor:
         dim = stream.h.shape[-1]
-        loss: torch.Tensor = _LMHeadLoss.apply(stream.h.reshape(-1, dim), stream.normed.reshape(-1, dim), stream.rstd.reshape(-1),
-                                               self.norm, self.weight, targets.reshape(-1), self.ignore_index, self.kernels)
+        loss: torch.Tensor = _LMHeadLoss.apply(stream.h.reshape(-1, dim), stream.normed.reshape(-1, dim),
+                                               stream.rstd.reshape(-1), self.norm, self.weight, targets.reshape(-1),
+                                               self.ignore_index, self.keep_logits, self.kernels)
         return loss
 
 
@@ -233,6 +250,11 @@ class CodaLlamaStack(nn.Module):
             raise ValueError("a stack needs at least one layer")
         self.layers = nn.ModuleList(layers)
         self.head = head
+
+    def use(self, kernels: Kernels) -> None:
+        """Run every layer and the head on ``kernels`` from the next step on (say, a run's ``best.py`` for one task)."""
+        for module in (*self.layers, self.head):
+            module.kernels = kernels
 
     def forward(self, h: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         layers: list[CodaLlamaLayer] = list(self.layers)  # type: ignore[arg-type]  # ModuleList is untyped

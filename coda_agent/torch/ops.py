@@ -141,14 +141,23 @@ class Kernels:
 
     ``Kernels({"gemm_rmsnorm_bwd": "runs/<run>/best.py"})`` runs that file's kernel for every RMSNorm
     backward and the human kernels elsewhere. The files are imported and run in this process, unsandboxed.
+
+    ``k_major_dgrad=True`` hands every dgrad GEMM (``dz @ w``, reducing over ``w``'s rows) a K-major copy of the
+    weight, made in the backward, once per step, instead of the weight as stored (N-major). The copy is one
+    memory pass over the weight; it pays where the kernel's tiles for a K-major B beat those for an N-major one.
     """
 
-    def __init__(self, sources: Mapping[str, str | Path] | None = None) -> None:
+    def __init__(self, sources: Mapping[str, str | Path] | None = None, *, k_major_dgrad: bool = False) -> None:
         sources = dict(sources or {})
         unknown = set(sources) - set(CHAIN_TASKS)
         if unknown:
             raise KeyError(f"not tasks of the Llama-3 chain: {sorted(unknown)} (the chain runs {', '.join(CHAIN_TASKS)})")
         self.ops = {name: task_op(name, sources.get(name)) for name in CHAIN_TASKS}
+        self.k_major_dgrad = k_major_dgrad
 
     def __getitem__(self, task: str) -> TaskOp:
         return self.ops[task]
+
+    def dgrad_weight(self, w: torch.Tensor) -> torch.Tensor:
+        """``w`` as the B operand of a dgrad GEMM ``dz @ w``: the same values and shape, K-major if chosen."""
+        return w.t().contiguous().t() if self.k_major_dgrad else w
