@@ -88,6 +88,7 @@ class _AttentionOut(torch.autograd.Function):
         out = kernels["gemm_residual_rmsnorm"](x=a, w=w_o, residual=residual, gamma=gamma, eps=eps)
         ctx.save_for_backward(a, w_o)
         ctx.mark_non_differentiable(out["normed"], out["rstd"])
+        ctx.set_materialize_grads(False)  # no zero-filled gradients for the caches: the backward ignores them
         return out["h"], out["normed"], out["rstd"]
 
     @staticmethod
@@ -109,6 +110,7 @@ class _Mlp(torch.autograd.Function):
         ctx.save_for_backward(h, rstd, gamma, w_gate_up, w_down, mlp["preact"])
         ctx.kernels = kernels
         ctx.mark_non_differentiable(out["normed"], out["rstd"])
+        ctx.set_materialize_grads(False)  # no zero-filled gradients for the caches: the backward ignores them
         return out["h"], out["normed"], out["rstd"]
 
     @staticmethod
