@@ -23,9 +23,12 @@ from ..provenance import driver_version, git_commit, package_versions
 from ..torch import CodaLlamaLayer, CodaLlamaStack, CodaLMHead, Kernels, ReferenceLlamaStack
 from .results import E2EConfig, E2ERun, E2EVariant, KernelTime
 
-#: CODA's torchtitan 1B (Llama 3.2 1B: 16 layers, vocab 128256) at batch 4 x 8192, and a CPU-sized one for tests.
+#: CODA's torchtitan 1B (Llama 3.2 1B: 16 layers, vocab 128256) at batch 4 x 8192, Llama 3.1 8B's layers (32 of
+#: them; time a few with --layers) at batch 2 x 8192, and a CPU-sized one for tests.
 PRESETS = {
     "1b": E2EConfig(preset="1b", dim=2048, ffn_dim=8192, n_heads=32, n_kv_heads=8, vocab=128256, layers=16, batch=4, seq=8192),
+    "8b": E2EConfig(preset="8b", dim=4096, ffn_dim=14336, n_heads=32, n_kv_heads=8, vocab=128256, layers=32, batch=2,
+                    seq=8192),
     "tiny": E2EConfig(preset="tiny", dim=64, ffn_dim=96, n_heads=4, n_kv_heads=2, vocab=160, layers=2, batch=2, seq=32),
 }
 MAX_AUTOTUNE = "max-autotune-no-cudagraphs"

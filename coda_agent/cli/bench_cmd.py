@@ -250,7 +250,8 @@ NO_GPU_E2E = (
 
 @app.command("bench-e2e")
 def bench_e2e_cmd(
-    preset: str = typer.Option("1b", "--preset", help="model and batch: 1b (CODA's torchtitan 1B, batch 4 x 8192) or tiny"),
+    preset: str = typer.Option("1b", "--preset", help="model and batch: 1b (CODA's torchtitan 1B, batch 4 x 8192), 8b (Llama 3.1 8B's layers, "
+                                "batch 2 x 8192) or tiny"),
     layers: int = typer.Option(None, "--layers", min=1, help="decoder layers (default: the preset's; 1b has 16)"),
     batch: int = typer.Option(None, "--batch", min=1, help="sequences per step (default: the preset's)"),
     seq: int = typer.Option(None, "--seq", min=1, help="tokens per sequence (default: the preset's)"),
