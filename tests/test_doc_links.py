@@ -40,7 +40,7 @@ def links(path: Path) -> list[str]:
 
 def test_the_user_docs_are_found():
     names = {p.relative_to(REPO).as_posix() for p in markdown_files()}
-    assert {"README.md", "docs/run.md", "docs/tasks.md", "bench/README.md"} <= names
+    assert {"README.md", "docs/run.md", "docs/tasks.md", "bench/README.md", "examples/README.md"} <= names
 
 
 @pytest.mark.parametrize("path", markdown_files(), ids=lambda p: p.relative_to(REPO).as_posix())
