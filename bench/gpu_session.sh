@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The committed H200 evidence, in device calls of at most 10 minutes each. On a fresh GPU machine first run
-# `bash .gpu/stage1.sh` (../shared/gpu/README.md), then, one call after another while the machine stays warm:
+# `bash .gpu/stage1.sh` (docs/CONTRIBUTING-gpu.md), then, one call after another while the machine stays warm:
 #   source .gpu2/env.sh && bash bench/gpu_session.sh SECONDS PHASE[:CAP] ...
 # (.gpu and the tracked tree together pass the device tool's 64 MiB carry limit: move bench/results out of the tree
 # for the stage1 call, and back after; no phase reads it.)

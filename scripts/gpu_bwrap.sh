@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The H200 image has no bubblewrap and reaches no registry: put Debian's bwrap binary into .gpu2/ (carried with
-# every GPU call; run after ../shared/gpu/prepare.sh, which empties .gpu2/). On the GPU machine, bench/gpu_session.sh
-# and the README's commands export CODA_AGENT_BWRAP=$PWD/.gpu2/bwrap.
+# every GPU call; run after each rebuild of .gpu2/, which empties it: docs/CONTRIBUTING-gpu.md). On the GPU machine,
+# bench/gpu_session.sh and docs/CONTRIBUTING-gpu.md's commands export CODA_AGENT_BWRAP=$PWD/.gpu2/bwrap.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 tmp="$(mktemp -d)"

@@ -4,7 +4,7 @@
 # travels in two git-ignored folders, one per call:
 #   .gpuray1/  the first half of the wheel
 #   .gpuray2/  the second half, Ray's dependencies and install.sh
-# On the GPU machine, after ../shared/gpu/README.md's two calls: a call carrying .gpuray1 (any command), then a call
+# On the GPU machine, after the two calls of docs/CONTRIBUTING-gpu.md: a call carrying .gpuray1 (any command), then a call
 # carrying .gpuray2 that starts `source .gpu2/env.sh && source .gpuray2/install.sh && ...`. Folders a call does not
 # carry stay on the machine while it is warm, so the halves meet there. Ray and its dependencies go last on the
 # path: where the image has a package (filelock, requests, ... that torch uses), the image's copy wins.

@@ -225,8 +225,9 @@ def test_the_estimate_at_the_gemma_lm_head_from_its_tensor_sizes(tmp_path):
     need = memory_need(task, GEMMA, ["gpu_correctness"], 3)
     assert need.checker_bytes == 4 * out + ref + out + 2 * inp + inp32 + work + chunks
     assert need.runner_bytes == 2 * 3 * inp + 4 * out + 2 * ref + flush
-    # The numbers the README quotes: 48.0 GiB in the checker and 38.3 GiB in its runner, 86.3 GiB in all (measured on
-    # the H200 with the torch emulator as the candidate: 45.3 and 38.3 GiB).
+    # The numbers docs/verification.md and bench/notes/2026-12-03-checker-memory.md quote: 48.0 GiB in the checker
+    # and 38.3 GiB in its runner, 86.3 GiB in all (measured on the H200 with the torch emulator as the candidate:
+    # 45.3 and 38.3 GiB).
     assert round(need.checker_bytes / GiB, 1) == 48.0 and round(need.runner_bytes / GiB, 1) == 38.3
     assert round(need.total_bytes / GiB, 1) == 86.3
     # The old checker's FP64 copies came to M x V x 8 bytes each (15.62 GiB), six or more at once in the comparison.
