@@ -750,7 +750,7 @@ def test_manual_writes_the_prompt_and_waits_for_the_answer(tmp_path: Path) -> No
     thread.join()
 
     assert result.text == "```python\nkernel = 1\n```\n"
-    assert result.cost_usd == 0.0
+    assert result.cost_usd == 0.0 and not result.price_known  # shown as unknown, not as free
     prompt = (tmp_path / "prompt-1.md").read_text()
     assert "## [system]\n\nYou write kernels." in prompt and "## [user]\n\nFuse the epilogue." in prompt
     [line] = lines

@@ -74,7 +74,8 @@ class ManualProvider(Provider):
             f"manual: prompt in {prompt_path}; save the reply as {answer_path} (waiting up to {self.timeout:g}s)"
         )
         text = await self._wait_for(answer_path)
-        return Completion(text=text, model="manual", finish_reason="manual")
+        # Whoever answered (a person, a model in another window) was not metered here: the cost is unknown, not 0.
+        return Completion(text=text, model="manual", finish_reason="manual", price_known=False)
 
     async def _wait_for(self, path: Path) -> str:
         loop = asyncio.get_running_loop()
