@@ -19,7 +19,7 @@
 #             kernels, the QuACK backend's tile counter, the tensor files between GPUs
 #   guards    trust without the human kernels' correctness, which the bench's check phase runs with the same verifier
 #   launch    the QuACK backend's GPU tests alone (tests/test_gpu_primitives.py: its launch path, tile counter, splits)
-#   ops       the torch ops' GPU test: a two-layer Llama-3 1B stack's gradients at a real size
+#   ops       the torch ops' GPU tests: a two-layer Llama-3 1B stack's gradients at a real size, the glue passes' kernels
 #   more      the other GPU tests: the tuner, the agent, one end-to-end layer
 #   e2e       coda-agent bench-e2e --preset 1b --layers 2: CODA's ops, with and without K-major dgrad weights, against
 #             both torch.compile modes (E2E_ARGS replaces the arguments, e.g. "--preset 1b --layers 16 --steps 5
@@ -114,7 +114,7 @@ for spec in "$@"; do
     guards) run_phase guards "$secs" "${gpu_tests[@]}" tests/adversarial/test_adversarial_gpu.py tests/test_gpu_kernels.py \
               tests/test_gpu_primitives.py tests/test_sandbox.py -k "not human_kernel_passes_gpu_correctness" ;;
     launch) run_phase launch "$secs" "${gpu_tests[@]}" tests/test_gpu_primitives.py ;;
-    ops) run_phase ops "$secs" "${gpu_tests[@]}" tests/test_torch_ops.py ;;
+    ops) run_phase ops "$secs" "${gpu_tests[@]}" tests/test_torch_ops.py tests/test_torch_glue.py ;;
     more) run_phase more "$secs" "${gpu_tests[@]}" tests/test_tuning.py tests/test_agent.py tests/test_bench_e2e.py ;;
     e2e) run_phase e2e "$secs" python3 -m coda_agent bench-e2e ${E2E_ARGS:---preset 1b --layers 2 --steps 10 --warmup 2 \
            --variant coda-kmajor --variant compile --variant compile-max-autotune} --json "$work/e2e${E2E_TAG:-}.json" ;;
