@@ -176,7 +176,7 @@ def test_the_cli_without_a_gpu_says_so_in_one_line(monkeypatch, capsys):
 
 def test_the_cli_refuses_an_unknown_preset_or_variant_before_looking_for_a_gpu():
     res = CliRunner().invoke(app, ["bench-e2e", "--preset", "70b"])
-    assert res.exit_code != 0 and "no preset '70b' (known: 1b, tiny)" in str(res.exception)
+    assert res.exit_code != 0 and "no preset '70b' (known: 1b, 8b, tiny)" in str(res.exception)
     res = CliRunner().invoke(app, ["bench-e2e", "--variant", "fast"])
     assert res.exit_code != 0 and "no variant fast" in str(res.exception)
 
