@@ -624,7 +624,7 @@ def test_speed_of_light_says_which_ceiling_it_uses(monkeypatch):
     assert point.sol_us == pytest.approx(max(point.flops / 800e12, point.bytes / 4e12) * 1e6)
     assert PEAKS.label().startswith("measured on this GPU: 800 TFLOP/s")
     assert peaks.NOMINAL_H200.label().startswith("nominal, not measured: 989 TFLOP/s bf16, 4.80 TB/s")
-    timed = AgentConfig(model="mock/x", stages=("gpu_correctness", "profile"))
+    timed = AgentConfig(model="mock/x", plan=Plan(stages=["gpu_correctness", "profile"]))
     assert session_peaks(timed) is peaks.NOMINAL_H200  # no GPU here
     monkeypatch.setattr(loop, "gpu_verifier_available", lambda: True)
     monkeypatch.setattr(loop, "measure_peaks", lambda: PEAKS)
