@@ -451,8 +451,8 @@ def test_resume_measures_again_what_changed_since(monkeypatch):
 
 
 def test_resume_refuses_a_file_from_another_device_tree_or_seed_count(monkeypatch, tmp_path):
-    from coda_agent.cli import UserError
     from coda_agent.cli.bench_cmd import _previous_run
+    from coda_agent.cli.core import UserError
 
     monkeypatch.setattr(runner, "git_commit", lambda: "abc123")
     default_only = runner.BenchOptions(compile_modes=("default",))

@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from ..providers.registry import registered
 from ..tasks.model import Task
-from . import UserError
+from .core import UserError
 
 if TYPE_CHECKING:
     from ..verifier.plan import Plan
@@ -26,7 +26,7 @@ MODEL_HELP = f"{escape(MODEL_SPECS)} (see `coda-agent providers`); repeat for a 
 
 def note_skipped(skipped: list[str]) -> None:
     """One line on stderr for each YAML file of a folder that is no task file (every command skips them alike)."""
-    from . import err_console, untrusted
+    from .core import err_console, untrusted
 
     for why in skipped:
         err_console.print(f"[bold yellow]skipped:[/] {untrusted(why)}", highlight=False)

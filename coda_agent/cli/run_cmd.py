@@ -33,7 +33,7 @@ from ..tasks.model import Task
 from ..untrusted import shown
 from ..verifier import DEFAULT_TUNE_BUDGET_S
 from ..verifier.sandbox import UNSANDBOXED_OPT_IN, SandboxUnavailable, require_isolation
-from . import UserError, console, err_console, outcome_style, refuse_without_runners, untrusted
+from .core import UserError, console, err_console, outcome_style, refuse_without_runners, untrusted
 from .inputs import check_fits_device, check_task_runs, default_timeout, seed_list, timeout_value
 
 

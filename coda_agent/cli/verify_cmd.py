@@ -13,7 +13,7 @@ from ..tasks.model import Baseline
 from ..untrusted import shown
 from ..verifier import COMPILE_STAGES, Plan, verify
 from ..verifier.verdict import Outcome, Verdict
-from . import (
+from .core import (
     UserError,
     app,
     console,
