@@ -445,7 +445,7 @@ def test_the_harness_tuner_pins_configs_that_ship_in_best_py_and_reach_the_feedb
     """The real tuner (the tune stage on the emulator, a deterministic clock) pins its winner on forward; the fake GPU
     backend times a scheduled module faster; the loop adopts it, best.py carries it, the next prompt names it."""
     from coda_agent.primitives import Config
-    from coda_agent.verifier import tune_schedule, tuning
+    from coda_agent.verifier import tune_plan, tune_schedule, tuning
     from coda_agent.verifier.static.schedule_source import pinned_schedule
 
     winner = Config(tile_m=256, tile_n=160, pingpong=False, cluster_m=1, cluster_n=2)
@@ -465,7 +465,7 @@ def test_the_harness_tuner_pins_configs_that_ship_in_best_py_and_reach_the_feedb
         pinned = "@schedule(" in source
         return gpu(task, source.replace("TIME_US = 1250", "TIME_US = 1000") if pinned else source, plan)
 
-    tune_fn = functools.partial(tune_schedule, stage="tune_cpu", shape_set="small", budget_s=60)
+    tune_fn = functools.partial(tune_schedule, plan=tune_plan("tune_cpu", "small", 60))
     provider = MockProvider([timed(1250), timed(1250)])
     cfg = AgentConfig(model="mock/test", budgets=Budgets(rounds=2), target_speedup=1.5, plan=GPU_PLAN)
     agent = Agent.create(task, provider, cfg, tmp_path / "runs", verify_fn=verify_fn, tune_fn=tune_fn)

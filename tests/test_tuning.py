@@ -13,7 +13,7 @@ from coda_agent.measure.timing import RepPlan, Timing
 from coda_agent.primitives import Config
 from coda_agent.primitives.configs import config_label, config_space
 from coda_agent.tasks import find_task
-from coda_agent.verifier import Plan, TuningFailed, tune_schedule, tuning, verify
+from coda_agent.verifier import Plan, TuningFailed, tune_plan, tune_schedule, tuning, verify
 from coda_agent.verifier.client import RunnerCrashed
 from coda_agent.verifier.gpu import BATCH, ShapeTimer
 from coda_agent.verifier.stages import Context, Reject
@@ -269,7 +269,7 @@ class Deterministic(tuning.ScheduleTimer):
 
 def test_the_tuner_pins_the_winners_and_the_result_passes_the_verifier(monkeypatch):
     monkeypatch.setattr(tuning, "ScheduleTimer", Deterministic)
-    result = tune_schedule(TASK, HUMAN, PASSED, stage="tune_cpu", shape_set="small", budget_s=60)
+    result = tune_schedule(TASK, HUMAN, PASSED, tune_plan("tune_cpu", "small", 60))
     assert result is not None and result.source is not None
     tuned = result.source
     assert set(result.search) == {p.name for p in TASK.shape("small")}
@@ -295,7 +295,7 @@ def test_the_tuner_returns_nothing_when_no_config_beats_the_written_ones(monkeyp
             return Timing(median_us=100.0 if WINNER in table.values() else 100.5)  # 0.5%: noise, not a win
 
     monkeypatch.setattr(tuning, "ScheduleTimer", Flat)
-    flat = tune_schedule(TASK, HUMAN, PASSED, stage="tune_cpu", shape_set="small", budget_s=60)
+    flat = tune_schedule(TASK, HUMAN, PASSED, tune_plan("tune_cpu", "small", 60))
     assert flat is not None and flat.source is None and flat.search  # searched, nothing won: the record says so
 
 
@@ -310,7 +310,7 @@ def test_a_host_bound_forward_is_tuned_by_the_gpus_time_not_its_host_time(monkey
             return Timing(median_us=wall, bound="wall", events_median_us=gpu, wall_median_us=wall, host_median_us=295.0)
 
     monkeypatch.setattr(tuning, "ScheduleTimer", HostBound)
-    result = tune_schedule(TASK, HUMAN, PASSED, stage="tune_cpu", shape_set="small", budget_s=60)
+    result = tune_schedule(TASK, HUMAN, PASSED, tune_plan("tune_cpu", "small", 60))
     assert result is not None and result.source is not None
     assert pinned_schedule(result.source) == {**pinned_schedule(HUMAN), **{small_key(p): WINNER for p in TASK.shape("small")}}
     assert "tiny: 105.0 -> 50.0 us" in result.source and "(GPU time)" in result.source
@@ -320,7 +320,7 @@ def test_a_host_bound_forward_is_tuned_by_the_gpus_time_not_its_host_time(monkey
 
 def test_a_failed_tune_stage_is_an_error_with_its_reason():
     with pytest.raises(TuningFailed, match="static check"):
-        tune_schedule(TASK, "import os\n", PASSED, stage="tune_cpu", shape_set="small", budget_s=5)
+        tune_schedule(TASK, "import os\n", PASSED, tune_plan("tune_cpu", "small", 5))
 
 
 # --- the H200 -------------------------------------------------------------------------------------------
@@ -425,7 +425,7 @@ def test_a_runner_that_dies_for_good_ends_the_stage_and_keeps_what_the_search_me
 
     monkeypatch.setattr(tuning, "ScheduleTimer", DiesAtTheLastShape)
     with pytest.raises(TuningFailed) as failed:
-        tune_schedule(TASK, HUMAN, PASSED, stage="tune_cpu", shape_set="small", budget_s=60)
+        tune_schedule(TASK, HUMAN, PASSED, tune_plan("tune_cpu", "small", 60))
     reason = str(failed.value)
     assert f"died under config {config_label(WINNER)} with no restart left: what():  std::bad_variant_access" in reason
     searched = failed.value.searched

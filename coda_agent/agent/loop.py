@@ -44,9 +44,9 @@ GPU_STAGES = ("gpu_correctness", "profile")
 #: The plan's settings a run header records in ``params`` (its stages in ``verifier_stages``): key -> field.
 RECORDED_PLAN = {"shape_set": "shape_set", "seeds": "seeds", "backend_label": "backend",
                  "verify_timeout": "timeout"}
-#: The harness's schedule tuner (tile, cluster, pingpong/cooperative per gemm; ``verifier.tune_schedule`` by default):
-#: given the task and a correct, timed candidate's module and verdict, the module with its configs pinned, or None
-#: (nothing beat the configs as written).
+#: The harness's schedule tuner (tile, cluster, pingpong/cooperative per gemm; by default the tune stage as a
+#: job on the run's executor): given the task and a correct, timed candidate's module and verdict, the module
+#: with its configs pinned, or None (nothing beat the configs as written).
 TuneFn = Callable[[Task, str, Verdict], "Tuned | None"]
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 
 from ..tasks.model import Task
 from ..untrusted import storable, storable_tree
-from .plan import COMPILE_STAGES, CPU_STAGES, DEFAULT_TUNE_BUDGET_S, Plan
+from .plan import COMPILE_STAGES, DEFAULT_TUNE_BUDGET_S, Plan
 from .sandbox import detect as detect_sandbox
 from .verdict import Outcome, OutputCheck, ShapeTuning, StageResult, TunedGemm, Verdict
 
@@ -28,7 +28,6 @@ from .verdict import Outcome, OutputCheck, ShapeTuning, StageResult, TunedGemm, 
 
 __all__ = [
     "COMPILE_STAGES",
-    "CPU_STAGES",
     "DEFAULT_TUNE_BUDGET_S",
     "Outcome",
     "OutputCheck",
@@ -135,15 +134,15 @@ def cancel_all() -> int:
 
 
 def tune_schedule(
-    task: Task, source: str, verdict: Verdict, *, stage: str = "tune", shape_set: str = "bench",
-    budget_s: float = DEFAULT_TUNE_BUDGET_S, cache: bool = True, min_gain: float | None = None,
+    task: Task, source: str, verdict: Verdict, plan: Plan | None = None, min_gain: float | None = None,
 ) -> Tuned | None:
-    """A correct candidate's schedule search, here (an executor runs :func:`tune_plan` and hands the verdict to
-    :func:`pinned_source`); None for a candidate that is not correct."""
+    """A correct candidate's schedule search, here, as ``plan`` asks (by default :func:`tune_plan`'s; an
+    executor runs the plan as a job and hands the verdict to :func:`pinned_source`); None for a candidate that
+    is not correct."""
     if not verdict.passed:
         return None
-    plan = tune_plan(stage, shape_set, budget_s, cache)
-    return pinned_source(source, verify(task, source, plan), stage, min_gain)
+    plan = tune_plan() if plan is None else plan
+    return pinned_source(source, verify(task, source, plan), plan.stages[0], min_gain)
 
 
 def pinned_source(source: str, tuned: Verdict, stage: str = "tune", min_gain: float | None = None) -> Tuned:
