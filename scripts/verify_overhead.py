@@ -20,14 +20,15 @@ from pathlib import Path
 
 from coda_agent.provenance import git_commit, package_versions
 from coda_agent.tasks.loader import load_tasks
-from coda_agent.verifier import verify
+from coda_agent.verifier import Plan, verify
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--stages", default="correctness")
-    ap.add_argument("--shape-set", default="small")
-    ap.add_argument("--backend", default="torch")
+    default = Plan()
+    ap.add_argument("--stages", default=",".join(default.stages))
+    ap.add_argument("--shape-set", default=default.shape_set)
+    ap.add_argument("--backend", default=default.backend)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--tasks", nargs="*", default=None)
     ap.add_argument("--shapes", nargs="*", default=None, help="only these shape points of the set")
@@ -57,14 +58,14 @@ def main() -> int:
         "| --- | --- | --- | --- | --- |",
     ]
     medians = []
+    plan = Plan(stages=args.stages.split(","), backend=args.backend, shape_set=args.shape_set, shape_names=args.shapes)
     for task in load_tasks():
         if (args.tasks and task.name not in args.tasks) or task.human_file is None:
             continue
         source, times, outcome = task.human_file.read_text(), [], ""
         for _ in range(args.repeat):
             t0 = time.perf_counter()
-            v = verify(task, source, args.stages.split(","), shape_set=args.shape_set, shape_names=args.shapes,
-                       backend_label=args.backend)
+            v = verify(task, source, plan)
             times.append(time.perf_counter() - t0)
             outcome = v.outcome.value
         medians.append(statistics.median(times))

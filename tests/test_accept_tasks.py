@@ -15,7 +15,7 @@ import yaml
 from coda_agent.agent.extract import extract_code
 from coda_agent.tasks import load_task
 from coda_agent.tasks.validate import validate_path
-from coda_agent.verifier import verify
+from coda_agent.verifier import Plan, verify
 
 from .conftest import REPO
 
@@ -57,7 +57,7 @@ def test_scripted_model_kernel_passes_the_emulator(path: Path):
     correct = extract_code(replies(path)[-1]).code
     assert correct is not None
     assert "Config(" in correct and "@schedule" not in correct  # a config of its own for the tune stage to beat
-    verdict = verify(task, correct, ("correctness",), shape_names=["tiny"], seeds=[0], timeout=120)
+    verdict = verify(task, correct, Plan(shape_names=["tiny"], seeds=[0], timeout=120))
     assert verdict.passed, verdict.reason
 
 
@@ -66,7 +66,7 @@ def test_scripted_model_kernel_passes_the_emulator(path: Path):
 def test_scripted_model_flaw_is_caught(path: Path):
     flawed = extract_code(replies(path)[0]).code
     assert flawed is not None
-    verdict = verify(load_task(path), flawed, ("correctness",), shape_names=["tiny"], seeds=[0], timeout=120)
+    verdict = verify(load_task(path), flawed, Plan(shape_names=["tiny"], seeds=[0], timeout=120))
     assert not verdict.passed
 
 

@@ -22,14 +22,13 @@ import yaml
 
 from coda_agent.agent import Agent, AgentConfig, Extraction, FatalProviderError, RunEvents, extract_code
 from coda_agent.agent import loop as agent_loop
-from coda_agent.execute import Job
 from coda_agent.measure.timing import Timing
 from coda_agent.messages import ChatMessage
 from coda_agent.providers import Completion, MockProvider
 from coda_agent.store.records import Budgets, RunSummary
 from coda_agent.store.rundir import RunReader
 from coda_agent.tasks import Task, TaskError, find_task
-from coda_agent.verifier import Tuned, verify
+from coda_agent.verifier import Plan, Tuned, verify
 from coda_agent.verifier.verdict import Outcome, ShapeTiming, StageResult, Verdict
 
 from .conftest import EXAMPLE_SCRIPT as SCRIPT
@@ -42,7 +41,7 @@ REFUSED = "```python\nimport os\n\n\ndef forward(x, w, residual, gamma, eps):\n 
 
 def config(**kw) -> AgentConfig:
     budgets = Budgets(**{k: kw.pop(k) for k in list(kw) if k in Budgets.model_fields})
-    return AgentConfig(model="mock/test", stages=("correctness",), budgets=budgets, **kw)
+    return AgentConfig(model="mock/test", plan=Plan(), budgets=budgets, **kw)
 
 
 def run(agent: Agent):
@@ -228,7 +227,7 @@ from coda_agent.providers import MockProvider
 from coda_agent.store.records import Budgets
 from coda_agent.measure.timing import Timing
 from coda_agent.tasks import Task, TaskError, find_task
-from coda_agent.verifier import verify
+from coda_agent.verifier import Plan, verify
 
 REFUSED = {refused!r}
 
@@ -238,7 +237,8 @@ async def reply(messages):
     return REFUSED
 
 agent = Agent.create(find_task("gemm_residual_rmsnorm"), MockProvider(reply),
-                     AgentConfig(model="mock/test", stages=("correctness",), budgets=Budgets(rounds=3)), Path(sys.argv[1]))
+                     AgentConfig(model="mock/test", plan=Plan(), budgets=Budgets(rounds=3)),
+                     Path(sys.argv[1]))
 print(agent.run_dir, flush=True)
 asyncio.run(agent.run())
 """
@@ -275,7 +275,10 @@ def test_resume_after_kill_9_redoes_only_the_attempt_in_flight(tmp_path):
 # --- the GPU path, with a stand-in verifier (no GPU here) ---------------------------------------
 
 
-def fake_gpu_verify(task, source, stages, **kw):
+GPU_PLAN = Plan(stages=["gpu_correctness", "profile"], backend="quack", shape_set="bench")
+
+
+def fake_gpu_verify(task, source, plan):
     """A GPU verdict: gpu_correctness passes, profile times the candidate (its code says how fast)."""
     us = 1000.0 if source == task.human_file.read_text() else (2000.0 if "SLOW" in source else 900.0)
     shapes = {p.name: {"candidate": {"median_us": us}, "eager": {"median_us": 3000.0}} for p in task.shape("bench")[:2]}
@@ -284,17 +287,14 @@ def fake_gpu_verify(task, source, stages, **kw):
         StageResult(stage="gpu_correctness", outcome=Outcome.PASSED),
         StageResult(stage="profile", outcome=Outcome.PASSED, details={"shapes": shapes}),
     ]
-    assert tuple(stages) == ("gpu_correctness", "profile") and kw["shape_set"] == "bench"
+    assert plan.stages == ["gpu_correctness", "profile"] and plan.shape_set == "bench"
     return Verdict(task=task.name, task_version=task.version, backend="quack", outcome=Outcome.PASSED, stages=stage_results)
 
 
 def test_gpu_path_times_the_human_kernel_keeps_the_fastest_and_stops_at_the_speed_target(tmp_path):
     slow = CORRECT.replace("def forward(", "# SLOW first version\ndef forward(")
     provider = MockProvider([slow, CORRECT])
-    cfg = AgentConfig(
-        model="mock/test", stages=("gpu_correctness", "profile"), shape_set="bench", backend_label="quack",
-        budgets=Budgets(rounds=5), target_speedup=1.05,
-    )
+    cfg = AgentConfig(model="mock/test", plan=GPU_PLAN, budgets=Budgets(rounds=5), target_speedup=1.05)
     agent = Agent.create(TASK, provider, cfg, tmp_path, verify_fn=fake_gpu_verify)
     summary = run(agent)
     reader = RunReader(agent.run_dir)
@@ -314,9 +314,6 @@ def test_gpu_path_times_the_human_kernel_keeps_the_fastest_and_stops_at_the_spee
 # --- speed targets and search, with a fake timing backend --------------------------------------
 
 
-GPU = {"stages": ("gpu_correctness", "profile"), "shape_set": "bench", "backend_label": "quack"}
-
-
 def timed(us: int) -> str:
     """The correct reply, marked with the time the fake backend gives it (a constant: a distinct candidate)."""
     return CORRECT.replace("def forward(", f"TIME_US = {us}\n\n\ndef forward(", 1)
@@ -326,8 +323,8 @@ def fake_timing_backend(*, cublas: float | None = 1000.0, human_fails: bool = Fa
     """A verify function whose profile stage reports typed timings: a candidate runs at its ``TIME_US``, cuBLAS
     alone at ``cublas`` and torch.compile at 1500 µs at every bench shape."""
 
-    def verify_fn(task, source, stages, **kw):
-        assert tuple(stages) == GPU["stages"] and kw["shape_set"] == "bench"
+    def verify_fn(task, source, plan):
+        assert plan.stages == GPU_PLAN.stages and plan.shape_set == "bench"
         human = task.human_file is not None and source == task.human_file.read_text()
         if human and human_fails:
             return Verdict(task=task.name, task_version=task.version, backend="quack", outcome=Outcome.WRONG_OUTPUT)
@@ -361,7 +358,7 @@ def task_without_human_kernel(folder: Path) -> Task:
 def test_without_a_human_kernel_the_run_improves_over_rounds_until_it_reaches_the_cublas_target(tmp_path):
     task = task_without_human_kernel(tmp_path / "mine")
     provider = MockProvider([timed(2000), timed(1250), timed(1020), timed(900)])
-    cfg = AgentConfig(model="mock/test", budgets=Budgets(rounds=6), **GPU)
+    cfg = AgentConfig(model="mock/test", budgets=Budgets(rounds=6), plan=GPU_PLAN)
     agent = Agent.create(task, provider, cfg, tmp_path / "runs", verify_fn=fake_timing_backend())
     summary = run(agent)
     reader = RunReader(agent.run_dir)
@@ -388,7 +385,7 @@ def test_without_a_human_kernel_the_run_improves_over_rounds_until_it_reaches_th
 
 def test_a_human_kernel_that_cannot_be_timed_leaves_the_cublas_target(tmp_path):
     provider = MockProvider([timed(1020)])
-    cfg = AgentConfig(model="mock/test", budgets=Budgets(rounds=2), **GPU)
+    cfg = AgentConfig(model="mock/test", budgets=Budgets(rounds=2), plan=GPU_PLAN)
     agent = Agent.create(TASK, provider, cfg, tmp_path, verify_fn=fake_timing_backend(human_fails=True))
     assert agent.header.target == {"correct": True, "speedup_vs_human": 0.97}
     summary = run(agent)
@@ -400,7 +397,7 @@ def test_a_target_the_timings_cannot_judge_runs_to_the_budget(tmp_path):
     """No cuBLAS baseline in the timings: a correct candidate is not taken as on target; the rounds run out."""
     task = task_without_human_kernel(tmp_path / "mine")
     provider = MockProvider([timed(1200), timed(1100)])
-    cfg = AgentConfig(model="mock/test", budgets=Budgets(rounds=2), **GPU)
+    cfg = AgentConfig(model="mock/test", budgets=Budgets(rounds=2), plan=GPU_PLAN)
     agent = Agent.create(task, provider, cfg, tmp_path / "runs", verify_fn=fake_timing_backend(cublas=None))
     summary = run(agent)
     assert summary.status == "completed" and summary.passes == 2 and summary.best_attempt == 2
@@ -417,7 +414,8 @@ def test_the_tune_hook_pins_a_correct_candidates_configs_and_the_tuned_module_sh
 
     task = task_without_human_kernel(tmp_path / "mine")
     provider = MockProvider([timed(900), timed(1250)])
-    cfg = AgentConfig(model="mock/test", budgets=Budgets(rounds=1, candidates_per_round=2), target_speedup=1.05, **GPU)
+    budgets = Budgets(rounds=1, candidates_per_round=2)
+    cfg = AgentConfig(model="mock/test", budgets=budgets, target_speedup=1.05, plan=GPU_PLAN)
     agent = Agent.create(task, provider, cfg, tmp_path / "runs", verify_fn=fake_timing_backend(), tune_fn=tune)
     summary = run(agent)
     reader = RunReader(agent.run_dir)
@@ -435,7 +433,7 @@ def test_the_tune_hook_pins_a_correct_candidates_configs_and_the_tuned_module_sh
 def test_a_tuned_candidate_can_become_the_best_and_reach_the_target(tmp_path):
     task = task_without_human_kernel(tmp_path / "mine")
     provider = MockProvider([timed(1250)])
-    cfg = AgentConfig(model="mock/test", budgets=Budgets(rounds=3), **GPU)
+    cfg = AgentConfig(model="mock/test", budgets=Budgets(rounds=3), plan=GPU_PLAN)
     agent = Agent.create(task, provider, cfg, tmp_path / "runs", verify_fn=fake_timing_backend(),
                          tune_fn=lambda task, source, verdict: Tuned(source.replace("TIME_US = 1250", "TIME_US = 1000")))
     summary = run(agent)
@@ -447,7 +445,7 @@ def test_the_harness_tuner_pins_configs_that_ship_in_best_py_and_reach_the_feedb
     """The real tuner (the tune stage on the emulator, a deterministic clock) pins its winner on forward; the fake GPU
     backend times a scheduled module faster; the loop adopts it, best.py carries it, the next prompt names it."""
     from coda_agent.primitives import Config
-    from coda_agent.verifier import tune_schedule, tuning
+    from coda_agent.verifier import tune_plan, tune_schedule, tuning
     from coda_agent.verifier.static.schedule_source import pinned_schedule
 
     winner = Config(tile_m=256, tile_n=160, pingpong=False, cluster_m=1, cluster_n=2)
@@ -463,12 +461,13 @@ def test_the_harness_tuner_pins_configs_that_ship_in_best_py_and_reach_the_feedb
     task = task_without_human_kernel(tmp_path / "mine")
     gpu = fake_timing_backend()
 
-    def verify_fn(task, source, stages, **kw):
-        return gpu(task, source.replace("TIME_US = 1250", "TIME_US = 1000") if "@schedule(" in source else source, stages, **kw)
+    def verify_fn(task, source, plan):
+        pinned = "@schedule(" in source
+        return gpu(task, source.replace("TIME_US = 1250", "TIME_US = 1000") if pinned else source, plan)
 
-    tune_fn = functools.partial(tune_schedule, stage="tune_cpu", shape_set="small", budget_s=60)
+    tune_fn = functools.partial(tune_schedule, plan=tune_plan("tune_cpu", "small", 60))
     provider = MockProvider([timed(1250), timed(1250)])
-    cfg = AgentConfig(model="mock/test", budgets=Budgets(rounds=2), target_speedup=1.5, **GPU)
+    cfg = AgentConfig(model="mock/test", budgets=Budgets(rounds=2), target_speedup=1.5, plan=GPU_PLAN)
     agent = Agent.create(task, provider, cfg, tmp_path / "runs", verify_fn=verify_fn, tune_fn=tune_fn)
     run(agent)
     reader = RunReader(agent.run_dir)
@@ -477,7 +476,7 @@ def test_the_harness_tuner_pins_configs_that_ship_in_best_py_and_reach_the_feedb
     assert first.tuning.search and all(c.tried_us for s in first.tuning.search.values() for c in s.calls)  # on record
     pinned = pinned_schedule(reader.best_code())
     assert set(pinned.values()) == {winner} and {k[0] for k in pinned} == {"fused"}
-    assert verify(task, reader.best_code(), seeds=[0]).passed
+    assert verify(task, reader.best_code(), Plan(seeds=[0])).passed
     assert "once the harness tuned its configs (from 1250.0 µs; pinned: fused 200x320x96: 256x160 coop 1x2; fused 256x384x128" in (
         reader.attempts()[1].messages[-1].content
     )
@@ -489,7 +488,7 @@ def test_the_harness_tuner_pins_configs_that_ship_in_best_py_and_reach_the_feedb
 def test_agent_compile_stage_on_by_default(tmp_path):
     provider = MockProvider([CORRECT])
     cfg = AgentConfig.for_this_machine("mock/test", budgets=Budgets(rounds=1), seeds=(0,))
-    assert cfg.stages == ("correctness", "compile")
+    assert cfg.plan.stages == ["correctness", "compile"]
     summary = run(Agent.create(TASK, provider, cfg, tmp_path))
     assert summary.status == "target_reached"
     verdict = RunReader(next(tmp_path.iterdir())).attempts()[0].verdict
@@ -521,7 +520,7 @@ def test_agent_on_the_gpu_times_candidates_against_the_human_kernel(tmp_path):
     provider = MockProvider([REFUSED, CORRECT])
     cfg = AgentConfig.for_this_machine("mock/test", budgets=Budgets(rounds=2), target_speedup=0.8, seeds=(0,),
                                        tune_budget_s=20.0)
-    assert cfg.stages == ("gpu_correctness", "profile") and cfg.shape_set == "bench"
+    assert cfg.plan.stages == ["gpu_correctness", "profile"] and cfg.plan.shape_set == "bench"
     agent = Agent.create(TASK, provider, cfg, tmp_path)
     summary = run(agent)
     reader = RunReader(agent.run_dir)
@@ -539,23 +538,24 @@ def test_agent_on_the_gpu_times_candidates_against_the_human_kernel(tmp_path):
 def test_a_timed_run_tunes_on_its_executor_as_a_timed_job_and_a_failed_search_leaves_the_candidate(tmp_path):
     """No tune_fn given: the run's own tuner submits the tune stage to the run's executor (a timed job, its GPU to
     itself, with the run's budget); the search failing is a note, and the candidate stands as written."""
-    jobs = []
+    plans = []
     gpu = fake_timing_backend()
 
-    def verify_fn(task, source, stages, **kw):
-        jobs.append((tuple(stages), kw.get("tune_budget_s")))
-        if tuple(stages) == ("tune",):
+    def verify_fn(task, source, plan):
+        plans.append(plan)
+        if plan.stages == ["tune"]:
             return Verdict(task=task.name, task_version=task.version, backend="quack", outcome=Outcome.INFRA_ERROR,
                            reason="no CUDA GPU on this machine")
-        return gpu(task, source, stages, **kw)
+        return gpu(task, source, plan)
 
     task = task_without_human_kernel(tmp_path / "mine")
-    cfg = AgentConfig(model="mock/test", budgets=Budgets(rounds=1), tune_budget_s=12.0, **GPU)
+    cfg = AgentConfig(model="mock/test", budgets=Budgets(rounds=1), tune_budget_s=12.0, plan=GPU_PLAN)
     agent = Agent.create(task, MockProvider([timed(1250)]), cfg, tmp_path / "runs", verify_fn=verify_fn)
     notes = []
     agent.events.note = notes.append
     run(agent)
     (attempt,) = RunReader(agent.run_dir).attempts()
-    assert (("tune",), 12.0) in jobs and Job(task, "", ("tune",)).timed
+    tuned = next(p for p in plans if p.stages == ["tune"])
+    assert tuned.tune_budget_s == 12.0 and tuned.tune_cache and tuned.timed
     assert attempt.passed and attempt.tuning is None and attempt.shipped_code == attempt.code
     assert any(n.startswith("tuning failed: TuningFailed: no CUDA GPU") for n in notes)

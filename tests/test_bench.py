@@ -451,8 +451,8 @@ def test_resume_measures_again_what_changed_since(monkeypatch):
 
 
 def test_resume_refuses_a_file_from_another_device_tree_or_seed_count(monkeypatch, tmp_path):
-    from coda_agent.cli import UserError
     from coda_agent.cli.bench_cmd import _previous_run
+    from coda_agent.cli.core import UserError
 
     monkeypatch.setattr(runner, "git_commit", lambda: "abc123")
     default_only = runner.BenchOptions(compile_modes=("default",))
@@ -624,7 +624,7 @@ def test_speed_of_light_says_which_ceiling_it_uses(monkeypatch):
     assert point.sol_us == pytest.approx(max(point.flops / 800e12, point.bytes / 4e12) * 1e6)
     assert PEAKS.label().startswith("measured on this GPU: 800 TFLOP/s")
     assert peaks.NOMINAL_H200.label().startswith("nominal, not measured: 989 TFLOP/s bf16, 4.80 TB/s")
-    timed = AgentConfig(model="mock/x", stages=("gpu_correctness", "profile"))
+    timed = AgentConfig(model="mock/x", plan=Plan(stages=["gpu_correctness", "profile"]))
     assert session_peaks(timed) is peaks.NOMINAL_H200  # no GPU here
     monkeypatch.setattr(loop, "gpu_verifier_available", lambda: True)
     monkeypatch.setattr(loop, "measure_peaks", lambda: PEAKS)

@@ -1,6 +1,6 @@
-"""Output that fits its medium (issue 41): in a file or pipe every command's tables are at most ``$COLUMNS`` wide,
-or :data:`~coda_agent.cli.PIPE_WIDTH` without it, and no name, shape or spec is cut in two; a pipe whose reader
-leaves early ends every command alike."""
+"""Output that fits its medium (issue 41): in a file or pipe every command's tables are at most ``$COLUMNS``
+wide, or :data:`~coda_agent.cli.core.PIPE_WIDTH` without it, and no name, shape or spec is cut in two; a pipe
+whose reader leaves early ends every command alike."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import unicodedata
 import pytest
 from rich.text import Text
 
-from coda_agent.cli import PIPE_WIDTH, terminal
+from coda_agent.cli.core import PIPE_WIDTH, terminal
 from coda_agent.stdout import READER_GONE
 from coda_agent.tasks import find_task
 
@@ -58,7 +58,7 @@ def test_a_table_too_wide_for_its_width_loses_its_least_useful_columns_and_cuts_
     from rich.console import Console
     from rich.table import Table
 
-    from coda_agent.cli import print_table
+    from coda_agent.cli.core import print_table
 
     def table() -> Table:
         t = Table()
@@ -89,7 +89,7 @@ def test_the_leaderboard_at_80_columns_keeps_its_names_whole(capsys, monkeypatch
 
 
 def test_a_columns_value_that_is_no_width_is_ignored(monkeypatch):
-    from coda_agent.cli import pipe_width
+    from coda_agent.cli.core import pipe_width
 
     monkeypatch.setenv("COLUMNS", "wide")
     assert pipe_width() == PIPE_WIDTH
@@ -203,8 +203,8 @@ def test_names_with_control_characters_are_written_out_by_every_command_that_sho
 
 
 def test_a_console_writes_out_the_controls_of_what_it_prints_and_keeps_its_own_colours():
-    """The hook of :func:`coda_agent.cli.terminal` is the last word on whatever a command prints, even text no one
-    escaped; rich's colour codes are not text and pass (and rich drops a bell from text itself)."""
+    """The hook of :func:`coda_agent.cli.core.terminal` is the last word on whatever a command prints, even
+    text no one escaped; rich's colour codes are not text and pass (rich drops a bell from text itself)."""
     buffer = io.StringIO()
     terminal(file=buffer, force_terminal=True, color_system="standard").print(Text(f"run{CONTROLS}", style="bold"))
     assert buffer.getvalue() == "\x1b[1mrun\\x1b[31m\\x9b2J\\u202e\\x7f\x1b[0m\n"
@@ -215,4 +215,4 @@ def test_every_console_is_made_by_terminal():
     made = [f"{p.relative_to(PACKAGE)}:{node.lineno}" for p in sorted(PACKAGE.rglob("*.py"))
             for node in ast.walk(ast.parse(p.read_text())) if isinstance(node, ast.Call)
             and (getattr(node.func, "id", None) or getattr(node.func, "attr", None)) == "Console"]
-    assert len(made) == 1 and made[0].startswith("cli/__init__.py:"), made
+    assert len(made) == 1 and made[0].startswith("cli/core.py:"), made

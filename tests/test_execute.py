@@ -20,7 +20,7 @@ from coda_agent.execute import ExecutorError, Job, LocalExecutor, open_executor
 from coda_agent.providers import MockProvider
 from coda_agent.store.records import Budgets
 from coda_agent.tasks import find_task
-from coda_agent.verifier import verify
+from coda_agent.verifier import Plan, verify
 from coda_agent.verifier.verdict import Outcome, StageResult, Verdict
 
 from .conftest import cli
@@ -32,16 +32,16 @@ _seen: list[tuple[str, float, float]] = []
 _seen_lock = threading.Lock()
 
 
-def probe(task, source, stages, **kw) -> Verdict:
+def probe(task, source, plan) -> Verdict:
     """Holds its worker for a moment and records when (the label travels in the source)."""
     start = time.monotonic()
     time.sleep(0.3)
     with _seen_lock:
         _seen.append((source, start, time.monotonic()))
-    return Verdict(task=task.name, task_version=task.version, backend=kw["backend_label"], outcome=Outcome.PASSED)
+    return Verdict(task=task.name, task_version=task.version, backend=plan.backend, outcome=Outcome.PASSED)
 
 
-def probe_device(task, source, stages, **kw) -> Verdict:
+def probe_device(task, source, plan) -> Verdict:
     """Says which GPU its process sees; ``DIE`` kills the process mid-job."""
     if "DIE" in source:
         os._exit(1)
@@ -50,7 +50,7 @@ def probe_device(task, source, stages, **kw) -> Verdict:
 
 
 def job(label: str, stages: tuple[str, ...] = CPU, source: str | None = None) -> Job:
-    return Job(TASK, source or label, stages, seeds=(0,), label=label)
+    return Job(TASK, source or label, Plan(stages=stages, seeds=[0]), label=label)
 
 
 def most_at_once(labels: set[str]) -> int:
@@ -89,8 +89,9 @@ def test_a_timed_job_has_its_gpu_to_itself_while_untimed_ones_share_it_and_cpu_j
 def test_without_a_gpu_a_gpu_job_gets_the_verifiers_own_answer():
     with LocalExecutor(gpus=[]) as ex:
         placed: list[str] = []
-        verdict = ex.submit(Job(TASK, HUMAN, UNTIMED, shape_set="bench", backend_label="quack"), on_start=placed.append).result(60)
-    direct = verify(TASK, HUMAN, UNTIMED, shape_set="bench", backend_label="quack")
+        plan = Plan(stages=UNTIMED, backend="quack", shape_set="bench")
+        verdict = ex.submit(Job(TASK, HUMAN, plan), on_start=placed.append).result(60)
+    direct = verify(TASK, HUMAN, plan)
     assert placed == ["cpu"] and verdict.outcome is direct.outcome is not Outcome.PASSED
     assert verdict.reason == direct.reason and "GPU" in verdict.reason.upper()
 
@@ -126,7 +127,7 @@ class SharedMemory:
         self.runs: list[tuple[str, int]] = []
         self.lock = threading.Lock()
 
-    def __call__(self, task, source, stages, **kw) -> Verdict:
+    def __call__(self, task, source, plan) -> Verdict:
         with self.lock:
             self.running += 1
         time.sleep(0.2)
@@ -165,7 +166,7 @@ def test_a_job_alone_on_its_gpu_that_runs_out_of_memory_is_not_run_again():
 def test_cancel_drops_the_queued_jobs_and_the_running_one_still_answers():
     release = threading.Event()
 
-    def held(task, source, stages, **kw):
+    def held(task, source, plan):
         release.wait(10)
         return Verdict(task=task.name, task_version=task.version, backend="torch", outcome=Outcome.PASSED)
 
@@ -191,7 +192,8 @@ class Placed(RunEvents):
 def test_the_loop_sends_its_k_candidates_to_a_shared_executor_and_hears_where_each_ran(tmp_path):
     _seen.clear()
     events = Placed()
-    cfg = AgentConfig(model="mock/test", budgets=Budgets(rounds=1, candidates_per_round=3), stages=CPU, seeds=(0,))
+    cfg = AgentConfig(model="mock/test", budgets=Budgets(rounds=1, candidates_per_round=3),
+                      plan=Plan(stages=CPU, seeds=[0]))
     with LocalExecutor(cpu_workers=3, gpus=[], verify_fn=probe) as ex:
         agent = Agent.create(TASK, MockProvider([f"```python\n{HUMAN}```"] * 3), cfg, tmp_path, events=events, executor=ex)
         summary = asyncio.run(agent.run())
@@ -234,16 +236,17 @@ def test_ray_without_an_address_starts_a_private_cluster_on_loopback_and_stops_i
     assert not ray.is_initialized()
 
 
-def probe_bench(task, source, stages, **kw) -> Verdict:
+def probe_bench(task, source, plan) -> Verdict:
     """The bench's two jobs as a GPU would answer them: every shape correct, then every shape timed at 100 µs."""
-    probe(task, task.name if stages == TIMED else f"check {task.name}", stages, **kw)
-    if stages == UNTIMED:
+    probe(task, task.name if plan.stages == list(TIMED) else f"check {task.name}", plan)
+    if plan.stages == list(UNTIMED):
         st = StageResult(stage="gpu_correctness", outcome=Outcome.PASSED,
-                         details={"shapes": {s: {"outcome": "passed"} for s in kw["shape_names"]}})
+                         details={"shapes": {s: {"outcome": "passed"} for s in plan.shape_names}})
     else:
         t = {"median_us": 100.0, "p10_us": 99.0, "p90_us": 101.0, "reps": 50}
         st = StageResult(stage="bench", outcome=Outcome.PASSED,
-                         details={"shapes": {s: {"dims": {}, "candidate": t, "eager": t} for s in kw["shape_names"]}})
+                         details={"shapes": {s: {"dims": {}, "candidate": t, "eager": t}
+                                             for s in plan.shape_names}})
     return Verdict(task=task.name, task_version=task.version, backend="quack", outcome=Outcome.PASSED, stages=[st])
 
 
@@ -251,8 +254,8 @@ def test_a_check_that_fails_after_its_correctness_stage_says_why_and_keeps_its_c
     from coda_agent.bench.runner import BenchOptions, check_tasks, checked_rows
     from coda_agent.measure.peaks import Peaks
 
-    def prepare_fails(task, source, stages, **kw) -> Verdict:
-        passed = probe_bench(task, source, stages, **kw)
+    def prepare_fails(task, source, plan) -> Verdict:
+        passed = probe_bench(task, source, plan)
         return passed.model_copy(update={"outcome": Outcome.INFRA_ERROR,
                                          "reason": "the checker failed: bench_prepare: Inductor crashed\ntraceback"})
 

@@ -20,7 +20,7 @@ from coda_agent.execute import Executor, Job, LocalExecutor  # noqa: E402
 from coda_agent.execute.on_ray import RayExecutor  # noqa: E402
 from coda_agent.store.rundir import RunReader  # noqa: E402
 from coda_agent.tasks import find_task  # noqa: E402
-from coda_agent.verifier import detect_sandbox  # noqa: E402
+from coda_agent.verifier import Plan, detect_sandbox  # noqa: E402
 from coda_agent.verifier.verdict import Outcome, Verdict  # noqa: E402
 
 from .conftest import cli  # noqa: E402
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.ray
 # The probes below travel to Ray's workers by value: this test module is not importable there.
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-CPU, TIMED = ("correctness",), ("bench",)
+CPU, TIMED = Plan(), Plan(stages=["bench"])
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -47,13 +47,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
         os.environ["RAY_AUTH_MODE"] = saved
 
 
-def probe(task, source, stages, **kw) -> Verdict:
+def probe(task, source, plan) -> Verdict:
     """What a worker sees of the GPUs, and when it held the job; ``DIE`` kills the worker's process."""
     if "DIE" in source:
         os._exit(1)
     start = time.time()
     time.sleep(0.5 if "SLOW" in source else 0)
-    return Verdict(task=task.name, task_version=task.version, backend=kw["backend_label"], outcome=Outcome.PASSED,
+    return Verdict(task=task.name, task_version=task.version, backend=plan.backend, outcome=Outcome.PASSED,
                    reason=repr(os.environ.get("CUDA_VISIBLE_DEVICES")), timings={"start": start, "end": time.time()})
 
 
@@ -80,8 +80,9 @@ def test_ray_gives_the_verdicts_the_local_executor_gives():
     k0 = tasks[0]
     wrong = human[k0.name].replace("h = acc + c", "h = acc - c")
     rejected = human[k0.name].replace("import", "import os\nimport", 1)
-    jobs = [Job(t, human[t.name], CPU, seeds=(0,), label=t.name) for t in tasks]
-    jobs += [Job(k0, wrong, CPU, seeds=(0,), label="wrong"), Job(k0, rejected, CPU, seeds=(0,), label="rejected")]
+    one_seed = Plan(seeds=[0])
+    jobs = [Job(t, human[t.name], one_seed, label=t.name) for t in tasks]
+    jobs += [Job(k0, wrong, one_seed, label="wrong"), Job(k0, rejected, one_seed, label="rejected")]
     with LocalExecutor(cpu_workers=2, gpus=[]) as local:
         here = placed(local, jobs)
     with RayExecutor() as on_ray:

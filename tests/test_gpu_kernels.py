@@ -26,6 +26,7 @@ pytestmark = pytest.mark.gpu
 TASKS = {t.name: t for t in load_tasks([TASK_DIR]) if t.human_file is not None}
 K0 = TASKS["gemm_residual_rmsnorm"]
 K0_SHAPE = "llama3-1b-down"
+K0_PLAN = Plan(stages=["gpu_correctness"], backend="quack", shape_set="bench", shape_names=[K0_SHAPE])
 CANDIDATES = REPO / "tests" / "candidates"
 
 
@@ -44,8 +45,9 @@ def human_verdicts() -> dict[str, Verdict]:
     """Every human kernel through verify() at its smallest bench shape, four workers at a time."""
 
     def one(task: Task) -> Verdict:
-        return verify(task, task.human_file.read_text(), ("gpu_correctness",), shape_set="bench",
-                      shape_names=[smallest_bench_shape(task)], timeout=900, backend_label="quack")
+        plan = Plan(stages=["gpu_correctness"], backend="quack", shape_set="bench",
+                    shape_names=[smallest_bench_shape(task)], timeout=900)
+        return verify(task, task.human_file.read_text(), plan)
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         return dict(zip(TASKS, pool.map(one, TASKS.values()), strict=True))
@@ -77,25 +79,25 @@ def test_torch_matmul_fallback_is_rejected_by_the_trace():
 def test_matmul_through_torch_linalg_is_rejected_by_both_layers():
     """The static check refuses torch.linalg; were it to miss it, the kernel trace still catches cuBLAS."""
     source = _candidate("k0_linalg_matmul.py")
-    v = verify(K0, source, ("gpu_correctness",), shape_set="bench", shape_names=[K0_SHAPE], backend_label="quack")
+    v = verify(K0, source, K0_PLAN)
     assert v.outcome is Outcome.STATIC_REJECTED and "torch.linalg is not allowed" in v.reason
     v = unchecked(K0, source, "gpu_correctness", K0_SHAPE)
     assert v.outcome is Outcome.CHEAT_DETECTED and "cuBLAS/torch matmul kernel" in v.reason
 
 
 def test_partial_write_is_rejected():
-    v = verify(K0, _candidate("k0_partial_write.py"), ("gpu_correctness",), shape_set="bench", shape_names=[K0_SHAPE], backend_label="quack")
+    v = verify(K0, _candidate("k0_partial_write.py"), K0_PLAN)
     assert v.outcome is Outcome.WRONG_OUTPUT, v.reason
 
 
 def test_input_mutation_is_rejected():
-    v = verify(K0, _candidate("k0_mutates_input.py"), ("gpu_correctness",), shape_set="bench", shape_names=[K0_SHAPE], backend_label="quack")
+    v = verify(K0, _candidate("k0_mutates_input.py"), K0_PLAN)
     assert v.outcome is Outcome.CHEAT_DETECTED and "modified its inputs ['residual']" in v.reason
 
 
 @pytest.mark.parametrize("name", ["k0_cached.py", "k0_cached_copy.py"])
 def test_answers_cached_across_calls_are_rejected_by_both_layers(name):
-    v = verify(K0, _candidate(name), ("gpu_correctness",), shape_set="bench", shape_names=[K0_SHAPE], backend_label="quack")
+    v = verify(K0, _candidate(name), K0_PLAN)
     assert v.outcome is Outcome.STATIC_REJECTED and "module-level 'CACHE'" in v.reason
     v = unchecked(K0, _candidate(name), "gpu_correctness", K0_SHAPE)
     assert v.outcome is Outcome.RUNTIME_ERROR and "item assignment" in v.reason
@@ -108,7 +110,8 @@ def test_side_stream_work_is_rejected():
 
 
 def test_profile_times_the_kernel_with_eager_compile_and_cublas():
-    v = verify(K0, K0.human_file.read_text(), ("gpu_correctness", "profile"), shape_set="bench", shape_names=[K0_SHAPE], backend_label="quack")
+    timed = K0_PLAN.model_copy(update={"stages": ["gpu_correctness", "profile"]})
+    v = verify(K0, K0.human_file.read_text(), timed)
     assert v.outcome is Outcome.PASSED, v.reason
     shape = v.stage("profile").timings[K0_SHAPE]
     for t in (shape.candidate, shape.eager, shape.compiled, shape.cublas):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from coda_agent.cli import OUTCOME_STYLE, outcome_style
+from coda_agent.cli.core import OUTCOME_STYLE, outcome_style
 from coda_agent.messages import ChatMessage
 from coda_agent.prompts.feedback import NEXT_STEP
 from coda_agent.prompts.lead import OUTCOME_CLOSENESS

@@ -19,7 +19,7 @@ from coda_agent.prompts.lead import lead_attempt
 from coda_agent.store.ranking import best_attempt
 from coda_agent.store.records import Attempt
 from coda_agent.tasks import Task, TaskError, find_task, load_tasks
-from coda_agent.verifier import static
+from coda_agent.verifier import Plan, static
 from coda_agent.verifier.verdict import Outcome, OutputCheck, StageResult, Verdict
 
 from .conftest import TASK_DIR
@@ -213,7 +213,8 @@ FIRST_PROMPT_MAX_CHARS = 32_000
 def test_the_first_prompt_stays_lean(task):
     sol = speed_of_light(task, "bench", NOMINAL_H200)
     first = system_prompt(select_examples(task)) + task_prompt(
-        task, checks=describe_checks(task, ("correctness", "compile"), "small", [0]), target="a correct candidate",
+        task, checks=describe_checks(task, Plan(stages=("correctness", "compile"), seeds=[0])),
+        target="a correct candidate",
         sol=sol, sol_label=NOMINAL_H200.label(),
     )
     assert len(first) <= FIRST_PROMPT_MAX_CHARS
@@ -230,7 +231,8 @@ def test_the_api_reference_states_launches_and_gpu_precision():
 def test_task_prompt_states_everything_the_verifier_judges():
     sol = speed_of_light(TASK, "bench", NOMINAL_H200)
     text = task_prompt(
-        TASK, checks=describe_checks(TASK, ("correctness", "compile"), "small", [0, 1, 2]), target="a correct candidate",
+        TASK, checks=describe_checks(TASK, Plan(stages=("correctness", "compile"))),
+        target="a correct candidate",
         sol=sol, sol_label=NOMINAL_H200.label(),
     )
     assert "def forward(x, w, residual, gamma, eps) -> dict" in text
@@ -311,8 +313,8 @@ def test_a_stress_set_failure_says_what_the_set_is_not_that_the_formula_differs(
     text = feedback_prompt([make_attempt(1, 1, CODE, verdict(Outcome.WRONG_OUTPUT, reason, checks))], population=[], goal_is_speed=False)
     assert "| tiny/stress |" in text and f"`loss`: {reason}" in text and "far off" not in text
     ce = find_task("gemm_cross_entropy")
-    assert "and a stress input set (inputs at large magnitudes" in describe_checks(ce, ("correctness",), "small", [0, 1, 2])
-    assert "stress" not in describe_checks(find_task("gemm_residual"), ("correctness",), "small", [0, 1, 2])
+    assert "and a stress input set (inputs at large magnitudes" in describe_checks(ce, Plan())
+    assert "stress" not in describe_checks(find_task("gemm_residual"), Plan())
 
 
 def test_feedback_trims_long_compile_errors_and_keeps_the_candidates_lines():

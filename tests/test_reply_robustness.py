@@ -28,7 +28,7 @@ from coda_agent.store.records import Budgets
 from coda_agent.store.rundir import RunReader
 from coda_agent.tasks import find_task
 from coda_agent.untrusted import shown, storable
-from coda_agent.verifier import verify
+from coda_agent.verifier import Plan, verify
 from coda_agent.verifier.static import MAX_DEPTH, check_source
 from coda_agent.verifier.static.schedule_source import pinned_schedule, without_schedule
 from coda_agent.verifier.verdict import Outcome, StageResult, Verdict
@@ -66,7 +66,7 @@ def run(agent: Agent):
 
 def config(**kw) -> AgentConfig:
     budgets = Budgets(**{k: kw.pop(k) for k in list(kw) if k in Budgets.model_fields})
-    return AgentConfig(model="mock/poison", stages=("correctness",), budgets=budgets, **kw)
+    return AgentConfig(model="mock/poison", plan=Plan(), budgets=budgets, **kw)
 
 
 # --- the one function and its boundaries ----------------------------------------------------------
@@ -164,7 +164,7 @@ def test_non_utf8_and_garbage_from_an_openai_compatible_server_are_recorded_prov
 # --- what a candidate prints, where it is shown ----------------------------------------------------
 
 
-def _bait_verify(task, source, stages, **kw):
+def _bait_verify(task, source, plan):
     """A runtime error whose message is the bait (and a lone surrogate), as a runner would report it."""
     reason = f"forward() raised at shape tiny:\nline 5: raise ValueError(...)\nValueError: {BAIT} \ud800"
     stage = StageResult(stage="correctness", outcome=Outcome.RUNTIME_ERROR, reason=reason)

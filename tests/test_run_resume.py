@@ -73,9 +73,10 @@ def _one_round_run(runs):
     from coda_agent.providers import MockProvider
     from coda_agent.store.records import Budgets
     from coda_agent.tasks import find_task
+    from coda_agent.verifier import Plan
 
     agent = Agent.create(find_task("gemm_residual_rmsnorm"), MockProvider([REFUSED]),
-                         AgentConfig(model="mock/test", stages=("correctness",), budgets=Budgets(rounds=1)), runs)
+                         AgentConfig(model="mock/test", plan=Plan(), budgets=Budgets(rounds=1)), runs)
     asyncio.run(agent.run())
     return agent.run_dir
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from coda_agent.verifier import sandbox
+from coda_agent.verifier import Plan, sandbox
 from coda_agent.verifier.sandbox import Sandbox, SandboxUnavailable, Spec
 from coda_agent.verifier.verdict import Outcome
 
@@ -95,10 +95,10 @@ def test_a_killed_caller_takes_its_runner_with_it(tmp_path, procs):
     script = tmp_path / "caller.py"
     script.write_text(textwrap.dedent("""
         from coda_agent.tasks import find_task
-        from coda_agent.verifier import verify
+        from coda_agent.verifier import Plan, verify
         task = find_task("gemm_residual_rmsnorm")
         src = task.human_file.read_text().replace("    out = gemm(", "    while True:\\n        pass\\n    out = gemm(")
-        verify(task, src, timeout=300)
+        verify(task, src, Plan(timeout=300))
     """))
     caller = subprocess.Popen([sys.executable, str(script)], env={**os.environ, "PYTHONPATH": str(REPO)})
     deadline, below = time.monotonic() + 120, set()  # a loaded 2-core machine starts it slowly
@@ -132,7 +132,6 @@ def test_real_runs_refuse_without_a_sandbox_unless_asked(monkeypatch):
 def test_code_past_the_static_check_still_reaches_nothing(escape_bait, procs):
     """Defence in depth: a candidate that the allowlist would refuse, run straight through the checker."""
     from coda_agent.tasks import find_task
-    from coda_agent.verifier import Plan
     from coda_agent.verifier.stages import STAGES, Context
 
     task = find_task("gemm_residual_rmsnorm")
@@ -150,7 +149,6 @@ def test_code_past_the_static_check_still_reaches_nothing(escape_bait, procs):
 def _past_the_static_check(task_name: str, payload: str, deadline_s: float = 60.0):
     """The human kernel plus ``payload`` run at import, straight through the checker (no static check)."""
     from coda_agent.tasks import find_task
-    from coda_agent.verifier import Plan
     from coda_agent.verifier.stages import STAGES, Context
 
     task = find_task(task_name)
@@ -394,7 +392,7 @@ def test_runners_over_one_source_follow_one_another_in_either_mode(as_nobody, mo
     task = find_task("gemm_residual")
     source = task.human_file.read_text()
     for _ in range(2):
-        verdict = verifier.verify(task, source, ["correctness"], shape_names=["tiny"], seeds=[0])
+        verdict = verifier.verify(task, source, Plan(shape_names=["tiny"], seeds=[0]))
         assert verdict.outcome is Outcome.PASSED, verdict.reason
     cache = next((scratch / "quack" / "by-source").iterdir())
     assert cache.stat().st_uid == (sandbox.NOBODY if as_nobody else os.geteuid())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from coda_agent.tasks import find_task
-from coda_agent.verifier import verify
+from coda_agent.verifier import Plan, verify
 from coda_agent.verifier.compare import check_outputs
 
 from .conftest import cli
@@ -71,7 +71,7 @@ def test_a_missing_output_names_what_came_back_instead():
 
 
 def test_the_verdict_names_the_baseline_a_plan_chose():
-    v = verify(K0, K0.human_file.read_text(), tolerance_baseline="single_rounding")
+    v = verify(K0, K0.human_file.read_text(), Plan(tolerance_baseline="single_rounding"))
     assert v.passed, v.reason  # the fused kernel rounds only what it stores
     checks = v.stage("correctness").checks
     assert checks and {c.baseline for c in checks} == {"single_rounding"}

@@ -13,7 +13,7 @@ from coda_agent.measure.timing import RepPlan, Timing
 from coda_agent.primitives import Config
 from coda_agent.primitives.configs import config_label, config_space
 from coda_agent.tasks import find_task
-from coda_agent.verifier import Plan, TuningFailed, run_plan, tune_schedule, tuning, verify
+from coda_agent.verifier import Plan, TuningFailed, tune_plan, tune_schedule, tuning, verify
 from coda_agent.verifier.client import RunnerCrashed
 from coda_agent.verifier.gpu import BATCH, ShapeTimer
 from coda_agent.verifier.stages import Context, Reject
@@ -243,7 +243,7 @@ def test_pinning_works_beside_a_module_alias_and_refuses_a_name_clash():
 
 def test_the_cpu_tune_stage_searches_every_gemm_call_at_each_shape():
     plan = Plan(stages=["tune_cpu"], shape_names=["tiny"], tune_budget_s=2.0, tune_cache=False)
-    verdict = run_plan(TASK, HUMAN, plan)
+    verdict = verify(TASK, HUMAN, plan)
     assert verdict.passed, verdict.reason
     result = verdict.stage("tune_cpu")
     (call,) = result.tuning["tiny"].calls
@@ -269,7 +269,7 @@ class Deterministic(tuning.ScheduleTimer):
 
 def test_the_tuner_pins_the_winners_and_the_result_passes_the_verifier(monkeypatch):
     monkeypatch.setattr(tuning, "ScheduleTimer", Deterministic)
-    result = tune_schedule(TASK, HUMAN, PASSED, stage="tune_cpu", shape_set="small", budget_s=60)
+    result = tune_schedule(TASK, HUMAN, PASSED, tune_plan("tune_cpu", "small", 60))
     assert result is not None and result.source is not None
     tuned = result.source
     assert set(result.search) == {p.name for p in TASK.shape("small")}
@@ -284,7 +284,8 @@ def test_the_tuner_pins_the_winners_and_the_result_passes_the_verifier(monkeypat
     assert pinned_notes(tuned) == [f"  {n}: 120.0 -> 100.0 us" for n in small] + [
         n for n in earlier if not n.startswith("  ragged: ")]
     assert tuned.count("configs pinned by the harness's tune stage") == 1
-    verdict = verify(TASK, tuned, ["correctness", "compile"], seeds=[0])  # QuACK builds the pinned config for sm_90a
+    # QuACK builds the pinned config for sm_90a
+    verdict = verify(TASK, tuned, Plan(stages=["correctness", "compile"], seeds=[0]))
     assert verdict.passed, verdict.reason
 
 
@@ -294,7 +295,7 @@ def test_the_tuner_returns_nothing_when_no_config_beats_the_written_ones(monkeyp
             return Timing(median_us=100.0 if WINNER in table.values() else 100.5)  # 0.5%: noise, not a win
 
     monkeypatch.setattr(tuning, "ScheduleTimer", Flat)
-    flat = tune_schedule(TASK, HUMAN, PASSED, stage="tune_cpu", shape_set="small", budget_s=60)
+    flat = tune_schedule(TASK, HUMAN, PASSED, tune_plan("tune_cpu", "small", 60))
     assert flat is not None and flat.source is None and flat.search  # searched, nothing won: the record says so
 
 
@@ -309,7 +310,7 @@ def test_a_host_bound_forward_is_tuned_by_the_gpus_time_not_its_host_time(monkey
             return Timing(median_us=wall, bound="wall", events_median_us=gpu, wall_median_us=wall, host_median_us=295.0)
 
     monkeypatch.setattr(tuning, "ScheduleTimer", HostBound)
-    result = tune_schedule(TASK, HUMAN, PASSED, stage="tune_cpu", shape_set="small", budget_s=60)
+    result = tune_schedule(TASK, HUMAN, PASSED, tune_plan("tune_cpu", "small", 60))
     assert result is not None and result.source is not None
     assert pinned_schedule(result.source) == {**pinned_schedule(HUMAN), **{small_key(p): WINNER for p in TASK.shape("small")}}
     assert "tiny: 105.0 -> 50.0 us" in result.source and "(GPU time)" in result.source
@@ -319,7 +320,7 @@ def test_a_host_bound_forward_is_tuned_by_the_gpus_time_not_its_host_time(monkey
 
 def test_a_failed_tune_stage_is_an_error_with_its_reason():
     with pytest.raises(TuningFailed, match="static check"):
-        tune_schedule(TASK, "import os\n", PASSED, stage="tune_cpu", shape_set="small", budget_s=5)
+        tune_schedule(TASK, "import os\n", PASSED, tune_plan("tune_cpu", "small", 5))
 
 
 # --- the H200 -------------------------------------------------------------------------------------------
@@ -332,7 +333,7 @@ def test_tuning_a_human_kernel_at_one_bench_shape_on_the_gpu():
     point = min(TASK.shape("bench"), key=lambda p: TASK.flops(p.dims))
     plan = Plan(stages=["tune"], backend="quack", shape_set="bench", shape_names=[point.name], tune_budget_s=150,
                 tune_cache=False, timeout=900)
-    verdict = run_plan(TASK, HUMAN, plan)
+    verdict = verify(TASK, HUMAN, plan)
     assert verdict.passed, verdict.reason
     shape = verdict.stage("tune").tuning[point.name]
     (call,) = shape.calls
@@ -341,8 +342,8 @@ def test_tuning_a_human_kernel_at_one_bench_shape_on_the_gpu():
     table = tuning.tuned_table(verdict.stage("tune"))
     if table:
         pinned = pin_schedule(HUMAN, table)
-        checked = verify(TASK, pinned, ["gpu_correctness"], shape_set="bench", shape_names=[point.name], seeds=[0],
-                         backend_label="quack", timeout=900)
+        checked = verify(TASK, pinned, Plan(stages=["gpu_correctness"], backend="quack", shape_set="bench",
+                                            shape_names=[point.name], seeds=[0], timeout=900))
         assert checked.passed, checked.reason
 
 
@@ -360,7 +361,7 @@ def test_a_misconfigured_human_kernel_is_tuned_back_to_within_3_percent_of_the_t
                 tune_cache=False, timeout=900)
     tuned = {}
     for name, source in (("human", human), ("misconfigured", slow)):
-        verdict = run_plan(task, source, plan)
+        verdict = verify(task, source, plan)
         assert verdict.passed, verdict.reason
         tuned[name] = verdict.stage("tune").tuning["llama3-1b-down"]
     assert tuned["misconfigured"].before.median_us > 1.5 * tuned["human"].before.median_us  # the config was bad
@@ -424,7 +425,7 @@ def test_a_runner_that_dies_for_good_ends_the_stage_and_keeps_what_the_search_me
 
     monkeypatch.setattr(tuning, "ScheduleTimer", DiesAtTheLastShape)
     with pytest.raises(TuningFailed) as failed:
-        tune_schedule(TASK, HUMAN, PASSED, stage="tune_cpu", shape_set="small", budget_s=60)
+        tune_schedule(TASK, HUMAN, PASSED, tune_plan("tune_cpu", "small", 60))
     reason = str(failed.value)
     assert f"died under config {config_label(WINNER)} with no restart left: what():  std::bad_variant_access" in reason
     searched = failed.value.searched

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from coda_agent.tasks import find_task
-from coda_agent.verifier import stages, verify
+from coda_agent.verifier import Plan, stages, verify
 from coda_agent.verifier.sandbox import Spec, runner_env
 from coda_agent.verifier.verdict import Outcome
 
@@ -121,7 +121,7 @@ def test_static_rejection_never_starts_a_runner():
 
 def test_endless_candidate_times_out():
     src = variant("    out = gemm(", "    while True:\n        pass\n    out = gemm(")
-    v = verify(K0, src, timeout=8)
+    v = verify(K0, src, Plan(timeout=8))
     assert v.outcome is Outcome.TIMEOUT
     assert "did not finish within 8 s" in v.reason
 
@@ -138,7 +138,7 @@ def test_runner_environment_is_an_allowlist_with_no_secrets(monkeypatch, tmp_pat
 def test_compile_error_reports_the_candidates_line():
     """Indexing a traced value (one element, not a tile) cannot compile; the reason points at the candidate's line."""
     src = variant("    h = acc + c\n", "    h = acc + c\n    h = h + h[0] * 0.0\n")
-    v = verify(K0, src, ("compile",))
+    v = verify(K0, src, Plan(stages=("compile",)))
     assert v.outcome is Outcome.COMPILE_ERROR, v.reason
     line = next(i for i, text in enumerate(src.splitlines(), 1) if "h[0]" in text)
     assert f"line {line}: h = h + h[0] * 0.0" in v.reason
@@ -151,7 +151,7 @@ def test_the_compile_stage_builds_the_configs_forward_uses_at_the_bench_shapes()
     long-K shapes (pinned at two, the default at a third) and 192x192 at the ragged one (pinned), configs the small
     shapes never ask for, so they are built here too."""
     task = find_task("gemm_residual")
-    v = verify(task, task.human_file.read_text(), ("compile",), timeout=600)
+    v = verify(task, task.human_file.read_text(), Plan(stages=("compile",), timeout=600))
     assert v.passed, v.reason
     assert v.stage("compile").details["bench_configs"] == ["add_residual: 128x256 coop 2x1", "add_residual: 192x192 coop 2x1"]
     assert "and 2 more config(s) it uses at the bench shapes" in v.reason
@@ -161,7 +161,7 @@ def test_a_config_the_gpu_would_refuse_at_a_bench_shape_is_a_cpu_compile_error()
     task = find_task("gemm_swiglu")
     pinned = task.human_file.read_text().replace("import epilogue,", "import Config, epilogue, schedule,").replace(
         "def forward(", '@schedule({("gated", 8192, 28672, 4096): Config(tile_n=208)})\ndef forward(')
-    v = verify(task, pinned, ("correctness", "compile"), timeout=600)
+    v = verify(task, pinned, Plan(stages=("correctness", "compile"), timeout=600))
     assert v.stage("correctness").outcome is Outcome.PASSED  # the small shapes never meet it
     assert v.outcome is Outcome.COMPILE_ERROR and "at bench shape llama3-8b-gateup" in v.reason
     assert "acc_pair mode with extra outputs needs tile_n % 32 == 0" in v.reason
@@ -174,7 +174,7 @@ def test_host_work_that_only_the_bench_shapes_get_is_held_to_the_launch_budget_o
                   '        for _ in range(8):\n'
                   '            rstd = rstd * 1.0\n'
                   '    return {"h": out["h"], "normed": out["D"], "rstd": rstd}\n')
-    v = verify(K0, src, ("correctness", "compile"), timeout=600)
+    v = verify(K0, src, Plan(stages=("correctness", "compile"), timeout=600))
     assert v.stage("correctness").outcome is Outcome.PASSED  # the small shapes take the short path
     assert v.outcome is Outcome.OVER_LAUNCH_BUDGET and "(bench, on meta tensors)" in v.reason, v.reason
 
@@ -184,7 +184,7 @@ def test_a_forward_that_reads_values_on_the_host_is_refused_at_the_bench_shapes(
     that switches off the GEMM at large sizes only would pass unseen (it reads a value to opt out)."""
     src = variant("def forward(x, w, residual, gamma, eps):\n",
                   "def forward(x, w, residual, gamma, eps):\n    if bool(residual.abs().max() > 1e9):\n        eps = eps * 2\n")
-    v = verify(K0, src, ("compile",), timeout=600)  # the small shape compiles: it has real values
+    v = verify(K0, src, Plan(stages=("compile",), timeout=600))  # the small shape compiles: real values
     assert v.outcome is Outcome.COMPILE_ERROR and "at bench shape llama3-8b-down" in v.reason, v.reason
     assert "host code must work from shapes alone" in v.reason
 

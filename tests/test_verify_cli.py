@@ -6,6 +6,7 @@ import pytest
 
 from coda_agent.cli.inputs import default_timeout
 from coda_agent.tasks import find_task
+from coda_agent.verifier import Plan
 
 from .conftest import cli
 
@@ -55,9 +56,11 @@ def test_timeout_option_stops_a_looping_candidate(capsys, tmp_path):
 
 
 def test_default_time_limit_follows_the_stages_and_shapes():
-    assert default_timeout(K0, ("correctness",), "small", 3) == 120
-    assert default_timeout(K0, ("correctness", "compile"), "small", 3) == 300  # as the run command's help says
-    assert default_timeout(K0, ("gpu_correctness", "profile"), "bench", 3) > 600  # a QuACK build per bench shape
+    assert default_timeout(K0, Plan()) == 120
+    # as the run command's help says
+    assert default_timeout(K0, Plan(stages=["correctness", "compile"])) == 300
+    timed = Plan(stages=["gpu_correctness", "profile"], shape_set="bench")
+    assert default_timeout(K0, timed) > 600  # a QuACK build per bench shape
 
 
 def test_compile_only_says_it_compiles_not_that_it_passed(capsys, monkeypatch):
@@ -65,8 +68,8 @@ def test_compile_only_says_it_compiles_not_that_it_passed(capsys, monkeypatch):
     from coda_agent.cli import verify_cmd
     from coda_agent.verifier.verdict import StageResult, Verdict
 
-    def built(task, source, stages, **kwargs):
-        assert stages == ("compile",)
+    def built(task, source, plan):
+        assert plan.stages == ["compile"]
         return Verdict(task=task.name, task_version=task.version, backend="quack-compile", outcome="passed",
                        stages=[StageResult(stage="static", outcome="passed", seconds=0.0),
                                StageResult(stage="compile", outcome="passed", seconds=9.0)])

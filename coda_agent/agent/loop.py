@@ -30,7 +30,7 @@ from ..store.rundir import RunReader, RunRecordError, RunWriter, new_run_id, rol
 from ..tasks.loader import TaskError, find_recorded_task
 from ..tasks.model import Task
 from ..untrusted import storable
-from ..verifier import DEFAULT_TUNE_BUDGET_S, Tuned, pinned_source, tune_plan, verify
+from ..verifier import DEFAULT_TUNE_BUDGET_S, Plan, Tuned, pinned_source, tune_plan, verify
 from ..verifier.verdict import Verdict
 from .extract import MAX_REPLY_CHARS, Extraction, extract_code
 from .timing import human_times, timing_from_verdict
@@ -41,9 +41,12 @@ DEFAULT_TARGET_SPEEDUP = 0.97
 #: How many of the best distinct correct candidates the model sees (with their timings and code).
 DEFAULT_POPULATION = 3
 GPU_STAGES = ("gpu_correctness", "profile")
-#: The harness's schedule tuner (tile, cluster, pingpong/cooperative per gemm; ``verifier.tune_schedule`` by default):
-#: given the task and a correct, timed candidate's module and verdict, the module with its configs pinned, or None
-#: (nothing beat the configs as written).
+#: The plan's settings a run header records in ``params`` (its stages in ``verifier_stages``): key -> field.
+RECORDED_PLAN = {"shape_set": "shape_set", "seeds": "seeds", "backend_label": "backend",
+                 "verify_timeout": "timeout"}
+#: The harness's schedule tuner (tile, cluster, pingpong/cooperative per gemm; by default the tune stage as a
+#: job on the run's executor): given the task and a correct, timed candidate's module and verdict, the module
+#: with its configs pinned, or None (nothing beat the configs as written).
 TuneFn = Callable[[Task, str, Verdict], "Tuned | None"]
 
 
@@ -73,17 +76,14 @@ class AgentConfig:
     budgets: Budgets = field(default_factory=Budgets)
     temperature: float = 0.7
     max_reply_tokens: int = 8192
-    stages: tuple[str, ...] = CPU_STAGES
-    shape_set: str = "small"
-    seeds: tuple[int, ...] = (0, 1, 2)
-    backend_label: str = "torch"
+    #: What every candidate's verification checks (the human kernel's timing too).
+    plan: Plan = field(default_factory=lambda: Plan(stages=list(CPU_STAGES)))
     target_speedup: float | None = DEFAULT_TARGET_SPEEDUP
     target_sol: float | None = None
     examples: tuple[str, ...] | None = None
     #: Task files and folders whose human kernels join the suite's as worked examples (``run --examples-from``).
     example_places: tuple[str, ...] = ()
     base_url: str | None = None
-    verify_timeout: float = 600.0
     #: CPU verifications at once, when the run has a local executor of its own.
     verify_workers: int = 2
     population_size: int = DEFAULT_POPULATION
@@ -92,21 +92,23 @@ class AgentConfig:
 
     @classmethod
     def for_this_machine(
-        cls, model: str, *, compile: bool = True, tune_budget_s: float | None = DEFAULT_TUNE_BUDGET_S, **kwargs: Any,
+        cls, model: str, *, compile: bool = True, tune_budget_s: float | None = DEFAULT_TUNE_BUDGET_S,
+        seeds: Sequence[int] | None = None, **kwargs: Any,
     ) -> AgentConfig:
         """GPU stages on a machine that has them (and the schedule tuned, unless ``tune_budget_s`` is None), else the
-        CPU emulator (+ the sm_90a compile unless ``compile=False``)."""
-        base: dict[str, Any]
+        CPU emulator (+ the sm_90a compile unless ``compile=False``); ``seeds`` (None: the plan's)."""
+        plan: dict[str, Any] = {} if seeds is None else {"seeds": seeds}
         if gpu_verifier_available():
             # Timings never overlap on a device: the executor gives a timed verification its GPU alone.
-            base = {"stages": GPU_STAGES, "shape_set": "bench", "backend_label": "quack", "tune_budget_s": tune_budget_s}
+            plan |= {"stages": GPU_STAGES, "shape_set": "bench", "backend": "quack"}
+            kwargs = {"tune_budget_s": tune_budget_s, **kwargs}
         else:
-            base = {"stages": CPU_STAGES if compile else ("correctness",), "shape_set": "small", "backend_label": "torch"}
-        return cls(model=model, **{**base, **kwargs})
+            plan["stages"] = CPU_STAGES if compile else ("correctness",)
+        return cls(model=model, plan=Plan.model_validate(plan), **kwargs)
 
     @property
     def timed(self) -> bool:
-        return "profile" in self.stages
+        return "profile" in self.plan.stages
 
     def target_for(self, task: Task) -> dict[str, Any]:
         """Correct, and when timed: ``target_speedup`` of the human kernel's speed (cuBLAS alone's when the task
@@ -121,10 +123,12 @@ class AgentConfig:
         return target
 
     def params(self) -> dict[str, Any]:
+        """The header's record of this configuration (its plan's stages are ``verifier_stages``)."""
         return {
-            "temperature": self.temperature, "max_reply_tokens": self.max_reply_tokens, "shape_set": self.shape_set,
-            "seeds": list(self.seeds), "backend_label": self.backend_label, "examples": list(self.examples or []),
-            "example_places": list(self.example_places), "base_url": self.base_url, "verify_timeout": self.verify_timeout, "verify_workers": self.verify_workers,
+            "temperature": self.temperature, "max_reply_tokens": self.max_reply_tokens,
+            **{key: getattr(self.plan, name) for key, name in RECORDED_PLAN.items()},
+            "examples": list(self.examples or []), "example_places": list(self.example_places),
+            "base_url": self.base_url, "verify_workers": self.verify_workers,
             "target_speedup": self.target_speedup, "target_sol": self.target_sol, "population_size": self.population_size,
             "tune_budget_s": self.tune_budget_s,
         }
@@ -133,15 +137,15 @@ class AgentConfig:
     def from_header(cls, header: RunHeader, **overrides: Any) -> AgentConfig:
         """The configuration a recorded run used (budgets may be overridden to extend it)."""
         p = header.params
+        plan = Plan.model_validate({"stages": header.verifier_stages or CPU_STAGES,
+                                    **{name: p[key] for key, name in RECORDED_PLAN.items() if key in p}})
         cfg = cls(
             model=header.model, budgets=header.budgets, temperature=p.get("temperature", 0.7),
-            max_reply_tokens=p.get("max_reply_tokens", 8192), stages=tuple(header.verifier_stages) or CPU_STAGES,
-            shape_set=p.get("shape_set", "small"), seeds=tuple(p.get("seeds", (0, 1, 2))),
-            backend_label=p.get("backend_label", "torch"), target_speedup=p.get("target_speedup", DEFAULT_TARGET_SPEEDUP),
+            max_reply_tokens=p.get("max_reply_tokens", 8192), plan=plan,
+            target_speedup=p.get("target_speedup", DEFAULT_TARGET_SPEEDUP),
             target_sol=p.get("target_sol"), examples=tuple(p.get("examples") or ()),
             example_places=tuple(p["example_places"]) if "example_places" in p else _old_example_places(header),
-            base_url=p.get("base_url"),
-            verify_timeout=p.get("verify_timeout", 600.0), verify_workers=p.get("verify_workers", 2),
+            base_url=p.get("base_url"), verify_workers=p.get("verify_workers", 2),
             population_size=p.get("population_size", DEFAULT_POPULATION), tune_budget_s=p.get("tune_budget_s"),
         )
         return replace(cfg, **overrides)
@@ -220,7 +224,7 @@ def _now() -> datetime:
 
 
 def _device(config: AgentConfig) -> str:
-    if config.backend_label == "torch":
+    if config.plan.backend == "torch":
         return "cpu"
     import torch
 
@@ -301,7 +305,8 @@ class Agent:
         header = RunHeader(
             run_id=new_run_id(task.name, created.astimezone()), created=created, task=task.name, task_version=task.version,
             task_path=str(task.path), task_hash=task.content_hash, model=config.model, params=config.params(), budgets=config.budgets,
-            target=config.target_for(task), verifier_stages=list(config.stages), git_commit=commit, git_dirty=dirty,
+            target=config.target_for(task), verifier_stages=list(config.plan.stages), git_commit=commit,
+            git_dirty=dirty,
             packages=package_versions(), device=_device(config), host=host_name(),
         )
         writer = RunWriter.create(runs_dir, header)
@@ -470,7 +475,7 @@ class Agent:
 
     def target_text(self) -> str:
         if not self.config.timed:
-            built = " and builds for sm_90a" if "compile" in self.config.stages else ""
+            built = " and builds for sm_90a" if "compile" in self.config.plan.stages else ""
             return (
                 f"a correct candidate: every output within tolerance on the emulator{built}. There is no GPU in this "
                 "run, so speed is not measured here; still write the kernel you would want timed (everything fused, "
@@ -481,7 +486,7 @@ class Agent:
 
     def task_message(self) -> str:
         return task_prompt(
-            self.task, checks=describe_checks(self.task, self.config.stages, self.config.shape_set, self.config.seeds),
+            self.task, checks=describe_checks(self.task, self.config.plan),
             target=self.target_text(), sol=self.sol, sol_label=self.peaks.label(), human_us=self.header.human_timing or None,
         )
 
@@ -537,11 +542,7 @@ class Agent:
     async def _verify(self, code: str, index: int | None = None) -> Verdict:
         """One verification on the executor; ``index`` is the attempt's, told where it runs."""
         assert self._executor is not None
-        job = Job(
-            self.task, code, tuple(self.config.stages), shape_set=self.config.shape_set, seeds=tuple(self.config.seeds),
-            timeout=self.config.verify_timeout, backend_label=self.config.backend_label,
-            label=f"#{index}" if index is not None else "human",
-        )
+        job = Job(self.task, code, self.config.plan, label=f"#{index}" if index is not None else "human")
         loop = asyncio.get_running_loop()
 
         def placed(worker: str) -> None:
@@ -603,9 +604,9 @@ class Agent:
     def _tune_on_executor(self, task: Task, code: str, verdict: Verdict) -> Tuned | None:
         """The default tuner: the schedule search as a timed job on the run's executor (its GPU to itself)."""
         assert self._executor is not None
-        plan = tune_plan(shape_set=self.config.shape_set, budget_s=self.config.tune_budget_s or DEFAULT_TUNE_BUDGET_S)
-        job = Job(task, code, tuple(plan.stages), shape_set=plan.shape_set, seeds=tuple(plan.seeds), timeout=plan.timeout,
-                  backend_label=plan.backend, tune_budget_s=plan.tune_budget_s, label="tune")
+        budget_s = self.config.tune_budget_s or DEFAULT_TUNE_BUDGET_S
+        plan = tune_plan(shape_set=self.config.plan.shape_set, budget_s=budget_s)
+        job = Job(task, code, plan, label="tune")
         return pinned_source(code, self._executor.submit(job).result()) if verdict.passed else None
 
     async def _tune(self, code: str, verdict: Verdict, timing: dict[str, Any]) -> Tuning | None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, as_completed
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -29,6 +29,7 @@ from ..measure.baselines import COMPILE_MODES
 from ..measure.peaks import Peaks, speed_of_light_us
 from ..provenance import driver_version, git_commit, package_versions
 from ..tasks.model import Task
+from ..verifier.plan import Plan
 from ..verifier.verdict import Outcome, Verdict
 from .results import BenchRow, BenchRun, E2ERun
 
@@ -42,6 +43,12 @@ class BenchOptions:
     seeds: int = 3
     timeout: float = 900.0
     compile_modes: tuple[str, ...] = tuple(COMPILE_MODES)
+
+    def plan(self, stages: Sequence[str], shape_names: Sequence[str], seeds: Sequence[int]) -> Plan:
+        """A bench job's plan: ``stages`` on the GPU kernels at these shapes and seeds, with these options."""
+        return Plan(stages=list(stages), backend="quack", shape_set=self.shape_set,
+                    shape_names=list(shape_names), seeds=list(seeds), timeout=self.timeout,
+                    compile_modes=list(self.compile_modes))
 
 
 def device_slug(device: str) -> str:
@@ -89,11 +96,9 @@ def check_tasks(
     """Phase 2: correctness + compile warm-up, every task submitted at once (the executor paces them);
     ``on_checked`` gets each task's verdict as it comes, in this thread."""
     futures = {
-        _submit(executor, Job(
-            t, _source(t), ("gpu_correctness", "bench_prepare"), shape_set=opts.shape_set,
-            shape_names=tuple(p.name for p in shape_points(t, opts)), seeds=tuple(range(opts.seeds)),
-            timeout=opts.timeout, backend_label="quack", compile_modes=opts.compile_modes, label=t.name,
-        ), progress, "checked"): t.name
+        _submit(executor, Job(t, _source(t), opts.plan(
+            ("gpu_correctness", "bench_prepare"), [p.name for p in shape_points(t, opts)], range(opts.seeds),
+        ), label=t.name), progress, "checked"): t.name
         for t in tasks
     }
     verdicts = {}
@@ -105,10 +110,8 @@ def check_tasks(
 
 def time_task(task: Task, shapes: list[str], opts: BenchOptions, progress: Progress, executor: Executor) -> Future[Verdict]:
     """Phase 3: the ``bench`` stage (kernel + baselines, interleaved) in one job, alone on its GPU."""
-    return _submit(executor, Job(
-        task, _source(task), ("bench",), shape_set=opts.shape_set, shape_names=tuple(shapes), seeds=(0,),
-        timeout=opts.timeout, backend_label="quack", compile_modes=opts.compile_modes, label=task.name,
-    ), progress, "timed", where_time_went)
+    return _submit(executor, Job(task, _source(task), opts.plan(("bench",), shapes, (0,)), label=task.name),
+                   progress, "timed", where_time_went)
 
 
 def where_time_went(verdict: Verdict) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..primitives.configs import config_label
 from ..tasks.model import Task
-from ..verifier import DEFAULT_TUNE_BUDGET_S, Tuned, TuningFailed, pinned_source, run_plan, tune_plan
+from ..verifier import DEFAULT_TUNE_BUDGET_S, Tuned, TuningFailed, pinned_source, tune_plan, verify
 from ..verifier.verdict import TunedGemm
 
 
@@ -47,7 +47,7 @@ def tune_human_kernel(task: Task, shape_set: str = "bench", shape_names: list[st
     source = task.human_file.read_text()
     plan = tune_plan(stage, shape_set, budget_s, cache=False).model_copy(update={"shape_names": shape_names})
     try:
-        return KernelTuning(task.name, source, pinned_source(source, run_plan(task, source, plan), stage))
+        return KernelTuning(task.name, source, pinned_source(source, verify(task, source, plan), stage))
     except TuningFailed as exc:
         return KernelTuning(task.name, source, exc.searched, failed=str(exc))
 

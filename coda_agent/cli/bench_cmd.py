@@ -22,7 +22,7 @@ from ..tasks.loader import find_task, load_tasks
 from ..tasks.model import Task
 from ..untrusted import shown
 from ..verifier.plan import DEFAULT_TUNE_BUDGET_S
-from . import UserError, app, console, refuse_without_runners, untrusted, wide_console
+from .core import UserError, app, console, refuse_without_runners, untrusted, wide_console
 
 if TYPE_CHECKING:
     from ..bench.runner import BenchOptions

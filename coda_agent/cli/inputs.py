@@ -7,12 +7,16 @@ binary file would get a meaningless verdict (or a traceback) back, so the comman
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.markup import escape
 
 from ..providers.registry import registered
 from ..tasks.model import Task
-from . import UserError
+from .core import UserError
+
+if TYPE_CHECKING:
+    from ..verifier.plan import Plan
 
 MODEL_ENV = "CODA_AGENT_MODEL"
 #: Every way to write a --model, from the provider registry.
@@ -22,7 +26,7 @@ MODEL_HELP = f"{escape(MODEL_SPECS)} (see `coda-agent providers`); repeat for a 
 
 def note_skipped(skipped: list[str]) -> None:
     """One line on stderr for each YAML file of a folder that is no task file (every command skips them alike)."""
-    from . import err_console, untrusted
+    from .core import err_console, untrusted
 
     for why in skipped:
         err_console.print(f"[bold yellow]skipped:[/] {untrusted(why)}", highlight=False)
@@ -61,22 +65,23 @@ def seed_list(n: int) -> list[int]:
     return list(range(n))
 
 
-def check_shape_set(task: Task, shape_set: str, backend_label: str) -> None:
-    """The task has this shape set, and the CPU emulator is not asked for real sizes."""
+def check_shape_set(task: Task, plan: Plan) -> None:
+    """The task has the plan's shape set, and the CPU emulator is not asked for real sizes."""
+    shape_set = plan.shape_set
     if shape_set not in task.shapes:
         raise UserError(f"task {task.name} has no shape set {shape_set!r} (has: {', '.join(task.shapes)})")
-    if backend_label == "torch" and shape_set != EMULATOR_SHAPES:
+    if plan.backend == "torch" and shape_set != EMULATOR_SHAPES:
         raise UserError(
             f"--shapes {shape_set}: the CPU emulator runs the {EMULATOR_SHAPES!r} shapes only (real sizes would run "
             "for hours on a CPU); use --backend quack on a GPU for the bench shapes"
         )
 
 
-def default_timeout(task: Task, stages: tuple[str, ...] | list[str], shape_set: str, seeds: int) -> float:
+def default_timeout(task: Task, plan: Plan) -> float:
     """Seconds one ``verify()`` call may take: worker start-up plus each stage's share (see STAGE_SECONDS)."""
-    checks = len(task.shape(shape_set)) * seeds
+    checks = len(task.shape(plan.shape_set)) * len(plan.seeds)
     total = START_UP_SECONDS
-    for stage in stages:
+    for stage in plan.stages:
         fixed, per_check = STAGE_SECONDS.get(stage, (60.0, 10.0))
         total += fixed + per_check * checks
     return total
@@ -116,11 +121,11 @@ def check_task_runs(task: Task) -> None:
                         + "\n".join(f"  - {p}" for p in problems))
 
 
-def check_fits_device(task: Task, stages: tuple[str, ...] | list[str], shape_set: str, seeds: list[int] | tuple[int, ...]) -> None:
+def check_fits_device(task: Task, plan: Plan) -> None:
     """A verification whose estimated peak memory (checker and runner, at every shape) exceeds the GPU's free memory
     stops here, in one line with the numbers (``verifier.plan.memory_need``); nothing to check without a GPU stage."""
-    from ..verifier.plan import Plan, device_memory_refusal
+    from ..verifier.plan import device_memory_refusal
 
-    refusal = device_memory_refusal(task, Plan(stages=list(stages), shape_set=shape_set, seeds=list(seeds)))
+    refusal = device_memory_refusal(task, plan)
     if refusal:
         raise UserError(refusal)

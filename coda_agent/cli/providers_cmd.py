@@ -11,7 +11,7 @@ from rich.table import Table
 
 from ..providers import ProviderEntry, registered
 from ..verifier.sandbox import UNSANDBOXED_OPT_IN
-from . import UserError, app, print_table
+from .core import UserError, app, print_table
 
 
 def needs(entry: ProviderEntry) -> str:

@@ -33,7 +33,7 @@ from ..tasks.model import Task
 from ..untrusted import shown
 from ..verifier import DEFAULT_TUNE_BUDGET_S
 from ..verifier.sandbox import UNSANDBOXED_OPT_IN, SandboxUnavailable, require_isolation
-from . import UserError, console, err_console, outcome_style, refuse_without_runners, untrusted
+from .core import UserError, console, err_console, outcome_style, refuse_without_runners, untrusted
 from .inputs import check_fits_device, check_task_runs, default_timeout, seed_list, timeout_value
 
 
@@ -277,17 +277,17 @@ class RunOptions(BaseModel):
         settings = {
             "temperature": self.temperature, "max_reply_tokens": self.max_reply_tokens,
             "target_speedup": self.target_speedup, "target_sol": self.target_sol, "base_url": self.base_url,
-            "seeds": tuple(seed_list(self.seeds)) if self.seeds is not None else None,
             "examples": tuple(e.strip() for e in self.examples.split(",") if e.strip()) if self.examples else None,
             "example_places": tuple(self.examples_from),
         }
         config = AgentConfig.for_this_machine(
             model, compile=not self.no_compile, budgets=_budgets(Budgets(), **self.budget_flags()),
             tune_budget_s=None if self.no_tune else self.tune_budget or DEFAULT_TUNE_BUDGET_S,
+            seeds=seed_list(self.seeds) if self.seeds is not None else None,
             **{k: v for k, v in settings.items() if v is not None},
         )
-        limit = default_timeout(task, config.stages, config.shape_set, len(config.seeds))
-        return dataclasses.replace(config, verify_timeout=timeout_value(self.timeout, limit))
+        limit = timeout_value(self.timeout, default_timeout(task, config.plan))
+        return dataclasses.replace(config, plan=config.plan.model_copy(update={"timeout": limit}))
 
 
 def open_workers(kind: str, address: str | None, cpu_workers: int = AgentConfig.verify_workers) -> Executor:
@@ -311,7 +311,7 @@ def _closed_on_error(workers: Executor) -> Iterator[None]:
 def new_run(task: Task, model: str, provider: Provider, base: Path, options: RunOptions) -> Agent:
     """A fresh run directory for ``task`` (already checked) with ``provider``, recorded as ``model``."""
     config = options.config(task, model)
-    check_fits_device(task, config.stages, config.shape_set, config.seeds)
+    check_fits_device(task, config.plan)
     try:
         return Agent.create(task, provider, config, base)
     except (RunRecordError, OSError) as exc:
@@ -493,7 +493,7 @@ def resume_run(
         except RunRecordError as exc:
             raise UserError(str(exc)) from None
         check_task_runs(agent.task)
-        check_fits_device(agent.task, agent.config.stages, agent.config.shape_set, agent.config.seeds)
+        check_fits_device(agent.task, agent.config.plan)
     except BaseException:
         writer.close()
         raise

@@ -15,7 +15,7 @@ from ..settings import runs_dir as default_runs_dir
 from ..store.rundir import is_run_dir
 from ..tasks.loader import find_recorded_task, find_task
 from ..verifier.plan import DEFAULT_TUNE_BUDGET_S
-from . import UserError, app
+from .core import UserError, app
 from .inputs import MODEL_ENV, MODEL_HELP, NO_MODEL, check_task_runs, example_places
 
 

@@ -23,7 +23,7 @@ from ..store.rundir import Problem, RunFiles, RunRecordError, read_run, resolve_
 from ..store.stage_time import STAGE_TOTAL, stage_time_rows
 from ..store.timings import timing_points
 from ..untrusted import shown
-from . import (
+from .core import (
     TONE_STYLE,
     CliApp,
     UserError,

@@ -34,7 +34,7 @@ from ..store.writer_lock import WriterBusy, WriterLock
 from ..tasks.loader import TaskError, find_task, load_task, task_files
 from ..tasks.model import Task
 from ..untrusted import shown
-from . import TONE_STYLE, UserError, console, err_console, print_table, untrusted
+from .core import TONE_STYLE, UserError, console, err_console, print_table, untrusted
 from .inputs import NO_MODEL, check_task_runs, note_skipped
 from .run_cmd import (
     STOP_SIGNALS,

@@ -11,7 +11,7 @@ from rich.table import Table
 from ..atomic import write_text_atomic
 from ..tasks.loader import TASKS_ENV, TaskError, discover_task_files, find_task, load_task, task_files
 from ..tasks.model import Task
-from . import UserError, app, console, err_console, print_table, untrusted, wide_console
+from .core import UserError, app, console, err_console, print_table, untrusted, wide_console
 from .inputs import note_skipped
 
 SEARCH_HELP = f"task names, files or folders (default: the built-in suite, then ${TASKS_ENV}, then ./tasks)"

@@ -11,9 +11,9 @@ from ..atomic import write_text_atomic
 from ..tasks.loader import find_task
 from ..tasks.model import Baseline
 from ..untrusted import shown
-from ..verifier import COMPILE_STAGES, CPU_STAGES, verify
+from ..verifier import COMPILE_STAGES, Plan, verify
 from ..verifier.verdict import Outcome, Verdict
-from . import (
+from .core import (
     UserError,
     app,
     console,
@@ -95,34 +95,36 @@ def verify_cmd(
     path = candidate or t.human_file
     if path is None:
         raise UserError(f"task {t.name} has no human kernel; pass a candidate file")
+    chosen: dict[str, object]
     if compile_only:
-        stages, label, shape_set = COMPILE_STAGES, "quack-compile", shapes or "small"
+        chosen = {"stages": COMPILE_STAGES, "backend": "quack-compile"}
     elif backend == "torch":
-        stages, label, shape_set = CPU_STAGES, "torch", shapes or "small"
+        chosen = {}  # the plan's defaults: the CPU emulator's check at the small shapes
     elif backend == "quack":
         import torch
 
         if not torch.cuda.is_available():
             raise UserError("no CUDA GPU on this machine: --backend quack runs the real kernels; on a CPU use the "
                             "emulator (the default) or --compile-only")
-        stages, label, shape_set = ("gpu_correctness",), "quack", shapes or "bench"
+        chosen = {"stages": ("gpu_correctness",), "backend": "quack", "shape_set": "bench"}
     else:
         raise UserError(f"unknown backend {backend!r}: use torch or quack (or --compile-only)")
     baseline = BASELINES.get(tolerance_baseline) if tolerance_baseline is not None else None
     if tolerance_baseline is not None and baseline is None:
         raise UserError(f"unknown --tolerance-baseline {tolerance_baseline!r}: use {' or '.join(BASELINES)}")
-    seed_values = seed_list(seeds)
-    check_shape_set(t, shape_set, label)
+    given = {"shape_set": shapes} if shapes else {}
+    plan = Plan.model_validate({**chosen, **given, "seeds": seed_list(seeds), "tolerance_baseline": baseline})
+    check_shape_set(t, plan)
     check_task_runs(t)  # a broken reference is the task's fault, not a checker failure on the candidate
-    check_fits_device(t, stages, shape_set, seed_values)
-    limit = timeout_value(timeout, default_timeout(t, stages, shape_set, len(seed_values)))
+    check_fits_device(t, plan)
+    plan = plan.model_copy(update={"timeout": timeout_value(timeout, default_timeout(t, plan))})
     source = read_candidate(path)
-    console.print(f"verifying [bold]{untrusted(str(path))}[/] on [bold]{untrusted(t.name)}[/] ({label}, shapes: {shape_set})", highlight=False)
+    console.print(f"verifying [bold]{untrusted(str(path))}[/] on [bold]{untrusted(t.name)}[/] "
+                  f"({plan.backend}, shapes: {plan.shape_set})", highlight=False)
     box = refuse_without_runners()
     if not box.isolated:
         err_console.print(f"[bold yellow]warning:[/] {box.describe()}", highlight=False)
-    verdict = verify(t, source, stages, shape_set=shape_set, seeds=seed_values, timeout=limit, backend_label=label,
-                     tolerance_baseline=baseline)
+    verdict = verify(t, source, plan)
     print_verdict(verdict)
     if json_out:
         write_text_atomic(json_out, verdict.model_dump_json(indent=2))

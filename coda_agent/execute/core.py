@@ -14,10 +14,10 @@ from types import TracebackType
 
 from ..tasks.model import Task
 from ..verifier import verify
-from ..verifier.plan import GPU_STAGES, TIMED_STAGES
+from ..verifier.plan import Plan
 from ..verifier.verdict import Outcome, Verdict
 
-VerifyFn = Callable[..., Verdict]
+VerifyFn = Callable[[Task, str, Plan], Verdict]
 #: Called with the worker's name when a job starts on it (in the executor's thread: keep it short).
 OnStart = Callable[[str], None]
 
@@ -28,53 +28,30 @@ class ExecutorError(Exception):
 
 @dataclass(frozen=True)
 class Job:
-    """One verification, as :func:`~coda_agent.verifier.verify` takes it, and what a progress display calls it."""
+    """One verification: the plan :func:`~coda_agent.verifier.verify` takes, and what a display calls it."""
 
     task: Task
     source: str
-    stages: tuple[str, ...]
-    shape_set: str = "small"
-    shape_names: tuple[str, ...] | None = None
-    seeds: tuple[int, ...] = (0, 1, 2)
-    timeout: float = 600.0
-    backend_label: str = "torch"
-    #: The bench stage's torch.compile baselines (None: the plan's default).
-    compile_modes: tuple[str, ...] | None = None
-    #: The tune stage's search budget (None: the plan's default).
-    tune_budget_s: float | None = None
+    plan: Plan
     label: str = ""
     #: Its GPU to itself though nothing is timed: the rerun of a job that ran out of memory beside others.
     alone: bool = False
 
     @property
-    def needs_gpu(self) -> bool:
-        return any(s in GPU_STAGES for s in self.stages)
-
-    @property
-    def timed(self) -> bool:
-        return any(s in TIMED_STAGES for s in self.stages)
-
-    @property
     def exclusive(self) -> bool:
         """Whether it must have its device to itself: timed jobs, and reruns alone."""
-        return self.timed or self.alone
+        return self.plan.timed or self.alone
 
     def failed(self, reason: str) -> Verdict:
         """The verdict of a job the harness could not see through (the candidate is not to blame)."""
-        return Verdict(task=self.task.name, task_version=self.task.version, backend=self.backend_label,
+        return Verdict(task=self.task.name, task_version=self.task.version, backend=self.plan.backend,
                        outcome=Outcome.INFRA_ERROR, reason=reason)
 
 
 def run_job(job: Job, verify_fn: VerifyFn = verify) -> Verdict:
     """What every worker runs: the verifier, unchanged (its sandboxed runner included), on one job."""
     try:
-        return verify_fn(
-            job.task, job.source, job.stages, shape_set=job.shape_set,
-            shape_names=list(job.shape_names) if job.shape_names is not None else None, seeds=list(job.seeds),
-            timeout=job.timeout, backend_label=job.backend_label,
-            **({"compile_modes": list(job.compile_modes)} if job.compile_modes is not None else {}),
-            **({"tune_budget_s": job.tune_budget_s} if job.tune_budget_s is not None else {}),
-        )
+        return verify_fn(job.task, job.source, job.plan)
     except Exception as exc:  # the harness failed, not the candidate
         return job.failed("the verifier itself failed:\n" + "".join(traceback.format_exception_only(type(exc), exc)).strip())
 
@@ -102,7 +79,8 @@ class Worker:
             return f"{self.name} idle"
         labels = " ".join(j.label or j.task.name for j in self.running.values())
         jobs = self.running.values()
-        return f"{self.name} {labels}" + (" (timing)" if any(j.timed for j in jobs) else " (alone)" if any(j.alone for j in jobs) else "")
+        timing, alone = any(j.plan.timed for j in jobs), any(j.alone for j in jobs)
+        return f"{self.name} {labels}" + (" (timing)" if timing else " (alone)" if alone else "")
 
 
 @dataclass
@@ -201,7 +179,7 @@ class Executor(ABC):
 
     def _places(self, job: Job) -> list[Worker]:
         gpus = [w for w in self.workers if w.gpu]
-        return gpus if job.needs_gpu and gpus else [w for w in self.workers if not w.gpu]
+        return gpus if job.plan.needs_gpu and gpus else [w for w in self.workers if not w.gpu]
 
     def _pump(self) -> None:
         """Start every queued job that a worker admits now."""

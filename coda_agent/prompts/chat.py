@@ -16,6 +16,7 @@ from ..messages import ChatMessage
 from ..store.records import Attempt
 from ..tasks.model import Task
 from ..verifier import static
+from ..verifier.plan import Plan
 from .api_reference import api_reference
 from .examples import Example
 from .feedback import feedback_prompt
@@ -102,14 +103,15 @@ def task_prompt(
     )
 
 
-def describe_checks(task: Task, stages: Sequence[str], shape_set: str, seeds: Sequence[int]) -> str:
+def describe_checks(task: Task, plan: Plan) -> str:
     """One paragraph on what this run's verifier does, in order."""
+    shape_set, seeds = plan.shape_set, plan.seeds
     steps = ["the static check (nothing runs if it refuses the module)"]
     shapes = ", ".join(p.name for p in task.shape(shape_set))
     seed_text = f"seed{'s' if len(seeds) != 1 else ''} {', '.join(str(s) for s in seeds)}"
     if task.stress_inits():
         seed_text += " and a stress input set (inputs at large magnitudes: exp, log, division and rsqrt must stay in range)"
-    for name in stages:
+    for name in plan.stages:
         if name == "correctness":
             steps.append(f"the CPU emulator against the FP32 reference at the `{shape_set}` shapes ({shapes}), {seed_text}")
         elif name == "compile":

@@ -1,12 +1,12 @@
 """The verifier: the static check and the checker here, candidate code only in a sandboxed runner.
 
-``verify(task, source, stages)`` is the one entry point used by ``verify``, ``bench``, ``run`` and
-``replay``: a human kernel and an LLM's candidate take exactly the same path; ``tune_schedule(task, source,
-verdict)`` runs the ``tune`` stage on a correct candidate and pins the winning configs in its source (the
-agent's tuner). The checker (trusted code,
-in the calling process) owns the task, inputs, references, tolerances, launch rules, timing statistics
-and the verdict; the candidate runs in a runner process inside the OS sandbox (:mod:`.sandbox`), which
-gets inputs and gives back outputs and never learns whether a call is checked or timed.
+``verify(task, source, plan)`` is the one entry point used by ``verify``, ``bench``, ``run`` and ``replay``,
+and the :class:`~.plan.Plan` the one request they build: a human kernel and an LLM's candidate take exactly
+the same path; ``tune_schedule(task, source, verdict)`` runs the ``tune`` stage on a correct candidate and
+pins the winning configs in its source (the agent's tuner). The checker (trusted code, in the calling process)
+owns the task, inputs, references, tolerances, launch rules, timing statistics and the verdict; the candidate
+runs in a runner process inside the OS sandbox (:mod:`.sandbox`), which gets inputs and gives back outputs and
+never learns whether a call is checked or timed.
 """
 
 from __future__ import annotations
@@ -16,20 +16,18 @@ import re
 import sys
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
 
-from ..tasks.model import Baseline, Task
+from ..tasks.model import Task
 from ..untrusted import storable, storable_tree
-from .plan import COMPILE_STAGES, CPU_STAGES, DEFAULT_TUNE_BUDGET_S, Plan
+from .plan import COMPILE_STAGES, DEFAULT_TUNE_BUDGET_S, Plan
 from .sandbox import detect as detect_sandbox
 from .verdict import Outcome, OutputCheck, ShapeTuning, StageResult, TunedGemm, Verdict
 
-# The checker's stages, the runner client and the tuner import torch: they load on first use (run_plan,
+# The checker's stages, the runner client and the tuner import torch: they load on first use (verify,
 # cancel_all), so that reading verdicts (the store, the leaderboard, the CLI's listings) stays fast.
 
 __all__ = [
     "COMPILE_STAGES",
-    "CPU_STAGES",
     "DEFAULT_TUNE_BUDGET_S",
     "Outcome",
     "OutputCheck",
@@ -52,29 +50,50 @@ MAX_REASON = 2500
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH", re.IGNORECASE)
 
 
-def verify(
-    task: Task,
-    source: str,
-    stages: tuple[str, ...] | list[str] = CPU_STAGES,
-    *,
-    shape_set: str = "small",
-    shape_names: list[str] | None = None,
-    seeds: list[int] | None = None,
-    timeout: float = 600.0,
-    backend_label: str = "torch",
-    compile_modes: list[str] | None = None,
-    tune_budget_s: float | None = None,
-    tolerance_baseline: Baseline | None = None,
-) -> Verdict:
-    """Check ``source`` against ``task``: the static check, then every stage of the plan, in order.
+def verify(task: Task, source: str, plan: Plan | None = None) -> Verdict:
+    """Check ``source`` against ``task``: the static check, then every stage of ``plan`` (by default the CPU
+    emulator's correctness check), in order."""
+    from . import gpu as _gpu  # noqa: F401 - registers the GPU stages
+    from . import tuning as _tuning  # noqa: F401 - registers the tune stages (tune, tune_cpu)
+    from .caches import prune_once
+    from .scratch import remove_stale_once
+    from .stages import STAGES, Context
+    from .static import check_source
 
-    ``tolerance_baseline`` judges the outputs by another baseline than the task's (e.g. CODA's single rounding).
-    """
-    chosen: dict[str, Any] = {k: v for k, v in (("compile_modes", compile_modes), ("tune_budget_s", tune_budget_s)) if v is not None}
-    plan = Plan(stages=list(stages), backend=backend_label, shape_set=shape_set, shape_names=shape_names,
-                seeds=list(seeds) if seeds is not None else [0, 1, 2], timeout=timeout, tolerance_baseline=tolerance_baseline,
-                **chosen)
-    return run_plan(task, source, plan)
+    plan = Plan() if plan is None else plan
+    remove_stale_once()  # scratch folders a killed process left behind (kill -9): once per process
+    prune_once()  # the compile caches of sources unused for longest, over their budget: once per process
+    t0 = time.perf_counter()
+    box = detect_sandbox()
+    verdict = Verdict(task=task.name, task_version=task.version, backend=plan.backend, outcome=Outcome.PASSED,
+                      sandbox=box.kind, runner_user=box.runner_user)
+    if box.refused:
+        verdict.stages.append(StageResult(stage="static", outcome=Outcome.INFRA_ERROR, reason=box.refused))
+        return _finish(verdict, t0)
+    violations = check_source(source)
+    if violations:
+        reason = "the static check rejected the candidate:\n" + "\n".join(str(v) for v in violations[:12])
+        verdict.stages.append(StageResult(stage="static", outcome=Outcome.STATIC_REJECTED, reason=reason))
+        return _finish(verdict, t0)
+    verdict.stages.append(StageResult(stage="static", outcome=Outcome.PASSED, reason=""))
+    ctx = Context(task=task, source=source, plan=plan, deadline=time.monotonic() + plan.timeout)
+    for name in plan.stages:
+        fn = STAGES.get(name)
+        s0 = time.perf_counter()
+        if fn is None:
+            result = StageResult(stage=name, outcome=Outcome.INFRA_ERROR,
+                                 reason=f"unknown stage {name!r} (known: {', '.join(STAGES)})")
+        else:
+            try:
+                result = fn(ctx)
+            except Exception as exc:  # the harness failed, not the candidate
+                result = StageResult(stage=name, outcome=Outcome.INFRA_ERROR,
+                                     reason=f"the checker failed: {type(exc).__name__}: {exc}")
+        result.seconds = result.seconds or time.perf_counter() - s0
+        verdict.stages.append(result)
+        if result.outcome is not Outcome.PASSED:
+            break
+    return _finish(verdict, t0, plan)
 
 
 def tune_plan(stage: str = "tune", shape_set: str = "bench", budget_s: float = DEFAULT_TUNE_BUDGET_S,
@@ -115,15 +134,15 @@ def cancel_all() -> int:
 
 
 def tune_schedule(
-    task: Task, source: str, verdict: Verdict, *, stage: str = "tune", shape_set: str = "bench",
-    budget_s: float = DEFAULT_TUNE_BUDGET_S, cache: bool = True, min_gain: float | None = None,
+    task: Task, source: str, verdict: Verdict, plan: Plan | None = None, min_gain: float | None = None,
 ) -> Tuned | None:
-    """A correct candidate's schedule search, here (an executor runs :func:`tune_plan` and hands the verdict to
-    :func:`pinned_source`); None for a candidate that is not correct."""
+    """A correct candidate's schedule search, here, as ``plan`` asks (by default :func:`tune_plan`'s; an
+    executor runs the plan as a job and hands the verdict to :func:`pinned_source`); None for a candidate that
+    is not correct."""
     if not verdict.passed:
         return None
-    plan = tune_plan(stage, shape_set, budget_s, cache)
-    return pinned_source(source, run_plan(task, source, plan), stage, min_gain)
+    plan = tune_plan() if plan is None else plan
+    return pinned_source(source, verify(task, source, plan), plan.stages[0], min_gain)
 
 
 def pinned_source(source: str, tuned: Verdict, stage: str = "tune", min_gain: float | None = None) -> Tuned:
@@ -162,47 +181,6 @@ def _searched(result: StageResult | None) -> Tuned:
         {str(k): [TunedGemm.model_validate(c) for c in calls] for k, calls in cut.items()} if isinstance(cut, dict) else {},
         {str(k): dict(v) for k, v in builds.items()} if isinstance(builds, dict) else {},
     )
-
-
-def run_plan(task: Task, source: str, plan: Plan) -> Verdict:
-    from . import gpu as _gpu  # noqa: F401 - registers the GPU stages
-    from . import tuning as _tuning  # noqa: F401 - registers the tune stages (tune, tune_cpu)
-    from .caches import prune_once
-    from .scratch import remove_stale_once
-    from .stages import STAGES, Context
-    from .static import check_source
-
-    remove_stale_once()  # scratch folders a killed process left behind (kill -9): once per process
-    prune_once()  # the compile caches of sources unused for longest, over their budget: once per process
-    t0 = time.perf_counter()
-    box = detect_sandbox()
-    verdict = Verdict(task=task.name, task_version=task.version, backend=plan.backend, outcome=Outcome.PASSED,
-                      sandbox=box.kind, runner_user=box.runner_user)
-    if box.refused:
-        verdict.stages.append(StageResult(stage="static", outcome=Outcome.INFRA_ERROR, reason=box.refused))
-        return _finish(verdict, t0)
-    violations = check_source(source)
-    if violations:
-        reason = "the static check rejected the candidate:\n" + "\n".join(str(v) for v in violations[:12])
-        verdict.stages.append(StageResult(stage="static", outcome=Outcome.STATIC_REJECTED, reason=reason))
-        return _finish(verdict, t0)
-    verdict.stages.append(StageResult(stage="static", outcome=Outcome.PASSED, reason=""))
-    ctx = Context(task=task, source=source, plan=plan, deadline=time.monotonic() + plan.timeout)
-    for name in plan.stages:
-        fn = STAGES.get(name)
-        s0 = time.perf_counter()
-        if fn is None:
-            result = StageResult(stage=name, outcome=Outcome.INFRA_ERROR, reason=f"unknown stage {name!r} (known: {', '.join(STAGES)})")
-        else:
-            try:
-                result = fn(ctx)
-            except Exception as exc:  # the harness failed, not the candidate
-                result = StageResult(stage=name, outcome=Outcome.INFRA_ERROR, reason=f"the checker failed: {type(exc).__name__}: {exc}")
-        result.seconds = result.seconds or time.perf_counter() - s0
-        verdict.stages.append(result)
-        if result.outcome is not Outcome.PASSED:
-            break
-    return _finish(verdict, t0, plan)
 
 
 def _finish(verdict: Verdict, t0: float, plan: Plan | None = None) -> Verdict:

@@ -97,7 +97,7 @@ def bench_prepare(ctx: Context) -> StageResult:
     t0 = time.perf_counter()
     for mode in ctx.plan.compile_modes:
         fn = compiled_reference(ctx.task, mode)
-        for point in ctx.shape_points():
+        for point in ctx.plan.points(ctx.task):
             inputs = ctx.task.make_inputs(point.dims, ctx.plan.seeds[0], device="cuda")
             with torch.no_grad():
                 fn(**inputs, **ctx.task.constants)
@@ -117,7 +117,7 @@ def run_timing(ctx: Context, compile_modes: Sequence[str] = (), device: str = "c
 
     try:
         with ctx.runner(backend_name, device) as client:
-            for point in ctx.shape_points():
+            for point in ctx.plan.points(ctx.task):
                 try:
                     shapes[point.name] = timed = time_shape(ctx, client, point, device, compile_modes, plan or RepPlan())
                 except Reject as rej:

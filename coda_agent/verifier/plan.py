@@ -1,7 +1,8 @@
 """The verification plan: which stages, on which backend, at which shapes and seeds, within what time.
 
-One object, owned by the verifier, so every caller (``verify``, ``bench``, ``run``, ``replay``) states the
-same things the same way and a verdict can say exactly what was checked.
+One request type, owned by the verifier: each caller (the agent, the bench and its tuning, the ``verify``
+command) builds a :class:`Plan` once, the executor's job carries it and ``verify()`` takes it, so a setting is
+stated in one place, its default in :class:`Plan` alone, and a verdict can say exactly what was checked.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from ..measure.baselines import COMPILE_MODES
 from ..measure.timing import FLUSH_BYTES
@@ -32,7 +33,10 @@ DEFAULT_TUNE_BUDGET_S = 300.0
 
 
 class Plan(BaseModel):
-    """What to check; the checker refuses a plan that would check nothing."""
+    """What to check; the checker refuses a plan that would check nothing. Frozen: one request, shared by the
+    threads and processes that carry it (a variant is a ``model_copy``)."""
+
+    model_config = ConfigDict(frozen=True)
 
     stages: list[str] = Field(default_factory=lambda: list(CPU_STAGES))
     backend: str = "torch"
@@ -41,13 +45,27 @@ class Plan(BaseModel):
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
     timeout: float = Field(default=600.0, gt=0)
     compile_modes: list[str] = Field(
-        default_factory=lambda: ["default", "max-autotune-no-cudagraphs"],
+        default_factory=lambda: list(COMPILE_MODES),
         description="the torch.compile baselines of the bench stage (the profile stage times the default mode)",
     )
     #: The tolerance baseline to judge outputs by, instead of the task's own (``tolerance.baseline``).
     tolerance_baseline: Baseline | None = None
     tune_budget_s: float = Field(default=DEFAULT_TUNE_BUDGET_S, gt=0, description="tune: the stage's wall time per candidate, in seconds")
     tune_cache: bool = Field(default=True, description="tune: reuse and record winners in the tuning cache (settings.cache_dir)")
+
+    @property
+    def needs_gpu(self) -> bool:
+        return any(s in GPU_STAGES for s in self.stages)
+
+    @property
+    def timed(self) -> bool:
+        """Whether it times: then it needs its device to itself (timings must not overlap)."""
+        return any(s in TIMED_STAGES for s in self.stages)
+
+    def points(self, task: Task) -> list[ShapePoint]:
+        """The shapes of ``task`` it checks: its shape set, narrowed to ``shape_names`` when given."""
+        points = task.shape(self.shape_set)
+        return [p for p in points if p.name in self.shape_names] if self.shape_names else points
 
     @field_validator("compile_modes")
     @classmethod
@@ -180,10 +198,7 @@ def memory_need(task: Task, point: ShapePoint, stages: Sequence[str], seeds: int
 
 def memory_needs(task: Task, plan: Plan) -> list[MemoryNeed]:
     """:func:`memory_need` at every shape the plan selects."""
-    points = task.shape(plan.shape_set)
-    if plan.shape_names:
-        points = [p for p in points if p.name in plan.shape_names]
-    return [memory_need(task, p, plan.stages, len(plan.seeds)) for p in points]
+    return [memory_need(task, p, plan.stages, len(plan.seeds)) for p in plan.points(task)]
 
 
 def memory_refusal(task: Task, plan: Plan, free_bytes: int, total_bytes: int | None = None) -> str | None:

@@ -85,12 +85,6 @@ class Context:
     #: The current stage's parts (:func:`stage` gives each stage a fresh one and records it in its result).
     watch: Stopwatch = field(default_factory=Stopwatch)
 
-    def shape_points(self) -> list[ShapePoint]:
-        points = self.task.shape(self.plan.shape_set)
-        if self.plan.shape_names:
-            points = [p for p in points if p.name in self.plan.shape_names]
-        return points
-
     @contextmanager
     def runner(self, backend: str, device: str, deadline: float | None = None) -> Iterator[RunnerClient]:
         """A runner of the candidate in the sandbox, killed at the stage's deadline (or an earlier ``deadline``)."""
@@ -412,7 +406,7 @@ def run_correctness(ctx: Context, name: str, backend_name: str, device: str) -> 
 
     try:
         with ctx.runner(backend_name, device) as client:
-            for point in ctx.shape_points():
+            for point in ctx.plan.points(ctx.task):
                 try:
                     info = check_shape(ctx, client, point, device, checks)
                 except Reject as rej:
@@ -421,7 +415,7 @@ def run_correctness(ctx: Context, name: str, backend_name: str, device: str) -> 
                 shapes[point.name] = {"outcome": Outcome.PASSED.value, "reason": "", **info}
     except RunnerError as exc:
         return result(*runner_failure(exc, ctx.plan, Outcome.RUNTIME_ERROR, ""))
-    n = len(ctx.shape_points())
+    n = len(ctx.plan.points(ctx.task))
     stress = " and the stress set" if ctx.task.stress_inits() else ""
     return result(Outcome.PASSED, f"all outputs within tolerance on {n} {ctx.plan.shape_set} shapes x {len(ctx.plan.seeds)} seeds"
                                   f"{stress}, launch budget kept")
@@ -438,7 +432,7 @@ def compile_sm90(ctx: Context) -> StageResult:
     """Build every kernel forward() launches for sm_90a, without a GPU (QuACK compile-only): at the first small
     shape, then each other config forward() would use at the bench shapes (:func:`bench_configs`)."""
     t0 = time.perf_counter()
-    point = ctx.shape_points()[0]
+    point = ctx.plan.points(ctx.task)[0]
 
     def result(outcome: Outcome, reason: str, details: dict[str, object] | None = None) -> StageResult:
         return StageResult(stage="compile", outcome=outcome, reason=reason, seconds=time.perf_counter() - t0, details=details or {})

@@ -325,7 +325,7 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str, builds_fir
         return StageResult(stage=name, outcome=outcome, reason=reason, seconds=time.perf_counter() - t0, tuning=tuning,
                            details=details)
 
-    points = ctx.shape_points()
+    points = ctx.plan.points(ctx.task)
     lost: dict[str, str] = {}  # shape -> why: the runner died there outside a proposal and was started again
     details["shapes_lost"] = lost
     deadline = time.monotonic() + ctx.plan.tune_budget_s  # the stage's wall time (module docstring)

@@ -6,8 +6,7 @@ monkeypatch) never show up in ``/proc/<pid>/environ``, so a test that only monke
 pytest process could not see a candidate read them from its parent. This helper is started with the fake
 keys in its environment from the beginning, exactly like the agent, and serves verification requests:
 
-    stdin:  one JSON object per line: {"task", "source", "stages", "timeout", "shape_set", "shape_names",
-            "seeds", "backend_label"}
+    stdin:  one JSON object per line: {"task", "source", "plan": <Plan JSON>}
     stdout: one line per request: <token> + {"verdict": <Verdict JSON>, "wall_s": float}
             or <token> + {"error": <traceback>} when verify() itself raised.
 
@@ -51,7 +50,7 @@ def main() -> int:
     token = sys.argv[1]
     _become_subreaper()
     from coda_agent.tasks import find_task
-    from coda_agent.verifier import verify
+    from coda_agent.verifier import Plan, verify
 
     out = sys.stdout
     out.write(token + json.dumps({"ready": True}) + "\n")
@@ -63,8 +62,7 @@ def main() -> int:
         t0 = time.perf_counter()
         try:
             task = find_task(req["task"])
-            kwargs = {k: req[k] for k in ("shape_set", "shape_names", "seeds", "backend_label") if req.get(k) is not None}
-            verdict = verify(task, req["source"], tuple(req["stages"]), timeout=float(req["timeout"]), **kwargs)
+            verdict = verify(task, req["source"], Plan.model_validate(req["plan"]))
             reply = {"verdict": verdict.model_dump_json(), "wall_s": time.perf_counter() - t0}
         except BaseException:
             reply = {"error": traceback.format_exc(limit=8), "wall_s": time.perf_counter() - t0}

@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from coda_agent.verifier import Plan
 from coda_agent.verifier.verdict import Verdict
 
 from .manifest import Case
@@ -122,13 +123,13 @@ class Agent:
                     return None
                 self._buf += chunk
 
-    def verify(self, task: str, source: str, stages: Iterable[str], timeout: float, wait: float, **kw: object) -> dict[str, object]:
+    def verify(self, task: str, source: str, plan: Plan, wait: float) -> dict[str, object]:
         """One ``verify()`` in the agent; ``{"lost": why}`` when it never answered (then the agent is restarted)."""
         if not self.alive():
             self.restarts += 1
             self.start()
         assert self.proc and self.proc.stdin
-        req = {"task": task, "source": source, "stages": list(stages), "timeout": timeout, **kw}
+        req = {"task": task, "source": source, "plan": plan.model_dump(mode="json")}
         try:
             self.proc.stdin.write((json.dumps(req) + "\n").encode())
             self.proc.stdin.flush()
@@ -428,14 +429,7 @@ def run_case(case: Case, agent: Agent, listener: Listener, tmp: Path, source: st
 
     before = processes()
     files = FileWatch(watch, sentinel, marker, extra=[agent.cwd])
-    kw: dict[str, object] = {}
-    if case.shape_set:
-        kw["shape_set"] = case.shape_set
-    if case.shape_names:
-        kw["shape_names"] = list(case.shape_names)
-    if case.backend_label:
-        kw["backend_label"] = case.backend_label
-    reply = agent.verify(case.task, src, case.stages, case.timeout, wait=case.timeout + 60, **kw)
+    reply = agent.verify(case.task, src, case.plan, wait=case.timeout + 60)
     problems: list[str] = []
     verdict: Verdict | None = None
     if "lost" in reply:
@@ -451,7 +445,7 @@ def run_case(case: Case, agent: Agent, listener: Listener, tmp: Path, source: st
 
     if case.follow_up == "next_job":
         # A plainly wrong candidate verified right after: a leftover process must not be able to pass it.
-        nxt = agent.verify("gemm_residual_rmsnorm", wrong_candidate(marker), ("correctness",), 30.0, wait=120.0)
+        nxt = agent.verify("gemm_residual_rmsnorm", wrong_candidate(marker), Plan(timeout=30.0), wait=120.0)
         if "verdict" in nxt:
             v2 = Verdict.model_validate_json(str(nxt["verdict"]))
             if v2.passed or v2.outcome.value != "wrong_output":

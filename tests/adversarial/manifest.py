@@ -15,7 +15,7 @@ and why it works against a naive verifier. For each case the manifest gives:
   the sentinel file is unchanged, nothing new appears in the watched folder, the agent's working folder, the
   repository (``git status``) or the temp folders (names with the marker);
 * ``reason_any``: for ``cheat_detected``, words of which the reason must contain at least one;
-* ``timeout``: the ``timeout`` passed to ``verify()`` (busy loops must end as a timeout within it);
+* ``timeout``: the plan's ``timeout`` (busy loops must end as a timeout within it);
 * ``follow_up``: ``"next_job"``: after the case, a plainly wrong candidate is verified and must be judged
   ``wrong_output`` (a leftover process must not be able to pass it).
 
@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+
+from coda_agent.verifier import Plan
 
 HERE = Path(__file__).resolve().parent
 CASE_DIR = HERE / "cases"
@@ -77,7 +79,7 @@ class Case:
     # GPU cases only
     shape_set: str | None = None
     shape_names: tuple[str, ...] | None = None
-    backend_label: str | None = None
+    backend: str | None = None
     timing: bool = False  # a timing cheat: its profile time must not beat the honest kernel's
     control: bool = False  # a negative control (a human kernel): it must PASS, with every side check clean
 
@@ -88,6 +90,14 @@ class Case:
     @property
     def path(self) -> Path:
         return (GPU_CASE_DIR if self.stages == GPU else CASE_DIR) / self.file
+
+    @property
+    def plan(self) -> Plan:
+        """What ``verify()`` is asked to check (the plan's own defaults where the case names nothing)."""
+        shape_names = list(self.shape_names) if self.shape_names else None
+        named = {"shape_set": self.shape_set, "shape_names": shape_names, "backend": self.backend}
+        given = {k: v for k, v in named.items() if v is not None}
+        return Plan.model_validate({"stages": self.stages, "timeout": self.timeout, **given})
 
 
 def _cases(family: str, accept: frozenset[str], *files: str, **kw: object) -> list[Case]:
@@ -221,7 +231,8 @@ CPU_CASES: list[Case] = [
 
 #: Timing and CUDA-specific cheats: ``gpu_correctness`` + ``profile`` on the H200 with the real kernels, at one
 #: bench shape (large enough that an honest kernel takes hundreds of microseconds).
-_GPU = {"stages": GPU, "shape_set": "bench", "shape_names": ("llama3-1b-down",), "backend_label": "quack", "timeout": 600.0}
+_GPU = {"stages": GPU, "shape_set": "bench", "shape_names": ("llama3-1b-down",), "backend": "quack",
+        "timeout": 600.0}
 GPU_TIMED = frozenset({STATIC, CHEAT, WRONG})
 GPU_CASES: list[Case] = [
     Case("gpu_side_stream_when_timed.py", "timed", GPU_TIMED, timing=True, **_GPU),  # type: ignore[arg-type]

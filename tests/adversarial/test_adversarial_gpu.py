@@ -38,10 +38,7 @@ def _honest_medians(case: Case, agent: Agent) -> dict[str, float]:
     key = (case.task, case.shape_names)
     if key not in _HONEST:
         task = find_task(case.task)
-        reply = agent.verify(
-            case.task, task.human_file.read_text(), case.stages, case.timeout, wait=case.timeout + 120,
-            shape_set=case.shape_set, shape_names=list(case.shape_names or ()), backend_label=case.backend_label,
-        )
+        reply = agent.verify(case.task, task.human_file.read_text(), case.plan, wait=case.timeout + 120)
         assert "verdict" in reply, reply
         v = Verdict.model_validate_json(str(reply["verdict"]))
         assert v.passed, f"the human kernel must pass the GPU stages: {v.outcome.value}: {v.reason}"

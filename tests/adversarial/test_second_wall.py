@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from coda_agent.tasks import find_task
-from coda_agent.verifier import sandbox, scratch, verify
+from coda_agent.verifier import Plan, sandbox, scratch, verify
 from coda_agent.verifier.caches import _own_root, prune
 from coda_agent.verifier.client import RunnerClient
 from coda_agent.verifier.sandbox import Limits, Sandbox, SandboxUnavailable, Spec
@@ -123,7 +123,7 @@ def test_where_nobody_cannot_read_python_no_runner_starts_and_every_command_says
         with runner_folder("coda_wall_") as base, pytest.raises(SandboxUnavailable, match="no runner can start"):
             box.popen([sys.executable, "-c", "pass"], Spec(scratch=base / "s"))
         task = find_task("gemm_residual")
-        verdict = verify(task, task.human_file.read_text(), ["correctness"], shape_names=["tiny"], seeds=[0])
+        verdict = verify(task, task.human_file.read_text(), Plan(shape_names=["tiny"], seeds=[0]))
         assert verdict.outcome is Outcome.INFRA_ERROR and verdict.reason == box.refused
         with pytest.raises(SandboxUnavailable, match="no runner can start"):
             sandbox.require_isolation("an agent run")
@@ -206,7 +206,7 @@ def test_a_deep_chain_a_runner_leaves_breaks_no_later_verification(monkeypatch):
         removed = scratch.remove_stale(base)
         assert len(removed) == 2 and not list(base.iterdir())
     task = find_task("gemm_residual")
-    verdict = verify(task, task.human_file.read_text(), ["correctness"], shape_names=["tiny"], seeds=[0])
+    verdict = verify(task, task.human_file.read_text(), Plan(shape_names=["tiny"], seeds=[0]))
     assert verdict.outcome is Outcome.PASSED, verdict.reason
 
 
