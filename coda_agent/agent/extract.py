@@ -6,11 +6,11 @@ among the Python-looking fenced blocks, take the last complete module (one that 
 parses); failing that, the last one that defines ``forward`` (so the model hears about its syntax error);
 failing that, the largest block; with no fence at all, the whole reply if it parses as a module. Any text is
 safe here: a reply too long to search, or a block Python's parser chokes on (deep nesting, NUL bytes), is an
-extraction error or a block that does not parse, never an exception. And any text takes time linear in its length:
-each search for a fence starts where the last block ended and backtracks over no more than the line it tries (one
-pattern over the whole reply, as before issue 46, backtracked quadratically on an unclosed fence followed by
-backticks: 15 s for 160,000 of them, most of an hour at the cap), and the blocks are parsed from the last one back
-until one parses, each at most once.
+extraction error or a block that does not parse, never an exception. And any text takes time linear in its
+length: each search for a fence starts where the last block ended and backtracks over no more than the line it
+tries (one pattern over the whole reply, as before issue 46, backtracked quadratically on an unclosed fence
+followed by backticks: 15 s for 160,000 of them, most of an hour at the cap), and the blocks are parsed from
+the last one back until one parses, each at most once.
 """
 
 from __future__ import annotations
@@ -49,10 +49,10 @@ def _parses(code: str) -> bool:
 def fenced_blocks(text: str) -> Iterator[tuple[str, str]]:
     """The (language tag, body) of each fenced block of ``text``, in order.
 
-    A block opens on a line that starts with a fence and has a newline after it, and closes at the first later line
-    that holds the same fence alone (spaces and tabs around it); one never closed runs to the end of the text. Each
-    search starts where the last one stopped, and neither pattern backtracks past the line it tries: the time is
-    linear in the length of the text, whatever it holds.
+    A block opens on a line that starts with a fence and has a newline after it, and closes at the first later
+    line that holds the same fence alone (spaces and tabs around it); one never closed runs to the end of the
+    text. Each search starts where the last one stopped, and neither pattern backtracks past the line it
+    tries: the time is linear in the length of the text, whatever it holds.
     """
     pos = 0
     while (opener := _OPENER.search(text, pos)) is not None:
@@ -76,14 +76,16 @@ def _closing(fence: str) -> re.Pattern[str]:
 def extract_code(reply: str) -> Extraction:
     """The candidate module in ``reply``, or why there is none."""
     if len(reply) > MAX_REPLY_CHARS:
-        return Extraction(None, f"the reply is {len(reply):,} characters long; replies over {MAX_REPLY_CHARS:,} are not "
-                                "searched for code: answer with the module alone, in one ```python block")
+        return Extraction(None, f"the reply is {len(reply):,} characters long; replies over "
+                                f"{MAX_REPLY_CHARS:,} are not searched for code: answer with the module "
+                                "alone, in one ```python block")
     text = strip_thinking(reply)
     blocks = [body.strip("\n") for lang, body in fenced_blocks(text) if lang.lower() in _PYTHON_TAGS]
     blocks = [b for b in blocks if b.strip()]
     if blocks:
         with_forward = [b for b in blocks if _FORWARD.search(b)]
-        complete = next((b for b in reversed(with_forward) if _parses(b)), None)  # from the end: the last one wins
+        # from the end: the last one wins
+        complete = next((b for b in reversed(with_forward) if _parses(b)), None)
         if complete is not None:
             return Extraction(complete.rstrip() + "\n")
         if with_forward:

@@ -1,4 +1,5 @@
-"""The agent loop: rounds of K concurrent candidates, verified, fed back, recorded, until a target or a budget.
+"""The agent loop: rounds of K concurrent candidates, verified, fed back, recorded, until a target or a
+budget.
 
 State lives in the run directory, not in memory: the prompts of round r are a pure function of the task
 and the attempts of rounds < r, so ``Agent.resume`` rebuilds the conversation from the attempt files
@@ -62,7 +63,8 @@ def gpu_verifier_available() -> bool:
 
 
 def session_peaks(config: AgentConfig) -> Peaks:
-    """The ceilings the prompts' speed of light uses: measured here when this run times on a GPU, else nominal."""
+    """The ceilings the prompts' speed of light uses: measured here when this run times on a GPU, else
+    nominal."""
     if config.timed and gpu_verifier_available():
         return measure_peaks()
     return NOMINAL_H200
@@ -81,7 +83,8 @@ class AgentConfig:
     target_speedup: float | None = DEFAULT_TARGET_SPEEDUP
     target_sol: float | None = None
     examples: tuple[str, ...] | None = None
-    #: Task files and folders whose human kernels join the suite's as worked examples (``run --examples-from``).
+    #: Task files and folders whose human kernels join the suite's as worked examples (``run
+    #: --examples-from``).
     example_places: tuple[str, ...] = ()
     base_url: str | None = None
     #: CPU verifications at once, when the run has a local executor of its own.
@@ -95,8 +98,9 @@ class AgentConfig:
         cls, model: str, *, compile: bool = True, tune_budget_s: float | None = DEFAULT_TUNE_BUDGET_S,
         seeds: Sequence[int] | None = None, **kwargs: Any,
     ) -> AgentConfig:
-        """GPU stages on a machine that has them (and the schedule tuned, unless ``tune_budget_s`` is None), else the
-        CPU emulator (+ the sm_90a compile unless ``compile=False``); ``seeds`` (None: the plan's)."""
+        """GPU stages on a machine that has them (and the schedule tuned, unless ``tune_budget_s`` is None),
+        else the CPU emulator (+ the sm_90a compile unless ``compile=False``); ``seeds`` (None: the
+        plan's)."""
         plan: dict[str, Any] = {} if seeds is None else {"seeds": seeds}
         if gpu_verifier_available():
             # Timings never overlap on a device: the executor gives a timed verification its GPU alone.
@@ -111,8 +115,8 @@ class AgentConfig:
         return "profile" in self.plan.stages
 
     def target_for(self, task: Task) -> dict[str, Any]:
-        """Correct, and when timed: ``target_speedup`` of the human kernel's speed (cuBLAS alone's when the task
-        has none: the epilogue-is-free floor) or ``target_sol`` of SoL, whichever is reached first."""
+        """Correct, and when timed: ``target_speedup`` of the human kernel's speed (cuBLAS alone's when the
+        task has none: the epilogue-is-free floor) or ``target_sol`` of SoL, whichever is reached first."""
         target: dict[str, Any] = {"correct": True}
         if not self.timed:
             return target
@@ -129,8 +133,8 @@ class AgentConfig:
             **{key: getattr(self.plan, name) for key, name in RECORDED_PLAN.items()},
             "examples": list(self.examples or []), "example_places": list(self.example_places),
             "base_url": self.base_url, "verify_workers": self.verify_workers,
-            "target_speedup": self.target_speedup, "target_sol": self.target_sol, "population_size": self.population_size,
-            "tune_budget_s": self.tune_budget_s,
+            "target_speedup": self.target_speedup, "target_sol": self.target_sol,
+            "population_size": self.population_size, "tune_budget_s": self.tune_budget_s,
         }
 
     @classmethod
@@ -144,16 +148,18 @@ class AgentConfig:
             max_reply_tokens=p.get("max_reply_tokens", 8192), plan=plan,
             target_speedup=p.get("target_speedup", DEFAULT_TARGET_SPEEDUP),
             target_sol=p.get("target_sol"), examples=tuple(p.get("examples") or ()),
-            example_places=tuple(p["example_places"]) if "example_places" in p else _old_example_places(header),
+            example_places=tuple(p["example_places"]) if "example_places" in p
+            else _old_example_places(header),
             base_url=p.get("base_url"), verify_workers=p.get("verify_workers", 2),
-            population_size=p.get("population_size", DEFAULT_POPULATION), tune_budget_s=p.get("tune_budget_s"),
+            population_size=p.get("population_size", DEFAULT_POPULATION),
+            tune_budget_s=p.get("tune_budget_s"),
         )
         return replace(cfg, **overrides)
 
 
 def _old_example_places(header: RunHeader) -> tuple[str, ...]:
-    """Where a run recorded before ``example_places`` found its examples: the suite and its task's own folder (what
-    every run searched then), so that it resumes with the prompts it started with."""
+    """Where a run recorded before ``example_places`` found its examples: the suite and its task's own folder
+    (what every run searched then), so that it resumes with the prompts it started with."""
     folder = Path(header.task_path).parent if header.task_path else None
     return (str(folder),) if folder is not None and folder.is_dir() else ()
 
@@ -193,15 +199,16 @@ class SharedBudget:
         return self.spent() >= self.max_dollars
 
 
-#: Where replies are read, off the event loop, so that other runs of a sweep and Ctrl-C never wait on a long one; its
-#: own thread, not asyncio's default pool, which tuning jobs hold for minutes (``Agent._tune``). One is enough: the
-#: reading is pure Python and CPU-bound, so more threads would only take turns at the GIL.
+#: Where replies are read, off the event loop, so that other runs of a sweep and Ctrl-C never wait on a long
+#: one; its own thread, not asyncio's default pool, which tuning jobs hold for minutes (``Agent._tune``). One
+#: is enough: the reading is pure Python and CPU-bound, so more threads would only take turns at the GIL.
 _REPLY_READER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reply")
 
 
 def read_reply(raw: str) -> tuple[str, Extraction]:
-    """The reply as the run keeps it (:func:`kept_reply`) and the code in it: linear in its length, yet up to half a
-    second for a hostile reply near the cap, so :meth:`Agent._attempt` runs it on :data:`_REPLY_READER`."""
+    """The reply as the run keeps it (:func:`kept_reply`) and the code in it: linear in its length, yet up to
+    half a second for a hostile reply near the cap, so :meth:`Agent._attempt` runs it on
+    :data:`_REPLY_READER`."""
     text = storable(raw)
     try:
         extraction = extract_code(text)
@@ -211,11 +218,13 @@ def read_reply(raw: str) -> tuple[str, Extraction]:
 
 
 def kept_reply(text: str) -> str:
-    """A reply as the run keeps it: storable (lone surrogates replaced), and at most a little over the longest reply
-    searched for code (a 20 MB reply is a head and a note, not 20 MB in the record and the next prompt)."""
+    """A reply as the run keeps it: storable (lone surrogates replaced), and at most a little over the longest
+    reply searched for code (a 20 MB reply is a head and a note, not 20 MB in the record and the next
+    prompt)."""
     text = storable(text)
     if len(text) > MAX_REPLY_CHARS:
-        text = text[:MAX_REPLY_CHARS] + f"\n[... {len(text) - MAX_REPLY_CHARS:,} more characters of the reply not kept ...]"
+        text = text[:MAX_REPLY_CHARS] + (f"\n[... {len(text) - MAX_REPLY_CHARS:,} more characters of the "
+                                         "reply not kept ...]")
     return text
 
 
@@ -232,7 +241,8 @@ def _device(config: AgentConfig) -> str:
 
 
 def speed_reference(task: Task) -> str:
-    """What a timed run's speed target is measured against: the human kernel when the task has one, else cuBLAS alone."""
+    """What a timed run's speed target is measured against: the human kernel when the task has one, else
+    cuBLAS alone."""
     return "human" if task.human_file is not None and task.human_file.exists() else "cublas"
 
 
@@ -264,14 +274,22 @@ class Agent:
         tune_fn: TuneFn | None = None,
         executor: Executor | None = None,
     ) -> None:
-        self.task, self.provider, self.config, self.writer, self.header = task, provider, config, writer, header
+        self.task, self.provider, self.config, self.writer, self.header = (
+            task,
+            provider,
+            config,
+            writer,
+            header,
+        )
         provider.bind_run_dir(writer.run_dir)
         self.events = events or RunEvents()
-        self.verify_fn = verify_fn  # what a local executor of the run's own runs (a given executor has its own)
+        # what a local executor of the run's own runs (a given executor has its own)
+        self.verify_fn = verify_fn
         if tune_fn is None and config.timed and config.tune_budget_s:
             tune_fn = self._tune_on_executor
         self.tune_fn = tune_fn
-        #: Where verifications run: shared (a command's, a sweep's), or None for a local one of this run's own.
+        #: Where verifications run: shared (a command's, a sweep's), or None for a local one of this run's
+        #: own.
         self.executor = executor
         self.attempts: list[Attempt] = sorted(attempts, key=lambda a: a.index)
         self.previous = previous
@@ -303,11 +321,11 @@ class Agent:
         created = _now()
         commit, dirty = git_state()
         header = RunHeader(
-            run_id=new_run_id(task.name, created.astimezone()), created=created, task=task.name, task_version=task.version,
-            task_path=str(task.path), task_hash=task.content_hash, model=config.model, params=config.params(), budgets=config.budgets,
+            run_id=new_run_id(task.name, created.astimezone()), created=created, task=task.name,
+            task_version=task.version, task_path=str(task.path), task_hash=task.content_hash,
+            model=config.model, params=config.params(), budgets=config.budgets,
             target=config.target_for(task), verifier_stages=list(config.plan.stages), git_commit=commit,
-            git_dirty=dirty,
-            packages=package_versions(), device=_device(config), host=host_name(),
+            git_dirty=dirty, packages=package_versions(), device=_device(config), host=host_name(),
         )
         writer = RunWriter.create(runs_dir, header)
         try:
@@ -318,11 +336,12 @@ class Agent:
 
     @classmethod
     def resume(
-        cls, run_dir: Path, provider: Provider, *, budgets: Budgets | None = None, writer: RunWriter | None = None,
-        **kwargs: Any,
+        cls, run_dir: Path, provider: Provider, *, budgets: Budgets | None = None,
+        writer: RunWriter | None = None, **kwargs: Any,
     ) -> Agent:
-        """Continue a recorded run: same task, model and settings; ``budgets`` may extend it. The run's writer is
-        opened here (RunBusy while another process writes it) unless the caller opened it already (``writer``)."""
+        """Continue a recorded run: same task, model and settings; ``budgets`` may extend it. The run's writer
+        is opened here (RunBusy while another process writes it) unless the caller opened it already
+        (``writer``)."""
         writer = writer or RunWriter.open(run_dir)
         try:
             reader = RunReader(run_dir)  # read under the lock: no other process adds to it now
@@ -337,13 +356,15 @@ class Agent:
             if budgets is not None:
                 if budgets.candidates_per_round != header.budgets.candidates_per_round:
                     raise RunRecordError(
-                        f"the run asks {header.budgets.candidates_per_round} candidates per round; a resumed run keeps that"
+                        f"the run asks {header.budgets.candidates_per_round} candidates per round; a resumed "
+                        "run keeps that"
                     )
                 header = header.model_copy(update={"budgets": budgets})
                 writer.write_header(header)
                 overrides["budgets"] = budgets
             config = AgentConfig.from_header(header, **overrides)
-            return cls(task, provider, config, writer, header, attempts=reader.attempts(), previous=reader.summary(), **kwargs)
+            return cls(task, provider, config, writer, header, attempts=reader.attempts(),
+                       previous=reader.summary(), **kwargs)
         except BaseException:
             writer.close()
             raise
@@ -355,11 +376,13 @@ class Agent:
     # --- the loop -------------------------------------------------------------------------------
 
     async def run(self) -> RunSummary:
-        """Rounds until the target or a budget; cancellation (Ctrl-C, SIGTERM) leaves an ``interrupted`` summary. The
-        run's writer is closed at the end, however it ends: another process may then resume it."""
+        """Rounds until the target or a budget; cancellation (Ctrl-C, SIGTERM) leaves an ``interrupted``
+        summary. The run's writer is closed at the end, however it ends: another process may then resume
+        it."""
         self._session_start = time.monotonic()
         own = self.executor is None
-        self._executor = self.executor or LocalExecutor(cpu_workers=self.config.verify_workers, verify_fn=self.verify_fn)
+        self._executor = self.executor or LocalExecutor(cpu_workers=self.config.verify_workers,
+                                                        verify_fn=self.verify_fn)
         try:
             self._summarise("running")  # a resumed run says so at once, not after its first attempt
             await self._time_human_kernel()
@@ -371,7 +394,8 @@ class Agent:
                 round_no, slots = self._next_slots()
                 await self._round(round_no, slots)
         except asyncio.CancelledError:
-            self._finish("interrupted", f"interrupted ({self.interrupted_by}); finished attempts are recorded")
+            self._finish("interrupted",
+                         f"interrupted ({self.interrupted_by}); finished attempts are recorded")
             if own:
                 self._executor.cancel()
             raise
@@ -380,7 +404,8 @@ class Agent:
             raise
         except Exception as exc:  # a harness bug, not the model's: the summary says the run failed, and why
             first = (str(exc).strip().splitlines() or [""])[0][:300]
-            self._finish("failed", storable(f"the run failed: {type(exc).__name__}" + (f": {first}" if first else "")))
+            self._finish("failed",
+                         storable(f"the run failed: {type(exc).__name__}" + (f": {first}" if first else "")))
             raise
         finally:
             if own:
@@ -436,24 +461,28 @@ class Agent:
         if best is not None and self.target_met(best):
             return "target_reached", f"target reached by attempt #{best.index}"
         if b.max_wall_seconds is not None and self.elapsed() >= b.max_wall_seconds:
-            return "budget_exhausted", f"wall-time budget spent ({self.elapsed():.0f} s of {b.max_wall_seconds:g} s)"
+            return "budget_exhausted", (f"wall-time budget spent ({self.elapsed():.0f} s of "
+                                        f"{b.max_wall_seconds:g} s)")
         tokens, dollars = self._spent()
         if b.max_tokens is not None and tokens >= b.max_tokens:
             return "budget_exhausted", f"token budget spent ({tokens} of {b.max_tokens})"
         if b.max_dollars is not None and dollars >= b.max_dollars:
             return "budget_exhausted", f"dollar budget spent (${dollars:.4f} of ${b.max_dollars:g})"
         if self.shared is not None and self.shared.exhausted():
-            return "budget_exhausted", f"the sweep's dollar budget is spent (${self.shared.spent():.4f} of ${self.shared.max_dollars:g})"
+            return "budget_exhausted", (f"the sweep's dollar budget is spent (${self.shared.spent():.4f} of "
+                                        f"${self.shared.max_dollars:g})")
         if self._pending is None and max((a.round for a in self.attempts), default=0) >= b.rounds:
             return "completed", f"all {b.rounds} rounds done" if b.rounds != 1 else "1 round done"
         slots = self._pending[1] if self._pending else list(range(b.candidates_per_round))
         if slots and self._affordable(len(slots)) == 0:
             which = "token" if self._affordable(1, dollars=False) == 0 else "dollar"
-            return "budget_exhausted", f"{which} budget: the next attempt would exceed it (at the average cost so far)"
+            return "budget_exhausted", (f"{which} budget: the next attempt would exceed it (at the average "
+                                        "cost so far)")
         return None
 
     def speed_goals(self) -> dict[str, float]:
-        """The header target's speed ratios (``speedup_vs_human``, ``speedup_vs_cublas``, ``sol_fraction``)."""
+        """The header target's speed ratios (``speedup_vs_human``, ``speedup_vs_cublas``,
+        ``sol_fraction``)."""
         return {k: float(v) for k, v in self.header.target.items() if k != "correct"}
 
     def target_met(self, best: Attempt) -> bool:
@@ -477,26 +506,30 @@ class Agent:
         if not self.config.timed:
             built = " and builds for sm_90a" if "compile" in self.config.plan.stages else ""
             return (
-                f"a correct candidate: every output within tolerance on the emulator{built}. There is no GPU in this "
-                "run, so speed is not measured here; still write the kernel you would want timed (everything fused, "
-                "within the launch budget)"
+                f"a correct candidate: every output within tolerance on the emulator{built}. There is no GPU "
+                "in this run, so speed is not measured here; still write the kernel you would want timed "
+                "(everything fused, within the launch budget)"
             )
-        goal = " or ".join(_goal_text(k, v) for k, v in self.speed_goals().items()) or "as fast as you can make it"
+        goal = (
+            " or ".join(_goal_text(k, v) for k, v in self.speed_goals().items())
+            or "as fast as you can make it"
+        )
         return f"correct, and {goal} (geometric mean over the bench shapes)"
 
     def task_message(self) -> str:
         return task_prompt(
             self.task, checks=describe_checks(self.task, self.config.plan),
-            target=self.target_text(), sol=self.sol, sol_label=self.peaks.label(), human_us=self.header.human_timing or None,
+            target=self.target_text(), sol=self.sol, sol_label=self.peaks.label(),
+            human_us=self.header.human_timing or None,
         )
 
     def messages_for(self, round_no: int, slot: int = 0) -> list[ChatMessage]:
         """The chat candidate ``slot`` of ``round_no`` receives: built only from earlier rounds' attempts."""
         earlier = [a for a in self.attempts if a.round < round_no]
         return build_messages(
-            self.system, self.task_message(), earlier, population=population(earlier, self.config.population_size),
-            goal_is_speed=self.config.timed, goals=self.speed_goals(), slot=slot,
-            slots=self.config.budgets.candidates_per_round,
+            self.system, self.task_message(), earlier,
+            population=population(earlier, self.config.population_size), goal_is_speed=self.config.timed,
+            goals=self.speed_goals(), slot=slot, slots=self.config.budgets.candidates_per_round,
         )
 
     # --- one round, one attempt -----------------------------------------------------------------
@@ -510,9 +543,11 @@ class Agent:
         verdict = await self._verify(human.read_text())
         times = human_times(timing_from_verdict(verdict)) if verdict.passed else {}
         if not times:
-            self.events.note(f"the human kernel could not be timed ({verdict.outcome.value}); speeds are measured against cuBLAS alone")
+            self.events.note(f"the human kernel could not be timed ({verdict.outcome.value}); speeds are "
+                             "measured against cuBLAS alone")
             if "speedup_vs_human" in self.header.target:
-                target = {("speedup_vs_cublas" if k == "speedup_vs_human" else k): v for k, v in self.header.target.items()}
+                target = {("speedup_vs_cublas" if k == "speedup_vs_human"
+                           else k): v for k, v in self.header.target.items()}
                 self.header = self.header.model_copy(update={"target": target})
                 self.writer.write_header(self.header)
             return
@@ -521,8 +556,10 @@ class Agent:
 
     async def _round(self, round_no: int, slots: list[int]) -> None:
         self.events.round_started(round_no, len(slots))
-        # Tasks start in slot order, so each provider call is made in (round, slot) order (replay relies on it).
-        tasks = [asyncio.create_task(self._attempt(round_no, slot, self.messages_for(round_no, slot))) for slot in slots]
+        # Tasks start in slot order, so each provider call is made in (round, slot) order (replay relies on
+        # it).
+        tasks = [asyncio.create_task(self._attempt(round_no, slot,
+                                                   self.messages_for(round_no, slot))) for slot in slots]
         wall = self.config.budgets.max_wall_seconds
         timeout = None if wall is None else max(0.0, wall - self.elapsed())
         try:
@@ -562,11 +599,14 @@ class Agent:
             )
         except ProviderError as exc:
             if exc.kind.fatal:
-                message = str(exc) if str(exc).startswith(self.config.model) else f"{self.config.model}: {exc}"
+                message = (
+                    str(exc) if str(exc).startswith(self.config.model) else f"{self.config.model}: {exc}"
+                )
                 raise FatalProviderError(message) from None
             self._record(Attempt(
                 index=index, round=round_no, slot=slot, started=started, finished=_now(), messages=messages,
-                provider_error=storable(f"{exc.kind.value}: {exc}"), durations={"llm": round(time.monotonic() - t0, 3)},
+                provider_error=storable(f"{exc.kind.value}: {exc}"),
+                durations={"llm": round(time.monotonic() - t0, 3)},
             ))
             return
         llm_s = time.monotonic() - t0
@@ -574,7 +614,8 @@ class Agent:
             input_tokens=completion.input_tokens, output_tokens=completion.output_tokens,
             cost_usd=completion.cost_usd, price_known=completion.price_known,
         )
-        reply, extraction = await asyncio.get_running_loop().run_in_executor(_REPLY_READER, read_reply, completion.text)
+        reply, extraction = await asyncio.get_running_loop().run_in_executor(_REPLY_READER, read_reply,
+                                                                             completion.text)
         verdict, timing, durations = None, {}, {"llm": round(llm_s, 3)}
         if extraction.code is not None:
             self.events.attempt_phase(index, "verifying")
@@ -594,8 +635,8 @@ class Agent:
         self._record(Attempt(
             index=index, round=round_no, slot=slot, started=started, finished=_now(), messages=messages,
             raw_response=reply, finish_reason=storable(completion.finish_reason), code=extraction.code,
-            extraction_error=extraction.error, verdict=verdict, usage=usage, durations=durations, timing=timing,
-            tuning=tuning,
+            extraction_error=extraction.error, verdict=verdict, usage=usage, durations=durations,
+            timing=timing, tuning=tuning,
         ))
 
     def _timing(self, verdict: Verdict) -> dict[str, Any]:
@@ -627,21 +668,28 @@ class Agent:
             return None
         tuned_verdict = await self._verify(tuned.source)
         after = self._timing(tuned_verdict) if tuned_verdict.passed else {}
-        faster = bool(after) and (after.get("geomean_us") or math.inf) < (timing.get("geomean_us") or math.inf)
-        return Tuning(code=tuned.source, verdict=tuned_verdict, adopted=faster, before=timing, search=tuned.search)
+        faster = bool(after) and (after.get("geomean_us") or math.inf) < (timing.get("geomean_us")
+                                                                          or math.inf)
+        return Tuning(code=tuned.source, verdict=tuned_verdict, adopted=faster, before=timing,
+                      search=tuned.search)
 
     # --- records --------------------------------------------------------------------------------
 
     def _record(self, attempt: Attempt) -> None:
         """Write the attempt, then the best candidate and the summary (each file atomically)."""
         self.writer.write_attempt(attempt)
-        if not attempt.usage.price_known and self.config.budgets.max_dollars is not None and not self._warned_price:
+        if (
+            not attempt.usage.price_known
+            and self.config.budgets.max_dollars is not None
+            and not self._warned_price
+        ):
             self._warned_price = True
             self.events.note(
-                f"{self.config.model} has no known price, so its cost counts as $0 and the dollar budget cannot bite "
-                "(add it to a CODA_AGENT_PRICES file)"
+                f"{self.config.model} has no known price, so its cost counts as $0 and the dollar budget "
+                "cannot bite (add it to a CODA_AGENT_PRICES file)"
             )
-        self.attempts = sorted([*(a for a in self.attempts if a.index != attempt.index), attempt], key=lambda a: a.index)
+        self.attempts = sorted([*(a for a in self.attempts if a.index != attempt.index), attempt],
+                               key=lambda a: a.index)
         best = self.best()
         if best is not None and best.index != self._best_written and best.shipped_code is not None:
             self.writer.write_best(best.shipped_code)
@@ -652,7 +700,8 @@ class Agent:
         self.events.attempt_finished(attempt, self.summary)
 
     def _summarise(self, status: str, stop_reason: str = "") -> None:
-        progress = {"status": status, "stop_reason": stop_reason, "wall_seconds": round(self.elapsed(), 3), "updated": _now()}
+        progress = {"status": status, "stop_reason": stop_reason, "wall_seconds": round(self.elapsed(), 3),
+                    "updated": _now()}
         self.summary = rolled_up(self.summary.model_copy(update=progress), self.attempts)
         self.writer.write_summary(self.summary)
 

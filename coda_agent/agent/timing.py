@@ -14,9 +14,10 @@ nominal ones; the prompt names which.
      "sol_fraction": 0.59}
 
 Ratios (other time / candidate time, > 1 is faster) are geometric means over the shapes that have both
-numbers; a ratio that cannot be formed is absent. A shape's ``speedups`` against the baselines timed with it pair
-the interleaved rounds (:func:`~coda_agent.measure.timing.paired_ratio`, as the bench's ratios do); the human
-kernel, timed in another session, compares by its median. The ``speedup_vs_*`` keys are what a run's target names.
+numbers; a ratio that cannot be formed is absent. A shape's ``speedups`` against the baselines timed with it
+pair the interleaved rounds (:func:`~coda_agent.measure.timing.paired_ratio`, as the bench's ratios do); the
+human kernel, timed in another session, compares by its median. The ``speedup_vs_*`` keys are what a run's
+target names.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from ..verifier.verdict import Verdict
 
 
 def timing_from_verdict(
-    verdict: Verdict | None, human: Mapping[str, float] | None = None, sol: Mapping[str, SolPoint] | None = None
+    verdict: Verdict | None, human: Mapping[str, float] | None = None,
+    sol: Mapping[str, SolPoint] | None = None
 ) -> dict[str, Any]:
     """The ``Attempt.timing`` record of a profiled verdict; ``{}`` when it was not timed.
 
