@@ -3,9 +3,9 @@ against the same model in plain PyTorch, eager and under torch.compile.
 
 Every variant runs the same weights and batch. Each variant's first step runs alone (its compiles), then the
 steps are timed interleaved (``measure.timing.time_interleaved``); the attention part, torch's SDPA in every
-variant, is timed alone at the stack's shapes, and ``non-attention time = step - layers x attention``: the part
-the task kernels replace. Then one step per variant for its peak memory and one under ``torch.profiler`` for the
-kernels that made the difference.
+variant, is timed alone at the stack's shapes, and ``non-attention time = step - layers x attention``: the
+part the task kernels replace. Then one step per variant for its peak memory and one under ``torch.profiler``
+for the kernels that made the difference.
 """
 
 from __future__ import annotations
@@ -23,13 +23,15 @@ from ..provenance import driver_version, git_commit, package_versions
 from ..torch import CodaLlamaLayer, CodaLlamaStack, CodaLMHead, Kernels, ReferenceLlamaStack
 from .results import E2EConfig, E2ERun, E2EVariant, KernelTime
 
-#: CODA's torchtitan 1B (Llama 3.2 1B: 16 layers, vocab 128256) at batch 4 x 8192, Llama 3.1 8B's layers (32 of
-#: them; time a few with --layers) at batch 2 x 8192, and a CPU-sized one for tests.
+#: CODA's torchtitan 1B (Llama 3.2 1B: 16 layers, vocab 128256) at batch 4 x 8192, Llama 3.1 8B's layers (32
+#: of them; time a few with --layers) at batch 2 x 8192, and a CPU-sized one for tests.
 PRESETS = {
-    "1b": E2EConfig(preset="1b", dim=2048, ffn_dim=8192, n_heads=32, n_kv_heads=8, vocab=128256, layers=16, batch=4, seq=8192),
-    "8b": E2EConfig(preset="8b", dim=4096, ffn_dim=14336, n_heads=32, n_kv_heads=8, vocab=128256, layers=32, batch=2,
-                    seq=8192),
-    "tiny": E2EConfig(preset="tiny", dim=64, ffn_dim=96, n_heads=4, n_kv_heads=2, vocab=160, layers=2, batch=2, seq=32),
+    "1b": E2EConfig(preset="1b", dim=2048, ffn_dim=8192, n_heads=32, n_kv_heads=8, vocab=128256, layers=16,
+                    batch=4, seq=8192),
+    "8b": E2EConfig(preset="8b", dim=4096, ffn_dim=14336, n_heads=32, n_kv_heads=8, vocab=128256, layers=32,
+                    batch=2, seq=8192),
+    "tiny": E2EConfig(preset="tiny", dim=64, ffn_dim=96, n_heads=4, n_kv_heads=2, vocab=160, layers=2,
+                      batch=2, seq=32),
 }
 MAX_AUTOTUNE = "max-autotune-no-cudagraphs"
 
@@ -61,20 +63,24 @@ DEFAULT_VARIANTS = ("coda", "eager", "compile", "compile-max-autotune")
 
 def compile_backend(device: str) -> str:
     """Inductor on a GPU; on a CPU ``aot_eager`` (the same graphs through AOT autograd, run eagerly), since
-    Inductor's CPU build of even the tiny stack takes tens of seconds and its CPU kernels say nothing of a GPU's."""
+    Inductor's CPU build of even the tiny stack takes tens of seconds and its CPU kernels say nothing of a
+    GPU's."""
     return "inductor" if device == "cuda" else "aot_eager"
 
 
 def build_stack(config: E2EConfig, device: str, seed: int = 0) -> CodaLlamaStack:
     torch.manual_seed(seed)
     kernels = Kernels()
-    layers = [CodaLlamaLayer(config.dim, config.ffn_dim, config.n_heads, config.n_kv_heads, kernels=kernels, device=device)
+    layers = [CodaLlamaLayer(config.dim, config.ffn_dim, config.n_heads, config.n_kv_heads, kernels=kernels,
+                             device=device)
               for _ in range(config.layers)]
     return CodaLlamaStack(layers, CodaLMHead(config.dim, config.vocab, kernels=kernels, device=device))
 
 
-def on_kernels(stack: CodaLlamaStack, kernels: Kernels, run: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-    """``run`` with ``stack`` on ``kernels`` for the call (its backward included: it reads them from the forward)."""
+def on_kernels(stack: CodaLlamaStack, kernels: Kernels,
+               run: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``run`` with ``stack`` on ``kernels`` for the call (its backward included: it reads them from the
+    forward)."""
 
     def call(*args: torch.Tensor) -> torch.Tensor:
         stack.use(kernels)
@@ -85,7 +91,8 @@ def on_kernels(stack: CodaLlamaStack, kernels: Kernels, run: Callable[..., torch
 
 def training_step(model: nn.Module, run: Callable[..., torch.Tensor], h: torch.Tensor,
                   targets: torch.Tensor) -> Callable[[], torch.Tensor]:
-    """One step as a trainer runs it: gradients cleared, loss forward, backward to every weight and the input."""
+    """One step as a trainer runs it: gradients cleared, loss forward, backward to every weight and the
+    input."""
 
     def step() -> torch.Tensor:
         model.zero_grad(set_to_none=True)
@@ -101,7 +108,13 @@ def attention_step(config: E2EConfig, device: str) -> Callable[[], None]:
     views of one QKV tensor, as the layers hand them over, with the gradient of its output in the layers'
     layout. The gradients are returned where SDPA leaves them: gathering them into one tensor is the layers'
     work (CODA's RoPE backward reads them in place), not attention's."""
-    b, s, nq, nkv, d = config.batch, config.seq, config.n_heads, config.n_kv_heads, config.dim // config.n_heads
+    b, s, nq, nkv, d = (
+        config.batch,
+        config.seq,
+        config.n_heads,
+        config.n_kv_heads,
+        config.dim // config.n_heads,
+    )
     qkv = torch.randn(b, s, nq + 2 * nkv, d, device=device, dtype=torch.bfloat16)
     q, k, v = (t.transpose(1, 2).requires_grad_() for t in qkv.split([nq, nkv, nkv], dim=2))
     grad = torch.randn(b, s, nq, d, device=device, dtype=torch.bfloat16).transpose(1, 2)
@@ -113,7 +126,8 @@ def attention_step(config: E2EConfig, device: str) -> Callable[[], None]:
     return step
 
 
-def first_steps(steps: dict[str, Callable[[], torch.Tensor]], progress: Callable[[str], None]) -> dict[str, str]:
+def first_steps(steps: dict[str, Callable[[], torch.Tensor]], progress: Callable[[str], None]) -> dict[str,
+                                                                                                       str]:
     """Each variant's first step alone (its compiles); returns the variants that ran out of memory, with why,
     so one model too big for the device costs its own row, not the run."""
     dropped = {}
@@ -155,21 +169,27 @@ def profile_kernels(step: Callable[[], object], device: str, top: int) -> tuple[
                 if e.device_type == torch.autograd.DeviceType.CUDA and e.device_time_total > 0]
     else:
         kind = "CPU ops (self time; no GPU)"
-        rows = [(e.key, e.count, e.self_cpu_time_total) for e in prof.key_averages() if e.self_cpu_time_total > 0]
+        rows = [(e.key, e.count,
+                 e.self_cpu_time_total) for e in prof.key_averages() if e.self_cpu_time_total > 0]
     rows.sort(key=lambda r: -r[2])
     return kind, sum(r[2] for r in rows), [KernelTime(name=n, count=c, total_us=t) for n, c, t in rows[:top]]
 
 
 def step_plan(warmup: int = 3, steps: int = 20) -> RepPlan:
-    """Exactly ``steps`` timed steps per variant after ``warmup`` (a step is long: no sizing to a time target)."""
+    """Exactly ``steps`` timed steps per variant after ``warmup`` (a step is long: no sizing to a time
+    target)."""
     return RepPlan(warmup=warmup, min_reps=steps, max_reps=steps)
 
 
 def timing_method(device: str, plan: RepPlan) -> str:
-    clock = "CUDA events on the current stream, L2 flushed before each step" if device == "cuda" else "the host clock (no GPU)"
-    return (f"{clock}; one step = zero_grad, forward, loss.backward(); a first step of each variant alone (compiles), "
-            f"then the variants interleaved step by step in rotating order after {plan.warmup} untimed steps each; "
-            f"median and p10/p90 over "
+    clock = (
+        "CUDA events on the current stream, L2 flushed before each step"
+        if device == "cuda"
+        else "the host clock (no GPU)"
+    )
+    return (f"{clock}; one step = zero_grad, forward, loss.backward(); a first step of each variant alone "
+            f"(compiles), then the variants interleaved step by step in rotating order after {plan.warmup} "
+            f"untimed steps each; median and p10/p90 over "
             f"{plan.min_reps} steps")
 
 
@@ -201,14 +221,16 @@ def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | 
         model: nn.Module = coda if spec.coda else reference
         run: Callable[..., torch.Tensor] = model
         if spec.compile_mode is not None:
-            compiled[name] = (backend, spec.compile_mode if backend == "inductor" else None)  # the mode is Inductor's
+            # the mode is Inductor's
+            compiled[name] = (backend, spec.compile_mode if backend == "inductor" else None)
             run = torch.compile(model, backend=backend, mode=compiled[name][1], fullgraph=True)
         if spec.coda:  # the CODA variants share one stack's weights: each step sets its kernels first
             run = on_kernels(coda, kernel_sets[spec.k_major_dgrad], run)
         steps[name] = training_step(model, run, h, targets)
     dropped = first_steps(steps, progress)
     if "coda" in dropped:
-        raise ValueError(f"the coda variant cannot run at this size ({dropped['coda']}): try fewer --layers, --batch or --seq")
+        raise ValueError(f"the coda variant cannot run at this size ({dropped['coda']}): try fewer --layers, "
+                         "--batch or --seq")
     names = [n for n in names if n not in dropped]
     attention = attention_step(config, device)
     progress(f"timing {', '.join(names)} and the attention alone, interleaved")
@@ -233,13 +255,17 @@ def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | 
         ))
     notes = [f"{name} was left out: {why}" for name, why in dropped.items()]
     if backend != "inductor":
-        notes.append(f"no GPU: the torch.compile variants ran backend {backend} without a mode (Inductor's CPU build "
-                     "takes tens of seconds and says nothing of a GPU); the times only show the bench runs")
+        notes.append(f"no GPU: the torch.compile variants ran backend {backend} without a mode (Inductor's "
+                     "CPU build takes tens of seconds and says nothing of a GPU); the times only show the "
+                     "bench runs")
     return E2ERun(
-        created=datetime.now(timezone.utc), command=command, device=device_name or device, driver=driver_version(),
-        packages=package_versions(), git_commit=git_commit(), timing_method=timing_method(device, plan),
-        attention_method=(f"non-attention time = step median - {config.layers} layers x the median of one layer's "
-                          "SDPA forward+backward timed alone, interleaved with the steps (causal, GQA, Q/K/V as "
-                          "views of one QKV tensor as in the layers; their gradients left where SDPA writes them)"),
+        created=datetime.now(timezone.utc), command=command, device=device_name or device,
+        driver=driver_version(), packages=package_versions(), git_commit=git_commit(),
+        timing_method=timing_method(device, plan), attention_method=("non-attention time = step median - "
+                                                                     f"{config.layers} layers x the median "
+                                                                     "of one layer's "
+                          "SDPA forward+backward timed alone, interleaved with the steps (causal, GQA, Q/K/V "
+                          "as views of one QKV tensor as in the layers; their gradients left where SDPA "
+                          "writes them)"),
         notes=notes, config=config, attention=timings["attention"], variants=results,
     )

@@ -1,4 +1,5 @@
-"""Rendering a :class:`BenchRun` or an :class:`E2ERun`: rich tables for the terminal, a markdown summary for the repository.
+"""Rendering a :class:`BenchRun` or an :class:`E2ERun`: rich tables for the terminal, a markdown summary for
+the repository.
 
 Ratios are baseline time / kernel time: above 1 the kernel is faster.
 """
@@ -14,21 +15,22 @@ from rich.table import Table
 from ..measure.timing import Timing
 from .results import NON_ATTENTION_GOAL, BenchRow, BenchRun, E2ERun, E2EVariant, Measured
 
-#: Minimum kernel speed relative to cuBLAS alone, at every bench shape (the 1B and ragged ones too): the epilogue
-#: should be nearly free; a block's GEMMs are held to the sum of their cuBLAS times.
+#: Minimum kernel speed relative to cuBLAS alone, at every bench shape (the 1B and ragged ones too): the
+#: epilogue should be nearly free; a block's GEMMs are held to the sum of their cuBLAS times.
 CUBLAS_TARGET = {"block": 1.0}
 CUBLAS_TARGET_DEFAULT = 0.97
 COMPILE_TARGET = 1.0
 
-COLUMNS = ("shape", "ok", "launches", "kernel µs (p10-p90)", "eager µs", "compile µs", "max-autotune µs", "cuBLAS µs",
-           "x eager", "x compile", "x cuBLAS", "% SoL", "TFLOP/s", "TB/s")
+COLUMNS = ("shape", "ok", "launches", "kernel µs (p10-p90)", "eager µs", "compile µs", "max-autotune µs",
+           "cuBLAS µs", "x eager", "x compile", "x cuBLAS", "% SoL", "TFLOP/s", "TB/s")
 
 
 def _us(t: Timing | None) -> str:
     """A median in µs; ``(wall)`` marks one the wall clock set because the events claimed clearly less."""
     if t is None:
         return "-"
-    return f"{t.median_us:,.1f}" + (f" (wall; events {t.events_median_us:,.1f})" if t.bound == "wall" and t.events_median_us else "")
+    return f"{t.median_us:,.1f}" + (f" (wall; events {t.events_median_us:,.1f})" if t.bound == "wall"
+                                    and t.events_median_us else "")
 
 
 def _spread(t: Timing | None) -> str:
@@ -36,7 +38,11 @@ def _spread(t: Timing | None) -> str:
     if t is None:
         return "-"
     spread = "" if t.p10_us is None or t.p90_us is None else f" ({t.p10_us:,.0f}-{t.p90_us:,.0f})"
-    host = f"; host-bound: forward() {t.host_median_us:,.0f} on the host" if t.host_bound and t.host_median_us else ""
+    host = (
+        f"; host-bound: forward() {t.host_median_us:,.0f} on the host"
+        if t.host_bound and t.host_median_us
+        else ""
+    )
     return f"{_us(t)}{spread}{host}"
 
 
@@ -45,7 +51,8 @@ def _num(v: float | None, fmt: str) -> str:
 
 
 def _down(ratio: float | None) -> str:
-    """Three decimals, rounded down: a ratio just short of its target (0.9996 against 1.0) never reads as meeting it."""
+    """Three decimals, rounded down: a ratio just short of its target (0.9996 against 1.0) never reads as
+    meeting it."""
     return "-" if ratio is None else f"{math.floor(ratio * 1000 + 1e-9) / 1000:.3f}"
 
 
@@ -92,8 +99,8 @@ def task_table(task: str, rows: list[BenchRow]) -> Table:
 @dataclass(frozen=True)
 class TargetCheck:
     """One row measured against the issue's performance targets, by each side's fastest round
-    (:meth:`BenchRow.fastest_ratio`: the paired median swings with the H200's clock modes); the paired ratios of
-    the tables are named beside them."""
+    (:meth:`BenchRow.fastest_ratio`: the paired median swings with the H200's clock modes); the paired ratios
+    of the tables are named beside them."""
 
     row: BenchRow
     cublas_needed: float
@@ -110,7 +117,8 @@ class TargetCheck:
 
     def describe(self) -> str:
         r = self.row
-        parts = [f"{_down(self.cublas_ratio)}x cuBLAS (need {self.cublas_needed}; paired {_down(r.ratio('cublas'))}x)",
+        parts = [f"{_down(self.cublas_ratio)}x cuBLAS (need {self.cublas_needed}; paired "
+                 f"{_down(r.ratio('cublas'))}x)",
                  f"{_down(self.compile_ratio)}x the better torch.compile (need {COMPILE_TARGET}; paired "
                  f"{_down(r.ratio('better_compile'))}x)"]
         if r.family == "block":
@@ -121,7 +129,8 @@ class TargetCheck:
 
 
 def target_checks(run: BenchRun) -> list[TargetCheck]:
-    """The rows that have a verdict: failed or timed (a row still pending its timing is neither met nor missed)."""
+    """The rows that have a verdict: failed or timed (a row still pending its timing is neither met nor
+    missed)."""
     return [
         TargetCheck(
             row=r, cublas_needed=CUBLAS_TARGET.get(r.family, CUBLAS_TARGET_DEFAULT),
@@ -151,20 +160,23 @@ def markdown_summary(run: BenchRun) -> str:
     lines = [
         f"# Bench: human kernels on {run.device} ({run.created:%Y-%m-%d})",
         *_provenance(run),
-        f"- measured peaks: {_num(run.peak_tflops_bf16, '.0f')} TFLOP/s bf16, {_num(run.peak_hbm_tbps, '.2f')} TB/s HBM"
+        f"- measured peaks: {_num(run.peak_tflops_bf16, '.0f')} TFLOP/s bf16, "
+        f"{_num(run.peak_hbm_tbps, '.2f')} TB/s HBM"
         + (f" ({run.peaks_method})" if run.peaks_method else ""),
         f"- timing: {run.timing_method}",
         f"- correctness: gpu_correctness stage, {run.correctness_seeds} seeds per shape",
         f"- torch.compile baselines: mode {', '.join(run.compile_modes)} (static shapes)",
-        "- ratios are baseline time / kernel time (above 1: the kernel is faster), paired: the median over the "
-        "interleaved rounds of the two batches timed in each round (the GPU's clock moves under its power cap in bursts "
-        "longer than a round; rows timed before rounds were kept: the ratio of the medians); cuBLAS = the task's GEMMs alone; "
-        "x compile = against the faster of torch.compile's default and max-autotune-no-cudagraphs modes (those timed); "
-        "% SoL = max(FLOPs / peak, min bytes / bandwidth) / kernel time",
+        "- ratios are baseline time / kernel time (above 1: the kernel is faster), paired: the median over "
+        "the interleaved rounds of the two batches timed in each round (the GPU's clock moves under its "
+        "power cap in bursts longer than a round; rows timed before rounds were kept: the ratio of the "
+        "medians); cuBLAS = the task's GEMMs alone; x compile = against the faster of torch.compile's "
+        "default and max-autotune-no-cudagraphs modes (those timed); % SoL = max(FLOPs / peak, min bytes / "
+        "bandwidth) / kernel time",
         "",
     ]
     for task, rows in by_task(run.rows).items():
-        lines += [f"## {task}" + (f" ({rows[0].family})" if rows[0].family else ""), "", _md_row(list(COLUMNS)),
+        lines += [f"## {task}" + (f" ({rows[0].family})" if rows[0].family else ""), "",
+                  _md_row(list(COLUMNS)),
                   _md_row(["---"] * len(COLUMNS))]
         lines += [_md_row(row_cells(r)) for r in rows]
         lines.append("")
@@ -176,9 +188,10 @@ def markdown_summary(run: BenchRun) -> str:
             "## Targets",
             "",
             f"{len(met)} of {len(checks)} rows meet both targets (>= {CUBLAS_TARGET_DEFAULT}x cuBLAS alone, "
-            f">= {CUBLAS_TARGET['block']}x the sum of its GEMMs for a block, and >= {COMPILE_TARGET}x the better "
-            "torch.compile)" + (f"; {untimed} more rows are not timed yet." if untimed else ".")
-            + " Ratios here are each side's fastest round (a round: one batch's median), which the H200's two clock "
+            f">= {CUBLAS_TARGET['block']}x the sum of its GEMMs for a block, and >= {COMPILE_TARGET}x the "
+            "better torch.compile)" + (f"; {untimed} more rows are not timed yet." if untimed else ".")
+            + " Ratios here are each side's fastest round (a round: one batch's median), which the H200's "
+              "two clock "
             "modes do not move as they move the tables' paired medians; the paired ones follow.",
             "",
         ]
@@ -186,26 +199,28 @@ def markdown_summary(run: BenchRun) -> str:
         lines.append("")
     pending = [r for r in run.rows if r.pending]
     if pending:
-        lines += [f"{len(pending)} correct rows are not timed yet: the bench stopped before their timing phase "
-                  "(`coda-agent bench --resume` with the same `--json` carries on).", ""]
+        lines += [f"{len(pending)} correct rows are not timed yet: the bench stopped before their timing "
+                  "phase (`coda-agent bench --resume` with the same `--json` carries on).", ""]
     unchecked = run.unchecked_tasks()
     if unchecked:
-        lines += [f"Not checked yet, so not in the tables: {', '.join(unchecked)} (`coda-agent bench --resume` with the "
-                  "same `--json` carries on).", ""]
+        lines += [f"Not checked yet, so not in the tables: {', '.join(unchecked)} (`coda-agent bench "
+                  "--resume` with the same `--json` carries on).", ""]
     failed = [r for r in run.rows if not r.correct]
     if failed:
         lines += ["## Failures", ""]
-        lines += [f"- {r.task} @ {r.shape}: {r.verdict_reason.splitlines()[0] if r.verdict_reason else 'failed'}" for r in failed]
+        lines += [f"- {r.task} @ {r.shape}: "
+                  f"{r.verdict_reason.splitlines()[0] if r.verdict_reason else 'failed'}" for r in failed]
         lines.append("")
     return "\n".join(lines)
 
 
-E2E_COLUMNS = ("variant", "model", "torch.compile", "step ms (p10-p90)", "tokens/s", "non-attention ms", "CODA x step",
-               "CODA x non-attention", "peak GiB", "step GiB", "loss")
+E2E_COLUMNS = ("variant", "model", "torch.compile", "step ms (p10-p90)", "tokens/s", "non-attention ms",
+               "CODA x step", "CODA x non-attention", "peak GiB", "step GiB", "loss")
 #: The terminal's narrower table (the markdown has every column).
-E2E_TERMINAL_COLUMNS = ("variant", "step ms (p10-p90)", "tokens/s", "non-attention ms", "CODA x step", "CODA x non-attention",
-                        "peak GiB")
-#: Kernel names (CuTe DSL, Triton) run to hundreds of characters; the markdown keeps their start, the JSON all.
+E2E_TERMINAL_COLUMNS = ("variant", "step ms (p10-p90)", "tokens/s", "non-attention ms", "CODA x step",
+                        "CODA x non-attention", "peak GiB")
+#: Kernel names (CuTe DSL, Triton) run to hundreds of characters; the markdown keeps their start, the JSON
+#: all.
 KERNEL_NAME_CHARS = 90
 
 
@@ -218,8 +233,13 @@ def e2e_cells(run: E2ERun) -> list[list[str]]:
     rows = []
     for v in run.variants:
         ratio = run.speedups.get(v.name, {})
-        compiled = "-" if v.compile_backend is None else f"{v.compile_backend}" + (f" {v.compile_mode}" if v.compile_mode else "")
-        step_gib = None if v.peak_memory_bytes is None or v.resident_bytes is None else v.peak_memory_bytes - v.resident_bytes
+        compiled = "-" if v.compile_backend is None else f"{v.compile_backend}" + (f" {v.compile_mode}"
+                                                                                   if v.compile_mode else "")
+        step_gib = (
+            None
+            if v.peak_memory_bytes is None or v.resident_bytes is None
+            else v.peak_memory_bytes - v.resident_bytes
+        )
         rows.append([
             v.name, v.model, compiled,
             f"{v.step.median_us / 1e3:,.2f} ({_num(v.step.p10_us and v.step.p10_us / 1e3, ',.2f')}-"
@@ -229,8 +249,8 @@ def e2e_cells(run: E2ERun) -> list[list[str]]:
             _gib(v.peak_memory_bytes), _gib(step_gib), f"{v.loss:.4f}",
         ])
     c = run.config
-    rows.append([f"attention ({c.layers} x SDPA fwd+bwd)", "-", "-", f"{run.attention.median_us * c.layers / 1e3:,.2f}",
-                 *(["-"] * (len(E2E_COLUMNS) - 4))])
+    rows.append([f"attention ({c.layers} x SDPA fwd+bwd)", "-", "-",
+                 f"{run.attention.median_us * c.layers / 1e3:,.2f}", *(["-"] * (len(E2E_COLUMNS) - 4))])
     return rows
 
 
@@ -250,18 +270,20 @@ def e2e_goal(run: E2ERun) -> str:
     """The issue's goal, met or not, in one line."""
     best = run.best_compile
     if best is None:
-        return f"goal (>= {NON_ATTENTION_GOAL}x torch.compile on the non-attention time): no torch.compile variant was run"
+        return (f"goal (>= {NON_ATTENTION_GOAL}x torch.compile on the non-attention time): no torch.compile "
+                "variant was run")
     ratio = run.speedups[best.name]
-    verdict = {True: "met", False: "missed", None: "not measurable (CODA's non-attention time is not positive)"}
+    verdict = {True: "met", False: "missed",
+               None: "not measurable (CODA's non-attention time is not positive)"}
     return (f"goal (>= {NON_ATTENTION_GOAL}x the better torch.compile on the non-attention time): "
-            f"{verdict[run.non_attention_goal_met]}: CODA is {_num(ratio['non_attention'], '.3f')}x {best.name} on the "
-            f"non-attention time, {_num(ratio['step'], '.3f')}x on the whole step")
+            f"{verdict[run.non_attention_goal_met]}: CODA is {_num(ratio['non_attention'], '.3f')}x "
+            f"{best.name} on the non-attention time, {_num(ratio['step'], '.3f')}x on the whole step")
 
 
 def _kernel_rows(v: E2EVariant) -> list[str]:
     lines = [f"### {v.name}: top {len(v.top_kernels)} {v.kernels_measured} of one step "
-             f"({v.kernel_total_us / 1e3:,.2f} ms in all)", "", _md_row(["kernel", "count", "total µs", "% of all"]),
-             _md_row(["---"] * 4)]
+             f"({v.kernel_total_us / 1e3:,.2f} ms in all)", "",
+             _md_row(["kernel", "count", "total µs", "% of all"]), _md_row(["---"] * 4)]
     for k in v.top_kernels:
         name = k.name if len(k.name) <= KERNEL_NAME_CHARS else k.name[: KERNEL_NAME_CHARS - 1] + "…"
         share = 100 * k.total_us / v.kernel_total_us if v.kernel_total_us else 0.0
@@ -275,12 +297,12 @@ def e2e_markdown(run: E2ERun) -> str:
     lines = [
         f"# End-to-end bench: Llama-3 stack forward+backward on {run.device} ({run.created:%Y-%m-%d})",
         *_provenance(run),
-        f"- model: preset {c.preset}: dim {c.dim}, ffn {c.ffn_dim}, {c.n_heads}/{c.n_kv_heads} heads, vocab {c.vocab}, "
-        f"{c.layers} layers, batch {c.batch} x {c.seq} = {c.tokens:,} tokens, {c.dtype}",
+        f"- model: preset {c.preset}: dim {c.dim}, ffn {c.ffn_dim}, {c.n_heads}/{c.n_kv_heads} heads, vocab "
+        f"{c.vocab}, {c.layers} layers, batch {c.batch} x {c.seq} = {c.tokens:,} tokens, {c.dtype}",
         f"- timing: {run.timing_method}",
         f"- {run.attention_method}",
-        "- CODA x: the variant's time / CODA's (above 1: CODA is faster; the step's paired round by round); step GiB = peak - resident (weights of every "
-        "variant and the batch)",
+        "- CODA x: the variant's time / CODA's (above 1: CODA is faster; the step's paired round by round); "
+        "step GiB = peak - resident (weights of every variant and the batch)",
         *(f"- note: {n}" for n in run.notes),
         "",
         "## Steps",

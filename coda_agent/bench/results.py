@@ -1,4 +1,5 @@
-"""The bench results files (``bench/results/<device>-<date>.json`` and ``...-e2e.json``): schemas shared by ``bench``, ``bench-e2e`` and the store."""
+"""The bench results files (``bench/results/<device>-<date>.json`` and ``...-e2e.json``): schemas shared by
+``bench``, ``bench-e2e`` and the store."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ class BenchRow(BaseModel):
 
     task: str
     task_version: int
-    task_hash: str | None = Field(default=None, description="the task's content hash (Task.content_hash); None: not recorded")
+    task_hash: str | None = Field(default=None, description="the task's content hash (Task.content_hash); "
+                                                            "None: not recorded")
     shape: str
     dims: dict[str, int]
     author: str = "human"
@@ -28,15 +30,19 @@ class BenchRow(BaseModel):
     candidate: Timing | None = None
     eager: Timing | None = None
     compiled: Timing | None = None
-    compiled_max_autotune: Timing | None = Field(default=None, description="torch.compile, mode max-autotune-no-cudagraphs")
-    cublas: Timing | None = Field(default=None, description="the task's GEMM(s) alone through torch.matmul (cuBLAS)")
+    compiled_max_autotune: Timing | None = Field(default=None,
+                                                 description="torch.compile, mode max-autotune-no-cudagraphs")
+    cublas: Timing | None = Field(default=None,
+                                  description="the task's GEMM(s) alone through torch.matmul (cuBLAS)")
     sol_us: float | None = None
     flops: float
     min_bytes: float
     launches: int | None = None
     family: str = ""
-    gemms: list[list[int]] = Field(default=[], description="the GEMM shapes [M, N, K] the cuBLAS baseline ran")
-    pending: bool = Field(default=False, description="checked but not timed yet: the bench stopped before its timing phase")
+    gemms: list[list[int]] = Field(default=[],
+                                   description="the GEMM shapes [M, N, K] the cuBLAS baseline ran")
+    pending: bool = Field(default=False,
+                          description="checked but not timed yet: the bench stopped before its timing phase")
 
     @property
     def better_compile(self) -> Timing | None:
@@ -83,7 +89,8 @@ class BenchRow(BaseModel):
 
 
 class Measured(BaseModel):
-    """What every committed bench figure names: when, by which command, on which device, packages and commit."""
+    """What every committed bench figure names: when, by which command, on which device, packages and
+    commit."""
 
     created: datetime
     command: str
@@ -103,7 +110,8 @@ class BenchRun(Measured):
     timing_method: str = ""
     correctness_seeds: int = 0
     compile_modes: list[str] = Field(default=["default"], description="the torch.compile baselines timed")
-    tasks: list[str] = Field(default=[], description="the tasks the command asked for (a stopped bench lacks rows of some)")
+    tasks: list[str] = Field(default=[], description="the tasks the command asked for (a stopped bench lacks "
+                                                     "rows of some)")
     rows: list[BenchRow] = []
 
     def unchecked_tasks(self) -> list[str]:
@@ -112,20 +120,23 @@ class BenchRun(Measured):
         return [t for t in self.tasks if t not in have]
 
     def finished_tasks(self) -> set[str]:
-        """Tasks whose every row is final (timed, failed or refused), i.e. what ``bench --resume`` may keep."""
+        """Tasks whose every row is final (timed, failed or refused), i.e. what ``bench --resume`` may
+        keep."""
         tasks = {r.task for r in self.rows}
         return {t for t in tasks if not any(r.pending for r in self.rows if r.task == t)}
 
 
 E2E_SCHEMA_VERSION = 1
-#: End-to-end results files end in ``-e2e.json`` beside the suite bench's, which the store indexes (it skips these).
+#: End-to-end results files end in ``-e2e.json`` beside the suite bench's, which the store indexes (it skips
+#: these).
 E2E_SUFFIX = "-e2e"
 #: The keys of a ``bench --tune`` search record (``cli/bench_cmd.py``), which sits beside the bench's results.
 TUNE_REPORT_KEYS = frozenset({"budget_s", "tasks"})
 
 
 def is_tune_report(path: Path) -> bool:
-    """A ``bench --tune`` search record, not a :class:`BenchRun`: the store skips it (it has no rows to rank)."""
+    """A ``bench --tune`` search record, not a :class:`BenchRun`: the store skips it (it has no rows to
+    rank)."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -174,12 +185,17 @@ class E2EVariant(BaseModel):
     compile_mode: str | None = None
     step: Timing
     tokens_per_s: float
-    non_attention_us: float = Field(description="the step's median less the layers' SDPA forward+backward median")
-    loss: float = Field(description="the loss of one step at the bench's batch (the variants run the same weights)")
-    peak_memory_bytes: int | None = Field(default=None, description="torch.cuda.max_memory_allocated over one step, "
+    non_attention_us: float = Field(description="the step's median less the layers' SDPA forward+backward "
+                                                "median")
+    loss: float = Field(description="the loss of one step at the bench's batch (the variants run the same "
+                                    "weights)")
+    peak_memory_bytes: int | None = Field(default=None,
+                                          description="torch.cuda.max_memory_allocated over one step, "
                                           "reset just before it; None on CPU")
-    resident_bytes: int | None = Field(default=None, description="allocated before that step: every variant's weights and the batch")
-    kernels_measured: str = Field(default="", description="what top_kernels counts: CUDA kernels, or CPU ops without a GPU")
+    resident_bytes: int | None = Field(default=None, description="allocated before that step: every "
+                                                                 "variant's weights and the batch")
+    kernels_measured: str = Field(default="", description="what top_kernels counts: CUDA kernels, or CPU ops "
+                                                          "without a GPU")
     kernel_total_us: float = Field(default=0.0, description="all the profiled step's kernels (ops), summed")
     top_kernels: list[KernelTime] = []
 
@@ -208,26 +224,30 @@ class E2ERun(Measured):
     @property
     def best_compile(self) -> E2EVariant | None:
         """The faster torch.compile of the plain-PyTorch model (the goal's baseline)."""
-        compiled = [v for v in self.variants if v.model == "ReferenceLlamaStack" and v.compile_backend is not None]
+        compiled = [v for v in self.variants if v.model == "ReferenceLlamaStack"
+                    and v.compile_backend is not None]
         return min(compiled, key=lambda v: v.step.median_us) if compiled else None
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def speedups(self) -> dict[str, dict[str, float | None]]:
-        """Per other variant: its time / CODA's, for the whole step (paired round by round) and for the non-attention
-        time (of the medians) (>1: CODA faster)."""
+        """Per other variant: its time / CODA's, for the whole step (paired round by round) and for the
+        non-attention time (of the medians) (>1: CODA faster)."""
         coda = self.coda
         out: dict[str, dict[str, float | None]] = {}
         for v in self.variants:
             if v is not coda:
-                non_attention = v.non_attention_us / coda.non_attention_us if coda.non_attention_us > 0 else None
+                non_attention = (
+                    v.non_attention_us / coda.non_attention_us if coda.non_attention_us > 0 else None
+                )
                 out[v.name] = {"step": paired_ratio(v.step, coda.step), "non_attention": non_attention}
         return out
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def non_attention_goal_met(self) -> bool | None:
-        """CODA >= NON_ATTENTION_GOAL x the better torch.compile on the non-attention time; None without both."""
+        """CODA >= NON_ATTENTION_GOAL x the better torch.compile on the non-attention time; None without
+        both."""
         best = self.best_compile
         ratio = self.speedups[best.name]["non_attention"] if best is not None else None
         return None if ratio is None else ratio >= NON_ATTENTION_GOAL

@@ -71,17 +71,19 @@ def _source(task: Task) -> str:
 
 def _submit(executor: Executor, job: Job, progress: Progress, done: str,
             detail: Callable[[Verdict], str] = lambda verdict: "") -> Future[Verdict]:
-    """The job on the executor; when it ends, ``<done> <task> on <worker>: <outcome>`` to the progress display, with
-    the first line of the reason when it did not pass (a check's correct rows still count: the reason may be a later
-    stage's), then ``detail`` of the verdict."""
+    """The job on the executor; when it ends, ``<done> <task> on <worker>: <outcome>`` to the progress
+    display, with the first line of the reason when it did not pass (a check's correct rows still count: the
+    reason may be a later stage's), then ``detail`` of the verdict."""
     where: list[str] = []
 
     def report(f: Future[Verdict]) -> None:
         if not f.cancelled():
             verdict = f.result()
-            why = "" if verdict.outcome is Outcome.PASSED else (verdict.reason.strip().splitlines() or [""])[0][:200]
+            why = "" if verdict.outcome is Outcome.PASSED else (verdict.reason.strip().splitlines()
+                                                                or [""])[0][:200]
             more = detail(verdict)
-            progress(f"{done} {job.task.name} on {where[0]}: {verdict.outcome.value}" + (f" ({why})" if why else "")
+            progress(f"{done} {job.task.name} on {where[0]}: {verdict.outcome.value}"
+                     + (f" ({why})" if why else "")
                      + (f"; {more}" if more else ""))
 
     future = executor.submit(job, on_start=where.append)
@@ -108,15 +110,16 @@ def check_tasks(
     return {t.name: verdicts[t.name] for t in tasks}
 
 
-def time_task(task: Task, shapes: list[str], opts: BenchOptions, progress: Progress, executor: Executor) -> Future[Verdict]:
+def time_task(task: Task, shapes: list[str], opts: BenchOptions, progress: Progress,
+              executor: Executor) -> Future[Verdict]:
     """Phase 3: the ``bench`` stage (kernel + baselines, interleaved) in one job, alone on its GPU."""
     return _submit(executor, Job(task, _source(task), opts.plan(("bench",), shapes, (0,)), label=task.name),
                    progress, "timed", where_time_went)
 
 
 def where_time_went(verdict: Verdict) -> str:
-    """The bench stage's seconds by phase, summed over its shapes (``setup 9 s, warm-up 41 s (candidate 20 s, ...),
-    timed 80 s (traced 30 s, ...), close 0 s over 5 shapes``)."""
+    """The bench stage's seconds by phase, summed over its shapes (``setup 9 s, warm-up 41 s (candidate 20 s,
+    ...), timed 80 s (traced 30 s, ...), close 0 s over 5 shapes``)."""
     stage = verdict.stage("bench")
     totals: dict[str, float] = {}
     for timing in (stage.timings.values() if stage else ()):
@@ -148,10 +151,11 @@ def checked_rows(task: Task, opts: BenchOptions, checked: Verdict, peaks: Peaks)
         flops, nbytes = task.flops(point.dims), task.min_bytes(point.dims)
         rows.append(
             BenchRow(
-                task=task.name, task_version=task.version, task_hash=task.content_hash, shape=point.name, dims=point.dims, correct=ok,
-                verdict_reason=reason, sol_us=speed_of_light_us(flops, nbytes, peaks), flops=flops, min_bytes=nbytes,
-                launches=launched.get("launches") if isinstance(launched, dict) else launched, family=task.family,
-                gemms=[list(g) for g in task.gemm_shapes(point.dims)], pending=ok,
+                task=task.name, task_version=task.version, task_hash=task.content_hash, shape=point.name,
+                dims=point.dims, correct=ok, verdict_reason=reason,
+                sol_us=speed_of_light_us(flops, nbytes, peaks), flops=flops, min_bytes=nbytes,
+                launches=launched.get("launches") if isinstance(launched, dict) else launched,
+                family=task.family, gemms=[list(g) for g in task.gemm_shapes(point.dims)], pending=ok,
             )
         )
     return rows
@@ -176,16 +180,17 @@ def with_times(rows: list[BenchRow], timed: Verdict) -> list[BenchRow]:
 
 
 def run_bench(
-    tasks: list[Task], opts: BenchOptions, peaks: Peaks, device: str, command: str, progress: Progress = lambda _: None,
-    checkpoint: Callable[[BenchRun], None] | None = None, previous: BenchRun | None = None, *, executor: Executor,
+    tasks: list[Task], opts: BenchOptions, peaks: Peaks, device: str, command: str,
+    progress: Progress = lambda _: None, checkpoint: Callable[[BenchRun], None] | None = None,
+    previous: BenchRun | None = None, *, executor: Executor,
 ) -> BenchRun:
     """Phases 2 and 3 (the caller measured the peaks); returns the whole run, ready to write.
 
-    ``checkpoint`` gets the run after every checked task (rows not timed yet are ``pending``; tasks not checked
-    yet are left out) and again after every timed task (in the tasks' order), so an interrupted bench keeps what
-    it measured. Every timing is submitted at once: with several GPUs they run side by side, one per device.
-    ``previous`` (``bench --resume``) is an earlier run of the same tree and options: its finished tasks are kept,
-    not measured again, and its checked ones are only timed.
+    ``checkpoint`` gets the run after every checked task (rows not timed yet are ``pending``; tasks not
+    checked yet are left out) and again after every timed task (in the tasks' order), so an interrupted bench
+    keeps what it measured. Every timing is submitted at once: with several GPUs they run side by side, one
+    per device. ``previous`` (``bench --resume``) is an earlier run of the same tree and options: its finished
+    tasks are kept, not measured again, and its checked ones are only timed.
     """
     from ..verifier.gpu import TIMING_METHOD
 
@@ -197,10 +202,11 @@ def run_bench(
     if set(kept) - finished:
         progress(f"checked by the earlier run, to be timed: {', '.join(sorted(set(kept) - finished))}")
     run = BenchRun(
-        created=previous.created if kept and previous else datetime.now(timezone.utc), command=command, device=device,
-        driver=driver_version(), packages=package_versions(), git_commit=git_commit(), peak_tflops_bf16=peaks.tflops_bf16,
-        peak_hbm_tbps=peaks.hbm_tbps, peaks_method=peaks.how, timing_method=TIMING_METHOD,
-        correctness_seeds=opts.seeds, compile_modes=list(opts.compile_modes), tasks=[t.name for t in runnable],
+        created=previous.created if kept and previous else datetime.now(timezone.utc), command=command,
+        device=device, driver=driver_version(), packages=package_versions(), git_commit=git_commit(),
+        peak_tflops_bf16=peaks.tflops_bf16, peak_hbm_tbps=peaks.hbm_tbps, peaks_method=peaks.how,
+        timing_method=TIMING_METHOD, correctness_seeds=opts.seeds, compile_modes=list(opts.compile_modes),
+        tasks=[t.name for t in runnable],
     )
     rows = dict(kept)
 
@@ -233,28 +239,36 @@ def run_bench(
 
 
 def reusable_rows(previous: BenchRun, tasks: list[Task], opts: BenchOptions) -> dict[str, list[BenchRow]]:
-    """The rows of an earlier run that this one may keep, for the tasks it checked at the same task version and
-    shape points: finished ones are kept as they are; checked ones still ``pending`` need only their timing."""
+    """The rows of an earlier run that this one may keep, for the tasks it checked at the same task version
+    and shape points: finished ones are kept as they are; checked ones still ``pending`` need only their
+    timing."""
     kept = {}
     for task in tasks:
         rows = [r for r in previous.rows if r.task == task.name]
         wanted = [p.name for p in shape_points(task, opts)]
-        if rows and [r.shape for r in rows] == wanted and all(r.task_version == task.version and r.task_hash in (None, task.content_hash) for r in rows):
+        if (
+            rows
+            and [r.shape for r in rows] == wanted
+            and all(r.task_version == task.version and r.task_hash in (None, task.content_hash) for r in rows)
+        ):
             kept[task.name] = rows
     return kept
 
 
 def resume_problem(previous: BenchRun, device: str, opts: BenchOptions) -> str | None:
-    """Why an earlier results file cannot be resumed here (other device, tree, seeds or compile modes), or None."""
+    """Why an earlier results file cannot be resumed here (other device, tree, seeds or compile modes), or
+    None."""
     if previous.device != device:
         return f"it was measured on {previous.device}, this is {device}"
     commit = git_commit()
     if previous.git_commit != commit:
-        return f"it was measured at commit {previous.git_commit or 'unknown'}, this tree is {commit or 'unknown'}"
+        return (f"it was measured at commit {previous.git_commit or 'unknown'}, this tree is "
+                f"{commit or 'unknown'}")
     if previous.correctness_seeds != opts.seeds:
         return f"it checked {previous.correctness_seeds} seeds per shape, this run asks for {opts.seeds}"
     if previous.compile_modes != list(opts.compile_modes):
-        return f"it timed torch.compile modes {', '.join(previous.compile_modes)}, this run asks for {', '.join(opts.compile_modes)}"
+        return (f"it timed torch.compile modes {', '.join(previous.compile_modes)}, this run asks for "
+                f"{', '.join(opts.compile_modes)}")
     return None
 
 
@@ -263,7 +277,8 @@ def command_line() -> str:
 
 
 def write_run(run: BenchRun | E2ERun, json_path: Path | None, md_path: Path | None) -> list[Path]:
-    """The results JSON and its markdown summary (a suite bench's or an end-to-end one's), each written atomically."""
+    """The results JSON and its markdown summary (a suite bench's or an end-to-end one's), each written
+    atomically."""
     from .report import e2e_markdown, markdown_summary
 
     written = []

@@ -1,10 +1,10 @@
 """Offline schedule tuning of the human kernels (``coda-agent bench --tune``; GPU only).
 
-The search is the verifier's ``tune`` stage, the one the agent runs on every correct candidate: per bench shape, a
-coordinate descent over :func:`~coda_agent.primitives.configs.config_space` with forward() timed whole by the
-checker's honest protocol, then forward() as written and tuned timed interleaved. What comes back is the human
-kernel with its winners pinned as ``@schedule({...})`` (where one gained 1% or more), shown as a diff to review
-and commit: configs live with the kernel, so the bench itself never tunes.
+The search is the verifier's ``tune`` stage, the one the agent runs on every correct candidate: per bench
+shape, a coordinate descent over :func:`~coda_agent.primitives.configs.config_space` with forward() timed
+whole by the checker's honest protocol, then forward() as written and tuned timed interleaved. What comes back
+is the human kernel with its winners pinned as ``@schedule({...})`` (where one gained 1% or more), shown as a
+diff to review and commit: configs live with the kernel, so the bench itself never tunes.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from ..verifier.verdict import TunedGemm
 
 @dataclass(frozen=True)
 class KernelTuning:
-    """One human kernel's search: the kernel as it is, and what the tuner made of it (``failed``: why the search
-    ended early; ``tuned`` then holds what it had measured)."""
+    """One human kernel's search: the kernel as it is, and what the tuner made of it (``failed``: why the
+    search ended early; ``tuned`` then holds what it had measured)."""
 
     task: str
     source: str
@@ -34,8 +34,9 @@ class KernelTuning:
         if self.tuned.source is None:
             return ""
         path = f"coda_agent/suite/human/{self.task}.py"
-        lines = difflib.unified_diff(self.source.splitlines(keepends=True), self.tuned.source.splitlines(keepends=True),
-                                     fromfile=f"a/{path}", tofile=f"b/{path}")
+        lines = difflib.unified_diff(self.source.splitlines(keepends=True),
+                                     self.tuned.source.splitlines(keepends=True), fromfile=f"a/{path}",
+                                     tofile=f"b/{path}")
         return "".join(lines)
 
 
@@ -52,37 +53,44 @@ def tune_human_kernel(task: Task, shape_set: str = "bench", shape_names: list[st
         return KernelTuning(task.name, source, exc.searched, failed=str(exc))
 
 
-SEARCH_COLUMNS = ("shape", "gemm (M x N x K)", "as written", "searched", "tuned", "before GPU µs", "after GPU µs", "gain")
+SEARCH_COLUMNS = ("shape", "gemm (M x N x K)", "as written", "searched", "tuned", "before GPU µs",
+                  "after GPU µs", "gain")
 
 
 def search_rows(tuned: Tuned) -> list[list[str]]:
-    """One row per shape and gemm call (:data:`SEARCH_COLUMNS`; the times and the gain on the first call's row), then
-    the shape a dead runner cut short (its best so far, never compared: no times)."""
+    """One row per shape and gemm call (:data:`SEARCH_COLUMNS`; the times and the gain on the first call's
+    row), then the shape a dead runner cut short (its best so far, never compared: no times)."""
     rows = []
     for shape, result in tuned.search.items():
         times = [f"{result.before.gpu_us:,.1f}", f"{result.after.gpu_us:,.1f}", f"{result.gain:.3f}"]
         rows += [_call_row(shape, call, times) if i == 0 else _call_row("", call, ["", "", ""])
                  for i, call in enumerate(result.calls)]
     for shape, calls in tuned.cut_short.items():
-        rows += [_call_row(f"{shape} (cut short)" if i == 0 else "", call, ["", "", ""]) for i, call in enumerate(calls)]
+        rows += [_call_row(f"{shape} (cut short)" if i == 0 else "", call,
+                           ["", "", ""]) for i, call in enumerate(calls)]
     return rows
 
 
 def _call_row(shape: str, call: TunedGemm, times: list[str]) -> list[str]:
-    return [shape, f"{call.epilogue} {'x'.join(map(str, call.mnk))}", config_label(call.written), searched(call),
-            config_label(call.tuned) if call.tuned else "as written", *times]
+    return [shape, f"{call.epilogue} {'x'.join(map(str, call.mnk))}", config_label(call.written),
+            searched(call), config_label(call.tuned) if call.tuned else "as written", *times]
 
 
 def failures(tuned: Tuned) -> list[str]:
-    """Every config that could not be timed, one line each: where, which, and why (a runner's death names its abort)."""
+    """Every config that could not be timed, one line each: where, which, and why (a runner's death names its
+    abort)."""
     calls = [(shape, call) for shape, result in tuned.search.items() for call in result.calls]
     calls += [(shape, call) for shape, cut in tuned.cut_short.items() for call in cut]
-    return [f"{shape} {call.epilogue}: {label}: {why}" for shape, call in calls for label, why in call.failed.items()]
+    return [
+        f"{shape} {call.epilogue}: {label}: {why}"
+        for shape, call in calls
+        for label, why in call.failed.items()
+    ]
 
 
 def searched(call: TunedGemm) -> str:
-    """``cached``, or ``N configs, S s each`` (the median proposal, its kernels' build included): what the budget
-    bought for this call."""
+    """``cached``, or ``N configs, S s each`` (the median proposal, its kernels' build included): what the
+    budget bought for this call."""
     if call.cached:
         return "cached"
     spent = [s["proposal"] for s in call.seconds.values() if "proposal" in s]
