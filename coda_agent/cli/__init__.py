@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from . import bench_cmd, providers_cmd, run_command, store_cmd, tasks_cmd, verify_cmd  # noqa: F401 - they register
+# they register
+from . import bench_cmd, providers_cmd, run_command, store_cmd, tasks_cmd, verify_cmd  # noqa: F401
 from .core import app, main
 
 __all__ = ["app", "main"]

@@ -34,7 +34,8 @@ NO_GPU = (
 
 
 def select_tasks(names: list[str] | None, shape_set: str, shape_names: list[str] | None) -> list[Task]:
-    """The tasks to bench (default: every task with a human kernel), narrowed to those with the shapes asked for."""
+    """The tasks to bench (default: every task with a human kernel), narrowed to those with the shapes asked
+    for."""
     tasks = [find_task(n) for n in names] if names else [t for t in load_tasks() if t.human_file is not None]
     for t in tasks:
         if t.human_file is None or not t.human_file.exists():
@@ -45,7 +46,8 @@ def select_tasks(names: list[str] | None, shape_set: str, shape_names: list[str]
         known = {p.name for t in tasks for p in t.shape(shape_set)}
         unknown = sorted(set(shape_names) - known)
         if unknown:
-            raise UserError(f"no selected task has {shape_set} shape(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+            raise UserError(f"no selected task has {shape_set} shape(s) {', '.join(unknown)} (known: "
+                            f"{', '.join(sorted(known))})")
         tasks = [t for t in tasks if any(p.name in shape_names for p in t.shape(shape_set))]
     if not tasks:
         raise UserError("no tasks to bench")
@@ -67,26 +69,36 @@ def bench_cmd(
         None, help="task names or YAML paths (default: every task with a human kernel)", metavar="TASK"
     ),
     shapes: str = typer.Option("bench", "--shapes", help="shape set to run"),
-    shape: list[str] = typer.Option(None, "--shape", help="only this shape point (repeatable)", metavar="<name>"),
+    shape: list[str] = typer.Option(None, "--shape", help="only this shape point (repeatable)",
+                                    metavar="<name>"),
     seeds: int = typer.Option(3, min=1, help="correctness seeds per shape"),
-    jobs: int = typer.Option(4, min=1, help="correctness checks at once on each GPU (kernel builds are CPU-bound)"),
-    executor: str = typer.Option("local", "--executor", help="where verifications run: local (this host's GPUs) or ray"),
-    address: str = typer.Option(None, "--address", help="with --executor ray: the cluster (HOST:PORT, ray://HOST:PORT or auto; "
+    jobs: int = typer.Option(4, min=1,
+                             help="correctness checks at once on each GPU (kernel builds are CPU-bound)"),
+    executor: str = typer.Option("local", "--executor",
+                                 help="where verifications run: local (this host's GPUs) or ray"),
+    address: str = typer.Option(None, "--address",
+                                help="with --executor ray: the cluster (HOST:PORT, ray://HOST:PORT or auto; "
                                 "default: a private one on this host)"),
     json_out: Path = typer.Option(
-        None, "--json", help="results JSON (default: $CODA_AGENT_BENCH_DIR or ./bench/results, <device>-<date>.json)"
+        None, "--json",
+        help="results JSON (default: $CODA_AGENT_BENCH_DIR or ./bench/results, <device>-<date>.json)"
     ),
     md_out: Path = typer.Option(None, "--md", help="markdown summary (default: next to the JSON)"),
     save: bool = typer.Option(True, "--save/--no-save", help="write the JSON and markdown files"),
-    tune: bool = typer.Option(False, "--tune", help="search the human kernels' gemm configs (the verifier's tune stage) "
+    tune: bool = typer.Option(False, "--tune",
+                              help="search the human kernels' gemm configs (the verifier's tune stage) "
                               "and print the @schedule to pin, as a diff"),
-    tune_budget: float = typer.Option(DEFAULT_TUNE_BUDGET_S, "--tune-budget", min=1, help="with --tune: seconds of tuning per kernel (its tune stage's wall time)"),
+    tune_budget: float = typer.Option(DEFAULT_TUNE_BUDGET_S, "--tune-budget", min=1,
+                                      help="with --tune: seconds of tuning per kernel (its tune stage's wall "
+                                      "time)"),
     max_autotune: bool = typer.Option(
         True, "--max-autotune/--no-max-autotune",
-        help="also time torch.compile mode max-autotune-no-cudagraphs (minutes of Inductor autotuning per shape)",
+        help="also time torch.compile mode max-autotune-no-cudagraphs (minutes of Inductor autotuning per "
+        "shape)",
     ),
     resume: bool = typer.Option(
-        False, "--resume", help="keep the tasks the results file already finished (same device, commit and seeds)"
+        False, "--resume",
+        help="keep the tasks the results file already finished (same device, commit and seeds)"
     ),
 ) -> None:
     """Time each human kernel against eager PyTorch, torch.compile, cuBLAS alone and the speed of light."""
@@ -125,8 +137,10 @@ def bench_cmd(
     with workers, _progress(1 + 2 * len(selected), workers.activity) as step:
         peaks = measure_peaks()
         step(f"peaks {peaks.tflops_bf16:.0f} TFLOP/s, {peaks.hbm_tbps:.2f} TB/s")
-        run = run_bench(selected, opts, peaks, device, command_line(), step, checkpoint, previous, executor=workers)
-    console.print(f"{device}: measured {peaks.tflops_bf16:.0f} TFLOP/s bf16, {peaks.hbm_tbps:.2f} TB/s ({peaks.how})")
+        run = run_bench(selected, opts, peaks, device, command_line(), step, checkpoint, previous,
+                        executor=workers)
+    console.print(f"{device}: measured {peaks.tflops_bf16:.0f} TFLOP/s bf16, {peaks.hbm_tbps:.2f} TB/s "
+                  f"({peaks.how})")
     from ..bench.report import by_task
 
     for name, rows in by_task(run.rows).items():
@@ -142,7 +156,8 @@ def bench_cmd(
                 console.print(f"  [yellow]missed[/] {c.describe()}", highlight=False)
     for r in run.rows:
         if not r.correct:
-            console.print(f"[red]FAILED[/] {untrusted(r.task)} @ {untrusted(r.shape)}: {untrusted(r.verdict_reason)}", highlight=False)
+            console.print(f"[red]FAILED[/] {untrusted(r.task)} @ {untrusted(r.shape)}: "
+                          f"{untrusted(r.verdict_reason)}", highlight=False)
     if save:
         for p in write_run(run, json_path, md_path):
             console.print(f"wrote {p}")
@@ -160,7 +175,9 @@ def _previous_run(path: Path, device: str, opts: BenchOptions) -> BenchRun | Non
     try:
         previous = BenchRun.model_validate_json(path.read_text())
     except (OSError, ValueError) as exc:
-        raise UserError(f"cannot resume from {path}: not a bench results file ({str(exc).splitlines()[0]})") from None
+        raise UserError(
+            f"cannot resume from {path}: not a bench results file ({str(exc).splitlines()[0]})"
+        ) from None
     problem = resume_problem(previous, device, opts)
     if problem:
         raise UserError(f"cannot resume from {path}: {problem}; pass another --json or drop --resume")
@@ -172,7 +189,8 @@ def _progress(total: int, activity: Callable[[], str] = str) -> Iterator[Callabl
     """A live bar (and what each worker runs) on a terminal; on a pipe or a file, one line per step with the
     seconds since the start."""
     if console.is_terminal:
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console) as bar:
             job = bar.add_task("measuring peaks", total=total)
             busy = bar.add_task("", total=None)
 
@@ -200,7 +218,8 @@ def _tune(selected: list[Task], shapes: str, shape: list[str] | None, budget_s: 
     from ..provenance import driver_version, git_commit, package_versions
 
     tuned: dict[str, dict[str, object]] = {}
-    report: dict[str, object] = {  # what every recorded figure names beside itself (keys: results.TUNE_REPORT_KEYS)
+    # what every recorded figure names beside itself (keys: results.TUNE_REPORT_KEYS)
+    report: dict[str, object] = {
         "date": date.today().isoformat(), "budget_s": budget_s, "device": device, "driver": driver_version(),
         "commit": git_commit(), "packages": package_versions(), "command": command_line(), "tasks": tuned,
     }
@@ -212,7 +231,8 @@ def _tune(selected: list[Task], shapes: str, shape: list[str] | None, budget_s: 
             console.print(f"[red]{untrusted(task.name)}: the search failed: {untrusted(result.failed)}[/]")
         rows = search_rows(searched)
         if rows:
-            table = Table(title=f"{task.name}: the tuned schedule against the configs as written", title_justify="left")
+            table = Table(title=f"{task.name}: the tuned schedule against the configs as written",
+                          title_justify="left")
             for col in SEARCH_COLUMNS:
                 table.add_column(col)
             for row in rows:
@@ -221,17 +241,20 @@ def _tune(selected: list[Task], shapes: str, shape: list[str] | None, budget_s: 
         for line in failures(searched):
             console.print(f"  failed: {untrusted(line)}", highlight=False)
         for shape_name, built in searched.builds.items():
-            console.print(f"{untrusted(shape_name)}: {built['configs']:.0f} configs built beforehand on the CPU in "
-                          f"{built['seconds']:.1f} s ({built['failed']:.0f} failed)", highlight=False)
+            console.print(f"{untrusted(shape_name)}: {built['configs']:.0f} configs built beforehand on the "
+                          f"CPU in {built['seconds']:.1f} s ({built['failed']:.0f} failed)", highlight=False)
         for shape_name, why in searched.lost.items():
             console.print(f"[yellow]{untrusted(shape_name)}: not tuned: {untrusted(why)}[/]")
         diff = result.diff()
         if not result.failed:
-            console.print(diff or "(nothing beat the configs as written by 1% or more)", highlight=False, markup=False)
+            console.print(diff or "(nothing beat the configs as written by 1% or more)", highlight=False,
+                          markup=False)
         tuned[task.name] = {
             "failed": result.failed, "diff": diff,
-            "shapes": {k: v.model_dump(mode="json") for k, v in searched.search.items()}, "lost": searched.lost,
-            "cut_short": {k: [c.model_dump(mode="json") for c in calls] for k, calls in searched.cut_short.items()},
+            "shapes": {k: v.model_dump(mode="json") for k, v in searched.search.items()},
+            "lost": searched.lost,
+            "cut_short": {k: [c.model_dump(mode="json") for c in calls]
+                          for k, calls in searched.cut_short.items()},
             "builds": searched.builds,
         }
         if json_out:  # after every task: a long sweep keeps what it finished
@@ -250,18 +273,24 @@ NO_GPU_E2E = (
 
 @app.command("bench-e2e")
 def bench_e2e_cmd(
-    preset: str = typer.Option("1b", "--preset", help="model and batch: 1b (CODA's torchtitan 1B, batch 4 x 8192), 8b (Llama 3.1 8B's layers, "
+    preset: str = typer.Option("1b", "--preset", help="model and batch: 1b (CODA's torchtitan 1B, batch 4 x "
+                                                      "8192), 8b (Llama 3.1 8B's layers, "
                                 "batch 2 x 8192) or tiny"),
-    layers: int = typer.Option(None, "--layers", min=1, help="decoder layers (default: the preset's; 1b has 16)"),
+    layers: int = typer.Option(None, "--layers", min=1,
+                               help="decoder layers (default: the preset's; 1b has 16)"),
     batch: int = typer.Option(None, "--batch", min=1, help="sequences per step (default: the preset's)"),
     seq: int = typer.Option(None, "--seq", min=1, help="tokens per sequence (default: the preset's)"),
     variant: list[str] = typer.Option(
-        None, "--variant", help="variants to time beside coda (repeatable; default: eager, compile, compile-max-autotune; "
-        "also coda-compile, and coda-kmajor: CODA with K-major weight copies for its dgrad GEMMs)", metavar="<name>"),
+        None, "--variant",
+        help="variants to time beside coda (repeatable; default: eager, compile, compile-max-autotune; "
+        "also coda-compile, and coda-kmajor: CODA with K-major weight copies for its dgrad GEMMs)",
+        metavar="<name>"),
     steps: int = typer.Option(20, "--steps", min=3, help="timed steps per variant"),
-    warmup: int = typer.Option(3, "--warmup", min=1, help="untimed steps per variant first (the compiles happen here)"),
+    warmup: int = typer.Option(3, "--warmup", min=1,
+                               help="untimed steps per variant first (the compiles happen here)"),
     top: int = typer.Option(15, "--top", min=1, help="kernels listed per variant"),
-    json_out: Path = typer.Option(None, "--json", help="results JSON (default: the bench dir, <device>-<date>-e2e.json)"),
+    json_out: Path = typer.Option(None, "--json",
+                                  help="results JSON (default: the bench dir, <device>-<date>-e2e.json)"),
     md_out: Path = typer.Option(None, "--md", help="markdown summary (default: next to the JSON)"),
     save: bool = typer.Option(True, "--save/--no-save", help="write the JSON and markdown files"),
 ) -> None:
@@ -288,8 +317,8 @@ def bench_e2e_cmd(
     md_path = md_out or (json_path.with_suffix(".md") if json_out else md_path)
     t0 = time.monotonic()
     try:
-        run = run_e2e(config, device="cuda", device_name=device, command=command_line(), plan=step_plan(warmup, steps),
-                      variants=variant or DEFAULT_VARIANTS, top=top,
+        run = run_e2e(config, device="cuda", device_name=device, command=command_line(),
+                      plan=step_plan(warmup, steps), variants=variant or DEFAULT_VARIANTS, top=top,
                       progress=lambda msg: print(f"[{time.monotonic() - t0:7.1f} s] {msg}", flush=True))
     except ValueError as exc:
         raise UserError(str(exc)) from None

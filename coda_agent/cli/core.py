@@ -60,7 +60,8 @@ class CliApp(typer.Typer):
 
 app = CliApp(
     name="coda-agent",
-    help="LLM-driven authoring of fused GEMM-epilogue kernels (CODA / QuACK), checked against FP32 references.",
+    help="LLM-driven authoring of fused GEMM-epilogue kernels (CODA / QuACK), checked against FP32 "
+         "references.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -68,10 +69,11 @@ app = CliApp(
 
 
 class _Inert(RenderHook):
-    """The last word of a console on all it prints: each control, escape and bidi character of the text written out
-    (:func:`shown`), whichever command or table put it there (a run folder's name, a path, a model's); rich's own
-    colour and cursor codes are kept apart from the text and pass. Text from a model or a candidate is made inert
-    where it is put in (:func:`untrusted`) as well, so that tables measure it as it is shown."""
+    """The last word of a console on all it prints: each control, escape and bidi character of the text
+    written out (:func:`shown`), whichever command or table put it there (a run folder's name, a path, a
+    model's); rich's own colour and cursor codes are kept apart from the text and pass. Text from a model or a
+    candidate is made inert where it is put in (:func:`untrusted`) as well, so that tables measure it as it is
+    shown."""
 
     def process_renderables(self, renderables: list[ConsoleRenderable]) -> list[ConsoleRenderable]:
         return [_InertRenderable(r) for r in renderables]
@@ -87,9 +89,10 @@ class _InertRenderable:
 
 
 def terminal(**options: Any) -> Console:
-    """A console for the commands to print with, the only kind they make. Every line is printed whole (``soft_wrap``):
-    a path, a run id or a reason is never broken in a file or pipe, and a terminal wraps it as it wraps any long line;
-    tables still fit the width and wrap their cells themselves. Nothing it prints holds a raw control character."""
+    """A console for the commands to print with, the only kind they make. Every line is printed whole
+    (``soft_wrap``): a path, a run id or a reason is never broken in a file or pipe, and a terminal wraps it
+    as it wraps any long line; tables still fit the width and wrap their cells themselves. Nothing it prints
+    holds a raw control character."""
     out = Console(soft_wrap=True, **options)
     out.push_render_hook(_Inert())
     return out
@@ -99,8 +102,9 @@ console = terminal()
 err_console = terminal(stderr=True)
 
 
-#: The colour of each attempt outcome in every command: green passed, red the candidate's own failures, magenta
-#: when the provider or the harness failed (not the candidate), yellow when there was no code to check.
+#: The colour of each attempt outcome in every command: green passed, red the candidate's own failures,
+#: magenta when the provider or the harness failed (not the candidate), yellow when there was no code to
+#: check.
 OUTCOME_STYLE: dict[AttemptOutcome, str] = {
     AttemptOutcome.PASSED: "green",
     AttemptOutcome.STATIC_REJECTED: "red",
@@ -128,13 +132,14 @@ def outcome_style(outcome: str) -> str:
 
 
 def untrusted(text: str) -> str:
-    """Text from a model or a candidate (a reason, a reply, an error), ready to put in a rich markup string: controls
-    and escape sequences written out (:func:`coda_agent.untrusted.shown`), and rich's ``[markup]`` escaped."""
+    """Text from a model or a candidate (a reason, a reply, an error), ready to put in a rich markup string:
+    controls and escape sequences written out (:func:`coda_agent.untrusted.shown`), and rich's ``[markup]``
+    escaped."""
     return escape(shown(text))
 
 
-#: The width of every command's tables and lines in a file or pipe, unless ``COLUMNS`` says otherwise: wide enough
-#: that the rows of ``tasks``, ``leaderboard`` and ``providers`` stay whole, narrow enough to read.
+#: The width of every command's tables and lines in a file or pipe, unless ``COLUMNS`` says otherwise: wide
+#: enough that the rows of ``tasks``, ``leaderboard`` and ``providers`` stay whole, narrow enough to read.
 PIPE_WIDTH = 160
 
 
@@ -145,15 +150,17 @@ def pipe_width() -> int:
 
 
 def wide_console() -> Console:
-    """Where every command prints its tables: the terminal as it is; a file or pipe at :func:`pipe_width` columns.
-    Tables wrap their cells at spaces; identifier columns (names, specs, ids) are ``no_wrap`` so no token is cut."""
+    """Where every command prints its tables: the terminal as it is; a file or pipe at :func:`pipe_width`
+    columns. Tables wrap their cells at spaces; identifier columns (names, specs, ids) are ``no_wrap`` so no
+    token is cut."""
     return console if console.is_terminal else terminal(width=pipe_width())
 
 
 def print_table(table: Table, droppable: Sequence[str] = (), out: Console | None = None) -> None:
     """Print ``table`` whole at the width it has: where even its cells wrapped at spaces would not fit, the
-    ``droppable`` columns go, least useful first, and a line says which; a table still too wide is printed wider
-    than the terminal rather than cut mid-token (rich would fold a name into slivers or end it in an ellipsis)."""
+    ``droppable`` columns go, least useful first, and a line says which; a table still too wide is printed
+    wider than the terminal rather than cut mid-token (rich would fold a name into slivers or end it in an
+    ellipsis)."""
     out = out or wide_console()
     dropped: list[str] = []
     for header in droppable:
@@ -163,20 +170,22 @@ def print_table(table: Table, droppable: Sequence[str] = (), out: Console | None
         if column is not None:
             table.columns.remove(column)
             dropped.append(header)
-    for column in table.columns:  # rich shares a narrow table's width out by ratio, ending long words in an ellipsis
+    # rich shares a narrow table's width out by ratio, ending long words in an ellipsis
+    for column in table.columns:
         column.min_width = max(column.min_width or 0, _column_need(column))
     need = _least_width(table)
     if need > out.width:
         out = terminal(file=out.file, width=need, force_terminal=out.is_terminal, no_color=out.no_color)
     out.print(table)
     if dropped:
-        out.print(f"[dim]({out.width} columns leave out {', '.join(dropped)}; a wider terminal shows them)[/]",
+        out.print(f"[dim]({out.width} columns leave out {', '.join(dropped)}; a wider terminal shows "
+                  "them)[/]",
                   highlight=False)
 
 
 def _least_width(table: Table) -> int:
-    """The fewest columns ``table`` takes with no token cut: its no_wrap cells whole, the others wrapped at spaces
-    (rich's own measure lets a no_wrap cell end in an ellipsis)."""
+    """The fewest columns ``table`` takes with no token cut: its no_wrap cells whole, the others wrapped at
+    spaces (rich's own measure lets a no_wrap cell end in an ellipsis)."""
     _, right, _, left = table.padding
     widths = [_column_need(col) + left + right for col in table.columns]
     frame = (len(widths) - 1 + 2 * table.show_edge) if table.box else 0
@@ -184,7 +193,8 @@ def _least_width(table: Table) -> int:
 
 
 def _column_need(column: Column) -> int:
-    """The columns a table column's text needs: its longest line where it may not wrap, else its longest word."""
+    """The columns a table column's text needs: its longest line where it may not wrap, else its longest
+    word."""
     def need(cell: object) -> int:
         text = cell if isinstance(cell, Text) else Text.from_markup(cell) if isinstance(cell, str) else None
         if text is None:
@@ -205,7 +215,8 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, help="print the version and exit"),
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="print the version and exit"),
 ) -> None:
     """LLM-driven authoring of fused GEMM-epilogue kernels (CODA / QuACK), checked against FP32 references."""
 
@@ -215,8 +226,8 @@ class UserError(Exception):
 
 
 def refuse_without_runners() -> Sandbox:
-    """The runners' sandbox, or :class:`UserError` with the one line that says why no runner can start here (as
-    root, where ``nobody`` cannot read Python) and what to do: before a command that verifies anything."""
+    """The runners' sandbox, or :class:`UserError` with the one line that says why no runner can start here
+    (as root, where ``nobody`` cannot read Python) and what to do: before a command that verifies anything."""
     from ..verifier.sandbox import detect
 
     box = detect()

@@ -25,7 +25,8 @@ NO_MODEL = f"no model: pass --model {MODEL_SPECS} (or set {MODEL_ENV})"
 MODEL_HELP = f"{escape(MODEL_SPECS)} (see `coda-agent providers`); repeat for a sweep over models"
 
 def note_skipped(skipped: list[str]) -> None:
-    """One line on stderr for each YAML file of a folder that is no task file (every command skips them alike)."""
+    """One line on stderr for each YAML file of a folder that is no task file (every command skips them
+    alike)."""
     from .core import err_console, untrusted
 
     for why in skipped:
@@ -41,20 +42,22 @@ STAGE_SECONDS = {
     "correctness": (30.0, 10.0),  # the emulator at the small shapes on a CPU
     "compile": (180.0, 0.0),  # every kernel built for sm_90a on a CPU
     "gpu_correctness": (180.0, 20.0),  # one QuACK build per bench shape, then the checks
-    "profile": (60.0, 10.0),  # the timings, and torch.compile of the reference at each shape (cached after once)
+    # the timings, and torch.compile of the reference at each shape (cached after once)
+    "profile": (60.0, 10.0),
     "bench": (60.0, 5.0),
 }
 START_UP_SECONDS = 30.0  # the worker process importing torch and the primitives
 
 
 def example_places(paths: list[Path]) -> list[str]:
-    """The ``--examples-from`` places as absolute paths (a sweep or a resumed run finds them from anywhere): each a
-    task file or a folder of tasks that exists."""
+    """The ``--examples-from`` places as absolute paths (a sweep or a resumed run finds them from anywhere):
+    each a task file or a folder of tasks that exists."""
     for p in paths:
         if not p.exists():
             raise UserError(f"--examples-from {p}: no such file or folder")
         if p.is_file() and p.suffix not in (".yaml", ".yml"):
-            raise UserError(f"--examples-from {p}: not a task file or folder (a task's human kernel is found from its YAML)")
+            raise UserError(f"--examples-from {p}: not a task file or folder (a task's human kernel is found "
+                            "from its YAML)")
     return [str(p.resolve()) for p in paths]
 
 
@@ -72,8 +75,8 @@ def check_shape_set(task: Task, plan: Plan) -> None:
         raise UserError(f"task {task.name} has no shape set {shape_set!r} (has: {', '.join(task.shapes)})")
     if plan.backend == "torch" and shape_set != EMULATOR_SHAPES:
         raise UserError(
-            f"--shapes {shape_set}: the CPU emulator runs the {EMULATOR_SHAPES!r} shapes only (real sizes would run "
-            "for hours on a CPU); use --backend quack on a GPU for the bench shapes"
+            f"--shapes {shape_set}: the CPU emulator runs the {EMULATOR_SHAPES!r} shapes only (real sizes "
+            "would run for hours on a CPU); use --backend quack on a GPU for the bench shapes"
         )
 
 
@@ -110,20 +113,23 @@ def read_candidate(path: Path) -> str:
 
 
 def check_task_runs(task: Task) -> None:
-    """The task's reference imports and runs on the small shapes (CPU): a broken task stops here, not per attempt."""
+    """The task's reference imports and runs on the small shapes (CPU): a broken task stops here, not per
+    attempt."""
     from ..tasks.validate import validate_task
 
     problems = validate_task(task)
     if len(problems) == 1:
         raise UserError(f"task {task.name} is not usable: {problems[0]}")
     if problems:
-        raise UserError(f"task {task.name} is not usable ({len(problems)} problems; `coda-agent validate {task.path}`):\n"
+        raise UserError(f"task {task.name} is not usable ({len(problems)} problems; `coda-agent validate "
+                        f"{task.path}`):\n"
                         + "\n".join(f"  - {p}" for p in problems))
 
 
 def check_fits_device(task: Task, plan: Plan) -> None:
-    """A verification whose estimated peak memory (checker and runner, at every shape) exceeds the GPU's free memory
-    stops here, in one line with the numbers (``verifier.plan.memory_need``); nothing to check without a GPU stage."""
+    """A verification whose estimated peak memory (checker and runner, at every shape) exceeds the GPU's free
+    memory stops here, in one line with the numbers (``verifier.plan.memory_need``); nothing to check without
+    a GPU stage."""
     from ..verifier.plan import device_memory_refusal
 
     refusal = device_memory_refusal(task, plan)

@@ -1,5 +1,5 @@
-"""``coda-agent run``'s machinery (the command itself: :mod:`.run_command`): the agent loop on one task, with a live
-progress display and a run record; :mod:`.sweep` runs several with it."""
+"""``coda-agent run``'s machinery (the command itself: :mod:`.run_command`): the agent loop on one task, with
+a live progress display and a run record; :mod:`.sweep` runs several with it."""
 
 from __future__ import annotations
 
@@ -72,12 +72,14 @@ def _best_text(summary: RunSummary) -> str:
 
 
 def attempt_line(attempt: Attempt, worker: str | None = None) -> Text:
-    """``#3  r3.0  passed  correct  · llm 1.2 s · verify 9.8 s on gpu1 · 8.7k tok`` (``worker``: where it was verified)."""
+    """``#3  r3.0  passed  correct  · llm 1.2 s · verify 9.8 s on gpu1 · 8.7k tok`` (``worker``: where it was
+    verified)."""
     outcome = attempt.outcome
     line = Text(f"#{attempt.index:<3} r{attempt.round}.{attempt.slot}  ")
     line.append(f"{outcome:<16}", style=outcome_style(outcome))
     line.append((shown(attempt_headline(attempt)).splitlines() or [""])[0][:160])
-    bits = [f"{k} {v:.1f} s" + (f" on {worker}" if k == "verify" and worker else "") for k, v in attempt.durations.items()]
+    bits = [f"{k} {v:.1f} s"
+            + (f" on {worker}" if k == "verify" and worker else "") for k, v in attempt.durations.items()]
     tokens = attempt.usage.input_tokens + attempt.usage.output_tokens
     if tokens:
         bits.append(f"{tokens_text(tokens)} tok")
@@ -101,7 +103,8 @@ class _Display(RunEvents):
 
     def round_started(self, round_no: int, slots: int) -> None:
         self.round_no = round_no
-        self.line(Text(f"round {round_no}/{self.rounds}: asking for {slots} candidate{'s' if slots != 1 else ''}", style="bold"))
+        self.line(Text(f"round {round_no}/{self.rounds}: asking for {slots} "
+                       f"candidate{'s' if slots != 1 else ''}", style="bold"))
 
     def attempt_started(self, index: int, round_no: int, slot: int) -> None:
         self.in_flight[index] = "waiting for the model"
@@ -136,7 +139,8 @@ class _Display(RunEvents):
         text.append(str(s.passes), style="green" if s.passes else "")
         text.append(" · best ")
         text.append(_best_text(s), style="green" if s.best_attempt else "dim")
-        text.append(f" · tokens {tokens_text(s.input_tokens + s.output_tokens)} · {money_text(s.cost_usd, s.cost_known)} · {_clock(wall)}")
+        text.append(f" · tokens {tokens_text(s.input_tokens + s.output_tokens)} · "
+                    f"{money_text(s.cost_usd, s.cost_known)} · {_clock(wall)}")
         return text
 
 
@@ -191,7 +195,8 @@ def _budgets(base: Budgets, **given: Any) -> Budgets:
 STOP_SIGNALS = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 
-async def _drive(agent: Agent, provider: Provider, received: list[signal.Signals], workers: Executor) -> RunSummary:
+async def _drive(agent: Agent, provider: Provider, received: list[signal.Signals],
+                 workers: Executor) -> RunSummary:
     """Run the agent; SIGINT (Ctrl-C) or SIGTERM (``timeout``, ``kill``) cancels it cleanly: the summary is
     marked interrupted before we exit. The signal is appended to ``received``."""
     loop = asyncio.get_running_loop()
@@ -220,7 +225,8 @@ def print_result(summary: RunSummary, header: RunHeader, run_dir: Path) -> None:
     """The final verdict: what the best candidate achieved, why the run stopped, where things are."""
     if summary.best_attempt is not None:
         console.print(
-            f"[bold green]PASSED[/] {untrusted(header.task)} v{header.task_version}: attempt #{summary.best_attempt} is correct"
+            f"[bold green]PASSED[/] {untrusted(header.task)} v{header.task_version}: attempt "
+            f"#{summary.best_attempt} is correct"
             + (f" ({speed_text(summary)})" if speed_text(summary) else "")
             + f", after {summary.attempts} attempt{'s' if summary.attempts != 1 else ''}",
             highlight=False,
@@ -235,16 +241,17 @@ def print_result(summary: RunSummary, header: RunHeader, run_dir: Path) -> None:
     outcomes = ", ".join(f"{k} {v}" for k, v in sorted(summary.outcomes.items(), key=lambda kv: -kv[1]))
     console.print(f"  stopped: {untrusted(summary.stop_reason or summary.status)}", highlight=False)
     console.print(
-        f"  {summary.rounds} round{'s' if summary.rounds != 1 else ''} · {outcomes or 'no attempts'} · tokens "
-        f"{tokens_text(summary.input_tokens)} in / {tokens_text(summary.output_tokens)} out · {money_text(summary.cost_usd, summary.cost_known)} · "
-        f"wall {summary.wall_seconds:.0f} s",
+        f"  {summary.rounds} round{'s' if summary.rounds != 1 else ''} · {outcomes or 'no attempts'} · "
+        f"tokens {tokens_text(summary.input_tokens)} in / {tokens_text(summary.output_tokens)} out · "
+        f"{money_text(summary.cost_usd, summary.cost_known)} · wall {summary.wall_seconds:.0f} s",
         highlight=False,
     )
     console.print(f"  record: {run_dir}", highlight=False, markup=False)
 
 
 class RunOptions(BaseModel):
-    """The command line's settings for new runs, as given; a sweep records them to start its later runs alike."""
+    """The command line's settings for new runs, as given; a sweep records them to start its later runs
+    alike."""
 
     base_url: str | None = None
     rounds: int | None = None
@@ -267,17 +274,20 @@ class RunOptions(BaseModel):
     def budget_flags(self) -> dict[str, Any]:
         """The budgets given (the others keep their defaults, or a resumed run's values)."""
         flags = {
-            "rounds": self.rounds, "candidates_per_round": self.candidates, "max_tokens": self.max_tokens_total,
-            "max_dollars": self.max_dollars, "max_wall_seconds": self.max_wall,
+            "rounds": self.rounds, "candidates_per_round": self.candidates,
+            "max_tokens": self.max_tokens_total, "max_dollars": self.max_dollars,
+            "max_wall_seconds": self.max_wall,
         }
         return {k: v for k, v in flags.items() if v is not None}
 
     def config(self, task: Task, model: str) -> AgentConfig:
-        """This machine's stages with these settings; the verify time limit follows from the stages and shapes."""
+        """This machine's stages with these settings; the verify time limit follows from the stages and
+        shapes."""
         settings = {
             "temperature": self.temperature, "max_reply_tokens": self.max_reply_tokens,
             "target_speedup": self.target_speedup, "target_sol": self.target_sol, "base_url": self.base_url,
-            "examples": tuple(e.strip() for e in self.examples.split(",") if e.strip()) if self.examples else None,
+            "examples": tuple(e.strip() for e in self.examples.split(",") if e.strip()) if self.examples
+            else None,
             "example_places": tuple(self.examples_from),
         }
         config = AgentConfig.for_this_machine(
@@ -291,7 +301,8 @@ class RunOptions(BaseModel):
 
 
 def open_workers(kind: str, address: str | None, cpu_workers: int = AgentConfig.verify_workers) -> Executor:
-    """Where this command's verifications run (``--executor``, ``--address``); one line when it cannot start."""
+    """Where this command's verifications run (``--executor``, ``--address``); one line when it cannot
+    start."""
     try:
         return open_executor(kind, address=address, cpu_workers=cpu_workers)
     except ExecutorError as exc:
@@ -300,7 +311,8 @@ def open_workers(kind: str, address: str | None, cpu_workers: int = AgentConfig.
 
 @contextlib.contextmanager
 def _closed_on_error(workers: Executor) -> Iterator[None]:
-    """Starting the run failed (a bad model spec, an unreadable record): let the workers go before the error line."""
+    """Starting the run failed (a bad model spec, an unreadable record): let the workers go before the error
+    line."""
     try:
         yield
     except BaseException:
@@ -319,17 +331,20 @@ def new_run(task: Task, model: str, provider: Provider, base: Path, options: Run
 
 
 class _StdoutOutlivingItsReader(io.TextIOBase):
-    """stdout for a run or sweep: once its reader has gone (``run ... | head``), output stops instead of ending
-    the run midway; stderr says so once, and the record keeps everything that would have been printed."""
+    """stdout for a run or sweep: once its reader has gone (``run ... | head``), output stops instead of
+    ending the run midway; stderr says so once, and the record keeps everything that would have been
+    printed."""
 
     def __init__(self, stream: Any, record: Path) -> None:
         self.stream, self.record, self.gone = stream, record, False
 
     def _lost(self) -> None:
         self.gone = True
-        with contextlib.suppress(OSError, ValueError):  # nothing is left to flush into the closed pipe at exit
+        # nothing is left to flush into the closed pipe at exit
+        with contextlib.suppress(OSError, ValueError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
-        err_console.print(f"stdout was closed; carrying on, everything is recorded in {self.record}", highlight=False, markup=False)
+        err_console.print(f"stdout was closed; carrying on, everything is recorded in {self.record}",
+                          highlight=False, markup=False)
 
     def write(self, text: str) -> int:
         if not self.gone:
@@ -353,7 +368,8 @@ class _StdoutOutlivingItsReader(io.TextIOBase):
 @contextlib.contextmanager
 def outliving_a_closed_stdout(record: Path) -> Iterator[None]:
     saved = console._file  # Rich's own setting (None: whatever sys.stdout is then), which .file resolves
-    console.file = cast(IO[str], _StdoutOutlivingItsReader(sys.stdout, record))  # a text stream, as Rich needs
+    # a text stream, as Rich needs
+    console.file = cast(IO[str], _StdoutOutlivingItsReader(sys.stdout, record))
     try:
         yield
     finally:
@@ -368,16 +384,22 @@ def _run_one(agent: Agent, provider: Provider, run_dir: Path, workers: Executor,
 def _run_to_its_end(agent: Agent, provider: Provider, run_dir: Path, workers: Executor, plain: bool) -> None:
     """One run with its live display, to its summary; the exit status says how it ended."""
     header = agent.header
-    tuned = f"; configs tuned, {agent.config.tune_budget_s:g} s per candidate" if agent.tune_fn is not None and agent.config.tune_budget_s else ""
+    tuned = (
+        f"; configs tuned, {agent.config.tune_budget_s:g} s per candidate"
+        if agent.tune_fn is not None and agent.config.tune_budget_s
+        else ""
+    )
     console.print(
-        f"run [bold]{untrusted(header.run_id)}[/]: {untrusted(header.task)} v{header.task_version} with {untrusted(header.model)} "
-        f"({', '.join(header.verifier_stages)} on {untrusted(header.device)}{tuned})",
+        f"run [bold]{untrusted(header.run_id)}[/]: {untrusted(header.task)} v{header.task_version} with "
+        f"{untrusted(header.model)} ({', '.join(header.verifier_stages)} on "
+        f"{untrusted(header.device)}{tuned})",
         highlight=False,
     )
     console.print(f"  record: {run_dir}", highlight=False, markup=False)
     console.print(f"  verifying on {workers.describe()}", highlight=False, markup=False)
     display: _Display = (
-        LiveDisplay(console, header, agent.config.budgets.rounds, workers) if console.is_terminal and not plain
+        LiveDisplay(console, header, agent.config.budgets.rounds,
+                    workers) if console.is_terminal and not plain
         else PlainDisplay(console, header, agent.config.budgets.rounds)
     )
     if agent.previous is not None:
@@ -389,13 +411,16 @@ def _run_to_its_end(agent: Agent, provider: Provider, run_dir: Path, workers: Ex
         with display.live if isinstance(display, LiveDisplay) else contextlib.nullcontext():
             summary = asyncio.run(_drive(agent, provider, received, workers))
     except (asyncio.CancelledError, KeyboardInterrupt):
-        err_console.print(f"interrupted; finished attempts are saved. Resume with: {resume_command(run_dir)}", highlight=False, markup=False)
+        err_console.print(f"interrupted; finished attempts are saved. Resume with: {resume_command(run_dir)}",
+                          highlight=False, markup=False)
         raise typer.Exit(STOP_SIGNALS[received[0]] if received else 130) from None
     except FatalProviderError as exc:
         err_console.print(f"[bold red]error:[/] {untrusted(str(exc))}", highlight=False)
-        err_console.print(f"  (the run is saved; after fixing this: {resume_command(run_dir)})", highlight=False, markup=False)
+        err_console.print(f"  (the run is saved; after fixing this: {resume_command(run_dir)})",
+                          highlight=False, markup=False)
         raise typer.Exit(2) from None
-    except Exception as exc:  # the harness failed on this run (the summary says so): one line, not a traceback
+    # the harness failed on this run (the summary says so): one line, not a traceback
+    except Exception as exc:
         err_console.print(f"[bold red]error:[/] {untrusted(one_line_failure(exc))}", highlight=False)
         err_console.print(f"  (finished attempts are recorded in {run_dir})", highlight=False, markup=False)
         raise typer.Exit(1) from None
@@ -405,13 +430,16 @@ def _run_to_its_end(agent: Agent, provider: Provider, run_dir: Path, workers: Ex
 
 
 def one_line_failure(exc: BaseException) -> str:
-    """An unexpected exception that ended a run, as one line: ``the run failed: ValueError: its first line``."""
+    """An unexpected exception that ended a run, as one line: ``the run failed: ValueError: its first
+    line``."""
     first = (str(exc).strip().splitlines() or [""])[0][:300]
     return f"the run failed: {type(exc).__name__}" + (f": {first}" if first else "")
 
 
-def recorded_run(name: str, base: Path, model: str | None, task: str | None, redo_corrupt: bool) -> tuple[Path, RunReader]:
-    """The run ``--resume`` names, readable (or ``--redo-corrupt``), on the task and with the model given if any."""
+def recorded_run(name: str, base: Path, model: str | None, task: str | None,
+                 redo_corrupt: bool) -> tuple[Path, RunReader]:
+    """The run ``--resume`` names, readable (or ``--redo-corrupt``), on the task and with the model given if
+    any."""
     try:
         run_dir = resolve_run(name, base)
         reader = RunReader(run_dir)
@@ -421,26 +449,27 @@ def recorded_run(name: str, base: Path, model: str | None, task: str | None, red
     unreadable = reader.unreadable_attempts()
     if unreadable and not redo_corrupt:
         raise UserError(
-            f"{', '.join(str(p) for p in unreadable)}: unreadable attempt file(s); to set them aside and redo those "
-            f"attempts (and any later round, whose prompts were built on them): {resume_command(run_dir)} --redo-corrupt"
+            f"{', '.join(str(p) for p in unreadable)}: unreadable attempt file(s); to set them aside and "
+            "redo those attempts (and any later round, whose prompts were built on them): "
+            f"{resume_command(run_dir)} --redo-corrupt"
         )
     if task and Path(task).stem != header.task and task != header.task:
-        raise UserError(f"run {header.run_id} is on task {header.task}, not {task}: drop the task (--resume takes the run's), "
-                        f"or start a new run on {task}")
+        raise UserError(f"run {header.run_id} is on task {header.task}, not {task}: drop the task (--resume "
+                        f"takes the run's), or start a new run on {task}")
     if model and model != header.model:
-        raise UserError(f"run {header.run_id} used {header.model}; a resumed run continues with the same model: drop --model, "
-                        "or start a new run with it")
+        raise UserError(f"run {header.run_id} used {header.model}; a resumed run continues with the same "
+                        "model: drop --model, or start a new run with it")
     return run_dir, reader
 
 
-#: A run that ended so is not continued by ``--resume`` alone: its target reached, or its rounds or a budget spent
-#: (``--rounds`` or a larger budget continues these two).
+#: A run that ended so is not continued by ``--resume`` alone: its target reached, or its rounds or a budget
+#: spent (``--rounds`` or a larger budget continues these two).
 ENDED = ("target_reached", "completed", "budget_exhausted")
 
 
 def ended_summary(reader: RunReader) -> RunSummary | None:
-    """The summary of a run that ended (:data:`ENDED`) with every attempt still on disk and readable; None for one
-    that ``--resume`` goes on with (killed while running, interrupted, failed, or attempts lost since)."""
+    """The summary of a run that ended (:data:`ENDED`) with every attempt still on disk and readable; None for
+    one that ``--resume`` goes on with (killed while running, interrupted, failed, or attempts lost since)."""
     summary = reader.summary()
     if summary is None or summary.status not in ENDED:
         return None
@@ -450,8 +479,9 @@ def ended_summary(reader: RunReader) -> RunSummary | None:
 
 
 def already_finished(run_dir: Path, reader: RunReader, given: dict[str, Any]) -> int | None:
-    """``--resume`` of a run that has nothing left to do: says so with its result, asks no model, starts no worker;
-    the exit status is the run's own (0 a correct kernel, 1 none). None when there is something to resume."""
+    """``--resume`` of a run that has nothing left to do: says so with its result, asks no model, starts no
+    worker; the exit status is the run's own (0 a correct kernel, 1 none). None when there is something to
+    resume."""
     try:
         summary = ended_summary(reader)
     except RunRecordError as exc:
@@ -461,10 +491,12 @@ def already_finished(run_dir: Path, reader: RunReader, given: dict[str, Any]) ->
     if given and summary.status != "target_reached":
         return None  # budgets raised: it goes on
     label, _ = run_status(summary.status, summary.passes)
-    console.print(f"run {untrusted(reader.header.run_id)} already finished ({untrusted(label)}): nothing to resume", highlight=False)
+    console.print(f"run {untrusted(reader.header.run_id)} already finished ({untrusted(label)}): nothing to "
+                  "resume", highlight=False)
     print_result(summary, reader.header, run_dir)
     if summary.status != "target_reached":
-        console.print(f"  to go on: {resume_command(run_dir)} --rounds N (or a larger budget)", highlight=False, markup=False)
+        console.print(f"  to go on: {resume_command(run_dir)} --rounds N (or a larger budget)",
+                      highlight=False, markup=False)
     return 0 if summary.best_attempt is not None else 1
 
 
@@ -472,8 +504,8 @@ def resume_run(
     name: str, base: Path, model: str | None, base_url: str | None, given: dict[str, Any], task: str | None,
     redo_corrupt: bool,
 ) -> tuple[Path, Agent, Provider]:
-    """The agent that continues the run ``name``, holding its writer lock: one line (UserError) when another process
-    is writing it, before anything of it is touched."""
+    """The agent that continues the run ``name``, holding its writer lock: one line (UserError) when another
+    process is writing it, before anything of it is touched."""
     run_dir, _ = recorded_run(name, base, model, task, redo_corrupt)
     try:
         writer = RunWriter.open(run_dir)
@@ -485,7 +517,8 @@ def resume_run(
         if redo_corrupt:
             moved = reader.set_aside_unreadable(header.budgets.candidates_per_round)
             if moved:
-                err_console.print(f"set aside {len(moved)} attempt file(s) to redo: {', '.join(p.name for p in moved)}", highlight=False)
+                err_console.print(f"set aside {len(moved)} attempt file(s) to redo: "
+                                  f"{', '.join(p.name for p in moved)}", highlight=False)
         provider = make_provider(header.model, base_url or header.params.get("base_url"), base)
         budgets = _budgets(header.budgets, **given) if given else None
         try:
@@ -497,7 +530,8 @@ def resume_run(
     except BaseException:
         writer.close()
         raise
-    provider.skip_replies(replies_used(agent))  # rebuilt from its spec, a scripted provider starts at its first reply
+    # rebuilt from its spec, a scripted provider starts at its first reply
+    provider.skip_replies(replies_used(agent))
     return run_dir, agent, provider
 
 

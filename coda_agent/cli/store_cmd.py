@@ -1,4 +1,5 @@
-"""``coda-agent index rebuild``, ``leaderboard``, ``show``, ``diff`` and ``view``: browsing runs and bench results."""
+"""``coda-agent index rebuild``, ``leaderboard``, ``show``, ``diff`` and ``view``: browsing runs and bench
+results."""
 
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ def index_help(ctx: typer.Context) -> None:
         console.print(ctx.get_help())
 
 RUNS_DIR = typer.Option(DEFAULT_RUNS_DIR, "--runs-dir", envvar=RUNS_DIR_ENV, help="folder of run records")
-BENCH_DIR = typer.Option(DEFAULT_BENCH_DIR, "--bench-dir", envvar=BENCH_DIR_ENV, help="folder of bench result JSON files")
+BENCH_DIR = typer.Option(DEFAULT_BENCH_DIR, "--bench-dir", envvar=BENCH_DIR_ENV,
+                         help="folder of bench result JSON files")
 
 
 def open_index(runs_dir: Path, bench_dir: Path) -> Index:
@@ -75,17 +77,19 @@ def index_rebuild(runs_dir: Path = RUNS_DIR, bench_dir: Path = BENCH_DIR) -> Non
     with Index.open(runs_dir, bench_dir) as ix:
         stats = ix.rebuild()
         runs, bench = len(ix.runs()), len({b.bench_path for b in ix.bench_rows()})
-        console.print(f"indexed {runs} runs and {bench} bench results into {ix.path} ({stats.indexed} sources)")
+        console.print(f"indexed {runs} runs and {bench} bench results into {ix.path} ({stats.indexed} "
+                      "sources)")
         print_problems(ix.problems())
 
 
 # ---------------------------------------------------------------------------------------------- leaderboard
 
 
-#: The leaderboard's columns a narrow terminal loses first (least useful first): the task, author, correctness and
-#: the ratio against cuBLAS stay.
+#: The leaderboard's columns a narrow terminal loses first (least useful first): the task, author, correctness
+#: and the ratio against cuBLAS stay.
 SUMMARY_DROPPABLE = ("$", "shapes", "runs ok", "×eager", "%SoL", "×compile", "×human", "device")
-GROUP_DROPPABLE = ("1st correct", "$", "tokens", "attempts", "rounds", "runs ok", "×eager", "%SoL", "×compile")
+GROUP_DROPPABLE = ("1st correct", "$", "tokens", "attempts", "rounds", "runs ok", "×eager", "%SoL",
+                   "×compile")
 
 
 def _rich_group(g: lb.Group) -> Table:
@@ -127,12 +131,14 @@ def _summary_table(rows: list[lb.SummaryRow]) -> Table:
 @app.command("leaderboard")
 def leaderboard(
     task: str = typer.Option(None, "--task", "-t", help="only this task, with a table per shape"),
-    device: str = typer.Option(None, "--device", "-d", help="only this device (as recorded, e.g. 'NVIDIA H200' or cpu)"),
+    device: str = typer.Option(None, "--device", "-d",
+                               help="only this device (as recorded, e.g. 'NVIDIA H200' or cpu)"),
     fmt: str = typer.Option("table", "--format", "-f", help="table, json, csv or md"),
     runs_dir: Path = RUNS_DIR,
     bench_dir: Path = BENCH_DIR,
 ) -> None:
-    """Per task, each author (human, each model) against eager, torch.compile, cuBLAS and SoL; --task: per shape."""
+    """Per task, each author (human, each model) against eager, torch.compile, cuBLAS and SoL; --task: per \
+shape."""
     if fmt not in ("table", "json", "csv", "md"):
         raise UserError(f"unknown --format {fmt!r}: use table, json, csv or md")
     with open_index(runs_dir, bench_dir) as ix:
@@ -144,7 +150,8 @@ def leaderboard(
         board = lb.build(ix, task=task, device=device)
         devices = sorted({r.device for r in ix.runs(task)} | {b.device for b in ix.bench_rows(task)})
     if device is not None and board.empty:
-        raise UserError(f"no runs or bench results on device {device!r} (known: {', '.join(devices) or 'none yet'})")
+        raise UserError(f"no runs or bench results on device {device!r} (known: "
+                        f"{', '.join(devices) or 'none yet'})")
     details = task is not None
     if fmt == "json":
         print(lbt.to_json(board) if details else lbt.summary_json(board))
@@ -154,7 +161,8 @@ def leaderboard(
     elif fmt == "md":
         print(lbt.to_markdown(board) if details else lbt.summary_markdown(board))
     elif board.empty:
-        wide_console().print(f"no run records in {runs_dir} and no bench results in {bench_dir} yet", highlight=False)
+        wide_console().print(f"no run records in {runs_dir} and no bench results in {bench_dir} yet",
+                             highlight=False)
     elif not details:
         print_table(_summary_table(lb.summarize(board)), SUMMARY_DROPPABLE)
     else:
@@ -175,7 +183,8 @@ def leaderboard(
 
 
 def find_run(runs_dir: Path, ref: str) -> RunFiles:
-    """The run ``ref`` names (``rundir.resolve_run``), read tolerantly: a folder is shown even without a header."""
+    """The run ``ref`` names (``rundir.resolve_run``), read tolerantly: a folder is shown even without a
+    header."""
     if runs_dir.exists() and not runs_dir.is_dir():
         raise UserError(f"{runs_dir}: not a folder (--runs-dir)")
     try:
@@ -195,10 +204,12 @@ def _show_attempt(rf: RunFiles, index: int, fmt: str) -> None:
         known = ", ".join(str(x.index) for x in rf.attempts) or "none finished yet"
         raise UserError(f"run {rf.name} has no attempt #{index} (attempts: {known})")
     if fmt == "json":
-        print(json.dumps(a.model_dump(mode="json"), indent=2))  # as the whole run's: ASCII, every control escaped
+        # as the whole run's: ASCII, every control escaped
+        print(json.dumps(a.model_dump(mode="json"), indent=2))
         return
     out = wide_console()
-    out.print(f"[bold]{untrusted(rf.name)}[/] attempt #{a.index} (round {a.round}, slot {a.slot}): {_outcome(a.outcome)}", highlight=False)
+    out.print(f"[bold]{untrusted(rf.name)}[/] attempt #{a.index} (round {a.round}, slot {a.slot}): "
+              f"{_outcome(a.outcome)}", highlight=False)
     out.print(
         f"tokens {lbt.fmt_tokens(a.usage.input_tokens)} in / {lbt.fmt_tokens(a.usage.output_tokens)} out · "
         f"{lbt.fmt_money(a.usage.cost_usd, a.usage.price_known)} · "
@@ -213,25 +224,29 @@ def _show_attempt(rf: RunFiles, index: int, fmt: str) -> None:
     if a.code is None:
         out.print("(no code was extracted from the reply)")
     else:
-        out.print(Syntax(shown(a.code), "python", theme="ansi_dark", background_color="default", line_numbers=True))
+        out.print(Syntax(shown(a.code), "python", theme="ansi_dark", background_color="default",
+                         line_numbers=True))
 
 
 def _show_breakdown(rf: RunFiles, fmt: str) -> None:
-    """Stage x part over the run's attempts: how many recorded it, total, median and max seconds, share of the stage."""
+    """Stage x part over the run's attempts: how many recorded it, total, median and max seconds, share of the
+    stage."""
     rows = stage_time_rows(a.verdict for a in rf.attempts)
     if fmt == "json":
         print(json.dumps([vars(r) for r in rows], indent=2))
         return
     out = wide_console()
     verified = sum(a.verdict is not None for a in rf.attempts)
-    table = Table(title=f"{untrusted(rf.name)}: verification time over {verified} verified attempts (seconds)",
+    table = Table(title=f"{untrusted(rf.name)}: verification time over {verified} verified attempts "
+                        "(seconds)",
                   title_justify="left", box=box.SIMPLE_HEAD)
     for col in ("stage", "part", "attempts", "total", "median", "max", "share"):
         table.add_column(col, justify="left" if col in ("stage", "part") else "right", no_wrap=True)
     for r in rows:
         first = r.part == STAGE_TOTAL
-        table.add_row(untrusted(r.stage) if first else "", untrusted(r.part), str(r.attempts), f"{r.total_s:.1f}",
-                      f"{r.median_s:.2f}", f"{r.max_s:.2f}", "" if first else f"{r.share:.0%}")
+        table.add_row(untrusted(r.stage) if first else "", untrusted(r.part), str(r.attempts),
+                      f"{r.total_s:.1f}", f"{r.median_s:.2f}", f"{r.max_s:.2f}",
+                      "" if first else f"{r.share:.0%}")
     if rows:
         out.print(table)
     else:
@@ -241,7 +256,8 @@ def _show_breakdown(rf: RunFiles, fmt: str) -> None:
 @app.command("show")
 def show(
     run: str = typer.Argument(..., help="run folder, run id, a unique prefix or suffix, or latest"),
-    attempt: int = typer.Option(None, "--attempt", "-a", help="one attempt in full: its whole reason and its code"),
+    attempt: int = typer.Option(None, "--attempt", "-a",
+                                help="one attempt in full: its whole reason and its code"),
     breakdown: bool = typer.Option(False, "--breakdown", "-b", help=(
         "where the verifications' time went over every attempt: stage by stage, part by part")),
     fmt: str = typer.Option("table", "--format", "-f", help="table or json"),
@@ -262,13 +278,16 @@ def show(
         return
     h, s = rf.header, rf.effective_summary()
     out = wide_console()
-    out.print(f"[bold]{untrusted(rf.name)}[/]" + (f"  (run id {untrusted(h.run_id)})" if h else ""), highlight=False)
+    out.print(f"[bold]{untrusted(rf.name)}[/]" + (f"  (run id {untrusted(h.run_id)})" if h else ""),
+              highlight=False)
     if h:
         author, replay_of = replayed_model(h.model, runs_dir)
-        model = untrusted(author) + (f"[/] (a replay of run {untrusted(replay_of)})[bold]" if replay_of else "")
+        model = untrusted(author) + (f"[/] (a replay of run {untrusted(replay_of)})[bold]" if replay_of
+                                     else "")
         out.print(
             f"task [bold]{untrusted(h.task)}[/] v{h.task_version} · model [bold]{model}[/] · "
-            f"device {untrusted(h.device)}" + (f" · host {untrusted(h.host)}" if h.host else ""), highlight=False,
+            f"device {untrusted(h.device)}" + (f" · host {untrusted(h.host)}" if h.host else ""),
+            highlight=False,
         )
         git = f" · git {h.git_commit[:10]}{' (dirty)' if h.git_dirty else ''}" if h.git_commit else ""
         out.print(f"created {h.created:%Y-%m-%d %H:%M:%S}{git}", highlight=False)
@@ -279,13 +298,15 @@ def show(
             f"stages {', '.join(h.verifier_stages) or '-'}", highlight=False,
         )
     label, tone = run_status(s.status, s.passes)
-    status = f"[{TONE_STYLE[tone]}]{untrusted(label)}[/]" + (f" ({untrusted(s.stop_reason)})" if s.stop_reason else "")
+    status = f"[{TONE_STYLE[tone]}]{untrusted(label)}[/]" + (f" ({untrusted(s.stop_reason)})" if s.stop_reason
+                                                             else "")
     out.print(f"status {status}", highlight=False)
     if rf.how_to_resume and rf.how_to_resume not in s.stop_reason:
         out.print(f"resume with: {rf.how_to_resume}", highlight=False, markup=False)
 
     table = Table(title="attempts", title_justify="left", box=box.SIMPLE_HEAD)
-    for col in ("#", "round.slot", "at", "outcome", "reason", "tokens in/out", "$", "llm", "verify", "time µs"):
+    for col in ("#", "round.slot", "at", "outcome", "reason", "tokens in/out", "$", "llm", "verify",
+                "time µs"):
         if col == "reason":
             table.add_column(col, overflow="fold", min_width=20, ratio=1)
         else:
@@ -297,8 +318,9 @@ def show(
         points = timing_points(a.timing)
         times = ", ".join(lbt.fmt_us(v.median_us) + (f" @{k}" if k else "") for k, v in points.items()) or "-"
         table.add_row(
-            str(a.index), f"{a.round}.{a.slot}", "-" if at is None else f"+{lbt.fmt_seconds(at)}", _outcome(a.outcome),
-            untrusted(lbt.headline(reason, 90)), f"{lbt.fmt_tokens(a.usage.input_tokens)}/{lbt.fmt_tokens(a.usage.output_tokens)}",
+            str(a.index), f"{a.round}.{a.slot}", "-" if at is None else f"+{lbt.fmt_seconds(at)}",
+            _outcome(a.outcome), untrusted(lbt.headline(reason, 90)),
+            f"{lbt.fmt_tokens(a.usage.input_tokens)}/{lbt.fmt_tokens(a.usage.output_tokens)}",
             lbt.fmt_money(a.usage.cost_usd, a.usage.price_known), lbt.fmt_seconds(a.durations.get("llm")),
             lbt.fmt_seconds(a.durations.get("verify")), untrusted(times),
         )
@@ -310,8 +332,10 @@ def show(
     out.print(
         f"{s.attempts} attempts in {s.rounds} rounds, {s.passes} passed"
         + (f", {best}" if s.best_attempt else "")
-        + f" · tokens {lbt.fmt_tokens(s.input_tokens + s.output_tokens)} · {lbt.fmt_money(s.cost_usd, s.cost_known)}"
-        + f" · wall {lbt.fmt_seconds(s.wall_seconds)} · first correct after {lbt.fmt_seconds(s.seconds_to_first_correct)}",
+        + f" · tokens {lbt.fmt_tokens(s.input_tokens + s.output_tokens)} · "
+          f"{lbt.fmt_money(s.cost_usd, s.cost_known)}"
+        + f" · wall {lbt.fmt_seconds(s.wall_seconds)} · first correct after "
+          f"{lbt.fmt_seconds(s.seconds_to_first_correct)}",
         highlight=False,
     )
     print_problems(rf.problems)
@@ -323,7 +347,8 @@ def diff(
     run_b: str = typer.Argument(..., help="second run"),
     runs_dir: Path = RUNS_DIR,
 ) -> None:
-    """What changed between two runs: header (model, params, task version, stages), outcomes per attempt, best code."""
+    """What changed between two runs: header (model, params, task version, stages), outcomes per attempt, \
+best code."""
     a, b = find_run(runs_dir, run_a), find_run(runs_dir, run_b)
     d = diff_runs(a, b)
     out = wide_console()
@@ -359,9 +384,12 @@ def diff(
 @app.command("view")
 def view(
     port: int = typer.Option(7575, "--port", "-p", help="port on 127.0.0.1 (0: any free port)"),
-    host: str = typer.Option("127.0.0.1", "--host", help="address to bind (loopback only, unless --unsafe-host)"),
-    unsafe_host: bool = typer.Option(False, "--unsafe-host", help="allow a non-loopback --host: anyone who can reach it sees every run"),
-    export: Path = typer.Option(None, "--export", help="write a static site to this folder instead of serving"),
+    host: str = typer.Option("127.0.0.1", "--host",
+                             help="address to bind (loopback only, unless --unsafe-host)"),
+    unsafe_host: bool = typer.Option(False, "--unsafe-host", help="allow a non-loopback --host: anyone who "
+                                                                  "can reach it sees every run"),
+    export: Path = typer.Option(None, "--export",
+                                help="write a static site to this folder instead of serving"),
     runs_dir: Path = RUNS_DIR,
     bench_dir: Path = BENCH_DIR,
 ) -> None:
@@ -373,18 +401,27 @@ def view(
         if export.exists() and not export.is_dir():
             raise UserError(f"{export}: exists and is not a folder")
         written = export_site(site, export)
-        console.print(f"wrote {written} files to {export} (open {export / 'index.html'})", highlight=False, markup=False)
+        console.print(f"wrote {written} files to {export} (open {export / 'index.html'})", highlight=False,
+                      markup=False)
         return
     if not is_loopback_host(host) and not unsafe_host:
-        raise UserError(f"refusing to serve on {host}: runs hold prompts and code; pass --unsafe-host to allow it")
+        raise UserError(f"refusing to serve on {host}: runs hold prompts and code; pass --unsafe-host to "
+                        "allow it")
     if not 0 <= port <= 65535:
         raise UserError(f"--port {port}: must be 0-65535")
     try:
         server = serve(site, host=host, port=port)
     except OSError as exc:
-        why = "the port is in use (another viewer?)" if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc)
-        raise UserError(f"cannot listen on {host}:{port}: {why}; pass another --port (--port 0: any free one)") from None
-    console.print(f"coda-agent viewer on http://{host}:{server.server_address[1]}/ (Ctrl-C to stop)", highlight=False)
+        why = (
+            "the port is in use (another viewer?)"
+            if exc.errno == errno.EADDRINUSE
+            else exc.strerror or str(exc)
+        )
+        raise UserError(
+            f"cannot listen on {host}:{port}: {why}; pass another --port (--port 0: any free one)"
+        ) from None
+    console.print(f"coda-agent viewer on http://{host}:{server.server_address[1]}/ (Ctrl-C to stop)",
+                  highlight=False)
     try:
         server.serve_forever()
     finally:

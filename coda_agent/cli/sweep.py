@@ -3,9 +3,9 @@
 Every task runs with every model under the same options and per-run budgets, ``--jobs`` runs at a time, their
 verifications on one executor (this host, or a Ray cluster: ``--executor ray``), which keeps timings apart.
 The runs are ordinary run directories; ``<runs-dir>/<sweep-id>.sweep.json`` lists them, so ``--resume``
-on it starts the runs not started yet, resumes the interrupted ones and leaves the finished ones be. One process
-runs a sweep at a time: it holds ``<sweep-id>.sweep.lock`` (as each of its runs holds the run's own lock), so a
-second ``--resume`` of a live sweep is refused instead of starting its runs twice.
+on it starts the runs not started yet, resumes the interrupted ones and leaves the finished ones be. One
+process runs a sweep at a time: it holds ``<sweep-id>.sweep.lock`` (as each of its runs holds the run's own
+lock), so a second ``--resume`` of a live sweep is refused instead of starting its runs twice.
 """
 
 from __future__ import annotations
@@ -62,8 +62,9 @@ WorkersSpec = tuple[str, "str | None"]
 
 
 def cpu_workers(jobs: int, runs: int, cpus: int | None = None) -> int:
-    """CPU verifications at once for a sweep: as many as its runs in flight would have on their own (``--jobs`` of
-    them, never more than there are runs to make), and never more than this machine has cores."""
+    """CPU verifications at once for a sweep: as many as its runs in flight would have on their own
+    (``--jobs`` of them, never more than there are runs to make), and never more than this machine has
+    cores."""
     cores = cpus if cpus is not None else (os.cpu_count() or 1)
     return max(1, min(min(jobs, max(runs, 1)) * AgentConfig.verify_workers, cores))
 
@@ -121,8 +122,8 @@ def _tasks(refs: list[str]) -> list[Task]:
 
 
 def start_sweep(
-    tasks: list[str], models: list[str], options: RunOptions, base: Path, jobs: int, total_dollars: float | None,
-    workers: WorkersSpec = ("local", None),
+    tasks: list[str], models: list[str], options: RunOptions, base: Path, jobs: int,
+    total_dollars: float | None, workers: WorkersSpec = ("local", None),
 ) -> int:
     """Check everything (tasks, model specs and keys, options), record the sweep, run it; the exit status."""
     if not models:
@@ -137,22 +138,26 @@ def start_sweep(
         if replays:
             raise UserError(f"{m} replays one run's replies on its own task: it cannot be part of a sweep")
     selected = _tasks(tasks)
-    problems: dict[str, None] = {}  # a missing key or no sandbox, for every model that has one, before any run starts
+    # a missing key or no sandbox, for every model that has one, before any run starts
+    problems: dict[str, None] = {}
     for m in dict.fromkeys(models):
         try:
             make_provider(m, options.base_url, base)
         except UserError as exc:
             problems.setdefault(str(exc))
     if len(problems) > 1:
-        raise UserError(f"{len(problems)} problems before the sweep can start:\n" + "\n".join(f"  - {p}" for p in problems))
+        raise UserError(f"{len(problems)} problems before the sweep can start:\n"
+                        + "\n".join(f"  - {p}" for p in problems))
     if problems:
         raise UserError(next(iter(problems)))
     options.config(selected[0], models[0])  # bad seeds or time limit: one line likewise
-    executor = _open(workers, jobs, len(selected) * len(dict.fromkeys(models)))  # no Ray, or its cluster unreachable
+    # no Ray, or its cluster unreachable
+    executor = _open(workers, jobs, len(selected) * len(dict.fromkeys(models)))
     now = datetime.now(timezone.utc)
     record = SweepRecord(
         sweep_id=f"sweep_{now.astimezone():%Y%m%d-%H%M%S}_{secrets.token_hex(3)}", created=now,
-        options=options.model_dump(), total_dollars=total_dollars, members=[SweepMember(task=str(t.path), model=m) for t in selected for m in dict.fromkeys(models)],
+        options=options.model_dump(), total_dollars=total_dollars,
+        members=[SweepMember(task=str(t.path), model=m) for t in selected for m in dict.fromkeys(models)],
     )
     path = base / f"{record.sweep_id}{SWEEP_SUFFIX}"
     with _closed_on_error(executor):
@@ -168,7 +173,8 @@ def start_sweep(
             raise UserError(f"cannot write the sweep record under {base}: {exc}") from None
     console.print(
         f"sweep [bold]{record.sweep_id}[/]: {len(selected)} task(s) × {len(set(models))} model(s) = "
-        f"{len(record.members)} run{'s' if len(record.members) != 1 else ''}, {jobs} at a time", highlight=False,
+        f"{len(record.members)} run{'s' if len(record.members) != 1 else ''}, {jobs} at a time",
+        highlight=False,
     )
     console.print(f"  record: {path}", highlight=False, markup=False)
     with outliving_a_closed_stdout(path), lock:
@@ -191,11 +197,13 @@ def resume_sweep(
     changed = given.model_dump(exclude_defaults=True)
     fixed = sorted(set(changed) - set(EXTENSIBLE))
     if fixed:
-        raise UserError(f"a resumed sweep keeps its settings; only budgets ({', '.join(EXTENSIBLE)}) may change, not {', '.join(fixed)}")
+        raise UserError(f"a resumed sweep keeps its settings; only budgets ({', '.join(EXTENSIBLE)}) may "
+                        f"change, not {', '.join(fixed)}")
     if not changed and total_dollars is None:
         ended = _ended(record, base)
         if ended is not None:
-            console.print(f"sweep [bold]{record.sweep_id}[/] already finished: nothing to resume", highlight=False)
+            console.print(f"sweep [bold]{record.sweep_id}[/] already finished: nothing to resume",
+                          highlight=False)
             return report(record, path, base, ended)
     with hold_sweep(path):
         record = _read_record(path)  # again, as the process that ran it last left it
@@ -206,9 +214,11 @@ def resume_sweep(
             record.options.update(changed)
             write_json_atomic(path, record)
         done = sum(1 for m in record.members if m.run is not None)
-        console.print(f"resuming sweep [bold]{record.sweep_id}[/]: {done} of {len(record.members)} runs started before", highlight=False)
+        console.print(f"resuming sweep [bold]{record.sweep_id}[/]: {done} of {len(record.members)} runs "
+                      "started before", highlight=False)
         with outliving_a_closed_stdout(path):
-            return _Session(record, path, base, jobs, executor, redo_corrupt, extended=bool(changed) or total_dollars is not None).run()
+            return _Session(record, path, base, jobs, executor, redo_corrupt,
+                            extended=bool(changed) or total_dollars is not None).run()
 
 
 def _read_record(path: Path) -> SweepRecord:
@@ -219,8 +229,8 @@ def _read_record(path: Path) -> SweepRecord:
 
 
 def _ended(record: SweepRecord, base: Path) -> list[_Outcome] | None:
-    """Every member's outcome when each run has ended as ``run --resume`` would leave it (:data:`ENDED`, no attempt
-    lost since); None when any has something left to do."""
+    """Every member's outcome when each run has ended as ``run --resume`` would leave it (:data:`ENDED`, no
+    attempt lost since); None when any has something left to do."""
     outcomes = []
     for member in record.members:
         if member.run is None:
@@ -242,17 +252,19 @@ class _Outcome:
     member: SweepMember
     summary: RunSummary | None = None
     error: str = ""
-    failed: int = 0  # when an error ended it, the exit status `run` gives: 2 set-up or provider, 1 the harness
+    # when an error ended it, the exit status `run` gives: 2 set-up or provider, 1 the harness
+    failed: int = 0
 
     @property
     def exit_status(self) -> int:
-        """What ``coda-agent run`` gives this run alone: 0 a correct kernel, 1 none (or the harness failed), 2 a set-up
-        or provider error."""
+        """What ``coda-agent run`` gives this run alone: 0 a correct kernel, 1 none (or the harness failed), 2
+        a set-up or provider error."""
         return self.failed or (0 if self.summary is not None and self.summary.best_attempt is not None else 1)
 
 
 class _Lines(RunEvents):
-    """One plain line per finished attempt, prefixed with the run's task and model, saying where it was verified."""
+    """One plain line per finished attempt, prefixed with the run's task and model, saying where it was
+    verified."""
 
     def __init__(self, label: str) -> None:
         self.label = label
@@ -276,8 +288,8 @@ def _label(member: SweepMember) -> str:
 
 @functools.cache
 def task_name(task_file: str) -> str:
-    """A member's task by its ``name:``, as ``tasks``, the run and the leaderboard call it (its file may be named
-    otherwise); the file's stem when the file no longer loads."""
+    """A member's task by its ``name:``, as ``tasks``, the run and the leaderboard call it (its file may be
+    named otherwise); the file's stem when the file no longer loads."""
     try:
         return load_task(Path(task_file)).name
     except (TaskError, OSError):
@@ -286,7 +298,8 @@ def task_name(task_file: str) -> str:
 
 @dataclass
 class _Session:
-    """One process's go at a sweep: which members to (re)start, ``jobs`` at a time, and the agents in flight."""
+    """One process's go at a sweep: which members to (re)start, ``jobs`` at a time, and the agents in
+    flight."""
 
     record: SweepRecord
     path: Path
@@ -314,7 +327,8 @@ class _Session:
             provider: Provider
             try:
                 if member.run is None and self.shared is not None and self.shared.exhausted():
-                    return _Outcome(member, error=f"not started: the sweep's ${self.shared.max_dollars:g} are spent")
+                    return _Outcome(member,
+                                    error=f"not started: the sweep's ${self.shared.max_dollars:g} are spent")
                 if member.run is None:
                     provider = make_provider(member.model, options.base_url, self.base)
                     agent = new_run(load_task(member.task), member.model, provider, self.base, options)
@@ -325,8 +339,8 @@ class _Session:
                     if self.settled(summary):
                         return _Outcome(member, summary)
                     _, agent, provider = resume_run(
-                        str(self.base / member.run), self.base, member.model, None, options.budget_flags(), None,
-                        self.redo_corrupt,
+                        str(self.base / member.run), self.base, member.model, None, options.budget_flags(),
+                        None, self.redo_corrupt,
                     )
             except (UserError, TaskError, RunRecordError) as exc:
                 return _Outcome(member, error=str(exc), failed=2)
@@ -341,7 +355,8 @@ class _Session:
                 return _Outcome(member, await agent.run())
             except FatalProviderError as exc:
                 return _Outcome(member, agent.summary, error=str(exc), failed=2)
-            except Exception as exc:  # whatever one run does, the sweep's other runs go on; this one is a failure
+            # whatever one run does, the sweep's other runs go on; this one is a failure
+            except Exception as exc:
                 return _Outcome(member, agent.summary, error=one_line_failure(exc), failed=1)
             finally:
                 await provider.aclose()
@@ -396,22 +411,24 @@ class _Session:
 
 
 def report(record: SweepRecord, path: Path, base: Path, outcomes: list[_Outcome]) -> int:
-    """A sweep's end: its table, each run's record, the errors, the closing line; the worst run's exit status."""
+    """A sweep's end: its table, each run's record, the errors, the closing line; the worst run's exit
+    status."""
     print_table(summary_table(record, outcomes))
     for line in run_lines(base, outcomes):
         console.print(line, highlight=False)
     for o in outcomes:
         if o.error:
             kind = "[bold red]error:[/]" if o.failed else "note:"
-            err_console.print(f"{kind} {untrusted(f'[{_label(o.member)}]')} {untrusted(o.error)}", highlight=False)
+            err_console.print(f"{kind} {untrusted(f'[{_label(o.member)}]')} {untrusted(o.error)}",
+                              highlight=False)
     console.print(f"  record: {path}", highlight=False, markup=False)
     console.print(closing_line(outcomes), highlight=False)
     return max(o.exit_status for o in outcomes)
 
 
 def closing_line(outcomes: list[_Outcome]) -> str:
-    """The sweep's verdict, as ``run`` ends with its own: how many runs found a correct kernel, and what became of
-    the others (none found, failed, not started)."""
+    """The sweep's verdict, as ``run`` ends with its own: how many runs found a correct kernel, and what
+    became of the others (none found, failed, not started)."""
     n = len(outcomes)
     correct = sum(o.exit_status == 0 for o in outcomes)
     others = {
@@ -427,8 +444,10 @@ def closing_line(outcomes: list[_Outcome]) -> str:
 
 def summary_table(record: SweepRecord, outcomes: list[_Outcome]) -> Table:
     """One row per run: status, best, attempts, tokens, cost (where its record is: :func:`run_lines`)."""
-    table = Table(title=f"sweep {record.sweep_id}", title_justify="left", title_style="bold", box=box.SIMPLE_HEAD)
-    for col in ("task", "model", "status", "best"):  # names and figures whole; the status and the speeds at spaces
+    table = Table(title=f"sweep {record.sweep_id}", title_justify="left", title_style="bold",
+                  box=box.SIMPLE_HEAD)
+    # names and figures whole; the status and the speeds at spaces
+    for col in ("task", "model", "status", "best"):
         table.add_column(col, no_wrap=col in ("task", "model"), min_width=17 if col == "status" else None)
     for col in ("attempts", "tokens", "$"):
         table.add_column(col, justify="right", no_wrap=True)
@@ -436,17 +455,21 @@ def summary_table(record: SweepRecord, outcomes: list[_Outcome]) -> Table:
         s = o.summary
         if s is None:
             status = "[red]error[/]" if o.failed else "not started"
-            table.add_row(untrusted(task_name(o.member.task)), untrusted(o.member.model), status, "-", "-", "-", "-")
+            table.add_row(untrusted(task_name(o.member.task)), untrusted(o.member.model), status, "-", "-",
+                          "-", "-")
             continue
-        best = f"#{s.best_attempt}" + (f" ({speed_text(s)})" if speed_text(s) else "") if s.best_attempt else "-"
+        best = f"#{s.best_attempt}" + (f" ({speed_text(s)})" if speed_text(s)
+                                       else "") if s.best_attempt else "-"
         label, tone = run_status(s.status, s.passes)
         table.add_row(
-            untrusted(task_name(o.member.task)), untrusted(o.member.model), f"[{TONE_STYLE[tone]}]{untrusted(label)}[/]", best,
-            str(s.attempts), tokens_text(s.input_tokens + s.output_tokens), money_text(s.cost_usd, s.cost_known),
+            untrusted(task_name(o.member.task)), untrusted(o.member.model),
+            f"[{TONE_STYLE[tone]}]{untrusted(label)}[/]", best, str(s.attempts),
+            tokens_text(s.input_tokens + s.output_tokens), money_text(s.cost_usd, s.cost_known),
         )
     return table
 
 
 def run_lines(base: Path, outcomes: list[_Outcome]) -> list[Text]:
     """Where each run's record is, a line each (paths are never cut, as they would be in a table's cell)."""
-    return [Text(f"  run [{_label(o.member)}]: {shown(str(base / o.member.run))}") for o in outcomes if o.member.run]
+    return [Text(f"  run [{_label(o.member)}]: {shown(str(base / o.member.run))}") for o in outcomes
+            if o.member.run]

@@ -18,9 +18,9 @@ SEARCH_HELP = f"task names, files or folders (default: the built-in suite, then 
 
 
 def _located(paths: list[Path] | None) -> list[tuple[str, Path]]:
-    """(where it comes from, file) for the files, folders or task names asked for, or for every task file on the
-    search path (a copy of a task's file name in a later folder too); a folder's YAML files that are no tasks are
-    skipped with one line each."""
+    """(where it comes from, file) for the files, folders or task names asked for, or for every task file on
+    the search path (a copy of a task's file name in a later folder too); a folder's YAML files that are no
+    tasks are skipped with one line each."""
     skipped: list[str] = []
     if not paths:
         listed = [(source.label, path) for source, path in discover_task_files(skipped, every=True)]
@@ -29,7 +29,8 @@ def _located(paths: list[Path] | None) -> list[tuple[str, Path]]:
     found: list[tuple[str, Path]] = []
     for p in paths:
         by_name = not p.exists() and p.suffix not in (".yaml", ".yml") and p.name == str(p)
-        found += [("argument", f) for f in ([find_task(str(p)).path] if by_name else task_files([p], skipped))]
+        found += [("argument",
+                   f) for f in ([find_task(str(p)).path] if by_name else task_files([p], skipped))]
     note_skipped(skipped)
     return found
 
@@ -51,9 +52,11 @@ def list_tasks(
             located.append((source, load_task(path)))
         except TaskError as exc:  # one bad file in a folder hides none of the others
             first, *more = str(exc).splitlines()  # the file, and its first mistake
-            unreadable.append(first + (f": {more[0].strip()}{'; ...' if len(more) > 1 else ''}" if more else ""))
+            unreadable.append(first
+                              + (f": {more[0].strip()}{'; ...' if len(more) > 1 else ''}" if more else ""))
     for why in unreadable:
-        err_console.print(f"[bold red]error:[/] {untrusted(why)} (`coda-agent validate` says more)", highlight=False)
+        err_console.print(f"[bold red]error:[/] {untrusted(why)} (`coda-agent validate` says more)",
+                          highlight=False)
     if not located:
         if unreadable:
             raise typer.Exit(2)
@@ -81,8 +84,9 @@ def list_tasks(
 
 
 def _shadows(located: list[tuple[str, Task]]) -> dict[Path, str]:
-    """For each task that shares its name with another, what running it by name does (``find_task``): the first
-    found where they are the same task; where they differ, the name is refused and each is run by its path."""
+    """For each task that shares its name with another, what running it by name does (``find_task``): the
+    first found where they are the same task; where they differ, the name is refused and each is run by its
+    path."""
     first: dict[str, Task] = {}
     notes = {}
     for _, t in located:
@@ -107,7 +111,8 @@ def _print_table(located: list[tuple[str, Task]], shapes: str, shadows: dict[Pat
         points = t.shapes.get(shapes, [])
         table.add_row(
             t.name, t.family, str(t.version), str(t.launch_budget),
-            untrusted("\n".join(f"{p.name}: " + " ".join(f"{k}={v}" for k, v in p.dims.items()) for p in points) or "-"),
+            untrusted("\n".join(f"{p.name}: "
+                                + " ".join(f"{k}={v}" for k, v in p.dims.items()) for p in points) or "-"),
             untrusted((source if source == "built-in" else f"{source}: {t.path.parent}")
                       + (f"\n{shadows[t.path]}" if t.path in shadows else "")),
         )
@@ -116,7 +121,8 @@ def _print_table(located: list[tuple[str, Task]], shapes: str, shadows: dict[Pat
 
 @app.command("validate")
 def validate(paths: list[Path] = typer.Argument(None, help=SEARCH_HELP, metavar="PATH")) -> None:
-    """Check task files: schema, reference runs on the small shapes (CPU), output shapes/dtypes, non-degeneracy."""
+    """Check task files: schema, reference runs on the small shapes (CPU), output shapes/dtypes, \
+non-degeneracy."""
     from ..tasks.validate import validate_path
 
     files = [path for _, path in _located(paths)]

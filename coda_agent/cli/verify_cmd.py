@@ -50,15 +50,17 @@ def verdict_table(verdict: Verdict) -> Table:
     for c in worst:
         fmt = lambda v: "-" if v is None else f"{v:.3g}"  # noqa: E731
         table.add_row(
-            untrusted(c.output), "[green]yes[/]" if c.ok else "[red]no[/]", fmt(c.max_abs_err), fmt(c.allowed), fmt(c.lowp_err),
-            str(c.worst_index) if c.worst_index is not None else "-", untrusted(c.input_set),
+            untrusted(c.output), "[green]yes[/]" if c.ok else "[red]no[/]", fmt(c.max_abs_err),
+            fmt(c.allowed), fmt(c.lowp_err), str(c.worst_index) if c.worst_index is not None else "-",
+            untrusted(c.input_set),
         )
     return table
 
 
 def print_verdict(verdict: Verdict) -> None:
     for s in verdict.stages:
-        mark = f"[{outcome_style(s.outcome.value)}]{'pass' if s.outcome is Outcome.PASSED else s.outcome.value}[/]"
+        mark = (f"[{outcome_style(s.outcome.value)}]"
+                f"{'pass' if s.outcome is Outcome.PASSED else s.outcome.value}[/]")
         memory = f"  {s.memory.describe()}" if s.memory is not None and s.memory.describe() else ""
         console.print(f"  {s.stage:<16} {mark}  {s.seconds:6.1f} s{memory}", highlight=False)
     if any(s.checks for s in verdict.stages):
@@ -66,7 +68,8 @@ def print_verdict(verdict: Verdict) -> None:
     headline, scope = verdict.outcome.value.upper(), ""
     if verdict.passed and not any(s.stage in CORRECTNESS_STAGES for s in verdict.stages):  # --compile-only
         headline, scope = "COMPILES", " (sm_90a build only; correctness not checked)"
-    console.print(f"[bold {outcome_style(verdict.outcome.value)}]{headline}[/] {untrusted(verdict.task)} v{verdict.task_version}{scope}",
+    console.print(f"[bold {outcome_style(verdict.outcome.value)}]{headline}[/] {untrusted(verdict.task)} "
+                  f"v{verdict.task_version}{scope}",
                   highlight=False)
     if verdict.reason and not verdict.passed:
         console.print(shown(verdict.reason), highlight=False, markup=False)  # the candidate's words, inert
@@ -77,15 +80,18 @@ def verify_cmd(
     task: str = typer.Argument(..., help="task name or YAML path"),
     candidate: Path = typer.Argument(None, help="candidate .py (default: the task's human kernel)"),
     backend: str = typer.Option("torch", help="torch: the CPU emulator; quack: real kernels on a GPU"),
-    compile_only: bool = typer.Option(False, "--compile-only", help="only build the kernels for sm_90a (no GPU needed)"),
+    compile_only: bool = typer.Option(False, "--compile-only",
+                                      help="only build the kernels for sm_90a (no GPU needed)"),
     shapes: str = typer.Option(None, help="shape set (default: small for torch, bench for quack)"),
     seeds: int = typer.Option(3, help="number of seeds"),
     timeout: float = typer.Option(
-        None, help="seconds before the candidate counts as hung (default from the stages and shapes: 120 s for the emulator)"
+        None, help="seconds before the candidate counts as hung (default from the stages and shapes: 120 s "
+                   "for the emulator)"
     ),
     tolerance_baseline: str = typer.Option(
         None, "--tolerance-baseline",
-        help="judge by this baseline instead of the task's: eager (the reference in the task dtype) or single-rounding "
+        help="judge by this baseline instead of the task's: eager (the reference in the task dtype) or "
+             "single-rounding "
         "(the FP32 reference rounded once, as CODA's tests do)",
     ),
     json_out: Path = typer.Option(None, "--json", help="also write the verdict as JSON"),
@@ -104,8 +110,8 @@ def verify_cmd(
         import torch
 
         if not torch.cuda.is_available():
-            raise UserError("no CUDA GPU on this machine: --backend quack runs the real kernels; on a CPU use the "
-                            "emulator (the default) or --compile-only")
+            raise UserError("no CUDA GPU on this machine: --backend quack runs the real kernels; on a CPU "
+                            "use the emulator (the default) or --compile-only")
         chosen = {"stages": ("gpu_correctness",), "backend": "quack", "shape_set": "bench"}
     else:
         raise UserError(f"unknown backend {backend!r}: use torch or quack (or --compile-only)")
