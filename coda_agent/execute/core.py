@@ -53,7 +53,8 @@ def run_job(job: Job, verify_fn: VerifyFn = verify) -> Verdict:
     try:
         return verify_fn(job.task, job.source, job.plan)
     except Exception as exc:  # the harness failed, not the candidate
-        return job.failed("the verifier itself failed:\n" + "".join(traceback.format_exception_only(type(exc), exc)).strip())
+        return job.failed("the verifier itself failed:\n"
+                          + "".join(traceback.format_exception_only(type(exc), exc)).strip())
 
 
 @dataclass
@@ -146,7 +147,8 @@ class Executor(ABC):
     def activity(self) -> str:
         """``gpu0 #3 (timing) · gpu1 idle · cpu #4 #5 · 2 queued``, for a live display."""
         with self._lock:
-            parts = [w.doing() for w in self.workers if w.gpu or w.running or not any(v.gpu for v in self.workers)]
+            parts = [w.doing() for w in self.workers if w.gpu or w.running
+                     or not any(v.gpu for v in self.workers)]
             waiting = len(self._queue)
         return " · ".join(parts + ([f"{waiting} queued"] if waiting else []))
 
@@ -170,7 +172,8 @@ class Executor(ABC):
     def __enter__(self) -> Executor:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         if exc_type is not None:
             self.cancel()
         self.close()
@@ -210,7 +213,8 @@ class Executor(ABC):
         try:
             inner = self._start(worker, pending.job)
         except Exception as exc:
-            self._finish(pending, worker, pending.job.failed(f"could not start on the {worker.name} worker: {exc}"))
+            self._finish(pending, worker,
+                         pending.job.failed(f"could not start on the {worker.name} worker: {exc}"))
             return
         inner.add_done_callback(lambda f: self._finish(pending, worker, _verdict_of(f, pending.job, worker)))
 
@@ -221,7 +225,8 @@ class Executor(ABC):
             self._shared.discard(pending.id)
             again = shared and verdict.out_of_gpu_memory and not self._closed
             if again:
-                self._queue.appendleft(_Pending(next(self._ids), replace(pending.job, alone=True), pending.future, pending.on_start, rerun=True))
+                self._queue.appendleft(_Pending(next(self._ids), replace(pending.job, alone=True),
+                                                pending.future, pending.on_start, rerun=True))
         if not again:
             pending.future.set_result(verdict)
         self._pump()
@@ -234,4 +239,5 @@ def _verdict_of(future: Future[Verdict], job: Job, worker: Worker) -> Verdict:
     if exc is None:
         return future.result()
     first = (str(exc).strip().splitlines() or [""])[0]
-    return job.failed(f"the {worker.name} worker failed while verifying this candidate ({type(exc).__name__}: {first})")
+    return job.failed(f"the {worker.name} worker failed while verifying this candidate "
+                      f"({type(exc).__name__}: {first})")

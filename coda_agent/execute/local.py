@@ -45,7 +45,8 @@ class LocalExecutor(Executor):
                  verify_fn: VerifyFn = verify) -> None:
         devices = visible_gpus() if gpus is None else list(gpus)
         workers = [Worker("cpu", gpu=False, slots=max(1, cpu_workers))]
-        workers += [Worker(f"gpu{i}", gpu=True, slots=max(1, gpu_slots), device=d) for i, d in enumerate(devices)]
+        workers += [Worker(f"gpu{i}", gpu=True, slots=max(1, gpu_slots),
+                           device=d) for i, d in enumerate(devices)]
         super().__init__(workers)
         self.verify_fn = verify_fn
         #: With one GPU its jobs run in this process too; with several, each GPU has a pool of processes.
@@ -57,7 +58,8 @@ class LocalExecutor(Executor):
     def describe(self) -> str:
         cpu = next(w for w in self.workers if not w.gpu)
         gpus = [f"{w.name} (CUDA_VISIBLE_DEVICES={w.device})" for w in self.workers if w.gpu]
-        return f"local: {cpu.slots} CPU worker{'s' if cpu.slots != 1 else ''}" + (", " + ", ".join(gpus) if gpus else "")
+        return f"local: {cpu.slots} CPU worker{'s' if cpu.slots != 1 else ''}" + (", " + ", ".join(gpus)
+                                                                                  if gpus else "")
 
     def _start(self, worker: Worker, job: Job) -> Future[Verdict]:
         if not worker.gpu or self.in_process_gpu:
@@ -74,14 +76,16 @@ class LocalExecutor(Executor):
 
     def _replace_if_broken(self, name: str, pool: ProcessPoolExecutor, future: Future[Verdict]) -> None:
         """A GPU worker process died: the next job on that GPU starts a fresh pool."""
-        if not future.cancelled() and isinstance(future.exception(), BrokenProcessPool) and self._pools.get(name) is pool:
+        if not future.cancelled() and isinstance(future.exception(),
+                                                 BrokenProcessPool) and self._pools.get(name) is pool:
             del self._pools[name]
             pool.shutdown(wait=False, cancel_futures=True)
 
     def _end_running(self) -> None:
         cancel_all()  # this process's runners: their verifications return at once as cancelled
         for pool in list(self._pools.values()):
-            # ProcessPoolExecutor has no public way to end running work (before Python 3.14's terminate_workers).
+            # ProcessPoolExecutor has no public way to end running work (before Python 3.14's
+            # terminate_workers).
             for process in list(pool._processes.values()):
                 process.terminate()
 

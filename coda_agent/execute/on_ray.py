@@ -27,13 +27,14 @@ from .core import Executor, ExecutorError, Job, VerifyFn, Worker, run_job
 INSTALL = "pip install 'coda-agent[ray]'"
 #: How long the GPU actors may take to start (a busy cluster may not have its GPUs free).
 GPU_WORKERS_START_S = 120.0
-#: Ray on Linux swaps a 127.0.0.1 node address for the host's reachable one unless this is "0" when Ray is imported.
+#: Ray on Linux swaps a 127.0.0.1 node address for the host's reachable one unless this is "0" when Ray is
+#: imported.
 LOOPBACK_GATE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
 def import_ray(loopback: bool = False) -> ModuleType:
-    """Ray, or one line saying how to install it. ``loopback``: a cluster this process starts binds to 127.0.0.1,
-    which Ray reads from the environment when it is first imported."""
+    """Ray, or one line saying how to install it. ``loopback``: a cluster this process starts binds to
+    127.0.0.1, which Ray reads from the environment when it is first imported."""
     if loopback and "ray" not in sys.modules:
         os.environ.setdefault(LOOPBACK_GATE, "0")
     try:
@@ -66,7 +67,8 @@ class GpuWorker:
         import torch
 
         name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
-        return {"host": socket.gethostname(), "cuda": os.environ.get("CUDA_VISIBLE_DEVICES", ""), "device": name}
+        return {"host": socket.gethostname(), "cuda": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+                "device": name}
 
     def verify(self, job: Job) -> Verdict:
         return run_job(job, self.verify_fn)
@@ -85,7 +87,8 @@ class RayExecutor(Executor):
 
     kind = "ray"
 
-    def __init__(self, address: str | None = None, *, gpu_slots: int = 1, verify_fn: VerifyFn = verify) -> None:
+    def __init__(self, address: str | None = None, *, gpu_slots: int = 1,
+                 verify_fn: VerifyFn = verify) -> None:
         self.address = address or os.environ.get("RAY_ADDRESS") or None
         ray = import_ray(loopback=self.address is None)
         self._ray = ray
@@ -127,16 +130,19 @@ class RayExecutor(Executor):
         )
         handles = [actor.remote(verify_fn) for _ in range(int(resources.get("GPU", 0)))]
         asks = {h.info.remote(): h for h in handles}
-        ready, late = ray.wait(list(asks), num_returns=len(asks), timeout=GPU_WORKERS_START_S) if asks else ([], [])
+        ready, late = ray.wait(list(asks), num_returns=len(asks),
+                               timeout=GPU_WORKERS_START_S) if asks else ([], [])
         for ref in late:
             ray.kill(asks[ref])
-        infos = sorted(((ray.get(ref), asks[ref]) for ref in ready), key=lambda ih: (ih[0]["host"], ih[0]["cuda"]))
+        infos = sorted(((ray.get(ref), asks[ref]) for ref in ready),
+                       key=lambda ih: (ih[0]["host"], ih[0]["cuda"]))
         hosts = {info["host"] for info, _ in infos}
         workers = [Worker("cpu", gpu=False, slots=max(1, int(resources.get("CPU", 1))))]
         actors = {}
         for info, handle in infos:
             name = f"gpu{info['cuda']}" + (f"@{info['host']}" if len(hosts) > 1 else "")
-            workers.append(Worker(name, gpu=True, slots=gpu_slots, device=info["device"] or f"CUDA_VISIBLE_DEVICES={info['cuda']}"))
+            workers.append(Worker(name, gpu=True, slots=gpu_slots,
+                                  device=info["device"] or f"CUDA_VISIBLE_DEVICES={info['cuda']}"))
             actors[name] = handle
         return workers, actors
 
@@ -144,12 +150,14 @@ class RayExecutor(Executor):
         cpu = next(w for w in self.workers if not w.gpu)
         gpus = [f"{w.name} ({w.device})" for w in self.workers if w.gpu]
         where = self.address or "a private local cluster"
-        return f"ray at {where}: {cpu.slots} CPU{'s' if cpu.slots != 1 else ''}" + (", " + ", ".join(gpus) if gpus else ", no GPU")
+        return f"ray at {where}: {cpu.slots} CPU{'s' if cpu.slots != 1 else ''}" + (", " + ", ".join(gpus)
+                                                                                    if gpus else ", no GPU")
 
     def _start(self, worker: Worker, job: Job) -> Future[Verdict]:
         if worker.gpu:
             outer: Future[Verdict] = Future()
-            threading.Thread(target=self._on_actor, args=(worker, job, outer), name=f"ray-{worker.name}", daemon=True).start()
+            threading.Thread(target=self._on_actor, args=(worker, job, outer), name=f"ray-{worker.name}",
+                             daemon=True).start()
             return outer
         ref = self._track(self._cpu_task.remote(job, self.verify_fn), worker)
         future: Future[Verdict] = ref.future()
@@ -157,8 +165,8 @@ class RayExecutor(Executor):
         return future
 
     def _on_actor(self, worker: Worker, job: Job, outer: Future[Verdict]) -> None:
-        """One GPU job; when it killed its actor, the failure is told only once Ray has the actor back, so the job
-        after it finds a live actor (a call made while it restarts would fail too)."""
+        """One GPU job; when it killed its actor, the failure is told only once Ray has the actor back, so the
+        job after it finds a live actor (a call made while it restarts would fail too)."""
         handle = self._actors[worker.name]
         ref = self._track(handle.verify.remote(job), worker)
         try:
