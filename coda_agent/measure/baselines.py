@@ -4,9 +4,9 @@
 * ``compiled``: ``torch.compile`` of the same function (Inductor defaults, static shapes);
 * ``compiled_max_autotune``: the same with ``mode="max-autotune-no-cudagraphs"`` (Inductor autotunes its GEMM
   templates against cuBLAS; slow to compile, so only the bench asks for it);
-* ``cublas``: only the task's GEMMs (its ``gemms`` field) through ``torch.mm``, the practical floor, each in the
-  layout the reference multiplies it in (:func:`gemm_layouts`: a dgrad's ``dz @ w`` reads an N-major weight,
-  ``x @ w.T`` a K-major one, and cuBLAS's speed can differ between the two).
+* ``cublas``: only the task's GEMMs (its ``gemms`` field) through ``torch.mm``, the practical floor, each in
+  the layout the reference multiplies it in (:func:`gemm_layouts`: a dgrad's ``dz @ w`` reads an N-major
+  weight, ``x @ w.T`` a K-major one, and cuBLAS's speed can differ between the two).
 """
 
 from __future__ import annotations
@@ -47,12 +47,12 @@ BASELINES = {
 COMPILE_MODES = {"default": "compiled", "max-autotune-no-cudagraphs": "compiled_max_autotune"}
 
 
-#: While Inductor compiles, torch.fx raises a process-wide "tracing" flag, and a compiled function entered meanwhile
-#: from another thread raises ("using FX to symbolically trace a dynamo-optimized function"). The bench's checks
-#: compile references on several threads at once (two tasks lost their check to it on the H200, 2026-12-02), so
-#: every call of a compiled reference, the compiling ones included, holds this lock. It costs the checks little:
-#: Dynamo compiles one frame at a time anyway (``convert_frame.compile_lock``). A timed call never waits on it: a
-#: timed job runs alone on its GPU's process (:mod:`coda_agent.execute`).
+#: While Inductor compiles, torch.fx raises a process-wide "tracing" flag, and a compiled function entered
+#: meanwhile from another thread raises ("using FX to symbolically trace a dynamo-optimized function"). The
+#: bench's checks compile references on several threads at once (two tasks lost their check to it on the H200,
+#: 2026-12-02), so every call of a compiled reference, the compiling ones included, holds this lock. It costs
+#: the checks little: Dynamo compiles one frame at a time anyway (``convert_frame.compile_lock``). A timed
+#: call never waits on it: a timed job runs alone on its GPU's process (:mod:`coda_agent.execute`).
 _INDUCTOR = threading.Lock()
 
 
@@ -71,7 +71,8 @@ def compiled_reference(task: Task, mode: str = "default") -> Callable[..., Any]:
         cfg.recompile_limit = max(cfg.recompile_limit, 64)
     else:  # older torch
         cfg.cache_size_limit = max(cfg.cache_size_limit, 64)
-    compiled = torch.compile(reference_function(task), dynamic=False, mode=None if mode == "default" else mode)
+    compiled = torch.compile(reference_function(task), dynamic=False,
+                             mode=None if mode == "default" else mode)
 
     def call(*args: Any, **kwargs: Any) -> Any:
         with _INDUCTOR:
@@ -91,9 +92,10 @@ _LAYOUTS: dict[tuple[Path, int, str], tuple[Layout, ...]] = {}
 
 
 def gemm_layouts(task: Task) -> tuple[Layout, ...]:
-    """The layout of each of the task's GEMMs as its reference multiplies: the reference is run once on the CPU at
-    the first small shape, and each matrix product it makes whose (M, N, K) is an entry of ``gemms`` there gives
-    that entry its operands' storage (their strides). An entry no product matches keeps :data:`DEFAULT_LAYOUT`."""
+    """The layout of each of the task's GEMMs as its reference multiplies: the reference is run once on the
+    CPU at the first small shape, and each matrix product it makes whose (M, N, K) is an entry of ``gemms``
+    there gives that entry its operands' storage (their strides). An entry no product matches keeps
+    :data:`DEFAULT_LAYOUT`."""
     key = (task.path, task.version, repr(task.gemms))
     if key not in _LAYOUTS:
         _LAYOUTS[key] = _traced_layouts(task)

@@ -1,4 +1,5 @@
-"""The device's ceilings, measured (not taken from a datasheet), and the speed-of-light model built on them."""
+"""The device's ceilings, measured (not taken from a datasheet), and the speed-of-light model built on
+them."""
 
 from __future__ import annotations
 
@@ -57,26 +58,29 @@ def speed_of_light(task: Task, set_name: str, peaks: Peaks) -> list[SolPoint]:
         flops, nbytes = task.flops(p.dims), task.min_bytes(p.dims)
         points.append(SolPoint(
             shape=p.name, dims=", ".join(f"{k}={v}" for k, v in p.dims.items()), flops=flops, bytes=nbytes,
-            compute_us=flops / (peaks.tflops_bf16 * 1e12) * 1e6, memory_us=nbytes / (peaks.hbm_tbps * 1e12) * 1e6,
+            compute_us=flops / (peaks.tflops_bf16 * 1e12) * 1e6,
+            memory_us=nbytes / (peaks.hbm_tbps * 1e12) * 1e6,
         ))
     return points
 
 
-#: The matmul shapes (M, N, K) whose best rate is the compute ceiling: the square one, and the narrow-N, long-K
-#: projections where cuBLAS runs fastest. On the H200 (bench/results/h200-2026-12-02-d.json) cuBLAS reached
-#: 806-815 TFLOP/s at the bench's 8192x2048x16384 and 8192x4096x14336 rows against 782 at 8192^3, so a ceiling
-#: taken at 8192^3 alone put the cuBLAS baselines of those rows above 100% of the speed of light.
-PEAK_MM_SHAPES: tuple[tuple[int, int, int], ...] = ((8192, 8192, 8192), (8192, 2048, 16384), (8192, 4096, 14336))
+#: The matmul shapes (M, N, K) whose best rate is the compute ceiling: the square one, and the narrow-N,
+#: long-K projections where cuBLAS runs fastest. On the H200 (bench/results/h200-2026-12-02-d.json) cuBLAS
+#: reached 806-815 TFLOP/s at the bench's 8192x2048x16384 and 8192x4096x14336 rows against 782 at 8192^3, so a
+#: ceiling taken at 8192^3 alone put the cuBLAS baselines of those rows above 100% of the speed of light.
+PEAK_MM_SHAPES: tuple[tuple[int, int, int], ...] = ((8192, 8192, 8192), (8192, 2048, 16384),
+                                                    (8192, 4096, 14336))
 
 
 def measure_peaks(
-    clock: Clock | None = None, shapes: tuple[tuple[int, int, int], ...] = PEAK_MM_SHAPES, copy_bytes: int = 2 * 1024**3,
+    clock: Clock | None = None, shapes: tuple[tuple[int, int, int], ...] = PEAK_MM_SHAPES,
+    copy_bytes: int = 2 * 1024**3,
 ) -> Peaks:
-    """Peak bf16 matmul rate (the best of cuBLAS at ``shapes`` on random data) and HBM bandwidth (a device-to-device
-    copy).
+    """Peak bf16 matmul rate (the best of cuBLAS at ``shapes`` on random data) and HBM bandwidth (a
+    device-to-device copy).
 
-    Taken as the median over interleaved batches, the protocol every kernel is timed with (so a ceiling is taken
-    at the kernels' operating point); the copy counts read + write bytes.
+    Taken as the median over interleaved batches, the protocol every kernel is timed with (so a ceiling is
+    taken at the kernels' operating point); the copy counts read + write bytes.
     """
     clock = clock or Clock("cuda")
 
@@ -102,7 +106,8 @@ def measure_peaks(
     how = (
         f"bf16 cuBLAS mm, the best of {len(rates)} shapes on random data: {best}"
         + (f" (against {others} TFLOP/s)" if others else "")
-        + f"; device copy of {copy_bytes / 2**30:.3g} GiB (read + write); medians of interleaved batches, as kernels are timed"
+        + f"; device copy of {copy_bytes / 2**30:.3g} GiB (read + write); medians of interleaved batches, as "
+          "kernels are timed"
     )
     return Peaks(tflops_bf16=rates[best], hbm_tbps=tbps, how=how)
 

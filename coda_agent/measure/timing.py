@@ -31,14 +31,15 @@ if TYPE_CHECKING:  # torch is imported where the GPU is timed: reading timings (
 
 #: Bytes written to flush the L2 before each timed call (the H200's L2 is 50 MB; 256 MiB as in Triton).
 FLUSH_BYTES = 256 * 1024 * 1024
-#: GPU cycles (~1 ms on an H200) of ``torch.cuda._sleep`` that open a batch of timed calls: the host gets ahead
-#: of the device before the first call, so no call's events hold the host's latency to its first launch.
+#: GPU cycles (~1 ms on an H200) of ``torch.cuda._sleep`` that open a batch of timed calls: the host gets
+#: ahead of the device before the first call, so no call's events hold the host's latency to its first launch.
 LEAD_CYCLES = 2_000_000
 #: Calls per timed batch.
 BATCH = 5
-#: A candidate whose forward() spends at least this share of its median time on the host is host-bound: the GPU
-#: waited for its launches, so the time is the host's, not the kernel's. (A forward() that itself waits for the
-#: GPU, with ``.item()`` or a synchronize, counts that wait as host time too: it serialises the two all the same.)
+#: A candidate whose forward() spends at least this share of its median time on the host is host-bound: the
+#: GPU waited for its launches, so the time is the host's, not the kernel's. (A forward() that itself waits
+#: for the GPU, with ``.item()`` or a synchronize, counts that wait as host time too: it serialises the two
+#: all the same.)
 HOST_BOUND_SHARE = 0.8
 
 
@@ -57,54 +58,62 @@ class Timing(BaseModel):
     p10_us: float | None = None
     p90_us: float | None = None
     reps: int = 0
-    bound: str | None = Field(default=None, description="events | wall: which clock set the median (verifier timings)")
-    events_median_us: float | None = Field(default=None, description="verifier timings: the CUDA events' median")
-    wall_median_us: float | None = Field(default=None, description="verifier timings: the checker's wall clock per call")
+    bound: str | None = Field(default=None,
+                              description="events | wall: which clock set the median (verifier timings)")
+    events_median_us: float | None = Field(default=None,
+                                           description="verifier timings: the CUDA events' median")
+    wall_median_us: float | None = Field(default=None,
+                                         description="verifier timings: the checker's wall clock per call")
     host_median_us: float | None = Field(default=None, description=(
-        "candidate timings: the runner's host clock around forward() per call; near the median or above it, the GPU "
-        "waited for forward()'s launches (host-bound)"))
+        "candidate timings: the runner's host clock around forward() per call; near the median or above it, "
+        "the GPU waited for forward()'s launches (host-bound)"))
     rounds_us: list[float] = Field(default_factory=list, description=(
         "per round of the interleaved batches, this variant's batch time per call (by the clock that set the "
         "median), in order: variants timed together pair up round by round (:func:`paired_ratio`)"))
 
     @property
     def gpu_us(self) -> float:
-        """The CUDA events' median where the verifier timed them, else the median: what a kernel config changes (a
-        host-bound forward() takes its host time whatever its kernels run, so the median would hide it)."""
+        """The CUDA events' median where the verifier timed them, else the median: what a kernel config
+        changes (a host-bound forward() takes its host time whatever its kernels run, so the median would hide
+        it)."""
         return self.events_median_us if self.events_median_us is not None else self.median_us
 
     @property
     def host_bound(self) -> bool:
-        """forward()'s host time is :data:`HOST_BOUND_SHARE` of the median or more: the GPU waited for the host."""
+        """forward()'s host time is :data:`HOST_BOUND_SHARE` of the median or more: the GPU waited for the
+        host."""
         return self.host_median_us is not None and self.host_median_us >= HOST_BOUND_SHARE * self.median_us
 
 
 def paired_ratio(base: Timing, candidate: Timing) -> float:
-    """``base``'s time over ``candidate``'s (> 1: the candidate is faster): the median over the interleaved rounds of
-    the ratio of their batches in one round, where both carry the same rounds; else the ratio of their medians.
+    """``base``'s time over ``candidate``'s (> 1: the candidate is faster): the median over the interleaved
+    rounds of the ratio of their batches in one round, where both carry the same rounds; else the ratio of
+    their medians.
 
-    Paired because the GPU's clock moves under its power cap in bursts longer than a round (bench/README.md, the LM
-    heads): two batches a few milliseconds apart run at the same clock, while each side's median alone may fall on
-    either side of a burst. In ``bench/probes/cap_pairing_sim.py``'s model (a 10% cap in spells of 0.2-2 s, 15 reps)
-    the medians of two equal kernels differed by more than 3% in 6-17% of trials, the paired ratio in 0-3%. On the
-    H200 the LM-head rows still moved 4-10% between benches with it: their rounds flipped between modes within a
-    round, and there were three of them (:class:`RepPlan` now asks for nine)."""
+    Paired because the GPU's clock moves under its power cap in bursts longer than a round (bench/README.md,
+    the LM heads): two batches a few milliseconds apart run at the same clock, while each side's median alone
+    may fall on either side of a burst. In ``bench/probes/cap_pairing_sim.py``'s model (a 10% cap in spells of
+    0.2-2 s, 15 reps) the medians of two equal kernels differed by more than 3% in 6-17% of trials, the paired
+    ratio in 0-3%. On the H200 the LM-head rows still moved 4-10% between benches with it: their rounds
+    flipped between modes within a round, and there were three of them (:class:`RepPlan` now asks for
+    nine)."""
     if base.rounds_us and len(base.rounds_us) == len(candidate.rounds_us) and all(candidate.rounds_us):
         return statistics.median(b / c for b, c in zip(base.rounds_us, candidate.rounds_us, strict=True))
     return base.median_us / candidate.median_us
 
 
 def fastest_round_ratio(base: Timing, candidate: Timing) -> float:
-    """``base``'s fastest round over ``candidate``'s (> 1: the candidate is faster), where both carry rounds; else the
-    ratio of their medians. A round is one batch's median, so no single call sets it.
+    """``base``'s fastest round over ``candidate``'s (> 1: the candidate is faster), where both carry rounds;
+    else the ratio of their medians. A round is one batch's median, so no single call sets it.
 
-    What the bench holds a kernel to (its targets), because the H200 times every long kernel in one of two modes about
-    10% apart, round by round and side by side independently (bench/README.md, the LM heads), so the paired median
-    falls on whichever mode holds the middle round. The fastest rounds compare like with like: over the 57 rows
-    whose kernels did not change between the whole-suite benches at 006be5d and 46964b5, the ratio to cuBLAS moved at
-    most 0.008 between them by this ratio and up to 0.090 by :func:`paired_ratio` (``bench/probes/ratio_stability.py``).
-    Not for a candidate's speedups: one batch that skips the work would set it, where the paired median needs most
-    of the rounds, and the verifier checks one call per batch."""
+    What the bench holds a kernel to (its targets), because the H200 times every long kernel in one of two
+    modes about 10% apart, round by round and side by side independently (bench/README.md, the LM heads), so
+    the paired median falls on whichever mode holds the middle round. The fastest rounds compare like with
+    like: over the 57 rows whose kernels did not change between the whole-suite benches at 006be5d and
+    46964b5, the ratio to cuBLAS moved at most 0.008 between them by this ratio and up to 0.090 by
+    :func:`paired_ratio` (``bench/probes/ratio_stability.py``). Not for a candidate's speedups: one batch that
+    skips the work would set it, where the paired median needs most of the rounds, and the verifier checks one
+    call per batch."""
     if base.rounds_us and candidate.rounds_us and all(candidate.rounds_us):
         return min(base.rounds_us) / min(candidate.rounds_us)
     return base.median_us / candidate.median_us
@@ -122,7 +131,8 @@ def percentile(sorted_values: list[float], q: float) -> float:
 def summarize(samples_us: list[float]) -> Timing:
     """Median and p10/p90 of per-call times in microseconds."""
     s = sorted(samples_us)
-    return Timing(median_us=percentile(s, 50), p10_us=percentile(s, 10), p90_us=percentile(s, 90), reps=len(s))
+    return Timing(median_us=percentile(s, 50), p10_us=percentile(s, 10), p90_us=percentile(s, 90),
+                  reps=len(s))
 
 
 class Clock:
@@ -132,7 +142,8 @@ class Clock:
         import torch
 
         self.device = device
-        self._flush: torch.Tensor | None = torch.empty(flush_bytes // 4, dtype=torch.int32, device=device) if device == "cuda" else None
+        self._flush: torch.Tensor | None = torch.empty(flush_bytes // 4, dtype=torch.int32,
+                                                       device=device) if device == "cuda" else None
         self._pending: list[tuple[object, object]] = []
 
     def flush_l2(self) -> None:
@@ -181,10 +192,10 @@ class Clock:
 class RepPlan:
     """How many repetitions: enough for ``target_s`` of measured time per variant, within [min, max].
 
-    The minimum is nine rounds of :data:`BATCH`: a ratio is the median of paired rounds (:func:`paired_ratio`),
-    and at the LM-head rows, where eager's 10 ms sized the reps to the old minimum of three rounds, the H200's
-    rounds flipped between two modes about 10% apart, and ratios moved 4-10% between benches
-    (bench/results/h200-2026-12-02-g-notes.md). Only variants slower than ~3 ms get more reps from it.
+    The minimum is nine rounds of :data:`BATCH`: a ratio is the median of paired rounds
+    (:func:`paired_ratio`), and at the LM-head rows, where eager's 10 ms sized the reps to the old minimum of
+    three rounds, the H200's rounds flipped between two modes about 10% apart, and ratios moved 4-10% between
+    benches (bench/results/h200-2026-12-02-g-notes.md). Only variants slower than ~3 ms get more reps from it.
     """
 
     warmup: int = 3
@@ -200,11 +211,12 @@ class RepPlan:
 def time_interleaved(
     variants: Mapping[str, Callable[[], object]], clock: Clock, plan: RepPlan = RepPlan()
 ) -> dict[str, Timing]:
-    """Time every variant, interleaved batch by batch in rotating order; returns a Timing per variant, with its
-    batches' medians round by round (for :func:`paired_ratio`).
+    """Time every variant, interleaved batch by batch in rotating order; returns a Timing per variant, with
+    its batches' medians round by round (for :func:`paired_ratio`).
 
     Warm-up calls (compiles, allocator growth, cuBLAS heuristics) run first and are not measured; three
-    probe reps then size the run so the slowest variant gets about ``plan.target_s`` of samples, in whole batches.
+    probe reps then size the run so the slowest variant gets about ``plan.target_s`` of samples, in whole
+    batches.
     """
     names = list(variants)
     for _ in range(plan.warmup):
@@ -223,8 +235,8 @@ def time_interleaved(
 def _run_reps(
     variants: Mapping[str, Callable[[], object]], names: list[str], clock: Clock, reps: int
 ) -> dict[str, list[list[float]]]:
-    """At least ``reps`` calls of each variant, in batches (one per variant and round); the first variant of a round
-    rotates."""
+    """At least ``reps`` calls of each variant, in batches (one per variant and round); the first variant of a
+    round rotates."""
     clock.collect()  # the device idle before the first lead-in
     size = min(BATCH, reps)
     batches: dict[str, list[list[float]]] = {n: [] for n in names}
