@@ -26,7 +26,8 @@ Layers, each module importing only those below it (tests/test_layering.py holds 
 * ``configs``: the config space, the default and the config a call runs with (``chosen_config``); ``backend``:
   which backend runs a call;
 * ``_emulator``, ``_quack`` (and its load-ahead kernel, ``_ahead``): the backends, loaded when picked;
-* ``_epilogue``: ``epilogue()`` and ``gemm()``, the front end, which checks a call and hands it to the backend.
+* ``_epilogue``: ``epilogue()`` and ``gemm()``, the front end, which checks a call and hands it to the
+  backend.
 """
 
 from __future__ import annotations
@@ -95,11 +96,12 @@ __all__ = [
     "unpack",
 ]
 
-#: The submodule of each public name. They load on first use (PEP 562): most import torch, and a verdict or a run
-#: record that names a :class:`Config` must load without it (listing tasks and results stays fast).
+#: The submodule of each public name. They load on first use (PEP 562): most import torch, and a verdict or a
+#: run record that names a :class:`Config` must load without it (listing tasks and results stays fast).
 _HOME = {"Config": "_config", "EpilogueError": "_config", "Epilogue": "_call", "epilogue": "_epilogue",
          "gemm": "_epilogue", "schedule": "_schedule", "rstd_correction": "host", "rstd_from_sqsum": "host",
-         **dict.fromkeys(("ColVecLoad", "ColVecReduce", "ColVecSelect", "OnlineLSEReduce", "RowVecLoad", "RowVecReduce"), "_ops")}
+         **dict.fromkeys(("ColVecLoad", "ColVecReduce", "ColVecSelect", "OnlineLSEReduce", "RowVecLoad",
+                          "RowVecReduce"), "_ops")}
 
 
 def __getattr__(name: str) -> Any:

@@ -1,17 +1,19 @@
-"""The load-ahead SM90 kernel: QuACK's SM90 GEMM with the epilogue's loads issued by a producer warp of their own.
+"""The load-ahead SM90 kernel: QuACK's SM90 GEMM with the epilogue's loads issued by a producer warp of their
+own.
 
-QuACK 0.6.5's SM90 kernel loads C (and the epilogue's TMA tile operands) from a warp of the consumer warp group
-when that tile's epilogue begins, so every tile's epilogue opens with one HBM round trip; CUTLASS's SM90 TMA
-warp-specialized epilogues load C from the producer warp group while the mainloop runs. This kernel does the same
-on QuACK's parts: a second warp of the producer warp group (:attr:`LoadAheadSm90.epi_load_warp_id`) walks the tile
-scheduler's tiles beside the A/B warp and fills the epilogue's C stages, a tile ahead when stages are free, while
-the epilogue itself only waits on them (``GemmBase.epilogue`` with no ``copy_C``). Everything else (mainloop,
-epilogue, stores, scheduler, the stage split before C's share) is QuACK's own code, called rather than copied.
+QuACK 0.6.5's SM90 kernel loads C (and the epilogue's TMA tile operands) from a warp of the consumer warp
+group when that tile's epilogue begins, so every tile's epilogue opens with one HBM round trip; CUTLASS's SM90
+TMA warp-specialized epilogues load C from the producer warp group while the mainloop runs. This kernel does
+the same on QuACK's parts: a second warp of the producer warp group (:attr:`LoadAheadSm90.epi_load_warp_id`)
+walks the tile scheduler's tiles beside the A/B warp and fills the epilogue's C stages, a tile ahead when
+stages are free, while the epilogue itself only waits on them (``GemmBase.epilogue`` with no ``copy_C``).
+Everything else (mainloop, epilogue, stores, scheduler, the stage split before C's share) is QuACK's own code,
+called rather than copied.
 
-The kernel covers what the primitives launch with split_k 1: dense A and B, no varlen, gather or A transform (the
-backend runs QuACK's kernel for a split call). :class:`AheadEpiMod` mints its kernel classes from QuACK's: the same
-EpiMod machinery and fn, with the kernel class's source hash in the compile-cache identity, so a kernel of one path
-is never served for the other.
+The kernel covers what the primitives launch with split_k 1: dense A and B, no varlen, gather or A transform
+(the backend runs QuACK's kernel for a split call). :class:`AheadEpiMod` mints its kernel classes from
+QuACK's: the same EpiMod machinery and fn, with the kernel class's source hash in the compile-cache identity,
+so a kernel of one path is never served for the other.
 """
 
 import hashlib
@@ -38,8 +40,8 @@ from quack.pipeline import make_pipeline_state
 
 
 class LoadAheadSm90(GemmSm90):
-    """Put before a minted QuACK SM90 class in the bases: its ``kernel``, scheduler pipeline and C stages, nothing
-    else."""
+    """Put before a minted QuACK SM90 class in the bases: its ``kernel``, scheduler pipeline and C stages,
+    nothing else."""
 
     @property
     def epi_load_warp_id(self) -> int:
@@ -47,7 +49,8 @@ class LoadAheadSm90(GemmSm90):
         return self.ab_load_warp_id + 1
 
     def make_sched_pipeline(self, cluster_layout_mnk: cute.Layout, varlen_k: bool) -> Any:
-        """QuACK's scheduler pipeline with one more consumer warp per CTA: the epilogue-load warp reads every tile."""
+        """QuACK's scheduler pipeline with one more consumer warp per CTA: the epilogue-load warp reads every
+        tile."""
         cluster_size = cute.size(cluster_layout_mnk)
         # Pingpong: each tile's record is read by the one warp group that runs it.
         mma_readers = 1 if self.pingpong else self.mma_warp_groups
@@ -74,10 +77,11 @@ class LoadAheadSm90(GemmSm90):
         cls, cta_tile_shape_mnk: Any, epi_tile: Any, a_dtype: Any, b_dtype: Any, d_dtype: Any, c_dtype: Any,
         epilogue_args: Any, smem_capacity: int, occupancy: int, warp_shape_mnk: Any = None, **kwargs: Any,
     ) -> tuple[int, int, int]:
-        """QuACK's stage split, then the C stages deepened toward a whole tile's subtiles with the smem QuACK gave
-        to D stages beyond its two (never an A/B stage): QuACK caps C at 5 stages because its epilogue loads only
-        within the current tile, while here the epilogue-load warp can bring in a tile's whole C under its
-        mainloop. Measured level with QuACK's split at gemm_residual's rows (H200, 2026-12-04-a, probe 2)."""
+        """QuACK's stage split, then the C stages deepened toward a whole tile's subtiles with the smem QuACK
+        gave to D stages beyond its two (never an A/B stage): QuACK caps C at 5 stages because its epilogue
+        loads only within the current tile, while here the epilogue-load warp can bring in a tile's whole C
+        under its mainloop. Measured level with QuACK's split at gemm_residual's rows (H200, 2026-12-04-a,
+        probe 2)."""
         ab_stage, d_stage, c_stage = super()._compute_stages(
             cta_tile_shape_mnk, epi_tile, a_dtype, b_dtype, d_dtype, c_dtype, epilogue_args, smem_capacity,
             occupancy, warp_shape_mnk, **kwargs,
@@ -90,7 +94,8 @@ class LoadAheadSm90(GemmSm90):
         op_bytes = cls.epi_smem_bytes(epilogue_args, cta_tile_shape_mnk, epi_tile, warp_shape_mnk)
         d_bytes = (subtile * d_dtype.width // 8 if d_dtype is not None else 0) + op_bytes.d_stage
         c_bytes = (subtile * c_dtype.width // 8 if c_dtype is not None else 0) + op_bytes.c_stage
-        if d_bytes == 0 or d_bytes % 1024 or c_bytes % 1024:  # a move that could change the 1 KiB alignment pads
+        # a move that could change the 1 KiB alignment pads
+        if d_bytes == 0 or d_bytes % 1024 or c_bytes % 1024:
             return ab_stage, d_stage, c_stage
         more_c = min((d_stage - fewest_d) * d_bytes // c_bytes, subtiles - c_stage)
         if more_c <= 0:
@@ -128,7 +133,8 @@ class LoadAheadSm90(GemmSm90):
         tile_sched_params: Any,
         TileSchedulerCls: cutlass.Constexpr,
     ) -> None:
-        """The arguments are ``GemmSm90.__call__``'s launch: warp roles as QuACK's, plus the epilogue-load warp."""
+        """The arguments are ``GemmSm90.__call__``'s launch: warp roles as QuACK's, plus the epilogue-load
+        warp."""
         from quack.varlen_utils import VarlenManager
 
         assert varlen_params.cu_seqlens_m is None and varlen_params.cu_seqlens_k is None
@@ -154,7 +160,8 @@ class LoadAheadSm90(GemmSm90):
         sched_pipeline = self.make_sched_pipeline(cluster_layout_mnk, varlen_k=False)
         # The scheduler's records, outside SharedStorage as QuACK keeps them.
         sched_data = smem.allocate_tensor(
-            Int32, cute.make_layout((4, self.sched_stage)), byte_alignment=16, partition=SmemPartition.RESERVED
+            Int32, cute.make_layout((4, self.sched_stage)), byte_alignment=16,
+            partition=SmemPartition.RESERVED
         )
         pipeline_init_arrive(cluster_shape_mn=self.cluster_shape_mnk[:-1], is_relaxed=True)
 
@@ -174,14 +181,15 @@ class LoadAheadSm90(GemmSm90):
             len_n_static=Int32(cute.size(mB_nkl, mode=[0])),
         )
         make_scheduler = partial(TileSchedulerCls.create, tile_sched_params, sched_data, sched_pipeline)
-        # The epilogue-load warp starts after the A/B warp has issued its first tile (C must not delay the first
-        # mainloop's operands).
+        # The epilogue-load warp starts after the A/B warp has issued its first tile (C must not delay the
+        # first mainloop's operands).
         first_tile_issued = pipeline.NamedBarrier(
             barrier_id=int(NamedBarrierGemm.EpilogueLoad), num_threads=2 * cute.arch.WARP_SIZE
         )
         pipeline_init_wait(cluster_shape_mn=self.cluster_shape_mnk[:-1])
         # The subtiles in the order the epilogue visits them (``GemmBase.epilogue``).
-        epi_tile_shape = cute.zipped_divide(cute.make_layout(self.cta_tile_shape_mnk[:2]), self.epi_tile).shape[1]
+        epi_tile_shape = cute.zipped_divide(cute.make_layout(self.cta_tile_shape_mnk[:2]),
+                                            self.epi_tile).shape[1]
         epi_tile_layout = cute.make_ordered_layout(
             epi_tile_shape, order=(0, 1) if const_expr(self.epi_m_major) else (1, 0)
         )
@@ -191,8 +199,8 @@ class LoadAheadSm90(GemmSm90):
             cute.arch.setmaxregister_decrease(self.num_regs_load)
             if warp_idx == self.ab_load_warp_id:
                 self._load_ab(
-                    ab_pipeline, make_scheduler, varlen_manager, tma_atom_a, mA_mkl, sA, tma_atom_b, mB_nkl, sB,
-                    cluster_layout_mnk, first_tile_issued if const_expr(has_epi_load) else None,
+                    ab_pipeline, make_scheduler, varlen_manager, tma_atom_a, mA_mkl, sA, tma_atom_b, mB_nkl,
+                    sB, cluster_layout_mnk, first_tile_issued if const_expr(has_epi_load) else None,
                 )
             if warp_idx == self.epi_load_warp_id:
                 if const_expr(has_epi_load):
@@ -212,11 +220,12 @@ class LoadAheadSm90(GemmSm90):
 
     @cute.jit
     def _load_ab(
-        self, ab_pipeline: Any, make_scheduler: Any, varlen_manager: Any, tma_atom_a: Any, mA_mkl: cute.Tensor,
-        sA: cute.Tensor, tma_atom_b: Any, mB_nkl: cute.Tensor, sB: cute.Tensor, cluster_layout_mnk: cute.Layout,
-        first_tile_issued: Any,
+        self, ab_pipeline: Any, make_scheduler: Any, varlen_manager: Any, tma_atom_a: Any,
+        mA_mkl: cute.Tensor, sA: cute.Tensor, tma_atom_b: Any, mB_nkl: cute.Tensor, sB: cute.Tensor,
+        cluster_layout_mnk: cute.Layout, first_tile_issued: Any,
     ) -> None:
-        """The A/B TMA warp, which also fetches the next tile for everyone (QuACK's producer loop, dense case)."""
+        """The A/B TMA warp, which also fetches the next tile for everyone (QuACK's producer loop, dense
+        case)."""
         if const_expr(self.use_pdl):
             prims.griddepcontrol(prims.GridDepAction.WAIT)
         is_scheduler_warp = Boolean(True)
@@ -230,12 +239,12 @@ class LoadAheadSm90(GemmSm90):
             tile_coord_mnkl = work_tile.tile_idx
             batch_idx = tile_coord_mnkl[3]
             gA = cute.local_tile(
-                varlen_manager.offset_batch_A(mA_mkl, batch_idx), cute.select(self.cta_tile_shape_mnk, [0, 2]),
-                (tile_coord_mnkl[0], None),
+                varlen_manager.offset_batch_A(mA_mkl, batch_idx),
+                cute.select(self.cta_tile_shape_mnk, [0, 2]), (tile_coord_mnkl[0], None),
             )
             gB = cute.local_tile(
-                varlen_manager.offset_batch_B(mB_nkl, batch_idx), cute.select(self.cta_tile_shape_mnk, [1, 2]),
-                (tile_coord_mnkl[1], None),
+                varlen_manager.offset_batch_B(mB_nkl, batch_idx),
+                cute.select(self.cta_tile_shape_mnk, [1, 2]), (tile_coord_mnkl[1], None),
             )
             cluster_mn = self.cluster_shape_mnk[:2]
             copy_A = copy_utils.tma_get_block_copy_fn(
@@ -321,16 +330,18 @@ class LoadAheadSm90(GemmSm90):
         varlen_manager: Any, epilogue_params: Any, epi_smem_tensors: Any, tma_atom_d: Any, mD_mnl: Any,
         mA_mkl: cute.Tensor, sA: cute.Tensor, sB: cute.Tensor, sD: Any, sC: Any, warp_idx: Int32,
     ) -> None:
-        """The math warp groups: QuACK's mainloop (``mma``) and epilogue (``epilogue``), the latter without loads
-        of its own."""
+        """The math warp groups: QuACK's mainloop (``mma``) and epilogue (``epilogue``), the latter without
+        loads of its own."""
         has_C = const_expr(sC is not None)
-        is_tma_warp = Boolean((not self.pingpong and warp_idx == 0) or (self.pingpong and (warp_idx == 0 or warp_idx == 4)))
+        is_tma_warp = Boolean((not self.pingpong and warp_idx == 0)
+                              or (self.pingpong and (warp_idx == 0 or warp_idx == 4)))
         tidx, _, _ = cute.arch.thread_idx()
         warp_group_idx = cute.arch.make_warp_uniform(tidx // self.num_threads_per_warp_group)
         if const_expr(self.pingpong):
             tidx = tidx % self.num_threads_per_warp_group
         warp_group_thread_layout = cute.make_layout(
-            self.mma_warp_groups if const_expr(not self.pingpong) else 1, stride=self.num_threads_per_warp_group
+            self.mma_warp_groups if const_expr(not self.pingpong) else 1,
+            stride=self.num_threads_per_warp_group
         )
         thr_mma = tiled_mma.get_slice(warp_group_thread_layout(warp_group_idx if not self.pingpong else 0))
         acc, tCrA, tCrB = quack_sm90_utils.partition_fragment_ABC(thr_mma, self.cta_tile_shape_mnk, sA, sB)
@@ -360,14 +371,15 @@ class LoadAheadSm90(GemmSm90):
             batch_idx = tile_coord_mnkl[3]
             if const_expr(self.pingpong):
                 self.pingpong_barrier_sync(warp_group_idx, stage="mma")
-            ab_read_state = self.mma(ab_pipeline, ab_read_state, mma_fn, acc, acc_slow, k_tile_cnt, warp_group_idx)
+            ab_read_state = self.mma(ab_pipeline, ab_read_state, mma_fn, acc, acc_slow, k_tile_cnt,
+                                     warp_group_idx)
             if const_expr(self.pingpong):
                 self.pingpong_barrier_sync(warp_group_idx, "epi")
             copy_D = None
             if const_expr(mD_mnl is not None):
                 copy_D, _, _ = self.epilog_gmem_copy_and_partition(
-                    tma_atom_d, varlen_manager.offset_batch_epi(mD_mnl, batch_idx), self.cta_tile_shape_mnk[:2],
-                    self.epi_tile, sD, tile_coord_mnkl,
+                    tma_atom_d, varlen_manager.offset_batch_epi(mD_mnl, batch_idx),
+                    self.cta_tile_shape_mnk[:2], self.epi_tile, sD, tile_coord_mnkl,
                 )
             d_dtype = self.d_dtype if self.d_dtype is not None else cutlass.BFloat16
             tiled_copy_r2s, tRS_rD, tRS_sD = self.epilog_smem_store_and_partition(
@@ -383,15 +395,16 @@ class LoadAheadSm90(GemmSm90):
             epi_read_state, _ = self.epilogue(
                 epilogue_params, epi_smem_tensors, epi_pipeline, epi_store_pipeline, epi_read_state, None,
                 self.epi_tile, partial(self.epi_load_acc_subtile, tRS_rAcc),
-                tRS_rD=tRS_rD, tRS_rC=tRS_rC, tiled_copy_t2r=None, tiled_copy_r2s=tiled_copy_r2s, tRS_sD=tRS_sD,
-                tiled_copy_s2r=tiled_copy_s2r, tSR_rC=tSR_rC, tSR_sC=tSR_sC, copy_D=copy_D,
+                tRS_rD=tRS_rD, tRS_rC=tRS_rC, tiled_copy_t2r=None, tiled_copy_r2s=tiled_copy_r2s,
+                tRS_sD=tRS_sD, tiled_copy_s2r=tiled_copy_s2r, tSR_rC=tSR_rC, tSR_sC=tSR_sC, copy_D=copy_D,
                 copy_C=None,  # the epilogue-load warp has issued them
                 tile_coord_mnkl=tile_coord_mnkl, varlen_manager=varlen_manager,
                 epilogue_barrier=self.epilogue_barrier, tile_scheduler=tile_scheduler, tidx=tidx,
                 is_tma_warp=is_tma_warp,
             )
             if const_expr(self.pingpong):
-                # Both groups store through one set of epilogue buffers: drain before the other group's epilogue.
+                # Both groups store through one set of epilogue buffers: drain before the other group's
+                # epilogue.
                 if is_tma_warp:
                     epi_store_pipeline.producer_tail()
                 self.pingpong_barrier_arrive(1 - warp_group_idx, stage="epi")
@@ -409,21 +422,22 @@ class LoadAheadSm90(GemmSm90):
 
 
 def source_key(kernel: type) -> str:
-    """The source of ``kernel`` and of every load-ahead class it derives from: part of each kernel's compile-cache
-    identity, so an edit to one never reuses an old build, and two kernels never share one."""
+    """The source of ``kernel`` and of every load-ahead class it derives from: part of each kernel's
+    compile-cache identity, so an edit to one never reuses an old build, and two kernels never share one."""
     sources = [inspect.getsource(c) for c in kernel.__mro__ if issubclass(c, LoadAheadSm90)]
     return hashlib.sha256("".join(sources).encode()).hexdigest()[:16]
 
 
 class AheadEpiMod(EpiMod):
     """QuACK's EpiMod, minting load-ahead kernel classes on SM90 (others as QuACK mints them). ``kernel``: the
-    load-ahead class to put before QuACK's (a probe passes a subclass of :class:`LoadAheadSm90` to time another
-    stage split beside it)."""
+    load-ahead class to put before QuACK's (a probe passes a subclass of :class:`LoadAheadSm90` to time
+    another stage split beside it)."""
 
     def __init__(self, fn: Any, kernel: type[LoadAheadSm90] = LoadAheadSm90, **kwargs: Any) -> None:
         super().__init__(fn, **kwargs)
         self.kernel = kernel
-        self.semantic_key: tuple[Any, ...] = (*self.semantic_key, ("kernel", kernel.__qualname__, source_key(kernel)))
+        self.semantic_key: tuple[Any, ...] = (*self.semantic_key,
+                                              ("kernel", kernel.__qualname__, source_key(kernel)))
         self.semantic_digest = hashlib.sha256(repr(self.semantic_key).encode()).hexdigest()
         self._ident = f"{fn.__name__}_{self.semantic_digest[:16]}"
         TORCH_OP_EPI_MODS[self.semantic_digest] = self

@@ -29,7 +29,8 @@ class Epilogue:
     mode: Mode
     params: tuple[str, ...]  # the fn's parameters after ``acc``
     backend_cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-    #: What :func:`gemm` accepted, by call signature (``_epilogue._signature``): a repeat call skips the checks.
+    #: What :func:`gemm` accepted, by call signature (``_epilogue._signature``): a repeat call skips the
+    #: checks.
     checked_calls: dict[Hashable, Checked] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -69,11 +70,12 @@ class GemmCall:
     config: Config | None  # the call's own ``config=``
     store_d: bool = True
     #: The config the schedule in force pins for this call, checked: ``forward``'s :func:`schedule`, or the
-    #: harness's (``configs.ScheduleOverride``), which replaces it. ``configs.chosen_config`` says which config runs.
+    #: harness's (``configs.ScheduleOverride``), which replaces it. ``configs.chosen_config`` says which
+    #: config runs.
     pinned: Config | None = None
-    #: The metadata :func:`gemm` checked this call under (every tensor's dtype, shape, strides and offset, every
-    #: scalar's type, the configs asked for): under one config, calls of equal signatures run one kernel through
-    #: one plan. None: a call made outside gemm(); backends then derive their keys from the tensors.
+    #: The metadata :func:`gemm` checked this call under (every tensor's dtype, shape, strides and offset,
+    #: every scalar's type, the configs asked for): under one config, calls of equal signatures run one kernel
+    #: through one plan. None: a call made outside gemm(); backends then derive their keys from the tensors.
     signature: Hashable | None = None
 
     @property
@@ -95,8 +97,8 @@ class GemmCall:
 
     @property
     def reads_tiles(self) -> bool:
-        """Whether the epilogue reads an (M, N) tile from HBM (C, or a tile operand): what the load-ahead kernel
-        loads under the mainloop (``Config.load_ahead``)."""
+        """Whether the epilogue reads an (M, N) tile from HBM (C, or a tile operand): what the load-ahead
+        kernel loads under the mainloop (``Config.load_ahead``)."""
         return self.C is not None or any(op.kind == "tile" for op in self.operands.values())
 
     def check_config(self, config: Config) -> None:
@@ -104,8 +106,8 @@ class GemmCall:
         config.check(self.epi.mode, bool(self.epi.outputs), self.store_d, self.b_major)
 
     def stored_shapes(self) -> dict[str, tuple[int, int]]:
-        """The shapes of what the kernel stores (all in ``out_dtype``): D (unless ``store_d`` is off) and the extra
-        outputs."""
+        """The shapes of what the kernel stores (all in ``out_dtype``): D (unless ``store_d`` is off) and the
+        extra outputs."""
         m, n = self.m, self.n
         width = n // 2 if self.epi.mode == "acc_pair" else n
         stored = {"D": (m, 2 * n) if self.epi.mode == "packed" else (m, n)} if self.store_d else {}
@@ -113,10 +115,11 @@ class GemmCall:
         return stored
 
     def hbm_bytes(self) -> dict[str, int]:
-        """The bytes this call moves through HBM at the least (each tensor once), by what moves them: the GEMM's
-        operands ``A``/``B``, and the epilogue's: ``C``, ``tiles`` (full-tile operands), ``vectors`` (row/column
-        operands, select indices), ``D``, ``outputs`` (extra outputs) and ``reduces`` (each sink's (M,) or (N,) f32
-        result). The runner's op log records it; ``verifier.cost`` turns it into the cost estimate."""
+        """The bytes this call moves through HBM at the least (each tensor once), by what moves them: the
+        GEMM's operands ``A``/``B``, and the epilogue's: ``C``, ``tiles`` (full-tile operands), ``vectors``
+        (row/column operands, select indices), ``D``, ``outputs`` (extra outputs) and ``reduces`` (each sink's
+        (M,) or (N,) f32 result). The runner's op log records it; ``verifier.cost`` turns it into the cost
+        estimate."""
 
         def size(t: torch.Tensor) -> int:
             return int(t.numel()) * t.element_size()
@@ -129,12 +132,14 @@ class GemmCall:
             "vectors": sum(size(o.value) for o in self.operands.values() if o.kind in ("row", "col"))
             + sum(size(t) for t in self.indices.values()),
             "D": stored.pop("D", 0), "outputs": sum(stored.values()),
-            "reduces": sum(4 * (self.n if isinstance(s, RowVecReduce) else self.m) for s in self.epi.sinks.values()),
+            "reduces": sum(4 * (self.n if isinstance(s, RowVecReduce)
+                                else self.m) for s in self.epi.sinks.values()),
         }
 
     def stored_buffers(self, factory: Callable[..., torch.Tensor] = torch.empty) -> dict[str, torch.Tensor]:
         """Buffers for what the kernel stores, on A's device (see :meth:`stored_shapes`)."""
-        return {name: factory(shape, dtype=self.out_dtype, device=self.A.device) for name, shape in self.stored_shapes().items()}
+        return {name: factory(shape, dtype=self.out_dtype,
+                              device=self.A.device) for name, shape in self.stored_shapes().items()}
 
     def zero_results(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """Zeros shaped as the kernel's results, on A's device: (D and the extra outputs, the reductions)."""
@@ -149,8 +154,9 @@ class GemmCall:
 
 @dataclass(frozen=True)
 class Checked:
-    """What :func:`gemm`'s checks concluded about a call signature: each operand's kind, D's dtype and the running
-    schedule's pin for the call (checked; the call's own config is checked where nothing is pinned)."""
+    """What :func:`gemm`'s checks concluded about a call signature: each operand's kind, D's dtype and the
+    running schedule's pin for the call (checked; the call's own config is checked where nothing is
+    pinned)."""
 
     kinds: tuple[tuple[str, OperandKind], ...]
     out_dtype: torch.dtype

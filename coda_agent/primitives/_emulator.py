@@ -29,21 +29,27 @@ def _interleave(p: Pair, m: int, width: int) -> torch.Tensor:
 
 def _full(v: Any, shape: tuple[int, int], what: str) -> torch.Tensor:
     if isinstance(v, Pair):
-        raise EpilogueError(f"{what} is a Pair here; it needs one value per element (in acc_pair mode extra outputs are half width: return one lane's value)")
+        raise EpilogueError(f"{what} is a Pair here; it needs one value per element (in acc_pair mode extra "
+                            "outputs are half width: return one lane's value)")
     if isinstance(v, (tuple, list)):
         raise EpilogueError(f"{what} must be a single value, got a {type(v).__name__}")
     t = torch.as_tensor(v, dtype=torch.float32)
     try:
-        return torch.broadcast_to(t, shape).float().contiguous()  # dense, as the kernel's buffers: no stride-0 tell
+        # dense, as the kernel's buffers: no stride-0 tell
+        return torch.broadcast_to(t, shape).float().contiguous()
     except RuntimeError as exc:
-        raise EpilogueError(f"{what} has shape {tuple(t.shape)}, which does not broadcast to the tile {shape}") from exc
+        raise EpilogueError(
+            f"{what} has shape {tuple(t.shape)}, which does not broadcast to the tile {shape}"
+        ) from exc
 
 
 def _reduce(name: str, sink: Sink, value: Any, call: GemmCall, shape: tuple[int, int]) -> torch.Tensor:
     dim = 0 if isinstance(sink, RowVecReduce) else 1
     if call.epi.mode == "acc_pair":
         if not (isinstance(value, tuple) and len(value) == 2):
-            raise EpilogueError(f"reduce {name!r}: in acc_pair mode return one value per lane, (lane0, lane1)")
+            raise EpilogueError(
+                f"reduce {name!r}: in acc_pair mode return one value per lane, (lane0, lane1)"
+            )
         lanes = Pair(*(_full(v, shape, f"reduce {name!r}") for v in value))
         stacked = _interleave(lanes, shape[0], 2 * shape[1])  # sinks span both lanes: the full N
     elif getattr(sink, "scaled", False):
@@ -95,7 +101,8 @@ def run(call: GemmCall) -> dict[str, torch.Tensor]:
     if missing:
         raise EpilogueError(f"epilogue fn {epi.name} did not return declared names {', '.join(missing)}")
     if unknown:
-        raise EpilogueError(f"epilogue fn {epi.name} returned undeclared names {', '.join(map(str, unknown))}; declare them in outputs= or reduces=")
+        raise EpilogueError(f"epilogue fn {epi.name} returned undeclared names "
+                            f"{', '.join(map(str, unknown))}; declare them in outputs= or reduces=")
 
     out: dict[str, torch.Tensor] = {}
     d = result.get("D")

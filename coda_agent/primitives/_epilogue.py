@@ -2,8 +2,8 @@
 
 A candidate declares ``@epilogue(...)`` over a plain fn ``fn(acc, **operands) -> dict`` and calls
 ``gemm(epi, A, B, C, **operands)``. Everything a backend needs (operand kinds, shapes, dtypes, the
-configs asked for) is resolved here once into a :class:`~._call.GemmCall`, so the emulator and QuACK see exactly
-the same request and a mistake is reported identically on the CPU and on the GPU.
+configs asked for) is resolved here once into a :class:`~._call.GemmCall`, so the emulator and QuACK see
+exactly the same request and a mistake is reported identically on the CPU and on the GPU.
 """
 
 from __future__ import annotations
@@ -33,37 +33,50 @@ def epilogue(
     """Declare a GEMM epilogue: ``fn(acc, **operands) -> {"D": ..., <outputs>, <reduces>}``.
 
     The fn runs on the FP32 accumulator while the output tile is still on chip. Its first parameter must
-    be ``acc`` (the rest in any order); a parameter named ``c`` receives the GEMM's C operand (``gemm(..., C=...)``); every other
+    be ``acc`` (the rest in any order); a parameter named ``c`` receives the GEMM's C operand (``gemm(..., \
+C=...)``); every other
     parameter is an operand passed to :func:`gemm` by keyword, whose kind follows from its shape:
     a number or 1-element tensor is a scalar, shape (M, N) a tile, (N,) or (1, N) a row vector, (M,) or
-    (1, M) a column vector; vectors bf16 or fp32. Pin vectors with ``operands={"x": ColVecLoad()}`` / ``RowVecLoad()`` (required
+    (1, M) a column vector; vectors bf16 or fp32. Pin vectors with ``operands={"x": ColVecLoad()}`` / \
+``RowVecLoad()`` (required
     when M == N).
 
     Args:
-        outputs: extra full-tile outputs (each in D's dtype; half width in ``acc_pair`` mode); each adds its write,
+        outputs: extra full-tile outputs (each in D's dtype; half width in ``acc_pair`` mode); each adds its \
+write,
             and in element mode no tile rule.
         operands: pins for vector operands.
         reduces: reduction sinks by name (:class:`ColVecReduce`, :class:`RowVecReduce`,
             :class:`OnlineLSEReduce`, :class:`ColVecSelect`); the fn returns each one's per-element value.
         mode: ``"element"`` (default; one value per accumulator element), ``"acc_pair"`` (adjacent columns
-            (2j, 2j+1) arrive as one Pair: ``g, u = unpack(acc)``, g from column 2j; extra outputs are half width; reduces unscaled Col/RowVecReduce only; vectors,
-            tiles and ``c`` arrive paired too, except column vectors), or ``"packed"`` (a gated pair's backward; an
-            ungated one is element mode with C. ``c`` is a 16-bit (M, 2N) interleaved tensor, ``x, y = unpack(c)``,
+            (2j, 2j+1) arrive as one Pair: ``g, u = unpack(acc)``, g from column 2j; extra outputs are half \
+width; reduces unscaled Col/RowVecReduce only; vectors,
+            tiles and ``c`` arrive paired too, except column vectors), or ``"packed"`` (a gated pair's \
+backward; an
+            ungated one is element mode with C. ``c`` is a 16-bit (M, 2N) interleaved tensor, ``x, y = \
+unpack(c)``,
             x from column 2j; ``acc`` is a plain (M, N) value;
             ``"D": pack(dx, dy)`` writes (M, 2N) in C's dtype; requires a ``c`` parameter and ``"D"``).
 
-    Return dict: ``"D"`` (optional except in packed mode; when missing, the raw accumulator is stored, columns in
-    order, the same kernel as ``"D": acc``), every declared output and every reduce; one value may feed several of
-    them. A ``scaled`` reduce takes a ``(value, scale)`` tuple; in ``acc_pair`` mode a reduce takes one value per
+    Return dict: ``"D"`` (optional except in packed mode; when missing, the raw accumulator is stored, \
+columns in
+    order, the same kernel as ``"D": acc``), every declared output and every reduce; one value may feed \
+several of
+    them. A ``scaled`` reduce takes a ``(value, scale)`` tuple; in ``acc_pair`` mode a reduce takes one \
+value per
     lane, ``(lane0, lane1)``, each folded as a column of its own (an add of ``(v, v)`` counts v twice).
 
-    Shapes by mode, for a GEMM of (M, K) by (K, N): element: D and each extra output (M, N); acc_pair: D (M, N),
+    Shapes by mode, for a GEMM of (M, K) by (K, N): element: D and each extra output (M, N); acc_pair: D (M, \
+N),
     each extra output (M, N/2); packed: C and D (M, 2N) interleaved, each extra output (M, N), row vectors of
     length N.
 
-    Names: parameters, outputs and reduces must all differ; ``acc``, ``D`` and (as an operand) ``c`` are taken,
-    and an operand cannot be named like a parameter of :func:`gemm` (``A``, ``B``, ``C``, ``epi``, ``out_dtype``,
-    ``config``, ``store_d``); no other name is. Names are case-sensitive: an operand ``b`` is not ``B``. They are the kernel's own
+    Names: parameters, outputs and reduces must all differ; ``acc``, ``D`` and (as an operand) ``c`` are \
+taken,
+    and an operand cannot be named like a parameter of :func:`gemm` (``A``, ``B``, ``C``, ``epi``, \
+``out_dtype``,
+    ``config``, ``store_d``); no other name is. Names are case-sensitive: an operand ``b`` is not ``B``. \
+They are the kernel's own
     (forward() maps them to the task's outputs); a module constant ``C`` is not gemm's ``C``.
     """
     pins = dict(operands or {})
@@ -77,7 +90,8 @@ def epilogue(
             raise EpilogueError(f"@epilogue needs a plain function, got {fn!r}") from exc
         names = list(sig.parameters)
         if not names or names[0] != "acc":
-            raise EpilogueError(f"epilogue fn {fn.__name__}: the first parameter must be named 'acc', got {names[:1]}")
+            raise EpilogueError(f"epilogue fn {fn.__name__}: the first parameter must be named 'acc', got "
+                                f"{names[:1]}")
         params = tuple(names[1:])
         for p in sig.parameters.values():
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
@@ -86,23 +100,29 @@ def epilogue(
             raise EpilogueError(f"mode must be 'element', 'acc_pair' or 'packed', not {mode!r}")
         clash = RESERVED & (set(params) | set(outs) - {"D"} | set(sinks))
         if clash:
-            raise EpilogueError(f"names {', '.join(sorted(clash))} are reserved ('acc' is the accumulator, 'D' the main output)")
+            raise EpilogueError(f"names {', '.join(sorted(clash))} are reserved ('acc' is the accumulator, "
+                                "'D' the main output)")
         dup = (set(outs) & set(sinks)) | (set(params) & (set(outs) | set(sinks)))
         if dup:
-            raise EpilogueError(f"names {', '.join(sorted(dup))} are used twice (parameters, outputs and reduces must differ)")
+            raise EpilogueError(f"names {', '.join(sorted(dup))} are used twice (parameters, outputs and "
+                                "reduces must differ)")
         for name, pin in pins.items():
             if name not in params or name == "c":
-                raise EpilogueError(f"operands pins {name!r}, which is not an operand parameter of {fn.__name__}")
+                raise EpilogueError(f"operands pins {name!r}, which is not an operand parameter of "
+                                    f"{fn.__name__}")
             if not isinstance(pin, (ColVecLoad, RowVecLoad)):
                 raise EpilogueError(f"operands[{name!r}] must be ColVecLoad() or RowVecLoad(), got {pin!r}")
         for name, sink in sinks.items():
             if not isinstance(sink, (ColVecReduce, RowVecReduce, OnlineLSEReduce, ColVecSelect)):
-                raise EpilogueError(f"reduces[{name!r}] must be a ColVecReduce, RowVecReduce, OnlineLSEReduce or ColVecSelect")
+                raise EpilogueError(f"reduces[{name!r}] must be a ColVecReduce, RowVecReduce, "
+                                    "OnlineLSEReduce or ColVecSelect")
             scaled = getattr(sink, "scaled", False)
             if mode == "acc_pair" and (scaled or isinstance(sink, (OnlineLSEReduce, ColVecSelect))):
-                raise EpilogueError(f"reduces[{name!r}]: acc_pair mode allows only unscaled ColVecReduce/RowVecReduce")
+                raise EpilogueError(f"reduces[{name!r}]: acc_pair mode allows only unscaled "
+                                    "ColVecReduce/RowVecReduce")
             if isinstance(sink, ColVecSelect) and sink.index in params:
-                raise EpilogueError(f"reduces[{name!r}]: the index operand {sink.index!r} feeds the select, not the fn; drop it from the parameters")
+                raise EpilogueError(f"reduces[{name!r}]: the index operand {sink.index!r} feeds the select, "
+                                    "not the fn; drop it from the parameters")
         if mode == "packed" and "c" not in params:
             raise EpilogueError("packed mode needs a 'c' parameter (the interleaved 16-bit preactivation)")
         return Epilogue(fn=fn, outputs=outs, pins=pins, sinks=sinks, mode=mode, params=params)
@@ -116,7 +136,8 @@ OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 def _is_scalar(v: Any) -> bool:
-    return (isinstance(v, (int, float)) and not isinstance(v, bool)) or (isinstance(v, torch.Tensor) and v.numel() == 1)
+    return (isinstance(v, (int, float)) and not isinstance(v, bool)) or (isinstance(v, torch.Tensor)
+                                                                         and v.numel() == 1)
 
 
 def operand_kind(epi: Epilogue, name: str, v: Any, m: int, n: int) -> OperandKind:
@@ -144,9 +165,11 @@ def operand_kind(epi: Epilogue, name: str, v: Any, m: int, n: int) -> OperandKin
                 f"pin it with operands={{{name!r}: ColVecLoad()}} or RowVecLoad()"
             )
         else:
-            raise EpilogueError(f"operand {name!r} has length {length}, matching neither M={m} (column) nor N={n} (row)")
+            raise EpilogueError(f"operand {name!r} has length {length}, matching neither M={m} (column) nor "
+                                f"N={n} (row)")
         if length != want:
-            raise EpilogueError(f"operand {name!r} is a {kind} vector and must have length {want}, got {length}")
+            raise EpilogueError(f"operand {name!r} is a {kind} vector and must have length {want}, got "
+                                f"{length}")
         return kind
     raise EpilogueError(
         f"operand {name!r} has shape {shape}: expected a scalar, a tile ({m}, {n}), a row vector ({n},) "
@@ -162,7 +185,8 @@ def operand(kind: OperandKind, v: Any) -> Operand:
         return Operand(kind, float(v))
     if kind == "tile":
         return Operand(kind, v)
-    with torch._C._DisableTorchDispatch():  # a view, which the runner's op log would not record: skip its Python
+    # a view, which the runner's op log would not record: skip its Python
+    with torch._C._DisableTorchDispatch():
         return Operand(kind, v.reshape(1, v.shape[-1]))  # trip through the log (issue 9's host-bound rows)
 
 
@@ -176,13 +200,19 @@ def _tensor_signature(t: torch.Tensor) -> tuple[Any, ...]:
 
 def _signature(epi: Epilogue, A: Any, B: Any, C: Any, operands: dict[str, Any], out_dtype: Any, config: Any,
                store_d: Any) -> Hashable | None:
-    """Everything gemm()'s checks read, as a key (values never: a scalar by its type, a tensor by its metadata), the
-    running schedule's pin for the call included; None where an argument is of no kind the checks accept (they then
-    run, and say what is wrong)."""
+    """Everything gemm()'s checks read, as a key (values never: a scalar by its type, a tensor by its
+    metadata), the running schedule's pin for the call included; None where an argument is of no kind the
+    checks accept (they then run, and say what is wrong)."""
     tensors = (A, B) if C is None else (A, B, C)
-    if not all(isinstance(t, torch.Tensor) for t in tensors) or type(store_d) is not bool or A.dim() != 2 or B.dim() != 2:
+    if (
+        not all(isinstance(t, torch.Tensor) for t in tensors)
+        or type(store_d) is not bool
+        or A.dim() != 2
+        or B.dim() != 2
+    ):
         return None
-    if not (out_dtype is None or isinstance(out_dtype, torch.dtype)) or not (config is None or isinstance(config, Config)):
+    if not (out_dtype is None or isinstance(out_dtype, torch.dtype)) or not (config is None
+                                                                             or isinstance(config, Config)):
         return None
     values: list[tuple[Any, ...]] = []
     for name, v in operands.items():
@@ -193,7 +223,8 @@ def _signature(epi: Epilogue, A: Any, B: Any, C: Any, operands: dict[str, Any], 
         else:
             return None
     pinned = pinned_config((epi.name, A.shape[0], B.shape[1], A.shape[1]))
-    return (*(_tensor_signature(t) for t in tensors), C is None, tuple(values), out_dtype, config, store_d, pinned)
+    return (*(_tensor_signature(t) for t in tensors), C is None, tuple(values), out_dtype, config, store_d,
+            pinned)
 
 
 def gemm(
@@ -214,7 +245,8 @@ def gemm(
         A: (M, K), bf16 or fp16. B: (K, N), same dtype, any strides (a transposed view is free).
         C: optional (M, N) tensor read by the fn's ``c`` parameter (one (M, N) input: prefer C to a tile
             operand), bf16, fp16 or fp32 ((M, 2N) interleaved and
-            16-bit in packed mode). C and an (M, N) tile operand each cost one read of their bytes; D and each extra
+            16-bit in packed mode). C and an (M, N) tile operand each cost one read of their bytes; D and \
+each extra
             output one write.
         out_dtype: the one dtype of D and the extra outputs (default: A's dtype; packed mode: C's).
         config: an explicit :class:`Config`, or None for the default (see :class:`Config`); a :func:`schedule`
@@ -223,17 +255,22 @@ def gemm(
             needed, e.g. a SwiGLU activation); the result then has no "D". Not allowed in packed mode.
         **operands: the fn's other parameters, plus the index tensors of ColVecSelect reduces.
 
-    Every tile the kernel moves (A, B, C, tile operands, D, the extra outputs) needs rows on a 16-byte grid (TMA):
-    K, N and the output widths a multiple of 8 for 16-bit tensors, of 4 for fp32 (M is free); gemm() says which one is off.
+    Every tile the kernel moves (A, B, C, tile operands, D, the extra outputs) needs rows on a 16-byte grid \
+(TMA):
+    K, N and the output widths a multiple of 8 for 16-bit tensors, of 4 for fp32 (M is free); gemm() says \
+which one is off.
 
     Returns:
         ``{"D": ..., <outputs>..., <reduces>...}``; reduces come back finalised over the whole row/column:
         ColVecReduce/OnlineLSEReduce/ColVecSelect as (M,) f32, RowVecReduce as (N,) f32.
 
     Launches, as the task's budget counts them per forward() call: a gemm() call is 1, plus 1 finalisation per
-    reduce sink, each sink its own (none are shared): ColVecReduce, RowVecReduce, ColVecSelect 1, OnlineLSEReduce 9;
-    two ColVecReduce sinks make a gemm() 3. Every torch op in forward() that computes or fills is 1 more (views,
-    ``torch.empty``, indexing gemm()'s result dict are free; a host helper says its count). The CPU and GPU stages
+    reduce sink, each sink its own (none are shared): ColVecReduce, RowVecReduce, ColVecSelect 1, \
+OnlineLSEReduce 9;
+    two ColVecReduce sinks make a gemm() 3. Every torch op in forward() that computes or fills is 1 more \
+(views,
+    ``torch.empty``, indexing gemm()'s result dict are free; a host helper says its count). The CPU and GPU \
+stages
     both count.
     """
     if not isinstance(epi, Epilogue):
@@ -255,17 +292,20 @@ def gemm(
 
 def _check(epi: Epilogue, A: Any, B: Any, C: Any, operands: dict[str, Any], out_dtype: Any, config: Any,
            store_d: bool) -> Checked:
-    """gemm()'s checks of a call, each with the rule it broke; what they concluded, for every later call of the
-    same signature."""
+    """gemm()'s checks of a call, each with the rule it broke; what they concluded, for every later call of
+    the same signature."""
     for label, t in (("A", A), ("B", B)):
         if not isinstance(t, torch.Tensor) or t.dim() != 2:
             raise EpilogueError(f"{label} must be a 2-D tensor, got {getattr(t, 'shape', type(t).__name__)}")
         if t.dtype not in (torch.bfloat16, torch.float16):
-            raise EpilogueError(f"{label} must be bf16 or fp16 (the GEMM runs on tensor cores), got {t.dtype}")
+            raise EpilogueError(
+                f"{label} must be bf16 or fp16 (the GEMM runs on tensor cores), got {t.dtype}"
+            )
     if A.dtype != B.dtype:
         raise EpilogueError(f"A and B must have the same dtype, got {A.dtype} and {B.dtype}")
     if A.shape[1] != B.shape[0]:
-        raise EpilogueError(f"A is {tuple(A.shape)} and B is {tuple(B.shape)}: B must be (K, N) with K = A.shape[1]")
+        raise EpilogueError(f"A is {tuple(A.shape)} and B is {tuple(B.shape)}: B must be (K, N) with K = "
+                            "A.shape[1]")
     m, n = A.shape[0], B.shape[1]
     wants_c = "c" in epi.params
     if wants_c != (C is not None):
@@ -282,11 +322,13 @@ def _check(epi: Epilogue, A: Any, B: Any, C: Any, operands: dict[str, Any], out_
     missing, extra = expected - set(operands), set(operands) - expected
     if missing or extra:
         raise EpilogueError(
-            f"gemm({epi.name}) operands: missing {', '.join(sorted(missing))}, unexpected {', '.join(sorted(extra))}"
+            f"gemm({epi.name}) operands: missing {', '.join(sorted(missing))}, unexpected "
+            f"{', '.join(sorted(extra))}"
             if missing and extra
             else f"gemm({epi.name}) is missing operands {', '.join(sorted(missing))}"
             if missing
-            else f"gemm({epi.name}) got unexpected operands {', '.join(sorted(extra))} (not parameters of the fn)"
+            else f"gemm({epi.name}) got unexpected operands {', '.join(sorted(extra))} (not parameters of "
+                 "the fn)"
         )
     kinds = tuple((p, operand_kind(epi, p, operands[p], m, n)) for p in epi.operand_params)
     indices = {}
@@ -296,10 +338,12 @@ def _check(epi: Epilogue, A: Any, B: Any, C: Any, operands: dict[str, Any], out_
             raise EpilogueError(f"select index {idx!r} must be an int32/int64 tensor of shape ({m},)")
         indices[idx] = t
     if not store_d and epi.mode == "packed":
-        raise EpilogueError("packed mode always writes D (the interleaved gradient); store_d=False is not allowed")
+        raise EpilogueError("packed mode always writes D (the interleaved gradient); store_d=False is not "
+                            "allowed")
     dtype = C.dtype if (epi.mode == "packed" and C is not None) else (out_dtype or A.dtype)
     if dtype not in OUT_DTYPES:
-        raise EpilogueError(f"out_dtype must be one of bf16, fp16, fp32 (what the kernel can store), got {dtype}")
+        raise EpilogueError("out_dtype must be one of bf16, fp16, fp32 (what the kernel can store), got "
+                            f"{dtype}")
     if config is not None and not isinstance(config, Config):
         raise EpilogueError("config must be a primitives.Config")
     key = (epi.name, m, n, int(A.shape[1]))
@@ -316,20 +360,24 @@ def _check(epi: Epilogue, A: Any, B: Any, C: Any, operands: dict[str, Any], out_
     return Checked(kinds, dtype, pinned)
 
 
-#: What a misaligned row width means, where gemm() finds one: the width is the shape's, which a kernel's author cannot
-#: change when the task set it (issue 48: an error never asks the kernel's author for what the task owns).
-SHAPE_MISALIGNED = ("that width is the shapes' gemm() was given: where it is the task's own (its K, N or an output's "
-                    "width), the task's shape is misaligned and no kernel can run it (`coda-agent validate` refuses such a task)")
+#: What a misaligned row width means, where gemm() finds one: the width is the shape's, which a kernel's
+#: author cannot change when the task set it (issue 48: an error never asks the kernel's author for what the
+#: task owns).
+SHAPE_MISALIGNED = ("that width is the shapes' gemm() was given: where it is the task's own (its K, N or an "
+                    "output's width), the task's shape is misaligned and no kernel can run it (`coda-agent "
+                    "validate` refuses such a task)")
 
 
 def _row_width(t: torch.Tensor) -> int | None:
-    """The element count of one of a 2-D tensor's rows as TMA moves them (its stride-1 dim), None without one."""
+    """The element count of one of a 2-D tensor's rows as TMA moves them (its stride-1 dim), None without
+    one."""
     return int(t.shape[1]) if t.stride(1) == 1 else int(t.shape[0]) if t.stride(0) == 1 else None
 
 
 def _check_tma_alignment(call: GemmCall) -> None:
-    """Every tile the kernel moves (A, B, C, tile operands, D and the extra outputs) has 16-byte-aligned rows: a
-    width off that grid is the shape's (see :data:`SHAPE_MISALIGNED`), a stride or start off it the view's."""
+    """Every tile the kernel moves (A, B, C, tile operands, D and the extra outputs) has 16-byte-aligned rows:
+    a width off that grid is the shape's (see :data:`SHAPE_MISALIGNED`), a stride or start off it the
+    view's."""
     tiles = {"A": call.A, "B": call.B, **({"C": call.C} if call.C is not None else {})}
     for name, t in tiles.items():
         size = t.element_size()
@@ -340,22 +388,25 @@ def _check_tma_alignment(call: GemmCall) -> None:
         described = f"{name} {tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}"
         if width is not None and width % multiple:
             raise EpilogueError(
-                f"{described} has rows of {width} elements: the kernel moves tiles with TMA, which needs every row to "
-                f"start on a {TMA_ALIGN_BYTES}-byte boundary, so rows of a multiple of {multiple} elements; {SHAPE_MISALIGNED}"
+                f"{described} has rows of {width} elements: the kernel moves tiles with TMA, which needs "
+                f"every row to start on a {TMA_ALIGN_BYTES}-byte boundary, so rows of a multiple of "
+                f"{multiple} elements; {SHAPE_MISALIGNED}"
             )
         raise EpilogueError(
-            f"{described} has strides {t.stride()} and offset {t.storage_offset()}: the kernel moves tiles with TMA, "
-            f"which needs every row to start on a {TMA_ALIGN_BYTES}-byte boundary: this view's rows do not (a slice "
-            "of a wider tensor): pass a contiguous copy"
+            f"{described} has strides {t.stride()} and offset {t.storage_offset()}: the kernel moves tiles "
+            f"with TMA, which needs every row to start on a {TMA_ALIGN_BYTES}-byte boundary: this view's "
+            "rows do not (a slice of a wider tensor): pass a contiguous copy"
         )
-    # Tile operands cross as contiguous copies (the QuACK backend makes them), outputs as fresh contiguous buffers.
-    rows = {f"operand {name!r}": (tuple(op.value.shape), op.value.dtype) for name, op in call.operands.items() if op.kind == "tile"}
+    # Tile operands cross as contiguous copies (the QuACK backend makes them), outputs as fresh contiguous
+    # buffers.
+    rows = {f"operand {name!r}": (tuple(op.value.shape),
+                                  op.value.dtype) for name, op in call.operands.items() if op.kind == "tile"}
     rows.update({f"output {name!r}": (shape, call.out_dtype) for name, shape in call.stored_shapes().items()})
     for name, (shape, dtype) in rows.items():
         size = dtype.itemsize
         if shape[1] % tma_row_multiple(size):
             raise EpilogueError(
-                f"{name} is {shape} {str(dtype).removeprefix('torch.')}, {shape[1] * size} bytes a row: the kernel "
-                f"moves it with TMA, which needs rows of a multiple of {TMA_ALIGN_BYTES} bytes, so of a multiple of "
-                f"{tma_row_multiple(size)} elements; {SHAPE_MISALIGNED}"
+                f"{name} is {shape} {str(dtype).removeprefix('torch.')}, {shape[1] * size} bytes a row: the "
+                f"kernel moves it with TMA, which needs rows of a multiple of {TMA_ALIGN_BYTES} bytes, so of "
+                f"a multiple of {tma_row_multiple(size)} elements; {SHAPE_MISALIGNED}"
             )

@@ -2,11 +2,11 @@
 
 Imported lazily (only the harness selects it). Two flavours:
 
-* ``quack``: a real launch (GPU) of a QuACK plan built once per call metadata, with one reused tile counter per
-  stream (:func:`run`), reduces finalised as QuACK's eager call finalises them;
+* ``quack``: a real launch (GPU) of a QuACK plan built once per call metadata, with one reused tile counter
+  per stream (:func:`run`), reduces finalised as QuACK's eager call finalises them;
 * ``quack-compile``: compile through ``EpiMod.plan`` without launching, so the sm_90a kernels of a candidate
-  build on a CPU-only machine (:func:`.quack_patches.compile_only` sets the target for each plan, then restores
-  it). The returned tensors have the right shapes and dtypes but no meaningful values.
+  build on a CPU-only machine (:func:`.quack_patches.compile_only` sets the target for each plan, then
+  restores it). The returned tensors have the right shapes and dtypes but no meaningful values.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ _QUACK_MODE = {"element": None, "acc_pair": "acc_pair", "packed": "packed_cd_b16
 
 
 def _epimod(call: GemmCall, ahead: bool) -> Any:
-    """Build (once per Epilogue and kernel) the QuACK EpiMod with the same pins, sinks and mode; ``ahead``: one
-    that mints the load-ahead kernel (:mod:`._ahead`)."""
+    """Build (once per Epilogue and kernel) the QuACK EpiMod with the same pins, sinks and mode; ``ahead``:
+    one that mints the load-ahead kernel (:mod:`._ahead`)."""
     epi = call.epi
     cache_key = "quack-ahead" if ahead else "quack"
     mod = epi.backend_cache.get(cache_key)
@@ -66,8 +66,8 @@ def _epimod(call: GemmCall, ahead: bool) -> Any:
 
 @functools.cache
 def _gemm_config(config: Config | None) -> Any:
-    """One GemmConfig object per Config (None: the SM90 default), with the harness's scheduler: QuACK's eager call
-    cache is keyed on the config's identity."""
+    """One GemmConfig object per Config (None: the SM90 default), with the harness's scheduler: QuACK's eager
+    call cache is keyed on the config's identity."""
     from quack.gemm_config import GemmConfig
 
     config = config or Config()
@@ -105,30 +105,33 @@ def _operands(call: GemmCall) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
 
 
 def _plan_key(call: GemmCall, config: Any, kw: dict[str, Any]) -> tuple[Any, ...]:
-    """What a QuACK plan is built from, as QuACK's own eager cache keys it: every tensor's metadata (not its data),
-    whether each scalar is there (its value is a launch argument), the config object, and the device. A call from
-    :func:`gemm` carries that metadata already (its signature)."""
+    """What a QuACK plan is built from, as QuACK's own eager cache keys it: every tensor's metadata (not its
+    data), whether each scalar is there (its value is a launch argument), the config object, and the device. A
+    call from :func:`gemm` carries that metadata already (its signature)."""
     if call.signature is not None:
         return (id(config), call.A.get_device(), call.signature)
 
     def meta(t: torch.Tensor | None) -> Any:
         return None if t is None else (t.dtype, tuple(t.shape), t.stride())
 
-    operands = tuple(sorted((name, meta(v) if isinstance(v, torch.Tensor) else v is not None) for name, v in kw.items()))
-    return (id(config), call.store_d, call.out_dtype, str(call.A.device), meta(call.A), meta(call.B), meta(call.C), operands)
+    operands = tuple(sorted((name, meta(v) if isinstance(v, torch.Tensor)
+                             else v is not None) for name, v in kw.items()))
+    return (id(config), call.store_d, call.out_dtype, str(call.A.device), meta(call.A), meta(call.B),
+            meta(call.C), operands)
 
 
 def _tile_counter(device: torch.device) -> torch.Tensor:
-    """The SM90 dynamic scheduler's tile counter for this device and stream, zeroed once and reused by every launch.
+    """The SM90 dynamic scheduler's tile counter for this device and stream, zeroed once and reused by every
+    launch.
 
-    The kernel's scheduler fetches the next tile with an ``atom.inc`` bounded by the tile count, so after its last
-    fetch the counter is back at zero (``quack/tile_scheduler.py``; tests/test_gpu_primitives.py reads it after
-    launches at several shapes and configs); a launch that never starts leaves it untouched. QuACK's eager call
-    instead zero-fills a fresh counter before every launch: one more kernel per gemm call. One counter per stream,
-    because only launches on one stream are ordered (with PDL the next kernel's scheduler waits for the previous
-    grid before it fetches). Under CUDA graph capture a fresh one per call, as QuACK makes it: its zeroing is
-    captured with the graph and replayed before each launch, while a cached one made there would never be zeroed
-    outside the graph."""
+    The kernel's scheduler fetches the next tile with an ``atom.inc`` bounded by the tile count, so after its
+    last fetch the counter is back at zero (``quack/tile_scheduler.py``; tests/test_gpu_primitives.py reads it
+    after launches at several shapes and configs); a launch that never starts leaves it untouched. QuACK's
+    eager call instead zero-fills a fresh counter before every launch: one more kernel per gemm call. One
+    counter per stream, because only launches on one stream are ordered (with PDL the next kernel's scheduler
+    waits for the previous grid before it fetches). Under CUDA graph capture a fresh one per call, as QuACK
+    makes it: its zeroing is captured with the graph and replayed before each launch, while a cached one made
+    there would never be zeroed outside the graph."""
     if torch.cuda.is_current_stream_capturing():
         return torch.zeros(1, dtype=torch.int32, device=device)
     key = _current_stream(device)
@@ -139,8 +142,9 @@ def _tile_counter(device: torch.device) -> torch.Tensor:
 
 
 def _current_stream(device: torch.device) -> tuple[int, int]:
-    """(device index, stream id) of the device's current stream (``cuda`` without an index: the current device's):
-    what ``torch.cuda.current_stream`` reads, without the Stream object it builds (a few µs of every launch)."""
+    """(device index, stream id) of the device's current stream (``cuda`` without an index: the current
+    device's): what ``torch.cuda.current_stream`` reads, without the Stream object it builds (a few µs of
+    every launch)."""
     index = torch.cuda.current_device() if device.index is None else device.index
     stream_id, device_index, _ = torch._C._cuda_getCurrentStream(index)
     return device_index, stream_id
@@ -150,8 +154,8 @@ _TILE_COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
 
 
 def run(call: GemmCall) -> dict[str, torch.Tensor]:
-    """Launch the fused kernel (:func:`.configs.kernel_config`; no tuning) through a QuACK plan built once per call
-    metadata, as QuACK's eager call replays its own, but with the reused :func:`_tile_counter`."""
+    """Launch the fused kernel (:func:`.configs.kernel_config`; no tuning) through a QuACK plan built once per
+    call metadata, as QuACK's eager call replays its own, but with the reused :func:`_tile_counter`."""
     config = kernel_config(call)
     mod = _epimod(call, config.load_ahead)
     kw, selects = _operands(call)
@@ -160,13 +164,15 @@ def run(call: GemmCall) -> dict[str, torch.Tensor]:
     plans = call.epi.backend_cache.setdefault("quack_plans", {})
     key = _plan_key(call, config, kw)
     entry = plans.get(key)
-    if entry is None:  # the plan, and whether its launch takes the SM90 tile counter (decided once, off the hot path)
+    # the plan, and whether its launch takes the SM90 tile counter (decided once, off the hot path)
+    if entry is None:
         entry = plans[key] = (
             _plan(mod, call, out, config, kw),
             config.is_dynamic_persistent and torch.cuda.get_device_capability(call.A.device)[0] == 9,
         )
     plan, dynamic = entry
-    # The reduce partials: fresh per call (a finalised reduce may be a view of them), as QuACK's eager call does.
+    # The reduce partials: fresh per call (a finalised reduce may be a view of them), as QuACK's eager call
+    # does.
     scratch = {name: torch.empty_like(buf) for name, buf in plan.scratch.items() if name not in kw}
     _launch(plan, call, out, scratch, _tile_counter(call.A.device) if dynamic else None, kw)
     reduced = {name: mod._finalize_sink(name, buf, None, plan.gemm_plan) for name, buf in scratch.items()}
@@ -176,8 +182,8 @@ def run(call: GemmCall) -> dict[str, torch.Tensor]:
 def _launch(plan: Any, call: GemmCall, out: dict[str, torch.Tensor], scratch: dict[str, torch.Tensor],
             counter: torch.Tensor | None, kw: dict[str, Any]) -> None:
     """Launch a plan as ``EpiPlan.run`` does (the config never swaps A and B), minus its copies of the operand
-    dicts, and with :func:`_split_k_buffers` in place of the fresh zero-filled split-K semaphore (one more kernel
-    per call) QuACK makes for every split launch."""
+    dicts, and with :func:`_split_k_buffers` in place of the fresh zero-filled split-K semaphore (one more
+    kernel per call) QuACK makes for every split launch."""
     from quack.gemm_runtime.host import run_gemm_epi_plan
 
     B = call.B if plan.b_kn else call.B.mT
@@ -191,10 +197,10 @@ def _launch(plan: Any, call: GemmCall, out: dict[str, torch.Tensor], scratch: di
 
 
 def _split_k_buffers(gemm_plan: Any, D: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """A serial split-K launch's turnstile flags and FP32 partials, made once per stream and geometry and reused: the
-    last split of each tile sets its flag back to zero and the first split overwrites its partials
-    (``quack/gemm_base.py``, ``epilogue_split_k``), so the next launch on the same stream finds them as new. Under
-    CUDA graph capture None: QuACK makes them fresh, their zeroing captured with the graph (as
+    """A serial split-K launch's turnstile flags and FP32 partials, made once per stream and geometry and
+    reused: the last split of each tile sets its flag back to zero and the first split overwrites its partials
+    (``quack/gemm_base.py``, ``epilogue_split_k``), so the next launch on the same stream finds them as new.
+    Under CUDA graph capture None: QuACK makes them fresh, their zeroing captured with the graph (as
     :func:`_tile_counter`)."""
     if torch.cuda.is_current_stream_capturing():
         return None
@@ -202,7 +208,8 @@ def _split_k_buffers(gemm_plan: Any, D: torch.Tensor) -> tuple[torch.Tensor, tor
 
     p = gemm_plan
     D = (D.mT if p.d_transposed else D)[None]
-    geometry = (tuple(D.shape), int(p.split_k_mode), p.tile_M, p.tile_N, p.cluster_M, p.cluster_N, p.is_sm100_family)
+    geometry = (tuple(D.shape), int(p.split_k_mode), p.tile_M, p.tile_N, p.cluster_M, p.cluster_N,
+                p.is_sm100_family)
     key = (*_current_stream(D.device), geometry)
     buffers = _SPLIT_K_BUFFERS.get(key)
     if buffers is None:
@@ -210,12 +217,14 @@ def _split_k_buffers(gemm_plan: Any, D: torch.Tensor) -> tuple[torch.Tensor, tor
     return buffers
 
 
-#: By stream and what sizes them (plans of the same geometry on one stream share them: its launches are ordered).
+#: By stream and what sizes them (plans of the same geometry on one stream share them: its launches are
+#: ordered).
 _SPLIT_K_BUFFERS: dict[tuple[int, int, tuple[Any, ...]], tuple[torch.Tensor, torch.Tensor]] = {}
 
 
 def run_compile_only(call: GemmCall) -> dict[str, torch.Tensor]:
-    """Compile the kernel for sm_90a (or the arch the environment names) without launching it (no GPU needed)."""
+    """Compile the kernel for sm_90a (or the arch the environment names) without launching it (no GPU
+    needed)."""
     with compile_only():
         config = kernel_config(call)
         mod = _epimod(call, config.load_ahead)

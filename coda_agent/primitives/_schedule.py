@@ -24,16 +24,19 @@ _running: list[Mapping[ScheduleKey, Config]] = []
 
 def _checked(table: object) -> Mapping[ScheduleKey, Config]:
     if not isinstance(table, Mapping):
-        raise EpilogueError(f"schedule() takes a dict {{(epilogue_name, M, N, K): Config(...)}}, got {type(table).__name__}")
+        raise EpilogueError("schedule() takes a dict {(epilogue_name, M, N, K): Config(...)}, got "
+                            f"{type(table).__name__}")
     for key, config in table.items():
         ok_key = (
             isinstance(key, tuple) and len(key) == 4 and isinstance(key[0], str)
             and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in key[1:])
         )
         if not ok_key:
-            raise EpilogueError(f"schedule key {key!r} must be (epilogue_name, M, N, K) with positive integer dims")
+            raise EpilogueError(f"schedule key {key!r} must be (epilogue_name, M, N, K) with positive "
+                                "integer dims")
         if not isinstance(config, Config):
-            raise EpilogueError(f"schedule entry {key!r} must map to a Config(...), got {type(config).__name__}")
+            raise EpilogueError(f"schedule entry {key!r} must map to a Config(...), got "
+                                f"{type(config).__name__}")
     return MappingProxyType(dict(table))
 
 
@@ -41,8 +44,10 @@ def schedule(table: Mapping[tuple[str, int, int, int], Config]) -> Callable[[For
     """Pin the kernel config of ``forward``'s gemm calls: ``@schedule({("epi_name", M, N, K): Config(...)})``.
 
     The harness writes it after tuning a correct candidate (keep it when revising one, or drop it: the harness
-    tunes again); a candidate may write one too. A gemm call whose fn name and (M, N, K) (A's rows, B's columns,
-    A's columns; in packed mode the accumulator's N, half C's 2N) are in the table runs with that config, whatever its ``config=``. Only on
+    tunes again); a candidate may write one too. A gemm call whose fn name and (M, N, K) (A's rows, B's \
+columns,
+    A's columns; in packed mode the accumulator's N, half C's 2N) are in the table runs with that config, \
+whatever its ``config=``. Only on
     ``forward``, with a literal dict.
     """
     checked = _checked(table)

@@ -31,8 +31,8 @@ class Backend:
 
 
 def _shapes_only(call: GemmCall) -> dict[str, torch.Tensor]:
-    """The results' shapes only, nothing built or run: how the checker learns, on meta tensors, which gemm calls
-    (and configs) forward() makes at shapes too large to run on a CPU."""
+    """The results' shapes only, nothing built or run: how the checker learns, on meta tensors, which gemm
+    calls (and configs) forward() makes at shapes too large to run on a CPU."""
     out, reduced = call.zero_results()
     return {**out, **reduced}
 
@@ -74,11 +74,12 @@ def set_backend(name: str, wrap: Callable[[Runner], Runner] | None = None) -> Ba
 
 
 @contextmanager
-def using(name: str, run: Runner | None = None, wrap: Callable[[Runner], Runner] | None = None) -> Iterator[Backend]:
+def using(name: str, run: Runner | None = None,
+          wrap: Callable[[Runner], Runner] | None = None) -> Iterator[Backend]:
     """Run a block on another backend, then restore the previous one.
 
-    ``run`` runs the block's gemm calls instead, as backend ``name`` (the tuner's wrappers of the QuACK backend);
-    ``wrap`` observes them, as for :func:`set_backend`.
+    ``run`` runs the block's gemm calls instead, as backend ``name`` (the tuner's wrappers of the QuACK
+    backend); ``wrap`` observes them, as for :func:`set_backend`.
     """
     made = _make(name) if run is None else Backend(name, run)
     _active.append(made if wrap is None else Backend(made.name, wrap(made.run)))

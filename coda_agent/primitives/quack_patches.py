@@ -8,8 +8,8 @@ together, where a version bump is checked in one place (``tests/test_quack_patch
   target and QuACK's cached capability, which would otherwise outlive them);
 * :func:`without_driver`: the one driver query planning makes (the SM count), answered for an H200;
 * :func:`compile_only`: both, around each compile-only plan;
-* :func:`split_k_plans`: a config's split_k carried into the plans built inside (``EpiMod.plan`` builds every plan
-  unsplit whatever its config says: its docstring leaves split-K to ``EpiMod.gemm``).
+* :func:`split_k_plans`: a config's split_k carried into the plans built inside (``EpiMod.plan`` builds every
+  plan unsplit whatever its config says: its docstring leaves split-K to ``EpiMod.gemm``).
 
 Harness code only: not part of the candidate surface, and the static check refuses candidates that import it.
 """
@@ -64,7 +64,8 @@ def compile_target(quack_arch: str = "90", cute_dsl_arch: str = "sm_90a") -> Ite
 
 @contextmanager
 def without_driver(sm_count: int = H200_SM_COUNT) -> Iterator[None]:
-    """Planning asks the driver how many clusters fit at once (the SM count); answer it, then restore the query."""
+    """Planning asks the driver how many clusters fit at once (the SM count); answer it, then restore the
+    query."""
     import quack.gemm_runtime.host as host
 
     original = host.get_max_active_clusters
@@ -77,15 +78,16 @@ def without_driver(sm_count: int = H200_SM_COUNT) -> Iterator[None]:
 
 @contextmanager
 def compile_only() -> Iterator[None]:
-    """What building a kernel for sm_90a on a machine with no GPU needs: the target and the driver stand-in."""
+    """What building a kernel for sm_90a on a machine with no GPU needs: the target and the driver
+    stand-in."""
     with compile_target(), without_driver():
         yield
 
 
 @contextmanager
 def split_k_plans(split_k: int) -> Iterator[None]:
-    """Plans built inside split K ``split_k`` ways, in QuACK's serial mode (deterministic: the partial sums are
-    added in split order), which its eager ``EpiMod.plan`` never asks ``EpiMod.gemm`` for."""
+    """Plans built inside split K ``split_k`` ways, in QuACK's serial mode (deterministic: the partial sums
+    are added in split order), which its eager ``EpiMod.plan`` never asks ``EpiMod.gemm`` for."""
     from quack.epilogue.frontend import EpiMod
     from quack.gemm_config import SplitKMode
 
