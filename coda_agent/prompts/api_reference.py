@@ -1,4 +1,5 @@
-"""The primitive API reference shown to LLMs, generated from the code's own docstrings (one source of truth)."""
+"""The primitive API reference shown to LLMs, generated from the code's own docstrings (one source of
+truth)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ _GROUPS = (
 
 
 def _signature(obj: object, name: str) -> str:
-    """``name(a, b=1, *, c=None)``: parameters and defaults, without annotations (the docstrings give the types)."""
+    """``name(a, b=1, *, c=None)``: parameters and defaults, without annotations (the docstrings give the
+    types)."""
     try:
         sig = inspect.signature(obj)  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -50,8 +52,9 @@ def _value_entry(name: str) -> str:
 
 
 def api_reference() -> str:
-    """Markdown reference of ``coda_agent.primitives``: every public name, by group (the module's overview says
-    nothing the contract and the `Config` entry do not, and the worked examples show more than its sample)."""
+    """Markdown reference of ``coda_agent.primitives``: every public name, by group (the module's overview
+    says nothing the contract and the `Config` entry do not, and the worked examples show more than its
+    sample)."""
     listed = {n for _, names in _GROUPS if names for n in names}
     value_math = [n for n in primitives.__all__ if n not in listed and n != "Epilogue"]
     parts = ["# coda_agent.primitives — API reference", ""]

@@ -23,22 +23,24 @@ from .feedback import feedback_prompt
 from .lead import lead_attempt
 from .templating import render
 
-#: What each of a round's K candidates is asked to try (slot i takes entry i mod len), so they do not all converge.
+#: What each of a round's K candidates is asked to try (slot i takes entry i mod len), so they do not all
+#: converge.
 APPROACHES = (
-    "refine the best candidate so far (or, with none yet, the most direct fusion of the reference): the smallest "
-    "change that makes it faster",
+    "refine the best candidate so far (or, with none yet, the most direct fusion of the reference): the "
+    "smallest change that makes it faster",
     "a different GEMM `Config` (tile_m, tile_n, cluster, pingpong or cooperative) from the best candidate's, "
     "suited to the bench shapes",
-    "a different split of the work: what the epilogue computes, what goes into reduce sinks, and what (if anything) "
-    "is left to a second gemm or to host ops",
-    "a different algebra: reorder or re-associate the computation so fewer bytes move and fewer launches are needed "
-    "(e.g. fold a scale into an operand, or reuse a statistic)",
+    "a different split of the work: what the epilogue computes, what goes into reduce sinks, and what (if "
+    "anything) is left to a second gemm or to host ops",
+    "a different algebra: reorder or re-associate the computation so fewer bytes move and fewer launches are "
+    "needed (e.g. fold a scale into an operand, or reuse a statistic)",
 )
 
 
 def system_prompt(examples: Sequence[Example]) -> str:
-    """The contract, the generated API reference and the worked examples (the same for every attempt). The host
-    allowlist is only summarised here; the feedback on a refused module gives it in full (:func:`.feedback.host_allowlist`)."""
+    """The contract, the generated API reference and the worked examples (the same for every attempt). The
+    host allowlist is only summarised here; the feedback on a refused module gives it in full
+    (:func:`.feedback.host_allowlist`)."""
     return render(
         "system.j2",
         api_reference=api_reference().strip(),
@@ -74,8 +76,8 @@ def task_prompt(
     sol_label: str,
     human_us: Mapping[str, float] | None = None,
 ) -> str:
-    """What to compute and how it is judged: signature, tensors, reference, shapes (with the notes the task's author
-    wrote on them), tolerance, budget, SoL."""
+    """What to compute and how it is judged: signature, tensors, reference, shapes (with the notes the task's
+    author wrote on them), tolerance, budget, SoL."""
     sol_by_shape = {p.shape: p.sol_us for p in sol}
     return render(
         "task.j2",
@@ -83,13 +85,16 @@ def task_prompt(
         signature=", ".join([*(i.name for i in task.inputs), *task.constants]),
         returns=", ".join(f'"{o.name}": ...' for o in task.outputs),
         inputs=[
-            {"name": i.name, "shape": _shape_text(i.shape), "dtype": i.dtype, "init": _init_text(i), "description": i.description}
+            {"name": i.name, "shape": _shape_text(i.shape), "dtype": i.dtype, "init": _init_text(i),
+             "description": i.description}
             for i in task.inputs
         ],
-        outputs=[{"name": o.name, "shape": _shape_text(o.shape), "dtype": o.dtype, "description": o.description} for o in task.outputs],
+        outputs=[{"name": o.name, "shape": _shape_text(o.shape), "dtype": o.dtype,
+                  "description": o.description} for o in task.outputs],
         constants=task.constants,
         reference_source=task.reference_file.read_text().strip(),
-        shape_sets={name: {"points": task.summary_shapes(name), "notes": {p.name: " ".join(p.note.split()) for p in points if p.note}}
+        shape_sets={name: {"points": task.summary_shapes(name),
+                           "notes": {p.name: " ".join(p.note.split()) for p in points if p.note}}
                     for name, points in task.shapes.items()},
         tolerances=[
             {"name": o.name, "factor": f"{f:g}", "floor": f"{fl:g}"}
@@ -97,7 +102,8 @@ def task_prompt(
             for f, fl in [task.tolerance.for_output(o.name)]
         ],
         sol={"peaks_label": sol_label, "points": sol},
-        human_timing=[{"shape": s, "us": us, "sol_us": sol_by_shape.get(s)} for s, us in (human_us or {}).items()],
+        human_timing=[{"shape": s, "us": us,
+                       "sol_us": sol_by_shape.get(s)} for s, us in (human_us or {}).items()],
         checks=checks,
         target=target,
     )
@@ -110,18 +116,22 @@ def describe_checks(task: Task, plan: Plan) -> str:
     shapes = ", ".join(p.name for p in task.shape(shape_set))
     seed_text = f"seed{'s' if len(seeds) != 1 else ''} {', '.join(str(s) for s in seeds)}"
     if task.stress_inits():
-        seed_text += " and a stress input set (inputs at large magnitudes: exp, log, division and rsqrt must stay in range)"
+        seed_text += (" and a stress input set (inputs at large magnitudes: exp, log, division and rsqrt "
+                      "must stay in range)")
     for name in plan.stages:
         if name == "correctness":
-            steps.append(f"the CPU emulator against the FP32 reference at the `{shape_set}` shapes ({shapes}), {seed_text}")
+            steps.append(f"the CPU emulator against the FP32 reference at the `{shape_set}` shapes "
+                         f"({shapes}), {seed_text}")
         elif name == "compile":
-            steps.append("an sm_90a build of every kernel `forward()` launches (QuACK / CuTe DSL, no GPU needed), with the "
-                         "launch count and a cost estimate (bytes, launches, host ops) at the bench shapes")
+            steps.append("an sm_90a build of every kernel `forward()` launches (QuACK / CuTe DSL, no GPU "
+                         "needed), with the launch count and a cost estimate (bytes, launches, host ops) at "
+                         "the bench shapes")
         elif name == "gpu_correctness":
-            steps.append(f"real kernels on the GPU against the FP32 reference at the `{shape_set}` shapes, {seed_text}, "
-                         "with the launch count checked against the budget")
+            steps.append(f"real kernels on the GPU against the FP32 reference at the `{shape_set}` shapes, "
+                         f"{seed_text}, with the launch count checked against the budget")
         elif name == "profile":
-            steps.append("GPU timing (median over repetitions) against the hand-written kernel and the baselines")
+            steps.append("GPU timing (median over repetitions) against the hand-written kernel and the "
+                         "baselines")
         else:
             steps.append(f"the `{name}` stage")
     return "Each candidate goes through " + "; then ".join(steps) + ". The first failing step ends the check."
@@ -132,8 +142,8 @@ def approach_note(slot: int, slots: int) -> str:
     if slots <= 1:
         return ""
     return (
-        f"You are candidate {slot + 1} of {slots} written from this same message; the others take other approaches. "
-        f"Yours: {APPROACHES[slot % len(APPROACHES)]}."
+        f"You are candidate {slot + 1} of {slots} written from this same message; the others take other "
+        f"approaches. Yours: {APPROACHES[slot % len(APPROACHES)]}."
     )
 
 
@@ -148,8 +158,8 @@ def build_messages(
     slot: int = 0,
     slots: int = 1,
 ) -> list[ChatMessage]:
-    """The chat for candidate ``slot`` of the next round: system, task, then (after round 1) the lead reply and
-    the feedback; with several candidates per round the last message asks each for a different approach.
+    """The chat for candidate ``slot`` of the next round: system, task, then (after round 1) the lead reply
+    and the feedback; with several candidates per round the last message asks each for a different approach.
 
     The model sees its own best reply of the last round as its turn, and the results of every attempt
     so far (with the code of the attempts it did not "say" in this chat) as the next user turn.
@@ -158,8 +168,10 @@ def build_messages(
     note = approach_note(slot, slots)
     lead = lead_attempt(attempts)
     if lead is None:
-        return [*messages, ChatMessage(role="user", content="\n\n".join(p for p in (task_message.rstrip(), note) if p) + "\n")]
-    feedback = feedback_prompt(attempts, population=population, goal_is_speed=goal_is_speed, goals=goals, lead=lead)
+        return [*messages, ChatMessage(role="user", content="\n\n".join(p for p in (task_message.rstrip(),
+                                                                                    note) if p) + "\n")]
+    feedback = feedback_prompt(attempts, population=population, goal_is_speed=goal_is_speed, goals=goals,
+                               lead=lead)
     return [
         *messages,
         ChatMessage(role="user", content=task_message),
@@ -168,7 +180,8 @@ def build_messages(
     ]
 
 
-#: The most of its own reply the model is shown again (a module is a few kB; a runaway reply is cut, not resent).
+#: The most of its own reply the model is shown again (a module is a few kB; a runaway reply is cut, not
+#: resent).
 MAX_ECHOED_CHARS = 60_000
 
 
@@ -176,7 +189,8 @@ def echoed_reply(raw: str) -> str:
     """The lead reply as the chat's assistant turn: thinking dropped, and a runaway reply cut to its head."""
     text = strip_thinking(raw).strip() or "(empty reply)"
     if len(text) > MAX_ECHOED_CHARS:
-        text = text[:MAX_ECHOED_CHARS] + f"\n[... the reply went on for {len(text) - MAX_ECHOED_CHARS:,} more characters ...]"
+        text = text[:MAX_ECHOED_CHARS] + (f"\n[... the reply went on for {len(text) - MAX_ECHOED_CHARS:,} "
+                                          "more characters ...]")
     return text
 
 

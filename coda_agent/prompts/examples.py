@@ -1,5 +1,5 @@
-"""The worked-example library: other tasks' hand-written kernels (the suite's, and those of the places the user
-names), loaded from disk and chosen for a target.
+"""The worked-example library: other tasks' hand-written kernels (the suite's, and those of the places the
+user names), loaded from disk and chosen for a target.
 
 An example must never give the target's answer away (its own kernel, the same text, or a block task
 that embeds the same epilogue); among the rest, the ones chosen cover what the target's kernel has to
@@ -39,7 +39,8 @@ class Example:
         except SyntaxError:
             return frozenset()
         return frozenset(
-            a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == static.PRIMITIVES for a in n.names
+            a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
+            == static.PRIMITIVES for a in n.names
         )
 
     @property
@@ -73,7 +74,8 @@ def epilogue_signatures(source: str) -> set[str]:
     found = set()
     for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
         for dec in fn.decorator_list:
-            if not (isinstance(dec, ast.Call) and isinstance(dec.func, ast.Name) and dec.func.id == "epilogue"):
+            if not (isinstance(dec, ast.Call) and isinstance(dec.func,
+                                                             ast.Name) and dec.func.id == "epilogue"):
                 continue
             kw = {k.arg: k.value for k in dec.keywords}
             outputs = dec.args[0] if dec.args else kw.get("outputs")
@@ -81,12 +83,14 @@ def epilogue_signatures(source: str) -> set[str]:
             mode = kw.get("mode")
             pins = kw.get("operands")
             sinks = kw.get("reduces")
-            pin_shapes = sorted(_call_shape(v) for v in pins.values if v is not None) if isinstance(pins, ast.Dict) else []
-            sink_shapes = sorted(_call_shape(v) for v in sinks.values if v is not None) if isinstance(sinks, ast.Dict) else []
+            pin_shapes = sorted(_call_shape(v) for v in pins.values
+                                if v is not None) if isinstance(pins, ast.Dict) else []
+            sink_shapes = sorted(_call_shape(v) for v in sinks.values
+                                 if v is not None) if isinstance(sinks, ast.Dict) else []
             has_c = any(a.arg == "c" for a in fn.args.args)
             found.add(
-                f"mode={ast.literal_eval(mode) if isinstance(mode, ast.Constant) else 'element'} outputs={n_outputs} "
-                f"pins={pin_shapes} sinks={sink_shapes} c={has_c}"
+                f"mode={ast.literal_eval(mode) if isinstance(mode, ast.Constant) else 'element'} "
+                f"outputs={n_outputs} pins={pin_shapes} sinks={sink_shapes} c={has_c}"
             )
     return found
 
@@ -103,7 +107,8 @@ def _role(symbol: str | int, m: str, n: str, k: str) -> str:
 def task_needs(task: Task) -> frozenset[str]:
     """What a kernel for ``task`` has to do, from its tensors' shapes against its first GEMM: row or column
     statistics (a reduce sink), vector and full-tile operands, packed pairs (``acc_pair`` mode), extra
-    outputs, integer indices, several GEMMs. Worked examples are picked to cover these, not only by wording."""
+    outputs, integer indices, several GEMMs. Worked examples are picked to cover these, not only by
+    wording."""
     if not task.gemms:
         return frozenset({f"family:{task.family}"})
     m, n, k = (str(d).replace(" ", "") for d in task.gemms[0])
@@ -129,11 +134,11 @@ def library_examples(task: Task, places: Sequence[str | Path] = ()) -> list[Exam
 
     The library is the built-in suite, then the task files and folders the user names in ``places``
     (``run --examples-from``); a kernel that merely sits in the target's folder is not in it, so one task of a
-    user's folder never shows up in another's prompt unasked. Refused: the target itself, the same kernel file or
-    text, and any kernel containing an epilogue with the same structure as one of the target's (a block task
-    embedding the target's kernel gives the answer away). Task files that fail to load are skipped: examples are
-    help, not a reason to stop a run; a place that does not exist is a :class:`TaskError`. A name seen once is not
-    taken again.
+    user's folder never shows up in another's prompt unasked. Refused: the target itself, the same kernel file
+    or text, and any kernel containing an epilogue with the same structure as one of the target's (a block
+    task embedding the target's kernel gives the answer away). Task files that fail to load are skipped:
+    examples are help, not a reason to stop a run; a place that does not exist is a :class:`TaskError`. A name
+    seen once is not taken again.
     """
     folders = list(dict.fromkeys([BUILTIN_TASK_DIR.resolve(), *(Path(p).resolve() for p in places)]))
     own_file = task.human_file.resolve() if task.human_file else None
@@ -147,10 +152,20 @@ def library_examples(task: Task, places: Sequence[str | Path] = ()) -> list[Exam
         except TaskError:
             continue
         human = other.human_file
-        if other.name == task.name or other.name in {e.name for e in found} or human is None or not human.exists() or not other.reference_file.exists():
+        if (
+            other.name == task.name
+            or other.name in {e.name for e in found}
+            or human is None
+            or not human.exists()
+            or not other.reference_file.exists()
+        ):
             continue
         kernel = human.read_text()
-        if human.resolve() == own_file or _normalised(kernel) == own_text or own_epilogues & epilogue_signatures(kernel):
+        if (
+            human.resolve() == own_file
+            or _normalised(kernel) == own_text
+            or own_epilogues & epilogue_signatures(kernel)
+        ):
             continue
         found.append(
             Example(
@@ -167,12 +182,13 @@ def _words(text: str) -> set[str]:
 
 
 def select_examples(
-    task: Task, *, places: Sequence[str | Path] = (), names: Sequence[str] | None = None, limit: int = 2, max_chars: int = 12000
+    task: Task, *, places: Sequence[str | Path] = (), names: Sequence[str] | None = None, limit: int = 2,
+    max_chars: int = 12000
 ) -> list[Example]:
-    """Up to ``limit`` worked examples (two keep the first prompt lean; the API reference states the rules): the other tasks that best cover what the target needs
-    (:func:`task_needs`) not yet covered by the examples chosen so far, then word overlap of description,
-    conventions and reference code, then primitives not yet shown. ``names`` picks examples explicitly (the
-    target itself is still refused).
+    """Up to ``limit`` worked examples (two keep the first prompt lean; the API reference states the rules):
+    the other tasks that best cover what the target needs (:func:`task_needs`) not yet covered by the examples
+    chosen so far, then word overlap of description, conventions and reference code, then primitives not yet
+    shown. ``names`` picks examples explicitly (the target itself is still refused).
     """
     pool = library_examples(task, places)
     if names is not None:
@@ -180,7 +196,8 @@ def select_examples(
         missing = [n for n in names if n not in by_name]
         if missing:
             raise TaskError(
-                f"no usable example task(s) {missing} for {task.name} (available: {', '.join(sorted(by_name)) or 'none'})"
+                f"no usable example task(s) {missing} for {task.name} (available: "
+                f"{', '.join(sorted(by_name)) or 'none'})"
             )
         return [by_name[n] for n in names]
     target = _words(task.description + " " + task.conventions + " " + task.reference_file.read_text())
@@ -196,7 +213,8 @@ def select_examples(
     remaining = sorted(pool, key=lambda e: e.name)
     while remaining and len(chosen) < limit:
         best = max(remaining, key=lambda e: (
-            len((needs - covered) & e.needs) / max(1, len(needs)) + similarity(e) + 0.03 * len(e.primitives - shown),
+            len((needs - covered) & e.needs) / max(1, len(needs)) + similarity(e) + 0.03
+            * len(e.primitives - shown),
             -len(e.name),
         ))
         remaining.remove(best)

@@ -25,35 +25,48 @@ from .templating import render
 
 HISTORY_ROWS = 40
 #: The speed targets a run can name (``RunHeader.target`` keys), as the feedback spells them.
-GOAL_NAMES = {"speedup_vs_human": "the human kernel", "speedup_vs_cublas": "cuBLAS alone", "sol_fraction": "SoL"}
+GOAL_NAMES = {"speedup_vs_human": "the human kernel", "speedup_vs_cublas": "cuBLAS alone",
+              "sol_fraction": "SoL"}
 BOUND_ADVICE = {
     "memory": "memory-bound: the time goes to bytes moved. Read each input and write each output once, keep "
     "intermediates in the epilogue's registers instead of HBM, and drop host ops that make extra passes",
-    "compute": "compute-bound: the time goes to the GEMM mainloop. Choose a `Config` (tile, cluster, pingpong or "
+    "compute": "compute-bound: the time goes to the GEMM mainloop. Choose a `Config` (tile, cluster, "
+               "pingpong or "
     "cooperative) that fills the SMs at this shape, and keep the epilogue light",
-    "host": "host-bound: the GPU waited for forward()'s own host work between its launches. Make fewer torch ops "
+    "host": "host-bound: the GPU waited for forward()'s own host work between its launches. Make fewer torch "
+            "ops "
     "and gemm calls per forward() (each is host time and a launch); fold host arithmetic into the epilogue",
 }
-#: The first next step after a round with no correct candidate, by the lead reply's outcome (a lead is a reply,
-#: so it never passed here nor is it a provider error).
+#: The first next step after a round with no correct candidate, by the lead reply's outcome (a lead is a
+#: reply, so it never passed here nor is it a provider error).
 NEXT_STEP: dict[AttemptOutcome, str] = {
     AttemptOutcome.NO_CODE: "Answer with the whole module in one ```python block.",
-    AttemptOutcome.STATIC_REJECTED: "Fix every violation listed above; the module was refused before anything ran.",
-    AttemptOutcome.RUNTIME_ERROR: "forward() raised: the lines shown are from your module; fix the call, the shapes or "
+    AttemptOutcome.STATIC_REJECTED: "Fix every violation listed above; the module was refused before "
+                                    "anything ran.",
+    AttemptOutcome.RUNTIME_ERROR: "forward() raised: the lines shown are from your module; fix the call, the "
+                                  "shapes or "
     "the epilogue contract.",
-    AttemptOutcome.COMPILE_ERROR: "The sm_90a build failed: keep to the value functions and modes the API reference "
+    AttemptOutcome.COMPILE_ERROR: "The sm_90a build failed: keep to the value functions and modes the API "
+                                  "reference "
     "lists, and check the Config rules; the lines shown are from your module.",
-    AttemptOutcome.WRONG_OUTPUT: "Compare your algebra with the reference line by line, output by output; the table "
+    AttemptOutcome.WRONG_OUTPUT: "Compare your algebra with the reference line by line, output by output; "
+                                 "the table "
     "says which outputs are wrong, where, and by how much.",
-    AttemptOutcome.CHEAT_DETECTED: "Follow the contract: inputs are read-only, no state across calls, no side streams.",
-    AttemptOutcome.OVER_LAUNCH_BUDGET: "Launch fewer kernels: fuse the host-side torch ops into the epilogue or a "
+    AttemptOutcome.CHEAT_DETECTED: "Follow the contract: inputs are read-only, no state across calls, no "
+                                   "side streams.",
+    AttemptOutcome.OVER_LAUNCH_BUDGET: "Launch fewer kernels: fuse the host-side torch ops into the epilogue "
+                                       "or a "
     "reduce sink.",
-    AttemptOutcome.TIMEOUT: "It ran too long: remove loops over rows or tiles in Python; one gemm() does the whole "
+    AttemptOutcome.TIMEOUT: "It ran too long: remove loops over rows or tiles in Python; one gemm() does the "
+                            "whole "
     "matrix.",
-    AttemptOutcome.CRASH: "The worker process died: avoid out-of-bounds indexing and huge intermediate tensors.",
-    AttemptOutcome.INFRA_ERROR: "The harness failed, not your code: resubmit the candidate (fixing anything else you "
+    AttemptOutcome.CRASH: "The worker process died: avoid out-of-bounds indexing and huge intermediate "
+                          "tensors.",
+    AttemptOutcome.INFRA_ERROR: "The harness failed, not your code: resubmit the candidate (fixing anything "
+                                "else you "
     "see).",
-    AttemptOutcome.UNVERIFIED: "The harness recorded no verdict for it: resubmit the candidate (fixing anything else "
+    AttemptOutcome.UNVERIFIED: "The harness recorded no verdict for it: resubmit the candidate (fixing "
+                               "anything else "
     "you see).",
 }
 ERROR_LINES, ERROR_CHARS = 30, 2500
@@ -121,10 +134,17 @@ def attempt_headline(attempt: Attempt) -> str:
             parts.append(f"{t['geomean_us']:.1f} µs")
         if attempt.tuning is not None and attempt.tuning.adopted and attempt.tuning.before.get("geomean_us"):
             pinned = schedule_text(pinned_schedule(attempt.tuning.code))
-            parts.append(f"once the harness tuned its configs (from {attempt.tuning.before['geomean_us']:.1f} µs; pinned: {pinned})")
+            parts.append("once the harness tuned its configs (from "
+                         f"{attempt.tuning.before['geomean_us']:.1f} µs; pinned: {pinned})")
         if not t:
             ran = {s.stage for s in verdict.stages}
-            where = "on the GPU" if "gpu_correctness" in ran else "on the emulator" if "correctness" in ran else ""
+            where = (
+                "on the GPU"
+                if "gpu_correctness" in ran
+                else "on the emulator"
+                if "correctness" in ran
+                else ""
+            )
             built = " and builds for sm_90a" if "compile" in ran else ""
             return " ".join(p for p in ("correct", where) if p) + built
         return ", ".join(parts)
@@ -136,7 +156,8 @@ def attempt_headline(attempt: Attempt) -> str:
             if r is None:
                 bits.append(c.reason.split(";")[0] if c.reason else f"{c.output}: wrong")
             else:
-                bits.append(f"{c.output} err {_num(c.max_abs_err)} > {_num(c.allowed)} ({_times(r)}) at {c.worst_index} {c.input_set}")
+                bits.append(f"{c.output} err {_num(c.max_abs_err)} > {_num(c.allowed)} ({_times(r)}) at "
+                            f"{c.worst_index} {c.input_set}")
         more = f" (+{len(failing) - 3} more)" if len(failing) > 3 else ""
         return "; ".join(bits) + more
     lines = [ln.strip() for ln in verdict.reason.strip().splitlines() if ln.strip()]
@@ -169,8 +190,9 @@ def _check_rows(verdict: Verdict) -> tuple[list[dict[str, Any]], list[str]]:
         r = c.error_ratio
         rows.append({
             "output": c.output, "ok": c.ok, "err": _num(c.max_abs_err), "allowed": _num(c.allowed),
-            "ratio": "-" if r is None else f"{r:.3g}" if r < 100 else f"{r:.0f}", "where": str(c.worst_index) if c.worst_index is not None else "-",
-            "got": _num(c.worst_value), "expected": _num(c.expected_value), "at": c.input_set,
+            "ratio": "-" if r is None else f"{r:.3g}" if r < 100 else f"{r:.0f}",
+            "where": str(c.worst_index) if c.worst_index is not None else "-", "got": _num(c.worst_value),
+            "expected": _num(c.expected_value), "at": c.input_set,
             "fails_at": ", ".join(fails) if fails else "-",
         })
         if c.ok:
@@ -179,16 +201,18 @@ def _check_rows(verdict: Verdict) -> tuple[list[dict[str, Any]], list[str]]:
             notes.append(f"`{c.output}`: {c.reason}")
         elif r <= 10:
             notes.append(
-                f"`{c.output}` is close ({_times(r)} the tolerance): look for lost precision, e.g. an intermediate rounded "
-                "to the task dtype, or a statistic taken from a rounded value instead of the FP32 accumulator."
+                f"`{c.output}` is close ({_times(r)} the tolerance): look for lost precision, e.g. an "
+                "intermediate rounded to the task dtype, or a statistic taken from a rounded value instead "
+                "of the FP32 accumulator."
             )
         else:
-            notes.append(f"`{c.output}` is far off ({_times(r)} the tolerance): its formula differs from the reference.")
+            notes.append(f"`{c.output}` is far off ({_times(r)} the tolerance): its formula differs from the "
+                         "reference.")
         passing = [p for p, ok in per.items() if ok]
         if fails and passing:
             notes.append(
-                f"`{c.output}` fails at {', '.join(fails)} but passes at {', '.join(passing)}: compare those shapes "
-                "(a dimension that is not a tile multiple, or an M == N ambiguity)."
+                f"`{c.output}` fails at {', '.join(fails)} but passes at {', '.join(passing)}: compare those "
+                "shapes (a dimension that is not a tile multiple, or an M == N ambiguity)."
             )
     return rows, notes
 
@@ -198,7 +222,8 @@ def _timing_view(timing: Mapping[str, Any]) -> dict[str, Any] | None:
     if not shapes:
         return None
     present = {b for s in shapes.values() for b in s.get("baselines", {})}
-    baselines = [b for b in ("cublas", "compiled", "compiled_max_autotune", "eager") if b in present]  # the floor first
+    # the floor first
+    baselines = [b for b in ("cublas", "compiled", "compiled_max_autotune", "eager") if b in present]
 
     def ratio(s: Mapping[str, Any], key: str) -> str:
         value = shape_ratio(s, key)
@@ -208,9 +233,10 @@ def _timing_view(timing: Mapping[str, Any]) -> dict[str, Any] | None:
     for name, s in shapes.items():
         us = s["median_us"]
         rows.append({
-            "shape": name, "us": _us(us), "human_us": _us(s.get("human_us")), "vs_human": ratio(s, "speedup_vs_human"),
-            "vs": {b: ratio(s, f"speedup_vs_{b}") for b in baselines},
-            "sol_us": _us(s.get("sol_us")), "sol_pct": f"{100 * s['sol_us'] / us:.0f}%" if s.get("sol_us") else "-",
+            "shape": name, "us": _us(us), "human_us": _us(s.get("human_us")),
+            "vs_human": ratio(s, "speedup_vs_human"),
+            "vs": {b: ratio(s, f"speedup_vs_{b}") for b in baselines}, "sol_us": _us(s.get("sol_us")),
+            "sol_pct": f"{100 * s['sol_us'] / us:.0f}%" if s.get("sol_us") else "-",
             "bound": s.get("bound", "-"),
         })
     return {"rows": rows, "baselines": [{"key": b, "name": BASELINES[b]} for b in baselines]}
@@ -219,14 +245,16 @@ def _timing_view(timing: Mapping[str, Any]) -> dict[str, Any] | None:
 def _attempt_view(attempt: Attempt, *, is_lead: bool) -> dict[str, Any]:
     verdict = attempt.verdict
     view: dict[str, Any] = {
-        "index": attempt.index, "is_lead": is_lead, "outcome": attempt.outcome.value.upper().replace("_", " "),
-        "headline": attempt_headline(attempt), "truncated": attempt.finish_reason in ("length", "max_tokens"),
-        "violations": _violations(attempt), "error_text": "", "checks": [], "check_notes": [], "timing": None,
+        "index": attempt.index, "is_lead": is_lead,
+        "outcome": attempt.outcome.value.upper().replace("_", " "), "headline": attempt_headline(attempt),
+        "truncated": attempt.finish_reason in ("length", "max_tokens"), "violations": _violations(attempt),
+        "error_text": "", "checks": [], "check_notes": [], "timing": None,
         "code": None if is_lead else attempt.code,
     }
     if view["violations"]:
         view["headline"] = ""  # the list below says it all
-    if verdict is not None and not verdict.passed and verdict.outcome not in (Outcome.STATIC_REJECTED, Outcome.WRONG_OUTPUT):
+    if verdict is not None and not verdict.passed and verdict.outcome not in (Outcome.STATIC_REJECTED,
+                                                                              Outcome.WRONG_OUTPUT):
         view["error_text"] = trim_error(verdict.reason)
     if verdict is not None and any(s.checks for s in verdict.stages) and not verdict.passed:
         view["checks"], view["check_notes"] = _check_rows(verdict)
@@ -270,10 +298,11 @@ def _speed_steps(best: Attempt, goals: Mapping[str, float]) -> list[str]:
         have = t.get(goal)
         if have is None:
             continue
-        ratios = {name: r for name, sh in (t.get("shapes") or {}).items() if (r := shape_ratio(sh, goal)) is not None}
+        ratios = {name: r for name, sh in (t.get("shapes") or {}).items()
+                  if (r := shape_ratio(sh, goal)) is not None}
         text = (
-            f"Target: {_ratio_text(goal, wanted)} of {GOAL_NAMES.get(goal, goal)} (geomean over the bench shapes); "
-            f"the best is at {_ratio_text(goal, have)}."
+            f"Target: {_ratio_text(goal, wanted)} of {GOAL_NAMES.get(goal, goal)} (geomean over the bench "
+            f"shapes); the best is at {_ratio_text(goal, have)}."
         )
         if ratios:
             worst = min(ratios, key=lambda n: ratios[n])
@@ -285,24 +314,29 @@ def _speed_steps(best: Attempt, goals: Mapping[str, float]) -> list[str]:
 
 
 def _next_steps(
-    lead: Attempt, latest: Sequence[Attempt], best: Attempt | None, goal_is_speed: bool, goals: Mapping[str, float]
+    lead: Attempt, latest: Sequence[Attempt], best: Attempt | None, goal_is_speed: bool,
+    goals: Mapping[str, float]
 ) -> list[str]:
     if best is not None:
         if not goal_is_speed:
-            steps = ["A correct candidate exists; improve on it only if you see a clear gain, and keep it correct."]
+            steps = ["A correct candidate exists; improve on it only if you see a clear gain, and keep it "
+                     "correct."]
             if text := cost_summary(best):
-                dominant = next((ln for ln in text.splitlines() if ln.startswith("Largest avoidable cost")), "")
-                steps.append("No GPU times this run, so speed is judged by the CPU's cost estimate of the best candidate: "
+                dominant = next((ln for ln in text.splitlines() if ln.startswith("Largest avoidable cost")),
+                                "")
+                steps.append("No GPU times this run, so speed is judged by the CPU's cost estimate of the "
+                             "best candidate: "
                              + (dominant or "see its table above") + " A faster candidate cuts that.")
             return steps
         steps = [
             "Keep it correct and make it faster; start from the best candidates above.",
             *_speed_steps(best, goals),
-            "Move every element-wise op on (M, N) data into the epilogue fn and every row/column statistic into a "
-            "reduce sink; count your launches against the budget.",
-            "Pick a GEMM `Config` (tile_m, tile_n, cluster, pingpong) suited to the bench shapes; the default is "
-            "128x192, 2x1 cluster, pingpong (128x128 in packed mode and for narrow N; cooperative 128x256 at K >= 8192 "
-            "when the epilogue reads no tile besides C and reduces nothing down the columns).",
+            "Move every element-wise op on (M, N) data into the epilogue fn and every row/column statistic "
+            "into a reduce sink; count your launches against the budget.",
+            "Pick a GEMM `Config` (tile_m, tile_n, cluster, pingpong) suited to the bench shapes; the "
+            "default is 128x192, 2x1 cluster, pingpong (128x128 in packed mode and for narrow N; cooperative "
+            "128x256 at K >= 8192 when the epilogue reads no tile besides C and reduces nothing down the "
+            "columns).",
         ]
         if not all(a.passed for a in latest):
             steps.append("Some candidates of the last round failed: do not trade correctness for speed.")
@@ -319,7 +353,8 @@ def _population_view(population: Sequence[Attempt], shown: set[int]) -> list[dic
     for a in population:
         t = a.timing
         rows.append({
-            "index": a.index, "round": a.round, "us": _us(attempt_time_us(a)), "headline": attempt_headline(a),
+            "index": a.index, "round": a.round, "us": _us(attempt_time_us(a)),
+            "headline": attempt_headline(a),
             "vs": {k: _ratio_text(k, t[k]) if k in t else "-" for k in GOAL_NAMES},
             "code": None if a.index in shown and a.shipped_code == a.code else a.shipped_code,
         })
@@ -334,15 +369,17 @@ def feedback_prompt(
     goals: Mapping[str, float] | None = None,
     lead: Attempt | None = None,
 ) -> str:
-    """Structured results of all previous attempts: the latest round in detail, earlier ones as a table, and the
-    population (the best distinct correct candidates, best first, as ``store.ranking`` orders them) with code."""
+    """Structured results of all previous attempts: the latest round in detail, earlier ones as a table, and
+    the population (the best distinct correct candidates, best first, as ``store.ranking`` orders them) with
+    code."""
     replies = replied(attempts)
     if not replies:
         raise ValueError("feedback needs at least one attempt with a model reply")
     lead = lead or lead_attempt(attempts)
     assert lead is not None
     last_round = max(a.round for a in replies)
-    latest = sorted((a for a in replies if a.round == last_round), key=lambda a: (a.index != lead.index, a.slot))
+    latest = sorted((a for a in replies if a.round == last_round),
+                    key=lambda a: (a.index != lead.index, a.slot))
     history = [a for a in replies if a.round < last_round][-HISTORY_ROWS:]
     best = population[0] if population else None
     n, passed = len(replies), sum(a.passed for a in replies)
@@ -356,11 +393,13 @@ def feedback_prompt(
         timed=any(a.timing for a in population),
         latest=[_attempt_view(a, is_lead=a.index == lead.index) for a in latest],
         history=[
-            {"index": a.index, "round": a.round, "outcome": a.outcome.value, "headline": attempt_headline(a).replace("|", "/")}
+            {"index": a.index, "round": a.round, "outcome": a.outcome.value,
+             "headline": attempt_headline(a).replace("|", "/")}
             for a in history
         ],
         next_steps=_next_steps(lead, latest, best, goal_is_speed, goals or {}),
-        allowlist=host_allowlist() if any(a.verdict is not None and a.verdict.outcome is Outcome.STATIC_REJECTED
+        allowlist=host_allowlist()
+                          if any(a.verdict is not None and a.verdict.outcome is Outcome.STATIC_REJECTED
                                           for a in latest) else "",
     ))
 

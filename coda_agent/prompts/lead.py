@@ -32,7 +32,8 @@ OUTCOME_CLOSENESS: dict[AttemptOutcome, int] = {
 
 
 def worst_error_ratio(attempt: Attempt) -> float:
-    """A wrong output's largest error over the allowed error (inf when an output has no error figure); 0 otherwise."""
+    """A wrong output's largest error over the allowed error (inf when an output has no error figure); 0
+    otherwise."""
     if attempt.verdict is None or attempt.outcome is not AttemptOutcome.WRONG_OUTPUT:
         return 0.0
     ratios = [r for c in attempt.verdict.worst_checks() if (r := c.error_ratio) is not None]
@@ -40,7 +41,8 @@ def worst_error_ratio(attempt: Attempt) -> float:
 
 
 def lead_key(attempt: Attempt) -> tuple[Any, ...]:
-    """Sort key, best first: a correct attempt by ``store.ranking``, a failed one by outcome, error ratio and slot."""
+    """Sort key, best first: a correct attempt by ``store.ranking``, a failed one by outcome, error ratio and
+    slot."""
     closeness = OUTCOME_CLOSENESS[attempt.outcome]
     if attempt.passed:
         return (closeness, *speed_key(attempt))
@@ -49,7 +51,8 @@ def lead_key(attempt: Attempt) -> tuple[Any, ...]:
 
 def replied(attempts: Iterable[Attempt]) -> list[Attempt]:
     """Attempts the model actually produced (a failed request says nothing about the model's code)."""
-    return [a for a in attempts if a.raw_response is not None and a.outcome is not AttemptOutcome.PROVIDER_ERROR]
+    return [a for a in attempts if a.raw_response is not None
+            and a.outcome is not AttemptOutcome.PROVIDER_ERROR]
 
 
 def lead_attempt(attempts: Sequence[Attempt]) -> Attempt | None:

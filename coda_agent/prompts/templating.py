@@ -1,4 +1,5 @@
-"""The one Jinja environment the message templates (``templates/*.j2``) render in: plain text, strict about names."""
+"""The one Jinja environment the message templates (``templates/*.j2``) render in: plain text, strict about
+names."""
 
 from __future__ import annotations
 
