@@ -34,7 +34,8 @@ class ErrorKind(str, Enum):
     @property
     def fatal(self) -> bool:
         """Errors that no later attempt can fix: the run stops with one clear line."""
-        return self in (ErrorKind.AUTH, ErrorKind.NOT_FOUND, ErrorKind.DISABLED, ErrorKind.CONFIG, ErrorKind.UNREACHABLE)
+        return self in (ErrorKind.AUTH, ErrorKind.NOT_FOUND, ErrorKind.DISABLED, ErrorKind.CONFIG,
+                        ErrorKind.UNREACHABLE)
 
 
 class ProviderError(Exception):
@@ -88,15 +89,18 @@ class Provider(ABC):
     replays: RecordedRun | None = None
 
     def bind_run_dir(self, run_dir: Path) -> None:  # noqa: B027 - optional hook, most providers keep no files
-        """The run directory this provider serves, once it exists; a provider that trades files keeps them there."""
+        """The run directory this provider serves, once it exists; a provider that trades files keeps them
+        there."""
 
     def skip_replies(self, count: int) -> None:  # noqa: B027 - optional hook, a live model has no sequence
-        """Move past the first ``count`` replies: a resumed run already consumed them. Only providers that serve
-        a fixed sequence (scripts, recorded runs) have any to skip."""
+        """Move past the first ``count`` replies: a resumed run already consumed them. Only providers that
+        serve a fixed sequence (scripts, recorded runs) have any to skip."""
 
     @abstractmethod
-    async def complete(self, messages: list[ChatMessage], *, max_tokens: int, temperature: float) -> Completion:
-        """Send the chat (system message first, if any) and return the reply; raise ProviderError on failure."""
+    async def complete(self, messages: list[ChatMessage], *, max_tokens: int,
+                       temperature: float) -> Completion:
+        """Send the chat (system message first, if any) and return the reply; raise ProviderError on
+        failure."""
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, most providers hold nothing
         """Release connections; providers without any keep the default."""

@@ -71,10 +71,12 @@ class ManualProvider(Provider):
         answer_path = self.directory / f"answer-{number}.md"
         write_text_atomic(prompt_path, prompt)
         self.notify(
-            f"manual: prompt in {prompt_path}; save the reply as {answer_path} (waiting up to {self.timeout:g}s)"
+            f"manual: prompt in {prompt_path}; save the reply as {answer_path} (waiting up to "
+            f"{self.timeout:g}s)"
         )
         text = await self._wait_for(answer_path)
-        # Whoever answered (a person, a model in another window) was not metered here: the cost is unknown, not 0.
+        # Whoever answered (a person, a model in another window) was not metered here: the cost is unknown,
+        # not 0.
         return Completion(text=text, model="manual", finish_reason="manual", price_known=False)
 
     async def _wait_for(self, path: Path) -> str:
@@ -86,7 +88,8 @@ class ManualProvider(Provider):
                 stat = path.stat()
                 current = (stat.st_size, stat.st_mtime_ns)
                 if current == seen and stat.st_size > 0:
-                    text = path.read_bytes().decode("utf-8", "replace")  # whatever was saved: the loop judges it
+                    # whatever was saved: the loop judges it
+                    text = path.read_bytes().decode("utf-8", "replace")
                     if text.strip():
                         return text
                 seen = current

@@ -61,12 +61,15 @@ def _check_response(response: object, where: str) -> Response:
     unknown = set(response) - _RESPONSE_KEYS
     if unknown:
         raise ProviderConfigError(
-            f"{where}: unknown key(s) {', '.join(sorted(unknown))}; expected some of {', '.join(sorted(_RESPONSE_KEYS))}"
+            f"{where}: unknown key(s) {', '.join(sorted(unknown))}; expected some of "
+            f"{', '.join(sorted(_RESPONSE_KEYS))}"
         )
     if "error" in response:
         kinds = [k.value for k in ErrorKind]
         if response["error"] not in kinds:
-            raise ProviderConfigError(f"{where}: error {response['error']!r} is not one of {', '.join(kinds)}")
+            raise ProviderConfigError(
+                f"{where}: error {response['error']!r} is not one of {', '.join(kinds)}"
+            )
     elif not isinstance(response.get("text"), str):
         raise ProviderConfigError(f"{where}: a mapping response needs 'text' (a string) or 'error'")
     return response
@@ -181,7 +184,8 @@ def example_scripts() -> dict[str, Path]:
 
 
 def mock_from_spec(target: str, *, repeat_last: bool | None = None) -> MockProvider:
-    """``mock/<file>`` loads a script file; ``mock/<name>`` a built-in responder or a shipped example script."""
+    """``mock/<file>`` loads a script file; ``mock/<name>`` a built-in responder or a shipped example
+    script."""
     if target in BUILTIN_SCRIPTS:
         return MockProvider(BUILTIN_SCRIPTS[target], name=f"mock/{target}")
     path = Path(target)
@@ -191,4 +195,5 @@ def mock_from_spec(target: str, *, repeat_last: bool | None = None) -> MockProvi
     if target in examples:
         return MockProvider.from_file(examples[target], name=f"mock/{target}", repeat_last=repeat_last)
     builtins = ", ".join([*BUILTIN_SCRIPTS, *examples])
-    raise ProviderConfigError(f"mock/{target}: no such script file, and not a built-in mock (built-ins: {builtins})")
+    raise ProviderConfigError(f"mock/{target}: no such script file, and not a built-in mock (built-ins: "
+                              f"{builtins})")

@@ -69,7 +69,8 @@ class OpenAICompatibleProvider(OpenAIProvider):
     def __init__(self, model: str, *, base_url: str | None = None, **options: Any) -> None:
         if not base_url:
             raise ProviderConfigError(
-                f"openai-compatible/{model} needs a base URL (--base-url), e.g. http://127.0.0.1:8000/v1 for vLLM"
+                f"openai-compatible/{model} needs a base URL (--base-url), e.g. http://127.0.0.1:8000/v1 for "
+                "vLLM"
             )
         super().__init__(model, base_url=base_url, **options)
 

@@ -38,8 +38,8 @@ class Price:
 
 
 BUILTIN_PRICES: dict[str, Price] = {
-    # List prices as published mid-2026; newer models are absent (price unknown) until added here or overridden.
-    # Anthropic, https://docs.anthropic.com/en/docs/about-claude/pricing
+    # List prices as published mid-2026; newer models are absent (price unknown) until added here or
+    # overridden. Anthropic, https://docs.anthropic.com/en/docs/about-claude/pricing
     "anthropic/claude-opus-4-7": Price(5.0, 25.0),
     "anthropic/claude-opus-4-6": Price(5.0, 25.0),
     "anthropic/claude-opus-4-5": Price(5.0, 25.0),
@@ -92,7 +92,8 @@ def load_price_file(path: str | Path) -> dict[str, Price]:
             prices[str(spec)] = Price(float(entry["input"]), float(entry["output"]))
         except (TypeError, KeyError, ValueError) as exc:
             raise ProviderConfigError(
-                f"price file {path}: entry {spec!r} needs numeric 'input' and 'output' (USD per million tokens)"
+                f"price file {path}: entry {spec!r} needs numeric 'input' and 'output' (USD per million "
+                "tokens)"
             ) from exc
     return prices
 

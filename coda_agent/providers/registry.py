@@ -76,13 +76,18 @@ def registered() -> list[ProviderEntry]:
 
 
 def lookup(spec: str) -> ProviderEntry:
-    """The entry for ``spec`` (``provider/model``); ProviderConfigError for an unknown prefix or a missing model."""
+    """The entry for ``spec`` (``provider/model``); ProviderConfigError for an unknown prefix or a missing
+    model."""
     name, _, target = spec.partition("/")
     entry = _REGISTRY.get(name)
     if entry is None:
         known = ", ".join(e.usage for e in registered())
         close = difflib.get_close_matches(name, list(_REGISTRY), n=1, cutoff=0.6)
-        hint = f" (did you mean {f'{close[0]}/{target}' if target else _REGISTRY[close[0]].usage}?)" if close else ""
+        hint = (
+            f" (did you mean {f'{close[0]}/{target}' if target else _REGISTRY[close[0]].usage}?)"
+            if close
+            else ""
+        )
         raise ProviderConfigError(f"unknown provider {spec!r}{hint}: expected one of {known}")
     if not target and entry.target_required:
         raise ProviderConfigError(f"{spec!r} names no model: expected {entry.usage}")
@@ -104,7 +109,8 @@ def get_provider(spec: str, *, runs_dir: Path | None = None, **options: Any) -> 
         raise ProviderConfigError(f"{entry.name} calls no API: base_url and api_key_env do not apply")
     if unknown:
         allowed = ", ".join(sorted(entry.options)) or "none"
-        raise ProviderConfigError(f"{entry.name}: unknown option(s) {', '.join(sorted(unknown))} (allowed: {allowed})")
+        raise ProviderConfigError(f"{entry.name}: unknown option(s) {', '.join(sorted(unknown))} (allowed: "
+                                  f"{allowed})")
     return entry.factory(Request(spec.partition("/")[2], given, runs_dir or settings.runs_dir()))
 
 
@@ -155,7 +161,8 @@ def _mock(request: Request) -> Provider:
 
 @provider(
     "replay", usage="replay/<run>", replays_a_run=True,
-    help="a recorded run's replies, in order, to re-verify it at zero cost (a folder, run id, prefix or latest)",
+    help="a recorded run's replies, in order, to re-verify it at zero cost (a folder, run id, prefix or "
+         "latest)",
 )
 def _replay(request: Request) -> Provider:
     from .replay import ReplayProvider

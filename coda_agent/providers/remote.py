@@ -95,8 +95,8 @@ class RemoteProvider(Provider):
         self.api_key = os.environ.get(self.key_env) or self._missing_key()
         self._client: Any = None
         self._client_loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
-        # Until one call has got through, "cannot connect" means a wrong URL or a server that is not up: the run
-        # stops at once. Once reached, a lost connection is a passing failure, retried like a timeout.
+        # Until one call has got through, "cannot connect" means a wrong URL or a server that is not up: the
+        # run stops at once. Once reached, a lost connection is a passing failure, retried like a timeout.
         self._reached = False
 
     def _missing_key(self) -> str:
@@ -141,9 +141,11 @@ class RemoteProvider(Provider):
                 return await self._request(client, messages, max_tokens, temperature)
             except self.sdk.APIError as exc:
                 raise self._map_error(exc) from exc
-            except ValueError as exc:  # a body that is not UTF-8 or not JSON: the SDK lets UnicodeDecodeError through
+            # a body that is not UTF-8 or not JSON: the SDK lets UnicodeDecodeError through
+            except ValueError as exc:
                 raise ProviderError(
-                    ErrorKind.OTHER, f"{self.name}: the server's reply could not be read ({type(exc).__name__}: "
+                    ErrorKind.OTHER,
+                    f"{self.name}: the server's reply could not be read ({type(exc).__name__}: "
                     f"{_one_line(str(exc), 160)})",
                 ) from exc
 
@@ -175,7 +177,8 @@ class RemoteProvider(Provider):
         if isinstance(exc, self.sdk.APIConnectionError):
             if not self._reached:
                 return ProviderError(
-                    ErrorKind.UNREACHABLE, f"{self.name}: cannot connect to {self.base_url} ({exc}); is the server up and the URL right?"
+                    ErrorKind.UNREACHABLE, f"{self.name}: cannot connect to {self.base_url} ({exc}); is the "
+                                           "server up and the URL right?"
                 )
             return ProviderError(ErrorKind.TIMEOUT, f"{self.name}: cannot connect to {self.base_url} ({exc})")
         if not isinstance(exc, self.sdk.APIStatusError):
@@ -245,7 +248,8 @@ def _error_code(body: object) -> str:
 
 
 def _retry_after_seconds(headers: Any) -> float | None:
-    """Seconds from ``retry-after-ms`` or ``retry-after`` (a number or an HTTP date), if the server sent one."""
+    """Seconds from ``retry-after-ms`` or ``retry-after`` (a number or an HTTP date), if the server sent
+    one."""
     try:
         if (ms := headers.get("retry-after-ms")) is not None:
             return float(ms) / 1000

@@ -40,7 +40,8 @@ class RetryPolicy:
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 
     def delay(self, retry: int, retry_after: float | None) -> float:
-        """Seconds to wait before retry number ``retry`` (0-based): the server's hint, else jittered backoff."""
+        """Seconds to wait before retry number ``retry`` (0-based): the server's hint, else jittered
+        backoff."""
         if self.base_delay <= 0:
             return 0.0
         if retry_after is not None:
@@ -50,7 +51,8 @@ class RetryPolicy:
 
 
 async def with_retries(call: Callable[[], Awaitable[T]], policy: RetryPolicy) -> T:
-    """Await ``call()``; on a retryable ProviderError wait and try again, up to ``policy.max_retries`` times."""
+    """Await ``call()``; on a retryable ProviderError wait and try again, up to ``policy.max_retries``
+    times."""
     retry = 0
     while True:
         try:
