@@ -4,9 +4,9 @@ Nothing on this wire is ever unpickled or executed: messages are JSON objects (o
 size), tensors are raw bytes in a file of the runner's scratch folder, described by a :class:`TensorRef`
 the reader validates (known dtype, sane shape, inside the file, within the reader's byte limit) before viewing
 the bytes. The scratch folder is writable by both sides, so every file in it is opened by its bare name, never
-through a link, and read only if it is a regular file: a runner that plants a symlink, a FIFO or a device there
-gets a :class:`ProtocolError`, not the checker's hand on another file. So whatever the runner sends, the worst it
-can do is send wrong numbers, which the checker is there to catch.
+through a link, and read only if it is a regular file: a runner that plants a symlink, a FIFO or a device
+there gets a :class:`ProtocolError`, not the checker's hand on another file. So whatever the runner sends, the
+worst it can do is send wrong numbers, which the checker is there to catch.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64,
-    "int64": torch.int64, "int32": torch.int32, "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8,
-    "bool": torch.bool,
+    "int64": torch.int64, "int32": torch.int32, "int16": torch.int16, "int8": torch.int8,
+    "uint8": torch.uint8, "bool": torch.bool,
 }
 
 
@@ -46,8 +46,8 @@ MAX_REPORTED_BYTES = 1 << 50
 
 
 def reported_bytes(value: object) -> int | None:
-    """A byte count the runner reported (its replies' ``peak_bytes``), or None for anything but a whole number in
-    [0, :data:`MAX_REPORTED_BYTES`]: a diagnostic from the untrusted side, shown and never acted on."""
+    """A byte count the runner reported (its replies' ``peak_bytes``), or None for anything but a whole number
+    in [0, :data:`MAX_REPORTED_BYTES`]: a diagnostic from the untrusted side, shown and never acted on."""
     return value if type(value) is int and 0 <= value <= MAX_REPORTED_BYTES else None
 
 
@@ -56,7 +56,8 @@ class ProtocolError(Exception):
 
 
 class Message(BaseModel):
-    """Anything on the wire: exactly its fields, each of its own type (strict: ``"1"`` is no 1), nothing else."""
+    """Anything on the wire: exactly its fields, each of its own type (strict: ``"1"`` is no 1), nothing
+    else."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -103,7 +104,8 @@ def open_regular(path: Path, max_bytes: int) -> tuple[int, int]:
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
         os.close(fd)
-        what = "not a regular file" if not stat.S_ISREG(info.st_mode) else f"{info.st_size} bytes, over {max_bytes}"
+        what = "not a regular file" if not stat.S_ISREG(info.st_mode) else (f"{info.st_size} bytes, over "
+                                                                            f"{max_bytes}")
         raise ProtocolError(f"{path.name} is {what}")
     return fd, info.st_size
 
@@ -117,8 +119,9 @@ def read_text(path: Path, max_bytes: int) -> str:
 
 def _host_buffer(nbytes: int, pinned: bool) -> torch.Tensor:
     """Uninitialised host bytes; page-locked where a GPU copy will touch them. Torch's host allocator caches
-    page-locked blocks, so the repeated transfers of a timing run reuse memory that is already mapped and copy by
-    DMA; a fresh pageable buffer costs a page fault per 4 KiB and a staged copy (bench/README.md, ninth session)."""
+    page-locked blocks, so the repeated transfers of a timing run reuse memory that is already mapped and copy
+    by DMA; a fresh pageable buffer costs a page fault per 4 KiB and a staged copy (bench/README.md, ninth
+    session)."""
     if pinned:
         with contextlib.suppress(RuntimeError):  # no pinnable memory left: the pageable path still works
             return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
@@ -126,26 +129,33 @@ def _host_buffer(nbytes: int, pinned: bool) -> torch.Tensor:
 
 
 def write_tensors(path: Path, tensors: Mapping[str, torch.Tensor]) -> list[TensorRef]:
-    """Write each tensor's bytes (contiguous, through one host buffer per tensor) one after another; returns their refs."""
+    """Write each tensor's bytes (contiguous, through one host buffer per tensor) one after another; returns
+    their refs."""
     refs, offset = [], 0
     with os.fdopen(create_file(path), "wb") as f:
         for name, t in tensors.items():
             nbytes = t.numel() * t.element_size()
             if t.device.type == "cpu":
-                data = t.detach().contiguous().reshape(-1).view(torch.uint8) if nbytes else torch.empty(0, dtype=torch.uint8)
+                data = (
+                    t.detach().contiguous().reshape(-1).view(torch.uint8)
+                    if nbytes
+                    else torch.empty(0, dtype=torch.uint8)
+                )
             else:
                 data = _host_buffer(nbytes, pinned=t.is_cuda)
                 if nbytes:
                     data.view(t.dtype).view(t.shape).copy_(t.detach())
             f.write(data.numpy().data)  # a view, no copy of its own: outputs run to GBs at the LM-head shapes
-            refs.append(TensorRef(name=name, dtype=dtype_name(t.dtype), shape=list(t.shape), offset=offset, nbytes=nbytes))
+            refs.append(TensorRef(name=name, dtype=dtype_name(t.dtype), shape=list(t.shape), offset=offset,
+                                  nbytes=nbytes))
             offset += nbytes
     return refs
 
 
-def read_tensors(path: Path, refs: list[TensorRef], device: str = "cpu", max_bytes: int = 1 << 40) -> dict[str, torch.Tensor]:
-    """The tensors ``refs`` describe, validated against the file and ``max_bytes`` (the file's size and the refs'
-    total) before any byte is interpreted."""
+def read_tensors(path: Path, refs: list[TensorRef], device: str = "cpu",
+                 max_bytes: int = 1 << 40) -> dict[str, torch.Tensor]:
+    """The tensors ``refs`` describe, validated against the file and ``max_bytes`` (the file's size and the
+    refs' total) before any byte is interpreted."""
     if sum(ref.nbytes for ref in refs) > max_bytes:
         raise ProtocolError(f"the tensors of {path.name} add up to more than the {max_bytes} bytes expected")
     fd, size = open_regular(path, max_bytes)
@@ -162,7 +172,8 @@ def read_tensors(path: Path, refs: list[TensorRef], device: str = "cpu", max_byt
             raise ProtocolError(f"tensor {ref.name!r} has an invalid shape {ref.shape}")
         want = math.prod(ref.shape) * torch.empty(0, dtype=dt).element_size()
         if ref.nbytes != want or ref.offset + ref.nbytes > size:
-            raise ProtocolError(f"tensor {ref.name!r} does not fit its file ({ref.nbytes} bytes at {ref.offset}, file {size})")
+            raise ProtocolError(f"tensor {ref.name!r} does not fit its file ({ref.nbytes} bytes at "
+                                f"{ref.offset}, file {size})")
         if not ref.nbytes:
             out[ref.name] = torch.empty(ref.shape, dtype=dt, device=device)
             continue
@@ -174,8 +185,9 @@ def read_tensors(path: Path, refs: list[TensorRef], device: str = "cpu", max_byt
 
 
 # --- the messages ---------------------------------------------------------------------------------------
-# Requests go from the checker to the runner, named by ``op``; the runner validates each in parse_request. Replies
-# carry ``ok``: a Failed one, or the kind of reply its request expects, which the checker validates in parse_reply.
+# Requests go from the checker to the runner, named by ``op``; the runner validates each in parse_request.
+# Replies carry ``ok``: a Failed one, or the kind of reply its request expects, which the checker validates in
+# parse_reply.
 
 
 class MetaTensor(Message):
@@ -254,7 +266,8 @@ class ExitRequest(Message):
 
 
 Request = Annotated[
-    LoadRequest | ScheduleRequest | DiscoverRequest | InputsRequest | DropRequest | RunRequest | FetchRequest | ExitRequest,
+    LoadRequest | ScheduleRequest | DiscoverRequest | InputsRequest | DropRequest | RunRequest | FetchRequest
+    | ExitRequest,
     Field(discriminator="op"),
 ]
 _REQUESTS: TypeAdapter[Request] = TypeAdapter(Request)
@@ -265,16 +278,16 @@ CallOps = list[dict[str, Any]]
 
 
 class Reply(Message):
-    """What every reply carries: ``ok``, and the runner's peak device memory so far (a diagnostic: anything but a
-    plausible byte count reads as none, :func:`reported_bytes`)."""
+    """What every reply carries: ``ok``, and the runner's peak device memory so far (a diagnostic: anything
+    but a plausible byte count reads as none, :func:`reported_bytes`)."""
 
     ok: bool
     peak_bytes: Annotated[int | None, BeforeValidator(reported_bytes)] = None
 
 
 class Failed(Reply):
-    """The request failed: the candidate raised (``call``: in which call of a batch; ``contract``: it misused the
-    primitives), or the harness did (``harness``)."""
+    """The request failed: the candidate raised (``call``: in which call of a batch; ``contract``: it misused
+    the primitives), or the harness did (``harness``)."""
 
     ok: Literal[False] = False
     error: str
@@ -325,8 +338,8 @@ def _diagnostic_times(value: object) -> object:
 
 
 class Ran(Reply):
-    """A batch's times (µs, one per call), the host time forward() took in each, its kernel trace (a file of the
-    scratch folder, traced GPU batches only) and its op log (traced batches only)."""
+    """A batch's times (µs, one per call), the host time forward() took in each, its kernel trace (a file of
+    the scratch folder, traced GPU batches only) and its op log (traced batches only)."""
 
     ok: Literal[True] = True
     times_us: list[Annotated[float, Field(ge=0, allow_inf_nan=False)]]
@@ -336,8 +349,8 @@ class Ran(Reply):
 
 
 class CallReport(Message):
-    """One kept output: its type, and, for a dict, its keys, the values that are no plain tensor (``bad``: their
-    type names) and each tensor's storage address (aliasing); and the inputs the call modified."""
+    """One kept output: its type, and, for a dict, its keys, the values that are no plain tensor (``bad``:
+    their type names) and each tensor's storage address (aliasing); and the inputs the call modified."""
 
     call: int
     kind: str
@@ -371,8 +384,9 @@ ExpectedReply = TypeVar("ExpectedReply", bound=Reply)
 
 
 def parse_reply(message: dict[str, Any], expected: type[ExpectedReply]) -> ExpectedReply | Failed:
-    """The reply ``message`` is: Failed (``ok`` false) or the ``expected`` kind (``ok`` true); ProtocolError for
-    anything else (no ``ok``, a missing, mistyped or unknown field), its text bounded whatever the runner sent."""
+    """The reply ``message`` is: Failed (``ok`` false) or the ``expected`` kind (``ok`` true); ProtocolError
+    for anything else (no ``ok``, a missing, mistyped or unknown field), its text bounded whatever the runner
+    sent."""
     ok = message.get("ok")
     model: type[ExpectedReply | Failed] | None = expected if ok is True else Failed if ok is False else None
     if model is None:
@@ -391,7 +405,8 @@ def _clipped(value: object, limit: int = 60) -> str:
 def _problems(exc: ValidationError, most: int = 3) -> str:
     """The first few problems, each as ``field.path: what is wrong`` (no input values: they may be huge)."""
     errors = exc.errors(include_url=False, include_input=False)
-    lines = [".".join(_clipped(p, 40) if isinstance(p, str) and len(p) > 40 else str(p) for p in e["loc"]) + f": {e['msg']}"
+    lines = [".".join(_clipped(p, 40) if isinstance(p, str) and len(p) > 40 else str(p) for p in e["loc"])
+             + f": {e['msg']}"
              for e in errors[:most]]
     more = f" (and {len(errors) - most} more)" if len(errors) > most else ""
     return "; ".join(lines)[:600] + more

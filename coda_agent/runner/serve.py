@@ -67,8 +67,8 @@ class OpLog(TorchDispatchMode):
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
-        """No Dynamo-disabling shim around each op's trip through :meth:`__torch_dispatch__` (a few µs per op, and
-        nothing under the log is compiled)."""
+        """No Dynamo-disabling shim around each op's trip through :meth:`__torch_dispatch__` (a few µs per op,
+        and nothing under the log is compiled)."""
         return False
 
     def __init__(self) -> None:
@@ -89,19 +89,22 @@ class OpLog(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
         if self._recording and not func.is_view:
-            values = (*args, *(kwargs.values() if kwargs else ()), *(out if isinstance(out, (tuple, list)) else (out,)))
+            values = (*args, *(kwargs.values() if kwargs else ()),
+                      *(out if isinstance(out, (tuple, list)) else (out,)))
             self.calls[-1].append({"op": func.name(), "numel": _largest_numel(values)})
         return out
 
-    def wrap_backend(self, run: Callable[[GemmCall], dict[str, torch.Tensor]]) -> Callable[[GemmCall], dict[str, torch.Tensor]]:
+    def wrap_backend(
+        self, run: Callable[[GemmCall], dict[str, torch.Tensor]]
+    ) -> Callable[[GemmCall], dict[str, torch.Tensor]]:
         def observed(call: GemmCall) -> dict[str, torch.Tensor]:
             if self._recording:
                 config = chosen_config(call)  # the config the GPU runs it with
                 self.calls[-1].append({
                     "gemm": [call.m, call.n, int(call.A.shape[1])],
                     "sinks": sorted(type(s).__name__ for s in call.epi.sinks.values()), "mode": call.epi.mode,
-                    "epilogue": call.epi.name, "outputs": len(call.epi.outputs), "store_d": call.store_d, "b_major": call.b_major,
-                    "reads_tiles": call.reads_tiles,
+                    "epilogue": call.epi.name, "outputs": len(call.epi.outputs), "store_d": call.store_d,
+                    "b_major": call.b_major, "reads_tiles": call.reads_tiles,
                     "config": None if config is None else config_fields(config), "bytes": call.hbm_bytes(),
                 })
             with torch._C._DisableTorchDispatch():  # the backend's own ops skip the log, and its Python cost
@@ -111,8 +114,8 @@ class OpLog(TorchDispatchMode):
 
 
 def _largest_numel(values: tuple[Any, ...]) -> int:
-    """The most elements of any tensor among an aten op's arguments and results (a schema nests tensors one list
-    deep at most: ``Tensor[]``, ``Tensor?[]``)."""
+    """The most elements of any tensor among an aten op's arguments and results (a schema nests tensors one
+    list deep at most: ``Tensor[]``, ``Tensor?[]``)."""
     largest = 0
     for v in values:
         if isinstance(v, torch.Tensor):
@@ -134,8 +137,8 @@ def frozen(value: Any) -> Any:
 
 
 def freeze_globals(module: ModuleType) -> None:
-    """Module-level containers become read-only, nested ones too (``BOX = ({},)``): no answer can be kept across
-    calls in them."""
+    """Module-level containers become read-only, nested ones too (``BOX = ({},)``): no answer can be kept
+    across calls in them."""
     for name, value in list(vars(module).items()):
         if not name.startswith("__"):
             setattr(module, name, frozen(value))
@@ -158,9 +161,11 @@ class Runner:
         self.channel: Channel | None = None
         self._flush: torch.Tensor | None = None
 
-    def _observed(self, run: Callable[[GemmCall], dict[str, torch.Tensor]]) -> Callable[[GemmCall], dict[str, torch.Tensor]]:
-        """A backend's gemm calls as the runner serves them: under the harness's schedule, then into the op log
-        (which so sees each call after the schedule has replaced its config)."""
+    def _observed(
+        self, run: Callable[[GemmCall], dict[str, torch.Tensor]]
+    ) -> Callable[[GemmCall], dict[str, torch.Tensor]]:
+        """A backend's gemm calls as the runner serves them: under the harness's schedule, then into the op
+        log (which so sees each call after the schedule has replaced its config)."""
         return self.override.wrap(self.oplog.wrap_backend(run))
 
     # --- requests -----------------------------------------------------------------------------
@@ -199,21 +204,25 @@ class Runner:
         return Done()
 
     def schedule(self, request: ScheduleRequest) -> Reply:
-        """The harness's schedule for the calls that follow (``[]``: none; configs as the candidate wrote them)."""
+        """The harness's schedule for the calls that follow (``[]``: none; configs as the candidate wrote
+        them)."""
         self.override.table = schedule_from_wire(request.entries)
         return Done()
 
     def discover(self, request: DiscoverRequest) -> Reply:
-        """forward() once on meta tensors of the given shapes, its gemm calls answered with shapes only: the op
-        log of a shape too large to run here (which calls, which configs). Nothing is computed or built."""
+        """forward() once on meta tensors of the given shapes, its gemm calls answered with shapes only: the
+        op log of a shape too large to run here (which calls, which configs). Nothing is computed or built."""
         assert self.candidate is not None, "load first"
-        meta = {k: torch.empty(v.shape, dtype=DTYPES[v.dtype], device="meta") for k, v in request.inputs.items()}
+        meta = {k: torch.empty(v.shape, dtype=DTYPES[v.dtype],
+                               device="meta") for k, v in request.inputs.items()}
         self.oplog.calls.clear()
         try:
             with torch.no_grad(), backend.using("shapes", wrap=self._observed), self.oplog, self.oplog.call():
                 self.candidate.forward(**meta, **self.constants)
-        except Exception as exc:  # the contract broken at this shape (``contract``), or forward() needs values
-            return Failed(error=candidate_trace(exc, self.candidate.path), contract=isinstance(exc, EpilogueError))
+        # the contract broken at this shape (``contract``), or forward() needs values
+        except Exception as exc:
+            return Failed(error=candidate_trace(exc, self.candidate.path),
+                          contract=isinstance(exc, EpilogueError))
         return Discovered(ops=self.oplog.calls[:1])
 
     def inputs(self, request: InputsRequest) -> Reply:
@@ -245,8 +254,8 @@ class Runner:
         Two interim messages bracket the calls (``started`` before the first, ``synced`` once the device is
         idle), so the checker's wall clock holds the calls and not the profiler's start or trace export.
         A ``dry`` batch does everything but call forward (the checker's measure of the harness's own cost).
-        With ``trace`` off (timed batches the checker chose not to inspect) the kernel profiler stays off and the
-        op log is not sent, but it records all the same: the host does the same work per op either way, so
+        With ``trace`` off (timed batches the checker chose not to inspect) the kernel profiler stays off and
+        the op log is not sent, but it records all the same: the host does the same work per op either way, so
         forward() cannot tell the batches apart by how fast its own host code runs.
         """
         assert self.candidate is not None and self.channel is not None, "load first"
@@ -256,7 +265,9 @@ class Runner:
         marks: list[tuple[Any, Any]] = []
         hosts: list[float] = []
         self.oplog.calls.clear()
-        trace_path = self.scratch / f"trace_{self.batches}.json" if cuda and calls and traced and not dry else None
+        trace_path = (
+            self.scratch / f"trace_{self.batches}.json" if cuda and calls and traced and not dry else None
+        )
         profiler = _cuda_profiler() if trace_path else nullcontext()
         with torch.no_grad(), profiler as prof, self.oplog:
             if cuda:
@@ -284,9 +295,11 @@ class Runner:
             reply.trace = trace_path.name
         return reply
 
-    def _one_call(self, kept: bool, index: int, set_id: str, cuda: bool, dry: bool = False) -> tuple[tuple[Any, Any], float]:
+    def _one_call(self, kept: bool, index: int, set_id: str, cuda: bool,
+                  dry: bool = False) -> tuple[tuple[Any, Any], float]:
         """One call: its start and end marks (CUDA events, or host times on the CPU), and the host seconds
-        forward() took (with its events on the CUDA side: how long the GPU may have waited for its launches)."""
+        forward() took (with its events on the CUDA side: how long the GPU may have waited for its
+        launches)."""
         assert self.candidate is not None
         inputs = {} if dry else self.sets[set_id]
         forward = (lambda **_: None) if dry else self.candidate.forward
@@ -336,18 +349,20 @@ class Runner:
 
 def _cuda_profiler() -> Any:
     """The kernel profiler of a traced batch. Kineto leaves CUPTI attached when it stops, unless the checker's
-    environment sets ``TEARDOWN_CUPTI=1`` (passed through, ``sandbox.PASS_ENV``). Attached, the untraced batches
-    after it spent more host time per forward() in 8 of 8 measurements on the H200 (+2% to +113%,
+    environment sets ``TEARDOWN_CUPTI=1`` (passed through, ``sandbox.PASS_ENV``). Attached, the untraced
+    batches after it spent more host time per forward() in 8 of 8 measurements on the H200 (+2% to +113%,
     bench/results/h200-2026-12-02-d-notes.md); finalizing it lost whole traces there while five checks shared
-    the GPU (h200-2026-12-02-notes.md). So it stays attached by default, and the bench can be run with it set."""
+    the GPU (h200-2026-12-02-notes.md). So it stays attached by default, and the bench can be run with it
+    set."""
     from torch.profiler import ProfilerActivity, profile
 
     return profile(activities=[ProfilerActivity.CUDA])
 
 
 def serve(channel: Channel, runner: Runner) -> None:
-    """Answer the checker's requests until it sends ``exit`` or goes away. A request that is unknown or malformed
-    is the harness's fault, answered as one (``harness``), like any failure of the runner's own code."""
+    """Answer the checker's requests until it sends ``exit`` or goes away. A request that is unknown or
+    malformed is the harness's fault, answered as one (``harness``), like any failure of the runner's own
+    code."""
     runner.channel = channel
     while True:
         try:
@@ -365,7 +380,8 @@ def serve(channel: Channel, runner: Runner) -> None:
             reply = runner.handle(request)
         except Exception:
             reply = Failed(harness=True, error=traceback.format_exc(limit=4)[-2000:])
-        if runner.device == "cuda" and torch.cuda.is_initialized():  # this process's peak so far (PyTorch's count)
+        # this process's peak so far (PyTorch's count)
+        if runner.device == "cuda" and torch.cuda.is_initialized():
             reply.peak_bytes = int(torch.cuda.max_memory_allocated())
         channel.send(reply)
 
