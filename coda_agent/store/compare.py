@@ -12,8 +12,9 @@ from .rundir import RunFiles
 #: Header fields that differ between any two runs and say nothing about what was run.
 IDENTITY_FIELDS = {"run_id", "created"}
 SUMMARY_FIELDS = [
-    "status", "rounds", "attempts", "passes", "best_attempt", "best_time_us", "speedup_vs_human", "speedup_vs_cublas",
-    "input_tokens", "output_tokens", "cost_usd", "wall_seconds", "seconds_to_first_correct",
+    "status", "rounds", "attempts", "passes", "best_attempt", "best_time_us", "speedup_vs_human",
+    "speedup_vs_cublas", "input_tokens", "output_tokens", "cost_usd", "wall_seconds",
+    "seconds_to_first_correct",
 ]
 
 

@@ -3,7 +3,8 @@
 The JSON files are the truth (``runs/<ts>_<task>_<id>/``, ``bench/results/*.json``); ``runs/index.db``
 only makes queries (leaderboard, viewer) fast. ``Index.refresh()`` re-reads the sources whose files
 changed (size + mtime signature; for a run, also whether its writer lives) and drops vanished ones;
-``Index.rebuild()`` forgets everything and re-reads it all. A file that cannot be read becomes a row in ``problems`` naming it, never a crash.
+``Index.rebuild()`` forgets everything and re-reads it all. A file that cannot be read becomes a row in
+``problems`` naming it, never a crash.
 
 The schema evolves through ``MIGRATIONS``, an append-only list applied in order and tracked by SQLite's
 ``PRAGMA user_version``. A migration that adds derived data marks every source stale, so the next
@@ -206,8 +207,8 @@ class BenchRowRecord:
 
     @property
     def conclusive(self) -> bool:
-        """A finding about the kernel: a time, or a failure of its own. A correct row not timed yet, or one that
-        failed because the GPU ran out of memory (shared with other checks), says nothing new."""
+        """A finding about the kernel: a time, or a failure of its own. A correct row not timed yet, or one
+        that failed because the GPU ran out of memory (shared with other checks), says nothing new."""
         if self.correct:
             return self.candidate_us is not None
         return GPU_OOM_MARK not in (self.verdict_reason or "")
@@ -263,7 +264,8 @@ def replayed_model(model: str, runs_dir: Path) -> tuple[str, str | None]:
         seen.add(model)
         path = Path(model[len(REPLAY_PREFIX):])
         origin = origin or path.name
-        header = next((d / "header.json" for d in (path, runs_dir / path.name) if (d / "header.json").is_file()), None)
+        header = next((d / "header.json" for d in (path, runs_dir / path.name)
+                       if (d / "header.json").is_file()), None)
         try:
             recorded = json.loads(header.read_text()).get("model") if header else None
         except (OSError, ValueError):
@@ -287,7 +289,8 @@ def _row(cls: type[T], row: sqlite3.Row) -> T:
 class Index:
     """An open index: ``with Index.open(runs_dir, bench_dir) as ix: ix.refresh(); ix.runs()``."""
 
-    def __init__(self, conn: sqlite3.Connection, runs_dir: Path, bench_dir: Path | None, path: Path | None) -> None:
+    def __init__(self, conn: sqlite3.Connection, runs_dir: Path, bench_dir: Path | None,
+                 path: Path | None) -> None:
         self.conn = conn
         self.runs_dir = runs_dir
         self.bench_dir = bench_dir
@@ -323,7 +326,8 @@ class Index:
     # ---- writing
 
     def rebuild(self) -> RefreshStats:
-        """Forget everything and read all sources again (in one transaction: readers never see it half-done)."""
+        """Forget everything and read all sources again (in one transaction: readers never see it
+        half-done)."""
         return self.refresh(full=True)
 
     def refresh(self, *, full: bool = False) -> RefreshStats:
@@ -331,7 +335,8 @@ class Index:
         stats = RefreshStats()
         found: dict[str, tuple[str, Path, str]] = {}  # key -> (kind, path, signature)
         for d in iter_run_dirs(self.runs_dir):
-            # a run's status also turns on whether its writer lives (``running`` or ``interrupted``), which no file says
+            # a run's status also turns on whether its writer lives (``running`` or ``interrupted``), which no
+            # file says
             live = ":writing" if writer_alive(d) else ""
             found[f"run:{d.name}"] = ("run", d, _signature(record_files(d)) + live)
         if self.bench_dir is not None and self.bench_dir.is_dir():
@@ -341,9 +346,11 @@ class Index:
                 found[f"bench:{f}"] = ("bench", f, _signature([f]))
         with self._transaction():  # read and write under one lock: concurrent refreshes cannot interleave
             if full:
-                for table in ("sources", "problems", "runs", "attempts", "attempt_timings", "bench_runs", "bench_rows"):
+                for table in ("sources", "problems", "runs", "attempts", "attempt_timings", "bench_runs",
+                              "bench_rows"):
                     self.conn.execute(f"DELETE FROM {table}")
-            known = {r["path"]: r["signature"] for r in self.conn.execute("SELECT path, signature FROM sources")}
+            known = {r["path"]: r["signature"] for r in self.conn.execute("SELECT path, signature FROM "
+                                                                          "sources")}
             for key in known.keys() - found.keys():
                 self._forget(key)
                 stats.removed += 1
@@ -389,16 +396,18 @@ class Index:
         model, replay_of = replayed_model(h.model, self.runs_dir)
         self._insert(
             "runs",
-            ("dir", "run_id", "task", "task_version", "model", "device", "host", "created", "status", "stop_reason",
-             "rounds", "attempts", "passes", "best_attempt", "best_time_us", "input_tokens", "output_tokens", "cost_usd",
-             "wall_seconds", "seconds_to_first_correct", "verifier_stages", "params", "git_commit", "git_dirty",
-             "first_correct_attempt", "human_timing", "replay_of", "task_hash", "task_path"),
+            ("dir", "run_id", "task", "task_version", "model", "device", "host", "created", "status",
+             "stop_reason", "rounds", "attempts", "passes", "best_attempt", "best_time_us", "input_tokens",
+             "output_tokens", "cost_usd", "wall_seconds", "seconds_to_first_correct", "verifier_stages",
+             "params", "git_commit", "git_dirty", "first_correct_attempt", "human_timing", "replay_of",
+             "task_hash", "task_path"),
             [(
                 run.name, h.run_id, h.task, h.task_version, model, _norm_device(h.device), h.host,
-                h.created.isoformat(), s.status, s.stop_reason, s.rounds, s.attempts, s.passes, s.best_attempt,
-                s.best_time_us, s.input_tokens, s.output_tokens, s.cost_usd if s.cost_known else None, s.wall_seconds,
-                s.seconds_to_first_correct, json.dumps(h.verifier_stages), json.dumps(h.params, default=str),
-                h.git_commit, int(h.git_dirty), run.first_correct_attempt(),
+                h.created.isoformat(), s.status, s.stop_reason, s.rounds, s.attempts, s.passes,
+                s.best_attempt, s.best_time_us, s.input_tokens, s.output_tokens,
+                s.cost_usd if s.cost_known else None, s.wall_seconds, s.seconds_to_first_correct,
+                json.dumps(h.verifier_stages), json.dumps(h.params, default=str), h.git_commit,
+                int(h.git_dirty), run.first_correct_attempt(),
                 json.dumps(getattr(h, "human_timing", None) or {}), replay_of, h.task_hash, h.task_path,
             )],
         )
@@ -406,11 +415,11 @@ class Index:
             reason = a.reason
             self._insert(
                 "attempts",
-                ("run_dir", "idx", "round", "slot", "started", "finished", "outcome", "passed", "reason", "input_tokens",
-                 "output_tokens", "cost_usd", "llm_seconds", "verify_seconds"),
+                ("run_dir", "idx", "round", "slot", "started", "finished", "outcome", "passed", "reason",
+                 "input_tokens", "output_tokens", "cost_usd", "llm_seconds", "verify_seconds"),
                 [(
-                    run.name, a.index, a.round, a.slot, a.started.isoformat(), a.finished.isoformat(), a.outcome,
-                    int(a.passed), reason, a.usage.input_tokens, a.usage.output_tokens,
+                    run.name, a.index, a.round, a.slot, a.started.isoformat(), a.finished.isoformat(),
+                    a.outcome, int(a.passed), reason, a.usage.input_tokens, a.usage.output_tokens,
                     a.usage.cost_usd if a.usage.price_known else None,
                     a.durations.get("llm"), a.durations.get("verify"),
                 )],
@@ -421,9 +430,11 @@ class Index:
                 points = {None: TimingPoint(best_us)}  # a figure without its shape: shown, never compared
             self._insert(
                 "attempt_timings",
-                ("run_dir", "idx", "shape", "median_us", "human_us", "sol_us", "eager_us", "compiled_us", "cublas_us"),
+                ("run_dir", "idx", "shape", "median_us", "human_us", "sol_us", "eager_us", "compiled_us",
+                 "cublas_us"),
                 [
-                    (run.name, a.index, k, p.median_us, p.human_us, p.sol_us, p.eager_us, p.compiled_us, p.cublas_us)
+                    (run.name, a.index, k, p.median_us, p.human_us, p.sol_us, p.eager_us, p.compiled_us,
+                     p.cublas_us)
                     for k, p in points.items()
                 ],
             )
@@ -432,13 +443,15 @@ class Index:
         try:
             bench = read_json_record(path, BenchRun)
         except UnreadableRecord as exc:
-            if not is_tune_report(path):  # a tune search beside the results has no rows to rank: not a problem
+            # a tune search beside the results has no rows to rank: not a problem
+            if not is_tune_report(path):
                 self._note(key, [Problem.of(exc)])
             return
         name = str(path)
         self._insert(
             "bench_runs",
-            ("path", "created", "device", "command", "driver", "git_commit", "timing_method", "peak_tflops_bf16", "peak_hbm_tbps"),
+            ("path", "created", "device", "command", "driver", "git_commit", "timing_method",
+             "peak_tflops_bf16", "peak_hbm_tbps"),
             [(
                 name, bench.created.isoformat(), _norm_device(bench.device), bench.command, bench.driver,
                 bench.git_commit, bench.timing_method, bench.peak_tflops_bf16, bench.peak_hbm_tbps,
@@ -447,13 +460,14 @@ class Index:
         us = lambda t: t.median_us if t is not None else None  # noqa: E731
         self._insert(
             "bench_rows",
-            ("bench_path", "row", "task", "task_version", "task_hash", "shape", "author", "correct", "verdict_reason",
-             "candidate_us", "eager_us", "compiled_us", "cublas_us", "sol_us", "flops", "min_bytes", "launches"),
+            ("bench_path", "row", "task", "task_version", "task_hash", "shape", "author", "correct",
+             "verdict_reason", "candidate_us", "eager_us", "compiled_us", "cublas_us", "sol_us", "flops",
+             "min_bytes", "launches"),
             [
                 (
-                    name, i, r.task, r.task_version, r.task_hash, r.shape, r.author, int(r.correct), r.verdict_reason,
-                    us(r.candidate), us(r.eager), us(r.compiled), us(r.cublas), r.sol_us, r.flops, r.min_bytes,
-                    r.launches,
+                    name, i, r.task, r.task_version, r.task_hash, r.shape, r.author, int(r.correct),
+                    r.verdict_reason, us(r.candidate), us(r.eager), us(r.compiled), us(r.cublas), r.sol_us,
+                    r.flops, r.min_bytes, r.launches,
                 )
                 for i, r in enumerate(bench.rows)
             ],
@@ -493,7 +507,8 @@ class Index:
         return [r[0] for r in rows]
 
     def problems(self) -> list[Problem]:
-        return [Problem(r["file"], r["message"]) for r in self.conn.execute("SELECT * FROM problems ORDER BY file")]
+        return [Problem(r["file"],
+                        r["message"]) for r in self.conn.execute("SELECT * FROM problems ORDER BY file")]
 
 
 class _Transaction:

@@ -2,18 +2,20 @@
 
 Numbers are compared only where they are comparable: one *group* is one task (version and content) on one
 device at one bench shape. A task's identity is its content hash (``Task.content_hash``): two different tasks
-under one name (an edited copy of a built-in) never share a group, and their groups are labelled apart. A record
-made before hashes were recorded joins the one content its task name and version has, or, where it has several,
-a group of its own ("content not recorded"). Per task, the latest version on one device (the one with bench
-results, else the most recent) is the main table; every other version/content/device is listed apart. Runs without timing (a CPU-only
-machine, a verdict not profiled) form the group with no shape: correctness and cost, no invented times.
+under one name (an edited copy of a built-in) never share a group, and their groups are labelled apart. A
+record made before hashes were recorded joins the one content its task name and version has, or, where it has
+several, a group of its own ("content not recorded"). Per task, the latest version on one device (the one with
+bench results, else the most recent) is the main table; every other version/content/device is listed apart.
+Runs without timing (a CPU-only machine, a verdict not profiled) form the group with no shape: correctness and
+cost, no invented times.
 
 Sources: the human author and the baselines (eager, torch.compile, cuBLAS GEMM alone, speed of light)
 come from the newest bench result per task/version/device/shape; where no bench result covers a shape,
 from the newest agent run that timed them in its own session. Each model's best is its fastest passing
 attempt over all its runs; "what it took" is that run's rounds, attempts, tokens, $ and time to its
-first correct candidate. A human run record (``model: human``) competes with the bench figure. A run that ended
-before its first attempt (a provider's or the set-up's error) is no author's result: it is left out, and named.
+first correct candidate. A human run record (``model: human``) competes with the bench figure. A run that
+ended before its first attempt (a provider's or the set-up's error) is no author's result: it is left out, and
+named.
 """
 
 from __future__ import annotations
@@ -77,7 +79,8 @@ class Group(BaseModel):
     shape: str | None  # None: untimed (correctness and cost only)
     entries: list[Entry]
     task_hash: str | None = None  # the task's content hash; None: not recorded
-    content: str = ""  # where one task name has several contents: which this is (a short hash and the task's file)
+    # where one task name has several contents: which this is (a short hash and the task's file)
+    content: str = ""
 
     @property
     def timed(self) -> bool:
@@ -141,7 +144,8 @@ def build(index: Index, task: str | None = None, device: str | None = None) -> L
     apart: list[Group] = []
     combos = sorted(runs_by.keys() | bench_by.keys(), key=lambda c: (c[0], -c[1], c[2] or "", c[3]))
     primary = _primary_combos(combos, runs_by, bench_by)
-    several = {c[:2] for c in combos if len({d[2] for d in combos if d[:2] == c[:2]}) > 1}  # one version, several contents
+    # one version, several contents
+    several = {c[:2] for c in combos if len({d[2] for d in combos if d[:2] == c[:2]}) > 1}
     for combo in combos:
         groups = _combo_groups(combo, runs_by.get(combo, []), bench_by.get(combo, []), timings)
         label = _content_label(combo[2], runs_by.get(combo, [])) if combo[:2] in several else ""
@@ -151,9 +155,10 @@ def build(index: Index, task: str | None = None, device: str | None = None) -> L
     return Leaderboard(groups=main, apart=apart, problems=index.problems(), no_attempts=no_attempts)
 
 
-def _content_of(records: Iterable[RunRow | BenchRowRecord]) -> Callable[[RunRow | BenchRowRecord], str | None]:
-    """Each record's task content: its own hash; for one recorded before hashes, the one hash its task name and
-    version has (it was that task, as far as anyone can tell), else None (unknown: a group of its own)."""
+def _content_of(records: Iterable[RunRow | BenchRowRecord]) -> Callable[[RunRow | BenchRowRecord],
+                                                                        str | None]:
+    """Each record's task content: its own hash; for one recorded before hashes, the one hash its task name
+    and version has (it was that task, as far as anyone can tell), else None (unknown: a group of its own)."""
     known: dict[tuple[str, int], set[str]] = defaultdict(set)
     for rec in records:
         if rec.task_hash:
@@ -167,8 +172,8 @@ def _content_of(records: Iterable[RunRow | BenchRowRecord]) -> Callable[[RunRow 
 
 
 def _content_label(task_hash: str | None, runs: list[RunRow]) -> str:
-    """Which of a task name's several contents a group is: ``content 3f2a9c1e07aa, ./tasks/gemm_residual.yaml``
-    (the newest run's task file), ``content 3f2a9c1e07aa, built-in``."""
+    """Which of a task name's several contents a group is: ``content 3f2a9c1e07aa,
+    ./tasks/gemm_residual.yaml`` (the newest run's task file), ``content 3f2a9c1e07aa, built-in``."""
     if task_hash is None:
         return "content not recorded"
     paths = [r.task_path for r in sorted(runs, key=lambda r: r.created, reverse=True) if r.task_path]
@@ -182,7 +187,8 @@ def _content_label(task_hash: str | None, runs: list[RunRow]) -> str:
 def _primary_combos(
     combos: list[Combo], runs_by: dict[Combo, list[RunRow]], bench_by: dict[Combo, list[BenchRowRecord]]
 ) -> set[Combo]:
-    """Per task: the latest version; among its contents and devices, one with bench results, then the most recent."""
+    """Per task: the latest version; among its contents and devices, one with bench results, then the most
+    recent."""
     chosen: set[Combo] = set()
     for name in {c[0] for c in combos}:
         latest = max(c[1] for c in combos if c[0] == name)
@@ -205,7 +211,8 @@ def _replay_costs(run: RunRow, index: Index) -> RunRow:
     origin = index.run(run.replay_of)
     if origin is None:
         return run
-    return replace(run, input_tokens=origin.input_tokens, output_tokens=origin.output_tokens, cost_usd=origin.cost_usd)
+    return replace(run, input_tokens=origin.input_tokens, output_tokens=origin.output_tokens,
+                   cost_usd=origin.cost_usd)
 
 
 
@@ -261,7 +268,8 @@ def _session_references(
                 continue
             if t.human_us is not None:
                 human.setdefault(t.shape, (t.human_us, run.dir))
-            if t.shape not in refs and any(x is not None for x in (t.eager_us, t.compiled_us, t.cublas_us, t.sol_us)):
+            if t.shape not in refs and any(x is not None for x in (t.eager_us, t.compiled_us, t.cublas_us,
+                                                                   t.sol_us)):
                 refs[t.shape] = _Reference(t.eager_us, t.compiled_us, t.cublas_us, t.sol_us, run.dir,
                                            note=f"timed in the session of run {run.dir}")
     return refs, human
@@ -296,21 +304,23 @@ def _combo_groups(
         judged = b.correct or b.conclusive
         rows[bench_shape].append(
             Entry(
-                author=author, kind="human" if author == "human" else "model", correct=b.correct if judged else None,
-                time_us=b.candidate_us if b.correct else None, source=b.bench_path,
+                author=author, kind="human" if author == "human" else "model",
+                correct=b.correct if judged else None, time_us=b.candidate_us if b.correct else None,
+                source=b.bench_path,
                 note="" if b.correct else (b.verdict_reason or "incorrect") if judged else NOT_JUDGED,
             )
         )
     for timed_shape, (us, run_dir) in session_human.items():
         if (timed_shape, "human") not in latest:
-            rows[timed_shape].append(Entry(author="human", kind="human", correct=True, time_us=us, source=run_dir,
-                                           note=f"timed in the session of run {run_dir}"))
+            rows[timed_shape].append(Entry(author="human", kind="human", correct=True, time_us=us,
+                                           source=run_dir, note=f"timed in the session of run {run_dir}"))
     for author, author_runs in by_author.items():
         for at_shape, entry in _author_entries(author, author_runs, timings).items():
             same = [i for i, e in enumerate(rows[at_shape]) if e.author == author]
             if not same:
                 rows[at_shape].append(entry)
-            elif _entry_order(entry) < _entry_order(rows[at_shape][same[0]]):  # a human run beat the bench figure
+            # a human run beat the bench figure
+            elif _entry_order(entry) < _entry_order(rows[at_shape][same[0]]):
                 rows[at_shape][same[0]] = entry
     shapes += sorted((s for s in rows if s is not None and s not in shapes), key=str)
     if rows.get(None):
@@ -329,7 +339,8 @@ def _combo_groups(
             for col, label in BASELINES.items():
                 t = getattr(ref, col)
                 if t is not None:
-                    entries.append(Entry(author=label, kind="baseline", time_us=t, source=ref.source, note=ref.note))
+                    entries.append(Entry(author=label, kind="baseline", time_us=t, source=ref.source,
+                                         note=ref.note))
         for e in entries:
             e.vs_eager = _ratio(ref.eager_us if ref else None, e.time_us)
             e.vs_compiled = _ratio(ref.compiled_us if ref else None, e.time_us)
@@ -365,15 +376,17 @@ class SummaryRow(BaseModel):
     cost_usd: float | None = None  # of the run behind the figures (the cheapest, where several are)
     cost_known: bool = True
     run: str | None = None
-    apart_why: str = ""  # for an apart row: "old version", "other content" (another task of this name) or "other device"
+    # for an apart row: "old version", "other content" (another task of this name) or "other device"
+    apart_why: str = ""
     task_hash: str | None = None
     content: str = ""  # Group.content: which of a task name's several contents
 
 
 
 def summarize(board: Leaderboard) -> list[SummaryRow]:
-    """Per task, version, content and device, one row per author (human first, then models, fastest first); per
-    task the main tables' rows come first, then other versions, contents and devices (never compared with them)."""
+    """Per task, version, content and device, one row per author (human first, then models, fastest first);
+    per task the main tables' rows come first, then other versions, contents and devices (never compared with
+    them)."""
     combos: dict[tuple[str, bool, int, str, str], list[Group]] = defaultdict(list)
     for section, groups in ((False, board.groups), (True, board.apart)):
         for g in groups:
@@ -394,22 +407,25 @@ def summarize(board: Leaderboard) -> list[SummaryRow]:
         task_rows = []
         for author, seen in pairs.items():
             timed = [(g, e) for g, e in seen if g.shape is not None and e.correct and e.time_us is not None]
-            cublas = {g.shape: b.time_us for g in groups for b in g.entries if b.author == BASELINES["cublas_us"]}
+            cublas = {g.shape: b.time_us for g in groups for b in g.entries if b.author
+                      == BASELINES["cublas_us"]}
             checked = [e.correct for _, e in seen if e.correct is not None]
             with_run = [e for _, e in seen if e.run is not None]
             figures = min(with_run, key=lambda e: e.cost_usd or 0.0) if with_run else seen[0][1]
             task_rows.append(SummaryRow(
-                section="apart" if apart else "main", apart_why=why, task=task, task_version=version, device=device, author=author,
-                task_hash=groups[0].task_hash, content=groups[0].content,
+                section="apart" if apart else "main", apart_why=why, task=task, task_version=version,
+                device=device, author=author, task_hash=groups[0].task_hash, content=groups[0].content,
                 kind="human" if seen[0][1].kind == "human" else "model",
                 correct=all(checked) if checked else None, shapes=len(timed), of_shapes=len(timed_shapes),
-                vs_eager=geomean(e.vs_eager for _, e in timed), vs_compiled=geomean(e.vs_compiled for _, e in timed),
+                vs_eager=geomean(e.vs_eager for _, e in timed),
+                vs_compiled=geomean(e.vs_compiled for _, e in timed),
                 vs_cublas=geomean(_ratio(cublas.get(g.shape), e.time_us) for g, e in timed),
-                vs_human=geomean(e.vs_human for _, e in timed),
-                pct_sol=geomean(e.pct_sol for _, e in timed), runs=figures.runs, correct_runs=figures.correct_runs,
-                cost_usd=figures.cost_usd, cost_known=figures.cost_known, run=figures.run,
+                vs_human=geomean(e.vs_human for _, e in timed), pct_sol=geomean(e.pct_sol for _, e in timed),
+                runs=figures.runs, correct_runs=figures.correct_runs, cost_usd=figures.cost_usd,
+                cost_known=figures.cost_known, run=figures.run,
             ))
-        task_rows.sort(key=lambda r: (r.kind != "human", r.correct is not True, -(r.vs_cublas or r.vs_eager or 0.0), r.author))
+        task_rows.sort(key=lambda r: (r.kind != "human", r.correct is not True,
+                                      -(r.vs_cublas or r.vs_eager or 0.0), r.author))
         rows.extend(task_rows)
     return rows
 
@@ -438,8 +454,8 @@ def _author_entries(
                 best[t.shape] = (t.median_us, r, t.idx)
     if best:
         return {
-            shape: Entry(author=author, kind=kind, correct=True, time_us=us, attempt=idx, note=_replay_note(run),
-                         **_run_figures(run))
+            shape: Entry(author=author, kind=kind, correct=True, time_us=us, attempt=idx,
+                         note=_replay_note(run), **_run_figures(run))
             for shape, (us, run, idx) in best.items()
         }
     correct = [r for r in runs if (r.passes or 0) > 0]
@@ -447,9 +463,11 @@ def _author_entries(
         run = min(correct, key=_cheapest_success)
         untimed = [t for t in timings.get(run.dir, []) if t.shape is None]
         note = "timed at an unnamed shape; not comparable" if untimed else ""
-        return {None: Entry(author=author, kind=kind, correct=True, note=note or _replay_note(run), **_run_figures(run))}
+        return {None: Entry(author=author, kind=kind, correct=True, note=note or _replay_note(run),
+                            **_run_figures(run))}
     run = max(runs, key=lambda r: r.created)
-    return {None: Entry(author=author, kind=kind, correct=False, note=f"no correct kernel ({run.status})", **_run_figures(run))}
+    return {None: Entry(author=author, kind=kind, correct=False, note=f"no correct kernel ({run.status})",
+                        **_run_figures(run))}
 
 
 

@@ -1,7 +1,7 @@
 """The leaderboard as people read it: the table cells, the notes beside it, and its JSON, CSV and Markdown.
 
-:mod:`.leaderboard` computes the board (groups, entries, the summary's geometric means); this module only words and
-formats it, for the CLI (``coda-agent leaderboard``) and the viewer alike.
+:mod:`.leaderboard` computes the board (groups, entries, the summary's geometric means); this module only
+words and formats it, for the CLI (``coda-agent leaderboard``) and the viewer alike.
 """
 
 from __future__ import annotations
@@ -19,12 +19,14 @@ from .leaderboard import Entry, Group, Leaderboard, SummaryRow, summarize
 
 def missing_bench_note(bench_dir: Path | None) -> str:
     """One line when the bench folder holds no results ("" when it does): without them the leaderboard has no
-    human-kernel or baseline rows. They are files of the git checkout (``bench/results/``), not of the wheel."""
+    human-kernel or baseline rows. They are files of the git checkout (``bench/results/``), not of the
+    wheel."""
     if bench_dir is not None and bench_dir.is_dir() and any(bench_dir.glob("*.json")):
         return ""
     gone = " (no such folder)" if bench_dir is not None and not bench_dir.exists() else ""
-    return (f"no bench results found in {bench_dir}{gone} (so no human-kernel or baseline rows); they ship with the git "
-            "checkout (bench/results/), not the wheel: pass --bench-dir or set CODA_AGENT_BENCH_DIR")
+    return (f"no bench results found in {bench_dir}{gone} (so no human-kernel or baseline rows); they ship "
+            "with the git checkout (bench/results/), not the wheel: pass --bench-dir or set "
+            "CODA_AGENT_BENCH_DIR")
 
 
 
@@ -43,7 +45,8 @@ def untimed_note(board: Leaderboard) -> str:
     if gpu:
         parts.append(f"runs on {', '.join(gpu)} did not time their candidates (no profile stage)")
     return ("Speed not compared: " + "; ".join(parts) + ", so those rows show correctness and cost only; "
-            "the human kernel's and the baselines' times come from a GPU (`coda-agent run` or `bench` on one).")
+            "the human kernel's and the baselines' times come from a GPU (`coda-agent run` or `bench` on "
+            "one).")
 
 
 
@@ -52,15 +55,15 @@ def no_attempts_note(board: Leaderboard) -> str:
     if not board.no_attempts:
         return ""
     n = len(board.no_attempts)
-    return (f"not counted: {n} run{'s' if n != 1 else ''} with no attempts (ended before the first, e.g. on a provider's "
-            f"set-up error): {', '.join(board.no_attempts)}")
+    return (f"not counted: {n} run{'s' if n != 1 else ''} with no attempts (ended before the first, e.g. on "
+            f"a provider's set-up error): {', '.join(board.no_attempts)}")
 
 
 
 SUMMARY_COLUMNS: list[tuple[str, str]] = [
-    ("task", "task"), ("device", "device"), ("author", "author"), ("correct", "correct"), ("shapes", "shapes"), ("×eager", "vs_eager"),
-    ("×compile", "vs_compiled"), ("×cuBLAS", "vs_cublas"), ("×human", "vs_human"), ("%SoL", "pct_sol"),
-    ("runs ok", "runs"), ("$", "cost_usd"),
+    ("task", "task"), ("device", "device"), ("author", "author"), ("correct", "correct"),
+    ("shapes", "shapes"), ("×eager", "vs_eager"), ("×compile", "vs_compiled"), ("×cuBLAS", "vs_cublas"),
+    ("×human", "vs_human"), ("%SoL", "pct_sol"), ("runs ok", "runs"), ("$", "cost_usd"),
 ]
 
 
@@ -69,7 +72,11 @@ def summary_cell(r: SummaryRow, key: str) -> str:
     """One summary row's value for a SUMMARY_COLUMNS key, as text."""
     match key:
         case "task":
-            return f"{r.task} v{r.task_version}" + (f" ({r.content})" if r.content else "") + (" (old version)" if r.apart_why == "old version" else "")
+            return (
+                f"{r.task} v{r.task_version}"
+                + (f" ({r.content})" if r.content else "")
+                + (" (old version)" if r.apart_why == "old version" else "")
+            )
         case "device":
             return r.device + (" (not compared)" if r.apart_why == "other device" else "")
         case "author":
@@ -116,8 +123,10 @@ def summary_markdown(board: Leaderboard) -> str:
         lines += ["No run records or bench results yet.", ""]
     else:
         lines.append("| " + " | ".join(h for h, _ in SUMMARY_COLUMNS) + " |")
-        lines.append("|" + "|".join("---" if k in ("task", "device", "author") else "--:" for _, k in SUMMARY_COLUMNS) + "|")
-        lines += ["| " + " | ".join(_md_escape(summary_cell(r, k)) for _, k in SUMMARY_COLUMNS) + " |" for r in rows]
+        lines.append("|" + "|".join("---" if k in ("task", "device",
+                                                   "author") else "--:" for _, k in SUMMARY_COLUMNS) + "|")
+        lines += ["| " + " | ".join(_md_escape(summary_cell(r, k)) for _, k in SUMMARY_COLUMNS)
+                  + " |" for r in rows]
         lines.append("")
     return "\n".join(lines)
 
@@ -169,7 +178,8 @@ def fmt_seconds(v: float | None) -> str:
 
 def headline(text: str, width: int = 110) -> str:
     """The first line of a reason (with the next one when the first only introduces it), clipped."""
-    lines = [x.strip() for x in shown(text).splitlines() if x.strip()]  # a candidate's words: controls made inert
+    # a candidate's words: controls made inert
+    lines = [x.strip() for x in shown(text).splitlines() if x.strip()]
     if not lines:
         return ""
     line = f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
@@ -267,7 +277,8 @@ def to_csv(board: Leaderboard) -> str:
         for g in groups:
             for e in g.entries:
                 w.writerow(_csv_row({"section": section, "task": g.task, "task_version": g.task_version,
-                                     "task_hash": g.task_hash or "", "device": g.device, "shape": g.shape or "", **e.model_dump()}))
+                                     "task_hash": g.task_hash or "", "device": g.device,
+                                     "shape": g.shape or "", **e.model_dump()}))
     return out.getvalue()
 
 

@@ -13,7 +13,8 @@ from ..verifier.verdict import Outcome
 
 
 class AttemptOutcome(str, Enum):
-    """The verifier's outcomes, under the same names and values, then the three ends that precede a verdict."""
+    """The verifier's outcomes, under the same names and values, then the three ends that precede a
+    verdict."""
 
     PASSED = "passed"
     STATIC_REJECTED = "static_rejected"
@@ -30,7 +31,8 @@ class AttemptOutcome(str, Enum):
     UNVERIFIED = "unverified"  # code, but no verdict recorded for it
 
     def __str__(self) -> str:
-        """The value, as records, templates and tables print it (a str-mixin enum would print its class name)."""
+        """The value, as records, templates and tables print it (a str-mixin enum would print its class
+        name)."""
         return self.value
 
     @classmethod

@@ -24,9 +24,9 @@ def geomean(values: Iterable[float | None]) -> float | None:
 
 
 def shape_ratio(shape: Mapping[str, Any], key: str) -> float | None:
-    """One shape of an ``Attempt.timing`` record, by a ratio key: ``speedup_vs_human`` / ``_cublas`` / ``_compiled`` /
-    ``_eager`` (that time / the candidate's, > 1 is faster; a baseline's paired ratio where the record keeps it) or
-    ``sol_fraction``; None when a number is missing."""
+    """One shape of an ``Attempt.timing`` record, by a ratio key: ``speedup_vs_human`` / ``_cublas`` /
+    ``_compiled`` / ``_eager`` (that time / the candidate's, > 1 is faster; a baseline's paired ratio where
+    the record keeps it) or ``sol_fraction``; None when a number is missing."""
     paired = (shape.get("speedups") or {}).get(key.removeprefix("speedup_vs_"))
     if paired:
         return float(paired)
@@ -41,7 +41,8 @@ def shape_ratio(shape: Mapping[str, Any], key: str) -> float | None:
 
 
 def attempt_time_us(attempt: Attempt) -> float | None:
-    """Geometric mean of an attempt's median times over its timed shapes (µs, in any recorded form); None when untimed."""
+    """Geometric mean of an attempt's median times over its timed shapes (µs, in any recorded form); None when
+    untimed."""
     return geomean(p.median_us for p in timing_points(attempt.timing).values())
 
 
@@ -58,15 +59,18 @@ def best_attempt(attempts: Iterable[Attempt]) -> Attempt | None:
 
 
 def code_fingerprint(code: str) -> str:
-    """Two candidates are the same when their code parses to the same tree (comments and layout do not count)."""
+    """Two candidates are the same when their code parses to the same tree (comments and layout do not
+    count)."""
     try:
         return ast.dump(ast.parse(code))
-    except (SyntaxError, ValueError, RecursionError, MemoryError):  # any text: NUL bytes, nesting Python gives up on
+    # any text: NUL bytes, nesting Python gives up on
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return " ".join(code.split())
 
 
 def population(attempts: Sequence[Attempt], size: int) -> list[Attempt]:
-    """The ``size`` best distinct correct attempts, best first (a resubmitted candidate counts once, at its best time)."""
+    """The ``size`` best distinct correct attempts, best first (a resubmitted candidate counts once, at its
+    best time)."""
     seen: set[str] = set()
     out: list[Attempt] = []
     for a in sorted((a for a in attempts if a.passed and a.code is not None), key=speed_key):

@@ -1,7 +1,9 @@
-"""Run records: the versioned, on-disk schema of an agent run (pydantic models, JSON files written atomically).
+"""Run records: the versioned, on-disk schema of an agent run (pydantic models, JSON files written
+atomically).
 
 Where each file goes in a run directory, and how the directory is written and read, is
-:mod:`coda_agent.store.rundir`; this module is the schema, and the one way a record file is written and parsed.
+:mod:`coda_agent.store.rundir`; this module is the schema, and the one way a record file is written and
+parsed.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ StatusTone = Literal["ok", "bad", "warn", "running"]
 
 def run_status(status: str, passes: int | None) -> tuple[str, StatusTone]:
     """A run's status as shown (CLI ``show``, the viewer): the recorded status, and whether it found a correct
-    kernel. A run that ran every round without one "completed" only as a schedule: it is shown as a failure."""
+    kernel. A run that ran every round without one "completed" only as a schedule: it is shown as a
+    failure."""
     label = status.replace("_", " ")
     if status == "running":
         return (label if passes else f"{label}, no correct kernel yet"), "running"
@@ -64,12 +67,15 @@ class RunHeader(BaseModel):
     task_version: int
     task_path: str
     task_hash: str | None = Field(
-        default=None, description="the task's content hash (Task.content_hash): its identity; None in runs recorded before it"
+        default=None, description="the task's content hash (Task.content_hash): its identity; None in runs "
+                                  "recorded before it"
     )
     model: str = Field(description="provider/model, e.g. anthropic/claude-sonnet-4-5, or 'human'")
     params: dict[str, Any] = {}
     budgets: Budgets = Budgets()
-    target: dict[str, Any] = Field(default_factory=dict, description="stopping target: correct, and (timed) any of e.g. {'speedup_vs_human': 0.97} or "
+    target: dict[str, Any] = Field(default_factory=dict, description="stopping target: correct, and (timed) "
+                                                                     "any of e.g. {'speedup_vs_human': 0.97} "
+                                                                     "or "
                                     "{'speedup_vs_cublas': 0.97}, {'sol_fraction': 0.6}")
     verifier_stages: list[str] = []
     git_commit: str | None = None
@@ -78,7 +84,8 @@ class RunHeader(BaseModel):
     device: str = "cpu"
     host: str = ""
     human_timing: dict[str, float] = Field(
-        default_factory=dict, description="shape -> median µs of the task's human kernel, timed in this run's session (GPU only)"
+        default_factory=dict,
+        description="shape -> median µs of the task's human kernel, timed in this run's session (GPU only)"
     )
 
 
@@ -86,19 +93,22 @@ class Usage(BaseModel):
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
-    price_known: bool = Field(default=True, description="False: the model has no price in the table, cost_usd is 0 but unknown")
+    price_known: bool = Field(default=True, description="False: the model has no price in the table, "
+                                                        "cost_usd is 0 but unknown")
 
 
 class Tuning(BaseModel):
-    """The harness's schedule for a correct, timed candidate: the module with its GEMM configs pinned, verified
-    and timed again. Adopted when correct and faster; then ``Attempt.timing`` is the tuned module's and
-    ``best.py`` ships it."""
+    """The harness's schedule for a correct, timed candidate: the module with its GEMM configs pinned,
+    verified and timed again. Adopted when correct and faster; then ``Attempt.timing`` is the tuned module's
+    and ``best.py`` ships it."""
 
     code: str
     verdict: Verdict
     adopted: bool
-    before: dict[str, Any] = Field(default_factory=dict, description="the model's module's timing, before tuning")
-    search: dict[str, ShapeTuning] = Field(default_factory=dict, description="per shape: the configs tried, and their times")
+    before: dict[str, Any] = Field(default_factory=dict,
+                                   description="the model's module's timing, before tuning")
+    search: dict[str, ShapeTuning] = Field(default_factory=dict,
+                                           description="per shape: the configs tried, and their times")
 
 
 class Attempt(BaseModel):
@@ -111,8 +121,10 @@ class Attempt(BaseModel):
     finished: datetime
     messages: list[ChatMessage]
     raw_response: str | None = None
-    finish_reason: str = Field(default="", description="why the model stopped, as the provider said (e.g. 'length': cut off)")
-    provider_error: str | None = Field(default=None, description="'<ErrorKind>: message' when the request failed")
+    finish_reason: str = Field(default="", description="why the model stopped, as the provider said (e.g. "
+                                                       "'length': cut off)")
+    provider_error: str | None = Field(default=None,
+                                       description="'<ErrorKind>: message' when the request failed")
     code: str | None = None
     extraction_error: str | None = None
     verdict: Verdict | None = None
@@ -120,15 +132,17 @@ class Attempt(BaseModel):
     durations: dict[str, float] = Field(default_factory=dict, description="seconds: llm, verify")
     timing: dict[str, Any] = Field(
         default_factory=dict,
-        description="GPU timing of a correct candidate, if profiled: {shapes: {name: {median_us, human_us?, sol_us?, bound?, "
-        "baselines?, speedups?}}, geomean_us, speedup_vs_{human,cublas,compiled,eager}?, sol_fraction?} (see coda_agent/agent/timing.py); "
-        "of the tuned module when a tuning was adopted",
+        description="GPU timing of a correct candidate, if profiled: {shapes: {name: {median_us, human_us?, "
+                    "sol_us?, bound?, "
+        "baselines?, speedups?}}, geomean_us, speedup_vs_{human,cublas,compiled,eager}?, sol_fraction?} (see "
+        "coda_agent/agent/timing.py); of the tuned module when a tuning was adopted",
     )
     tuning: Tuning | None = None
 
     @property
     def shipped_code(self) -> str | None:
-        """What the attempt ships as ``best.py``: the tuned module when its tuning was adopted, else the model's."""
+        """What the attempt ships as ``best.py``: the tuned module when its tuning was adopted, else the
+        model's."""
         return self.tuning.code if self.tuning is not None and self.tuning.adopted else self.code
 
     @property
@@ -145,8 +159,10 @@ class Attempt(BaseModel):
 
     @property
     def reason(self) -> str:
-        """Why the attempt ended as it did: the provider's error, the extraction's, or the verdict's reason ("" if none)."""
-        return self.provider_error or self.extraction_error or (self.verdict.reason if self.verdict else "") or ""
+        """Why the attempt ended as it did: the provider's error, the extraction's, or the verdict's reason
+        ("" if none)."""
+        return self.provider_error or self.extraction_error or (self.verdict.reason if self.verdict
+                                                                else "") or ""
 
 
 class RunSummary(BaseModel):
@@ -159,15 +175,20 @@ class RunSummary(BaseModel):
     attempts: int = 0
     passes: int = 0
     best_attempt: int | None = None
-    best_time_us: float | None = Field(default=None, description="geometric mean over the timed shapes of the best attempt")
+    best_time_us: float | None = Field(default=None,
+                                       description="geometric mean over the timed shapes of the best attempt")
     speedup_vs_human: float | None = None
-    speedup_vs_cublas: float | None = Field(default=None, description="best attempt: geometric mean of cuBLAS-alone time / its time")
-    sol_fraction: float | None = Field(default=None, description="best attempt: geometric mean of SoL time / its time")
-    outcomes: dict[str, int] = Field(default_factory=dict, description="attempt count per outcome (Attempt.outcome)")
+    speedup_vs_cublas: float | None = Field(default=None, description="best attempt: geometric mean of "
+                                                                      "cuBLAS-alone time / its time")
+    sol_fraction: float | None = Field(default=None,
+                                       description="best attempt: geometric mean of SoL time / its time")
+    outcomes: dict[str, int] = Field(default_factory=dict,
+                                     description="attempt count per outcome (Attempt.outcome)")
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
-    cost_known: bool = Field(default=True, description="False: some attempt used a model with no known price (its cost counts 0)")
+    cost_known: bool = Field(default=True, description="False: some attempt used a model with no known price "
+                                                       "(its cost counts 0)")
     wall_seconds: float = 0.0
     seconds_to_first_correct: float | None = None
     updated: datetime | None = None
@@ -189,21 +210,26 @@ class SweepRecord(BaseModel):
     sweep_id: str
     created: datetime
     options: dict[str, Any] = Field(description="the run command's options for new runs, as given")
-    total_dollars: float | None = Field(default=None, description="the runs together stop once they cost this much")
+    total_dollars: float | None = Field(default=None,
+                                        description="the runs together stop once they cost this much")
     members: list[SweepMember]
 
 
 def write_json_atomic(path: Path, data: BaseModel | dict[str, Any]) -> None:
     """Write JSON via temp file + fsync + rename, so a reader never sees half a file. The one way a record is
-    written, so the one place text JSON in UTF-8 cannot hold (a lone surrogate from a model or a candidate) is made
-    storable: no record write fails on what a reply held."""
+    written, so the one place text JSON in UTF-8 cannot hold (a lone surrogate from a model or a candidate) is
+    made storable: no record write fails on what a reply held."""
     if not isinstance(data, BaseModel):
         text = json.dumps(storable_tree(data), indent=2, default=str)
     else:
         try:
             text = data.model_dump_json(indent=2)
         except PydanticSerializationError:
-            text = type(data).model_validate(storable_tree(data.model_dump(mode="json"))).model_dump_json(indent=2)
+            text = (
+                type(data)
+                .model_validate(storable_tree(data.model_dump(mode="json")))
+                .model_dump_json(indent=2)
+            )
     write_text_atomic(path, text)
 
 
@@ -211,7 +237,8 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class UnreadableRecord(ValueError):
-    """A record file that is missing, empty, not JSON or not of its schema; ``reason`` says which, in a few words."""
+    """A record file that is missing, empty, not JSON or not of its schema; ``reason`` says which, in a few
+    words."""
 
     def __init__(self, path: Path, reason: str) -> None:
         super().__init__(f"{path}: {reason}")
@@ -242,13 +269,15 @@ def read_json_record(path: Path, model: type[M]) -> M:
 
 
 def _what_is_wrong(text: str, exc: ValidationError) -> str:
-    """Where the JSON breaks (json's message says it best), else the first fields that do not match the schema."""
+    """Where the JSON breaks (json's message says it best), else the first fields that do not match the
+    schema."""
     errs = exc.errors()
     if errs[0]["type"] == "json_invalid":
         try:
             json.loads(text)
         except json.JSONDecodeError as bad:
-            return f"invalid JSON ({bad.msg.removesuffix(' at')} at line {bad.lineno}, column {bad.colno})"  # "...character at"
+            # "...character at"
+            return f"invalid JSON ({bad.msg.removesuffix(' at')} at line {bad.lineno}, column {bad.colno})"
     parts = [f"{'.'.join(str(x) for x in e['loc']) or '(top level)'}: {e['msg']}" for e in errs[:3]]
     more = f" (+{len(errs) - 3} more)" if len(errs) > 3 else ""
     return "does not match the schema: " + "; ".join(parts) + more

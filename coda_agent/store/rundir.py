@@ -1,4 +1,5 @@
-"""The run directory: its layout, the writer, the strict and the tolerant reader, finding a run, the summary roll-up.
+"""The run directory: its layout, the writer, the strict and the tolerant reader, finding a run, the summary
+roll-up.
 
 Layout of one run, ``runs/<YYYYmmdd-HHMMSS>_<task>_<id>/`` (the schema of each file is in ``records.py``)::
 
@@ -10,8 +11,9 @@ Layout of one run, ``runs/<YYYYmmdd-HHMMSS>_<task>_<id>/`` (the schema of each f
     writer.lock          who is writing the run now (``writer_lock``); gone once the writer ends
 
 One process writes a run at a time: :class:`RunWriter` holds the run's writer lock from opening the run to
-:meth:`RunWriter.close`, so a second ``run --resume`` of a live run is refused instead of overwriting its attempts.
-A run whose summary says ``running`` but whose writer is gone (``kill -9``, a power cut) reads as ``interrupted``.
+:meth:`RunWriter.close`, so a second ``run --resume`` of a live run is refused instead of overwriting its
+attempts. A run whose summary says ``running`` but whose writer is gone (``kill -9``, a power cut) reads as
+``interrupted``.
 
 The writer only ever replaces whole files atomically, so a run killed at any point (even ``kill -9``) loses
 only the attempts in flight, and every reader sees either the previous or the next version of a file.
@@ -87,7 +89,8 @@ def attempt_files(run_dir: Path) -> list[Path]:
 
 
 def record_files(run_dir: Path) -> list[Path]:
-    """Every file of the record that exists (what the index watches for changes, with :func:`writer_alive`)."""
+    """Every file of the record that exists (what the index watches for changes, with
+    :func:`writer_alive`)."""
     named = [run_dir / n for n in (HEADER, SUMMARY, BEST) if (run_dir / n).exists()]
     return named + attempt_files(run_dir)
 
@@ -104,7 +107,8 @@ def is_run_dir(path: Path) -> bool:
 
 
 def iter_run_dirs(runs_dir: Path) -> Iterator[Path]:
-    """Every folder in the runs folder, hidden ones skipped: those that are no run show as problems, not as nothing."""
+    """Every folder in the runs folder, hidden ones skipped: those that are no run show as problems, not as
+    nothing."""
     if runs_dir.is_dir():
         yield from (d for d in sorted(runs_dir.iterdir()) if d.is_dir() and not d.name.startswith("."))
 
@@ -156,8 +160,9 @@ def _header_or_none(run_dir: Path) -> RunHeader | None:
 
 
 class RunWriter:
-    """Writes one run directory: the header once, each attempt when it finishes, the summary and best.py; the one
-    writer of the run from :meth:`create` or :meth:`open` to :meth:`close` (it holds the run's writer lock)."""
+    """Writes one run directory: the header once, each attempt when it finishes, the summary and best.py; the
+    one writer of the run from :meth:`create` or :meth:`open` to :meth:`close` (it holds the run's writer
+    lock)."""
 
     def __init__(self, run_dir: Path, lock: WriterLock) -> None:
         self.run_dir, self._lock = run_dir, lock
@@ -226,8 +231,8 @@ class RunReader:
         self.header = _load(run_dir / HEADER, RunHeader)
         if self.header.schema_version > SCHEMA_VERSION:
             raise RunRecordError(
-                f"{run_dir / HEADER}: schema version {self.header.schema_version} is newer than this coda-agent "
-                f"understands ({SCHEMA_VERSION}); upgrade coda-agent"
+                f"{run_dir / HEADER}: schema version {self.header.schema_version} is newer than this "
+                f"coda-agent understands ({SCHEMA_VERSION}); upgrade coda-agent"
             )
 
     def attempt_files(self) -> list[Path]:
@@ -248,13 +253,15 @@ class RunReader:
         return bad
 
     def set_aside_unreadable(self, candidates_per_round: int) -> list[Path]:
-        """Rename unreadable attempts to ``*.json.corrupt``, and every attempt of a later round (its prompt was
-        built from the lost one) to ``*.json.superseded``, so a resume redoes them; returns the files moved."""
+        """Rename unreadable attempts to ``*.json.corrupt``, and every attempt of a later round (its prompt
+        was built from the lost one) to ``*.json.superseded``, so a resume redoes them; returns the files
+        moved."""
         bad = self.unreadable_attempts()
         if not bad:
             return []
         first_round = min((int(p.stem) - 1) // candidates_per_round + 1 for p in bad)
-        later = [p for p in self.attempt_files() if p not in bad and int(p.stem) > first_round * candidates_per_round]
+        later = [p for p in self.attempt_files() if p not in bad and int(p.stem) > first_round
+                 * candidates_per_round]
         for p, suffix in [*((p, ".corrupt") for p in bad), *((p, ".superseded") for p in later)]:
             p.rename(p.with_name(p.name + suffix))
         return [*bad, *later]
@@ -414,9 +421,9 @@ def read_run(run_dir: Path) -> RunFiles:
 
 
 def rolled_up(summary: RunSummary, attempts: Sequence[Attempt]) -> RunSummary:
-    """``summary`` with every figure that follows from the attempts recomputed: counts, the best and its speed,
-    outcomes, tokens and cost. Status, stop reason and times are the caller's: the agent knows them as it runs, a
-    reader without summary.json estimates them from the timestamps."""
+    """``summary`` with every figure that follows from the attempts recomputed: counts, the best and its
+    speed, outcomes, tokens and cost. Status, stop reason and times are the caller's: the agent knows them as
+    it runs, a reader without summary.json estimates them from the timestamps."""
     best = best_attempt(attempts)
     timing = best.timing if best else {}
     return summary.model_copy(update={

@@ -27,8 +27,8 @@ class StagePartTime:
 
 
 def stage_time_rows(verdicts: Iterable[Verdict | None]) -> list[StagePartTime]:
-    """Per stage (in the order first met), its total then each part ('other': what no part holds); a stage that
-    recorded no parts (static, or a record from before them) has its total only."""
+    """Per stage (in the order first met), its total then each part ('other': what no part holds); a stage
+    that recorded no parts (static, or a record from before them) has its total only."""
     per_part: dict[tuple[str, str], list[float]] = {}
     for v in verdicts:
         for st in v.stages if v else ():
@@ -38,6 +38,6 @@ def stage_time_rows(verdicts: Iterable[Verdict | None]) -> list[StagePartTime]:
     rows = []
     for (stage, part), values in per_part.items():
         stage_total = sum(per_part[stage, STAGE_TOTAL])
-        rows.append(StagePartTime(stage, part, len(values), sum(values), statistics.median(values), max(values),
-                                  sum(values) / stage_total if stage_total > 0 else 0.0))
+        rows.append(StagePartTime(stage, part, len(values), sum(values), statistics.median(values),
+                                  max(values), sum(values) / stage_total if stage_total > 0 else 0.0))
     return rows

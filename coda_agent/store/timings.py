@@ -1,9 +1,10 @@
-"""An attempt's recorded timing, read in every form it has been written: per shape, the candidate's median time
-and what the same session measured next to it (human kernel, baselines, speed of light).
+"""An attempt's recorded timing, read in every form it has been written: per shape, the candidate's median
+time and what the same session measured next to it (human kernel, baselines, speed of light).
 
-The agent writes ``Attempt.timing`` as described in ``coda_agent/agent/timing.py``; older records and bench rows
-use other shapes of the same figures. :func:`timing_points` is the one reader, so the ranking, the index, ``show``
-and the viewer agree on what an attempt's times are, and a form it does not know yields nothing, never a guess.
+The agent writes ``Attempt.timing`` as described in ``coda_agent/agent/timing.py``; older records and bench
+rows use other shapes of the same figures. :func:`timing_points` is the one reader, so the ranking, the index,
+``show`` and the viewer agree on what an attempt's times are, and a form it does not know yields nothing,
+never a guess.
 """
 
 from __future__ import annotations

@@ -1,20 +1,24 @@
-"""One writer at a time for a run directory (or a sweep): a lock file that says who holds it, and whether they live.
+"""One writer at a time for a run directory (or a sweep): a lock file that says who holds it, and whether they
+live.
 
-The lock is a small JSON file (``{pid, host, started, pid_start}``) that the writer keeps open under ``flock`` for
-as long as it writes, and whose modification time is its heartbeat (touched every :data:`HEARTBEAT_S` seconds).
+The lock is a small JSON file (``{pid, host, started, pid_start}``) that the writer keeps open under ``flock``
+for as long as it writes, and whose modification time is its heartbeat (touched every :data:`HEARTBEAT_S`
+seconds).
 
 Why this design:
 
-* ``flock`` is what makes it correct on one host: the kernel releases it when the holder dies, however (``kill -9``
-  included), so a lock whose flock can be taken has no live writer, and no pid has to be trusted for that.
-* The JSON names the holder, for the refusal's one line, and lets a reader judge liveness without taking the lock
-  (the viewer, ``show``, the index): on this host, is that pid alive and did it start when the lock says (a reused
-  pid is not the writer); on another host (a shared runs folder), is the heartbeat younger than :data:`STALE_S`.
-  Another host's writer is refused on a fresh heartbeat too, in case the file system's flock does not reach it.
-* The content is written once, whole, before the file takes the lock's name (``link`` to create it, ``rename`` to
-  take over a dead holder's), so nobody ever reads half of it; the heartbeat is the mtime, so it is never rewritten.
-  A takeover renames over the dead lock while holding its flock, and a taker checks that the name still leads to
-  the file it locked, so two takers cannot both win.
+* ``flock`` is what makes it correct on one host: the kernel releases it when the holder dies, however (``kill
+  -9`` included), so a lock whose flock can be taken has no live writer, and no pid has to be trusted for
+  that.
+* The JSON names the holder, for the refusal's one line, and lets a reader judge liveness without taking the
+  lock (the viewer, ``show``, the index): on this host, is that pid alive and did it start when the lock says
+  (a reused pid is not the writer); on another host (a shared runs folder), is the heartbeat younger than
+  :data:`STALE_S`. Another host's writer is refused on a fresh heartbeat too, in case the file system's flock
+  does not reach it.
+* The content is written once, whole, before the file takes the lock's name (``link`` to create it, ``rename``
+  to take over a dead holder's), so nobody ever reads half of it; the heartbeat is the mtime, so it is never
+  rewritten. A takeover renames over the dead lock while holding its flock, and a taker checks that the name
+  still leads to the file it locked, so two takers cannot both win.
 """
 
 from __future__ import annotations
@@ -52,8 +56,8 @@ class Holder:
     heartbeat: float
 
     def alive(self) -> bool:
-        """Still writing, as far as a reader can tell without the lock: this host's process still runs, or another
-        host's heartbeat is fresh."""
+        """Still writing, as far as a reader can tell without the lock: this host's process still runs, or
+        another host's heartbeat is fresh."""
         if self.host == host_name():
             return still_running(self.pid, self.pid_start)
         return time.time() - self.heartbeat < STALE_S
@@ -83,7 +87,8 @@ def _holder_of(fd: int) -> Holder | None:
 
 
 def read_holder(path: Path) -> Holder | None:
-    """Who the lock at ``path`` names, live or dead; None when there is no lock (or it names no one). Takes no lock."""
+    """Who the lock at ``path`` names, live or dead; None when there is no lock (or it names no one). Takes no
+    lock."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
@@ -129,13 +134,14 @@ class WriterLock:
     def __init__(self, path: Path, fd: int) -> None:
         self.path, self._fd = path, fd
         self._stop = threading.Event()
-        self._beat = threading.Thread(target=self._heartbeat, name=f"heartbeat {path.parent.name}", daemon=True)
+        self._beat = threading.Thread(target=self._heartbeat, name=f"heartbeat {path.parent.name}",
+                                      daemon=True)
         self._beat.start()
 
     @classmethod
     def acquire(cls, path: Path, what: str) -> WriterLock:
-        """Hold the lock at ``path``, taking it over from a dead holder; WriterBusy names a live one (``what`` is what
-        the lock guards, as the message names it: ``run 20261204-...``)."""
+        """Hold the lock at ``path``, taking it over from a dead holder; WriterBusy names a live one (``what``
+        is what the lock guards, as the message names it: ``run 20261204-...``)."""
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(3)}.tmp")
         me = {"pid": os.getpid(), "host": host_name(), "started": datetime.now(timezone.utc).isoformat(),
               "pid_start": start_time(os.getpid())}
@@ -161,8 +167,8 @@ class WriterLock:
 
     @staticmethod
     def _take_over(tmp: Path, path: Path, what: str) -> bool:
-        """Rename ``tmp`` over the existing lock if its holder is dead; False when the lock changed meanwhile (try
-        again); WriterBusy when its holder lives."""
+        """Rename ``tmp`` over the existing lock if its holder is dead; False when the lock changed meanwhile
+        (try again); WriterBusy when its holder lives."""
         try:
             old = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:  # released meanwhile
@@ -175,9 +181,11 @@ class WriterLock:
                 raise WriterBusy(f"{what} is being written by {who}; wait for it to end or stop it first")
             if not _same_file(old, path):  # another taker won: look again
                 return False
-            # A flock taken on this host means its holder here is gone; another host's needs a stale heartbeat.
+            # A flock taken on this host means its holder here is gone; another host's needs a stale
+            # heartbeat.
             if holder is not None and holder.alive() and (flocked is None or holder.host != host_name()):
-                raise WriterBusy(f"{what} is being written by {holder.describe()}; wait for it to end or stop it first")
+                raise WriterBusy(f"{what} is being written by {holder.describe()}; wait for it to end or "
+                                 "stop it first")
             os.rename(tmp, path)
             return True
         finally:
@@ -190,7 +198,8 @@ class WriterLock:
                 os.utime(self._fd, (now, now))
 
     def release(self) -> None:
-        """Stop the heartbeat and remove the lock (unless another host took it over meanwhile), then let it go."""
+        """Stop the heartbeat and remove the lock (unless another host took it over meanwhile), then let it
+        go."""
         if self._stop.is_set():
             return
         self._stop.set()
@@ -203,5 +212,6 @@ class WriterLock:
     def __enter__(self) -> WriterLock:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.release()
