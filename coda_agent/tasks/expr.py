@@ -16,7 +16,8 @@ _BINOPS = {
     ast.Mod: operator.mod,
     ast.Pow: operator.pow,
 }
-_FUNCS: dict[str, Callable[..., float]] = {"sqrt": math.sqrt, "ceil": math.ceil, "floor": math.floor, "cdiv": lambda a, b: -(-a // b), "log": math.log}
+_FUNCS: dict[str, Callable[..., float]] = {"sqrt": math.sqrt, "ceil": math.ceil, "floor": math.floor,
+                                           "cdiv": lambda a, b: -(-a // b), "log": math.log}
 
 
 class ExprError(ValueError):
@@ -56,8 +57,14 @@ def evaluate(expr: str | int | float, env: Mapping[str, float]) -> float:
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
             v = ev(node.operand)
             return -v if isinstance(node.op, ast.USub) else v
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS and not node.keywords:
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in _FUNCS
+            and not node.keywords
+        ):
             return _FUNCS[node.func.id](*(ev(a) for a in node.args))
-        raise ExprError(f"{expr!r}: only numbers, shape symbols, + - * / // % ** and {', '.join(_FUNCS)} are allowed")
+        raise ExprError(f"{expr!r}: only numbers, shape symbols, + - * / // % ** and {', '.join(_FUNCS)} are "
+                        "allowed")
 
     return ev(tree)

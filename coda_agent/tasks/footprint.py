@@ -1,10 +1,12 @@
-"""A reference's working memory: the most one call holds beyond what it returns, measured, then scaled to any shape.
+"""A reference's working memory: the most one call holds beyond what it returns, measured, then scaled to any
+shape.
 
-The device-memory estimate (``verifier.plan``) cannot read it from the task's tensor sizes: a cross-entropy that
-returns only per-row losses builds M x V logits, and a logsumexp temporary as large, on the way. So the reference
-runs on the CPU under the profiler at the first small shape, and again with each shape symbol doubled; every
-allocation of the call (those inside ATen ops too, which a dispatch mode would not see) grows with each symbol as
-it did there, and the call's allocations and frees are replayed at the target shape's sizes.
+The device-memory estimate (``verifier.plan``) cannot read it from the task's tensor sizes: a cross-entropy
+that returns only per-row losses builds M x V logits, and a logsumexp temporary as large, on the way. So the
+reference runs on the CPU under the profiler at the first small shape, and again with each shape symbol
+doubled; every allocation of the call (those inside ATen ops too, which a dispatch mode would not see) grows
+with each symbol as it did there, and the call's allocations and frees are replayed at the target shape's
+sizes.
 """
 
 from __future__ import annotations
@@ -32,15 +34,18 @@ class CallProfile:
     def working_bytes(self, dims: Mapping[str, int]) -> int:
         """The call's peak live bytes beyond those it still holds at its end (its outputs), at ``dims``."""
         allocs = [n for kind, n in self.events if kind == "alloc"]
-        sizes = [n * math.prod((dims[s] / self.base[s]) ** e for s, e in g.items()) for n, g in zip(allocs, self.growth, strict=True)]
+        sizes = [
+            n * math.prod((dims[s] / self.base[s]) ** e for s, e in g.items())
+            for n, g in zip(allocs, self.growth, strict=True)
+        ]
         peak, end = _replay(self.events, sizes)
         return max(0, math.ceil(peak - end))
 
 
 def reference_working_bytes(task: Task, dims: Mapping[str, int]) -> int:
-    """The most a reference call holds beyond its outputs at ``dims``: the larger of the FP32 call (inputs upcast,
-    the truth) and the task-dtype one (the eager yardstick). Measured once per task and reference file version in a
-    process (a few tenths of a second)."""
+    """The most a reference call holds beyond its outputs at ``dims``: the larger of the FP32 call (inputs
+    upcast, the truth) and the task-dtype one (the eager yardstick). Measured once per task and reference file
+    version in a process (a few tenths of a second)."""
     key = (task.model_dump_json(), str(task.reference_file), task.reference_file.stat().st_mtime_ns)
     if key not in _MEASURED:
         _MEASURED[key] = (_call_profile(task, fp32=True), _call_profile(task, fp32=False))
@@ -69,8 +74,8 @@ def _call_profile(task: Task, fp32: bool) -> CallProfile:
 
 
 def _exponent(was: float, now: float) -> float:
-    """How a size grew when one symbol doubled, as a power of that symbol (snapped to a whole one when within 0.05:
-    (M x V + M) grows with V as V does, and the estimate errs high)."""
+    """How a size grew when one symbol doubled, as a power of that symbol (snapped to a whole one when within
+    0.05: (M x V + M) grows with V as V does, and the estimate errs high)."""
     if was <= 0 or now <= 0:
         return 0.0
     e = math.log2(now / was)
@@ -96,12 +101,14 @@ def _peak(events: list[Event]) -> float:
 
 
 def _allocations(task: Task, dims: Mapping[str, int], fp32: bool) -> list[Event]:
-    """The CPU allocations and frees of one reference call at ``dims``, in order (the inputs' own are not in it)."""
+    """The CPU allocations and frees of one reference call at ``dims``, in order (the inputs' own are not in
+    it)."""
     import torch
     import torch._C._profiler as profiler_types
     from torch.profiler import ProfilerActivity, profile
 
-    os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # else kineto writes its start and stop lines on our stderr
+    # else kineto writes its start and stop lines on our stderr
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     inputs = task.make_inputs(dict(dims), seed=0)
     if fp32:
         inputs = upcast(inputs)
@@ -110,8 +117,8 @@ def _allocations(task: Task, dims: Mapping[str, int], fp32: bool) -> list[Event]
         with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
             out = fn(**inputs, **task.constants)
     except Exception as exc:  # a reference's own failure, said in one line
-        raise TaskError(f"{task.path}: the reference raised {type(exc).__name__} at {dict(dims)} while its memory was "
-                        f"measured: {exc}") from None
+        raise TaskError(f"{task.path}: the reference raised {type(exc).__name__} at {dict(dims)} while its "
+                        f"memory was measured: {exc}") from None
     del out  # only now: the outputs are what the call still holds at the end of its timeline
     found: list[tuple[int, int, int]] = []  # (time, size, address)
     stack = list(prof.profiler.kineto_results.experimental_event_tree())

@@ -34,7 +34,11 @@ def _field_path(loc: tuple[Any, ...], data: Any) -> str:
     node = data
     for item in loc:
         if isinstance(item, int):
-            label = node[item].get("name") if isinstance(node, list) and item < len(node) and isinstance(node[item], dict) else None
+            label = (
+                node[item].get("name")
+                if isinstance(node, list) and item < len(node) and isinstance(node[item], dict)
+                else None
+            )
             parts.append(f"[{item}]" + (f"({label})" if label else ""))
         else:
             parts.append(("." if parts else "") + str(item))
@@ -46,12 +50,13 @@ def _field_path(loc: tuple[Any, ...], data: Any) -> str:
 
 
 def field_line(root: yaml.Node | None, loc: Loc) -> int | None:
-    """The line (1-based) of the field at ``loc`` in a composed YAML document, or of the nearest field above it
-    that is there (a missing field: the mapping that lacks it)."""
+    """The line (1-based) of the field at ``loc`` in a composed YAML document, or of the nearest field above
+    it that is there (a missing field: the mapping that lacks it)."""
     node, line = root, None
     for item in loc:
         if isinstance(node, yaml.MappingNode):
-            hit = next(((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == str(item)), None)
+            hit = next(((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value
+                        == str(item)), None)
             if hit is None:
                 break
             line, node = hit[0].start_mark.line + 1, hit[1]
@@ -92,8 +97,8 @@ def format_validation_error(path: Path, err: ValidationError, data: Any, text: s
 
 
 def _typos_named(found: list[tuple[Loc, str]], err: ValidationError) -> list[tuple[Loc, str]]:
-    """An unknown field that is a required one misspelt (``launch_budgt``) is one mistake, not two: the unknown
-    field names the one it is like, and the "Field required" it caused goes."""
+    """An unknown field that is a required one misspelt (``launch_budgt``) is one mistake, not two: the
+    unknown field names the one it is like, and the "Field required" it caused goes."""
     missing = {tuple(e["loc"]) for e in err.errors() if e["type"] == "missing"}
     explained: set[Loc] = set()
     out = []
@@ -116,8 +121,8 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
 
 
 def load_task(path: str | Path) -> Task:
-    """Parse and schema-check one task YAML file; its ``human:`` kernel, when named, must be there (every command
-    that lists, checks or runs the task says the same about it)."""
+    """Parse and schema-check one task YAML file; its ``human:`` kernel, when named, must be there (every
+    command that lists, checks or runs the task says the same about it)."""
     p = Path(path)
     if p.suffix == ".py":
         raise TaskError(python_given(p))
@@ -140,14 +145,16 @@ def load_task(path: str | Path) -> Task:
     task.bind_path(p.resolve())
     if task.human_file is not None and not task.human_file.is_file():
         line = field_line(yaml.compose(text), ("human",))
-        raise TaskError(f"{p}: invalid task file\n  line {line}: human: {task.human} not found next to the task (the field "
-                        "is optional: fix the path, or drop the line for a task without a human kernel)")
+        raise TaskError(f"{p}: invalid task file\n  line {line}: human: {task.human} not found next to the "
+                        "task (the field is optional: fix the path, or drop the line for a task without a "
+                        "human kernel)")
     return task
 
 
 def python_given(path: Path) -> str:
-    """What to pass instead of a Python file given as a task: the task file beside it (or in the folder above, as
-    for ``human/`` kernels) that names it as its reference or its human kernel, else what a task file is."""
+    """What to pass instead of a Python file given as a task: the task file beside it (or in the folder above,
+    as for ``human/`` kernels) that names it as its reference or its human kernel, else what a task file
+    is."""
     for yaml_file in [*sorted(path.parent.glob("*.yaml")), *sorted(path.parent.parent.glob("*.yaml"))]:
         try:
             data = yaml.safe_load(yaml_file.read_text())
@@ -159,7 +166,8 @@ def python_given(path: Path) -> str:
             return f"{path}: the reference of a task, not a task file; pass the task: {yaml_file}"
         if data.get("human") and (yaml_file.parent / str(data["human"])).resolve() == path.resolve():
             return f"{path}: the human kernel of a task, not a task file; pass the task: {yaml_file}"
-    return f"{path}: a Python file, not a task file; pass the task's YAML file (the one whose reference: names this file)"
+    return (f"{path}: a Python file, not a task file; pass the task's YAML file (the one whose reference: "
+            "names this file)")
 
 
 #: The keys that make a YAML file a task file: one in a folder of tasks with none of them (a mock script, a CI
@@ -168,8 +176,8 @@ TASK_KEYS = ("inputs", "outputs", "reference")
 
 
 def not_a_task(path: Path) -> str | None:
-    """Why ``path`` (a YAML file in a folder of tasks) is no task file; None when it is one, or may be one with a
-    mistake (unreadable or not valid YAML: loading it says what is wrong)."""
+    """Why ``path`` (a YAML file in a folder of tasks) is no task file; None when it is one, or may be one
+    with a mistake (unreadable or not valid YAML: loading it says what is wrong)."""
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
@@ -181,7 +189,8 @@ def not_a_task(path: Path) -> str | None:
 
 def task_files(paths: Iterable[str | Path], skipped: list[str] | None = None) -> list[Path]:
     """Expand files and folders into the task YAML files they hold (sorted). A folder's YAML files that are no
-    task files (:func:`not_a_task`) are left out, each with one line in ``skipped``; a file named itself is kept."""
+    task files (:func:`not_a_task`) are left out, each with one line in ``skipped``; a file named itself is
+    kept."""
     found: list[Path] = []
     for raw in paths:
         p = Path(raw)
@@ -208,13 +217,15 @@ class TaskSource:
 
 
 def task_sources() -> list[TaskSource]:
-    """The folders searched for a task name, in order: the built-in suite, ``$CODA_AGENT_TASKS``, ``./tasks``."""
+    """The folders searched for a task name, in order: the built-in suite, ``$CODA_AGENT_TASKS``,
+    ``./tasks``."""
     sources = [TaskSource("built-in", BUILTIN_TASK_DIR)]
     for raw in os.environ.get(TASKS_ENV, "").split(os.pathsep):
         if raw.strip():
             folder = Path(raw.strip()).expanduser()
             if not folder.is_dir():
-                raise TaskError(f"{TASKS_ENV}: {folder}: no such folder (fix the path in ${TASKS_ENV}, or unset it)")
+                raise TaskError(f"{TASKS_ENV}: {folder}: no such folder (fix the path in ${TASKS_ENV}, or "
+                                "unset it)")
             sources.append(TaskSource(TASKS_ENV, folder))
     if LOCAL_TASK_DIR.is_dir():
         sources.append(TaskSource("./tasks", LOCAL_TASK_DIR))
@@ -227,9 +238,10 @@ def task_sources() -> list[TaskSource]:
     return unique
 
 
-def discover_task_files(skipped: list[str] | None = None, every: bool = False) -> list[tuple[TaskSource, Path]]:
-    """Every task file on the search path, in search order: the first of each file name only, or with ``every``
-    the later ones of a name too (a copy in ``./tasks`` of a built-in: ``tasks`` lists both)."""
+def discover_task_files(skipped: list[str] | None = None,
+                        every: bool = False) -> list[tuple[TaskSource, Path]]:
+    """Every task file on the search path, in search order: the first of each file name only, or with
+    ``every`` the later ones of a name too (a copy in ``./tasks`` of a built-in: ``tasks`` lists both)."""
     found: dict[str, list[tuple[TaskSource, Path]]] = {}
     for source in task_sources():
         for path in task_files([source.folder], skipped):
@@ -244,9 +256,9 @@ def load_tasks(paths: Iterable[str | Path] | None = None) -> list[Task]:
 
 
 def find_task(name_or_path: str) -> Task:
-    """A task by file path, or by name on the search path (see :func:`task_sources`). A name that two different
-    tasks answer to (an edited copy of a built-in in ``./tasks``) is refused, naming both files: the user passes
-    the path of the one meant. Identical copies are one task."""
+    """A task by file path, or by name on the search path (see :func:`task_sources`). A name that two
+    different tasks answer to (an edited copy of a built-in in ``./tasks``) is refused, naming both files: the
+    user passes the path of the one meant. Identical copies are one task."""
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") or p.exists():
         if p.is_dir():
@@ -276,8 +288,9 @@ def _the_one(name: str, tasks: list[Task]) -> Task:
     if not differ:
         return tasks[0]
     places = " and ".join(f"{t.path} (content {t.content_hash})" for t in (tasks[0], *differ))
-    raise TaskError(f"task name {name!r} stands for {len(differ) + 1} different tasks: {places}; pass the path of the one "
-                    f"you mean instead of the name, or give the copy a name of its own (its name: and file name)")
+    raise TaskError(f"task name {name!r} stands for {len(differ) + 1} different tasks: {places}; pass the "
+                    "path of the one you mean instead of the name, or give the copy a name of its own (its "
+                    "name: and file name)")
 
 
 def searched() -> str:
@@ -291,8 +304,8 @@ def searched() -> str:
 
 
 def known_task_names() -> list[str]:
-    """The tasks on the search path by their ``name:``, as ``coda-agent tasks`` lists them (a file that does not
-    load is listed by its file name)."""
+    """The tasks on the search path by their ``name:``, as ``coda-agent tasks`` lists them (a file that does
+    not load is listed by its file name)."""
     names = set()
     for _, path in discover_task_files():
         try:
@@ -334,12 +347,14 @@ def reference_function(task: Task) -> Callable[..., dict[str, Any]]:
     """The task's FP32 reference ``fn(**inputs, **constants) -> {output: tensor}``."""
     path = task.reference_file
     if not path.exists():
-        raise TaskError(f"{task.path}: reference: file {path.name} not found next to the task (fix reference: to name "
-                        f"the .py file beside the task, as file.py:function)")
+        raise TaskError(f"{task.path}: reference: file {path.name} not found next to the task (fix "
+                        f"reference: to name the .py file beside the task, as file.py:function)")
     try:
         module = import_file(path, f"coda_task_ref_{task.name.replace('-', '_')}")
     except Exception as exc:
-        raise TaskError(f"{task.path}: reference: importing {path.name} failed: {type(exc).__name__}: {exc}") from None
+        raise TaskError(
+            f"{task.path}: reference: importing {path.name} failed: {type(exc).__name__}: {exc}"
+        ) from None
     fn = getattr(module, task.reference_function, None)
     if not callable(fn):
         raise TaskError(f"{task.path}: reference: {path.name} has no function {task.reference_function!r}")

@@ -39,12 +39,12 @@ def torch_dtype(name: str) -> torch.dtype:
     return getattr(torch, name)
 
 
-#: Operators whose textbook forms break at large magnitudes or near the edges of their domain: exp overflows FP32
-#: past 88, a quotient or a root blows up near 0, tanh and sigmoid written through exp turn into inf/inf. A reference
-#: that calls one (or divides) gets a stress input set by default (:meth:`Task.stress_inits`).
+#: Operators whose textbook forms break at large magnitudes or near the edges of their domain: exp overflows
+#: FP32 past 88, a quotient or a root blows up near 0, tanh and sigmoid written through exp turn into inf/inf.
+#: A reference that calls one (or divides) gets a stress input set by default (:meth:`Task.stress_inits`).
 DELICATE_OPERATORS = frozenset({
-    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "logsumexp", "softmax", "log_softmax", "cross_entropy",
-    "sigmoid", "silu", "tanh", "rsqrt", "sqrt", "reciprocal", "div", "true_divide",
+    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "logsumexp", "softmax", "log_softmax",
+    "cross_entropy", "sigmoid", "silu", "tanh", "rsqrt", "sqrt", "reciprocal", "div", "true_divide",
 })
 #: The std the default stress set draws the activations at: logits of about 3 x 64 over a row, well past exp's
 #: FP32 overflow at 88, while the inputs and a stable FP32 reference stay far from any range limit.
@@ -69,8 +69,8 @@ Loc = tuple[str | int, ...]
 
 
 class FieldProblems(ValueError):
-    """The task's own checks found these mistakes, each at the field it is about (the loader adds the line): one
-    per mistake, not one per place it shows up."""
+    """The task's own checks found these mistakes, each at the field it is about (the loader adds the line):
+    one per mistake, not one per place it shows up."""
 
     def __init__(self, problems: list[tuple[Loc, str]]) -> None:
         super().__init__("; ".join(msg for _, msg in problems))
@@ -83,7 +83,8 @@ class _Strict(BaseModel):
 
 class Replace(_Strict):
     """A random ``fraction`` of an input's elements set to ``value`` after drawing, so the test data holds the
-    special values a task defines: cross-entropy's ``ignore_index`` among the targets, zero RoPE frequencies."""
+    special values a task defines: cross-entropy's ``ignore_index`` among the targets, zero RoPE
+    frequencies."""
 
     value: Expr
     fraction: float = Field(gt=0.0, lt=1.0)
@@ -122,7 +123,8 @@ class InputSpec(TensorSpec):
 
 
 class ShapePoint(_Strict):
-    """One binding of the shape symbols, e.g. ``{name: llama3-8b-down, dims: {M: 8192, N: 4096, K: 14336}}``."""
+    """One binding of the shape symbols, e.g. ``{name: llama3-8b-down, dims: {M: 8192, N: 4096, K:
+    14336}}``."""
 
     name: str
     dims: dict[str, int]
@@ -163,7 +165,8 @@ class Tolerance(_Strict):
 
     def for_output(self, name: str) -> tuple[float, float]:
         o = self.outputs.get(name, OutputTolerance())
-        return (o.factor if o.factor is not None else self.factor, o.floor if o.floor is not None else self.floor)
+        return (o.factor if o.factor is not None else self.factor,
+                o.floor if o.floor is not None else self.floor)
 
     def allowed(self, name: str, baseline_err: float, ref_max: float) -> float:
         """The largest max-abs error the rule lets output ``name`` have: ``factor`` times its baseline's, plus
@@ -198,19 +201,22 @@ class Task(_Strict):
     constants: dict[str, float | int] = {}
     shapes: dict[str, list[ShapePoint]]
     reference: str = Field(description="'file.py:function', relative to the YAML file")
-    human: str | None = Field(default=None, description="path of the hand-written candidate, relative to the YAML")
+    human: str | None = Field(default=None,
+                              description="path of the hand-written candidate, relative to the YAML")
     tolerance: Tolerance = Tolerance()
     launch_budget: int = Field(ge=1, description="max kernel launches in one forward call")
     sol: SpeedOfLight
     stress: dict[str, Init] | None = Field(
         default=None,
-        description="the stress input set: inits that replace some inputs' (large magnitudes, ties, values near a "
-        "domain's edge) in one more input set the correctness check runs; {} for none; left out, a default when the "
-        "reference is numerically delicate (Task.stress_inits)",
+        description="the stress input set: inits that replace some inputs' (large magnitudes, ties, values "
+                    "near a "
+        "domain's edge) in one more input set the correctness check runs; {} for none; left out, a default "
+        "when the reference is numerically delicate (Task.stress_inits)",
     )
     gemms: list[list[Expr]] = Field(
         default=[],
-        description="the GEMMs the task contains, [M, N, K] each; the bench times them alone through cuBLAS as the "
+        description="the GEMMs the task contains, [M, N, K] each; the bench times them alone through cuBLAS "
+                    "as the "
         "practical floor, each in the layout the reference multiplies it in (measure.baselines.gemm_layouts)",
     )
     _path: Path | None = PrivateAttr(default=None)
@@ -238,7 +244,8 @@ class Task(_Strict):
         first: dict[str, Loc] = {}
         for loc, t in tensors:
             if t.name in first:
-                problems.append(((*loc, "name"), f"{t.name!r} is also {_where(first[t.name])}: input/output names must be unique"))
+                problems.append(((*loc, "name"), f"{t.name!r} is also {_where(first[t.name])}: input/output "
+                                                 "names must be unique"))
             first.setdefault(t.name, loc)
         bound = {d for points in self.shapes.values() for p in points for d in p.dims}
         for c in self.constants:
@@ -269,20 +276,24 @@ class Task(_Strict):
             for d, size in enumerate(gemm):
                 use(("gemms", g, d), size)
         for symbol, loc in uses.items():
-            unbound = [f"{set_name}/{p.name}" for set_name, points in self.shapes.items() for p in points if symbol not in p.dims]
+            unbound = [f"{set_name}/{p.name}" for set_name, points in self.shapes.items() for p in points
+                       if symbol not in p.dims]
             if len(unbound) == sum(len(points) for points in self.shapes.values()):
-                problems.append((loc, f"uses {symbol}, which no shape binds: no shape's dims have it (a typo?)"))
+                problems.append((loc,
+                                 f"uses {symbol}, which no shape binds: no shape's dims have it (a typo?)"))
             elif unbound:
                 which = f"shape {unbound[0]} does" if len(unbound) == 1 else f"shapes {', '.join(unbound)} do"
                 problems.append((loc, f"uses {symbol}, which {which} not bind"))
         inputs = [i.name for i in self.inputs]
         for name in self.stress or {}:
             if name not in inputs:
-                problems.append((("stress", name), f"names {name!r}, which is not an input (inputs: {', '.join(inputs)})"))
+                problems.append((("stress", name),
+                                 f"names {name!r}, which is not an input (inputs: {', '.join(inputs)})"))
         outputs = [o.name for o in self.outputs]
         for name in self.tolerance.outputs:
             if name not in outputs:
-                problems.append((("tolerance", "outputs", name), f"names {name!r}, which is not an output (outputs: {', '.join(outputs)})"))
+                problems.append((("tolerance", "outputs", name),
+                                 f"names {name!r}, which is not an output (outputs: {', '.join(outputs)})"))
         if not problems:  # expressions are evaluated only once they parse and every symbol is bound
             failed: dict[Loc, str] = {}
             for set_name, points in self.shapes.items():
@@ -295,7 +306,8 @@ class Task(_Strict):
         return self
 
     def _check_expressions(self, where: str, dims: dict[str, int]) -> list[tuple[Loc, str]]:
-        """What does not evaluate at this shape point (so no command meets a bad expression halfway through a run)."""
+        """What does not evaluate at this shape point (so no command meets a bad expression halfway through a
+        run)."""
         env = {k: float(v) for k, v in dims.items()}
         problems: list[tuple[Loc, str]] = []
 
@@ -315,7 +327,8 @@ class Task(_Strict):
                 for j, dim in enumerate(t.shape):
                     value((kind, i, "shape", j), dim, "size")
         init_env = self.init_env(dims)
-        inits: list[tuple[Loc, Init]] = [(("inputs", i, "init"), spec.init) for i, spec in enumerate(self.inputs)]
+        inits: list[tuple[Loc, Init]] = [(("inputs", i, "init"),
+                                          spec.init) for i, spec in enumerate(self.inputs)]
         inits += [(("stress", name), ini) for name, ini in (self.stress or {}).items()]
         for loc, ini in inits:
             for param in ["mean", "std"] if ini.dist == "normal" else ["low", "high"]:
@@ -360,9 +373,9 @@ class Task(_Strict):
 
     @property
     def content_hash(self) -> str:
-        """A short hash of what defines the operator: the task's fields as loaded (a comment or a reformatting is no
-        other task) and its reference's text; not its ``human:`` kernel, one author's answer. A task's identity, so
-        two different tasks under one name are never ranked together."""
+        """A short hash of what defines the operator: the task's fields as loaded (a comment or a reformatting
+        is no other task) and its reference's text; not its ``human:`` kernel, one author's answer. A task's
+        identity, so two different tasks under one name are never ranked together."""
         fields = json.dumps(self.model_dump(mode="json", exclude={"human"}), sort_keys=True).encode()
         reference = self.reference_file.read_bytes() if self.reference_file.is_file() else b""
         digest = hashlib.sha256(len(fields).to_bytes(8, "little") + fields + reference)
@@ -398,26 +411,29 @@ class Task(_Strict):
     def gemm_shapes(self, dims: dict[str, int]) -> list[tuple[int, int, int]]:
         """The task's GEMMs as concrete (M, N, K) at one shape point."""
         env = {k: float(v) for k, v in dims.items()}
-        return [(int(expr.evaluate(m, env)), int(expr.evaluate(n, env)), int(expr.evaluate(k, env))) for m, n, k in self.gemms]
+        return [(int(expr.evaluate(m, env)), int(expr.evaluate(n, env)),
+                 int(expr.evaluate(k, env))) for m, n, k in self.gemms]
 
     def stress_inits(self) -> dict[str, Init]:
         """The inits the stress input set draws in place of the task's own; empty: the task has no stress set.
 
         The task's ``stress`` block when it has one; otherwise, when its reference calls a delicate operator
         (:func:`delicate_operators`), every floating input left at the default init (a standard normal: the
-        activations, whose values the task leaves open) drawn at std :data:`STRESS_STD`. Inputs with an init of their
-        own (weights at 1/sqrt(K), a range such as rstd's, integer ids) keep it: the task says their values lie
-        there. A task not loaded from a file has no reference source to read, so only its own block."""
+        activations, whose values the task leaves open) drawn at std :data:`STRESS_STD`. Inputs with an init
+        of their own (weights at 1/sqrt(K), a range such as rstd's, integer ids) keep it: the task says their
+        values lie there. A task not loaded from a file has no reference source to read, so only its own
+        block."""
         if self.stress is not None:
             return self.stress
         if self._path is None or not delicate_operators(self.reference_file.read_text()):
             return {}
-        return {s.name: Init(std=STRESS_STD) for s in self.inputs if s.init == Init() and s.dtype.startswith(("bfloat", "float"))}
+        return {s.name: Init(std=STRESS_STD) for s in self.inputs if s.init == Init()
+                and s.dtype.startswith(("bfloat", "float"))}
 
     def make_inputs(self, dims: dict[str, int], seed: int, device: str | torch.device = "cpu",
                     stress: bool = False) -> dict[str, torch.Tensor]:
-        """Fresh random inputs for one shape point and seed (drawn in FP32, then cast); ``stress``: the stress set's
-        (:meth:`stress_inits`)."""
+        """Fresh random inputs for one shape point and seed (drawn in FP32, then cast); ``stress``: the stress
+        set's (:meth:`stress_inits`)."""
         import torch
 
         gen = torch.Generator(device=device).manual_seed(seed)
@@ -436,7 +452,8 @@ class Task(_Strict):
                 t = (t * expr.evaluate(ini.std, env) + expr.evaluate(ini.mean, env)).to(dt)
             else:
                 lo, hi = expr.evaluate(ini.low, env), expr.evaluate(ini.high, env)
-                t = (torch.rand(shape, generator=gen, device=device, dtype=torch.float32) * (hi - lo) + lo).to(dt)
+                t = (torch.rand(shape, generator=gen, device=device,
+                                dtype=torch.float32) * (hi - lo) + lo).to(dt)
             if ini.replace is not None:
                 chosen = torch.rand(shape, generator=gen, device=device) < ini.replace.fraction
                 t = t.masked_fill(chosen, expr.evaluate(ini.replace.value, env))
@@ -445,7 +462,8 @@ class Task(_Strict):
 
     def summary_shapes(self, set_name: str) -> str:
         return ", ".join(
-            f"{p.name}(" + ",".join(f"{k}={v}" for k, v in p.dims.items()) + ")" for p in self.shapes.get(set_name, [])
+            f"{p.name}(" + ",".join(f"{k}={v}" for k, v in p.dims.items())
+            + ")" for p in self.shapes.get(set_name, [])
         )
 
     def describe(self) -> dict[str, Any]:

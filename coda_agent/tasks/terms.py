@@ -1,10 +1,11 @@
 """The terms of a reference's sums that its test data lets a kernel leave out.
 
-A kernel is judged by its outputs at the test data, within the task's tolerance. A term the data makes too small to
-see (label smoothing's mean over the vocabulary, which zero-mean weights bring to about zero) passes the check
-whether a kernel computes it or not. :func:`invisible_terms` drops each tensor term of each sum the FP32 reference
-computes, in turn (a TorchDispatchMode replaces it by zeros), and names the ones whose absence moves no output past
-twice the tolerance at any small shape (:data:`SEEN`). Scalars (an ``eps``) are the constants' check's (:mod:`.validate`).
+A kernel is judged by its outputs at the test data, within the task's tolerance. A term the data makes too
+small to see (label smoothing's mean over the vocabulary, which zero-mean weights bring to about zero) passes
+the check whether a kernel computes it or not. :func:`invisible_terms` drops each tensor term of each sum the
+FP32 reference computes, in turn (a TorchDispatchMode replaces it by zeros), and names the ones whose absence
+moves no output past twice the tolerance at any small shape (:data:`SEEN`). Scalars (an ``eps``) are the
+constants' check's (:mod:`.validate`).
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from .loader import reference_function, upcast
 from .model import Task, torch_dtype
 
 Tensors = dict[str, torch.Tensor]
-#: How far past the tolerance a dropped term must move some output to count as seen: a kernel's own rounding, up to
-#: the tolerance, can offset a missing term's effect by as much, so only a move past twice the tolerance fails it
-#: for sure.
+#: How far past the tolerance a dropped term must move some output to count as seen: a kernel's own rounding,
+#: up to the tolerance, can offset a missing term's effect by as much, so only a move past twice the tolerance
+#: fails it for sure.
 SEEN = 2.0
 #: The sums whose tensor operands are terms: dropping one is what a kernel that leaves the term out computes.
 _SUMS = {torch.ops.aten.add.Tensor: "+", torch.ops.aten.sub.Tensor: "-"}
@@ -32,8 +33,8 @@ _SUMS = {torch.ops.aten.add.Tensor: "+", torch.ops.aten.sub.Tensor: "-"}
 
 @dataclass(frozen=True)
 class Term:
-    """One operand of one sum the reference computes: the sum's place in the run (its index among the sums), which
-    operand (0: left, 1: right), and the reference's line that made it."""
+    """One operand of one sum the reference computes: the sum's place in the run (its index among the sums),
+    which operand (0: left, 1: right), and the reference's line that made it."""
 
     index: int
     operand: int
@@ -47,8 +48,8 @@ class Term:
 
 
 class _Sums(TorchDispatchMode):
-    """Records the reference's sums of floating tensors (with the reference's line that made each); with ``drop``,
-    computes that one term as zeros."""
+    """Records the reference's sums of floating tensors (with the reference's line that made each); with
+    ``drop``, computes that one term as zeros."""
 
     def __init__(self, reference: Path, drop: tuple[int, int] | None = None) -> None:
         super().__init__()
@@ -69,7 +70,8 @@ class _Sums(TorchDispatchMode):
         return func(*args, **kwargs)
 
     def _where(self) -> tuple[int, str]:
-        """The innermost line of the reference file on the stack (the reference's own line, or its call into torch)."""
+        """The innermost line of the reference file on the stack (the reference's own line, or its call into
+        torch)."""
         for frame in reversed(traceback.extract_stack()):
             if frame.filename == self.reference:
                 return frame.lineno or 0, (frame.line or "").strip()
@@ -81,8 +83,8 @@ def _is_term(x: object) -> bool:
 
 
 def invisible_terms(task: Task, runs: Sequence[tuple[Tensors, Tensors, Tensors]]) -> list[Term]:
-    """The terms (:class:`Term`) that, dropped, move no output past the task's tolerance at any of ``runs``: each
-    a small shape's (inputs, FP32 reference outputs, the tolerance baseline's outputs)."""
+    """The terms (:class:`Term`) that, dropped, move no output past the task's tolerance at any of ``runs``:
+    each a small shape's (inputs, FP32 reference outputs, the tolerance baseline's outputs)."""
     ref_fn = reference_function(task)
     first_inputs = runs[0][0]
     with torch.no_grad(), _Sums(task.reference_file) as probe:
@@ -99,8 +101,8 @@ def invisible_terms(task: Task, runs: Sequence[tuple[Tensors, Tensors, Tensors]]
 
 
 def _dropped(ref_fn: Callable[..., Any], task: Task, inputs: Tensors, term: Term) -> Tensors | None:
-    """The FP32 reference with ``term`` computed as zeros; None when it does not run so (a shape that no longer
-    broadcasts, an error): then the term is not invisible."""
+    """The FP32 reference with ``term`` computed as zeros; None when it does not run so (a shape that no
+    longer broadcasts, an error): then the term is not invisible."""
     try:
         with torch.no_grad(), _Sums(task.reference_file, drop=(term.index, term.operand)):
             out = ref_fn(**upcast(inputs), **task.constants)
@@ -110,8 +112,8 @@ def _dropped(ref_fn: Callable[..., Any], task: Task, inputs: Tensors, term: Term
 
 
 def _within(task: Task, ref: Tensors, base: Tensors, got: Tensors | None) -> bool:
-    """Every output of ``got`` within :data:`SEEN` times the task's tolerance of ``ref`` (``base``: the baseline's
-    outputs)."""
+    """Every output of ``got`` within :data:`SEEN` times the task's tolerance of ``ref`` (``base``: the
+    baseline's outputs)."""
     if got is None:
         return False
     for spec in task.outputs:

@@ -23,9 +23,9 @@ from .loader import TaskError, field_line, load_task, reference_function, upcast
 from .model import DTYPE_BYTES, InputSpec, Loc, Task, TensorSpec, torch_dtype
 from .terms import invisible_terms
 
-#: How validate moves each constant (a factor; a zero moves by the factor less one): each move must change an output
-#: at some small shape's test data, or the data never reaches what the constant does (a clamp above every value, a
-#: mask value no input holds) and a kernel without it passes verify.
+#: How validate moves each constant (a factor; a zero moves by the factor less one): each move must change an
+#: output at some small shape's test data, or the data never reaches what the constant does (a clamp above
+#: every value, a mask value no input holds) and a kernel without it passes verify.
 CONSTANT_MOVES = (1.5, 0.5)
 #: How much wider than its init an input is drawn to find the ones whose spread would reach an inert constant.
 WIDER = 4.0
@@ -49,8 +49,8 @@ class TaskReport:
 
 
 def _run(task: Task, inputs: Tensors, fp32: bool, constants: dict[str, float | int] | None = None) -> Tensors:
-    """The reference's outputs at ``inputs`` (upcast first where ``fp32``), under the task's constants or ``constants``
-    over them."""
+    """The reference's outputs at ``inputs`` (upcast first where ``fp32``), under the task's constants or
+    ``constants`` over them."""
     if fp32:
         inputs = upcast(inputs)
     with torch.no_grad():
@@ -90,12 +90,18 @@ def _names_match(task: Task, returned: set[str]) -> list[str]:
     for i, name in enumerate(declared):
         if name not in returned:
             close = difflib.get_close_matches(name, extra, n=1, cutoff=0.5)
-            instead = f"; it returns {close[0]!r} (a typo in one of the two?)" if close else f" (it returns {', '.join(sorted(returned)) or 'none'})"
-            problems.append(f"{_field(task, ('outputs', i))}: the reference does not return output {name!r}{instead}")
+            instead = (
+                f"; it returns {close[0]!r} (a typo in one of the two?)"
+                if close
+                else f" (it returns {', '.join(sorted(returned)) or 'none'})"
+            )
+            problems.append(f"{_field(task, ('outputs', i))}: the reference does not return output "
+                            f"{name!r}{instead}")
             if close:
                 extra.remove(close[0])
     if extra:
-        problems.append(f"{task.reference}: the reference returns undeclared outputs {', '.join(extra)} (declare them under outputs)")
+        problems.append(f"{task.reference}: the reference returns undeclared outputs {', '.join(extra)} "
+                        "(declare them under outputs)")
     return problems
 
 
@@ -104,7 +110,8 @@ def validate_task(task: Task) -> list[str]:
     mistake: a problem met at several shapes is said once, with the shapes; a misnamed output stops the checks
     that would only repeat it."""
     problems = _misaligned_shapes(task)
-    found: dict[str, list[str]] = {}  # what is wrong, with what -> its message, then the other shapes it holds at
+    # what is wrong, with what -> its message, then the other shapes it holds at
+    found: dict[str, list[str]] = {}
 
     def add(where: str, key: str, message: str) -> None:
         if key in found:
@@ -113,7 +120,8 @@ def validate_task(task: Task) -> list[str]:
             found[key] = [f"{where}: {message}"]
 
     runs: Runs = []
-    judged: list[tuple[Tensors, Tensors, Tensors]] = []  # inputs, FP32 outputs, the tolerance baseline's outputs
+    # inputs, FP32 outputs, the tolerance baseline's outputs
+    judged: list[tuple[Tensors, Tensors, Tensors]] = []
     for point in task.shape("small"):
         where = f"shape small/{point.name}"
         try:
@@ -134,42 +142,51 @@ def validate_task(task: Task) -> list[str]:
             want = spec.concrete_shape(point.dims)
             got = lowp[spec.name]
             if tuple(got.shape) != want:
-                add(where, f"shape {spec.name}", f"output {spec.name!r} has shape {tuple(got.shape)}, the task declares {want}")
+                add(where, f"shape {spec.name}",
+                    f"output {spec.name!r} has shape {tuple(got.shape)}, the task declares {want}")
             if got.dtype != torch_dtype(spec.dtype):
-                add(where, f"dtype {spec.name}", f"output {spec.name!r} comes back as {got.dtype} in the task dtype, declared {spec.dtype}")
+                add(where, f"dtype {spec.name}", f"output {spec.name!r} comes back as {got.dtype} in the "
+                                                 f"task dtype, declared {spec.dtype}")
             r, o = ref[spec.name].double(), other[spec.name].double()
             if not bool(torch.isfinite(r).all()):
                 add(where, f"finite {spec.name}", f"output {spec.name!r} of the FP32 reference has NaN/Inf")
                 continue
             scale = float(r.abs().max())
             if scale < 1e-6:
-                add(where, f"zero {spec.name}", f"output {spec.name!r} is near zero (max |x| = {scale:.2g}); zeros would pass")
+                add(where, f"zero {spec.name}",
+                    f"output {spec.name!r} is near zero (max |x| = {scale:.2g}); zeros would pass")
             elif r.numel() > 1 and float(r.std()) < 1e-6 * scale:
-                add(where, f"constant {spec.name}", f"output {spec.name!r} is constant; a constant would pass")
+                add(where, f"constant {spec.name}",
+                    f"output {spec.name!r} is constant; a constant would pass")
             if torch.equal(r, o):
-                add(where, f"fixed {spec.name}", f"output {spec.name!r} does not change when the inputs change")
+                add(where, f"fixed {spec.name}",
+                    f"output {spec.name!r} does not change when the inputs change")
         for name in _ignored_inputs(task, point.dims, ref):
-            add(where, f"ignored {name}", f"no output changes when input {name!r} alone does; a candidate could ignore it")
+            add(where, f"ignored {name}",
+                f"no output changes when input {name!r} alone does; a candidate could ignore it")
         if problem := _stress_problem(task, point.dims):
             add(where, "stress", problem)
     for first, *others in found.values():
-        problems.append(first + (f" (also at {', '.join(w.removeprefix('shape ') for w in others)})" if others else ""))
+        problems.append(first + (f" (also at {', '.join(w.removeprefix('shape ') for w in others)})" if others
+                                 else ""))
     return problems + _inert_constants(task, runs) + [
-        f"{term.describe(task.reference_file)} moves no output past twice the tolerance at the small shapes' test data "
-        "when it is left out, so a kernel could leave it out; draw the inputs that feed it where it counts (e.g. with "
-        "a non-zero mean, init: {mean: ...})" for term in invisible_terms(task, judged)]
+        f"{term.describe(task.reference_file)} moves no output past twice the tolerance at the small shapes' "
+        "test data when it is left out, so a kernel could leave it out; draw the inputs that feed it where "
+        "it counts (e.g. with a non-zero mean, init: {mean: ...})" for term in invisible_terms(task, judged)]
 
 
 def _baseline(task: Task, lowp: Tensors, ref: Tensors) -> Tensors:
-    """The outputs the tolerance measures a candidate's error against (:class:`.model.Tolerance`'s ``baseline``)."""
+    """The outputs the tolerance measures a candidate's error against (:class:`.model.Tolerance`'s
+    ``baseline``)."""
     if task.tolerance.baseline == "eager":
         return lowp
     return {o.name: ref[o.name].to(torch_dtype(o.dtype)) for o in task.outputs if o.name in ref}
 
 
 def _stress_problem(task: Task, dims: dict[str, int]) -> str | None:
-    """Why the stress set (:meth:`Task.stress_inits`) cannot judge a candidate here, or None: the FP32 reference and
-    the task-dtype one (the tolerance's baseline) must both stay finite on it, else every candidate fails there."""
+    """Why the stress set (:meth:`Task.stress_inits`) cannot judge a candidate here, or None: the FP32
+    reference and the task-dtype one (the tolerance's baseline) must both stay finite on it, else every
+    candidate fails there."""
     stressed = task.stress_inits()
     if not stressed:
         return None
@@ -178,9 +195,12 @@ def _stress_problem(task: Task, dims: dict[str, int]) -> str | None:
         out = _run(task, inputs, fp32=fp32)
         bad = [o.name for o in task.outputs if o.name in out and not bool(torch.isfinite(out[o.name]).all())]
         if bad:
-            block = "its stress: block" if task.stress is not None else f"the default stress set ({', '.join(sorted(stressed))} at large magnitudes)"
-            return (f"on {block} the {label} reference's output {bad[0]!r} has NaN/Inf, so no candidate could pass it; "
-                    "declare a stress: block the reference stays finite on (stress: {} for none)")
+            block = "its stress: block" if task.stress is not None else ("the default stress set "
+                                                                         f"({', '.join(sorted(stressed))} at "
+                                                                         "large magnitudes)")
+            return (f"on {block} the {label} reference's output {bad[0]!r} has NaN/Inf, so no candidate "
+                    "could pass it; declare a stress: block the reference stays finite on (stress: {} for "
+                    "none)")
     return None
 
 
@@ -199,7 +219,8 @@ def _ignored_inputs(task: Task, dims: dict[str, int], ref: dict[str, torch.Tenso
 
 
 def _moved(value: float | int, factor: float) -> float | int:
-    """``value`` moved by ``factor`` (a zero by ``factor - 1``; an int stays an int and moves by one at least)."""
+    """``value`` moved by ``factor`` (a zero by ``factor - 1``; an int stays an int and moves by one at
+    least)."""
     if isinstance(value, int):
         step = 1 if factor > 1 else -1
         moved = round(value * factor) if value else step
@@ -208,8 +229,8 @@ def _moved(value: float | int, factor: float) -> float | int:
 
 
 def _changes(task: Task, inputs: Tensors, ref: Tensors, constants: dict[str, float | int]) -> bool:
-    """Whether an output of the FP32 reference at ``inputs`` (``ref``) changes under ``constants`` (a reference that
-    raises under them depends on them too)."""
+    """Whether an output of the FP32 reference at ``inputs`` (``ref``) changes under ``constants`` (a
+    reference that raises under them depends on them too)."""
     try:
         out = _run(task, inputs, fp32=True, constants=constants)
     except Exception:
@@ -218,24 +239,25 @@ def _changes(task: Task, inputs: Tensors, ref: Tensors, constants: dict[str, flo
 
 
 def _inert_constants(task: Task, runs: Runs) -> list[str]:
-    """One line per constant that a move of :data:`CONSTANT_MOVES` changes no output with at any small shape: the
-    test data never reaches what it does, so a kernel could leave it out and pass."""
+    """One line per constant that a move of :data:`CONSTANT_MOVES` changes no output with at any small shape:
+    the test data never reaches what it does, so a kernel could leave it out and pass."""
     problems = []
     for name, value in task.constants.items():
         inert = [(factor, _moved(value, factor)) for factor in CONSTANT_MOVES
-                 if not any(_changes(task, inputs, ref, {name: _moved(value, factor)}) for _, inputs, ref in runs)]
+                 if not any(_changes(task, inputs, ref,
+                                     {name: _moved(value, factor)}) for _, inputs, ref in runs)]
         if not inert:
             continue
         moves = " or ".join(f"to {moved:g} (x{factor:g})" for factor, moved in inert)
-        problems.append(f"{_at(task, ('constants', name))}constants.{name}: no output changes when it moves from {value:g} "
-                        f"{moves} at the small shapes: the test data never reaches it, so a kernel could leave it out; "
-                        f"{_reaching(task, runs, {name: inert[0][1]})}")
+        problems.append(f"{_at(task, ('constants', name))}constants.{name}: no output changes when it moves "
+                        f"from {value:g} {moves} at the small shapes: the test data never reaches it, so a "
+                        f"kernel could leave it out; {_reaching(task, runs, {name: inert[0][1]})}")
     return problems
 
 
 def _reaching(task: Task, runs: Runs, constants: dict[str, float | int]) -> str:
-    """The fix for a constant the test data never reaches: the inputs that, drawn :data:`WIDER` times as wide, would
-    reach it (their inits to widen), else test data where it acts."""
+    """The fix for a constant the test data never reaches: the inputs that, drawn :data:`WIDER` times as wide,
+    would reach it (their inits to widen), else test data where it acts."""
     wider = []
     for i, spec in enumerate(task.inputs):
         if spec.init.dist == "randint" or not torch_dtype(spec.dtype).is_floating_point:
@@ -260,17 +282,22 @@ def _widened(task: Task, spec: InputSpec, dims: dict[str, int], drawn: torch.Ten
 
 def _misaligned_shapes(task: Task) -> list[str]:
     """One line per tensor width that a shape (of any set) binds off TMA's row grid (the primitives'
-    :func:`~coda_agent.primitives._config.tma_row_multiple`): every tensor with two dims longer than 1 crosses into a
-    kernel as tiles that TMA moves row by row, so no kernel can run the task at that shape."""
-    found: dict[tuple[str, int], tuple[Loc, list[str], list[str]]] = {}  # (width, bytes per element) -> field, tensors, shapes
+    :func:`~coda_agent.primitives._config.tma_row_multiple`): every tensor with two dims longer than 1 crosses
+    into a kernel as tiles that TMA moves row by row, so no kernel can run the task at that shape."""
+    # (width, bytes per element) -> field, tensors, shapes
+    found: dict[tuple[str, int], tuple[Loc, list[str], list[str]]] = {}
     for set_name, points in task.shapes.items():
         for point in points:
             for kind, tensors in (("inputs", task.inputs), ("outputs", task.outputs)):
                 for i, spec in enumerate(tensors):
                     shape = spec.concrete_shape(point.dims)
-                    if sum(d > 1 for d in shape) < 2 or shape[-1] % tma_row_multiple(DTYPE_BYTES[spec.dtype]) == 0:
+                    if (
+                        sum(d > 1 for d in shape) < 2
+                        or shape[-1] % tma_row_multiple(DTYPE_BYTES[spec.dtype]) == 0
+                    ):
                         continue
-                    loc, names, where = found.setdefault((str(spec.shape[-1]), DTYPE_BYTES[spec.dtype]), ((kind, i), [], []))
+                    loc, names, where = found.setdefault((str(spec.shape[-1]), DTYPE_BYTES[spec.dtype]),
+                                                         ((kind, i), [], []))
                     if spec.name not in names:
                         names.append(spec.name)
                     if f"{set_name}/{point.name}" not in where:
@@ -284,10 +311,11 @@ def _misaligned_shapes(task: Task) -> list[str]:
         what = f"{width} is {value}" if width != str(value) else f"its width is {value}"
         also = f" (also at {', '.join(where[1:])})" if where[1:] else ""
         problems.append(
-            f"{_at(task, (*loc, 'shape', j))}{_label(task, loc)}.shape[{j}]: {what} at shape {where[0]}{also}: the rows of "
-            f"{', '.join(names)} are {value * size} bytes, and a kernel moves them with TMA, which needs rows of a multiple "
-            f"of {TMA_ALIGN_BYTES} bytes ({multiple} {spec.dtype} elements): the task's shape is misaligned and no kernel "
-            f"can run it; make {width} a multiple of {multiple} there (as {-(-value // multiple) * multiple})"
+            f"{_at(task, (*loc, 'shape', j))}{_label(task, loc)}.shape[{j}]: {what} at shape "
+            f"{where[0]}{also}: the rows of {', '.join(names)} are {value * size} bytes, and a kernel moves "
+            f"them with TMA, which needs rows of a multiple of {TMA_ALIGN_BYTES} bytes ({multiple} "
+            f"{spec.dtype} elements): the task's shape is misaligned and no kernel can run it; make {width} "
+            f"a multiple of {multiple} there (as {-(-value // multiple) * multiple})"
         )
     return problems
 
