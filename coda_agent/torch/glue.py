@@ -68,12 +68,14 @@ def rope_backward(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, qkv: tor
     ``dq``, ``dk``, ``dv`` are (B, heads, S, head_dim) in whatever layout SDPA's backward gave them; ``qkv``
     (B*S, (Hq + 2*Hkv) * head_dim) is the forward's rotated output, token ``b*S + s`` at position ``s``, and
     ``inv_freq`` the task's per-column table. Returns ``dz`` (B*S, qkv columns) in ``qkv``'s dtype, every
-    interleaved pair of Q and K rotated by ``-position * inv_freq``, V as is; and ``zdz = sum_j dqkv_j * qkv_j``
-    in FP32 (the rotation is orthogonal, so this equals the sum over ``dz`` and the unrotated outputs).
+    interleaved pair of Q and K rotated by ``-position * inv_freq``, V as is; and ``zdz = sum_j dqkv_j *
+    qkv_j`` in FP32 (the rotation is orthogonal, so this equals the sum over ``dz`` and the unrotated
+    outputs).
     """
     batch, n_q, seq, head_dim = dq.shape
     position = torch.arange(seq, device=dq.device, dtype=torch.float32)[:, None, None]
-    freqs = inv_freq[: (n_q + dk.shape[1]) * head_dim].view(-1, head_dim)[:, 0::2]  # (Q and K heads, head_dim / 2)
+    # (Q and K heads, head_dim / 2)
+    freqs = inv_freq[: (n_q + dk.shape[1]) * head_dim].view(-1, head_dim)[:, 0::2]
     grads = [g.transpose(1, 2).float() for g in (dq, dk, dv)]  # (B, S, heads, head_dim)
     rotated = []
     for g, f in zip(grads[:2], freqs.split([n_q, dk.shape[1]]), strict=True):

@@ -38,7 +38,8 @@ class Stream(NamedTuple):
 
 
 def begin(h: torch.Tensor, norm_weight: torch.Tensor, eps: float) -> Stream:
-    """The stream entering the first layer: its norm has no producer GEMM (the embedding), so element-wise glue."""
+    """The stream entering the first layer: its norm has no producer GEMM (the embedding), so element-wise
+    glue."""
     with torch.no_grad():
         rstd = torch.rsqrt(h.float().pow(2).mean(-1) + eps)
         return Stream(h, h * norm_weight, rstd)
@@ -53,15 +54,17 @@ def rope_table(head_dim: int, n_heads: int, n_kv_heads: int, theta: float) -> to
 
 
 class _AttentionIn(torch.autograd.Function):
-    """norm + QKV + RoPE (``gemm_rmsnorm_rope``), handed to SDPA as (B, heads, S, head_dim) views of its output;
-    backward: RoPE's (one fused pass that reads SDPA's gradients where they lie, with zdz) then
+    """norm + QKV + RoPE (``gemm_rmsnorm_rope``), handed to SDPA as (B, heads, S, head_dim) views of its
+    output; backward: RoPE's (one fused pass that reads SDPA's gradients where they lie, with zdz) then
     ``gemm_rmsnorm_bwd``."""
 
     @staticmethod
     def forward(ctx: Any, h: torch.Tensor, normed: torch.Tensor, rstd: torch.Tensor, gamma: torch.Tensor,
-                w_qkv: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, heads: tuple[int, int, int],
-                kernels: Kernels) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        qkv = kernels["gemm_rmsnorm_rope"](x=normed, w=w_qkv, rstd=rstd, positions=positions, inv_freq=inv_freq)["out"]
+                w_qkv: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor,
+                heads: tuple[int, int, int], kernels: Kernels) -> tuple[torch.Tensor, torch.Tensor,
+                                                                        torch.Tensor]:
+        qkv = kernels["gemm_rmsnorm_rope"](x=normed, w=w_qkv, rstd=rstd, positions=positions,
+                                           inv_freq=inv_freq)["out"]
         ctx.save_for_backward(h, rstd, gamma, w_qkv, inv_freq, qkv)
         ctx.kernels = kernels
         batch, n_q, n_kv = heads
@@ -70,21 +73,32 @@ class _AttentionIn(torch.autograd.Function):
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
     @staticmethod
-    def backward(ctx: Any, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+    def backward(ctx: Any, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor) -> tuple[torch.Tensor | None,
+                                                                                          ...]:
         h, rstd, gamma, w_qkv, inv_freq, qkv = ctx.saved_tensors
         dz, zdz = glue.rope_backward(dq, dk, dv, qkv, inv_freq)
         kernels: Kernels = ctx.kernels
-        out = kernels["gemm_rmsnorm_bwd"](dz=dz, w=kernels.dgrad_weight(w_qkv), h=h, gamma=gamma, rstd=rstd, zdz=zdz,
-                                          dres=torch.zeros_like(h))
-        return out["dh"], None, None, out["dgamma"].to(gamma.dtype), dz.t() @ out["normed"], None, None, None, None
+        out = kernels["gemm_rmsnorm_bwd"](dz=dz, w=kernels.dgrad_weight(w_qkv), h=h, gamma=gamma, rstd=rstd,
+                                          zdz=zdz, dres=torch.zeros_like(h))
+        return (
+            out["dh"],
+            None,
+            None,
+            out["dgamma"].to(gamma.dtype),
+            dz.t() @ out["normed"],
+            None,
+            None,
+            None,
+            None,
+        )
 
 
 class _AttentionOut(torch.autograd.Function):
     """o-proj + residual + the next norm's statistics (``gemm_residual_rmsnorm``); backward: plain GEMMs."""
 
     @staticmethod
-    def forward(ctx: Any, a: torch.Tensor, w_o: torch.Tensor, residual: torch.Tensor, gamma: torch.Tensor, eps: float,
-                kernels: Kernels) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(ctx: Any, a: torch.Tensor, w_o: torch.Tensor, residual: torch.Tensor, gamma: torch.Tensor,
+                eps: float, kernels: Kernels) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         out = kernels["gemm_residual_rmsnorm"](x=a, w=w_o, residual=residual, gamma=gamma, eps=eps)
         ctx.save_for_backward(a, w_o)
         ctx.mark_non_differentiable(out["normed"], out["rstd"])
@@ -119,10 +133,20 @@ class _Mlp(torch.autograd.Function):
         dy = dy.contiguous()
         kernels: Kernels = ctx.kernels
         swiglu = kernels["gemm_swiglu_bwd"](dy=dy, w_down=kernels.dgrad_weight(w_down), preact=preact)
-        norm = kernels["gemm_rmsnorm_bwd"](dz=swiglu["dpreact"], w=kernels.dgrad_weight(w_gate_up), h=h, gamma=gamma,
-                                           rstd=rstd, zdz=swiglu["zdz"], dres=dy)
+        norm = kernels["gemm_rmsnorm_bwd"](dz=swiglu["dpreact"], w=kernels.dgrad_weight(w_gate_up), h=h,
+                                           gamma=gamma, rstd=rstd, zdz=swiglu["zdz"], dres=dy)
         dw_gate_up = swiglu["dpreact"].t() @ norm["normed"]
-        return norm["dh"], None, None, norm["dgamma"].to(gamma.dtype), dw_gate_up, dy.t() @ swiglu["act"], None, None, None
+        return (
+            norm["dh"],
+            None,
+            None,
+            norm["dgamma"].to(gamma.dtype),
+            dw_gate_up,
+            dy.t() @ swiglu["act"],
+            None,
+            None,
+            None,
+        )
 
 
 class _LMHeadLoss(torch.autograd.Function):
@@ -137,7 +161,8 @@ class _LMHeadLoss(torch.autograd.Function):
         out = kernels["gemm_rmsnorm_cross_entropy"](x=normed, w=w, rstd=rstd, targets=targets,
                                                     ignore_index=ignore_index)
         counted = (targets != ignore_index).sum().clamp(min=1).float()
-        kept = out["logits"] if keep_logits else normed  # the forward's own logits, or what recomputing them takes
+        # the forward's own logits, or what recomputing them takes
+        kept = out["logits"] if keep_logits else normed
         ctx.save_for_backward(h, rstd, gamma, w, targets, out["lse"], counted, kept)
         ctx.ignore_index, ctx.keep_logits, ctx.kernels = ignore_index, keep_logits, kernels
         return out["loss"].sum() / counted
@@ -151,10 +176,11 @@ class _LMHeadLoss(torch.autograd.Function):
             dlogits, zdz = kept, glue.softmax_grad_(kept, lse, targets, per_token, ctx.ignore_index)
         else:
             ce = kernels["gemm_rmsnorm_cross_entropy_bwd"](x=kept, w=w, rstd=rstd, targets=targets, lse=lse,
-                                                           dloss=per_token.contiguous(), ignore_index=ctx.ignore_index)
+                                                           dloss=per_token.contiguous(),
+                                                           ignore_index=ctx.ignore_index)
             dlogits, zdz = ce["dlogits"], ce["zdz"]
-        norm = kernels["gemm_rmsnorm_bwd"](dz=dlogits, w=kernels.dgrad_weight(w), h=h, gamma=gamma, rstd=rstd, zdz=zdz,
-                                           dres=torch.zeros_like(h))
+        norm = kernels["gemm_rmsnorm_bwd"](dz=dlogits, w=kernels.dgrad_weight(w), h=h, gamma=gamma, rstd=rstd,
+                                           zdz=zdz, dres=torch.zeros_like(h))
         dw = dlogits.t() @ norm["normed"]
         return norm["dh"], None, None, norm["dgamma"].to(gamma.dtype), dw, None, None, None, None
 
@@ -190,26 +216,32 @@ class CodaLlamaLayer(nn.Module):
         self.ffn_norm = nn.Parameter(torch.ones(dim, device=device, dtype=dtype))
         self.w_gate_up = _weight(2 * ffn_dim, dim, std=dim**-0.5, device=device, dtype=dtype)
         self.w_down = _weight(dim, ffn_dim, std=ffn_dim**-0.5, device=device, dtype=dtype)
-        self.register_buffer("inv_freq", rope_table(self.head_dim, n_heads, n_kv_heads, rope_theta).to(device), persistent=False)
+        self.register_buffer("inv_freq", rope_table(self.head_dim, n_heads, n_kv_heads,
+                                                    rope_theta).to(device), persistent=False)
 
     def forward(self, stream: Stream, next_norm: torch.Tensor) -> Stream:
         batch, seq, dim = stream.h.shape
         tokens = batch * seq
-        h, normed, rstd = stream.h.reshape(tokens, dim), stream.normed.reshape(tokens, dim), stream.rstd.reshape(tokens)
+        h, normed, rstd = (
+            stream.h.reshape(tokens, dim),
+            stream.normed.reshape(tokens, dim),
+            stream.rstd.reshape(tokens),
+        )
         positions = torch.arange(seq, device=h.device).repeat(batch)
-        q, k, v = _AttentionIn.apply(h, normed, rstd, self.attention_norm, self.wqkv, positions, self.inv_freq,
-                                     (batch, self.n_heads, self.n_kv_heads), self.kernels)
+        q, k, v = _AttentionIn.apply(h, normed, rstd, self.attention_norm, self.wqkv, positions,
+                                     self.inv_freq, (batch, self.n_heads, self.n_kv_heads), self.kernels)
         a = self._attention(q, k, v).reshape(tokens, dim)
         h1, normed1, rstd1 = _AttentionOut.apply(a, self.wo, h, self.ffn_norm, self.eps, self.kernels)
-        h2, normed2, rstd2 = _Mlp.apply(h1, normed1, rstd1, self.ffn_norm, self.w_gate_up, self.w_down, next_norm, self.eps,
-                                        self.kernels)
+        h2, normed2, rstd2 = _Mlp.apply(h1, normed1, rstd1, self.ffn_norm, self.w_gate_up, self.w_down,
+                                        next_norm, self.eps, self.kernels)
         return Stream(h2.view(batch, seq, dim), normed2.view(batch, seq, dim), rstd2.view(batch, seq))
 
     def _attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Causal grouped-query attention (torch's SDPA) on (B, heads, S, head_dim), heads concatenated:
         (B, S, n_heads * head_dim)."""
         batch, _, seq, _ = q.shape
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.n_heads != self.n_kv_heads)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                             enable_gqa=self.n_heads != self.n_kv_heads)
         return out.transpose(1, 2).reshape(batch, seq, -1)
 
 
@@ -235,13 +267,15 @@ class CodaLMHead(nn.Module):
     def forward(self, stream: Stream, targets: torch.Tensor) -> torch.Tensor:
         dim = stream.h.shape[-1]
         loss: torch.Tensor = _LMHeadLoss.apply(stream.h.reshape(-1, dim), stream.normed.reshape(-1, dim),
-                                               stream.rstd.reshape(-1), self.norm, self.weight, targets.reshape(-1),
-                                               self.ignore_index, self.keep_logits, self.kernels)
+                                               stream.rstd.reshape(-1), self.norm, self.weight,
+                                               targets.reshape(-1), self.ignore_index, self.keep_logits,
+                                               self.kernels)
         return loss
 
 
 class CodaLlamaStack(nn.Module):
-    """Layers then the LM head: hidden states (B, S, D) from the embedding and targets (B, S) in, mean loss out.
+    """Layers then the LM head: hidden states (B, S, D) from the embedding and targets (B, S) in, mean loss
+    out.
 
     It threads the :class:`Stream`: each layer's down projection computes the statistics of the norm after it.
     """
@@ -254,7 +288,8 @@ class CodaLlamaStack(nn.Module):
         self.head = head
 
     def use(self, kernels: Kernels) -> None:
-        """Run every layer and the head on ``kernels`` from the next step on (say, a run's ``best.py`` for one task)."""
+        """Run every layer and the head on ``kernels`` from the next step on (say, a run's ``best.py`` for one
+        task)."""
         for module in (*self.layers, self.head):
             module.kernels = kernels
 

@@ -1,4 +1,5 @@
-"""Task kernels as ``torch.library`` custom ops: one op per (task, kernel source), its fake from the task's YAML.
+"""Task kernels as ``torch.library`` custom ops: one op per (task, kernel source), its fake from the task's
+YAML.
 
 A kernel file is imported in this process the way the suite's human kernels are (``tasks.loader.import_file``)
 and called directly: no sandbox. Only load kernels you trust (the human ones, or a ``best.py`` you have read).
@@ -33,7 +34,8 @@ CHAIN_TASKS = (
     "gemm_swiglu_bwd",
 )
 
-#: The ops registered in this process, by (task, sha256 prefix of the kernel source): a source is registered once.
+#: The ops registered in this process, by (task, sha256 prefix of the kernel source): a source is registered
+#: once.
 _registered: dict[tuple[str, str], TaskOp] = {}
 
 
@@ -52,7 +54,8 @@ def bind_dims(task: Task, inputs: Mapping[str, torch.Tensor]) -> dict[str, Any]:
     for spec in task.inputs:
         shape = inputs[spec.name].shape
         if len(shape) != len(spec.shape):
-            raise ValueError(f"{task.name}: input {spec.name} has {len(shape)} dims, the task's shape is {spec.shape}")
+            raise ValueError(f"{task.name}: input {spec.name} has {len(shape)} dims, the task's shape is "
+                             f"{spec.shape}")
         for entry, size in zip(spec.shape, shape, strict=True):
             if isinstance(entry, str) and entry.isidentifier():
                 dims.setdefault(entry, size)
@@ -69,8 +72,8 @@ def bind_dims(task: Task, inputs: Mapping[str, torch.Tensor]) -> dict[str, Any]:
 
 
 class TaskOp:
-    """One task kernel as a custom op ``coda::<task>_<source hash>``; call it with the task's inputs by name and
-    its constants, get its outputs by name."""
+    """One task kernel as a custom op ``coda::<task>_<source hash>``; call it with the task's inputs by name
+    and its constants, get its outputs by name."""
 
     def __init__(self, task: Task, source: Path, digest: str) -> None:
         self.task, self.source = task, source
@@ -83,7 +86,8 @@ class TaskOp:
         constants = [f"{'int' if isinstance(v, int) else 'float'} {k}" for k, v in task.constants.items()]
         returns = "Tensor" if len(task.outputs) == 1 else f"({', '.join(['Tensor'] * len(task.outputs))})"
         schema = f"({', '.join([f'Tensor {s.name}' for s in task.inputs] + constants)}) -> {returns}"
-        self.op = torch.library.custom_op(f"coda::{task.name}_{digest}", self._run, mutates_args=(), schema=schema)
+        self.op = torch.library.custom_op(f"coda::{task.name}_{digest}", self._run, mutates_args=(),
+                                          schema=schema)
         self.op.register_fake(self._fake)
 
     def __call__(self, **kwargs: Any) -> dict[str, torch.Tensor]:
@@ -94,11 +98,13 @@ class TaskOp:
     def output_specs(self, args: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], torch.dtype]]:
         """Each output's shape and dtype, as the task's YAML gives them at these inputs."""
         dims = bind_dims(self.task, dict(zip(self.arg_names, args, strict=False)))
-        return [(tuple(shape_expr.evaluate(str(d), dims) for d in o.shape), torch_dtype(o.dtype)) for o in self.task.outputs]
+        return [(tuple(shape_expr.evaluate(str(d), dims) for d in o.shape),
+                 torch_dtype(o.dtype)) for o in self.task.outputs]
 
     def _fake(self, *args: Any) -> torch.Tensor | tuple[torch.Tensor, ...]:
         device = args[0].device
-        return self._returned([torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.output_specs(args)])
+        return self._returned([torch.empty(shape, dtype=dtype,
+                                           device=device) for shape, dtype in self.output_specs(args)])
 
     def _returned(self, outs: list[torch.Tensor]) -> torch.Tensor | tuple[torch.Tensor, ...]:
         """The op's return as its schema spells it: one Tensor, or a tuple of them."""
@@ -109,7 +115,8 @@ class TaskOp:
         for given in self.task.inputs:
             dtype = kwargs[given.name].dtype
             if dtype != torch_dtype(given.dtype):
-                raise TypeError(f"{self.task.name}: input {given.name} is {dtype}, the task takes {given.dtype}")
+                raise TypeError(f"{self.task.name}: input {given.name} is {dtype}, the task takes "
+                                f"{given.dtype}")
         wanted = backend_for(kwargs[self.task.inputs[0].name].device)
         with nullcontext() if backend.active().name == wanted else backend.using(wanted):
             outs = self.forward(**kwargs)
@@ -118,17 +125,20 @@ class TaskOp:
             got = outs.get(spec.name)
             if got is None or tuple(got.shape) != shape or got.dtype != dtype:
                 seen = "missing" if got is None else f"{tuple(got.shape)} {got.dtype}"
-                raise ValueError(f"{self.source}: output {spec.name} is {seen}, the task gives {shape} {dtype}")
+                raise ValueError(f"{self.source}: output {spec.name} is {seen}, the task gives {shape} "
+                                 f"{dtype}")
             result.append(got)
         return self._returned(result)
 
 
 def task_op(task: str | Task, source: str | Path | None = None) -> TaskOp:
-    """The custom op of a task's kernel: its human kernel, or the kernel file ``source`` (e.g. a run's best.py)."""
+    """The custom op of a task's kernel: its human kernel, or the kernel file ``source`` (e.g. a run's
+    best.py)."""
     t = find_task(task) if isinstance(task, str) else task
     path = Path(source) if source is not None else t.human_file
     if path is None or not path.is_file():
-        raise FileNotFoundError(f"{t.name}: no kernel file {'(the task has no human kernel)' if path is None else path}")
+        raise FileNotFoundError(f"{t.name}: no kernel file "
+                                f"{'(the task has no human kernel)' if path is None else path}")
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
     key = (t.name, digest)
     if key not in _registered:
@@ -142,16 +152,19 @@ class Kernels:
     ``Kernels({"gemm_rmsnorm_bwd": "runs/<run>/best.py"})`` runs that file's kernel for every RMSNorm
     backward and the human kernels elsewhere. The files are imported and run in this process, unsandboxed.
 
-    ``k_major_dgrad=True`` hands every dgrad GEMM (``dz @ w``, reducing over ``w``'s rows) a K-major copy of the
-    weight, made in the backward, once per step, instead of the weight as stored (N-major). The copy is one
-    memory pass over the weight; it pays where the kernel's tiles for a K-major B beat those for an N-major one.
+    ``k_major_dgrad=True`` hands every dgrad GEMM (``dz @ w``, reducing over ``w``'s rows) a K-major copy of
+    the weight, made in the backward, once per step, instead of the weight as stored (N-major). The copy is
+    one memory pass over the weight; it pays where the kernel's tiles for a K-major B beat those for an
+    N-major one.
     """
 
-    def __init__(self, sources: Mapping[str, str | Path] | None = None, *, k_major_dgrad: bool = False) -> None:
+    def __init__(self, sources: Mapping[str, str | Path] | None = None, *,
+                 k_major_dgrad: bool = False) -> None:
         sources = dict(sources or {})
         unknown = set(sources) - set(CHAIN_TASKS)
         if unknown:
-            raise KeyError(f"not tasks of the Llama-3 chain: {sorted(unknown)} (the chain runs {', '.join(CHAIN_TASKS)})")
+            raise KeyError(f"not tasks of the Llama-3 chain: {sorted(unknown)} (the chain runs "
+                           f"{', '.join(CHAIN_TASKS)})")
         self.ops = {name: task_op(name, sources.get(name)) for name in CHAIN_TASKS}
         self.k_major_dgrad = k_major_dgrad
 

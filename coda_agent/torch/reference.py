@@ -1,11 +1,11 @@
-"""The same Llama-3 stack as :class:`~coda_agent.torch.CodaLlamaStack` in plain PyTorch: the tests' truth and the
-end-to-end bench's eager and torch.compile baselines.
+"""The same Llama-3 stack as :class:`~coda_agent.torch.CodaLlamaStack` in plain PyTorch: the tests' truth and
+the end-to-end bench's eager and torch.compile baselines.
 
 Written the way a model author writes it (RoPE per head from positions and theta, RMSNorm in FP32, logits in
 FP32 for the loss), not from the ops' helpers, so a wrong layout in the ops (rotary pairs, gate/up interleave,
 head split) shows up against it. RoPE is real arithmetic on the interleaved pairs (Meta's complex product,
-spelled out) so Inductor can fuse it. Parameter names match the CODA stack's: ``ReferenceLlamaStack.like(stack)``
-loads its weights.
+spelled out) so Inductor can fuse it. Parameter names match the CODA stack's:
+``ReferenceLlamaStack.like(stack)`` loads its weights.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from .layer import CodaLlamaLayer, CodaLlamaStack
 
 
 class ReferenceLlamaLayer(nn.Module):
-    """Pre-norm decoder layer: RMSNorm, fused QKV, interleaved RoPE, causal GQA (SDPA), o-proj, RMSNorm, SwiGLU."""
+    """Pre-norm decoder layer: RMSNorm, fused QKV, interleaved RoPE, causal GQA (SDPA), o-proj, RMSNorm,
+    SwiGLU."""
 
-    def __init__(self, dim: int, ffn_dim: int, n_heads: int, n_kv_heads: int, *, rope_theta: float, eps: float,
-                 device: torch.device | str | None, dtype: torch.dtype) -> None:
+    def __init__(self, dim: int, ffn_dim: int, n_heads: int, n_kv_heads: int, *, rope_theta: float,
+                 eps: float, device: torch.device | str | None, dtype: torch.dtype) -> None:
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, dim // n_heads
         self.rope_theta, self.eps = rope_theta, eps
@@ -36,13 +37,15 @@ class ReferenceLlamaLayer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, seq, dim = x.shape
         nq, nkv, d = self.n_heads, self.n_kv_heads, self.head_dim
-        q, k, v = (rms_norm(x, self.attention_norm, self.eps) @ self.wqkv.t()).split([nq * d, nkv * d, nkv * d], dim=-1)
+        q, k, v = (rms_norm(x, self.attention_norm, self.eps) @ self.wqkv.t()).split([nq * d, nkv * d,
+                                                                                      nkv * d], dim=-1)
         q, k = (self._rope(t.reshape(batch, seq, -1, d)) for t in (q, k))
         v = v.reshape(batch, seq, nkv, d)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
         a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=nq != nkv)
         x = x + a.transpose(1, 2).reshape(batch, seq, dim) @ self.wo.t()
-        gate, up = (rms_norm(x, self.ffn_norm, self.eps) @ self.w_gate_up.t()).unflatten(-1, (-1, 2)).unbind(-1)
+        gate, up = (rms_norm(x, self.ffn_norm, self.eps) @ self.w_gate_up.t()).unflatten(-1,
+                                                                                         (-1, 2)).unbind(-1)
         return x + (F.silu(gate) * up) @ self.w_down.t()
 
     def _rope(self, t: torch.Tensor) -> torch.Tensor:
@@ -64,8 +67,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 class ReferenceHead(nn.Module):
     """Final RMSNorm, LM head, mean cross-entropy (FP32 logits) over the tokens not ``ignore_index``."""
 
-    def __init__(self, dim: int, vocab: int, *, eps: float, ignore_index: int, device: torch.device | str | None,
-                 dtype: torch.dtype) -> None:
+    def __init__(self, dim: int, vocab: int, *, eps: float, ignore_index: int,
+                 device: torch.device | str | None, dtype: torch.dtype) -> None:
         super().__init__()
         self.eps, self.ignore_index = eps, ignore_index
         self.norm = nn.Parameter(torch.empty(dim, device=device, dtype=dtype))
@@ -92,16 +95,19 @@ class ReferenceLlamaStack(nn.Module):
 
     @classmethod
     def like(cls, stack: CodaLlamaStack, dtype: torch.dtype | None = None) -> ReferenceLlamaStack:
-        """The reference with ``stack``'s configuration and a copy of its weights, cast to ``dtype`` (default: theirs)."""
-        coda_layers: list[CodaLlamaLayer] = list(stack.layers)  # type: ignore[arg-type]  # ModuleList is untyped
+        """The reference with ``stack``'s configuration and a copy of its weights, cast to ``dtype`` (default:
+        theirs)."""
+        # ModuleList is untyped
+        coda_layers: list[CodaLlamaLayer] = list(stack.layers)  # type: ignore[arg-type]
         first = coda_layers[0]
         dim, vocab = stack.head.weight.shape[1], stack.head.weight.shape[0]
         device, dtype = stack.head.weight.device, dtype or stack.head.weight.dtype
         ffn_dim = first.w_down.shape[1]
-        layers = [ReferenceLlamaLayer(dim, ffn_dim, layer.n_heads, layer.n_kv_heads, rope_theta=layer.rope_theta, eps=layer.eps,
-                                      device=device, dtype=dtype) for layer in coda_layers]
-        ref = cls(layers, ReferenceHead(dim, vocab, eps=first.eps, ignore_index=stack.head.ignore_index, device=device,
-                                        dtype=dtype))
+        layers = [ReferenceLlamaLayer(dim, ffn_dim, layer.n_heads, layer.n_kv_heads,
+                                      rope_theta=layer.rope_theta, eps=layer.eps, device=device,
+                                      dtype=dtype) for layer in coda_layers]
+        ref = cls(layers, ReferenceHead(dim, vocab, eps=first.eps, ignore_index=stack.head.ignore_index,
+                                        device=device, dtype=dtype))
         ref.load_state_dict(stack.state_dict())
         return ref
 
