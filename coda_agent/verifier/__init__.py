@@ -99,14 +99,14 @@ def verify(task: Task, source: str, plan: Plan | None = None) -> Verdict:
 def tune_plan(stage: str = "tune", shape_set: str = "bench", budget_s: float = DEFAULT_TUNE_BUDGET_S,
               cache: bool = True) -> Plan:
     """The plan of one schedule search: ``tune`` (GPU) or ``tune_cpu`` (emulator), within ``budget_s``."""
-    return Plan(stages=[stage], backend="quack" if stage == "tune" else "torch", shape_set=shape_set, seeds=[0],
-                timeout=1.5 * budget_s + 300.0, tune_budget_s=budget_s, tune_cache=cache)
+    return Plan(stages=[stage], backend="quack" if stage == "tune" else "torch", shape_set=shape_set,
+                seeds=[0], timeout=1.5 * budget_s + 300.0, tune_budget_s=budget_s, tune_cache=cache)
 
 
 @dataclass(frozen=True)
 class Tuned:
-    """What a schedule search gave a candidate: its source with the winners pinned (None: nothing beat the configs
-    as written) and, per shape, what was tried."""
+    """What a schedule search gave a candidate: its source with the winners pinned (None: nothing beat the
+    configs as written) and, per shape, what was tried."""
 
     source: str | None
     search: dict[str, ShapeTuning] = field(default_factory=dict)
@@ -119,8 +119,8 @@ class Tuned:
 
 
 class TuningFailed(Exception):
-    """The tune stage could not finish (the candidate stands with the configs it was written with); ``searched`` is
-    what it measured before it ended."""
+    """The tune stage could not finish (the candidate stands with the configs it was written with);
+    ``searched`` is what it measured before it ended."""
 
     def __init__(self, reason: str, searched: Tuned | None = None) -> None:
         super().__init__(reason)
@@ -146,9 +146,9 @@ def tune_schedule(
 
 
 def pinned_source(source: str, tuned: Verdict, stage: str = "tune", min_gain: float | None = None) -> Tuned:
-    """``source`` with the winners of a tune verdict pinned (``@schedule({...})`` on forward) where they gained
-    ``min_gain`` at some shape, under notes of this search's times and the earlier notes of the shapes it did not
-    time, and the search. Raises :class:`TuningFailed` when the search failed."""
+    """``source`` with the winners of a tune verdict pinned (``@schedule({...})`` on forward) where they
+    gained ``min_gain`` at some shape, under notes of this search's times and the earlier notes of the shapes
+    it did not time, and the search. Raises :class:`TuningFailed` when the search failed."""
     from . import tuning
     from .static.schedule_source import pin_schedule, pinned_notes
 
@@ -161,10 +161,12 @@ def pinned_source(source: str, tuned: Verdict, stage: str = "tune", min_gain: fl
         return _searched(result)
     device = str(result.details.get("device", ""))
     # ASCII only: the runner reads the module in whatever locale its sandbox has.
-    notes = [f"configs pinned by the harness's tune stage on {device}; forward() as written -> tuned (GPU time):"]
+    notes = [f"configs pinned by the harness's tune stage on {device}; forward() as written -> tuned (GPU "
+             "time):"]
     notes += [
         f"  {name}: {t.before.gpu_us:.1f} -> {t.after.gpu_us:.1f} us" if t.gain >= min_gain
-        else f"  {name}: {t.before.gpu_us:.1f} us, kept as written (nothing was {100 * (min_gain - 1):.0f}% faster)"
+        else f"  {name}: {t.before.gpu_us:.1f} us, kept as written (nothing was {100 * (min_gain - 1):.0f}% "
+             "faster)"
         for name, t in result.tuning.items()
     ]
     notes += pinned_notes(source, measured=result.tuning)
@@ -177,8 +179,10 @@ def _searched(result: StageResult | None) -> Tuned:
         return Tuned(None)
     lost, cut, builds = (result.details.get(k) for k in ("shapes_lost", "cut_short", "builds"))
     return Tuned(
-        None, dict(result.tuning), {str(k): str(v) for k, v in lost.items()} if isinstance(lost, dict) else {},
-        {str(k): [TunedGemm.model_validate(c) for c in calls] for k, calls in cut.items()} if isinstance(cut, dict) else {},
+        None, dict(result.tuning),
+        {str(k): str(v) for k, v in lost.items()} if isinstance(lost, dict) else {},
+        {str(k): [TunedGemm.model_validate(c) for c in calls] for k, calls in cut.items()}
+        if isinstance(cut, dict) else {},
         {str(k): dict(v) for k, v in builds.items()} if isinstance(builds, dict) else {},
     )
 
@@ -188,11 +192,13 @@ def _finish(verdict: Verdict, t0: float, plan: Plan | None = None) -> Verdict:
     failed = next((s for s in verdict.stages if s.outcome is not Outcome.PASSED), None)
     ran = [s.stage for s in verdict.stages]
     if failed is None and plan is not None and ran[1:] != plan.stages:
-        failed = StageResult(stage="checker", outcome=Outcome.INFRA_ERROR, reason=f"stages {plan.stages} were planned, {ran[1:]} ran")
+        failed = StageResult(stage="checker", outcome=Outcome.INFRA_ERROR,
+                             reason=f"stages {plan.stages} were planned, {ran[1:]} ran")
         verdict.stages.append(failed)
     for st in verdict.stages:
         st.reason = sanitize(st.reason)
-        st.details = storable_tree(st.details)  # per-shape reasons and the like carry the candidate's words too
+        # per-shape reasons and the like carry the candidate's words too
+        st.details = storable_tree(st.details)
         for c in st.checks:
             c.reason = sanitize(c.reason)
     if failed is not None:
@@ -204,8 +210,9 @@ def _finish(verdict: Verdict, t0: float, plan: Plan | None = None) -> Verdict:
 
 
 def sanitize(text: str, limit: int = MAX_REASON) -> str:
-    """A reason fit for a prompt and a record: no value of a secret-looking environment variable, bounded in length,
-    storable (a candidate's message may carry lone surrogates; controls are neutralised where it is shown)."""
+    """A reason fit for a prompt and a record: no value of a secret-looking environment variable, bounded in
+    length, storable (a candidate's message may carry lone surrogates; controls are neutralised where it is
+    shown)."""
     text = storable(text)
     for name, value in os.environ.items():
         if len(value) >= 8 and _SECRET_NAME.search(name) and value in text:

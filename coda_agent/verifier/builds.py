@@ -1,16 +1,16 @@
-"""The tune stage's builds: the configs a shape's search will propose, built for sm_90a by CPU processes side by side
-before the GPU times any of them.
+"""The tune stage's builds: the configs a shape's search will propose, built for sm_90a by CPU processes side
+by side before the GPU times any of them.
 
-A proposal the GPU runner has to build first costs its build (2-7 s on the H200) before its few milliseconds of
-timing, one proposal after another. Here :data:`BUILDERS` runners on the ``quack-compile`` backend (QuACK's
-compile-only path, no GPU) each take configs off one queue and build them under the harness's schedule at the task's
-first small shape: a kernel does not depend on the sizes, and QuACK's compile cache, which the candidate's runners
-share (:func:`~.caches.quack_cache_for`), is where the kernels meet, as in QuACK's own autotuner and its compile pool.
-The GPU runner then loads each kernel instead of building it.
+A proposal the GPU runner has to build first costs its build (2-7 s on the H200) before its few milliseconds
+of timing, one proposal after another. Here :data:`BUILDERS` runners on the ``quack-compile`` backend (QuACK's
+compile-only path, no GPU) each take configs off one queue and build them under the harness's schedule at the
+task's first small shape: a kernel does not depend on the sizes, and QuACK's compile cache, which the
+candidate's runners share (:func:`~.caches.quack_cache_for`), is where the kernels meet, as in QuACK's own
+autotuner and its compile pool. The GPU runner then loads each kernel instead of building it.
 
 A build that fails is not proposed at all: one the primitives refuse, or one that takes its process down. A
-compiler abort (``std::bad_variant_access`` from a tile QuACK cannot build) costs one builder, which is started
-again, and not the search's runner, whose restarts are few.
+compiler abort (``std::bad_variant_access`` from a tile QuACK cannot build) costs one builder, which is
+started again, and not the search's runner, whose restarts are few.
 """
 
 from __future__ import annotations
@@ -44,9 +44,10 @@ class BuildClient(Protocol):
 StartBuilder = Callable[[], AbstractContextManager[BuildClient]]
 
 
-def build_configs(builds: Iterable[Build], start: StartBuilder, deadline: float, workers: int = BUILDERS) -> dict[Build, str]:
-    """Build each (epilogue, config) until ``deadline`` (monotonic); what failed, with why. A build the deadline cut
-    off is not a failure (the GPU runner builds it when proposed)."""
+def build_configs(builds: Iterable[Build], start: StartBuilder, deadline: float,
+                  workers: int = BUILDERS) -> dict[Build, str]:
+    """Build each (epilogue, config) until ``deadline`` (monotonic); what failed, with why. A build the
+    deadline cut off is not a failure (the GPU runner builds it when proposed)."""
     todo: queue.SimpleQueue[Build] = queue.SimpleQueue()
     wanted = list(dict.fromkeys(builds))
     for build in wanted:
@@ -61,9 +62,10 @@ def build_configs(builds: Iterable[Build], start: StartBuilder, deadline: float,
     return dict(failed)
 
 
-def _builder(todo: queue.SimpleQueue[Build], start: StartBuilder, deadline: float, failed: dict[Build, str]) -> None:
-    """One builder: a runner for as long as it lives, the next one after a build that killed it (a runner that cannot
-    start twice running ends the builder: the GPU runner builds what is left)."""
+def _builder(todo: queue.SimpleQueue[Build], start: StartBuilder, deadline: float,
+             failed: dict[Build, str]) -> None:
+    """One builder: a runner for as long as it lives, the next one after a build that killed it (a runner that
+    cannot start twice running ends the builder: the GPU runner builds what is left)."""
     false_starts = 0
     while time.monotonic() < deadline and not todo.empty() and false_starts < 2:
         started = False

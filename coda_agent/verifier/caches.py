@@ -1,5 +1,5 @@
-"""The runners' QuACK compile caches: one folder per candidate source, so a runner writes only its own code's; all
-under a root of the checker user's; their total bounded, the least recently used sources' pruned first.
+"""The runners' QuACK compile caches: one folder per candidate source, so a runner writes only its own code's;
+all under a root of the checker user's; their total bounded, the least recently used sources' pruned first.
 
 A runner decides what its cache holds, so the checker only measures and removes there, never following a link
 (:func:`.scratch.remove_tree`), and never fails a verification over it.
@@ -28,7 +28,8 @@ IN_USE_S = 3600.0
 
 def quack_cache_for(source: str) -> Path:
     """A QuACK compile cache per candidate source: a runner can write only the cache of its own code. A pinned
-    schedule does not count (the harness's tuned module reuses the kernels its search built from the same code)."""
+    schedule does not count (the harness's tuned module reuses the kernels its search built from the same
+    code)."""
     return cache_root() / "by-source" / hashlib.sha256(without_schedule(source).encode()).hexdigest()[:20]
 
 
@@ -40,8 +41,8 @@ def cache_root() -> Path:
 
 @functools.cache
 def _own_root(temp: Path, uid: int) -> Path:
-    """``<temp>/coda_quack_cache-<uid>``: this user's. Where another local user made that name first (or left it
-    open), a fresh folder of this process's instead, said once in the log: the caches start empty, and no
+    """``<temp>/coda_quack_cache-<uid>``: this user's. Where another local user made that name first (or left
+    it open), a fresh folder of this process's instead, said once in the log: the caches start empty, and no
     verification fails on a folder someone else planted."""
     root = temp / f"coda_quack_cache-{uid}"
     try:
@@ -73,11 +74,12 @@ def budget_bytes() -> int:
 
 
 def prune(root: Path, budget: int, now: float | None = None) -> list[Path]:
-    """Remove sources' caches under ``root``, least recently used first, until they hold at most ``budget`` bytes;
-    the ones removed. One a runner got in the last :data:`IN_USE_S` seconds stays. Never raises."""
+    """Remove sources' caches under ``root``, least recently used first, until they hold at most ``budget``
+    bytes; the ones removed. One a runner got in the last :data:`IN_USE_S` seconds stays. Never raises."""
     now = time.time() if now is None else now
     try:
-        folders = [(e.stat(follow_symlinks=False).st_mtime, Path(e.path)) for e in os.scandir(root / "by-source")
+        folders = [(e.stat(follow_symlinks=False).st_mtime,
+                    Path(e.path)) for e in os.scandir(root / "by-source")
                    if e.is_dir(follow_symlinks=False)]
     except OSError:
         return []
@@ -93,12 +95,14 @@ def prune(root: Path, budget: int, now: float | None = None) -> list[Path]:
             removed.append(path)
             total -= sizes[path]
     if total > budget:
-        log.warning("QuACK caches under %s hold %d bytes, over the %d budget, all of them in use", root, total, budget)
+        log.warning("QuACK caches under %s hold %d bytes, over the %d budget, all of them in use", root,
+                    total, budget)
     return removed
 
 
 def tree_bytes(folder: Path) -> int:
-    """The bytes the files below ``folder`` take (links not followed; what vanishes meanwhile is not counted)."""
+    """The bytes the files below ``folder`` take (links not followed; what vanishes meanwhile is not
+    counted)."""
     total, todo = 0, [str(folder)]
     while todo:
         try:
@@ -116,5 +120,6 @@ def tree_bytes(folder: Path) -> int:
 
 @functools.cache
 def prune_once() -> int:
-    """:func:`prune` of the cache root once per process (the first verification); how many sources' were removed."""
+    """:func:`prune` of the cache root once per process (the first verification); how many sources' were
+    removed."""
     return len(prune(cache_root(), budget_bytes()))

@@ -1,10 +1,10 @@
 """The checker's handle on one sandboxed runner: start it, talk to it, bound it in time, end it.
 
 Everything the runner says is data: each reply is validated as the kind its request expects
-(:func:`~coda_agent.runner.protocol.parse_reply`), its tensors as their file allows; its exit code and its files
-mean nothing to the verdict. A runner that dies or sends a malformed reply becomes :class:`RunnerCrashed`, one
-that overruns the deadline is killed and becomes :class:`RunnerTimedOut`, and a ``forward`` that raised is
-:class:`CandidateRaised`.
+(:func:`~coda_agent.runner.protocol.parse_reply`), its tensors as their file allows; its exit code and its
+files mean nothing to the verdict. A runner that dies or sends a malformed reply becomes
+:class:`RunnerCrashed`, one that overruns the deadline is killed and becomes :class:`RunnerTimedOut`, and a
+``forward`` that raised is :class:`CandidateRaised`.
 """
 
 from __future__ import annotations
@@ -59,9 +59,11 @@ from .sandbox import Limits, Sandbox, Spec, detect, kill
 from .scratch import remove_tree, scratch_prefix
 
 STDERR_TAIL = 4000
-#: The largest kernel trace the checker reads back from a runner (a batch's trace of kernel events is tens of KB).
+#: The largest kernel trace the checker reads back from a runner (a batch's trace of kernel events is tens of
+#: KB).
 MAX_TRACE_BYTES = 16 * 1024 * 1024
-#: Sets rlimits and the parent-death signal, then execs the real command (no preexec_fn: the caller has threads).
+#: Sets rlimits and the parent-death signal, then execs the real command (no preexec_fn: the caller has
+#: threads).
 _SHIM = (
     "import ctypes,json,os,resource,signal,sys\n"
     "lim=json.loads(sys.argv[1])\n"
@@ -97,7 +99,8 @@ class RunnerCrashed(RunnerError):
 
 
 def last_line(exc: Exception) -> str:
-    """The last non-empty line of a failure's message, cut to 200 characters (a dead runner's: its abort's reason)."""
+    """The last non-empty line of a failure's message, cut to 200 characters (a dead runner's: its abort's
+    reason)."""
     lines = [line for line in str(exc).splitlines() if line.strip()]
     return lines[-1][:200] if lines else "no message"
 
@@ -111,8 +114,8 @@ class RunnerCancelled(RunnerError):
 
 
 class CandidateRaised(RunnerError):
-    """``forward`` (or the import) raised; the message is the candidate's own trace. ``contract``: what it raised
-    was the primitives' EpilogueError (a misuse of the contract, not a failure to run)."""
+    """``forward`` (or the import) raised; the message is the candidate's own trace. ``contract``: what it
+    raised was the primitives' EpilogueError (a misuse of the contract, not a failure to run)."""
 
     def __init__(self, message: str, call: int | None = None, contract: bool = False) -> None:
         super().__init__(message)
@@ -153,15 +156,16 @@ class RunnerClient:
     ) -> None:
         self.sandbox = sandbox or detect()
         self.device, self.deadline = device, deadline
-        self.scratch = Path(tempfile.mkdtemp(prefix=scratch_prefix()))  # 0700: no other user can plant files in it
+        # 0700: no other user can plant files in it
+        self.scratch = Path(tempfile.mkdtemp(prefix=scratch_prefix()))
         with os.fdopen(create_file(self.scratch / "candidate.py"), "w") as f:
             f.write(source)
         env = {"QUACK_CACHE_DIR": str(cache_dir)} if cache_dir else {}
         if backend == "quack-compile":
             env.update({"QUACK_ARCH": "90", "CUTE_DSL_ARCH": "sm_90a"})
         spec = Spec(
-            scratch=self.scratch, writable=(cache_dir,) if cache_dir else (), hidden=hidden, gpu=device == "cuda",
-            env=env, limits=Limits(memory_bytes=None) if device == "cuda" else Limits(),
+            scratch=self.scratch, writable=(cache_dir,) if cache_dir else (), hidden=hidden,
+            gpu=device == "cuda", env=env, limits=Limits(memory_bytes=None) if device == "cuda" else Limits(),
         )
         argv = [sys.executable, "-m", "coda_agent.runner"]
         limits = {
@@ -175,7 +179,8 @@ class RunnerClient:
         self.peak_bytes: int | None = None
         self._op = ""
         self._tail = bytearray()
-        self.proc = self.sandbox.popen(argv, spec, prefix=shim, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.proc = self.sandbox.popen(argv, spec, prefix=shim, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE)
         assert self.proc.stdin and self.proc.stdout and self.proc.stderr
         self.channel = Channel(self.proc.stdout, self.proc.stdin)
         self._stderr = threading.Thread(target=self._drain, args=(self.proc.stderr,), daemon=True)
@@ -217,7 +222,8 @@ class RunnerClient:
         return self._reply(expected)
 
     def _reply(self, expected: type[ExpectedReply]) -> ExpectedReply:
-        """The runner's next reply, as the ``expected`` kind; a failure it reports is raised as what it was."""
+        """The runner's next reply, as the ``expected`` kind; a failure it reports is raised as what it
+        was."""
         try:
             message = self.channel.recv()
         except ProtocolError as exc:
@@ -258,13 +264,15 @@ class RunnerClient:
     # --- requests --------------------------------------------------------------------------------
 
     def set_schedule(self, table: Schedule) -> None:
-        """Run the calls that follow under the harness's schedule (precedence over the candidate's own configs)."""
+        """Run the calls that follow under the harness's schedule (precedence over the candidate's own
+        configs)."""
         self._request(ScheduleRequest(entries=schedule_to_wire(table)), Done)
 
     def discover(self, shapes: Mapping[str, tuple[Sequence[int], torch.dtype]]) -> CallOps:
-        """The op log of one forward() on meta tensors of these shapes and dtypes (its gemm calls answered with
-        shapes only); CandidateRaised when forward() cannot run without values."""
-        inputs = {k: MetaTensor(shape=list(shape), dtype=dtype_name(dtype)) for k, (shape, dtype) in shapes.items()}
+        """The op log of one forward() on meta tensors of these shapes and dtypes (its gemm calls answered
+        with shapes only); CandidateRaised when forward() cannot run without values."""
+        inputs = {k: MetaTensor(shape=list(shape), dtype=dtype_name(dtype)) for k, (shape,
+                                                                                    dtype) in shapes.items()}
         ops = self._request(DiscoverRequest(inputs=inputs), Discovered).ops
         return ops[0] if ops else []
 
@@ -300,7 +308,8 @@ class RunnerClient:
                 raise RunnerCrashed("the runner's kernel trace is not a trace")
             with contextlib.suppress(OSError):  # whatever the runner did to it since, it has been read
                 path.unlink()
-        hosts = reply.host_us if len(reply.host_us) == len(calls) else []  # a diagnostic: one time per call, or none
+        # a diagnostic: one time per call, or none
+        hosts = reply.host_us if len(reply.host_us) == len(calls) else []
         return Batch(times_us=reply.times_us, wall_s=wall, host_us=hosts, trace=trace_data, ops=reply.ops)
 
     def fetch(self, max_bytes: int) -> list[CallOutput]:
@@ -320,7 +329,8 @@ class RunnerClient:
             outs.append(CallOutput(
                 call=entry.call, kind=entry.kind,
                 tensors={k.removeprefix(prefix): v for k, v in flat.items() if k.startswith(prefix)},
-                bad=entry.bad, storages=entry.storages, inputs_modified=entry.inputs_modified, keys=entry.keys,
+                bad=entry.bad, storages=entry.storages, inputs_modified=entry.inputs_modified,
+                keys=entry.keys,
             ))
         return outs
 

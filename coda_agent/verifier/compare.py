@@ -1,13 +1,13 @@
 """The tolerance rule: a candidate may be at most ``factor`` times as wrong as a low-precision baseline.
 
 For each output: err = max|cand - ref_fp32|, lowp = max|baseline - ref_fp32|, and the candidate passes when
-err <= factor * lowp + floor * max(1, max|ref_fp32|). A floating-point output must also pass the same rule on the
-L1 and L2 norms of the error (||cand - ref||_p <= factor * ||baseline - ref||_p + floor * ||max(1, |ref|)||_p): the
-max rule alone is set by an output's largest elements, so it would let most of the small ones be dropped or
-approximated (a softmax gradient's tail, an activation's small values, a statistic's small rows). NaN or Inf in
-the candidate always fails. The baseline is the task's choice (``tolerance.baseline``, which a plan may
-override): the reference run on the task-dtype inputs (``eager``), or the FP32 reference rounded once to the
-output's dtype (``single_rounding``, CODA's).
+err <= factor * lowp + floor * max(1, max|ref_fp32|). A floating-point output must also pass the same rule on
+the L1 and L2 norms of the error (||cand - ref||_p <= factor * ||baseline - ref||_p + floor * ||max(1,
+|ref|)||_p): the max rule alone is set by an output's largest elements, so it would let most of the small ones
+be dropped or approximated (a softmax gradient's tail, an activation's small values, a statistic's small
+rows). NaN or Inf in the candidate always fails. The baseline is the task's choice (``tolerance.baseline``,
+which a plan may override): the reference run on the task-dtype inputs (``eager``), or the FP32 reference
+rounded once to the output's dtype (``single_rounding``, CODA's).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ BASELINE_TEXT = {"eager": "task-dtype reference error", "single_rounding": "sing
 
 
 def chunk_spans(shape: tuple[int, ...], elements: int | None = None) -> list[tuple[int, int]]:
-    """Flat [start, end) spans covering a tensor of ``shape``: whole rows (dim 0) of at most ``elements`` together,
-    or ``elements`` at a time when one row is larger (default :data:`~.plan.CHUNK_ELEMENTS`)."""
+    """Flat [start, end) spans covering a tensor of ``shape``: whole rows (dim 0) of at most ``elements``
+    together, or ``elements`` at a time when one row is larger (default :data:`~.plan.CHUNK_ELEMENTS`)."""
     elements = elements or CHUNK_ELEMENTS
     n = math.prod(shape)
     row = math.prod(shape[1:]) if len(shape) > 1 else 1
@@ -38,13 +38,15 @@ def chunk_spans(shape: tuple[int, ...], elements: int | None = None) -> list[tup
 
 
 def _piece(t: torch.Tensor, start: int, end: int) -> torch.Tensor:
-    """Elements [start, end) of ``t`` in row-major order, flat; a view of a contiguous tensor or of whole rows."""
+    """Elements [start, end) of ``t`` in row-major order, flat; a view of a contiguous tensor or of whole
+    rows."""
     if t.is_contiguous() or t.dim() == 0:
         return t.reshape(-1)[start:end]
     row = math.prod(t.shape[1:])
     if row and start % row == 0 and (end % row == 0 or end == t.numel()):
         return t[start // row : -(-end // row)].reshape(-1)
-    return t.reshape(-1)[start:end]  # a copy of all of t: only a non-contiguous output whose rows exceed a chunk
+    # a copy of all of t: only a non-contiguous output whose rows exceed a chunk
+    return t.reshape(-1)[start:end]
 
 
 def _f64(t: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -54,9 +56,9 @@ def _f64(t: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class ErrorStats:
-    """What the tolerance rule reads of one output, gathered chunk by chunk: the candidate's non-finite elements
-    (count, first flat index), max|cand - ref| and its first flat index, max|baseline - ref|, max|ref|, and the
-    L1 and L2 norms of the error, of the baseline's error and of max(1, |ref|)."""
+    """What the tolerance rule reads of one output, gathered chunk by chunk: the candidate's non-finite
+    elements (count, first flat index), max|cand - ref| and its first flat index, max|baseline - ref|,
+    max|ref|, and the L1 and L2 norms of the error, of the baseline's error and of max(1, |ref|)."""
 
     nonfinite: int
     first_nonfinite: int
@@ -71,12 +73,13 @@ class ErrorStats:
 
 def error_stats(cand: torch.Tensor, ref32: torch.Tensor, lowp: Callable[[int, int], torch.Tensor],
                 elements: int | None = None) -> ErrorStats:
-    """One pass over ``cand`` and ``ref32`` (same shape), ``elements`` at a time, in FP64 on ``cand``'s device;
-    ``lowp(start, end)`` gives the baseline's flat elements [start, end). No step holds more than
-    :data:`~.plan.CHUNK_BUFFERS` FP64 chunks, and nothing is read back to the host until the end (one transfer).
+    """One pass over ``cand`` and ``ref32`` (same shape), ``elements`` at a time, in FP64 on ``cand``'s
+    device; ``lowp(start, end)`` gives the baseline's flat elements [start, end). No step holds more than
+    :data:`~.plan.CHUNK_BUFFERS` FP64 chunks, and nothing is read back to the host until the end (one
+    transfer).
 
-    The same numbers as on whole tensors: maxima are exact whatever the grouping, an index is the first one at the
-    maximum (torch's argmax: NaN counts as the largest), and the sums only group their terms otherwise."""
+    The same numbers as on whole tensors: maxima are exact whatever the grouping, an index is the first one at
+    the maximum (torch's argmax: NaN counts as the largest), and the sums only group their terms otherwise."""
     device = cand.device
     bad: list[torch.Tensor] = []
     peaks: list[torch.Tensor] = []  # per chunk: max err, its index in the chunk, max lowp err, max |ref|
@@ -127,15 +130,17 @@ def max_abs_difference(a: torch.Tensor, b: torch.Tensor, elements: int | None = 
     """max|a - b| in FP64 over same-shaped tensors, chunk by chunk; a NaN difference counts as Inf."""
     worst: list[torch.Tensor] = []
     for start, end in chunk_spans(tuple(a.shape), elements):
-        d = _f64(_piece(a, start, end), a.device).sub_(_piece(b, start, end).to(a.device, torch.float64)).abs_()
+        d = _f64(_piece(a, start, end),
+                 a.device).sub_(_piece(b, start, end).to(a.device, torch.float64)).abs_()
         worst.append(d.nan_to_num_(nan=math.inf, posinf=math.inf).max())
         del d
     return float(torch.stack(worst).max()) if worst else 0.0
 
 
 def _spread_error(stats: ErrorStats, factor: float, floor: float) -> str | None:
-    """What is wrong with the error's L1 or L2 norm against the baseline's, or None when both are within bounds.
-    The floor scales with max(1, |ref|) element by element, as the max rule's does with max(1, max|ref|)."""
+    """What is wrong with the error's L1 or L2 norm against the baseline's, or None when both are within
+    bounds. The floor scales with max(1, |ref|) element by element, as the max rule's does with max(1,
+    max|ref|)."""
     for i, p in enumerate((1, 2)):
         err = stats.err_norms[i]
         allowed = factor * stats.lowp_norms[i] + floor * stats.scale_norms[i]
@@ -162,7 +167,8 @@ def check_outputs(
     seed: int,
     baseline: Baseline | None = None,
 ) -> list[OutputCheck]:
-    """Check every declared output against ``baseline`` (default: the task's); a failing check's reason says what to fix."""
+    """Check every declared output against ``baseline`` (default: the task's); a failing check's reason says
+    what to fix."""
     rule = baseline or task.tolerance.baseline
     checks: list[OutputCheck] = []
     if not isinstance(candidate, Mapping):
@@ -180,20 +186,28 @@ def check_outputs(
         got = candidate.get(spec.name)
         if got is None:
             others = sorted(str(k) for k in candidate if k not in {o.name for o in task.outputs})
-            instead = f" (it returned {', '.join(map(repr, others))}, which the task does not declare)" if others else ""
-            checks.append(OutputCheck(**base, ok=False, reason=f"output {spec.name!r} is missing from forward()'s dict{instead}"))
+            instead = (
+                f" (it returned {', '.join(map(repr, others))}, which the task does not declare)"
+                if others
+                else ""
+            )
+            checks.append(OutputCheck(**base, ok=False, reason=f"output {spec.name!r} is missing from "
+                                                               f"forward()'s dict{instead}"))
             continue
         if not isinstance(got, torch.Tensor) or type(got) is not torch.Tensor:
-            checks.append(OutputCheck(**base, ok=False, reason=f"output {spec.name!r} must be a plain torch.Tensor, got {type(got).__name__}"))
+            checks.append(OutputCheck(**base, ok=False, reason=f"output {spec.name!r} must be a plain "
+                                                               f"torch.Tensor, got {type(got).__name__}"))
             continue
         if tuple(got.shape) != want_shape:
-            checks.append(OutputCheck(**base, ok=False, reason=f"output {spec.name!r} has shape {tuple(got.shape)}, expected {want_shape}"))
+            checks.append(OutputCheck(**base, ok=False, reason=f"output {spec.name!r} has shape "
+                                                               f"{tuple(got.shape)}, expected {want_shape}"))
             continue
         if got.dtype != want_dtype:
-            checks.append(OutputCheck(**base, ok=False, reason=f"output {spec.name!r} has dtype {got.dtype}, expected {want_dtype}"))
+            checks.append(OutputCheck(**base, ok=False, reason=f"output {spec.name!r} has dtype {got.dtype}, "
+                                                               f"expected {want_dtype}"))
             continue
-        # FP64 on the candidate's device, a chunk at a time (:func:`error_stats`): bench-size outputs are compared
-        # on the GPU in milliseconds, with temporaries of a few chunks whatever the output's size.
+        # FP64 on the candidate's device, a chunk at a time (:func:`error_stats`): bench-size outputs are
+        # compared on the GPU in milliseconds, with temporaries of a few chunks whatever the output's size.
         cand = got.detach()
         ref32 = ref_fp32[spec.name].detach()
         lowp_src = ref_lowp[spec.name].detach() if rule != "single_rounding" else None
@@ -221,17 +235,19 @@ def check_outputs(
         spread = _spread_error(stats, factor, floor) if ok and want_dtype.is_floating_point else None
         if spread is not None:
             checks.append(OutputCheck(
-                **base, ok=False, max_abs_err=err, allowed=allowed, lowp_err=lowp_err, baseline=rule, worst_index=where,
-                reason=f"output {spec.name!r}: {spread} ({factor:g} x the {BASELINE_TEXT[rule]}'s + floor): many "
-                       "elements are off by less than the largest error allowed (a dropped term or an approximation)",
+                **base, ok=False, max_abs_err=err, allowed=allowed, lowp_err=lowp_err, baseline=rule,
+                worst_index=where, reason=f"output {spec.name!r}: {spread} ({factor:g} x the "
+                                          f"{BASELINE_TEXT[rule]}'s + floor): many "
+                       "elements are off by less than the largest error allowed (a dropped term or an "
+                       "approximation)",
             ))
             continue
         got_at = float(cand[tuple(where)]) if cand.numel() else None
         want_at = float(ref32[tuple(where)]) if cand.numel() else None
         checks.append(
             OutputCheck(
-                **base, ok=ok, max_abs_err=err, allowed=allowed, lowp_err=lowp_err, baseline=rule, worst_index=where,
-                worst_value=got_at, expected_value=want_at,
+                **base, ok=ok, max_abs_err=err, allowed=allowed, lowp_err=lowp_err, baseline=rule,
+                worst_index=where, worst_value=got_at, expected_value=want_at,
                 reason="" if ok else (
                     f"output {spec.name!r}: max error {err:.3g} at {where} (got {got_at:.6g}, "
                     f"expected {want_at:.6g}) exceeds the allowed {allowed:.3g} "
@@ -243,6 +259,7 @@ def check_outputs(
     if extra:
         checks.append(
             OutputCheck(output=",".join(sorted(extra)), shape_point=shape_point, seed=seed, ok=False,
-                        reason=f"forward() returned names that are not task outputs: {', '.join(sorted(extra))}")
+                        reason="forward() returned names that are not task outputs: "
+                               f"{', '.join(sorted(extra))}")
         )
     return checks

@@ -1,18 +1,18 @@
 """The CPU's cost estimate of a candidate: what its forward() moves and launches at a shape, in microseconds.
 
-The runner's op log of one call (forward() on meta tensors at a bench shape, see ``verifier.trace``) records each
-gemm call's shape, sinks and the bytes it moves (``GemmCall.hbm_bytes``: A, B, C, tile and vector operands, D, the
-extra outputs, the reduces) and each host op with its largest tensor. The estimate prices them with the roofline
-the speed of light uses (:mod:`.peaks`), each tensor moved once:
+The runner's op log of one call (forward() on meta tensors at a bench shape, see ``verifier.trace``) records
+each gemm call's shape, sinks and the bytes it moves (``GemmCall.hbm_bytes``: A, B, C, tile and vector
+operands, D, the extra outputs, the reduces) and each host op with its largest tensor. The estimate prices
+them with the roofline the speed of light uses (:mod:`.peaks`), each tensor moved once:
 
 - a gemm call: ``max(2·M·N·K / peak FLOP/s, its bytes / peak bandwidth)``;
 - every launch past the task's GEMMs (a reduce sink's finalisation, a host op): :data:`LAUNCH_US`;
 - a host op's traffic: its largest tensor read and written in FP32.
 
-It is a floor, not a forecast: the GEMM mainloop's own efficiency, wave quantisation, L2 and the config are left
-out. How well it ranks the hand-written kernels' measured H200 times is calibrated by
-``bench/probes/cost_calibration.py`` (result: ``bench/calibration/h200-2026-12-03-cost-calibration.md``), and said in
-:data:`HOW_WELL`.
+It is a floor, not a forecast: the GEMM mainloop's own efficiency, wave quantisation, L2 and the config are
+left out. How well it ranks the hand-written kernels' measured H200 times is calibrated by
+``bench/probes/cost_calibration.py`` (result: ``bench/calibration/h200-2026-12-03-cost-calibration.md``), and
+said in :data:`HOW_WELL`.
 """
 
 from __future__ import annotations
@@ -28,15 +28,16 @@ from .trace import FINALISE_LAUNCHES, NO_KERNEL_OPS  # the launch rule's own cou
 LAUNCH_US = 3.0
 #: The epilogue's byte classes (beyond the GEMM's A and B), as the feedback names them.
 EPILOGUE_BYTES = {
-    "C": "the C operand read", "tiles": "full-tile operands read", "vectors": "row/column vector operands read",
-    "D": "D stored", "outputs": "extra outputs stored", "reduces": "reduce results",
+    "C": "the C operand read", "tiles": "full-tile operands read",
+    "vectors": "row/column vector operands read", "D": "D stored", "outputs": "extra outputs stored",
+    "reduces": "reduce results",
 }
 #: The calibration's verdict, shown with the estimate (bench/calibration/h200-2026-12-03-cost-calibration.md).
 HOW_WELL = (
-    "a floor from bytes, FLOPs and launches. Against the 65 measured H200 rows of the hand-written kernels it ranks "
-    "the times with Spearman 0.996 (measured/estimate 0.98x to 1.30x, median 1.04x), but that is mostly GEMM size: "
-    "it ranks time over the speed of light with Spearman 0.29 only. Use it to compare bytes and launches between "
-    "candidates, not to predict how close to the speed of light a kernel gets"
+    "a floor from bytes, FLOPs and launches. Against the 65 measured H200 rows of the hand-written kernels "
+    "it ranks the times with Spearman 0.996 (measured/estimate 0.98x to 1.30x, median 1.04x), but that is "
+    "mostly GEMM size: it ranks time over the speed of light with Spearman 0.29 only. Use it to compare "
+    "bytes and launches between candidates, not to predict how close to the speed of light a kernel gets"
 )
 
 
@@ -71,12 +72,14 @@ class CostEstimate:
 
     @property
     def bytes_per_tile(self) -> float:
-        """Epilogue bytes per output tile (C, operands, D, extra outputs, reduces: what the epilogue moves)."""
+        """Epilogue bytes per output tile (C, operands, D, extra outputs, reduces: what the epilogue
+        moves)."""
         return self.epilogue_bytes / max(self.tiles, 1)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
-        d.update(total_us=round(self.total_us, 2), epilogue_bytes=self.epilogue_bytes, bytes_per_tile=round(self.bytes_per_tile))
+        d.update(total_us=round(self.total_us, 2), epilogue_bytes=self.epilogue_bytes,
+                 bytes_per_tile=round(self.bytes_per_tile))
         for k in ("compute_us", "memory_us", "gemm_us", "launch_us", "host_us", "flops"):
             d[k] = round(d[k], 2)
         return d
@@ -89,15 +92,18 @@ class CostEstimate:
         if self.memory_us > self.compute_us and self.min_bytes is not None and total_bytes > self.min_bytes:
             floor = max(self.compute_us, self.memory_us * self.min_bytes / total_bytes)
             biggest = max(EPILOGUE_BYTES, key=lambda k: self.bytes_by_kind.get(k, 0))
-            parts.append((self.memory_us - floor, f"HBM bytes above the task's minimum ({(total_bytes - self.min_bytes) / 1e6:.0f} MB "
-                                                  f"more; the epilogue's largest: {EPILOGUE_BYTES[biggest]}, "
+            parts.append((self.memory_us - floor, "HBM bytes above the task's minimum "
+                                                  f"({(total_bytes - self.min_bytes) / 1e6:.0f} MB more; the "
+                                                  f"epilogue's largest: {EPILOGUE_BYTES[biggest]}, "
                                                   f"{self.bytes_by_kind.get(biggest, 0) / 1e6:.0f} MB)"))
         extra = self.launches - self.gemms
         if extra > 0:
-            parts.append((self.launch_us + len(self.host_ops) * LAUNCH_US, f"{extra} launch(es) besides the GEMM kernels (reduce finalisation, host ops: "
+            parts.append((self.launch_us + len(self.host_ops) * LAUNCH_US,
+                          f"{extra} launch(es) besides the GEMM kernels (reduce finalisation, host ops: "
                                           f"{', '.join(self.host_ops[:4]) or 'none'})"))
         if self.host_bytes:
-            parts.append((self.host_us - len(self.host_ops) * LAUNCH_US, f"host ops' traffic ({self.host_bytes / 1e6:.1f} MB)"))
+            parts.append((self.host_us - len(self.host_ops) * LAUNCH_US,
+                          f"host ops' traffic ({self.host_bytes / 1e6:.1f} MB)"))
         parts = [p for p in parts if p[0] > 0.005 * self.total_us]
         if not parts:
             return "nothing avoidable: the estimate is the GEMM's own roof (compute or its operands' bytes)"
@@ -118,17 +124,20 @@ def estimate(ops: Sequence[Mapping[str, Any]], peaks: Peaks, *, shape: str = "",
             m, n, k = (int(v) for v in op["gemm"])
             raw = op.get("bytes")
             moved = {str(key): max(int(v), 0) for key, v in raw.items()
-                     if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v} if isinstance(raw, dict) else {}
+                     if isinstance(v, (int, float)) and not isinstance(v, bool) and v
+                     == v} if isinstance(raw, dict) else {}
             for key, v in moved.items():
                 by_kind[key] = by_kind.get(key, 0) + v
             f = 2.0 * m * n * k
             c_us, m_us = f / rate * 1e6, sum(moved.values()) / bw * 1e6
-            flops, compute, memory, gemm_us = flops + f, compute + c_us, memory + m_us, gemm_us + max(c_us, m_us)
+            flops, compute, memory, gemm_us = flops + f, compute + c_us, memory + m_us, gemm_us + max(c_us,
+                                                                                                      m_us)
             gemms += 1
             launches += 1 + sum(FINALISE_LAUNCHES.get(str(s), 0) for s in op.get("sinks", []))
             got = op.get("config")
             cfg: Mapping[str, Any] = got if isinstance(got, dict) else {}
-            tm, tn = (v if isinstance(v, int) and v > 0 else d for v, d in ((cfg.get("tile_m"), 128), (cfg.get("tile_n"), 192)))
+            tm, tn = (v if isinstance(v, int) and v > 0 else d for v, d in ((cfg.get("tile_m"), 128),
+                                                                            (cfg.get("tile_n"), 192)))
             tiles += -(-m // tm) * -(-n // tn)
         elif str(op.get("op")).split(".", 1)[0] not in NO_KERNEL_OPS:
             host.append(str(op.get("op")))
@@ -147,7 +156,8 @@ def summary(estimates: Sequence[CostEstimate]) -> str:
     """The estimate in a few lines for the feedback: per shape, then what a faster candidate would cut."""
     if not estimates:
         return ""
-    lines = ["| shape | estimate µs | SoL µs | GEMM roof µs | extra launches | host ops | epilogue MB (per tile KB) |",
+    lines = ["| shape | estimate µs | SoL µs | GEMM roof µs | extra launches | host ops | epilogue MB (per "
+             "tile KB) |",
              "|---|---|---|---|---|---|---|"]
     for e in estimates:
         sol = f"{e.sol_us:.1f}" if e.sol_us is not None else "-"

@@ -8,13 +8,13 @@ trace of every call (launch budget, no cuBLAS, nothing on a side stream, a QuACK
 ``profile`` / ``bench`` time the candidate in its runner against the baselines in the checker, batch by
 batch in rotating order. The candidate's calls cycle through fresh input sets drawn for this stage only;
 one random call of every timed batch is checked against the FP32 reference. Each candidate turn is two batches
-that forward() cannot tell apart, in a random order: one under the kernel trace and op log (every call's kernels
-must match the checked calls'; neither its times nor its outputs are used), and one timed without them (no
-profiler overhead). So a forward() that counts calls cannot know which ones are timed but not traced (a cached
-answer copied out without a GEMM there would be caught in the traced batch as often as not, turn after turn). A
-call's time is its CUDA events (recorded by the runner's harness), cross-checked against the checker's own wall
-clock of the batch per call (less that of a dry batch, which does all but call forward): when the events claim
-more than 10% + 20 µs less, the wall clock is reported instead.
+that forward() cannot tell apart, in a random order: one under the kernel trace and op log (every call's
+kernels must match the checked calls'; neither its times nor its outputs are used), and one timed without them
+(no profiler overhead). So a forward() that counts calls cannot know which ones are timed but not traced (a
+cached answer copied out without a GEMM there would be caught in the traced batch as often as not, turn after
+turn). A call's time is its CUDA events (recorded by the runner's harness), cross-checked against the
+checker's own wall clock of the batch per call (less that of a dry batch, which does all but call forward):
+when the events claim more than 10% + 20 µs less, the wall clock is reported instead.
 """
 
 from __future__ import annotations
@@ -48,14 +48,16 @@ from .stages import (
 from .verdict import Outcome, ShapeTiming, StageResult
 
 TIMING_METHOD = (
-    "candidate in its sandboxed runner, baselines in the checker, batches of 5 calls interleaved in rotating order, "
-    "each opened by a ~1 ms device sleep so the host runs ahead; each candidate turn is a traced batch (kernels judged) "
-    "and an untraced timed one, in a random order; per call an L2 flush (256 MiB memset) then CUDA events on the caller's stream; "
-    "candidate calls rotate over 3 fresh input sets, one random call per timed batch is checked; a call's time is its "
-    "events, or the checker's wall clock per call (less a dry batch's) when that is over 10% + 20 µs more; "
-    f"the runner's host time around each forward() is kept beside it (host-bound at {HOST_BOUND_SHARE:.0%} of the median or more); "
+    "candidate in its sandboxed runner, baselines in the checker, batches of 5 calls interleaved in rotating "
+    "order, each opened by a ~1 ms device sleep so the host runs ahead; each candidate turn is a traced "
+    "batch (kernels judged) and an untraced timed one, in a random order; per call an L2 flush (256 MiB "
+    "memset) then CUDA events on the caller's stream; candidate calls rotate over 3 fresh input sets, one "
+    "random call per timed batch is checked; a call's time is its events, or the checker's wall clock per "
+    "call (less a dry batch's) when that is over 10% + 20 µs more; the runner's host time around each "
+    f"forward() is kept beside it (host-bound at {HOST_BOUND_SHARE:.0%} of the median or more); "
     f"{RepPlan().warmup} untraced warm-up calls, reps sized for ~{RepPlan().target_s} s per variant "
-    f"({RepPlan().min_reps}-{RepPlan().max_reps}: at least {RepPlan().min_reps // BATCH} rounds); median with p10/p90"
+    f"({RepPlan().min_reps}-{RepPlan().max_reps}: at least {RepPlan().min_reps // BATCH} rounds); median "
+    "with p10/p90"
 )
 
 
@@ -63,7 +65,8 @@ TIMING_METHOD = (
 def gpu_correctness(ctx: Context) -> StageResult:
     """Real QuACK kernels on the GPU against the FP32 reference, with the kernel-trace rules."""
     if not torch.cuda.is_available():
-        return StageResult(stage="gpu_correctness", outcome=Outcome.INFRA_ERROR, reason="no CUDA GPU on this machine")
+        return StageResult(stage="gpu_correctness", outcome=Outcome.INFRA_ERROR,
+                           reason="no CUDA GPU on this machine")
     torch.backends.cuda.matmul.allow_tf32 = False  # the FP32 reference must be FP32
     torch.backends.cudnn.allow_tf32 = False
     return run_correctness(ctx, "gpu_correctness", "quack", "cuda")
@@ -85,7 +88,8 @@ def profile(ctx: Context) -> StageResult:
 
 @stage("bench")
 def bench(ctx: Context) -> StageResult:
-    """As ``profile``, plus torch.compile of the reference in the plan's modes (``bench_prepare`` warms their cache)."""
+    """As ``profile``, plus torch.compile of the reference in the plan's modes (``bench_prepare`` warms their
+    cache)."""
     if not torch.cuda.is_available():
         return StageResult(stage="bench", outcome=Outcome.INFRA_ERROR, reason="no CUDA GPU on this machine")
     return run_timing(ctx, compile_modes=ctx.plan.compile_modes, name="bench")
@@ -93,7 +97,8 @@ def bench(ctx: Context) -> StageResult:
 
 @stage("bench_prepare")
 def bench_prepare(ctx: Context) -> StageResult:
-    """Compile the torch.compile baselines at every shape once, so the timed ``bench`` run finds them cached."""
+    """Compile the torch.compile baselines at every shape once, so the timed ``bench`` run finds them
+    cached."""
     t0 = time.perf_counter()
     for mode in ctx.plan.compile_modes:
         fn = compiled_reference(ctx.task, mode)
@@ -102,11 +107,13 @@ def bench_prepare(ctx: Context) -> StageResult:
             with torch.no_grad():
                 fn(**inputs, **ctx.task.constants)
             torch.cuda.synchronize()
-    return StageResult(stage="bench_prepare", outcome=Outcome.PASSED, seconds=time.perf_counter() - t0, reason="")
+    return StageResult(stage="bench_prepare", outcome=Outcome.PASSED, seconds=time.perf_counter() - t0,
+                       reason="")
 
 
-def run_timing(ctx: Context, compile_modes: Sequence[str] = (), device: str = "cuda", backend_name: str = "quack",
-               plan: RepPlan | None = None, name: str = "profile") -> StageResult:
+def run_timing(ctx: Context, compile_modes: Sequence[str] = (), device: str = "cuda",
+               backend_name: str = "quack", plan: RepPlan | None = None,
+               name: str = "profile") -> StageResult:
     """Time the candidate (runner) interleaved with the baselines (checker) at every selected shape."""
     t0 = time.perf_counter()
     shapes: dict[str, ShapeTiming] = {}
@@ -119,11 +126,13 @@ def run_timing(ctx: Context, compile_modes: Sequence[str] = (), device: str = "c
         with ctx.runner(backend_name, device) as client:
             for point in ctx.plan.points(ctx.task):
                 try:
-                    shapes[point.name] = timed = time_shape(ctx, client, point, device, compile_modes, plan or RepPlan())
+                    shapes[point.name] = timed = time_shape(ctx, client, point, device, compile_modes,
+                                                            plan or RepPlan())
                 except Reject as rej:
                     return result(rej.outcome, rej.reason)
                 for part, seconds in timed.seconds.items():
-                    if not any(other.startswith(f"{part}: ") for other in timed.seconds):  # a phase's parts stand for it
+                    # a phase's parts stand for it
+                    if not any(other.startswith(f"{part}: ") for other in timed.seconds):
                         ctx.watch.add(part, seconds)
     except RunnerError as exc:
         return result(*runner_failure(exc, ctx.plan, Outcome.RUNTIME_ERROR, "timing failed:\n"))
@@ -131,12 +140,13 @@ def run_timing(ctx: Context, compile_modes: Sequence[str] = (), device: str = "c
     return result(Outcome.PASSED, f"median {summary}")
 
 
-def time_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: str, compile_modes: Sequence[str],
-               plan: RepPlan) -> ShapeTiming:
+def time_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: str,
+               compile_modes: Sequence[str], plan: RepPlan) -> ShapeTiming:
     """The timing protocol at one shape (module docstring): the candidate as loaded, with the baselines."""
     t0 = time.perf_counter()
     timer = ShapeTimer(ctx, client, point, device)
-    variants = baseline_variants(ctx.task, point.dims, timer.first_inputs, device=device, compile_modes=compile_modes)
+    variants = baseline_variants(ctx.task, point.dims, timer.first_inputs, device=device,
+                                 compile_modes=compile_modes)
     setup = time.perf_counter() - t0
     timings = timer.time({"candidate": None}, variants, plan)
     t1 = time.perf_counter()
@@ -161,7 +171,8 @@ class ShapeTimer:
         self.rng = random.SystemRandom()
         seeds = [self.rng.randrange(1 << 30) for _ in range(TIMING_SETS)]
         self.ids = [f"t-{point.name}-{i}" for i in range(TIMING_SETS)]
-        self.inputs = {i: ctx.task.make_inputs(point.dims, s, device=device) for i, s in zip(self.ids, seeds, strict=True)}
+        self.inputs = {i: ctx.task.make_inputs(point.dims, s, device=device) for i, s in zip(self.ids, seeds,
+                                                                                             strict=True)}
         for i in self.ids:
             client.put(i, self.inputs[i])
         self.refs: dict[str, tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]] = {}
@@ -178,7 +189,8 @@ class ShapeTimer:
         return self.inputs[self.ids[0]]
 
     def _schedule(self, table: Schedule | None) -> Context:
-        """Put the variant's schedule in the runner if it holds another; the context its launches are judged in."""
+        """Put the variant's schedule in the runner if it holds another; the context its launches are judged
+        in."""
         want = table or {}
         if want != (self._set or {}):
             self.client.set_schedule(want)
@@ -197,7 +209,8 @@ class ShapeTimer:
         try:
             batch = self.client.run(calls, keep=keep, trace=trace)
         except CandidateRaised as exc:
-            raise Reject(Outcome.RUNTIME_ERROR, f"forward() raised while timed at shape {point.name}:\n{exc}") from None
+            raise Reject(Outcome.RUNTIME_ERROR,
+                         f"forward() raised while timed at shape {point.name}:\n{exc}") from None
         if trace:
             call_problems(judge, batch, point)
         t1 = time.perf_counter()
@@ -210,19 +223,20 @@ class ShapeTimer:
             failed = [c for c in returned_checks(self.ctx, out, ref32, reflp, point, -1) if not c.ok]
             if failed:
                 raise Reject(Outcome.CHEAT_DETECTED, (
-                    f"at shape {point.name}, a call made while the kernel was being timed returned a wrong result "
-                    f"({failed[0].reason}); every call must compute the task"
+                    f"at shape {point.name}, a call made while the kernel was being timed returned a wrong "
+                    f"result ({failed[0].reason}); every call must compute the task"
                 ))
             self._spend("checks", time.perf_counter() - t2)
         wall = max(0.0, batch.wall_s * 1e6 / n - self.overhead.get(n, {}).get("runner_us", 0.0))
         return Batched(batch.times_us, wall, batch.host_us)
 
     def _references(self, set_id: str) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-        """The references of one input set: every set's kept while they take at most :data:`TIMING_REFS_BYTES` in
-        all, else only the last one computed (an LM head's FP32 logits run to GiBs a set)."""
+        """The references of one input set: every set's kept while they take at most :data:`TIMING_REFS_BYTES`
+        in all, else only the last one computed (an LM head's FP32 logits run to GiBs a set)."""
         if set_id not in self.refs:
             refs = references(self.ctx.task, self.inputs[set_id])
-            size = sum(t.numel() * t.element_size() for r in refs for t in r.values() if isinstance(t, torch.Tensor))
+            size = sum(t.numel() * t.element_size() for r in refs for t in r.values()
+                       if isinstance(t, torch.Tensor))
             if size * len(self.ids) > TIMING_REFS_BYTES:
                 self.refs.clear()
                 release(self.device)
@@ -243,11 +257,12 @@ class ShapeTimer:
 
     def time(self, candidates: Mapping[str, Schedule | None], baselines: Mapping[str, Callable[[], object]],
              plan: RepPlan, checked_rounds: int | None = None) -> dict[str, Timing]:
-        """Every candidate variant (runner) and baseline (checker), interleaved batch by batch in rotating order.
+        """Every candidate variant (runner) and baseline (checker), interleaved batch by batch in rotating
+        order.
 
-        A candidate's timed batches each keep one call's outputs for the check, or, with ``checked_rounds``, only
-        that many of its rounds, drawn at random (the tune stage's search: fetching a large output costs more than
-        timing it, and every schedule the search picks is timed again under full checks)."""
+        A candidate's timed batches each keep one call's outputs for the check, or, with ``checked_rounds``,
+        only that many of its rounds, drawn at random (the tune stage's search: fetching a large output costs
+        more than timing it, and every schedule the search picks is timed again under full checks)."""
         names = [*candidates, *baselines]
         t0 = time.perf_counter()
 
@@ -258,8 +273,9 @@ class ShapeTimer:
 
         warmed: dict[str, float] = {}
         for name in names:  # warm-up: compiles, plans, allocator growth, cuBLAS heuristics
-            # Untraced, like the correctness check's warm run: a first call at a shape may launch one-off set-up
-            # kernels (the QuACK backend zeroes its tile counter and a new plan's); the traced batches judge the rest.
+            # Untraced, like the correctness check's warm run: a first call at a shape may launch one-off
+            # set-up kernels (the QuACK backend zeroes its tile counter and a new plan's); the traced batches
+            # judge the rest.
             w0 = time.perf_counter()
             one(name, plan.warmup, check=False, trace=False)
             warmed[f"warm-up: {name}"] = time.perf_counter() - w0
@@ -267,12 +283,14 @@ class ShapeTimer:
         reps = plan.reps_for(slowest)
         size = min(BATCH, reps)
         rounds = -(-reps // size)
-        checked = {n: range(rounds) if checked_rounds is None else self.rng.sample(range(rounds), min(checked_rounds, rounds))
+        checked = {n: range(rounds) if checked_rounds is None
+                   else self.rng.sample(range(rounds), min(checked_rounds, rounds))
                    for n in candidates}
         if size not in self.overhead:
             self.overhead[size] = _overheads(self.clock, self.client, self.device, size)
         t1 = time.perf_counter()
-        warmed["warm-up: sizing"] = t1 - t0 - sum(warmed.values())  # the rounds sized, the harness's overheads measured
+        # the rounds sized, the harness's overheads measured
+        warmed["warm-up: sizing"] = t1 - t0 - sum(warmed.values())
         self._spent = {}
         events: dict[str, list[float]] = {n: [] for n in names}
         walls: dict[str, list[float]] = {n: [] for n in names}
@@ -281,9 +299,10 @@ class ShapeTimer:
         for r in range(rounds):
             k = r % len(names)
             for name in names[k:] + names[:k]:
-                # A candidate's turn is a traced batch (launches judged, times unused) and the timed one, in an order
-                # drawn here: forward() cannot count its way to the calls that are timed but not traced.
-                # Only the timed batch keeps a call for the output check: the traced one's outputs feed no number.
+                # A candidate's turn is a traced batch (launches judged, times unused) and the timed one, in
+                # an order drawn here: forward() cannot count its way to the calls that are timed but not
+                # traced. Only the timed batch keeps a call for the output check: the traced one's outputs
+                # feed no number.
                 traced_after = name in candidates and self.rng.random() < 0.5
                 if name in candidates and not traced_after:
                     one(name, size, check=False)
@@ -297,7 +316,8 @@ class ShapeTimer:
         parts = ("traced", "candidate", "transfer", "checks", *baselines)
         self.seconds = {"warm-up": t1 - t0, **warmed, "timed": time.perf_counter() - t1,
                         **{f"timed: {k}": self._spent.get(k, 0.0) for k in parts}}
-        return {name: honest_timing(events[name], walls[name], hosts[name], batch_medians[name]) for name in names}
+        return {name: honest_timing(events[name], walls[name], hosts[name],
+                                    batch_medians[name]) for name in names}
 
     def close(self) -> None:
         """Drop the input sets (forward() must have left them as they were sent) and any harness schedule."""
@@ -307,7 +327,8 @@ class ShapeTimer:
         modified = self.client.drop(self.ids)
         changed = sorted({k for v in modified.values() for k in v})
         if changed:
-            raise Reject(Outcome.CHEAT_DETECTED, f"at shape {self.point.name}, forward() modified its inputs {changed} while timed; inputs are read-only")
+            raise Reject(Outcome.CHEAT_DETECTED, f"at shape {self.point.name}, forward() modified its inputs "
+                                                 f"{changed} while timed; inputs are read-only")
 
 
 #: Events may understate the batch's wall clock per call by this much before the wall clock is reported.
@@ -316,8 +337,8 @@ WALL_SLACK, WALL_SLACK_US = 1.10, 20.0
 
 @dataclass(frozen=True)
 class Batched:
-    """One timed batch of a variant: each call's events, the wall clock per call less the harness's own, and (the
-    candidate's) the runner's host clock around each forward()."""
+    """One timed batch of a variant: each call's events, the wall clock per call less the harness's own, and
+    (the candidate's) the runner's host clock around each forward()."""
 
     times_us: list[float]
     wall_us: float
@@ -327,16 +348,16 @@ class Batched:
 def honest_timing(events_us: list[float], walls_us: list[float], hosts_us: Sequence[float] = (),
                   batch_medians_us: Sequence[float] = ()) -> Timing:
     """The events' summary, or the wall clock's per-call median when the events claim clearly less; with the
-    median host time of forward() where the runner reported it, and per round (one batch each: ``walls_us`` and
-    ``batch_medians_us``, the median of each batch's events) the batch's time by the same clock."""
+    median host time of forward() where the runner reported it, and per round (one batch each: ``walls_us``
+    and ``batch_medians_us``, the median of each batch's events) the batch's time by the same clock."""
     t = summarize(events_us)
     wall = summarize(walls_us).median_us
     both = {"events_median_us": t.median_us, "wall_median_us": wall,
             "host_median_us": summarize(list(hosts_us)).median_us if hosts_us else None}
     if wall > t.median_us * WALL_SLACK + WALL_SLACK_US:
         scale = wall / t.median_us if t.median_us > 0 else 1.0
-        return Timing(median_us=wall, p10_us=(t.p10_us or wall) * scale, p90_us=(t.p90_us or wall) * scale, reps=t.reps,
-                      bound="wall", rounds_us=list(walls_us) if batch_medians_us else [], **both)
+        return Timing(median_us=wall, p10_us=(t.p10_us or wall) * scale, p90_us=(t.p90_us or wall) * scale,
+                      reps=t.reps, bound="wall", rounds_us=list(walls_us) if batch_medians_us else [], **both)
     return t.model_copy(update={"bound": "events", "rounds_us": list(batch_medians_us), **both})
 
 
@@ -345,7 +366,8 @@ def _overheads(clock: Clock, client: RunnerClient, device: str, n: int) -> dict[
 
     Measured, not assumed: a dry batch in the runner (everything but forward) and a no-op batch here.
     """
-    dry = sorted(client.run([""] * n, keep=[], dry=True, trace=False).wall_s for _ in range(5))[2] if n else 0.0
+    dry = sorted(client.run([""] * n, keep=[], dry=True,
+                            trace=False).wall_s for _ in range(5))[2] if n else 0.0
     w = []
     for _ in range(5):
         _sync(device)

@@ -3,9 +3,9 @@
 With bubblewrap (``bwrap`` on the PATH, or ``CODA_AGENT_BWRAP``) the runner gets its own PID, network,
 IPC, UTS and mount namespaces: it cannot see the agent or the checker (``/proc`` is its own), has no
 network, sees the filesystem read-only except its scratch folder, a private ``/tmp`` and ``/dev/shm`` (both
-sized), and the QuACK cache of its own source, and does not see task folders, the run store or the home folder.
-bubblewrap's ``--die-with-parent`` and the PID namespace end every process the runner started when the checker
-ends it, detached or not.
+sized), and the QuACK cache of its own source, and does not see task folders, the run store or the home
+folder. bubblewrap's ``--die-with-parent`` and the PID namespace end every process the runner started when the
+checker ends it, detached or not.
 
 A runner is never host root: when the checker runs as root, runners run as ``nobody``, and where ``nobody``
 cannot read what a runner needs (a Python under ``/root``), no runner starts (:attr:`Sandbox.refused` says why
@@ -35,16 +35,19 @@ from pathlib import Path
 from typing import Any, Literal
 
 NOBODY = 65534
-#: Environment variables the runner inherits (values only from this allowlist; never a secret). ``TEARDOWN_CUPTI``
-#: (Kineto: finalize CUPTI when a profiler stops) is a measurement setting: unset, CUPTI stays attached after the
-#: runner's first traced batch (bench/README.md, "Rows still short": the host-bound rows).
+#: Environment variables the runner inherits (values only from this allowlist; never a secret).
+#: ``TEARDOWN_CUPTI`` (Kineto: finalize CUPTI when a profiler stops) is a measurement setting: unset, CUPTI
+#: stays attached after the runner's first traced batch (bench/README.md, "Rows still short": the host-bound
+#: rows).
 PASS_ENV = (
-    "PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH", "QUACK_ARCH",
-    "CUTE_DSL_ARCH", "QUACK_COMPILE_WORKERS", "OMP_NUM_THREADS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
-    "MKL_NUM_THREADS", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "TEARDOWN_CUPTI",
+    "PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH",
+    "QUACK_ARCH", "CUTE_DSL_ARCH", "QUACK_COMPILE_WORKERS", "OMP_NUM_THREADS", "OPENBLAS_CORETYPE",
+    "OPENBLAS_L2_SIZE", "MKL_NUM_THREADS", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
+    "TEARDOWN_CUPTI",
 )
 UNSANDBOXED_OPT_IN = "CODA_AGENT_ALLOW_UNSANDBOXED"
-#: The probe: can the sandboxed user read the interpreter, the package and every Python path? (It names what not.)
+#: The probe: can the sandboxed user read the interpreter, the package and every Python path? (It names what
+#: not.)
 _READABLE = ("import os,sys; bad=[p for p in sys.argv[1:] if not os.access(p, os.R_OK | os.X_OK)]; "
              "print(*bad, sep='\\n'); sys.exit(3 if bad else 0)")
 
@@ -57,7 +60,8 @@ def host_memory() -> int:
 
 
 def _share_of_host(most: int, fraction: float) -> int:
-    """``most``, or ``fraction`` of the host's memory where that is less: a runner's bounds follow the machine."""
+    """``most``, or ``fraction`` of the host's memory where that is less: a runner's bounds follow the
+    machine."""
     return min(most, int(host_memory() * fraction))
 
 
@@ -72,7 +76,8 @@ class Limits:
     processes: int = 2048  # threads count too (torch, CUDA and QuACK's compile pool start many)
     open_files: int = 4096
     file_bytes: int = 32 * 1024**3
-    #: The private /tmp and /dev/shm (tmpfs: host memory no rlimit counts), each: 2 GiB or an eighth of the host's.
+    #: The private /tmp and /dev/shm (tmpfs: host memory no rlimit counts), each: 2 GiB or an eighth of the
+    #: host's.
     tmpfs_bytes: int = field(default_factory=lambda: _share_of_host(2 * 1024**3, 0.125))
 
 
@@ -120,10 +125,12 @@ class Sandbox:
         if self.isolated:
             who = "as nobody" if self.as_nobody else "as this user"
             why = f"; runners not as nobody: {self.note}" if self.note else ""
-            return f"bubblewrap sandbox ({self.bwrap}, {who}: own PID/net/mount namespaces, read-only filesystem){why}"
+            return (f"bubblewrap sandbox ({self.bwrap}, {who}: own PID/net/mount namespaces, read-only "
+                    f"filesystem){why}")
         return f"NO OS sandbox ({self.note}): candidates run as plain child processes"
 
-    def popen(self, argv: list[str], spec: Spec, prefix: list[str] = (), **kwargs: Any) -> subprocess.Popen[bytes]:  # type: ignore[assignment]
+    def popen(self, argv: list[str], spec: Spec, prefix: list[str] = (),  # type: ignore[assignment]
+              **kwargs: Any) -> subprocess.Popen[bytes]:
         """Start ``argv`` inside the sandbox described by ``spec``; ``prefix`` (the rlimit shim) runs first.
 
         No ``preexec_fn``: the checker runs in threads, where forking into Python code can deadlock.
@@ -172,7 +179,8 @@ class Sandbox:
 
 
 class UnsafeFolder(Exception):
-    """A folder the runner would write is one another user could swap, fill or read, or one it cannot reach."""
+    """A folder the runner would write is one another user could swap, fill or read, or one it cannot
+    reach."""
 
 
 def check_reachable(folder: Path) -> None:
@@ -180,45 +188,50 @@ def check_reachable(folder: Path) -> None:
     runner die with no word of why): every folder above it must let other users pass (``o+x``)."""
     for p in folder.resolve().parents:
         if not os.stat(p).st_mode & stat.S_IXOTH:
-            raise UnsafeFolder(f"the runners run as nobody and cannot reach {folder}: {p} is closed to other users "
-                               f"(chmod o+x {p}, or choose a folder under /tmp)")
+            raise UnsafeFolder(f"the runners run as nobody and cannot reach {folder}: {p} is closed to other "
+                               f"users (chmod o+x {p}, or choose a folder under /tmp)")
 
 
 def check_private(folder: Path, runner_uid: int | None = None) -> None:
-    """Refuse to give a runner ``folder`` unless it and every folder above it, up to a sticky one such as /tmp,
-    is a real folder of this user (or root) that no other user may write: otherwise another user could swap in
-    what the runner reads back (a planted compile cache, a replaced candidate) or what the checker writes through.
+    """Refuse to give a runner ``folder`` unless it and every folder above it, up to a sticky one such as
+    /tmp, is a real folder of this user (or root) that no other user may write: otherwise another user could
+    swap in what the runner reads back (a planted compile cache, a replaced candidate) or what the checker
+    writes through.
 
-    ``folder`` itself may also be ``runner_uid``'s: a runner as ``nobody`` leaves the QuACK cache of its source
-    owned by nobody, and the next runner over the same source gets it back (the folders above stay ours)."""
+    ``folder`` itself may also be ``runner_uid``'s: a runner as ``nobody`` leaves the QuACK cache of its
+    source owned by nobody, and the next runner over the same source gets it back (the folders above stay
+    ours)."""
     me = os.geteuid()
     leaf = folder.resolve()
     for p in (leaf, *leaf.parents):
         info = os.lstat(p)
         runners = p == leaf and runner_uid is not None and info.st_uid == runner_uid
         if not stat.S_ISDIR(info.st_mode) or not (info.st_uid in (me, 0) or runners):
-            raise UnsafeFolder(f"{p} belongs to another user (uid {info.st_uid}): the runner will not write below it")
+            raise UnsafeFolder(f"{p} belongs to another user (uid {info.st_uid}): the runner will not write "
+                               "below it")
         if info.st_mode & stat.S_ISVTX:
             return
-        if info.st_mode & 0o022 and (info.st_uid == me or runners):  # ours or the runner's, left open: close it
+        # ours or the runner's, left open: close it
+        if info.st_mode & 0o022 and (info.st_uid == me or runners):
             os.chmod(p, stat.S_IMODE(info.st_mode) & ~0o022)
         elif info.st_mode & 0o022:
             raise UnsafeFolder(f"{p} is writable by other users: the runner will not write below it")
 
 
 def hand_over(folder: Path, uid: int) -> None:
-    """Make the folder the checker made for a runner ``uid``'s: the folder itself, never what it holds (a runner
-    may have swapped anything below it for a link; what a runner wrote there is its user's already). Its parent is
-    the checker's and closed to others (:func:`check_private`), so the folder cannot be swapped itself."""
+    """Make the folder the checker made for a runner ``uid``'s: the folder itself, never what it holds (a
+    runner may have swapped anything below it for a link; what a runner wrote there is its user's already).
+    Its parent is the checker's and closed to others (:func:`check_private`), so the folder cannot be swapped
+    itself."""
     if os.lstat(folder).st_uid != uid:
         os.lchown(folder, uid, uid)
 
 
 def python_path() -> list[str]:
-    """The checker's Python paths a runner needs: every existing ``sys.path`` folder except the one Python put first
-    for the checker itself (its script's folder, or the working folder under ``python -m``) and the working folder,
-    which the runner never imports from (unless the package lives there). One closed to other users would
-    otherwise stop every runner as nobody."""
+    """The checker's Python paths a runner needs: every existing ``sys.path`` folder except the one Python put
+    first for the checker itself (its script's folder, or the working folder under ``python -m``) and the
+    working folder, which the runner never imports from (unless the package lives there). One closed to other
+    users would otherwise stop every runner as nobody."""
     own = {os.path.realpath(os.getcwd())}
     if sys.path and sys.path[0] and not sys.flags.safe_path:
         own.add(os.path.realpath(sys.path[0]))
@@ -232,8 +245,8 @@ def runner_env(spec: Spec) -> dict[str, str]:
     env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
     env.update({
         "HOME": str(spec.scratch), "TMPDIR": "/tmp", "XDG_CACHE_HOME": str(spec.scratch / ".cache"),
-        "TRITON_CACHE_DIR": str(spec.scratch / ".triton"), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
-        "PYTHONPATH": os.pathsep.join(python_path()),
+        "TRITON_CACHE_DIR": str(spec.scratch / ".triton"), "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(python_path()),
     })
     env.update(spec.env)
     return env
@@ -259,7 +272,8 @@ def _hide(path: Path, needed: list[Path], depth: int = 2) -> list[str]:
         return []
 
 
-#: The coda_agent package folder: an editable install imports it from where the checkout is, not from sys.path.
+#: The coda_agent package folder: an editable install imports it from where the checkout is, not from
+#: sys.path.
 PACKAGE = Path(__file__).resolve().parents[1]
 
 
@@ -270,8 +284,8 @@ def _needed_paths(spec: Spec) -> list[Path]:
 
 
 def _needed_under_tmp() -> list[str]:
-    """What the runner reads that lives under /tmp (the GPU machine's site-packages, a virtualenv or an editable
-    checkout there) survives the private /tmp."""
+    """What the runner reads that lives under /tmp (the GPU machine's site-packages, a virtualenv or an
+    editable checkout there) survives the private /tmp."""
     out: list[str] = []
     for p in sorted({sys.prefix, str(PACKAGE), *python_path()}):
         if p and p.startswith("/tmp/") and os.path.isdir(p) and not any(p.startswith(q + "/") for q in out):
@@ -292,8 +306,8 @@ def kill(proc: subprocess.Popen[bytes]) -> None:
 
 @functools.cache
 def detect() -> Sandbox:
-    """The strongest sandbox that works here, probed once per process by starting the runner's Python inside it
-    (as ``nobody`` when this is root: never as root)."""
+    """The strongest sandbox that works here, probed once per process by starting the runner's Python inside
+    it (as ``nobody`` when this is root: never as root)."""
     as_nobody = os.geteuid() == 0
     who = "nobody" if as_nobody else "this user"
     user = dict(user=NOBODY, group=NOBODY, extra_groups=[]) if as_nobody else {}
@@ -302,8 +316,8 @@ def detect() -> Sandbox:
     bwrap = os.environ.get("CODA_AGENT_BWRAP") or shutil.which("bwrap")
     if bwrap:
         binds = [arg for keep in _needed_under_tmp() for arg in ("--ro-bind", keep, keep)]
-        probe = [bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-                 "--tmpfs", "/tmp", *binds, "--", *python]
+        probe = [bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev",
+                 "--proc", "/proc", "--tmpfs", "/tmp", *binds, "--", *python]
         failure = _probe(probe, user, who)
         if failure is None:
             return Sandbox("bwrap", bwrap=bwrap, as_nobody=as_nobody)
@@ -314,8 +328,8 @@ def detect() -> Sandbox:
         failure = _probe(python, user, who)
         if failure is not None:
             return Sandbox("process", note=note, refused=(
-                f"no runner can start: the checker runs as root, runners run as nobody, and {failure}; or run "
-                "coda-agent as a user other than root"))
+                f"no runner can start: the checker runs as root, runners run as nobody, and {failure}; or "
+                "run coda-agent as a user other than root"))
     return Sandbox("process", as_nobody=as_nobody, note=note)
 
 
@@ -329,7 +343,8 @@ def _probe(argv: list[str], user: dict[str, Any], who: str) -> str | None:
 
 
 def _probe_failure(res: subprocess.CompletedProcess[bytes], who: str) -> str:
-    """Why the probe failed, naming its cause: paths the user cannot read inside, or bubblewrap's own error."""
+    """Why the probe failed, naming its cause: paths the user cannot read inside, or bubblewrap's own
+    error."""
     unreadable = ("a folder above it is closed to that user: open it with chmod o+x, or put Python and the "
                   "checkout where that user can read")
     if res.returncode == 3:
@@ -346,8 +361,8 @@ class SandboxUnavailable(Exception):
 
 
 def require_isolation(purpose: str) -> Sandbox:
-    """The sandbox, or :class:`SandboxUnavailable` when no runner may start, or when there is no OS sandbox and
-    ``CODA_AGENT_ALLOW_UNSANDBOXED`` is unset."""
+    """The sandbox, or :class:`SandboxUnavailable` when no runner may start, or when there is no OS sandbox
+    and ``CODA_AGENT_ALLOW_UNSANDBOXED`` is unset."""
     box = detect()
     if box.refused:
         raise SandboxUnavailable(box.refused)

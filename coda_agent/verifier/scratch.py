@@ -1,9 +1,9 @@
 """The runner's scratch folders, and how the checker removes what a runner wrote.
 
-Each scratch folder is named after the process that made it (``coda_runner_<pid>_...``), so one left behind by a
-process that died without cleaning up (``kill -9``, a power cut) is found and removed later. Removal
-(:func:`remove_tree`) never raises: a runner decides what its folders hold (a chain thousands of folders deep, a
-folder swapped for a link mid-removal, a file it made unremovable), and no such folder may fail a later
+Each scratch folder is named after the process that made it (``coda_runner_<pid>_...``), so one left behind by
+a process that died without cleaning up (``kill -9``, a power cut) is found and removed later. Removal
+(:func:`remove_tree`) never raises: a runner decides what its folders hold (a chain thousands of folders deep,
+a folder swapped for a link mid-removal, a file it made unremovable), and no such folder may fail a later
 verification.
 """
 
@@ -27,10 +27,10 @@ _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def remove_tree(path: Path) -> bool:
-    """Remove ``path`` and all below it; whether nothing is left. Iterative (no depth limit, one folder handle open
-    at a time), through folder handles opened without following links (a folder a runner swaps for a link while
-    this runs is removed as a link, never followed: as root this must not reach the host), and never raising:
-    what cannot be removed is logged and left."""
+    """Remove ``path`` and all below it; whether nothing is left. Iterative (no depth limit, one folder handle
+    open at a time), through folder handles opened without following links (a folder a runner swaps for a link
+    while this runs is removed as a link, never followed: as root this must not reach the host), and never
+    raising: what cannot be removed is logged and left."""
     try:
         top = os.open(path.parent, _DIR)  # the checker's own folder (the temp folder, the cache root)
     except OSError as exc:
@@ -46,12 +46,14 @@ def remove_tree(path: Path) -> bool:
 
 
 def _remove_entry(top: int, name: str) -> bool:
-    """Remove the entry ``name`` of the folder open as ``top`` (a file, a link, or a folder and all below it)."""
+    """Remove the entry ``name`` of the folder open as ``top`` (a file, a link, or a folder and all below
+    it)."""
     fd = _open_folder(top, name)
     if fd is None:
         return _remove(os.unlink, top, name)
     ok = True
-    stack: list[tuple[str, list[str] | None]] = [(name, None)]  # the folders from ``name`` down, their subfolders
+    # the folders from ``name`` down, their subfolders
+    stack: list[tuple[str, list[str] | None]] = [(name, None)]
     while stack:
         current, pending = stack[-1]
         if pending is None:  # first visit: remove its files, list its folders
@@ -107,8 +109,8 @@ def _is_folder(parent: int, name: str) -> bool:
 
 
 def _remove(remove: Callable[..., None], parent: int, name: str) -> bool:
-    """``remove`` (``os.unlink`` or ``os.rmdir``) the entry ``name`` of the folder ``parent``; one already gone
-    counts as removed, one that cannot be is logged."""
+    """``remove`` (``os.unlink`` or ``os.rmdir``) the entry ``name`` of the folder ``parent``; one already
+    gone counts as removed, one that cannot be is logged."""
     try:
         remove(name, dir_fd=parent)
     except FileNotFoundError:
@@ -129,15 +131,16 @@ def scratch_prefix() -> str:
 
 
 def _ours() -> set[int]:
-    """Who owns this user's scratch folders: this user, and as root also ``nobody``, to whom the sandbox hands them."""
+    """Who owns this user's scratch folders: this user, and as root also ``nobody``, to whom the sandbox hands
+    them."""
     uid = os.geteuid()
     return {uid, NOBODY} if uid == 0 else {uid}
 
 
 def remove_stale(folder: Path | None = None) -> list[Path]:
-    """Remove the scratch folders in ``folder`` (the temp folder) that belong to this user and whose process is gone;
-    the ones removed. A folder of a live process, another user's, a link, or one without a pid is left alone; one
-    that cannot be removed whole is logged, never fatal."""
+    """Remove the scratch folders in ``folder`` (the temp folder) that belong to this user and whose process
+    is gone; the ones removed. A folder of a live process, another user's, a link, or one without a pid is
+    left alone; one that cannot be removed whole is logged, never fatal."""
     removed: list[Path] = []
     owners = _ours()
     base = folder if folder is not None else Path(tempfile.gettempdir())
@@ -162,5 +165,6 @@ def remove_stale(folder: Path | None = None) -> list[Path]:
 
 @functools.cache
 def remove_stale_once() -> int:
-    """:func:`remove_stale` once per process (the first verification, a resumed run); how many were removed."""
+    """:func:`remove_stale` once per process (the first verification, a resumed run); how many were
+    removed."""
     return len(remove_stale())

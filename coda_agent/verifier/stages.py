@@ -49,8 +49,8 @@ from .verdict import Outcome, OutputCheck, StageMemory, StageResult
 
 
 class Stopwatch:
-    """Where a stage's wall time goes, part by part (:attr:`StageResult.seconds_by_part`): the clock around calls the
-    stage makes anyway, so measuring costs nothing."""
+    """Where a stage's wall time goes, part by part (:attr:`StageResult.seconds_by_part`): the clock around
+    calls the stage makes anyway, so measuring costs nothing."""
 
     def __init__(self) -> None:
         self.parts: dict[str, float] = {}
@@ -87,7 +87,8 @@ class Context:
 
     @contextmanager
     def runner(self, backend: str, device: str, deadline: float | None = None) -> Iterator[RunnerClient]:
-        """A runner of the candidate in the sandbox, killed at the stage's deadline (or an earlier ``deadline``)."""
+        """A runner of the candidate in the sandbox, killed at the stage's deadline (or an earlier
+        ``deadline``)."""
         cache = quack_cache_for(self.source)
         mark_used(cache)
         with self.watch.part("runner start"):
@@ -106,8 +107,8 @@ class Context:
 
 
 def hidden_paths(task: Task) -> tuple[Path, ...]:
-    """What the runner must not see: every task folder and the task's files, the run store, the home folder, and
-    the git folders above any of them or the package (their objects hold every version of those files)."""
+    """What the runner must not see: every task folder and the task's files, the run store, the home folder,
+    and the git folders above any of them or the package (their objects hold every version of those files)."""
     try:
         folders = [s.folder for s in task_sources()]
     except TaskError:
@@ -128,8 +129,8 @@ STAGES: dict[str, StageFn] = {}
 
 
 def stage(name: str) -> Callable[[StageFn], StageFn]:
-    """Register a stage; its result records where its time went (:func:`timed_by_part`), a GPU stage's its peak device
-    memory too (:func:`measured`)."""
+    """Register a stage; its result records where its time went (:func:`timed_by_part`), a GPU stage's its
+    peak device memory too (:func:`measured`)."""
 
     def register(fn: StageFn) -> StageFn:
         STAGES[name] = timed_by_part(measured(name, fn) if name in GPU_STAGES else fn)
@@ -153,7 +154,8 @@ def timed_by_part(fn: StageFn) -> StageFn:
 
 
 def measured(name: str, fn: StageFn) -> StageFn:
-    """``fn`` with its peak device memory in its result: the checker's since the stage began, and its runners'."""
+    """``fn`` with its peak device memory in its result: the checker's since the stage began, and its
+    runners'."""
 
     def run(ctx: Context) -> StageResult:
         cuda = torch.cuda.is_available()
@@ -165,7 +167,8 @@ def measured(name: str, fn: StageFn) -> StageFn:
         if cuda:
             result.memory = StageMemory(checker_peak_bytes=int(torch.cuda.max_memory_allocated()),
                                         runner_peak_bytes=ctx.runner_peak,
-                                        device_total_bytes=int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory))
+                                        device_total_bytes=int(torch.cuda.get_device_properties(
+                                            torch.cuda.current_device()).total_memory))
         elif ctx.runner_peak is not None:
             result.memory = StageMemory(runner_peak_bytes=ctx.runner_peak)
         return result
@@ -186,21 +189,22 @@ def reference_of(task: Task) -> Reference:
     path = task.reference_file
     key = (path.resolve(), task.reference_function, path.read_text() if path.is_file() else "")
     if key not in _imported_references:
-        _imported_references[key] = reference_function(task)  # a missing or broken file raises, and is not kept
+        # a missing or broken file raises, and is not kept
+        _imported_references[key] = reference_function(task)
     return _imported_references[key]
 
 
 def release(device: str | torch.device) -> None:
-    """Hand the device memory this process no longer uses back to the driver, so the runner (another process on the
-    same GPU) can have it: the caching allocator would otherwise keep it reserved here."""
+    """Hand the device memory this process no longer uses back to the driver, so the runner (another process
+    on the same GPU) can have it: the caching allocator would otherwise keep it reserved here."""
     if torch.device(device).type == "cuda" and torch.cuda.is_initialized():
         torch.cuda.empty_cache()
 
 
 def references(task: Task, inputs: Mapping[str, torch.Tensor],
                watch: Stopwatch | None = None) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """(FP32 reference, task-dtype reference) on the same inputs; each one's time in ``watch`` (its GPU work waited
-    for, so the time is not charged to the comparison that would wait for it)."""
+    """(FP32 reference, task-dtype reference) on the same inputs; each one's time in ``watch`` (its GPU work
+    waited for, so the time is not charged to the comparison that would wait for it)."""
     ref = reference_of(task)
     watch = watch or Stopwatch()
     with torch.no_grad():
@@ -227,42 +231,48 @@ class Reject(Exception):
         self.outcome, self.reason = outcome, reason
 
 
-def returned_checks(ctx: Context, out: CallOutput, ref32: Mapping[str, torch.Tensor], reflp: Mapping[str, torch.Tensor],
-                    point: ShapePoint, seed: int) -> list[OutputCheck]:
+def returned_checks(ctx: Context, out: CallOutput, ref32: Mapping[str, torch.Tensor],
+                    reflp: Mapping[str, torch.Tensor], point: ShapePoint, seed: int) -> list[OutputCheck]:
     """The tolerance checks of one returned output (a non-dict or a non-tensor value fails every check)."""
     task = ctx.task
     if out.kind != "dict":
         return [OutputCheck(output=o.name, shape_point=point.name, seed=seed, ok=False,
-                            reason=f"forward() must return a dict keyed by output name, got {out.kind}") for o in task.outputs]
+                            reason=f"forward() must return a dict keyed by output name, got {out.kind}")
+                for o in task.outputs]
     if out.bad:
         name, kind = next(iter(out.bad.items()))
         return [OutputCheck(output=name, shape_point=point.name, seed=seed, ok=False,
                             reason=f"output {name!r} must be a plain torch.Tensor, got {kind}")]
     extra = {k: None for k in out.keys if k not in out.tensors}
-    return check_outputs(task, {**out.tensors, **extra}, ref32, reflp, point.dims, point.name, seed, ctx.plan.tolerance_baseline)
+    return check_outputs(task, {**out.tensors, **extra}, ref32, reflp, point.dims, point.name, seed,
+                         ctx.plan.tolerance_baseline)
 
 
-def call_problems(ctx: Context, batch: Batch, point: ShapePoint, skip_first: bool = False) -> list[dict[str, object]]:
+def call_problems(ctx: Context, batch: Batch, point: ShapePoint,
+                  skip_first: bool = False) -> list[dict[str, object]]:
     """Per call, what it launched; raises :class:`Reject` for the first call that breaks a launch rule."""
     described: list[dict[str, object]] = []
     traces: list[LaunchTrace | None] = [None] * len(batch.times_us)
     if batch.trace is not None:
         traces = list(calls_from_trace(batch.trace, len(batch.times_us)))
     if batch.ops is None or len(batch.ops) != len(batch.times_us):
-        raise Reject(Outcome.CRASH, f"the runner logged {len(batch.ops or [])} calls for {len(batch.times_us)}")
+        raise Reject(Outcome.CRASH,
+                     f"the runner logged {len(batch.ops or [])} calls for {len(batch.times_us)}")
     for i, (ops, tr) in enumerate(zip(batch.ops, traces, strict=True)):
         if skip_first and i == 0:
             continue
         est = LaunchEstimate.from_ops(ops)
-        problem = (tr.problem(ctx.task, point.name) if tr else None) or est.problem(ctx.task, point.dims, point.name, budget=tr is None)
+        problem = (tr.problem(ctx.task, point.name) if tr
+                   else None) or est.problem(ctx.task, point.dims, point.name, budget=tr is None)
         if problem:
             raise Reject(*problem)
         signature = tr.signature() if tr else est.signature()
         first = ctx.signatures.setdefault(f"{point.name}:{'trace' if tr else 'ops'}", signature)
         if signature != first:
             raise Reject(Outcome.CHEAT_DETECTED, (
-                f"at shape {point.name}, calls on different inputs launched different kernels ({_diff(first, signature)}): "
-                "every call must do the same work, whatever the inputs and however often it is called"
+                f"at shape {point.name}, calls on different inputs launched different kernels "
+                f"({_diff(first, signature)}): every call must do the same work, whatever the inputs and "
+                "however often it is called"
             ))
         described.append({**est.describe(), **(tr.describe() if tr else {})})
     return described
@@ -270,44 +280,52 @@ def call_problems(ctx: Context, batch: Batch, point: ShapePoint, skip_first: boo
 
 def _diff(a: Any, b: Any) -> str:
     gone, new = a - b, b - a
-    parts = [f"missing {', '.join(list(gone)[:2])[:120]}" if gone else "", f"extra {', '.join(list(new)[:2])[:120]}" if new else ""]
+    parts = [f"missing {', '.join(list(gone)[:2])[:120]}" if gone else "",
+             f"extra {', '.join(list(new)[:2])[:120]}" if new else ""]
     return "; ".join(p for p in parts if p)
 
 
 def returned_bytes_limit(task: Task, point: ShapePoint, calls: int) -> int:
-    """The most bytes the checker reads back for ``calls`` kept calls at ``point``: every task output at 8 bytes an
-    element (so a wrong dtype still reaches the output check), plus a MiB; a runner cannot make it read more."""
+    """The most bytes the checker reads back for ``calls`` kept calls at ``point``: every task output at 8
+    bytes an element (so a wrong dtype still reaches the output check), plus a MiB; a runner cannot make it
+    read more."""
     per_call = sum(math.prod(shape) * 8 for shape in task.output_shapes(point.dims).values())
     return calls * per_call + (1 << 20)
 
 
-def check_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: str, checks: list[OutputCheck]) -> dict[str, object]:
-    """The correctness protocol at one shape (module docstring), adding to ``checks``; raises :class:`Reject` on a fault."""
+def check_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: str,
+                checks: list[OutputCheck]) -> dict[str, object]:
+    """The correctness protocol at one shape (module docstring), adding to ``checks``; raises :class:`Reject`
+    on a fault."""
     task, watch = ctx.task, ctx.watch
     checked, decoys = input_sets(task, ctx.plan.seeds)
     # The runner knows a set by its place alone: nothing tells the candidate which one is the stress set.
     ids = {s: f"{point.name}-{i}" for i, s in enumerate(checked + decoys)}
     with watch.part("inputs"):
-        for s, set_id in ids.items():  # one set held here at a time: each is drawn again, the same, for its reference
+        # one set held here at a time: each is drawn again, the same, for its reference
+        for s, set_id in ids.items():
             client.put(set_id, s.draw(task, point.dims, device))
         release(device)
     info: dict[str, object] = {"dims": point.dims}
     try:
         with watch.part("warm-up"):
-            warm = client.run([ids[(decoys or checked)[-1]]], keep=[])  # builds the kernels; its launches are not judged
+            # builds the kernels; its launches are not judged
+            warm = client.run([ids[(decoys or checked)[-1]]], keep=[])
         del warm
         order = checked + decoys + [checked[0]]
         calls = [ids[s] for s in order]
         with watch.part("candidate"):
             batch = client.run(calls, keep=list(range(len(calls))))
     except CandidateRaised as exc:
-        raise Reject(Outcome.RUNTIME_ERROR, f"forward() raised at shape {point.name} {point.dims}:\n{exc}") from None
+        raise Reject(Outcome.RUNTIME_ERROR,
+                     f"forward() raised at shape {point.name} {point.dims}:\n{exc}") from None
     with watch.part("transfer"):
         outs = client.fetch(returned_bytes_limit(task, point, len(calls)))
         modified = client.drop(list(ids.values()))
     changed = sorted({k for v in modified.values() for k in v} | {k for o in outs for k in o.inputs_modified})
     if changed:
-        raise Reject(Outcome.CHEAT_DETECTED, f"at shape {point.name}, forward() modified its inputs {changed}; inputs are read-only")
+        raise Reject(Outcome.CHEAT_DETECTED,
+                     f"at shape {point.name}, forward() modified its inputs {changed}; inputs are read-only")
     if len(outs) != len(calls):
         raise Reject(Outcome.CRASH, f"the runner returned {len(outs)} outputs for {len(calls)} calls")
     storages = [set(o.storages.values()) - {0} for o in outs]
@@ -315,11 +333,12 @@ def check_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: s
         for j in range(i):
             if storages[i] & storages[j]:
                 raise Reject(Outcome.CHEAT_DETECTED, (
-                    f"at shape {point.name}, forward() returned a buffer it had already returned from an earlier call "
-                    "(an answer kept across calls); compute every output from the current inputs"
+                    f"at shape {point.name}, forward() returned a buffer it had already returned from an "
+                    "earlier call (an answer kept across calls); compute every output from the current inputs"
                 ))
-    # One set's references at a time (the first set's are drawn again for the repeat call at the end), and each
-    # output let go once checked unless the repeat check needs it: the checker's memory does not grow with the seeds.
+    # One set's references at a time (the first set's are drawn again for the repeat call at the end), and
+    # each output let go once checked unless the repeat check needs it: the checker's memory does not grow
+    # with the seeds.
     held: tuple[InputSet, tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]] | None = None
     for i, (out, inputs) in enumerate(zip(outs, order, strict=True)):
         if held is None or held[0] != inputs:
@@ -332,7 +351,8 @@ def check_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: s
         with watch.part("checks"):
             found = returned_checks(ctx, out, *held[1], point, inputs.seed)
         if inputs.stress:
-            found = [c.model_copy(update={"stress": True, "reason": c.reason and unstable(task, point, c.reason)}) for c in found]
+            found = [c.model_copy(update={"stress": True, "reason": c.reason
+                                          and unstable(task, point, c.reason)}) for c in found]
         if inputs in checked and out is not outs[-1]:
             checks.extend(found)
         failed = [c for c in found if not c.ok]
@@ -352,14 +372,15 @@ def check_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: s
 def unstable(task: Task, point: ShapePoint, reason: str) -> str:
     """A failed check's reason on the stress set: what that set is, and what usually fixes such a kernel."""
     stressed = ", ".join(sorted(task.stress_inits()))
-    return (f"on the stress inputs at shape {point.name} ({stressed} at large magnitudes or at the edges of their range, "
-            f"where the FP32 reference is finite), {reason}. The kernel passes the ordinary inputs but is numerically "
-            "unstable at large magnitudes: keep every intermediate in range, e.g. subtract the row maximum before exp (as a "
-            "stable logsumexp or softmax does) and never take exp, a quotient or rsqrt of an unbounded value")
+    return (f"on the stress inputs at shape {point.name} ({stressed} at large magnitudes or at the edges of "
+            f"their range, where the FP32 reference is finite), {reason}. The kernel passes the ordinary "
+            "inputs but is numerically unstable at large magnitudes: keep every intermediate in range, e.g. "
+            "subtract the row maximum before exp (as a stable logsumexp or softmax does) and never take exp, "
+            "a quotient or rsqrt of an unbounded value")
 
 
-def agreement(task: Task, first: CallOutput, again: CallOutput, found: list[OutputCheck], point: ShapePoint, seed: int,
-              info: dict[str, object]) -> None:
+def agreement(task: Task, first: CallOutput, again: CallOutput, found: list[OutputCheck], point: ShapePoint,
+              seed: int, info: dict[str, object]) -> None:
     """The repeat call must match the first: bitwise, or at least within the tolerance of the check.
 
     Bitwise is not required (a reduction may legitimately vary its order), but a difference beyond the
@@ -374,8 +395,8 @@ def agreement(task: Task, first: CallOutput, again: CallOutput, found: list[Outp
         limit = allowed.get(spec.name, 0.0)
         if worst > limit:
             raise Reject(Outcome.CHEAT_DETECTED, (
-                f"at shape {point.name} seed {seed}, two calls on identical inputs disagree on {spec.name!r} by {worst:.3g} "
-                f"(allowed {limit:.3g}): the result depends on memory contents or timing"
+                f"at shape {point.name} seed {seed}, two calls on identical inputs disagree on {spec.name!r} "
+                f"by {worst:.3g} (allowed {limit:.3g}): the result depends on memory contents or timing"
             ))
         drifted = info.setdefault("not_bitwise_reproducible", [])
         assert isinstance(drifted, list)
@@ -383,7 +404,8 @@ def agreement(task: Task, first: CallOutput, again: CallOutput, found: list[Outp
 
 
 def runner_failure(exc: RunnerError, plan: Plan, raised: Outcome, prefix: str) -> tuple[Outcome, str]:
-    """How a runner's fault ends a stage: the candidate raised (``raised``), ran out of time, was cancelled or died."""
+    """How a runner's fault ends a stage: the candidate raised (``raised``), ran out of time, was cancelled or
+    died."""
     if isinstance(exc, CandidateRaised):
         return raised, f"{prefix}{exc}"
     if isinstance(exc, RunnerCancelled):
@@ -402,7 +424,8 @@ def run_correctness(ctx: Context, name: str, backend_name: str, device: str) -> 
                                   "stressed_inputs": sorted(ctx.task.stress_inits())}
 
     def result(outcome: Outcome, reason: str) -> StageResult:
-        return StageResult(stage=name, outcome=outcome, reason=reason, seconds=time.perf_counter() - t0, checks=checks, details=details)
+        return StageResult(stage=name, outcome=outcome, reason=reason, seconds=time.perf_counter() - t0,
+                           checks=checks, details=details)
 
     try:
         with ctx.runner(backend_name, device) as client:
@@ -410,15 +433,16 @@ def run_correctness(ctx: Context, name: str, backend_name: str, device: str) -> 
                 try:
                     info = check_shape(ctx, client, point, device, checks)
                 except Reject as rej:
-                    shapes[point.name] = {"outcome": rej.outcome.value, "reason": rej.reason, "dims": point.dims}
+                    shapes[point.name] = {"outcome": rej.outcome.value, "reason": rej.reason,
+                                          "dims": point.dims}
                     return result(rej.outcome, rej.reason)
                 shapes[point.name] = {"outcome": Outcome.PASSED.value, "reason": "", **info}
     except RunnerError as exc:
         return result(*runner_failure(exc, ctx.plan, Outcome.RUNTIME_ERROR, ""))
     n = len(ctx.plan.points(ctx.task))
     stress = " and the stress set" if ctx.task.stress_inits() else ""
-    return result(Outcome.PASSED, f"all outputs within tolerance on {n} {ctx.plan.shape_set} shapes x {len(ctx.plan.seeds)} seeds"
-                                  f"{stress}, launch budget kept")
+    return result(Outcome.PASSED, f"all outputs within tolerance on {n} {ctx.plan.shape_set} shapes x "
+                                  f"{len(ctx.plan.seeds)} seeds{stress}, launch budget kept")
 
 
 @stage("correctness")
@@ -429,13 +453,14 @@ def cpu_correctness(ctx: Context) -> StageResult:
 
 @stage("compile")
 def compile_sm90(ctx: Context) -> StageResult:
-    """Build every kernel forward() launches for sm_90a, without a GPU (QuACK compile-only): at the first small
-    shape, then each other config forward() would use at the bench shapes (:func:`bench_configs`)."""
+    """Build every kernel forward() launches for sm_90a, without a GPU (QuACK compile-only): at the first
+    small shape, then each other config forward() would use at the bench shapes (:func:`bench_configs`)."""
     t0 = time.perf_counter()
     point = ctx.plan.points(ctx.task)[0]
 
     def result(outcome: Outcome, reason: str, details: dict[str, object] | None = None) -> StageResult:
-        return StageResult(stage="compile", outcome=outcome, reason=reason, seconds=time.perf_counter() - t0, details=details or {})
+        return StageResult(stage="compile", outcome=outcome, reason=reason, seconds=time.perf_counter() - t0,
+                           details=details or {})
 
     try:
         with ctx.runner("quack-compile", "cpu") as client:
@@ -445,10 +470,12 @@ def compile_sm90(ctx: Context) -> StageResult:
             ops = batch.ops[0] if batch.ops else []  # the compile batch is always traced
             est = LaunchEstimate.from_ops(ops)
             if not est.gemms:
-                return result(Outcome.CHEAT_DETECTED, f"at shape {point.name}, forward() built no GEMM kernel: every GEMM must be a primitives.gemm call")
+                return result(Outcome.CHEAT_DETECTED, f"at shape {point.name}, forward() built no GEMM "
+                                                      "kernel: every GEMM must be a primitives.gemm call")
             missing = [g for g in ctx.task.gemm_shapes(point.dims) if g not in est.gemms]
             if missing:
-                return result(Outcome.CHEAT_DETECTED, f"at shape {point.name}, no kernel was built for the task's GEMM {missing[0]} (built: {est.gemms})")
+                return result(Outcome.CHEAT_DETECTED, f"at shape {point.name}, no kernel was built for the "
+                                                      f"task's GEMM {missing[0]} (built: {est.gemms})")
             details: dict[str, object] = est.describe()
             try:
                 seen: dict[str, list[dict[str, Any]]] = {}
@@ -459,32 +486,37 @@ def compile_sm90(ctx: Context) -> StageResult:
             except Reject as rej:
                 return result(rej.outcome, rej.reason)
             for (epilogue, config), shape in wanted.items():
-                at = f"the config {config_label(config)} that forward() gives {epilogue} at bench shape {shape}"
+                at = (f"the config {config_label(config)} that forward() gives {epilogue} at bench shape "
+                      f"{shape}")
                 try:
                     with ctx.watch.part("build bench configs"):
-                        client.set_schedule({(o["epilogue"], *o["gemm"]): config for o in ops if o.get("epilogue") == epilogue})
+                        client.set_schedule({(o["epilogue"], *o["gemm"]): config for o in ops
+                                             if o.get("epilogue") == epilogue})
                         client.run(["compile"], keep=[])
                 except CandidateRaised as exc:
                     return result(Outcome.COMPILE_ERROR, f"{at} does not build for sm_90a:\n{exc}")
             details["bench_configs"] = [f"{e}: {config_label(c)}" for e, c in wanted]
             details.update(cost_details(ctx.task, seen))
     except RunnerError as exc:
-        return result(*runner_failure(exc, ctx.plan, Outcome.COMPILE_ERROR, f"building the sm_90a kernels failed at shape {point.name}:\n"))
+        return result(*runner_failure(exc, ctx.plan, Outcome.COMPILE_ERROR,
+                                      f"building the sm_90a kernels failed at shape {point.name}:\n"))
     more = f", and {len(wanted)} more config(s) it uses at the bench shapes" if wanted else ""
-    return result(Outcome.PASSED, f"built {len(est.gemms)} GEMM kernel(s) for sm_90a at shape {point.name}{more}", details)
+    return result(Outcome.PASSED,
+                  f"built {len(est.gemms)} GEMM kernel(s) for sm_90a at shape {point.name}{more}", details)
 
 
 def cost_details(task: Task, seen: Mapping[str, list[dict[str, Any]]]) -> dict[str, object]:
     """The cost estimate (:mod:`.cost`) at each bench shape from its op log on meta tensors, under the
     nominal H200 peaks the task prompt's speed of light uses: ``cost`` (per shape) and ``cost_summary`` (the
-    feedback's text). The op logs come from the runner, which the candidate shares: a record the estimate cannot
-    read leaves it out, it never fails the stage."""
+    feedback's text). The op logs come from the runner, which the candidate shares: a record the estimate
+    cannot read leaves it out, it never fails the stage."""
     estimates = []
     for p in task.shapes.get("bench", []):
         if p.name in seen:
             sol = speed_of_light_us(task.flops(p.dims), task.min_bytes(p.dims), NOMINAL_H200)
             try:
-                estimates.append(cost.estimate(seen[p.name], NOMINAL_H200, shape=p.name, sol_us=sol, min_bytes=task.min_bytes(p.dims)))
+                estimates.append(cost.estimate(seen[p.name], NOMINAL_H200, shape=p.name, sol_us=sol,
+                                               min_bytes=task.min_bytes(p.dims)))
             except (TypeError, ValueError, AttributeError, OverflowError):
                 continue
     if not estimates:
@@ -494,12 +526,13 @@ def cost_details(task: Task, seen: Mapping[str, list[dict[str, Any]]]) -> dict[s
 
 def bench_configs(task: Task, client: RunnerClient, built: list[dict[str, Any]], built_at: str,
                   seen: dict[str, list[dict[str, Any]]] | None = None) -> dict[tuple[str, Config], str]:
-    """The (epilogue, config) pairs forward() would run at the bench shapes that the compile at the small shape
-    ``built_at`` did not build, each with the first bench shape that asks for it, learnt from forward() on meta
-    tensors (the op log reports each call's effective config: a pinned schedule, the call's own, or the default).
-    The same log is held to the launch rules of each bench shape, and must show the same kinds of work as the
-    small shape's (:meth:`LaunchEstimate.kinds`; :class:`Reject`). A forward() that cannot run there from shapes
-    alone (it reads tensor values on the host) is refused: the CPU would otherwise judge no bench shape at all."""
+    """The (epilogue, config) pairs forward() would run at the bench shapes that the compile at the small
+    shape ``built_at`` did not build, each with the first bench shape that asks for it, learnt from forward()
+    on meta tensors (the op log reports each call's effective config: a pinned schedule, the call's own, or
+    the default). The same log is held to the launch rules of each bench shape, and must show the same kinds
+    of work as the small shape's (:meth:`LaunchEstimate.kinds`; :class:`Reject`). A forward() that cannot run
+    there from shapes alone (it reads tensor values on the host) is refused: the CPU would otherwise judge no
+    bench shape at all."""
 
     def pair(op: dict[str, Any]) -> tuple[str, Config]:
         return str(op["epilogue"]), config_from_fields(op["config"]) if op.get("config") else Config()
@@ -508,24 +541,27 @@ def bench_configs(task: Task, client: RunnerClient, built: list[dict[str, Any]],
     small = LaunchEstimate.kinds(built)
     wanted: dict[tuple[str, Config], str] = {}
     for point in task.shapes.get("bench", []):
-        shapes = {spec.name: (spec.concrete_shape(point.dims), torch_dtype(spec.dtype)) for spec in task.inputs}
+        shapes = {spec.name: (spec.concrete_shape(point.dims),
+                              torch_dtype(spec.dtype)) for spec in task.inputs}
         try:
             ops = client.discover(shapes)
         except CandidateRaised as exc:
-            why = "" if exc.contract else ("; host code must work from shapes alone: no .item(), float(t), bool(t) or "
-                                           "`if` on a tensor's values (each one also stalls the GPU)")
-            raise CandidateRaised(f"forward() raised at bench shape {point.name}, run on meta tensors before any kernel "
-                                  f"was built there{why}:\n{exc}", contract=True) from None
+            why = "" if exc.contract else ("; host code must work from shapes alone: no .item(), float(t), "
+                                           "bool(t) or `if` on a tensor's values (each one also stalls the "
+                                           "GPU)")
+            raise CandidateRaised(f"forward() raised at bench shape {point.name}, run on meta tensors before "
+                                  f"any kernel was built there{why}:\n{exc}", contract=True) from None
         if seen is not None:
             seen[point.name] = ops
-        problem = LaunchEstimate.from_ops(ops).problem(task, point.dims, f"{point.name} (bench, on meta tensors)")
+        problem = LaunchEstimate.from_ops(ops).problem(task, point.dims,
+                                                       f"{point.name} (bench, on meta tensors)")
         if problem:
             raise Reject(*problem)
         if (kinds := LaunchEstimate.kinds(ops)) != small:
             raise Reject(Outcome.CHEAT_DETECTED, (
-                f"at bench shape {point.name} (on meta tensors), forward() does other work than at shape {built_at} "
-                f"({_diff(small, kinds)}): every shape must run the same gemm epilogues and host ops, only the "
-                "configs may differ (the CPU checks values at the small shapes only)"
+                f"at bench shape {point.name} (on meta tensors), forward() does other work than at shape "
+                f"{built_at} ({_diff(small, kinds)}): every shape must run the same gemm epilogues and host "
+                "ops, only the configs may differ (the CPU checks values at the small shapes only)"
             ))
         for op in ops:
             if "gemm" in op and pair(op) not in have:

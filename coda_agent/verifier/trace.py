@@ -19,14 +19,15 @@ from .verdict import Outcome
 
 KernelKind = Literal["quack", "matmul", "marker", "other"]
 
-#: The fused GEMM + epilogue kernels ``primitives.gemm`` launches, named by the CuTe DSL after their class's module:
-#: QuACK's (``kernel_cutlass_kernel_quack...``) and the harness's load-ahead kernel
-#: (``kernel_cutlass_kernel_coda_agentprimitives_ahead...``, ``primitives/_ahead.py``). Candidates cannot build
-#: CuTe DSL kernels of their own: the static check refuses the imports.
+#: The fused GEMM + epilogue kernels ``primitives.gemm`` launches, named by the CuTe DSL after their class's
+#: module: QuACK's (``kernel_cutlass_kernel_quack...``) and the harness's load-ahead kernel
+#: (``kernel_cutlass_kernel_coda_agentprimitives_ahead...``, ``primitives/_ahead.py``). Candidates cannot
+#: build CuTe DSL kernels of their own: the static check refuses the imports.
 QUACK_KERNEL = re.compile(r"^kernel_cutlass_kernel_(quack|coda_agentprimitives_ahead)")
 #: cuBLAS/cuBLASLt, CUTLASS-in-cuBLAS and Inductor matmul kernels: a GEMM that bypassed primitives.gemm.
 MATMUL_KERNEL = re.compile(
-    r"nvjet|gemm|gemv|xmma|cublas|cutlass|wgmma|tensorop|[sh]1688|[sh]16816|splitKreduce|dot_kernel|triton_tem",
+    r"nvjet|gemm|gemv|xmma|cublas|cutlass|wgmma|tensorop|[sh]1688|[sh]16816|splitKreduce|dot_kernel|"
+    r"triton_tem",
     re.IGNORECASE,
 )
 #: The runner's marker (``torch.cuda._sleep``), launched before each call: the trace splits there.
@@ -37,18 +38,21 @@ MARKER_KERNEL = re.compile(r"spin_kernel")
 #: NaN-filled buffer is one fill).
 FINALISE_LAUNCHES = {"ColVecReduce": 1, "RowVecReduce": 1, "OnlineLSEReduce": 9, "ColVecSelect": 1}
 #: Host ops that launch no kernel (allocation without a fill).
-NO_KERNEL_OPS = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::lift_fresh"}
-#: Host ops the GPU would run as a matmul kernel (cuBLAS, cuDNN): the CPU's counterpart of a ``matmul`` kernel.
+NO_KERNEL_OPS = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
+                 "aten::lift_fresh"}
+#: Host ops the GPU would run as a matmul kernel (cuBLAS, cuDNN): the CPU's counterpart of a ``matmul``
+#: kernel.
 MATMUL_OPS = frozenset(f"aten::{op}" for op in (
-    "mm", "bmm", "addmm", "addbmm", "baddbmm", "addmv", "mv", "dot", "vdot", "matmul", "linear", "_addmm_activation",
-    "_scaled_mm", "convolution", "_convolution", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
-    "conv_transpose3d", "cudnn_convolution", "mkldnn_convolution", "_mm_plus_mm", "_int_mm", "tensordot", "einsum",
+    "mm", "bmm", "addmm", "addbmm", "baddbmm", "addmv", "mv", "dot", "vdot", "matmul", "linear",
+    "_addmm_activation", "_scaled_mm", "convolution", "_convolution", "conv1d", "conv2d", "conv3d",
+    "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "cudnn_convolution", "mkldnn_convolution",
+    "_mm_plus_mm", "_int_mm", "tensordot", "einsum",
 ))
 
 
 def classify_kernel(name: str) -> KernelKind:
-    """``quack`` for the fused kernels of :data:`QUACK_KERNEL`, ``matmul`` for cuBLAS-style GEMMs, the runner's marker,
-    else ``other``."""
+    """``quack`` for the fused kernels of :data:`QUACK_KERNEL`, ``matmul`` for cuBLAS-style GEMMs, the
+    runner's marker, else ``other``."""
     if QUACK_KERNEL.match(name):
         return "quack"
     if MARKER_KERNEL.search(name):
@@ -80,13 +84,15 @@ def kernels_from_chrome_trace(trace: Mapping[str, Any]) -> list[KernelEvent]:
         args = e.get("args", {}) if isinstance(e.get("args"), dict) else {}
         order = args.get("correlation", e.get("ts", 0)) or 0
         stream = args.get("stream", e.get("tid", -1))
-        events.append(KernelEvent(name=str(e.get("name", "")), stream=int(stream if stream is not None else -1), order=int(order)))
+        events.append(KernelEvent(name=str(e.get("name", "")),
+                                  stream=int(stream if stream is not None else -1), order=int(order)))
     return sorted(events, key=lambda k: k.order)
 
 
 @dataclass
 class LaunchTrace:
-    """The kernels one call launched, after the runner's marker and its L2 flush; ``main_stream`` is the marker's."""
+    """The kernels one call launched, after the runner's marker and its L2 flush; ``main_stream`` is the
+    marker's."""
 
     main_stream: int
     kernels: list[KernelEvent] = field(default_factory=list)
@@ -111,8 +117,9 @@ class LaunchTrace:
         matmul = self.of_kind("matmul")
         if matmul:
             return Outcome.CHEAT_DETECTED, (
-                f"at shape {shape}, forward() launched a cuBLAS/torch matmul kernel ({_short(matmul[0].name)}): "
-                "every GEMM must run through primitives.gemm, fused with its epilogue"
+                f"at shape {shape}, forward() launched a cuBLAS/torch matmul kernel "
+                f"({_short(matmul[0].name)}): every GEMM must run through primitives.gemm, fused with its "
+                "epilogue"
             )
         side = self.side_stream
         if side:
@@ -122,9 +129,10 @@ class LaunchTrace:
             )
         if task.gemms and len(self.of_kind("quack")) < len(task.gemms):
             return Outcome.CHEAT_DETECTED, (
-                f"at shape {shape}, {len(self.of_kind('quack'))} GEMM kernel(s) ran through primitives.gemm for the "
-                f"task's {len(task.gemms)} GEMM(s) (kernels: {', '.join(_short(k.name) for k in self.kernels[:4]) or 'none'}); "
-                "every call must compute each GEMM with primitives.gemm, not another way and not from a cache"
+                f"at shape {shape}, {len(self.of_kind('quack'))} GEMM kernel(s) ran through primitives.gemm "
+                f"for the task's {len(task.gemms)} GEMM(s) (kernels: "
+                f"{', '.join(_short(k.name) for k in self.kernels[:4]) or 'none'}); every call must compute "
+                "each GEMM with primitives.gemm, not another way and not from a cache"
             )
         if self.launches > task.launch_budget:
             names = ", ".join(_short(k.name, 50) for k in self.kernels)
@@ -149,12 +157,14 @@ def calls_from_trace(trace: Mapping[str, Any], calls: int) -> list[LaunchTrace]:
     if len(starts) == calls + 1 and starts[:2] == [0, 1]:
         starts = starts[1:]  # the batch's lead-in sleep (measure.timing.lead_in) runs the same kernel
     if len(starts) != calls:
-        raise ValueError(f"the kernel trace holds {len(starts)} call markers for {calls} calls (is CUPTI available?)")
+        raise ValueError(f"the kernel trace holds {len(starts)} call markers for {calls} calls (is CUPTI "
+                         "available?)")
     out = []
     for n, i in enumerate(starts):
         end = starts[n + 1] if n + 1 < len(starts) else len(events)
         marker, body = events[i], events[i + 1 : end]
-        out.append(LaunchTrace(main_stream=marker.stream, kernels=body[1:]))  # body[0] is the runner's L2 flush
+        # body[0] is the runner's L2 flush
+        out.append(LaunchTrace(main_stream=marker.stream, kernels=body[1:]))
     return out
 
 
@@ -186,7 +196,8 @@ class LaunchEstimate:
                 m, n, k = (int(v) for v in op["gemm"])
                 gemms.append((m, n, k))
                 gemm_launches += 1 + sum(FINALISE_LAUNCHES.get(str(s), 0) for s in op.get("sinks", []))
-            elif str(op.get("op")).split(".", 1)[0] not in NO_KERNEL_OPS:  # overloads: aten::empty.memory_format
+            # overloads: aten::empty.memory_format
+            elif str(op.get("op")).split(".", 1)[0] not in NO_KERNEL_OPS:
                 host.append(str(op.get("op")))
                 largest = max(largest, int(op.get("numel", 0)))
         return cls(gemms, gemm_launches, host, largest)
@@ -196,26 +207,29 @@ class LaunchEstimate:
 
     @staticmethod
     def kinds(ops: list[dict[str, Any]]) -> Counter[str]:
-        """The kinds of work a call does, free of shapes and configs: each gemm call's epilogue (its name, mode,
-        sinks, outputs, stored D and B's major) and each host op that launches a kernel. A forward() must do the
-        same at every shape: the CPU checks values at the small shapes only, so work it drops at the bench shapes
-        alone would pass it unseen."""
+        """The kinds of work a call does, free of shapes and configs: each gemm call's epilogue (its name,
+        mode, sinks, outputs, stored D and B's major) and each host op that launches a kernel. A forward()
+        must do the same at every shape: the CPU checks values at the small shapes only, so work it drops at
+        the bench shapes alone would pass it unseen."""
         work = []
         for op in ops:
             if "gemm" in op:
                 work.append(f"gemm {op.get('epilogue')} (mode {op.get('mode')}, sinks {op.get('sinks')}, "
-                            f"{op.get('outputs')} outputs, store_d {op.get('store_d')}, b_major {op.get('b_major')})")
+                            f"{op.get('outputs')} outputs, store_d {op.get('store_d')}, b_major "
+                            f"{op.get('b_major')})")
             elif str(op.get("op")).split(".", 1)[0] not in NO_KERNEL_OPS:
                 work.append(str(op.get("op")))
         return Counter(work)
 
-    def problem(self, task: Task, dims: dict[str, int], shape: str, budget: bool = True) -> tuple[Outcome, str] | None:
+    def problem(self, task: Task, dims: dict[str, int], shape: str, budget: bool = True) -> tuple[Outcome,
+                                                                                                  str] | None:
         """The GEMM and host-work rules (and, where no kernel trace exists, the launch budget)."""
         matmul = [op for op in self.host_ops if op.split(".", 1)[0] in MATMUL_OPS]
         if matmul:
             return Outcome.CHEAT_DETECTED, (
-                f"at shape {shape}, host code ran {matmul[0]} outside primitives.gemm (the GPU would launch a "
-                "cuBLAS/cuDNN kernel for it): every GEMM must run through primitives.gemm, fused with its epilogue"
+                f"at shape {shape}, host code ran {matmul[0]} outside primitives.gemm (the GPU would launch "
+                "a cuBLAS/cuDNN kernel for it): every GEMM must run through primitives.gemm, fused with its "
+                "epilogue"
             )
         want = task.gemm_shapes(dims)
         flops, want_flops = sum(m * n * k for m, n, k in self.gemms), sum(m * n * k for m, n, k in want)
@@ -227,20 +241,22 @@ class LaunchEstimate:
         biggest = max(task_numel(task, dims), default=0)
         if self.largest_host_tensor > biggest:
             return Outcome.CHEAT_DETECTED, (
-                f"at shape {shape}, host code outside primitives.gemm touched a tensor of {self.largest_host_tensor} "
-                f"elements, more than any input or output has ({biggest}): GEMM-sized work must run inside "
-                "primitives.gemm"
+                f"at shape {shape}, host code outside primitives.gemm touched a tensor of "
+                f"{self.largest_host_tensor} elements, more than any input or output has ({biggest}): "
+                "GEMM-sized work must run inside primitives.gemm"
             )
         if budget and self.launches > task.launch_budget:
             return Outcome.OVER_LAUNCH_BUDGET, (
-                f"at shape {shape}, forward() would launch about {self.launches} kernels on the GPU, over the task's "
-                f"budget of {task.launch_budget} (GEMM kernels and their reduce finalisation: {self.gemm_launches}; "
-                f"host ops: {', '.join(self.host_ops) or 'none'}); move host-side glue into the epilogue or merge steps"
+                f"at shape {shape}, forward() would launch about {self.launches} kernels on the GPU, over "
+                f"the task's budget of {task.launch_budget} (GEMM kernels and their reduce finalisation: "
+                f"{self.gemm_launches}; host ops: {', '.join(self.host_ops) or 'none'}); move host-side glue "
+                "into the epilogue or merge steps"
             )
         return None
 
     def describe(self) -> dict[str, object]:
-        return {"launches_estimate": self.launches, "gemm_calls": [list(g) for g in self.gemms], "host_ops": self.host_ops}
+        return {"launches_estimate": self.launches, "gemm_calls": [list(g) for g in self.gemms],
+                "host_ops": self.host_ops}
 
 
 def task_numel(task: Task, dims: dict[str, int]) -> list[int]:

@@ -4,33 +4,34 @@ At each shape of the plan, one traced call tells the checker which gemm calls fo
 M, N, K, mode, the config each ran with; the runner's op log). Then a coordinate descent, one gemm call
 at a time: every config of :func:`~coda_agent.primitives.configs.config_space` valid for the call's mode
 (default first, then by the wave model) is set as the harness's schedule in the runner and forward() is timed
-whole, candidate only, by the checker's honest protocol (:class:`~.gpu.ShapeTimer`, fewer reps, one round's outputs
-checked); the fastest by the GPU's time (the CUDA events: a config changes only the kernels, and a host-bound
-forward() would hide that behind its host time) stays for the next call.
+whole, candidate only, by the checker's honest protocol (:class:`~.gpu.ShapeTimer`, fewer reps, one round's
+outputs checked); the fastest by the GPU's time (the CUDA events: a config changes only the kernels, and a
+host-bound forward() would hide that behind its host time) stays for the next call.
 On the GPU, the configs a shape's search will propose are first built for sm_90a by CPU processes side by side
-(:mod:`.builds`), so a proposal loads its kernels instead of building them, and a config whose build fails or aborts
-is recorded as failed without being proposed.
-The plan's budget is the stage's wall time: the runner's start-up, each shape's traced call, the builds, the searches
-and the final comparisons all come out of it. Before a shape's search, time is kept for the final comparisons still to
-come (:func:`comparisons_to_come`: the ones measured so far, on average). A shape's builds may take what is left of the
-rest, since their kernels serve every later shape (a kernel does not depend on sizes); what they leave is split evenly
-over the shapes still to tune (what one leaves over goes to the next), and at a shape over its gemm calls still to
-search; a proposal under way finishes, so the stage ends by its budget plus at most one proposal (and a comparison
-that outran its estimate). A shape whose final comparison no longer fits is not searched (``details["out_of_budget"]``). Finally forward() as written and under the tuned schedule are timed interleaved with the
-full repetition plan, :data:`FINAL_CHECKS` rounds of each checked. A config
-that fails (raises, launches something else, computes a wrong result, kills the runner) is recorded and skipped; a
-dead runner is started again, at most :data:`MAX_RESTARTS` times in a stage (the next death ends it, and the candidate
-keeps its configs; what that shape's search had measured, the config that killed it included, stays in
-``details["cut_short"]``). A death outside a proposal (the shape's traced call, its final comparison) loses that
-shape only (``details["shapes_lost"]``).
+(:mod:`.builds`), so a proposal loads its kernels instead of building them, and a config whose build fails or
+aborts is recorded as failed without being proposed.
+The plan's budget is the stage's wall time: the runner's start-up, each shape's traced call, the builds, the
+searches and the final comparisons all come out of it. Before a shape's search, time is kept for the final
+comparisons still to come (:func:`comparisons_to_come`: the ones measured so far, on average). A shape's
+builds may take what is left of the rest, since their kernels serve every later shape (a kernel does not
+depend on sizes); what they leave is split evenly over the shapes still to tune (what one leaves over goes to
+the next), and at a shape over its gemm calls still to search; a proposal under way finishes, so the stage
+ends by its budget plus at most one proposal (and a comparison that outran its estimate). A shape whose final
+comparison no longer fits is not searched (``details["out_of_budget"]``). Finally forward() as written and
+under the tuned schedule are timed interleaved with the full repetition plan, :data:`FINAL_CHECKS` rounds of
+each checked. A config that fails (raises, launches something else, computes a wrong result, kills the runner)
+is recorded and skipped; a dead runner is started again, at most :data:`MAX_RESTARTS` times in a stage (the
+next death ends it, and the candidate keeps its configs; what that shape's search had measured, the config
+that killed it included, stays in ``details["cut_short"]``). A death outside a proposal (the shape's traced
+call, its final comparison) loses that shape only (``details["shapes_lost"]``).
 
 A finished search is cached by (epilogue signature: name + hash of its source, M, N, K, device, package
 versions) in ``settings.cache_dir()/tuned_configs.json``, so an unchanged epilogue is not searched twice.
 
-The winners reach the exported module as ``@schedule({...})`` on forward (:func:`~.static.schedule_source.pin_schedule`), the one
-decorator form the static check accepts besides ``@epilogue``. ``tune`` runs on the GPU through QuACK;
-``tune_cpu`` runs the same path on the emulator, where configs are accepted and ignored and the times are
-the host's (for tests).
+The winners reach the exported module as ``@schedule({...})`` on forward
+(:func:`~.static.schedule_source.pin_schedule`), the one decorator form the static check accepts besides
+``@epilogue``. ``tune`` runs on the GPU through QuACK; ``tune_cpu`` runs the same path on the emulator, where
+configs are accepted and ignored and the times are the host's (for tests).
 """
 
 from __future__ import annotations
@@ -72,14 +73,16 @@ from .verdict import Outcome, ShapeTuning, StageResult, TunedGemm
 
 #: Repetitions per proposal: enough to rank configs; the final before/after comparison uses the full plan.
 SEARCH_REPS = RepPlan(warmup=2, target_s=0.05, min_reps=5, max_reps=20)
-#: Timed rounds per proposal whose outputs are checked. On the H200 fetching them was 70-85% of a proposal's timed
-#: rounds at the block's shapes (1.2-2.3 of 1.5-2.6 s; h200-2026-12-02-i-tune-human-1.json); one round still rejects a
-#: config that computes wrong, and the schedule the search picks is timed again under the full checks.
+#: Timed rounds per proposal whose outputs are checked. On the H200 fetching them was 70-85% of a proposal's
+#: timed rounds at the block's shapes (1.2-2.3 of 1.5-2.6 s; h200-2026-12-02-i-tune-human-1.json); one round
+#: still rejects a config that computes wrong, and the schedule the search picks is timed again under the full
+#: checks.
 SEARCH_CHECKS = 1
 FINAL_REPS = RepPlan()
-#: Rounds per variant whose outputs the final comparison checks: the timing is the full plan's, but a pinned schedule
-#: is verified again whole before it is adopted (``Agent._tune``), so a config that computes wrong still fails there;
-#: checking every round cost the 256k-vocabulary head 2 s of output transfer a round (accept, 2026-12-03).
+#: Rounds per variant whose outputs the final comparison checks: the timing is the full plan's, but a pinned
+#: schedule is verified again whole before it is adopted (``Agent._tune``), so a config that computes wrong
+#: still fails there; checking every round cost the 256k-vocabulary head 2 s of output transfer a round
+#: (accept, 2026-12-03).
 FINAL_CHECKS = 2
 #: The share of the time left that the first final comparison is given before one has been measured.
 FIRST_COMPARE_SHARE = 0.25
@@ -119,7 +122,8 @@ class GemmSite:
 
 
 def gemm_sites(ops: Sequence[Mapping[str, Any]]) -> list[GemmSite]:
-    """The distinct gemm calls of one call's op log, in call order (the runner's words: validated, not trusted)."""
+    """The distinct gemm calls of one call's op log, in call order (the runner's words: validated, not
+    trusted)."""
     sites: dict[ScheduleKey, GemmSite] = {}
     for op in ops:
         dims, name, mode = op.get("gemm"), op.get("epilogue"), op.get("mode")
@@ -132,19 +136,22 @@ def gemm_sites(ops: Sequence[Mapping[str, Any]]) -> list[GemmSite]:
         except ValueError:
             written = None
         key = (name, dims[0], dims[1], dims[2])
-        sites.setdefault(key, GemmSite(key, cast(Mode, mode), bool(op.get("outputs")), written, op.get("store_d") is not False,
-                                       "n" if op.get("b_major") == "n" else "k", op.get("reads_tiles") is True))
+        sites.setdefault(key, GemmSite(key, cast(Mode, mode), bool(op.get("outputs")), written,
+                                       op.get("store_d") is not False, "n" if op.get("b_major") == "n"
+                                       else "k", op.get("reads_tiles") is True))
     return list(sites.values())
 
 
 def epilogue_signature(source: str, name: str) -> str:
-    """``name:<hash>`` of the whole module without its pinned schedule: the kernel of an epilogue depends on the
-    helpers and constants its fn calls too, so only the same code (whatever it pins) shares a finished search."""
+    """``name:<hash>`` of the whole module without its pinned schedule: the kernel of an epilogue depends on
+    the helpers and constants its fn calls too, so only the same code (whatever it pins) shares a finished
+    search."""
     return f"{name}:{hashlib.sha256(without_schedule(source).encode()).hexdigest()[:16]}"
 
 
 class TuneCache:
-    """Finished searches by (epilogue signature, M, N, K, device, package versions); ``path`` None: memory only."""
+    """Finished searches by (epilogue signature, M, N, K, device, package versions); ``path`` None: memory
+    only."""
 
     def __init__(self, path: Path | None, device: str) -> None:
         self.path, self.device = path, device
@@ -173,8 +180,9 @@ class TuneCache:
 
     def put(self, signature: str, mnk: tuple[int, int, int], config: Config, result: TunedGemm) -> None:
         entry = {
-            "config": config_fields(config), "tried_us": result.tried_us, "epilogue": signature, "mnk": list(mnk),
-            "device": self.device, "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "config": config_fields(config), "tried_us": result.tried_us, "epilogue": signature,
+            "mnk": list(mnk), "device": self.device,
+            "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
         self.entries[self._key(signature, mnk)] = self._new[self._key(signature, mnk)] = entry
 
@@ -188,8 +196,8 @@ class TuneCache:
 
 
 class SearchRunner:
-    """The search's runner process, one for every shape, started again when it dies: at most :data:`MAX_RESTARTS`
-    times, so a candidate that dies on purpose spends only its own budget."""
+    """The search's runner process, one for every shape, started again when it dies: at most
+    :data:`MAX_RESTARTS` times, so a candidate that dies on purpose spends only its own budget."""
 
     def __init__(self, start: Callable[[], RunnerClient]) -> None:
         self.start, self.restarts = start, 0
@@ -204,11 +212,12 @@ class SearchRunner:
 
 
 class ScheduleTimer:
-    """How the search measures a schedule: forward() whole at one shape, through the checker's timing protocol.
+    """How the search measures a schedule: forward() whole at one shape, through the checker's timing
+    protocol.
 
-    A proposal that kills the runner fails like one that raises, when ``reopen`` gives a timer on a fresh runner
-    (None: it cannot, and the death ends the stage). The seam of the search (tests put a deterministic one in its
-    place).
+    A proposal that kills the runner fails like one that raises, when ``reopen`` gives a timer on a fresh
+    runner (None: it cannot, and the death ends the stage). The seam of the search (tests put a deterministic
+    one in its place).
     """
 
     def __init__(self, timer: ShapeTimer, reopen: Callable[[], ShapeTimer | None] = lambda: None) -> None:
@@ -216,17 +225,20 @@ class ScheduleTimer:
 
     def measure(self, table: Schedule) -> Timing:
         try:
-            return self.timer.time({"proposal": table}, {}, SEARCH_REPS, checked_rounds=SEARCH_CHECKS)["proposal"]
+            return self.timer.time({"proposal": table}, {}, SEARCH_REPS,
+                                   checked_rounds=SEARCH_CHECKS)["proposal"]
         except RunnerCrashed as exc:
             timer = self.reopen()
             if timer is None:
                 raise
             self.timer = timer
-            raise RunnerRestarted(Outcome.CRASH, f"the runner died under it (restarted): {last_line(exc)}") from None
+            raise RunnerRestarted(Outcome.CRASH,
+                                  f"the runner died under it (restarted): {last_line(exc)}") from None
 
     @property
     def seconds(self) -> dict[str, float]:
-        """Where the last measurement's wall clock went (its warm-up holds the build of a new config's kernels)."""
+        """Where the last measurement's wall clock went (its warm-up holds the build of a new config's
+        kernels)."""
         return self.timer.seconds
 
     def compare(self, table: Schedule) -> tuple[Timing, Timing]:
@@ -236,12 +248,13 @@ class ScheduleTimer:
 
 
 class RunnerRestarted(Reject):
-    """A measurement the runner died under; a fresh one has taken its place (a proposal's: that config failed)."""
+    """A measurement the runner died under; a fresh one has taken its place (a proposal's: that config
+    failed)."""
 
 
 class SearchCut(RunnerCrashed):
-    """The runner died under a proposal with no restart left: the stage ends, and ``calls`` is what the search at that
-    shape had measured (the fatal config among its failures)."""
+    """The runner died under a proposal with no restart left: the stage ends, and ``calls`` is what the search
+    at that shape had measured (the fatal config among its failures)."""
 
     def __init__(self, crash: RunnerCrashed, label: str, calls: list[TunedGemm]) -> None:
         super().__init__(f"the runner died under config {label} with no restart left: {last_line(crash)}")
@@ -249,13 +262,15 @@ class SearchCut(RunnerCrashed):
 
 
 def search_shape(
-    sites: Sequence[GemmSite], timer: ScheduleTimer, deadline: float, cache: TuneCache, signatures: Mapping[str, str],
-    clock: Callable[[], float] = time.monotonic, unbuildable: Mapping[Build, str] | None = None,
+    sites: Sequence[GemmSite], timer: ScheduleTimer, deadline: float, cache: TuneCache,
+    signatures: Mapping[str, str], clock: Callable[[], float] = time.monotonic,
+    unbuildable: Mapping[Build, str] | None = None,
 ) -> tuple[dict[ScheduleKey, Config], list[TunedGemm], Timing]:
-    """Coordinate descent over the calls at one shape: (the harness schedule found, per call what happened, the
-    time of forward() as written). Each call gets an equal share of the time left when its turn comes (a block's
-    second GEMM is searched too when forward() is slow); a call whose search its share cut short is not cached.
-    A config in ``unbuildable`` (its build failed, :mod:`.builds`) is recorded as failed and never proposed."""
+    """Coordinate descent over the calls at one shape: (the harness schedule found, per call what happened,
+    the time of forward() as written). Each call gets an equal share of the time left when its turn comes (a
+    block's second GEMM is searched too when forward() is slow); a call whose search its share cut short is
+    not cached. A config in ``unbuildable`` (its build failed, :mod:`.builds`) is recorded as failed and never
+    proposed."""
     unbuildable = unbuildable or {}
     written = timer.measure({})
     best = written.gpu_us
@@ -305,14 +320,16 @@ def search_shape(
     return chosen, results, written
 
 
-#: What builds a shape's proposals before its search: (context, sites, signatures, cache, built, deadline) -> (how many
-#: configs, the ones that failed with why); :func:`prebuild` on the GPU.
+#: What builds a shape's proposals before its search: (context, sites, signatures, cache, built, deadline) ->
+#: (how many configs, the ones that failed with why); :func:`prebuild` on the GPU.
 Prebuild = Callable[[Context, Sequence[GemmSite], Mapping[str, str], TuneCache, set[Build], float],
                     tuple[int, dict[Build, str]]]
 
 
-def run_tune(ctx: Context, name: str, backend_name: str, device: str, builds_first: Prebuild | None = None) -> StageResult:
-    """The stage (module docstring) on one backend and device; ``builds_first`` builds each shape's proposals first."""
+def run_tune(ctx: Context, name: str, backend_name: str, device: str,
+             builds_first: Prebuild | None = None) -> StageResult:
+    """The stage (module docstring) on one backend and device; ``builds_first`` builds each shape's proposals
+    first."""
     t0 = time.perf_counter()
     device_name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
     cache = TuneCache(cache_dir() / CACHE_FILE if ctx.plan.tune_cache else None, device_name)
@@ -320,20 +337,23 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str, builds_fir
     details: dict[str, object] = {"device": device_name, "budget_s": ctx.plan.tune_budget_s}
 
     def result(outcome: Outcome, reason: str) -> StageResult:
-        details["configs_tried"] = sum(len(c.tried_us) - 1 + len(c.failed) for s in tuning.values() for c in s.calls)
+        details["configs_tried"] = sum(len(c.tried_us) - 1
+                                       + len(c.failed) for s in tuning.values() for c in s.calls)
         details["configs_untried"] = sum(c.untried for s in tuning.values() for c in s.calls)
-        return StageResult(stage=name, outcome=outcome, reason=reason, seconds=time.perf_counter() - t0, tuning=tuning,
-                           details=details)
+        return StageResult(stage=name, outcome=outcome, reason=reason, seconds=time.perf_counter() - t0,
+                           tuning=tuning, details=details)
 
     points = ctx.plan.points(ctx.task)
     lost: dict[str, str] = {}  # shape -> why: the runner died there outside a proposal and was started again
     details["shapes_lost"] = lost
     deadline = time.monotonic() + ctx.plan.tune_budget_s  # the stage's wall time (module docstring)
-    compared: dict[str, float] = {}  # shape -> its final comparison's seconds: what the later shapes keep for theirs
+    # shape -> its final comparison's seconds: what the later shapes keep for theirs
+    compared: dict[str, float] = {}
     details["comparisons_s"] = compared
     unreached: list[str] = []  # shapes the budget ended before
     details["out_of_budget"] = unreached
-    built: set[Build] = set()  # what the builders were given at an earlier shape (a kernel does not depend on sizes)
+    # what the builders were given at an earlier shape (a kernel does not depend on sizes)
+    built: set[Build] = set()
     unbuildable: dict[Build, str] = {}
     builds: dict[str, dict[str, float]] = {}  # shape -> configs built beforehand, how many failed, seconds
     details["builds"] = builds
@@ -341,13 +361,16 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str, builds_fir
         with ExitStack() as stack:
             runner = SearchRunner(lambda: stack.enter_context(ctx.runner(backend_name, device)))
             for i, point in enumerate(points):
-                if compared and deadline - time.monotonic() < comparisons_to_come(compared.values(), math.inf, 1):
-                    unreached.append(point.name)  # not even its final comparison fits: the stage ends by its budget
+                if compared and deadline - time.monotonic() < comparisons_to_come(compared.values(), math.inf,
+                                                                                  1):
+                    # not even its final comparison fits: the stage ends by its budget
+                    unreached.append(point.name)
                     continue
                 try:
                     with ctx.watch.part("traced call"):  # its input sets made and sent with it
                         timer = ShapeTimer(ctx, runner.client, point, device)
-                        batch = runner.client.run([timer.ids[0]], keep=[])  # traced: which gemm calls there are to tune
+                        # traced: which gemm calls there are to tune
+                        batch = runner.client.run([timer.ids[0]], keep=[])
                     sites = gemm_sites((batch.ops or [[]])[0])
                     signatures = {s.key[0]: epilogue_signature(ctx.source, s.key[0]) for s in sites}
 
@@ -357,9 +380,11 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str, builds_fir
                     search = ScheduleTimer(timer, reopen)
                     started = time.monotonic()
                     kept = comparisons_to_come(compared.values(), deadline - started, len(points) - i)
-                    if builds_first is not None:  # for every shape from here on: the budget's end, not this one's share
+                    # for every shape from here on: the budget's end, not this one's share
+                    if builds_first is not None:
                         with ctx.watch.part("builds"):
-                            wanted, failed = builds_first(ctx, sites, signatures, cache, built, deadline - kept)
+                            wanted, failed = builds_first(ctx, sites, signatures, cache, built,
+                                                          deadline - kept)
                         unbuildable.update(failed)
                         builds[point.name] = {"configs": wanted, "failed": len(failed),
                                               "seconds": round(time.monotonic() - started, 2)}
@@ -383,7 +408,8 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str, builds_fir
                     continue
                 except Reject as rej:
                     return result(rej.outcome, rej.reason)
-                except RunnerCrashed as exc:  # outside a measurement (the shape's traced call, its final comparison)
+                # outside a measurement (the shape's traced call, its final comparison)
+                except RunnerCrashed as exc:
                     if not runner.restart():
                         raise
                     lost[point.name] = f"the runner died (restarted): {last_line(exc)}"
@@ -401,18 +427,18 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str, builds_fir
 
 
 def comparisons_to_come(measured: Iterable[float], left_s: float, shapes: int) -> float:
-    """Seconds to keep for the final comparisons of ``shapes`` shapes, this one's included: the ones measured so far
-    on average, else (none yet) :data:`FIRST_COMPARE_SHARE` of the time left."""
+    """Seconds to keep for the final comparisons of ``shapes`` shapes, this one's included: the ones measured
+    so far on average, else (none yet) :data:`FIRST_COMPARE_SHARE` of the time left."""
     done = list(measured)
     if not done:
         return FIRST_COMPARE_SHARE * max(0.0, left_s)
     return min(max(0.0, left_s), shapes * sum(done) / len(done))
 
 
-def prebuild(ctx: Context, sites: Sequence[GemmSite], signatures: Mapping[str, str], cache: TuneCache, built: set[Build],
-             deadline: float) -> tuple[int, dict[Build, str]]:
-    """Build for sm_90a, side by side on the CPU, what this shape's search will propose and no earlier shape built
-    (:mod:`.builds`): (how many configs, the ones that failed with why)."""
+def prebuild(ctx: Context, sites: Sequence[GemmSite], signatures: Mapping[str, str], cache: TuneCache,
+             built: set[Build], deadline: float) -> tuple[int, dict[Build, str]]:
+    """Build for sm_90a, side by side on the CPU, what this shape's search will propose and no earlier shape
+    built (:mod:`.builds`): (how many configs, the ones that failed with why)."""
     small = ctx.task.shape("small")
     built.update((s.key[0], s.effective) for s in sites)  # the GPU runner builds these: it times them first
     wanted = [(s.key[0], c) for s in sites if cache.get(signatures[s.key[0]], s.mnk) is None
@@ -440,7 +466,8 @@ def tune(ctx: Context) -> StageResult:
 
 @stage("tune_cpu")
 def tune_cpu(ctx: Context) -> StageResult:
-    """The same search on the emulator (configs are accepted and ignored; host times): the path, tested on a CPU."""
+    """The same search on the emulator (configs are accepted and ignored; host times): the path, tested on a
+    CPU."""
     return run_tune(ctx, "tune_cpu", "torch", "cpu")
 
 

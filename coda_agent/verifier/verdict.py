@@ -38,12 +38,15 @@ class OutputCheck(BaseModel):
     output: str
     shape_point: str
     seed: int
-    stress: bool = Field(default=False, description="on the stress input set (large magnitudes), drawn with this seed")
+    stress: bool = Field(default=False,
+                         description="on the stress input set (large magnitudes), drawn with this seed")
     ok: bool
     max_abs_err: float | None = None
     allowed: float | None = None
-    lowp_err: float | None = Field(default=None, description="error of the low-precision baseline the tolerance scales with")
-    baseline: Baseline = Field(default="eager", description="that baseline: eager (the reference in the task dtype) or single_rounding")
+    lowp_err: float | None = Field(default=None, description="error of the low-precision baseline the "
+                                                             "tolerance scales with")
+    baseline: Baseline = Field(default="eager", description="that baseline: eager (the reference in the task "
+                                                            "dtype) or single_rounding")
     worst_index: list[int] | None = None
     worst_value: float | None = None
     expected_value: float | None = None
@@ -72,12 +75,12 @@ class ShapeTiming(BaseModel):
     compiled_max_autotune: Timing | None = None
     cublas: Timing | None = None
     seconds: dict[str, float] = Field(default_factory=dict, description=(
-        "where the shape's wall time went: setup (input sets made and sent), warm-up (first calls: compiles, plans; "
-        "'warm-up: <variant>' each variant's, 'warm-up: sizing' the rounds sized), timed (the traced and timed batches), close; "
-        "the timed rounds split into 'timed: traced' (the candidate's traced batches, their traces judged), 'timed: "
-        "candidate' (its timed batches), 'timed: transfer' (kept outputs fetched from the runner), 'timed: checks' "
-        "(the references and the comparison) and 'timed: <baseline>' each baseline's batches (records before them "
-        "kept 'timed: baselines')"))
+        "where the shape's wall time went: setup (input sets made and sent), warm-up (first calls: compiles, "
+        "plans; 'warm-up: <variant>' each variant's, 'warm-up: sizing' the rounds sized), timed (the traced "
+        "and timed batches), close; the timed rounds split into 'timed: traced' (the candidate's traced "
+        "batches, their traces judged), 'timed: candidate' (its timed batches), 'timed: transfer' (kept "
+        "outputs fetched from the runner), 'timed: checks' (the references and the comparison) and 'timed: "
+        "<baseline>' each baseline's batches (records before them kept 'timed: baselines')"))
 
     def baselines(self) -> dict[str, Timing]:
         return {k: t for k in BASELINES if (t := getattr(self, k)) is not None}
@@ -89,16 +92,21 @@ class TunedGemm(BaseModel):
     epilogue: str
     mnk: tuple[int, int, int]
     mode: str
-    written: Config | None = Field(default=None, description="the config it ran with as written (None: QuACK's arch default)")
-    tuned: Config | None = Field(default=None, description="the fastest config found; None when none beat the written one")
+    written: Config | None = Field(default=None, description="the config it ran with as written (None: "
+                                                             "QuACK's arch default)")
+    tuned: Config | None = Field(default=None,
+                                 description="the fastest config found; None when none beat the written one")
     tried_us: dict[str, float] = Field(default_factory=dict, description=(
         "config label -> the GPU's median µs (CUDA events) of the whole forward() with it"))
-    failed: dict[str, str] = Field(default_factory=dict, description="config label -> why forward() could not be timed with it")
+    failed: dict[str, str] = Field(default_factory=dict,
+                                   description="config label -> why forward() could not be timed with it")
     seconds: dict[str, dict[str, float]] = Field(default_factory=dict, description=(
-        "config label -> where its proposal's wall clock went: 'proposal' in all, and the timing protocol's parts "
-        "(its 'warm-up' holds the build of the config's kernels): what a budget buys"))
-    cached: bool = Field(default=False, description="the winner came from the tuning cache; nothing was searched")
-    untried: int = Field(default=0, description="configs of its space the stage's budget ended before they were timed")
+        "config label -> where its proposal's wall clock went: 'proposal' in all, and the timing protocol's "
+        "parts (its 'warm-up' holds the build of the config's kernels): what a budget buys"))
+    cached: bool = Field(default=False,
+                         description="the winner came from the tuning cache; nothing was searched")
+    untried: int = Field(default=0,
+                         description="configs of its space the stage's budget ended before they were timed")
 
 
 class ShapeTuning(BaseModel):
@@ -116,17 +124,20 @@ class ShapeTuning(BaseModel):
 
 
 class StageMemory(BaseModel):
-    """A GPU stage's peak device memory: the checker's (this process's allocations through PyTorch, peak reset when
-    the stage began; process-wide, so it holds any verification sharing the process) and its runners' (the largest
-    peak a runner reported, PyTorch's count in that process: what the candidate allocated through it)."""
+    """A GPU stage's peak device memory: the checker's (this process's allocations through PyTorch, peak reset
+    when the stage began; process-wide, so it holds any verification sharing the process) and its runners'
+    (the largest peak a runner reported, PyTorch's count in that process: what the candidate allocated through
+    it)."""
 
     checker_peak_bytes: int | None = Field(default=None, ge=0)
     runner_peak_bytes: int | None = Field(default=None, ge=0)
     device_total_bytes: int | None = Field(default=None, ge=0, description="the device's memory, for scale")
 
     def describe(self) -> str:
-        """Compact, in GiB: ``peak checker 40.2 + runner 30.5 of 139.8 GiB`` ("" when nothing was measured)."""
-        parts = [f"{who} {v / (1 << 30):.1f}" for who, v in (("checker", self.checker_peak_bytes), ("runner", self.runner_peak_bytes))
+        """Compact, in GiB: ``peak checker 40.2 + runner 30.5 of 139.8 GiB`` ("" when nothing was
+        measured)."""
+        parts = [f"{who} {v / (1 << 30):.1f}" for who, v in (("checker", self.checker_peak_bytes),
+                                                             ("runner", self.runner_peak_bytes))
                  if v is not None]
         total = f" of {self.device_total_bytes / (1 << 30):.1f}" if self.device_total_bytes else ""
         return f"peak {' + '.join(parts)}{total} GiB" if parts else ""
@@ -143,17 +154,20 @@ class StageResult(BaseModel):
     timings: dict[str, ShapeTiming] = Field(default_factory=dict, description="profile / bench: per shape")
     tuning: dict[str, ShapeTuning] = Field(default_factory=dict, description="tune / tune_cpu: per shape")
     details: dict[str, object] = {}
-    memory: StageMemory | None = Field(default=None, description="GPU stages: peak device memory (None: not measured)")
+    memory: StageMemory | None = Field(default=None,
+                                       description="GPU stages: peak device memory (None: not measured)")
     seconds_by_part: dict[str, float] = Field(default_factory=dict, description=(
-        "where the stage's wall time went, part by part (seconds; what no part holds is the rest of :attr:`seconds`): "
-        "'runner start' and 'runner stop' in every stage with a runner; correctness: 'inputs' (drawn and sent), "
-        "'warm-up', 'candidate' (its checked calls), 'transfer' (outputs fetched, inputs dropped), 'reference FP32', "
-        "'reference dtype', 'checks'; compile: 'build', 'discover' (forward() on meta tensors at the bench shapes), "
-        "'build bench configs'; profile / bench: its shapes' :attr:`ShapeTiming.seconds` summed (a phase's parts in "
-        "place of the phase: 'warm-up: <variant>', 'timed: <part>'); tune: 'traced call', 'builds', 'search', 'comparison', 'close'"))
+        "where the stage's wall time went, part by part (seconds; what no part holds is the rest of "
+        ":attr:`seconds`): 'runner start' and 'runner stop' in every stage with a runner; correctness: "
+        "'inputs' (drawn and sent), 'warm-up', 'candidate' (its checked calls), 'transfer' (outputs fetched, "
+        "inputs dropped), 'reference FP32', 'reference dtype', 'checks'; compile: 'build', 'discover' "
+        "(forward() on meta tensors at the bench shapes), 'build bench configs'; profile / bench: its "
+        "shapes' :attr:`ShapeTiming.seconds` summed (a phase's parts in place of the phase: 'warm-up: "
+        "<variant>', 'timed: <part>'); tune: 'traced call', 'builds', 'search', 'comparison', 'close'"))
 
     def time_parts(self) -> dict[str, float]:
-        """:attr:`seconds_by_part` with the rest of the stage's time as 'other' (empty when no part was recorded)."""
+        """:attr:`seconds_by_part` with the rest of the stage's time as 'other' (empty when no part was
+        recorded)."""
         if not self.seconds_by_part:
             return {}
         rest = self.seconds - sum(self.seconds_by_part.values())
@@ -170,7 +184,8 @@ class StageResult(BaseModel):
         """Run records of schema 1 kept a timing stage's shapes untyped in ``details['shapes']``."""
         if isinstance(data, dict) and not data.get("timings") and data.get("stage") in ("profile", "bench"):
             shapes = (data.get("details") or {}).get("shapes")
-            if isinstance(shapes, dict) and all(isinstance(v, dict) and "candidate" in v for v in shapes.values()):
+            if isinstance(shapes,
+                          dict) and all(isinstance(v, dict) and "candidate" in v for v in shapes.values()):
                 details = {k: v for k, v in data["details"].items() if k != "shapes"}
                 timings = {k: {"dims": {}, **v} for k, v in shapes.items()}
                 data = {**data, "timings": timings, "details": details}
@@ -194,8 +209,10 @@ class Verdict(BaseModel):
     backend: str
     outcome: Outcome
     reason: str = ""
-    sandbox: str = Field(default="", description="how the candidate was isolated: bwrap, or process (no OS sandbox)")
-    runner_user: str = Field(default="", description="the user the runners ran as: nobody, or uid N (the checker's)")
+    sandbox: str = Field(default="",
+                         description="how the candidate was isolated: bwrap, or process (no OS sandbox)")
+    runner_user: str = Field(default="",
+                             description="the user the runners ran as: nobody, or uid N (the checker's)")
     stages: list[StageResult] = []
     timings: dict[str, object] = {}
 
@@ -206,7 +223,8 @@ class Verdict(BaseModel):
     @property
     def out_of_gpu_memory(self) -> bool:
         """Whether a GPU allocation failed on the way (the candidate's or the checker's). On a GPU that other
-        verifications shared, that says more about them than about this candidate: executors run it again alone."""
+        verifications shared, that says more about them than about this candidate: executors run it again
+        alone."""
         return not self.passed and GPU_OOM_MARK in self.model_dump_json()
 
     def stage(self, name: str) -> StageResult | None:

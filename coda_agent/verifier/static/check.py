@@ -1,5 +1,5 @@
-"""What every rule knows while the walk runs: the facts read once from the whole module, where the walk stands,
-and the violations found so far."""
+"""What every rule knows while the walk runs: the facts read once from the whole module, where the walk
+stands, and the violations found so far."""
 
 from __future__ import annotations
 
@@ -60,10 +60,12 @@ class Check:
             epilogue_decorators={id(d.func if isinstance(d, ast.Call) else d) for n in tree.body
                                  if isinstance(n, ast.FunctionDef) for d in n.decorator_list},
         )
-        check.value_roots = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute) and check.module_attr(n)}
+        check.value_roots = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                             and check.module_attr(n)}
         check.schedule_decorators = {id(d.func if isinstance(d, ast.Call) else d) for n in ast.walk(tree)
                                      if isinstance(n, ast.FunctionDef) for d in n.decorator_list
-                                     if check.is_primitive(d.func if isinstance(d, ast.Call) else d, "schedule")}
+                                     if check.is_primitive(d.func if isinstance(d, ast.Call) else d,
+                                                           "schedule")}
         return check
 
     def flag(self, node: ast.AST, message: str) -> None:
@@ -88,7 +90,8 @@ class Check:
         """The primitive ``node`` names (``gemm``, ``prims.gemm`` or an alias), or None."""
         if isinstance(node, ast.Name):
             return self.prim_aliases.get(node.id)
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in self.prims:
+        if isinstance(node, ast.Attribute) and isinstance(node.value,
+                                                          ast.Name) and node.value.id in self.prims:
             return node.attr if node.attr in primitives.__all__ else None
         return None
 
@@ -101,7 +104,8 @@ class Check:
         return isinstance(node.value, ast.Name) and node.value.id in (self.torch | self.math | self.prims)
 
     def place_or_type(self, node: ast.AST) -> bool:
-        """``<expr>.device``, ``<expr>.dtype`` or ``torch.<dtype>``: what may say where a tensor goes or what it holds."""
+        """``<expr>.device``, ``<expr>.dtype`` or ``torch.<dtype>``: what may say where a tensor goes or what
+        it holds."""
         if not isinstance(node, ast.Attribute):
             return False
         if node.attr in ("device", "dtype"):
@@ -139,13 +143,14 @@ def module_names(tree: ast.Module) -> tuple[set[str], set[str], set[str]]:
 def top_level_names(tree: ast.Module) -> set[str]:
     """The plain names the module's top-level assignments bind."""
     return {t.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
-            for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)}
+            for t in (node.targets if isinstance(node,
+                                                 ast.Assign) else [node.target]) if isinstance(t, ast.Name)}
 
 
 def device_placements(tree: ast.Module) -> set[int]:
-    """The ``.device`` reads that only place a new tensor: ``device=x.device`` of a function or method that makes
-    one (:data:`PLACING`; not of ``dict``, ``.update`` or a helper, which would hand the device to host code),
-    ``.to(x.device)``, and ``dev = x.device`` in a function that uses ``dev`` only in those places."""
+    """The ``.device`` reads that only place a new tensor: ``device=x.device`` of a function or method that
+    makes one (:data:`PLACING`; not of ``dict``, ``.update`` or a helper, which would hand the device to host
+    code), ``.to(x.device)``, and ``dev = x.device`` in a function that uses ``dev`` only in those places."""
     ok: set[int] = set()
     placed: set[int] = set()  # Name loads in a placing position
     for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
@@ -183,8 +188,8 @@ def annotation_names(tree: ast.Module) -> set[int]:
 
 
 def epilogue_helpers(tree: ast.Module, aliases: dict[str, str]) -> set[str]:
-    """Module-level functions an epilogue fn calls, directly or through each other: they run on the GPU's symbolic
-    values too, so the epilogue body's rules hold for them."""
+    """Module-level functions an epilogue fn calls, directly or through each other: they run on the GPU's
+    symbolic values too, so the epilogue body's rules hold for them."""
     functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
 
     def is_epilogue(fn: ast.FunctionDef) -> bool:
@@ -205,7 +210,8 @@ def epilogue_helpers(tree: ast.Module, aliases: dict[str, str]) -> set[str]:
 
 
 def raise_messages(tree: ast.Module) -> set[int]:
-    """Nodes inside a ``raise`` or an ``assert``'s message: evaluated only to stop, so formatting there tells nothing."""
+    """Nodes inside a ``raise`` or an ``assert``'s message: evaluated only to stop, so formatting there tells
+    nothing."""
     roots = [n.exc for n in ast.walk(tree) if isinstance(n, ast.Raise) and n.exc] + \
             [n.msg for n in ast.walk(tree) if isinstance(n, ast.Assert) and n.msg]
     return {id(sub) for root in roots for sub in ast.walk(root)}
@@ -214,7 +220,8 @@ def raise_messages(tree: ast.Module) -> set[int]:
 def attribute_names(tree: ast.Module) -> set[str]:
     """Names bound only by ``name = <expr>.<attr>`` (``dev = x.device``, ``dt = torch.float32``): never a
     parameter, a loop variable, an unpacking or any other value."""
-    from_attribute = {id(n.targets[0]) for n in ast.walk(tree) if isinstance(n, ast.Assign) and len(n.targets) == 1
+    from_attribute = {id(n.targets[0]) for n in ast.walk(tree) if isinstance(n, ast.Assign) and len(n.targets)
+                      == 1
                       and isinstance(n.targets[0], ast.Name) and isinstance(n.value, ast.Attribute)}
     only: dict[str, bool] = {}
     for n in ast.walk(tree):
@@ -232,7 +239,8 @@ def is_singleton(node: ast.AST) -> bool:
 
 def names_a_type(note: ast.AST) -> bool:
     """An annotation that only names types (``torch.Tensor``, ``dict[str, int]``, ``float | None``)."""
-    return all(isinstance(n, TYPE_NODES) or (isinstance(n, ast.BinOp) and isinstance(n.op, ast.BitOr)) for n in ast.walk(note))
+    return all(isinstance(n, TYPE_NODES)
+               or (isinstance(n, ast.BinOp) and isinstance(n.op, ast.BitOr)) for n in ast.walk(note))
 
 
 def number_expr(node: ast.AST, math_names: set[str]) -> bool:
@@ -247,7 +255,8 @@ def number_expr(node: ast.AST, math_names: set[str]) -> bool:
         return (isinstance(node.op, EPILOGUE_OPERATORS) and number_expr(node.left, math_names)
                 and number_expr(node.right, math_names))
     if isinstance(node, ast.Attribute):
-        return isinstance(node.value, ast.Name) and node.value.id in math_names and node.attr in ("pi", "e", "tau")
+        return isinstance(node.value, ast.Name) and node.value.id in math_names and node.attr in ("pi", "e",
+                                                                                                  "tau")
     if isinstance(node, ast.Call):
         return (isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
                 and node.func.value.id in math_names and not node.keywords and bool(node.args)

@@ -15,14 +15,17 @@ def no_matmul(node: ast.BinOp | ast.AugAssign, check: Check) -> None:
 
 
 def percent_format_only_in_stops(node: ast.BinOp, check: Check) -> None:
-    if (isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant) and isinstance(node.left.value, str)
+    if (isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant) and isinstance(node.left.value,
+                                                                                            str)
             and id(node) not in check.raise_messages):
-        check.flag(node, "%-formatting is allowed only in a raise or assert message (formatting a tensor reads its values)")
+        check.flag(node, "%-formatting is allowed only in a raise or assert message (formatting a tensor "
+                         "reads its values)")
 
 
 def f_strings_only_in_stops(node: ast.JoinedStr, check: Check) -> None:
     if id(node) not in check.raise_messages and any(isinstance(v, ast.FormattedValue) for v in node.values):
-        check.flag(node, "f-strings with values are allowed only in a raise or assert message (formatting a tensor reads its values)")
+        check.flag(node, "f-strings with values are allowed only in a raise or assert message (formatting a "
+                         "tensor reads its values)")
 
 
 def identity_of_singletons(node: ast.Compare, check: Check) -> None:
@@ -32,5 +35,6 @@ def identity_of_singletons(node: ast.Compare, check: Check) -> None:
         if isinstance(op, (ast.Is, ast.IsNot)) and not any(is_singleton(side) or (
                 isinstance(side, ast.Attribute) and side.attr != "device" and check.place_or_type(side))
                 for side in (left, right)):
-            check.flag(node, "is / is not may only compare with None, True, False or a dtype (object identity "
+            check.flag(node,
+                       "is / is not may only compare with None, True, False or a dtype (object identity "
                              "tells tensors and devices apart that the checker's runs must not)")

@@ -1,5 +1,6 @@
-"""Rules on names and attributes: builtins from the allowlist, modules only as ``module.<name>`` with names from
-the contract, no private or dunder access, methods only where they are called, ``.device`` only to place."""
+"""Rules on names and attributes: builtins from the allowlist, modules only as ``module.<name>`` with names
+from the contract, no private or dunder access, methods only where they are called, ``.device`` only to
+place."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ def primitive_decorators_in_place(node: ast.Name | ast.Attribute, check: Check) 
     if check.is_primitive(node, "schedule") and id(node) not in check.schedule_decorators:
         check.flag(node, "schedule may only be used as the decorator @schedule({...}) of forward")
     if check.is_primitive(node, "epilogue") and id(node) not in check.epilogue_decorators:
-        check.flag(node, "epilogue may only be used as the decorator @epilogue(...) of a module-level function")
+        check.flag(node,
+                   "epilogue may only be used as the decorator @epilogue(...) of a module-level function")
     if check.is_primitive(node, "Epilogue"):
         check.flag(node, "Epilogue objects are made with the decorator @epilogue(...), not by hand")
 
@@ -31,14 +33,16 @@ def _module_alias(node: ast.Name, check: Check) -> bool:
 
 
 def modules_as_namespaces(node: ast.Name, check: Check) -> None:
-    """``torch``, ``math`` and the primitives module only as ``module.<name>``: no aliases, no passing around."""
+    """``torch``, ``math`` and the primitives module only as ``module.<name>``: no aliases, no passing
+    around."""
     if not node.id.startswith("__") and isinstance(node.ctx, ast.Load) and _module_alias(node, check):
-        check.flag(node, f"{node.id} may only be used as {node.id}.<name> (no aliases or passing the module around)")
+        check.flag(node, f"{node.id} may only be used as {node.id}.<name> (no aliases or passing the module "
+                         "around)")
 
 
 def allowed_builtin(node: ast.Name, check: Check) -> None:
-    """A builtin named (not only called) must be in :data:`~.contract.BUILTINS` (``str`` in a stop's message and
-    type names in annotations aside)."""
+    """A builtin named (not only called) must be in :data:`~.contract.BUILTINS` (``str`` in a stop's message
+    and type names in annotations aside)."""
     if node.id.startswith("__") or not isinstance(node.ctx, ast.Load) or _module_alias(node, check):
         return
     if id(node) not in check.builtins or node.id in BUILTINS or check.message_str(node):
@@ -53,13 +57,15 @@ def no_private_attribute(node: ast.Attribute, check: Check) -> None:
 
 
 def module_attribute_allowed(node: ast.Attribute, check: Check) -> None:
-    """``torch.<name>`` from the contract's torch list, a torch function only called, ``P.<name>`` that exists."""
+    """``torch.<name>`` from the contract's torch list, a torch function only called, ``P.<name>`` that
+    exists."""
     if node.attr.startswith("_") or not check.module_attr(node):
         return
     assert isinstance(node.value, ast.Name)
     mod = node.value.id
     if mod in check.torch and node.attr not in TORCH_FUNCTIONS | TORCH_VALUES:
-        check.flag(node, f"torch.{node.attr} is not allowed in a candidate (the GEMM and all kernels go through primitives; host glue: see the contract's torch list)")
+        check.flag(node, f"torch.{node.attr} is not allowed in a candidate (the GEMM and all kernels go "
+                         "through primitives; host glue: see the contract's torch list)")
     elif mod in check.torch and node.attr in TORCH_FUNCTIONS and id(node) not in check.call_funcs:
         check.flag(node, f"torch.{node.attr} may only be called, not passed around")
     elif mod in check.prims and node.attr not in primitives.__all__:
@@ -70,7 +76,8 @@ def methods_only_called(node: ast.Attribute, check: Check) -> None:
     """An attribute of a value is read only where it is called, data attributes aside."""
     if (not node.attr.startswith("_") and not check.module_attr(node) and id(node) not in check.call_funcs
             and node.attr not in DATA_ATTRS):
-        check.flag(node, f"reading the attribute .{node.attr} is not allowed (a method must be called where it is named; data: {', '.join(sorted(DATA_ATTRS))})")
+        check.flag(node, f"reading the attribute .{node.attr} is not allowed (a method must be called where "
+                         f"it is named; data: {', '.join(sorted(DATA_ATTRS))})")
 
 
 def no_attribute_chain(node: ast.Attribute, check: Check) -> None:

@@ -12,12 +12,13 @@ MAX_DEPTH = 100
 
 
 class UnreadableModule(SyntaxError):
-    """Source the static check does not read: too large, nested too deeply, NUL bytes, or beyond Python's parser
-    (which raises RecursionError or MemoryError on such text, not SyntaxError). ``msg`` says which."""
+    """Source the static check does not read: too large, nested too deeply, NUL bytes, or beyond Python's
+    parser (which raises RecursionError or MemoryError on such text, not SyntaxError). ``msg`` says which."""
 
 
 def nesting_depth(tree: ast.AST) -> tuple[int, int]:
-    """The depth of ``tree``'s deepest node and its line, found without recursion (so any depth is measured)."""
+    """The depth of ``tree``'s deepest node and its line, found without recursion (so any depth is
+    measured)."""
     deepest, line = 0, 0
     stack: list[tuple[ast.AST, int, int]] = [(tree, 1, 0)]
     while stack:
@@ -30,10 +31,12 @@ def nesting_depth(tree: ast.AST) -> tuple[int, int]:
 
 
 def parse_module(source: str) -> ast.Module:
-    """The syntax tree of untrusted ``source``. Raises SyntaxError for a syntax error and :class:`UnreadableModule`
-    (a SyntaxError too) for text no check should walk: every caller that catches SyntaxError is safe from it."""
+    """The syntax tree of untrusted ``source``. Raises SyntaxError for a syntax error and
+    :class:`UnreadableModule` (a SyntaxError too) for text no check should walk: every caller that catches
+    SyntaxError is safe from it."""
     if len(source) > MAX_SOURCE_CHARS:
-        raise UnreadableModule(f"the module is {len(source):,} characters long; at most {MAX_SOURCE_CHARS:,} are read")
+        raise UnreadableModule(f"the module is {len(source):,} characters long; at most {MAX_SOURCE_CHARS:,} "
+                               "are read")
     try:
         tree = ast.parse(source)
     except (RecursionError, MemoryError):
@@ -45,8 +48,8 @@ def parse_module(source: str) -> ast.Module:
     depth, line = nesting_depth(tree)
     if depth > MAX_DEPTH:
         err = UnreadableModule(
-            f"expression nested too deeply ({depth} levels, at most {MAX_DEPTH}): split long sums and chains into "
-            "named parts"
+            f"expression nested too deeply ({depth} levels, at most {MAX_DEPTH}): split long sums and chains "
+            "into named parts"
         )
         err.lineno = line
         raise err

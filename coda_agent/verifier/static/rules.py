@@ -1,9 +1,9 @@
 """The registry of the static check's rules and the one walk that applies them.
 
 Each rule is a function of its family module (``imports``, ``module``, ``definitions``, ``constructs``,
-``stores``, ``names``, ``calls``, ``host``, ``epilogue``), named for what it requires; :data:`RULES` says which
-nodes each one judges. The walk visits every node once (a function's body under its epilogue state), and the
-violations come out sorted and without repeats, so the order of the rules does not matter.
+``stores``, ``names``, ``calls``, ``host``, ``epilogue``), named for what it requires; :data:`RULES` says
+which nodes each one judges. The walk visits every node once (a function's body under its epilogue state), and
+the violations come out sorted and without repeats, so the order of the rules does not matter.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from .scopes import outer_parts
 
 Rule = Callable[[Any, Check], None]
 
-_STORES: tuple[Rule, ...] = (stores.no_attribute_store, stores.inputs_read_only, stores.module_state_read_only)
+_STORES: tuple[Rule, ...] = (stores.no_attribute_store, stores.inputs_read_only,
+                             stores.module_state_read_only)
 
 #: The rules each kind of node is judged by.
 RULES: dict[type[ast.AST], tuple[Rule, ...]] = {
@@ -37,11 +38,12 @@ RULES: dict[type[ast.AST], tuple[Rule, ...]] = {
                     epilogue.epilogue_operators),
     ast.Name: (names.primitive_decorators_in_place, names.no_dunder_name, names.modules_as_namespaces,
                names.allowed_builtin),
-    ast.Attribute: (names.primitive_decorators_in_place, names.no_private_attribute, names.module_attribute_allowed,
-                    names.methods_only_called, names.no_attribute_chain, names.device_only_places,
-                    epilogue.epilogue_reads_modules_only),
+    ast.Attribute: (names.primitive_decorators_in_place, names.no_private_attribute,
+                    names.module_attribute_allowed, names.methods_only_called, names.no_attribute_chain,
+                    names.device_only_places, epilogue.epilogue_reads_modules_only),
     ast.Call: (calls.allowed_builtin_call, calls.allowed_method, calls.module_state_unchanged_by_methods,
-               calls.no_named_device, calls.no_tensor_constructor, calls.factory_says_where, epilogue.epilogue_calls),
+               calls.no_named_device, calls.no_tensor_constructor, calls.factory_says_where,
+               epilogue.epilogue_calls),
     ast.BinOp: (host.no_matmul, host.percent_format_only_in_stops, epilogue.epilogue_operators),
     ast.JoinedStr: (host.f_strings_only_in_stops,),
     ast.Compare: (host.identity_of_singletons,),
@@ -55,7 +57,8 @@ for _kind in EPILOGUE_BANNED:
 
 
 def check_source(source: str) -> list[Violation]:
-    """All violations of the candidate contract in ``source`` (empty when it may run); never raises on any text."""
+    """All violations of the candidate contract in ``source`` (empty when it may run); never raises on any
+    text."""
     try:
         tree = parse_module(source)
     except UnreadableModule as exc:
@@ -71,8 +74,8 @@ def check_source(source: str) -> list[Violation]:
 
 
 def _walk(node: ast.AST, check: Check) -> None:
-    """Judge ``node`` by its rules, then its children. A function's parts run in its parameters' scope, its body
-    under the epilogue rules when it is an epilogue fn or (at the top) a helper one calls."""
+    """Judge ``node`` by its rules, then its children. A function's parts run in its parameters' scope, its
+    body under the epilogue rules when it is an epilogue fn or (at the top) a helper one calls."""
     for rule in RULES.get(type(node), ()):
         rule(node, check)
     if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -81,11 +84,14 @@ def _walk(node: ast.AST, check: Check) -> None:
         for child in ast.iter_child_nodes(node):
             _walk(child, check)
         return
-    is_epilogue = any(check.is_primitive(d.func if isinstance(d, ast.Call) else d, "epilogue") for d in node.decorator_list)
+    is_epilogue = any(check.is_primitive(d.func if isinstance(d, ast.Call) else d,
+                                         "epilogue") for d in node.decorator_list)
     is_epilogue = is_epilogue or (not check.in_function and node.name in check.epilogue_helpers)
     a = node.args
-    check.params.append({arg.arg for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if arg})
-    check.scopes.append({n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)})
+    check.params.append({arg.arg for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg,
+                                             a.kwarg) if arg})
+    check.scopes.append({n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx,
+                                                                                                ast.Store)})
     for part in outer_parts(node):
         _walk(part, check)
     check.epilogue_depth += is_epilogue

@@ -22,18 +22,22 @@ NOTE_MARK = "# coda-agent tune:"
 
 
 class ScheduleFormError(ValueError):
-    """A ``@schedule(...)`` that is not a literal table of ``(name, M, N, K): Config(field=constant, ...)``."""
+    """A ``@schedule(...)`` that is not a literal table of ``(name, M, N, K): Config(field=constant,
+    ...)``."""
 
 
-def literal_schedule(call: ast.Call, config_names: Collection[str] = ("Config",)) -> dict[tuple[str, int, int, int], Config]:
+def literal_schedule(call: ast.Call,
+                     config_names: Collection[str] = ("Config",)) -> dict[tuple[str, int, int, int], Config]:
     """The table of a ``schedule({...})`` call, read from its literal source without running anything.
 
     The one form accepted (and the one the harness writes): a single dict literal whose keys are
-    ``("epilogue_name", M, N, K)`` tuples of constants and whose values are ``Config(...)`` calls (``config_names``:
-    how the module names Config) with constant keyword fields. Raises :class:`ScheduleFormError` otherwise.
+    ``("epilogue_name", M, N, K)`` tuples of constants and whose values are ``Config(...)`` calls
+    (``config_names``: how the module names Config) with constant keyword fields. Raises
+    :class:`ScheduleFormError` otherwise.
     """
     if len(call.args) != 1 or call.keywords or not isinstance(call.args[0], ast.Dict):
-        raise ScheduleFormError("schedule() takes exactly one argument, a dict literal {(epilogue_name, M, N, K): Config(...)}")
+        raise ScheduleFormError("schedule() takes exactly one argument, a dict literal {(epilogue_name, M, "
+                                "N, K): Config(...)}")
     fields = {f.name: bool if f.type in (bool, "bool") else int for f in dataclasses.fields(Config)}
     flags = ", ".join(sorted(name for name, kind in fields.items() if kind is bool))
     table: dict[tuple[str, int, int, int], Config] = {}
@@ -47,14 +51,22 @@ def literal_schedule(call: ast.Call, config_names: Collection[str] = ("Config",)
             and all(type(d) is int and d > 0 for d in key[1:])
         )
         if not ok_key:
-            raise ScheduleFormError("schedule keys must be literal (epilogue_name, M, N, K) tuples with positive integer dims")
+            raise ScheduleFormError("schedule keys must be literal (epilogue_name, M, N, K) tuples with "
+                                    "positive integer dims")
         assert isinstance(key, tuple)
         if not (isinstance(v, ast.Call) and ast.unparse(v.func) in config_names and not v.args):
-            raise ScheduleFormError(f"schedule entry {key!r} must be Config(field=value, ...) with keyword fields")
+            raise ScheduleFormError(f"schedule entry {key!r} must be Config(field=value, ...) with keyword "
+                                    "fields")
         values: dict[str, object] = {}
         for kw in v.keywords:
-            if kw.arg not in fields or not isinstance(kw.value, ast.Constant) or type(kw.value.value) is not fields[kw.arg]:
-                raise ScheduleFormError(f"schedule entry {key!r}: Config fields are {', '.join(sorted(fields))}, each a constant integer ({flags}: True/False)")
+            if (
+                kw.arg not in fields
+                or not isinstance(kw.value, ast.Constant)
+                or type(kw.value.value) is not fields[kw.arg]
+            ):
+                raise ScheduleFormError(f"schedule entry {key!r}: Config fields are "
+                                        f"{', '.join(sorted(fields))}, each a constant integer ({flags}: "
+                                        "True/False)")
             values[kw.arg] = kw.value.value
         if key in table:
             raise ScheduleFormError(f"schedule key {key!r} appears twice")
@@ -63,15 +75,19 @@ def literal_schedule(call: ast.Call, config_names: Collection[str] = ("Config",)
 
 
 def without_schedule(source: str) -> str:
-    """The module with forward's ``@schedule`` (and the names it imports for it) taken out, as normalised source:
-    what two candidates that differ only in their pinned schedule have in common."""
+    """The module with forward's ``@schedule`` (and the names it imports for it) taken out, as normalised
+    source: what two candidates that differ only in their pinned schedule have in common."""
     try:
         tree = parse_module(source)
     except SyntaxError:
         return source
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name == "forward":
-            node.decorator_list = [d for d in node.decorator_list if not (isinstance(d, ast.Call) and ast.unparse(d.func).split(".")[-1] == "schedule")]
+            node.decorator_list = [
+                d
+                for d in node.decorator_list
+                if not (isinstance(d, ast.Call) and ast.unparse(d.func).split(".")[-1] == "schedule")
+            ]
         elif isinstance(node, ast.ImportFrom) and node.module == PRIMITIVES:
             node.names = [a for a in node.names if a.name not in ("Config", "schedule")]
     tree.body = [n for n in tree.body if not (isinstance(n, ast.ImportFrom) and not n.names)]
@@ -96,10 +112,12 @@ def _schedule_decorator(fn: ast.FunctionDef) -> ast.Call | None:
 
 
 def pinned_schedule(source: str) -> dict[ScheduleKey, Config]:
-    """The table of forward's ``@schedule({...})``; empty when it has none (or the source is not a valid module)."""
+    """The table of forward's ``@schedule({...})``; empty when it has none (or the source is not a valid
+    module)."""
     try:
         dec = _schedule_decorator(_forward(ast.parse(source)))
-    except (SyntaxError, ValueError, RecursionError, MemoryError):  # any text: NUL bytes, nesting the parser gives up on
+    # any text: NUL bytes, nesting the parser gives up on
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return {}
     if dec is None:
         return {}
@@ -112,11 +130,12 @@ def pinned_schedule(source: str) -> dict[ScheduleKey, Config]:
 
 def pinned_notes(source: str, measured: Collection[str] = ()) -> list[str]:
     """The lines of the comment :func:`pin_schedule` wrote above forward's ``@schedule``, after its first (the
-    heading), less those that open with a shape named in ``measured`` (``  name: ...``): what a re-tune at other
-    shapes keeps, since the configs those lines measured stay pinned."""
+    heading), less those that open with a shape named in ``measured`` (``  name: ...``): what a re-tune at
+    other shapes keeps, since the configs those lines measured stay pinned."""
     try:
         dec = _schedule_decorator(_forward(ast.parse(source)))
-    except (SyntaxError, ValueError, RecursionError, MemoryError):  # any text: NUL bytes, nesting the parser gives up on
+    # any text: NUL bytes, nesting the parser gives up on
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     if dec is None:
         return []
@@ -162,7 +181,8 @@ def pin_schedule(source: str, table: Schedule, notes: Sequence[str] = ()) -> str
         raise ScheduleFormError(f"cannot pin a schedule: the module binds {', '.join(clash)} itself")
     if missing:
         edits.append(_import_edit(tree, lines, missing))
-    for first, last, new in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):  # bottom up: indices stay valid
+    # bottom up: indices stay valid
+    for first, last, new in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
         lines[first:last] = new
     pinned = "".join(lines)
     from .rules import check_source  # the check reads the schedule's form from here, so it is imported on use
@@ -181,7 +201,9 @@ def _import_edit(tree: ast.Module, lines: list[str], names: list[str]) -> tuple[
     for node in tree.body:
         if not (isinstance(node, ast.ImportFrom) and node.module == PRIMITIVES and not node.level):
             continue
-        one_line = node.lineno == node.end_lineno and lines[node.lineno - 1].rstrip("\n") == ast.get_source_segment(source, node)
+        one_line = node.lineno == node.end_lineno and lines[node.lineno - 1].rstrip(
+            "\n"
+        ) == ast.get_source_segment(source, node)
         if one_line and all(a.asname is None for a in node.names):
             wanted = {a.name for a in node.names} | set(names)
             merged = sorted(wanted, key=lambda n: (0 if n.isupper() else 1 if n[0].isupper() else 2, n))

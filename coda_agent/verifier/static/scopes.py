@@ -14,11 +14,14 @@ _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
 def outer_parts(scope: ast.AST) -> list[ast.AST]:
-    """The parts of a nested scope that the enclosing scope evaluates (decorators, defaults, the first iterable)."""
+    """The parts of a nested scope that the enclosing scope evaluates (decorators, defaults, the first
+    iterable)."""
     if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
         a = scope.args
-        notes = [x.annotation for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if x and x.annotation]
-        return [*scope.decorator_list, *a.defaults, *(d for d in a.kw_defaults if d), *notes, *([scope.returns] if scope.returns else [])]
+        notes = [x.annotation for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg,
+                                        a.kwarg) if x and x.annotation]
+        return [*scope.decorator_list, *a.defaults, *(d for d in a.kw_defaults if d), *notes,
+                *([scope.returns] if scope.returns else [])]
     if isinstance(scope, ast.Lambda):
         return [*scope.args.defaults, *(d for d in scope.args.kw_defaults if d)]
     if isinstance(scope, _COMPREHENSIONS):
@@ -62,7 +65,8 @@ def scope_bindings(scope: ast.AST) -> set[str]:
     own = _own_nodes(_inner_parts(scope))
     declared_only = {id(n.target) for n in own if isinstance(n, ast.AnnAssign) and n.value is None}
     for node in own:
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)) and id(node) not in declared_only:
+        if isinstance(node, ast.Name) and isinstance(node.ctx,
+                                                     (ast.Store, ast.Del)) and id(node) not in declared_only:
             names.add(node.id)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
@@ -72,15 +76,19 @@ def scope_bindings(scope: ast.AST) -> set[str]:
 
 
 def builtin_loads(tree: ast.Module) -> set[int]:
-    """The ``id`` of every Name load that no binding of the module resolves, scoped as Python scopes names: each
-    one is a builtin (or undefined). A parameter named ``exec`` in one function leaves ``exec`` a builtin in
-    every other."""
+    """The ``id`` of every Name load that no binding of the module resolves, scoped as Python scopes names:
+    each one is a builtin (or undefined). A parameter named ``exec`` in one function leaves ``exec`` a builtin
+    in every other."""
     found: set[int] = set()
 
     def resolve(scope: ast.AST, chain: list[set[str]]) -> None:
         chain = [*chain, scope_bindings(scope)]
         for node in _own_nodes(_inner_parts(scope)):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and not any(node.id in env for env in chain):
+            if (
+                isinstance(node, ast.Name)
+                and isinstance(node.ctx, ast.Load)
+                and not any(node.id in env for env in chain)
+            ):
                 found.add(id(node))
             if isinstance(node, (*_FUNCTIONS, *_COMPREHENSIONS, ast.ClassDef)):
                 resolve(node, chain)

@@ -32,7 +32,8 @@ def _root(target: ast.Subscript) -> ast.expr:
 def no_attribute_store(node: ast.Assign | ast.AugAssign | ast.AnnAssign | ast.Delete, check: Check) -> None:
     for target in _targets(node):
         if isinstance(target, ast.Attribute):
-            check.flag(target, f"assigning to an attribute ({ast.unparse(target)}) is not allowed: no state on objects, modules or tensors")
+            check.flag(target, f"assigning to an attribute ({ast.unparse(target)}) is not allowed: no state "
+                               "on objects, modules or tensors")
 
 
 def inputs_read_only(node: ast.Assign | ast.AugAssign | ast.AnnAssign | ast.Delete, check: Check) -> None:
@@ -42,16 +43,19 @@ def inputs_read_only(node: ast.Assign | ast.AugAssign | ast.AnnAssign | ast.Dele
             check.flag(target, f"writing into the input {root.id!r} is not allowed: inputs are read-only")
 
 
-def module_state_read_only(node: ast.Assign | ast.AugAssign | ast.AnnAssign | ast.Delete, check: Check) -> None:
+def module_state_read_only(node: ast.Assign | ast.AugAssign | ast.AnnAssign | ast.Delete,
+                           check: Check) -> None:
     for target in _targets(node):
         root = _root(target) if isinstance(target, ast.Subscript) else None
         if isinstance(root, ast.Name) and not check.is_input(root.id) and check.is_module_state(root.id):
-            check.flag(target, f"writing into the module-level {root.id!r} is not allowed (state across calls)")
+            check.flag(target,
+                       f"writing into the module-level {root.id!r} is not allowed (state across calls)")
 
 
 def input_not_updated(node: ast.AugAssign, check: Check) -> None:
     if isinstance(node.target, ast.Name) and check.is_input(node.target.id):
-        check.flag(node, f"'{node.target.id} {ast.unparse(node.op)}= ...' updates an input in place; write 'y = {node.target.id} ...' instead")
+        check.flag(node, f"'{node.target.id} {ast.unparse(node.op)}= ...' updates an input in place; write "
+                         f"'y = {node.target.id} ...' instead")
 
 
 def module_state_not_updated(node: ast.AugAssign, check: Check) -> None:
