@@ -1,4 +1,5 @@
-"""Hand-rolled SVG bar charts (no plotting dependency): speedup vs eager per task, human vs models vs baselines.
+"""Hand-rolled SVG bar charts (no plotting dependency): speedup vs eager per task, human vs models vs
+baselines.
 
 Each section of a chart is one leaderboard group (same task version, device and shape) with its own
 scale; sections are never drawn on a shared axis, since their numbers are not comparable.
@@ -45,7 +46,8 @@ def group_bars(g: Group) -> tuple[str, list[Bar], float | None]:
             for e in timed if e.vs_eager is not None
         ]
         return "speedup vs eager (higher is better)", bars, 1.0
-    bars = [Bar(e.author, e.time_us, f"{fmt_us(e.time_us)} µs", _colour(e)) for e in timed if e.time_us is not None]
+    bars = [Bar(e.author, e.time_us, f"{fmt_us(e.time_us)} µs",
+                _colour(e)) for e in timed if e.time_us is not None]
     return "time in µs (lower is better)", bars, None
 
 
@@ -64,8 +66,8 @@ def speedup_chart(groups: list[Group], title: str) -> str:
 
 
 def summary_chart(board: Leaderboard, title: str) -> str:
-    """A section per task of the main tables: each author's and baseline's geometric-mean speedup vs eager over
-    the timed shapes (the summary table, drawn), so the front page stays short."""
+    """A section per task of the main tables: each author's and baseline's geometric-mean speedup vs eager
+    over the timed shapes (the summary table, drawn), so the front page stays short."""
     combos: dict[tuple[str, int, str], list[Group]] = {}
     for g in board.groups:
         if g.timed and g.shape is not None:
@@ -78,14 +80,17 @@ def summary_chart(board: Leaderboard, title: str) -> str:
                 if e.vs_eager is not None:
                     seen.setdefault(e.author, []).append(e)
         ranked = sorted(seen.items(), key=lambda kv: (
-            kv[1][0].kind == "baseline", list(BASELINES.values()).index(kv[0]) if kv[1][0].kind == "baseline" else 0,
+            kv[1][0].kind == "baseline",
+            list(BASELINES.values()).index(kv[0]) if kv[1][0].kind == "baseline" else 0,
             -(geomean(e.vs_eager for e in kv[1]) or 0.0)))
         bars = []
         for author, entries in ranked:
             gm = geomean(e.vs_eager for e in entries) or 0.0
             n = len(entries)
-            bars.append(Bar(author, gm, f"{fmt_ratio(gm)}  ({n} shape{'s' if n != 1 else ''})", _colour(entries[0])))
-        heading = f"{task} v{version} · {device} — geomean speedup vs eager over {len(groups)} shape{'s' if len(groups) != 1 else ''}"
+            bars.append(Bar(author, gm, f"{fmt_ratio(gm)}  ({n} shape{'s' if n != 1 else ''})",
+                            _colour(entries[0])))
+        heading = (f"{task} v{version} · {device} — geomean speedup vs eager over {len(groups)} "
+                   f"shape{'s' if len(groups) != 1 else ''}")
         sections.append((heading, bars, 1.0))
     return _chart(title, sections)
 
@@ -106,7 +111,8 @@ def _chart(title: str, sections: list[Section]) -> str:
             w = max(1.0, b.value * scale)
             parts.append(_text(LABEL_W - 8, y + BAR_H - 5, _clip(b.label, 34), anchor="end"))
             parts.append(
-                f'<rect x="{LABEL_W}" y="{y}" width="{w:.1f}" height="{BAR_H}" fill={quoteattr(b.colour)} rx="2">'
+                f'<rect x="{LABEL_W}" y="{y}" width="{w:.1f}" height="{BAR_H}" fill={quoteattr(b.colour)} '
+                'rx="2">'
                 f"<title>{escape(b.label)}: {escape(b.text)}</title></rect>"
             )
             parts.append(_text(LABEL_W + w + 6, y + BAR_H - 5, b.text, size=11, colour="#374151"))

@@ -76,7 +76,8 @@ def serve(site: Site, host: str = "127.0.0.1", port: int = 7575) -> ThreadingHTT
 
 
 def export_site(site: Site, out_dir: Path) -> int:
-    """Write every page under ``out_dir`` (``index.html``, ``task/X.html``, ``run/Y.json``...); return the count."""
+    """Write every page under ``out_dir`` (``index.html``, ``task/X.html``, ``run/Y.json``...); return the
+    count."""
     written = 0
     with site.snapshot():
         for path in site.paths():

@@ -1,6 +1,7 @@
 """The viewer's pages: every URL maps to HTML (or SVG/CSS) and has a JSON twin; the server and the static
-export both go through :meth:`Site.get`, so what is exported is exactly what is served. A :class:`Page` writes out the
-control characters of all its text: a run folder, task or model named with ``\x1b[31m`` shows that, on any page.
+export both go through :meth:`Site.get`, so what is exported is exactly what is served. A :class:`Page` writes
+out the control characters of all its text: a run folder, task or model named with ``\x1b[31m`` shows that, on
+any page.
 
 Links are relative (``task/X.html`` from the leaderboard, ``../run/Y.html`` from a task page), so an
 exported folder works from ``file://`` and from any static host. The viewer only reads: the index is
@@ -56,16 +57,17 @@ def breakable(name: str) -> Markup:
 
 
 def highlight_python(code: str) -> Markup:
-    """The code, highlighted and HTML-escaped by pygments, its controls written out first so that it lexes as shown."""
+    """The code, highlighted and HTML-escaped by pygments, its controls written out first so that it lexes as
+    shown."""
     return Markup(highlight(shown(code), PythonLexer(), _FORMATTER))
 
 
 @dataclass(frozen=True)
 class Page:
-    """One response of the site, what the server sends and the export writes. Its text is made inert once, here, for
-    every page: :func:`shown` writes out each control, escape and bidi character (``\\x1b``, ``\\u202e``), which
-    commutes with the HTML, XML and JSON escaping the text already had, so a name, reason or reply from a record
-    reads as text and does nothing, however it reached the page."""
+    """One response of the site, what the server sends and the export writes. Its text is made inert once,
+    here, for every page: :func:`shown` writes out each control, escape and bidi character (``\\x1b``,
+    ``\\u202e``), which commutes with the HTML, XML and JSON escaping the text already had, so a name, reason
+    or reply from a record reads as text and does nothing, however it reached the page."""
 
     status: int
     content_type: str
@@ -115,10 +117,12 @@ class Site:
             loader=FileSystemLoader(HERE / "templates"), autoescape=True, undefined=StrictUndefined,
             trim_blocks=True, lstrip_blocks=True,
         )
-        self.env.globals.update(slug=slug, columns_for=lbt.columns_for, cell=lbt.cell, summary_cell=lbt.summary_cell,
-                                summary_columns=lbt.SUMMARY_COLUMNS, run_status=run_status)
-        self.env.filters.update(breakable=breakable, us=lbt.fmt_us, ratio=lbt.fmt_ratio, money=lbt.fmt_money, seconds=lbt.fmt_seconds,
-                                tokens=lbt.fmt_tokens, python=highlight_python, headline=lbt.headline)
+        self.env.globals.update(slug=slug, columns_for=lbt.columns_for, cell=lbt.cell,
+                                summary_cell=lbt.summary_cell, summary_columns=lbt.SUMMARY_COLUMNS,
+                                run_status=run_status)
+        self.env.filters.update(breakable=breakable, us=lbt.fmt_us, ratio=lbt.fmt_ratio, money=lbt.fmt_money,
+                                seconds=lbt.fmt_seconds, tokens=lbt.fmt_tokens, python=highlight_python,
+                                headline=lbt.headline)
 
     @contextmanager
     def index(self) -> Iterator[Index]:
@@ -175,7 +179,8 @@ class Site:
         """Every page of the site, for the static export."""
         with self.index() as ix:
             tasks = ix.tasks()
-        runs = [d.name for d in iter_run_dirs(self.runs_dir)]  # header-less ones too: their page names the problem
+        # header-less ones too: their page names the problem
+        runs = [d.name for d in iter_run_dirs(self.runs_dir)]
         out = ["/index.html", "/index.json", "/static/style.css", "/plots/speedup.svg"]
         for t in tasks:
             out += [f"/task/{slug(t)}.html", f"/task/{slug(t)}.json", f"/plots/task/{slug(t)}.svg"]
@@ -190,7 +195,8 @@ class Site:
     def not_found(self, message: str, as_json: bool = False) -> Page:
         if as_json:
             return _json_page({"error": message}, 404)
-        return self._render("not_found.html", 404, root="/", title="Not found", message=message, json_url=None)
+        return self._render("not_found.html", 404, root="/", title="Not found", message=message,
+                            json_url=None)
 
     # ---- leaderboard
 
@@ -208,11 +214,11 @@ class Site:
             board = lb.build(ix)
             runs = list(reversed(ix.runs()))
         return self._render(
-            "leaderboard.html", root="", title="Leaderboard", board=board, summary=lb.summarize(board), runs=runs,
-            recent_runs=RECENT_RUNS, runs_dir=str(self.runs_dir),
-            bench_dir=str(self.bench_dir), json_url="index.json", has_timing=any(g.timed for g in board.groups),
-            untimed_note=lbt.untimed_note(board), bench_note=lbt.missing_bench_note(self.bench_dir),
-            no_attempts_note=lbt.no_attempts_note(board),
+            "leaderboard.html", root="", title="Leaderboard", board=board, summary=lb.summarize(board),
+            runs=runs, recent_runs=RECENT_RUNS, runs_dir=str(self.runs_dir),
+            bench_dir=str(self.bench_dir), json_url="index.json",
+            has_timing=any(g.timed for g in board.groups), untimed_note=lbt.untimed_note(board),
+            bench_note=lbt.missing_bench_note(self.bench_dir), no_attempts_note=lbt.no_attempts_note(board),
         )
 
     # ---- task
@@ -233,8 +239,9 @@ class Site:
             definition = {"definition": spec.describe() if spec else None}
             return _json_page({"task": name, **definition, **data, "runs": [_run_json(r) for r in runs]})
         return self._render(
-            "task.html", root="../", title=name, task=name, board=board, runs=runs, json_url=f"{slug(name)}.json",
-            has_timing=any(g.timed for g in (*board.groups, *board.apart)), spec=spec, untimed_note=lbt.untimed_note(board),
+            "task.html", root="../", title=name, task=name, board=board, runs=runs,
+            json_url=f"{slug(name)}.json", has_timing=any(g.timed for g in (*board.groups, *board.apart)),
+            spec=spec, untimed_note=lbt.untimed_note(board),
             reference_source=_read(spec.reference_file) if spec else None,
             human_source=_read(spec.human_file) if spec and spec.human_file else None,
         )
@@ -309,7 +316,7 @@ def run_context(rf: RunFiles) -> dict[str, Any]:
         if a.verdict:
             facts += _flat(dict(a.verdict.timings), "verifier ")
         columns = [(h, f) for h, f in POINT_COLUMNS if any(getattr(p, f) is not None for _, p in points)]
-        views.append(AttemptView(a, offset, max(0.0, (a.finished - a.started).total_seconds()), reason, points,
-                                 columns, facts, a.index == summary.best_attempt))
+        views.append(AttemptView(a, offset, max(0.0, (a.finished - a.started).total_seconds()), reason,
+                                 points, columns, facts, a.index == summary.best_attempt))
     span = max([(v.offset or 0) + v.seconds for v in views] + [summary.wall_seconds or 0, 1e-9])
     return {"run": rf, "summary": summary, "attempts": views, "span": span}
