@@ -1,5 +1,6 @@
-"""Whether a process on this host is still the one a record names: its pid is alive, and (where ``/proc`` says) it
-started when the record says, so that a pid the kernel handed to a new process since is not taken for the old one."""
+"""Whether a process on this host is still the one a record names: its pid is alive, and (where ``/proc``
+says) it started when the record says, so that a pid the kernel handed to a new process since is not taken for
+the old one."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ def alive(pid: int) -> bool:
 
 
 def start_time(pid: int) -> int | None:
-    """When the process started, in clock ticks since boot (``/proc/<pid>/stat``); None where there is no ``/proc``
-    (macOS) or no such process."""
+    """When the process started, in clock ticks since boot (``/proc/<pid>/stat``); None where there is no
+    ``/proc`` (macOS) or no such process."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
         return int(stat.rsplit(")", 1)[1].split()[19])  # field 22; the name in parentheses may hold spaces
@@ -29,7 +30,8 @@ def start_time(pid: int) -> int | None:
 
 
 def still_running(pid: int, started: int | None) -> bool:
-    """The process ``pid`` that started at ``started`` (:func:`start_time`, None: unknown) is still running."""
+    """The process ``pid`` that started at ``started`` (:func:`start_time`, None: unknown) is still
+    running."""
     if pid <= 0 or not alive(pid):
         return False
     now = start_time(pid)

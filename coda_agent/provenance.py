@@ -16,7 +16,8 @@ from pathlib import Path
 from . import __version__
 
 #: Distributions whose versions a result depends on (absent ones are left out).
-RECORDED_PACKAGES = ("torch", "triton", "nvidia-cutlass-dsl", "quack-kernels", "pydantic", "anthropic", "openai")
+RECORDED_PACKAGES = ("torch", "triton", "nvidia-cutlass-dsl", "quack-kernels", "pydantic", "anthropic",
+                     "openai")
 COMMIT_ENV = "CODA_AGENT_GIT_COMMIT"
 REPO = Path(__file__).resolve().parents[1]
 
@@ -34,7 +35,8 @@ def package_versions(names: tuple[str, ...] = RECORDED_PACKAGES) -> dict[str, st
 
 
 def git_state(repo: Path = REPO) -> tuple[str | None, bool]:
-    """(commit, dirty): dirty when any file git does not ignore differs from HEAD; (None, False) when unknown."""
+    """(commit, dirty): dirty when any file git does not ignore differs from HEAD; (None, False) when
+    unknown."""
     named = os.environ.get(COMMIT_ENV)
     if named:
         return named.removesuffix("-dirty"), named.endswith("-dirty")
@@ -62,8 +64,8 @@ def git_commit(repo: Path = REPO) -> str | None:
 def driver_version() -> str:
     """The NVIDIA driver's version, '' without one."""
     try:
-        res = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=20)
+        res = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.SubprocessError):
         return ""
     return res.stdout.strip().splitlines()[0] if res.returncode == 0 and res.stdout.strip() else ""

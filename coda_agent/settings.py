@@ -4,15 +4,19 @@
 |---|---|---|
 | ``CODA_AGENT_RUNS_DIR`` | ``./runs`` | run records (and the SQLite index inside it) |
 | ``CODA_AGENT_BENCH_DIR`` | ``./bench/results`` | bench results the bench writes and the leaderboard reads |
-| ``CODA_AGENT_CACHE_DIR`` | ``$XDG_CACHE_HOME/coda-agent`` (``~/.cache/coda-agent``) | the tune stage's cache of tuned configs |
+| ``CODA_AGENT_CACHE_DIR`` | ``$XDG_CACHE_HOME/coda-agent`` (``~/.cache/coda-agent``) | the tune stage's cache
+of tuned configs |
 | ``CODA_AGENT_TASKS`` | (none) | extra task folders, ``os.pathsep``-separated (``tasks.loader``) |
-| ``CODA_AGENT_BWRAP`` | ``bwrap`` on the PATH | the bubblewrap binary the verifier's sandbox runs (``verifier.sandbox``) |
+| ``CODA_AGENT_BWRAP`` | ``bwrap`` on the PATH | the bubblewrap binary the verifier's sandbox runs
+(``verifier.sandbox``) |
 | ``CODA_AGENT_ALLOW_UNSANDBOXED`` | unset | let real-API runs proceed without the OS sandbox |
-| ``CODA_AGENT_GIT_COMMIT`` | ``git rev-parse HEAD`` | the commit recorded with results, when the tree travels without ``.git`` |
+| ``CODA_AGENT_GIT_COMMIT`` | ``git rev-parse HEAD`` | the commit recorded with results, when the tree travels
+without ``.git`` |
 | ``CODA_AGENT_NO_REAL_API`` | unset | refuse every real provider endpoint (tests set it) |
 | ``CODA_AGENT_PRICES`` | built-in table | a price file for the providers |
 | ``CODA_AGENT_MODEL`` | unset | the default ``--model`` of ``coda-agent run`` |
-| ``CODA_AGENT_RETRY_BASE_DELAY`` | the providers' own | backoff base in seconds (``0``: no waits, for tests) |
+| ``CODA_AGENT_RETRY_BASE_DELAY`` | the providers' own | backoff base in seconds (``0``: no waits, for tests)
+|
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""stdout whose reader may leave early (``coda-agent api-doc | head -1``): its writes raise :class:`ReaderGone`,
-which the console script turns into one exit status and the commands that carry on (``run``, sweeps) catch.
-Torch-free and rich-free: the console script imports it before any command loads."""
+"""stdout whose reader may leave early (``coda-agent api-doc | head -1``): its writes raise
+:class:`ReaderGone`, which the console script turns into one exit status and the commands that carry on
+(``run``, sweeps) catch. Torch-free and rich-free: the console script imports it before any command loads."""
 
 from __future__ import annotations
 
@@ -12,17 +12,20 @@ from collections.abc import Iterator
 from typing import cast
 
 #: The exit status when stdout's reader left early (``coda-agent api-doc | head -1``): 128 + SIGPIPE, what a
-#: program that signal ends gives (``yes | head -1``), so a pipeline tells it from a finished command's status.
+#: program that signal ends gives (``yes | head -1``), so a pipeline tells it from a finished command's
+#: status.
 READER_GONE = 141
 
 
 class ReaderGone(Exception):
-    """A write to stdout found its reader gone. Raised in place of ``BrokenPipeError``, which click and rich each
-    catch and turn into exit 1; no ``OSError``, so that nothing on the way takes it for a failed file operation."""
+    """A write to stdout found its reader gone. Raised in place of ``BrokenPipeError``, which click and rich
+    each catch and turn into exit 1; no ``OSError``, so that nothing on the way takes it for a failed file
+    operation."""
 
 
 class _Stdout(io.RawIOBase):
-    """The process's stdout file descriptor, whose writes raise :class:`ReaderGone` when its pipe has closed."""
+    """The process's stdout file descriptor, whose writes raise :class:`ReaderGone` when its pipe has
+    closed."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
@@ -46,7 +49,8 @@ class _Stdout(io.RawIOBase):
 @contextlib.contextmanager
 def stdout_reader_may_leave() -> Iterator[None]:
     """``sys.stdout`` as it was (encoding, buffering), over :class:`_Stdout`, put back after; left alone when
-    already redirected (a test's capture). Once the reader has gone, the rest of the output goes to /dev/null."""
+    already redirected (a test's capture). Once the reader has gone, the rest of the output goes to
+    /dev/null."""
     original = sys.stdout
     if original is not sys.__stdout__:
         yield
@@ -55,7 +59,8 @@ def stdout_reader_may_leave() -> Iterator[None]:
     stream.flush()
     raw = _Stdout(stream.fileno())
     sys.stdout = io.TextIOWrapper(
-        raw if isinstance(stream.buffer, io.RawIOBase) else io.BufferedWriter(raw),  # python -u: unbuffered still
+        # python -u: unbuffered still
+        raw if isinstance(stream.buffer, io.RawIOBase) else io.BufferedWriter(raw),
         encoding=stream.encoding, errors=stream.errors, line_buffering=stream.line_buffering,
         write_through=stream.write_through,
     )
