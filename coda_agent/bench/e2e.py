@@ -261,11 +261,10 @@ def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | 
     return E2ERun(
         created=datetime.now(timezone.utc), command=command, device=device_name or device,
         driver=driver_version(), packages=package_versions(), git_commit=git_commit(),
-        timing_method=timing_method(device, plan), attention_method=("non-attention time = step median - "
-                                                                     f"{config.layers} layers x the median "
-                                                                     "of one layer's "
-                          "SDPA forward+backward timed alone, interleaved with the steps (causal, GQA, Q/K/V "
-                          "as views of one QKV tensor as in the layers; their gradients left where SDPA "
-                          "writes them)"),
+        timing_method=timing_method(device, plan),
+        attention_method=(f"non-attention time = step median - {config.layers} layers x the median of one "
+                          "layer's SDPA forward+backward timed alone, interleaved with the steps (causal, "
+                          "GQA, Q/K/V as views of one QKV tensor as in the layers; their gradients left "
+                          "where SDPA writes them)"),
         notes=notes, config=config, attention=timings["attention"], variants=results,
     )

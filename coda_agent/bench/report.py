@@ -191,8 +191,7 @@ def markdown_summary(run: BenchRun) -> str:
             f">= {CUBLAS_TARGET['block']}x the sum of its GEMMs for a block, and >= {COMPILE_TARGET}x the "
             "better torch.compile)" + (f"; {untimed} more rows are not timed yet." if untimed else ".")
             + " Ratios here are each side's fastest round (a round: one batch's median), which the H200's "
-              "two clock "
-            "modes do not move as they move the tables' paired medians; the paired ones follow.",
+            "two clock modes do not move as they move the tables' paired medians; the paired ones follow.",
             "",
         ]
         lines += [f"- {'met' if c.met else '**missed**'}: {c.describe()}" for c in checks]

@@ -74,9 +74,8 @@ class RunHeader(BaseModel):
     params: dict[str, Any] = {}
     budgets: Budgets = Budgets()
     target: dict[str, Any] = Field(default_factory=dict, description="stopping target: correct, and (timed) "
-                                                                     "any of e.g. {'speedup_vs_human': 0.97} "
-                                                                     "or "
-                                    "{'speedup_vs_cublas': 0.97}, {'sol_fraction': 0.6}")
+                                   "any of e.g. {'speedup_vs_human': 0.97} or "
+                                   "{'speedup_vs_cublas': 0.97}, {'sol_fraction': 0.6}")
     verifier_stages: list[str] = []
     git_commit: str | None = None
     git_dirty: bool = False

@@ -56,8 +56,8 @@ TIMING_METHOD = (
     "call (less a dry batch's) when that is over 10% + 20 µs more; the runner's host time around each "
     f"forward() is kept beside it (host-bound at {HOST_BOUND_SHARE:.0%} of the median or more); "
     f"{RepPlan().warmup} untraced warm-up calls, reps sized for ~{RepPlan().target_s} s per variant "
-    f"({RepPlan().min_reps}-{RepPlan().max_reps}: at least {RepPlan().min_reps // BATCH} rounds); median "
-    "with p10/p90"
+    f"({RepPlan().min_reps}-{RepPlan().max_reps}: at least {RepPlan().min_reps // BATCH} rounds); "
+    "median with p10/p90"
 )
 
 
