@@ -96,8 +96,8 @@ def run_cmd(
 ) -> None:
     """Run the agent on a task: prompt the model, verify each candidate, feed results back, record everything.
 
-    Several tasks (or a folder) and/or several --model make a sweep: every task with every model, --jobs at \
-a time, each with the budgets given, and a table at the end; --resume SWEEP continues it.
+    Several tasks (or a folder) and/or several --model make a sweep: every task with every model, --jobs at a
+    time, each with the budgets given, and a table at the end; --resume SWEEP continues it.
     """
     from .run_cmd import (
         RunOptions,

@@ -137,8 +137,8 @@ def leaderboard(
     runs_dir: Path = RUNS_DIR,
     bench_dir: Path = BENCH_DIR,
 ) -> None:
-    """Per task, each author (human, each model) against eager, torch.compile, cuBLAS and SoL; --task: per \
-shape."""
+    """Per task, each author (human, each model) against eager, torch.compile, cuBLAS and SoL; --task: per
+    shape."""
     if fmt not in ("table", "json", "csv", "md"):
         raise UserError(f"unknown --format {fmt!r}: use table, json, csv or md")
     with open_index(runs_dir, bench_dir) as ix:
@@ -347,8 +347,8 @@ def diff(
     run_b: str = typer.Argument(..., help="second run"),
     runs_dir: Path = RUNS_DIR,
 ) -> None:
-    """What changed between two runs: header (model, params, task version, stages), outcomes per attempt, \
-best code."""
+    """What changed between two runs: header (model, params, task version, stages), outcomes per attempt,
+    best code."""
     a, b = find_run(runs_dir, run_a), find_run(runs_dir, run_b)
     d = diff_runs(a, b)
     out = wide_console()

@@ -121,8 +121,8 @@ def _print_table(located: list[tuple[str, Task]], shapes: str, shadows: dict[Pat
 
 @app.command("validate")
 def validate(paths: list[Path] = typer.Argument(None, help=SEARCH_HELP, metavar="PATH")) -> None:
-    """Check task files: schema, reference runs on the small shapes (CPU), output shapes/dtypes, \
-non-degeneracy."""
+    """Check task files: schema, reference runs on the small shapes (CPU), output shapes/dtypes,
+    non-degeneracy."""
     from ..tasks.validate import validate_path
 
     files = [path for _, path in _located(paths)]

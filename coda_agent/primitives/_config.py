@@ -34,36 +34,25 @@ class EpilogueError(ValueError):
 class Config:
     """Explicit GEMM kernel configuration (SM90 rules).
 
-    ``Config()`` is QuACK's SM90 default: 128x192 tile, 2x1 cluster, pingpong. A gemm call that names no \
-config
-    runs, with wave cost = ceil(tiles / 132) x tile_m x tile_n (partial tiles counted, clusters not):
-    - acc_pair mode: the default; packed mode: 128x128 (2x1, pingpong);
-    - element mode: the default if it makes fewer than 132 tiles; else cooperative 128x256 if K >= 8192, the
-      epilogue is light (no (M, N) tile operand besides C, no RowVecReduce) and its wave cost is no higher \
-than
-      the default's; else 128x128 (2x1, pingpong) if the default's wave cost is at least 1.05x its own; else \
-the
-      default.
+    ``Config()`` is QuACK's SM90 default: 128x192 tile, 2x1 cluster, pingpong. A gemm call that names no
+    config runs, with wave cost = ceil(tiles / 132) x tile_m x tile_n (partial tiles counted, clusters not): -
+    acc_pair mode: the default; packed mode: 128x128 (2x1, pingpong); - element mode: the default if it makes
+    fewer than 132 tiles; else cooperative 128x256 if K >= 8192, the
+      epilogue is light (no (M, N) tile operand besides C, no RowVecReduce) and its wave cost is no higher
+      than the default's; else 128x128 (2x1, pingpong) if the default's wave cost is at least 1.05x its own;
+      else the default.
 
-    Whether to pass one: on a GPU run the harness tunes each correct candidate's gemm calls (the valid \
-configs,
-    timed) and pins the fastest with :func:`schedule`, which overrides ``config=``; a CPU-only run builds \
-configs
-    but times none. So pass none unless you know a better one for the bench shapes. SM90's rules, checked \
-where
-    the config is used (the message names the one that fails): pingpong tile_m 64, 128 or 192 with tile_n at \
-most
-    256, 208 or 128 respectively; cooperative (``pingpong=False``) tile_m up to 320; tile_n a multiple of 16 \
-(of 32
-    in acc_pair mode with an extra output). split_k > 1 splits K over that many CTAs per output tile \
-(serial: the
-    same result run to run; the epilogue runs once): it fills a GPU whose grid of tiles is too small, and \
-needs D.
-    load_ahead: where the epilogue reads C or an (M, N) tile operand, in element or acc_pair mode with \
-split_k 1,
-    a producer warp loads them while the mainloop runs (the harness's own SM90 kernel); False, or any other \
-call,
-    runs QuACK's kernel, whose epilogue loads them when it starts. The outputs are the same bit for bit.
+    Whether to pass one: on a GPU run the harness tunes each correct candidate's gemm calls (the valid
+    configs, timed) and pins the fastest with :func:`schedule`, which overrides ``config=``; a CPU-only run
+    builds configs but times none. So pass none unless you know a better one for the bench shapes. SM90's
+    rules, checked where the config is used (the message names the one that fails): pingpong tile_m 64, 128 or
+    192 with tile_n at most 256, 208 or 128 respectively; cooperative (``pingpong=False``) tile_m up to 320;
+    tile_n a multiple of 16 (of 32 in acc_pair mode with an extra output). split_k > 1 splits K over that many
+    CTAs per output tile (serial: the same result run to run; the epilogue runs once): it fills a GPU whose
+    grid of tiles is too small, and needs D.
+    load_ahead: where the epilogue reads C or an (M, N) tile operand, in element or acc_pair mode with split_k
+    1, a producer warp loads them while the mainloop runs (the harness's own SM90 kernel); False, or any other
+    call, runs QuACK's kernel, whose epilogue loads them when it starts. The outputs are the same bit for bit.
     """
 
     tile_m: int = 128

@@ -33,51 +33,41 @@ def epilogue(
     """Declare a GEMM epilogue: ``fn(acc, **operands) -> {"D": ..., <outputs>, <reduces>}``.
 
     The fn runs on the FP32 accumulator while the output tile is still on chip. Its first parameter must
-    be ``acc`` (the rest in any order); a parameter named ``c`` receives the GEMM's C operand (``gemm(..., \
-C=...)``); every other
-    parameter is an operand passed to :func:`gemm` by keyword, whose kind follows from its shape:
-    a number or 1-element tensor is a scalar, shape (M, N) a tile, (N,) or (1, N) a row vector, (M,) or
-    (1, M) a column vector; vectors bf16 or fp32. Pin vectors with ``operands={"x": ColVecLoad()}`` / \
-``RowVecLoad()`` (required
-    when M == N).
+    be ``acc`` (the rest in any order); a parameter named ``c`` receives the GEMM's C operand (``gemm(...,
+    C=...)``); every other parameter is an operand passed to :func:`gemm` by keyword, whose kind follows from
+    its shape: a number or 1-element tensor is a scalar, shape (M, N) a tile, (N,) or (1, N) a row vector,
+    (M,) or (1, M) a column vector; vectors bf16 or fp32. Pin vectors with ``operands={"x": ColVecLoad()}`` /
+    ``RowVecLoad()`` (required when M == N).
 
     Args:
-        outputs: extra full-tile outputs (each in D's dtype; half width in ``acc_pair`` mode); each adds its \
-write,
-            and in element mode no tile rule.
+        outputs: extra full-tile outputs (each in D's dtype; half width in ``acc_pair`` mode); each adds its
+            write, and in element mode no tile rule.
         operands: pins for vector operands.
         reduces: reduction sinks by name (:class:`ColVecReduce`, :class:`RowVecReduce`,
             :class:`OnlineLSEReduce`, :class:`ColVecSelect`); the fn returns each one's per-element value.
         mode: ``"element"`` (default; one value per accumulator element), ``"acc_pair"`` (adjacent columns
-            (2j, 2j+1) arrive as one Pair: ``g, u = unpack(acc)``, g from column 2j; extra outputs are half \
-width; reduces unscaled Col/RowVecReduce only; vectors,
-            tiles and ``c`` arrive paired too, except column vectors), or ``"packed"`` (a gated pair's \
-backward; an
-            ungated one is element mode with C. ``c`` is a 16-bit (M, 2N) interleaved tensor, ``x, y = \
-unpack(c)``,
+            (2j, 2j+1) arrive as one Pair: ``g, u = unpack(acc)``, g from column 2j; extra outputs are half
+            width; reduces unscaled Col/RowVecReduce only; vectors, tiles and ``c`` arrive paired too, except
+            column vectors), or ``"packed"`` (a gated pair's backward; an ungated one is element mode with C.
+            ``c`` is a 16-bit (M, 2N) interleaved tensor, ``x, y = unpack(c)``,
             x from column 2j; ``acc`` is a plain (M, N) value;
             ``"D": pack(dx, dy)`` writes (M, 2N) in C's dtype; requires a ``c`` parameter and ``"D"``).
 
-    Return dict: ``"D"`` (optional except in packed mode; when missing, the raw accumulator is stored, \
-columns in
-    order, the same kernel as ``"D": acc``), every declared output and every reduce; one value may feed \
-several of
-    them. A ``scaled`` reduce takes a ``(value, scale)`` tuple; in ``acc_pair`` mode a reduce takes one \
-value per
-    lane, ``(lane0, lane1)``, each folded as a column of its own (an add of ``(v, v)`` counts v twice).
+    Return dict: ``"D"`` (optional except in packed mode; when missing, the raw accumulator is stored, columns
+    in order, the same kernel as ``"D": acc``), every declared output and every reduce;
+    one value may feed several of them. A ``scaled`` reduce takes a ``(value, scale)`` tuple; in ``acc_pair`` mode a reduce takes
+    one value per lane, ``(lane0, lane1)``, each folded as a column of its own (an add of ``(v, v)`` counts v
+    twice).
 
-    Shapes by mode, for a GEMM of (M, K) by (K, N): element: D and each extra output (M, N); acc_pair: D (M, \
-N),
-    each extra output (M, N/2); packed: C and D (M, 2N) interleaved, each extra output (M, N), row vectors of
-    length N.
+    Shapes by mode, for a GEMM of (M, K) by (K, N): element: D and each extra output (M, N); acc_pair: D (M,
+    N), each extra output (M, N/2); packed: C and D (M, 2N) interleaved, each extra output (M, N), row vectors
+    of length N.
 
-    Names: parameters, outputs and reduces must all differ; ``acc``, ``D`` and (as an operand) ``c`` are \
-taken,
-    and an operand cannot be named like a parameter of :func:`gemm` (``A``, ``B``, ``C``, ``epi``, \
-``out_dtype``,
-    ``config``, ``store_d``); no other name is. Names are case-sensitive: an operand ``b`` is not ``B``. \
-They are the kernel's own
-    (forward() maps them to the task's outputs); a module constant ``C`` is not gemm's ``C``.
+    Names: parameters, outputs and reduces must all differ; ``acc``, ``D`` and (as an operand) ``c`` are
+    taken, and an operand cannot be named like a parameter of :func:`gemm` (``A``, ``B``, ``C``, ``epi``,
+    ``out_dtype``, ``config``, ``store_d``); no other name is. Names are case-sensitive:
+    an operand ``b`` is not ``B``. They are the kernel's own (forward() maps them to the task's outputs);
+    a module constant ``C`` is not gemm's ``C``.
     """
     pins = dict(operands or {})
     sinks = dict(reduces or {})
@@ -245,9 +235,8 @@ def gemm(
         A: (M, K), bf16 or fp16. B: (K, N), same dtype, any strides (a transposed view is free).
         C: optional (M, N) tensor read by the fn's ``c`` parameter (one (M, N) input: prefer C to a tile
             operand), bf16, fp16 or fp32 ((M, 2N) interleaved and
-            16-bit in packed mode). C and an (M, N) tile operand each cost one read of their bytes; D and \
-each extra
-            output one write.
+            16-bit in packed mode). C and an (M, N) tile operand each cost one read of their bytes; D and each
+            extra output one write.
         out_dtype: the one dtype of D and the extra outputs (default: A's dtype; packed mode: C's).
         config: an explicit :class:`Config`, or None for the default (see :class:`Config`); a :func:`schedule`
             pin takes precedence.
@@ -255,23 +244,19 @@ each extra
             needed, e.g. a SwiGLU activation); the result then has no "D". Not allowed in packed mode.
         **operands: the fn's other parameters, plus the index tensors of ColVecSelect reduces.
 
-    Every tile the kernel moves (A, B, C, tile operands, D, the extra outputs) needs rows on a 16-byte grid \
-(TMA):
-    K, N and the output widths a multiple of 8 for 16-bit tensors, of 4 for fp32 (M is free); gemm() says \
-which one is off.
+    Every tile the kernel moves (A, B, C, tile operands, D, the extra outputs) needs rows on a 16-byte grid
+    (TMA): K, N and the output widths a multiple of 8 for 16-bit tensors, of 4 for fp32 (M is free); gemm()
+    says which one is off.
 
     Returns:
         ``{"D": ..., <outputs>..., <reduces>...}``; reduces come back finalised over the whole row/column:
         ColVecReduce/OnlineLSEReduce/ColVecSelect as (M,) f32, RowVecReduce as (N,) f32.
 
     Launches, as the task's budget counts them per forward() call: a gemm() call is 1, plus 1 finalisation per
-    reduce sink, each sink its own (none are shared): ColVecReduce, RowVecReduce, ColVecSelect 1, \
-OnlineLSEReduce 9;
-    two ColVecReduce sinks make a gemm() 3. Every torch op in forward() that computes or fills is 1 more \
-(views,
-    ``torch.empty``, indexing gemm()'s result dict are free; a host helper says its count). The CPU and GPU \
-stages
-    both count.
+    reduce sink, each sink its own (none are shared): ColVecReduce, RowVecReduce, ColVecSelect 1,
+    OnlineLSEReduce 9; two ColVecReduce sinks make a gemm() 3. Every torch op in forward() that computes or
+    fills is 1 more (views, ``torch.empty``, indexing gemm()'s result dict are free; a host helper says its
+    count). The CPU and GPU stages both count.
     """
     if not isinstance(epi, Epilogue):
         raise EpilogueError("gemm() takes an @epilogue-decorated function as its first argument")

@@ -31,21 +31,16 @@ class ColVecReduce:
     """Reduce the fn's per-element value over N (across a row); the result is one value per row, shape (M,).
 
     ``combine``: ``"add"`` (sum), ``"max"`` or ``"max_abs"`` (the max of |value|, never negative).
-    ``scaled=True`` (add only): the fn returns a pair ``(value, scale)`` and the sum is of ``value * scale`` \
-folded
-    as one fma, e.g. ``(y, y)`` for a sum of squares (the scale may be any value, a scalar operand too). \
-Tiles'
-    partials merge in FP32. In ``acc_pair`` mode only unscaled.
+    ``scaled=True`` (add only): the fn returns a pair ``(value, scale)`` and the sum is of ``value * scale``
+    folded as one fma, e.g. ``(y, y)`` for a sum of squares (the scale may be any value, a scalar operand
+    too). Tiles' partials merge in FP32. In ``acc_pair`` mode only unscaled.
 
-    Padding: in a partial last tile (N not a multiple of tile_n) the GPU evaluates the fn at the padding \
-columns
-    too, with acc, c and every tensor operand read as 0 (a scalar keeps its value), and ``add``/``max_abs`` \
-fold
-    that value in (``max`` masks it). So the reduced value must be 0 where acc and operands are 0 (``y * \
-y``: fine; ``acc + 1.0``, ``exp(acc)``: wrong
-    on the GPU at ragged shapes, though the emulator, which has no padding, passes). Add constants on the \
-host.
-    Rows past M are not in the result. Launches: 1 finalisation kernel per such sink, whatever its combine.
+    Padding: in a partial last tile (N % tile_n > 0) the GPU evaluates the fn at the padding columns too,
+    with acc, c and every tensor operand read as 0 (a scalar keeps its value), and
+    ``add``/``max_abs`` fold that value in (``max`` masks it). So the reduced value must be 0 where acc and
+    operands are 0 (``y * y``: fine; ``acc + 1.0``, ``exp(acc)``: wrong on the GPU at ragged shapes, though
+    the emulator, which has no padding, passes). Add constants on the host. Rows past M are not in the result.
+    Launches: 1 finalisation kernel per such sink, whatever its combine.
     """
 
     combine: Combine = "add"
@@ -59,9 +54,8 @@ host.
 class RowVecReduce:
     """Reduce the fn's per-element value over M (down a column); one value per column, shape (N,).
 
-    Same ``combine`` / ``scaled`` and padding rules as :class:`ColVecReduce` (padding rows: M not a multiple \
-of
-    ``tile_m``). dgamma of an RMSNorm is one. Launches: 1 finalisation kernel.
+    Same ``combine`` / ``scaled`` and padding rules as :class:`ColVecReduce` (padding rows: M not a multiple
+    of ``tile_m``). dgamma of an RMSNorm is one. Launches: 1 finalisation kernel.
     """
 
     combine: Combine = "add"
@@ -75,10 +69,9 @@ of
 class OnlineLSEReduce:
     """Numerically stable log-sum-exp of the fn's value over N: one f32 value per row, shape (M,).
 
-    Keeps a running (max, sum) per tile (one `exp` per element, its GPU precision); the partials are merged \
-with logsumexp in FP32.
-    Padding columns are masked.
-    Launches: 9 finalisation kernels (torch.logsumexp over the per-tile partials): mind a tight budget.
+    Keeps a running (max, sum) per tile (one `exp` per element, its GPU precision); the partials are merged
+    with logsumexp in FP32. Padding columns are masked. Launches: 9 finalisation kernels (torch.logsumexp over
+    the per-tile partials): mind a tight budget.
     """
 
 
@@ -88,9 +81,8 @@ class ColVecSelect:
 
     ``index`` names the integer operand (int32/int64, shape (M,)) passed to :func:`gemm` by keyword
     (``index="targets"`` for an operand ``targets``; it needs no pin). The value is the fn's, in FP32
-    (unrounded). Rows whose index is outside [0, N) (a negative ignore_index too) are not written and come \
-back as NaN
-    (in this sink's result only). Launches: 1 (the NaN fill).
+    (unrounded). Rows whose index is outside [0, N) (a negative ignore_index too) are not written and come
+    back as NaN (in this sink's result only). Launches: 1 (the NaN fill).
     """
 
     index: str = "target"

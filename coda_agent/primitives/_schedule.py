@@ -44,10 +44,9 @@ def schedule(table: Mapping[tuple[str, int, int, int], Config]) -> Callable[[For
     """Pin the kernel config of ``forward``'s gemm calls: ``@schedule({("epi_name", M, N, K): Config(...)})``.
 
     The harness writes it after tuning a correct candidate (keep it when revising one, or drop it: the harness
-    tunes again); a candidate may write one too. A gemm call whose fn name and (M, N, K) (A's rows, B's \
-columns,
-    A's columns; in packed mode the accumulator's N, half C's 2N) are in the table runs with that config, \
-whatever its ``config=``. Only on
+    tunes again); a candidate may write one too. A gemm call whose fn name and (M, N, K) (A's rows, B's
+    columns, A's columns; in packed mode the accumulator's N, half C's 2N) are in the table runs with that
+    config, whatever its ``config=``. Only on
     ``forward``, with a literal dict.
     """
     checked = _checked(table)

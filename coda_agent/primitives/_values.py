@@ -22,26 +22,19 @@ import torch
 Value = Any  # a torch.Tensor (emulator) or a CuTe DSL Float32 (QuACK trace)
 
 #: What all value math shares on the GPU (the API reference's introduction to the value functions).
-PRECISION = """Values are FP32: `acc`, `c` and every operand arrive in FP32 whatever their dtype, a reduce \
-sink takes
-its value in FP32, and D and the extra outputs are rounded once (to nearest even) to their dtype as they are \
-stored
-(only inside the tensor: at a partial last tile, only reduce sinks see the padding). Value functions take \
-numbers
-too (`maximum(acc, 0.0)`). On the GPU `+ - *` are FP32 (a multiply-add may fuse into an FMA); `/` is IEEE \
-division
-(`div.rn.f32`, ~10 instructions: multiply by a reciprocal constant instead). The functions below run on the
-special-function unit (a quarter of the FMA rate) in `.approx` forms (subnormals flushed), errors stated; the
-emulator's FP32 is more exact, so leave a margin where an output sums many approximated terms; the emulator \
-fuses
-nothing (its GEMM: torch's FP32 matmul). Numbers (constants, scalar operands) enter the kernel rounded once \
-to FP32.
-An expression the fn repeats is computed once (measured in the sm_90a PTX: `tanh(x * (K0 + K1 * (x * x)))`,
-`K0 = math.sqrt(2 / math.pi)`, `K1 = 0.044715 * K0`, beside `gelu_tanh(x)` adds no tanh); written otherwise, \
-it is
-not. On the H200 (bench, 2026-12), element-mode kernels without C and with one or two special functions per \
-element
-ran at 0.98-1.04x cuBLAS (K 2048-8192); reading C or packed pairs cost more (0.83-0.96x)."""
+PRECISION = """Values are FP32: `acc`, `c` and every operand arrive in FP32 whatever their dtype, a reduce
+sink takes its value in FP32, and D and the extra outputs are rounded once (to nearest even) to their dtype as
+they are stored (only inside the tensor: at a partial last tile, only reduce sinks see the padding). Value
+functions take numbers too (`maximum(acc, 0.0)`). On the GPU `+ - *` are FP32 (a multiply-add may fuse into an
+FMA); `/` is IEEE division (`div.rn.f32`, ~10 instructions: multiply by a reciprocal constant instead). The
+functions below run on the special-function unit (a quarter of the FMA rate) in `.approx` forms (subnormals
+flushed), errors stated; the emulator's FP32 is more exact, so leave a margin where an output sums many
+approximated terms; the emulator fuses nothing (its GEMM: torch's FP32 matmul). Numbers (constants, scalar
+operands) enter the kernel rounded once to FP32. An expression the fn repeats is computed once (measured in
+the sm_90a PTX: `tanh(x * (K0 + K1 * (x * x)))`, `K0 = math.sqrt(2 / math.pi)`, `K1 = 0.044715 * K0`, beside
+`gelu_tanh(x)` adds no tanh); written otherwise, it is not. On the H200 (bench, 2026-12), element-mode kernels
+without C and with one or two special functions per element ran at 0.98-1.04x cuBLAS (K 2048-8192); reading C
+or packed pairs cost more (0.83-0.96x)."""
 
 
 class Pair:

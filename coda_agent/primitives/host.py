@@ -6,8 +6,8 @@ import torch
 
 
 def rstd_from_sqsum(sqsum: torch.Tensor, n: int, eps: float) -> torch.Tensor:
-    """RMSNorm reciprocal std from a row's sum of squares: ``rsqrt(sqsum / n + eps)`` in FP32 (two small \
-kernels)."""
+    """RMSNorm reciprocal std from a row's sum of squares: ``rsqrt(sqsum / n + eps)`` in FP32 (two small
+    kernels)."""
     return torch.add(eps, sqsum.float(), alpha=1.0 / n).rsqrt_()
 
 

@@ -212,8 +212,8 @@ def epilogue_helpers(tree: ast.Module, aliases: dict[str, str]) -> set[str]:
 def raise_messages(tree: ast.Module) -> set[int]:
     """Nodes inside a ``raise`` or an ``assert``'s message: evaluated only to stop, so formatting there tells
     nothing."""
-    roots = [n.exc for n in ast.walk(tree) if isinstance(n, ast.Raise) and n.exc] + \
-            [n.msg for n in ast.walk(tree) if isinstance(n, ast.Assert) and n.msg]
+    roots = ([n.exc for n in ast.walk(tree) if isinstance(n, ast.Raise) and n.exc]
+             + [n.msg for n in ast.walk(tree) if isinstance(n, ast.Assert) and n.msg])
     return {id(sub) for root in roots for sub in ast.walk(root)}
 
 
