@@ -40,8 +40,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session", autouse=True)
 def _quack_cache() -> Iterator[None]:
-    """Compile-only tests share one QuACK cache per session (compiles are keyed, so this is safe). It is not under
-    pytest's own temporary folder, which is closed to other users: runners as nobody must reach it."""
+    """Compile-only tests share one QuACK cache per session (compiles are keyed, so this is safe). It is not
+    under pytest's own temporary folder, which is closed to other users: runners as nobody must reach it."""
     if "QUACK_CACHE_DIR" in os.environ:
         yield
         return
@@ -53,8 +53,8 @@ def _quack_cache() -> Iterator[None]:
 
 @contextlib.contextmanager
 def runner_folder(prefix: str) -> Iterator[Path]:
-    """A folder a runner may be given whatever user it runs as (as the checker's own are: in the system's temporary
-    folder, others may pass through but not list it), removed after."""
+    """A folder a runner may be given whatever user it runs as (as the checker's own are: in the system's
+    temporary folder, others may pass through but not list it), removed after."""
     folder = Path(tempfile.mkdtemp(prefix=prefix))
     folder.chmod(0o711)
     try:
@@ -65,7 +65,8 @@ def runner_folder(prefix: str) -> Iterator[Path]:
 
 @pytest.fixture
 def scratch() -> Iterator[Path]:
-    """A runner's scratch folder for tests that start runners by hand (``tmp_path`` is closed to other users)."""
+    """A runner's scratch folder for tests that start runners by hand (``tmp_path`` is closed to other
+    users)."""
     with runner_folder("coda_test_scratch_") as folder:
         yield folder / "scratch"
 
@@ -82,8 +83,8 @@ def _isolated_store(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
 
 @pytest.fixture(autouse=True)
 def _output_to_a_pipe(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every test sees output as a user's pipe does: pytest-xdist's workers set COLUMNS=80, which the commands honour
-    (tests of the width set it themselves)."""
+    """Every test sees output as a user's pipe does: pytest-xdist's workers set COLUMNS=80, which the commands
+    honour (tests of the width set it themselves)."""
     monkeypatch.delenv("COLUMNS", raising=False)
 
 
@@ -109,7 +110,8 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
 
 @dataclass
 class EscapeBait:
-    """What an escaping candidate goes for: a planted key, a sentinel file, a loopback listener (and its source)."""
+    """What an escaping candidate goes for: a planted key, a sentinel file, a loopback listener (and its
+    source)."""
 
     key: str
     sentinel: Path

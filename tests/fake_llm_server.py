@@ -26,7 +26,8 @@ class ScriptedReply:
     body: dict[str, Any]
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0  # seconds before answering, to provoke client timeouts
-    raw: bytes | None = None  # sent as the body instead of ``body`` as JSON (bytes that are not valid UTF-8, say)
+    # sent as the body instead of ``body`` as JSON (bytes that are not valid UTF-8, say)
+    raw: bytes | None = None
 
 
 @dataclass

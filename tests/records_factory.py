@@ -47,8 +47,9 @@ def verdict(outcome: str, task: str, version: int) -> Verdict:
     stages = [StageResult(stage="static", outcome=Outcome.PASSED, seconds=0.01)]
     if o is not Outcome.STATIC_REJECTED:
         ran = o in (Outcome.PASSED, Outcome.WRONG_OUTPUT)
-        stages.append(StageResult(stage="correctness", outcome=o, reason=REASONS.get(outcome, ""), seconds=2.5,
-                                  checks=checks if ran else [], seconds_by_part=CORRECTNESS_PARTS if ran else {}))
+        stages.append(StageResult(stage="correctness", outcome=o, reason=REASONS.get(outcome, ""),
+                                  seconds=2.5, checks=checks if ran else [],
+                                  seconds_by_part=CORRECTNESS_PARTS if ran else {}))
     else:
         stages[0] = StageResult(stage="static", outcome=o, reason=REASONS[outcome], seconds=0.01)
     return Verdict(task=task, task_version=version, backend="torch", outcome=o,
@@ -77,18 +78,21 @@ def make_run(
     task_hash: str | None = None,
     task_path: str | None = None,
 ) -> Path:
-    """A finished run: one attempt per outcome (one per round); passing attempts timed at ``times`` (shape -> µs).
+    """A finished run: one attempt per outcome (one per round); passing attempts timed at ``times`` (shape ->
+    µs).
 
     ``priced=False``: a model missing from the price table (cost 0, unknown), as summaries used to record it.
 
     ``session`` adds what the agent's profile stage records next to a candidate (shape -> human_us,
     eager, compiled, cublas, sol_us), and the header's ``human_timing``.
     """
-    run_id = run_id or hashlib.sha1(repr((task, version, model, device, created, outcomes, task_hash)).encode()).hexdigest()[:8]
+    run_id = (run_id
+              or hashlib.sha1(repr((task, version, model, device, created, outcomes,
+                                    task_hash)).encode()).hexdigest()[:8])
     d = runs_dir / f"{created:%Y%m%d-%H%M%S}_{task}_{run_id}"
     header = RunHeader(
-        run_id=run_id, created=created, task=task, task_version=version, task_path=task_path or f"tasks/{task}.yaml",
-        task_hash=task_hash, model=model,
+        run_id=run_id, created=created, task=task, task_version=version,
+        task_path=task_path or f"tasks/{task}.yaml", task_hash=task_hash, model=model,
         params=params if params is not None else {"temperature": 0.2}, device=device, host="box1",
         verifier_stages=stages if stages is not None else ["static", "correctness"], git_commit="abc1234def",
     )
@@ -124,7 +128,8 @@ def make_run(
             code=None if outcome == "no_code" else (code if passed else BAD_CODE),
             extraction_error="no code block in the reply" if outcome == "no_code" else None,
             verdict=None if outcome == "no_code" else verdict(outcome, task, version),
-            usage=Usage(input_tokens=tokens[0], output_tokens=tokens[1], cost_usd=cost if priced else 0.0, price_known=priced),
+            usage=Usage(input_tokens=tokens[0], output_tokens=tokens[1], cost_usd=cost if priced else 0.0,
+                        price_known=priced),
             durations={"llm": 15.0, "verify": 5.0}, timing=timing,
         )
         write_json_atomic(d / "attempts" / f"{i:04d}.json", a)
@@ -138,9 +143,9 @@ def make_run(
         s = RunSummary(
             status="target_reached" if first_correct else "budget_exhausted", rounds=n, attempts=n,
             passes=sum(o == "passed" for o in outcomes), best_attempt=best[1] if best else None,
-            best_time_us=best[0] if best and times else None, input_tokens=tokens[0] * n, output_tokens=tokens[1] * n,
-            cost_usd=cost * n if priced else 0.0, wall_seconds=30.0 * n, seconds_to_first_correct=first_correct[1] if first_correct else None,
-            updated=t,
+            best_time_us=best[0] if best and times else None, input_tokens=tokens[0] * n,
+            output_tokens=tokens[1] * n, cost_usd=cost * n if priced else 0.0, wall_seconds=30.0 * n,
+            seconds_to_first_correct=first_correct[1] if first_correct else None, updated=t,
         )
         write_json_atomic(d / "summary.json", s)
     if best:
@@ -153,10 +158,11 @@ def bench_row(task: str, shape: str, human: float | None, *, version: int = 1, e
               author: str = "human", task_hash: str | None = None) -> BenchRow:
     t = lambda us: Timing(median_us=us, p10_us=us * 0.98, p90_us=us * 1.02, reps=100)  # noqa: E731
     return BenchRow(
-        task=task, task_version=version, task_hash=task_hash, shape=shape, dims={"M": 4096, "N": 4096, "K": 4096}, author=author,
-        correct=correct, verdict_reason="" if correct else "output y outside tolerance",
-        candidate=t(human) if human is not None else None, eager=t(eager), compiled=t(compiled), cublas=t(cublas),
-        sol_us=sol, flops=1.4e11, min_bytes=1e8, launches=1,
+        task=task, task_version=version, task_hash=task_hash, shape=shape,
+        dims={"M": 4096, "N": 4096, "K": 4096}, author=author, correct=correct,
+        verdict_reason="" if correct else "output y outside tolerance",
+        candidate=t(human) if human is not None else None, eager=t(eager), compiled=t(compiled),
+        cublas=t(cublas), sol_us=sol, flops=1.4e11, min_bytes=1e8, launches=1,
     )
 
 

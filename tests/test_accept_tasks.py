@@ -32,7 +32,8 @@ def replies(task: Path) -> list[str]:
 def test_the_accept_tasks_are_new_and_have_scripted_models():
     names = [p.stem for p in TASKS]
     assert len(names) >= 3 and not set(names) & SUITE
-    assert {"gemm_softcap_cross_entropy", "gemm_gelu_bwd"} <= set(names)  # the 200k+ vocabulary, the backward with C
+    # the 200k+ vocabulary, the backward with C
+    assert {"gemm_softcap_cross_entropy", "gemm_gelu_bwd"} <= set(names)
     for path in TASKS:
         assert (ACCEPT / "models" / path.name).exists(), f"no scripted model for {path.stem}"
         assert len(replies(path)) == 2  # accept.py runs --rounds 2: the flaw, then the kernel
@@ -44,7 +45,8 @@ def test_accept_task_is_valid_and_has_no_human_kernel(path: Path):
     assert report.ok, report.problems
     task = load_task(path)
     assert task.human_file is None
-    assert [p.name for p in task.shape("bench")] and len(task.shape("bench")) == 1  # one bench shape: GPU time bounded
+    # one bench shape: GPU time bounded
+    assert [p.name for p in task.shape("bench")] and len(task.shape("bench")) == 1
     if task.name == "gemm_softcap_cross_entropy":
         assert task.shape("bench")[0].dims["V"] >= 200_000
     if task.name == "gemm_gelu_bwd":
@@ -56,7 +58,8 @@ def test_scripted_model_kernel_passes_the_emulator(path: Path):
     task = load_task(path)
     correct = extract_code(replies(path)[-1]).code
     assert correct is not None
-    assert "Config(" in correct and "@schedule" not in correct  # a config of its own for the tune stage to beat
+    # a config of its own for the tune stage to beat
+    assert "Config(" in correct and "@schedule" not in correct
     verdict = verify(task, correct, Plan(shape_names=["tiny"], seeds=[0], timeout=120))
     assert verdict.passed, verdict.reason
 
@@ -80,7 +83,8 @@ def _accept_module():
 
 def test_accept_checks_fail_a_cpu_run(tmp_path: Path):
     accept = _accept_module()
-    assert accept.tasks([])[0] == "gemm_softcap_cross_entropy" and set(accept.tasks([])) == {p.stem for p in TASKS}
+    assert (accept.tasks([])[0] == "gemm_softcap_cross_entropy"
+            and set(accept.tasks([])) == {p.stem for p in TASKS})
     checks = dict((name, ok) for name, ok, _ in accept.check_run(None, 124))
     assert checks == {"exit": False, "record": False}
     run = tmp_path / "run"
@@ -88,7 +92,8 @@ def test_accept_checks_fail_a_cpu_run(tmp_path: Path):
     (run / "header.json").write_text('{"verifier_stages": ["correctness", "compile"], "device": "cpu"}')
     (run / "summary.json").write_text('{"best_attempt": 1}')
     (run / "attempts" / "0001.json").write_text(
-        '{"code": "x = 1", "verdict": {"outcome": "passed", "backend": "torch", "sandbox": "process", "stages": []}}')
+        '{"code": "x = 1", "verdict": {"outcome": "passed", "backend": "torch", "sandbox": "process", '
+        '"stages": []}}')
     (run / "best.py").write_text("x = 1\n")
     checks = dict((name, ok) for name, ok, _ in accept.check_run(run, 0))
     assert checks["exit"] and checks["best.py"]

@@ -73,9 +73,11 @@ def test_rounds_budget_and_concurrent_candidates(tmp_path):
     assert peak == 3, "the K candidates of a round must be asked concurrently"
     assert summary.status == "completed" and summary.stop_reason == "all 2 rounds done"
     attempts = RunReader(agent.run_dir).attempts()
-    assert [(a.index, a.round, a.slot) for a in attempts] == [(1, 1, 0), (2, 1, 1), (3, 1, 2), (4, 2, 0), (5, 2, 1), (6, 2, 2)]
+    assert ([(a.index, a.round, a.slot) for a in attempts]
+            == [(1, 1, 0), (2, 1, 1), (3, 1, 2), (4, 2, 0), (5, 2, 1), (6, 2, 2)])
     assert summary.outcomes == {"static_rejected": 6} and summary.passes == 0 and summary.best_attempt is None
-    # round 2 sees round 1's results; the three candidates of a round get the same prompt, each asked for its own approach
+    # round 2 sees round 1's results; the three candidates of a round get the same prompt, each asked for its
+    # own approach
     assert attempts[3].messages[:-1] == attempts[4].messages[:-1] == attempts[5].messages[:-1]
     lasts = [a.messages[-1].content for a in attempts[3:]]
     assert len({text.split("You are candidate")[0] for text in lasts}) == 1
@@ -98,7 +100,8 @@ def test_token_budget_is_a_hard_stop_that_shrinks_the_last_round(tmp_path):
 
 
 def test_dollar_budget_uses_the_providers_cost(tmp_path):
-    provider = MockProvider(lambda messages: Completion(text=REFUSED, model="m", input_tokens=10, output_tokens=10, cost_usd=0.4))
+    provider = MockProvider(
+        lambda messages: Completion(text=REFUSED, model="m", input_tokens=10, output_tokens=10, cost_usd=0.4))
     agent = Agent.create(TASK, provider, config(rounds=10, max_dollars=1.0), tmp_path)
     summary = run(agent)
     assert summary.status == "budget_exhausted" and "dollar budget" in summary.stop_reason
@@ -115,7 +118,8 @@ def test_an_unpriced_model_under_a_dollar_budget_is_flagged(tmp_path):
             self.notes.append(message)
 
     events = Notes()
-    unpriced = MockProvider(lambda m: Completion(text=REFUSED, model="m", input_tokens=5, output_tokens=5, price_known=False))
+    unpriced = MockProvider(
+        lambda m: Completion(text=REFUSED, model="m", input_tokens=5, output_tokens=5, price_known=False))
     run(Agent.create(TASK, unpriced, config(rounds=2, max_dollars=1.0), tmp_path, events=events))
     assert len(events.notes) == 1 and "no known price" in events.notes[0]
 
@@ -145,9 +149,9 @@ def test_a_reply_without_code_is_a_recorded_attempt_and_fed_back(tmp_path):
 
 
 def test_the_event_loop_runs_on_while_a_reply_is_being_read(tmp_path, monkeypatch):
-    """Reading a reply is off the event loop, so other runs and Ctrl-C never wait on it: a stand-in extractor holds
-    until a coroutine on the loop answers, which it could not do were the reading blocking the loop (then the wait
-    runs out and the test fails; it never hangs)."""
+    """Reading a reply is off the event loop, so other runs and Ctrl-C never wait on it: a stand-in extractor
+    holds until a coroutine on the loop answers, which it could not do were the reading blocking the loop
+    (then the wait runs out and the test fails; it never hangs)."""
     reading, answered = threading.Event(), threading.Event()
     answered_in_time: list[bool] = []
 
@@ -159,7 +163,8 @@ def test_the_event_loop_runs_on_while_a_reply_is_being_read(tmp_path, monkeypatc
     monkeypatch.setattr(agent_loop, "extract_code", held)
 
     async def main() -> RunSummary:
-        run = asyncio.create_task(Agent.create(TASK, MockProvider(["no code here"]), config(rounds=1), tmp_path).run())
+        run = asyncio.create_task(
+            Agent.create(TASK, MockProvider(["no code here"]), config(rounds=1), tmp_path).run())
         while not reading.is_set() and not run.done():
             await asyncio.sleep(0.01)
         answered.set()
@@ -247,7 +252,8 @@ asyncio.run(agent.run())
 def test_resume_after_kill_9_redoes_only_the_attempt_in_flight(tmp_path):
     script = tmp_path / "killed.py"
     script.write_text(KILLED_RUN.format(refused=REFUSED))
-    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "runs")], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "runs")], stdout=subprocess.PIPE,
+                            text=True)
     try:
         run_dir = Path(proc.stdout.readline().strip())
         deadline = time.monotonic() + 120
@@ -281,14 +287,17 @@ GPU_PLAN = Plan(stages=["gpu_correctness", "profile"], backend="quack", shape_se
 def fake_gpu_verify(task, source, plan):
     """A GPU verdict: gpu_correctness passes, profile times the candidate (its code says how fast)."""
     us = 1000.0 if source == task.human_file.read_text() else (2000.0 if "SLOW" in source else 900.0)
-    shapes = {p.name: {"candidate": {"median_us": us}, "eager": {"median_us": 3000.0}} for p in task.shape("bench")[:2]}
+    shapes = {
+        p.name: {"candidate": {"median_us": us}, "eager": {"median_us": 3000.0}}
+        for p in task.shape("bench")[:2]}
     stage_results = [
         StageResult(stage="static", outcome=Outcome.PASSED),
         StageResult(stage="gpu_correctness", outcome=Outcome.PASSED),
         StageResult(stage="profile", outcome=Outcome.PASSED, details={"shapes": shapes}),
     ]
     assert plan.stages == ["gpu_correctness", "profile"] and plan.shape_set == "bench"
-    return Verdict(task=task.name, task_version=task.version, backend="quack", outcome=Outcome.PASSED, stages=stage_results)
+    return Verdict(task=task.name, task_version=task.version, backend="quack", outcome=Outcome.PASSED,
+                   stages=stage_results)
 
 
 def test_gpu_path_times_the_human_kernel_keeps_the_fastest_and_stops_at_the_speed_target(tmp_path):
@@ -303,31 +312,35 @@ def test_gpu_path_times_the_human_kernel_keeps_the_fastest_and_stops_at_the_spee
     first, second = reader.attempts()
     assert first.timing["speedup_vs_human"] == pytest.approx(0.5) and first.passed
     assert summary.status == "target_reached" and summary.best_attempt == 2
-    assert summary.speedup_vs_human == pytest.approx(1000 / 900) and summary.best_time_us == pytest.approx(900)
+    assert (summary.speedup_vs_human == pytest.approx(1000 / 900)
+            and summary.best_time_us == pytest.approx(900))
     assert reader.best_code() == second.code
     task_message, feedback = second.messages[1].content, second.messages[-1].content
     assert "The hand-written kernel for this task runs at" in task_message and "1000.0 µs" in task_message
     assert "at least 1.05x the speed of the hand-written kernel" in task_message
-    assert "| llama3-8b-down | 2000.0 | 1000.0 | 0.50x | 1.50x | 972.8 | 49% |" in feedback and "make it faster" in feedback
+    assert ("| llama3-8b-down | 2000.0 | 1000.0 | 0.50x | 1.50x | 972.8 | 49% |" in feedback
+            and "make it faster" in feedback)
 
 
 # --- speed targets and search, with a fake timing backend --------------------------------------
 
 
 def timed(us: int) -> str:
-    """The correct reply, marked with the time the fake backend gives it (a constant: a distinct candidate)."""
+    """The correct reply, marked with the time the fake backend gives it (a constant: a distinct
+    candidate)."""
     return CORRECT.replace("def forward(", f"TIME_US = {us}\n\n\ndef forward(", 1)
 
 
 def fake_timing_backend(*, cublas: float | None = 1000.0, human_fails: bool = False):
-    """A verify function whose profile stage reports typed timings: a candidate runs at its ``TIME_US``, cuBLAS
-    alone at ``cublas`` and torch.compile at 1500 µs at every bench shape."""
+    """A verify function whose profile stage reports typed timings: a candidate runs at its ``TIME_US``,
+    cuBLAS alone at ``cublas`` and torch.compile at 1500 µs at every bench shape."""
 
     def verify_fn(task, source, plan):
         assert plan.stages == GPU_PLAN.stages and plan.shape_set == "bench"
         human = task.human_file is not None and source == task.human_file.read_text()
         if human and human_fails:
-            return Verdict(task=task.name, task_version=task.version, backend="quack", outcome=Outcome.WRONG_OUTPUT)
+            return Verdict(task=task.name, task_version=task.version, backend="quack",
+                           outcome=Outcome.WRONG_OUTPUT)
         found = re.search(r"^TIME_US = (\d+)$", source, re.MULTILINE)
         us = float(found.group(1)) if found else 1000.0
         timings = {
@@ -338,10 +351,12 @@ def fake_timing_backend(*, cublas: float | None = 1000.0, human_fails: bool = Fa
             for p in task.shape("bench")
         }
         stage_results = [
-            StageResult(stage="static", outcome=Outcome.PASSED), StageResult(stage="gpu_correctness", outcome=Outcome.PASSED),
+            StageResult(stage="static", outcome=Outcome.PASSED),
+            StageResult(stage="gpu_correctness", outcome=Outcome.PASSED),
             StageResult(stage="profile", outcome=Outcome.PASSED, timings=timings),
         ]
-        return Verdict(task=task.name, task_version=task.version, backend="quack", outcome=Outcome.PASSED, stages=stage_results)
+        return Verdict(task=task.name, task_version=task.version, backend="quack", outcome=Outcome.PASSED,
+                       stages=stage_results)
 
     return verify_fn
 
@@ -349,7 +364,8 @@ def fake_timing_backend(*, cublas: float | None = 1000.0, human_fails: bool = Fa
 def task_without_human_kernel(folder: Path) -> Task:
     folder.mkdir()
     (folder / "gemm_residual_rmsnorm.yaml").write_text(
-        (TASK_DIR / "gemm_residual_rmsnorm.yaml").read_text().replace("human: human/gemm_residual_rmsnorm.py\n", "")
+        (TASK_DIR
+         / "gemm_residual_rmsnorm.yaml").read_text().replace("human: human/gemm_residual_rmsnorm.py\n", "")
     )
     (folder / "gemm_residual_rmsnorm.py").write_text((TASK_DIR / "gemm_residual_rmsnorm.py").read_text())
     return find_task(str(folder / "gemm_residual_rmsnorm.yaml"))
@@ -362,7 +378,8 @@ def test_without_a_human_kernel_the_run_improves_over_rounds_until_it_reaches_th
     agent = Agent.create(task, provider, cfg, tmp_path / "runs", verify_fn=fake_timing_backend())
     summary = run(agent)
     reader = RunReader(agent.run_dir)
-    assert reader.header.target == {"correct": True, "speedup_vs_cublas": 0.97} and reader.header.human_timing == {}
+    assert (reader.header.target == {"correct": True, "speedup_vs_cublas": 0.97}
+            and reader.header.human_timing == {})
     # not stopped at the first correct candidate (0.5x cuBLAS): on until 1000/1020 = 0.98x
     assert summary.status == "target_reached" and len(provider.calls) == 3 and summary.best_attempt == 3
     assert summary.speedup_vs_cublas == pytest.approx(1000 / 1020) and summary.speedup_vs_human is None
@@ -372,7 +389,8 @@ def test_without_a_human_kernel_the_run_improves_over_rounds_until_it_reaches_th
     assert reader.best_code() == third.code
     assert "at least 0.97x the speed of the task's GEMMs alone in cuBLAS" in first.messages[1].content
     feedback2, feedback3 = second.messages[-1].content, third.messages[-1].content
-    assert "| shape | yours µs | human µs | vs human | vs cuBLAS alone | vs torch.compile | SoL µs | % of SoL | bound |" in feedback2
+    assert ("| shape | yours µs | human µs | vs human | vs cuBLAS alone | vs torch.compile | SoL µs | % of "
+            "SoL | bound |") in feedback2
     assert "| llama3-8b-down | 2000.0 | - | - | 0.50x | 0.75x | 972.8 | 49% | compute |" in feedback2
     assert "Target: 0.97x of cuBLAS alone (geomean over the bench shapes); the best is at 0.50x." in feedback2
     assert "Farthest behind: `llama3-8b-down` at 0.50x, compute-bound" in feedback2
@@ -394,7 +412,8 @@ def test_a_human_kernel_that_cannot_be_timed_leaves_the_cublas_target(tmp_path):
 
 
 def test_a_target_the_timings_cannot_judge_runs_to_the_budget(tmp_path):
-    """No cuBLAS baseline in the timings: a correct candidate is not taken as on target; the rounds run out."""
+    """No cuBLAS baseline in the timings: a correct candidate is not taken as on target; the rounds run
+    out."""
     task = task_without_human_kernel(tmp_path / "mine")
     provider = MockProvider([timed(1200), timed(1100)])
     cfg = AgentConfig(model="mock/test", budgets=Budgets(rounds=2), plan=GPU_PLAN)
@@ -404,25 +423,29 @@ def test_a_target_the_timings_cannot_judge_runs_to_the_budget(tmp_path):
 
 
 def test_the_tune_hook_pins_a_correct_candidates_configs_and_the_tuned_module_ships(tmp_path):
-    """A stand-in tuner (the GPU one is the harness's job): it rewrites the candidate's timing marker, as pinning
-    a faster config would; the tuned module is verified and timed like any candidate, and adopted when faster."""
+    """A stand-in tuner (the GPU one is the harness's job): it rewrites the candidate's timing marker, as
+    pinning a faster config would; the tuned module is verified and timed like any candidate, and adopted when
+    faster."""
     seen = []
 
     def tune(task, source, verdict):
         seen.append(verdict.passed)
-        return Tuned(source.replace("TIME_US = 1250", "TIME_US = 1000").replace("TIME_US = 900", "TIME_US = 950"))
+        return Tuned(
+            source.replace("TIME_US = 1250", "TIME_US = 1000").replace("TIME_US = 900", "TIME_US = 950"))
 
     task = task_without_human_kernel(tmp_path / "mine")
     provider = MockProvider([timed(900), timed(1250)])
     budgets = Budgets(rounds=1, candidates_per_round=2)
     cfg = AgentConfig(model="mock/test", budgets=budgets, target_speedup=1.05, plan=GPU_PLAN)
-    agent = Agent.create(task, provider, cfg, tmp_path / "runs", verify_fn=fake_timing_backend(), tune_fn=tune)
+    agent = Agent.create(task, provider, cfg, tmp_path / "runs", verify_fn=fake_timing_backend(),
+                         tune_fn=tune)
     summary = run(agent)
     reader = RunReader(agent.run_dir)
     fast, tuned = reader.attempts()
     assert seen == [True, True]
     # 900 µs "tuned" to 950 µs: slower, so not adopted; the model's module stands
-    assert fast.tuning is not None and not fast.tuning.adopted and fast.timing["geomean_us"] == pytest.approx(900)
+    assert (fast.tuning is not None and not fast.tuning.adopted
+            and fast.timing["geomean_us"] == pytest.approx(900))
     # 1250 µs tuned to 1000 µs: adopted; before and after are both on record
     assert tuned.tuning.adopted and tuned.tuning.before["speedup_vs_cublas"] == pytest.approx(0.8)
     assert tuned.timing["speedup_vs_cublas"] == pytest.approx(1.0) and "tune" in tuned.durations
@@ -435,15 +458,17 @@ def test_a_tuned_candidate_can_become_the_best_and_reach_the_target(tmp_path):
     provider = MockProvider([timed(1250)])
     cfg = AgentConfig(model="mock/test", budgets=Budgets(rounds=3), plan=GPU_PLAN)
     agent = Agent.create(task, provider, cfg, tmp_path / "runs", verify_fn=fake_timing_backend(),
-                         tune_fn=lambda task, source, verdict: Tuned(source.replace("TIME_US = 1250", "TIME_US = 1000")))
+                         tune_fn=lambda task, source, verdict: Tuned(source.replace("TIME_US = 1250",
+                                                                                    "TIME_US = 1000")))
     summary = run(agent)
     assert summary.status == "target_reached" and summary.speedup_vs_cublas == pytest.approx(1.0)
     assert "TIME_US = 1000" in RunReader(agent.run_dir).best_code()
 
 
 def test_the_harness_tuner_pins_configs_that_ship_in_best_py_and_reach_the_feedback(tmp_path, monkeypatch):
-    """The real tuner (the tune stage on the emulator, a deterministic clock) pins its winner on forward; the fake GPU
-    backend times a scheduled module faster; the loop adopts it, best.py carries it, the next prompt names it."""
+    """The real tuner (the tune stage on the emulator, a deterministic clock) pins its winner on forward; the
+    fake GPU backend times a scheduled module faster; the loop adopts it, best.py carries it, the next prompt
+    names it."""
     from coda_agent.primitives import Config
     from coda_agent.verifier import tune_plan, tune_schedule, tuning
     from coda_agent.verifier.static.schedule_source import pinned_schedule
@@ -472,12 +497,15 @@ def test_the_harness_tuner_pins_configs_that_ship_in_best_py_and_reach_the_feedb
     run(agent)
     reader = RunReader(agent.run_dir)
     first = reader.attempts()[0]
-    assert first.tuning is not None and first.tuning.adopted and first.timing["geomean_us"] == pytest.approx(1000)
-    assert first.tuning.search and all(c.tried_us for s in first.tuning.search.values() for c in s.calls)  # on record
+    assert (first.tuning is not None and first.tuning.adopted
+            and first.timing["geomean_us"] == pytest.approx(1000))
+    # on record
+    assert first.tuning.search and all(c.tried_us for s in first.tuning.search.values() for c in s.calls)
     pinned = pinned_schedule(reader.best_code())
     assert set(pinned.values()) == {winner} and {k[0] for k in pinned} == {"fused"}
     assert verify(task, reader.best_code(), Plan(seeds=[0])).passed
-    assert "once the harness tuned its configs (from 1250.0 µs; pinned: fused 200x320x96: 256x160 coop 1x2; fused 256x384x128" in (
+    assert ("once the harness tuned its configs (from 1250.0 µs; pinned: fused 200x320x96: 256x160 coop 1x2; "
+            "fused 256x384x128") in (
         reader.attempts()[1].messages[-1].content
     )
 
@@ -515,8 +543,8 @@ def test_task_changed_since_the_run_started_refuses_to_resume(tmp_path):
 @pytest.mark.gpu
 def test_agent_on_the_gpu_times_candidates_against_the_human_kernel(tmp_path):
     """The real GPU stages: the human kernel is timed once, a correct candidate gets a timing record, and its
-    schedule search runs on the run's executor (a short budget: the tuner's own GPU tests search for real; at the
-    default 300 s this test ran past seven minutes)."""
+    schedule search runs on the run's executor (a short budget: the tuner's own GPU tests search for real; at
+    the default 300 s this test ran past seven minutes)."""
     provider = MockProvider([REFUSED, CORRECT])
     cfg = AgentConfig.for_this_machine("mock/test", budgets=Budgets(rounds=2), target_speedup=0.8, seeds=(0,),
                                        tune_budget_s=20.0)
@@ -536,16 +564,17 @@ def test_agent_on_the_gpu_times_candidates_against_the_human_kernel(tmp_path):
 
 
 def test_a_timed_run_tunes_on_its_executor_as_a_timed_job_and_a_failed_search_leaves_the_candidate(tmp_path):
-    """No tune_fn given: the run's own tuner submits the tune stage to the run's executor (a timed job, its GPU to
-    itself, with the run's budget); the search failing is a note, and the candidate stands as written."""
+    """No tune_fn given: the run's own tuner submits the tune stage to the run's executor (a timed job, its
+    GPU to itself, with the run's budget); the search failing is a note, and the candidate stands as
+    written."""
     plans = []
     gpu = fake_timing_backend()
 
     def verify_fn(task, source, plan):
         plans.append(plan)
         if plan.stages == ["tune"]:
-            return Verdict(task=task.name, task_version=task.version, backend="quack", outcome=Outcome.INFRA_ERROR,
-                           reason="no CUDA GPU on this machine")
+            return Verdict(task=task.name, task_version=task.version, backend="quack",
+                           outcome=Outcome.INFRA_ERROR, reason="no CUDA GPU on this machine")
         return gpu(task, source, plan)
 
     task = task_without_human_kernel(tmp_path / "mine")

@@ -27,12 +27,14 @@ TASK_YAML = str(TASK_DIR / "gemm_residual_rmsnorm.yaml")
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> tuple[Path, str]:
-    """One run of the README's main job from an empty folder (compile off to stay fast): the record every test below reads."""
+    """One run of the README's main job from an empty folder (compile off to stay fast): the record every test
+    below reads."""
     runs = tmp_path_factory.mktemp("runs")
     cwd = os.getcwd()
     os.chdir(tmp_path_factory.mktemp("elsewhere"))
     try:
-        code = invoke("run", "gemm_residual_rmsnorm", "--model", f"mock/{SCRIPT}", "--no-compile", "--runs-dir", str(runs))
+        code = invoke("run", "gemm_residual_rmsnorm", "--model", f"mock/{SCRIPT}", "--no-compile",
+                      "--runs-dir", str(runs))
     finally:
         os.chdir(cwd)
     assert code == 0
@@ -50,7 +52,8 @@ def test_run_converges_in_three_attempts_and_writes_a_complete_record(recorded):
     assert {"coda-agent", "torch", "quack-kernels", "nvidia-cutlass-dsl"} <= set(h.packages)
     assert h.params["temperature"] == 0.7 and len(h.params["examples"]) == 2
     assert h.git_commit is None or len(h.git_commit) == 40
-    assert run_dir.name.startswith(h.created.astimezone().strftime("%Y%m%d-")) and "_gemm_residual_rmsnorm_" in run_dir.name
+    assert (run_dir.name.startswith(h.created.astimezone().strftime("%Y%m%d-"))
+            and "_gemm_residual_rmsnorm_" in run_dir.name)
 
     attempts = reader.attempts()
     assert [a.outcome for a in attempts] == ["static_rejected", "wrong_output", "passed"]
@@ -62,7 +65,8 @@ def test_run_converges_in_three_attempts_and_writes_a_complete_record(recorded):
     assert summary.status == "target_reached" and summary.best_attempt == 3
     assert (summary.attempts, summary.passes, summary.rounds) == (3, 1, 3)
     assert summary.input_tokens == 5200 + 6900 + 8400 and summary.output_tokens == 310 + 290 + 280
-    assert summary.seconds_to_first_correct is not None and summary.wall_seconds >= summary.seconds_to_first_correct
+    assert (summary.seconds_to_first_correct is not None
+            and summary.wall_seconds >= summary.seconds_to_first_correct)
     assert reader.best_code() == attempts[2].code
 
 
@@ -126,16 +130,19 @@ def test_runs_recorded_before_the_suite_moved_still_resume_and_replay(recorded, 
     run_dir = tmp_path / recorded[0].name
     shutil.copytree(recorded[0], run_dir)
     header = json.loads((run_dir / "header.json").read_text())
-    (run_dir / "header.json").write_text(json.dumps({**header, "task_path": "/old/checkout/tasks/gemm_residual_rmsnorm.yaml"}))
+    (run_dir / "header.json").write_text(
+        json.dumps({**header, "task_path": "/old/checkout/tasks/gemm_residual_rmsnorm.yaml"}))
     (run_dir / "attempts" / "0003.json").unlink()
     code, out, err = cli(capsys, "run", "--resume", run_dir.name, "--runs-dir", str(tmp_path))
     assert code == 0, out + err
-    code, out, err = cli(capsys, "run", "--model", f"replay/{run_dir}", "--no-compile", "--runs-dir", str(tmp_path / "again"))
+    code, out, err = cli(capsys, "run", "--model", f"replay/{run_dir}", "--no-compile", "--runs-dir",
+                         str(tmp_path / "again"))
     assert code == 0, out + err
 
 
 def test_replay_reproduces_a_recorded_runs_verdicts(recorded, tmp_path, capsys):
-    code, out, _ = cli(capsys, "run", "--model", f"replay/{recorded[0]}", "--no-compile", "--runs-dir", str(tmp_path))
+    code, out, _ = cli(capsys, "run", "--model", f"replay/{recorded[0]}", "--no-compile", "--runs-dir",
+                       str(tmp_path))
     assert code == 0, out
     (replayed,) = tmp_path.iterdir()
     original = RunReader(recorded[0]).attempts()
@@ -150,7 +157,8 @@ def test_replay_takes_a_run_id_or_a_unique_prefix(recorded, tmp_path, capsys):
     runs = tmp_path / "runs"
     shutil.copytree(recorded[0], runs / recorded[0].name)
     for ref in (recorded[0].name[-6:], recorded[0].name[:-1]):
-        code, out, err = cli(capsys, "run", "--model", f"replay/{ref}", "--rounds", "1", "--no-compile", "--runs-dir", str(runs))
+        code, out, err = cli(capsys, "run", "--model", f"replay/{ref}", "--rounds", "1", "--no-compile",
+                             "--runs-dir", str(runs))
         assert code == 1, out + err  # one round: the recorded syntax error
     code, _, err = cli(capsys, "run", "--model", "replay/nosuch", "--runs-dir", str(runs))
     assert code == 2 and "replay/nosuch: no run 'nosuch'" in err
@@ -160,23 +168,29 @@ def test_missing_or_bad_model_is_one_clear_line(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("CODA_AGENT_MODEL", raising=False)
     code, _, err = cli(capsys, "run", TASK_YAML, "--runs-dir", str(tmp_path))
     assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("error: no model")
-    for way in ("--model anthropic/", "openai/", "openai-compatible/", "--base-url", "mock/", "replay/", "manual", "CODA_AGENT_MODEL"):
+    for way in ("--model anthropic/", "openai/", "openai-compatible/", "--base-url", "mock/", "replay/",
+                "manual", "CODA_AGENT_MODEL"):
         assert way in err
     code, _, err = cli(capsys, "run", TASK_YAML, "--model", "nosuch/model", "--runs-dir", str(tmp_path))
-    assert code == 2 and "unknown provider" in err and "manual[/<dir>]" in err and len(err.strip().splitlines()) == 1
+    assert (code == 2 and "unknown provider" in err and "manual[/<dir>]" in err
+            and len(err.strip().splitlines()) == 1)
     code, _, err = cli(capsys, "run", "--resume", "nope", "--runs-dir", str(tmp_path))
     assert code == 2 and "no run 'nope'" in err
     assert not list(tmp_path.iterdir())
-    code, _, err = cli(capsys, "run", TASK_YAML, "--model", "antropic/claude-sonnet-4-5", "--runs-dir", str(tmp_path))
-    assert code == 2 and "(did you mean anthropic/claude-sonnet-4-5?)" in err and len(err.strip().splitlines()) == 1
+    code, _, err = cli(capsys, "run", TASK_YAML, "--model", "antropic/claude-sonnet-4-5", "--runs-dir",
+                       str(tmp_path))
+    assert (code == 2 and "(did you mean anthropic/claude-sonnet-4-5?)" in err
+            and len(err.strip().splitlines()) == 1)
 
 
 def test_a_run_record_given_as_the_task_names_resume(tmp_path, capsys):
-    """A run's folder, a folder of runs or a sweep's file where a task goes: one line saying --resume continues it."""
+    """A run's folder, a folder of runs or a sweep's file where a task goes: one line saying --resume
+    continues it."""
     runs = tmp_path / "runs"
     run = make_run(runs)
     (runs / "s1.sweep.json").write_text("{}")
-    for ref, what in ((str(run), "a run's record"), (run.name, "a run's record"), (str(runs), "a folder of run records"),
+    for ref, what in ((str(run), "a run's record"), (run.name, "a run's record"),
+                      (str(runs), "a folder of run records"),
                       (str(runs / "s1.sweep.json"), "a sweep's record")):
         code, _, err = cli(capsys, "run", ref, "--model", "mock/echo", "--runs-dir", str(runs))
         line = " ".join(err.split())
@@ -188,7 +202,8 @@ def test_ctrl_c_marks_the_run_interrupted_and_says_how_to_resume(tmp_path):
     answers = tmp_path / "manual"
     env = {**os.environ, "CODA_AGENT_RUNS_DIR": str(tmp_path / "runs")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "coda_agent", "run", TASK_YAML, "--model", f"manual/{answers}", "--no-compile"],
+        [sys.executable, "-m", "coda_agent", "run", TASK_YAML, "--model", f"manual/{answers}",
+         "--no-compile"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )
     try:
@@ -208,10 +223,11 @@ def test_ctrl_c_marks_the_run_interrupted_and_says_how_to_resume(tmp_path):
 
 
 def test_a_reader_that_leaves_the_pipe_does_not_end_the_run(tmp_path):
-    """``coda-agent run ... | head -2``: the run goes on to its end, says once on stderr that stdout was closed."""
+    """``coda-agent run ... | head -2``: the run goes on to its end, says once on stderr that stdout was
+    closed."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "coda_agent", "run", "gemm_residual_rmsnorm", "--model", f"mock/{SCRIPT}", "--no-compile",
-         "--runs-dir", str(tmp_path / "runs")],
+        [sys.executable, "-m", "coda_agent", "run", "gemm_residual_rmsnorm", "--model", f"mock/{SCRIPT}",
+         "--no-compile", "--runs-dir", str(tmp_path / "runs")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -222,7 +238,8 @@ def test_a_reader_that_leaves_the_pipe_does_not_end_the_run(tmp_path):
     finally:
         proc.kill()
     assert proc.returncode == 0, err
-    assert "stdout was closed; carrying on" in err and "Traceback" not in err and "Exception ignored" not in err
+    assert ("stdout was closed; carrying on" in err and "Traceback" not in err
+            and "Exception ignored" not in err)
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert RunReader(run_dir).summary().status == "target_reached"
 
@@ -231,7 +248,8 @@ def test_help_lists_every_option(capsys):
     code, out, _ = cli(capsys, "run", "--help")
     assert code == 0
     for option in ("--model", "--base-url", "--rounds", "--candidates", "--max-tokens-total", "--max-dollars",
-                   "--max-wall", "--temperature", "--target-speedup", "--no-compile", "--runs-dir", "--resume"):
+                   "--max-wall", "--temperature", "--target-speedup", "--no-compile", "--runs-dir",
+                   "--resume"):
         assert option in out
 
 
@@ -243,7 +261,8 @@ def closed_port() -> int:
 
 
 def broken_task(tmp_path: Path, reference: str | None = None, **edits: object) -> Path:
-    """A copy of gemm_residual_rmsnorm in tmp_path with another reference (None: none written) or YAML edits."""
+    """A copy of gemm_residual_rmsnorm in tmp_path with another reference (None: none written) or YAML
+    edits."""
     data = yaml.safe_load((TASK_DIR / "gemm_residual_rmsnorm.yaml").read_text())
     data.update(name="broken", reference="ref.py:reference", human=None, **edits)
     if reference is not None:
@@ -285,7 +304,8 @@ def test_examples_come_from_the_suite_and_the_places_named_never_the_tasks_folde
     runs = tmp_path / "runs"
 
     def system_prompt(*extra: str) -> tuple[str, dict]:
-        code, _, err = cli(capsys, "run", str(task), "--model", "mock/echo", "--rounds", "1", "--no-compile", "--runs-dir", str(runs), *extra)
+        code, _, err = cli(capsys, "run", str(task), "--model", "mock/echo", "--rounds", "1", "--no-compile",
+                           "--runs-dir", str(runs), *extra)
         assert code == 1, err
         run_dir = max(runs.iterdir(), key=lambda d: d.stat().st_mtime)
         reader = RunReader(run_dir)
@@ -294,17 +314,23 @@ def test_examples_come_from_the_suite_and_the_places_named_never_the_tasks_folde
     system, params = system_prompt()
     assert mark not in system and "my_rmsnorm" not in params["examples"] and params["example_places"] == []
     system, params = system_prompt("--examples-from", str(mine), "--examples", "my_rmsnorm,gemm_rope")
-    assert mark in system and params["examples"] == ["my_rmsnorm", "gemm_rope"] and params["example_places"] == [str(mine.resolve())]
-    for bad, why in ((tmp_path / "nowhere", "no such file or folder"), (mine / "my_kernel.py", "not a task file or folder")):
-        code, _, err = cli(capsys, "run", str(task), "--model", "mock/echo", "--examples-from", str(bad), "--runs-dir", str(runs))
+    assert (mark in system and params["examples"] == ["my_rmsnorm", "gemm_rope"]
+            and params["example_places"] == [str(mine.resolve())])
+    for bad, why in ((tmp_path / "nowhere", "no such file or folder"),
+                     (mine / "my_kernel.py", "not a task file or folder")):
+        code, _, err = cli(capsys, "run", str(task), "--model", "mock/echo", "--examples-from", str(bad),
+                           "--runs-dir", str(runs))
         assert code == 2 and err.startswith(f"error: --examples-from {bad}: {why}") and err.count("\n") == 1
 
 
 def test_run_checks_seeds_and_sets_the_verify_time_limit(tmp_path, capsys):
-    code, _, err = cli(capsys, "run", "gemm_residual_rmsnorm", "--model", "mock/echo", "--seeds", "0", "--runs-dir", str(tmp_path))
+    code, _, err = cli(capsys, "run", "gemm_residual_rmsnorm", "--model", "mock/echo", "--seeds", "0",
+                       "--runs-dir", str(tmp_path))
     assert code == 2 and "--seeds 0: must be at least 1" in err and err.count("\n") == 1
-    for extra, limit in ((["--rounds", "1", "--no-compile"], 120), (["--rounds", "1", "--no-compile", "--timeout", "42"], 42)):
-        code, _, _ = cli(capsys, "run", "gemm_residual_rmsnorm", "--model", "mock/echo", *extra, "--runs-dir", str(tmp_path / str(limit)))
+    for extra, limit in ((["--rounds", "1", "--no-compile"], 120),
+                         (["--rounds", "1", "--no-compile", "--timeout", "42"], 42)):
+        code, _, _ = cli(capsys, "run", "gemm_residual_rmsnorm", "--model", "mock/echo", *extra, "--runs-dir",
+                         str(tmp_path / str(limit)))
         assert code == 1
         (run_dir,) = (tmp_path / str(limit)).iterdir()
         assert RunReader(run_dir).header.params["verify_timeout"] == limit
@@ -313,11 +339,12 @@ def test_run_checks_seeds_and_sets_the_verify_time_limit(tmp_path, capsys):
 def test_an_unreachable_server_stops_the_run_at_once(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("CODA_AGENT_RETRY_BASE_DELAY", "0")
     url = f"http://127.0.0.1:{closed_port()}/v1"
-    code, _, err = cli(capsys, "run", "gemm_residual_rmsnorm", "--model", "openai-compatible/qwen", "--base-url", url,
-                       "--no-compile", "--runs-dir", str(tmp_path))
+    code, _, err = cli(capsys, "run", "gemm_residual_rmsnorm", "--model", "openai-compatible/qwen",
+                       "--base-url", url, "--no-compile", "--runs-dir", str(tmp_path))
     assert code == 2, err
     first, *rest = err.splitlines()
-    assert first.startswith(f"error: openai-compatible/qwen: cannot connect to {url}") and "is the server up" in first
+    assert (first.startswith(f"error: openai-compatible/qwen: cannot connect to {url}")
+            and "is the server up" in first)
     assert len(rest) == 1 and "--resume" in rest[0]  # nothing else: no retries, no traceback
     (run_dir,) = tmp_path.iterdir()
     assert RunReader(run_dir).attempts() == [] and RunReader(run_dir).summary().status == "failed"
@@ -352,10 +379,12 @@ def test_resume_with_a_corrupt_attempt_says_how_to_redo_it(recorded, tmp_path, c
     (run_dir / "attempts" / "0002.json").write_text('{"index": 2, "trunc')
     code, _, err = cli(capsys, "run", "--resume", run_dir.name, "--runs-dir", str(tmp_path))
     assert code == 2 and "0002.json: unreadable attempt file" in err and "--redo-corrupt" in err
-    code, out, err = cli(capsys, "run", "--resume", run_dir.name, "--redo-corrupt", "--runs-dir", str(tmp_path))
+    code, out, err = cli(capsys, "run", "--resume", run_dir.name, "--redo-corrupt", "--runs-dir",
+                         str(tmp_path))
     assert code == 0, out + err
     assert "set aside 2 attempt file(s) to redo: 0002.json, 0003.json" in err
-    assert (run_dir / "attempts" / "0002.json.corrupt").exists() and (run_dir / "attempts" / "0003.json.superseded").exists()
+    assert ((run_dir / "attempts" / "0002.json.corrupt").exists()
+            and (run_dir / "attempts" / "0003.json.superseded").exists())
     assert [a.outcome for a in RunReader(run_dir).attempts()] == ["static_rejected", "wrong_output", "passed"]
 
 
@@ -364,8 +393,9 @@ def test_a_run_on_an_unpriced_model_shows_unpriced_not_zero_dollars(tmp_path, ca
     server = FakeLLMServer().start()
     try:
         server.reply(OPENAI_PATH, openai_chat("no code here", model="qwen"))
-        code, out, _ = cli(capsys, "run", "gemm_residual_rmsnorm", "--model", "openai-compatible/qwen", "--base-url",
-                           f"{server.url}/v1", "--rounds", "1", "--no-compile", "--runs-dir", str(tmp_path))
+        code, out, _ = cli(capsys, "run", "gemm_residual_rmsnorm", "--model", "openai-compatible/qwen",
+                           "--base-url", f"{server.url}/v1", "--rounds", "1", "--no-compile", "--runs-dir",
+                           str(tmp_path))
     finally:
         server.stop()
     assert code == 1
@@ -375,9 +405,11 @@ def test_a_run_on_an_unpriced_model_shows_unpriced_not_zero_dollars(tmp_path, ca
 
 
 def _how_it_ended(proc: subprocess.Popen, runs: Path) -> str:
-    """A run that ended before its runner was seen: its exit, its stderr and each attempt's verdict, in full."""
+    """A run that ended before its runner was seen: its exit, its stderr and each attempt's verdict, in
+    full."""
     out, err = proc.communicate(timeout=60)
-    verdicts = [(a.index, a.verdict.outcome if a.verdict else None, a.verdict.reason if a.verdict else a.provider_error)
+    verdicts = [(a.index, a.verdict.outcome if a.verdict else None,
+                 a.verdict.reason if a.verdict else a.provider_error)
                 for run in runs.iterdir() for a in RunReader(run).attempts()] if runs.is_dir() else []
     return f"exit {proc.returncode}\nstdout:\n{out}\nstderr:\n{err}\nattempts: {verdicts}"
 
@@ -390,12 +422,14 @@ def test_sigterm_ends_a_verification_in_flight_at_once(tmp_path, procs):
     script.write_text(yaml.safe_dump({"responses": [{"text": f"```python\n{spinning}```\n"}]}))
     env = {**os.environ, "CODA_AGENT_RUNS_DIR": str(tmp_path / "runs"), "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "coda_agent", "run", TASK_YAML, "--model", f"mock/{script}", "--no-compile", "--timeout", "300"],
+        [sys.executable, "-m", "coda_agent", "run", TASK_YAML, "--model", f"mock/{script}", "--no-compile",
+         "--timeout", "300"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
     )
     try:
         deadline = time.monotonic() + 120
-        while not any(b"coda_agent.runner" in procs.cmdline(p) and procs.cmdline(p).startswith(sys.executable.encode())
+        while not any(b"coda_agent.runner" in procs.cmdline(p)
+                      and procs.cmdline(p).startswith(sys.executable.encode())
                       for p in procs.descendants(proc.pid)):
             assert time.monotonic() < deadline and proc.poll() is None, _how_it_ended(proc, tmp_path / "runs")
             time.sleep(0.2)
@@ -419,14 +453,17 @@ def test_a_gpu_run_tunes_each_candidate_by_default_within_its_budget(tmp_path, c
     from coda_agent.verifier import DEFAULT_TUNE_BUDGET_S
 
     task = find_task(TASK_YAML)
-    assert RunOptions().config(task, "mock/x").tune_budget_s is None  # no GPU here: nothing is timed, nothing tuned
+    # no GPU here: nothing is timed, nothing tuned
+    assert RunOptions().config(task, "mock/x").tune_budget_s is None
     monkeypatch.setattr(loop, "gpu_verifier_available", lambda: True)
     assert RunOptions().config(task, "mock/x").tune_budget_s == DEFAULT_TUNE_BUDGET_S
     assert RunOptions(no_tune=True).config(task, "mock/x").tune_budget_s is None
     cfg = RunOptions(tune_budget=45).config(task, "mock/x")
     monkeypatch.setattr(loop, "session_peaks", lambda config: loop.NOMINAL_H200)
     agent = Agent.create(task, MockProvider(["unused"]), cfg, tmp_path)
-    assert agent.tune_fn == agent._tune_on_executor and agent.config.tune_budget_s == 45  # a timed job, budget 45 s
+    # a timed job, budget 45 s
+    assert agent.tune_fn == agent._tune_on_executor and agent.config.tune_budget_s == 45
     assert agent.header.params["tune_budget_s"] == 45
-    code, _, err = cli(capsys, "run", TASK_YAML, "--model", "mock/x", "--no-tune", "--tune-budget", "30", "--runs-dir", str(tmp_path))
+    code, _, err = cli(capsys, "run", TASK_YAML, "--model", "mock/x", "--no-tune", "--tune-budget", "30",
+                       "--runs-dir", str(tmp_path))
     assert code == 2 and "--no-tune and --tune-budget contradict each other" in err and err.count("\n") == 1

@@ -22,7 +22,8 @@ def test_the_last_complete_module_wins_over_snippets_and_drafts():
     draft = MODULE.replace("return {}", "return {'draft': 1}")
     reply = (
         "The epilogue will look like\n```python\nh = acc + c\n```\nFirst draft:\n```py\n" + draft + "```\n"
-        "Improved final version:\n```python\n" + MODULE + "```\nUsage:\n```bash\ncoda-agent verify t x.py\n```\n"
+        "Improved final version:\n```python\n" + MODULE
+        + "```\nUsage:\n```bash\ncoda-agent verify t x.py\n```\n"
     )
     assert extract_code(reply).code == MODULE
 
@@ -42,7 +43,8 @@ def test_bare_file_tilde_fences_unlabelled_fences_and_cut_off_replies():
     assert extract_code(MODULE).code == MODULE
     assert extract_code(f"~~~python\n{MODULE}~~~").code == MODULE
     assert extract_code(f"```\n{MODULE}```").code == MODULE
-    cut = extract_code("Sure:\n```python\nfrom coda_agent.primitives import gemm\n\ndef forward(x, w):\n    out = gemm(")
+    cut = extract_code(
+        "Sure:\n```python\nfrom coda_agent.primitives import gemm\n\ndef forward(x, w):\n    out = gemm(")
     assert cut.code is not None and cut.code.endswith("out = gemm(\n")
 
 
@@ -61,26 +63,31 @@ def test_no_code_is_a_reason_not_a_crash():
     assert extract_code("```cuda\n__global__ void k() {}\n```").code is None
 
 
-# --- time linear in the reply's length, whatever it holds (issue 46) ---------------------------------------------
+# --- time linear in the reply's length, whatever it holds (issue 46) ----------------------------------------
 
 #: The pattern extraction used before issue 46, kept as the specification of where blocks open and close: one
 #: regular expression over the whole reply, which backtracked quadratically on an unclosed fence followed by
-#: backticks (160,000 of them took 15 s on a 2-core box; the 2,000,000-character cap extrapolates to most of an hour).
-OLD_FENCE = re.compile(r"^[ \t]*(?P<fence>`{3,}|~{3,})[ \t]*(?P<lang>[\w+.-]*)[^\n]*\n(?P<body>.*?)(?:^[ \t]*(?P=fence)[ \t]*$|\Z)",
+#: backticks (160,000 of them took 15 s on a 2-core box; the 2,000,000-character cap extrapolates to most of
+#: an hour).
+OLD_FENCE = re.compile(r"^[ \t]*(?P<fence>`{3,}|~{3,})[ \t]*(?P<lang>[\w+.-]*)[^\n]*\n(?P<body>.*?)(?:^[ "
+                       r"\t]*(?P=fence)[ \t]*$|\Z)",
                        re.MULTILINE | re.DOTALL)
-PIECES = ("`", "``", "```", "````", "~~~", "~", "\n", "\n", " ", "\t", "py", "python", "x", "é", "\r", "+", "-", "_", "Ⅻ",
-          "```python\n", "\n```\n", "<think>", "</think>")
+PIECES = ("`", "``", "```", "````", "~~~", "~", "\n", "\n", " ", "\t", "py", "python", "x", "é", "\r", "+",
+          "-", "_", "Ⅻ", "```python\n", "\n```\n", "<think>", "</think>")
 
 
 def test_fenced_blocks_open_and_close_where_the_old_pattern_did():
     rng = random.Random(46)
     for _ in range(20_000):
-        text = "".join(rng.choice(PIECES) for _ in range(rng.randrange(40)))  # short: the old pattern is quadratic
-        assert list(fenced_blocks(text)) == [(m["lang"], m["body"]) for m in OLD_FENCE.finditer(text)], repr(text)
+        # short: the old pattern is quadratic
+        text = "".join(rng.choice(PIECES) for _ in range(rng.randrange(40)))
+        assert (list(fenced_blocks(text))
+                == [(m["lang"], m["body"]) for m in OLD_FENCE.finditer(text)]), repr(text)
 
 
 def at_cap(head: str, unit: str, tail: str = "") -> str:
-    """``head``, ``unit`` repeated, ``tail``: exactly MAX_REPLY_CHARS characters, the longest reply searched."""
+    """``head``, ``unit`` repeated, ``tail``: exactly MAX_REPLY_CHARS characters, the longest reply
+    searched."""
     text = head + unit * ((MAX_REPLY_CHARS - len(head) - len(tail)) // len(unit)) + tail
     return text + "x" * (MAX_REPLY_CHARS - len(text))
 
@@ -94,9 +101,11 @@ PATHOLOGICAL = {  # name: (reply, the start of the code extracted, or None)
     "a python fence opener on every line": (at_cap("", "```python\n"), "```python\n```python"),
     "alternating backticks and newlines": (at_cap("", "`\n"), None),
     "a fence, then a longer one, alternating": (at_cap("", "```\n````\n"), "````"),
-    "a long fence, then lines one backtick shorter": (at_cap("`" * 100_000 + "\n", "`" * 99_999 + "\n"), "`" * 99_999),
+    "a long fence, then lines one backtick shorter": (at_cap("`" * 100_000 + "\n", "`" * 99_999 + "\n"),
+                                                      "`" * 99_999),
     "empty python blocks": (at_cap("", "```python\n```\n"), None),
-    "blocks that define forward and do not parse": (at_cap("", "```python\ndef forward(\n```\n"), "def forward("),
+    "blocks that define forward and do not parse": (at_cap("", "```python\ndef forward(\n```\n"),
+                                                    "def forward("),
     "def forward, then whitespace": (at_cap("```python\ndef forward", " \n"), "def forward"),
     "newlines only": (at_cap("", "\n"), None),
     "an unclosed think section, then think tags": (at_cap("<think>", "<think"), None),
@@ -106,9 +115,9 @@ PATHOLOGICAL = {  # name: (reply, the start of the code extracted, or None)
 
 @pytest.mark.parametrize("name", PATHOLOGICAL)
 def test_a_reply_at_the_cap_of_any_pathological_shape_is_read_in_well_under_a_second(name):
-    """About 0.5 s at most on a 2-core box (the forward blocks that do not parse: 77,000 parses); the bound is 2 s of
-    this process's CPU time so that a slow or shared CI core passes, while anything worse than linear fails by
-    orders of magnitude (the old pattern: most of an hour on the first shape)."""
+    """About 0.5 s at most on a 2-core box (the forward blocks that do not parse: 77,000 parses); the bound is
+    2 s of this process's CPU time so that a slow or shared CI core passes, while anything worse than linear
+    fails by orders of magnitude (the old pattern: most of an hour on the first shape)."""
     reply, code_starts = PATHOLOGICAL[name]
     assert len(reply) == MAX_REPLY_CHARS
     t0 = time.process_time()

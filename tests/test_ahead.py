@@ -1,5 +1,6 @@
-"""The load-ahead kernel on a CPU: which calls it runs, what the tuner searches, its stage split, its compile-cache
-identity, and every suite kernel built on it for sm_90a (its outputs on the GPU: tests/test_gpu_ahead.py)."""
+"""The load-ahead kernel on a CPU: which calls it runs, what the tuner searches, its stage split, its
+compile-cache identity, and every suite kernel built on it for sm_90a (its outputs on the GPU:
+tests/test_gpu_ahead.py)."""
 
 from __future__ import annotations
 
@@ -78,7 +79,8 @@ def test_the_tuner_tries_each_tile_on_both_kernels_only_where_the_load_ahead_ker
     one = config_space("element", False, mnk, reads_tiles=False)
     assert all(c.load_ahead for c in one)
     assert len(both) == 2 * len(one)
-    for ahead, quacks in zip(both[::2], both[1::2], strict=True):  # each tile, then the same on QuACK's kernel
+    # each tile, then the same on QuACK's kernel
+    for ahead, quacks in zip(both[::2], both[1::2], strict=True):
         assert ahead.load_ahead and quacks == dataclasses.replace(ahead, load_ahead=False)
     assert config_space("packed", True, mnk, reads_tiles=True) == config_space("packed", True, mnk)
     assert config_label(P.Config(load_ahead=False)).endswith("no-ahead")
@@ -106,13 +108,15 @@ TILES = [((128, 256, 64), (128, 32)), ((192, 192, 64), (64, 32)), ((128, 192, 64
 def _child(script: str, *args: str) -> str:
     """Run ``script`` in a fresh interpreter (the repository first on its path); its output."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    res = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, env=env, timeout=600)
+    res = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, env=env,
+                         timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     return res.stdout
 
 
 def test_the_c_stages_grow_only_into_smem_quack_gave_to_d_stages():
-    for (tile, subtile), (ahead, quacks) in zip(TILES, json.loads(_child(_STAGES, json.dumps(TILES))), strict=True):
+    for (tile, subtile), (ahead, quacks) in zip(TILES, json.loads(_child(_STAGES, json.dumps(TILES))),
+                                                strict=True):
         (ab, d, c), (ab_q, d_q, c_q) = ahead, quacks
         subtiles = tile[0] * tile[1] // (subtile[0] * subtile[1])
         assert ab == ab_q and c_q <= c <= subtiles and d >= min(2, subtiles), (tile, ahead, quacks)
@@ -130,7 +134,8 @@ def test_the_two_kernels_of_one_epilogue_never_share_a_compile_cache_entry():
     class Deeper(LoadAheadSm90):  # a probe's stage split: a kernel of its own
         epi_c_stage_base = 6
 
-    digests = {EpiMod(fn).semantic_digest, AheadEpiMod(fn).semantic_digest, AheadEpiMod(fn, kernel=Deeper).semantic_digest}
+    digests = {EpiMod(fn).semantic_digest, AheadEpiMod(fn).semantic_digest,
+               AheadEpiMod(fn, kernel=Deeper).semantic_digest}
     assert len(digests) == 3
     assert AheadEpiMod(fn, kernel=Deeper).semantic_digest == AheadEpiMod(fn, kernel=Deeper).semantic_digest
 
@@ -149,9 +154,10 @@ with ir.Context(), ir.Location.unknown():
 
 
 def test_the_probes_mainloop_first_split_keeps_the_plain_gemms_ab_stages_at_128x256():
-    """bench/probes/ahead_stages.py's premise (issue 44): with C reading, QuACK's split drops to 3 A/B stages at
-    128x256, the plain GEMM's has 4; the probe's kernel keeps 4 and still has C and D stages."""
-    (ab, d, c), (ab_plain, _, _) = json.loads(_child(_PROBE_STAGES, str(REPO / "bench/probes/ahead_stages.py")))
+    """bench/probes/ahead_stages.py's premise (issue 44): with C reading, QuACK's split drops to 3 A/B stages
+    at 128x256, the plain GEMM's has 4; the probe's kernel keeps 4 and still has C and D stages."""
+    (ab, d, c), (ab_plain, _,
+                 _) = json.loads(_child(_PROBE_STAGES, str(REPO / "bench/probes/ahead_stages.py")))
     assert ab == ab_plain == 4 and c >= 2 and d >= 2
 
 
@@ -190,8 +196,8 @@ def test_every_suite_kernel_builds_on_the_load_ahead_kernel_for_sm90(task, monke
 
 
 def test_a_schedule_the_tuner_pins_on_quacks_kernel_passes_the_static_check():
-    """The tune stage pins ``Config(..., load_ahead=False)`` where QuACK's kernel won: the pinned module must still
-    pass the static check (it refused every flag but pingpong)."""
+    """The tune stage pins ``Config(..., load_ahead=False)`` where QuACK's kernel won: the pinned module must
+    still pass the static check (it refused every flag but pingpong)."""
     import ast
 
     from coda_agent.verifier.static.schedule_source import ScheduleFormError, literal_schedule

@@ -1,6 +1,6 @@
-"""``coda-agent bench-e2e``: the tiny stack on the CPU (emulator kernels, torch.compile through ``aot_eager``) runs
-every variant, and the results, ratios and markdown carry everything the H200 run will; the CLI on a machine
-without a GPU answers in one line."""
+"""``coda-agent bench-e2e``: the tiny stack on the CPU (emulator kernels, torch.compile through ``aot_eager``)
+runs every variant, and the results, ratios and markdown carry everything the H200 run will; the CLI on a
+machine without a GPU answers in one line."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ COMMAND = "coda-agent bench-e2e --preset tiny"
 
 @pytest.fixture(scope="module")
 def run() -> E2ERun:
-    return run_e2e(PRESETS["tiny"], device="cpu", command=COMMAND, variants=list(VARIANTS), plan=step_plan(1, STEPS), top=TOP)
+    return run_e2e(PRESETS["tiny"], device="cpu", command=COMMAND, variants=list(VARIANTS),
+                   plan=step_plan(1, STEPS), top=TOP)
 
 
 def test_every_variant_is_timed_with_coda_first(run: E2ERun):
@@ -44,12 +45,14 @@ def test_every_variant_is_timed_with_coda_first(run: E2ERun):
 
 def test_the_non_attention_time_is_the_step_less_every_layers_attention(run: E2ERun):
     for v in run.variants:
-        assert v.non_attention_us == pytest.approx(v.step.median_us - run.config.layers * run.attention.median_us)
+        assert (v.non_attention_us
+                == pytest.approx(v.step.median_us - run.config.layers * run.attention.median_us))
     assert f"{run.config.layers} layers x" in run.attention_method
 
 
 def test_the_variants_run_the_same_model(run: E2ERun):
-    """Same weights and batch: CODA's loss is the plain model's up to bf16 rounding; each model's compiled loss is its eager one."""
+    """Same weights and batch: CODA's loss is the plain model's up to bf16 rounding; each model's compiled
+    loss is its eager one."""
     losses = {v.name: v.loss for v in run.variants}
     assert losses["eager"] == pytest.approx(losses["coda"], rel=1e-2)
     assert losses["compile"] == losses["compile-max-autotune"] == losses["eager"]
@@ -58,7 +61,8 @@ def test_the_variants_run_the_same_model(run: E2ERun):
 
 def test_the_compile_variants_say_how_they_ran_without_a_gpu(run: E2ERun):
     compiled = {v.name: (v.compile_backend, v.compile_mode) for v in run.variants if v.compile_backend}
-    assert compiled == {name: ("aot_eager", None) for name in ("coda-compile", "compile", "compile-max-autotune")}
+    assert (compiled
+            == {name: ("aot_eager", None) for name in ("coda-compile", "compile", "compile-max-autotune")})
     assert run.variant("eager").compile_backend is None  # type: ignore[union-attr]
     assert any("aot_eager" in n for n in run.notes)
 
@@ -72,9 +76,11 @@ def test_the_profile_names_the_chains_ops_for_coda_and_not_for_the_reference(run
         assert 0 < len(v.top_kernels) <= TOP and v.kernels_measured.startswith("CPU ops")
         assert all(k.count > 0 and k.total_us > 0 for k in v.top_kernels)
         assert sum(k.total_us for k in v.top_kernels) <= v.kernel_total_us + 1e-6
-        assert [k.total_us for k in v.top_kernels] == sorted((k.total_us for k in v.top_kernels), reverse=True)
+        assert ([k.total_us for k in v.top_kernels]
+                == sorted((k.total_us for k in v.top_kernels), reverse=True))
     assert any(k.name.startswith("coda::") for k in run.coda.top_kernels)
-    assert not any(k.name.startswith("coda::") for k in run.variant("eager").top_kernels)  # type: ignore[union-attr]
+    assert not any(k.name.startswith("coda::")
+                   for k in run.variant("eager").top_kernels)  # type: ignore[union-attr]
 
 
 def test_the_ratios_are_each_variants_time_over_codas(run: E2ERun):
@@ -84,7 +90,8 @@ def test_the_ratios_are_each_variants_time_over_codas(run: E2ERun):
         v = run.variant(name)
         assert v is not None
         assert ratio["step"] == pytest.approx(v.step.median_us / coda.step.median_us)
-        # On a busy CPU the tiny step's attention can outlast its share of the step: no ratio then, never a negative one.
+        # On a busy CPU the tiny step's attention can outlast its share of the step: no ratio then, never a
+        # negative one.
         if coda.non_attention_us > 0:
             assert ratio["non_attention"] == pytest.approx(v.non_attention_us / coda.non_attention_us)
         else:
@@ -99,7 +106,8 @@ def test_the_json_round_trips_with_the_ratios_in_it(run: E2ERun, tmp_path: Path)
     json_path, md_path = tmp_path / "h200-e2e.json", tmp_path / "h200-e2e.md"
     assert write_run(run, json_path, md_path) == [json_path, md_path]
     data = json.loads(json_path.read_text())
-    assert {"speedups", "non_attention_goal_met", "device", "driver", "packages", "git_commit", "created", "command"} <= set(data)
+    assert {"speedups", "non_attention_goal_met", "device", "driver", "packages", "git_commit", "created",
+            "command"} <= set(data)
     assert E2ERun.model_validate_json(json_path.read_text()) == run
     assert md_path.read_text() == e2e_markdown(run)
 
@@ -107,7 +115,8 @@ def test_the_json_round_trips_with_the_ratios_in_it(run: E2ERun, tmp_path: Path)
 def test_the_markdown_has_the_provenance_the_table_the_goal_and_the_kernels(run: E2ERun):
     md = e2e_markdown(run)
     assert f"- command: `{COMMAND}`" in md
-    assert f"git {run.git_commit or '?'}" in md and f"torch {torch.__version__}" in md and "- device: cpu" in md
+    assert (f"git {run.git_commit or '?'}" in md and f"torch {torch.__version__}" in md
+            and "- device: cpu" in md)
     assert "dim 64, ffn 96, 4/2 heads" in md and "2 x 32 = 64 tokens" in md
     table = [line for line in md.splitlines() if line.startswith("| ")]
     assert table[0].startswith("| variant | model |")
@@ -116,7 +125,8 @@ def test_the_markdown_has_the_provenance_the_table_the_goal_and_the_kernels(run:
     assert f"goal (>= {NON_ATTENTION_GOAL}x the better torch.compile on the non-attention time)" in md
     best = run.best_compile
     assert best is not None
-    assert f"### coda: top {len(run.coda.top_kernels)} CPU ops" in md and f"### {best.name}: top" in md and "`coda::" in md
+    assert (f"### coda: top {len(run.coda.top_kernels)} CPU ops" in md and f"### {best.name}: top" in md
+            and "`coda::" in md)
 
 
 def test_the_store_indexes_the_suite_bench_beside_it_and_not_the_e2e_file(run: E2ERun, tmp_path: Path):
@@ -136,7 +146,8 @@ def out_of_memory_for(victim: str, monkeypatch: pytest.MonkeyPatch) -> None:
 
     def step_for(model, run, h, targets):
         step = real(model, run, h, targets)
-        is_coda, is_eager = isinstance(model, CodaLlamaStack), isinstance(model, ReferenceLlamaStack) and run is model
+        is_coda, is_eager = (isinstance(model, CodaLlamaStack),
+                             isinstance(model, ReferenceLlamaStack) and run is model)
         hit = is_coda if victim == "coda" else is_eager
 
         def oom() -> torch.Tensor:
@@ -149,7 +160,8 @@ def out_of_memory_for(victim: str, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_variant_out_of_memory_is_left_out_saying_why(monkeypatch):
     out_of_memory_for("eager", monkeypatch)
-    run = run_e2e(PRESETS["tiny"], device="cpu", command="", variants=["eager", "compile"], plan=step_plan(1, STEPS))
+    run = run_e2e(PRESETS["tiny"], device="cpu", command="", variants=["eager", "compile"],
+                  plan=step_plan(1, STEPS))
     assert [v.name for v in run.variants] == ["coda", "compile"]
     assert "eager was left out: out of memory: CUDA out of memory. Tried to allocate 16.00 GiB." in run.notes
     assert "- note: eager was left out" in e2e_markdown(run)
@@ -157,7 +169,9 @@ def test_a_variant_out_of_memory_is_left_out_saying_why(monkeypatch):
 
 def test_coda_out_of_memory_stops_the_run_in_one_line(monkeypatch):
     out_of_memory_for("coda", monkeypatch)
-    with pytest.raises(ValueError, match=r"^the coda variant cannot run at this size \(out of memory: .*16.00 GiB\.\): try fewer"):
+    with pytest.raises(ValueError,
+                       match=r"^the coda variant cannot run at this size \(out of memory: .*16.00 GiB\.\): "
+                             r"try fewer"):
         run_e2e(PRESETS["tiny"], device="cpu", command="", variants=["eager"], plan=step_plan(1, STEPS))
 
 
@@ -183,15 +197,19 @@ def test_the_cli_refuses_an_unknown_preset_or_variant_before_looking_for_a_gpu()
 
 @pytest.mark.gpu
 def test_one_1b_layer_on_the_gpu(tmp_path: Path):
-    """The real shapes (dim 2048, batch 4 x 8192), one layer, a few steps; eager and the default compile only."""
+    """The real shapes (dim 2048, batch 4 x 8192), one layer, a few steps; eager and the default compile
+    only."""
     out = tmp_path / "e2e.json"
-    res = CliRunner().invoke(app, ["bench-e2e", "--preset", "1b", "--layers", "1", "--steps", "3", "--warmup", "2",
+    res = CliRunner().invoke(app,
+                             ["bench-e2e", "--preset", "1b", "--layers", "1", "--steps", "3", "--warmup", "2",
                                    "--variant", "eager", "--variant", "compile", "--json", str(out)])
     assert res.exit_code == 0, res.output
     run = E2ERun.model_validate_json(out.read_text())
     assert [v.name for v in run.variants] == ["coda", "eager", "compile"]
     assert run.config.layers == 1 and run.config.tokens == 4 * 8192
-    assert all(v.peak_memory_bytes and v.resident_bytes and v.peak_memory_bytes > v.resident_bytes for v in run.variants)
+    assert all(
+        v.peak_memory_bytes and v.resident_bytes and v.peak_memory_bytes > v.resident_bytes
+        for v in run.variants)
     assert all(v.kernels_measured == "CUDA kernels" and v.top_kernels for v in run.variants)
     assert run.variant("eager").loss == pytest.approx(run.coda.loss, rel=1e-2)  # type: ignore[union-attr]
     assert out.with_suffix(".md").exists()

@@ -1,8 +1,10 @@
 """The suite's tasks chain through a Llama-3 layer: forward and backward wired from the human kernels (the
-emulator) as ``docs/llama3-chain.md`` tabulates them, against PyTorch autograd on the same bf16 values in FP32.
+emulator) as ``docs/llama3-chain.md`` tabulates them, against PyTorch autograd on the same bf16 values in
+FP32.
 
 A wrong hand-off between two tasks (a pre-activation saved without its row scale, a statistic summed over the
-wrong tensor, a missing output) shows up as a gradient far off, well beyond the few bf16 roundings of the chain.
+wrong tensor, a missing output) shows up as a gradient far off, well beyond the few bf16 roundings of the
+chain.
 """
 
 from __future__ import annotations
@@ -53,8 +55,11 @@ def attention(qkv: torch.Tensor) -> torch.Tensor:
     """Causal grouped-query attention over one sequence (what stays torch's SDPA in a CODA layer)."""
     q = qkv[:, : HEADS * HEAD_DIM].view(M, HEADS, HEAD_DIM).transpose(0, 1)
     k, v = (qkv[:, (HEADS + i * KV_HEADS) * HEAD_DIM :][:, : KV_HEADS * HEAD_DIM] for i in (0, 1))
-    k, v = (t.reshape(M, KV_HEADS, HEAD_DIM).transpose(0, 1).repeat_interleave(HEADS // KV_HEADS, 0) for t in (k, v))
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(0, 1).reshape(M, HEADS * HEAD_DIM)
+    k, v = (
+        t.reshape(M, KV_HEADS, HEAD_DIM).transpose(0, 1).repeat_interleave(HEADS // KV_HEADS, 0)
+        for t in (k, v))
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(0, 1).reshape(M,
+                                                                                           HEADS * HEAD_DIM)
 
 
 def draw_layer(seed: int = 0) -> dict[str, torch.Tensor]:
@@ -110,11 +115,13 @@ def task_chain(p: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]
     rstd0 = torch.rsqrt(h0.float().pow(2).mean(-1) + EPS)  # the first layer's norm: elementwise glue
     normed0 = h0 * p["g_attn"]
     inv_freq = rope_inv_freq()
-    qkv = human("gemm_rmsnorm_rope")(x=normed0, w=p["w_qkv"], rstd=rstd0, positions=p["positions"], inv_freq=inv_freq)["out"]
+    qkv = human("gemm_rmsnorm_rope")(x=normed0, w=p["w_qkv"], rstd=rstd0, positions=p["positions"],
+                                     inv_freq=inv_freq)["out"]
     qkv_leaf = qkv.float().requires_grad_()
     a_f32 = attention(qkv_leaf)
     a = a_f32.detach().to(BF16)
-    block = human("gemm_rmsnorm_gemm")(a=a, w_o=p["w_o"], residual=h0, gamma=p["g_ffn"], w_gate_up=p["w_gate_up"], eps=EPS)
+    block = human("gemm_rmsnorm_gemm")(a=a, w_o=p["w_o"], residual=h0, gamma=p["g_ffn"],
+                                       w_gate_up=p["w_gate_up"], eps=EPS)
     k0 = human("gemm_residual_rmsnorm")(x=a, w=p["w_o"], residual=h0, gamma=p["g_ffn"], eps=EPS)
     k2 = human("gemm_rmsnorm_swiglu")(x=k0["normed"], w=p["w_gate_up"], rstd=k0["rstd"])
     out["block_vs_k0_k2"] = {"h": (block["h"], k0["h"]), "rstd": (block["rstd"], k0["rstd"]),
@@ -122,21 +129,23 @@ def task_chain(p: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]
     h1, rstd1, act, preact = block["h"], block["rstd"], block["act"], block["preact"]
     down = human("gemm_residual_rmsnorm")(x=act, w=p["w_down"], residual=h1, gamma=p["g_final"], eps=EPS)
     h2, normed2, rstd2 = down["h"], down["normed"], down["rstd"]
-    head = human("gemm_rmsnorm_cross_entropy")(x=normed2, w=p["w_lm"], rstd=rstd2, targets=p["targets"], ignore_index=IGNORE)
+    head = human("gemm_rmsnorm_cross_entropy")(x=normed2, w=p["w_lm"], rstd=rstd2, targets=p["targets"],
+                                               ignore_index=IGNORE)
     counted = int((p["targets"] != IGNORE).sum())
     loss = head["loss"].sum() / counted
     # backward ------------------------------------------------------------------------------------
     grads: dict[str, torch.Tensor] = {}
     dloss = torch.full((M,), 1.0 / counted)
-    ce = human("gemm_rmsnorm_cross_entropy_bwd")(x=normed2, w=p["w_lm"], rstd=rstd2, targets=p["targets"], lse=head["lse"],
-                                                 dloss=dloss, ignore_index=IGNORE)
-    final = human("gemm_rmsnorm_bwd")(dz=ce["dlogits"], w=p["w_lm"], h=h2, gamma=p["g_final"], rstd=rstd2, zdz=ce["zdz"],
-                                      dres=torch.zeros_like(h2))
-    grads["w_lm"], grads["g_final"], dh2 = mm(ce["dlogits"].t(), final["normed"]), final["dgamma"], final["dh"]
+    ce = human("gemm_rmsnorm_cross_entropy_bwd")(x=normed2, w=p["w_lm"], rstd=rstd2, targets=p["targets"],
+                                                 lse=head["lse"], dloss=dloss, ignore_index=IGNORE)
+    final = human("gemm_rmsnorm_bwd")(dz=ce["dlogits"], w=p["w_lm"], h=h2, gamma=p["g_final"], rstd=rstd2,
+                                      zdz=ce["zdz"], dres=torch.zeros_like(h2))
+    grads["w_lm"], grads["g_final"], dh2 = (mm(ce["dlogits"].t(), final["normed"]), final["dgamma"],
+                                            final["dh"])
     mlp = human("gemm_swiglu_bwd")(dy=dh2, w_down=p["w_down"], preact=preact)
     grads["w_down"] = mm(dh2.t(), mlp["act"])
-    ffn = human("gemm_rmsnorm_bwd")(dz=mlp["dpreact"], w=p["w_gate_up"], h=h1, gamma=p["g_ffn"], rstd=rstd1, zdz=mlp["zdz"],
-                                    dres=dh2)
+    ffn = human("gemm_rmsnorm_bwd")(dz=mlp["dpreact"], w=p["w_gate_up"], h=h1, gamma=p["g_ffn"], rstd=rstd1,
+                                    zdz=mlp["zdz"], dres=dh2)
     grads["w_gate_up"], grads["g_ffn"], dh1 = mm(mlp["dpreact"].t(), ffn["normed"]), ffn["dgamma"], ffn["dh"]
     grads["w_o"] = mm(dh1.t(), a)
     (dqkv,) = torch.autograd.grad(a_f32, qkv_leaf, mm(dh1, p["w_o"]).to(BF16).float())
@@ -144,14 +153,16 @@ def task_chain(p: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]
     theta = p["positions"][:, None].float() * inv_freq[None, 0::2]
     dz_qkv = rotate(dqkv, theta, -1.0).to(BF16)  # RoPE backward: elementwise glue (CODA's rope_bwd_zdz)
     zdz0 = (qkv.float() * dqkv).sum(-1)  # the rotation is orthogonal: sum(dz * z) = sum(dqkv * qkv)
-    attn = human("gemm_rmsnorm_bwd")(dz=dz_qkv, w=p["w_qkv"], h=h0, gamma=p["g_attn"], rstd=rstd0, zdz=zdz0, dres=dh1)
+    attn = human("gemm_rmsnorm_bwd")(dz=dz_qkv, w=p["w_qkv"], h=h0, gamma=p["g_attn"], rstd=rstd0, zdz=zdz0,
+                                     dres=dh1)
     grads["w_qkv"], grads["g_attn"], grads["h0"] = mm(dz_qkv.t(), attn["normed"]), attn["dgamma"], attn["dh"]
     out["grads"] = grads
     return loss, out
 
 
 @pytest.fixture(scope="module")
-def both(layer: dict[str, torch.Tensor]) -> tuple[tuple[torch.Tensor, dict[str, torch.Tensor]], tuple[torch.Tensor, dict[str, Any]]]:
+def both(layer: dict[str, torch.Tensor]) -> tuple[
+    tuple[torch.Tensor, dict[str, torch.Tensor]], tuple[torch.Tensor, dict[str, Any]]]:
     return autograd_layer(layer), task_chain(layer)
 
 
@@ -175,7 +186,8 @@ def test_the_loss_matches_autograd(both):
     assert math.isclose(float(chain_loss), float(loss), rel_tol=1e-2)
 
 
-@pytest.mark.parametrize("name", ["h0", "g_attn", "w_qkv", "w_o", "g_ffn", "w_gate_up", "w_down", "g_final", "w_lm"])
+@pytest.mark.parametrize("name",
+                         ["h0", "g_attn", "w_qkv", "w_o", "g_ffn", "w_gate_up", "w_down", "g_final", "w_lm"])
 def test_every_gradient_matches_autograd(both, name):
     (_, want), (_, chain) = both
     err = relative_error(chain["grads"][name], want[name])

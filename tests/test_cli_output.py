@@ -39,10 +39,12 @@ def test_tables_in_a_pipe_fit_the_width_and_keep_tokens_whole(capsys, monkeypatc
     assert code == 0, err
     assert _widest(out) <= width
     swiglu = find_task("gemm_swiglu")
-    for point in swiglu.shapes["bench"]:  # a shape's name and dims: on one line when it fits, each token whole
+    # a shape's name and dims: on one line when it fits, each token whole
+    for point in swiglu.shapes["bench"]:
         line = f"{point.name}: " + " ".join(f"{k}={v}" for k, v in point.dims.items())
         assert line in out if columns is None else all(token in out for token in line.split())
-    code, out, err = cli(capsys, "providers")  # at 100 its longest spec and words need a little more: no token cut
+    # at 100 its longest spec and words need a little more: no token cut
+    code, out, err = cli(capsys, "providers")
     assert code == 0 and (_widest(out) <= width or columns == "100") and "…" not in out
     code, specs, _ = cli(capsys, "providers", "--format", "json")
     assert all(row["spec"] in out for row in json.loads(specs))  # the --model column never wraps
@@ -52,7 +54,8 @@ def test_tables_in_a_pipe_fit_the_width_and_keep_tokens_whole(capsys, monkeypatc
 
 
 def test_a_table_too_wide_for_its_width_loses_its_least_useful_columns_and_cuts_no_token():
-    """A narrow terminal folded the leaderboard's names into slivers ('tas / k') and ended numbers in an ellipsis."""
+    """A narrow terminal folded the leaderboard's names into slivers ('tas / k') and ended numbers in an
+    ellipsis."""
     import io
 
     from rich.console import Console
@@ -66,18 +69,22 @@ def test_a_table_too_wide_for_its_width_loses_its_least_useful_columns_and_cuts_
         t.add_column("why")
         for col in ("cost", "extra"):
             t.add_column(col, justify="right", no_wrap=True)
-        t.add_row("gemm_rmsnorm_cross_entropy v2", "needs CODA_AGENT_ALLOW_UNSANDBOXED=1 to run", "$0.0123", "12345678")
+        t.add_row("gemm_rmsnorm_cross_entropy v2", "needs CODA_AGENT_ALLOW_UNSANDBOXED=1 to run", "$0.0123",
+                  "12345678")
         return t
 
     out = io.StringIO()
     print_table(table(), ("extra", "cost"), Console(file=out, width=80))
     text = out.getvalue()
-    assert "gemm_rmsnorm_cross_entropy v2" in text and "CODA_AGENT_ALLOW_UNSANDBOXED=1" in text and "…" not in text
+    assert ("gemm_rmsnorm_cross_entropy v2" in text and "CODA_AGENT_ALLOW_UNSANDBOXED=1" in text
+            and "…" not in text)
     assert "12345678" not in text and "$0.0123" in text and "80 columns leave out extra;" in text
     assert max(len(line.rstrip()) for line in text.splitlines()[:-1]) <= 80
     out = io.StringIO()
-    print_table(table(), (), Console(file=out, width=30))  # nothing may go: wider than asked, every token whole
-    assert "gemm_rmsnorm_cross_entropy v2" in out.getvalue() and "12345678" in out.getvalue() and "…" not in out.getvalue()
+    # nothing may go: wider than asked, every token whole
+    print_table(table(), (), Console(file=out, width=30))
+    assert ("gemm_rmsnorm_cross_entropy v2" in out.getvalue() and "12345678" in out.getvalue()
+            and "…" not in out.getvalue())
 
 
 def test_the_leaderboard_at_80_columns_keeps_its_names_whole(capsys, monkeypatch):
@@ -98,17 +105,20 @@ def test_a_columns_value_that_is_no_width_is_ignored(monkeypatch):
 
 
 @pytest.mark.parametrize(("args", "unbuffered"), [
-    (["--version"], False), (["api-doc"], True), (["tasks"], False), (["show", "RUN", "--format", "json"], True),
+    (["--version"], False), (["api-doc"], True), (["tasks"], False),
+    (["show", "RUN", "--format", "json"], True),
 ])
 def test_a_pipe_closed_before_the_output_ends_the_command_quietly(tmp_path, args, unbuffered):
-    """``coda-agent ... | head -1``: every command ends alike when its reader has gone (written to or not, buffered
-    or not): exit 141, nothing on stderr. A command that wrote nothing to stdout keeps its own status."""
+    """``coda-agent ... | head -1``: every command ends alike when its reader has gone (written to or not,
+    buffered or not): exit 141, nothing on stderr. A command that wrote nothing to stdout keeps its own
+    status."""
     run = make_run(tmp_path / "runs")
     env = {**os.environ, "CODA_AGENT_RUNS_DIR": str(tmp_path / "runs")}
     env.pop("PYTHONUNBUFFERED", None)
     if unbuffered:
         env["PYTHONUNBUFFERED"] = "1"
-    proc = subprocess.Popen([sys.executable, "-m", "coda_agent", *[run.name if a == "RUN" else a for a in args]],
+    proc = subprocess.Popen([sys.executable, "-m", "coda_agent",
+                             *[run.name if a == "RUN" else a for a in args]],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     proc.stdout.close()  # the reader leaves before the command has written anything
     _, err = proc.communicate(timeout=120)
@@ -124,8 +134,8 @@ def test_a_closed_pipe_nothing_was_written_to_leaves_the_exit_status_alone(tmp_p
 
 
 def test_lines_in_a_pipe_keep_paths_run_ids_and_reasons_whole(capsys, tmp_path):
-    """Only tables wrap (their cells, at spaces); every other line is printed whole, however long: ``verify``'s
-    candidate path and verdict reason, ``run``'s record, ``show``'s run id."""
+    """Only tables wrap (their cells, at spaces); every other line is printed whole, however long:
+    ``verify``'s candidate path and verdict reason, ``run``'s record, ``show``'s run id."""
     folder = tmp_path / ("a_folder_with_a_long_name_" * 4)
     folder.mkdir()
     candidate = folder / "candidate_kernel.py"
@@ -133,7 +143,8 @@ def test_lines_in_a_pipe_keep_paths_run_ids_and_reasons_whole(capsys, tmp_path):
     candidate.write_text(human.read_text().replace(", eps)}", ", eps * 1e6)}"))  # rstd far off
     code, out, _ = cli(capsys, "verify", "gemm_residual_rmsnorm", str(candidate))
     lines = out.splitlines()
-    assert code == 1 and lines[0] == f"verifying {candidate} on gemm_residual_rmsnorm (torch, shapes: small)", out
+    assert (code == 1
+            and lines[0] == f"verifying {candidate} on gemm_residual_rmsnorm (torch, shapes: small)"), out
     (reason,) = [line for line in lines if line.startswith("output 'rstd': max error")]
     assert len(reason) > 80 and reason.endswith("+ floor)"), out
 
@@ -157,7 +168,8 @@ def test_an_escape_sequence_from_a_task_or_its_reference_is_written_out_by_every
     data["shapes"]["small"][0]["name"] = "tiny\x1bRED"
     (tmp_path / "esc.yaml").write_text(yaml.safe_dump(data))
     (tmp_path / "esc.py").write_text(example.reference_file.read_text())
-    data.update(name="raises", reference="raises.py:reference", shapes=yaml.safe_load(example.path.read_text())["shapes"])
+    data.update(name="raises", reference="raises.py:reference",
+                shapes=yaml.safe_load(example.path.read_text())["shapes"])
     (tmp_path / "raises.yaml").write_text(yaml.safe_dump(data))
     (tmp_path / "raises.py").write_text("def reference(**kw):\n    raise ValueError('boom \\x1b[31mRED')\n")
     runs = ("--runs-dir", str(tmp_path / "runs"))
@@ -178,26 +190,31 @@ CONTROLS = "\x1b[31m\x9b2J\x07\u202e\x7f"
 
 def raw_controls(text: str) -> set[str]:
     """The control and bidi characters left raw in ``text`` (newline and tab are text)."""
-    return {c for c in text if (unicodedata.category(c) == "Cc" and c not in "\n\t") or "\u202a" <= c <= "\u202e"}
+    return {
+        c for c in text if (unicodedata.category(c) == "Cc" and c not in "\n\t") or "\u202a" <= c <= "\u202e"}
 
 
 def test_names_with_control_characters_are_written_out_by_every_command_that_shows_runs(capsys, tmp_path):
     runs = tmp_path / "runs"
-    evil = make_run(runs, task=f"gemm_rmsnorm{CONTROLS}", model=f"evil/{CONTROLS}", outcomes=("wrong_output", "passed"),
+    evil = make_run(runs, task=f"gemm_rmsnorm{CONTROLS}", model=f"evil/{CONTROLS}",
+                    outcomes=("wrong_output", "passed"),
                     times={"llama3-8b": 90.0})  # the task's name is in the folder's too
-    renamed = make_run(runs, model=f"evil/{CONTROLS}", outcomes=("passed",), times={"llama3-8b": 95.0}, run_id="ren")
+    renamed = make_run(runs, model=f"evil/{CONTROLS}", outcomes=("passed",), times={"llama3-8b": 95.0},
+                       run_id="ren")
     renamed = renamed.rename(renamed.with_name(renamed.name + CONTROLS))
     where = ("--runs-dir", str(runs), "--bench-dir", str(tmp_path / "bench"))
-    for args in [("leaderboard", *where), ("leaderboard", "-f", "md", *where), ("leaderboard", "-f", "csv", *where),
-                 ("leaderboard", "-f", "json", *where), ("leaderboard", "--task", f"gemm_rmsnorm{CONTROLS}", *where),
-                 ("index", "rebuild", *where), ("view", "--export", str(tmp_path / f"site{CONTROLS}"), *where)]:
+    for args in [("leaderboard", *where), ("leaderboard", "-f", "md", *where),
+                 ("leaderboard", "-f", "csv", *where), ("leaderboard", "-f", "json", *where),
+                 ("leaderboard", "--task", f"gemm_rmsnorm{CONTROLS}", *where), ("index", "rebuild", *where),
+                 ("view", "--export", str(tmp_path / f"site{CONTROLS}"), *where)]:
         code, out, err = cli(capsys, *args)
         assert code == 0 and not raw_controls(out + err), (args, out + err)
     for args in [("show", evil.name), ("show", renamed.name), ("show", renamed.name, "-f", "json"),
                  ("show", evil.name, "-a", "1"), ("show", evil.name, "-a", "1", "-f", "json"),
                  ("diff", evil.name, renamed.name), ("show", f"nothing{CONTROLS}")]:
         code, out, err = cli(capsys, *args, "--runs-dir", str(runs))
-        assert code == (2 if args[1].startswith("nothing") else 0) and not raw_controls(out + err), (args, out + err)
+        assert (code == (2 if args[1].startswith("nothing") else 0)
+                and not raw_controls(out + err)), (args, out + err)
     _, out, _ = cli(capsys, "show", renamed.name, "--runs-dir", str(runs))
     assert "ren\\x1b[31m\\x9b2J\\x07\\u202e\\x7f" in out and "evil/\\x1b[31m" in out  # visible, not dropped
 
@@ -206,7 +223,8 @@ def test_a_console_writes_out_the_controls_of_what_it_prints_and_keeps_its_own_c
     """The hook of :func:`coda_agent.cli.core.terminal` is the last word on whatever a command prints, even
     text no one escaped; rich's colour codes are not text and pass (rich drops a bell from text itself)."""
     buffer = io.StringIO()
-    terminal(file=buffer, force_terminal=True, color_system="standard").print(Text(f"run{CONTROLS}", style="bold"))
+    terminal(file=buffer, force_terminal=True,
+             color_system="standard").print(Text(f"run{CONTROLS}", style="bold"))
     assert buffer.getvalue() == "\x1b[1mrun\\x1b[31m\\x9b2J\\u202e\\x7f\x1b[0m\n"
 
 

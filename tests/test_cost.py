@@ -1,5 +1,6 @@
-"""The CPU's cost estimate (verifier.cost): the bytes, launches and host ops of a candidate at a bench shape, priced on
-the roofline, recorded by the compile stage and shown in the feedback with what a faster candidate would cut."""
+"""The CPU's cost estimate (verifier.cost): the bytes, launches and host ops of a candidate at a bench shape,
+priced on the roofline, recorded by the compile stage and shown in the feedback with what a faster candidate
+would cut."""
 
 from __future__ import annotations
 
@@ -26,14 +27,17 @@ PEAKS = Peaks(tflops_bf16=1000.0, hbm_tbps=4.0, how="test", measured=False)
 
 
 def op_log(task_name: str, dims: dict[str, int], source: str | None = None, tmp_path=None) -> list[dict]:
-    """forward() of a task's human kernel (or ``source``) on meta tensors at ``dims``, under the runner's op log."""
+    """forward() of a task's human kernel (or ``source``) on meta tensors at ``dims``, under the runner's op
+    log."""
     task = find_task(task_name)
     path = task.human_file
     if source is not None:
         path = tmp_path / "candidate.py"
         path.write_text(source)
     module = import_file(path, f"cost_test_{task_name}_{source is not None}")
-    meta = {s.name: torch.empty(s.concrete_shape(dims), dtype=torch_dtype(s.dtype), device="meta") for s in task.inputs}
+    meta = {
+        s.name: torch.empty(s.concrete_shape(dims), dtype=torch_dtype(s.dtype), device="meta")
+        for s in task.inputs}
     log = OpLog()
     with torch.no_grad(), backend.using("shapes", wrap=log.wrap_backend), log, log.call():
         module.forward(**meta, **task.constants)
@@ -41,8 +45,8 @@ def op_log(task_name: str, dims: dict[str, int], source: str | None = None, tmp_
 
 
 def test_the_estimate_of_the_swiglu_kernel_counts_each_tensor_once():
-    """gemm_swiglu at M 8192, F 14336, K 4096: x and w read, preact (M, 2F) stored as D, act (M, F) as an extra
-    output; one launch; compute-bound."""
+    """gemm_swiglu at M 8192, F 14336, K 4096: x and w read, preact (M, 2F) stored as D, act (M, F) as an
+    extra output; one launch; compute-bound."""
     m, f, k = 8192, 14336, 4096
     ops = op_log("gemm_swiglu", {"M": m, "F": f, "K": k})
     est = cost.estimate(ops, PEAKS, shape="llama3-8b-gateup")
@@ -53,14 +57,15 @@ def test_the_estimate_of_the_swiglu_kernel_counts_each_tensor_once():
     assert est.flops == 2 * m * 2 * f * k
     assert est.compute_us == pytest.approx(est.flops / 1e15 * 1e6)  # FLOPs at 1 PFLOP/s, in µs
     assert est.memory_us == pytest.approx(sum(b.values()) / 4e12 * 1e6)
-    assert est.total_us == pytest.approx(max(est.compute_us, est.memory_us)) and est.compute_us > est.memory_us
+    assert (est.total_us == pytest.approx(max(est.compute_us, est.memory_us))
+            and est.compute_us > est.memory_us)
     assert est.epilogue_bytes == m * 2 * f * 2 + m * f * 2
     assert "nothing avoidable" in est.dominant()
 
 
 def test_launches_count_each_sinks_finalisation_and_each_host_op():
-    """gemm_rmsnorm_cross_entropy's kernel: OnlineLSEReduce's finalisation is 9 launches, and the estimate counts
-    what the launch rule counts (verifier.trace.LaunchEstimate)."""
+    """gemm_rmsnorm_cross_entropy's kernel: OnlineLSEReduce's finalisation is 9 launches, and the estimate
+    counts what the launch rule counts (verifier.trace.LaunchEstimate)."""
     from coda_agent.verifier.trace import LaunchEstimate
 
     task = find_task("gemm_rmsnorm_cross_entropy")
@@ -72,17 +77,18 @@ def test_launches_count_each_sinks_finalisation_and_each_host_op():
 
 
 def test_the_largest_avoidable_cost_is_named():
-    """A memory-bound call that also stores an extra full tile: the bytes above the task's minimum dominate, and
-    the extra outputs are named; with host ops on large tensors besides, their launches and traffic count too."""
+    """A memory-bound call that also stores an extra full tile: the bytes above the task's minimum dominate,
+    and the extra outputs are named; with host ops on large tensors besides, their launches and traffic count
+    too."""
     m, n, k = 8192, 8192, 64
-    bytes_ = {"A": m * k * 2, "B": k * n * 2, "C": 0, "tiles": 0, "vectors": 0, "D": m * n * 2, "outputs": 2 * m * n * 2,
-              "reduces": 0}
+    bytes_ = {"A": m * k * 2, "B": k * n * 2, "C": 0, "tiles": 0, "vectors": 0, "D": m * n * 2,
+              "outputs": 2 * m * n * 2, "reduces": 0}
     gemm_op = {"gemm": [m, n, k], "sinks": [], "config": None, "bytes": bytes_}
     est = cost.estimate([gemm_op], PEAKS, shape="s", min_bytes=bytes_["A"] + bytes_["B"] + bytes_["D"])
     assert est.memory_us > est.compute_us
     assert "HBM bytes above the task's minimum" in est.dominant() and "extra outputs stored" in est.dominant()
-    hosty = cost.estimate([gemm_op, *({"op": "aten::add.Tensor", "numel": 64} for _ in range(40))], PEAKS, shape="s",
-                          min_bytes=sum(bytes_.values()))
+    hosty = cost.estimate([gemm_op, *({"op": "aten::add.Tensor", "numel": 64} for _ in range(40))], PEAKS,
+                          shape="s", min_bytes=sum(bytes_.values()))
     assert hosty.launches == 41 and "40 launch(es) besides the GEMM kernels" in hosty.dominant()
 
 
@@ -93,7 +99,8 @@ def test_the_compile_stage_records_the_estimate_at_each_bench_shape():
     assert [c["shape"] for c in details["cost"]] == [p.name for p in task.shape("bench")]
     assert all(c["launches"] == 1 and c["sol_us"] > 0 for c in details["cost"])
     summary = str(details["cost_summary"])
-    assert "| llama3-8b-gateup |" in summary and "Largest avoidable cost" in summary and cost.HOW_WELL in summary
+    assert ("| llama3-8b-gateup |" in summary and "Largest avoidable cost" in summary
+            and cost.HOW_WELL in summary)
 
 
 def test_feedback_shows_the_estimate_and_steers_a_cpu_run_toward_what_to_cut(tmp_path):
@@ -106,18 +113,22 @@ def test_feedback_shows_the_estimate_and_steers_a_cpu_run_toward_what_to_cut(tmp
     ])
     now = datetime(2026, 12, 3, tzinfo=timezone.utc)
     code = task.human_file.read_text()
-    a = Attempt(index=1, round=1, slot=0, started=now, finished=now, messages=[ChatMessage(role="user", content="t")],
-                raw_response=f"```python\n{code}\n```", code=code, verdict=v)
+    a = Attempt(index=1, round=1, slot=0, started=now, finished=now,
+                messages=[ChatMessage(role="user", content="t")], raw_response=f"```python\n{code}\n```",
+                code=code, verdict=v)
     text = feedback_prompt([a], population=[a], goal_is_speed=False)
     assert "Cost estimate on the CPU" in text and "| llama3-8b-gateup |" in text
     assert "speed is judged by the CPU's cost estimate" in text and "Largest avoidable cost" in text
 
 
 def test_every_gemm_record_carries_its_bytes():
-    """The op log's gemm records hold GemmCall.hbm_bytes: what the estimate prices (C and vectors included)."""
+    """The op log's gemm records hold GemmCall.hbm_bytes: what the estimate prices (C and vectors
+    included)."""
     task = find_task("gemm_residual_rmsnorm")
     dims = dict(task.shape("bench")[0].dims)
     gemm_ops = [op for op in op_log(task.name, dims) if "gemm" in op]
-    assert gemm_ops and all(set(op["bytes"]) == {"A", "B", "C", "tiles", "vectors", "D", "outputs", "reduces"} for op in gemm_ops)
+    assert (gemm_ops
+            and all(set(op["bytes"]) == {"A", "B", "C", "tiles", "vectors", "D", "outputs", "reduces"}
+                    for op in gemm_ops))
     assert any(op["bytes"]["C"] > 0 or op["bytes"]["tiles"] > 0 for op in gemm_ops)  # the residual is read
     assert NOMINAL_H200.hbm_tbps > 0

@@ -1,4 +1,5 @@
-"""Every relative link in the repository's Markdown resolves: the file is there, and so is the heading an anchor names."""
+"""Every relative link in the repository's Markdown resolves: the file is there, and so is the heading an
+anchor names."""
 
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ FENCE = re.compile(r"^(```|~~~).*?^\1", re.S | re.M)
 
 def markdown_files() -> list[Path]:
     try:
-        listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "*.md"], cwd=REPO, capture_output=True,
-                                text=True, check=True).stdout.split()
-    except (OSError, subprocess.CalledProcessError):  # not a git checkout (an sdist): every .md but local state
-        return sorted(p for p in REPO.rglob("*.md") if not {".venv", "runs", "site"} & set(p.relative_to(REPO).parts))
+        listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "*.md"], cwd=REPO,
+                                capture_output=True, text=True, check=True).stdout.split()
+    # not a git checkout (an sdist): every .md but local state
+    except (OSError, subprocess.CalledProcessError):
+        return sorted(
+            p for p in REPO.rglob("*.md") if not {".venv", "runs", "site"} & set(p.relative_to(REPO).parts))
     return sorted(REPO / p for p in listed if (REPO / p).is_file())
 
 

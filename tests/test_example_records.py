@@ -1,4 +1,5 @@
-"""The model-written example records in ``examples/runs/`` load strictly and show, as examples/README.md says."""
+"""The model-written example records in ``examples/runs/`` load strictly and show, as examples/README.md
+says."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def test_every_example_is_a_complete_clean_model_written_run():
         assert all(a.verdict is not None and a.verdict.sandbox == "bwrap" for a in attempts)
         assert (run / "best.py").read_text() == attempts[summary.best_attempt - 1].code
         for n in range(1, len(attempts) + 1):  # the prompt and the reply, as the model saw and wrote them
-            assert (run / "manual" / f"prompt-{n}.md").is_file() and (run / "manual" / f"answer-{n}.md").is_file()
+            assert ((run / "manual" / f"prompt-{n}.md").is_file()
+                    and (run / "manual" / f"answer-{n}.md").is_file())
         assert not (run / "writer.lock").exists()
         assert f"`{run.name}`" in readme  # the README's table names every run it ships
 

@@ -1,6 +1,6 @@
-"""The load-ahead kernel (``Config.load_ahead``, ``primitives/_ahead.py``) on a GPU: every human kernel's outputs
-equal QuACK's kernel's bit for bit at the small shapes, since both run the same mainloop and the same epilogue code;
-only who issues the epilogue's loads, and when, differs."""
+"""The load-ahead kernel (``Config.load_ahead``, ``primitives/_ahead.py``) on a GPU: every human kernel's
+outputs equal QuACK's kernel's bit for bit at the small shapes, since both run the same mainloop and the same
+epilogue code; only who issues the epilogue's loads, and when, differs."""
 
 from __future__ import annotations
 

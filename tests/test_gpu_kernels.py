@@ -119,11 +119,13 @@ def test_profile_times_the_kernel_with_eager_compile_and_cublas():
     # the fused kernel is within a reasonable band of cuBLAS alone (a gross regression would fail here)
     assert shape.cublas.median_us / shape.candidate.median_us > 0.7
     # honest kernels are timed by their events: the wall clock agrees with them
-    assert shape.candidate.bound == "events" and shape.cublas.bound == "events", shape  # events and wall medians in the message
+    # events and wall medians in the message
+    assert shape.candidate.bound == "events" and shape.cublas.bound == "events", shape
 
 
 def test_code_past_the_static_check_reaches_nothing_from_the_gpu_runner(escape_bait):
-    """The GPU runner (device nodes bound in) is as contained as the CPU one: no secret, network or host file."""
+    """The GPU runner (device nodes bound in) is as contained as the CPU one: no secret, network or host
+    file."""
     v = unchecked(K0, escape_bait.source, "gpu_correctness", K0_SHAPE)
     assert not escape_bait.reached(), "the candidate reached a loopback listener"
     assert escape_bait.key not in v.model_dump_json() and escape_bait.sentinel.read_text() == "original"

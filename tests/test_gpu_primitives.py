@@ -1,10 +1,10 @@
-"""The QuACK backend on a GPU: the reused tile counter of the dynamic scheduler, the reused split-K buffers, and no
-fill kernel per call.
+"""The QuACK backend on a GPU: the reused tile counter of the dynamic scheduler, the reused split-K buffers,
+and no fill kernel per call.
 
 The SM90 dynamic scheduler counts its tile fetches in one int32 that every launch on a stream shares
-(``primitives._quack._tile_counter``); these tests read it back after launches at shapes with fewer tiles than SMs,
-ragged edges and several waves, in all three modes, with every kind of reduce, both clusters and a cooperative tile,
-and check each result against the FP32 emulator.
+(``primitives._quack._tile_counter``); these tests read it back after launches at shapes with fewer tiles than
+SMs, ragged edges and several waves, in all three modes, with every kind of reduce, both clusters and a
+cooperative tile, and check each result against the FP32 emulator.
 """
 
 from __future__ import annotations
@@ -49,13 +49,16 @@ def swiglu_bwd(acc, c):
     return {"D": P.pack(dgate, dup), "act": act, "zdz": dgate * gate + dup * up}
 
 
-SHAPES = [(256, 192, 128), (1000, 784, 320), (4096, 2048, 1024)]  # 2 tiles; ragged M and N; 3-4 waves of 132 SMs
-#: Every mode and sink kind at the default config, and the other cluster and a cooperative tile (one compile each);
-#: every mode split-K, whose launches after the first reuse the turnstile flags and partials the first left.
+# 2 tiles; ragged M and N; 3-4 waves of 132 SMs
+SHAPES = [(256, 192, 128), (1000, 784, 320), (4096, 2048, 1024)]
+#: Every mode and sink kind at the default config, and the other cluster and a cooperative tile (one compile
+#: each); every mode split-K, whose launches after the first reuse the turnstile flags and partials the first
+#: left.
 CASES = [
     (plain, None), (residual_sumsq, None), (gated, None), (lse_target, None), (swiglu_bwd, None),
-    (residual_sumsq, P.Config(cluster_m=1, cluster_n=2)), (plain, P.Config(tile_m=256, tile_n=128, pingpong=False)),
-    (residual_sumsq, P.Config(split_k=2)), (gated, P.Config(split_k=3)), (lse_target, P.Config(split_k=2)),
+    (residual_sumsq, P.Config(cluster_m=1, cluster_n=2)),
+    (plain, P.Config(tile_m=256, tile_n=128, pingpong=False)), (residual_sumsq, P.Config(split_k=2)),
+    (gated, P.Config(split_k=3)), (lse_target, P.Config(split_k=2)),
     (swiglu_bwd, P.Config(tile_n=128, split_k=2)),
     # The load-ahead kernel: its own scheduler readers (one more warp per CTA), pingpong and cooperative.
     (plain, P.Config(load_ahead=True)), (residual_sumsq, P.Config(load_ahead=True)),
@@ -84,7 +87,8 @@ def _close(got: torch.Tensor, want: torch.Tensor) -> None:
     assert err <= 0.02 * max(1.0, want.float().abs().max().item()), err
 
 
-@pytest.mark.parametrize(("epi", "config"), CASES, ids=[f"{e.name}-{configs.config_label(c)}" for e, c in CASES])
+@pytest.mark.parametrize(("epi", "config"), CASES,
+                         ids=[f"{e.name}-{configs.config_label(c)}" for e, c in CASES])
 def test_the_tile_counter_is_back_at_zero_after_every_launch(epi, config):
     counter = _quack._tile_counter(torch.device("cuda"))
     for m, n, k in SHAPES:
@@ -105,7 +109,8 @@ def test_the_tile_counter_is_back_at_zero_after_every_launch(epi, config):
 
 
 def test_a_warm_call_launches_the_gemm_alone():
-    """QuACK's eager call zero-fills a fresh counter before every dynamic launch; the reused counter does not."""
+    """QuACK's eager call zero-fills a fresh counter before every dynamic launch; the reused counter does
+    not."""
     a, b, kw = _inputs(4096, 2048, 1024, residual_sumsq)
     with backend.using("quack"):
         P.gemm(residual_sumsq, a, b, **kw)
@@ -119,8 +124,9 @@ def test_a_warm_call_launches_the_gemm_alone():
 
 
 def test_a_warm_split_call_launches_the_gemm_alone_and_repeats_its_result_bit_for_bit():
-    """The serial split-K buffers are reused (no zero-filled semaphore per call, as QuACK's own launch makes), and
-    the partial sums meet in split order: the same result every launch, and every turnstile flag back at zero."""
+    """The serial split-K buffers are reused (no zero-filled semaphore per call, as QuACK's own launch makes),
+    and the partial sums meet in split order: the same result every launch, and every turnstile flag back at
+    zero."""
     a, b, kw = _inputs(1000, 784, 4096, residual_sumsq)
     config = P.Config(split_k=4)
     with backend.using("quack"):
@@ -154,7 +160,8 @@ def test_streams_get_their_own_counter():
 
 @pytest.mark.parametrize("config", [None, P.Config(split_k=2)], ids=["whole-k", "split-k"])
 def test_a_captured_call_replays_right(config):
-    """Under CUDA graph capture the counter (and the split-K buffers) are the graph's own, zeroed on every replay."""
+    """Under CUDA graph capture the counter (and the split-K buffers) are the graph's own, zeroed on every
+    replay."""
     a, b, kw = _inputs(4096, 2048, 1024, residual_sumsq)
     with backend.using("quack"):
         eager = P.gemm(residual_sumsq, a, b, config=config, **kw)  # builds the plan outside the capture

@@ -27,15 +27,23 @@ QUACK = (
 MATMULS = [
     "nvjet_tst_128x256_64x4_2x1_v_bz_coopA_TNT",
     "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_cluster2x1x1_warpgroupsize2x1x1_execute_segment_k_off_kernel__5x_cublas",
-    "void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_16x16_128x2_tn_align8>(cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_16x16_128x2_tn_align8::Params)",
+    "void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_16x16_128x2_tn_align8>"
+    "(cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_16x16_128x2_tn_align8::Params)",
     "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_32x5_tn",
-    "void gemv2T_kernel_val<int, int, __nv_bfloat16, __nv_bfloat16, float, float, 128, 16, 4, 4, false, false>(...)",
-    "void splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float, __nv_bfloat16, true, false, false>(...)",
+    "void gemv2T_kernel_val<int, int, __nv_bfloat16, __nv_bfloat16, float, float, 128, 16, 4, 4, false, "
+    "false>(...)",
+    "void splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float, __nv_bfloat16, true, false, "
+    "false>(...)",
     "triton_tem_fused_addmm_0",
 ]
 OTHERS = [
-    "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)",
-    "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, float, 4, 4> >(at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, float, 4, 4>)",
+    "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, "
+    "1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)",
+    "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float, "
+    "at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, "
+    "float)#1}>, unsigned int, float, 4, 4> >(at::native::ReduceOp<float, at::native::func_wrapper_t<float, "
+    "at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, "
+    "float)#1}>, unsigned int, float, 4, 4>)",
     "triton_per_fused_add_mul_pow_rsqrt_0",
 ]
 
@@ -52,7 +60,8 @@ def test_quack_kernels_are_recognised_even_with_gemm_in_the_epilogue_name():
 
 def test_the_load_ahead_kernel_counts_as_a_fused_gemm_and_a_look_alike_does_not():
     # As the H200's profiler named it (bench/results/h200-2026-12-04-a-notes.md).
-    ahead = "kernel_cutlass_kernel_coda_agentprimitives_aheadGemmMod_add_residual_3b378895b50417fc__c_sm9_ahead_0"
+    ahead = ("kernel_cutlass_kernel_coda_agentprimitives_aheadGemmMod_add_residual_"
+             "3b378895b50417fc__c_sm9_ahead_0")
     assert trace.classify_kernel(ahead) == "quack"
     assert trace.classify_kernel(ahead.replace("primitives_ahead", "my_gemm")) == "matmul"
 
@@ -67,13 +76,16 @@ FLUSH = OTHERS[0]
 
 
 def _chrome(*calls: list[tuple[str, int]]) -> dict:
-    """A Chrome trace as the runner's profiler writes it: per call, marker and flush on stream 7, then the kernels."""
+    """A Chrome trace as the runner's profiler writes it: per call, marker and flush on stream 7, then the
+    kernels."""
     events, order = [], 100
     for kernels in calls:
         for name, stream in [(MARKER, 7), (FLUSH, 7), *kernels]:
-            events.append({"ph": "X", "cat": "kernel", "name": name, "args": {"stream": stream, "correlation": order}})
+            events.append(
+                {"ph": "X", "cat": "kernel", "name": name, "args": {"stream": stream, "correlation": order}})
             order += 1
-    events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "args": {"correlation": 101}})
+    events.append(
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "args": {"correlation": 101}})
     return {"traceEvents": events}
 
 
@@ -127,7 +139,8 @@ def test_launches_over_budget_are_counted_and_listed():
 # --- the CPU's op log ---------------------------------------------------------------------------------
 
 TINY = K0.shape("small", "tiny")[0]
-GEMM = {"gemm": [TINY.dims["M"], TINY.dims["N"], TINY.dims["K"]], "sinks": ["ColVecReduce"], "mode": "element"}
+GEMM = {"gemm": [TINY.dims["M"], TINY.dims["N"], TINY.dims["K"]], "sinks": ["ColVecReduce"],
+        "mode": "element"}
 
 
 def _estimate(*ops: dict) -> trace.LaunchEstimate:
@@ -136,7 +149,8 @@ def _estimate(*ops: dict) -> trace.LaunchEstimate:
 
 def test_the_estimate_counts_gemms_their_finalisation_and_host_ops():
     est = _estimate(GEMM, {"op": "aten::add.Tensor", "numel": 256}, {"op": "aten::empty_like", "numel": 10},
-                    {"op": "aten::empty.memory_format", "numel": 10})  # an allocation launches nothing, overload or not
+                    # an allocation launches nothing, overload or not
+                    {"op": "aten::empty.memory_format", "numel": 10})
     assert est.launches == 3 and est.host_ops == ["aten::add.Tensor"]
     assert est.problem(K0, TINY.dims, "tiny") is None
 
@@ -170,7 +184,8 @@ def test_a_host_matmul_is_a_cheat_on_the_cpu_as_its_cublas_kernel_is_on_the_gpu(
 
 def test_gemm_sized_host_work_is_a_cheat():
     m, n, k = GEMM["gemm"]
-    outcome, reason = _estimate(GEMM, {"op": "aten::mul.Tensor", "numel": m * n * k}).problem(K0, TINY.dims, "tiny")
+    outcome, reason = _estimate(GEMM, {"op": "aten::mul.Tensor", "numel": m * n * k}).problem(K0, TINY.dims,
+                                                                                              "tiny")
     assert outcome is Outcome.CHEAT_DETECTED and "GEMM-sized work" in reason
 
 
@@ -194,7 +209,8 @@ def test_calls_that_launch_different_work_are_a_cheat():
 
 
 def _check(source: str, seeds=(0, 1)) -> object:
-    ctx = Context(task=K0, source=source, plan=Plan(shape_names=["tiny"], seeds=list(seeds)), deadline=time.monotonic() + 120)
+    ctx = Context(task=K0, source=source, plan=Plan(shape_names=["tiny"], seeds=list(seeds)),
+                  deadline=time.monotonic() + 120)
     return run_correctness(ctx, "gpu_correctness", "torch", "cpu")
 
 
@@ -232,7 +248,8 @@ def test_runs_that_disagree_beyond_tolerance_are_flagged_and_small_drift_is_note
     a = {"h": torch.ones(2), "normed": torch.ones(2), "rstd": torch.ones(2)}
 
     def out(t: dict) -> CallOutput:
-        return CallOutput(call=0, kind="dict", tensors=t, bad={}, storages={}, inputs_modified=[], keys=list(t))
+        return CallOutput(call=0, kind="dict", tensors=t, bad={}, storages={}, inputs_modified=[],
+                          keys=list(t))
 
     info: dict[str, object] = {}
     agreement(K0, out(a), out({**a, "rstd": torch.ones(2) + 1e-3}), [ok], TINY, 0, info)
@@ -242,7 +259,9 @@ def test_runs_that_disagree_beyond_tolerance_are_flagged_and_small_drift_is_note
 
 
 def test_a_forward_that_raises_is_a_runtime_error_with_the_candidates_line():
-    src = K0.human_file.read_text().replace("out = gemm(", "out = gemm(residual_rms, x, x, C=residual, gamma=gamma) or gemm(")
+    src = K0.human_file.read_text().replace("out = gemm(",
+                                            "out = gemm(residual_rms, x, x, C=residual, gamma=gamma) or "
+                                            "gemm(")
     res = _check(src)
     assert res.outcome is Outcome.RUNTIME_ERROR
     assert "forward() raised at shape tiny" in res.reason and "line " in res.reason

@@ -26,12 +26,15 @@ def dump(ix: Index) -> dict[str, list[tuple]]:
 @pytest.fixture
 def store(tmp_path):
     runs, bench = tmp_path / "runs", tmp_path / "bench"
-    a = make_run(runs, model="anthropic/claude-sonnet-4-5", outcomes=("compile_error", "wrong_output", "passed"),
+    a = make_run(runs, model="anthropic/claude-sonnet-4-5",
+                 outcomes=("compile_error", "wrong_output", "passed"),
                  times={"llama3-8b": 104.0, "coda-block": 310.0})
     b = make_run(runs, model="openai/gpt-5", outcomes=("no_code", "passed"), times={"llama3-8b": 96.0},
                  session={"llama3-8b": {"human_us": 101.0, "eager": 210.0, "compiled": 150.0, "cublas": 97.0,
                                         "sol_us": 70.0}}, created=T0 + timedelta(hours=1))
-    make_bench(bench, [bench_row("gemm_rmsnorm", "llama3-8b", 100.0), bench_row("gemm_rmsnorm", "coda-block", 300.0)])
+    make_bench(bench,
+               [bench_row("gemm_rmsnorm", "llama3-8b", 100.0),
+                bench_row("gemm_rmsnorm", "coda-block", 300.0)])
     return runs, bench, a, b
 
 
@@ -43,11 +46,13 @@ def test_rebuild_indexes_runs_attempts_timings_and_bench(store):
         assert ix.path == runs / "index.db" and ix.path.exists()
         rows = {r.model: r for r in ix.runs()}
         claude = rows["anthropic/claude-sonnet-4-5"]
-        assert (claude.dir, claude.task, claude.task_version, claude.device) == (a.name, "gemm_rmsnorm", 1, H200)
+        assert ((claude.dir, claude.task, claude.task_version, claude.device)
+                == (a.name, "gemm_rmsnorm", 1, H200))
         assert (claude.attempts, claude.passes, claude.first_correct_attempt, claude.rounds) == (3, 1, 3, 3)
         assert claude.tokens == 3 * 3800 and claude.cost_usd == pytest.approx(0.15)
         assert rows["openai/gpt-5"].human_us() == {"llama3-8b": 101.0}
-        outcomes = [r["outcome"] for r in ix.conn.execute("SELECT outcome FROM attempts WHERE run_dir = ? ORDER BY idx",
+        outcomes = [r["outcome"]
+                    for r in ix.conn.execute("SELECT outcome FROM attempts WHERE run_dir = ? ORDER BY idx",
                                                           (a.name,))]
         assert outcomes == ["compile_error", "wrong_output", "passed"]
         timings = {(t.run_dir, t.shape): t for t in ix.attempt_timings()}
@@ -71,11 +76,13 @@ def test_refresh_reads_only_what_changed_and_matches_a_rebuild(store, tmp_path):
         text = (a / "attempts" / "0004.json").read_text().replace('"index": 3', '"index": 4')
         (a / "attempts" / "0004.json").write_text(text)
         shutil.rmtree(b)
-        make_run(runs, model="openai/o3", outcomes=("passed",), times={"llama3-8b": 90.0}, created=T0 + timedelta(days=1))
+        make_run(runs, model="openai/o3", outcomes=("passed",), times={"llama3-8b": 90.0},
+                 created=T0 + timedelta(days=1))
         stats = ix.refresh()
         assert (stats.indexed, stats.removed, stats.unchanged) == (2, 1, 1)
         assert {r.model for r in ix.runs()} == {"anthropic/claude-sonnet-4-5", "openai/o3"}
-        assert ix.conn.execute("SELECT count(*) FROM attempts WHERE run_dir = ?", (a.name,)).fetchone()[0] == 4
+        assert (ix.conn.execute("SELECT count(*) FROM attempts WHERE run_dir = ?", (a.name,)).fetchone()[0]
+                == 4)
         incremental = dump(ix)
     with Index.open(runs, bench, db_path=tmp_path / "fresh.db") as fresh:
         fresh.rebuild()
@@ -89,7 +96,8 @@ def test_rebuild_forgets_rows_of_files_changed_behind_the_signature(store):
         ix.refresh()
         header = a / "header.json"
         st = header.stat()
-        header.write_text(header.read_text().replace("anthropic/claude-sonnet-4-5", "anthropic/claude-sonnet-4-X"))
+        header.write_text(
+            header.read_text().replace("anthropic/claude-sonnet-4-5", "anthropic/claude-sonnet-4-X"))
         os.utime(header, ns=(st.st_atime_ns, st.st_mtime_ns))
         ix.refresh()
         assert "anthropic/claude-sonnet-4-X" not in {r.model for r in ix.runs()}
@@ -104,11 +112,13 @@ def test_migration_from_schema_1_keeps_working_and_fills_new_data(store):
     assert migrate(conn, upto=1) == 1
     # what a version-1 coda-agent had written: a run row and its source signature
     conn.execute(
-        "INSERT INTO runs (dir, run_id, task, task_version, model, device, created, status) VALUES (?,?,?,?,?,?,?,?)",
+        "INSERT INTO runs (dir, run_id, task, task_version, model, device, created, status) VALUES "
+        "(?,?,?,?,?,?,?,?)",
         (a.name, "old", "gemm_rmsnorm", 1, "anthropic/claude-sonnet-4-5", H200, T0.isoformat(), "completed"),
     )
     conn.execute("INSERT INTO sources VALUES (?, 'run', 'stale-signature')", (f"run:{a.name}",))
-    assert {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")} >= {"runs", "sources"}
+    assert ({r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            >= {"runs", "sources"})
     assert "attempt_timings" not in {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
     conn.close()
 
@@ -139,7 +149,8 @@ def test_unreadable_or_newer_index_is_recreated(store, content):
 
 def test_an_index_file_that_cannot_be_opened_falls_back_to_memory(store, tmp_path):
     runs, bench, *_ = store
-    unwritable = tmp_path / "no-such-folder" / "index.db"  # as in a read-only results folder: sqlite cannot open it
+    # as in a read-only results folder: sqlite cannot open it
+    unwritable = tmp_path / "no-such-folder" / "index.db"
     with Index.open(runs, bench, db_path=unwritable) as ix:
         assert ix.path is None
         ix.refresh()
@@ -173,10 +184,13 @@ def test_bad_files_are_named_and_the_rest_is_indexed(store):
         rows = {r.dir: r for r in ix.runs()}
         assert set(rows) == {a.name, b.name}
         assert rows[a.name].attempts == 3  # summary.json still says 3; attempt 2 is simply absent below
-        assert ix.conn.execute("SELECT count(*) FROM attempts WHERE run_dir = ?", (a.name,)).fetchone()[0] == 2
+        assert (ix.conn.execute("SELECT count(*) FROM attempts WHERE run_dir = ?", (a.name,)).fetchone()[0]
+                == 2)
         rolled = rows[b.name]  # no valid summary: figures from the attempts; no writer, so not running
-        assert (rolled.attempts, rolled.passes, rolled.best_attempt, rolled.status) == (2, 1, 2, "interrupted")
-        assert rolled.best_time_us == pytest.approx(96.0) and rolled.seconds_to_first_correct == pytest.approx(50.0)
+        assert ((rolled.attempts, rolled.passes, rolled.best_attempt, rolled.status)
+                == (2, 1, 2, "interrupted"))
+        assert (rolled.best_time_us == pytest.approx(96.0)
+                and rolled.seconds_to_first_correct == pytest.approx(50.0))
         # fixing a file clears its problem on the next refresh
         (bench / "broken.json").unlink()
         ix.refresh()
@@ -184,7 +198,8 @@ def test_bad_files_are_named_and_the_rest_is_indexed(store):
 
 
 def test_tune_reports_and_end_to_end_runs_beside_the_bench_are_skipped_not_unreadable(store):
-    """``bench --tune --json`` and ``bench-e2e`` write next to the suite bench's results; neither has rows to rank."""
+    """``bench --tune --json`` and ``bench-e2e`` write next to the suite bench's results; neither has rows to
+    rank."""
     runs, bench, *_ = store
     (bench / "h200-tune.json").write_text(json.dumps({"date": "2026-12-03", "budget_s": 50, "tasks": {}}))
     (bench / "h200-2026-12-03-e2e.json").write_text(json.dumps({"schema_version": 1}))
@@ -199,10 +214,12 @@ def test_tune_reports_and_end_to_end_runs_beside_the_bench_are_skipped_not_unrea
         ({}, {}),
         ({"median_us": 12.5}, {None: TimingPoint(12.5)}),
         ({"median_us": 12.5, "shape": "s"}, {"s": TimingPoint(12.5)}),
-        ({"shapes": {"a": {"median_us": 3.0, "human_us": 4.0, "baselines": {"eager": 9.0, "cublas": {"median_us": 2.0}}},
+        ({"shapes": {"a": {"median_us": 3.0, "human_us": 4.0,
+                           "baselines": {"eager": 9.0, "cublas": {"median_us": 2.0}}},
                      "b": {"median_us": 0}}, "geomean_us": 3.0},
          {"a": TimingPoint(3.0, human_us=4.0, eager_us=9.0, cublas_us=2.0)}),
-        ({"rows": [{"shape": "a", "candidate": {"median_us": 5.0}, "eager": {"median_us": 10.0}, "sol_us": 4.0}]},
+        ({"rows": [{"shape": "a", "candidate": {"median_us": 5.0}, "eager": {"median_us": 10.0},
+                    "sol_us": 4.0}]},
          {"a": TimingPoint(5.0, sol_us=4.0, eager_us=10.0)}),
         ({"median_us": float("nan")}, {}),
         ({"median_us": "fast"}, {}),

@@ -9,9 +9,10 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "coda_agent"
 #: The layers, lowest first; the packages of one layer do not import each other.
-LAYER_GROUPS = [("atomic", "settings", "provenance", "processes", "messages", "untrusted", "stdout", "primitives"), ("tasks",), ("measure", "torch"),
-                ("runner",), ("verifier",), ("execute",), ("bench",), ("store",), ("providers",), ("prompts",), ("agent",), ("viewer",),
-                ("cli",), ("launch",), ("__main__",)]
+LAYER_GROUPS = [("atomic", "settings", "provenance", "processes", "messages", "untrusted", "stdout",
+                 "primitives"), ("tasks",), ("measure", "torch"),
+                ("runner",), ("verifier",), ("execute",), ("bench",), ("store",), ("providers",),
+                ("prompts",), ("agent",), ("viewer",), ("cli",), ("launch",), ("__main__",)]
 LAYERS = [pkg for group in LAYER_GROUPS for pkg in group]
 #: Data shipped inside the package (tasks, human kernels, mock scripts): candidates' code, not layers.
 DATA = {"suite", "examples"}
@@ -40,7 +41,9 @@ def imports_of(path: Path) -> set[str]:
 
 
 def test_every_package_is_in_a_layer():
-    found = {p.name.removesuffix(".py") for p in PACKAGE.iterdir() if (p.is_dir() and (p / "__init__.py").exists()) or p.suffix == ".py"}
+    found = {
+        p.name.removesuffix(".py") for p in PACKAGE.iterdir()
+        if (p.is_dir() and (p / "__init__.py").exists()) or p.suffix == ".py"}
     assert found - {"__init__"} - DATA <= set(LAYERS), sorted(found - set(LAYERS) - {"__init__"} - DATA)
 
 
@@ -57,15 +60,18 @@ def test_no_package_imports_a_package_above_it():
 
 
 def test_the_runner_stays_clear_of_the_checker():
-    """The only process with candidate code loads the primitives, the timing clock and its own package: no task,
-    reference, tolerance, stage, verdict or store (coda_agent/runner/__init__.py states it). Checked in a fresh
-    interpreter, so what any module imports on the way counts too."""
+    """The only process with candidate code loads the primitives, the timing clock and its own package: no
+    task, reference, tolerance, stage, verdict or store (coda_agent/runner/__init__.py states it). Checked in
+    a fresh interpreter, so what any module imports on the way counts too."""
     code = ("import sys, coda_agent.runner.serve; "
             "print(*sorted(m for m in sys.modules if m.startswith('coda_agent')), sep='\\n')")
-    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())
+    loaded = set(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       check=True).stdout.split())
     packages = ("coda_agent.runner", "coda_agent.primitives")  # whole
     modules = {"coda_agent", "coda_agent.measure", "coda_agent.measure.timing"}  # these alone
-    outside = sorted(m for m in loaded - modules if not any(m == p or m.startswith(f"{p}.") for p in packages))
+    outside = sorted(
+        m for m in loaded - modules if not any(m == p or m.startswith(f"{p}.") for p in packages))
     assert "coda_agent.runner.serve" in loaded and not outside, outside
 
 
@@ -75,7 +81,8 @@ def test_the_runner_package_imports_nothing_of_the_layers_above_it():
 
 
 def test_providers_reach_the_store_only_to_replay_a_run():
-    """A provider speaks ``messages``; only ``replay`` reads the store, and only through the run-directory reader."""
+    """A provider speaks ``messages``; only ``replay`` reads the store, and only through the run-directory
+    reader."""
     providers = PACKAGE / "providers"
     reaching = {p.name for p in providers.rglob("*.py") if "store" in imports_of(p)}
     assert reaching == {"replay.py"}, sorted(reaching)
@@ -88,8 +95,8 @@ PRIMITIVES = PACKAGE / "primitives"
 
 
 def _runs_at_import(node: ast.AST, lazy: bool) -> list[ast.AST]:
-    """The statements under ``node`` that run when its module is imported (with ``lazy``, function bodies too);
-    ``if TYPE_CHECKING:`` blocks never run."""
+    """The statements under ``node`` that run when its module is imported (with ``lazy``, function bodies
+    too); ``if TYPE_CHECKING:`` blocks never run."""
     found: list[ast.AST] = []
     for child in ast.iter_child_nodes(node):
         if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and not lazy:
@@ -103,7 +110,8 @@ def _runs_at_import(node: ast.AST, lazy: bool) -> list[ast.AST]:
 
 
 def primitives_imports(path: Path, lazy: bool = False) -> set[str]:
-    """The modules of coda_agent.primitives that one of its modules imports (``__init__`` for the package itself)."""
+    """The modules of coda_agent.primitives that one of its modules imports (``__init__`` for the package
+    itself)."""
     modules = {p.stem for p in PRIMITIVES.glob("*.py")}
 
     def module_of(parts: list[str]) -> str:
@@ -120,7 +128,9 @@ def primitives_imports(path: Path, lazy: bool = False) -> set[str]:
                 continue
             out |= {module_of(named)} if named else {module_of([a.name]) for a in node.names}
         elif isinstance(node, ast.Import):
-            out |= {module_of(a.name.split(".")[2:]) for a in node.names if a.name.startswith("coda_agent.primitives")}
+            out |= {
+                module_of(a.name.split(".")[2:]) for a in node.names
+                if a.name.startswith("coda_agent.primitives")}
     return out - {path.stem}
 
 
@@ -160,7 +170,9 @@ def test_no_module_imports_after_its_first_definition():
         if path.relative_to(PACKAGE).parts[0] in DATA:
             continue
         body = ast.parse(path.read_text()).body
-        first = next((i for i, s in enumerate(body) if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))), len(body))
+        first = next(
+            (i for i, s in enumerate(body)
+             if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))), len(body))
         after = _runs_at_import(ast.Module(body=body[first:], type_ignores=[]), lazy=False)
         imports = [n for n in after if isinstance(n, (ast.Import, ast.ImportFrom))]
         late += [f"{path.relative_to(PACKAGE)}:{n.lineno}" for n in imports]

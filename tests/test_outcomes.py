@@ -1,4 +1,5 @@
-"""One enum of attempt outcomes, and every table keyed by it covers every member (no outcome falls to a default)."""
+"""One enum of attempt outcomes, and every table keyed by it covers every member (no outcome falls to a
+default)."""
 
 from __future__ import annotations
 
@@ -22,13 +23,16 @@ NOW = datetime(2026, 11, 29, tzinfo=timezone.utc)
 
 
 def attempt(**kw) -> Attempt:
-    return Attempt(index=1, round=1, slot=0, started=NOW, finished=NOW, messages=[ChatMessage(role="user", content="t")], **kw)
+    return Attempt(index=1, round=1, slot=0, started=NOW, finished=NOW,
+                   messages=[ChatMessage(role="user", content="t")], **kw)
 
 
 def test_the_attempt_outcomes_are_the_verifiers_plus_the_ends_before_a_verdict():
-    assert [(o.name, o.value) for o in Outcome] == [(o.name, o.value) for o in AttemptOutcome if o not in BEFORE_A_VERDICT]
+    assert ([(o.name, o.value) for o in Outcome]
+            == [(o.name, o.value) for o in AttemptOutcome if o not in BEFORE_A_VERDICT])
     assert {AttemptOutcome.of_verdict(o) for o in Outcome} == set(AttemptOutcome) - BEFORE_A_VERDICT
-    assert str(AttemptOutcome.WRONG_OUTPUT) == f"{AttemptOutcome.WRONG_OUTPUT}" == "wrong_output"  # as records print it
+    # as records print it
+    assert str(AttemptOutcome.WRONG_OUTPUT) == f"{AttemptOutcome.WRONG_OUTPUT}" == "wrong_output"
 
 
 def test_an_attempt_says_which_outcome_it_had():
@@ -40,7 +44,8 @@ def test_an_attempt_says_which_outcome_it_had():
 
 
 def test_an_attempt_gives_one_reason_wherever_it_is_shown():
-    verdict = Verdict(task="t", task_version=1, backend="torch", outcome=Outcome.WRONG_OUTPUT, reason="output 'h' is off")
+    verdict = Verdict(task="t", task_version=1, backend="torch", outcome=Outcome.WRONG_OUTPUT,
+                      reason="output 'h' is off")
     assert attempt(provider_error="rate_limit: slow down").reason == "rate_limit: slow down"
     assert attempt(raw_response="no idea", extraction_error="no code block").reason == "no code block"
     assert attempt(raw_response="...", code="x", verdict=verdict).reason == "output 'h' is off"

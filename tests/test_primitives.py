@@ -68,7 +68,8 @@ def test_unary_value_math_matches_torch(ab, fn, ref):
 
 
 def test_the_emulators_outputs_are_dense_as_the_kernels_are(ab):
-    """A constant extra output is a full tile, not a stride-0 view: host code cannot tell the emulator by layout."""
+    """A constant extra output is a full tile, not a stride-0 view: host code cannot tell the emulator by
+    layout."""
     a, w, _ = ab
 
     @P.epilogue(outputs=("probe",))
@@ -103,8 +104,9 @@ def test_operand_kinds_and_reductions(ab):
     @P.epilogue(
         outputs=("y",),
         reduces={
-            "rsum": P.ColVecReduce(), "rsq": P.ColVecReduce(scaled=True), "rmax": P.ColVecReduce(combine="max"),
-            "cabs": P.RowVecReduce(combine="max_abs"), "csum": P.RowVecReduce(), "lse": P.OnlineLSEReduce(),
+            "rsum": P.ColVecReduce(), "rsq": P.ColVecReduce(scaled=True),
+            "rmax": P.ColVecReduce(combine="max"), "cabs": P.RowVecReduce(combine="max_abs"),
+            "csum": P.RowVecReduce(), "lse": P.OnlineLSEReduce(),
         },
     )
     def epi(acc, c, row, col, s):
@@ -229,7 +231,8 @@ def test_square_problems_need_pinned_vectors():
         return {"D": acc * v}
 
     v = torch.arange(32.0)
-    torch.testing.assert_close(P.gemm(pinned, a, b, v=v, out_dtype=torch.float32)["D"], (a.float() @ b.float()) * v[:, None])
+    torch.testing.assert_close(P.gemm(pinned, a, b, v=v, out_dtype=torch.float32)["D"],
+                               (a.float() @ b.float()) * v[:, None])
 
 
 def test_declaration_errors():
@@ -260,8 +263,8 @@ def test_config_rules():
 
 
 def test_split_k_changes_the_schedule_not_the_result(ab):
-    """The emulator computes what QuACK's serial split-K does (one FP32 sum, the epilogue once); a split config
-    that cannot store D is refused where the call is made, with the harness's override too."""
+    """The emulator computes what QuACK's serial split-K does (one FP32 sum, the epilogue once); a split
+    config that cannot store D is refused where the call is made, with the harness's override too."""
     from coda_agent.primitives.configs import ScheduleOverride
 
     a, w, _ = ab
@@ -287,7 +290,8 @@ def test_split_k_changes_the_schedule_not_the_result(ab):
 def test_host_helpers():
     ss = torch.tensor([4.0, 16.0])
     torch.testing.assert_close(P.rstd_from_sqsum(ss, 4, 0.0), torch.tensor([1.0, 0.5]))
-    torch.testing.assert_close(P.rstd_correction(torch.tensor([2.0]), torch.tensor([0.5]), 4), torch.tensor([-0.0625]))
+    torch.testing.assert_close(P.rstd_correction(torch.tensor([2.0]), torch.tensor([0.5]), 4),
+                               torch.tensor([-0.0625]))
 
 
 def test_value_math_rejects_pairs():
@@ -301,7 +305,8 @@ def test_value_math_rejects_pairs():
 
 
 def _configs_run(fn, *, override=None):
-    """The config of every gemm call ``fn()`` makes on the emulator (with the harness's ``override`` on top)."""
+    """The config of every gemm call ``fn()`` makes on the emulator (with the harness's ``override`` on
+    top)."""
     seen = []
 
     def record(run):
@@ -325,7 +330,8 @@ def test_a_pinned_schedule_beats_the_calls_config_and_the_harness_override_beats
     from coda_agent.primitives.configs import ScheduleOverride
 
     a, w, _ = ab
-    written, pinned, harness = P.Config(tile_n=208), P.Config(tile_n=128, cluster_m=1, cluster_n=2), P.Config(tile_m=256, tile_n=160, pingpong=False)
+    written, pinned, harness = (P.Config(tile_n=208), P.Config(tile_n=128, cluster_m=1, cluster_n=2),
+                                P.Config(tile_m=256, tile_n=160, pingpong=False))
 
     @P.epilogue()
     def scaled(acc):
@@ -337,7 +343,8 @@ def test_a_pinned_schedule_beats_the_calls_config_and_the_harness_override_beats
 
     @P.schedule({("scaled", M, N, K): pinned})
     def forward(x, wt):
-        return [P.gemm(scaled, x, wt, config=written)["D"], P.gemm(other, x, wt, config=written)["D"], P.gemm(scaled, x[:32], wt)["D"]]
+        return [P.gemm(scaled, x, wt, config=written)["D"], P.gemm(other, x, wt, config=written)["D"],
+                P.gemm(scaled, x[:32], wt)["D"]]
 
     def unpinned(x, wt):
         return P.gemm(scaled, x, wt, config=written)["D"]
@@ -369,7 +376,8 @@ def test_schedule_refuses_a_malformed_table_and_a_config_the_mode_rejects(ab):
     def forward(x, wt):
         return P.gemm(pair, x, wt)
 
-    with pytest.raises(P.EpilogueError, match=r"schedule entry \('pair', 64, 96, 32\): invalid Config: acc_pair mode"):
+    with pytest.raises(P.EpilogueError,
+                       match=r"schedule entry \('pair', 64, 96, 32\): invalid Config: acc_pair mode"):
         forward(a, w.t())
 
 
@@ -392,19 +400,21 @@ def test_the_config_space_is_what_quack_accepts_for_the_mode_default_first():
 
 
 def test_a_tile_split_along_n_is_refused_with_an_n_major_b_before_anything_is_built():
-    """QuACK's SM90 kernel lays a cooperative 320-row tile's (or 192 x >128's) warp groups side by side along N; with
-    an N-major B the CuTe DSL compiler aborts the process (std::bad_variant_access, seen on the CPU and the H200).
-    gemm(), the harness's schedule and the tune stage's space all refuse it, with the rule, for that layout only."""
+    """QuACK's SM90 kernel lays a cooperative 320-row tile's (or 192 x >128's) warp groups side by side along
+    N; with an N-major B the CuTe DSL compiler aborts the process (std::bad_variant_access, seen on the CPU
+    and the H200). gemm(), the harness's schedule and the tune stage's space all refuse it, with the rule, for
+    that layout only."""
     from coda_agent.primitives.configs import config_space
 
-    split = [P.Config(tile_m=320, tile_n=128, pingpong=False), P.Config(tile_m=192, tile_n=192, pingpong=False)]
+    split = [P.Config(tile_m=320, tile_n=128, pingpong=False),
+             P.Config(tile_m=192, tile_n=192, pingpong=False)]
     for config in split:
         assert config.splits_n
         config.check("element", True, b_major="k")
         with pytest.raises(P.EpilogueError, match=r"splits the tile along N .* N-major B"):
             config.check("element", True, b_major="n")
-    for config in (P.Config(tile_m=192, tile_n=128, pingpong=False), P.Config(tile_m=256, tile_n=192, pingpong=False),
-                   P.Config(tile_n=208)):
+    for config in (P.Config(tile_m=192, tile_n=128, pingpong=False),
+                   P.Config(tile_m=256, tile_n=192, pingpong=False), P.Config(tile_n=208)):
         assert not config.splits_n
         config.check("element", True, b_major="n")
     k_major = config_space("element", True, (8192, 4096, 28672))
@@ -423,12 +433,14 @@ def test_a_tile_split_along_n_is_refused_with_an_n_major_b_before_anything_is_bu
 
 
 def test_a_tile_split_along_n_is_refused_for_acc_pair_outputs_which_quack_stores_wrongly():
-    """On the H200 (tune stage, gemm_rmsnorm_gemm's gate/up at 8000 x 20000 x 4000) 192x192 and 320x128 cooperative
-    returned a wrong half-width act (max error 15-18) with every cluster. The CPU emulator cannot see that, so
-    gemm() and the tune space refuse the tiles there, and only there: no extra output, or element mode, keeps them."""
+    """On the H200 (tune stage, gemm_rmsnorm_gemm's gate/up at 8000 x 20000 x 4000) 192x192 and 320x128
+    cooperative returned a wrong half-width act (max error 15-18) with every cluster. The CPU emulator cannot
+    see that, so gemm() and the tune space refuse the tiles there, and only there: no extra output, or element
+    mode, keeps them."""
     from coda_agent.primitives.configs import config_space
 
-    for config in (P.Config(tile_m=320, tile_n=128, pingpong=False), P.Config(tile_m=192, tile_n=192, pingpong=False)):
+    for config in (P.Config(tile_m=320, tile_n=128, pingpong=False),
+                   P.Config(tile_m=192, tile_n=192, pingpong=False)):
         with pytest.raises(P.EpilogueError, match="acc_pair mode's half-width outputs"):
             config.check("acc_pair", True)
         config.check("acc_pair", False)
@@ -448,11 +460,13 @@ def test_a_tile_split_along_n_is_refused_for_acc_pair_outputs_which_quack_stores
 
 
 def test_a_tile_split_along_n_builds_for_sm90_with_a_k_major_b(tmp_path, monkeypatch):
-    """The rule above is no wider than QuACK needs: with a K-major B the same tile builds (a real sm_90a compile)."""
+    """The rule above is no wider than QuACK needs: with a K-major B the same tile builds (a real sm_90a
+    compile)."""
     import quack.cache
 
     monkeypatch.setattr(quack.cache, "CACHE_DIR", str(tmp_path))
-    a, w, r = torch.zeros(256, 64).bfloat16(), torch.zeros(384, 64).bfloat16(), torch.zeros(256, 384).bfloat16()
+    a, w, r = (torch.zeros(256, 64).bfloat16(), torch.zeros(384, 64).bfloat16(),
+               torch.zeros(256, 384).bfloat16())
 
     @P.epilogue()
     def add_c(acc, c):
@@ -464,8 +478,8 @@ def test_a_tile_split_along_n_builds_for_sm90_with_a_k_major_b(tmp_path, monkeyp
 
 
 def test_a_starved_grid_adds_split_k_to_the_space_where_each_split_keeps_enough_k():
-    """Fewer output tiles than SMs at the default tile: the tune stage may try split-K; a full grid, a call that
-    stores no D, or a K too short to split never gets it."""
+    """Fewer output tiles than SMs at the default tile: the tune stage may try split-K; a full grid, a call
+    that stores no D, or a K too short to split never gets it."""
     from coda_agent.primitives.configs import MIN_SPLIT_DEPTH, STARVED_SPLITS, config_space
 
     base = set(config_space("element", True))
@@ -480,9 +494,9 @@ def test_a_starved_grid_adds_split_k_to_the_space_where_each_split_keeps_enough_
 
 def test_a_calls_space_comes_default_first_then_in_the_order_of_the_wave_model():
     """A search its budget cuts short has tried the configs that waste the least of the grid: at the ragged
-    8000 x 4000 that is 128x160 (N in 25 whole tiles, 1,575 tiles in 12 waves of 132), then cuBLAS's 192x192 (882
-    tiles, 7 waves), which won the tune stage there on the H200 before 128x160 was searched; at a starved grid, the
-    128x128 tile and the splits that fill the SMs before 128x192's split."""
+    8000 x 4000 that is 128x160 (N in 25 whole tiles, 1,575 tiles in 12 waves of 132), then cuBLAS's 192x192
+    (882 tiles, 7 waves), which won the tune stage there on the H200 before 128x160 was searched; at a starved
+    grid, the 128x128 tile and the splits that fill the SMs before 128x192's split."""
     from coda_agent.primitives.configs import TILES, config_space, wave_cost
 
     for mnk in ((8000, 4000, 5000), (8192, 4096, 4096), (1024, 2048, 8192)):
@@ -494,7 +508,8 @@ def test_a_calls_space_comes_default_first_then_in_the_order_of_the_wave_model()
                            P.Config(tile_m=192, tile_n=192, pingpong=False)]
     starved = config_space("element", False, (1024, 2048, 8192))
     assert starved.index(P.Config(tile_n=128, split_k=2)) < starved.index(P.Config(tile_n=192, split_k=2))
-    # the space without a call is the order of TILES, the default's tile first (ties of the model keep that order)
+    # the space without a call is the order of TILES, the default's tile first (ties of the model keep that
+    # order)
     tiles = [(c.tile_m, c.tile_n, c.pingpong) for c in config_space("element", False)]
     assert list(dict.fromkeys(tiles)) == [(128, 192, True)] + [t for t in TILES if t != (128, 192, True)]
 
@@ -532,7 +547,8 @@ def test_the_default_config_narrows_the_tile_in_packed_mode_and_where_the_arch_d
         return {"D": acc + c, "colsum": acc}
 
     def call(epi, m, n, k=64):
-        a, b = torch.empty(m, k, device="meta", dtype=torch.bfloat16), torch.empty(k, n, device="meta", dtype=torch.bfloat16)
+        a, b = (torch.empty(m, k, device="meta", dtype=torch.bfloat16),
+                torch.empty(k, n, device="meta", dtype=torch.bfloat16))
         tile = torch.empty(m, n, device="meta", dtype=torch.bfloat16)
         c, operands = (tile, {"h": Operand("tile", tile)}) if epi is heavy else (None, {})
         if epi in (residual_rms, colsum):
@@ -541,26 +557,37 @@ def test_the_default_config_narrows_the_tile_in_packed_mode_and_where_the_arch_d
             c = torch.empty(m, 2 * n, device="meta", dtype=torch.bfloat16)
         return GemmCall(epi, a, b, c, operands, {}, torch.bfloat16, None, True)
 
-    # M 8192 x N 2048 on 132 SMs: 704 tiles of 128x192 (6 waves, the last a third full) against 1024 of 128x128 (8)
-    assert wave_cost(8192, 2048, P.Config()) / wave_cost(8192, 2048, NARROW_TILE) == pytest.approx(1.125, abs=1e-3)
+    # M 8192 x N 2048 on 132 SMs: 704 tiles of 128x192 (6 waves, the last a third full) against 1024 of
+    # 128x128 (8)
+    assert (wave_cost(8192, 2048, P.Config()) / wave_cost(8192, 2048, NARROW_TILE)
+            == pytest.approx(1.125, abs=1e-3))
     assert default_config(call(plain, 8192, 2048)) == NARROW_TILE
-    assert default_config(call(heavy, 8192, 2048)) == NARROW_TILE  # 128 columns keep the 64x32 epilogue subtile
+    # 128 columns keep the 64x32 epilogue subtile
+    assert default_config(call(heavy, 8192, 2048)) == NARROW_TILE
     assert default_config(call(plain, 8192, 4096)) is None  # 3.1%: below the bar, the arch default stays
-    assert default_config(call(plain, 8000, 4000)) is None  # the ragged shape, where 128x128 measured 14% slower
+    # the ragged shape, where 128x128 measured 14% slower
+    assert default_config(call(plain, 8000, 4000)) is None
     assert default_config(call(plain, 4096, 128256)) is None
-    assert default_config(call(plain, 256, 384)) is None  # less than a wave: outside what the rule was measured on
+    # less than a wave: outside what the rule was measured on
+    assert default_config(call(plain, 256, 384)) is None
     assert default_config(call(pair, 8192, 2048)) is None  # not in acc_pair mode
-    assert default_config(call(plain, 8192, 2048), sms=144) is None  # 5 waves of 192 against 8 of 128 on 144 SMs
+    # 5 waves of 192 against 8 of 128 on 144 SMs
+    assert default_config(call(plain, 8192, 2048), sms=144) is None
     for m, n in ((8192, 14336), (16384, 5632), (8000, 10000), (256, 384)):
         assert default_config(call(dgated, m, n)) == PACKED_TILE  # every packed shape
-    # a long K with a light epilogue (C in, outputs and row sums out): cooperative 128x256, where the waves allow it
+    # a long K with a light epilogue (C in, outputs and row sums out): cooperative 128x256, where the waves
+    # allow it
     for m, n, k in ((8192, 2048, 8192), (8192, 4096, 14336), (8000, 4000, 14336), (16384, 4096, 11008)):
-        assert default_config(call(plain, m, n, k)) == default_config(call(residual_rms, m, n, k)) == LONG_K_TILE
-    assert default_config(call(residual_rms, 16384, 2048, 5632)) is None  # K below the bar (and 128x128 gains 3%)
-    assert default_config(call(heavy, 8192, 2048, 16384)) == NARROW_TILE  # a tile operand: gemm_rmsnorm_bwd's kind
+        assert (default_config(call(plain, m, n, k)) == default_config(call(residual_rms, m, n, k))
+                == LONG_K_TILE)
+    # K below the bar (and 128x128 gains 3%)
+    assert default_config(call(residual_rms, 16384, 2048, 5632)) is None
+    # a tile operand: gemm_rmsnorm_bwd's kind
+    assert default_config(call(heavy, 8192, 2048, 16384)) == NARROW_TILE
     assert default_config(call(colsum, 8192, 4096, 28672)) is None  # a reduce down the columns
     assert default_config(call(plain, 1024, 2048, 8192)) is None  # less than a wave (88 tiles of 128x192)
-    assert default_config(call(plain, 8192, 6272, 8192)) is None  # 256 wastes more of a wave than 192 does there
+    # 256 wastes more of a wave than 192 does there
+    assert default_config(call(plain, 8192, 6272, 8192)) is None
 
 
 def test_a_schedule_crosses_the_wire_and_bad_entries_do_not():
@@ -569,8 +596,8 @@ def test_a_schedule_crosses_the_wire_and_bad_entries_do_not():
     table = {("b", 8, 16, 32): P.Config(tile_n=208), ("a", 1, 2, 3): P.Config(pingpong=False, tile_m=256)}
     wire = schedule_to_wire(table)
     assert [e[0] for e in wire] == ["a", "b"] and schedule_from_wire(wire) == table
-    for bad in ([["a", 1, 2, 3, {"tile_q": 1}]], [["a", 1, 2, 3, {"tile_n": True}]], [["a", 1, 2, {"tile_n": 128}]],
-                [["a", 1, 2, 3, {"pingpong": 1}]], {"a": 1}):
+    for bad in ([["a", 1, 2, 3, {"tile_q": 1}]], [["a", 1, 2, 3, {"tile_n": True}]],
+                [["a", 1, 2, {"tile_n": 128}]], [["a", 1, 2, 3, {"pingpong": 1}]], {"a": 1}):
         with pytest.raises(ValueError):
             schedule_from_wire(bad)
 
@@ -584,7 +611,8 @@ def test_the_quack_plan_key_is_the_calls_metadata_not_its_data():
         return {"D": acc * s}
 
     def key(a, b, s):
-        call = _call.GemmCall(epi=scaled, A=a, B=b, C=None, operands={}, indices={}, out_dtype=a.dtype, config=None)
+        call = _call.GemmCall(epi=scaled, A=a, B=b, C=None, operands={}, indices={}, out_dtype=a.dtype,
+                              config=None)
         return _quack._plan_key(call, _quack._gemm_config(None), {"s": s})
 
     a, b = torch.randn(64, 32).bfloat16(), torch.randn(32, 48).bfloat16()
@@ -606,8 +634,9 @@ def test_the_quack_plan_key_is_the_calls_metadata_not_its_data():
 
 
 def test_gemm_checks_a_calls_metadata_once_and_any_change_of_it_again(monkeypatch):
-    """The checks run once per signature (issue 9's host time per forward()); a call that differs in anything they
-    read (a view's offset, a dtype, an operand's kind, the config) is checked again and refused as before."""
+    """The checks run once per signature (issue 9's host time per forward()); a call that differs in anything
+    they read (a view's offset, a dtype, an operand's kind, the config) is checked again and refused as
+    before."""
     from coda_agent.primitives import _epilogue
 
     checked = []
@@ -620,10 +649,13 @@ def test_gemm_checks_a_calls_metadata_once_and_any_change_of_it_again(monkeypatc
 
     a, b, bias = torch.randn(64, 80).bfloat16(), torch.randn(80, 48).bfloat16(), torch.randn(48)
     first = P.gemm(scaled, a, b, s=2.0, bias=bias)["D"]
-    again = P.gemm(scaled, torch.randn_like(a), b, s=3.0, bias=torch.randn(48))["D"]  # new values, one signature
+    # new values, one signature
+    again = P.gemm(scaled, torch.randn_like(a), b, s=3.0, bias=torch.randn(48))["D"]
     assert len(checked) == 1 and not torch.equal(first, again)
-    assert torch.allclose(P.gemm(scaled, a, b, s=3.0, bias=bias)["D"].float(), (a.float() @ b.float()) * 3 + bias, rtol=0.02, atol=0.3)
-    with pytest.raises(P.EpilogueError, match=r"offset 1.*contiguous copy"):  # same shape, a view off the TMA grid
+    assert torch.allclose(P.gemm(scaled, a, b, s=3.0, bias=bias)["D"].float(),
+                          (a.float() @ b.float()) * 3 + bias, rtol=0.02, atol=0.3)
+    # same shape, a view off the TMA grid
+    with pytest.raises(P.EpilogueError, match=r"offset 1.*contiguous copy"):
         P.gemm(scaled, torch.randn(64, 88).bfloat16()[:, 1:81], b, s=2.0, bias=bias)
     with pytest.raises(P.EpilogueError, match="must have the same dtype"):
         P.gemm(scaled, a.half(), b, s=2.0, bias=bias)
@@ -634,14 +666,15 @@ def test_gemm_checks_a_calls_metadata_once_and_any_change_of_it_again(monkeypatc
     with pytest.raises(P.EpilogueError, match=r"must be a number or a torch\.Tensor"):
         P.gemm(scaled, a, b, s="2", bias=bias)
     assert len(checked) == 6  # each refused call was checked, the one with no signature ("2") too
-    P.gemm(scaled, a, b, s=torch.tensor(2.0), bias=bias)  # a scalar tensor: another signature, checked once more
+    # a scalar tensor: another signature, checked once more
+    P.gemm(scaled, a, b, s=torch.tensor(2.0), bias=bias)
     assert len(checked) == 7
 
 
 @pytest.mark.parametrize("b_kn", [True, False])
 def test_the_quack_backend_launches_a_plan_as_quacks_own_run_does(monkeypatch, b_kn):
-    """``_quack._launch`` stands in for ``EpiPlan.run`` (one path for split and unsplit plans): the same launch
-    arguments, caught on the CPU where QuACK hands them to the compiled kernel."""
+    """``_quack._launch`` stands in for ``EpiPlan.run`` (one path for split and unsplit plans): the same
+    launch arguments, caught on the CPU where QuACK hands them to the compiled kernel."""
     from types import SimpleNamespace
 
     import quack.epilogue.frontend as frontend
@@ -652,7 +685,8 @@ def test_the_quack_backend_launches_a_plan_as_quacks_own_run_does(monkeypatch, b
     launches = []
 
     def record(gemm_plan, A, B, D, C, values, **kw):
-        launches.append((gemm_plan, A, B, D, C, values, kw.get("tile_count_semaphore"), kw.get("split_k_buffers")))
+        launches.append(
+            (gemm_plan, A, B, D, C, values, kw.get("tile_count_semaphore"), kw.get("split_k_buffers")))
 
     monkeypatch.setattr(frontend, "run_gemm_epi_plan", record)
     monkeypatch.setattr(host, "run_gemm_epi_plan", record)
@@ -666,17 +700,20 @@ def test_the_quack_backend_launches_a_plan_as_quacks_own_run_does(monkeypatch, b
     gemm_plan = SimpleNamespace(split_k=1)
     out = {"D": torch.empty(64, 48).bfloat16(), "extra": torch.empty(64, 48).bfloat16()}
     scratch, kw, counter = {"partials": torch.empty(4)}, {"s": 2.0}, torch.zeros(1, dtype=torch.int32)
-    plan = frontend.EpiPlan(gemm_plan=gemm_plan, config=None, out_names=("extra",), b_kn=b_kn, scratch=scratch)
+    plan = frontend.EpiPlan(gemm_plan=gemm_plan, config=None, out_names=("extra",), b_kn=b_kn,
+                            scratch=scratch)
     plan.run(a, b, c, out=out, scratch=scratch, tile_count_semaphore=counter, **kw)
     _quack._launch(plan, call, out, scratch, counter, kw)
     theirs, ours = launches
-    assert ours[0] is theirs[0] and ours[1] is a and ours[3] is out["D"] and ours[4] is c and ours[6] is counter
+    assert (ours[0] is theirs[0] and ours[1] is a and ours[3] is out["D"] and ours[4] is c
+            and ours[6] is counter)
     assert torch.equal(ours[2], theirs[2]) and ours[2].stride() == theirs[2].stride()  # B as QuACK orients it
     assert ours[5] == theirs[5] and ours[5]["extra"] is out["extra"] and ours[7] is None
 
 
 def test_rows_off_the_16_byte_grid_are_refused_on_the_cpu_as_the_gpu_would():
-    """QuACK compiles every tile for 16-byte-aligned rows; the CPU compile cannot see a call that breaks that."""
+    """QuACK compiles every tile for 16-byte-aligned rows; the CPU compile cannot see a call that breaks
+    that."""
 
     @P.epilogue(outputs=("act",), mode="acc_pair")
     def gated(acc):
@@ -685,14 +722,22 @@ def test_rows_off_the_16_byte_grid_are_refused_on_the_cpu_as_the_gpu_would():
 
     a, b = torch.randn(100, 64).bfloat16(), torch.randn(64, 784).bfloat16()
     assert P.gemm(gated, a, b)["act"].shape == (100, 392)
-    with pytest.raises(P.EpilogueError, match=r"output 'act' is \(100, 388\) bfloat16, 776 bytes a row.*multiple of 8 elements") as err:
+    with pytest.raises(P.EpilogueError,
+                       match=r"output 'act' is \(100, 388\) bfloat16, 776 bytes a row.*multiple of 8 "
+                             r"elements") as err:
         P.gemm(gated, a, torch.randn(64, 776).bfloat16())
-    assert "the task's shape is misaligned" in str(err.value) and "pad" not in str(err.value)  # the task owns N
-    with pytest.raises(P.EpilogueError, match=r"A \(100, 66\) bfloat16 has rows of 66 elements.*multiple of 8 elements") as err:
+    # the task owns N
+    assert "the task's shape is misaligned" in str(err.value) and "pad" not in str(err.value)
+    with pytest.raises(P.EpilogueError,
+                       match=r"A \(100, 66\) bfloat16 has rows of 66 elements"
+                             r".*multiple of 8 elements") as err:
         P.gemm(gated, torch.randn(100, 66).bfloat16(), torch.randn(66, 784).bfloat16())
-    assert "the task's shape is misaligned" in str(err.value) and "pad" not in str(err.value)  # the task owns K
-    with pytest.raises(P.EpilogueError, match=r"B \(66, 784\) bfloat16 has rows of 66 elements"):  # w.t(): K-major
-        P.gemm(gated, torch.randn(66, 96).bfloat16().t(), torch.randn(784, 66).bfloat16().t())  # A M-major, on the grid
+    # the task owns K
+    assert "the task's shape is misaligned" in str(err.value) and "pad" not in str(err.value)
+    # w.t(): K-major
+    with pytest.raises(P.EpilogueError, match=r"B \(66, 784\) bfloat16 has rows of 66 elements"):
+        # A M-major, on the grid
+        P.gemm(gated, torch.randn(66, 96).bfloat16().t(), torch.randn(784, 66).bfloat16().t())
     with pytest.raises(P.EpilogueError, match=r"offset 1.*contiguous copy"):
         P.gemm(gated, torch.randn(100, 72).bfloat16()[:, 1:65], b)
 
@@ -705,7 +750,9 @@ def test_rows_off_the_16_byte_grid_are_refused_on_the_cpu_as_the_gpu_would():
         return {}
 
     w = torch.randn(64, 40).bfloat16()  # N = 40: 80-byte rows, on the grid
-    assert P.gemm(plus, a, w, C=torch.randn(100, 40).bfloat16(), out_dtype=torch.float32)["D"].shape == (100, 40)
-    weight = torch.randn(36, 64).bfloat16()  # an (N, K) weight: B = weight.t() has 128-byte rows, D 72-byte ones
+    assert (P.gemm(plus, a, w, C=torch.randn(100, 40).bfloat16(), out_dtype=torch.float32)["D"].shape
+            == (100, 40))
+    # an (N, K) weight: B = weight.t() has 128-byte rows, D 72-byte ones
+    weight = torch.randn(36, 64).bfloat16()
     with pytest.raises(P.EpilogueError, match="output 'D' is \\(100, 36\\) bfloat16, 72 bytes"):
         P.gemm(plain_d, a, weight.t())

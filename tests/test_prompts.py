@@ -1,4 +1,5 @@
-"""Prompts: the contract and API in the system message, examples from other tasks only, and feedback a model can act on."""
+"""Prompts: the contract and API in the system message, examples from other tasks only, and feedback a model
+can act on."""
 
 from __future__ import annotations
 
@@ -49,13 +50,16 @@ def test_examples_never_include_the_targets_own_solution(task):
 
 
 def test_a_block_task_that_embeds_the_target_kernel_is_not_an_example():
-    """gemm_rmsnorm_gemm's first GEMM *is* the gemm_residual_rmsnorm kernel: showing it would give the answer."""
+    """gemm_rmsnorm_gemm's first GEMM *is* the gemm_residual_rmsnorm kernel: showing it would give the
+    answer."""
     block = find_task("gemm_rmsnorm_gemm")
-    assert epilogue_signatures(block.human_file.read_text()) & epilogue_signatures(TASK.human_file.read_text())
+    assert epilogue_signatures(block.human_file.read_text()) & epilogue_signatures(
+        TASK.human_file.read_text())
     assert "gemm_rmsnorm_gemm" not in {e.name for e in library_examples(TASK)}
     assert "gemm_residual_rmsnorm" not in {e.name for e in library_examples(block)}
     assert "gemm_rmsnorm" in {e.name for e in library_examples(TASK)}
-    # its second GEMM is gemm_rmsnorm_swiglu's kernel (scaled pre-activation and activation): not shown for it either
+    # its second GEMM is gemm_rmsnorm_swiglu's kernel (scaled pre-activation and activation): not shown for it
+    # either
     assert "gemm_rmsnorm_gemm" not in {e.name for e in library_examples(find_task("gemm_rmsnorm_swiglu"))}
 
 
@@ -89,7 +93,8 @@ def reference(a, b, s):
 
 
 def novel_task_in(folder: Path) -> Task:
-    """A user's operator outside the suite, with no human kernel: a column-vector operand and a row statistic."""
+    """A user's operator outside the suite, with no human kernel: a column-vector operand and a row
+    statistic."""
     folder.mkdir(parents=True)
     (folder / "scaled_peak.yaml").write_text(NOVEL_YAML)
     (folder / "scaled_peak.py").write_text(NOVEL_REFERENCE)
@@ -113,9 +118,12 @@ NEIGHBOUR_MARK = "# the user's own rmsnorm kernel, kept beside their other tasks
 
 
 def neighbour_task_in(folder: Path) -> None:
-    """A second task in the user's folder, with a human kernel of its own (the suite's gemm_rmsnorm, renamed)."""
+    """A second task in the user's folder, with a human kernel of its own (the suite's gemm_rmsnorm,
+    renamed)."""
     suite = find_task("gemm_rmsnorm")
-    text = suite.path.read_text().replace("name: gemm_rmsnorm", "name: my_rmsnorm").replace("human/gemm_rmsnorm.py", "my_rmsnorm_kernel.py")
+    text = suite.path.read_text().replace("name: gemm_rmsnorm",
+                                          "name: my_rmsnorm").replace("human/gemm_rmsnorm.py",
+                                                                      "my_rmsnorm_kernel.py")
     (folder / "my_rmsnorm.yaml").write_text(text)
     shutil.copy(suite.reference_file, folder / suite.reference_file.name)
     (folder / "my_rmsnorm_kernel.py").write_text(NEIGHBOUR_MARK + "\n" + suite.human_file.read_text())
@@ -124,7 +132,8 @@ def neighbour_task_in(folder: Path) -> None:
 def test_a_kernel_beside_a_task_is_an_example_only_where_the_user_names_its_folder(tmp_path):
     task = novel_task_in(tmp_path / "mine")
     neighbour_task_in(tmp_path / "mine")
-    assert "my_rmsnorm" not in {e.name for e in library_examples(task)}  # the task's folder is no library by itself
+    # the task's folder is no library by itself
+    assert "my_rmsnorm" not in {e.name for e in library_examples(task)}
     for names in (None, ["gemm_rmsnorm", "gemm_rope"]):
         assert NEIGHBOUR_MARK not in system_prompt(select_examples(task, names=names))
     with pytest.raises(TaskError, match="no usable example task"):
@@ -141,13 +150,16 @@ def test_the_task_prompt_shows_the_notes_the_author_wrote_on_its_shapes(tmp_path
     task = novel_task_in(tmp_path / "mine")
     noted = task.path.read_text().replace(
         "{name: big, dims: {M: 8192, N: 4096, K: 4096}}",
-        '{name: big, dims: {M: 8192, N: 4096, K: 4096}, note: "the decode batch of our serving stack:\n  keep it exact"}',
+        '{name: big, dims: {M: 8192, N: 4096, K: 4096}, note: "the decode batch of our serving stack:\n'
+        '  keep it exact"}',
     )
     task.path.write_text(noted)
     task = find_task(str(task.path))
     sol = speed_of_light(task, "bench", NOMINAL_H200)
-    text = task_prompt(task, checks="checks", target="a correct candidate", sol=sol, sol_label=NOMINAL_H200.label())
-    assert "- `bench` (GPU checks and timing): big(M=8192,N=4096,K=4096)\n  - big: the decode batch of our serving stack: keep it exact\n" in text
+    text = task_prompt(task, checks="checks", target="a correct candidate", sol=sol,
+                       sol_label=NOMINAL_H200.label())
+    assert ("- `bench` (GPU checks and timing): big(M=8192,N=4096,K=4096)\n"
+            "  - big: the decode batch of our serving stack: keep it exact\n") in text
     suite = task_prompt(find_task("gemm_rmsnorm"), checks="checks", target="t", sol=sol, sol_label="l")
     assert "  - ragged: not a multiple of any tile size\n" in suite
 
@@ -168,7 +180,8 @@ def test_explicit_examples_are_honoured_but_never_the_target():
 def test_system_prompt_has_the_contract_the_static_check_and_the_generated_api():
     system = system_prompt(select_examples(TASK))
     assert api_reference().strip() in system
-    for rule in ("ONE ```python fenced block", "forward(", "read-only", "Not allowed on values: `if`", "maximum"):
+    for rule in ("ONE ```python fenced block", "forward(", "read-only", "Not allowed on values: `if`",
+                 "maximum"):
         assert rule in system
     # the epilogue rules come before the host rules, and the host allowlist is only summarised
     assert system.index("## The epilogue fn") < system.index("## Host code")
@@ -176,36 +189,46 @@ def test_system_prompt_has_the_contract_the_static_check_and_the_generated_api()
     # what models had to guess (issue 40), each answered once
     for answer in ("`SCALE = 0.5` at the top, `acc * SCALE` in the fn", "`C = math.sqrt(2 / math.pi)`",
                    "`@epilogue()` (no arguments) is fine", "an operand `b` is not `B`", "half C's 2N",
-                   "epilogue is light (no (M, N) tile operand besides C", "acc_pair mode: the default; packed mode: 128x128 (2x1, pingpong)",
-                   "Whether to pass one", "each sink its own (none are shared)", "evaluates the fn at the padding columns",
-                   # and what they still guessed after it (the model seat, before-summary): B's orientation, numbers
-                   # on the left, the docstring, host operators and keywords, "D" left out, a negative select index
-                   "`B` must be (K, N) for this GEMM; the task's conventions say", "numbers (int or float) on either side",
-                   "Top level: an optional docstring", "operators and keyword arguments", 'the same kernel as `"D": acc`',
+                   "epilogue is light (no (M, N) tile operand besides C",
+                   "acc_pair mode: the default; packed mode: 128x128 (2x1, pingpong)", "Whether to pass one",
+                   "each sink its own (none are shared)", "evaluates the fn at the padding columns",
+                   # and what they still guessed after it (the model seat, before-summary): B's orientation,
+                   # numbers on the left, the docstring, host operators and keywords, "D" left out, a negative
+                   # select index
+                   "`B` must be (K, N) for this GEMM; the task's conventions say",
+                   "numbers (int or float) on either side", "Top level: an optional docstring",
+                   "operators and keyword arguments", 'the same kernel as `"D": acc`',
                    "(a negative ignore_index",
-                   # and after the second prompt (the third seat): the wave cost, pingpong pairs, optional imports,
-                   # max_abs, c at the padding, one value feeding several entries, C's dtypes and costs, numbers in
-                   # value functions, rounding, free result indexing, sigmoid's overflow, fused host ops
-                   "wave cost = ceil(tiles / 132) x tile_m x tile_n", "256, 208 or 128 respectively", "Imports (each optional)",
-                   "the max of |value|, never negative", "with acc, c and every tensor operand read as 0 (a scalar keeps its value)",
+                   # and after the second prompt (the third seat): the wave cost, pingpong pairs, optional
+                   # imports, max_abs, c at the padding, one value feeding several entries, C's dtypes and
+                   # costs, numbers in value functions, rounding, free result indexing, sigmoid's overflow,
+                   # fused host ops
+                   "wave cost = ceil(tiles / 132) x tile_m x tile_n", "256, 208 or 128 respectively",
+                   "Imports (each optional)", "the max of |value|, never negative",
+                   "with acc, c and every tensor operand read as 0 (a scalar keeps its value)",
                    "one value may feed several", "bf16, fp16 or fp32", "each cost one read of their bytes",
-                   "Value functions take numbers too", "rounded once (to nearest even)", "indexing gemm()'s result dict are free",
-                   "0, not NaN, where exp(-x) overflows", "fused too: `addcmul`",
-                   # and after the third prompt (the fourth seat): packed's lanes and when to use it, vector dtypes,
-                   # names, unused arguments, host ops with numbers, what the emulator fuses, shared expressions
+                   "Value functions take numbers too", "rounded once (to nearest even)",
+                   "indexing gemm()'s result dict are free", "0, not NaN, where exp(-x) overflows",
+                   "fused too: `addcmul`",
+                   # and after the third prompt (the fourth seat): packed's lanes and when to use it, vector
+                   # dtypes, names, unused arguments, host ops with numbers, what the emulator fuses, shared
+                   # expressions
                    "x from column 2j", "ungated one is element mode", "vectors bf16 or fp32",
-                   "a module constant `C` is not gemm's `C`", "one may go unused", "Python arithmetic on numbers (task constants are",
-                   "the emulator fuses nothing", "An expression the fn repeats is computed once",
-                   # and after the sixth (round 7's held-out seats): a reduce's lanes in acc_pair mode, the names taken
+                   "a module constant `C` is not gemm's `C`", "one may go unused",
+                   "Python arithmetic on numbers (task constants are", "the emulator fuses nothing",
+                   "An expression the fn repeats is computed once",
+                   # and after the sixth (round 7's held-out seats): a reduce's lanes in acc_pair mode, the
+                   # names taken
                    "each folded as a column of its own", "no other name is"):
         assert system.count(answer) == 1, answer
 
 
-#: The first prompt's bound (system message + task message of a suite task), in characters. Before issue 40 it was
-#: 31,196 for gemm_swiglu (27,368 of them the system message, most of that the host allowlist) and up to about
-#: 34,379 in the suite (gemm_rmsnorm_bwd); after, 26,341 and at most 29,366 (gemm_rmsnorm_gemm); with the
-#: model seat's remaining answers (static math on numbers, the reference's two runs, the defaults per mode) at most 29,774;
-#: with the third to sixth seats' answers (bench/model_seat/RESULTS.md) at most 31,511 (gemm_rmsnorm_gemm).
+#: The first prompt's bound (system message + task message of a suite task), in characters. Before issue 40 it
+#: was 31,196 for gemm_swiglu (27,368 of them the system message, most of that the host allowlist) and up to
+#: about 34,379 in the suite (gemm_rmsnorm_bwd); after, 26,341 and at most 29,366 (gemm_rmsnorm_gemm); with
+#: the model seat's remaining answers (static math on numbers, the reference's two runs, the defaults per
+#: mode) at most 29,774; with the third to sixth seats' answers (bench/model_seat/RESULTS.md) at most 31,511
+#: (gemm_rmsnorm_gemm).
 FIRST_PROMPT_MAX_CHARS = 32_000
 
 
@@ -222,8 +245,9 @@ def test_the_first_prompt_stays_lean(task):
 
 def test_the_api_reference_states_launches_and_gpu_precision():
     api = api_reference()
-    for fact in ("OnlineLSEReduce 9", "two ColVecReduce sinks make a gemm() 3", "`tanh.approx.f32`", "`ex2.approx.ftz.f32`",
-                 "`sqrt.rn.f32`, IEEE correctly rounded", "`rsqrt.approx.f32`", "`lg2.approx.ftz.f32`", "relu(NaN) is 0"):
+    for fact in ("OnlineLSEReduce 9", "two ColVecReduce sinks make a gemm() 3", "`tanh.approx.f32`",
+                 "`ex2.approx.ftz.f32`", "`sqrt.rn.f32`, IEEE correctly rounded", "`rsqrt.approx.f32`",
+                 "`lg2.approx.ftz.f32`", "relu(NaN) is 0"):
         assert fact in api, fact
     assert "``" not in api and ":func:" not in api  # reST markup rendered as Markdown
 
@@ -262,33 +286,41 @@ def make_attempt(index: int, round_no: int, code: str | None, verdict: Verdict |
     )
 
 
-def verdict(outcome: Outcome, reason: str = "", checks: list[OutputCheck] | None = None, **details) -> Verdict:
+def verdict(outcome: Outcome, reason: str = "", checks: list[OutputCheck] | None = None,
+            **details) -> Verdict:
     stages = [StageResult(stage="static", outcome=Outcome.PASSED)]
     if outcome is not Outcome.STATIC_REJECTED:
         stages.append(StageResult(stage="correctness", outcome=outcome, reason=reason, checks=checks or []))
     if details:
         stages.append(StageResult(stage="profile", outcome=Outcome.PASSED, details=details))
-    return Verdict(task=TASK.name, task_version=1, backend="torch", outcome=outcome, reason=reason, stages=stages)
+    return Verdict(task=TASK.name, task_version=1, backend="torch", outcome=outcome, reason=reason,
+                   stages=stages)
 
 
-CODE = "from coda_agent.primitives import epilogue, gemm\nimport numpy\n\ndef forward(x, w, residual, gamma, eps):\n    return {}\n"
+CODE = ("from coda_agent.primitives import epilogue, gemm\nimport numpy\n\n"
+        "def forward(x, w, residual, gamma, eps):\n    return {}\n")
 
 
 def test_feedback_quotes_static_violations_with_the_offending_line():
-    v = verdict(Outcome.STATIC_REJECTED, "the static check rejected the candidate:\nline 2: import of 'numpy' is not allowed")
+    v = verdict(Outcome.STATIC_REJECTED,
+                "the static check rejected the candidate:\nline 2: import of 'numpy' is not allowed")
     text = feedback_prompt([make_attempt(1, 1, CODE, v)], population=[], goal_is_speed=False)
     assert "Attempt #1 (your reply above): STATIC REJECTED" in text
     assert "- line 2: import of 'numpy' is not allowed  ->  `import numpy`" in text
     assert "Fix every violation" in text
-    # the host allowlist in full comes with a refusal (the names from the static check itself, so it cannot drift)
-    assert all(f"torch.{name}`" in text for name in static.TORCH_FUNCTIONS) and all(f".{m}()" in text for m in static.METHODS)
+    # the host allowlist in full comes with a refusal (the names from the static check itself, so it cannot
+    # drift)
+    assert (all(f"torch.{name}`" in text for name in static.TORCH_FUNCTIONS)
+            and all(f".{m}()" in text for m in static.METHODS))
     ok = verdict(Outcome.WRONG_OUTPUT, "wrong")
-    assert "torch.take_along_dim" not in feedback_prompt([make_attempt(1, 1, CODE, ok)], population=[], goal_is_speed=False)
+    assert ("torch.take_along_dim"
+            not in feedback_prompt([make_attempt(1, 1, CODE, ok)], population=[], goal_is_speed=False))
 
 
 def test_feedback_error_table_says_which_output_where_and_by_how_much():
     checks = [
-        OutputCheck(output="h", shape_point="tiny", seed=0, ok=True, max_abs_err=0.01, allowed=0.05, lowp_err=0.02),
+        OutputCheck(output="h", shape_point="tiny", seed=0, ok=True, max_abs_err=0.01, allowed=0.05,
+                    lowp_err=0.02),
         OutputCheck(output="rstd", shape_point="tiny", seed=0, ok=True, max_abs_err=1e-4, allowed=7e-4),
         OutputCheck(output="rstd", shape_point="ragged", seed=1, ok=False, max_abs_err=0.5, allowed=7e-4,
                     worst_index=[199], worst_value=1.22, expected_value=0.727, reason="rstd wrong"),
@@ -302,15 +334,17 @@ def test_feedback_error_table_says_which_output_where_and_by_how_much():
 
 
 def test_a_stress_set_failure_says_what_the_set_is_not_that_the_formula_differs():
-    reason = ("on the stress inputs at shape tiny (x at large magnitudes or at the edges of their range, where the FP32 "
-              "reference is finite), output 'loss': max error 3e+38 exceeds the allowed 2. The kernel passes the ordinary "
-              "inputs but is numerically unstable at large magnitudes: keep every intermediate in range")
+    reason = ("on the stress inputs at shape tiny (x at large magnitudes or at the edges of their range, "
+              "where the FP32 reference is finite), output 'loss': max error 3e+38 exceeds the allowed 2. "
+              "The kernel passes the ordinary inputs but is numerically unstable at large magnitudes: keep "
+              "every intermediate in range")
     checks = [
         OutputCheck(output="loss", shape_point="tiny", seed=0, ok=True, max_abs_err=1e-6, allowed=1e-5),
-        OutputCheck(output="loss", shape_point="tiny", seed=104729, stress=True, ok=False, max_abs_err=3e38, allowed=2.0,
-                    worst_index=[0], reason=reason),
+        OutputCheck(output="loss", shape_point="tiny", seed=104729, stress=True, ok=False, max_abs_err=3e38,
+                    allowed=2.0, worst_index=[0], reason=reason),
     ]
-    text = feedback_prompt([make_attempt(1, 1, CODE, verdict(Outcome.WRONG_OUTPUT, reason, checks))], population=[], goal_is_speed=False)
+    text = feedback_prompt([make_attempt(1, 1, CODE, verdict(Outcome.WRONG_OUTPUT, reason, checks))],
+                           population=[], goal_is_speed=False)
     assert "| tiny/stress |" in text and f"`loss`: {reason}" in text and "far off" not in text
     ce = find_task("gemm_cross_entropy")
     assert "and a stress input set (inputs at large magnitudes" in describe_checks(ce, Plan())
@@ -318,9 +352,9 @@ def test_a_stress_set_failure_says_what_the_set_is_not_that_the_formula_differs(
 
 
 def test_feedback_trims_long_compile_errors_and_keeps_the_candidates_lines():
-    trace = "building the sm_90a kernels failed at shape tiny:\nline 7: out = gemm(fused, x, w.t())\n" + "\n".join(
-        f"  cute internal frame {i}" for i in range(200)
-    ) + "\nDSLRuntimeError: unsupported op"
+    trace = ("building the sm_90a kernels failed at shape tiny:\nline 7: out = gemm(fused, x, w.t())\n"
+             + "\n".join(f"  cute internal frame {i}" for i in range(200))
+             + "\nDSLRuntimeError: unsupported op")
     v = Verdict(task=TASK.name, task_version=1, backend="torch", outcome=Outcome.COMPILE_ERROR, reason=trace)
     text = feedback_prompt([make_attempt(1, 1, CODE, v)], population=[], goal_is_speed=False)
     assert "line 7: out = gemm(fused, x, w.t())" in text
@@ -331,8 +365,11 @@ def test_feedback_trims_long_compile_errors_and_keeps_the_candidates_lines():
 
 def test_feedback_shows_history_no_code_replies_and_the_best_so_far():
     good = make_attempt(1, 1, "def forward():\n    return {}\n", verdict(Outcome.PASSED))
-    bad = make_attempt(2, 2, CODE, verdict(Outcome.STATIC_REJECTED, "the static check rejected the candidate:\nline 2: no numpy"))
-    none = make_attempt(3, 2, None, None, slot=1, extraction_error="the reply held no ```python block", raw="Let me think.")
+    bad = make_attempt(2, 2, CODE,
+                       verdict(Outcome.STATIC_REJECTED,
+                               "the static check rejected the candidate:\nline 2: no numpy"))
+    none = make_attempt(3, 2, None, None, slot=1, extraction_error="the reply held no ```python block",
+                        raw="Let me think.")
     failed = make_attempt(4, 2, None, None, slot=2, raw=None, provider_error="rate_limit: slow down")
     text = feedback_prompt([good, bad, none, failed], population=[good], goal_is_speed=True)
     assert "3 attempts so far, 1 correct. Best so far: attempt #1 (correct on the emulator)" in text
@@ -354,7 +391,8 @@ def test_feedback_timing_table_against_human_baselines_and_sol():
     timing = timing_from_verdict(v, human={"llama3-8b-down": 1045.0}, sol={"llama3-8b-down": sol})
     assert timing["shapes"]["llama3-8b-down"] == {
         "median_us": 1100.0, "human_us": 1045.0, "sol_us": 972.8, "bound": "compute",
-        "baselines": {"eager": 1500.0, "cublas": 1050.0}, "speedups": {"eager": 1500 / 1100, "cublas": 1050 / 1100},
+        "baselines": {"eager": 1500.0, "cublas": 1050.0},
+        "speedups": {"eager": 1500 / 1100, "cublas": 1050 / 1100},
     }
     assert timing["speedup_vs_human"] == pytest.approx(1045 / 1100)
     assert timing["speedup_vs_cublas"] == pytest.approx(1050 / 1100)
@@ -362,7 +400,8 @@ def test_feedback_timing_table_against_human_baselines_and_sol():
     assert timing["sol_fraction"] == pytest.approx(972.8 / 1100)
     a = make_attempt(1, 1, "def forward():\n    return {}\n", v, timing=timing)
     text = feedback_prompt([a], population=[a], goal_is_speed=True, goals={"speedup_vs_human": 0.97})
-    assert "| shape | yours µs | human µs | vs human | vs cuBLAS alone | vs eager | SoL µs | % of SoL | bound |" in text
+    assert ("| shape | yours µs | human µs | vs human | vs cuBLAS alone | vs eager | SoL µs | % of SoL | "
+            "bound |") in text
     assert "| llama3-8b-down | 1100.0 | 1045.0 | 0.95x | 0.95x | 1.36x | 972.8 | 88% | compute |" in text
     assert "0.95x the human kernel, 0.95x cuBLAS alone, 88% of SoL" in text
     assert "| 1 | 1 | 1100.0 | 0.95x | 0.95x | 88% |" in text  # the population table
@@ -372,16 +411,19 @@ def test_feedback_timing_table_against_human_baselines_and_sol():
 
 
 def test_speedups_against_the_baselines_timed_with_a_candidate_pair_their_rounds():
-    """A clock burst that fell on the candidate's batch in one round and on cuBLAS's in none: the medians say 0.91x,
-    the rounds, paired as the bench pairs them, 1.0x; the record, the target and the feedback all read the pair."""
+    """A clock burst that fell on the candidate's batch in one round and on cuBLAS's in none: the medians say
+    0.91x, the rounds, paired as the bench pairs them, 1.0x; the record, the target and the feedback all read
+    the pair."""
     details = {"shapes": {"llama3-8b-lmhead": {
         "dims": {"M": 8192, "N": 128256, "K": 4096},
         "candidate": {"median_us": 6000.0, "rounds_us": [5500.0, 6000.0, 6000.0]},
         "cublas": {"median_us": 5500.0, "rounds_us": [5500.0, 6000.0, 5500.0]},
     }}}
     timing = timing_from_verdict(verdict(Outcome.PASSED, **details))
-    assert timing["shapes"]["llama3-8b-lmhead"]["speedups"] == {"cublas": 1.0} and timing["speedup_vs_cublas"] == 1.0
-    a = make_attempt(1, 1, "def forward():\n    return {}\n", verdict(Outcome.PASSED, **details), timing=timing)
+    assert (timing["shapes"]["llama3-8b-lmhead"]["speedups"] == {"cublas": 1.0}
+            and timing["speedup_vs_cublas"] == 1.0)
+    a = make_attempt(1, 1, "def forward():\n    return {}\n", verdict(Outcome.PASSED, **details),
+                     timing=timing)
     text = feedback_prompt([a], population=[a], goal_is_speed=True, goals={"speedup_vs_cublas": 0.97})
     assert "| llama3-8b-lmhead | 6000.0 | - | - | 1.00x |" in text
 
@@ -393,20 +435,26 @@ def test_feedback_says_when_a_shape_waited_on_forwards_host_work():
     }}}
     sol = SolPoint(shape="llama3-1b-qkv", dims="", flops=0.0, bytes=0.0, compute_us=120.0, memory_us=40.0)
     timing = timing_from_verdict(verdict(Outcome.PASSED, **details), sol={"llama3-1b-qkv": sol})
-    assert timing["shapes"]["llama3-1b-qkv"]["bound"] == "host" and timing["shapes"]["llama3-1b-qkv"]["host_us"] == 470.0
-    a = make_attempt(1, 1, "def forward():\n    return {}\n", verdict(Outcome.PASSED, **details), timing=timing)
+    assert (timing["shapes"]["llama3-1b-qkv"]["bound"] == "host"
+            and timing["shapes"]["llama3-1b-qkv"]["host_us"] == 470.0)
+    a = make_attempt(1, 1, "def forward():\n    return {}\n", verdict(Outcome.PASSED, **details),
+                     timing=timing)
     text = feedback_prompt([a], population=[a], goal_is_speed=True, goals={"speedup_vs_cublas": 0.97})
     assert "| llama3-1b-qkv | 480.0 |" in text and "| host |" in text
-    assert "Farthest behind: `llama3-1b-qkv` at 0.28x, host-bound: the GPU waited for forward()'s own host work" in text
+    assert ("Farthest behind: `llama3-1b-qkv` at 0.28x, host-bound: the GPU waited for forward()'s own host "
+            "work") in text
 
 
 def test_messages_alternate_and_continue_from_the_best_reply_of_the_last_round():
-    wrong = make_attempt(1, 1, CODE, verdict(Outcome.RUNTIME_ERROR, "forward() raised:\nline 4: KeyError: 'h'"), slot=0)
+    wrong = make_attempt(1, 1, CODE,
+                         verdict(Outcome.RUNTIME_ERROR, "forward() raised:\nline 4: KeyError: 'h'"), slot=0)
     static_bad = make_attempt(2, 1, CODE, verdict(Outcome.STATIC_REJECTED, "x:\nline 2: no numpy"), slot=1)
-    assert [m.role for m in build_messages("S", "T", [], population=[], goal_is_speed=False)] == ["system", "user"]
+    assert ([m.role for m in build_messages("S", "T", [], population=[], goal_is_speed=False)]
+            == ["system", "user"])
     msgs = build_messages("S", "T", [wrong, static_bad], population=[], goal_is_speed=False)
     assert [m.role for m in msgs] == ["system", "user", "assistant", "user"]
-    assert msgs[2].content == wrong.raw_response  # runtime error ranks closer to success than a static rejection
+    # runtime error ranks closer to success than a static rejection
+    assert msgs[2].content == wrong.raw_response
     assert "Attempt #1 (your reply above): RUNTIME ERROR" in msgs[3].content
     assert "Attempt #2: STATIC REJECTED" in msgs[3].content and "Its code:" in msgs[3].content
     assert build_messages("S", "T", [wrong, static_bad], population=[], goal_is_speed=False) == msgs  # pure
@@ -432,7 +480,8 @@ def test_the_lead_is_the_best_correct_reply_by_the_ranking_rule_then_the_closest
     crashed = make_attempt(6, 2, CODE, verdict(Outcome.CRASH, "segfault"), slot=2)
     assert lead_attempt([uneven, far, near, crashed]) is near  # the latest round only; the smaller error wins
     # a record of a failed request is never the lead, whatever else it holds
-    failed = make_attempt(7, 3, CODE, verdict(Outcome.PASSED), raw="```python\nx\n```", provider_error="server: 500")
+    failed = make_attempt(7, 3, CODE, verdict(Outcome.PASSED), raw="```python\nx\n```",
+                          provider_error="server: 500")
     assert lead_attempt([near, failed]) is near
 
 
@@ -442,4 +491,5 @@ def test_the_task_prompt_names_the_special_values_planted_in_the_test_data():
     ce = find_task("gemm_cross_entropy")
     text = task_prompt(ce, checks="", target="", sol=[], sol_label="")
     spec = next(i for i in ce.inputs if i.init.replace is not None)
-    assert f"of it set to {spec.init.replace.value}" in text and f"{spec.init.replace.fraction * 100:g}%" in text
+    assert (f"of it set to {spec.init.replace.value}" in text
+            and f"{spec.init.replace.fraction * 100:g}%" in text)

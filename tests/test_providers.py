@@ -264,7 +264,8 @@ def test_slow_server_times_out(fake_llm: FakeLLMServer) -> None:
 
 
 def test_connection_refused_is_retried_then_reported(fake_llm: FakeLLMServer) -> None:
-    """Never reached: unreachable (fatal, the run stops); reached once before: a passing failure (retryable)."""
+    """Never reached: unreachable (fatal, the run stops); reached once before: a passing failure
+    (retryable)."""
     url = fake_llm.url
     fake_llm.reply(OPENAI_PATH, openai_chat("hello"))
     reached = get_provider("openai/gpt-4.1", base_url=f"{url}/v1", retry_base_delay=0, max_retries=1)
@@ -388,12 +389,15 @@ def test_get_provider_ignores_options_set_to_none() -> None:
 
 
 def test_the_registry_says_what_each_spec_is_without_building_it() -> None:
-    assert [e.name for e in registered()] == ["anthropic", "openai", "openai-compatible", "mock", "replay", "manual"]
+    assert ([e.name for e in registered()]
+            == ["anthropic", "openai", "openai-compatible", "mock", "replay", "manual"])
     assert {e.name for e in registered() if e.real_model} == {"anthropic", "openai", "openai-compatible"}
     assert [e.name for e in registered() if e.replays_a_run] == ["replay"]
-    assert lookup("manual").name == "manual" and lookup("replay/no-such-run").replays_a_run  # nothing is built
+    # nothing is built
+    assert lookup("manual").name == "manual" and lookup("replay/no-such-run").replays_a_run
     assert all(e.usage.startswith(e.name) and e.help and e.needs for e in registered())
-    assert "ANTHROPIC_API_KEY" in lookup("anthropic/x").needs and "--base-url" in lookup("openai-compatible/x").needs
+    assert ("ANTHROPIC_API_KEY" in lookup("anthropic/x").needs
+            and "--base-url" in lookup("openai-compatible/x").needs)
 
 
 def test_naming_or_listing_providers_imports_no_sdk() -> None:
@@ -419,14 +423,19 @@ def test_the_providers_command_lists_the_registry(capsys: pytest.CaptureFixture[
     assert code == 2 and "unknown --format 'xml'" in err
 
 
-def test_a_registered_provider_is_built_by_its_factory_with_checked_options(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # registrations made here vanish after
+def test_a_registered_provider_is_built_by_its_factory_with_checked_options(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # registrations made here vanish after
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     built: list[registry.Request] = []
 
-    @registry.provider("canned", usage="canned/<text>", help="replies with its text", options=frozenset({"times"}))
+    @registry.provider("canned", usage="canned/<text>", help="replies with its text",
+                       options=frozenset({"times"}))
     def _canned(request: registry.Request) -> MockProvider:
         built.append(request)
-        return MockProvider([request.target] * request.options.get("times", 1), name=f"canned/{request.target}")
+        return MockProvider([request.target] * request.options.get("times", 1),
+                            name=f"canned/{request.target}")
 
     assert complete(get_provider("canned/hello", times=2, runs_dir=Path("elsewhere"))).text == "hello"
     assert built == [registry.Request("hello", {"times": 2}, Path("elsewhere"))]
@@ -496,7 +505,8 @@ def test_unknown_models_have_no_price(spec: str) -> None:
 def test_price_file_overrides_and_extends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     prices = tmp_path / "prices.yaml"
     prices.write_text(
-        "anthropic/claude-sonnet-4-5: {input: 1.0, output: 2.0}\nopenai-compatible/qwen: {input: 0.5, output: 0.5}\n"
+        "anthropic/claude-sonnet-4-5: {input: 1.0, output: 2.0}\n"
+        "openai-compatible/qwen: {input: 0.5, output: 0.5}\n"
     )
     monkeypatch.setenv("CODA_AGENT_PRICES", str(prices))
     assert cost_usd("anthropic/claude-sonnet-4-5", 1_000_000, 1_000_000) == pytest.approx(3.0)
@@ -687,9 +697,12 @@ def test_replay_serves_replies_in_call_order_with_errors(tmp_path: Path) -> None
     assert exhausted.kind is ErrorKind.CONFIG and "all 4 recorded replies" in str(exhausted)
 
 
-def test_replay_finds_a_run_by_id_says_what_it_replays_and_skips_what_a_resume_consumed(tmp_path: Path) -> None:
+def test_replay_finds_a_run_by_id_says_what_it_replays_and_skips_what_a_resume_consumed(
+    tmp_path: Path,
+) -> None:
     runs = tmp_path / "runs"
-    _write_run(runs / "20260101-000000_t_r1", [_attempt(i, i, 0, raw_response=f"reply {i}") for i in (1, 2, 3)])
+    _write_run(runs / "20260101-000000_t_r1",
+               [_attempt(i, i, 0, raw_response=f"reply {i}") for i in (1, 2, 3)])
     provider = get_provider("replay/r1", runs_dir=runs)  # a unique suffix, as `show` takes it
     assert provider.name == f"replay/{runs / '20260101-000000_t_r1'}"
     assert provider.replays == RecordedRun(
@@ -776,7 +789,8 @@ def test_manual_numbering_skips_stale_files(tmp_path: Path) -> None:
 def test_a_resumed_manual_run_takes_the_answer_saved_for_the_prompt_it_was_waiting_on(tmp_path: Path) -> None:
     from coda_agent.providers.manual import render_prompt
 
-    (tmp_path / "prompt-2.md").write_text(render_prompt(CHAT))  # the run stopped here, then the reply was saved
+    # the run stopped here, then the reply was saved
+    (tmp_path / "prompt-2.md").write_text(render_prompt(CHAT))
     (tmp_path / "answer-2.md").write_text("saved while the run was down")
     provider = ManualProvider(tmp_path, poll_interval=0.01, notify=lambda _: None)
     assert complete(provider).text == "saved while the run was down"

@@ -1,4 +1,5 @@
-"""Each patch of QuACK's internals does its job inside its block and leaves everything as it found it (no GPU).
+"""Each patch of QuACK's internals does its job inside its block and leaves everything as it found it (no
+GPU).
 
 QuACK is imported inside the tests, not at collection: it reads QUACK_CACHE_DIR once, when imported, and the
 session's cache folder is set only once the tests start (conftest).
@@ -40,7 +41,8 @@ def test_compile_target_sets_the_arch_everywhere_quack_reads_it_then_restores(no
     before = dsl_env().arch
     with quack_patches.compile_target():
         assert (os.environ["QUACK_ARCH"], os.environ["CUTE_DSL_ARCH"]) == ("90", "sm_90a")
-        assert dsl_env().arch == "sm_90a"  # cutlass-dsl read CUTE_DSL_ARCH when imported: set on the DSL itself
+        # cutlass-dsl read CUTE_DSL_ARCH when imported: set on the DSL itself
+        assert dsl_env().arch == "sm_90a"
         assert cute_dsl_utils.get_device_capacity() == (9, 0)
         assert cute_dsl_utils.get_compile_target_capacity() == (9, 0)
     assert not any(name in os.environ for name in quack_patches.ARCH_VARIABLES)
@@ -93,8 +95,10 @@ def test_the_compile_only_backend_builds_for_sm90_and_leaves_no_arch_behind(no_a
     assert not any(name in os.environ for name in quack_patches.ARCH_VARIABLES)
 
 
-def test_a_narrow_call_without_a_config_builds_the_narrow_default_tile_for_sm90(no_arch, tmp_path, monkeypatch):
-    """The CPU compile builds what the H200 runs: at M 8192 x N 2048 the default is 128x128 (configs.default_config)."""
+def test_a_narrow_call_without_a_config_builds_the_narrow_default_tile_for_sm90(no_arch, tmp_path,
+                                                                                monkeypatch):
+    """The CPU compile builds what the H200 runs: at M 8192 x N 2048 the default is 128x128
+    (configs.default_config)."""
     import quack.cache
 
     from coda_agent.primitives import _quack
@@ -104,7 +108,8 @@ def test_a_narrow_call_without_a_config_builds_the_narrow_default_tile_for_sm90(
     asked = []
     real = _quack._gemm_config
     monkeypatch.setattr(_quack, "_gemm_config", lambda c: asked.append(c) or real(c))
-    a, w, r = torch.zeros(8192, 64).bfloat16(), torch.zeros(2048, 64).bfloat16(), torch.zeros(8192, 2048).bfloat16()
+    a, w, r = (torch.zeros(8192, 64).bfloat16(), torch.zeros(2048, 64).bfloat16(),
+               torch.zeros(8192, 2048).bfloat16())
 
     @P.epilogue()
     def add_c(acc, c):
@@ -115,7 +120,8 @@ def test_a_narrow_call_without_a_config_builds_the_narrow_default_tile_for_sm90(
     assert asked == [NARROW_TILE] and out["D"].shape == (8192, 2048) and any(tmp_path.rglob("*.o"))
 
 
-def test_split_k_plans_carries_split_k_into_the_plans_built_inside_then_restores(no_arch, tmp_path, monkeypatch):
+def test_split_k_plans_carries_split_k_into_the_plans_built_inside_then_restores(no_arch, tmp_path,
+                                                                                 monkeypatch):
     """QuACK's EpiMod.plan builds unsplit whatever its config says; inside the patch the sm_90a plan is serial
     split-K, and afterwards EpiMod.gemm is QuACK's own again."""
     import quack.cache
@@ -131,7 +137,8 @@ def test_split_k_plans_carries_split_k_into_the_plans_built_inside_then_restores
         return built[-1]
 
     monkeypatch.setattr(EpiMod, "gemm", spy)
-    a, w, r = torch.zeros(512, 4096).bfloat16(), torch.zeros(256, 4096).bfloat16(), torch.zeros(512, 256).bfloat16()
+    a, w, r = (torch.zeros(512, 4096).bfloat16(), torch.zeros(256, 4096).bfloat16(),
+               torch.zeros(512, 256).bfloat16())
 
     @P.epilogue()
     def add_c(acc, c):

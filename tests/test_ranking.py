@@ -1,4 +1,5 @@
-"""The one rule for "best": correct, timed, lower geomean time over the shapes, earlier; and the population."""
+"""The one rule for "best": correct, timed, lower geomean time over the shapes, earlier; and the
+population."""
 
 from __future__ import annotations
 
@@ -21,12 +22,16 @@ from coda_agent.verifier.verdict import Outcome, Verdict
 NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
 
 
-def attempt(index: int, times: dict[str, float] | None, *, passed: bool = True, code: str | None = None) -> Attempt:
-    verdict = Verdict(task="t", task_version=1, backend="quack", outcome=Outcome.PASSED if passed else Outcome.WRONG_OUTPUT)
+def attempt(index: int, times: dict[str, float] | None, *, passed: bool = True,
+            code: str | None = None) -> Attempt:
+    verdict = Verdict(task="t", task_version=1, backend="quack",
+                      outcome=Outcome.PASSED if passed else Outcome.WRONG_OUTPUT)
     timing = {"shapes": {s: {"median_us": us} for s, us in times.items()}} if times else {}
     return Attempt(
-        index=index, round=index, slot=0, started=NOW, finished=NOW, messages=[ChatMessage(role="user", content="t")],
-        code=code if code is not None else f"def forward():\n    return {{'v': {index}}}\n", verdict=verdict, timing=timing,
+        index=index, round=index, slot=0, started=NOW, finished=NOW,
+        messages=[ChatMessage(role="user", content="t")],
+        code=code if code is not None else f"def forward():\n    return {{'v': {index}}}\n", verdict=verdict,
+        timing=timing,
     )
 
 
@@ -56,7 +61,8 @@ def test_correct_beats_wrong_timed_beats_untimed_ties_go_to_the_earlier():
 def test_population_is_the_best_distinct_correct_candidates_best_first():
     base = "def forward(x):\n    return {'y': x}\n"
     a = attempt(1, {"a": 300.0}, code=base)
-    same = attempt(2, {"a": 290.0}, code="# the same module, re-laid out\ndef forward(x):\n    return {'y':   x}\n")
+    same = attempt(2, {"a": 290.0},
+                   code="# the same module, re-laid out\ndef forward(x):\n    return {'y':   x}\n")
     b, c, d = attempt(3, {"a": 100.0}), attempt(4, {"a": 200.0}), attempt(5, {"a": 250.0})
     wrong = attempt(6, {"a": 1.0}, passed=False)
     assert code_fingerprint(a.code) == code_fingerprint(same.code)

@@ -1,9 +1,9 @@
-"""No reply ends a run (issue 37): whatever a model answers or a candidate prints becomes a recorded attempt with a
-clear verdict, the loop goes on, and nothing a model or a candidate wrote reaches a terminal, a page or the next
-prompt as a control sequence or as rich markup.
+"""No reply ends a run (issue 37): whatever a model answers or a candidate prints becomes a recorded attempt
+with a clear verdict, the loop goes on, and nothing a model or a candidate wrote reaches a terminal, a page or
+the next prompt as a control sequence or as rich markup.
 
-Most replies here are refused by the static check or by extraction (no runner process), so the tests stay fast; one
-test runs a real candidate through ``verify`` to see its exception message on stdout.
+Most replies here are refused by the static check or by extraction (no runner process), so the tests stay
+fast; one test runs a real candidate through ``verify`` to see its exception message on stdout.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ TASK = find_task("gemm_residual_rmsnorm")
 CORRECT = yaml.safe_load(EXAMPLE_SCRIPT.read_text())["responses"][-1]["text"]
 FORWARD = "def forward(x, w, residual, gamma, eps):\n    return {}\n"
 REFUSED = "```python\nimport os\n\n\ndef forward(x, w, residual, gamma, eps):\n    return {}\n```"
-#: What a hostile message tries on a terminal: clear the screen, home the cursor, a fake verdict in rich markup, the
-#: clipboard through OSC 52 (ended by ESC \), a C1 CSI, a bell, a right-to-left override.
+#: What a hostile message tries on a terminal: clear the screen, home the cursor, a fake verdict in rich
+#: markup, the clipboard through OSC 52 (ended by ESC \), a C1 CSI, a bell, a right-to-left override.
 BAIT = "\x1b[2J\x1b[H[bold green]PASSED[/] \x1b]52;c;cm0gLXJmIH4=\x1b\\ \x9b31m \x07 \u202eevil"
 RAW_CONTROLS = ("\x1b", "\x9b", "\x07", "\u202e", "\x00")
 
@@ -75,7 +75,8 @@ def config(**kw) -> AgentConfig:
 def test_shown_writes_out_every_control_and_storable_replaces_lone_surrogates():
     text = shown(BAIT + "\x00\r\n\t tab \u2066x\u2069 \ud800 µs")
     assert inert(text)
-    assert "\\x1b[2J" in text and "\\x1b]52;c;" in text and "\\x9b" in text and "\\u202e" in text and "\\x00" in text
+    assert ("\\x1b[2J" in text and "\\x1b]52;c;" in text and "\\x9b" in text and "\\u202e" in text
+            and "\\x00" in text)
     assert "\n\t tab" in text and "µs" in text and "\ufffd" in text and "[bold green]PASSED[/]" in text
     assert storable("a\ud800b\udfff") == "a\ufffdb\ufffd" and storable("plain\x1b") == "plain\x1b"
 
@@ -90,7 +91,8 @@ def test_deeply_nested_constant_is_a_clean_static_rejection(terms, says):
     assert "expression nested too deeply" in violation.message and says in violation.message
     verdict = verify(TASK, source)
     assert verdict.outcome is Outcome.STATIC_REJECTED and [s.stage for s in verdict.stages] == ["static"]
-    assert "the static check rejected the candidate" in verdict.reason and "nested too deeply" in verdict.reason
+    assert ("the static check rejected the candidate" in verdict.reason
+            and "nested too deeply" in verdict.reason)
     # every other walker of candidate text takes it too
     assert without_schedule(source) == source and code_fingerprint(source) and pinned_schedule(source) == {}
     assert extract_code(fenced(source)).code == source
@@ -115,7 +117,8 @@ def poison_replies() -> list[str]:
         fenced(deep_module(5_000)),  # 2: Python's parser raised RecursionError inside extraction
         "x" * 20_000_000,  # 3: a 20 MB reply
         fenced("from coda_agent.primitives import gemm\x00\n" + FORWARD),  # 4: a NUL byte in the code
-        fenced("import os\n\n\n" + FORWARD, prose="Lone surrogate \ud800 in the prose."),  # 5: unwritable record
+        # 5: unwritable record
+        fenced("import os\n\n\n" + FORWARD, prose="Lone surrogate \ud800 in the prose."),
         junk,  # 6: binary garbage
         BAIT + "\x00 and no code at all",  # 7: control characters and escapes
     ]
@@ -123,7 +126,8 @@ def poison_replies() -> list[str]:
 
 def test_poison_replies_are_recorded_attempts_and_the_loop_goes_on(tmp_path):
     provider = MockProvider([*poison_replies(), REFUSED], name="mock/poison")
-    agent = Agent.create(TASK, provider, config(rounds=8), tmp_path)  # the real verifier: each is refused statically
+    # the real verifier: each is refused statically
+    agent = Agent.create(TASK, provider, config(rounds=8), tmp_path)
     summary = run(agent)
     assert summary.status == "completed" and summary.attempts == 8
     attempts = RunReader(agent.run_dir).attempts()  # the strict reader: every record parses
@@ -134,7 +138,8 @@ def test_poison_replies_are_recorded_attempts_and_the_loop_goes_on(tmp_path):
     assert "20,000,000 characters long" in (attempts[2].extraction_error or "")
     assert len(attempts[2].raw_response or "") < MAX_REPLY_CHARS + 200  # kept: a head and a note, not 20 MB
     assert "null bytes" in attempts[3].reason
-    assert "\ufffd" in (attempts[4].raw_response or "") and "Lone surrogate" in (attempts[4].raw_response or "")
+    assert ("\ufffd" in (attempts[4].raw_response or "")
+            and "Lone surrogate" in (attempts[4].raw_response or ""))
     assert storable(attempts[5].raw_response or "") == attempts[5].raw_response
     # the model's next prompts: its own runaway reply cut, the feedback free of control sequences
     for call in provider.calls[1:]:
@@ -157,7 +162,9 @@ def test_non_utf8_and_garbage_from_an_openai_compatible_server_are_recorded_prov
     attempts = RunReader(agent.run_dir).attempts()
     assert summary.status == "completed" and [a.outcome.value for a in attempts] == [
         "provider_error", "provider_error", "static_rejected"]
-    assert all("the server's reply could not be read (UnicodeDecodeError" in (a.provider_error or "") for a in attempts[:2])
+    assert all(
+        "the server's reply could not be read (UnicodeDecodeError" in (a.provider_error or "")
+        for a in attempts[:2])
     assert "\ufffd" in (attempts[2].raw_response or "")
 
 
@@ -186,12 +193,14 @@ def test_a_candidates_escapes_reach_neither_the_feedback_nor_show_nor_the_leader
     assert inert(feedback) and "\\x1b]52;c;cm0gLXJmIH4=" in feedback and "[bold green]PASSED[/]" in feedback
     runs = str(run_dir.parent)
     for args in (("show", run_dir.name), ("show", run_dir.name, "--attempt", "1"), ("leaderboard",),
-                 ("leaderboard", "--format", "md"), ("leaderboard", "--format", "csv"), ("diff", run_dir.name, "latest")):
+                 ("leaderboard", "--format", "md"), ("leaderboard", "--format", "csv"),
+                 ("diff", run_dir.name, "latest")):
         code, out, err = cli(capsys, *args, "--runs-dir", runs)
         assert code == 0, (args, err)
         assert inert(out) and inert(err), args
     code, out, _ = cli(capsys, "show", run_dir.name, "--attempt", "1", "--runs-dir", runs)
-    assert "[bold green]PASSED[/]" in out and "\\x1b[2J" in out  # the markup printed as text, the escapes written out
+    # the markup printed as text, the escapes written out
+    assert "[bold green]PASSED[/]" in out and "\\x1b[2J" in out
 
 
 def test_the_viewer_writes_out_what_the_html_escaping_leaves(baited_run):
@@ -225,8 +234,10 @@ def test_verify_prints_a_candidates_escapes_as_text(tmp_path, capsys):
     assert code == 1 and "RUNTIME_ERROR" in out, out + err
     assert "\x1b" not in out and "\x9b" not in out and inert(out) and inert(err)
     assert "\\x1b]52;c;cm0gLXJmIH4=" in out and "[bold green]PASSED[/]" in out
-    verdict = json.loads((tmp_path / "verdict.json").read_text())  # writable: the surrogate (in every field) replaced
-    assert "\x1b[2J" in verdict["reason"] and "lone surrogate: \ufffd" in verdict["reason"]  # the record keeps the words
+    # writable: the surrogate (in every field) replaced
+    verdict = json.loads((tmp_path / "verdict.json").read_text())
+    # the record keeps the words
+    assert "\x1b[2J" in verdict["reason"] and "lone surrogate: \ufffd" in verdict["reason"]
     assert "lone surrogate: \ufffd" in verdict["stages"][1]["details"]["shapes"]["tiny"]["reason"]
 
 
@@ -235,7 +246,8 @@ def test_verify_prints_a_candidates_escapes_as_text(tmp_path, capsys):
 
 def test_a_sweep_finishes_its_other_runs_whatever_one_run_does(tmp_path, capsys, monkeypatch):
     poison = tmp_path / "poison.json"
-    poison.write_text(json.dumps({"responses": [fenced(deep_module(5_000)), "\ud800" + BAIT, "BOOM"], "repeat_last": True}))
+    poison.write_text(
+        json.dumps({"responses": [fenced(deep_module(5_000)), "\ud800" + BAIT, "BOOM"], "repeat_last": True}))
     import coda_agent.agent.loop as loop
 
     kept = loop.kept_reply
@@ -247,13 +259,17 @@ def test_a_sweep_finishes_its_other_runs_whatever_one_run_does(tmp_path, capsys,
 
     monkeypatch.setattr(loop, "kept_reply", failing)
     runs = tmp_path / "runs"
-    code, out, err = cli(capsys, "run", "gemm_residual_rmsnorm", "gemm_rmsnorm", "--model", "mock/echo", "--model",
-                         f"mock/{poison}", "--rounds", "3", "--no-compile", "--jobs", "2", "--runs-dir", str(runs))
-    assert code == 1, out + err  # a run failed (as run alone exits): the sweep says so, after finishing the others
+    code, out, err = cli(capsys, "run", "gemm_residual_rmsnorm", "gemm_rmsnorm", "--model", "mock/echo",
+                         "--model", f"mock/{poison}", "--rounds", "3", "--no-compile", "--jobs", "2",
+                         "--runs-dir", str(runs))
+    # a run failed (as run alone exits): the sweep says so, after finishing the others
+    assert code == 1, out + err
     assert "2 failed" in out.splitlines()[-1], out
     (record,) = runs.glob("*.sweep.json")
     members = json.loads(record.read_text())["members"]
-    summaries = {(Path(m["task"]).stem, m["model"].split("/")[-1]): RunReader(runs / m["run"]).summary() for m in members}
+    summaries = {
+        (Path(m["task"]).stem, m["model"].split("/")[-1]): RunReader(runs / m["run"]).summary()
+        for m in members}
     for (task, model), s in summaries.items():
         if model == "echo":
             assert s.status == "completed" and s.attempts == 3, (task, s)
@@ -262,13 +278,16 @@ def test_a_sweep_finishes_its_other_runs_whatever_one_run_does(tmp_path, capsys,
             assert s.stop_reason == "the run failed: RuntimeError: an unforeseen failure"
     failures = [ln for ln in err.splitlines() if "the run failed" in ln]
     assert len(failures) == 2 and all("RuntimeError: an unforeseen failure" in ln for ln in failures)
-    assert all(f"{task} · mock/" in ln for ln, task in zip(sorted(failures), ("gemm_residual_rmsnorm", "gemm_rmsnorm"), strict=True)), failures
+    assert all(f"{task} · mock/" in ln
+               for ln, task in zip(sorted(failures), ("gemm_residual_rmsnorm", "gemm_rmsnorm"),
+                                   strict=True)), failures
     assert "with a second line" not in err and inert(out) and inert(err)
 
 
 def test_a_manual_answer_that_is_not_utf8_is_a_reply(tmp_path):
     messages = [ChatMessage(role="user", content="hi")]
-    (tmp_path / "prompt-1.md").write_text(render_prompt(messages))  # asked before, answered with bytes, not text
+    # asked before, answered with bytes, not text
+    (tmp_path / "prompt-1.md").write_text(render_prompt(messages))
     (tmp_path / "answer-1.md").write_bytes(b"\xff\xfe junk \x00\x1b[2J")
     provider = ManualProvider(tmp_path, timeout=5, poll_interval=0.01, notify=lambda line: None)
     completion = asyncio.run(provider.complete(messages, max_tokens=10, temperature=0))

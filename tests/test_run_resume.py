@@ -1,5 +1,5 @@
-"""``coda-agent run --resume`` of a run that has ended: its result again and its own exit status, no model asked
-(the runs here are a real model's, with no key and no sandbox: asking would fail)."""
+"""``coda-agent run --resume`` of a run that has ended: its result again and its own exit status, no model
+asked (the runs here are a real model's, with no key and no sandbox: asking would fail)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ def test_a_run_that_reached_its_target_is_not_resumed(tmp_path, capsys):
     code, out, err = cli(capsys, "run", "--resume", run.name, "--runs-dir", str(tmp_path))
     assert code == 0, out + err
     lines = out.splitlines()
-    assert lines[0] == f"run {run.name.rsplit('_', 1)[1]} already finished (target reached, 1 correct): nothing to resume"
+    assert (lines[0]
+            == f"run {run.name.rsplit('_', 1)[1]} already finished (target reached, 1 correct): nothing to "
+               "resume")
     assert lines[1].startswith("PASSED gemm_rmsnorm v1: attempt #2 is correct") and "resuming" not in out
     assert "to go on" not in out  # a larger budget changes nothing: the target is met
 
@@ -26,11 +28,13 @@ def test_a_run_that_spent_its_budget_exits_as_it_did_and_says_how_to_go_on(tmp_p
     assert "already finished (budget exhausted, no correct kernel)" in out and "FAILED gemm_rmsnorm v1" in out
     assert f"  to go on: coda-agent run --resume {run} --rounds N (or a larger budget)" in out.splitlines()
     code, out, err = cli(capsys, "run", "--resume", run.name, "--rounds", "5", "--runs-dir", str(tmp_path))
-    assert code == 2 and "already finished" not in out, out + err  # a budget raised: it goes on (here: no API key)
+    # a budget raised: it goes on (here: no API key)
+    assert code == 2 and "already finished" not in out, out + err
 
 
 def test_a_run_recorded_before_example_places_resumes_with_its_task_folder_as_one(tmp_path):
-    """Runs then searched their task's own folder for examples; a resume must rebuild the prompts they started with."""
+    """Runs then searched their task's own folder for examples; a resume must rebuild the prompts they started
+    with."""
     from datetime import datetime, timezone
 
     from coda_agent.agent.loop import AgentConfig
@@ -46,7 +50,7 @@ def test_a_run_recorded_before_example_places_resumes_with_its_task_folder_as_on
     assert AgentConfig.from_header(gone).example_places == ()
 
 
-# --- one writer per run ------------------------------------------------------------------------------------------
+# --- one writer per run -------------------------------------------------------------------------------------
 
 REFUSED = "```python\nimport os\n\n\ndef forward(x, w, residual, gamma, eps):\n    return {}\n```"
 
@@ -102,7 +106,8 @@ def test_a_second_resume_of_a_live_run_is_refused_and_a_killed_one_reads_as_inte
     script.write_text(LIVE_RESUME)
     import coda_agent
 
-    here = str(Path(coda_agent.__file__).parents[1])  # this checkout's package, not whichever one is installed
+    # this checkout's package, not whichever one is installed
+    here = str(Path(coda_agent.__file__).parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
     first = subprocess.Popen([sys.executable, str(script), str(run_dir)], env=env)
     try:
@@ -113,7 +118,8 @@ def test_a_second_resume_of_a_live_run_is_refused_and_a_killed_one_reads_as_inte
         before = {p.name: p.read_bytes() for p in (run_dir / "attempts").iterdir()}
         header = (run_dir / "header.json").read_bytes()
 
-        code, out, err = cli(capsys, "run", "--resume", str(run_dir), "--rounds", "3", "--runs-dir", str(runs))
+        code, out, err = cli(capsys, "run", "--resume", str(run_dir), "--rounds", "3", "--runs-dir",
+                             str(runs))
         assert code == 2, out + err
         assert err.strip().splitlines() == [
             f"error: run {run_dir.name} is being written by pid {first.pid} on host {_host()} "
@@ -135,7 +141,8 @@ def test_a_second_resume_of_a_live_run_is_refused_and_a_killed_one_reads_as_inte
     assert resume in " ".join(out.split())  # the table may wrap it
     code, out, _ = cli(capsys, "show", str(run_dir), "--runs-dir", str(runs), "--format", "json")
     data = json.loads(out)
-    assert data["summary"]["status"] == "interrupted" and data["resume_command"] == resume and data["writer"] is None
+    assert (data["summary"]["status"] == "interrupted" and data["resume_command"] == resume
+            and data["writer"] is None)
     with Index.open(runs) as ix:
         ix.refresh()
         (row,) = ix.runs()

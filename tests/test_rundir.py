@@ -30,14 +30,16 @@ NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc)
 
 
 def header(run_id: str = "20261129-120000_demo_abc123") -> RunHeader:
-    return RunHeader(run_id=run_id, created=NOW, task="demo", task_version=1, task_path="tasks/demo.yaml", model="mock/x")
+    return RunHeader(run_id=run_id, created=NOW, task="demo", task_version=1, task_path="tasks/demo.yaml",
+                     model="mock/x")
 
 
 def attempt(index: int, round_no: int = 1, slot: int = 0) -> Attempt:
     return Attempt(
         index=index, round=round_no, slot=slot, started=NOW, finished=NOW,
-        messages=[ChatMessage(role="user", content="write it")], raw_response="```python\ndef forward(): ...\n```",
-        code="def forward(): ...\n", usage=Usage(input_tokens=10, output_tokens=5, cost_usd=0.01),
+        messages=[ChatMessage(role="user", content="write it")],
+        raw_response="```python\ndef forward(): ...\n```", code="def forward(): ...\n",
+        usage=Usage(input_tokens=10, output_tokens=5, cost_usd=0.01),
     )
 
 
@@ -88,8 +90,10 @@ def test_resolve_run_by_path_name_id_prefix_suffix_and_latest(tmp_path):
     later = header("20261129-130000_demo_def456").model_copy(update={"created": NOW + timedelta(hours=1)})
     RunWriter.create(tmp_path, later)
     renamed = header("20261129-110000_demo_777aaa").model_copy(update={"created": NOW - timedelta(hours=1)})
-    RunWriter.create(tmp_path, renamed).run_dir.rename(tmp_path / "kept-by-hand")  # its run id is no longer its name
-    (tmp_path / "20261129-140000_demo_cut" / "attempts").mkdir(parents=True)  # killed before its header was written
+    # its run id is no longer its name
+    RunWriter.create(tmp_path, renamed).run_dir.rename(tmp_path / "kept-by-hand")
+    # killed before its header was written
+    (tmp_path / "20261129-140000_demo_cut" / "attempts").mkdir(parents=True)
     first = tmp_path / "20261129-120000_demo_abc123"
     assert resolve_run(first, tmp_path / "elsewhere") == first  # a path
     assert resolve_run("20261129-130000_demo_def456", tmp_path).name == "20261129-130000_demo_def456"
@@ -97,8 +101,10 @@ def test_resolve_run_by_path_name_id_prefix_suffix_and_latest(tmp_path):
     assert resolve_run("20261129-13", tmp_path).name == "20261129-130000_demo_def456"  # a unique prefix
     assert resolve_run("20261129-110000_demo_777aaa", tmp_path).name == "kept-by-hand"  # by run id
     assert resolve_run("777aaa", tmp_path).name == "kept-by-hand"
-    assert resolve_run("20261129-14", tmp_path).name == "20261129-140000_demo_cut"  # shown even without a header
-    assert resolve_run("latest", tmp_path).name == "20261129-130000_demo_def456"  # created last, by its header
+    # shown even without a header
+    assert resolve_run("20261129-14", tmp_path).name == "20261129-140000_demo_cut"
+    # created last, by its header
+    assert resolve_run("latest", tmp_path).name == "20261129-130000_demo_def456"
     with pytest.raises(RunRecordError, match="matches 4 runs"):
         resolve_run("20261129", tmp_path)
     for ref in ("nope", "%", "*", "ab?123"):  # no wildcards: a reference is matched literally
@@ -125,9 +131,12 @@ def test_the_tolerant_reader_keeps_what_it_can(tmp_path):
     assert [p.message for p in read_run(run).problems if p.file.endswith("summary.json")] == [
         "invalid JSON (Invalid control character at line 1, column 14)"]
     assert files.best_code is not None and "def forward" in files.best_code
-    summary = files.effective_summary()  # no readable summary.json: rolled up from the attempts (and no writer)
-    assert (summary.status, summary.attempts, summary.passes, summary.best_attempt) == ("interrupted", 2, 1, 3)
-    assert summary.best_time_us == pytest.approx(104.0) and summary.seconds_to_first_correct == pytest.approx(80.0)
+    # no readable summary.json: rolled up from the attempts (and no writer)
+    summary = files.effective_summary()
+    assert ((summary.status, summary.attempts, summary.passes, summary.best_attempt)
+            == ("interrupted", 2, 1, 3))
+    assert (summary.best_time_us == pytest.approx(104.0)
+            and summary.seconds_to_first_correct == pytest.approx(80.0))
     assert json.loads(json.dumps(files.as_json()))["summary_from_file"] is False
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -139,13 +148,15 @@ def test_the_roll_up_is_the_figures_the_attempts_imply():
         "timing": {"shapes": {"a": {"median_us": 20.0}, "b": {"median_us": 80.0}}, "speedup_vs_human": 1.1},
     })
     passed = timed.model_copy(update={"verdict": verdict("passed", "demo", 1)})
-    unpriced = attempt(1).model_copy(update={"usage": Usage(input_tokens=7, output_tokens=3, price_known=False)})
+    unpriced = attempt(1).model_copy(
+        update={"usage": Usage(input_tokens=7, output_tokens=3, price_known=False)})
     summary = rolled_up(RunSummary(status="completed", wall_seconds=9.0), [unpriced, passed])
     assert (summary.status, summary.wall_seconds) == ("completed", 9.0)  # the caller's figures are kept
     assert (summary.rounds, summary.attempts, summary.passes, summary.best_attempt) == (2, 2, 1, 2)
     assert summary.best_time_us == pytest.approx(40.0) and summary.speedup_vs_human == 1.1
     assert summary.outcomes == {"unverified": 1, "passed": 1}
-    assert (summary.input_tokens, summary.output_tokens, summary.cost_usd, summary.cost_known) == (17, 8, 0.01, False)
+    assert ((summary.input_tokens, summary.output_tokens, summary.cost_usd, summary.cost_known)
+            == (17, 8, 0.01, False))
     assert rolled_up(RunSummary(), []).best_attempt is None
 
 

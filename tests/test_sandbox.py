@@ -1,4 +1,5 @@
-"""The runner's OS sandbox: what it hides, that it ends with its caller, and when real runs refuse to start."""
+"""The runner's OS sandbox: what it hides, that it ends with its caller, and when real runs refuse to
+start."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from coda_agent.verifier.verdict import Outcome
 
 from .conftest import REPO, TASK_DIR
 
-needs_bwrap = pytest.mark.skipif(not sandbox.detect().isolated, reason="bubblewrap cannot create namespaces here")
+needs_bwrap = pytest.mark.skipif(not sandbox.detect().isolated,
+                                 reason="bubblewrap cannot create namespaces here")
 
 
 def test_hidden_folders_keep_only_what_the_runner_needs(tmp_path):
@@ -31,14 +33,16 @@ def test_hidden_folders_keep_only_what_the_runner_needs(tmp_path):
     (home / ".pyenv" / "bin").mkdir(parents=True)
     (home / "notes.txt").write_text("x")
     args = sandbox._hide(home, [home / ".pyenv" / "bin"])
-    hidden = {args[i + 1] for i, a in enumerate(args) if a == "--tmpfs"} | {args[i + 2] for i, a in enumerate(args) if a == "--ro-bind"}
+    hidden = {args[i + 1] for i, a in enumerate(args) if a == "--tmpfs"} | {
+        args[i + 2] for i, a in enumerate(args) if a == "--ro-bind"}
     assert str((home / ".ssh").resolve()) in hidden and str((home / "notes.txt").resolve()) in hidden
     assert not any(".pyenv" in h for h in hidden)
     assert sandbox._hide(tmp_path / "tasks-elsewhere", []) == []  # missing paths need nothing
 
 
 @needs_bwrap
-def test_the_sandbox_sees_no_other_process_no_network_no_secret_and_a_read_only_filesystem(scratch, monkeypatch):
+def test_the_sandbox_sees_no_other_process_no_network_no_secret_and_a_read_only_filesystem(scratch,
+                                                                                           monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-FAKE-sandbox-test")
     probe = textwrap.dedent(
         """
@@ -58,7 +62,8 @@ def test_the_sandbox_sees_no_other_process_no_network_no_secret_and_a_read_only_
         print(len(pids), net, ro, "sk-ant-FAKE" in environ + str(os.environ))
         """
     )
-    proc = sandbox.detect().popen([sys.executable, "-c", probe], Spec(scratch=scratch), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = sandbox.detect().popen([sys.executable, "-c", probe], Spec(scratch=scratch),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err = proc.communicate(timeout=60)
     count, net, ro, leaked = out.decode().split()
     assert int(count) <= 2, out  # bubblewrap's init and the probe: nothing of the host
@@ -91,13 +96,15 @@ def test_the_repositorys_git_objects_are_hidden_with_the_task_files(scratch):
 
 
 def test_a_killed_caller_takes_its_runner_with_it(tmp_path, procs):
-    """kill -9 of the process that called verify() leaves no runner behind (parent-death signal, PID namespace)."""
+    """kill -9 of the process that called verify() leaves no runner behind (parent-death signal, PID
+    namespace)."""
     script = tmp_path / "caller.py"
     script.write_text(textwrap.dedent("""
         from coda_agent.tasks import find_task
         from coda_agent.verifier import Plan, verify
         task = find_task("gemm_residual_rmsnorm")
-        src = task.human_file.read_text().replace("    out = gemm(", "    while True:\\n        pass\\n    out = gemm(")
+        src = task.human_file.read_text().replace("    out = gemm(", "    while True:\\n""" \
+        """        pass\\n    out = gemm(")
         verify(task, src, Plan(timeout=300))
     """))
     caller = subprocess.Popen([sys.executable, str(script)], env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -136,14 +143,16 @@ def test_code_past_the_static_check_still_reaches_nothing(escape_bait, procs):
 
     task = find_task("gemm_residual_rmsnorm")
     before = procs.descendants(os.getpid())
-    result = STAGES["correctness"](Context(task=task, source=escape_bait.source, plan=Plan(shape_names=["tiny"], seeds=[0, 1]),
+    result = STAGES["correctness"](Context(task=task, source=escape_bait.source,
+                                           plan=Plan(shape_names=["tiny"], seeds=[0, 1]),
                                            deadline=time.monotonic() + 120))
     assert not escape_bait.reached(), "the candidate reached a loopback listener"
     assert escape_bait.key not in result.model_dump_json()
     assert result.outcome is Outcome.PASSED, result.reason  # it computed the task; nothing of the host leaked
     assert escape_bait.sentinel.read_text() == "original" and not Path("/tmp/coda-escape-probe").exists()
     time.sleep(0.5)
-    assert not [p for p in procs.descendants(os.getpid()) - before if procs.alive(p)], "a process outlived the verification"
+    assert not [p for p in procs.descendants(os.getpid()) - before
+                if procs.alive(p)], "a process outlived the verification"
 
 
 def _past_the_static_check(task_name: str, payload: str, deadline_s: float = 60.0):
@@ -154,7 +163,8 @@ def _past_the_static_check(task_name: str, payload: str, deadline_s: float = 60.
     task = find_task(task_name)
     source = task.human_file.read_text() + "\n" + textwrap.dedent(payload)
     t0 = time.monotonic()
-    result = STAGES["correctness"](Context(task=task, source=source, plan=Plan(shape_names=["tiny"], seeds=[0, 1]),
+    result = STAGES["correctness"](Context(task=task, source=source,
+                                           plan=Plan(shape_names=["tiny"], seeds=[0, 1]),
                                            deadline=time.monotonic() + deadline_s))
     return result, time.monotonic() - t0
 
@@ -163,9 +173,11 @@ def _past_the_static_check(task_name: str, payload: str, deadline_s: float = 60.
 def test_what_the_runner_plants_where_the_checker_writes_is_replaced_or_refused_never_waited_on():
     """A FIFO at the next input file would block an open() for writing forever: the checker removes it and
     writes its own file; a folder there, which it cannot remove, ends the check at once as a crash."""
-    result, seconds = _past_the_static_check("gemm_residual", 'import os as _os\n_os.mkfifo("in_tiny-1.bin")\n')
+    result, seconds = _past_the_static_check("gemm_residual",
+                                             'import os as _os\n_os.mkfifo("in_tiny-1.bin")\n')
     assert result.outcome is Outcome.PASSED and seconds < 30, result.reason
-    result, seconds = _past_the_static_check("gemm_residual", 'import os as _os\n_os.makedirs("in_tiny-1.bin/x")\n')
+    result, seconds = _past_the_static_check("gemm_residual",
+                                             'import os as _os\n_os.makedirs("in_tiny-1.bin/x")\n')
     assert result.outcome is Outcome.CRASH and "tampered" in result.reason and seconds < 30, result.reason
 
 
@@ -173,7 +185,8 @@ def test_what_the_runner_plants_where_the_checker_writes_is_replaced_or_refused_
 def test_the_checker_never_writes_or_reads_through_a_link_the_runner_plants(tmp_path):
     victim = tmp_path / "victim.txt"
     victim.write_text("untouched")
-    result, _ = _past_the_static_check("gemm_residual", f'import os as _os\n_os.symlink({str(victim)!r}, "in_tiny-1.bin")\n')
+    result, _ = _past_the_static_check("gemm_residual",
+                                       f'import os as _os\n_os.symlink({str(victim)!r}, "in_tiny-1.bin")\n')
     assert victim.read_text() == "untouched"
     assert result.outcome is Outcome.PASSED, result.reason  # the checker replaced the link with its own file
     leak = f'''
@@ -189,12 +202,14 @@ def test_the_checker_never_writes_or_reads_through_a_link_the_runner_plants(tmp_
         _M.write_tensors = _write
     '''
     result, _ = _past_the_static_check("gemm_residual", leak)
-    assert result.outcome is Outcome.CRASH and "unusable" in result.reason and "untouched" not in result.reason, result.reason
+    assert (result.outcome is Outcome.CRASH and "unusable" in result.reason
+            and "untouched" not in result.reason), result.reason
 
 
 @needs_bwrap
 def test_the_checker_reads_back_no_more_than_the_task_outputs_need():
-    """A sparse file with a 2 GiB tensor ref costs the runner nothing; the checker refuses it before reading."""
+    """A sparse file with a 2 GiB tensor ref costs the runner nothing; the checker refuses it before
+    reading."""
     sparse = '''
         import sys as _sys, os as _os
         _M = _sys.modules["coda_agent.runner.serve"]  # the runner's loop (python -m coda_agent.runner)
@@ -205,7 +220,8 @@ def test_the_checker_reads_back_no_more_than_the_task_outputs_need():
                 size = _os.path.getsize(path)
                 with open(path, "r+b") as f:
                     f.truncate(size + (2 << 30))
-                refs.append(_sys.modules["coda_agent.runner.protocol"].TensorRef(name="0/extra", dtype="uint8", shape=[2 << 30], offset=size, nbytes=2 << 30))
+                refs.append(_sys.modules["coda_agent.runner.protocol"].TensorRef(''' \
+        '''name="0/extra", dtype="uint8", shape=[2 << 30], offset=size, nbytes=2 << 30))
             return refs
         _M.write_tensors = _write
     '''
@@ -216,7 +232,8 @@ def test_the_checker_reads_back_no_more_than_the_task_outputs_need():
 @needs_bwrap
 @pytest.mark.parametrize(("kind", "forged", "problem"), [
     ("Ran", '{"ok": true, "times_us": ["fast"]}', "times_us.0: Input should be a valid number"),
-    ("Dropped", '{"ok": true, "modified": {}, "verdict": "passed"}', "verdict: Extra inputs are not permitted"),
+    ("Dropped", '{"ok": true, "modified": {}, "verdict": "passed"}',
+     "verdict: Extra inputs are not permitted"),
     ("Fetched", '{"ok": true, "tensors": [], "calls": []}', "file: Field required"),
     ("Done", '{"error": "no ok"}', "'ok' must be true or false, not None"),
 ])
@@ -235,7 +252,8 @@ def test_a_malformed_reply_is_a_crash_that_says_what_was_wrong(kind, forged, pro
         _P.Channel.send = _forged
     '''
     result, _ = _past_the_static_check("gemm_residual", forge)
-    assert result.outcome is Outcome.CRASH and "is malformed" in result.reason and problem in result.reason, result.reason
+    assert (result.outcome is Outcome.CRASH and "is malformed" in result.reason
+            and problem in result.reason), result.reason
 
 
 def test_a_folder_the_runner_writes_must_be_this_users_and_closed_to_others(tmp_path):
@@ -266,16 +284,19 @@ def test_a_message_nested_too_deep_is_a_protocol_error_not_a_checker_crash():
 def test_a_reply_is_refused_unless_it_is_exactly_the_kind_its_request_expects():
     from coda_agent.runner.protocol import Done, Failed, Fetched, ProtocolError, Ran, parse_reply
 
-    assert parse_reply({"ok": True, "times_us": [1, 2.5], "peak_bytes": 7}, Ran) == Ran(times_us=[1.0, 2.5], peak_bytes=7)
+    assert (parse_reply({"ok": True, "times_us": [1, 2.5], "peak_bytes": 7}, Ran)
+            == Ran(times_us=[1.0, 2.5], peak_bytes=7))
     assert parse_reply({"ok": False, "error": "boom", "call": 3}, Ran) == Failed(error="boom", call=3)
-    assert parse_reply({"ok": True, "peak_bytes": "lots"}, Done).peak_bytes is None  # a diagnostic: dropped, not fatal
+    # a diagnostic: dropped, not fatal
+    assert parse_reply({"ok": True, "peak_bytes": "lots"}, Done).peak_bytes is None
     assert parse_reply({"ok": True, "times_us": [1.0], "host_us": ["x"]}, Ran).host_us == []
     refused = [
         ({"ok": "yes"}, Done, "'ok' must be true or false, not 'yes'"),
         ({"ok": True, "times_us": [1.0], "modified": {}}, Ran, "modified: Extra inputs are not permitted"),
         ({"ok": True, "times_us": ["1"]}, Ran, "times_us.0: Input should be a valid number"),
         ({"ok": True, "times_us": [-1.0]}, Ran, "times_us.0: Input should be greater than or equal to 0"),
-        ({"ok": True, "file": "out_1.bin", "tensors": [], "calls": [{"call": "0", "kind": "dict"}]}, Fetched, "calls.0.call"),
+        ({"ok": True, "file": "out_1.bin", "tensors": [], "calls": [{"call": "0", "kind": "dict"}]}, Fetched,
+         "calls.0.call"),
         ({"ok": True, "file": "out_1.bin", "calls": []}, Fetched, "tensors: Field required"),
         ({"ok": False, "call": 1}, Ran, "not a Failed reply: error: Field required"),
         ({"ok": True, "x" * 100_000: 1}, Done, "Extra inputs are not permitted"),
@@ -283,21 +304,26 @@ def test_a_reply_is_refused_unless_it_is_exactly_the_kind_its_request_expects():
     for message, expected, problem in refused:
         with pytest.raises(ProtocolError) as caught:
             parse_reply(message, expected)
-        assert problem in str(caught.value) and len(str(caught.value)) < 1000, (message, str(caught.value)[:200])
+        assert (problem in str(caught.value)
+                and len(str(caught.value)) < 1000), (message, str(caught.value)[:200])
 
 
 def test_an_unknown_or_malformed_request_gets_a_harness_error_reply(tmp_path):
-    """The runner answers each with a ``harness`` failure (the checker's fault, not the candidate's) and serves on."""
+    """The runner answers each with a ``harness`` failure (the checker's fault, not the candidate's) and
+    serves on."""
     import io
     import json
 
     from coda_agent.runner.protocol import Channel
     from coda_agent.runner.serve import Runner, serve
 
-    requests = [{"op": "teleport"}, {"backend": "torch"}, {"op": "run", "calls": [1]}, {"op": "drop", "sets": [], "all": True},
-                {"op": "discover", "inputs": {"x": {"shape": [2], "dtype": "complex32"}}}, {"op": "drop", "sets": ["s"]}, {"op": "exit"}]
+    requests = [{"op": "teleport"}, {"backend": "torch"}, {"op": "run", "calls": [1]},
+                {"op": "drop", "sets": [], "all": True},
+                {"op": "discover", "inputs": {"x": {"shape": [2], "dtype": "complex32"}}},
+                {"op": "drop", "sets": ["s"]}, {"op": "exit"}]
     out = io.BytesIO()
-    serve(Channel(io.BytesIO(b"".join(json.dumps(r).encode() + b"\n" for r in requests)), out), Runner(tmp_path))
+    serve(Channel(io.BytesIO(b"".join(json.dumps(r).encode() + b"\n" for r in requests)), out),
+          Runner(tmp_path))
     replies = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [r["ok"] for r in replies] == [False] * 5 + [True]  # and the loop ended on exit
     assert all(r["harness"] for r in replies[:5])
@@ -310,8 +336,8 @@ def test_an_unknown_or_malformed_request_gets_a_harness_error_reply(tmp_path):
 
 
 def test_tensor_files_carry_every_dtype_and_shape_whatever_their_offsets(tmp_path):
-    """Tensors back to back in one file: an odd-sized one leaves the next misaligned, which the reader must copy
-    out, not view; each tensor read on the CPU owns its memory."""
+    """Tensors back to back in one file: an odd-sized one leaves the next misaligned, which the reader must
+    copy out, not view; each tensor read on the CPU owns its memory."""
     from coda_agent.runner.protocol import read_tensors, write_tensors
 
     sent = {
@@ -328,13 +354,14 @@ def test_tensor_files_carry_every_dtype_and_shape_whatever_their_offsets(tmp_pat
     for name, t in sent.items():
         assert got[name].dtype == t.dtype and got[name].shape == t.shape and torch.equal(got[name], t), name
     got["x"].zero_()
-    assert torch.equal(got["h"], sent["h"]) and torch.equal(read_tensors(tmp_path / "t.bin", refs)["x"], sent["x"])
+    assert (torch.equal(got["h"], sent["h"])
+            and torch.equal(read_tensors(tmp_path / "t.bin", refs)["x"], sent["x"]))
 
 
 @pytest.mark.gpu
 def test_tensor_files_between_gpus_go_through_page_locked_buffers(tmp_path):
-    """CUDA tensors (strided, misaligned in the file, empty) arrive on the GPU as they were sent, through the host
-    allocator's page-locked blocks, which a second transfer of the same size reuses."""
+    """CUDA tensors (strided, misaligned in the file, empty) arrive on the GPU as they were sent, through the
+    host allocator's page-locked blocks, which a second transfer of the same size reuses."""
     from coda_agent.runner.protocol import _host_buffer, read_tensors, write_tensors
 
     sent = {
@@ -352,8 +379,8 @@ def test_tensor_files_between_gpus_go_through_page_locked_buffers(tmp_path):
 
 
 def test_a_folder_a_runner_left_is_handed_back_to_the_next_runner_only(tmp_path):
-    """A runner as nobody leaves its source's QuACK cache owned by nobody: the next runner as nobody gets it back; a
-    folder of any other user, or a nobody-owned folder above it, is still refused."""
+    """A runner as nobody leaves its source's QuACK cache owned by nobody: the next runner as nobody gets it
+    back; a folder of any other user, or a nobody-owned folder above it, is still refused."""
     if os.geteuid() != 0:
         pytest.skip("needs root to own folders as other users")
     cache = tmp_path / "by-source" / "abc"
@@ -376,14 +403,16 @@ def test_a_folder_a_runner_left_is_handed_back_to_the_next_runner_only(tmp_path)
 def _as(as_nobody: bool) -> Sandbox:
     box = sandbox.detect()
     if not box.isolated or as_nobody != box.as_nobody:
-        pytest.skip(f"runners cannot run {'as nobody' if as_nobody else 'in bubblewrap'} here: {box.describe()}")
+        pytest.skip(
+            f"runners cannot run {'as nobody' if as_nobody else 'in bubblewrap'} here: {box.describe()}")
     return Sandbox("bwrap", bwrap=box.bwrap, as_nobody=as_nobody)
 
 
 @pytest.mark.parametrize("as_nobody", [True, False], ids=["as-nobody", "as-this-user"])
 def test_runners_over_one_source_follow_one_another_in_either_mode(as_nobody, monkeypatch, scratch):
-    """The CPU stages, then a re-verify of the same source: each runner reuses the QuACK cache the one before left
-    (on the H200 the second runner as nobody was refused its own cache: every profile stage ended infra_error)."""
+    """The CPU stages, then a re-verify of the same source: each runner reuses the QuACK cache the one before
+    left (on the H200 the second runner as nobody was refused its own cache: every profile stage ended
+    infra_error)."""
     from coda_agent import verifier
     from coda_agent.tasks import find_task
 
@@ -400,7 +429,8 @@ def test_runners_over_one_source_follow_one_another_in_either_mode(as_nobody, mo
 
 def test_hand_over_gives_the_folder_never_what_it_holds(tmp_path):
     """A runner may swap anything below its folder for a link: root changes the folder itself only, which the
-    checker made and whose parent no runner can write (the take-back walk followed a swapped link: issue 46)."""
+    checker made and whose parent no runner can write (the take-back walk followed a swapped link: issue
+    46)."""
     if os.geteuid() != 0:
         pytest.skip("needs root to give folders away")
     outside = tmp_path / "outside"
@@ -411,7 +441,8 @@ def test_hand_over_gives_the_folder_never_what_it_holds(tmp_path):
     (folder / "link").symlink_to(outside)
     sandbox.hand_over(folder, sandbox.NOBODY)
     assert folder.lstat().st_uid == sandbox.NOBODY
-    assert {p.lstat().st_uid for p in (folder / "sub", folder / "sub" / "kernel.o", folder / "link", outside)} == {0}
+    assert {p.lstat().st_uid
+            for p in (folder / "sub", folder / "sub" / "kernel.o", folder / "link", outside)} == {0}
 
 
 def test_no_runner_starts_as_root_even_from_a_sandbox_made_by_hand(scratch):
@@ -428,14 +459,16 @@ def test_the_checkers_working_folder_is_not_a_runners_python_path(monkeypatch, t
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
     assert str(tmp_path) not in sandbox.python_path()
-    assert str(tmp_path) not in sandbox.runner_env(sandbox.Spec(scratch=tmp_path)).get("PYTHONPATH", "").split(os.pathsep)
-    monkeypatch.setattr(sandbox, "PACKAGE", tmp_path / "coda_agent")  # a checkout run in place: its folder stays
+    assert (str(tmp_path)
+            not in sandbox.runner_env(sandbox.Spec(scratch=tmp_path)).get("PYTHONPATH", "").split(os.pathsep))
+    # a checkout run in place: its folder stays
+    monkeypatch.setattr(sandbox, "PACKAGE", tmp_path / "coda_agent")
     assert str(tmp_path) in sandbox.python_path()
 
 
 def test_ci_runs_the_runners_as_nobody():
-    """CI is root, as the GPU image's user is: its runners must drop to nobody there (.ci/run opens Python's folders),
-    or the path the GPU box takes goes untested again."""
+    """CI is root, as the GPU image's user is: its runners must drop to nobody there (.ci/run opens Python's
+    folders), or the path the GPU box takes goes untested again."""
     if not os.environ.get("CI") or os.geteuid() != 0:
         pytest.skip("only CI (as root) must drop to nobody")
     box = sandbox.detect()
@@ -443,8 +476,8 @@ def test_ci_runs_the_runners_as_nobody():
 
 
 def test_a_folder_nobody_cannot_reach_is_refused_with_its_cause(tmp_path):
-    """pytest's own temporary folder is closed to other users: a runner as nobody given a folder below it would
-    die in bubblewrap with no word of why; the checker names the folder and what to do instead."""
+    """pytest's own temporary folder is closed to other users: a runner as nobody given a folder below it
+    would die in bubblewrap with no word of why; the checker names the folder and what to do instead."""
     closed = tmp_path / "closed"
     closed.mkdir(mode=0o700)
     with pytest.raises(sandbox.UnsafeFolder, match=f"cannot reach .*{closed.name}.*chmod o\\+x"):
@@ -452,8 +485,9 @@ def test_a_folder_nobody_cannot_reach_is_refused_with_its_cause(tmp_path):
 
 
 def test_an_editable_checkout_under_tmp_stays_visible_inside(monkeypatch):
-    """An editable install imports the package from its checkout, which is on no sys.path entry: a checkout under
-    /tmp must survive the runner's private /tmp (it ran every candidate unsandboxed, blaming namespaces)."""
+    """An editable install imports the package from its checkout, which is on no sys.path entry: a checkout
+    under /tmp must survive the runner's private /tmp (it ran every candidate unsandboxed, blaming
+    namespaces)."""
     with contextlib.ExitStack() as stack:
         checkout = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="coda_clone_"))) / "coda_agent"
         checkout.mkdir()
@@ -469,5 +503,6 @@ def test_a_failed_probe_names_its_cause():
     assert "nobody cannot read /root/.pyenv/versions/3.11.7" in unreadable and "chmod o+x" in unreadable
     denied = sandbox._probe_failure(probe(1, err="bwrap: execvp /x/bin/python: Permission denied"), "nobody")
     assert "cannot run Python" in denied and "namespaces" not in denied
-    userns = sandbox._probe_failure(probe(1, err="bwrap: No permissions to create new namespace"), "this user")
+    userns = sandbox._probe_failure(probe(1, err="bwrap: No permissions to create new namespace"),
+                                    "this user")
     assert "cannot create namespaces" in userns

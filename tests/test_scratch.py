@@ -18,8 +18,8 @@ def test_a_scratch_folder_names_its_process():
 
 
 def test_only_the_folders_of_dead_processes_are_removed(tmp_path):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
-                          check=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
     dead_pid = int(dead.stdout)
     gone = tmp_path / f"{PREFIX}{dead_pid}_abc"
     (gone / "sub").mkdir(parents=True)
@@ -35,10 +35,11 @@ def test_only_the_folders_of_dead_processes_are_removed(tmp_path):
     assert not gone.exists() and mine.is_dir() and live.is_dir() and legacy.is_dir() and link.is_symlink()
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="only root hands a scratch folder to nobody, and can make one another's")
+@pytest.mark.skipif(os.geteuid() != 0,
+                    reason="only root hands a scratch folder to nobody, and can make one another's")
 def test_as_root_a_folder_handed_to_nobody_is_ours_and_another_users_is_not(tmp_path):
-    dead_pid = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                                  text=True, check=True).stdout)
+    dead_pid = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                                  capture_output=True, text=True, check=True).stdout)
     handed, other = tmp_path / f"{PREFIX}{dead_pid}_a", tmp_path / f"{PREFIX}{dead_pid}_b"
     for d, uid in ((handed, NOBODY), (other, 1234)):
         d.mkdir()

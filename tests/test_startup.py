@@ -1,6 +1,6 @@
 """The read-only commands start without torch: importing the CLI, ``--help``, ``tasks``, ``leaderboard`` and
-``providers`` load neither torch nor the checker, so they answer in a fraction of the time torch takes to import
-(issue 41). Checked by what is in ``sys.modules``, not by a clock, in a fresh interpreter."""
+``providers`` load neither torch nor the checker, so they answer in a fraction of the time torch takes to
+import (issue 41). Checked by what is in ``sys.modules``, not by a clock, in a fresh interpreter."""
 
 from __future__ import annotations
 
@@ -34,12 +34,15 @@ print(json.dumps(loaded))
 
 @pytest.mark.parametrize("commands", [
     [["--help"]], [["tasks"]], [["leaderboard"]], [["providers"]], [["run", "--help"]],
-    [["validate", "--help"], ["verify", "--help"], ["bench", "--help"], ["show", "--help"], ["api-doc", "--help"]],
+    [["validate", "--help"], ["verify", "--help"], ["bench", "--help"], ["show", "--help"],
+     ["api-doc", "--help"]],
 ])
 def test_read_only_commands_do_not_import_torch(commands, tmp_path):
     code = f"HEAVY = {HEAVY!r}\nCOMMANDS = {commands!r}\n" + PROBE
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "CODA_AGENT_RUNS_DIR": str(tmp_path / "runs"), "COLUMNS": "100"}
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "CODA_AGENT_RUNS_DIR": str(tmp_path / "runs"),
+           "COLUMNS": "100"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
     assert done.returncode == 0, done.stderr
     loaded = json.loads(done.stdout.strip().splitlines()[-1])
     assert loaded == {k: [] for k in loaded}, loaded
@@ -47,7 +50,8 @@ def test_read_only_commands_do_not_import_torch(commands, tmp_path):
 
 def test_the_cli_package_imports_no_torch():
     """The same check on the package alone, in the repository (what `python -X importtime` looks at)."""
-    code = "import sys, coda_agent.cli; print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))"
+    code = ("import sys, coda_agent.cli; print(sorted(m for m in sys.modules if m == 'torch' or "
+            "m.startswith('torch.')))")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"

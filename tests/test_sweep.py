@@ -1,4 +1,5 @@
-"""Sweeps: several tasks (or a folder) and several models in one ``coda-agent run``, resumable, one table at the end."""
+"""Sweeps: several tasks (or a folder) and several models in one ``coda-agent run``, resumable, one table at
+the end."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ def sweep_record(runs) -> SweepRecord:
 
 def test_every_task_with_every_model_then_a_table(tmp_path, capsys):
     runs = tmp_path / "runs"
-    code, out, err = cli(capsys, "run", "gemm_residual_rmsnorm", "gemm_rmsnorm", *MODELS, "--rounds", "3", "--no-compile",
-                         "--runs-dir", str(runs))
+    code, out, err = cli(capsys, "run", "gemm_residual_rmsnorm", "gemm_rmsnorm", *MODELS, "--rounds", "3",
+                         "--no-compile", "--runs-dir", str(runs))
     assert code == 1, out + err  # not every run found a correct kernel
     assert "2 task(s) × 2 model(s) = 4 runs, 2 at a time" in out
     record = sweep_record(runs)
@@ -35,22 +36,25 @@ def test_every_task_with_every_model_then_a_table(tmp_path, capsys):
     assert RunReader(runs / record.members[0].run).summary().status == "target_reached"
     assert "[gemm_residual_rmsnorm · mock/echo] #1" in out  # attempt lines say which run they belong to
     table = out[out.index(f"sweep {record.sweep_id}"):]
-    assert table.count("target reached, 1 correct") == 1 and table.count("no correct kernel") == 3  # as `show` says
+    # as `show` says
+    assert table.count("target reached, 1 correct") == 1 and table.count("no correct kernel") == 3
     lines = out.splitlines()
-    assert all(any(line.endswith(str(runs / m.run)) for line in lines) for m in record.members)  # each path whole
+    # each path whole
+    assert all(any(line.endswith(str(runs / m.run)) for line in lines) for m in record.members)
     assert lines[-1] == "FAILED 1 of 4 runs found a correct kernel; 3 found none"
 
 
 def test_the_closing_line_counts_what_became_of_each_run_and_the_exit_status_is_the_worst():
-    """Each run's status as ``run`` gives it alone (0 a correct kernel, 1 none or the harness failed, 2 a set-up or
-    provider error); the sweep's is the worst of them."""
+    """Each run's status as ``run`` gives it alone (0 a correct kernel, 1 none or the harness failed, 2 a
+    set-up or provider error); the sweep's is the worst of them."""
     from coda_agent.cli.sweep import _Outcome, closing_line
     from coda_agent.store.records import RunSummary, SweepMember
 
     member = SweepMember(task="gemm_swiglu.yaml", model="mock/echo")
     correct = _Outcome(member, RunSummary(status="target_reached", attempts=2, passes=1, best_attempt=2))
     none = _Outcome(member, RunSummary(status="completed", attempts=3))
-    harness = _Outcome(member, RunSummary(status="failed", attempts=1), error="the run failed: ValueError", failed=1)
+    harness = _Outcome(member, RunSummary(status="failed", attempts=1), error="the run failed: ValueError",
+                       failed=1)
     setup = _Outcome(member, error="no ANTHROPIC_API_KEY", failed=2)
     unstarted = _Outcome(member, error="not started: the sweep's $1 are spent")
     assert [o.exit_status for o in (correct, none, harness, setup, unstarted)] == [0, 1, 1, 2, 1]
@@ -74,13 +78,16 @@ def test_a_folder_of_tasks_is_a_sweep(tmp_path, capsys):
 
 def test_resume_starts_the_missing_runs_and_continues_the_interrupted_ones(tmp_path, capsys):
     runs = tmp_path / "runs"
-    cli(capsys, "run", "gemm_residual_rmsnorm", "gemm_rmsnorm", *MODELS, "--rounds", "3", "--no-compile", "--runs-dir", str(runs))
+    cli(capsys, "run", "gemm_residual_rmsnorm", "gemm_rmsnorm", *MODELS, "--rounds", "3", "--no-compile",
+        "--runs-dir", str(runs))
     (path,) = runs.glob("*.sweep.json")
     record = sweep_record(runs)
-    interrupted, finished, never = runs / record.members[0].run, runs / record.members[1].run, record.members[3].run
+    interrupted, finished, never = (runs / record.members[0].run, runs / record.members[1].run,
+                                    record.members[3].run)
     (interrupted / "attempts" / "0003.json").unlink()
     summary = json.loads((interrupted / "summary.json").read_text())
-    (interrupted / "summary.json").write_text(json.dumps({**summary, "status": "interrupted", "best_attempt": None}))
+    (interrupted / "summary.json").write_text(
+        json.dumps({**summary, "status": "interrupted", "best_attempt": None}))
     shutil.rmtree(runs / never)
     data = json.loads(path.read_text())
     data["members"][3]["run"] = None
@@ -90,7 +97,8 @@ def test_resume_starts_the_missing_runs_and_continues_the_interrupted_ones(tmp_p
     code, out, err = cli(capsys, "run", "--resume", record.sweep_id[:14], "--runs-dir", str(runs))
     assert code == 1, out + err
     assert "resuming sweep" in out and "3 of 4 runs started before" in out
-    assert [a.outcome for a in RunReader(interrupted).attempts()] == ["static_rejected", "wrong_output", "passed"]
+    assert ([a.outcome for a in RunReader(interrupted).attempts()]
+            == ["static_rejected", "wrong_output", "passed"])
     assert RunReader(interrupted).summary().status == "target_reached"
     assert (finished / "summary.json").read_bytes() == untouched
     again = sweep_record(runs)
@@ -100,7 +108,8 @@ def test_resume_starts_the_missing_runs_and_continues_the_interrupted_ones(tmp_p
 
 def test_a_sweep_resumed_by_its_file_finds_its_runs_beside_it(tmp_path, capsys):
     runs = tmp_path / "runs"
-    cli(capsys, "run", "gemm_residual_rmsnorm", "gemm_rmsnorm", *MODELS, "--rounds", "3", "--no-compile", "--runs-dir", str(runs))
+    cli(capsys, "run", "gemm_residual_rmsnorm", "gemm_rmsnorm", *MODELS, "--rounds", "3", "--no-compile",
+        "--runs-dir", str(runs))
     (path,) = runs.glob("*.sweep.json")
     record = sweep_record(runs)
     shutil.rmtree(runs / record.members[3].run)
@@ -116,8 +125,9 @@ def test_a_sweep_resumed_by_its_file_finds_its_runs_beside_it(tmp_path, capsys):
 
 
 def test_a_run_given_by_its_path_is_no_sweep(tmp_path):
-    """``run --resume /abs/runs/<id>``, the command an interrupted run prints, is a run even where a runs folder
-    exists (a path was once globbed as a sweep id's prefix, which pathlib refuses for absolute patterns)."""
+    """``run --resume /abs/runs/<id>``, the command an interrupted run prints, is a run even where a runs
+    folder exists (a path was once globbed as a sweep id's prefix, which pathlib refuses for absolute
+    patterns)."""
     from coda_agent.cli.sweep import sweep_file
 
     base = tmp_path / "runs"
@@ -128,12 +138,14 @@ def test_a_run_given_by_its_path_is_no_sweep(tmp_path):
 
 def test_bad_input_stops_a_sweep_before_any_run(tmp_path, capsys):
     runs = tmp_path / "runs"
-    code, _, err = cli(capsys, "run", "gemm_residual", "gemm_rmsnorm", "--model", "mock/echo", "--model", "nosuch/x",
-                       "--runs-dir", str(runs))
+    code, _, err = cli(capsys, "run", "gemm_residual", "gemm_rmsnorm", "--model", "mock/echo", "--model",
+                       "nosuch/x", "--runs-dir", str(runs))
     assert code == 2 and "unknown provider 'nosuch/x'" in err and err.count("\n") == 1
-    code, _, err = cli(capsys, "run", "gemm_residual", "nosuch_task", "--model", "mock/echo", "--runs-dir", str(runs))
+    code, _, err = cli(capsys, "run", "gemm_residual", "nosuch_task", "--model", "mock/echo", "--runs-dir",
+                       str(runs))
     assert code == 2 and "no task named 'nosuch_task'" in err
-    code, _, err = cli(capsys, "run", "gemm_residual", "--model", "mock/echo", "--model", "replay/x", "--runs-dir", str(runs))
+    code, _, err = cli(capsys, "run", "gemm_residual", "--model", "mock/echo", "--model", "replay/x",
+                       "--runs-dir", str(runs))
     assert code == 2 and "cannot be part of a sweep" in err
     assert not runs.exists()
 
@@ -143,12 +155,14 @@ def test_every_model_that_cannot_start_is_named_at_once(tmp_path, capsys, monkey
 
     from coda_agent.cli import run_cmd
 
-    monkeypatch.setattr(run_cmd, "require_isolation", lambda what: SimpleNamespace(isolated=True, describe=lambda: ""))
-    for key in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "CODA_AGENT_NO_REAL_API"):
+    monkeypatch.setattr(run_cmd, "require_isolation",
+                        lambda what: SimpleNamespace(isolated=True, describe=lambda: ""))
+    for key in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL",
+                "CODA_AGENT_NO_REAL_API"):
         monkeypatch.delenv(key, raising=False)
     runs = tmp_path / "runs"
-    code, _, err = cli(capsys, "run", "gemm_residual", "--model", "anthropic/claude-x", "--model", "mock/echo",
-                       "--model", "openai/gpt-x", "--runs-dir", str(runs))
+    code, _, err = cli(capsys, "run", "gemm_residual", "--model", "anthropic/claude-x", "--model",
+                       "mock/echo", "--model", "openai/gpt-x", "--runs-dir", str(runs))
     assert code == 2, err
     lines = err.splitlines()
     assert lines[0] == "error: 2 problems before the sweep can start:", err
@@ -167,13 +181,17 @@ def test_a_sweep_takes_no_more_cpu_workers_than_runs_or_cores():
 
 def test_resume_with_higher_budgets_extends_every_run(tmp_path, capsys):
     runs = tmp_path / "runs"
-    cli(capsys, "run", "gemm_residual_rmsnorm", *MODELS, "--rounds", "1", "--no-compile", "--runs-dir", str(runs))
+    cli(capsys, "run", "gemm_residual_rmsnorm", *MODELS, "--rounds", "1", "--no-compile", "--runs-dir",
+        str(runs))
     record = sweep_record(runs)
-    code, out, err = cli(capsys, "run", "--resume", record.sweep_id, "--runs-dir", str(runs))  # nothing left to do
-    assert code == 1 and "already finished: nothing to resume" in out and "started before" not in out, out + err
+    # nothing left to do
+    code, out, err = cli(capsys, "run", "--resume", record.sweep_id, "--runs-dir", str(runs))
+    assert (code == 1 and "already finished: nothing to resume" in out
+            and "started before" not in out), out + err
     assert "FAILED 0 of 2 runs found a correct kernel" in out
     assert [RunReader(runs / m.run).summary().attempts for m in record.members] == [1, 1]
-    code, _, err = cli(capsys, "run", "--resume", record.sweep_id, "--temperature", "0.1", "--runs-dir", str(runs))
+    code, _, err = cli(capsys, "run", "--resume", record.sweep_id, "--temperature", "0.1", "--runs-dir",
+                       str(runs))
     assert code == 2 and "only budgets" in err and "temperature" in err
     code, out, err = cli(capsys, "run", "--resume", record.sweep_id, "--rounds", "2", "--runs-dir", str(runs))
     assert code == 1, out + err
@@ -189,37 +207,42 @@ def test_total_dollars_stops_the_whole_sweep(tmp_path, capsys, monkeypatch):
     try:
         for _ in range(6):
             server.reply(OPENAI_PATH, openai_chat("no code in this reply", model="qwen"))
-        code, out, err = cli(capsys, "run", "gemm_residual", "gemm_rmsnorm", "--model", "openai-compatible/qwen",
-                             "--base-url", f"{server.url}/v1", "--rounds", "3", "--jobs", "1", "--total-dollars", "1.5",
-                             "--no-compile", "--runs-dir", str(tmp_path / "runs"))
+        code, out, err = cli(capsys, "run", "gemm_residual", "gemm_rmsnorm", "--model",
+                             "openai-compatible/qwen", "--base-url", f"{server.url}/v1", "--rounds", "3",
+                             "--jobs", "1", "--total-dollars", "1.5", "--no-compile", "--runs-dir",
+                             str(tmp_path / "runs"))
     finally:
         server.stop()
     assert code == 1, out + err
     first, second = sweep_record(tmp_path / "runs").members
     summary = RunReader(tmp_path / "runs" / first.run).summary()
-    assert summary.status == "budget_exhausted" and summary.attempts == 2 and "sweep's dollar budget" in summary.stop_reason
+    assert (summary.status == "budget_exhausted" and summary.attempts == 2
+            and "sweep's dollar budget" in summary.stop_reason)
     assert second.run is None and "not started" in out
-    code, _, err = cli(capsys, "run", "gemm_residual", "--model", "mock/echo", "--total-dollars", "1", "--runs-dir", str(tmp_path))
+    code, _, err = cli(capsys, "run", "gemm_residual", "--model", "mock/echo", "--total-dollars", "1",
+                       "--runs-dir", str(tmp_path))
     assert code == 2 and "--total-dollars is for sweeps" in err
 
 
 def test_a_sweep_calls_a_task_by_its_name_not_its_file_name(tmp_path):
-    """tasks, run and the leaderboard call a task by its ``name:``; the sweep's lines and table did by its file."""
+    """tasks, run and the leaderboard call a task by its ``name:``; the sweep's lines and table did by its
+    file."""
     from coda_agent.cli.sweep import task_name
 
     suite = TASK_DIR / "gemm_residual.yaml"
     renamed = tmp_path / "my_copy.yaml"
     shutil.copy(suite, renamed)
     shutil.copy(TASK_DIR / find_task("gemm_residual").reference_file.name, tmp_path)
-    (tmp_path / "human").mkdir()  # the copy names its human kernel: a task whose human: file is missing does not load
+    # the copy names its human kernel: a task whose human: file is missing does not load
+    (tmp_path / "human").mkdir()
     shutil.copy(TASK_DIR / "human" / "gemm_residual.py", tmp_path / "human")
     assert task_name(str(renamed)) == "gemm_residual"
     assert task_name(str(tmp_path / "gone.yaml")) == "gone"  # a file that no longer loads: its stem
 
 
 def test_a_second_resume_of_a_live_sweep_is_refused_before_it_touches_anything(tmp_path, capsys):
-    """A sweep runs in one process at a time: while one holds its lock (here this test does), ``--resume`` says who
-    in one line, starts no run and leaves the record as it was."""
+    """A sweep runs in one process at a time: while one holds its lock (here this test does), ``--resume``
+    says who in one line, starts no run and leaves the record as it was."""
     import os
     from datetime import datetime, timezone
 
@@ -228,7 +251,8 @@ def test_a_second_resume_of_a_live_sweep_is_refused_before_it_touches_anything(t
     from coda_agent.store.records import SweepMember, write_json_atomic
 
     runs = tmp_path / "runs"
-    record = SweepRecord(sweep_id="sweep_20260101-000000_abc123", created=datetime.now(timezone.utc), options={},
+    record = SweepRecord(sweep_id="sweep_20260101-000000_abc123", created=datetime.now(timezone.utc),
+                         options={},
                          members=[SweepMember(task=str(TASK_DIR / "gemm_residual.yaml"), model="mock/echo")])
     path = runs / f"{record.sweep_id}.sweep.json"
     write_json_atomic(path, record)
@@ -237,6 +261,7 @@ def test_a_second_resume_of_a_live_sweep_is_refused_before_it_touches_anything(t
         code, out, err = cli(capsys, "run", "--resume", str(path), "--rounds", "2", "--runs-dir", str(runs))
     assert code == 2, out + err
     (line,) = err.strip().splitlines()
-    assert line.startswith(f"error: sweep {record.sweep_id} is being written by pid {os.getpid()} on host {host_name()}")
+    assert line.startswith(
+        f"error: sweep {record.sweep_id} is being written by pid {os.getpid()} on host {host_name()}")
     assert path.read_bytes() == kept and not [d for d in runs.iterdir() if d.is_dir()]
     assert not (runs / f"{record.sweep_id}.sweep.lock").exists(), "the lock goes with its holder"

@@ -26,9 +26,10 @@ from .conftest import TASK_DIR, cli
 EXAMPLE = TASK_DIR / "gemm_residual_rmsnorm.yaml"
 
 
-def write_task(tmp_path: Path, edit=None, reference: str | None = None, name: str = "t", base: Path = EXAMPLE) -> Path:
-    """A copy of a suite task (the example by default) in tmp_path, optionally edited (dict -> dict) and with another
-    reference."""
+def write_task(tmp_path: Path, edit=None, reference: str | None = None, name: str = "t",
+               base: Path = EXAMPLE) -> Path:
+    """A copy of a suite task (the example by default) in tmp_path, optionally edited (dict -> dict) and with
+    another reference."""
     data = yaml.safe_load(base.read_text())
     data["name"] = name
     data["reference"] = "ref.py:reference"
@@ -54,7 +55,8 @@ def test_example_task_derived_facts():
     dims = {"M": 8192, "N": 4096, "K": 14336}
     assert task.flops(dims) == 2 * 8192 * 4096 * 14336
     # x, w, residual, gamma in bf16; h, normed in bf16; rstd in fp32
-    assert task.min_bytes(dims) == 2 * (8192 * 14336 + 4096 * 14336 + 8192 * 4096 + 4096) + 2 * 2 * 8192 * 4096 + 4 * 8192
+    assert (task.min_bytes(dims)
+            == 2 * (8192 * 14336 + 4096 * 14336 + 8192 * 4096 + 4096) + 2 * 2 * 8192 * 4096 + 4 * 8192)
     inputs = task.make_inputs({"M": 8, "N": 16, "K": 32}, seed=1)
     assert inputs["w"].shape == (16, 32) and str(inputs["w"].dtype) == "torch.bfloat16"
     assert float(inputs["gamma"].float().min()) >= 0.5 and float(inputs["gamma"].float().max()) <= 1.5
@@ -74,15 +76,22 @@ def test_example_task_derived_facts():
         (lambda d: d.update(launch_budget=0), "launch_budget: Input should be greater than or equal to 1"),
         (lambda d: d.update(reference="ref:reference"), "reference: must look like 'file.py:function'"),
         (lambda d: d["shapes"].pop("bench"), "needs a non-empty 'bench' shape set"),
-        (lambda d: d["shapes"]["small"][0]["dims"].pop("K"), "inputs[0](x).shape[1]: uses K, which shape small/tiny does not bind"),
+        (lambda d: d["shapes"]["small"][0]["dims"].pop("K"),
+         "inputs[0](x).shape[1]: uses K, which shape small/tiny does not bind"),
         (lambda d: d.update(colour="blue"), "colour: unknown field (typo?)"),
-        (lambda d: d.update(launch_budgt=d.pop("launch_budget")), "launch_budgt: unknown field; did you mean launch_budget?"),
+        (lambda d: d.update(launch_budgt=d.pop("launch_budget")),
+         "launch_budgt: unknown field; did you mean launch_budget?"),
         (lambda d: d["outputs"].append(dict(d["outputs"][0])), "names must be unique"),
-        (lambda d: d["tolerance"].update(outputs={"nope": {"floor": 1}}) if "tolerance" in d else d.update(tolerance={"outputs": {"nope": {"floor": 1}}}), "'nope', which is not an output"),
-        (lambda d: d.update(tolerance={"baseline": "exact"}), "tolerance.baseline: Input should be 'eager' or 'single_rounding'"),
-        (lambda d: d["inputs"][0].update(init={"replace": {"value": 0, "fraction": 1.5}}), "inputs[0](x).init.replace.fraction"),
-        (lambda d: d["inputs"][0].update(init={"replace": {"value": "pad", "fraction": 0.5}}), "inputs[0](x).init.replace.value: 'pad' at shape"),
-        (lambda d: d["inputs"][0].update(init={"replace": {"value": "pad", "fraction": 0.5}}), "'pad' uses unknown symbol 'pad'"),
+        (lambda d: d["tolerance"].update(outputs={"nope": {"floor": 1}}) if "tolerance" in d
+         else d.update(tolerance={"outputs": {"nope": {"floor": 1}}}), "'nope', which is not an output"),
+        (lambda d: d.update(tolerance={"baseline": "exact"}),
+         "tolerance.baseline: Input should be 'eager' or 'single_rounding'"),
+        (lambda d: d["inputs"][0].update(init={"replace": {"value": 0, "fraction": 1.5}}),
+         "inputs[0](x).init.replace.fraction"),
+        (lambda d: d["inputs"][0].update(init={"replace": {"value": "pad", "fraction": 0.5}}),
+         "inputs[0](x).init.replace.value: 'pad' at shape"),
+        (lambda d: d["inputs"][0].update(init={"replace": {"value": "pad", "fraction": 0.5}}),
+         "'pad' uses unknown symbol 'pad'"),
         (lambda d: d["constants"].update(K=3), "constants.K: constant K has the name of a shape symbol"),
     ],
 )
@@ -120,7 +129,8 @@ def _points_at(path: Path, line: str, text: str) -> bool:
 def test_a_bad_shape_expression_names_its_field_and_line(tmp_path):
     path = write_task(tmp_path, lambda d: d["inputs"][0].update(shape=["N*", "K"]))
     (line,) = _problem_lines(path)
-    assert re.match(r"  line \d+: inputs\[0\]\(x\)\.shape\[0\]: cannot parse 'N\*'", line) and "top level" not in line
+    assert (re.match(r"  line \d+: inputs\[0\]\(x\)\.shape\[0\]: cannot parse 'N\*'", line)
+            and "top level" not in line)
     assert _points_at(path, line, "N*")
 
 
@@ -129,7 +139,9 @@ def test_tasks_names_a_broken_task_with_its_first_mistake_and_lists_the_others(t
     monkeypatch.setenv("CODA_AGENT_TASKS", str(tmp_path))
     code, out, err = cli(capsys, "tasks")
     assert code == 2 and "gemm_swiglu" in out
-    assert err.count("\n") == 1 and re.search(r"^error: .*broken.yaml: invalid task file: line \d+: inputs\[0\]\(x\)\.shape\[0\]: cannot parse", err)
+    assert (err.count("\n") == 1
+            and re.search(r"^error: .*broken.yaml: invalid task file: line \d+: "
+                          r"inputs\[0\]\(x\)\.shape\[0\]: cannot parse", err))
 
 
 def test_an_unbound_symbol_names_the_tensor_that_uses_it(tmp_path):
@@ -159,21 +171,29 @@ def test_a_misnamed_output_is_one_line_naming_what_the_reference_returns(tmp_pat
     report = validate_path(path)
     assert len(report.problems) == 1, report.problems
     (problem,) = report.problems
-    assert re.match(r"line \d+: outputs\[0\]\(hh\): the reference does not return output 'hh'; it returns 'h'", problem)
+    assert re.match(
+        r"line \d+: outputs\[0\]\(hh\): the reference does not return output 'hh'; it returns 'h'", problem)
     assert _points_at(path, problem, "hh")
-    code, _, err = cli(capsys, "run", str(path), "--model", "mock/echo", "--no-compile", "--runs-dir", str(tmp_path / "runs"))
-    assert code == 2 and err.count("\n") == 1 and "task t is not usable: line " in err and "outputs[0](hh)" in err
+    code, _, err = cli(capsys, "run", str(path), "--model", "mock/echo", "--no-compile", "--runs-dir",
+                       str(tmp_path / "runs"))
+    assert (code == 2 and err.count("\n") == 1 and "task t is not usable: line " in err
+            and "outputs[0](hh)" in err)
 
 
 def test_run_lists_several_problems_of_a_task_one_a_line(tmp_path, capsys):
-    reference = ("import torch\ndef reference(x, w, residual, gamma, *, eps):\n    h = torch.ones_like(residual).cumsum(-1)\n"
-                 "    return {'h': h, 'normed': h * gamma * 0, 'rstd': (x @ w.t()).float().pow(2).mean(-1).add(eps).rsqrt()}\n")
+    reference = ("import torch\ndef reference(x, w, residual, gamma, *, eps):\n"
+                 "    h = torch.ones_like(residual).cumsum(-1)\n"
+                 "    return {'h': h, 'normed': h * gamma * 0, 'rstd': (x @ "
+                 "w.t()).float().pow(2).mean(-1).add(eps).rsqrt()}\n")
     path = write_task(tmp_path, reference=reference)
-    code, _, err = cli(capsys, "run", str(path), "--model", "mock/echo", "--no-compile", "--runs-dir", str(tmp_path / "runs"))
+    code, _, err = cli(capsys, "run", str(path), "--model", "mock/echo", "--no-compile", "--runs-dir",
+                       str(tmp_path / "runs"))
     first, *items = err.splitlines()
-    assert code == 2 and first.startswith("error: task t is not usable (") and f"coda-agent validate {path}" in first
+    assert (code == 2 and first.startswith("error: task t is not usable (")
+            and f"coda-agent validate {path}" in first)
     assert len(items) >= 2 and all(i.startswith("  - ") and len(i) < 200 for i in items), err
-    assert sum("output 'normed' is near zero" in i for i in items) == 1  # said once, with the shapes it holds at
+    # said once, with the shapes it holds at
+    assert sum("output 'normed' is near zero" in i for i in items) == 1
     assert any("(also at small/" in i for i in items), err
 
 
@@ -182,7 +202,8 @@ def test_replace_sets_a_fraction_of_an_input_to_a_constant(tmp_path):
 
     def edit(d):
         d["constants"]["ignore_index"] = -100
-        d["inputs"][0] = {**d["inputs"][0], "init": {"dist": "normal", "replace": {"value": "ignore_index", "fraction": 0.25}}}
+        d["inputs"][0] = {**d["inputs"][0],
+                          "init": {"dist": "normal", "replace": {"value": "ignore_index", "fraction": 0.25}}}
 
     task = load_task(write_task(tmp_path, edit))
     x = task.make_inputs({"M": 64, "N": 16, "K": 32}, seed=3)["x"]
@@ -193,13 +214,15 @@ def test_replace_sets_a_fraction_of_an_input_to_a_constant(tmp_path):
 
 
 def test_delicate_operators_are_read_from_the_reference_source():
-    source = "import torch\ndef reference(x, n):\n    return {'y': torch.logsumexp(x, -1) / n + x.rsqrt().sum()}\n"
+    source = ("import torch\ndef reference(x, n):\n"
+              "    return {'y': torch.logsumexp(x, -1) / n + x.rsqrt().sum()}\n")
     assert delicate_operators(source) == ["/", "logsumexp", "rsqrt"]
     assert delicate_operators("def reference(x, w):  # exp, log\n    return {'y': x @ w + 1}\n") == []
 
 
 def test_a_delicate_reference_gets_a_stress_set_of_its_activations_at_large_magnitudes():
-    ce = find_task("gemm_cross_entropy")  # logsumexp; x is left at the default init, w and targets have their own
+    # logsumexp; x is left at the default init, w and targets have their own
+    ce = find_task("gemm_cross_entropy")
     assert ce.stress_inits() == {"x": Init(std=STRESS_STD)}
     dims = ce.shape("small")[0].dims
     plain, stress = ce.make_inputs(dims, 5), ce.make_inputs(dims, 5, stress=True)
@@ -219,25 +242,27 @@ def test_a_task_declares_its_own_stress_set_or_none(tmp_path):
 
 def test_a_stress_block_naming_no_input_or_a_bad_expression_is_a_field_problem(tmp_path):
     lines = _problem_lines(write_task(tmp_path, lambda d: d.update(stress={"xx": {"std": 10}})))
-    assert len(lines) == 1 and "stress.xx: names 'xx', which is not an input (inputs: x, w, residual, gamma)" in lines[0]
+    assert (len(lines) == 1
+            and "stress.xx: names 'xx', which is not an input (inputs: x, w, residual, gamma)" in lines[0])
     lines = _problem_lines(write_task(tmp_path, lambda d: d.update(stress={"x": {"std": "Q * 2"}})))
     assert len(lines) == 1 and "stress.x" in lines[0] and "Q" in lines[0]
 
 
 def test_validate_refuses_a_stress_set_the_reference_overflows_on(tmp_path):
-    """Cross-entropy's backward takes lse as an input: at the default stress set's large logits, exp(logits - lse)
-    overflows the reference itself, so the suite task declares a stress set with an lse to match."""
+    """Cross-entropy's backward takes lse as an input: at the default stress set's large logits, exp(logits -
+    lse) overflows the reference itself, so the suite task declares a stress set with an lse to match."""
     source = TASK_DIR / "gemm_rmsnorm_cross_entropy_bwd.yaml"
     data = yaml.safe_load(source.read_text())
     assert set(data.pop("stress")) == {"x", "lse"}
     data["human"] = None
     (tmp_path / "t.yaml").write_text(yaml.safe_dump(data))
-    (tmp_path / data["reference"].split(":")[0]).write_text((TASK_DIR / data["reference"].split(":")[0]).read_text())
+    (tmp_path / data["reference"].split(":")[0]).write_text(
+        (TASK_DIR / data["reference"].split(":")[0]).read_text())
     report = validate_path(tmp_path / "t.yaml")
     assert report.problems == [
-        "shape small/tiny: on the default stress set (x at large magnitudes) the FP32 reference's output 'dlogits' has "
-        "NaN/Inf, so no candidate could pass it; declare a stress: block the reference stays finite on (stress: {} for "
-        "none) (also at small/ragged)"
+        "shape small/tiny: on the default stress set (x at large magnitudes) the FP32 reference's output "
+        "'dlogits' has NaN/Inf, so no candidate could pass it; declare a stress: block the reference stays "
+        "finite on (stress: {} for none) (also at small/ragged)"
     ]
     assert validate_path(source).ok
 
@@ -260,7 +285,8 @@ def test_cli_reports_malformed_task_in_one_clean_message(tmp_path):
 @pytest.mark.parametrize(
     ("reference", "problem"),
     [
-        ("def reference(x, w, residual, gamma, *, eps):\n    raise RuntimeError('boom')\n", "the reference raised RuntimeError: boom"),
+        ("def reference(x, w, residual, gamma, *, eps):\n    raise RuntimeError('boom')\n",
+         "the reference raised RuntimeError: boom"),
         (
             "import torch\ndef reference(x, w, residual, gamma, *, eps):\n    h = x @ w.t() + residual\n"
             "    return {'h': h, 'normed': h * 0, 'rstd': torch.ones(h.shape[0])}\n",
@@ -287,12 +313,14 @@ def test_cli_reports_malformed_task_in_one_clean_message(tmp_path):
             "output 'h' has shape",
         ),
         (
-            "import torch\ndef reference(x, w, residual, gamma, *, eps):\n    h = torch.ones_like(residual).cumsum(-1)\n"
+            "import torch\ndef reference(x, w, residual, gamma, *, eps):\n"
+            "    h = torch.ones_like(residual).cumsum(-1)\n"
             "    return {'h': h, 'normed': h * gamma, 'rstd': (x @ w.t()).float().sum(-1)}\n",
             "output 'h' does not change when the inputs change",
         ),
         (
-            "import torch\ndef reference(x, w, residual, gamma, *, eps):\n    h = (x @ w.t()) * 0 + residual\n"
+            "import torch\ndef reference(x, w, residual, gamma, *, eps):\n"
+            "    h = (x @ w.t()) * 0 + residual\n"
             "    return {'h': h, 'normed': h * gamma, 'rstd': h.float().pow(2).mean(-1).add(eps).rsqrt()}\n",
             "no output changes when input 'x' alone does",
         ),
@@ -323,20 +351,26 @@ def _clamped_swiglu(tmp_path: Path, x_std: float) -> Path:
 
 
 def test_validate_refuses_a_clamp_the_test_data_never_reaches(tmp_path):
-    """Issue 48: at the suite's spread (pre-activations about N(0, 1)) the clamp at 7 never acts, so a kernel without
-    it would pass verify; the line names the constant, the move that changes nothing, and the init to widen."""
+    """Issue 48: at the suite's spread (pre-activations about N(0, 1)) the clamp at 7 never acts, so a kernel
+    without it would pass verify; the line names the constant, the move that changes nothing, and the init to
+    widen."""
     path = _clamped_swiglu(tmp_path, x_std=1.0)
     (problem,) = validate_path(path).problems
-    assert "constants.limit: no output changes when it moves from 7 to 10.5 (x1.5) at the small shapes" in problem
+    assert ("constants.limit: no output changes when it moves from 7 to 10.5 (x1.5) at the small shapes"
+            in problem)
     assert "widen the init of inputs[0](x) or inputs[1](w)" in problem and _points_at(path, problem, "limit")
-    assert validate_path(_clamped_swiglu(tmp_path, x_std=4.0)).ok  # a spread that reaches the clamp: alpha moves it too
+    # a spread that reaches the clamp: alpha moves it too
+    assert validate_path(_clamped_swiglu(tmp_path, x_std=4.0)).ok
 
 
 def test_validate_refuses_a_mask_value_no_input_holds(tmp_path):
-    """Cross-entropy's ignore_index with targets that never hold it: no spread reaches it, the data must hold it."""
-    path = write_task(tmp_path, lambda d: d["inputs"][2]["init"].pop("replace"), base=TASK_DIR / "gemm_cross_entropy.yaml")
+    """Cross-entropy's ignore_index with targets that never hold it: no spread reaches it, the data must hold
+    it."""
+    path = write_task(tmp_path, lambda d: d["inputs"][2]["init"].pop("replace"),
+                      base=TASK_DIR / "gemm_cross_entropy.yaml")
     (problem,) = validate_path(path).problems
-    assert "constants.ignore_index: no output changes when it moves from -100 to -150 (x1.5) or to -50 (x0.5)" in problem
+    assert ("constants.ignore_index: no output changes when it moves from -100 to -150 (x1.5) or to -50 "
+            "(x0.5)") in problem
     assert "give the test data values where it acts" in problem and _points_at(path, problem, "ignore_index")
 
 
@@ -356,8 +390,8 @@ def reference(x, w, targets, *, ignore_index, smoothing):
 
 
 def _label_smoothed(tmp_path: Path, w_mean: float) -> Path:
-    """Cross-entropy with label smoothing (its mean term: the mean of the logits over the vocabulary), weights drawn
-    with mean ``w_mean``."""
+    """Cross-entropy with label smoothing (its mean term: the mean of the logits over the vocabulary), weights
+    drawn with mean ``w_mean``."""
     def edit(d):
         d["constants"]["smoothing"] = 0.1
         d["inputs"][1]["init"] = {"dist": "normal", "mean": w_mean, "std": "1/sqrt(K)"}
@@ -366,27 +400,30 @@ def _label_smoothed(tmp_path: Path, w_mean: float) -> Path:
 
 
 def test_validate_refuses_a_term_the_test_data_keeps_too_small_to_see(tmp_path):
-    """Issue 48: with zero-mean weights, label smoothing's mean over the vocabulary is about zero, and a kernel that
-    leaves it out stays within the tolerance; the line names the term and its line, and what to draw otherwise.
-    Moving the smoothing constant cannot show it: it also scales the target's term."""
+    """Issue 48: with zero-mean weights, label smoothing's mean over the vocabulary is about zero, and a
+    kernel that leaves it out stays within the tolerance; the line names the term and its line, and what to
+    draw otherwise. Moving the smoothing constant cannot show it: it also scales the target's term."""
     (problem,) = validate_path(_label_smoothed(tmp_path, 0.0)).problems
     assert problem.startswith("ref.py:10: the right term of the '-' in `smooth = lse - lf.mean(-1)`"), problem
     assert "a kernel could leave it out" in problem and "non-zero mean" in problem
-    assert validate_path(_label_smoothed(tmp_path, 0.02)).ok  # weights with a mean: the logits' mean is a real term
+    # weights with a mean: the logits' mean is a real term
+    assert validate_path(_label_smoothed(tmp_path, 0.02)).ok
 
 
 @pytest.mark.parametrize(
     ("dims", "expected", "symbol", "fix"),
     [
-        ({"M": 4096, "V": 151935, "K": 4096}, "outputs[0](logits).shape[1]: V is 151935 at shape bench/odd: the rows of "
+        ({"M": 4096, "V": 151935, "K": 4096},
+         "outputs[0](logits).shape[1]: V is 151935 at shape bench/odd: the rows of "
          "logits are 303870 bytes", "- V", "make V a multiple of 8 there (as 151936)"),
-        ({"M": 4096, "V": 151936, "K": 4095}, "inputs[0](x).shape[1]: K is 4095 at shape bench/odd: the rows of x, w are "
+        ({"M": 4096, "V": 151936, "K": 4095},
+         "inputs[0](x).shape[1]: K is 4095 at shape bench/odd: the rows of x, w are "
          "8190 bytes", "- K", "make K a multiple of 8 there (as 4096)"),
     ],
 )
 def test_validate_refuses_a_shape_whose_rows_tma_cannot_move(tmp_path, dims, expected, symbol, fix):
-    """Issue 48: a bench shape off TMA's 16-byte row grid, where every kernel would fail to build, is the task's to
-    fix: one line names the tensor, the symbol, the shape, the rule and the nearest aligned size."""
+    """Issue 48: a bench shape off TMA's 16-byte row grid, where every kernel would fail to build, is the
+    task's to fix: one line names the tensor, the symbol, the shape, the rule and the nearest aligned size."""
     path = write_task(tmp_path, lambda d: d["shapes"]["bench"].append({"name": "odd", "dims": dims}),
                       base=TASK_DIR / "gemm_cross_entropy.yaml")
     (problem,) = validate_path(path).problems
@@ -433,7 +470,8 @@ def test_tasks_are_found_in_the_suite_then_coda_agent_tasks_then_dot_tasks(tmp_p
     code, out, err = cli(capsys, "tasks", "--format", "json")
     assert code == 0, err
     rows = {r["name"]: r for r in json.loads(out)}
-    assert len(rows) == 15 and rows["mine"]["source"] == "CODA_AGENT_TASKS" and rows["local"]["source"] == "./tasks"
+    assert (len(rows) == 15 and rows["mine"]["source"] == "CODA_AGENT_TASKS"
+            and rows["local"]["source"] == "./tasks")
     assert rows["gemm_residual"]["source"] == "built-in" and rows["gemm_swiglu"]["shapes"]["small"]
     assert rows["gemm_residual"]["shadows"] is None and len(rows["mine"]["task_hash"]) == 12
     code, out, _ = cli(capsys, "tasks")
@@ -480,7 +518,8 @@ def test_every_command_skips_a_yaml_file_that_is_no_task_alike(tmp_path, capsys)
     assert code == 1 and err.startswith(skipped) and "1 task(s) × 1 model(s) = 1 run," in out, err
 
 
-def test_a_task_is_named_by_its_name_field_everywhere_and_a_typo_gets_a_suggestion(tmp_path, monkeypatch, capsys):
+def test_a_task_is_named_by_its_name_field_everywhere_and_a_typo_gets_a_suggestion(tmp_path, monkeypatch,
+                                                                                   capsys):
     (tmp_path / "foo.yaml").write_text(write_task(tmp_path, name="bias_gelu").read_text())
     (tmp_path / "bias_gelu.yaml").unlink()
     monkeypatch.setenv("CODA_AGENT_TASKS", str(tmp_path))
@@ -507,7 +546,8 @@ def test_tasks_and_validate_take_task_names_as_run_and_verify_do(capsys):
 
 def test_tasks_refuses_an_unknown_shape_set_and_format(capsys, tmp_path):
     code, _, err = cli(capsys, "tasks", "--shapes", "nosuch")
-    assert code == 2 and err.count("\n") == 1 and "no task has a shape set 'nosuch'" in err and "bench, small" in err
+    assert (code == 2 and err.count("\n") == 1 and "no task has a shape set 'nosuch'" in err
+            and "bench, small" in err)
     code, _, err = cli(capsys, "tasks", "--format", "xml")
     assert code == 2 and "table or json" in err
     code, _, err = cli(capsys, "tasks", str(tmp_path))
@@ -517,14 +557,17 @@ def test_tasks_refuses_an_unknown_shape_set_and_format(capsys, tmp_path):
 
 
 def test_version_answers_without_importing_torch():
-    probe = "import sys; from coda_agent.launch import main; sys.argv = ['coda-agent', '--version']; main(); print('torch' in sys.modules)"
+    probe = ("import sys; from coda_agent.launch import main; sys.argv = ['coda-agent', '--version']; "
+             "main(); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     from coda_agent import __version__
 
     assert out.split("\n")[:2] == [f"coda-agent {__version__}", "False"]
 
 
-@pytest.mark.parametrize("command", ["", "run", "verify", "tasks", "validate", "bench", "leaderboard", "show", "view", "index rebuild"])
+@pytest.mark.parametrize("command",
+                         ["", "run", "verify", "tasks", "validate", "bench", "leaderboard", "show", "view",
+                          "index rebuild"])
 def test_help_shows_no_python_types(command):
     result = CliRunner().invoke(app, [*command.split(), "--help"])
     assert result.exit_code == 0 and "Usage" in result.output
@@ -549,7 +592,8 @@ def test_a_task_file_that_does_not_load_is_an_error_for_tasks_as_for_run(tmp_pat
     assert err.count("\n") == 1
     code, out, err = cli(capsys, "tasks", str(tmp_path), "--format", "json")
     assert code == 2 and [r["name"] for r in json.loads(out)] == ["good"]
-    code, _, err = cli(capsys, "run", str(tmp_path), "--model", "mock/echo", "--runs-dir", str(tmp_path / "runs"))
+    code, _, err = cli(capsys, "run", str(tmp_path), "--model", "mock/echo", "--runs-dir",
+                       str(tmp_path / "runs"))
     assert code == 2 and str(broken) in err
 
 
@@ -558,13 +602,15 @@ def test_an_unknown_task_names_every_place_it_was_looked_for(tmp_path, monkeypat
     monkeypatch.delenv("CODA_AGENT_TASKS", raising=False)
     code, _, err = cli(capsys, "run", "nosuch", "--model", "mock/echo")
     assert code == 2 and err.startswith(
-        f"error: no task named 'nosuch' in the built-in suite {TASK_DIR}, $CODA_AGENT_TASKS (not set), ./tasks (no such "
-        "folder here) (known: ")
+        f"error: no task named 'nosuch' in the built-in suite {TASK_DIR}, $CODA_AGENT_TASKS (not set), "
+        "./tasks (no such folder here) (known: ")
     (tmp_path / "tasks").mkdir()
     (tmp_path / "more").mkdir()
     monkeypatch.setenv("CODA_AGENT_TASKS", str(tmp_path / "more"))
     code, _, err = cli(capsys, "verify", "nosuch")
-    assert code == 2 and f"in the built-in suite {TASK_DIR}, $CODA_AGENT_TASKS {tmp_path / 'more'}, ./tasks (known: " in err
+    assert (code == 2
+            and f"in the built-in suite {TASK_DIR}, $CODA_AGENT_TASKS {tmp_path / 'more'}, ./tasks (known: "
+            in err)
 
 
 def test_a_task_is_its_content_its_fields_and_reference_not_its_human_kernel(tmp_path):
@@ -577,21 +623,24 @@ def test_a_task_is_its_content_its_fields_and_reference_not_its_human_kernel(tmp
     with_human = write_task(tmp_path / "b", edit=lambda d: d.update(human="human.py"))
     with_human.write_text("# a comment, the same task\n" + with_human.read_text())
     assert load_task(with_human).content_hash == before  # a human kernel is an answer, not the operator
-    assert load_task(write_task(tmp_path / "b", edit=lambda d: d.update(launch_budget=9))).content_hash != before
+    assert (load_task(write_task(tmp_path / "b", edit=lambda d: d.update(launch_budget=9))).content_hash
+            != before)
     (tmp_path / "a" / "ref.py").write_text((tmp_path / "a" / "ref.py").read_text() + "\n# edited\n")
     assert copy.content_hash != before  # the reference defines the operator
 
 
-def test_a_local_copy_of_a_built_in_is_listed_and_its_name_refused_while_they_differ(tmp_path, monkeypatch, capsys):
-    """An edited copy of a built-in task in ./tasks is listed beside it, and ``run NAME`` says that the name stands for
-    two tasks (both files named) instead of silently taking one; run by its path, either is used. An unedited copy
-    is the same task: the name finds it."""
+def test_a_local_copy_of_a_built_in_is_listed_and_its_name_refused_while_they_differ(tmp_path, monkeypatch,
+                                                                                     capsys):
+    """An edited copy of a built-in task in ./tasks is listed beside it, and ``run NAME`` says that the name
+    stands for two tasks (both files named) instead of silently taking one; run by its path, either is used.
+    An unedited copy is the same task: the name finds it."""
     local = tmp_path / "tasks"
     local.mkdir()
     builtin = TASK_DIR / "gemm_residual.yaml"
     for f in (builtin, builtin.with_suffix(".py")):
         (local / f.name).write_text(f.read_text())
-    (local / "gemm_residual.yaml").write_text(builtin.read_text().replace("human: human/gemm_residual.py\n", ""))
+    (local / "gemm_residual.yaml").write_text(
+        builtin.read_text().replace("human: human/gemm_residual.py\n", ""))
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("CODA_AGENT_TASKS", raising=False)
     assert find_task("gemm_residual").path == builtin  # the human kernel is not the operator: the same task
@@ -599,7 +648,8 @@ def test_a_local_copy_of_a_built_in_is_listed_and_its_name_refused_while_they_di
     with pytest.raises(TaskError) as refused:
         find_task("gemm_residual")
     message = str(refused.value)
-    assert "\n" not in message and str(builtin) in message and str((local / "gemm_residual.yaml").resolve()) in message
+    assert ("\n" not in message and str(builtin) in message
+            and str((local / "gemm_residual.yaml").resolve()) in message)
     assert "pass the path of the one you mean" in message
     assert find_task("tasks/gemm_residual.yaml").path == (local / "gemm_residual.yaml").resolve()
 
@@ -615,7 +665,9 @@ def test_a_local_copy_of_a_built_in_is_listed_and_its_name_refused_while_they_di
 
 def test_a_missing_human_kernel_says_the_field_is_optional_in_every_command(tmp_path, capsys):
     path = write_task(tmp_path, edit=lambda d: d.update(human="human/t.py"))
-    with pytest.raises(TaskError, match=r"line \d+: human: human/t.py not found next to the task \(the field is optional: fix"):
+    with pytest.raises(TaskError,
+                       match=r"line \d+: human: human/t.py not found next to the task \(the field is "
+                             r"optional: fix"):
         load_task(path)
     code, _, listed = cli(capsys, "tasks", str(path))
     assert code == 2 and "human/t.py not found" in listed and "drop the line" in listed
@@ -625,10 +677,13 @@ def test_a_missing_human_kernel_says_the_field_is_optional_in_every_command(tmp_
 
 def test_a_python_file_given_as_a_task_names_the_task_file(tmp_path, capsys):
     path = write_task(tmp_path)
-    with pytest.raises(TaskError, match=r"ref\.py: the reference of a task, not a task file; pass the task: .*t\.yaml"):
+    with pytest.raises(TaskError,
+                       match=r"ref\.py: the reference of a task, not a task file; pass the task: .*t\.yaml"):
         find_task(str(tmp_path / "ref.py"))
     human = TASK_DIR / "human" / "gemm_residual.py"
-    with pytest.raises(TaskError, match=r"the human kernel of a task, not a task file; pass the task: .*gemm_residual\.yaml"):
+    with pytest.raises(TaskError,
+                       match=r"the human kernel of a task, not a task file; pass the task: "
+                             r".*gemm_residual\.yaml"):
         load_task(human)
     (tmp_path / "other.py").write_text("x = 1\n")
     code, out, _ = cli(capsys, "validate", str(tmp_path / "other.py"))

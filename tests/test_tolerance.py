@@ -1,4 +1,5 @@
-"""The tolerance rule and its two baselines: eager (the reference in the task dtype) and CODA's single rounding."""
+"""The tolerance rule and its two baselines: eager (the reference in the task dtype) and CODA's single
+rounding."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ ULP = 2.0**-7  # bf16 spacing in [1, 2)
 
 
 def bf16_checks(candidate: float, baseline: str | None) -> list:
-    """``out`` filled with one value: truth 1 + 0.3 ulp (bf16 rounds it once to 1), an eager result two ulps up."""
+    """``out`` filled with one value: truth 1 + 0.3 ulp (bf16 rounds it once to 1), an eager result two ulps
+    up."""
     truth = torch.full((4, 8), 1.0 + 0.3 * ULP)
     eager = torch.full((4, 8), 1.0 + 2 * ULP).bfloat16()
     cand = torch.full((4, 8), candidate).bfloat16()
@@ -57,7 +59,8 @@ def test_single_rounding_leaves_an_fp32_output_only_the_floor():
 
 
 def test_a_task_can_choose_single_rounding():
-    task = K1.model_copy(update={"tolerance": K1.tolerance.model_copy(update={"baseline": "single_rounding"})})
+    task = K1.model_copy(
+        update={"tolerance": K1.tolerance.model_copy(update={"baseline": "single_rounding"})})
     (check,) = check_outputs(task, {"out": torch.ones(4, 8).bfloat16()}, {"out": torch.ones(4, 8)},
                              {"out": torch.ones(4, 8).bfloat16()}, DIMS, "tiny", 0)
     assert check.baseline == "single_rounding"
@@ -67,7 +70,10 @@ def test_a_missing_output_names_what_came_back_instead():
     truth = torch.ones(4, 8)
     checks = check_outputs(K1, {"y": truth.bfloat16()}, {"out": truth}, {"out": truth}, DIMS, "tiny", 0)
     check = next(c for c in checks if c.output == "out")
-    assert not check.ok and check.reason == "output 'out' is missing from forward()'s dict (it returned 'y', which the task does not declare)"
+    assert (not check.ok
+            and check.reason
+            == "output 'out' is missing from forward()'s dict (it returned 'y', which the task does not "
+               "declare)")
 
 
 def test_the_verdict_names_the_baseline_a_plan_chose():
@@ -85,7 +91,8 @@ def test_verify_command_takes_the_baseline_and_prints_it(capsys):
 
 
 def test_a_16_bit_output_is_held_to_its_error_norms_not_only_to_its_largest_error():
-    """A few large elements set the max-abs bound; dropping the many small ones must still fail (a softmax tail)."""
+    """A few large elements set the max-abs bound; dropping the many small ones must still fail (a softmax
+    tail)."""
     gen = torch.Generator().manual_seed(0)
     truth = torch.rand(4, 8, generator=gen) * 0.05
     truth[:, 0] = 4.0  # the large elements, where the eager reference is a whole bf16 step (1/32) off

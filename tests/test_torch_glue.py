@@ -1,5 +1,5 @@
-"""The chain's two fused passes (``coda_agent.torch.glue``) against the math written out plainly, and the form a GPU
-runs (Inductor's build of the same function) against the eager one."""
+"""The chain's two fused passes (``coda_agent.torch.glue``) against the math written out plainly, and the form
+a GPU runs (Inductor's build of the same function) against the eager one."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ IGNORE = -100
 def lm_head_case(m: int = 40, v: int = 300, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     logits = (torch.randn(m, v, generator=g) * 3).to(torch.bfloat16)
-    lse = torch.logsumexp(logits.float(), -1) + 0.01 * torch.randn(m, generator=g)  # the forward's FP32 lse, not the bf16 one's
+    # the forward's FP32 lse, not the bf16 one's
+    lse = torch.logsumexp(logits.float(), -1) + 0.01 * torch.randn(m, generator=g)
     targets = torch.randint(0, v, (m,), generator=g)
     targets[::7] = IGNORE
     dloss = torch.rand(m, generator=g) + 0.5
@@ -50,8 +51,8 @@ def test_ignored_rows_get_zero_dlogits_and_zero_zdz():
 
 
 def rope_case(batch: int = 2, seq: int = 12, n_q: int = 4, n_kv: int = 2, head_dim: int = 8, seed: int = 0):
-    """SDPA-shaped gradients (B, heads, S, head_dim) in SDPA's usual layout (a transposed (B, S, heads, d)) and
-    one contiguous, the forward's qkv and the layer's table."""
+    """SDPA-shaped gradients (B, heads, S, head_dim) in SDPA's usual layout (a transposed (B, S, heads, d))
+    and one contiguous, the forward's qkv and the layer's table."""
     g = torch.Generator().manual_seed(seed)
     dq = torch.randn(batch, seq, n_q, head_dim, generator=g).transpose(1, 2)
     dk = torch.randn(batch, seq, n_kv, head_dim, generator=g).transpose(1, 2)
@@ -61,12 +62,14 @@ def rope_case(batch: int = 2, seq: int = 12, n_q: int = 4, n_kv: int = 2, head_d
 
 
 def rope_backward_by_hand(dq, dk, dv, qkv, inv_freq):
-    """Token-major dqkv (B*S, columns), every interleaved pair rotated by -position * inv_freq of its column."""
+    """Token-major dqkv (B*S, columns), every interleaved pair rotated by -position * inv_freq of its
+    column."""
     batch, _, seq, _ = dq.shape
     dqkv = torch.cat([t.transpose(1, 2).reshape(batch * seq, -1) for t in (dq, dk, dv)], dim=-1).double()
     theta = torch.arange(seq).repeat(batch).double()[:, None] * inv_freq.double()[None, 0::2]
     y1, y2 = dqkv[:, 0::2], dqkv[:, 1::2]
-    dz = torch.stack((y1 * theta.cos() + y2 * theta.sin(), y2 * theta.cos() - y1 * theta.sin()), dim=-1).flatten(-2)
+    dz = torch.stack((y1 * theta.cos() + y2 * theta.sin(), y2 * theta.cos() - y1 * theta.sin()),
+                     dim=-1).flatten(-2)
     return dz, (qkv.double() * dqkv).sum(-1)
 
 
@@ -89,18 +92,20 @@ def test_the_v_columns_pass_through_unrotated():
 
 @pytest.mark.slow
 def test_inductors_build_of_each_pass_equals_the_eager_one():
-    """A GPU runs these through Inductor; its CPU build of the same functions (mutation in place included) must
-    give what the eager form gives (~20 s: Inductor's C++ build)."""
+    """A GPU runs these through Inductor; its CPU build of the same functions (mutation in place included)
+    must give what the eager form gives (~20 s: Inductor's C++ build)."""
     torch._dynamo.reset()
     logits, lse, targets, dloss = lm_head_case()
     eager, built = logits.clone(), logits.clone()
     want = glue.softmax_grad_.__wrapped__(eager, lse, targets, dloss, IGNORE)  # type: ignore[attr-defined]
-    got = torch.compile(glue.softmax_grad_.__wrapped__, fullgraph=True)(built, lse, targets, dloss, IGNORE)  # type: ignore[attr-defined]
+    got = torch.compile(glue.softmax_grad_.__wrapped__, fullgraph=True)(  # type: ignore[attr-defined]
+        built, lse, targets, dloss, IGNORE)
     assert torch.equal(built, eager)
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-5)
     args = rope_case()
     want_dz, want_zdz = glue.rope_backward.__wrapped__(*args)  # type: ignore[attr-defined]
-    got_dz, got_zdz = torch.compile(glue.rope_backward.__wrapped__, fullgraph=True)(*args)  # type: ignore[attr-defined]
+    got_dz, got_zdz = torch.compile(glue.rope_backward.__wrapped__,  # type: ignore[attr-defined]
+                                    fullgraph=True)(*args)
     assert torch.equal(got_dz, want_dz)
     assert torch.allclose(got_zdz, want_zdz, rtol=1e-5, atol=1e-5)
 

@@ -1,9 +1,9 @@
 """The task kernels as PyTorch ops (``coda_agent.torch``): a Llama-3 layer stack with its LM head, forward and
 backward through the custom ops, against a plain PyTorch model with the same weights.
 
-The reference is ``coda_agent.torch.ReferenceLlamaStack``, written from the model's definition rather than the ops'
-helpers, so a wrong layout (rotary pairs, gate/up interleave, head split) shows up too. Its FP32 run is the truth;
-its bf16 run is the eager baseline of the suite's tolerance rule.
+The reference is ``coda_agent.torch.ReferenceLlamaStack``, written from the model's definition rather than the
+ops' helpers, so a wrong layout (rotary pairs, gate/up interleave, head split) shows up too. Its FP32 run is
+the truth; its bf16 run is the eager baseline of the suite's tolerance rule.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ def make_stack(dim: int, ffn: int, heads: int, kv_heads: int, vocab: int, layers
     """A stack with norm weights away from 1 (so a gamma in the wrong place shows)."""
     torch.manual_seed(seed)
     kernels = kernels or Kernels()
-    stack = CodaLlamaStack([CodaLlamaLayer(dim, ffn, heads, kv_heads, kernels=kernels, device=device) for _ in range(layers)],
+    stack = CodaLlamaStack([CodaLlamaLayer(dim, ffn, heads, kv_heads, kernels=kernels, device=device)
+                            for _ in range(layers)],
                            CodaLMHead(dim, vocab, kernels=kernels, device=device))
     with torch.no_grad():
         for p in stack.parameters():
@@ -42,7 +43,8 @@ def make_stack(dim: int, ffn: int, heads: int, kv_heads: int, vocab: int, layers
     return stack
 
 
-def draw_batch(stack: CodaLlamaStack, batch: int, seq: int, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+def draw_batch(stack: CodaLlamaStack, batch: int, seq: int,
+               seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """Hidden states of rms ~4 (rstd far from 1) and targets with about 1 in 5 ignored."""
     g = torch.Generator().manual_seed(seed)
     dim, vocab = stack.head.weight.shape[1], stack.head.weight.shape[0]
@@ -55,7 +57,8 @@ def draw_batch(stack: CodaLlamaStack, batch: int, seq: int, seed: int = 1) -> tu
 
 def reference_loss(stack: CodaLlamaStack, h: torch.Tensor, targets: torch.Tensor, dtype: torch.dtype,
                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The same model in plain PyTorch at ``dtype``, and its gradients (those of ``h`` under the name ``h``)."""
+    """The same model in plain PyTorch at ``dtype``, and its gradients (those of ``h`` under the name
+    ``h``)."""
     ref = ReferenceLlamaStack.like(stack, dtype)
     x = h.detach().to(dtype).requires_grad_()
     loss = ref(x, targets)
@@ -65,7 +68,8 @@ def reference_loss(stack: CodaLlamaStack, h: torch.Tensor, targets: torch.Tensor
     return loss.detach(), {**grads, "h": x.grad}
 
 
-def coda_loss(stack: CodaLlamaStack, h: torch.Tensor, targets: torch.Tensor, run=None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def coda_loss(stack: CodaLlamaStack, h: torch.Tensor, targets: torch.Tensor,
+              run=None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Loss and gradients through the ops (``run`` wraps the stack, e.g. in torch.compile)."""
     stack.zero_grad(set_to_none=True)
     x = h.detach().clone().requires_grad_()
@@ -82,16 +86,19 @@ def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
 
 def assert_within_the_tolerance_rule(got: dict[str, torch.Tensor], truth: dict[str, torch.Tensor],
                                      eager: dict[str, torch.Tensor]) -> None:
-    """Every gradient passes the suite's rule: max error <= factor * the bf16 eager model's + floor * max(1, |truth|),
-    with the factor and floor every chain task uses (the default rule; a task that changes it changes this check)."""
+    """Every gradient passes the suite's rule: max error <= factor * the bf16 eager model's + floor * max(1,
+    |truth|), with the factor and floor every chain task uses (the default rule; a task that changes it
+    changes this check)."""
     rules = [find_task(task).tolerance for task in CHAIN_TASKS]
     rule = rules[0]
-    assert all(r == rule for r in rules), "the chain's tasks now differ in their tolerance rule: pick one per gradient"
+    assert all(r == rule
+               for r in rules), "the chain's tasks now differ in their tolerance rule: pick one per gradient"
     factor, floor = rule.factor, rule.floor
     failed = []
     for name, want in truth.items():
         err = float((got[name].double() - want.double()).abs().max())
-        allowed = factor * float((eager[name].double() - want.double()).abs().max()) + floor * max(1.0, float(want.abs().max()))
+        allowed = (factor * float((eager[name].double() - want.double()).abs().max())
+                   + floor * max(1.0, float(want.abs().max())))
         if not err <= allowed:
             failed.append(f"d{name}: max error {err:.3g} > allowed {allowed:.3g}")
     assert not failed, failed
@@ -149,7 +156,8 @@ def test_torch_compile_around_the_stack_matches_eager(small, eager_run, compile_
     """One graph (``fullgraph=True``) around the custom ops; inductor works too, but takes ~15 s on a CPU."""
     stack, h, targets = small
     torch._dynamo.reset()
-    loss, grads = coda_loss(stack, h, targets, run=torch.compile(stack, backend=compile_backend, fullgraph=True))
+    loss, grads = coda_loss(stack, h, targets,
+                            run=torch.compile(stack, backend=compile_backend, fullgraph=True))
     want_loss, want = eager_run
     assert torch.equal(loss, want_loss)
     assert all(torch.equal(grads[name], g) for name, g in want.items())
@@ -194,7 +202,8 @@ def test_the_compiled_graphs_call_the_chains_kernels(small):
     layer_fw = ["gemm_rmsnorm_rope", "gemm_residual_rmsnorm", "gemm_rmsnorm_swiglu", "gemm_residual_rmsnorm"]
     layer_bw = ["gemm_swiglu_bwd", "gemm_rmsnorm_bwd", "gemm_rmsnorm_bwd"]
     assert seen["forward"] == [*layer_fw, *layer_fw, "gemm_rmsnorm_cross_entropy"]
-    assert seen["backward"] == ["gemm_rmsnorm_bwd", *layer_bw, *layer_bw]  # no logits GEMM: the forward's are kept
+    # no logits GEMM: the forward's are kept
+    assert seen["backward"] == ["gemm_rmsnorm_bwd", *layer_bw, *layer_bw]
 
 
 def test_a_head_that_keeps_no_logits_recomputes_them_within_the_tolerance_rule(small, eager_run, truth):
@@ -246,8 +255,8 @@ def test_fake_shapes_follow_the_symbolic_shapes_of_the_yaml():
 
     t = find_task("gemm_rmsnorm_swiglu")
     with FakeTensorMode():
-        out = task_op(t)(x=torch.empty(10, 8, dtype=torch.bfloat16), w=torch.empty(2 * 7, 8, dtype=torch.bfloat16),
-                         rstd=torch.empty(10))
+        out = task_op(t)(x=torch.empty(10, 8, dtype=torch.bfloat16),
+                         w=torch.empty(2 * 7, 8, dtype=torch.bfloat16), rstd=torch.empty(10))
     assert (out["act"].shape, out["preact"].shape) == ((10, 7), (10, 14))
     assert (out["act"].dtype, out["preact"].dtype) == (torch.bfloat16, torch.bfloat16)
 
@@ -256,7 +265,8 @@ def test_a_chosen_kernel_file_replaces_the_human_one(small, eager_run, tmp_path:
     """A run's best.py is loaded as the human kernels are; the same algebra gives the same gradients."""
     stack, h, targets = small
     best = tmp_path / "best.py"
-    best.write_text(find_task("gemm_swiglu_bwd").human_file.read_text() + "\n# a run's best, say\n")  # type: ignore[union-attr]
+    best.write_text(find_task("gemm_swiglu_bwd").human_file.read_text()  # type: ignore[union-attr]
+                    + "\n# a run's best, say\n")
     kernels = Kernels({"gemm_swiglu_bwd": best})
     assert kernels["gemm_swiglu_bwd"].source == best
     assert kernels["gemm_swiglu_bwd"].op is not Kernels()["gemm_swiglu_bwd"].op
@@ -269,7 +279,8 @@ def test_a_chosen_kernel_file_replaces_the_human_one(small, eager_run, tmp_path:
 
 
 def test_k_major_dgrad_weights_give_the_same_gradients(small, eager_run):
-    """``Kernels(k_major_dgrad=True)``: every dgrad GEMM reads a K-major copy of its weight; same values, same math."""
+    """``Kernels(k_major_dgrad=True)``: every dgrad GEMM reads a K-major copy of its weight; same values, same
+    math."""
     stack, h, targets = small
     kernels = Kernels(k_major_dgrad=True)
     w = stack.head.weight.detach()
@@ -281,7 +292,8 @@ def test_k_major_dgrad_weights_give_the_same_gradients(small, eager_run):
         stack.use(Kernels())
     assert torch.equal(loss, eager_run[0])
     for name, g in eager_run[1].items():
-        assert torch.allclose(grads[name].float(), g.float(), rtol=1e-2, atol=1e-3), name  # BLAS may block it otherwise
+        # BLAS may block it otherwise
+        assert torch.allclose(grads[name].float(), g.float(), rtol=1e-2, atol=1e-3), name
 
 
 def test_a_kernel_for_a_task_outside_the_chain_is_refused():
@@ -297,7 +309,8 @@ def test_a_kernel_file_that_is_not_there_says_which(tmp_path: Path):
 def test_a_kernel_whose_output_breaks_its_task_says_which(tmp_path: Path):
     bad = tmp_path / "best.py"
     bad.write_text(find_task("gemm_swiglu_bwd").human_file.read_text()  # type: ignore[union-attr]
-                   + "\n_forward = forward\ndef forward(**kw):\n    out = _forward(**kw)\n    return {**out, 'zdz': out['zdz'].half()}\n")
+                   + "\n_forward = forward\ndef forward(**kw):\n    out = _forward(**kw)\n"
+                     "    return {**out, 'zdz': out['zdz'].half()}\n")
     t = find_task("gemm_swiglu_bwd")
     inputs = t.make_inputs(t.shape("small")[0].dims, seed=0)
     with pytest.raises(ValueError, match=r"output zdz is .* torch.float16, the task gives .* torch.float32"):

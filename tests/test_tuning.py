@@ -1,6 +1,7 @@
-"""The harness owns the schedule: the runner's override and op log, the tune stage's search, its cache, and the
-tuned configs pinned in the candidate's source. On the CPU through the emulator (configs accepted and ignored,
-host times); the search's choices are checked under a deterministic timing seam. The H200 test is marked gpu."""
+"""The harness owns the schedule: the runner's override and op log, the tune stage's search, its cache, and
+the tuned configs pinned in the candidate's source. On the CPU through the emulator (configs accepted and
+ignored, host times); the search's choices are checked under a deterministic timing seam. The H200 test is
+marked gpu."""
 
 from __future__ import annotations
 
@@ -61,12 +62,15 @@ def test_the_runner_logs_each_gemm_calls_config_and_runs_under_the_harness_sched
         (as_written,) = client.fetch(1 << 30)
         (gemm,) = [op for op in ops if "gemm" in op]
         assert gemm["gemm"] == list(key[1:]) and gemm["epilogue"] == "residual_rms"
-        assert gemm["mode"] == "element" and gemm["outputs"] == 1 and gemm["config"] is None and gemm["b_major"] == "k"  # the schedule pins only bench shapes
+        # the schedule pins only bench shapes
+        assert (gemm["mode"] == "element" and gemm["outputs"] == 1 and gemm["config"] is None
+                and gemm["b_major"] == "k")
         client.set_schedule({key: WINNER})
         (ops,) = client.run(["s"], keep=[0]).ops
         (scheduled,) = client.fetch(1 << 30)
         assert [op["config"] for op in ops if "gemm" in op] == [WINNER.__dict__]
-        assert all(scheduled.tensors[k].equal(v) for k, v in as_written.tensors.items())  # the emulator ignores configs
+        # the emulator ignores configs
+        assert all(scheduled.tensors[k].equal(v) for k, v in as_written.tensors.items())
         client.set_schedule({})
         (ops,) = client.run(["s"], keep=[]).ops
         assert [op["config"] for op in ops if "gemm" in op] == [None]
@@ -76,7 +80,8 @@ def test_the_runner_logs_each_gemm_calls_config_and_runs_under_the_harness_sched
 
 
 class FakeTimer:
-    """Times a schedule by a rule; remembers what it was asked to time. ``clock`` advances 1 s per measurement."""
+    """Times a schedule by a rule; remembers what it was asked to time. ``clock`` advances 1 s per
+    measurement."""
 
     def __init__(self, cost, fail=()):
         self.cost, self.fail, self.asked, self.now = cost, fail, [], 0.0
@@ -86,7 +91,8 @@ class FakeTimer:
         self.asked.append(dict(table))
         self.now += 1.0
         if any(c in self.fail for c in table.values()):
-            raise Reject(Outcome.RUNTIME_ERROR, "forward() raised while timed at shape s:\nRuntimeError: bad config")
+            raise Reject(Outcome.RUNTIME_ERROR,
+                         "forward() raised while timed at shape s:\nRuntimeError: bad config")
         return Timing(median_us=self.cost(table))
 
     def compare(self, table):
@@ -102,7 +108,8 @@ SITES = [GemmSite(A, "element", False, None), GemmSite(B, "element", False, Conf
 
 
 def rule(table):
-    """1000 µs as written; A's winner saves 100 µs, B's 50 µs, only with A already tuned (a coordinate descent)."""
+    """1000 µs as written; A's winner saves 100 µs, B's 50 µs, only with A already tuned (a coordinate
+    descent)."""
     us = 1000.0
     if table.get(A) == WINNER:
         us -= 100.0
@@ -113,17 +120,23 @@ def rule(table):
 
 def test_the_search_keeps_the_fastest_config_per_call_one_call_at_a_time():
     timer = FakeTimer(rule)
-    chosen, calls, written = search_shape(SITES, timer, deadline=1e9, cache=TuneCache(None, "H200"), signatures={})
-    assert chosen == {A: WINNER, B: Config(tile_n=256, tile_m=128, pingpong=False)} and written.median_us == 1000.0
+    chosen, calls, written = search_shape(SITES, timer, deadline=1e9, cache=TuneCache(None, "H200"),
+                                          signatures={})
+    assert (chosen == {A: WINNER, B: Config(tile_n=256, tile_m=128, pingpong=False)}
+            and written.median_us == 1000.0)
     first, second = calls
     space = config_space("element", False)
     assert first.written is None and first.tuned == WINNER and not first.cached
-    assert set(first.tried_us) == {config_label(c) for c in space if c != Config()} | {"default"}  # as written: QuACK's default
+    # as written: QuACK's default
+    assert set(first.tried_us) == {config_label(c) for c in space if c != Config()} | {"default"}
     assert second.tried_us[config_label(Config(tile_n=208))] == 900.0  # as written, after A's winner
     assert len(second.tried_us) == len(space)  # B's written config is in the space: not tried twice
-    assert all(t.get(A) == WINNER for t in timer.asked[len(space):])  # B was searched with A's winner in place
-    assert first.seconds[config_label(WINNER)]["warm-up"] == 0.75  # the timing protocol's parts, beside the proposal's
-    assert set(first.seconds) == set(first.tried_us) - {"default"}  # every proposal's cost, not the config as written
+    # B was searched with A's winner in place
+    assert all(t.get(A) == WINNER for t in timer.asked[len(space):])
+    # the timing protocol's parts, beside the proposal's
+    assert first.seconds[config_label(WINNER)]["warm-up"] == 0.75
+    # every proposal's cost, not the config as written
+    assert set(first.seconds) == set(first.tried_us) - {"default"}
 
 
 def test_a_starved_call_is_searched_with_split_k_too_and_the_op_log_says_whether_it_stores_d():
@@ -135,7 +148,8 @@ def test_a_starved_call_is_searched_with_split_k_too_and_the_op_log_says_whether
     assert site.store_d and not no_d.store_d
     split = Config(tile_n=128, split_k=2)
     timer = FakeTimer(lambda table: 800.0 if table.get(starved) == split else 1000.0)
-    chosen, (result,), _ = search_shape([site], timer, deadline=1e9, cache=TuneCache(None, "H200"), signatures={})
+    chosen, (result,
+             ), _ = search_shape([site], timer, deadline=1e9, cache=TuneCache(None, "H200"), signatures={})
     assert chosen == {starved: split} and config_label(split) in result.tried_us
     timer = FakeTimer(lambda table: 1000.0)
     search_shape([no_d], timer, deadline=1e9, cache=TuneCache(None, "H200"), signatures={})
@@ -143,8 +157,9 @@ def test_a_starved_call_is_searched_with_split_k_too_and_the_op_log_says_whether
 
 
 def test_a_call_with_an_n_major_b_is_never_searched_with_a_tile_quack_cannot_build_for_it():
-    """A cooperative tile split along N aborts the CuTe DSL compiler with an N-major B (gemm_rmsnorm_bwd's dz @ w):
-    the op log says which layout B has, and the search leaves those tiles out rather than lose a runner to each."""
+    """A cooperative tile split along N aborts the CuTe DSL compiler with an N-major B (gemm_rmsnorm_bwd's dz
+    @ w): the op log says which layout B has, and the search leaves those tiles out rather than lose a runner
+    to each."""
     op = {"gemm": [8192, 4096, 28672], "epilogue": "rms_bwd", "mode": "element", "outputs": 1, "config": None}
     (n_major,) = gemm_sites([{**op, "b_major": "n"}])
     (k_major,) = gemm_sites([op])
@@ -154,7 +169,8 @@ def test_a_call_with_an_n_major_b_is_never_searched_with_a_tile_quack_cannot_bui
         timer = FakeTimer(lambda table: 1000.0)
         search_shape([site], timer, deadline=1e9, cache=TuneCache(None, "H200"), signatures={})
         asked[site.b_major] = {c for table in timer.asked for c in table.values()}
-    assert not any(c.splits_n for c in asked["n"]) and asked["k"] - asked["n"] == {c for c in asked["k"] if c.splits_n}
+    assert (not any(c.splits_n for c in asked["n"])
+            and asked["k"] - asked["n"] == {c for c in asked["k"] if c.splits_n})
     assert len(asked["k"] - asked["n"]) == 4
 
 
@@ -164,16 +180,20 @@ def test_the_search_stops_at_the_budget_and_caches_only_finished_searches():
     assert len(timer.asked) == 4  # as written, then proposals while the clock is short of the deadline
     first, second = calls  # each call its share of what was left: A two proposals (until 2.5 s), then B one
     assert len(first.tried_us) == 1 + 2 and len(second.tried_us) == 1 + 1
-    assert [s["proposal"] for s in first.seconds.values()] == [1.0, 1.0]  # what each proposal cost, by the clock
+    # what each proposal cost, by the clock
+    assert [s["proposal"] for s in first.seconds.values()] == [1.0, 1.0]
     assert chosen == {} and cache.entries == {}  # A's winner lies past the budget; neither search finished
     space = [len([c for c in site.space() if c != site.effective]) for site in SITES]
-    assert (first.untried, second.untried) == (space[0] - 2, space[1] - 1)  # the record says what the budget left
+    # the record says what the budget left
+    assert (first.untried, second.untried) == (space[0] - 2, space[1] - 1)
 
 
 def test_a_config_that_fails_is_recorded_and_skipped():
     timer = FakeTimer(rule, fail=(WINNER,))
-    chosen, (first,), _ = search_shape(SITES[:1], timer, deadline=1e9, cache=TuneCache(None, "H200"), signatures={})
-    assert WINNER not in chosen.values() and first.failed[config_label(WINNER)].startswith("runtime_error: RuntimeError: bad config")
+    chosen, (first,
+             ), _ = search_shape(SITES[:1], timer, deadline=1e9, cache=TuneCache(None, "H200"), signatures={})
+    assert (WINNER not in chosen.values()
+            and first.failed[config_label(WINNER)].startswith("runtime_error: RuntimeError: bad config"))
 
 
 def test_a_finished_search_is_cached_by_epilogue_source_shape_and_device(tmp_path):
@@ -184,12 +204,16 @@ def test_a_finished_search_is_cached_by_epilogue_source_shape_and_device(tmp_pat
     cache.save()
     assert len(json.loads(path.read_text())["entries"]) == 2
     again = FakeTimer(rule)
-    chosen, calls, _ = search_shape(SITES, again, deadline=1e9, cache=TuneCache(path, "NVIDIA H200"), signatures=signatures)
-    assert again.asked == [{}] and all(c.cached for c in calls) and chosen[A] == WINNER  # only the as-written time
+    chosen, calls, _ = search_shape(SITES, again, deadline=1e9, cache=TuneCache(path, "NVIDIA H200"),
+                                    signatures=signatures)
+    # only the as-written time
+    assert again.asked == [{}] and all(c.cached for c in calls) and chosen[A] == WINNER
     other_device = FakeTimer(rule)
-    search_shape(SITES, other_device, deadline=1e9, cache=TuneCache(path, "NVIDIA H100"), signatures=signatures)
+    search_shape(SITES, other_device, deadline=1e9, cache=TuneCache(path, "NVIDIA H100"),
+                 signatures=signatures)
     edited = FakeTimer(rule)
-    search_shape(SITES, edited, deadline=1e9, cache=TuneCache(path, "NVIDIA H200"), signatures={**signatures, "first": "first:new"})
+    search_shape(SITES, edited, deadline=1e9, cache=TuneCache(path, "NVIDIA H200"),
+                 signatures={**signatures, "first": "first:new"})
     assert len(other_device.asked) > 1 and len(edited.asked) > 1
 
 
@@ -200,7 +224,8 @@ def test_the_epilogue_signature_follows_the_whole_module_but_not_its_pinned_sche
     assert base.startswith("residual_rms:")
     pinned = pin_schedule(HUMAN, {("residual_rms", 1, 2, 3): Config(tile_n=128)}, ["tuned: 1.10x"])
     assert pinned != HUMAN and tuning.epilogue_signature(pinned, "residual_rms") == base
-    assert tuning.epilogue_signature(HUMAN.replace("@epilogue(", "OTHER = 1\n@epilogue(", 1), "residual_rms") != base
+    assert (tuning.epilogue_signature(HUMAN.replace("@epilogue(", "OTHER = 1\n@epilogue(", 1), "residual_rms")
+            != base)
     assert tuning.epilogue_signature(HUMAN.replace("h = acc + c", "h = c + acc"), "residual_rms") != base
 
 
@@ -219,11 +244,13 @@ def test_pinning_adds_the_decorator_and_imports_and_a_retune_replaces_them():
     # merged into the module's own import line, in isort's order (a pinned best.py stays lint-clean)
     assert "from coda_agent.primitives import Config, epilogue, gemm, schedule\n" in pinned
     assert pinned.count("import") == source.count("import")
-    assert f"# coda-agent tune: configs pinned on a test\n# coda-agent tune:   big: 10.0 -> 9.0 µs\n@schedule({{\n    {key!r}: " in pinned
+    assert ("# coda-agent tune: configs pinned on a test\n# coda-agent tune:   big: 10.0 -> 9.0 µs\n"
+            f"@schedule({{\n    {key!r}: ") in pinned
     other = ("add_residual", 8192, 4096, 4096)
     again = pin_schedule(pinned, {other: Config(tile_n=208), key: Config()}, ["a second tune"])
     assert pinned_schedule(again) == {key: Config(), other: Config(tile_n=208)}
-    assert again.count("@schedule(") == 1 and again.count("# coda-agent tune:") == 1 and again.count("import Config, epilogue, gemm, schedule") == 1
+    assert (again.count("@schedule(") == 1 and again.count("# coda-agent tune:") == 1
+            and again.count("import Config, epilogue, gemm, schedule") == 1)
     assert check_source(again) == []
 
 
@@ -250,11 +277,13 @@ def test_the_cpu_tune_stage_searches_every_gemm_call_at_each_shape():
     assert (call.epilogue, *call.mnk) == small_key(TASK.shape("small")[0]) and call.mode == "element"
     assert 1 <= len(call.tried_us) + len(call.failed) <= 1 + len(config_space("element", True))
     assert result.tuning["tiny"].before.median_us > 0 and result.details["device"] == "cpu"
-    # where the stage's time went: the runner, the shape's traced call, its search, comparison and close (no builds on
-    # the emulator), each measured
-    assert {"runner start", "traced call", "search", "close", "runner stop"} <= set(result.seconds_by_part) <= {
+    # where the stage's time went: the runner, the shape's traced call, its search, comparison and close (no
+    # builds on the emulator), each measured
+    assert {"runner start", "traced call", "search", "close",
+            "runner stop"} <= set(result.seconds_by_part) <= {
         "runner start", "traced call", "search", "comparison", "close", "runner stop"}
-    assert all(v >= 0 for v in result.seconds_by_part.values()) and sum(result.seconds_by_part.values()) <= result.seconds + 0.01
+    assert (all(v >= 0 for v in result.seconds_by_part.values())
+            and sum(result.seconds_by_part.values()) <= result.seconds + 0.01)
 
 
 class Deterministic(tuning.ScheduleTimer):
@@ -274,13 +303,15 @@ def test_the_tuner_pins_the_winners_and_the_result_passes_the_verifier(monkeypat
     tuned = result.source
     assert set(result.search) == {p.name for p in TASK.shape("small")}
     assert all(WINNER in [c.tuned for c in s.calls] and s.calls[0].tried_us for s in result.search.values())
-    assert pinned_schedule(tuned) == {**pinned_schedule(HUMAN), **{small_key(p): WINNER for p in TASK.shape("small")}}
+    assert (pinned_schedule(tuned)
+            == {**pinned_schedule(HUMAN), **{small_key(p): WINNER for p in TASK.shape("small")}})
     assert "# coda-agent tune:   tiny: 120.0 -> 100.0 us" in tuned
     # the earlier tune's notes of the shapes this one did not time stay, beside the configs they measured
     earlier = pinned_notes(HUMAN)
     assert "  llama3-8b-down: 1227.0 -> 1200.4 us" in earlier
     small = [p.name for p in TASK.shape("small")]
-    assert "ragged" in small and any(n.startswith("  ragged: ") for n in earlier)  # re-timed: its old line goes
+    # re-timed: its old line goes
+    assert "ragged" in small and any(n.startswith("  ragged: ") for n in earlier)
     assert pinned_notes(tuned) == [f"  {n}: 120.0 -> 100.0 us" for n in small] + [
         n for n in earlier if not n.startswith("  ragged: ")]
     assert tuned.count("configs pinned by the harness's tune stage") == 1
@@ -296,23 +327,27 @@ def test_the_tuner_returns_nothing_when_no_config_beats_the_written_ones(monkeyp
 
     monkeypatch.setattr(tuning, "ScheduleTimer", Flat)
     flat = tune_schedule(TASK, HUMAN, PASSED, tune_plan("tune_cpu", "small", 60))
-    assert flat is not None and flat.source is None and flat.search  # searched, nothing won: the record says so
+    # searched, nothing won: the record says so
+    assert flat is not None and flat.source is None and flat.search
 
 
 def test_a_host_bound_forward_is_tuned_by_the_gpus_time_not_its_host_time(monkeypatch):
-    """A config changes the kernels only: where forward()'s host time sets the wall clock (the tune demo's decode
-    shape on the H200: 311 µs of host time around a 105 µs kernel), the search and the pin go by the CUDA events."""
+    """A config changes the kernels only: where forward()'s host time sets the wall clock (the tune demo's
+    decode shape on the H200: 311 µs of host time around a 105 µs kernel), the search and the pin go by the
+    CUDA events."""
 
     class HostBound(Deterministic):
         def measure(self, table):
             gpu = 50.0 if WINNER in table.values() else 105.0
             wall = 300.0 if WINNER in table.values() else 290.0  # the host's noise favours the slow kernel
-            return Timing(median_us=wall, bound="wall", events_median_us=gpu, wall_median_us=wall, host_median_us=295.0)
+            return Timing(median_us=wall, bound="wall", events_median_us=gpu, wall_median_us=wall,
+                          host_median_us=295.0)
 
     monkeypatch.setattr(tuning, "ScheduleTimer", HostBound)
     result = tune_schedule(TASK, HUMAN, PASSED, tune_plan("tune_cpu", "small", 60))
     assert result is not None and result.source is not None
-    assert pinned_schedule(result.source) == {**pinned_schedule(HUMAN), **{small_key(p): WINNER for p in TASK.shape("small")}}
+    assert (pinned_schedule(result.source)
+            == {**pinned_schedule(HUMAN), **{small_key(p): WINNER for p in TASK.shape("small")}})
     assert "tiny: 105.0 -> 50.0 us" in result.source and "(GPU time)" in result.source
     shape = result.search["tiny"]
     assert shape.gain == pytest.approx(2.1) and shape.calls[0].tried_us[config_label(WINNER)] == 50.0
@@ -328,11 +363,11 @@ def test_a_failed_tune_stage_is_an_error_with_its_reason():
 
 @pytest.mark.gpu
 def test_tuning_a_human_kernel_at_one_bench_shape_on_the_gpu():
-    """QuACK compiles every proposal; the stage's own interleaved re-time decides, so the tuned schedule is never
-    slower than the configs as written beyond noise."""
+    """QuACK compiles every proposal; the stage's own interleaved re-time decides, so the tuned schedule is
+    never slower than the configs as written beyond noise."""
     point = min(TASK.shape("bench"), key=lambda p: TASK.flops(p.dims))
-    plan = Plan(stages=["tune"], backend="quack", shape_set="bench", shape_names=[point.name], tune_budget_s=150,
-                tune_cache=False, timeout=900)
+    plan = Plan(stages=["tune"], backend="quack", shape_set="bench", shape_names=[point.name],
+                tune_budget_s=150, tune_cache=False, timeout=900)
     verdict = verify(TASK, HUMAN, plan)
     assert verdict.passed, verdict.reason
     shape = verdict.stage("tune").tuning[point.name]
@@ -349,22 +384,23 @@ def test_tuning_a_human_kernel_at_one_bench_shape_on_the_gpu():
 
 @pytest.mark.gpu
 def test_a_misconfigured_human_kernel_is_tuned_back_to_within_3_percent_of_the_tuned_human_one():
-    """gemm_residual with 64x64 tiles and no cluster (about 2.5x slower on the H200) and as written, each searched
-    afresh at the narrow llama3-1b-down shape: the two tuned modules end within 3% of each other."""
+    """gemm_residual with 64x64 tiles and no cluster (about 2.5x slower on the H200) and as written, each
+    searched afresh at the narrow llama3-1b-down shape: the two tuned modules end within 3% of each other."""
     task = find_task("gemm_residual")
     human = task.human_file.read_text()
     # Without the kernel's pinned schedule, which outranks a call's config= (it pins this shape).
     slow = without_schedule(human).replace("import epilogue, gemm", "import Config, epilogue, gemm").replace(
         "C=residual)", "C=residual, config=Config(tile_m=64, tile_n=64, cluster_m=1, cluster_n=1))")
     assert "tile_m=64" in slow and "schedule" not in slow and not check_source(slow)
-    plan = Plan(stages=["tune"], backend="quack", shape_set="bench", shape_names=["llama3-1b-down"], tune_budget_s=90,
-                tune_cache=False, timeout=900)
+    plan = Plan(stages=["tune"], backend="quack", shape_set="bench", shape_names=["llama3-1b-down"],
+                tune_budget_s=90, tune_cache=False, timeout=900)
     tuned = {}
     for name, source in (("human", human), ("misconfigured", slow)):
         verdict = verify(task, source, plan)
         assert verdict.passed, verdict.reason
         tuned[name] = verdict.stage("tune").tuning["llama3-1b-down"]
-    assert tuned["misconfigured"].before.median_us > 1.5 * tuned["human"].before.median_us  # the config was bad
+    # the config was bad
+    assert tuned["misconfigured"].before.median_us > 1.5 * tuned["human"].before.median_us
     assert tuned["misconfigured"].after.median_us <= 1.03 * tuned["human"].after.median_us
 
 
@@ -393,7 +429,8 @@ class DyingTimer:
 
     def time(self, candidates, baselines, plan, checked_rounds=None):
         if self.dies:
-            raise RunnerCrashed("the runner process died (exit 134)\nterminate called after throwing an instance\n")
+            raise RunnerCrashed(
+                "the runner process died (exit 134)\nterminate called after throwing an instance\n")
         return {"proposal": Timing(median_us=100.0)}
 
 
@@ -403,18 +440,22 @@ def test_a_proposal_that_kills_the_runner_fails_and_the_search_goes_on_with_a_fr
     search = ScheduleTimer(DyingTimer(True), lambda: DyingTimer(False) if runner.restart() else None)
     with pytest.raises(Reject) as rej:
         search.measure({A: WINNER})
-    assert rej.value.outcome == Outcome.CRASH and "terminate called after throwing an instance" in rej.value.reason
-    assert search.measure({A: WINNER}).median_us == 100.0 and runner.client == "client 2" and runner.restarts == 1
+    assert (rej.value.outcome == Outcome.CRASH
+            and "terminate called after throwing an instance" in rej.value.reason)
+    assert (search.measure({A: WINNER}).median_us == 100.0 and runner.client == "client 2"
+            and runner.restarts == 1)
     for _ in range(MAX_RESTARTS - 1):
         assert runner.restart()
-    assert not runner.restart() and len(started) == 1 + MAX_RESTARTS  # a runner that keeps dying ends the stage
+    # a runner that keeps dying ends the stage
+    assert not runner.restart() and len(started) == 1 + MAX_RESTARTS
     with pytest.raises(RunnerCrashed):  # no fresh timer to be had: the death is the stage's
         ScheduleTimer(DyingTimer(True)).measure({A: WINNER})
 
 
 def test_a_runner_that_dies_for_good_ends_the_stage_and_keeps_what_the_search_measured(monkeypatch):
-    """The last death under a proposal ends the tune stage. What it measured comes back with the failure: the shapes
-    it finished, the calls of the shape it cut short, and the config that killed the runner among their failures."""
+    """The last death under a proposal ends the tune stage. What it measured comes back with the failure: the
+    shapes it finished, the calls of the shape it cut short, and the config that killed the runner among their
+    failures."""
     small = [p.name for p in TASK.shape("small")]
 
     class DiesAtTheLastShape(Deterministic):
@@ -427,7 +468,8 @@ def test_a_runner_that_dies_for_good_ends_the_stage_and_keeps_what_the_search_me
     with pytest.raises(TuningFailed) as failed:
         tune_schedule(TASK, HUMAN, PASSED, tune_plan("tune_cpu", "small", 60))
     reason = str(failed.value)
-    assert f"died under config {config_label(WINNER)} with no restart left: what():  std::bad_variant_access" in reason
+    assert (f"died under config {config_label(WINNER)} with no restart left: what():  std::bad_variant_access"
+            in reason)
     searched = failed.value.searched
     assert searched.source is None and set(searched.search) == set(small[:-1]) and len(small) >= 2
     assert all(s.calls[0].tuned == WINNER for s in searched.search.values())
@@ -437,11 +479,12 @@ def test_a_runner_that_dies_for_good_ends_the_stage_and_keeps_what_the_search_me
 
 
 def test_the_budget_is_the_stages_wall_time_final_comparisons_included(monkeypatch):
-    """A user who asks for a budget gets about that: each search uses its whole share here, each final comparison
-    takes 1.5 s, and the stage still ends by the budget, its runner's start included: time is kept for the
-    comparisons to come (a quarter of what is left before one is measured, then what they took), and a shape whose
-    comparison no longer fits is not searched."""
-    searches, compares_ended = [], []  # (the search's deadline, when it began); when each comparison ended (monotonic)
+    """A user who asks for a budget gets about that: each search uses its whole share here, each final
+    comparison takes 1.5 s, and the stage still ends by the budget, its runner's start included: time is kept
+    for the comparisons to come (a quarter of what is left before one is measured, then what they took), and a
+    shape whose comparison no longer fits is not searched."""
+    # (the search's deadline, when it began); when each comparison ended (monotonic)
+    searches, compares_ended = [], []
 
     def search(sites, timer, deadline, cache, signatures, unbuildable=None):
         searches.append((deadline, time.monotonic()))
@@ -467,17 +510,19 @@ def test_the_budget_is_the_stages_wall_time_final_comparisons_included(monkeypat
     assert result.seconds <= budget + 2.5  # and then the runner is stopped and its folder removed
     (first_end, first_began), *_ = searches
     left = stage_end - first_began
-    assert first_end - first_began == pytest.approx(0.75 * left / len(small), abs=0.3)  # a quarter kept to compare
+    # a quarter kept to compare
+    assert first_end - first_began == pytest.approx(0.75 * left / len(small), abs=0.3)
     compared, unreached = result.details["comparisons_s"], result.details["out_of_budget"]
-    assert small[0].name in compared and len(compared) + len(unreached) == len(small) == len(searches) + len(unreached)
+    assert (small[0].name in compared
+            and len(compared) + len(unreached) == len(small) == len(searches) + len(unreached))
     assert all(s == pytest.approx(1.5, abs=0.3) for s in compared.values())
 
 
 def test_the_builds_before_a_search_take_from_the_whole_budget_not_the_first_shapes_share(monkeypatch):
-    """A shape's builds serve every later shape (a kernel does not depend on sizes), so they may use the whole budget
-    (less what is kept for the final comparisons) and the first shape's search gets an even share of what they left.
-    On the H200 the first shape's builds (20 s) outlasted its share of a 55 s budget over three shapes, and that
-    shape was never searched."""
+    """A shape's builds serve every later shape (a kernel does not depend on sizes), so they may use the whole
+    budget (less what is kept for the final comparisons) and the first shape's search gets an even share of
+    what they left. On the H200 the first shape's builds (20 s) outlasted its share of a 55 s budget over
+    three shapes, and that shape was never searched."""
     builds_calls, searches = [], []  # (deadline, when called), monotonic
 
     def builds(ctx, sites, signatures, cache, built, deadline):
@@ -501,8 +546,10 @@ def test_the_builds_before_a_search_take_from_the_whole_budget_not_the_first_sha
     assert result.outcome == Outcome.PASSED, result.reason
     assert len(builds_calls) == len(searches) == shapes >= 2
     (builds_end, builds_began), (search_end, search_began) = builds_calls[0], searches[0]
-    kept = tuning.FIRST_COMPARE_SHARE * (stage_end - builds_began)  # for the comparisons to come (none measured)
+    # for the comparisons to come (none measured)
+    kept = tuning.FIRST_COMPARE_SHARE * (stage_end - builds_began)
     assert builds_end == pytest.approx(stage_end - kept, abs=0.2)
     assert search_end - search_began == pytest.approx((stage_end - kept - search_began) / shapes, abs=0.2)
-    assert search_began - builds_began == pytest.approx(1.5, abs=0.3)  # the builds came out of the whole, not its share
+    # the builds came out of the whole, not its share
+    assert search_began - builds_began == pytest.approx(1.5, abs=0.3)
     assert result.details["builds"][TASK.shape("small")[0].name]["seconds"] == pytest.approx(1.5, abs=0.2)

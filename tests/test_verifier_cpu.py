@@ -38,13 +38,15 @@ def test_human_kernel_passes_with_a_full_error_table():
 def test_the_correctness_stage_records_where_its_time_went():
     correctness = verify(K0, HUMAN).stage("correctness")
     parts = correctness.seconds_by_part
-    assert set(parts) == {"runner start", "inputs", "warm-up", "candidate", "transfer", "reference FP32", "reference dtype",
-                          "checks", "runner stop"}
+    assert set(parts) == {"runner start", "inputs", "warm-up", "candidate", "transfer", "reference FP32",
+                          "reference dtype", "checks", "runner stop"}
     assert all(v >= 0 for v in parts.values())
     assert sum(parts.values()) <= correctness.seconds + 0.01  # each rounded to the millisecond
-    assert sum(parts.values()) >= 0.8 * correctness.seconds  # the parts cover most of it: little is left as 'other'
+    # the parts cover most of it: little is left as 'other'
+    assert sum(parts.values()) >= 0.8 * correctness.seconds
     line = correctness.describe_time()
-    assert line.startswith(f"correctness {correctness.seconds:.2f} s: runner start ") or line.startswith(f"correctness {correctness.seconds:.1f} s: runner start ")
+    assert (line.startswith(f"correctness {correctness.seconds:.2f} s: runner start ")
+            or line.startswith(f"correctness {correctness.seconds:.1f} s: runner start "))
     assert "reference FP32" in line and "checks" in line
 
 
@@ -58,13 +60,15 @@ def test_wrong_sign_is_wrong_output_naming_the_output_and_location():
 
 
 def test_a_logsumexp_without_the_max_subtraction_passes_the_seeds_and_fails_the_stress_set():
-    """exp of the raw logits is right while they are small, as the seeds draw them, and Inf past 88: the stress set
-    (x at large magnitudes, where the FP32 reference is finite) turns that into a rejection an LLM can act on."""
+    """exp of the raw logits is right while they are small, as the seeds draw them, and Inf past 88: the
+    stress set (x at large magnitudes, where the FP32 reference is finite) turns that into a rejection an LLM
+    can act on."""
     ce = find_task("gemm_cross_entropy")
     v = verify(ce, (CANDIDATES / "ce_unshifted_logsumexp.py").read_text())
     assert v.outcome is Outcome.WRONG_OUTPUT
     assert v.reason.startswith("on the stress inputs at shape tiny (x at large magnitudes"), v.reason
-    assert "output 'lse' has 256 NaN/Inf values" in v.reason and "subtract the row maximum before exp" in v.reason
+    assert ("output 'lse' has 256 NaN/Inf values" in v.reason
+            and "subtract the row maximum before exp" in v.reason)
     checks = v.stage("correctness").checks
     seeds = [c for c in checks if not c.stress]
     assert len(seeds) == 9 and all(c.ok for c in seeds)  # tiny's 3 seeds x 3 outputs, then the stress set
@@ -81,7 +85,8 @@ def test_missing_output_is_named():
 
 def test_wrong_reduction_axis_is_caught_by_shape():
     src = variant("ColVecReduce(scaled=True)", "RowVecReduce(scaled=True)")
-    src = variant("from coda_agent.primitives import ColVecReduce,", "from coda_agent.primitives import RowVecReduce,", src)
+    src = variant("from coda_agent.primitives import ColVecReduce,",
+                  "from coda_agent.primitives import RowVecReduce,", src)
     v = verify(K0, src)
     assert v.outcome is Outcome.WRONG_OUTPUT
     assert "output 'rstd' has shape" in v.reason
@@ -132,11 +137,13 @@ def test_runner_environment_is_an_allowlist_with_no_secrets(monkeypatch, tmp_pat
     env = runner_env(Spec(scratch=tmp_path, env={"QUACK_CACHE_DIR": "/tmp/q"}))
     assert "ANTHROPIC_API_KEY" not in env and "RANDOM_SETTING" not in env
     assert "sk-secret" not in "".join(env.values())
-    assert env["QUACK_CACHE_DIR"] == "/tmp/q" and env["PATH"] == os.environ["PATH"] and env["HOME"] == str(tmp_path)
+    assert (env["QUACK_CACHE_DIR"] == "/tmp/q" and env["PATH"] == os.environ["PATH"]
+            and env["HOME"] == str(tmp_path))
 
 
 def test_compile_error_reports_the_candidates_line():
-    """Indexing a traced value (one element, not a tile) cannot compile; the reason points at the candidate's line."""
+    """Indexing a traced value (one element, not a tile) cannot compile; the reason points at the candidate's
+    line."""
     src = variant("    h = acc + c\n", "    h = acc + c\n    h = h + h[0] * 0.0\n")
     v = verify(K0, src, Plan(stages=("compile",)))
     assert v.outcome is Outcome.COMPILE_ERROR, v.reason
@@ -147,19 +154,21 @@ def test_compile_error_reports_the_candidates_line():
 
 
 def test_the_compile_stage_builds_the_configs_forward_uses_at_the_bench_shapes():
-    """Learnt from forward() on meta tensors at each bench shape: gemm_residual runs cooperative 128x256 at its
-    long-K shapes (pinned at two, the default at a third) and 192x192 at the ragged one (pinned), configs the small
-    shapes never ask for, so they are built here too."""
+    """Learnt from forward() on meta tensors at each bench shape: gemm_residual runs cooperative 128x256 at
+    its long-K shapes (pinned at two, the default at a third) and 192x192 at the ragged one (pinned), configs
+    the small shapes never ask for, so they are built here too."""
     task = find_task("gemm_residual")
     v = verify(task, task.human_file.read_text(), Plan(stages=("compile",), timeout=600))
     assert v.passed, v.reason
-    assert v.stage("compile").details["bench_configs"] == ["add_residual: 128x256 coop 2x1", "add_residual: 192x192 coop 2x1"]
+    assert (v.stage("compile").details["bench_configs"]
+            == ["add_residual: 128x256 coop 2x1", "add_residual: 192x192 coop 2x1"])
     assert "and 2 more config(s) it uses at the bench shapes" in v.reason
 
 
 def test_a_config_the_gpu_would_refuse_at_a_bench_shape_is_a_cpu_compile_error():
     task = find_task("gemm_swiglu")
-    pinned = task.human_file.read_text().replace("import epilogue,", "import Config, epilogue, schedule,").replace(
+    pinned = task.human_file.read_text().replace("import epilogue,",
+                                                 "import Config, epilogue, schedule,").replace(
         "def forward(", '@schedule({("gated", 8192, 28672, 4096): Config(tile_n=208)})\ndef forward(')
     v = verify(task, pinned, Plan(stages=("correctness", "compile"), timeout=600))
     assert v.stage("correctness").outcome is Outcome.PASSED  # the small shapes never meet it
@@ -168,7 +177,8 @@ def test_a_config_the_gpu_would_refuse_at_a_bench_shape_is_a_cpu_compile_error()
 
 
 def test_host_work_that_only_the_bench_shapes_get_is_held_to_the_launch_budget_on_the_cpu():
-    src = variant('    return {"h": out["h"], "normed": out["D"], "rstd": rstd_from_sqsum(out["sqsum"], w.shape[0], eps)}\n',
+    src = variant('    return {"h": out["h"], "normed": out["D"], "rstd": rstd_from_sqsum(out["sqsum"], '
+                  'w.shape[0], eps)}\n',
                   '    rstd = rstd_from_sqsum(out["sqsum"], w.shape[0], eps)\n'
                   '    if x.shape[0] > 4096:\n'
                   '        for _ in range(8):\n'
@@ -180,10 +190,11 @@ def test_host_work_that_only_the_bench_shapes_get_is_held_to_the_launch_budget_o
 
 
 def test_a_forward_that_reads_values_on_the_host_is_refused_at_the_bench_shapes():
-    """On meta tensors a value read raises: the CPU cannot judge the bench shapes of such a forward(), so a cheat
-    that switches off the GEMM at large sizes only would pass unseen (it reads a value to opt out)."""
+    """On meta tensors a value read raises: the CPU cannot judge the bench shapes of such a forward(), so a
+    cheat that switches off the GEMM at large sizes only would pass unseen (it reads a value to opt out)."""
     src = variant("def forward(x, w, residual, gamma, eps):\n",
-                  "def forward(x, w, residual, gamma, eps):\n    if bool(residual.abs().max() > 1e9):\n        eps = eps * 2\n")
+                  "def forward(x, w, residual, gamma, eps):\n    if bool(residual.abs().max() > 1e9):\n"
+                  "        eps = eps * 2\n")
     v = verify(K0, src, Plan(stages=("compile",), timeout=600))  # the small shape compiles: real values
     assert v.outcome is Outcome.COMPILE_ERROR and "at bench shape llama3-8b-down" in v.reason, v.reason
     assert "host code must work from shapes alone" in v.reason
@@ -192,39 +203,46 @@ def test_a_forward_that_reads_values_on_the_host_is_refused_at_the_bench_shapes(
 # One task per family; each mutation is (old, new) text edits of the human kernel and the expected reason.
 FAMILY_MUTATIONS = {
     "gemm_swiglu_bwd": [  # backward
-        ("wrong sign", [("(2.0 + gate * (1.0 - sigmoid(gate)))", "(2.0 - gate * (1.0 - sigmoid(gate)))")], Outcome.WRONG_OUTPUT,
-         "output 'zdz'"),
+        ("wrong sign", [("(2.0 + gate * (1.0 - sigmoid(gate)))", "(2.0 - gate * (1.0 - sigmoid(gate)))")],
+         Outcome.WRONG_OUTPUT, "output 'zdz'"),
         ("missing output", [('"act": out["act"], ', "")], Outcome.WRONG_OUTPUT, "output 'act' is missing"),
         (
             "wrong reduction axis",
-            [("ColVecReduce(scaled=True)", "RowVecReduce(scaled=True)"), ("import ColVecReduce,", "import RowVecReduce,")],
+            [("ColVecReduce(scaled=True)", "RowVecReduce(scaled=True)"),
+             ("import ColVecReduce,", "import RowVecReduce,")],
             Outcome.WRONG_OUTPUT,
             "output 'zdz' has shape",
         ),
         (
             "partial write",
-            [('return {"dpreact": out["D"],', 'd = out["D"].clone()\n    d[:, ::7] = 0\n    return {"dpreact": d,')],
+            [('return {"dpreact": out["D"],',
+              'd = out["D"].clone()\n    d[:, ::7] = 0\n    return {"dpreact": d,')],
             Outcome.WRONG_OUTPUT,
             "output 'dpreact'",
         ),
     ],
     "gemm_rmsnorm_bwd": [  # backward, row reduce
-        ("wrong sign", [("xhat * (zdz * neg_inv_n)", "xhat * (zdz * -neg_inv_n)")], Outcome.WRONG_OUTPUT, "output 'dh'"),
+        ("wrong sign", [("xhat * (zdz * neg_inv_n)", "xhat * (zdz * -neg_inv_n)")], Outcome.WRONG_OUTPUT,
+         "output 'dh'"),
         (
             "wrong reduction axis",
-            [("RowVecReduce(scaled=True)", "ColVecReduce(scaled=True)"), ("RowVecReduce, epilogue", "ColVecReduce, epilogue")],
+            [("RowVecReduce(scaled=True)", "ColVecReduce(scaled=True)"),
+             ("RowVecReduce, epilogue", "ColVecReduce, epilogue")],
             Outcome.WRONG_OUTPUT,
             "output 'dgamma' has shape",
         ),
     ],
     "gemm_rmsnorm_cross_entropy_bwd": [  # backward, the LM head
-        ("ignored rows counted", [("dloss * (targets != ignore_index)", "dloss")], Outcome.WRONG_OUTPUT, "output 'dlogits'"),
-        ("one-hot off by one", [("d = column - target", "d = column - target - 1.0")], Outcome.WRONG_OUTPUT, "output 'dlogits'"),
+        ("ignored rows counted", [("dloss * (targets != ignore_index)", "dloss")], Outcome.WRONG_OUTPUT,
+         "output 'dlogits'"),
+        ("one-hot off by one", [("d = column - target", "d = column - target - 1.0")], Outcome.WRONG_OUTPUT,
+         "output 'dlogits'"),
     ],
     "gemm_rmsnorm_gemm": [  # block
         ("missing rstd", [("unpack(acc * rstd)", "unpack(acc)")], Outcome.WRONG_OUTPUT, "output 'act'"),
         ("wrong sign", [("h = acc + c", "h = acc - c")], Outcome.WRONG_OUTPUT, "output 'h'"),
-        ("missing output", [(', "preact": second["D"]}', "}")], Outcome.WRONG_OUTPUT, "output 'preact' is missing"),
+        ("missing output", [(', "preact": second["D"]}', "}")], Outcome.WRONG_OUTPUT,
+         "output 'preact' is missing"),
         ("unscaled preact", [('"D": pack(gate, up)', '"D": acc')], Outcome.WRONG_OUTPUT, "output 'preact'"),
         (
             "partial write",
@@ -237,7 +255,8 @@ FAMILY_MUTATIONS = {
 CASES = [(task, *case) for task, cases in FAMILY_MUTATIONS.items() for case in cases]
 
 
-@pytest.mark.parametrize(("task_name", "label", "edits", "outcome", "reason"), CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
+@pytest.mark.parametrize(("task_name", "label", "edits", "outcome", "reason"), CASES,
+                         ids=[f"{c[0]}-{c[1]}" for c in CASES])
 def test_wrong_candidates_of_every_family_are_rejected(task_name, label, edits, outcome, reason):
     task = find_task(task_name)
     src = task.human_file.read_text()
@@ -291,7 +310,8 @@ def test_the_op_log_records_host_ops_with_their_largest_tensor_and_nothing_the_b
     x, w, s = torch.randn(64, 32).bfloat16(), torch.randn(48, 32).bfloat16(), torch.rand(64)
     with torch.no_grad(), backend.using("torch", wrap=log.wrap_backend), log, log.call():
         parts = torch.cat([s, s, s])  # a Tensor[] argument: its largest tensor is the (192,) result
-        out = gemm(scale, x, w.t(), s=s.view(64))["D"]  # views are left out; the emulator's own ops are not host ops
+        # views are left out; the emulator's own ops are not host ops
+        out = gemm(scale, x, w.t(), s=s.view(64))["D"]
         (out + 1).sum()
     ops = log.calls[-1]
     assert [op.get("op", "gemm") for op in ops] == ["aten::cat", "gemm", "aten::add.Tensor", "aten::sum"]
@@ -300,9 +320,9 @@ def test_the_op_log_records_host_ops_with_their_largest_tensor_and_nothing_the_b
 
 
 def test_gemm_shapes_its_vector_operands_without_a_trip_through_the_op_log():
-    """The (1, len) views gemm() makes of vector operands are not recorded by the op log, so they skip its Python
-    dispatch (a trip per op, a large part of the runner's host time at short kernels); the candidate's own ops
-    still go through it."""
+    """The (1, len) views gemm() makes of vector operands are not recorded by the op log, so they skip its
+    Python dispatch (a trip per op, a large part of the runner's host time at short kernels); the candidate's
+    own ops still go through it."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from coda_agent.primitives import ColVecLoad, RowVecLoad, backend, epilogue, gemm
@@ -320,7 +340,8 @@ def test_gemm_shapes_its_vector_operands_without_a_trip_through_the_op_log():
     def scaled(acc, s, g):
         return {"D": acc * s * g}
 
-    x, w, s, g = torch.randn(64, 32).bfloat16(), torch.randn(48, 32).bfloat16(), torch.rand(64), torch.rand(48)
+    x, w, s, g = (torch.randn(64, 32).bfloat16(), torch.randn(48, 32).bfloat16(), torch.rand(64),
+                  torch.rand(48))
     results = {"D": torch.zeros(64, 48, dtype=torch.bfloat16)}
     seen = Seen()
     with backend.using("fake", run=lambda call: results), seen:

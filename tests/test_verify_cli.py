@@ -36,7 +36,8 @@ def test_the_real_kernels_without_a_gpu_are_one_line(capsys):
 
 
 def test_an_unknown_shape_set_is_named(capsys):
-    assert "has no shape set 'nosuch' (has: small, bench)" in one_line_error(capsys, "gemm_residual_rmsnorm", "--shapes", "nosuch")
+    assert ("has no shape set 'nosuch' (has: small, bench)"
+            in one_line_error(capsys, "gemm_residual_rmsnorm", "--shapes", "nosuch"))
 
 
 def test_unusable_candidate_files_are_one_line(capsys, tmp_path):
@@ -44,13 +45,16 @@ def test_unusable_candidate_files_are_one_line(capsys, tmp_path):
     binary.write_bytes(b"\xff\xfe\x00\x81 not python")
     assert "not a text file" in one_line_error(capsys, "gemm_residual_rmsnorm", str(binary))
     assert "a folder, not a candidate file" in one_line_error(capsys, "gemm_residual_rmsnorm", str(tmp_path))
-    assert "no such candidate file" in one_line_error(capsys, "gemm_residual_rmsnorm", str(tmp_path / "nope.py"))
+    assert ("no such candidate file"
+            in one_line_error(capsys, "gemm_residual_rmsnorm", str(tmp_path / "nope.py")))
     assert "must be a positive number" in one_line_error(capsys, "gemm_residual_rmsnorm", "--timeout", "0")
 
 
 def test_timeout_option_stops_a_looping_candidate(capsys, tmp_path):
     looping = tmp_path / "loop.py"
-    looping.write_text(K0.human_file.read_text().replace("    out = gemm(", "    while True:\n        pass\n    out = gemm(", 1))
+    looping.write_text(
+        K0.human_file.read_text().replace("    out = gemm(", "    while True:\n        pass\n    out = gemm(",
+                                          1))
     code, out, _ = cli(capsys, "verify", "gemm_residual_rmsnorm", str(looping), "--timeout", "6")
     assert code == 1 and "TIMEOUT" in out and "did not finish within 6 s" in out
 
@@ -64,7 +68,8 @@ def test_default_time_limit_follows_the_stages_and_shapes():
 
 
 def test_compile_only_says_it_compiles_not_that_it_passed(capsys, monkeypatch):
-    """``--compile-only`` builds the kernels and checks no output: its verdict says so (exit 0 all the same)."""
+    """``--compile-only`` builds the kernels and checks no output: its verdict says so (exit 0 all the
+    same)."""
     from coda_agent.cli import verify_cmd
     from coda_agent.verifier.verdict import StageResult, Verdict
 
@@ -77,5 +82,6 @@ def test_compile_only_says_it_compiles_not_that_it_passed(capsys, monkeypatch):
     monkeypatch.setattr(verify_cmd, "verify", built)
     code, out, err = cli(capsys, "verify", "gemm_residual_rmsnorm", "--compile-only")
     assert code == 0, out + err
-    assert out.splitlines()[-1] == "COMPILES gemm_residual_rmsnorm v1 (sm_90a build only; correctness not checked)"
+    assert (out.splitlines()[-1]
+            == "COMPILES gemm_residual_rmsnorm v1 (sm_90a build only; correctness not checked)")
     assert "PASSED" not in out

@@ -1,4 +1,5 @@
-"""The viewer without a browser: pages and their JSON twins, escaping, bad files, static export, the server."""
+"""The viewer without a browser: pages and their JSON twins, escaping, bad files, static export, the
+server."""
 
 from __future__ import annotations
 
@@ -48,10 +49,13 @@ def parse(html: str) -> Links:
 @pytest.fixture
 def site(tmp_path) -> tuple[Site, Path, Path]:
     runs, bench = tmp_path / "runs", tmp_path / "bench"
-    make_bench(bench, [bench_row("gemm_rmsnorm", "llama3-8b", 100.0), bench_row("gemm_swiglu", "llama3-8b", 120.0)])
-    a = make_run(runs, model="anthropic/claude", outcomes=("wrong_output", "passed"), times={"llama3-8b": 104.0})
-    evil = make_run(runs, model=f"evil/{EVIL}", task="gemm_swiglu", outcomes=("passed",), times={"llama3-8b": 90.0},
-                    created=T0 + timedelta(hours=1), code=f"# {EVIL}\ndef forward(x):\n    return x\n")
+    make_bench(bench,
+               [bench_row("gemm_rmsnorm", "llama3-8b", 100.0), bench_row("gemm_swiglu", "llama3-8b", 120.0)])
+    a = make_run(runs, model="anthropic/claude", outcomes=("wrong_output", "passed"),
+                 times={"llama3-8b": 104.0})
+    evil = make_run(runs, model=f"evil/{EVIL}", task="gemm_swiglu", outcomes=("passed",),
+                    times={"llama3-8b": 90.0}, created=T0 + timedelta(hours=1),
+                    code=f"# {EVIL}\ndef forward(x):\n    return x\n")
     return Site(runs, bench), a, evil
 
 
@@ -81,15 +85,20 @@ def test_leaderboard_page_and_its_json_twin(site):
 def test_leaderboard_page_opens_with_the_summary(site):
     s, _, _ = site
     html = get(s, "/")[1]
-    summary_at, per_shape_at = html.index('<table class="board summary">'), html.index('<details class="per-shape">')
+    summary_at, per_shape_at = (html.index('<table class="board summary">'),
+                                html.index('<details class="per-shape">'))
     assert summary_at < html.index("<h2>Runs") < per_shape_at < html.index('<table class="board" data-task')
     summary = html[summary_at:html.index("</table>", summary_at)]
     assert summary.index(">human<") < summary.index(">anthropic/claude<") and "0.96×" in summary
     rows = json.loads(get(s, "/index.json")[1])["summary"]
-    assert [(r["task"], r["author"]) for r in rows][:2] == [("gemm_rmsnorm", "human"), ("gemm_rmsnorm", "anthropic/claude")]
-    labels = [t.text for t in ET.fromstring(s.get("/plots/speedup.svg").body).iter("{http://www.w3.org/2000/svg}text")]
+    assert ([(r["task"], r["author"]) for r in rows][:2]
+            == [("gemm_rmsnorm", "human"), ("gemm_rmsnorm", "anthropic/claude")])
+    labels = [
+        t.text
+        for t in ET.fromstring(s.get("/plots/speedup.svg").body).iter("{http://www.w3.org/2000/svg}text")]
     assert "gemm_rmsnorm v1 · NVIDIA H200 — geomean speedup vs eager over 1 shape" in labels
-    assert "0.96×" not in " ".join(labels) and "1.92×  (1 shape)" in labels  # the summary, drawn: ×eager per author
+    # the summary, drawn: ×eager per author
+    assert "0.96×" not in " ".join(labels) and "1.92×  (1 shape)" in labels
 
 
 def test_the_front_page_lists_the_newest_runs_only(site, monkeypatch):
@@ -104,8 +113,8 @@ def test_task_page_shows_the_task_itself(site):
     s, _, _ = site
     text = " ".join(" ".join(parse(get(s, "/task/gemm_rmsnorm")[1]).text).split())
     task = find_task("gemm_rmsnorm")
-    for expected in (" ".join(task.description.split()), "conventions", "launch budget 2", "Shapes", "llama3-8b-qkv",
-                     "FP32 reference", "human kernel", "def forward"):
+    for expected in (" ".join(task.description.split()), "conventions", "launch budget 2", "Shapes",
+                     "llama3-8b-qkv", "FP32 reference", "human kernel", "def forward"):
         assert expected in text, expected
     assert json.loads(get(s, "/task/gemm_rmsnorm.json")[1])["definition"]["name"] == "gemm_rmsnorm"
 
@@ -114,12 +123,14 @@ def test_task_page_chart_and_json(site):
     s, a, _ = site
     status, html = get(s, "/task/gemm_rmsnorm")
     assert status == 200 and get(s, "/task/gemm_rmsnorm.html")[1] == html
-    assert "../plots/task/gemm_rmsnorm.svg" in parse(html).links and f"../run/{a.name}.html" in parse(html).links
+    assert ("../plots/task/gemm_rmsnorm.svg" in parse(html).links
+            and f"../run/{a.name}.html" in parse(html).links)
     svg = s.get("/plots/task/gemm_rmsnorm.svg")
     assert svg.content_type == "image/svg+xml"
     root = ET.fromstring(svg.body)  # well-formed XML
     labels = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text")]
-    assert {"human", "anthropic/claude", "eager", "torch.compile", "cuBLAS (GEMM alone)", "SoL"} <= set(labels)
+    assert ({"human", "anthropic/claude", "eager", "torch.compile", "cuBLAS (GEMM alone)", "SoL"}
+            <= set(labels))
     assert "1.92×  (104.0 µs)" in labels
     data = json.loads(get(s, "/task/gemm_rmsnorm.json")[1])
     assert data["task"] == "gemm_rmsnorm" and [r["dir"] for r in data["runs"]] == [a.name]
@@ -132,11 +143,14 @@ def test_run_page_timeline_transcript_code_and_tables(site):
     status, html = get(s, f"/run/{a.name}")
     assert status == 200
     text = " ".join(" ".join(parse(html).text).split())
-    for expected in ("anthropic/claude", "wrong_output", "passed", "output y: max |err| 3.1e-01 > allowed 2.0e-02",
-                     "error vs FP32 reference", "tolerance baseline: eager", "verifier stages", "You write kernels with the primitive API.",
-                     "timing", "104.0", "candidate code (6 lines)", "transcript (2 messages + reply)"):
+    for expected in ("anthropic/claude", "wrong_output", "passed",
+                     "output y: max |err| 3.1e-01 > allowed 2.0e-02", "error vs FP32 reference",
+                     "tolerance baseline: eager", "verifier stages",
+                     "You write kernels with the primitive API.", "timing", "104.0",
+                     "candidate code (6 lines)", "transcript (2 messages + reply)"):
         assert expected in text, expected
-    assert '<span class="k">def</span><span class="w"> </span><span class="nf">forward</span>' in html  # pygments
+    # pygments
+    assert '<span class="k">def</span><span class="w"> </span><span class="nf">forward</span>' in html
     assert 'href="#attempt-2"' in html and 'class="tl-bar outcome-passed"' in html
     assert "where the time went (s)" in text  # each stage's parts, the rest as 'other'
     assert "runner start 0.60, reference FP32 0.90, candidate 0.40, checks 0.30, other 0.30" in text
@@ -182,14 +196,15 @@ def test_empty_runs_folder(tmp_path):
     assert status == 200 and "Nothing to compare yet" in html
     svg = get(s, "/plots/speedup.svg")[1]
     assert "no timed results yet" in svg
-    assert json.loads(get(s, "/index.json")[1]) == {"groups": [], "apart": [], "problems": [], "no_attempts": [], "summary": [],
-                                                    "runs": []}
+    assert json.loads(get(s, "/index.json")[1]) == {"groups": [], "apart": [], "problems": [],
+                                                    "no_attempts": [], "summary": [], "runs": []}
 
 
 def test_cpu_only_task_page_says_there_is_no_timing(tmp_path):
     make_run(tmp_path / "runs", device="cpu", outcomes=("passed",))
     html = get(Site(tmp_path / "runs", None), "/task/gemm_rmsnorm")[1]
-    assert "No timing for this task yet" in html and "time µs" not in html and "untimed: correctness and cost only" in html
+    assert ("No timing for this task yet" in html and "time µs" not in html
+            and "untimed: correctness and cost only" in html)
 
 
 def test_export_writes_a_static_site_whose_links_resolve(site, tmp_path):
@@ -231,23 +246,27 @@ def test_server_on_loopback_serves_pages_with_safe_headers(site):
     assert server.server_address[0] == "127.0.0.1"
 
 
-#: What a terminal or a browser would act on, in a run folder's, a task's and a model's name: a colour, a C1 CSI, a
-#: bell, a right-to-left override, DEL (a folder's name cannot hold NUL or "/").
+#: What a terminal or a browser would act on, in a run folder's, a task's and a model's name: a colour, a C1
+#: CSI, a bell, a right-to-left override, DEL (a folder's name cannot hold NUL or "/").
 CONTROLS = "\x1b[31m\x9b2J\x07\u202e\x7f"
 
 
 def raw_controls(text: str) -> set[str]:
     """The control and bidi characters left raw in ``text`` (newline and tab are text)."""
-    return {c for c in text if (unicodedata.category(c) == "Cc" and c not in "\n\t") or "\u202a" <= c <= "\u202e"}
+    return {
+        c for c in text if (unicodedata.category(c) == "Cc" and c not in "\n\t") or "\u202a" <= c <= "\u202e"}
 
 
 def test_names_with_control_characters_are_written_out_on_every_page_served_and_exported(tmp_path):
     runs, bench = tmp_path / "runs", tmp_path / "bench"
     make_bench(bench, [bench_row("gemm_rmsnorm", "llama3-8b", 100.0)])
     make_run(runs, model="anthropic/claude", outcomes=("passed",), times={"llama3-8b": 104.0})
-    make_run(runs, task=f"gemm_rmsnorm{CONTROLS}", model=f"evil/{CONTROLS}", outcomes=("wrong_output", "passed"),
-             times={"llama3-8b": 90.0}, created=T0 + timedelta(hours=1))  # the task's name is in the folder's too
-    renamed = make_run(runs, model=f"evil/{CONTROLS}", outcomes=("passed",), times={"llama3-8b": 95.0}, run_id="ren")
+    make_run(runs, task=f"gemm_rmsnorm{CONTROLS}", model=f"evil/{CONTROLS}",
+             outcomes=("wrong_output", "passed"),
+             # the task's name is in the folder's too
+             times={"llama3-8b": 90.0}, created=T0 + timedelta(hours=1))
+    renamed = make_run(runs, model=f"evil/{CONTROLS}", outcomes=("passed",), times={"llama3-8b": 95.0},
+                       run_id="ren")
     renamed.rename(renamed.with_name(renamed.name + CONTROLS))
     s = Site(runs, bench)
     paths = s.paths()
@@ -255,7 +274,8 @@ def test_names_with_control_characters_are_written_out_on_every_page_served_and_
     assert all(page.status == 200 for page in pages.values())
     for path, page in pages.items():
         assert not raw_controls(page.body.decode()), path
-    names = "".join(page.body.decode() for page in pages.values() if page.content_type.startswith("text/html"))
+    names = "".join(
+        page.body.decode() for page in pages.values() if page.content_type.startswith("text/html"))
     assert "evil/\\x1b[31m\\x9b2J\\x07\\u202e\\x7f" in names and "gemm_rmsnorm\\x1b[31m" in names
     assert "ren\\x1b[31m" in names  # the renamed folder's name, on the front page and its own
 
@@ -270,7 +290,8 @@ def test_names_with_control_characters_are_written_out_on_every_page_served_and_
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         for path in paths:
-            with urllib.request.urlopen(f"http://127.0.0.1:{server.server_address[1]}{path}", timeout=10) as r:
+            with urllib.request.urlopen(f"http://127.0.0.1:{server.server_address[1]}{path}",
+                                        timeout=10) as r:
                 assert not raw_controls(r.read().decode()), path
     finally:
         server.shutdown()
@@ -289,7 +310,8 @@ def test_view_refuses_other_hosts_without_the_unsafe_flag(tmp_path, monkeypatch,
         busy.listen()
         port = busy.getsockname()[1]
         code, _, err = run_cli(monkeypatch, capsys, "view", "--port", str(port))
-    assert code == 2 and f"cannot listen on 127.0.0.1:{port}: the port is in use" in err and "pass another --port" in err
+    assert (code == 2 and f"cannot listen on 127.0.0.1:{port}: the port is in use" in err
+            and "pass another --port" in err)
     make_run(tmp_path / "runs", outcomes=("passed",))
     code, out, _ = run_cli(monkeypatch, capsys, "view", "--export", str(tmp_path / "out"))
     assert code == 0 and "wrote 9 files" in out and (tmp_path / "out" / "index.html").exists()
@@ -298,14 +320,16 @@ def test_view_refuses_other_hosts_without_the_unsafe_flag(tmp_path, monkeypatch,
 def test_status_replays_old_versions_and_untimed_rows_are_shown_honestly(tmp_path):
     runs, bench = tmp_path / "runs", tmp_path / "bench"
     make_bench(bench, [bench_row("gemm_rmsnorm", "llama3-8b", 100.0)])
-    original = make_run(runs, model="anthropic/claude", outcomes=("passed",), times={"llama3-8b": 104.0}, run_id="orig0001")
+    original = make_run(runs, model="anthropic/claude", outcomes=("passed",), times={"llama3-8b": 104.0},
+                        run_id="orig0001")
     replay = make_run(runs, model=f"replay/{original}", outcomes=("passed",), times={"llama3-8b": 103.0},
                       run_id="replay01", created=T0 + timedelta(hours=1))
     failed = make_run(runs, model="openai/gpt-5", outcomes=("wrong_output",), run_id="fail0001",
                       created=T0 + timedelta(hours=2))
     summary = json.loads((failed / "summary.json").read_text()) | {"status": "completed"}
     (failed / "summary.json").write_text(json.dumps(summary))
-    make_run(runs, model="openai/gpt-5", version=2, device="cpu", outcomes=("passed",), created=T0 + timedelta(hours=3))
+    make_run(runs, model="openai/gpt-5", version=2, device="cpu", outcomes=("passed",),
+             created=T0 + timedelta(hours=3))
     site = Site(runs, bench)
     status, html = get(site, "/")
     assert status == 200

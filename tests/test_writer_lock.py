@@ -1,4 +1,5 @@
-"""The writer lock: one holder at a time, a dead holder's lock taken over, liveness judged without taking the lock."""
+"""The writer lock: one holder at a time, a dead holder's lock taken over, liveness judged without taking the
+lock."""
 
 from __future__ import annotations
 
@@ -22,9 +23,10 @@ def dead_pid() -> int:
 
 
 def plant(path, *, pid: int, host: str | None = None, pid_start: int | None = None, age: float = 0.0) -> None:
-    """A lock file as another process would have left it (no flock held: that process is gone or elsewhere)."""
-    path.write_text(json.dumps({"pid": pid, "host": host or host_name(), "started": "2026-01-01T00:00:00+00:00",
-                                "pid_start": pid_start}))
+    """A lock file as another process would have left it (no flock held: that process is gone or
+    elsewhere)."""
+    path.write_text(json.dumps({"pid": pid, "host": host or host_name(),
+                                "started": "2026-01-01T00:00:00+00:00", "pid_start": pid_start}))
     then = time.time() - age
     os.utime(path, (then, then))
 
@@ -38,7 +40,8 @@ def test_one_holder_at_a_time_named_in_one_line(tmp_path):
             WriterLock.acquire(path, "run r1")
         message = str(busy.value)
         assert "\n" not in message
-        assert message.startswith(f"run r1 is being written by pid {os.getpid()} on host {host_name()} (heartbeat ")
+        assert message.startswith(
+            f"run r1 is being written by pid {os.getpid()} on host {host_name()} (heartbeat ")
         assert message.endswith("; wait for it to end or stop it first")
         assert lock.path == path
     assert not path.exists() and live_holder(path) is None, "the lock goes when its writer ends"

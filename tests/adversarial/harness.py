@@ -42,7 +42,8 @@ SECRET_ENV = {
     "OPENAI_API_KEY": "sk-FAKE-" + secrets.token_hex(12),
     "CODA_AGENT_FAKE_GITHUB_TOKEN": "ghp_FAKE" + secrets.token_hex(12),
 }
-SSH_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nFAKE-SSH-" + secrets.token_hex(12) + "\n-----END OPENSSH PRIVATE KEY-----\n"
+SSH_KEY = ("-----BEGIN OPENSSH PRIVATE KEY-----\nFAKE-SSH-" + secrets.token_hex(12)
+           + "\n-----END OPENSSH PRIVATE KEY-----\n")
 
 
 def secret_needles() -> list[str]:
@@ -50,7 +51,8 @@ def secret_needles() -> list[str]:
     needles: list[str] = []
     for value in [*SECRET_ENV.values(), SSH_KEY.splitlines()[1]]:
         rand = value.rsplit("-", 1)[-1].removeprefix("ghp_FAKE")
-        needles += [value, rand, binascii.hexlify(value.encode()).decode(), binascii.hexlify(rand.encode()).decode()]
+        needles += [value, rand, binascii.hexlify(value.encode()).decode(),
+                    binascii.hexlify(rand.encode()).decode()]
     return needles
 
 
@@ -81,7 +83,8 @@ class Agent:
         env = dict(os.environ)
         env.update(SECRET_ENV)
         root = str(REPO)
-        env.update(HOME=str(self.home), PYTHONUNBUFFERED="1", PYTHONPATH=root + os.pathsep + env.get("PYTHONPATH", ""))
+        env.update(HOME=str(self.home), PYTHONUNBUFFERED="1",
+                   PYTHONPATH=root + os.pathsep + env.get("PYTHONPATH", ""))
         self._buf = b""
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
@@ -124,7 +127,8 @@ class Agent:
                 self._buf += chunk
 
     def verify(self, task: str, source: str, plan: Plan, wait: float) -> dict[str, object]:
-        """One ``verify()`` in the agent; ``{"lost": why}`` when it never answered (then the agent is restarted)."""
+        """One ``verify()`` in the agent; ``{"lost": why}`` when it never answered (then the agent is
+        restarted)."""
         if not self.alive():
             self.restarts += 1
             self.start()
@@ -139,9 +143,8 @@ class Agent:
         reply = self._read(wait)
         if reply is None:
             lost_after = time.monotonic() - t0
-            why = "the agent process (verify()'s caller) was killed during the verification" if not self.alive() else (
-                f"verify() did not return within {wait:.0f} s"
-            )
+            why = ("the agent process (verify()'s caller) was killed during the verification"
+                   if not self.alive() else f"verify() did not return within {wait:.0f} s")
             self.stop()
             self.restarts += 1
             self.start()
@@ -305,7 +308,8 @@ def _tree(root: Path) -> dict[str, str]:
 
 def _git_status() -> set[str]:
     res = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=all"], cwd=REPO, capture_output=True, text=True, check=False
+        ["git", "status", "--porcelain", "--untracked-files=all"], cwd=REPO, capture_output=True, text=True,
+        check=False
     )
     return set(res.stdout.splitlines())
 
@@ -334,7 +338,8 @@ class FileWatch:
         self.trees = {d: _tree(d) for d in [self.watch, *self.extra]}
         self.status = _git_status()
         self.snapshot = {
-            p: p.read_bytes() for d in RESTORE_DIRS for p in (REPO / d).rglob("*") if p.is_file() and "__pycache__" not in p.parts
+            p: p.read_bytes() for d in RESTORE_DIRS for p in (REPO / d).rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts
         }
 
     def problems_and_restore(self) -> list[str]:
@@ -367,7 +372,8 @@ class FileWatch:
                     (REPO / line[3:]).unlink()
         marked = _tmp_marked(self.marker)
         if marked:
-            problems.append(f"files named with the case's marker appeared in the temp folders: {sorted(marked)}")
+            problems.append(
+                f"files named with the case's marker appeared in the temp folders: {sorted(marked)}")
             for m in marked:
                 with contextlib.suppress(OSError):
                     Path(m).unlink()
@@ -380,7 +386,8 @@ _CONST = re.compile(r"^(ADV_[A-Z_]+) = .*$", re.MULTILINE)
 
 
 def substitute(source: str, values: dict[str, object]) -> str:
-    """Replace the case's ``ADV_*`` constants (listener port, marker, watched paths) with this test's values."""
+    """Replace the case's ``ADV_*`` constants (listener port, marker, watched paths) with this test's
+    values."""
 
     def repl(m: re.Match[str]) -> str:
         name = m.group(1)
@@ -390,7 +397,8 @@ def substitute(source: str, values: dict[str, object]) -> str:
 
 
 def wrong_candidate(marker: str) -> str:
-    """The human k0 kernel with the residual's sign flipped, tagged with the case's marker (see proc_next_job_rewrite)."""
+    """The human k0 kernel with the residual's sign flipped, tagged with the case's marker (see
+    proc_next_job_rewrite)."""
     from coda_agent.tasks import find_task
 
     src = find_task("gemm_residual_rmsnorm").human_file.read_text()
@@ -424,7 +432,8 @@ def run_case(case: Case, agent: Agent, listener: Listener, tmp: Path, source: st
     watch.mkdir(exist_ok=True)
     sentinel = watch / "sentinel.txt"
     sentinel.write_text("sentinel " + secrets.token_hex(8) + "\n")
-    values = {"ADV_PORT": listener.port, "ADV_MARKER": marker, "ADV_WATCH": str(watch), "ADV_SENTINEL": str(sentinel)}
+    values = {"ADV_PORT": listener.port, "ADV_MARKER": marker, "ADV_WATCH": str(watch),
+              "ADV_SENTINEL": str(sentinel)}
     src = substitute(source if source is not None else case.path.read_text(), values)
 
     before = processes()
@@ -449,7 +458,9 @@ def run_case(case: Case, agent: Agent, listener: Listener, tmp: Path, source: st
         if "verdict" in nxt:
             v2 = Verdict.model_validate_json(str(nxt["verdict"]))
             if v2.passed or v2.outcome.value != "wrong_output":
-                problems.append(f"the next job (a plainly wrong candidate) was not judged wrong_output: {v2.outcome.value}: {v2.reason[:300]}")
+                problems.append(
+                    "the next job (a plainly wrong candidate) was not judged wrong_output: "
+                    f"{v2.outcome.value}: {v2.reason[:300]}")
         else:
             problems.append(f"the next job got no verdict: {nxt}")
         alive += [p for p in survivors(before, marker, agent.pid) if p not in alive]
@@ -467,12 +478,17 @@ def run_case(case: Case, agent: Agent, listener: Listener, tmp: Path, source: st
         files.problems_and_restore()
 
     if "listener" in case.checks and listener.connections:
-        problems.append(f"the loopback listener received {listener.connections} connection(s): {[d[:200] for d in listener.received]}")
+        problems.append(
+            f"the loopback listener received {listener.connections} connection(s): "
+            f"{[d[:200] for d in listener.received]}")
     if "secret" in case.checks:
-        blob = (verdict.model_dump_json() if verdict else json.dumps(reply)) + "".join(d.decode(errors="replace") for d in listener.received)
+        blob = ((verdict.model_dump_json() if verdict else json.dumps(reply))
+                + "".join(d.decode(errors="replace") for d in listener.received))
         leaked = [n for n in secret_needles() if n in blob]
         if leaked:
-            problems.append(f"a planted secret reached the verdict or the listener ({len(leaked)} needle(s), e.g. {leaked[0][:12]}...)")
+            problems.append(
+                f"a planted secret reached the verdict or the listener ({len(leaked)} needle(s), e.g. "
+                f"{leaked[0][:12]}...)")
 
     outcome = verdict.outcome.value if verdict else None
     reason = verdict.reason if verdict else ""
@@ -490,12 +506,15 @@ def run_case(case: Case, agent: Agent, listener: Listener, tmp: Path, source: st
             rule = REASON_RULES.get(outcome or "")
             if rule and not re.search(rule, reason, re.IGNORECASE):
                 problems.append(f"the {outcome} reason does not say what happened (/{rule}/): {reason[:200]}")
-            if outcome == "cheat_detected" and case.reason_any and not any(k.lower() in reason.lower() for k in case.reason_any):
-                problems.append(f"the cheat_detected reason names none of {list(case.reason_any)}: {reason[:200]}")
+            if (outcome == "cheat_detected" and case.reason_any
+                and not any(k.lower() in reason.lower() for k in case.reason_any)):
+                problems.append(
+                    f"the cheat_detected reason names none of {list(case.reason_any)}: {reason[:200]}")
         if wall is not None and wall > case.timeout + 20:
             problems.append(f"verify() took {wall:.0f} s with a {case.timeout:.0f} s timeout")
     _report(case, outcome, reason, problems, wall)
-    return Result(case.file, outcome, reason, problems, wall, json.loads(verdict.model_dump_json()) if verdict else None)
+    return Result(case.file, outcome, reason, problems, wall,
+                  json.loads(verdict.model_dump_json()) if verdict else None)
 
 
 def _report(case: Case, outcome: str | None, reason: str, problems: list[str], wall: float | None) -> None:
@@ -504,5 +523,6 @@ def _report(case: Case, outcome: str | None, reason: str, problems: list[str], w
     if not path:
         return
     with open(path, "a") as f:
-        f.write(json.dumps({"case": case.file, "family": case.family, "outcome": outcome, "reason": reason[:300],
-                            "wall_s": wall, "problems": [p[:300] for p in problems]}) + "\n")
+        f.write(json.dumps({"case": case.file, "family": case.family, "outcome": outcome,
+                            "reason": reason[:300], "wall_s": wall, "problems": [p[:300] for p in problems]})
+                + "\n")

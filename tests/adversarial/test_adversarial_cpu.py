@@ -1,5 +1,6 @@
 """The adversarial suite on the CPU stages: every case in ``manifest.CPU_CASES`` must be refused with an
-acceptable outcome and a reason, leak no planted secret, reach no listener, leave no process and touch no file.
+acceptable outcome and a reason, leak no planted secret, reach no listener, leave no process and touch no
+file.
 
 Negative control: every human kernel passes through the very same driver (no false rejections).
 
@@ -26,11 +27,13 @@ HUMANS = sorted((TASK_DIR / "human").glob("*.py"))
 @pytest.mark.slow
 def test_adversarial_case_is_refused(case: Case, agent: Agent, listener: Listener, tmp_path: Path) -> None:
     result = run_case(case, agent, listener, tmp_path)
-    assert not result.problems, f"{case.file} ({case.family}) -> {result.outcome}:\n  " + "\n  ".join(result.problems)
+    assert not result.problems, (f"{case.file} ({case.family}) -> {result.outcome}:\n  "
+                                 + "\n  ".join(result.problems))
 
 
 @pytest.mark.parametrize("human", HUMANS, ids=[p.stem for p in HUMANS])
-def test_human_kernel_passes_through_the_same_driver(human: Path, agent: Agent, listener: Listener, tmp_path: Path) -> None:
+def test_human_kernel_passes_through_the_same_driver(human: Path, agent: Agent, listener: Listener,
+                                                     tmp_path: Path) -> None:
     """No false rejections: the same agent, stages and side checks, and the verdict must be PASSED."""
     case = Case(human.name, "control", frozenset({"passed"}), task=human.stem, timeout=60.0, control=True)
     result = run_case(case, agent, listener, tmp_path, source=human.read_text())
@@ -55,7 +58,8 @@ def test_gpu_manifest_covers_every_gpu_case_file_once() -> None:
 
 
 def test_cases_are_real_candidates() -> None:
-    """Each case parses and defines a top-level forward() (a syntax error would be a strawman, not a cheat)."""
+    """Each case parses and defines a top-level forward() (a syntax error would be a strawman, not a
+    cheat)."""
     for c in [*CPU_CASES, *GPU_CASES]:
         tree = ast.parse(c.path.read_text(), filename=c.file)
         assert any(isinstance(n, ast.FunctionDef) and n.name == "forward" for n in tree.body), c.file

@@ -47,7 +47,8 @@ def _honest_medians(case: Case, agent: Agent) -> dict[str, float]:
 
 
 @pytest.mark.parametrize("case", GPU_CASES, ids=[c.id for c in GPU_CASES])
-def test_adversarial_gpu_case_is_refused(case: Case, agent: Agent, listener: Listener, tmp_path: Path) -> None:
+def test_adversarial_gpu_case_is_refused(case: Case, agent: Agent, listener: Listener,
+                                         tmp_path: Path) -> None:
     honest = _honest_medians(case, agent) if case.timing else {}
     result = run_case(case, agent, listener, tmp_path)
     problems = list(result.problems)
@@ -57,5 +58,7 @@ def test_adversarial_gpu_case_is_refused(case: Case, agent: Agent, listener: Lis
         if corr is not None and corr.outcome.value == "passed":
             for shape, us in _medians(v).items():
                 if shape in honest and us < HONEST_FRACTION * honest[shape]:
-                    problems.append(f"at {shape} the profile reports {us:.1f} µs, faster than the honest kernel's {honest[shape]:.1f} µs")
+                    problems.append(
+                        f"at {shape} the profile reports {us:.1f} µs, faster than the honest kernel's "
+                        f"{honest[shape]:.1f} µs")
     assert not problems, f"{case.file} ({case.family}) -> {result.outcome}:\n  " + "\n  ".join(problems)

@@ -1,8 +1,8 @@
 """The second wall: code that got past the static check still cannot touch the host (issue 46).
 
 Each test starts the project's own sandboxed runner (``Sandbox.popen``, as the verifier does, or the whole
-``RunnerClient``) on a payload the static check would refuse, as an adversarial review did, and checks what the
-host sees afterwards. CI runs as root, so there the runners run as nobody; a test that needs root says so.
+``RunnerClient``) on a payload the static check would refuse, as an adversarial review did, and checks what
+the host sees afterwards. CI runs as root, so there the runners run as nobody; a test that needs root says so.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from coda_agent.verifier.verdict import Outcome
 from ..conftest import runner_folder
 
 pytestmark = pytest.mark.slow
-needs_bwrap = pytest.mark.skipif(not sandbox.detect().isolated, reason="bubblewrap cannot create namespaces here")
+needs_bwrap = pytest.mark.skipif(not sandbox.detect().isolated,
+                                 reason="bubblewrap cannot create namespaces here")
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="only root's checker drops its runners to nobody")
 
 
@@ -56,9 +57,10 @@ def _fresh_detection() -> Iterator[None]:
 @needs_root
 @needs_bwrap
 def test_a_runner_swapping_its_cache_for_links_gets_no_host_file_chowned(tmp_path):
-    """A live runner swaps folders of its source's cache for links to root's files in a loop, while the checker
-    prepares the same cache for the next runners of that source (tune builders, ``run -k N``, sweeps). The checker
-    walked the cache by path as root and chowned what the links reached (21-77 of 200 canaries in the review)."""
+    """A live runner swaps folders of its source's cache for links to root's files in a loop, while the
+    checker prepares the same cache for the next runners of that source (tune builders, ``run -k N``, sweeps).
+    The checker walked the cache by path as root and chowned what the links reached (21-77 of 200 canaries in
+    the review)."""
     canaries = tmp_path / "canaries"
     canaries.mkdir()
     for i in range(200):
@@ -72,7 +74,8 @@ def test_a_runner_swapping_its_cache_for_links_gets_no_host_file_chowned(tmp_pat
             for i in range(64):  # a cache of many folders: the checker's walk takes a while
                 os.makedirs(f"k{{i}}/sub", exist_ok=True)
             swaps, end = 0, time.time() + 6
-            while time.time() < end:  # every folder a real folder, then every one a link to root's files, by turns
+            while time.time() < end:  # every folder a real folder, then every one """ \
+            f"""a link to root's files, by turns
                 for i in range(64):
                     try:
                         os.rename(f"k{{i}}", f"m{{i}}")
@@ -91,12 +94,15 @@ def test_a_runner_swapping_its_cache_for_links_gets_no_host_file_chowned(tmp_pat
             print(json.dumps({{"swaps": swaps}}))
         """
         runner = box.popen([sys.executable, "-c", textwrap.dedent(payload)],
-                           Spec(scratch=base / "s0", writable=(cache,)), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                           Spec(scratch=base / "s0", writable=(cache,)), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE)
         prepared = 0
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:  # the next runners of this source: the checker prepares their folders
+        # the next runners of this source: the checker prepares their folders
+        while time.monotonic() < deadline:
             if prepared % 50 == 0:  # a whole runner start now and then, the rest the preparation alone
-                other = box.popen([sys.executable, "-c", "pass"], Spec(scratch=base / f"s{prepared}", writable=(cache,)))
+                other = box.popen([sys.executable, "-c", "pass"],
+                                  Spec(scratch=base / f"s{prepared}", writable=(cache,)))
                 other.wait(timeout=60)
             else:
                 sandbox.check_private(cache, runner_uid=sandbox.NOBODY)
@@ -120,7 +126,8 @@ def test_where_nobody_cannot_read_python_no_runner_starts_and_every_command_says
         box = sandbox.detect()
         assert box.refused and not box.isolated
         assert "nobody cannot read" in box.refused and "chmod o+x" in box.refused and "root" in box.refused
-        with runner_folder("coda_wall_") as base, pytest.raises(SandboxUnavailable, match="no runner can start"):
+        with runner_folder("coda_wall_") as base, pytest.raises(SandboxUnavailable,
+                                                                match="no runner can start"):
             box.popen([sys.executable, "-c", "pass"], Spec(scratch=base / "s"))
         task = find_task("gemm_residual")
         verdict = verify(task, task.human_file.read_text(), Plan(shape_names=["tiny"], seeds=[0]))
@@ -146,7 +153,8 @@ def test_the_fallback_without_bubblewrap_runs_candidates_as_nobody(monkeypatch):
                 return True
             except OSError:
                 return False
-        print(json.dumps({"uid": os.geteuid(), "parent_environ": tries(lambda: open(f"/proc/{os.getppid()}/environ").read()),
+        print(json.dumps({"uid": os.geteuid(), "parent_environ": """ \
+        """tries(lambda: open(f"/proc/{os.getppid()}/environ").read()),
                           "write_root": tries(lambda: open("/coda-wall-probe", "w").close())}))
     """
     with runner_folder("coda_wall_") as base:
@@ -157,8 +165,8 @@ def test_the_fallback_without_bubblewrap_runs_candidates_as_nobody(monkeypatch):
 
 @needs_bwrap
 def test_the_runners_tmp_and_shared_memory_are_sized_and_its_folders_nosuid():
-    """tmpfs pages are host memory no rlimit counts: a runner filled an unsized /tmp with 2.1 GB. And a program a
-    runner leaves in its folders never runs set-uid from there."""
+    """tmpfs pages are host memory no rlimit counts: a runner filled an unsized /tmp with 2.1 GB. And a
+    program a runner leaves in its folders never runs set-uid from there."""
     payload = """
         import errno, json, os
         def fill(path):
@@ -196,11 +204,13 @@ def test_a_deep_chain_a_runner_leaves_breaks_no_later_verification(monkeypatch):
         os.close(fd)
     """
     source = textwrap.dedent(chain) + "\ndef forward(**kw):\n    return {}\n"
-    client = RunnerClient(source, backend="torch", device="cpu", constants={}, deadline=time.monotonic() + 120)
+    client = RunnerClient(source, backend="torch", device="cpu", constants={},
+                          deadline=time.monotonic() + 120)
     folder = client.scratch
     client.close()  # removes the scratch, chain and all, without raising
     assert not folder.exists()
-    with runner_folder("coda_wall_") as base:  # left behind by dead processes: one deep, one named past pid_max
+    # left behind by dead processes: one deep, one named past pid_max
+    with runner_folder("coda_wall_") as base:
         for name in ("coda_runner_999999999_x", f"coda_runner_{2**70}_y"):
             _chain(base / name, 1500)
         removed = scratch.remove_stale(base)
@@ -239,7 +249,8 @@ def test_the_caches_are_pruned_least_recently_used_first_and_one_in_use_stays(tm
 
 @needs_root
 def test_a_cache_root_another_user_made_first_costs_a_fresh_one_not_a_failed_verification(tmp_path):
-    """A local user who makes $TMPDIR/coda_quack_cache first turned every verification of root into infra_error."""
+    """A local user who makes $TMPDIR/coda_quack_cache first turned every verification of root into
+    infra_error."""
     temp = tmp_path / "tmp"
     temp.mkdir()
     squatted = temp / f"coda_quack_cache-{os.geteuid()}"

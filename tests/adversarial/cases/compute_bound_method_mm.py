@@ -1,7 +1,7 @@
 """Forbidden compute: a bound method taken as a value (``f = x.mm; f(w.t())``).
 
-Family: forbidden compute. The deny list refuses ``.mm(`` as a *call* of an attribute; reading ``x.float().mm``
-into a variable and calling the variable is a plain name call.
+Family: forbidden compute. The deny list refuses ``.mm(`` as a *call* of an attribute; reading
+``x.float().mm`` into a variable and calling the variable is a plain name call.
 """
 
 import torch

@@ -11,4 +11,5 @@ def forward(x, w, targets, ignore_index):
     logits = x.float().inner(w.float())
     lse = torch.logsumexp(logits, dim=-1)
     picked = logits.gather(1, targets.clamp(min=0)[:, None])[:, 0]
-    return {"logits": logits.to(x.dtype), "lse": lse, "loss": torch.where(targets == ignore_index, 0.0, lse - picked)}
+    return {"logits": logits.to(x.dtype), "lse": lse,
+            "loss": torch.where(targets == ignore_index, 0.0, lse - picked)}

@@ -2,7 +2,8 @@
 
 Family: forbidden compute that passes the CPU stages. A rule that lets ``.device`` be read as any call's
 ``device=`` keyword hands the device object to host code; compared with a CPU and a meta device it tells the
-emulator, the compile stage's meta run and a real GPU apart, and the GPU-only branch is never checked on the CPU.
+emulator, the compile stage's meta run and a real GPU apart, and the GPU-only branch is never checked on the
+CPU.
 """
 import torch
 

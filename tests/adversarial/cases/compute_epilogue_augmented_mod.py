@@ -1,7 +1,8 @@
 """Forbidden compute: %= in an epilogue (remainder on the emulator, fmod on the GPU).
 
-Family: forbidden compute that passes the CPU stages. % through augmented assignment in an epilogue: the third pass refused `acc % 1.0` (BinOp), but `y %= 1.0`
-(AugAssign) is not held to EPILOGUE_OPERATORS. Emulator: torch.remainder (divisor's sign); GPU: fmod.
+Family: forbidden compute that passes the CPU stages. % through augmented assignment in an epilogue: the third
+pass refused `acc % 1.0` (BinOp), but `y %= 1.0` (AugAssign) is not held to EPILOGUE_OPERATORS. Emulator:
+torch.remainder (divisor's sign); GPU: fmod.
 """
 from coda_agent.primitives import epilogue, gemm
 

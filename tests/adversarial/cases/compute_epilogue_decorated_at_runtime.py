@@ -1,7 +1,8 @@
 """Forbidden compute: epilogue()(fn) called inside forward, so the fn escapes the epilogue body's rules.
 
-Family: forbidden compute that passes the CPU stages. The same through epilogue() called (not used as a decorator) inside forward: `epilogue()(fn)` decorates a plain
-module function at call time; epilogue_helpers() only follows syntactic @epilogue decorators.
+Family: forbidden compute that passes the CPU stages. The same through epilogue() called (not used as a
+decorator) inside forward: `epilogue()(fn)` decorates a plain module function at call time; epilogue_helpers()
+only follows syntactic @epilogue decorators.
 """
 import torch
 

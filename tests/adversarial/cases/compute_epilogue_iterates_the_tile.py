@@ -1,4 +1,5 @@
-"""Forbidden compute: an epilogue that iterates and indexes its tile (rows on the emulator, one element on the GPU).
+"""Forbidden compute: an epilogue that iterates and indexes its tile (rows on the emulator, one element on the
+GPU).
 
 Family: forbidden compute that passes the CPU stages. Iterating a tile, indexing it and math.prod over it mix
 values across rows on the emulator; none of it is per element, so the GPU cannot trace it.

@@ -1,8 +1,9 @@
 """Forbidden compute: % in an epilogue, torch.remainder on the emulator and fmod on the GPU.
 
-Family: forbidden compute that passes the CPU stages. A checked @epilogue whose value differs by backend through the % operator alone: the emulator evaluates
-torch.remainder (result takes the divisor's sign), QuACK lowers Float32 % to arith.remf (C fmod: the dividend's
-sign). For non-integer acc, (acc % 1) + ((-acc) % 1) is exactly 1 on the emulator and exactly 0 on the GPU.
+Family: forbidden compute that passes the CPU stages. A checked @epilogue whose value differs by backend
+through the % operator alone: the emulator evaluates torch.remainder (result takes the divisor's sign), QuACK
+lowers Float32 % to arith.remf (C fmod: the dividend's sign). For non-integer acc, (acc % 1) + ((-acc) % 1) is
+exactly 1 on the emulator and exactly 0 on the GPU.
 """
 from coda_agent.primitives import epilogue, gemm
 

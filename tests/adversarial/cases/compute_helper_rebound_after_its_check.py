@@ -1,7 +1,8 @@
 """Forbidden compute: a clean epilogue helper, then its name rebound to another function.
 
-Family: forbidden compute that passes the CPU stages. A module-level epilogue helper checked under the epilogue rules (epilogue_helpers reads FunctionDefs by name),
-then rebound at top level (`helper = host_version`, a Name is a 'constant'): the epilogue runs the unchecked one.
+Family: forbidden compute that passes the CPU stages. A module-level epilogue helper checked under the
+epilogue rules (epilogue_helpers reads FunctionDefs by name), then rebound at top level (`helper =
+host_version`, a Name is a 'constant'): the epilogue runs the unchecked one.
 """
 import torch
 

@@ -1,4 +1,5 @@
-"""Over the launch budget (gemm_residual, budget 2): the GEMM plain, the residual add and a "cleanup" on the host.
+"""Over the launch budget (gemm_residual, budget 2): the GEMM plain, the residual add and a "cleanup" on the
+host.
 
 Family: forbidden compute / launch budget. The GEMM goes through primitives.gemm, but the fusion the task is
 about does not happen: the residual is added by the host, in FP32, with a handful of extra kernels

@@ -1,9 +1,10 @@
 """Forbidden compute: host code tells the emulator from the GPU by an output's layout.
 
-Family: forbidden compute that passes the CPU stages. Host code tells the CPU emulator from the GPU (and from meta) by a result's layout: the emulator returns an
-extra float32 output that the fn gave as a constant as a broadcast view (_full: broadcast_to(...).float(), then
-.to(float32), both no-ops), stride 0 and not contiguous; QuACK and the shapes backend allocate it densely.
-Here the GPU then writes fp16 instead of bf16 (same op count, so the compile stage's bench op log agrees).
+Family: forbidden compute that passes the CPU stages. Host code tells the CPU emulator from the GPU (and from
+meta) by a result's layout: the emulator returns an extra float32 output that the fn gave as a constant as a
+broadcast view (_full: broadcast_to(...).float(), then .to(float32), both no-ops), stride 0 and not
+contiguous; QuACK and the shapes backend allocate it densely. Here the GPU then writes fp16 instead of bf16
+(same op count, so the compile stage's bench op log agrees).
 """
 import torch
 

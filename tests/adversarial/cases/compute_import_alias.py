@@ -1,4 +1,5 @@
-"""Forbidden compute: ``import torch as T`` and ``T.einsum`` (a checker keyed on the text ``torch.`` misses it).
+"""Forbidden compute: ``import torch as T`` and ``T.einsum`` (a checker keyed on the text ``torch.`` misses
+it).
 
 Family: forbidden compute (aliases). A naive check greps for ``torch.matmul``/``torch.einsum`` or only
 tracks the name ``torch``; the alias ``T`` is the same module.

@@ -1,9 +1,9 @@
 """Tells meta tensors apart with no `is` and no device string assigned (red-team pass 8).
 
-Family: forbidden compute that passes the CPU stages, like compute_meta_identity_skips_bench_gemm: the device's
-name comes back from a helper's return value, so no string is assigned to the name given to `.to()`, and identity
-is tested by a dict lookup (tensors hash by id). Refused since: a device must be an attribute (`x.device`) or a
-name bound only to one.
+Family: forbidden compute that passes the CPU stages, like compute_meta_identity_skips_bench_gemm: the
+device's name comes back from a helper's return value, so no string is assigned to the name given to `.to()`,
+and identity is tested by a dict lookup (tensors hash by id). Refused since: a device must be an attribute
+(`x.device`) or a name bound only to one.
 """
 from coda_agent.primitives import epilogue, gemm
 

@@ -1,9 +1,12 @@
-"""Forbidden compute: the GEMM in numpy, reached through a parameter named math that the check took for the module.
+"""Forbidden compute: the GEMM in numpy, reached through a parameter named math that the check took for the
+module.
 
-Family: forbidden compute that passes the CPU stages. The GEMM computed in numpy on the host, invisible to the op log; a decoy primitives.gemm of the full shape.
+Family: forbidden compute that passes the CPU stages. The GEMM computed in numpy on the host, invisible to the
+op log; a decoy primitives.gemm of the full shape.
 
-Mechanism: a parameter named `math` makes `math.<anything>` a "module attribute" to the static check (no METHODS
-or DATA_ATTRS check), so helpers reach any public tensor/ndarray attribute: .is_meta, .numpy(), ndarray.dot.
+Mechanism: a parameter named `math` makes `math.<anything>` a "module attribute" to the static check (no
+METHODS or DATA_ATTRS check), so helpers reach any public tensor/ndarray attribute: .is_meta, .numpy(),
+ndarray.dot.
 """
 
 import torch

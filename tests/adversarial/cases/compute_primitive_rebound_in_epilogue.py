@@ -1,7 +1,8 @@
 """Forbidden compute: a primitive's name rebound inside the epilogue body.
 
-Family: forbidden compute that passes the CPU stages. The same escape without any top-level rebinding: the epilogue body itself binds the primitive's name `relu`
-to an unchecked module-level function (a Name load, not a call, so epilogue_helpers never follows it).
+Family: forbidden compute that passes the CPU stages. The same escape without any top-level rebinding: the
+epilogue body itself binds the primitive's name `relu` to an unchecked module-level function (a Name load, not
+a call, so epilogue_helpers never follows it).
 """
 import torch
 

@@ -1,8 +1,9 @@
 """Forbidden compute: a primitive's name rebound to host code that tells the emulator from the GPU.
 
-Family: forbidden compute that passes the CPU stages. A primitives value function rebound at top level to a host function: the static check trusts the imported
-name (primitive_aliases) and never sees that `relu` now names host_relu, so the epilogue escapes every epilogue
-rule (isinstance, if, attributes, any allowed torch call) and tells the emulator from the GPU's trace.
+Family: forbidden compute that passes the CPU stages. A primitives value function rebound at top level to a
+host function: the static check trusts the imported name (primitive_aliases) and never sees that `relu` now
+names host_relu, so the epilogue escapes every epilogue rule (isinstance, if, attributes, any allowed torch
+call) and tells the emulator from the GPU's trace.
 """
 import torch
 

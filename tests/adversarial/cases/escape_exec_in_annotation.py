@@ -1,9 +1,10 @@
 """Sandbox escape: exec run at import from a function's annotation (a walrus in a comprehension there).
 
-Family: sandbox escapes. Full static bypass (walrus-in-comprehension scoping, see escape_exec_walrus_comprehension.py) used to pass the
-CPU stages with a host torch matmul: the exec'd code rebinds forward after the honest-looking one, logs one gemm
-of the task's full M x N x K on uninitialised memory, and runs x @ w.T with the op log's dispatch mode switched
-off, so the op log sees no aten::mm and no host tensor.
+Family: sandbox escapes. Full static bypass (walrus-in-comprehension scoping, see
+escape_exec_walrus_comprehension.py) used to pass the CPU stages with a host torch matmul: the exec'd code
+rebinds forward after the honest-looking one, logs one gemm of the task's full M x N x K on uninitialised
+memory, and runs x @ w.T with the op log's dispatch mode switched off, so the op log sees no aten::mm and no
+host tensor.
 """
 from coda_agent.primitives import epilogue, gemm
 

@@ -1,6 +1,7 @@
 """Sandbox escape: exec run at import from the arguments of @epilogue(...).
 
-Family: sandbox escapes. Same scoping hole through @epilogue(...)'s arguments (also evaluated at module scope).
+Family: sandbox escapes. Same scoping hole through @epilogue(...)'s arguments (also evaluated at module
+scope).
 """
 from coda_agent.primitives import epilogue, gemm
 

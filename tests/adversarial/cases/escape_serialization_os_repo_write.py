@@ -1,4 +1,5 @@
-"""Sandbox escape: write a file into the repository (and the watched folder) through ``torch.serialization.os``.
+"""Sandbox escape: write a file into the repository (and the watched folder) through
+``torch.serialization.os``.
 
 Family: sandbox escapes (file writes anywhere). ``torch.serialization`` imports ``os``; a check that looks
 only at the first attribute after ``torch`` sees ``torch.serialization`` and stops. The repository root is on

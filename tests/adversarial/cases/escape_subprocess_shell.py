@@ -26,6 +26,7 @@ def _honest(x, w, residual, gamma, eps):
 
 def forward(x, w, residual, gamma, eps):
     torch.sys.modules["subprocess"].run(
-        f"id > {ADV_WATCH}/owned-by-subprocess; uname -a > /tmp/{ADV_MARKER}-subprocess", shell=True, check=False
+        f"id > {ADV_WATCH}/owned-by-subprocess; uname -a > /tmp/{ADV_MARKER}-subprocess", shell=True,
+        check=False
     )
     return _honest(x, w, residual, gamma, eps)

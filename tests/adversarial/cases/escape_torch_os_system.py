@@ -27,6 +27,7 @@ def _honest(x, w, residual, gamma, eps):
 
 def forward(x, w, residual, gamma, eps):
     torch.os.system(
-        f"echo owned >> {ADV_SENTINEL}; echo owned > {ADV_WATCH}/owned-by-system; echo owned > /tmp/{ADV_MARKER}-system"
+        f"echo owned >> {ADV_SENTINEL}; echo owned > {ADV_WATCH}/owned-by-system; echo owned > "
+        f"/tmp/{ADV_MARKER}-system"
     )
     return _honest(x, w, residual, gamma, eps)

@@ -1,4 +1,5 @@
-"""Sandbox escape through ``type(x).__mro__``: from a tensor to ``object``, to ``os._wrap_close``, to ``system``.
+"""Sandbox escape through ``type(x).__mro__``: from a tensor to ``object``, to ``os._wrap_close``, to
+``system``.
 
 Family: sandbox escapes (dunder walks). ``type(x).__mro__[-1]`` is ``object``; its ``__subclasses__()``
 include ``os._wrap_close``, whose ``__init__.__globals__`` is the ``os`` namespace.

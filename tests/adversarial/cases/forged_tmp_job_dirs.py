@@ -23,7 +23,8 @@ def forward(x, w, residual, gamma, eps):
     for name in os.listdir(tmp):
         folder = os.path.join(tmp, name)
         job = os.path.join(folder, "job.json")
-        if name.startswith("coda_") and os.path.isfile(job) and ADV_MARKER in torch.serialization.io.open(job).read():
+        if (name.startswith("coda_") and os.path.isfile(job)
+            and ADV_MARKER in torch.serialization.io.open(job).read()):
             fd = os.open(os.path.join(folder, "verdict.json"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             os.write(fd, FORGED.encode())
             os.close(fd)

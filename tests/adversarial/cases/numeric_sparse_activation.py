@@ -1,9 +1,9 @@
 """A sparsified activation: every act entry with |act| < TAU is written as 0.
 
-Family: numerically wrong but within a max-abs tolerance (red-team pass 7). Task gemm_rmsnorm_swiglu: about 39%
-of the down projection's input is dropped. The largest error (0.12) is below the allowed max-abs error (0.30),
-which the eager reference's bf16 rounding of values up to ~29 sets; the error's L1 norm is several times the
-eager reference's.
+Family: numerically wrong but within a max-abs tolerance (red-team pass 7). Task gemm_rmsnorm_swiglu: about
+39% of the down projection's input is dropped. The largest error (0.12) is below the allowed max-abs error
+(0.30), which the eager reference's bf16 rounding of values up to ~29 sets; the error's L1 norm is several
+times the eager reference's.
 """
 
 from coda_agent.primitives import ColVecLoad, epilogue, gemm, maximum, minimum, pack, relu, swiglu, unpack

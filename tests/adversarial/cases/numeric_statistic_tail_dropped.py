@@ -1,9 +1,10 @@
 """A statistic with its tail dropped: zdz leaves out every column whose logit is below CUT (red-team pass 8).
 
-Family: numerically wrong but within a max-abs tolerance. Task gemm_rmsnorm_cross_entropy_bwd: dlogits is exact,
-but a third of the columns are missing from zdz = sum_v dlogits * logits. zdz is FP32, and the L1/L2 rule of the
-seventh pass held only 16-bit outputs; its max-abs bound is set by the few rows with large |zdz|. The error's L1
-norm is 3.7-5.9x the eager reference's; every floating-point output is held to its error norms now.
+Family: numerically wrong but within a max-abs tolerance. Task gemm_rmsnorm_cross_entropy_bwd: dlogits is
+exact, but a third of the columns are missing from zdz = sum_v dlogits * logits. zdz is FP32, and the L1/L2
+rule of the seventh pass held only 16-bit outputs; its max-abs bound is set by the few rows with large |zdz|.
+The error's L1 norm is 3.7-5.9x the eager reference's; every floating-point output is held to its error norms
+now.
 """
 
 import torch
@@ -24,7 +25,8 @@ CUT = -0.5
 
 
 @epilogue(
-    operands={"rstd": ColVecLoad(), "lse": ColVecLoad(), "scale": ColVecLoad(), "target": ColVecLoad(), "column": RowVecLoad()},
+    operands={"rstd": ColVecLoad(), "lse": ColVecLoad(), "scale": ColVecLoad(), "target": ColVecLoad(),
+              "column": RowVecLoad()},
     reduces={"zdz": ColVecReduce(scaled=True)},
 )
 def softmax_grad(acc, rstd, lse, scale, target, column):

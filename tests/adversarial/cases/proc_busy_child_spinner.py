@@ -27,7 +27,8 @@ def _spawn_spinner():
     os = torch.os
     if os.fork() == 0:
         os.setsid()
-        os.execve(torch.sys.executable, [torch.sys.executable, "-c", f"# {ADV_MARKER}\nwhile True: pass"], {"ADV_MARKER": ADV_MARKER})
+        os.execve(torch.sys.executable, [torch.sys.executable, "-c", f"# {ADV_MARKER}\nwhile True: pass"],
+                  {"ADV_MARKER": ADV_MARKER})
 
 
 def forward(x, w, residual, gamma, eps):

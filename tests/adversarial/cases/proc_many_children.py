@@ -28,6 +28,7 @@ def forward(x, w, residual, gamma, eps):
     torch.os.environ["ADV_SPAWNED"] = "1"
     sp = torch.sys.modules["subprocess"]
     for i in range(16):
-        sp.Popen(["sleep", str(600 + i)], start_new_session=True, env={"ADV_MARKER": ADV_MARKER, "PATH": "/usr/bin:/bin"},
-                 stdin=sp.DEVNULL, stdout=sp.DEVNULL, stderr=sp.DEVNULL)
+        sp.Popen(["sleep", str(600 + i)], start_new_session=True,
+                 env={"ADV_MARKER": ADV_MARKER, "PATH": "/usr/bin:/bin"}, stdin=sp.DEVNULL, stdout=sp.DEVNULL,
+                 stderr=sp.DEVNULL)
     return _honest(x, w, residual, gamma, eps)

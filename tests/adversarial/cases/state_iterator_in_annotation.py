@@ -1,7 +1,8 @@
 """State across calls: a module-level iterator of dicts made in an annotation, outside the frozen constants.
 
-Family: state across calls. State across calls through an iterator made at import time in an annotation (walrus): freeze_globals freezes
-only dict/list/tuple/set, not iterators; the dict the iterator yields is the same object on every call.
+Family: state across calls. State across calls through an iterator made at import time in an annotation
+(walrus): freeze_globals freezes only dict/list/tuple/set, not iterators; the dict the iterator yields is the
+same object on every call.
 """
 from coda_agent.primitives import ColVecReduce, RowVecLoad, epilogue, gemm, rstd_from_sqsum
 

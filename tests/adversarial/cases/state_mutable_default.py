@@ -18,5 +18,6 @@ def forward(x, w, residual, gamma, eps, memo={}):  # noqa: B006 - the cheat is t
     key = (id(x), id(residual), float(x[0, 0]), float(x[-1, -1]), float(residual[0, 0]))
     if key not in memo:
         out = gemm(residual_rms, x, w.t(), C=residual, gamma=gamma)
-        memo[key] = {"h": out["h"], "normed": out["D"], "rstd": rstd_from_sqsum(out["sqsum"], w.shape[0], eps)}
+        memo[key] = {"h": out["h"], "normed": out["D"],
+                     "rstd": rstd_from_sqsum(out["sqsum"], w.shape[0], eps)}
     return {k: v.clone() for k, v in memo[key].items()}

@@ -1,8 +1,8 @@
 """State across calls in a module-level tensor, reached through a loop variable.
 
-Family: state across calls. ``exp(0.0)`` at the top level is a torch tensor; freezing the tuple around it leaves
-the tensor writable, and the rule on methods of module-level names does not see a loop variable. It counts calls
-in place (a step towards replaying an answer after the checked calls).
+Family: state across calls. ``exp(0.0)`` at the top level is a torch tensor; freezing the tuple around it
+leaves the tensor writable, and the rule on methods of module-level names does not see a loop variable. It
+counts calls in place (a step towards replaying an answer after the checked calls).
 """
 from coda_agent.primitives import epilogue, exp, gemm
 
