@@ -118,7 +118,7 @@ def test_the_search_never_proposes_a_config_whose_build_failed():
             and len(timer.asked) == 1 + len(site.space()) - 2)
 
 
-def test_prebuild_builds_a_shapes_proposals_for_sm90_into_the_candidates_cache_and_the_runner_has_the_last_word(  # noqa: E501, RUF100
+def test_prebuild_builds_a_shapes_proposals_for_sm90_into_the_candidates_cache_and_the_runner_has_the_last_word(  # noqa: E501
         scratch, monkeypatch):
     """Real sm_90a builds on the CPU. The op log claims a K-major B for gemm_rmsnorm_bwd's call, so the space
     holds the tiles split along N; the builder's runner checks B as it is and refuses them, and they are not

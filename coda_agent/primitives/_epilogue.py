@@ -55,9 +55,9 @@ def epilogue(
 
     Return dict: ``"D"`` (optional except in packed mode; when missing, the raw accumulator is stored, columns
     in order, the same kernel as ``"D": acc``), every declared output and every reduce;
-    one value may feed several of them. A ``scaled`` reduce takes a ``(value, scale)`` tuple; in ``acc_pair`` mode a reduce takes
-    one value per lane, ``(lane0, lane1)``, each folded as a column of its own (an add of ``(v, v)`` counts v
-    twice).
+    one value may feed several of them. A ``scaled`` reduce takes a ``(value, scale)`` tuple; in ``acc_pair``
+    mode a reduce takes one value per lane, ``(lane0, lane1)``, each folded as a column of its own (an add of
+    ``(v, v)`` counts v twice).
 
     Shapes by mode, for a GEMM of (M, K) by (K, N): element: D and each extra output (M, N); acc_pair: D (M,
     N), each extra output (M, N/2); packed: C and D (M, 2N) interleaved, each extra output (M, N), row vectors
