@@ -28,7 +28,7 @@ from ..execute import Executor, Job
 from ..measure.baselines import COMPILE_MODES
 from ..measure.peaks import Peaks, speed_of_light_us
 from ..provenance import driver_version, git_commit, package_versions
-from ..tasks.model import Task
+from ..tasks.model import ShapePoint, Task
 from ..verifier.plan import Plan
 from ..verifier.verdict import Outcome, Verdict
 from .results import BenchRow, BenchRun, E2ERun
@@ -44,6 +44,10 @@ class BenchOptions:
     timeout: float = 900.0
     compile_modes: tuple[str, ...] = tuple(COMPILE_MODES)
 
+    def points(self, task: Task) -> list[ShapePoint]:
+        """The task's shapes this bench times."""
+        return task.points(self.shape_set, self.shape_names)
+
     def plan(self, stages: Sequence[str], shape_names: Sequence[str], seeds: Sequence[int]) -> Plan:
         """A bench job's plan: ``stages`` on the GPU kernels at these shapes and seeds, with these options."""
         return Plan(stages=list(stages), backend="quack", shape_set=self.shape_set,
@@ -55,13 +59,6 @@ def device_slug(device: str) -> str:
     """``NVIDIA H200`` -> ``h200`` (for result file names)."""
     words = [w for w in device.lower().replace("nvidia", "").split() if w]
     return "-".join(words) or "gpu"
-
-
-def shape_points(task: Task, opts: BenchOptions) -> list[Any]:
-    points = task.shape(opts.shape_set)
-    if opts.shape_names:
-        points = [p for p in points if p.name in opts.shape_names]
-    return points
 
 
 def _source(task: Task) -> str:
@@ -99,7 +96,7 @@ def check_tasks(
     ``on_checked`` gets each task's verdict as it comes, in this thread."""
     futures = {
         _submit(executor, Job(t, _source(t), opts.plan(
-            ("gpu_correctness", "bench_prepare"), [p.name for p in shape_points(t, opts)], range(opts.seeds),
+            ("gpu_correctness", "bench_prepare"), [p.name for p in opts.points(t)], range(opts.seeds),
         ), label=t.name), progress, "checked"): t.name
         for t in tasks
     }
@@ -143,7 +140,7 @@ def checked_rows(task: Task, opts: BenchOptions, checked: Verdict, peaks: Peaks)
     st = checked.stage("gpu_correctness")
     shape_info: dict[str, Any] = st.details.get("shapes", {}) if st else {}  # type: ignore[assignment]
     rows = []
-    for point in shape_points(task, opts):
+    for point in opts.points(task):
         info = shape_info.get(point.name, {})
         ok = info.get("outcome") == Outcome.PASSED.value
         reason = "" if ok else info.get("reason", "") if info else checked.reason or "not checked"
@@ -245,7 +242,7 @@ def reusable_rows(previous: BenchRun, tasks: list[Task], opts: BenchOptions) -> 
     kept = {}
     for task in tasks:
         rows = [r for r in previous.rows if r.task == task.name]
-        wanted = [p.name for p in shape_points(task, opts)]
+        wanted = [p.name for p in opts.points(task)]
         if (
             rows
             and [r.shape for r in rows] == wanted

@@ -115,9 +115,10 @@ def bench_cmd(
     from ..bench.report import target_checks, task_table
     from ..bench.runner import BenchOptions, command_line, run_bench, write_run
     from ..execute import ExecutorError, open_executor
+    from ..measure.baselines import COMPILE_MODES
     from ..measure.peaks import measure_peaks
 
-    modes = ("default", "max-autotune-no-cudagraphs") if max_autotune else ("default",)
+    modes = tuple(COMPILE_MODES) if max_autotune else ("default",)
     opts = BenchOptions(shape_set=shapes, shape_names=shape or None, seeds=seeds, compile_modes=modes)
     json_path, md_path = default_paths(device)
     json_path = json_out or json_path

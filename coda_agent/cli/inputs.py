@@ -82,7 +82,7 @@ def check_shape_set(task: Task, plan: Plan) -> None:
 
 def default_timeout(task: Task, plan: Plan) -> float:
     """Seconds one ``verify()`` call may take: worker start-up plus each stage's share (see STAGE_SECONDS)."""
-    checks = len(task.shape(plan.shape_set)) * len(plan.seeds)
+    checks = len(plan.points(task)) * len(plan.seeds)
     total = START_UP_SECONDS
     for stage in plan.stages:
         fixed, per_check = STAGE_SECONDS.get(stage, (60.0, 10.0))

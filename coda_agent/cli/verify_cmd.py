@@ -12,6 +12,7 @@ from ..tasks.loader import find_task
 from ..tasks.model import Baseline
 from ..untrusted import shown
 from ..verifier import COMPILE_STAGES, Plan, verify
+from ..verifier.plan import DEFAULT_SEEDS
 from ..verifier.verdict import Outcome, Verdict
 from .core import (
     UserError,
@@ -83,7 +84,7 @@ def verify_cmd(
     compile_only: bool = typer.Option(False, "--compile-only",
                                       help="only build the kernels for sm_90a (no GPU needed)"),
     shapes: str = typer.Option(None, help="shape set (default: small for torch, bench for quack)"),
-    seeds: int = typer.Option(3, help="number of seeds"),
+    seeds: int = typer.Option(len(DEFAULT_SEEDS), help="number of seeds"),
     timeout: float = typer.Option(
         None, help="seconds before the candidate counts as hung (default from the stages and shapes: 120 s "
                    "for the emulator)"

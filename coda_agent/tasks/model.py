@@ -10,6 +10,7 @@ import ast
 import hashlib
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -392,6 +393,11 @@ class Task(_Strict):
         if not found:
             raise KeyError(f"task {self.name} has no shape {name!r} in {set_name!r}")
         return found
+
+    def points(self, set_name: str, names: Sequence[str] | None = None) -> list[ShapePoint]:
+        """The shape points of a set, narrowed to ``names`` when given (a plan's, a bench's selection)."""
+        points = self.shape(set_name)
+        return [p for p in points if p.name in names] if names else points
 
     def output_shapes(self, dims: dict[str, int]) -> dict[str, tuple[int, ...]]:
         return {o.name: o.concrete_shape(dims) for o in self.outputs}

@@ -29,6 +29,8 @@ COMPILE_STAGES = ("compile",)
 #: overlap).
 GPU_STAGES = ("gpu_correctness", "bench_prepare", "profile", "bench", "tune")
 TIMED_STAGES = ("profile", "bench", "tune")
+#: The input seeds a plan checks unless told otherwise.
+DEFAULT_SEEDS = (0, 1, 2)
 #: Seconds the tune stage may spend searching configs for one candidate (discovery and the final re-time come
 #: on top).
 DEFAULT_TUNE_BUDGET_S = 300.0
@@ -44,7 +46,7 @@ class Plan(BaseModel):
     backend: str = "torch"
     shape_set: str = "small"
     shape_names: list[str] | None = None
-    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
+    seeds: list[int] = Field(default_factory=lambda: list(DEFAULT_SEEDS))
     timeout: float = Field(default=600.0, gt=0)
     compile_modes: list[str] = Field(
         default_factory=lambda: list(COMPILE_MODES),
@@ -69,8 +71,7 @@ class Plan(BaseModel):
 
     def points(self, task: Task) -> list[ShapePoint]:
         """The shapes of ``task`` it checks: its shape set, narrowed to ``shape_names`` when given."""
-        points = task.shape(self.shape_set)
-        return [p for p in points if p.name in self.shape_names] if self.shape_names else points
+        return task.points(self.shape_set, self.shape_names)
 
     @field_validator("compile_modes")
     @classmethod
