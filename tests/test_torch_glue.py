@@ -3,6 +3,11 @@ a GPU runs (Inductor's build of the same function) against the eager one."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -91,23 +96,42 @@ def test_the_v_columns_pass_through_unrotated():
 
 
 @pytest.mark.slow
-def test_inductors_build_of_each_pass_equals_the_eager_one():
-    """A GPU runs these through Inductor; its CPU build of the same functions (mutation in place included)
-    must give what the eager form gives (~20 s: Inductor's C++ build)."""
+def test_inductors_build_of_ropes_backward_equals_the_eager_one():
+    """A GPU runs RoPE's backward through Inductor; its CPU build of the same function must give what the
+    eager form gives (~10 s: Inductor's C++ build)."""
     torch._dynamo.reset()
-    logits, lse, targets, dloss = lm_head_case()
-    eager, built = logits.clone(), logits.clone()
-    want = glue.softmax_grad_.__wrapped__(eager, lse, targets, dloss, IGNORE)  # type: ignore[attr-defined]
-    got = torch.compile(glue.softmax_grad_.__wrapped__, fullgraph=True)(  # type: ignore[attr-defined]
-        built, lse, targets, dloss, IGNORE)
-    assert torch.equal(built, eager)
-    assert torch.allclose(got, want, rtol=1e-5, atol=1e-5)
     args = rope_case()
-    want_dz, want_zdz = glue.rope_backward.__wrapped__(*args)  # type: ignore[attr-defined]
-    got_dz, got_zdz = torch.compile(glue.rope_backward.__wrapped__,  # type: ignore[attr-defined]
-                                    fullgraph=True)(*args)
+    fn = glue.rope_backward.__wrapped__  # type: ignore[attr-defined]
+    want_dz, want_zdz = fn(*args)
+    got_dz, got_zdz = torch.compile(fn, fullgraph=True)(*args)
     assert torch.equal(got_dz, want_dz)
     assert torch.allclose(got_zdz, want_zdz, rtol=1e-5, atol=1e-5)
+
+
+TRITON_ON_THE_CPU = """
+import sys, torch
+sys.path.insert(0, {tests!r})
+from test_torch_glue import IGNORE, lm_head_case, softmax_grad_by_hand
+from coda_agent.torch import glue
+logits, lse, targets, dloss = lm_head_case(m=24, v=1000)
+want_d, want_zdz = softmax_grad_by_hand(logits, lse, targets, dloss)
+kept = logits.clone()
+zdz = glue.softmax_grad_triton(kept, lse, targets, dloss, IGNORE, block=256)
+assert (kept.double() - want_d).abs().max() <= 2**-7 * want_d.abs().max(), "dlogits"
+assert torch.allclose(zdz.double(), want_zdz, rtol=1e-5, atol=1e-5), "zdz"
+print("ok")
+"""
+
+
+def test_the_triton_softmax_gradient_runs_in_place_under_tritons_interpreter():
+    """The kernel a GPU runs, executed on the CPU by Triton's interpreter (a process of its own: the variable
+    is read when the kernel is made), against the math written out: in place, several blocks per row, a last
+    partial block, ignored rows."""
+    pytest.importorskip("triton")
+    code = TRITON_ON_THE_CPU.format(tests=str(Path(__file__).parent))
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TRITON_INTERPRET": "1"},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
 
 
 def gpu_kernels(fn, *args) -> list[str]:
@@ -123,16 +147,19 @@ def gpu_kernels(fn, *args) -> list[str]:
 
 
 @pytest.mark.gpu
-def test_on_the_gpu_the_softmax_gradient_is_one_kernel_equal_to_the_eager_form():
-    logits, lse, targets, dloss = (t.cuda() for t in lm_head_case(m=512, v=32000))
-    eager = logits.clone()
-    want = glue.softmax_grad_.__wrapped__(eager, lse, targets, dloss, IGNORE)  # type: ignore[attr-defined]
+def test_on_the_gpu_the_softmax_gradient_is_one_kernel_equal_to_the_cpus():
+    case = lm_head_case(m=512, v=32000)
+    eager = case[0].clone()
+    want = glue.softmax_grad_(eager, *case[1:], IGNORE).cuda()
+    eager = eager.cuda()
+    logits, lse, targets, dloss = (t.cuda() for t in case)
     kept = logits.clone()
     kernels = gpu_kernels(lambda *a: glue.softmax_grad_(*a, IGNORE), kept, lse, targets, dloss)
     assert len(kernels) == 1, kernels
     kept = logits.clone()
     got = glue.softmax_grad_(kept, lse, targets, dloss, IGNORE)
-    assert (kept.double() - eager.double()).abs().max() <= 2**-8 * eager.double().abs().max()
+    worst = (kept.double() - eager.double()).abs().max()
+    assert worst <= 2**-7 * eager.double().abs().max()  # the two exps differ by an ulp or so
     assert torch.allclose(got, want, rtol=1e-4, atol=1e-4)
 
 

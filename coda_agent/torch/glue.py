@@ -1,20 +1,25 @@
-"""The chain's two memory-bound passes that are not GEMM epilogues, each one fused kernel on a GPU.
+"""The chain's two memory-bound passes that are not GEMM epilogues, each one kernel on a GPU.
 
 - **The softmax gradient** turns the LM head's stored logits into dlogits in place and reduces each row's
   ``zdz``. An epilogue cannot do it (a row's LSE is final only after its last tile), and rerunning the logits
-  GEMM to get there costs 2·M·V·K FLOPs; this pass reads and writes M·V values once.
+  GEMM to get there costs 2·M·V·K FLOPs; this pass reads and writes M·V values once. On a GPU it is a Triton
+  kernel of its own, a program per row that streams the row once, in place: Inductor's build of the same math
+  stages the new values in an M x V buffer before the copy (seen in its generated code), which at a 128k
+  vocabulary is 8 GiB more at the step's peak. ``torch.ops.coda.softmax_grad_`` is a custom op that mutates
+  the logits, so a caller's torch.compile keeps it whole.
 - **RoPE's backward** rotates the attention's input gradients back and reduces ``zdz``. The rotation acts on
   the next dgrad GEMM's A operand, which an epilogue cannot transform. It reads the gradients in the layout
-  SDPA's backward leaves them, so no transpose copy or concatenation runs before it.
+  SDPA's backward leaves them, so no transpose copy or concatenation runs before it. On a GPU it runs through
+  torch.compile: Inductor writes it as one pass that reads once and writes once.
 
-On a GPU each runs through torch.compile: Inductor writes one kernel that reads once, writes once and
-folds the reduction into the same loop. On a CPU (the emulator's world, tests) they run as written: Inductor's
-CPU build would cost more than it saves. Inside a caller's own torch.compile they are traced as written, so
-the caller's graph fuses them.
+On a CPU (the emulator's world, tests) both run as plain torch: Inductor's CPU build would cost more than it
+saves. Inside a caller's own torch.compile, RoPE's backward is traced as written, so the caller's graph fuses
+it.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from functools import wraps
 from typing import Any, TypeVar
@@ -40,7 +45,7 @@ def fused_on_gpu(fn: F) -> F:
     return run  # type: ignore[return-value]
 
 
-@fused_on_gpu
+@torch.library.custom_op("coda::softmax_grad_", mutates_args={"logits"})
 def softmax_grad_(logits: torch.Tensor, lse: torch.Tensor, targets: torch.Tensor, dloss: torch.Tensor,
                   ignore_index: int) -> torch.Tensor:
     """Overwrite ``logits`` (M, V) with ``dlogits = dloss * (softmax(logits) - onehot(targets))`` and return
@@ -58,6 +63,63 @@ def softmax_grad_(logits: torch.Tensor, lse: torch.Tensor, targets: torch.Tensor
     zdz = (dlogits * z).sum(-1)
     logits.copy_(dlogits)
     return zdz
+
+
+@softmax_grad_.register_fake
+def _(logits: torch.Tensor, lse: torch.Tensor, targets: torch.Tensor, dloss: torch.Tensor,
+      ignore_index: int) -> torch.Tensor:
+    return logits.new_empty(logits.shape[0], dtype=torch.float32)
+
+
+#: Columns a program of the Triton pass loads at a time.
+SOFTMAX_GRAD_BLOCK = 4096
+
+
+@softmax_grad_.register_kernel("cuda")
+def _(logits: torch.Tensor, lse: torch.Tensor, targets: torch.Tensor, dloss: torch.Tensor,
+      ignore_index: int) -> torch.Tensor:
+    return softmax_grad_triton(logits, lse, targets, dloss, ignore_index)
+
+
+def softmax_grad_triton(logits: torch.Tensor, lse: torch.Tensor, targets: torch.Tensor, dloss: torch.Tensor,
+                        ignore_index: int, block: int = SOFTMAX_GRAD_BLOCK) -> torch.Tensor:
+    """The softmax gradient as one Triton launch, a program per row (any device Triton runs on: a GPU, or the
+    CPU under ``TRITON_INTERPRET=1``, as the tests run it)."""
+    rows, vocab = logits.shape
+    if logits.stride(1) != 1:
+        raise ValueError("the softmax gradient needs each row of the logits contiguous")
+    zdz = torch.empty(rows, dtype=torch.float32, device=logits.device)
+    dloss = dloss.expand(rows).contiguous()
+    _softmax_grad_kernel()[(rows,)](logits, lse.contiguous(), targets.contiguous(), dloss, zdz, vocab,
+                                    logits.stride(0), ignore_index, BLOCK=block, num_warps=8)
+    return zdz
+
+
+@functools.cache
+def _softmax_grad_kernel() -> Any:
+    """The Triton kernel, made on first use (Triton is imported only when a GPU pass runs)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def kernel(logits_ptr, lse_ptr, targets_ptr, dloss_ptr, zdz_ptr, vocab, row_stride, ignore_index,
+               BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        base = logits_ptr + row.to(tl.int64) * row_stride
+        target = tl.load(targets_ptr + row)
+        lse = tl.load(lse_ptr + row)
+        scale = tl.where(target != ignore_index, tl.load(dloss_ptr + row), 0.0)
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for start in range(0, vocab, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            inside = cols < vocab
+            z = tl.load(base + cols, mask=inside, other=0.0).to(tl.float32)
+            d = tl.where(inside, scale * (tl.exp(z - lse) - (cols == target).to(tl.float32)), 0.0)
+            acc += d * z
+            tl.store(base + cols, d.to(logits_ptr.dtype.element_ty), mask=inside)
+        tl.store(zdz_ptr + row, tl.sum(acc, axis=0))
+
+    return kernel
 
 
 @fused_on_gpu
