@@ -135,17 +135,20 @@ def rope_backward(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, qkv: tor
     outputs).
     """
     batch, n_q, seq, head_dim = dq.shape
+    n_kv = dk.shape[1]
     position = torch.arange(seq, device=dq.device, dtype=torch.float32)[:, None, None]
-    # (Q and K heads, head_dim / 2)
-    freqs = inv_freq[: (n_q + dk.shape[1]) * head_dim].view(-1, head_dim)[:, 0::2]
+    freqs = inv_freq[: (n_q + n_kv) * head_dim].view(-1, head_dim)  # Q and K heads; a pair's lanes share one
+    sign = torch.tensor([1.0, -1.0], device=dq.device).repeat(head_dim // 2)
     grads = [g.transpose(1, 2).float() for g in (dq, dk, dv)]  # (B, S, heads, head_dim)
-    rotated = []
-    for g, f in zip(grads[:2], freqs.split([n_q, dk.shape[1]]), strict=True):
-        angle = position * f  # (S, heads, head_dim / 2)
-        cos, sin = angle.cos(), angle.sin()
-        y1, y2 = g[..., 0::2], g[..., 1::2]
-        rotated.append(torch.stack((y1 * cos + y2 * sin, y2 * cos - y1 * sin), dim=-1).flatten(-2))
-    dqkv = torch.cat([t.flatten(2) for t in grads], dim=-1).reshape(batch * seq, -1)
-    dz = torch.cat([t.flatten(2) for t in (*rotated, grads[2])], dim=-1).reshape(batch * seq, -1)
-    zdz = (qkv.float() * dqkv).sum(-1)
-    return dz.to(qkv.dtype), zdz
+    saved = qkv.view(batch, seq, -1, head_dim).float().split([n_q, n_kv, n_kv], dim=2)
+    # Each pair (y1, y2) -> (y1 c + y2 s, y2 c - y1 s), written as the tensor and its pair-swapped self: no
+    # stack, so Inductor writes each part straight into its slice of dz and keeps no FP32 copy of the whole.
+    parts = []
+    for g, f in zip(grads[:2], freqs.split([n_q, n_kv]), strict=True):
+        angle = position * f
+        swapped = g.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)
+        parts.append(g * angle.cos() + swapped * (angle.sin() * sign))
+    parts.append(grads[2])
+    dz = torch.cat([p.flatten(2).to(qkv.dtype) for p in parts], dim=-1).reshape(batch * seq, -1)
+    zdz = sum((z * g).sum((-2, -1)) for z, g in zip(saved, grads, strict=True))
+    return dz, zdz.reshape(batch * seq)
