@@ -119,6 +119,7 @@ kept = logits.clone()
 zdz = glue.softmax_grad_triton(kept, lse, targets, dloss, IGNORE, block=256)
 assert (kept.double() - want_d).abs().max() <= 2**-7 * want_d.abs().max(), "dlogits"
 assert torch.allclose(zdz.double(), want_zdz, rtol=1e-5, atol=1e-5), "zdz"
+assert glue.softmax_grad_triton(logits[:0], lse[:0], targets[:0], dloss[:0], IGNORE).shape == (0,)
 print("ok")
 """
 

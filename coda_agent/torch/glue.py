@@ -89,6 +89,8 @@ def softmax_grad_triton(logits: torch.Tensor, lse: torch.Tensor, targets: torch.
     if logits.stride(1) != 1:
         raise ValueError("the softmax gradient needs each row of the logits contiguous")
     zdz = torch.empty(rows, dtype=torch.float32, device=logits.device)
+    if rows == 0:  # no program to launch
+        return zdz
     dloss = dloss.expand(rows).contiguous()
     _softmax_grad_kernel()[(rows,)](logits, lse.contiguous(), targets.contiguous(), dloss, zdz, vocab,
                                     logits.stride(0), ignore_index, BLOCK=block, num_warps=8)
