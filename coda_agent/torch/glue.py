@@ -99,13 +99,14 @@ def softmax_grad_triton(logits: torch.Tensor, lse: torch.Tensor, targets: torch.
 
 @functools.cache
 def _softmax_grad_kernel() -> Any:
-    """The Triton kernel, made on first use (Triton is imported only when a GPU pass runs)."""
+    """The Triton kernel, made on first use (Triton is imported only when a GPU pass runs); its name is what a
+    profiler's kernel table shows."""
     import triton
     import triton.language as tl
 
     @triton.jit
-    def kernel(logits_ptr, lse_ptr, targets_ptr, dloss_ptr, zdz_ptr, vocab, row_stride, ignore_index,
-               BLOCK: tl.constexpr):
+    def softmax_grad_in_place(logits_ptr, lse_ptr, targets_ptr, dloss_ptr, zdz_ptr, vocab, row_stride,
+                              ignore_index, BLOCK: tl.constexpr):
         row = tl.program_id(0)
         base = logits_ptr + row.to(tl.int64) * row_stride
         target = tl.load(targets_ptr + row)
@@ -121,7 +122,7 @@ def _softmax_grad_kernel() -> Any:
             tl.store(base + cols, d.to(logits_ptr.dtype.element_ty), mask=inside)
         tl.store(zdz_ptr + row, tl.sum(acc, axis=0))
 
-    return kernel
+    return softmax_grad_in_place
 
 
 @fused_on_gpu
