@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import os
 import re
 import signal
@@ -508,6 +509,44 @@ def test_the_harness_tuner_pins_configs_that_ship_in_best_py_and_reach_the_feedb
             "fused 256x384x128") in (
         reader.attempts()[1].messages[-1].content
     )
+
+
+def test_a_search_that_finds_nothing_faster_is_still_on_record_with_where_its_time_went(tmp_path, monkeypatch,
+                                                                                       capsys):
+    """At the H200 (2026-12-05) two acceptance runs tuned 40 s, found nothing, and their records said nothing
+    of it: no search, no time by part. Now the search and the tune stage stay on the attempt, not adopted, and
+    ``show --breakdown`` lists the stage's parts beside the verifier's."""
+    from coda_agent.cli import main
+    from coda_agent.verifier import tune_plan, tune_schedule, tuning
+
+    class Flat(tuning.ScheduleTimer):
+        def measure(self, table):
+            return Timing(median_us=120.0)
+
+        def compare(self, table):
+            return self.measure({}), self.measure(table)
+
+    monkeypatch.setattr(tuning, "ScheduleTimer", Flat)
+    task = task_without_human_kernel(tmp_path / "mine")
+    tune_fn = functools.partial(tune_schedule, plan=tune_plan("tune_cpu", "small", 60))
+    cfg = AgentConfig(model="mock/test", budgets=Budgets(rounds=1), target_speedup=1.5, plan=GPU_PLAN)
+    agent = Agent.create(task, MockProvider([timed(1250)]), cfg, tmp_path / "runs",
+                         verify_fn=fake_timing_backend(), tune_fn=tune_fn)
+    run(agent)
+    (first,) = RunReader(agent.run_dir).attempts()
+    tuned = first.tuning
+    assert tuned is not None and not tuned.adopted and tuned.code is None and tuned.verdict is None
+    assert tuned.search and all(len(c.tried_us) > 1 for s in tuned.search.values() for c in s.calls)
+    stage = tuned.stage
+    assert stage is not None and stage.stage == "tune_cpu" and "search" in stage.seconds_by_part
+    assert first.shipped_code == first.code and first.stages[-1] == stage
+    argv = ["coda-agent", "show", str(agent.run_dir), "--breakdown", "--format", "json"]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as shown:
+        main()
+    assert not shown.value.code
+    rows = {(r["stage"], r["part"]) for r in json.loads(capsys.readouterr().out)}
+    assert {("tune_cpu", "(stage)"), ("tune_cpu", "search"), ("profile", "(stage)")} <= rows
 
 
 # --- one run with the sm_90a compile stage on (the CPU default) --------------------------------

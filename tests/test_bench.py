@@ -602,7 +602,7 @@ def test_bench_tune_shows_and_writes_what_a_failed_search_measured_and_exits_non
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
     monkeypatch.setattr(tune, "tune_human_kernel", lambda *a, **k: tune.KernelTuning(
         task.name, searched.source, Tuned(None, searched.tuned.search, {}, {"llama3-8b-down": [cut]},
-              {"tiny": {"configs": 13, "failed": 2, "seconds": 21.5}}), failed=reason))
+              {"queued": 13, "built": 9, "failed": 2, "skipped": 2}), failed=reason))
     out = tmp_path / "tune.json"
     # the table whole on one line per row, whichever config the search kept
     monkeypatch.setenv("COLUMNS", "250")
@@ -614,11 +614,11 @@ def test_bench_tune_shows_and_writes_what_a_failed_search_measured_and_exits_non
     assert ("llama3-8b-down (cut short)" in shown
             and f"failed: llama3-8b-down add_residual: 128x192: {killer}" in shown)
     assert "nothing beat" not in shown and f"wrote {out}" in shown
-    assert "tiny: 13 configs built beforehand on the CPU in 21.5 s (2 failed)" in shown
+    assert "builds for sm_90a on the CPU: 13 queued, 9 built, 2 failed, 2 skipped" in shown
     written = json.loads(out.read_text())["tasks"]["gemm_residual"]
     assert written["failed"] == reason and "tiny" in written["shapes"]
     assert written["cut_short"]["llama3-8b-down"][0]["failed"] == {"128x192": killer}
-    assert written["builds"] == {"tiny": {"configs": 13, "failed": 2, "seconds": 21.5}}
+    assert written["builds"] == {"queued": 13, "built": 9, "failed": 2, "skipped": 2}
 
 
 def test_the_targets_hold_a_kernel_to_the_faster_torch_compile():

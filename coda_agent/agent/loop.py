@@ -32,6 +32,7 @@ from ..tasks.loader import TaskError, find_recorded_task
 from ..tasks.model import Task
 from ..untrusted import storable
 from ..verifier import DEFAULT_TUNE_BUDGET_S, Plan, Tuned, pinned_source, tune_plan, verify
+from ..verifier.builds import build_line
 from ..verifier.verdict import Verdict
 from .extract import MAX_REPLY_CHARS, Extraction, extract_code
 from .timing import human_times, timing_from_verdict
@@ -630,7 +631,7 @@ class Agent:
             t2 = time.monotonic()
             tuning = await self._tune(extraction.code, verdict, timing)
             durations["tune"] = round(time.monotonic() - t2, 3)
-            if tuning is not None and tuning.adopted:
+            if tuning is not None and tuning.adopted and tuning.verdict is not None:
                 timing = self._timing(tuning.verdict)
         self._record(Attempt(
             index=index, round=round_no, slot=slot, started=started, finished=_now(), messages=messages,
@@ -659,19 +660,23 @@ class Agent:
         except Exception as exc:  # the tuner failed: the candidate stands as the model wrote it
             self.events.note(f"tuning failed: {type(exc).__name__}: {exc}")
             return None
-        if tuned is None or tuned.source is None or tuned.source == code:
-            if tuned is not None and tuned.search:
+        if tuned is None:
+            return None
+        if tuned.builds:
+            self.events.note(f"tuning: {build_line(tuned.builds)}")
+        if tuned.source is None or tuned.source == code:
+            if tuned.search:
                 tried = sum(len(c.tried_us) for s in tuned.search.values() for c in s.calls)
                 untried = sum(c.untried for s in tuned.search.values() for c in s.calls)
                 left = f" ({untried} left untried: the budget ended first)" if untried else ""
                 self.events.note(f"tuning: {tried} configs tried{left}, none beat the configs as written")
-            return None
+            return Tuning(before=timing, search=tuned.search, stage=tuned.stage)
         tuned_verdict = await self._verify(tuned.source)
         after = self._timing(tuned_verdict) if tuned_verdict.passed else {}
         faster = bool(after) and (after.get("geomean_us") or math.inf) < (timing.get("geomean_us")
                                                                           or math.inf)
         return Tuning(code=tuned.source, verdict=tuned_verdict, adopted=faster, before=timing,
-                      search=tuned.search)
+                      search=tuned.search, stage=tuned.stage)
 
     # --- records --------------------------------------------------------------------------------
 

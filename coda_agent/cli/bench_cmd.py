@@ -217,6 +217,7 @@ def _tune(selected: list[Task], shapes: str, shape: list[str] | None, budget_s: 
     from ..bench.runner import command_line
     from ..bench.tune import SEARCH_COLUMNS, failures, search_rows, tune_human_kernel
     from ..provenance import driver_version, git_commit, package_versions
+    from ..verifier.builds import build_line
 
     tuned: dict[str, dict[str, object]] = {}
     # what every recorded figure names beside itself (keys: results.TUNE_REPORT_KEYS)
@@ -241,9 +242,8 @@ def _tune(selected: list[Task], shapes: str, shape: list[str] | None, budget_s: 
             wide_console().print(table)
         for line in failures(searched):
             console.print(f"  failed: {untrusted(line)}", highlight=False)
-        for shape_name, built in searched.builds.items():
-            console.print(f"{untrusted(shape_name)}: {built['configs']:.0f} configs built beforehand on the "
-                          f"CPU in {built['seconds']:.1f} s ({built['failed']:.0f} failed)", highlight=False)
+        if searched.builds:
+            console.print(build_line(searched.builds), highlight=False)
         for shape_name, why in searched.lost.items():
             console.print(f"[yellow]{untrusted(shape_name)}: not tuned: {untrusted(why)}[/]")
         diff = result.diff()

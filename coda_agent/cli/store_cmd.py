@@ -215,7 +215,7 @@ def _show_attempt(rf: RunFiles, index: int, fmt: str) -> None:
         f"{lbt.fmt_money(a.usage.cost_usd, a.usage.price_known)} · "
         + " · ".join(f"{k} {lbt.fmt_seconds(v)}" for k, v in a.durations.items()), highlight=False,
     )
-    for st in a.verdict.stages if a.verdict else ():  # where the verify's time went, stage by stage
+    for st in a.stages:  # where the verify's and the tuning's time went, stage by stage
         out.print(f"  {untrusted(st.describe_time())}", highlight=False)
     reason = a.reason or "(no reason recorded)"
     out.rule("reason")
@@ -231,7 +231,7 @@ def _show_attempt(rf: RunFiles, index: int, fmt: str) -> None:
 def _show_breakdown(rf: RunFiles, fmt: str) -> None:
     """Stage x part over the run's attempts: how many recorded it, total, median and max seconds, share of the
     stage."""
-    rows = stage_time_rows(a.verdict for a in rf.attempts)
+    rows = stage_time_rows(a.stages for a in rf.attempts)
     if fmt == "json":
         print(json.dumps([vars(r) for r in rows], indent=2))
         return

@@ -132,10 +132,11 @@ def attempt_headline(attempt: Attempt) -> str:
             parts.append(f"{100 * t['sol_fraction']:.0f}% of SoL")
         if "geomean_us" in t and len(parts) == 1:
             parts.append(f"{t['geomean_us']:.1f} µs")
-        if attempt.tuning is not None and attempt.tuning.adopted and attempt.tuning.before.get("geomean_us"):
-            pinned = schedule_text(pinned_schedule(attempt.tuning.code))
+        tuning = attempt.tuning
+        if tuning is not None and tuning.adopted and tuning.code and tuning.before.get("geomean_us"):
+            pinned = schedule_text(pinned_schedule(tuning.code))
             parts.append("once the harness tuned its configs (from "
-                         f"{attempt.tuning.before['geomean_us']:.1f} µs; pinned: {pinned})")
+                         f"{tuning.before['geomean_us']:.1f} µs; pinned: {pinned})")
         if not t:
             ran = {s.stage for s in verdict.stages}
             where = (

@@ -19,7 +19,7 @@ from pydantic_core import PydanticSerializationError
 from ..atomic import write_text_atomic
 from ..messages import ChatMessage
 from ..untrusted import storable_tree
-from ..verifier.verdict import ShapeTuning, Verdict
+from ..verifier.verdict import ShapeTuning, StageResult, Verdict
 from .outcomes import AttemptOutcome
 
 #: 2: a timing stage's per-shape times are typed (``StageResult.timings``); schema 1 records still read.
@@ -97,17 +97,21 @@ class Usage(BaseModel):
 
 
 class Tuning(BaseModel):
-    """The harness's schedule for a correct, timed candidate: the module with its GEMM configs pinned,
-    verified and timed again. Adopted when correct and faster; then ``Attempt.timing`` is the tuned module's
-    and ``best.py`` ships it."""
+    """The harness's schedule search for a correct, timed candidate, and what came of it. Where some config
+    beat the ones as written, the module with its GEMM configs pinned, verified and timed again; adopted when
+    correct and faster, and then ``Attempt.timing`` is the tuned module's and ``best.py`` ships it. Where none
+    did, no module: the search alone, so the record still says what was tried and where the time went."""
 
-    code: str
-    verdict: Verdict
-    adopted: bool
+    code: str | None = Field(default=None, description="the pinned module (None: nothing beat the configs as "
+                                                       "written)")
+    verdict: Verdict | None = None
+    adopted: bool = False
     before: dict[str, Any] = Field(default_factory=dict,
                                    description="the model's module's timing, before tuning")
     search: dict[str, ShapeTuning] = Field(default_factory=dict,
                                            description="per shape: the configs tried, and their times")
+    stage: StageResult | None = Field(default=None, description=(
+        "the tune stage itself: its time by part, the builds, the configs tried and left untried"))
 
 
 class Attempt(BaseModel):
@@ -137,6 +141,12 @@ class Attempt(BaseModel):
         "coda_agent/agent/timing.py); of the tuned module when a tuning was adopted",
     )
     tuning: Tuning | None = None
+
+    @property
+    def stages(self) -> list[StageResult]:
+        """Every stage the attempt ran: its verdict's, then its tune stage (where the time went)."""
+        tuned = (self.tuning.stage,) if self.tuning is not None and self.tuning.stage is not None else ()
+        return [*(self.verdict.stages if self.verdict is not None else ()), *tuned]
 
     @property
     def shipped_code(self) -> str | None:

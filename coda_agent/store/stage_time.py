@@ -7,7 +7,7 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..verifier.verdict import Verdict
+from ..verifier.verdict import StageResult
 
 #: The part name a stage's own total is listed under, above its parts.
 STAGE_TOTAL = "(stage)"
@@ -26,12 +26,13 @@ class StagePartTime:
     share: float  # of the stage's total time over the attempts that ran the stage
 
 
-def stage_time_rows(verdicts: Iterable[Verdict | None]) -> list[StagePartTime]:
-    """Per stage (in the order first met), its total then each part ('other': what no part holds); a stage
-    that recorded no parts (static, or a record from before them) has its total only."""
+def stage_time_rows(attempts: Iterable[Iterable[StageResult]]) -> list[StagePartTime]:
+    """Per stage (in the order first met) over the attempts' stages (a verdict's, then its tune stage's), its
+    total then each part ('other': what no part holds); a stage that recorded no parts (static, or a record
+    from before them) has its total only."""
     per_part: dict[tuple[str, str], list[float]] = {}
-    for v in verdicts:
-        for st in v.stages if v else ():
+    for stages in attempts:
+        for st in stages:
             per_part.setdefault((st.stage, STAGE_TOTAL), []).append(st.seconds)
             for part, seconds in st.time_parts().items():
                 per_part.setdefault((st.stage, part), []).append(seconds)

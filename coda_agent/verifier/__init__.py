@@ -114,8 +114,10 @@ class Tuned:
     lost: dict[str, str] = field(default_factory=dict)
     #: shape -> the calls searched there when the runner died for good (no final comparison; the search ended)
     cut_short: dict[str, list[TunedGemm]] = field(default_factory=dict)
-    #: shape -> the configs built for it beforehand on the CPU: how many, how many failed, in how many seconds
-    builds: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: the builds on the CPU beside the search: how many configs were queued, built, failed and skipped
+    builds: dict[str, int] = field(default_factory=dict)
+    #: the tune stage itself (its time by part, its details); None when it never ran
+    stage: StageResult | None = None
 
 
 class TuningFailed(Exception):
@@ -183,7 +185,8 @@ def _searched(result: StageResult | None) -> Tuned:
         {str(k): str(v) for k, v in lost.items()} if isinstance(lost, dict) else {},
         {str(k): [TunedGemm.model_validate(c) for c in calls] for k, calls in cut.items()}
         if isinstance(cut, dict) else {},
-        {str(k): dict(v) for k, v in builds.items()} if isinstance(builds, dict) else {},
+        {str(k): int(v) for k, v in builds.items()} if isinstance(builds, dict) else {},
+        result,
     )
 
 

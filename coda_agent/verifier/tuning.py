@@ -7,16 +7,16 @@ at a time: every config of :func:`~coda_agent.primitives.configs.config_space` v
 whole, candidate only, by the checker's honest protocol (:class:`~.gpu.ShapeTimer`, fewer reps, one round's
 outputs checked); the fastest by the GPU's time (the CUDA events: a config changes only the kernels, and a
 host-bound forward() would hide that behind its host time) stays for the next call.
-On the GPU, the configs a shape's search will propose are first built for sm_90a by CPU processes side by side
-(:mod:`.builds`), so a proposal loads its kernels instead of building them, and a config whose build fails or
-aborts is recorded as failed without being proposed.
-The plan's budget is the stage's wall time: the runner's start-up, each shape's traced call, the builds, the
-searches and the final comparisons all come out of it. Before a shape's search, time is kept for the final
-comparisons still to come (:func:`comparisons_to_come`: the ones measured so far, on average). A shape's
-builds may take what is left of the rest, since their kernels serve every later shape (a kernel does not
-depend on sizes); what they leave is split evenly over the shapes still to tune (what one leaves over goes to
-the next), and at a shape over its gemm calls still to search; a proposal under way finishes, so the stage
-ends by its budget plus at most one proposal (and a comparison that outran its estimate). A shape whose final
+On the GPU, the configs a shape's search will propose are built for sm_90a by CPU processes side by side
+(:mod:`.builds`) while the search times the ones built already, in the order it proposes them: a proposal
+loads its kernels instead of building them, and a config whose build fails or aborts is recorded as failed
+without being proposed. Once a shape's search ends, the builds it did not reach are dropped.
+The plan's budget is the stage's wall time: the runner's start-up, each shape's traced call, the searches
+(waits for builds included) and the final comparisons all come out of it. Before a shape's search, time is
+kept for the final comparisons still to come (:func:`comparisons_to_come`: the ones measured so far, on
+average); the rest is split evenly over the shapes still to tune (what one leaves over goes to the next), and
+at a shape over its gemm calls still to search; a proposal under way finishes, so the stage ends by its
+budget plus at most one proposal (and a comparison that outran its estimate). A shape whose final
 comparison no longer fits is not searched (``details["out_of_budget"]``). Finally forward() as written and
 under the tuned schedule are timed interleaved with the full repetition plan, :data:`FINAL_CHECKS` rounds of
 each checked. A config that fails (raises, launches something else, computes a wrong result, kills the runner)
@@ -64,7 +64,7 @@ from ..primitives.configs import (
 from ..provenance import package_versions
 from ..settings import cache_dir
 from ..tasks.model import ShapePoint
-from .builds import Build, build_configs
+from .builds import BUILDERS, Build, Builds
 from .client import RunnerClient, RunnerCrashed, RunnerError, last_line
 from .gpu import ShapeTimer
 from .stages import Context, Reject, runner_failure, stage
@@ -264,14 +264,13 @@ class SearchCut(RunnerCrashed):
 def search_shape(
     sites: Sequence[GemmSite], timer: ScheduleTimer, deadline: float, cache: TuneCache,
     signatures: Mapping[str, str], clock: Callable[[], float] = time.monotonic,
-    unbuildable: Mapping[Build, str] | None = None,
+    ready: Callable[[Build, float], str | None] = lambda build, until: None,
 ) -> tuple[dict[ScheduleKey, Config], list[TunedGemm], Timing]:
     """Coordinate descent over the calls at one shape: (the harness schedule found, per call what happened,
     the time of forward() as written). Each call gets an equal share of the time left when its turn comes (a
     block's second GEMM is searched too when forward() is slow); a call whose search its share cut short is
-    not cached. A config in ``unbuildable`` (its build failed, :mod:`.builds`) is recorded as failed and never
-    proposed."""
-    unbuildable = unbuildable or {}
+    not cached. Before each proposal ``ready`` waits for its build (:meth:`.builds.Builds.wait`) until the
+    call's share ends; a config whose build failed is recorded as failed and never proposed."""
     written = timer.measure({})
     best = written.gpu_us
     chosen: dict[ScheduleKey, Config] = {}
@@ -292,12 +291,13 @@ def search_shape(
         complete = True
         space = [c for c in site.space() if c != effective]
         for n, config in enumerate(space):
+            unbuilt = ready((site.key[0], config), share) if clock() < share else None
             if clock() >= share:
                 complete, result.untried = False, len(space) - n
                 break
             label = config_label(config)
-            if (site.key[0], config) in unbuildable:
-                result.failed[label] = f"{Outcome.COMPILE_ERROR.value}: {unbuildable[site.key[0], config]}"
+            if unbuilt is not None:
+                result.failed[label] = f"{Outcome.COMPILE_ERROR.value}: {unbuilt}"
                 continue
             started = clock()
             try:
@@ -320,16 +320,14 @@ def search_shape(
     return chosen, results, written
 
 
-#: What builds a shape's proposals before its search: (context, sites, signatures, cache, built, deadline) ->
-#: (how many configs, the ones that failed with why); :func:`prebuild` on the GPU.
-Prebuild = Callable[[Context, Sequence[GemmSite], Mapping[str, str], TuneCache, set[Build], float],
-                    tuple[int, dict[Build, str]]]
+#: What starts a stage's builders with their deadline (monotonic): :func:`start_builds` on the GPU.
+StartBuilds = Callable[[Context, float], Builds]
 
 
 def run_tune(ctx: Context, name: str, backend_name: str, device: str,
-             builds_first: Prebuild | None = None) -> StageResult:
-    """The stage (module docstring) on one backend and device; ``builds_first`` builds each shape's proposals
-    first."""
+             start_builders: StartBuilds | None = None) -> StageResult:
+    """The stage (module docstring) on one backend and device; ``start_builders`` builds the proposals beside
+    the search."""
     t0 = time.perf_counter()
     device_name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
     cache = TuneCache(cache_dir() / CACHE_FILE if ctx.plan.tune_cache else None, device_name)
@@ -352,13 +350,14 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str,
     details["comparisons_s"] = compared
     unreached: list[str] = []  # shapes the budget ended before
     details["out_of_budget"] = unreached
-    # what the builders were given at an earlier shape (a kernel does not depend on sizes)
-    built: set[Build] = set()
-    unbuildable: dict[Build, str] = {}
-    builds: dict[str, dict[str, float]] = {}  # shape -> configs built beforehand, how many failed, seconds
-    details["builds"] = builds
+    builds = start_builders(ctx, deadline) if start_builders is not None else None
+    if builds is not None:
+        builds.start()  # their runners start beside the search's
+        details["builds"] = builds.counts  # queued, built, failed, skipped: the builders' work in all
     try:
         with ExitStack() as stack:
+            if builds is not None:
+                stack.callback(builds.close)
             runner = SearchRunner(lambda: stack.enter_context(ctx.runner(backend_name, device)))
             for i, point in enumerate(points):
                 if compared and deadline - time.monotonic() < comparisons_to_come(compared.values(), math.inf,
@@ -378,21 +377,17 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str,
                         return ShapeTimer(ctx, runner.client, at, device) if runner.restart() else None
 
                     search = ScheduleTimer(timer, reopen)
-                    started = time.monotonic()
-                    kept = comparisons_to_come(compared.values(), deadline - started, len(points) - i)
-                    # for every shape from here on: the budget's end, not this one's share
-                    if builds_first is not None:
-                        with ctx.watch.part("builds"):
-                            wanted, failed = builds_first(ctx, sites, signatures, cache, built,
-                                                          deadline - kept)
-                        unbuildable.update(failed)
-                        builds[point.name] = {"configs": wanted, "failed": len(failed),
-                                              "seconds": round(time.monotonic() - started, 2)}
+                    if builds is not None:  # a kernel does not depend on sizes: earlier shapes' builds serve
+                        builds.add(proposals(sites, signatures, cache))
                     now = time.monotonic()
+                    kept = comparisons_to_come(compared.values(), deadline - now, len(points) - i)
                     share = now + max(0.0, deadline - kept - now) / (len(points) - i)
                     with ctx.watch.part("search"):
-                        chosen, calls, written = search_shape(sites, search, share, cache, signatures,
-                                                              unbuildable=unbuildable)
+                        chosen, calls, written = search_shape(
+                            sites, search, share, cache, signatures,
+                            ready=builds.wait if builds is not None else lambda build, until: None)
+                    if builds is not None:
+                        builds.skip()  # what this search did not reach: a later shape queues it again
                     compare_started = time.monotonic()
                     with ctx.watch.part("comparison"):
                         before, after = search.compare(chosen) if chosen else (written, written)
@@ -435,17 +430,17 @@ def comparisons_to_come(measured: Iterable[float], left_s: float, shapes: int) -
     return min(max(0.0, left_s), shapes * sum(done) / len(done))
 
 
-def prebuild(ctx: Context, sites: Sequence[GemmSite], signatures: Mapping[str, str], cache: TuneCache,
-             built: set[Build], deadline: float) -> tuple[int, dict[Build, str]]:
-    """Build for sm_90a, side by side on the CPU, what this shape's search will propose and no earlier shape
-    built (:mod:`.builds`): (how many configs, the ones that failed with why)."""
+def proposals(sites: Sequence[GemmSite], signatures: Mapping[str, str], cache: TuneCache) -> list[Build]:
+    """What the searches of ``sites`` will propose, in their order: every config of each call's space that is
+    not its config as written (the GPU runner builds that one: it times it first) at a call not cached."""
+    return [(s.key[0], c) for s in sites if cache.get(signatures[s.key[0]], s.mnk) is None
+            for c in s.space() if c != s.effective]
+
+
+def start_builds(ctx: Context, deadline: float) -> Builds:
+    """Builders for sm_90a on the CPU (:mod:`.builds`), each a compile-only runner of the candidate with the
+    first small shape's inputs, until ``deadline``."""
     small = ctx.task.shape("small")
-    built.update((s.key[0], s.effective) for s in sites)  # the GPU runner builds these: it times them first
-    wanted = [(s.key[0], c) for s in sites if cache.get(signatures[s.key[0]], s.mnk) is None
-              for c in s.space() if (s.key[0], c) not in built]
-    built.update(wanted)
-    if not small or not wanted:
-        return len(wanted), {}
 
     @contextmanager
     def compile_runner() -> Iterator[RunnerClient]:
@@ -453,7 +448,7 @@ def prebuild(ctx: Context, sites: Sequence[GemmSite], signatures: Mapping[str, s
             client.put("build", ctx.task.make_inputs(small[0].dims, 0))
             yield client
 
-    return len(wanted), build_configs(wanted, compile_runner, deadline)
+    return Builds(compile_runner, deadline, workers=BUILDERS if small else 0)
 
 
 @stage("tune")
@@ -461,7 +456,7 @@ def tune(ctx: Context) -> StageResult:
     """The schedule search with real QuACK kernels on the GPU."""
     if not torch.cuda.is_available():
         return StageResult(stage="tune", outcome=Outcome.INFRA_ERROR, reason="no CUDA GPU on this machine")
-    return run_tune(ctx, "tune", "quack", "cuda", builds_first=prebuild)
+    return run_tune(ctx, "tune", "quack", "cuda", start_builders=start_builds)
 
 
 @stage("tune_cpu")
