@@ -201,3 +201,4 @@ def test_the_builders_build_a_shapes_proposals_for_sm90_into_the_candidates_cach
         assert builds.add(wanted) == 0  # a later shape does not build them again
     finally:
         builds.close()
+    assert ctx.watch.parts == {}  # beside the search: the builders' runners are not among the stage's parts

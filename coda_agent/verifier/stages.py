@@ -86,12 +86,15 @@ class Context:
     watch: Stopwatch = field(default_factory=Stopwatch)
 
     @contextmanager
-    def runner(self, backend: str, device: str, deadline: float | None = None) -> Iterator[RunnerClient]:
+    def runner(self, backend: str, device: str, deadline: float | None = None,
+               watch: Stopwatch | None = None) -> Iterator[RunnerClient]:
         """A runner of the candidate in the sandbox, killed at the stage's deadline (or an earlier
-        ``deadline``)."""
+        ``deadline``); its start and stop count in ``watch`` (the stage's parts by default: a runner working
+        beside the stage's own keeps its time apart)."""
         cache = quack_cache_for(self.source)
         mark_used(cache)
-        with self.watch.part("runner start"):
+        watch = self.watch if watch is None else watch
+        with watch.part("runner start"):
             client = RunnerClient(
                 self.source, backend=backend, device=device, constants=dict(self.task.constants),
                 deadline=self.deadline if deadline is None else min(deadline, self.deadline),
@@ -102,7 +105,7 @@ class Context:
         finally:
             if client.peak_bytes is not None:
                 self.runner_peak = max(client.peak_bytes, self.runner_peak or 0)
-            with self.watch.part("runner stop"):
+            with watch.part("runner stop"):
                 client.close()
 
 

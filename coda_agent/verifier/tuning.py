@@ -67,7 +67,7 @@ from ..tasks.model import ShapePoint
 from .builds import BUILDERS, Build, Builds
 from .client import RunnerClient, RunnerCrashed, RunnerError, last_line
 from .gpu import ShapeTimer
-from .stages import Context, Reject, runner_failure, stage
+from .stages import Context, Reject, Stopwatch, runner_failure, stage
 from .static.schedule_source import without_schedule
 from .verdict import Outcome, ShapeTuning, StageResult, TunedGemm
 
@@ -439,12 +439,13 @@ def proposals(sites: Sequence[GemmSite], signatures: Mapping[str, str], cache: T
 
 def start_builds(ctx: Context, deadline: float) -> Builds:
     """Builders for sm_90a on the CPU (:mod:`.builds`), each a compile-only runner of the candidate with the
-    first small shape's inputs, until ``deadline``."""
+    first small shape's inputs, until ``deadline``. They work beside the search, so their runners' time is not
+    among the stage's parts (the builds' counts are in its details)."""
     small = ctx.task.shape("small")
 
     @contextmanager
     def compile_runner() -> Iterator[RunnerClient]:
-        with ctx.runner("quack-compile", "cpu", deadline) as client:
+        with ctx.runner("quack-compile", "cpu", deadline, watch=Stopwatch()) as client:
             client.put("build", ctx.task.make_inputs(small[0].dims, 0))
             yield client
 
