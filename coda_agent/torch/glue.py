@@ -5,44 +5,22 @@
   GEMM to get there costs 2·M·V·K FLOPs; this pass reads and writes M·V values once. On a GPU it is a Triton
   kernel of its own, a program per row that streams the row once, in place: Inductor's build of the same math
   stages the new values in an M x V buffer before the copy (seen in its generated code), which at a 128k
-  vocabulary is 8 GiB more at the step's peak. ``torch.ops.coda.softmax_grad_`` is a custom op that mutates
-  the logits, so a caller's torch.compile keeps it whole.
+  vocabulary is 8 GiB more at the step's peak. ``torch.ops.coda.softmax_grad_`` mutates the logits.
 - **RoPE's backward** rotates the attention's input gradients back and reduces ``zdz``. The rotation acts on
   the next dgrad GEMM's A operand, which an epilogue cannot transform. It reads the gradients in the layout
-  SDPA's backward leaves them, so no transpose copy or concatenation runs before it. On a GPU it runs through
-  torch.compile: Inductor writes it as one pass that reads once and writes once.
+  SDPA's backward leaves them, so no transpose copy or concatenation runs before it. On a GPU it is a Triton
+  kernel of its own, a program per block of tokens through every head, so each token's ``zdz`` is summed in
+  registers: Inductor's build of the same function took 1.08 ms a layer at the 1B stack's batch (H200,
+  2026-12-05), about six times what its 600 MB of traffic needs.
 
-On a CPU (the emulator's world, tests) both run as plain torch: Inductor's CPU build would cost more than it
-saves. Inside a caller's own torch.compile, RoPE's backward is traced as written, so the caller's graph fuses
-it.
+Both are custom ops (``torch.ops.coda``), so a caller's torch.compile keeps each whole. On a CPU (the
+emulator's world, tests) both run as plain torch; the Triton kernels (:mod:`._glue_kernels`) also run there
+under Triton's interpreter, as the tests run them.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from functools import wraps
-from typing import Any, TypeVar
-
 import torch
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def fused_on_gpu(fn: F) -> F:
-    """``fn`` compiled by Inductor (once, on first use) for CUDA tensors; as written anywhere else."""
-    compiled: Callable[..., Any] | None = None
-
-    @wraps(fn)
-    def run(*args: Any) -> Any:
-        nonlocal compiled
-        if args[0].device.type != "cuda" or torch.compiler.is_compiling():
-            return fn(*args)
-        if compiled is None:
-            compiled = torch.compile(fn, fullgraph=True)
-        return compiled(*args)
-
-    return run  # type: ignore[return-value]
 
 
 @torch.library.custom_op("coda::softmax_grad_", mutates_args={"logits"})
@@ -91,41 +69,15 @@ def softmax_grad_triton(logits: torch.Tensor, lse: torch.Tensor, targets: torch.
     zdz = torch.empty(rows, dtype=torch.float32, device=logits.device)
     if rows == 0:  # no program to launch
         return zdz
+    from ._glue_kernels import softmax_grad_in_place
+
     dloss = dloss.expand(rows).contiguous()
-    _softmax_grad_kernel()[(rows,)](logits, lse.contiguous(), targets.contiguous(), dloss, zdz, vocab,
+    softmax_grad_in_place[(rows,)](logits, lse.contiguous(), targets.contiguous(), dloss, zdz, vocab,
                                     logits.stride(0), ignore_index, BLOCK=block, num_warps=8)
     return zdz
 
 
-@functools.cache
-def _softmax_grad_kernel() -> Any:
-    """The Triton kernel, made on first use (Triton is imported only when a GPU pass runs); its name is what a
-    profiler's kernel table shows."""
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def softmax_grad_in_place(logits_ptr, lse_ptr, targets_ptr, dloss_ptr, zdz_ptr, vocab, row_stride,
-                              ignore_index, BLOCK: tl.constexpr):
-        row = tl.program_id(0)
-        base = logits_ptr + row.to(tl.int64) * row_stride
-        target = tl.load(targets_ptr + row)
-        lse = tl.load(lse_ptr + row)
-        scale = tl.where(target != ignore_index, tl.load(dloss_ptr + row), 0.0)
-        acc = tl.zeros([BLOCK], dtype=tl.float32)
-        for start in range(0, vocab, BLOCK):
-            cols = start + tl.arange(0, BLOCK)
-            inside = cols < vocab
-            z = tl.load(base + cols, mask=inside, other=0.0).to(tl.float32)
-            d = tl.where(inside, scale * (tl.exp(z - lse) - (cols == target).to(tl.float32)), 0.0)
-            acc += d * z
-            tl.store(base + cols, d.to(logits_ptr.dtype.element_ty), mask=inside)
-        tl.store(zdz_ptr + row, tl.sum(acc, axis=0))
-
-    return softmax_grad_in_place
-
-
-@fused_on_gpu
+@torch.library.custom_op("coda::rope_backward", mutates_args=())
 def rope_backward(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, qkv: torch.Tensor,
                   inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """RoPE's backward and the QKV norm's ``zdz`` from the attention's input gradients.
@@ -144,8 +96,7 @@ def rope_backward(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, qkv: tor
     sign = torch.tensor([1.0, -1.0], device=dq.device).repeat(head_dim // 2)
     grads = [g.transpose(1, 2).float() for g in (dq, dk, dv)]  # (B, S, heads, head_dim)
     saved = qkv.view(batch, seq, -1, head_dim).float().split([n_q, n_kv, n_kv], dim=2)
-    # Each pair (y1, y2) -> (y1 c + y2 s, y2 c - y1 s), written as the tensor and its pair-swapped self: no
-    # stack, so Inductor writes each part straight into its slice of dz and keeps no FP32 copy of the whole.
+    # Each pair (y1, y2) -> (y1 c + y2 s, y2 c - y1 s), written as the tensor and its pair-swapped self.
     parts = []
     for g, f in zip(grads[:2], freqs.split([n_q, n_kv]), strict=True):
         angle = position * f
@@ -153,5 +104,44 @@ def rope_backward(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, qkv: tor
         parts.append(g * angle.cos() + swapped * (angle.sin() * sign))
     parts.append(grads[2])
     dz = torch.cat([p.flatten(2).to(qkv.dtype) for p in parts], dim=-1).reshape(batch * seq, -1)
-    zdz = sum((z * g).sum((-2, -1)) for z, g in zip(saved, grads, strict=True))
+    zdz = torch.stack([(z * g).sum((-2, -1)) for z, g in zip(saved, grads, strict=True)]).sum(0)
     return dz, zdz.reshape(batch * seq)
+
+
+@rope_backward.register_fake
+def _(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, qkv: torch.Tensor,
+      inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty_like(qkv), qkv.new_empty(qkv.shape[0], dtype=torch.float32)
+
+
+#: Tokens a program of the Triton pass takes (each through every head).
+ROPE_BACKWARD_TOKENS = 32
+
+
+@rope_backward.register_kernel("cuda")
+def _(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, qkv: torch.Tensor,
+      inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return rope_backward_triton(dq, dk, dv, qkv, inv_freq)
+
+
+def rope_backward_triton(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, qkv: torch.Tensor,
+                         inv_freq: torch.Tensor, tokens: int = ROPE_BACKWARD_TOKENS
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """RoPE's backward as one Triton launch: a program per ``tokens`` positions of one sequence, through
+    every head, so each token's ``zdz`` is summed in registers and each gradient is read where SDPA left it
+    (any device Triton runs on: a GPU, or the CPU under ``TRITON_INTERPRET=1``, as the tests run it)."""
+    batch, n_q, seq, head_dim = dq.shape
+    n_kv = dk.shape[1]
+    if qkv.stride(1) != 1 or head_dim < 2 or head_dim & (head_dim - 1):
+        raise ValueError("RoPE's Triton backward needs qkv's rows contiguous and a power-of-2 head_dim")
+    dz = torch.empty_like(qkv, memory_format=torch.contiguous_format)
+    zdz = torch.empty(qkv.shape[0], dtype=torch.float32, device=qkv.device)
+    if dz.numel() == 0:  # no program to launch
+        return dz, zdz
+    from ._glue_kernels import rope_backward_rows
+
+    rope_backward_rows[(-(-seq // tokens), batch)](
+        dq, dk, dv, qkv, inv_freq.float().contiguous(), dz, zdz, seq, n_q, n_kv,
+        *dq.stride(), *dk.stride(), *dv.stride(), qkv.stride(0), dz.stride(0),
+        HEAD_DIM=head_dim, TOKENS=tokens, num_warps=4)
+    return dz, zdz
