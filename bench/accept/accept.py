@@ -40,7 +40,9 @@ ORDER = ("gemm_softcap_cross_entropy", "gemm_gelu_bwd", "gemm_residual_layernorm
 GPU_STAGES = ("gpu_correctness", "profile")
 #: Seconds one run may take, measured on the H200 at 1e4df0d: the 256k head's flawed attempt alone took 46 s of
 #: gpu_correctness and its correct one did not finish check, profile and tune in 240 s; the others took about 160 s.
-RUN_TIMEOUT = {"gemm_softcap_cross_entropy": 480.0}
+#: Since the tune stage's search reaches a faster schedule (7a6d0b6), the tuned module is verified again whole
+#: (the head's verify took 115 s at 5aaeeb6), so that run gets what one device call leaves (gpu_session.sh 590).
+RUN_TIMEOUT = {"gemm_softcap_cross_entropy": 540.0}
 DEFAULT_RUN_TIMEOUT = 240.0
 
 
