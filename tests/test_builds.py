@@ -136,21 +136,47 @@ def test_the_search_times_each_config_once_its_own_build_is_done_not_once_every_
     assert proposed[0][1] < max(built_at.values()) - 0.5  # the first long before the last build
 
 
+class GatedBuilder(FakeBuilder):
+    """A build begins (``began`` is set) and then waits for the test to ``release`` it, or for a cancel."""
+
+    def __init__(self, log, began, release):
+        super().__init__(log)
+        self.began, self.release = began, release
+
+    def run(self, calls, keep, dry=False, trace=True):
+        if trace:
+            return super().run(calls, keep, dry, trace)
+        self.began.set()
+        while not self.release.wait(0.01):
+            if self.cancelled.is_set():
+                raise RunnerCancelled("the verification was cancelled")
+        self.release.clear()
+        self.log.append((threading.get_ident(), self.config, time.monotonic()))
+        return Batch(times_us=[0.0], wall_s=0.0)
+
+
 def test_a_search_that_ends_drops_the_builds_it_did_not_reach_and_close_cancels_the_ones_under_way():
     wanted = [("rms_bwd", Config(tile_n=n)) for n in (128, 160, 192, 208)]
-    log, starts = [], []
-    builds = Builds(starter(log, starts, seconds=0.5), time.monotonic() + 30, workers=1)
+    log, began, release = [], threading.Event(), threading.Event()
+
+    @contextmanager
+    def start():
+        yield GatedBuilder(log, began, release)
+
+    builds = Builds(start, time.monotonic() + 30, workers=1)
     builds.add(wanted)
-    assert builds.wait(wanted[0], time.monotonic() + 5) is None and log
+    assert began.wait(5)
+    began.clear()
     builds.skip()  # the search ended: what it did not reach is dropped, the build under way finishes
-    time.sleep(0.7)
-    assert len(log) == 2 and builds.counts["skipped"] == 2
-    assert builds.add(wanted) == 2  # a later shape queues them again; the ones built are not built twice
-    time.sleep(0.1)
-    began = time.monotonic()
+    release.set()
+    assert builds.wait(wanted[0], time.monotonic() + 5) is None and len(log) == 1
+    assert builds.counts["skipped"] == 3
+    assert builds.add(wanted) == 3  # a later shape queues them again; the one built is not built twice
+    assert began.wait(5)
+    began_close = time.monotonic()
     builds.close()
-    assert builds.wait(wanted[2], began + 5) is None and time.monotonic() - began < 1  # cancelled, not waited
-    assert len(log) == 2 and builds.counts == {"queued": 6, "built": 2, "failed": 0, "skipped": 4}
+    assert builds.wait(wanted[1], began_close + 5) is None and time.monotonic() - began_close < 1  # cancelled
+    assert len(log) == 1 and builds.counts == {"queued": 7, "built": 1, "failed": 0, "skipped": 6}
 
 
 class FlatTimer:
