@@ -46,6 +46,8 @@
 #             results in .gpuwork/probe/
 #   ncu-source  bench/probes/ncu_source.sh: ncu's per-instruction stall samples of a probe row's kernels (NCU_ROWS,
 #             NCU_ONLY), read with bench/probes/stall_ledger.py; results in .gpuwork/ncu-source/
+#   first-call  bench/probes/first_call_probe.py: a fresh process's first call of a kernel, step by step, with QuACK's
+#             disk cache cold and warm, and cProfile of one (FIRST_CALL_ARGS, default gemm_residual_rmsnorm)
 #   host      bench/probes/host_probe.py: the host time per call of the human kernels at the rows that timed
 #             host-bound at 666e628, plain, under the op log, after a profiler session and in the sandboxed runner
 #             (after a bench's check phase, whose kernels the runner then finds built); HOST_ARGS replaces --per-cpu
@@ -128,8 +130,10 @@ for spec in "$@"; do
     cublas) run_phase cublas "$secs" python3 bench/probes/cublas_kernels.py --json "$work/cublas.jsonl" ;;
     probe) run_phase probe "$secs" env NCU_S=0 OUT= bash bench/probes/gpu_probe.sh ;;
     ncu-source) run_phase ncu-source "$secs" env OUT= bash bench/probes/ncu_source.sh ;;
+    first-call) run_phase first-call "$secs" python3 bench/probes/first_call_probe.py ${FIRST_CALL_ARGS:-gemm_residual_rmsnorm} \
+                  --json "$work/first-call.json" ;;
     host) run_phase host "$secs" python3 bench/probes/host_probe.py ${HOST_ARGS:---per-cpu} --json "$work/host.jsonl" ;;
-    *) echo "unknown phase $phase (bench, trust, guards, launch, ops, more, e2e, tune-run, accept, tune-human, cublas, probe, ncu-source, host)"; exit 2 ;;
+    *) echo "unknown phase $phase (bench, trust, guards, launch, ops, more, e2e, tune-run, accept, tune-human, cublas, probe, ncu-source, first-call, host)"; exit 2 ;;
   esac
 done
 # The logs get committed: this machine's paths become the repository root ".", python3, <site-packages> and $OUT.
