@@ -382,12 +382,14 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str,
                     now = time.monotonic()
                     kept = comparisons_to_come(compared.values(), deadline - now, len(points) - i)
                     share = now + max(0.0, deadline - kept - now) / (len(points) - i)
-                    with ctx.watch.part("search"):
-                        chosen, calls, written = search_shape(
-                            sites, search, share, cache, signatures,
-                            ready=builds.wait if builds is not None else lambda build, until: None)
-                    if builds is not None:
-                        builds.skip()  # what this search did not reach: a later shape queues it again
+                    try:
+                        with ctx.watch.part("search"):
+                            chosen, calls, written = search_shape(
+                                sites, search, share, cache, signatures,
+                                ready=builds.wait if builds is not None else lambda build, until: None)
+                    finally:
+                        if builds is not None:
+                            builds.skip()  # what this search did not reach: a later shape queues it again
                     compare_started = time.monotonic()
                     with ctx.watch.part("comparison"):
                         before, after = search.compare(chosen) if chosen else (written, written)
