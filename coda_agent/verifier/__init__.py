@@ -116,7 +116,8 @@ class Tuned:
     cut_short: dict[str, list[TunedGemm]] = field(default_factory=dict)
     #: the builds on the CPU beside the search: how many configs were queued, built, failed and skipped
     builds: dict[str, int] = field(default_factory=dict)
-    #: the tune stage itself (its time by part, its details); None when it never ran
+    #: the tune stage itself (its time by part, its details; its search is :attr:`search`); None when it never
+    #: ran
     stage: StageResult | None = None
 
 
@@ -186,7 +187,7 @@ def _searched(result: StageResult | None) -> Tuned:
         {str(k): [TunedGemm.model_validate(c) for c in calls] for k, calls in cut.items()}
         if isinstance(cut, dict) else {},
         {str(k): int(v) for k, v in builds.items()} if isinstance(builds, dict) else {},
-        result,
+        result.model_copy(update={"tuning": {}}),  # its search is ``search`` above
     )
 
 
