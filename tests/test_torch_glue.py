@@ -155,6 +155,34 @@ def test_the_triton_ropes_backward_reads_sdpas_layouts_under_tritons_interpreter
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
 
 
+#: Each Triton kernel's pointer arguments not in bf16, its constexprs and warps, as a GPU launch gives them.
+SM90_BUILDS = {
+    "softmax_grad_in_place": ({"lse_ptr": "*fp32", "dloss_ptr": "*fp32", "zdz_ptr": "*fp32",
+                               "targets_ptr": "*i64"}, {"BLOCK": glue.SOFTMAX_GRAD_BLOCK}, 8),
+    "rope_backward_rows": ({"freq_ptr": "*fp32", "zdz_ptr": "*fp32"},
+                           {"HEAD_DIM": 64, "TOKENS": glue.ROPE_BACKWARD_TOKENS}, 4),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SM90_BUILDS))
+def test_the_glue_kernels_build_for_sm90_on_the_cpu(name):
+    """What the interpreter accepts, Triton's compiler must build for the H200: each kernel compiled for sm_90
+    at the chain's sizes, down to the cubin (Triton's own ptxas, no GPU)."""
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from coda_agent.torch import _glue_kernels
+
+    kernel = getattr(_glue_kernels, name)
+    pointers, constexprs, warps = SM90_BUILDS[name]
+    signature = {p: "constexpr" if p in constexprs else pointers.get(p, "*bf16") if p.endswith("_ptr")
+                 else "i32" for p in kernel.arg_names}
+    built = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constexprs),
+                           target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    assert built.asm["cubin"].startswith(b"\x7fELF") and f".entry {name}" in built.asm["ptx"]
+
+
 def gpu_kernels(fn, *args) -> list[str]:
     """The CUDA kernels one call of ``fn`` launches (after a first, compiling call)."""
     from torch.profiler import ProfilerActivity, profile
