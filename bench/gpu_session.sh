@@ -67,6 +67,15 @@ export PYTHONUNBUFFERED=1 CODA_AGENT_RUNS_DIR=$PWD/$work/runs
 # As root the checker drops its runners to nobody, who must read the carried packages: .gpu2/env.sh's pip --target
 # leaves /tmp/py closed to other users (seen at 1e4df0d: every runner fell back to root), so open it, read-only.
 [ "$(id -u)" = 0 ] && [ -d /tmp/py ] && chmod -R o+rX /tmp/py
+# The runners write no bytecode (nobody cannot, and the sandbox sets PYTHONDONTWRITEBYTECODE), and the pip --target
+# install compiled none: every runner compiled the DSL's and QuACK's modules from source again. A pip or uv install
+# with bytecode has it; so does this machine from here on (the packages once while it stays warm, the tree each call:
+# it travels anew; readable by nobody).
+if [ -d /tmp/py/site-packages ] && [ ! -e /tmp/py/.bytecode ]; then
+  python3 -m compileall -q -j 0 /tmp/py/site-packages >/dev/null 2>&1 && touch /tmp/py/.bytecode
+fi
+python3 -m compileall -q -j 0 coda_agent >/dev/null 2>&1
+[ "$(id -u)" = 0 ] && chmod -R o+rX /tmp/py coda_agent
 
 machine_state() {  # one line: the time, load, the CPUs' steal and idle time so far (USER_HZ ticks), CPU 0's clock
   echo "   machine at $(date -u +%FT%TZ): load $(cut -d' ' -f1-3 /proc/loadavg);" \

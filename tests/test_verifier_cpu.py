@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,34 @@ def test_the_correctness_stage_records_where_its_time_went():
     assert (line.startswith(f"correctness {correctness.seconds:.2f} s: runner start ")
             or line.startswith(f"correctness {correctness.seconds:.1f} s: runner start "))
     assert "reference FP32" in line and "checks" in line
+
+
+def test_the_stages_of_one_verification_share_a_runner_that_ends_with_it():
+    """On the GPU, gpu_correctness and profile run in one runner: the candidate's kernels are built and loaded
+    once. A stage's fault ends its runner, and the runner exits by itself when told to."""
+    ctx = stages.Context(task=K0, source=HUMAN, plan=Plan(), deadline=time.monotonic() + 120)
+    point = K0.shape("small")[0]
+    with ctx.runner("torch", "cpu", shared=True) as first:
+        first.put("s", K0.make_inputs(point.dims, 0))
+        first.run(["s"], keep=[])
+        first.drop(["s"])
+    assert ctx.kept == {("torch", "cpu"): first} and first.proc.poll() is None
+    assert "runner start" in ctx.watch.parts and "runner stop" not in ctx.watch.parts
+    ctx.watch = stages.Stopwatch()
+    with ctx.runner("torch", "cpu", shared=True) as second:
+        assert second is first
+    assert set(ctx.watch.parts) == {"runner reset"}
+    with pytest.raises(RuntimeError), ctx.runner("torch", "cpu", shared=True) as third:
+        assert third is first
+        raise RuntimeError("the stage failed")
+    assert ctx.kept == {} and first.proc.returncode == 0  # told to exit, it did: not killed
+    with ctx.runner("torch", "cpu", shared=True) as fourth:
+        assert fourth is not first
+    ctx.close_runners()
+    assert ctx.kept == {} and fourth.proc.returncode == 0
+    with ctx.runner("torch", "cpu") as alone:  # not shared: it ends with its stage
+        pass
+    assert ctx.kept == {} and alone.proc.returncode == 0
 
 
 def test_wrong_sign_is_wrong_output_naming_the_output_and_location():

@@ -243,6 +243,13 @@ class DropRequest(Message):
     sets: list[str] = []
 
 
+class ResetRequest(Message):
+    """Another stage of the same verification begins in this runner: the device memory its allocator caches
+    goes back, and its peak counts afresh."""
+
+    op: Literal["reset"] = "reset"
+
+
 class RunRequest(Message):
     """A batch of calls, one per input set named; the outputs of the ``keep`` indices are kept for a fetch."""
 
@@ -266,8 +273,8 @@ class ExitRequest(Message):
 
 
 Request = Annotated[
-    LoadRequest | ScheduleRequest | DiscoverRequest | InputsRequest | DropRequest | RunRequest | FetchRequest
-    | ExitRequest,
+    LoadRequest | ScheduleRequest | DiscoverRequest | InputsRequest | DropRequest | ResetRequest | RunRequest
+    | FetchRequest | ExitRequest,
     Field(discriminator="op"),
 ]
 _REQUESTS: TypeAdapter[Request] = TypeAdapter(Request)

@@ -77,22 +77,25 @@ def verify(task: Task, source: str, plan: Plan | None = None) -> Verdict:
         return _finish(verdict, t0)
     verdict.stages.append(StageResult(stage="static", outcome=Outcome.PASSED, reason=""))
     ctx = Context(task=task, source=source, plan=plan, deadline=time.monotonic() + plan.timeout)
-    for name in plan.stages:
-        fn = STAGES.get(name)
-        s0 = time.perf_counter()
-        if fn is None:
-            result = StageResult(stage=name, outcome=Outcome.INFRA_ERROR,
-                                 reason=f"unknown stage {name!r} (known: {', '.join(STAGES)})")
-        else:
-            try:
-                result = fn(ctx)
-            except Exception as exc:  # the harness failed, not the candidate
+    try:
+        for name in plan.stages:
+            fn = STAGES.get(name)
+            s0 = time.perf_counter()
+            if fn is None:
                 result = StageResult(stage=name, outcome=Outcome.INFRA_ERROR,
-                                     reason=f"the checker failed: {type(exc).__name__}: {exc}")
-        result.seconds = result.seconds or time.perf_counter() - s0
-        verdict.stages.append(result)
-        if result.outcome is not Outcome.PASSED:
-            break
+                                     reason=f"unknown stage {name!r} (known: {', '.join(STAGES)})")
+            else:
+                try:
+                    result = fn(ctx)
+                except Exception as exc:  # the harness failed, not the candidate
+                    result = StageResult(stage=name, outcome=Outcome.INFRA_ERROR,
+                                         reason=f"the checker failed: {type(exc).__name__}: {exc}")
+            result.seconds = result.seconds or time.perf_counter() - s0
+            verdict.stages.append(result)
+            if result.outcome is not Outcome.PASSED:
+                break
+    finally:
+        ctx.close_runners()
     return _finish(verdict, t0, plan)
 
 

@@ -44,6 +44,7 @@ from ..runner.protocol import (
     ProtocolError,
     Ran,
     Request,
+    ResetRequest,
     RunRequest,
     ScheduleRequest,
     Started,
@@ -287,6 +288,11 @@ class RunnerClient:
     def drop(self, set_ids: list[str]) -> dict[str, list[str]]:
         """Forget input sets; returns, per set, the inputs forward() modified while it was held."""
         return self._request(DropRequest(sets=set_ids), Dropped).modified
+
+    def reset(self) -> None:
+        """Begin another stage in this runner: its peak device memory counts afresh."""
+        self._request(ResetRequest(), Done)
+        self.peak_bytes = None
 
     def run(self, calls: list[str], keep: list[int], dry: bool = False, trace: bool = True) -> Batch:
         """One batch; ``wall_s`` runs from the runner's ``started`` to its ``synced`` message."""

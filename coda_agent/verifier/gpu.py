@@ -123,7 +123,7 @@ def run_timing(ctx: Context, compile_modes: Sequence[str] = (), device: str = "c
                            timings=shapes, details={"timing_method": TIMING_METHOD})
 
     try:
-        with ctx.runner(backend_name, device) as client:
+        with ctx.runner(backend_name, device, shared=device == "cuda") as client:
             for point in ctx.plan.points(ctx.task):
                 try:
                     shapes[point.name] = timed = time_shape(ctx, client, point, device, compile_modes,
