@@ -56,6 +56,7 @@ from ..runner.protocol import (
     read_text,
     write_tensors,
 )
+from .bytecode import runner_prefix
 from .sandbox import Limits, Sandbox, Spec, detect, kill
 from .scratch import remove_tree, scratch_prefix
 
@@ -164,8 +165,12 @@ class RunnerClient:
         env = {"QUACK_CACHE_DIR": str(cache_dir)} if cache_dir else {}
         if backend == "quack-compile":
             env.update({"QUACK_ARCH": "90", "CUTE_DSL_ARCH": "sm_90a"})
+        bytecode = runner_prefix()
+        if bytecode:
+            env["PYTHONPYCACHEPREFIX"] = str(bytecode)
         spec = Spec(
             scratch=self.scratch, writable=(cache_dir,) if cache_dir else (), hidden=hidden,
+            readable=(bytecode,) if bytecode else (),
             gpu=device == "cuda", env=env, limits=Limits(memory_bytes=None) if device == "cuda" else Limits(),
         )
         argv = [sys.executable, "-m", "coda_agent.runner"]
@@ -180,8 +185,12 @@ class RunnerClient:
         self.peak_bytes: int | None = None
         self._op = ""
         self._tail = bytearray()
-        self.proc = self.sandbox.popen(argv, spec, prefix=shim, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                       stderr=subprocess.PIPE)
+        try:
+            self.proc = self.sandbox.popen(argv, spec, prefix=shim, stdin=subprocess.PIPE,
+                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        except BaseException:  # no runner: its folder goes now
+            remove_tree(self.scratch)
+            raise
         assert self.proc.stdin and self.proc.stdout and self.proc.stderr
         self.channel = Channel(self.proc.stdout, self.proc.stdin)
         self._stderr = threading.Thread(target=self._drain, args=(self.proc.stderr,), daemon=True)

@@ -87,6 +87,8 @@ class Spec:
 
     scratch: Path
     writable: tuple[Path, ...] = ()
+    #: Folders of the checker's the runner reads and may not write (bound read-only even under /tmp).
+    readable: tuple[Path, ...] = ()
     hidden: tuple[Path, ...] = ()
     gpu: bool = False
     env: dict[str, str] = field(default_factory=dict)
@@ -166,6 +168,8 @@ class Sandbox:
             cmd += ["--ro-bind", keep, keep]
         for folder in (spec.scratch, *spec.writable):
             cmd += ["--bind", str(folder), str(folder)]
+        for folder in spec.readable:
+            cmd += ["--ro-bind", str(folder), str(folder)]
         if spec.gpu:
             for node in sorted(glob.glob("/dev/nvidia*")):
                 cmd += ["--dev-bind", node, node]
@@ -280,7 +284,7 @@ PACKAGE = Path(__file__).resolve().parents[1]
 def _needed_paths(spec: Spec) -> list[Path]:
     """What the runner reads or writes: the interpreter, the package, Python's paths, its folders."""
     return [Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent, PACKAGE,
-            spec.scratch, *spec.writable, *(Path(p) for p in python_path())]
+            spec.scratch, *spec.writable, *spec.readable, *(Path(p) for p in python_path())]
 
 
 def _needed_under_tmp() -> list[str]:
