@@ -23,6 +23,24 @@ from coda_agent.tasks.loader import load_tasks
 from coda_agent.verifier import Plan, verify
 
 
+def _runners_bytecode(where: str) -> None:
+    """Give every runner of this process the bytecode ``where`` says (coda_agent/verifier/bytecode.py)."""
+    import tempfile
+
+    from coda_agent.verifier import bytecode, client
+
+    folder = None
+    if where == "none":
+        folder = Path(tempfile.mkdtemp(prefix="no_bytecode_"))
+        folder.chmod(0o755)
+    elif where == "checker":
+        folder = bytecode.cache_root() / "python"
+        folder.mkdir(mode=0o755, parents=True, exist_ok=True)
+        if not (folder / bytecode._filled_marker()).exists() and not bytecode.fill(folder):
+            raise SystemExit(f"could not fill {folder}")
+    client.runner_prefix = lambda: folder  # type: ignore[assignment]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     default = Plan()
@@ -33,7 +51,12 @@ def main() -> int:
     ap.add_argument("--tasks", nargs="*", default=None)
     ap.add_argument("--shapes", nargs="*", default=None, help="only these shape points of the set")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--runner-bytecode", choices=("auto", "installed", "none", "checker"), default="auto",
+                    help="where runners find bytecode: as verify() decides, beside the sources, nowhere (an "
+                         "installation without any), or the checker's filled folder")
     args = ap.parse_args()
+    if args.runner_bytecode != "auto":
+        _runners_bytecode(args.runner_bytecode)
     try:
         from coda_agent.verifier import detect_sandbox
 
