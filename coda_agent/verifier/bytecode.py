@@ -28,7 +28,7 @@ from importlib import metadata
 from pathlib import Path
 
 from .caches import cache_root
-from .sandbox import UnsafeFolder, check_private, check_reachable
+from .sandbox import UnsafeFolder, check_private, check_reachable, detect
 
 log = logging.getLogger("coda_agent.verifier")
 
@@ -67,7 +67,8 @@ def runner_prefix() -> Path | None:
         folder.mkdir(mode=0o755, parents=True, exist_ok=True)
         check_private(folder)  # the checker's alone: no runner or other user can plant bytecode in it
         folder.chmod(0o755)  # runners as nobody read it
-        check_reachable(folder)
+        if detect().as_nobody:
+            check_reachable(folder)
     except (OSError, UnsafeFolder) as exc:
         log.warning("runners compile Python's source on every start: no folder for their bytecode (%s)", exc)
         return None
