@@ -161,6 +161,37 @@ def test_the_probes_mainloop_first_split_keeps_the_plain_gemms_ab_stages_at_128x
     assert ab == ab_plain == 4 and c >= 2 and d >= 2
 
 
+_THREE_GROUPS = """
+import json, sys
+from pathlib import Path
+from cutlass import BFloat16, Float32
+from quack.gemm_sm90 import GemmSm90
+from coda_agent.tasks.loader import import_file
+three = import_file(Path(sys.argv[1]), "three").ThreeWarpGroupsSm90
+keys = ("atom_layout_mnk", "mma_warp_groups", "threads_per_cta", "num_epi_warps", "ab_load_warp_id",
+        "num_regs_load", "num_regs_mma", "cta_tile_shape_mnk")
+def made(cls, tile, pingpong):
+    gemm = cls(Float32, BFloat16, tile, (1, 1, 1), pingpong=pingpong)
+    return {k: list(v) if isinstance(v, tuple) else v for k in keys for v in [getattr(gemm, k)]}
+tiles = [((192, 192), False), ((192, 160), False), ((192, 128), False), ((192, 256), False),
+         ((128, 192), True)]
+print(json.dumps([[made(three, t, pp), made(GemmSm90, t, pp)] for t, pp in tiles]))
+"""
+
+
+def test_the_probes_three_warp_groups_lay_a_192_row_tile_as_quack_lays_192x128():
+    """bench/probes/three_warp_groups.py (issues 44, 45): a cooperative 192x160 or 192x192 tile gets QuACK's
+    own three-group layout of its 192x128 tile (warps, register budgets, epilogue threads) with N kept; every
+    other tile is QuACK's as it is."""
+    (t192, q192), (t160, _), (t128, q128), (t256, q256), (pp, qpp) = json.loads(
+        _child(_THREE_GROUPS, str(REPO / "bench/probes/three_warp_groups.py")))
+    assert q192["atom_layout_mnk"] == [1, 2, 1]  # QuACK's: side by side along N
+    for tile, n in ((t192, 192), (t160, 160)):
+        assert {**tile, "cta_tile_shape_mnk": None} == {**q128, "cta_tile_shape_mnk": None}
+        assert tile["cta_tile_shape_mnk"] == [192, n, 0]
+    assert (t128, t256, pp) == (q128, q256, qpp)
+
+
 TASKS = load_tasks([TASK_DIR])
 
 
@@ -192,6 +223,42 @@ def test_every_suite_kernel_builds_on_the_load_ahead_kernel_for_sm90(task, monke
     with runner_folder("coda_test_ahead_") as cache:
         monkeypatch.setenv("QUACK_CACHE_DIR", str(cache))
         assert int(_child(_BUILD, task.name).split()[-1]) >= 1
+        assert any(cache.rglob("*.o"))
+
+
+_BUILD_THREE_GROUPS = """
+import dataclasses, functools, sys
+from pathlib import Path
+from unittest import mock
+from coda_agent.primitives import Config, _ahead, _quack, backend
+from coda_agent.tasks import find_task
+from coda_agent.tasks.loader import import_file
+three = import_file(Path(sys.argv[1]), "three").ThreeWarpGroupsSm90
+tile = Config(tile_m=192, tile_n=192, pingpong=False)
+task = find_task("gemm_rmsnorm_bwd")
+human = import_file(task.human_file, "human")
+def forced(run):  # past gemm()'s check, which refuses this tile with an N-major B on QuACK's layout
+    def go(call):
+        assert call.b_major == "n"
+        epi = dataclasses.replace(call.epi, backend_cache={}, checked_calls={})
+        call = dataclasses.replace(call, epi=epi, config=tile)
+        with mock.patch.object(_ahead, "AheadEpiMod", functools.partial(_ahead.AheadEpiMod, kernel=three)):
+            _quack._epimod(call, True)
+        return run(call)
+    return go
+point = task.shapes["small"][0]
+with backend.using("quack-compile", wrap=forced):
+    human.forward(**task.make_inputs(dict(point.dims), seed=0, device="cpu"), **task.constants)
+"""
+
+
+@pytest.mark.slow
+def test_the_probes_three_warp_groups_build_the_n_major_192x192_tile_for_sm90(monkeypatch):
+    """What QuACK's layout cannot build (the DSL's compiler aborts: bench/results/h200-2026-12-03-a-notes.md),
+    gemm_rmsnorm_bwd's dgrad GEMM at cuBLAS's 192x192 on its N-major weight, builds with three warp groups."""
+    with runner_folder("coda_test_three_groups_") as cache:
+        monkeypatch.setenv("QUACK_CACHE_DIR", str(cache))
+        _child(_BUILD_THREE_GROUPS, str(REPO / "bench/probes/three_warp_groups.py"))
         assert any(cache.rglob("*.o"))
 
 

@@ -34,7 +34,7 @@ import torch
 from coda_agent.measure.baselines import cublas_gemms
 from coda_agent.measure.timing import Clock, RepPlan, paired_ratio, time_interleaved
 from coda_agent.primitives import Config, _ahead, _quack, backend
-from coda_agent.primitives.configs import chosen_config
+from coda_agent.primitives.configs import chosen_config, config_from_fields
 from coda_agent.tasks.loader import find_task, import_file
 
 #: The configs of ``--sweep``, both clusters each: QuACK's SM90 space for gated epilogues (tile_n % 32 == 0), and
@@ -126,7 +126,8 @@ def plain_twin(forward: Callable[..., Any], kwargs: dict[str, Any]) -> Callable[
 
 def variants_for(task_name: str, dims: dict[str, int], sweep: bool, splits: tuple[int, ...] = (),
                  files: tuple[Path, ...] = (), ahead: bool = False,
-                 kernels: tuple[type, ...] = ()) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
+                 kernels: tuple[type, ...] = (), ahead_configs: tuple[Config, ...] = (),
+                 ) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
     task = find_task(task_name)
     assert task.human_file is not None, f"{task_name} has no human kernel"
     human = import_file(task.human_file, f"probe_human_{task_name}")
@@ -141,6 +142,9 @@ def variants_for(task_name: str, dims: dict[str, int], sweep: bool, splits: tupl
         out["as written, dynamic, ahead"] = human_variant(human.forward, kwargs, True, ahead=True)
     for kernel in kernels:
         out[f"as written, dynamic, ahead {kernel.__name__}"] = human_variant(human.forward, kwargs, True, ahead=kernel)
+        for c in ahead_configs:  # every gemm call at c, past gemm()'s checks (a tile only this class builds)
+            out[f"as written, dynamic, ahead {kernel.__name__} @ {_label(c)}"] = human_variant(
+                human.forward, kwargs, True, c, ahead=kernel)
     for path in files:  # another forward() of the task, as it writes its configs (and at the sweep's), dynamic
         other = import_file(path, f"probe_variant_{path.stem}")
         out[f"{path.stem}, dynamic"] = human_variant(other.forward, kwargs, True)
@@ -195,7 +199,7 @@ def agreement(variants: dict[str, Callable[[], Any]], reference: str) -> None:
             same = {k: bool(torch.equal(got[k], v)) for k, v in want.items() if isinstance(v, torch.Tensor)}
             print(f"  bitwise equal, {name.removeprefix('as written, dynamic, ')} vs as written: {same}", flush=True)
     for name, fn in variants.items():
-        if "split" not in name:
+        if "split" not in name and " @ " not in name:  # another order of summation: to rounding
             continue
         got = fn()
         worst = {k: float((got[k].float() - v.float()).abs().max() / v.float().abs().max().clamp_min(1e-30))
@@ -260,10 +264,14 @@ def main() -> None:
     p.add_argument("--ahead-kernel", action="append", default=[], type=_load_ahead_class, metavar="FILE:CLASS",
                    help="a subclass of the load-ahead kernel (e.g. bench/probes/ahead_stages.py:MainloopFirstSm90), "
                         "timed as 'as written, dynamic, ahead CLASS' and checked bit for bit (repeatable)")
+    p.add_argument("--ahead-config", action="append", default=[], type=lambda s: config_from_fields(json.loads(s)),
+                   metavar="JSON", help="each --ahead-kernel also at this config, every gemm call, past gemm()'s "
+                   "checks: 'as written, dynamic, ahead CLASS @ 192x192 coop 2x1' (repeatable)")
     p.add_argument("--split", action="append", default=[], type=int,
                    help="split-K variants: split_k S (repeatable), with the kernel's config and SPLIT_TILES")
     args = p.parse_args()
     splits, files, kernels = tuple(args.split), tuple(args.variant), tuple(args.ahead_kernel)
+    configs = tuple(args.ahead_config)
     backend.set_backend("quack", wrap=_forced)
     _quack._gemm_config = lambda config: _gemm_config(config, STATE["dynamic"])  # type: ignore[assignment]
     clock = Clock("cuda")
@@ -273,7 +281,7 @@ def main() -> None:
         first = {t: (s, d) for t, s, d in reversed(jobs)}  # each task's first row: the kernels take any shape
         k = 0
         for t, (s, d) in first.items():
-            for name, fn in variants_for(t, d, t in args.sweep, splits, files, args.ahead, kernels)[0].items():
+            for name, fn in variants_for(t, d, t in args.sweep, splits, files, args.ahead, kernels, configs)[0].items():
                 if args.only and name not in args.only:
                     continue
                 if k % n == i:
@@ -283,7 +291,8 @@ def main() -> None:
                 k += 1
         return
     for task_name, shape, dims in jobs:
-        variants, meta = variants_for(task_name, dims, task_name in args.sweep, splits, files, args.ahead, kernels)
+        variants, meta = variants_for(task_name, dims, task_name in args.sweep, splits, files, args.ahead, kernels,
+                                     configs)
         variants = runnable({k: v for k, v in variants.items() if not args.only or k in args.only})
         agreement(variants, "as written, dynamic")
         if args.ncu:
