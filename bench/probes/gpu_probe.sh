@@ -6,9 +6,10 @@
 #      gemm_rmsnorm_bwd's 192- and 208-wide tiles at llama3-1b-gateup (NCU_S=0: none).
 # PROBE_ARGS replaces the probe's rows and variants (e.g. "--row gemm_residual --split 2"; the split-K sweep of
 # gpu_session.sh's probe phase); PROBE_ARGS_FILE does too, one argument per line, for variant names with spaces and
-# commas ("--only" lines, then "as written, dynamic"). Results in $OUT/probe.tar.gz (or .gpuwork/probe/).
+# commas ("--only" lines, then "as written, dynamic"). Results in $OUT/probe.tar.gz (or .gpuwork/probe/; with
+# PROBE_TAG=T, probe-T).
 set -uo pipefail
-work=.gpuwork/probe
+work=.gpuwork/probe${PROBE_TAG:+-$PROBE_TAG}  # PROBE_TAG: two probes of one machine keep their results apart
 mkdir -p "$work"
 if [ -n "${PROBE_ARGS_FILE:-}" ]; then
   mapfile -t args < <(grep -v '^[[:space:]]*$' "$PROBE_ARGS_FILE")
@@ -39,4 +40,4 @@ elif [ -n "$ncu" ]; then
 else
   echo "no ncu on this machine"
 fi
-if [ -n "${OUT:-}" ]; then tar czf "$OUT/probe.tar.gz" -C .gpuwork probe; fi
+if [ -n "${OUT:-}" ]; then tar czf "$OUT/$(basename "$work").tar.gz" -C .gpuwork "$(basename "$work")"; fi

@@ -127,7 +127,7 @@ def plain_twin(forward: Callable[..., Any], kwargs: dict[str, Any]) -> Callable[
 def variants_for(task_name: str, dims: dict[str, int], sweep: bool, splits: tuple[int, ...] = (),
                  files: tuple[Path, ...] = (), ahead: bool = False,
                  kernels: tuple[type, ...] = (), ahead_configs: tuple[Config, ...] = (),
-                 ) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
+                 configs: tuple[Config, ...] = ()) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
     task = find_task(task_name)
     assert task.human_file is not None, f"{task_name} has no human kernel"
     human = import_file(task.human_file, f"probe_human_{task_name}")
@@ -140,6 +140,11 @@ def variants_for(task_name: str, dims: dict[str, int], sweep: bool, splits: tupl
     }
     if ahead:
         out["as written, dynamic, ahead"] = human_variant(human.forward, kwargs, True, ahead=True)
+    for c in configs:  # every gemm call at c, past gemm()'s checks, on QuACK's kernel (and the load-ahead one)
+        out[f"as written, dynamic @ {_label(c)}"] = human_variant(human.forward, kwargs, True, c)
+        if ahead:
+            out[f"as written, dynamic, ahead @ {_label(c)}"] = human_variant(human.forward, kwargs, True, c,
+                                                                             ahead=True)
     for kernel in kernels:
         out[f"as written, dynamic, ahead {kernel.__name__}"] = human_variant(human.forward, kwargs, True, ahead=kernel)
         for c in ahead_configs:  # every gemm call at c, past gemm()'s checks (a tile only this class builds)
@@ -264,6 +269,10 @@ def main() -> None:
     p.add_argument("--ahead-kernel", action="append", default=[], type=_load_ahead_class, metavar="FILE:CLASS",
                    help="a subclass of the load-ahead kernel (e.g. bench/probes/ahead_stages.py:MainloopFirstSm90), "
                         "timed as 'as written, dynamic, ahead CLASS' and checked bit for bit (repeatable)")
+    p.add_argument("--config", action="append", default=[], type=lambda s: config_from_fields(json.loads(s)),
+                   metavar="JSON", help="the kernel as written with every gemm call at this config, past gemm()'s "
+                   "checks: 'as written, dynamic @ 192x128 coop 2x1' (with --ahead also on the load-ahead kernel; "
+                   "repeatable; a config QuACK's compiler aborts on ends the probe)")
     p.add_argument("--ahead-config", action="append", default=[], type=lambda s: config_from_fields(json.loads(s)),
                    metavar="JSON", help="each --ahead-kernel also at this config, every gemm call, past gemm()'s "
                    "checks: 'as written, dynamic, ahead CLASS @ 192x192 coop 2x1' (repeatable)")
@@ -271,7 +280,7 @@ def main() -> None:
                    help="split-K variants: split_k S (repeatable), with the kernel's config and SPLIT_TILES")
     args = p.parse_args()
     splits, files, kernels = tuple(args.split), tuple(args.variant), tuple(args.ahead_kernel)
-    configs = tuple(args.ahead_config)
+    configs, forced = tuple(args.ahead_config), tuple(args.config)
     backend.set_backend("quack", wrap=_forced)
     _quack._gemm_config = lambda config: _gemm_config(config, STATE["dynamic"])  # type: ignore[assignment]
     clock = Clock("cuda")
@@ -281,7 +290,7 @@ def main() -> None:
         first = {t: (s, d) for t, s, d in reversed(jobs)}  # each task's first row: the kernels take any shape
         k = 0
         for t, (s, d) in first.items():
-            for name, fn in variants_for(t, d, t in args.sweep, splits, files, args.ahead, kernels, configs)[0].items():
+            for name, fn in variants_for(t, d, t in args.sweep, splits, files, args.ahead, kernels, configs, forced)[0].items():
                 if args.only and name not in args.only:
                     continue
                 if k % n == i:
@@ -292,7 +301,7 @@ def main() -> None:
         return
     for task_name, shape, dims in jobs:
         variants, meta = variants_for(task_name, dims, task_name in args.sweep, splits, files, args.ahead, kernels,
-                                     configs)
+                                     configs, forced)
         variants = runnable({k: v for k, v in variants.items() if not args.only or k in args.only})
         agreement(variants, "as written, dynamic")
         if args.ncu:
