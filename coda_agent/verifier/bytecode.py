@@ -149,6 +149,7 @@ def main(argv: list[str]) -> int:
         print(f"usage: PYTHONPYCACHEPREFIX=FOLDER python -m {__spec__.name} FOLDER", file=sys.stderr)
         return 2
     os.nice(10)  # below the checker and its runners
+    os.umask(0o022)  # folders and files runners as nobody can read, whatever the checker's umask
     _walk_a_runners_path()
     return 0
 
