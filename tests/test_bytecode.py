@@ -6,11 +6,13 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from coda_agent.verifier import bytecode, sandbox
+from coda_agent.tasks import find_task
+from coda_agent.verifier import Plan, bytecode, sandbox, verify
 from coda_agent.verifier.client import RunnerClient
 from coda_agent.verifier.sandbox import Spec
 
@@ -102,14 +104,28 @@ def test_every_runner_is_given_the_folder(no_own_bytecode, monkeypatch):
 
 
 @pytest.mark.slow
-def test_the_filling_process_compiles_what_a_runner_imports(tmp_path):
-    """The real process (a suite kernel on the emulator and built for sm_90a): torch's, the DSL's, QuACK's and
-    the runner's own bytecode land in the folder, which is then marked filled."""
-    folder = tmp_path / "python"
-    folder.mkdir()
-    assert bytecode.fill(folder)
-    assert (folder / bytecode._filled_marker()).exists()
-    compiled = {p.name for p in folder.rglob("*.pyc")}
-    tag = sys.implementation.cache_tag
-    for name in ("serve", "gemm_tvm_ffi_utils", "autotuner", "eval_frame"):
-        assert any(n.startswith(f"{name}.{tag}") for n in compiled), name
+def test_the_filling_process_compiles_what_a_runner_imports_and_runners_verify_from_it(monkeypatch, scratch):
+    """The real process (suite kernels on the emulator and built for sm_90a), started by the first runner
+    that needs the folder: torch's, the DSL's, QuACK's and the runner's own bytecode land there, the folder is
+    marked filled, and a verification whose runners read it passes and adds nothing to it."""
+    monkeypatch.setenv("QUACK_CACHE_DIR", str(scratch.parent / "quack"))
+    monkeypatch.setattr(bytecode, "has_own_bytecode", lambda module: False)
+    bytecode.runner_prefix.cache_clear()
+    try:
+        folder = bytecode.runner_prefix()
+        assert folder is not None
+        marker = folder / bytecode._filled_marker()
+        deadline = time.monotonic() + 600
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(1)
+        compiled = {p.name for p in folder.rglob("*.pyc")}
+        tag = sys.implementation.cache_tag
+        for name in ("serve", "gemm_tvm_ffi_utils", "autotuner", "eval_frame"):
+            assert any(n.startswith(f"{name}.{tag}") for n in compiled), name
+        task = find_task("gemm_residual")
+        assert task.human_file is not None
+        verdict = verify(task, task.human_file.read_text(), Plan())
+        assert verdict.passed, verdict.reason
+        assert {p.name for p in folder.rglob("*.pyc")} == compiled
+    finally:
+        bytecode.runner_prefix.cache_clear()
