@@ -103,9 +103,13 @@ def fill(folder: Path) -> bool:
 
 def _fill(folder: Path) -> bool:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    with tempfile.TemporaryDirectory(prefix="coda_bytecode_") as quack_cache:
-        env.update({"PYTHONPYCACHEPREFIX": str(folder), "QUACK_CACHE_DIR": quack_cache, "QUACK_ARCH": "90",
-                    "CUTE_DSL_ARCH": "sm_90a", "CUDA_VISIBLE_DEVICES": ""})
+    with tempfile.TemporaryDirectory(prefix="coda_bytecode_") as work:
+        # Every cache the process compiles into is a private folder of its own, never one under the shared
+        # temporary folder (/tmp/<user>/cutlass_python_cache, say), where another user could have planted one.
+        env.update({"PYTHONPYCACHEPREFIX": str(folder), "TMPDIR": work, "QUACK_CACHE_DIR": f"{work}/quack",
+                    "CUTE_DSL_CACHE_DIR": f"{work}/dsl", "TRITON_CACHE_DIR": f"{work}/triton",
+                    "XDG_CACHE_HOME": f"{work}/cache", "QUACK_ARCH": "90", "CUTE_DSL_ARCH": "sm_90a",
+                    "CUDA_VISIBLE_DEVICES": ""})
         try:
             done = subprocess.run([sys.executable, "-m", __name__, str(folder)], env=env, capture_output=True,
                                   text=True, timeout=FILL_TIMEOUT_S, stdin=subprocess.DEVNULL)
