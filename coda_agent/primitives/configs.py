@@ -37,12 +37,10 @@ from .quack_patches import H200_SM_COUNT
 #: cooperative tiles at the bench shapes (192x192 at the wide GEMMs, 320x128 at 16384 x 4096 and the Llama-3
 #: LM heads: bench/results/h200-2026-12-02-g-cublas.log). Timed by the tune stage
 #: (h200-2026-12-02-h-tune-human.json): 192x192 won gemm_residual's ragged row by 1.4%, 320x128 ran 25-37%
-#: slower wherever it ran. 192x128 cooperative is QuACK's three-warp-group tile (64 rows each): twelve warps
-#: share each tile's epilogue, and the sm_90a builds of gemm_swiglu_bwd and gemm_rmsnorm_bwd there spill
-#: nothing where their 128x192 pingpong spills 282-307 registers (bench/probes/sass_probe.py, 2026-12-05).
+#: slower wherever it ran.
 TILES = ((128, 128, True), (128, 160, True), (128, 192, True), (128, 208, True), (192, 128, True),
          (128, 256, False), (256, 128, False), (256, 160, False), (256, 192, False), (192, 192, False),
-         (320, 128, False), (192, 128, False))
+         (320, 128, False))
 #: (cluster_m, cluster_n): both 2-CTA clusters.
 CLUSTERS = ((2, 1), (1, 2))
 
