@@ -20,6 +20,7 @@ import hashlib
 import importlib.util
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -90,7 +91,7 @@ def _filled_marker() -> str:
 
 
 def fill(folder: Path) -> bool:
-    """Run the filling process (module docstring) into ``folder`` and mark it filled; whether it did (not
+    """Run the filling process (module docstring) into ``folder``, which marks it filled; whether it did (not
     when another checker process is filling it now). Never raises: without the folder's bytecode, runners
     only start slower."""
     try:
@@ -103,24 +104,18 @@ def fill(folder: Path) -> bool:
 
 def _fill(folder: Path) -> bool:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    with tempfile.TemporaryDirectory(prefix="coda_bytecode_") as work:
-        # Every cache the process compiles into is a private folder of its own, never one under the shared
-        # temporary folder (/tmp/<user>/cutlass_python_cache, say), where another user could have planted one.
-        env.update({"PYTHONPYCACHEPREFIX": str(folder), "TMPDIR": work, "QUACK_CACHE_DIR": f"{work}/quack",
-                    "CUTE_DSL_CACHE_DIR": f"{work}/dsl", "TRITON_CACHE_DIR": f"{work}/triton",
-                    "XDG_CACHE_HOME": f"{work}/cache", "QUACK_ARCH": "90", "CUTE_DSL_ARCH": "sm_90a",
-                    "CUDA_VISIBLE_DEVICES": ""})
-        try:
-            done = subprocess.run([sys.executable, "-m", __name__, str(folder)], env=env, capture_output=True,
-                                  text=True, timeout=FILL_TIMEOUT_S, stdin=subprocess.DEVNULL)
-        except (OSError, subprocess.SubprocessError) as exc:
-            log.warning("runners' bytecode: the filling process failed (%s)", exc)
-            return False
+    env.update({"PYTHONPYCACHEPREFIX": str(folder), "QUACK_ARCH": "90", "CUTE_DSL_ARCH": "sm_90a",
+                "CUDA_VISIBLE_DEVICES": ""})
+    try:
+        done = subprocess.run([sys.executable, "-m", __name__, str(folder)], env=env, capture_output=True,
+                              text=True, timeout=FILL_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.warning("runners' bytecode: the filling process failed (%s)", exc)
+        return False
     if done.returncode != 0:
         tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
         log.warning("runners' bytecode: the filling process ended with %d (%s)", done.returncode, tail[0])
         return False
-    (folder / _filled_marker()).touch()
     log.info("runners' bytecode: %s filled", folder)
     return True
 
@@ -154,7 +149,20 @@ def main(argv: list[str]) -> int:
         return 2
     os.nice(10)  # below the checker and its runners
     os.umask(0o022)  # folders and files runners as nobody can read, whatever the checker's umask
-    _walk_a_runners_path()
+    # Every cache this process compiles into is a private folder of its own, made before the DSL and QuACK
+    # read where theirs are: never one under the shared temporary folder (/tmp/<user>/cutlass_python_cache,
+    # say), where another user could have planted one. It goes with this process (it may outlive its checker).
+    work = tempfile.mkdtemp(prefix="coda_bytecode_")
+    caches = {"QUACK_CACHE_DIR": "quack", "CUTE_DSL_CACHE_DIR": "dsl", "TRITON_CACHE_DIR": "triton",
+              "XDG_CACHE_HOME": "cache"}
+    os.environ.update({"TMPDIR": work, **{name: f"{work}/{sub}" for name, sub in caches.items()}})
+    tempfile.tempdir = None  # asked again: TMPDIR
+    try:
+        _walk_a_runners_path()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    # marked here, not by the checker: a short-lived checker (one `coda-agent verify`) may be gone by now
+    (Path(argv[0]) / _filled_marker()).touch()
     return 0
 
 
