@@ -67,8 +67,8 @@ def _forced(run: Callable[..., Any]) -> Callable[..., Any]:
     def go(call: Any) -> Any:
         if STATE["calls"] is not None:
             STATE["calls"].append(call)
-        if STATE["config"] is not None:
-            call = dataclasses.replace(call, config=STATE["config"])
+        if STATE["config"] is not None:  # over a @schedule's pin too, which would win over config=
+            call = dataclasses.replace(call, config=STATE["config"], pinned=None)
         if STATE["split"] is not None:
             config = chosen_config(call) or Config()
             call = dataclasses.replace(call, config=dataclasses.replace(config, split_k=STATE["split"]))
