@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from coda_agent.primitives import backend
 from coda_agent.tasks import find_task
@@ -204,6 +205,38 @@ def test_the_compiled_graphs_call_the_chains_kernels(small):
     assert seen["forward"] == [*layer_fw, *layer_fw, "gemm_rmsnorm_cross_entropy"]
     # no logits GEMM: the forward's are kept
     assert seen["backward"] == ["gemm_rmsnorm_bwd", *layer_bw, *layer_bw]
+
+
+class _StreamPasses(TorchDispatchMode):
+    """Records the aten ops that write a tensor of at least ``size`` elements, views, GEMMs (``mm``: weight
+    gradients, the o-projection's dgrad) and attention aside: the element-wise passes over the residual stream
+    that run between the chain's kernels."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size, self.ops = size, list[str]()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        if (func.namespace == "aten" and not func.is_view and func is not torch.ops.aten.mm.default
+                and "scaled_dot_product" not in func.name()
+                and any(isinstance(o, torch.Tensor) and o.numel() >= self.size for o in outs)):
+            self.ops.append(func.name())
+        return out
+
+
+@pytest.mark.parametrize("layers", [1, 3])
+def test_no_element_wise_pass_over_the_stream_runs_per_layer(layers: int):
+    """A training step's glue over stream-sized tensors is the first norm's statistics (no producer GEMM) and
+    the final norm's zero ``dres``, at any depth: each layer's residual gradients meet inside
+    ``gemm_rmsnorm_bwd`` (``dres``), not in an add of autograd's (docs/llama3-chain.md, B7)."""
+    stack = make_stack(**{**SMALL, "layers": layers})
+    h, targets = draw_batch(stack, batch=2, seq=24)
+    x = h.detach().clone().requires_grad_()
+    with _StreamPasses(size=h.numel()) as passes:
+        stack(x, targets).backward()
+    assert passes.ops == ["aten::_to_copy", "aten::pow.Tensor_Scalar", "aten::mul.Tensor", "aten::zeros_like"]
 
 
 def test_a_head_that_keeps_no_logits_recomputes_them_within_the_tolerance_rule(small, eager_run, truth):

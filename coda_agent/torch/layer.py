@@ -8,9 +8,11 @@ through the consumer. The MLP is one Function because its backward is: ``gemm_sw
 projection's dgrad and SwiGLU's backward at once. Attention is torch's SDPA; the o-projection's backward and
 every weight gradient are plain GEMMs.
 
-One hand-off is autograd's, not a kernel's: the attention norm's ``gemm_rmsnorm_bwd`` gets ``dres = 0`` and
-autograd adds the residual's gradient to its ``dh``, because the Function that adds that residual (the
-o-projection's) runs its backward first and has no way to hand its ``dh`` to a later Function's kernel.
+The attention's residual is threaded through its first Function: ``_AttentionIn`` hands ``h`` on as an output
+of its own, which the o-projection's Function adds. The residual's gradient then reaches ``_AttentionIn``'s
+backward as a gradient of that output, and its ``gemm_rmsnorm_bwd`` reads it as ``dres``: no element-wise pass
+adds the two gradients of ``h`` between the kernels (the o-projection's backward runs first, so autograd's own
+sum of them would be one).
 """
 
 from __future__ import annotations
@@ -55,14 +57,13 @@ def rope_table(head_dim: int, n_heads: int, n_kv_heads: int, theta: float) -> to
 
 class _AttentionIn(torch.autograd.Function):
     """norm + QKV + RoPE (``gemm_rmsnorm_rope``), handed to SDPA as (B, heads, S, head_dim) views of its
-    output; backward: RoPE's (one fused pass that reads SDPA's gradients where they lie, with zdz) then
-    ``gemm_rmsnorm_bwd``."""
+    output, and ``h`` handed on as the residual; backward: RoPE's (one fused pass that reads SDPA's gradients
+    where they lie, with zdz) then ``gemm_rmsnorm_bwd``, with the residual's gradient as its ``dres``."""
 
     @staticmethod
     def forward(ctx: Any, h: torch.Tensor, normed: torch.Tensor, rstd: torch.Tensor, gamma: torch.Tensor,
                 w_qkv: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor,
-                heads: tuple[int, int, int], kernels: Kernels) -> tuple[torch.Tensor, torch.Tensor,
-                                                                        torch.Tensor]:
+                heads: tuple[int, int, int], kernels: Kernels) -> tuple[torch.Tensor, ...]:
         qkv = kernels["gemm_rmsnorm_rope"](x=normed, w=w_qkv, rstd=rstd, positions=positions,
                                            inv_freq=inv_freq)["out"]
         ctx.save_for_backward(h, rstd, gamma, w_qkv, inv_freq, qkv)
@@ -70,16 +71,17 @@ class _AttentionIn(torch.autograd.Function):
         batch, n_q, n_kv = heads
         head_dim = qkv.shape[1] // (n_q + 2 * n_kv)
         q, k, v = qkv.view(batch, -1, n_q + 2 * n_kv, head_dim).split([n_q, n_kv, n_kv], dim=2)
-        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        # h as an output of this Function (autograd makes it an alias), so its gradient comes back here
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), h
 
     @staticmethod
-    def backward(ctx: Any, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor) -> tuple[torch.Tensor | None,
-                                                                                          ...]:
+    def backward(ctx: Any, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor,
+                 dres: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         h, rstd, gamma, w_qkv, inv_freq, qkv = ctx.saved_tensors
         dz, zdz = glue.rope_backward(dq, dk, dv, qkv, inv_freq)
         kernels: Kernels = ctx.kernels
         out = kernels["gemm_rmsnorm_bwd"](dz=dz, w=kernels.dgrad_weight(w_qkv), h=h, gamma=gamma, rstd=rstd,
-                                          zdz=zdz, dres=torch.zeros_like(h))
+                                          zdz=zdz, dres=dres.contiguous())
         return (
             out["dh"],
             None,
@@ -228,10 +230,11 @@ class CodaLlamaLayer(nn.Module):
             stream.rstd.reshape(tokens),
         )
         positions = torch.arange(seq, device=h.device).repeat(batch)
-        q, k, v = _AttentionIn.apply(h, normed, rstd, self.attention_norm, self.wqkv, positions,
-                                     self.inv_freq, (batch, self.n_heads, self.n_kv_heads), self.kernels)
+        q, k, v, residual = _AttentionIn.apply(h, normed, rstd, self.attention_norm, self.wqkv, positions,
+                                               self.inv_freq, (batch, self.n_heads, self.n_kv_heads),
+                                               self.kernels)
         a = self._attention(q, k, v).reshape(tokens, dim)
-        h1, normed1, rstd1 = _AttentionOut.apply(a, self.wo, h, self.ffn_norm, self.eps, self.kernels)
+        h1, normed1, rstd1 = _AttentionOut.apply(a, self.wo, residual, self.ffn_norm, self.eps, self.kernels)
         h2, normed2, rstd2 = _Mlp.apply(h1, normed1, rstd1, self.ffn_norm, self.w_gate_up, self.w_down,
                                         next_norm, self.eps, self.kernels)
         return Stream(h2.view(batch, seq, dim), normed2.view(batch, seq, dim), rstd2.view(batch, seq))
