@@ -4,6 +4,7 @@ machine without a GPU answers in one line."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -14,10 +15,11 @@ from typer.testing import CliRunner
 from coda_agent.bench import e2e
 from coda_agent.bench.e2e import PRESETS, VARIANTS, run_e2e, step_plan
 from coda_agent.bench.report import e2e_markdown
-from coda_agent.bench.results import E2E_SUFFIX, NON_ATTENTION_GOAL, E2ERun
+from coda_agent.bench.results import E2E_SUFFIX, NON_ATTENTION_GOAL, E2ERun, KernelFile
 from coda_agent.bench.runner import write_run
 from coda_agent.cli import app
 from coda_agent.store.index import Index
+from coda_agent.tasks import find_task
 from coda_agent.torch import CodaLlamaStack, ReferenceLlamaStack
 
 from .conftest import invoke
@@ -29,9 +31,18 @@ COMMAND = "coda-agent bench-e2e --preset tiny"
 
 
 @pytest.fixture(scope="module")
-def run() -> E2ERun:
+def chosen(tmp_path_factory) -> Path:
+    """A kernel file for the coda-kernels variant: the human gemm_swiglu_bwd, one comment apart (so its op is
+    a different one)."""
+    path = tmp_path_factory.mktemp("kernels") / "best.py"
+    path.write_text(find_task("gemm_swiglu_bwd").human_file.read_text() + "\n# the chosen one\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def run(chosen: Path) -> E2ERun:
     return run_e2e(PRESETS["tiny"], device="cpu", command=COMMAND, variants=list(VARIANTS),
-                   plan=step_plan(1, STEPS), top=TOP)
+                   plan=step_plan(1, STEPS), top=TOP, kernel_files={"gemm_swiglu_bwd": chosen})
 
 
 def test_every_variant_is_timed_with_coda_first(run: E2ERun):
@@ -56,7 +67,7 @@ def test_the_variants_run_the_same_model(run: E2ERun):
     losses = {v.name: v.loss for v in run.variants}
     assert losses["eager"] == pytest.approx(losses["coda"], rel=1e-2)
     assert losses["compile"] == losses["compile-max-autotune"] == losses["eager"]
-    assert losses["coda-compile"] == losses["coda"]
+    assert losses["coda-compile"] == losses["coda-kernels"] == losses["coda"]
 
 
 def test_the_compile_variants_say_how_they_ran_without_a_gpu(run: E2ERun):
@@ -81,6 +92,26 @@ def test_the_profile_names_the_chains_ops_for_coda_and_not_for_the_reference(run
     assert any(k.name.startswith("coda::") for k in run.coda.top_kernels)
     assert not any(k.name.startswith("coda::")
                    for k in run.variant("eager").top_kernels)  # type: ignore[union-attr]
+
+
+def test_the_kernels_variant_runs_the_files_it_is_given_and_records_them(run: E2ERun, chosen: Path):
+    digest = hashlib.sha256(chosen.read_bytes()).hexdigest()
+    op = f"coda::gemm_swiglu_bwd_{digest[:12]}"
+    kernels = run.variant("coda-kernels")
+    assert kernels is not None
+    assert any(k.name.startswith(op) for k in kernels.top_kernels)
+    assert not any(k.name.startswith(op) for k in run.coda.top_kernels)
+    assert run.kernel_files == [KernelFile(task="gemm_swiglu_bwd", path=str(chosen), sha256=digest)]
+    assert f"- coda-kernels: gemm_swiglu_bwd from `{chosen}` (sha256 {digest[:12]})" in e2e_markdown(run)
+
+
+def test_kernel_files_add_their_variant_and_the_variant_needs_them(chosen: Path):
+    run = run_e2e(PRESETS["tiny"], device="cpu", command="", variants=[], plan=step_plan(1, STEPS),
+                  kernel_files={"gemm_swiglu_bwd": chosen})
+    assert [v.name for v in run.variants] == ["coda", "coda-kernels"]
+    with pytest.raises(ValueError, match="the coda-kernels variant runs the kernel files it is given, and "
+                                         "none"):
+        run_e2e(PRESETS["tiny"], device="cpu", command="", variants=["coda-kernels"])
 
 
 def test_the_ratios_are_each_variants_time_over_codas(run: E2ERun):
@@ -193,6 +224,35 @@ def test_the_cli_refuses_an_unknown_preset_or_variant_before_looking_for_a_gpu()
     assert res.exit_code != 0 and "no preset '70b' (known: 1b, 8b, tiny)" in str(res.exception)
     res = CliRunner().invoke(app, ["bench-e2e", "--variant", "fast"])
     assert res.exit_code != 0 and "no variant fast" in str(res.exception)
+
+
+@pytest.mark.parametrize(("spec", "says"), [
+    ("best.py", "--kernel takes TASK=FILE, got 'best.py'"),
+    ("gemm_rope=best.py", "--kernel: gemm_rope is not a task of the Llama-3 chain (it runs "
+                          "gemm_rmsnorm_rope,"),
+    ("gemm_swiglu_bwd=missing.py", "--kernel: no file missing.py"),
+    ("gemm_swiglu_bwd=empty.py", "--kernel: TypeError: empty.py: defines no forward(**inputs) for task "
+                                 "gemm_swiglu_bwd"),
+    ("gemm_swiglu_bwd=broken.py", "--kernel: SyntaxError: "),
+])
+def test_the_cli_refuses_a_wrong_kernel_file_in_one_line_before_looking_for_a_gpu(monkeypatch, capsys,
+                                                                                   tmp_path: Path, spec: str,
+                                                                                   says: str):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty.py").write_text("x = 1\n")
+    (tmp_path / "broken.py").write_text("def forward(:\n")
+    looked = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: looked.append(1) or False)
+    assert invoke("bench-e2e", "--kernel", spec) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err and not looked, err
+
+
+def test_the_same_task_twice_is_refused(capsys, tmp_path: Path):
+    human = str(find_task("gemm_swiglu_bwd").human_file)
+    assert invoke("bench-e2e", "--kernel", f"gemm_swiglu_bwd={human}", "--kernel",
+                  f"gemm_swiglu_bwd={human}") == 2
+    assert "--kernel: gemm_swiglu_bwd is given twice" in capsys.readouterr().err
 
 
 @pytest.mark.gpu

@@ -10,9 +10,11 @@ for the kernels that made the difference.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import hashlib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -21,7 +23,7 @@ from torch import nn
 from ..measure.timing import Clock, RepPlan, Timing, time_interleaved
 from ..provenance import driver_version, git_commit, package_versions
 from ..torch import CodaLlamaLayer, CodaLlamaStack, CodaLMHead, Kernels, ReferenceLlamaStack
-from .results import E2EConfig, E2ERun, E2EVariant, KernelTime
+from .results import E2EConfig, E2ERun, E2EVariant, KernelFile, KernelTime
 
 #: CODA's torchtitan 1B (Llama 3.2 1B: 16 layers, vocab 128256) at batch 4 x 8192, Llama 3.1 8B's layers (32
 #: of them; time a few with --layers) at batch 2 x 8192, and a CPU-sized one for tests.
@@ -39,12 +41,14 @@ MAX_AUTOTUNE = "max-autotune-no-cudagraphs"
 @dataclass(frozen=True)
 class VariantSpec:
     """A variant: which model, torch.compile's mode around it (None: eager) and, for CODA's, whether its dgrad
-    GEMMs read K-major copies of the weights (``Kernels(k_major_dgrad=True)``)."""
+    GEMMs read K-major copies of the weights (``Kernels(k_major_dgrad=True)``) and whether the kernel files
+    given to the run replace the human kernels of their tasks."""
 
     name: str
     coda: bool
     compile_mode: str | None
     k_major_dgrad: bool = False
+    chosen_kernels: bool = False
 
 
 VARIANTS = {
@@ -53,12 +57,15 @@ VARIANTS = {
         VariantSpec("coda", coda=True, compile_mode=None),
         VariantSpec("coda-compile", coda=True, compile_mode="default"),
         VariantSpec("coda-kmajor", coda=True, compile_mode=None, k_major_dgrad=True),
+        VariantSpec("coda-kernels", coda=True, compile_mode=None, chosen_kernels=True),
         VariantSpec("eager", coda=False, compile_mode=None),
         VariantSpec("compile", coda=False, compile_mode="default"),
         VariantSpec("compile-max-autotune", coda=False, compile_mode=MAX_AUTOTUNE),
     )
 }
 DEFAULT_VARIANTS = ("coda", "eager", "compile", "compile-max-autotune")
+#: The variant that runs the kernel files a run is given (``kernel_files``) in place of the human kernels.
+CHOSEN = "coda-kernels"
 
 
 def compile_backend(device: str) -> str:
@@ -195,17 +202,26 @@ def timing_method(device: str, plan: RepPlan) -> str:
 
 def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | None = None,
             variants: Iterable[str] = DEFAULT_VARIANTS, plan: RepPlan | None = None,
-            top: int = 15, progress: Callable[[str], None] = lambda _: None) -> E2ERun:
+            top: int = 15, kernel_files: Mapping[str, Path] | None = None,
+            progress: Callable[[str], None] = lambda _: None) -> E2ERun:
     """Build the stack, time every variant's step and the attention alone, measure memory and profile each.
 
     ``device`` is ``cuda`` or ``cpu`` (tests: the emulator backend and the tiny preset); the CODA variant is
-    always measured, as every ratio is to it.
+    always measured, as every ratio is to it. ``kernel_files`` (chain task -> kernel file, e.g. a run's
+    ``best.py``) adds the ``coda-kernels`` variant: CODA with those files in place of their tasks' human
+    kernels, timed beside the human ones.
     """
     plan = plan or step_plan()
+    kernel_files = dict(kernel_files or {})
     names = ["coda", *(v for v in variants if v != "coda")]
+    if kernel_files and CHOSEN not in names:
+        names.insert(1, CHOSEN)
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         raise ValueError(f"unknown variant(s) {', '.join(unknown)} (known: {', '.join(VARIANTS)})")
+    if CHOSEN in names and not kernel_files:
+        raise ValueError(f"the {CHOSEN} variant runs the kernel files it is given, and none was given")
+    chosen = Kernels(kernel_files)  # imports them: a file that is not a chain task's kernel fails here
     backend = compile_backend(device)
     coda = build_stack(config, device)
     reference = ReferenceLlamaStack.like(coda)
@@ -215,7 +231,9 @@ def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | 
 
     steps: dict[str, Callable[[], torch.Tensor]] = {}
     compiled: dict[str, tuple[str, str | None]] = {}  # name -> (backend, mode)
-    kernel_sets = {False: Kernels(), True: Kernels(k_major_dgrad=True)}
+    # by (K-major dgrad weights, the chosen files)
+    kernel_sets = {(False, False): Kernels(), (True, False): Kernels(k_major_dgrad=True),
+                   (False, True): chosen}
     for name in names:
         spec = VARIANTS[name]
         model: nn.Module = coda if spec.coda else reference
@@ -225,7 +243,7 @@ def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | 
             compiled[name] = (backend, spec.compile_mode if backend == "inductor" else None)
             run = torch.compile(model, backend=backend, mode=compiled[name][1], fullgraph=True)
         if spec.coda:  # the CODA variants share one stack's weights: each step sets its kernels first
-            run = on_kernels(coda, kernel_sets[spec.k_major_dgrad], run)
+            run = on_kernels(coda, kernel_sets[spec.k_major_dgrad, spec.chosen_kernels], run)
         steps[name] = training_step(model, run, h, targets)
     dropped = first_steps(steps, progress)
     if "coda" in dropped:
@@ -267,4 +285,7 @@ def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | 
                           "GQA, Q/K/V as views of one QKV tensor as in the layers; their gradients left "
                           "where SDPA writes them)"),
         notes=notes, config=config, attention=timings["attention"], variants=results,
+        kernel_files=[KernelFile(task=task, path=str(path),
+                                 sha256=hashlib.sha256(Path(path).read_bytes()).hexdigest())
+                      for task, path in sorted(kernel_files.items())],
     )

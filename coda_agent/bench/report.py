@@ -303,6 +303,7 @@ def e2e_markdown(run: E2ERun) -> str:
         "- CODA x: the variant's time / CODA's (above 1: CODA is faster; the step's paired round by round); "
         "step GiB = peak - resident (weights of every variant and the batch)",
         *(f"- note: {n}" for n in run.notes),
+        *(f"- coda-kernels: {f.task} from `{f.path}` (sha256 {f.sha256[:12]})" for f in run.kernel_files),
         "",
         "## Steps",
         "",

@@ -176,6 +176,14 @@ class KernelTime(BaseModel):
     total_us: float
 
 
+class KernelFile(BaseModel):
+    """A kernel file the ``coda-kernels`` variant ran in place of a chain task's human kernel."""
+
+    task: str
+    path: str
+    sha256: str = Field(description="the file's sha256: which version of it ran")
+
+
 class E2EVariant(BaseModel):
     """One way of running the stack's training step (forward + backward)."""
 
@@ -210,6 +218,8 @@ class E2ERun(Measured):
     config: E2EConfig
     attention: Timing = Field(description="one layer's SDPA forward+backward at the stack's shapes")
     variants: list[E2EVariant]
+    kernel_files: list[KernelFile] = Field(default=[], description="what the coda-kernels variant ran in "
+                                                                  "place of the human kernels")
 
     def variant(self, name: str) -> E2EVariant | None:
         return next((v for v in self.variants if v.name == name), None)

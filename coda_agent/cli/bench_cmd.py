@@ -272,6 +272,32 @@ NO_GPU_E2E = (
 )
 
 
+def chosen_kernel_files(specs: list[str]) -> dict[str, Path]:
+    """``--kernel TASK=FILE`` options as {task: file}, each file imported once here so that a wrong one is
+    one line before any GPU work."""
+    from ..torch import CHAIN_TASKS, Kernels
+
+    files: dict[str, Path] = {}
+    for spec in specs:
+        task, sep, file = spec.partition("=")
+        if not sep or not task or not file:
+            raise UserError(f"--kernel takes TASK=FILE, got {spec!r}")
+        if task not in CHAIN_TASKS:
+            raise UserError(f"--kernel: {task} is not a task of the Llama-3 chain (it runs "
+                            f"{', '.join(CHAIN_TASKS)})")
+        if task in files:
+            raise UserError(f"--kernel: {task} is given twice")
+        path = Path(file)
+        if not path.is_file():
+            raise UserError(f"--kernel: no file {file}")
+        files[task] = path
+    try:
+        Kernels(files)
+    except Exception as exc:  # the user's file, whatever it raises: one line
+        raise UserError(f"--kernel: {type(exc).__name__}: {exc}") from None
+    return files
+
+
 @app.command("bench-e2e")
 def bench_e2e_cmd(
     preset: str = typer.Option("1b", "--preset", help="model and batch: 1b (CODA's torchtitan 1B, batch 4 x "
@@ -286,6 +312,11 @@ def bench_e2e_cmd(
         help="variants to time beside coda (repeatable; default: eager, compile, compile-max-autotune; "
         "also coda-compile, and coda-kmajor: CODA with K-major weight copies for its dgrad GEMMs)",
         metavar="<name>"),
+    kernel: list[str] = typer.Option(
+        None, "--kernel",
+        help="TASK=FILE: a kernel file (say, a run's best.py) for one of the chain's tasks (repeatable); "
+        "adds the coda-kernels variant, CODA with these files in place of their tasks' human kernels. The "
+        "files run in this process, unsandboxed: only files you trust", metavar="TASK=FILE"),
     steps: int = typer.Option(20, "--steps", min=3, help="timed steps per variant"),
     warmup: int = typer.Option(3, "--warmup", min=1,
                                help="untimed steps per variant first (the compiles happen here)"),
@@ -303,6 +334,7 @@ def bench_e2e_cmd(
     unknown = sorted(set(variant or ()) - set(VARIANTS))
     if unknown:
         raise UserError(f"no variant {', '.join(unknown)} (known: {', '.join(VARIANTS)})")
+    kernel_files = chosen_kernel_files(kernel or [])
     sizes = {"layers": layers, "batch": batch, "seq": seq}
     config = PRESETS[preset].model_copy(update={k: v for k, v in sizes.items() if v is not None})
     import torch
@@ -320,6 +352,7 @@ def bench_e2e_cmd(
     try:
         run = run_e2e(config, device="cuda", device_name=device, command=command_line(),
                       plan=step_plan(warmup, steps), variants=variant or DEFAULT_VARIANTS, top=top,
+                      kernel_files=kernel_files,
                       progress=lambda msg: print(f"[{time.monotonic() - t0:7.1f} s] {msg}", flush=True))
     except ValueError as exc:
         raise UserError(str(exc)) from None
