@@ -262,6 +262,55 @@ def test_the_probes_three_warp_groups_build_the_n_major_192x192_tile_for_sm90(mo
         assert any(cache.rglob("*.o"))
 
 
+#: gemm_residual on the load-ahead kernel, or on the probe class of the file ``sys.argv[1]`` names, built for
+#: sm_90a.
+_BUILD_RESIDUAL_AHEAD = """
+import dataclasses, functools, sys
+from pathlib import Path
+from unittest import mock
+from coda_agent.primitives import Config, _ahead, backend
+from coda_agent.tasks import find_task
+from coda_agent.tasks.loader import import_file
+kernel = _ahead.LoadAheadSm90
+if len(sys.argv) > 1:
+    kernel = import_file(Path(sys.argv[1]), "probe").EvictFirstCSm90
+task = find_task("gemm_residual")
+human = import_file(task.human_file, "human")
+tile = Config(tile_m=128, tile_n=256, pingpong=False, load_ahead=True)
+def forced(run):
+    return lambda call: run(dataclasses.replace(call, config=tile))
+with mock.patch.object(_ahead, "AheadEpiMod", functools.partial(_ahead.AheadEpiMod, kernel=kernel)):
+    with backend.using("quack-compile", wrap=forced):
+        human.forward(**task.make_inputs(dict(task.shapes["small"][0].dims), seed=0, device="cpu"))
+"""
+
+
+@pytest.mark.slow
+def test_the_evict_first_probe_gives_cs_tma_load_and_only_it_an_l2_policy(monkeypatch, tmp_path):
+    """bench/probes/evict_first_c.py (issue 44): in gemm_residual's sm_90a SASS one TMA load, C's, takes a
+    cache-policy register set to evict-first; the load-ahead kernel's loads take none."""
+    import re
+
+    policies = {}
+    for name, args in (("ahead", ()), ("evict", (str(REPO / "bench/probes/evict_first_c.py"),))):
+        dump = tmp_path / name
+        dump.mkdir()
+        monkeypatch.setenv("CUTE_DSL_KEEP", "sass")
+        monkeypatch.setenv("CUTE_DSL_DUMP_DIR", str(dump))
+        monkeypatch.setenv("QUACK_CACHE_DIR", str(dump / "cache"))
+        _child(_BUILD_RESIDUAL_AHEAD, *args)
+        (sass,) = dump.glob("*.sass")
+        text = sass.read_text(errors="replace")
+        loads = re.findall(r"UTMALDG\S* [^;]*desc\[(\w+)\]", text)
+        assert len(loads) == 3, loads  # A, B and C
+        policies[name] = [reg for reg in loads if reg != "URZ"]
+        if policies[name]:
+            (reg,) = policies[name]
+            high = f"UR{int(reg[2:]) + 1}"
+            assert re.search(rf"UMOV {high}, 0x12f00000 ;", text), f"{reg}:{high} is not evict-first"
+    assert policies == {"ahead": [], "evict": [policies["evict"][0]]} and len(policies["evict"]) == 1
+
+
 def test_a_schedule_the_tuner_pins_on_quacks_kernel_passes_the_static_check():
     """The tune stage pins ``Config(..., load_ahead=False)`` where QuACK's kernel won: the pinned module must
     still pass the static check (it refused every flag but pingpong)."""

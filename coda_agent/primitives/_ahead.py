@@ -48,6 +48,12 @@ class LoadAheadSm90(GemmSm90):
         """The producer warp group's second warp (QuACK's SM90 kernel leaves warps 1-3 of that group idle)."""
         return self.ab_load_warp_id + 1
 
+    def epi_load_hints(self) -> dict[str, Any]:
+        """Keyword arguments of the epilogue-load warp's TMA loads, C's and the tile operands' (none: TMA's
+        default L2 policy). A probe subclass passes a ``cache_policy`` here: an L2 eviction priority for tiles
+        that are read once."""
+        return {}
+
     def make_sched_pipeline(self, cluster_layout_mnk: cute.Layout, varlen_k: bool) -> Any:
         """QuACK's scheduler pipeline with one more consumer warp per CTA: the epilogue-load warp reads every
         tile."""
@@ -304,7 +310,8 @@ class LoadAheadSm90(GemmSm90):
                 waiting = Boolean(False)
             for epi_idx in cutlass.range(epi_tile_num, unroll=1):
                 epi_pipeline.producer_acquire(producer_state)
-                copy_operands(src_idx=epi_tile_layout.get_hier_coord(epi_idx), producer_state=producer_state)
+                copy_operands(src_idx=epi_tile_layout.get_hier_coord(epi_idx), producer_state=producer_state,
+                              **self.epi_load_hints())
                 epi_pipeline.producer_commit(producer_state)
                 producer_state.advance()
             tile_scheduler.advance_to_next_work()
