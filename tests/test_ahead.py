@@ -262,27 +262,43 @@ def test_the_probes_three_warp_groups_build_the_n_major_192x192_tile_for_sm90(mo
         assert any(cache.rglob("*.o"))
 
 
-#: gemm_residual on the load-ahead kernel, or on the probe class of the file ``sys.argv[1]`` names, built for
-#: sm_90a.
-_BUILD_RESIDUAL_AHEAD = """
-import dataclasses, functools, sys
+#: A task's human kernel with every gemm call on the load-ahead kernel at a config (``sys.argv[2]``, JSON
+#: fields), or on a probe class of it (``sys.argv[3]``, FILE:CLASS; packed mode let in), built for sm_90a.
+_BUILD_AHEAD_PROBE = """
+import dataclasses, functools, json, sys
 from pathlib import Path
 from unittest import mock
-from coda_agent.primitives import Config, _ahead, backend
+from coda_agent.primitives import _ahead, backend, configs
 from coda_agent.tasks import find_task
 from coda_agent.tasks.loader import import_file
 kernel = _ahead.LoadAheadSm90
-if len(sys.argv) > 1:
-    kernel = import_file(Path(sys.argv[1]), "probe").EvictFirstCSm90
-task = find_task("gemm_residual")
+if len(sys.argv) > 3:
+    path, name = sys.argv[3].split(":")
+    kernel = getattr(import_file(Path(path), "probe"), name)
+configs.AHEAD_MODES = (*configs.AHEAD_MODES, "packed")
+task = find_task(sys.argv[1])
 human = import_file(task.human_file, "human")
-tile = Config(tile_m=128, tile_n=256, pingpong=False, load_ahead=True)
+tile = configs.config_from_fields({**json.loads(sys.argv[2]), "load_ahead": True})
 def forced(run):
-    return lambda call: run(dataclasses.replace(call, config=tile))
+    return lambda call: run(dataclasses.replace(call, config=tile, pinned=None))
 with mock.patch.object(_ahead, "AheadEpiMod", functools.partial(_ahead.AheadEpiMod, kernel=kernel)):
     with backend.using("quack-compile", wrap=forced):
         human.forward(**task.make_inputs(dict(task.shapes["small"][0].dims), seed=0, device="cpu"))
 """
+
+
+def _probe_sass(monkeypatch, dump, task: str, config: str, *probe: str) -> str:
+    """The sm_90a SASS of ``task``'s kernel on the load-ahead kernel (or ``probe``, FILE:CLASS)."""
+    dump.mkdir()
+    monkeypatch.setenv("CUTE_DSL_KEEP", "sass")
+    monkeypatch.setenv("CUTE_DSL_DUMP_DIR", str(dump))
+    monkeypatch.setenv("QUACK_CACHE_DIR", str(dump / "cache"))
+    _child(_BUILD_AHEAD_PROBE, task, config, *probe)
+    (sass,) = dump.glob("*.sass")
+    return sass.read_text(errors="replace")
+
+
+_COOP_128x256 = '{"tile_m": 128, "tile_n": 256, "pingpong": false}'
 
 
 @pytest.mark.slow
@@ -292,15 +308,8 @@ def test_the_evict_first_probe_gives_cs_tma_load_and_only_it_an_l2_policy(monkey
     import re
 
     policies = {}
-    for name, args in (("ahead", ()), ("evict", (str(REPO / "bench/probes/evict_first_c.py"),))):
-        dump = tmp_path / name
-        dump.mkdir()
-        monkeypatch.setenv("CUTE_DSL_KEEP", "sass")
-        monkeypatch.setenv("CUTE_DSL_DUMP_DIR", str(dump))
-        monkeypatch.setenv("QUACK_CACHE_DIR", str(dump / "cache"))
-        _child(_BUILD_RESIDUAL_AHEAD, *args)
-        (sass,) = dump.glob("*.sass")
-        text = sass.read_text(errors="replace")
+    for name, probe in (("ahead", ()), ("evict", (f"{REPO}/bench/probes/evict_first_c.py:EvictFirstCSm90",))):
+        text = _probe_sass(monkeypatch, tmp_path / name, "gemm_residual", _COOP_128x256, *probe)
         loads = re.findall(r"UTMALDG\S* [^;]*desc\[(\w+)\]", text)
         assert len(loads) == 3, loads  # A, B and C
         policies[name] = [reg for reg in loads if reg != "URZ"]
@@ -308,7 +317,32 @@ def test_the_evict_first_probe_gives_cs_tma_load_and_only_it_an_l2_policy(monkey
             (reg,) = policies[name]
             high = f"UR{int(reg[2:]) + 1}"
             assert re.search(rf"UMOV {high}, 0x12f00000 ;", text), f"{reg}:{high} is not evict-first"
-    assert policies == {"ahead": [], "evict": [policies["evict"][0]]} and len(policies["evict"]) == 1
+    assert policies["ahead"] == [] and len(policies["evict"]) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("task", "config"), [
+    ("gemm_residual", _COOP_128x256),
+    ("gemm_rmsnorm_bwd", '{"tile_m": 128, "tile_n": 192, "pingpong": true}'),
+    ("gemm_swiglu_bwd", '{"tile_m": 128, "tile_n": 128, "pingpong": true}'),
+])
+def test_the_lean_epilogue_probe_has_a_barrier_and_a_fence_fewer_per_subtile(monkeypatch, tmp_path, task,
+                                                                             config):
+    """bench/probes/lean_epilogue.py (issue 44): built for sm_90a where the load-ahead kernel runs (and in
+    packed mode), with the same stores and, for each of a tile's 8 or more subtiles, a named barrier and a
+    proxy fence fewer (the subtile loop is unrolled)."""
+    import re
+
+    def counts(text: str) -> tuple[int, int, int]:
+        return (len(re.findall(r"UTMASTG", text)), len(re.findall(r"BAR\.SYNC", text)),
+                len(re.findall(r"FENCE\.VIEW\.ASYNC\.S", text)))
+
+    stores, bars, fences = counts(_probe_sass(monkeypatch, tmp_path / "ahead", task, config))
+    probe = f"{REPO}/bench/probes/lean_epilogue.py:LeanEpilogueSm90"
+    lean = _probe_sass(monkeypatch, tmp_path / "lean", task, config, probe)
+    lean_stores, lean_bars, lean_fences = counts(lean)
+    assert lean_stores == stores > 0
+    assert bars - lean_bars >= 8 and fences - lean_fences >= 8, (bars, lean_bars, fences, lean_fences)
 
 
 def test_a_schedule_the_tuner_pins_on_quacks_kernel_passes_the_static_check():

@@ -17,11 +17,7 @@ from typing import Any
 
 from cutlass import Int64
 
-from coda_agent.primitives._ahead import LoadAheadSm90
-
-#: The 64-bit L2 cache policy that TMA's ``.L2::cache_hint`` takes for evict-first (the value CUTLASS names
-#: ``CacheHintSm90::EVICT_FIRST``).
-L2_EVICT_FIRST = 0x12F0000000000000
+from coda_agent.primitives._ahead import L2_EVICT_FIRST, LoadAheadSm90
 
 
 class EvictFirstCSm90(LoadAheadSm90):

@@ -34,6 +34,7 @@ import torch
 from coda_agent.measure.baselines import cublas_gemms
 from coda_agent.measure.timing import Clock, RepPlan, paired_ratio, time_interleaved
 from coda_agent.primitives import Config, _ahead, _quack, backend
+from coda_agent.primitives import configs as configs_module
 from coda_agent.primitives.configs import chosen_config, config_from_fields
 from coda_agent.tasks.loader import find_task, import_file
 
@@ -276,11 +277,16 @@ def main() -> None:
     p.add_argument("--ahead-config", action="append", default=[], type=lambda s: config_from_fields(json.loads(s)),
                    metavar="JSON", help="each --ahead-kernel also at this config, every gemm call, past gemm()'s "
                    "checks: 'as written, dynamic, ahead CLASS @ 192x192 coop 2x1' (repeatable)")
+    p.add_argument("--ahead-packed", action="store_true",
+                   help="let packed-mode calls run on the load-ahead kernels too (the product keeps them on QuACK's: "
+                        "configs.AHEAD_MODES), so --ahead and --ahead-kernel reach gemm_swiglu_bwd")
     p.add_argument("--split", action="append", default=[], type=int,
                    help="split-K variants: split_k S (repeatable), with the kernel's config and SPLIT_TILES")
     args = p.parse_args()
     splits, files, kernels = tuple(args.split), tuple(args.variant), tuple(args.ahead_kernel)
     configs, forced = tuple(args.ahead_config), tuple(args.config)
+    if args.ahead_packed:
+        configs_module.AHEAD_MODES = (*configs_module.AHEAD_MODES, "packed")
     backend.set_backend("quack", wrap=_forced)
     _quack._gemm_config = lambda config: _gemm_config(config, STATE["dynamic"])  # type: ignore[assignment]
     clock = Clock("cuda")

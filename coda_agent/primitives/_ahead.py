@@ -38,6 +38,10 @@ from quack.gemm_sm90 import GemmSm90
 from quack.pipeline import PipelineAsync as QuackPipelineAsync
 from quack.pipeline import make_pipeline_state
 
+#: The 64-bit L2 cache policy TMA's ``.L2::cache_hint`` takes for evict-first (the value CUTLASS names
+#: ``CacheHintSm90::EVICT_FIRST``): what :meth:`LoadAheadSm90.epi_load_hints` may pass as ``cache_policy``.
+L2_EVICT_FIRST = 0x12F0000000000000
+
 
 class LoadAheadSm90(GemmSm90):
     """Put before a minted QuACK SM90 class in the bases: its ``kernel``, scheduler pipeline and C stages,
