@@ -343,6 +343,42 @@ def test_the_lean_epilogue_probe_has_a_barrier_and_a_fence_fewer_per_subtile(mon
     lean_stores, lean_bars, lean_fences = counts(lean)
     assert lean_stores == stores > 0
     assert bars - lean_bars >= 8 and fences - lean_fences >= 8, (bars, lean_bars, fences, lean_fences)
+    if '"pingpong": true' in config:  # and with a set of buffers per warp group
+        grouped = probe.replace("LeanEpilogue", "GroupBuffers")
+        group = _probe_sass(monkeypatch, tmp_path / "group", task, config, grouped)
+        assert counts(group) == counts(lean)
+
+
+#: The group-buffers probe's stage split beside the load-ahead kernel's, pingpong, for the tiles of TILES.
+_GROUP_STAGES = """
+import json, sys
+from pathlib import Path
+from cutlass import BFloat16
+from cutlass._mlir import ir
+from coda_agent.primitives._ahead import LoadAheadSm90
+from coda_agent.tasks.loader import import_file
+probe = object.__new__(import_file(Path(sys.argv[2]), "probe").GroupBuffersSm90)
+probe.pingpong = True
+out = []
+with ir.Context(), ir.Location.unknown():
+    for tile, subtile in json.loads(sys.argv[1]):
+        args = (tuple(tile), tuple(subtile), BFloat16, BFloat16, BFloat16, BFloat16, None, 232448, 1)
+        out.append([LoadAheadSm90._compute_stages(*args), probe._compute_stages(*args)])
+print(json.dumps(out))
+"""
+
+
+def test_the_group_buffers_probe_doubles_d_out_of_c_and_keeps_the_ab_stages():
+    """bench/probes/lean_epilogue.py:GroupBuffersSm90 (issue 44, item 2): in pingpong, two sets of D buffers
+    of at least 2 stages each, paid for out of C's stages (down to 2) and never, at these tiles, out of
+    A/B's."""
+    pingpong = [(tile, sub) for tile, sub in TILES if tile[0] == 128 and tile[1] <= 208]
+    probe = str(REPO / "bench/probes/lean_epilogue.py")
+    split = json.loads(_child(_GROUP_STAGES, json.dumps(pingpong), probe))
+    for (tile, subtile), ((ab, d, c), (ab_g, d_g, c_g)) in zip(pingpong, split, strict=True):
+        stage = subtile[0] * subtile[1] * 2
+        assert ab_g == ab and d_g % 2 == 0 and d_g >= 4 and c_g >= 2, (tile, (ab, d, c), (ab_g, d_g, c_g))
+        assert (d_g + c_g) * stage <= (d + c) * stage + 2048, tile  # the same smem, give or take a pad
 
 
 def test_a_schedule_the_tuner_pins_on_quacks_kernel_passes_the_static_check():

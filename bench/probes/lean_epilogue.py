@@ -23,8 +23,8 @@ drain before the other warp group's turn). The epilogue's ops keep their own bar
 so their staging smem is ordered as before. Outputs should equal the load-ahead kernel's bit for bit.
 
 ``schedule_probe.py --ahead-kernel bench/probes/lean_epilogue.py:LeanEpilogueSm90`` times it beside the load-ahead
-kernel (``bench/probes/args/lean_epilogue.txt``); :class:`LeanEpilogueEvictFirstSm90` adds ``evict_first_c.py``'s L2
-hint.
+kernel (``bench/probes/args/lean_epilogue.txt``). :class:`LeanEpilogueEvictFirstSm90` adds ``evict_first_c.py``'s L2
+hint; :class:`GroupBuffersSm90` gives each pingpong warp group buffers of its own (issue 44, item 2).
 """
 
 from typing import Any
@@ -39,6 +39,15 @@ from coda_agent.primitives._ahead import L2_EVICT_FIRST, LoadAheadSm90
 
 class LeanEpilogueSm90(LoadAheadSm90):
     """The load-ahead kernel with an epilogue of one barrier and one fence per subtile."""
+
+    @property
+    def store_buffers(self) -> int:
+        """The D (and output-tile) buffers one warp group's stores rotate through."""
+        return self.epi_stage
+
+    def first_store_buffer(self) -> Any:
+        """Where the calling warp group's buffers start."""
+        return 0
 
     @cute.jit
     def epilogue(
@@ -62,7 +71,8 @@ class LeanEpilogueSm90(LoadAheadSm90):
         count = cute.size(subtiles)
         done_before = tile_scheduler.num_tiles_executed * count
         # stores a TMA warp may leave in flight once the next subtile's buffers must be free
-        in_flight = max(self.epi_stage - 2, 0)
+        in_flight = max(self.store_buffers - 2, 0)
+        first = self.first_store_buffer()
         epi_tensors = self.epi_begin(params, epi_smem_tensors, epi_tile, tiled_copy_t2r, tiled_copy_r2s,
                                      tile_coord_mnkl, varlen_manager, epilogue_barrier, tidx, tRS_rD.layout)
         if const_expr(self.epi_needs_acc_prepass):
@@ -84,7 +94,7 @@ class LeanEpilogueSm90(LoadAheadSm90):
             self.epi_end_loop(params, epi_tensors, coord, tRS_rD, epi_tile, tiled_copy_t2r, tiled_copy_r2s,
                               tile_coord_mnkl, varlen_manager, tidx)
             frags = ((tRS_rD,) if const_expr(copy_D is not None) else ()) + aux_frags
-            buffer = (done_before + i) % self.epi_stage
+            buffer = first + (done_before + i) % self.store_buffers
             for j in cutlass.range_constexpr(len(stores)):
                 op, quant, tiled_copy, smem, _, _ = stores[j]
                 if const_expr(quant is not None):
@@ -120,3 +130,51 @@ class LeanEpilogueEvictFirstSm90(LeanEpilogueSm90):
 
     def epi_load_hints(self) -> dict[str, Any]:
         return {"cache_policy": Int64(L2_EVICT_FIRST)}
+
+
+class GroupBuffersSm90(LeanEpilogueSm90):
+    """The lean epilogue where, in pingpong, each warp group stores through D (and output-tile) buffers of its
+    own, so a group hands the epilogue to the other without draining its stores (issue 44, item 2; QuACK's
+    groups share one set and drain at every hand-over, ``LoadAheadSm90.group_epilogue_buffers``). The second
+    set comes out of C's stages above 2, then out of each set's D stages above 2, then out of A/B's. Cooperative
+    tiles run as :class:`LeanEpilogueSm90`."""
+
+    group_epilogue_buffers = True
+
+    def _compute_stages(  # an instance's: the split depends on pingpong
+        self, cta_tile_shape_mnk: Any, epi_tile: Any, a_dtype: Any, b_dtype: Any, d_dtype: Any, c_dtype: Any,
+        epilogue_args: Any, smem_capacity: int, occupancy: int, warp_shape_mnk: Any = None, **kwargs: Any,
+    ) -> tuple[int, int, int]:
+        ab, d, c = super()._compute_stages(cta_tile_shape_mnk, epi_tile, a_dtype, b_dtype, d_dtype, c_dtype,
+                                           epilogue_args, smem_capacity, occupancy, warp_shape_mnk, **kwargs)
+        if not self.pingpong or d == 0:
+            return ab, d, c
+        subtile = cute.size(cute.shape(epi_tile))
+        op_bytes = self.epi_smem_bytes(epilogue_args, cta_tile_shape_mnk, epi_tile, warp_shape_mnk)
+        d_bytes = (subtile * d_dtype.width // 8 if d_dtype is not None else 0) + op_bytes.d_stage
+        c_bytes = (subtile * c_dtype.width // 8 if c_dtype is not None else 0) + op_bytes.c_stage
+        a_bytes = kwargs.get("a_bytes_per_stage_override") or (
+            cta_tile_shape_mnk[0] * cta_tile_shape_mnk[2] * a_dtype.width // 8)
+        ab_bytes = (a_bytes + cta_tile_shape_mnk[1] * cta_tile_shape_mnk[2] * b_dtype.width // 8
+                    + kwargs.get("ab_extra_bytes_per_stage", 0))
+        # QuACK's reserve: the barriers, and a 1 KiB alignment pad before and after the op smem
+        budget = smem_capacity // occupancy - 1024 - 2048 - op_bytes.unstaged
+        per_group = d
+        while ab * ab_bytes + 2 * per_group * d_bytes + c * c_bytes > budget:
+            if c > 2:
+                c -= 1
+            elif per_group > 2:
+                per_group -= 1
+            else:
+                ab -= 1
+        assert ab >= 2, "no room for two A/B stages beside two sets of epilogue buffers"
+        return ab, 2 * per_group, c
+
+    @property
+    def store_buffers(self) -> int:
+        return self.epi_stage // 2 if self.pingpong else self.epi_stage
+
+    def first_store_buffer(self) -> Any:
+        if not self.pingpong:  # both warp groups store each tile's subtiles together
+            return 0
+        return (cute.arch.make_warp_uniform(cute.arch.warp_idx()) // 4) * self.store_buffers

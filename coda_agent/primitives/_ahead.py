@@ -47,6 +47,10 @@ class LoadAheadSm90(GemmSm90):
     """Put before a minted QuACK SM90 class in the bases: its ``kernel``, scheduler pipeline and C stages,
     nothing else."""
 
+    #: Whether each pingpong warp group stores through epilogue buffers of its own (an epilogue that indexes
+    #: them so, as a probe's may): then a group hands the epilogue on without draining its stores first.
+    group_epilogue_buffers = False
+
     @property
     def epi_load_warp_id(self) -> int:
         """The producer warp group's second warp (QuACK's SM90 kernel leaves warps 1-3 of that group idle)."""
@@ -414,10 +418,11 @@ class LoadAheadSm90(GemmSm90):
                 is_tma_warp=is_tma_warp,
             )
             if const_expr(self.pingpong):
-                # Both groups store through one set of epilogue buffers: drain before the other group's
-                # epilogue.
-                if is_tma_warp:
-                    epi_store_pipeline.producer_tail()
+                if const_expr(not self.group_epilogue_buffers):
+                    # Both groups store through one set of epilogue buffers: drain before the other group's
+                    # epilogue.
+                    if is_tma_warp:
+                        epi_store_pipeline.producer_tail()
                 self.pingpong_barrier_arrive(1 - warp_group_idx, stage="epi")
                 epi_read_state.advance_iters(c_tile_cnt)
                 ab_read_state.advance_iters(k_tile_cnt)
@@ -427,7 +432,7 @@ class LoadAheadSm90(GemmSm90):
             work_tile = tile_scheduler.get_current_work()
         if const_expr(self.use_pdl):
             prims.griddepcontrol(prims.GridDepAction.LAUNCH_DEPENDENTS)
-        if const_expr(not self.pingpong):
+        if const_expr(not self.pingpong or self.group_epilogue_buffers):
             if is_tma_warp:
                 epi_store_pipeline.producer_tail()
 
