@@ -114,6 +114,35 @@ def test_kernel_files_add_their_variant_and_the_variant_needs_them(chosen: Path)
         run_e2e(PRESETS["tiny"], device="cpu", command="", variants=["coda-kernels"])
 
 
+def test_each_eager_coda_variants_gradients_are_checked_against_fp32_autograd(run: E2ERun):
+    checked = {v.name: v.gradients for v in run.variants if v.gradients is not None}
+    assert set(checked) == {"coda", "coda-kmajor", "coda-kernels"}  # compiled CODA runs the same kernels
+    for g in checked.values():
+        assert g.passed and not g.failed and 0 <= g.worst_ratio <= 1 and g.tokens == 32
+    md = e2e_markdown(run)
+    assert ("- gradients of coda (one sequence of 32 tokens against FP32 autograd, the suite's tolerance "
+            "rule): every one within its allowance; nearest, ") in md
+
+
+def test_a_kernel_that_breaks_the_gradients_fails_the_check_by_name(tmp_path: Path):
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text(find_task("gemm_swiglu_bwd").human_file.read_text().replace(  # type: ignore[union-attr]
+        '{"dpreact": out["D"],', '{"dpreact": out["D"] * 1.03,'))
+    run = run_e2e(PRESETS["tiny"], device="cpu", command="", variants=[], plan=step_plan(1, STEPS),
+                  kernel_files={"gemm_swiglu_bwd": wrong})
+    human, chosen = (run.variant(n).gradients for n in ("coda", "coda-kernels"))  # type: ignore[union-attr]
+    assert human is not None and human.passed
+    assert chosen is not None and not chosen.passed and "layers.1.w_gate_up" in chosen.failed
+    assert chosen.worst_ratio > 1 and chosen.worst in chosen.failed
+    assert "- gradients of coda-kernels (" in e2e_markdown(run) and "): FAILED, " in e2e_markdown(run)
+
+
+def test_the_gradient_check_can_be_left_out():
+    run = run_e2e(PRESETS["tiny"], device="cpu", command="", variants=[], plan=step_plan(1, STEPS),
+                  gradients=False)
+    assert run.coda.gradients is None and "gradients of" not in e2e_markdown(run)
+
+
 def test_the_ratios_are_each_variants_time_over_codas(run: E2ERun):
     coda = run.coda
     assert set(run.speedups) == set(VARIANTS) - {"coda"}
@@ -272,4 +301,5 @@ def test_one_1b_layer_on_the_gpu(tmp_path: Path):
         for v in run.variants)
     assert all(v.kernels_measured == "CUDA kernels" and v.top_kernels for v in run.variants)
     assert run.variant("eager").loss == pytest.approx(run.coda.loss, rel=1e-2)  # type: ignore[union-attr]
+    assert run.coda.gradients is not None and run.coda.gradients.passed and run.coda.gradients.tokens == 2048
     assert out.with_suffix(".md").exists()

@@ -25,6 +25,7 @@ from coda_agent.torch import (
     ReferenceLlamaStack,
     task_op,
 )
+from coda_agent.torch.check import check_gradients, gradient_errors, loss_and_gradients
 
 IGNORE = -100
 
@@ -60,25 +61,13 @@ def reference_loss(stack: CodaLlamaStack, h: torch.Tensor, targets: torch.Tensor
                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The same model in plain PyTorch at ``dtype``, and its gradients (those of ``h`` under the name
     ``h``)."""
-    ref = ReferenceLlamaStack.like(stack, dtype)
-    x = h.detach().to(dtype).requires_grad_()
-    loss = ref(x, targets)
-    loss.backward()
-    grads = {name: p.grad for name, p in ref.named_parameters() if p.grad is not None}
-    assert x.grad is not None
-    return loss.detach(), {**grads, "h": x.grad}
+    return loss_and_gradients(ReferenceLlamaStack.like(stack, dtype), h, targets)
 
 
 def coda_loss(stack: CodaLlamaStack, h: torch.Tensor, targets: torch.Tensor,
               run=None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Loss and gradients through the ops (``run`` wraps the stack, e.g. in torch.compile)."""
-    stack.zero_grad(set_to_none=True)
-    x = h.detach().clone().requires_grad_()
-    loss = (stack if run is None else run)(x, targets)
-    loss.backward()
-    grads = {name: p.grad for name, p in stack.named_parameters() if p.grad is not None}
-    assert x.grad is not None
-    return loss.detach(), {**grads, "h": x.grad}
+    return loss_and_gradients(stack, h, targets, run)
 
 
 def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -88,20 +77,9 @@ def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
 def assert_within_the_tolerance_rule(got: dict[str, torch.Tensor], truth: dict[str, torch.Tensor],
                                      eager: dict[str, torch.Tensor]) -> None:
     """Every gradient passes the suite's rule: max error <= factor * the bf16 eager model's + floor * max(1,
-    |truth|), with the factor and floor every chain task uses (the default rule; a task that changes it
-    changes this check)."""
-    rules = [find_task(task).tolerance for task in CHAIN_TASKS]
-    rule = rules[0]
-    assert all(r == rule
-               for r in rules), "the chain's tasks now differ in their tolerance rule: pick one per gradient"
-    factor, floor = rule.factor, rule.floor
-    failed = []
-    for name, want in truth.items():
-        err = float((got[name].double() - want.double()).abs().max())
-        allowed = (factor * float((eager[name].double() - want.double()).abs().max())
-                   + floor * max(1.0, float(want.abs().max())))
-        if not err <= allowed:
-            failed.append(f"d{name}: max error {err:.3g} > allowed {allowed:.3g}")
+    |truth|), with the factor and floor every chain task uses (``coda_agent.torch.check``)."""
+    failed = [f"d{e.name}: max error {e.error:.3g} > allowed {e.allowed:.3g}"
+              for e in gradient_errors(got, truth, eager) if not e.passed]
     assert not failed, failed
 
 
@@ -309,6 +287,24 @@ def test_a_chosen_kernel_file_replaces_the_human_one(small, eager_run, tmp_path:
     finally:
         stack.use(Kernels())
     assert all(torch.equal(grads[name], g) for name, g in eager_run[1].items())
+
+
+def test_the_gradient_check_passes_the_human_kernels_and_names_what_a_wrong_one_breaks(small, tmp_path: Path):
+    """``check_gradients`` (the end-to-end bench's check): every gradient within the rule on the human
+    kernels; a SwiGLU backward whose dpreact is 3% off is caught in the MLP weights it feeds, by name."""
+    stack, h, targets = small
+    errors = check_gradients(stack, h, targets)
+    assert {e.name for e in errors} == {*(n for n, _ in stack.named_parameters()), "h"}
+    assert all(e.passed and 0 <= e.ratio <= 1 for e in errors)
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text(find_task("gemm_swiglu_bwd").human_file.read_text().replace(  # type: ignore[union-attr]
+        '{"dpreact": out["D"],', '{"dpreact": out["D"] * 1.03,'))
+    stack.use(Kernels({"gemm_swiglu_bwd": wrong}))
+    try:
+        failed = {e.name for e in check_gradients(stack, h, targets) if not e.passed}
+    finally:
+        stack.use(Kernels())
+    assert "layers.1.w_gate_up" in failed and "head.weight" not in failed
 
 
 def test_k_major_dgrad_weights_give_the_same_gradients(small, eager_run):

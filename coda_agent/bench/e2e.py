@@ -23,7 +23,9 @@ from torch import nn
 from ..measure.timing import Clock, RepPlan, Timing, time_interleaved
 from ..provenance import driver_version, git_commit, package_versions
 from ..torch import CodaLlamaLayer, CodaLlamaStack, CodaLMHead, Kernels, ReferenceLlamaStack
-from .results import E2EConfig, E2ERun, E2EVariant, KernelFile, KernelTime
+from ..torch.check import check_gradients
+from ..torch.layer import IGNORE_INDEX
+from .results import E2EConfig, E2ERun, E2EVariant, GradientCheck, KernelFile, KernelTime
 
 #: CODA's torchtitan 1B (Llama 3.2 1B: 16 layers, vocab 128256) at batch 4 x 8192, Llama 3.1 8B's layers (32
 #: of them; time a few with --layers) at batch 2 x 8192, and a CPU-sized one for tests.
@@ -182,6 +184,34 @@ def profile_kernels(step: Callable[[], object], device: str, top: int) -> tuple[
     return kind, sum(r[2] for r in rows), [KernelTime(name=n, count=c, total_us=t) for n, c, t in rows[:top]]
 
 
+#: The tokens of the gradient check's batch (one sequence): enough for every kernel's tiles at the model's
+#: real widths, small enough that the FP32 reference fits beside the bench's models.
+GRADIENT_CHECK_TOKENS = 2048
+
+
+def gradient_batch(config: E2EConfig, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """One sequence of up to :data:`GRADIENT_CHECK_TOKENS` tokens, with about 1 target in 5 ignored (the
+    loss's other path)."""
+    g = torch.Generator().manual_seed(2)
+    seq = min(config.seq, GRADIENT_CHECK_TOKENS)
+    h = torch.randn(1, seq, config.dim, generator=g).to(device=device, dtype=torch.bfloat16)
+    targets = torch.randint(0, config.vocab, (1, seq), generator=g)
+    targets[torch.rand(1, seq, generator=g) < 0.2] = IGNORE_INDEX
+    return h, targets.to(device)
+
+
+def gradient_check(stack: CodaLlamaStack, kernels: Kernels, h: torch.Tensor,
+                   targets: torch.Tensor) -> GradientCheck:
+    """``stack`` on ``kernels``: its gradients at this batch against FP32 autograd, by the tolerance rule."""
+    stack.use(kernels)
+    errors = check_gradients(stack, h, targets)
+    stack.zero_grad(set_to_none=True)
+    worst = max(errors, key=lambda e: e.ratio)
+    return GradientCheck(tokens=h.shape[0] * h.shape[1], passed=all(e.passed for e in errors),
+                         worst=worst.name, worst_ratio=worst.ratio,
+                         failed=[e.name for e in errors if not e.passed])
+
+
 def step_plan(warmup: int = 3, steps: int = 20) -> RepPlan:
     """Exactly ``steps`` timed steps per variant after ``warmup`` (a step is long: no sizing to a time
     target)."""
@@ -202,14 +232,15 @@ def timing_method(device: str, plan: RepPlan) -> str:
 
 def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | None = None,
             variants: Iterable[str] = DEFAULT_VARIANTS, plan: RepPlan | None = None,
-            top: int = 15, kernel_files: Mapping[str, Path] | None = None,
+            top: int = 15, kernel_files: Mapping[str, Path] | None = None, gradients: bool = True,
             progress: Callable[[str], None] = lambda _: None) -> E2ERun:
     """Build the stack, time every variant's step and the attention alone, measure memory and profile each.
 
     ``device`` is ``cuda`` or ``cpu`` (tests: the emulator backend and the tiny preset); the CODA variant is
     always measured, as every ratio is to it. ``kernel_files`` (chain task -> kernel file, e.g. a run's
     ``best.py``) adds the ``coda-kernels`` variant: CODA with those files in place of their tasks' human
-    kernels, timed beside the human ones.
+    kernels, timed beside the human ones. ``gradients``: each eager CODA variant's gradients are checked at
+    one short sequence against FP32 autograd (:func:`gradient_check`), after the timing.
     """
     plan = plan or step_plan()
     kernel_files = dict(kernel_files or {})
@@ -257,11 +288,16 @@ def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | 
     attention_us = timings["attention"].median_us * config.layers
 
     results = []
+    check_batch = gradient_batch(config, device) if gradients else None
     for name in names:
         spec = VARIANTS[name]
         progress(f"memory and profile: {name}")
         loss, peak, resident = peak_memory(steps[name], device)
         kind, total_us, kernels = profile_kernels(steps[name], device, top)
+        checked = None
+        if check_batch is not None and spec.coda and spec.compile_mode is None:
+            progress(f"gradients against FP32 autograd: {name}")
+            checked = gradient_check(coda, kernel_sets[spec.k_major_dgrad, spec.chosen_kernels], *check_batch)
         step_t: Timing = timings[name]
         results.append(E2EVariant(
             name=name, model="CodaLlamaStack" if spec.coda else "ReferenceLlamaStack",
@@ -270,6 +306,7 @@ def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | 
             step=step_t, tokens_per_s=config.tokens / (step_t.median_us * 1e-6),
             non_attention_us=step_t.median_us - attention_us, loss=float(loss), peak_memory_bytes=peak,
             resident_bytes=resident, kernels_measured=kind, kernel_total_us=total_us, top_kernels=kernels,
+            gradients=checked,
         ))
     notes = [f"{name} was left out: {why}" for name, why in dropped.items()]
     if backend != "inductor":

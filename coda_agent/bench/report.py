@@ -279,6 +279,23 @@ def e2e_goal(run: E2ERun) -> str:
             f"{best.name} on the non-attention time, {_num(ratio['step'], '.3f')}x on the whole step")
 
 
+def e2e_gradients(run: E2ERun) -> list[str]:
+    """A line per CODA variant whose gradients were checked: within the tolerance rule or not, and where."""
+    lines = []
+    for v in run.variants:
+        g = v.gradients
+        if g is None:
+            continue
+        where = f"one sequence of {g.tokens:,} tokens against FP32 autograd, the suite's tolerance rule"
+        if g.passed:
+            lines.append(f"gradients of {v.name} ({where}): every one within its allowance; nearest, "
+                         f"{g.worst} at {g.worst_ratio:.2f} of it")
+        else:
+            lines.append(f"gradients of {v.name} ({where}): FAILED, {len(g.failed)} past their allowance "
+                         f"({', '.join(g.failed)}); worst, {g.worst} at {g.worst_ratio:.2f}x it")
+    return lines
+
+
 def _kernel_rows(v: E2EVariant) -> list[str]:
     lines = [f"### {v.name}: top {len(v.top_kernels)} {v.kernels_measured} of one step "
              f"({v.kernel_total_us / 1e3:,.2f} ms in all)", "",
@@ -313,6 +330,8 @@ def e2e_markdown(run: E2ERun) -> str:
         "",
         e2e_goal(run),
         "",
+        *(f"- {line}" for line in e2e_gradients(run)),
+        *([""] if e2e_gradients(run) else []),
         "## Kernels that made the difference",
         "",
     ]

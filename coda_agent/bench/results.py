@@ -184,6 +184,19 @@ class KernelFile(BaseModel):
     sha256: str = Field(description="the file's sha256: which version of it ran")
 
 
+class GradientCheck(BaseModel):
+    """A CODA variant's gradients at a small batch against FP32 autograd, by the suite's tolerance rule
+    (``coda_agent.torch.check``)."""
+
+    tokens: int = Field(description="the batch the check ran at (batch x sequence)")
+    passed: bool
+    worst: str = Field(description="the gradient nearest its allowance, or furthest past it ('h': the "
+                                   "input's)")
+    worst_ratio: float = Field(description="that gradient's max-abs error over what the rule allows it (<= 1 "
+                                           "passes)")
+    failed: list[str] = Field(default=[], description="every gradient past its allowance")
+
+
 class E2EVariant(BaseModel):
     """One way of running the stack's training step (forward + backward)."""
 
@@ -206,6 +219,9 @@ class E2EVariant(BaseModel):
                                                           "without a GPU")
     kernel_total_us: float = Field(default=0.0, description="all the profiled step's kernels (ops), summed")
     top_kernels: list[KernelTime] = []
+    gradients: GradientCheck | None = Field(default=None, description="None: not checked (the plain models, "
+                                                                      "and compiled CODA, which runs the "
+                                                                      "same kernels)")
 
 
 class E2ERun(Measured):

@@ -325,6 +325,9 @@ def bench_e2e_cmd(
                                   help="results JSON (default: the bench dir, <device>-<date>-e2e.json)"),
     md_out: Path = typer.Option(None, "--md", help="markdown summary (default: next to the JSON)"),
     save: bool = typer.Option(True, "--save/--no-save", help="write the JSON and markdown files"),
+    gradients: bool = typer.Option(True, "--gradients/--no-gradients",
+                                   help="check each eager CODA variant's gradients at one short sequence "
+                                   "against FP32 autograd (the suite's tolerance rule); exit 1 if any fails"),
 ) -> None:
     """Time a Llama-3 layer stack's forward+backward on the task kernels against eager and torch.compile."""
     from ..bench.e2e import DEFAULT_VARIANTS, PRESETS, VARIANTS, run_e2e, step_plan
@@ -341,7 +344,7 @@ def bench_e2e_cmd(
 
     if not torch.cuda.is_available():
         raise UserError(NO_GPU_E2E)
-    from ..bench.report import e2e_goal, e2e_table
+    from ..bench.report import e2e_goal, e2e_gradients, e2e_table
     from ..bench.runner import command_line, write_run
 
     device = torch.cuda.get_device_name(0)
@@ -352,12 +355,16 @@ def bench_e2e_cmd(
     try:
         run = run_e2e(config, device="cuda", device_name=device, command=command_line(),
                       plan=step_plan(warmup, steps), variants=variant or DEFAULT_VARIANTS, top=top,
-                      kernel_files=kernel_files,
+                      kernel_files=kernel_files, gradients=gradients,
                       progress=lambda msg: print(f"[{time.monotonic() - t0:7.1f} s] {msg}", flush=True))
     except ValueError as exc:
         raise UserError(str(exc)) from None
     wide_console().print(e2e_table(run))
     console.print(e2e_goal(run), highlight=False, markup=False)
+    for line in e2e_gradients(run):
+        console.print(line, highlight=False, markup=False)
     if save:
         for p in write_run(run, json_path, md_path):
             console.print(f"wrote {p}")
+    if any(v.gradients is not None and not v.gradients.passed for v in run.variants):
+        raise typer.Exit(1)
