@@ -2,15 +2,16 @@
 
     from coda_agent.torch import CodaLlamaLayer, CodaLMHead, CodaLlamaStack, Kernels
 
-    kernels = Kernels()                      # the human kernels; Kernels({"gemm_rmsnorm_bwd": "best.py"})
-    swaps one stack = CodaLlamaStack([CodaLlamaLayer(2048, 8192, 32, 8, kernels=kernels) for _ in range(16)],
+    kernels = Kernels()     # the human kernels; Kernels({"gemm_rmsnorm_bwd": "best.py"}) swaps one
+    stack = CodaLlamaStack([CodaLlamaLayer(2048, 8192, 32, 8, kernels=kernels) for _ in range(16)],
                            CodaLMHead(2048, 128256, kernels=kernels))
     loss = stack(embedding(tokens), targets)  # targets may hold -100 (ignored)
     loss.backward()
 
 Trusted code only: the kernels are imported and run in this process, outside the verifier's sandbox. Use
 the human kernels or a ``best.py`` you chose to trust. The primitives' backend follows the tensors' device
-(emulator on CPU, QuACK on a GPU). Named ``torch`` for ``coda_agent.torch``; inside it ``import torch`` is
+(emulator on CPU, QuACK on a GPU); :mod:`.check` holds a stack's gradients to FP32 autograd by the suite's
+tolerance rule. Named ``torch`` for ``coda_agent.torch``; inside it ``import torch`` is
 the real torch (absolute imports), so the name costs nothing but a careful ``import coda_agent.torch as ...``.
 """
 
