@@ -143,6 +143,31 @@ def test_the_gradient_check_can_be_left_out():
     assert run.coda.gradients is None and "gradients of" not in e2e_markdown(run)
 
 
+def test_every_profiled_op_is_summed_by_kind(run: E2ERun):
+    for v in run.variants:
+        assert v.by_kind and sum(k.total_us for k in v.by_kind) == pytest.approx(v.kernel_total_us)
+        assert [k.total_us for k in v.by_kind] == sorted((k.total_us for k in v.by_kind), reverse=True)
+    kinds = {k.kind for k in run.coda.by_kind}
+    assert {"task kernels (GEMM + epilogue)", "attention (SDPA)", "the chain's glue passes"} <= kinds
+    assert "task kernels (GEMM + epilogue)" not in {k.kind for k in run.variant("eager").by_kind}  # type: ignore
+
+
+@pytest.mark.parametrize(("name", "kind"), [
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26", "attention (SDPA)"),
+    ("void cudnn::fusion::compute_dot_do_o_specialized<true, 64>(void const*)", "attention (SDPA)"),
+    ("kernel_cutlass_kernel_coda_agentprimitives_aheadGemmMod_rms_bwd", "task kernels (GEMM + epilogue)"),
+    ("kernel_cutlass_kernel_quackepiloguefrontendGemmMod_norm_gated_da98", "task kernels (GEMM + epilogue)"),
+    ("softmax_grad_in_place", "the chain's glue passes"),
+    ("nvjet_sm90_tst_128x256_64x4_2x1_v_bz_coopA_NTN", "other GEMMs (cuBLAS, aten)"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "other GEMMs (cuBLAS, aten)"),
+    ("triton_poi_fused_mul_silu_silu_backward_stack_view_2", "Inductor's Triton kernels"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", e2e.OTHER),
+])
+def test_a_kernel_is_named_for_what_it_is(name: str, kind: str):
+    """Names from the H200's kernel tables (bench/results/h200-2026-12-05-a-e2e-16.md)."""
+    assert e2e.kernel_kind(name) == kind
+
+
 def test_the_ratios_are_each_variants_time_over_codas(run: E2ERun):
     coda = run.coda
     assert set(run.speedups) == set(VARIANTS) - {"coda"}
@@ -185,7 +210,8 @@ def test_the_markdown_has_the_provenance_the_table_the_goal_and_the_kernels(run:
     assert f"goal (>= {NON_ATTENTION_GOAL}x the better torch.compile on the non-attention time)" in md
     best = run.best_compile
     assert best is not None
-    assert (f"### coda: top {len(run.coda.top_kernels)} CPU ops" in md and f"### {best.name}: top" in md
+    assert ("### coda: CPU ops" in md and f"The top {len(run.coda.top_kernels)}:" in md
+            and f"### {best.name}: CPU ops" in md and "| task kernels (GEMM + epilogue) |" in md
             and "`coda::" in md)
 
 

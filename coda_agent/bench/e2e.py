@@ -11,6 +11,7 @@ for the kernels that made the difference.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -25,7 +26,7 @@ from ..provenance import driver_version, git_commit, package_versions
 from ..torch import CodaLlamaLayer, CodaLlamaStack, CodaLMHead, Kernels, ReferenceLlamaStack
 from ..torch.check import check_gradients
 from ..torch.layer import IGNORE_INDEX
-from .results import E2EConfig, E2ERun, E2EVariant, GradientCheck, KernelFile, KernelTime
+from .results import E2EConfig, E2ERun, E2EVariant, GradientCheck, KernelFile, KernelKind, KernelTime
 
 #: CODA's torchtitan 1B (Llama 3.2 1B: 16 layers, vocab 128256) at batch 4 x 8192, Llama 3.1 8B's layers (32
 #: of them; time a few with --layers) at batch 2 x 8192, and a CPU-sized one for tests.
@@ -162,9 +163,40 @@ def peak_memory(step: Callable[[], torch.Tensor], device: str) -> tuple[torch.Te
     return loss, torch.cuda.max_memory_allocated(), resident
 
 
-def profile_kernels(step: Callable[[], object], device: str, top: int) -> tuple[str, float, list[KernelTime]]:
-    """What one step spends its time in: (what was counted, total µs, the ``top`` by total time). On a GPU the
-    CUDA kernels; on a CPU the ops' self time (there are no kernels)."""
+#: What a profiled kernel (on a CPU, op) is, by its name: the first kind whose pattern it matches, else
+#: :data:`OTHER`. Attention first (cuDNN's and flash's names hold "gemm"-like words), then the task kernels
+#: (QuACK's CuTe DSL GEMMs with their epilogues, or their ops), the chain's two glue passes, any other GEMM
+#: (cuBLAS's, aten's), and Inductor's Triton kernels.
+KERNEL_KINDS = (
+    ("attention (SDPA)", re.compile(r"sdpa|flash|fmha|attention|compute_dot_do_o", re.IGNORECASE)),
+    ("task kernels (GEMM + epilogue)", re.compile(r"GemmMod|^coda::gemm_")),
+    ("the chain's glue passes", re.compile(r"softmax_grad|rope_backward")),
+    ("other GEMMs (cuBLAS, aten)", re.compile(r"nvjet|xmma|gemm|cublas|^aten::(mm|addmm|bmm|matmul)$",
+                                        re.IGNORECASE)),
+    ("Inductor's Triton kernels", re.compile(r"^triton_")),
+)
+#: Everything else: element-wise kernels, copies, fills, reductions.
+OTHER = "element-wise, copies, fills, other"
+
+
+def kernel_kind(name: str) -> str:
+    return next((kind for kind, pattern in KERNEL_KINDS if pattern.search(name)), OTHER)
+
+
+def by_kind(rows: list[tuple[str, int, float]]) -> list[KernelKind]:
+    """(name, count, µs) rows summed by :func:`kernel_kind`, largest first."""
+    sums: dict[str, KernelKind] = {}
+    for name, count, us in rows:
+        kind = kernel_kind(name)
+        got = sums.get(kind, KernelKind(kind=kind, count=0, total_us=0.0))
+        sums[kind] = KernelKind(kind=kind, count=got.count + count, total_us=got.total_us + us)
+    return sorted(sums.values(), key=lambda k: -k.total_us)
+
+
+def profile_kernels(step: Callable[[], object], device: str,
+                    top: int) -> tuple[str, float, list[KernelTime], list[KernelKind]]:
+    """What one step spends its time in: (what was counted, total µs, the ``top`` by total time, every one by
+    kind). On a GPU the CUDA kernels; on a CPU the ops' self time (there are no kernels)."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
@@ -181,7 +213,8 @@ def profile_kernels(step: Callable[[], object], device: str, top: int) -> tuple[
         rows = [(e.key, e.count,
                  e.self_cpu_time_total) for e in prof.key_averages() if e.self_cpu_time_total > 0]
     rows.sort(key=lambda r: -r[2])
-    return kind, sum(r[2] for r in rows), [KernelTime(name=n, count=c, total_us=t) for n, c, t in rows[:top]]
+    top_rows = [KernelTime(name=n, count=c, total_us=t) for n, c, t in rows[:top]]
+    return kind, sum(r[2] for r in rows), top_rows, by_kind(rows)
 
 
 #: The tokens of the gradient check's batch (one sequence): enough for every kernel's tiles at the model's
@@ -293,7 +326,7 @@ def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | 
         spec = VARIANTS[name]
         progress(f"memory and profile: {name}")
         loss, peak, resident = peak_memory(steps[name], device)
-        kind, total_us, kernels = profile_kernels(steps[name], device, top)
+        kind, total_us, kernels, kinds = profile_kernels(steps[name], device, top)
         checked = None
         if check_batch is not None and spec.coda and spec.compile_mode is None:
             progress(f"gradients against FP32 autograd: {name}")
@@ -306,7 +339,7 @@ def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | 
             step=step_t, tokens_per_s=config.tokens / (step_t.median_us * 1e-6),
             non_attention_us=step_t.median_us - attention_us, loss=float(loss), peak_memory_bytes=peak,
             resident_bytes=resident, kernels_measured=kind, kernel_total_us=total_us, top_kernels=kernels,
-            gradients=checked,
+            by_kind=kinds, gradients=checked,
         ))
     notes = [f"{name} was left out: {why}" for name, why in dropped.items()]
     if backend != "inductor":

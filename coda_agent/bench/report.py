@@ -297,9 +297,15 @@ def e2e_gradients(run: E2ERun) -> list[str]:
 
 
 def _kernel_rows(v: E2EVariant) -> list[str]:
-    lines = [f"### {v.name}: top {len(v.top_kernels)} {v.kernels_measured} of one step "
-             f"({v.kernel_total_us / 1e3:,.2f} ms in all)", "",
-             _md_row(["kernel", "count", "total µs", "% of all"]), _md_row(["---"] * 4)]
+    lines = [f"### {v.name}: {v.kernels_measured} of one step ({v.kernel_total_us / 1e3:,.2f} ms in all)", ""]
+    if v.by_kind:
+        lines += [_md_row(["kind", "count", "total µs", "% of all"]), _md_row(["---"] * 4)]
+        lines += [_md_row([k.kind, str(k.count), f"{k.total_us:,.0f}",
+                           f"{100 * k.total_us / v.kernel_total_us if v.kernel_total_us else 0.0:.1f}"])
+                  for k in v.by_kind]
+        lines.append("")
+    lines += [f"The top {len(v.top_kernels)}:", "", _md_row(["kernel", "count", "total µs", "% of all"]),
+              _md_row(["---"] * 4)]
     for k in v.top_kernels:
         name = k.name if len(k.name) <= KERNEL_NAME_CHARS else k.name[: KERNEL_NAME_CHARS - 1] + "…"
         share = 100 * k.total_us / v.kernel_total_us if v.kernel_total_us else 0.0

@@ -184,6 +184,14 @@ class KernelFile(BaseModel):
     sha256: str = Field(description="the file's sha256: which version of it ran")
 
 
+class KernelKind(BaseModel):
+    """One kind of kernel (attention, the task kernels, GEMMs, glue...) of a profiled step, summed."""
+
+    kind: str
+    count: int
+    total_us: float
+
+
 class GradientCheck(BaseModel):
     """A CODA variant's gradients at a small batch against FP32 autograd, by the suite's tolerance rule
     (``coda_agent.torch.check``)."""
@@ -219,6 +227,8 @@ class E2EVariant(BaseModel):
                                                           "without a GPU")
     kernel_total_us: float = Field(default=0.0, description="all the profiled step's kernels (ops), summed")
     top_kernels: list[KernelTime] = []
+    by_kind: list[KernelKind] = Field(default=[], description="every profiled kernel (op), summed by what it "
+                                                              "is (bench.e2e.KERNEL_KINDS), largest first")
     gradients: GradientCheck | None = Field(default=None, description="None: not checked (the plain models, "
                                                                       "and compiled CODA, which runs the "
                                                                       "same kernels)")
