@@ -267,11 +267,30 @@ def test_an_unknown_variant_is_refused():
 
 
 def test_the_cli_without_a_gpu_says_so_in_one_line(monkeypatch, capsys):
-    """A setup error, as every other: one line on stderr, exit 2."""
+    """A setup error, as every other: one line on stderr, exit 2 (and where the CPU can still help)."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert invoke("bench-e2e", "--preset", "tiny") == 2
+    assert invoke("bench-e2e", "--preset", "1b") == 2
     captured = capsys.readouterr()
     assert captured.err.count("\n") == 1 and "no CUDA GPU" in captured.err and not captured.out
+    assert "`--preset tiny` runs it on the CPU emulator" in captured.err
+
+
+def test_the_tiny_preset_checks_a_kernel_files_gradients_on_the_cpu(monkeypatch, capsys, tmp_path: Path):
+    """Without a GPU the tiny stack still runs, so a kernel that breaks the chain's gradients is caught before
+    any GPU time: exit 1 and its name; nothing written to the bench folder unless asked."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("CODA_AGENT_BENCH_DIR", str(tmp_path / "bench"))
+    human = find_task("gemm_swiglu_bwd").human_file
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text(human.read_text().replace(  # type: ignore[union-attr]
+        '{"dpreact": out["D"],', '{"dpreact": out["D"] * 1.03,'))
+    common = ("bench-e2e", "--preset", "tiny", "--steps", "3", "--warmup", "1", "--variant", "eager")
+    assert invoke(*common, "--kernel", f"gemm_swiglu_bwd={wrong}") == 1
+    out = capsys.readouterr().out
+    assert "gradients of coda-kernels (" in out and "FAILED" in out and "layers.1.w_gate_up" in out
+    assert "gradients of coda (" in out and not (tmp_path / "bench").exists()
+    assert invoke(*common, "--kernel", f"gemm_swiglu_bwd={human}", "--json", str(tmp_path / "e2e.json")) == 0
+    assert E2ERun.model_validate_json((tmp_path / "e2e.json").read_text()).device == "cpu"
 
 
 def test_the_cli_refuses_an_unknown_preset_or_variant_before_looking_for_a_gpu():
