@@ -542,7 +542,7 @@ def test_bench_without_a_gpu_says_so_in_one_line_and_exits_2_as_other_setup_erro
     assert code == 2 and not out
     assert err.count("\n") == 1 and err.startswith("error: no CUDA GPU")
     assert "coda-agent verify TASK --backend torch" in err
-    code, out, err = cli(capsys, "bench-e2e", "--preset", "tiny")
+    code, out, err = cli(capsys, "bench-e2e", "--preset", "1b")
     assert code == 2 and err.count("\n") == 1 and err.startswith("error: no CUDA GPU"), err
 
 
