@@ -278,8 +278,9 @@ def main() -> None:
                    metavar="JSON", help="each --ahead-kernel also at this config, every gemm call, past gemm()'s "
                    "checks: 'as written, dynamic, ahead CLASS @ 192x192 coop 2x1' (repeatable)")
     p.add_argument("--ahead-packed", action="store_true",
-                   help="let packed-mode calls run on the load-ahead kernels too (the product keeps them on QuACK's: "
-                        "configs.AHEAD_MODES), so --ahead and --ahead-kernel reach gemm_swiglu_bwd")
+                   help="let packed-mode calls run on the load-ahead kernels at every tile (the product: only at "
+                        "tile_n over 128, configs.ahead_mode), so --ahead and --ahead-kernel reach gemm_swiglu_bwd's "
+                        "128x128 rows too")
     p.add_argument("--split", action="append", default=[], type=int,
                    help="split-K variants: split_k S (repeatable), with the kernel's config and SPLIT_TILES")
     args = p.parse_args()

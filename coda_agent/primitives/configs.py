@@ -65,10 +65,9 @@ def config_space(mode: Mode, has_outputs: bool, mnk: tuple[int, int, int] | None
     (``load_ahead=False``), right after it. For a call of ``mnk`` the rest come in the order of their
     :func:`wave_cost` (ties in the order of :data:`TILES`): a search its budget cuts short has tried the tiles
     that waste the least of the grid first (at the ragged 8000 x 4000, cuBLAS's 192x192, which won there)."""
-    both_kernels = reads_tiles and mode in AHEAD_MODES
     candidates = [c for tile_m, tile_n, pingpong in TILES for cluster_m, cluster_n in CLUSTERS
                   for c in _kernels(Config(tile_m=tile_m, tile_n=tile_n, cluster_m=cluster_m,
-                                           cluster_n=cluster_n, pingpong=pingpong), both_kernels)]
+                                           cluster_n=cluster_n, pingpong=pingpong), mode, reads_tiles)]
     if mnk is not None and tile_count(mnk[0], mnk[1], Config()) < sms:
         candidates += [c for c in STARVED_SPLITS if mnk[2] // c.split_k >= MIN_SPLIT_DEPTH]
     space = []
@@ -88,23 +87,33 @@ def _default_tile(c: Config) -> bool:
     return dataclasses.replace(c, load_ahead=True) == Config()
 
 
-def _kernels(config: Config, both: bool) -> tuple[Config, ...]:
+def _kernels(config: Config, mode: Mode, reads_tiles: bool) -> tuple[Config, ...]:
+    """``config``, and the same tile on QuACK's kernel where the load-ahead kernel would run it."""
+    both = reads_tiles and ahead_mode(mode, config)
     return (config, dataclasses.replace(config, load_ahead=False)) if both else (config,)
 
 
-#: The modes the load-ahead kernel runs in. Packed mode stays on QuACK's kernel: at gemm_swiglu_bwd coda-h2048
-#: (128x128, the packed default) the load-ahead kernel ran 2-3% slower in two probes on the H200, while its
-#: outputs matched (bench/results/h200-2026-12-04-a-notes.md).
+#: The modes the load-ahead kernel runs in at every tile.
 AHEAD_MODES = ("element", "acc_pair")
+
+
+def ahead_mode(mode: Mode, config: Config) -> bool:
+    """Whether the load-ahead kernel runs ``mode`` at ``config``'s tile: :data:`AHEAD_MODES` at any, packed
+    mode at tiles wider than 128. There its epilogue (one barrier per subtile, buffers per pingpong group)
+    ran gemm_swiglu_bwd's three K-4096 rows at 128x192 9.8-10.0% faster than QuACK's kernel (H100,
+    bench/results/h100-2026-12-05-d-lean-probe.log); at the 128x128 packed default it ran from 2% faster to
+    4.5% slower (2-3% slower before that epilogue, H200, bench/results/h200-2026-12-04-a-notes.md)."""
+    return mode in AHEAD_MODES or (mode == "packed" and config.tile_n > 128)
 
 
 def loads_ahead(call: GemmCall, config: Config) -> bool:
     """Whether the call runs on the load-ahead kernel (``primitives/_ahead.py``) under ``config``: asked for
-    (``load_ahead``), something to load (C or a tile operand), a mode of :data:`AHEAD_MODES`, and K unsplit (a
-    split call's protocol lives in QuACK's kernel). Measured on the H200 (2026-12-04-a): 0.3-1.7% faster than
-    QuACK's kernel at gemm_residual's bench rows, the same at gemm_residual_rmsnorm's, bit for bit the same
-    outputs."""
-    return config.load_ahead and config.split_k == 1 and call.epi.mode in AHEAD_MODES and call.reads_tiles
+    (``load_ahead``), something to load (C or a tile operand), a mode and tile :func:`ahead_mode` takes, and K
+    unsplit (a split call's protocol lives in QuACK's kernel). Measured on the H200 (2026-12-04-a): 0.3-1.7%
+    faster than QuACK's kernel at gemm_residual's bench rows, the same at gemm_residual_rmsnorm's, bit for bit
+    the same outputs."""
+    return (config.load_ahead and config.split_k == 1 and ahead_mode(call.epi.mode, config)
+            and call.reads_tiles)
 
 
 #: QuACK's dynamic persistent tile scheduler (an atomic tile counter instead of a fixed tile order): on.
