@@ -51,9 +51,9 @@ class Config:
     CTAs per output tile (serial: the same result run to run; the epilogue runs once): it fills a GPU whose
     grid of tiles is too small, and needs D.
     load_ahead: where the epilogue reads C or an (M, N) tile operand, in element or acc_pair mode (packed
-    mode at tile_n over 128) with split_k 1, a producer warp loads them while the mainloop runs (the harness's
-    own SM90 kernel, with a leaner epilogue); False, or any other call, runs QuACK's kernel, whose epilogue
-    loads them when it starts. The outputs are the same bit for bit.
+    mode at pingpong tiles with tile_n over 128) with split_k 1, a producer warp loads them while the mainloop
+    runs (the harness's own SM90 kernel, with a leaner epilogue); False, or any other call, runs QuACK's
+    kernel, whose epilogue loads them when it starts. The outputs are the same bit for bit.
     """
 
     tile_m: int = 128

@@ -99,11 +99,12 @@ AHEAD_MODES = ("element", "acc_pair")
 
 def ahead_mode(mode: Mode, config: Config) -> bool:
     """Whether the load-ahead kernel runs ``mode`` at ``config``'s tile: :data:`AHEAD_MODES` at any, packed
-    mode at tiles wider than 128. There its epilogue (one barrier per subtile, buffers per pingpong group)
-    ran gemm_swiglu_bwd's three K-4096 rows at 128x192 9.8-10.0% faster than QuACK's kernel (H100,
+    mode at pingpong tiles wider than 128. There its epilogue (one barrier per subtile, buffers per pingpong
+    group) ran gemm_swiglu_bwd's three K-4096 rows at 128x192 9.8-10.0% faster than QuACK's kernel (H100,
     bench/results/h100-2026-12-05-d-lean-probe.log); at the 128x128 packed default it ran from 2% faster to
-    4.5% slower (2-3% slower before that epilogue, H200, bench/results/h200-2026-12-04-a-notes.md)."""
-    return mode in AHEAD_MODES or (mode == "packed" and config.tile_n > 128)
+    4.5% slower (2-3% slower before that epilogue, H200, bench/results/h200-2026-12-04-a-notes.md), and no
+    cooperative packed tile has run on it."""
+    return mode in AHEAD_MODES or (mode == "packed" and config.pingpong and config.tile_n > 128)
 
 
 def loads_ahead(call: GemmCall, config: Config) -> bool:
