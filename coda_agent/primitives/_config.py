@@ -50,10 +50,10 @@ class Config:
     tile_n a multiple of 16 (of 32 in acc_pair mode with an extra output). split_k > 1 splits K over that many
     CTAs per output tile (serial: the same result run to run; the epilogue runs once): it fills a GPU whose
     grid of tiles is too small, and needs D.
-    load_ahead: where the epilogue reads C or an (M, N) tile operand, in element or acc_pair mode (packed
-    mode at pingpong tiles with tile_n over 128) with split_k 1, a producer warp loads them while the mainloop
-    runs (the harness's own SM90 kernel, with a leaner epilogue); False, or any other call, runs QuACK's
-    kernel, whose epilogue loads them when it starts. The outputs are the same bit for bit.
+    load_ahead: where the epilogue reads C or an (M, N) tile operand (element/acc_pair mode, or packed at
+    pingpong tile_n > 128; split_k 1), a producer warp loads them during the mainloop (the harness's SM90
+    kernel); False, or any other call, runs QuACK's kernel, which loads them when its epilogue starts. Outputs
+    match bit for bit.
     """
 
     tile_m: int = 128
