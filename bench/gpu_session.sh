@@ -19,6 +19,8 @@
 #             kernels, the QuACK backend's tile counter, the tensor files between GPUs
 #   guards    trust without the human kernels' correctness, which the bench's check phase runs with the same verifier
 #   launch    the QuACK backend's GPU tests alone (tests/test_gpu_primitives.py: its launch path, tile counter, splits)
+#   ahead     the load-ahead kernel against QuACK's, bit for bit, every human kernel forced onto each
+#             (tests/test_gpu_ahead.py)
 #   ops       the torch ops' GPU tests: a two-layer Llama-3 1B stack's gradients at a real size, the glue passes' kernels
 #   more      the other GPU tests: the tuner, the agent, one end-to-end layer
 #   e2e       coda-agent bench-e2e --preset 1b --layers 2: CODA's ops, with and without K-major dgrad weights, against
@@ -126,6 +128,7 @@ for spec in "$@"; do
     guards) run_phase guards "$secs" "${gpu_tests[@]}" tests/adversarial/test_adversarial_gpu.py tests/test_gpu_kernels.py \
               tests/test_gpu_primitives.py tests/test_sandbox.py -k "not human_kernel_passes_gpu_correctness" ;;
     launch) run_phase launch "$secs" "${gpu_tests[@]}" tests/test_gpu_primitives.py ;;
+    ahead) run_phase ahead "$secs" "${gpu_tests[@]}" tests/test_gpu_ahead.py ;;
     ops) run_phase ops "$secs" "${gpu_tests[@]}" tests/test_torch_ops.py tests/test_torch_glue.py ;;
     more) run_phase more "$secs" "${gpu_tests[@]}" tests/test_tuning.py tests/test_agent.py tests/test_bench_e2e.py ;;
     e2e) run_phase e2e "$secs" python3 -m coda_agent bench-e2e ${E2E_ARGS:---preset 1b --layers 2 --steps 10 --warmup 2 \
@@ -143,7 +146,7 @@ for spec in "$@"; do
     first-call) run_phase first-call "$secs" python3 bench/probes/first_call_probe.py ${FIRST_CALL_ARGS:-gemm_residual_rmsnorm} \
                   --json "$work/first-call.json" ;;
     host) run_phase host "$secs" python3 bench/probes/host_probe.py ${HOST_ARGS:---per-cpu} --json "$work/host.jsonl" ;;
-    *) echo "unknown phase $phase (bench, trust, guards, launch, ops, more, e2e, tune-run, accept, tune-human, cublas, probe, ncu-source, first-call, host)"; exit 2 ;;
+    *) echo "unknown phase $phase (bench, trust, guards, launch, ahead, ops, more, e2e, tune-run, accept, tune-human, cublas, probe, ncu-source, first-call, host)"; exit 2 ;;
   esac
 done
 # The logs get committed: this machine's paths become the repository root ".", python3, <site-packages> and $OUT.
