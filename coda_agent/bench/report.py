@@ -316,6 +316,7 @@ def _kernel_rows(v: E2EVariant) -> list[str]:
 def e2e_markdown(run: E2ERun) -> str:
     """The committed summary of an end-to-end run: provenance, the variants, the goal, the top kernels."""
     c = run.config
+    gradients = e2e_gradients(run)
     lines = [
         f"# End-to-end bench: Llama-3 stack forward+backward on {run.device} ({run.created:%Y-%m-%d})",
         *_provenance(run),
@@ -336,8 +337,8 @@ def e2e_markdown(run: E2ERun) -> str:
         "",
         e2e_goal(run),
         "",
-        *(f"- {line}" for line in e2e_gradients(run)),
-        *([""] if e2e_gradients(run) else []),
+        *(f"- {line}" for line in gradients),
+        *([""] if gradients else []),
         "## Kernels that made the difference",
         "",
     ]

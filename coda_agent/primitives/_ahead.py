@@ -89,16 +89,14 @@ class LoadAheadSm90(GemmSm90):
                                           epilogue_args, smem_capacity, occupancy, warp_shape_mnk, **kwargs)
         if not self.pingpong or d == 0:
             return ab, d, c
-        subtile = cute.size(cute.shape(epi_tile))
-        op_bytes = self.epi_smem_bytes(epilogue_args, cta_tile_shape_mnk, epi_tile, warp_shape_mnk)
-        d_bytes = (subtile * d_dtype.width // 8 if d_dtype is not None else 0) + op_bytes.d_stage
-        c_bytes = (subtile * c_dtype.width // 8 if c_dtype is not None else 0) + op_bytes.c_stage
+        d_bytes, c_bytes, unstaged = self.epi_stage_bytes(cta_tile_shape_mnk, epi_tile, d_dtype, c_dtype,
+                                                          epilogue_args, warp_shape_mnk)
         a_bytes = kwargs.get("a_bytes_per_stage_override") or (
             cta_tile_shape_mnk[0] * cta_tile_shape_mnk[2] * a_dtype.width // 8)
         ab_bytes = (a_bytes + cta_tile_shape_mnk[1] * cta_tile_shape_mnk[2] * b_dtype.width // 8
                     + kwargs.get("ab_extra_bytes_per_stage", 0))
         # QuACK's reserve: the barriers, and a 1 KiB alignment pad before and after the op smem
-        budget = smem_capacity // occupancy - 1024 - 2048 - op_bytes.unstaged
+        budget = smem_capacity // occupancy - 1024 - 2048 - unstaged
         per_group = d
         while ab * ab_bytes + 2 * per_group * d_bytes + c * c_bytes > budget:
             if c > 2:
@@ -109,6 +107,17 @@ class LoadAheadSm90(GemmSm90):
                 ab -= 1
         assert ab >= 2, "no room for two A/B stages beside a set of epilogue buffers per warp group"
         return ab, 2 * per_group, c
+
+    @classmethod
+    def epi_stage_bytes(cls, cta_tile_shape_mnk: Any, epi_tile: Any, d_dtype: Any, c_dtype: Any,
+                        epilogue_args: Any, warp_shape_mnk: Any) -> tuple[int, int, int]:
+        """Shared memory of one D stage and one C stage (each with the epilogue ops' share), and the ops'
+        unstaged share, as QuACK's split counts them."""
+        subtile = cute.size(cute.shape(epi_tile))
+        op_bytes = cls.epi_smem_bytes(epilogue_args, cta_tile_shape_mnk, epi_tile, warp_shape_mnk)
+        return ((subtile * d_dtype.width // 8 if d_dtype is not None else 0) + op_bytes.d_stage,
+                (subtile * c_dtype.width // 8 if c_dtype is not None else 0) + op_bytes.c_stage,
+                op_bytes.unstaged)
 
     @classmethod
     def c_deepened_stages(
@@ -129,9 +138,8 @@ class LoadAheadSm90(GemmSm90):
         subtile = cute.size(cute.shape(epi_tile))
         subtiles = cta_tile_shape_mnk[0] * cta_tile_shape_mnk[1] // subtile
         fewest_d = min(subtiles, 4 if epi_tile[1] <= 16 else 2)  # QuACK's own floor
-        op_bytes = cls.epi_smem_bytes(epilogue_args, cta_tile_shape_mnk, epi_tile, warp_shape_mnk)
-        d_bytes = (subtile * d_dtype.width // 8 if d_dtype is not None else 0) + op_bytes.d_stage
-        c_bytes = (subtile * c_dtype.width // 8 if c_dtype is not None else 0) + op_bytes.c_stage
+        d_bytes, c_bytes, _ = cls.epi_stage_bytes(cta_tile_shape_mnk, epi_tile, d_dtype, c_dtype,
+                                                  epilogue_args, warp_shape_mnk)
         # a move that could change the 1 KiB alignment pads
         if d_bytes == 0 or d_bytes % 1024 or c_bytes % 1024:
             return ab_stage, d_stage, c_stage
