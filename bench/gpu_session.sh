@@ -55,6 +55,9 @@
 #             host-bound at 666e628, plain, under the op log, after a profiler session and in the sandboxed runner
 #             (after a bench's check phase, whose kernels the runner then finds built); HOST_ARGS replaces --per-cpu
 #             (e.g. "--row gemm_residual:llama3-1b-down", or "--profile 300 --row ...")
+#   rope      bench/probes/rope_backward_probe.py: RoPE's backward pass (torch/glue.py) at the 1B stack's batch, the
+#             shipped Triton kernel at several token blocks and warp counts against its first version and Inductor's
+#             build, each checked against the eager op; in rope.json (about 40 s)
 # Each phase's log notes the time, the host's load and CPU steal at its start and end; <phase>-gpu.csv samples the
 # GPU's clocks, power and throttle reasons once a second while it runs (power-capped clocks move kernel times).
 # Everything lands in .gpuwork/ (git-ignored: it stays on the machine between calls while it is warm) and comes back
@@ -146,7 +149,8 @@ for spec in "$@"; do
     first-call) run_phase first-call "$secs" python3 bench/probes/first_call_probe.py ${FIRST_CALL_ARGS:-gemm_residual_rmsnorm} \
                   --json "$work/first-call.json" ;;
     host) run_phase host "$secs" python3 bench/probes/host_probe.py ${HOST_ARGS:---per-cpu} --json "$work/host.jsonl" ;;
-    *) echo "unknown phase $phase (bench, trust, guards, launch, ahead, ops, more, e2e, tune-run, accept, tune-human, cublas, probe, ncu-source, first-call, host)"; exit 2 ;;
+    rope) run_phase rope "$secs" python3 bench/probes/rope_backward_probe.py --json "$work/rope.json" ;;
+    *) echo "unknown phase $phase (bench, trust, guards, launch, ahead, ops, more, e2e, tune-run, accept, tune-human, cublas, probe, ncu-source, first-call, host, rope)"; exit 2 ;;
   esac
 done
 # The logs get committed: this machine's paths become the repository root ".", python3, <site-packages> and $OUT.

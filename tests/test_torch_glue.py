@@ -4,6 +4,7 @@ Triton kernels a GPU runs (under Triton's interpreter here) against both."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -155,19 +156,22 @@ def test_the_triton_ropes_backward_reads_sdpas_layouts_under_tritons_interpreter
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
 
 
-#: Each Triton kernel's pointer arguments not in bf16, its constexprs and warps, as a GPU launch gives them.
+#: Each Triton kernel's pointer arguments not in bf16, its constexprs and warps, and its integer arguments
+#: that a launch at the chain's sizes gives as multiples of 16 (Triton specializes on that, as on 16-byte
+#: aligned pointers: it is what lets an access be a vector).
 SM90_BUILDS = {
     "softmax_grad_in_place": ({"lse_ptr": "*fp32", "dloss_ptr": "*fp32", "zdz_ptr": "*fp32",
-                               "targets_ptr": "*i64"}, {"BLOCK": glue.SOFTMAX_GRAD_BLOCK}, 8),
+                               "targets_ptr": "*i64"}, {"BLOCK": glue.SOFTMAX_GRAD_BLOCK}, 8, {"row_stride"}),
     "rope_backward_rows": ({"freq_ptr": "*fp32", "zdz_ptr": "*fp32"},
-                           {"HEAD_DIM": 64, "TOKENS": glue.ROPE_BACKWARD_TOKENS}, 4),
+                           {"HEAD_DIM": 64, "TOKENS": glue.ROPE_BACKWARD_TOKENS}, 4,
+                           {"q_b", "q_h", "q_s", "k_b", "k_h", "k_s", "v_b", "v_h", "v_s", "qkv_row",
+                            "dz_row"}),
 }
 
 
-@pytest.mark.parametrize("name", sorted(SM90_BUILDS))
-def test_the_glue_kernels_build_for_sm90_on_the_cpu(name):
-    """What the interpreter accepts, Triton's compiler must build for the H200: each kernel compiled for sm_90
-    at the chain's sizes, down to the cubin (Triton's own ptxas, no GPU)."""
+def sm90_ptx(name: str) -> str:
+    """The PTX Triton builds for sm_90 from kernel ``name`` at the chain's sizes, down to the cubin (Triton's
+    own ptxas, no GPU)."""
     triton = pytest.importorskip("triton")
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -175,12 +179,33 @@ def test_the_glue_kernels_build_for_sm90_on_the_cpu(name):
     from coda_agent.torch import _glue_kernels
 
     kernel = getattr(_glue_kernels, name)
-    pointers, constexprs, warps = SM90_BUILDS[name]
+    pointers, constexprs, warps, aligned = SM90_BUILDS[name]
     signature = {p: "constexpr" if p in constexprs else pointers.get(p, "*bf16") if p.endswith("_ptr")
                  else "i32" for p in kernel.arg_names}
-    built = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constexprs),
+    attrs = {(i,): [["tt.divisibility", 16]] for i, p in enumerate(kernel.arg_names)
+             if p in aligned or (p.endswith("_ptr") and p not in constexprs)}
+    built = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs),
                            target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
-    assert built.asm["cubin"].startswith(b"\x7fELF") and f".entry {name}" in built.asm["ptx"]
+    assert built.asm["cubin"].startswith(b"\x7fELF")
+    return built.asm["ptx"]
+
+
+@pytest.mark.parametrize("name", sorted(SM90_BUILDS))
+def test_the_glue_kernels_build_for_sm90_on_the_cpu(name):
+    """What the interpreter accepts, Triton's compiler must build for the H200: each kernel compiled for sm_90
+    at the chain's sizes."""
+    assert f".entry {name}" in sm90_ptx(name)
+
+
+def test_ropes_backward_moves_its_bytes_in_16_byte_vectors():
+    """The pass is bound by memory: its first version read and wrote each pair's lanes apart, 2 bytes an
+    access, and took 2.2x Inductor's time on the H200 (bench/results/h200-2026-12-05-c-e2e.md). Every global
+    access of the gradients, the saved outputs and dz is now a 16-byte vector."""
+    ptx = sm90_ptx("rope_backward_rows")
+    narrow = re.findall(r"\b(?:ld|st)\.global(?:\.\w+)*\.b16\b", ptx)
+    assert not narrow, f"{len(narrow)} 2-byte global accesses"
+    assert len(re.findall(r"\bld\.global(?:\.\w+)*\.v4\.b32\b", ptx)) >= 2
+    assert re.search(r"\bst\.global(?:\.\w+)*\.v4\.b32\b", ptx)
 
 
 def gpu_kernels(fn, *args) -> list[str]:

@@ -11,7 +11,9 @@
   SDPA's backward leaves them, so no transpose copy or concatenation runs before it. On a GPU it is a Triton
   kernel of its own, a program per block of tokens through every head, so each token's ``zdz`` is summed in
   registers: Inductor's build of the same function took 1.08 ms a layer at the 1B stack's batch (H200,
-  2026-12-05), about six times what its 600 MB of traffic needs.
+  2026-12-05), about six times what its 600 MB of traffic needs. Its rows are read and written whole, the
+  pairs split in registers: a first version that addressed each pair's lanes apart moved 2 bytes an access and
+  took 2.39 ms a layer (``bench/results/h200-2026-12-05-c-e2e.md``).
 
 Both are custom ops (``torch.ops.coda``), so a caller's torch.compile keeps each whole. On a CPU (the
 emulator's world, tests) both run as plain torch; the Triton kernels (:mod:`._glue_kernels`) also run there
@@ -128,8 +130,9 @@ def rope_backward_triton(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, q
                          inv_freq: torch.Tensor, tokens: int = ROPE_BACKWARD_TOKENS
                          ) -> tuple[torch.Tensor, torch.Tensor]:
     """RoPE's backward as one Triton launch: a program per ``tokens`` positions of one sequence, through
-    every head, so each token's ``zdz`` is summed in registers and each gradient is read where SDPA left it
-    (any device Triton runs on: a GPU, or the CPU under ``TRITON_INTERPRET=1``, as the tests run it)."""
+    every head, so each token's ``zdz`` is summed in registers and each gradient is read where SDPA left it,
+    a head's row whole (any device Triton runs on: a GPU, or the CPU under ``TRITON_INTERPRET=1``, as the
+    tests run it)."""
     batch, n_q, seq, head_dim = dq.shape
     n_kv = dk.shape[1]
     if qkv.stride(1) != 1 or head_dim < 2 or head_dim & (head_dim - 1):
@@ -138,6 +141,15 @@ def rope_backward_triton(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, q
     zdz = torch.empty(qkv.shape[0], dtype=torch.float32, device=qkv.device)
     if dz.numel() == 0:  # no program to launch
         return dz, zdz
+    from ._glue_kernels import rope_backward_rows
+
+    # a head's row contiguous, as every SDPA backward leaves it; anything else is copied once
+    dq, dk, dv = (g if g.stride(3) == 1 else g.contiguous() for g in (dq, dk, dv))
+    rope_backward_rows[(-(-seq // tokens), batch)](
+        dq, dk, dv, qkv, inv_freq.float().contiguous(), dz, zdz, seq, n_q, n_kv,
+        *dq.stride()[:3], *dk.stride()[:3], *dv.stride()[:3], qkv.stride(0), dz.stride(0),
+        HEAD_DIM=head_dim, TOKENS=tokens, num_warps=4)
+    return dz, zdz
     from ._glue_kernels import rope_backward_rows
 
     rope_backward_rows[(-(-seq // tokens), batch)](
