@@ -58,6 +58,9 @@
 #   rope      bench/probes/rope_backward_probe.py: RoPE's backward pass (torch/glue.py) at the 1B stack's batch, the
 #             shipped Triton kernel at several token blocks and warp counts against its first version and Inductor's
 #             build, each checked against the eager op; in rope.json (about 40 s)
+#   transfer  bench/probes/transfer_probe.py: 4.2 GB of outputs (the 256k head's logits) from a GPU tensor to a GPU
+#             tensor through the runner protocol's tensor file, through the file by 8 threads, and through a shared
+#             memfd both sides map and register with CUDA (issue 47); in transfer.json (about 60 s)
 # Each phase's log notes the time, the host's load and CPU steal at its start and end; <phase>-gpu.csv samples the
 # GPU's clocks, power and throttle reasons once a second while it runs (power-capped clocks move kernel times).
 # Everything lands in .gpuwork/ (git-ignored: it stays on the machine between calls while it is warm) and comes back
@@ -150,7 +153,8 @@ for spec in "$@"; do
                   --json "$work/first-call.json" ;;
     host) run_phase host "$secs" python3 bench/probes/host_probe.py ${HOST_ARGS:---per-cpu} --json "$work/host.jsonl" ;;
     rope) run_phase rope "$secs" python3 bench/probes/rope_backward_probe.py --json "$work/rope.json" ;;
-    *) echo "unknown phase $phase (bench, trust, guards, launch, ahead, ops, more, e2e, tune-run, accept, tune-human, cublas, probe, ncu-source, first-call, host, rope)"; exit 2 ;;
+    transfer) run_phase transfer "$secs" python3 bench/probes/transfer_probe.py --json "$work/transfer.json" ;;
+    *) echo "unknown phase $phase (bench, trust, guards, launch, ahead, ops, more, e2e, tune-run, accept, tune-human, cublas, probe, ncu-source, first-call, host, rope, transfer)"; exit 2 ;;
   esac
 done
 # The logs get committed: this machine's paths become the repository root ".", python3, <site-packages> and $OUT.
