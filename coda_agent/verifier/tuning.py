@@ -12,12 +12,14 @@ On the GPU, the configs a shape's search will propose are built for sm_90a by CP
 loads its kernels instead of building them, and a config whose build fails or aborts is recorded as failed
 without being proposed. Once a shape's search ends, the builds it did not reach are dropped.
 The plan's budget is the stage's wall time: the runner's start-up, each shape's traced call, the searches
-(waits for builds included) and the final comparisons all come out of it. Before a shape's search, time is
-kept for the final comparisons still to come (:func:`comparisons_to_come`: the ones measured so far, on
-average); the rest is split evenly over the shapes still to tune (what one leaves over goes to the next), and
-at a shape over its gemm calls still to search; a proposal under way finishes, so the stage ends by its
-budget plus at most one proposal (and a comparison that outran its estimate). A shape whose final
-comparison no longer fits is not searched (``details["out_of_budget"]``). Finally forward() as written and
+(waits for builds included) and the final comparisons all come out of it. The time left is split evenly over
+the shapes still to tune, each share holding the shape's search and its final comparison (what one leaves over
+goes to the next); once forward() as written is measured, the search ends early enough for the comparison
+(:func:`comparison_estimate`: that measure's cost per call and per checked round, at the comparison's reps and
+checks), and at a shape its time is split over the gemm calls still to search; a proposal under way finishes,
+so the stage ends by its budget plus at most one proposal (and a comparison that outran its estimate). A shape
+whose final comparison no longer fits (the ones measured so far, on average) is not searched
+(``details["out_of_budget"]``). Finally forward() as written and
 under the tuned schedule are timed interleaved with the full repetition plan, :data:`FINAL_CHECKS` rounds of
 each checked. A config that fails (raises, launches something else, computes a wrong result, kills the runner)
 is recorded and skipped; a dead runner is started again, at most :data:`MAX_RESTARTS` times in a stage (the
@@ -38,9 +40,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
+import statistics
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -50,7 +52,7 @@ from typing import Any, cast
 import torch
 
 from ..atomic import write_text_atomic
-from ..measure.timing import RepPlan, Timing
+from ..measure.timing import BATCH, RepPlan, Timing
 from ..primitives import Config
 from ..primitives._config import Major, Mode
 from ..primitives._schedule import ScheduleKey
@@ -84,8 +86,6 @@ FINAL_REPS = RepPlan()
 #: still fails there; checking every round cost the 256k-vocabulary head 2 s of output transfer a round
 #: (accept, 2026-12-03).
 FINAL_CHECKS = 2
-#: The share of the time left that the first final comparison is given before one has been measured.
-FIRST_COMPARE_SHARE = 0.25
 #: A tuned schedule is pinned only where it beats the configs as written by at least this factor.
 MIN_GAIN = 1.01
 CACHE_FILE = "tuned_configs.json"
@@ -267,11 +267,14 @@ def search_shape(
     ready: Callable[[Build, float], str | None] = lambda build, until: None,
 ) -> tuple[dict[ScheduleKey, Config], list[TunedGemm], Timing]:
     """Coordinate descent over the calls at one shape: (the harness schedule found, per call what happened,
-    the time of forward() as written). Each call gets an equal share of the time left when its turn comes (a
-    block's second GEMM is searched too when forward() is slow); a call whose search its share cut short is
-    not cached. Before each proposal ``ready`` waits for its build (:meth:`.builds.Builds.wait`) until the
-    call's share ends; a config whose build failed is recorded as failed and never proposed."""
+    the time of forward() as written). ``deadline`` is when the shape's final comparison is to be done too:
+    the search keeps :func:`comparison_estimate` of it. Each call gets an equal share of the search's time
+    left when its turn comes (a block's second GEMM is searched too when forward() is slow); a call whose
+    search its share cut short is not cached. Before each proposal ``ready`` waits for its build
+    (:meth:`.builds.Builds.wait`) until the call's share ends; a config whose build failed is recorded as
+    failed and never proposed."""
     written = timer.measure({})
+    deadline -= comparison_estimate(written, timer.seconds)
     best = written.gpu_us
     chosen: dict[ScheduleKey, Config] = {}
     results = []
@@ -360,8 +363,7 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str,
                 stack.callback(builds.close)
             runner = SearchRunner(lambda: stack.enter_context(ctx.runner(backend_name, device)))
             for i, point in enumerate(points):
-                if compared and deadline - time.monotonic() < comparisons_to_come(compared.values(), math.inf,
-                                                                                  1):
+                if compared and deadline - time.monotonic() < statistics.mean(compared.values()):
                     # not even its final comparison fits: the stage ends by its budget
                     unreached.append(point.name)
                     continue
@@ -379,9 +381,8 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str,
                     search = ScheduleTimer(timer, reopen)
                     if builds is not None:  # a kernel does not depend on sizes: earlier shapes' builds serve
                         builds.add(proposals(sites, signatures, cache))
-                    now = time.monotonic()
-                    kept = comparisons_to_come(compared.values(), deadline - now, len(points) - i)
-                    share = now + max(0.0, deadline - kept - now) / (len(points) - i)
+                    now = time.monotonic()  # an even share of what is left, the shape's comparison included
+                    share = now + max(0.0, deadline - now) / (len(points) - i)
                     try:
                         with ctx.watch.part("search"):
                             chosen, calls, written = search_shape(
@@ -423,13 +424,20 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str,
     return result(Outcome.PASSED, f"tuned (GPU time: {summary})")
 
 
-def comparisons_to_come(measured: Iterable[float], left_s: float, shapes: int) -> float:
-    """Seconds to keep for the final comparisons of ``shapes`` shapes, this one's included: the ones measured
-    so far on average, else (none yet) :data:`FIRST_COMPARE_SHARE` of the time left."""
-    done = list(measured)
-    if not done:
-        return FIRST_COMPARE_SHARE * max(0.0, left_s)
-    return min(max(0.0, left_s), shapes * sum(done) / len(done))
+def comparison_estimate(written: Timing, seconds: Mapping[str, float]) -> float:
+    """Seconds a shape's final comparison will take, from the search's measure of forward() as written
+    (``written``, and ``seconds``, where that measure's time went): both variants' calls (warm-up, sizing, a
+    traced and a timed batch a round, at the full plan's reps) at its cost per call, and :data:`FINAL_CHECKS`
+    checked rounds of each at its cost per checked round. The cost of a check dominates where outputs are
+    large: at the 256k-vocabulary head a round's 4.2 GB of logits took 2.1-2.3 s to fetch, its calls 22 ms
+    each, and the comparison 14.4 s where a quarter of the time left, 8.6 s, had been kept (H200,
+    2026-12-05)."""
+    calls = 2 * max(written.reps, 1)  # a traced and a timed batch a round
+    per_call = (seconds.get("timed: traced", 0.0) + seconds.get("timed: candidate", 0.0)) / calls
+    per_check = (seconds.get("timed: transfer", 0.0) + seconds.get("timed: checks", 0.0)) / SEARCH_CHECKS
+    size = min(BATCH, FINAL_REPS.reps_for(written.gpu_us))
+    reps = -(-FINAL_REPS.reps_for(written.gpu_us) // size) * size
+    return 2 * (per_call * (2 * reps + FINAL_REPS.warmup + 3) + FINAL_CHECKS * per_check)
 
 
 def proposals(sites: Sequence[GemmSite], signatures: Mapping[str, str], cache: TuneCache) -> list[Build]:
