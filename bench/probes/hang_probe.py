@@ -9,6 +9,12 @@ dynamic persistent scheduler or its static one. It builds first and launches sec
 hang names the step too.
 
     source .gpu2/env.sh && python3 bench/probes/hang_probe.py --timeout 60
+    source .gpu2/env.sh && python3 bench/probes/hang_probe.py --bisect --timeout 45   # which epilogue feature
+
+On the H200 (2026-12-05-c) the plain 192x128 cooperative GEMM finished with either scheduler and gemm_rmsnorm_bwd's
+did not; ``--bisect`` runs its epilogue's features one at a time (C, a tile operand, row and column vectors, an
+extra output, a reduction down the columns and one across the rows). ``CODA_HANG_PROBE_BACKEND=quack-compile`` with
+``QUACK_ARCH=90 CUTE_DSL_ARCH=sm_90a`` builds the same kernels on a CPU without launching them.
 """
 
 from __future__ import annotations
@@ -31,6 +37,13 @@ VARIANTS = [
      {"tile_m": 192, "tile_n": 128, "pingpong": False, "load_ahead": False}, False),
 ]
 
+#: gemm_rmsnorm_bwd's epilogue one feature at a time (``--bisect``), at 192x128 cooperative on QuACK's kernel:
+#: on the H200 the plain GEMM finished there and gemm_rmsnorm_bwd did not (bench/results/h200-2026-12-05-c-hang.log),
+#: and the CPU builds its kernel in 11.5 s, so a feature's launch hangs. Each name is an epilogue of CHILD's.
+FEATURES = ["c", "tile_operand", "row_col_vectors", "extra_output", "row_vec_reduce", "col_vec_reduce"]
+BISECT = [(f"epilogue with {name.replace('_', ' ')} 192x128 coop on QuACK's kernel, dynamic", f"epi:{name}",
+           {"tile_m": 192, "tile_n": 128, "pingpong": False, "load_ahead": False}, True) for name in FEATURES]
+
 #: One variant, in a process of its own: build (the first call), then a second call, each timed.
 CHILD = """
 import dataclasses, json, sys, time
@@ -42,26 +55,63 @@ _quack.DYNAMIC_SCHEDULER = dynamic
 _quack._gemm_config.cache_clear()
 tile = configs.config_from_fields(fields)
 forced = lambda run: lambda call: run(dataclasses.replace(call, config=tile, pinned=None))
+import os
+from coda_agent.primitives import ColVecLoad, ColVecReduce, RowVecLoad, RowVecReduce
+kind = os.environ.get("CODA_HANG_PROBE_BACKEND", "quack")
+device = "cuda" if kind == "quack" else "cpu"
+a = torch.randn(4096, 4096, device=device, dtype=torch.bfloat16)
+b = torch.randn(4096, 4096, device=device, dtype=torch.bfloat16)
+t = torch.randn(4096, 4096, device=device, dtype=torch.bfloat16)
+vec = torch.rand(4096, device=device, dtype=torch.float32)
 if task_name == "plain":
     @epilogue()
     def bare(acc):
         return {}
-    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     step = lambda: gemm(bare, a, b, config=tile)
+elif task_name == "epi:c":
+    @epilogue()
+    def with_c(acc, c):
+        return {"D": acc + c}
+    step = lambda: gemm(with_c, a, b, C=t, config=tile)
+elif task_name == "epi:tile_operand":
+    @epilogue()
+    def with_tile(acc, h):
+        return {"D": acc * h}
+    step = lambda: gemm(with_tile, a, b, h=t, config=tile)
+elif task_name == "epi:row_col_vectors":
+    @epilogue(operands={"gamma": RowVecLoad(), "rstd": ColVecLoad()})
+    def with_vectors(acc, gamma, rstd):
+        return {"D": acc * gamma * rstd}
+    step = lambda: gemm(with_vectors, a, b, gamma=vec, rstd=vec, config=tile)
+elif task_name == "epi:extra_output":
+    @epilogue(outputs=("twice",))
+    def with_output(acc):
+        return {"D": acc, "twice": acc + acc}
+    step = lambda: gemm(with_output, a, b, config=tile)
+elif task_name == "epi:row_vec_reduce":
+    @epilogue(reduces={"colsum": RowVecReduce()})
+    def with_row_reduce(acc):
+        return {"D": acc, "colsum": acc}
+    step = lambda: gemm(with_row_reduce, a, b, config=tile)
+elif task_name == "epi:col_vec_reduce":
+    @epilogue(reduces={"rowsum": ColVecReduce()})
+    def with_col_reduce(acc):
+        return {"D": acc, "rowsum": acc}
+    step = lambda: gemm(with_col_reduce, a, b, config=tile)
 else:
     from coda_agent.tasks import find_task
     from coda_agent.tasks.loader import import_file
     task = find_task(task_name)
     human = import_file(task.human_file, "human")
-    inputs = task.make_inputs(dict(task.shapes["small"][0].dims), seed=0, device="cuda")
+    inputs = task.make_inputs(dict(task.shapes["small"][0].dims), seed=0, device=device)
     step = lambda: human.forward(**inputs, **task.constants)
-with backend.using("quack", wrap=forced):
+with backend.using(kind, wrap=forced):
     for what in ("build and first launch", "second launch"):
         t0 = time.time()
         print(json.dumps({"step": what, "starting": True}), flush=True)
         step()
-        torch.cuda.synchronize()
+        if device == "cuda":
+            torch.cuda.synchronize()
         print(json.dumps({"step": what, "s": round(time.time() - t0, 2)}), flush=True)
 """
 
@@ -69,9 +119,10 @@ with backend.using("quack", wrap=forced):
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--timeout", type=float, default=60.0, help="seconds each variant may take")
+    p.add_argument("--bisect", action="store_true", help="gemm_rmsnorm_bwd's epilogue features one at a time")
     args = p.parse_args()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
-    for label, task, fields, dynamic in VARIANTS:
+    for label, task, fields, dynamic in BISECT if args.bisect else VARIANTS:
         t0 = time.time()
         try:
             res = subprocess.run([sys.executable, "-c", CHILD, task, json.dumps(fields), "1" if dynamic else "0"],
