@@ -7,8 +7,9 @@ tune proposal. This probe times, in one process, the ways the bytes could go fro
 - the protocol as it is: ``write_tensors`` (to page-locked memory, then one ``write``) and ``read_tensors`` (one
   ``readinto``, then to the GPU), in the temp folder and in /dev/shm;
 - the same file written and read in 64 MiB pieces by several threads (``pwrite`` / ``preadv``);
-- a shared memory file (``memfd``) mapped by both sides and registered with CUDA, so each side copies by DMA
-  and no file copy runs at all (two mappings of one memfd stand for the two processes).
+- the window both sides map (``coda_agent/runner/window.py``, what a GPU runner now uses): a sealed memory file
+  registered with CUDA, so each side copies by DMA and no file copy runs at all (two mappings of one memfd stand
+  for the two processes).
 
     source .gpu2/env.sh && python3 bench/probes/transfer_probe.py --gb 4.2
 """
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import mmap
 import os
 import subprocess
 import tempfile
@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from coda_agent.runner.protocol import read_tensors, write_tensors
+from coda_agent.runner.window import Window
 
 PIECE = 64 << 20
 
@@ -79,25 +80,21 @@ def threaded(src: torch.Tensor, folder: Path, threads: int) -> Callable[[], obje
     return go
 
 
-def shared(src: torch.Tensor) -> Callable[[], object]:
+def window(src: torch.Tensor) -> Callable[[], object]:
+    """The product's path on a GPU host (coda_agent/runner/window.py): the runner writes the sealed memfd, the
+    checker's mapping of it (here a second mapping in this process) reads it, both registered with CUDA."""
     nbytes = src.numel() * src.element_size()
-    fd = os.memfd_create("coda_outputs", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    os.ftruncate(fd, nbytes)
-    fcntl = __import__("fcntl")
-    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
-    maps = [mmap.mmap(fd, nbytes), mmap.mmap(fd, nbytes)]  # the runner's, the checker's
-    views = [torch.frombuffer(m, dtype=torch.uint8) for m in maps]
+    runner = Window.create(nbytes + (1 << 20))
+    checker = Window.attach(os.dup(runner.fd))
     t0 = time.perf_counter()
-    cudart = torch.cuda.cudart()
-    for v in views:
-        assert cudart.cudaHostRegister(v.data_ptr(), nbytes, 0) == 0
-    print(f"   (registering two {nbytes / 1e9:.1f} GB mappings took {time.perf_counter() - t0:.2f} s, once a runner)")
-    out = torch.empty_like(src)
+    refs = runner.write({"logits": src})
+    checker.read(refs, "cuda", max_bytes=nbytes)
+    print(f"   (the window's first use, its pages made and registered on both sides: "
+          f"{time.perf_counter() - t0:.2f} s, once a runner)")
 
     def go() -> object:
-        views[0].view(src.dtype).view(src.shape).copy_(src)
-        out.copy_(views[1].view(src.dtype).view(src.shape))
-        return out
+        refs = runner.write({"logits": src})
+        return checker.read(refs, "cuda", max_bytes=nbytes)["logits"]
     return go
 
 
@@ -119,7 +116,7 @@ def main() -> None:
     variants: dict[str, Callable[[], Callable[[], object]]] = {
         "protocol, temp folder": lambda: protocol(src, temp),
         "8 threads, temp folder": lambda: threaded(src, temp, 8),
-        "memfd mapped by both, registered": lambda: shared(src),
+        "the window (memfd mapped by both, registered)": lambda: window(src),
     }
     if shm is not None:
         variants["protocol, /dev/shm"] = lambda: protocol(src, shm)

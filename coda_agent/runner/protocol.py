@@ -1,4 +1,5 @@
-"""The wire between the trusted checker and the sandboxed runner: JSON lines plus raw tensor files.
+"""The wire between the trusted checker and the sandboxed runner: JSON lines plus raw tensor files (or, on a
+GPU host, the shared memory window of :mod:`.window`).
 
 Nothing on this wire is ever unpickled or executed: messages are JSON objects (one per line, bounded in
 size), tensors are raw bytes in a file of the runner's scratch folder, described by a :class:`TensorRef`
@@ -228,12 +229,13 @@ class DiscoverRequest(Message):
 
 
 class InputsRequest(Message):
-    """One input set, in a tensor file of the scratch folder."""
+    """One input set, in a tensor file of the scratch folder, or (``window``) in the shared window."""
 
     op: Literal["inputs"] = "inputs"
     set: str
     file: str
     tensors: list[TensorRef]
+    window: bool = False
 
 
 class DropRequest(Message):
@@ -368,12 +370,14 @@ class CallReport(Message):
 
 
 class Fetched(Reply):
-    """The kept outputs: their tensors in ``file`` (keys ``"<call>/<name>"``), and what each call returned."""
+    """The kept outputs: their tensors in ``file``, or (``window``) in the shared window (keys
+    ``"<call>/<name>"``), and what each call returned."""
 
     ok: Literal[True] = True
     file: str
     tensors: list[TensorRef]
     calls: list[CallReport]
+    window: bool = False
 
 
 def parse_request(message: dict[str, Any]) -> Request:

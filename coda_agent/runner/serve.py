@@ -60,6 +60,7 @@ from .protocol import (
     read_tensors,
     write_tensors,
 )
+from .window import WINDOW_FD_ENV, Window
 
 
 class OpLog(TorchDispatchMode):
@@ -148,8 +149,10 @@ def freeze_globals(module: ModuleType) -> None:
 class Runner:
     """The runner's state between requests."""
 
-    def __init__(self, scratch: Path) -> None:
+    def __init__(self, scratch: Path, window: Window | None = None) -> None:
         self.scratch = scratch
+        #: The memory both sides map (a GPU runner's), where tensors cross that fit it; else tensor files.
+        self.window = window
         self.device = "cpu"
         self.candidate: CandidateModule | None = None
         self.sets: dict[str, dict[str, torch.Tensor]] = {}
@@ -229,9 +232,14 @@ class Runner:
         return Discovered(ops=self.oplog.calls[:1])
 
     def inputs(self, request: InputsRequest) -> Reply:
-        path = self.scratch / Path(request.file).name
-        tensors = read_tensors(path, request.tensors, self.device)
-        path.unlink()
+        if request.window:
+            if self.window is None:
+                raise ProtocolError("inputs in a window, and the runner has none")
+            tensors = self.window.read(request.tensors, self.device, max_bytes=self.window.size)
+        else:
+            path = self.scratch / Path(request.file).name
+            tensors = read_tensors(path, request.tensors, self.device)
+            path.unlink()
         self.sets[request.set] = tensors
         self.snapshots[request.set] = {k: v.clone() for k, v in tensors.items()}
         return Done()
@@ -352,6 +360,10 @@ class Runner:
                     entry.storages[name] = value.untyped_storage().data_ptr() if value.numel() else 0
                 entry.keys = [str(k) for k in out]
             described.append(entry)
+        refs = self.window.write(tensors) if self.window is not None else None
+        if refs is not None:
+            self.kept.clear()
+            return Fetched(file="", tensors=refs, calls=described, window=True)
         path = self.scratch / f"out_{self.batches}.bin"
         refs = write_tensors(path, tensors)
         self.kept.clear()
@@ -404,7 +416,8 @@ def main() -> NoReturn:
     os.dup2(devnull, 0)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    serve(channel, Runner(Path.cwd()))
+    fd = os.environ.get(WINDOW_FD_ENV)
+    serve(channel, Runner(Path.cwd(), Window.attach(int(fd)) if fd else None))
     # No interpreter teardown: CUDA's, the DSL's and the candidate's exit hooks took 2 s on the H200 while the
     # checker waited for this exit (h200-2026-12-05-b-notes.md); the process's end releases all of it anyway.
     sys.stderr.flush()

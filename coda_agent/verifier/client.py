@@ -56,6 +56,7 @@ from ..runner.protocol import (
     read_text,
     write_tensors,
 )
+from ..runner.window import WINDOW_FD_ENV, default_window_bytes, open_window
 from .bytecode import runner_prefix
 from .sandbox import Limits, Sandbox, Spec, detect, kill
 from .scratch import remove_tree, scratch_prefix
@@ -155,14 +156,19 @@ class RunnerClient:
     def __init__(
         self, source: str, *, backend: str, device: str, constants: dict[str, Any], deadline: float,
         cache_dir: Path | None = None, hidden: tuple[Path, ...] = (), sandbox: Sandbox | None = None,
+        window_bytes: int | None = None,
     ) -> None:
         self.sandbox = sandbox or detect()
         self.device, self.deadline = device, deadline
+        # where tensors cross that fit it (None: tensor files only); the runner inherits its descriptor
+        self.window = open_window(window_bytes if window_bytes is not None else default_window_bytes(device))
         # 0700: no other user can plant files in it
         self.scratch = Path(tempfile.mkdtemp(prefix=scratch_prefix()))
         with os.fdopen(create_file(self.scratch / "candidate.py"), "w") as f:
             f.write(source)
         env = {"QUACK_CACHE_DIR": str(cache_dir)} if cache_dir else {}
+        if self.window is not None:
+            env[WINDOW_FD_ENV] = str(self.window.fd)
         if backend == "quack-compile":
             env.update({"QUACK_ARCH": "90", "CUTE_DSL_ARCH": "sm_90a"})
         bytecode = runner_prefix()
@@ -187,9 +193,12 @@ class RunnerClient:
         self._tail = bytearray()
         try:
             self.proc = self.sandbox.popen(argv, spec, prefix=shim, stdin=subprocess.PIPE,
-                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        except BaseException:  # no runner: its folder goes now
+                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                           pass_fds=(self.window.fd,) if self.window is not None else ())
+        except BaseException:  # no runner: its folder and its window go now
             remove_tree(self.scratch)
+            if self.window is not None:
+                self.window.close()
             raise
         assert self.proc.stdin and self.proc.stdout and self.proc.stderr
         self.channel = Channel(self.proc.stdout, self.proc.stdin)
@@ -287,6 +296,10 @@ class RunnerClient:
         return ops[0] if ops else []
 
     def put(self, set_id: str, tensors: dict[str, torch.Tensor]) -> None:
+        refs = self.window.write(tensors) if self.window is not None else None
+        if refs is not None:
+            self._request(InputsRequest(set=set_id, file="", tensors=refs, window=True), Done)
+            return
         path = self.scratch / f"in_{set_id}.bin"
         try:
             refs = write_tensors(path, tensors)
@@ -331,13 +344,21 @@ class RunnerClient:
         """The kept calls' outputs; RunnerCrashed when their bytes add up to more than ``max_bytes``, or their
         file is not a plain file of the runner's scratch folder."""
         reply = self._request(FetchRequest(), Fetched)
-        path = self.scratch / Path(reply.file).name
-        try:
-            flat = read_tensors(path, reply.tensors, self.device, max_bytes=max_bytes)
-        except (ProtocolError, ValueError) as exc:
-            raise RunnerCrashed(f"the runner's outputs are unusable: {exc}") from None
-        with contextlib.suppress(OSError):
-            path.unlink()
+        if reply.window:
+            if self.window is None:
+                raise RunnerCrashed("the runner's outputs are unusable: it named a window it was never given")
+            try:
+                flat = self.window.read(reply.tensors, self.device, max_bytes=max_bytes)
+            except (ProtocolError, ValueError, RuntimeError) as exc:
+                raise RunnerCrashed(f"the runner's outputs are unusable: {exc}") from None
+        else:
+            path = self.scratch / Path(reply.file).name
+            try:
+                flat = read_tensors(path, reply.tensors, self.device, max_bytes=max_bytes)
+            except (ProtocolError, ValueError) as exc:
+                raise RunnerCrashed(f"the runner's outputs are unusable: {exc}") from None
+            with contextlib.suppress(OSError):
+                path.unlink()
         outs = []
         for entry in reply.calls:
             prefix = f"{entry.call}/"
@@ -358,6 +379,9 @@ class RunnerClient:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=2)
         kill(self.proc)
+        if self.window is not None:
+            self.window.close()
+            self.window = None
         self.channel.close()
         self._stderr.join(timeout=1)
         remove_tree(self.scratch)

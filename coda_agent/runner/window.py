@@ -1,0 +1,161 @@
+"""A window of memory the checker and its runner both map: how tensors cross between them without a file.
+
+The tensor files of :mod:`.protocol` cost a write and a read through the kernel, each at memory-copy speed: at
+the 256k-vocabulary head one call's 4.2 GB of logits took 2.1-2.3 s to reach the checker, most of that task's
+verify and of each tune proposal (H200, ``bench/results/h200-2026-12-05-c-notes.md``). A window is a memory
+file (memfd) the checker makes, sizes and seals before the runner inherits it, so each side copies straight
+into or out of the same pages, by DMA where CUDA has them registered.
+
+The seals are what make it safe to map: nobody can shrink or grow the file, so no page of the checker's
+mapping can vanish under it (a file the runner could truncate would kill the checker with SIGBUS where it
+reads). The runner may still write the window at any time; the checker copies what it reads out of it, whole,
+before it looks at a byte, and validates every :class:`~.protocol.TensorRef` against the window's size and its
+own byte limit first, so all a runner can change is the numbers the checker then checks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import math
+import mmap
+import os
+from collections.abc import Mapping
+
+import torch
+
+from .protocol import DTYPES, ProtocolError, TensorRef, dtype_name
+
+#: Where each tensor starts (bytes): every dtype's element size divides it, as a GPU copy's best alignment
+#: does.
+ALIGN = 512
+#: The environment variable that names the inherited window's descriptor in the runner.
+WINDOW_FD_ENV = "CODA_RUNNER_WINDOW_FD"
+#: How much more than it needs a window registers with CUDA at once (registering pins every page: done
+#: rarely).
+REGISTER_STEP = 1 << 30
+
+
+def _aligned(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def default_window_bytes(device: str) -> int:
+    """A GPU runner's window: 32 GiB, or a quarter of the host's memory where that is less (pages are made
+    only as they are written: the 256k head's correctness check moves about 25 GB at once). A CPU runner has
+    none: its tensors are small, and the window would count against its address-space limit."""
+    if device != "cuda":
+        return 0
+    try:
+        host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 0
+    return min(32 << 30, host // 4)
+
+
+def open_window(size: int) -> Window | None:
+    """A new window of ``size`` bytes, or None for no window (``size`` 0, or no memfd on this system)."""
+    if size <= 0:
+        return None
+    try:
+        return Window.create(size)
+    except (AttributeError, OSError):  # no os.memfd_create (not Linux), or no memory for the mapping
+        return None
+
+
+class Window:
+    """One mapping of a sealed memory file; tensors are laid out from its start, one after another."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self.fd, self.size = fd, size
+        self._map = mmap.mmap(fd, size)
+        self.bytes = torch.frombuffer(self._map, dtype=torch.uint8)
+        self._registered = 0  # the first bytes CUDA has registered (0: none)
+
+    @classmethod
+    def create(cls, size: int) -> Window:
+        """The checker's: a new memory file of ``size`` bytes (pages are made as they are first written),
+        sealed against any change of size."""
+        fd = os.memfd_create("coda_window", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            os.ftruncate(fd, size)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+            return cls(fd, size)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    @classmethod
+    def attach(cls, fd: int) -> Window:
+        """The runner's: the window the checker handed down as descriptor ``fd``."""
+        return cls(fd, os.fstat(fd).st_size)
+
+    def write(self, tensors: Mapping[str, torch.Tensor]) -> list[TensorRef] | None:
+        """Copy ``tensors`` in, each at an aligned offset; their refs, or None when they do not fit (the
+        caller then sends a tensor file)."""
+        refs, offset = [], 0
+        for name, t in tensors.items():
+            nbytes = t.numel() * t.element_size()
+            refs.append(TensorRef(name=name, dtype=dtype_name(t.dtype), shape=list(t.shape), offset=offset,
+                                  nbytes=nbytes))
+            offset = _aligned(offset + nbytes)
+        if offset > self.size:
+            return None
+        if any(t.is_cuda for t in tensors.values()):
+            self._register(offset)
+        for ref, t in zip(refs, tensors.values(), strict=True):
+            if ref.nbytes:
+                self.bytes[ref.offset : ref.offset + ref.nbytes].view(t.dtype).view(t.shape).copy_(t.detach())
+        return refs
+
+    def read(self, refs: list[TensorRef], device: str, max_bytes: int) -> dict[str, torch.Tensor]:
+        """Copies of the tensors ``refs`` describe, on ``device``, each ref validated (known dtype, sane
+        shape, inside the window, at an offset its element size divides) and their sum within ``max_bytes``
+        before any byte is copied."""
+        if sum(ref.nbytes for ref in refs) > max_bytes:
+            raise ProtocolError(f"the tensors in the window add up to more than the {max_bytes} bytes "
+                                "expected")
+        checked = []
+        for ref in refs:
+            dt = DTYPES.get(ref.dtype)
+            if dt is None:
+                raise ProtocolError(f"tensor {ref.name!r} has an unknown dtype {ref.dtype!r}")
+            if any(d < 0 for d in ref.shape) or len(ref.shape) > 8:
+                raise ProtocolError(f"tensor {ref.name!r} has an invalid shape {ref.shape}")
+            itemsize = torch.empty(0, dtype=dt).element_size()
+            if (ref.nbytes != math.prod(ref.shape) * itemsize or ref.offset + ref.nbytes > self.size
+                    or ref.offset % itemsize):
+                raise ProtocolError(f"tensor {ref.name!r} does not fit the window ({ref.nbytes} bytes at "
+                                    f"{ref.offset}, window {self.size})")
+            checked.append((ref, dt))
+        if torch.device(device).type == "cuda" and refs:
+            self._register(max(ref.offset + ref.nbytes for ref in refs))
+        out: dict[str, torch.Tensor] = {}
+        for ref, dt in checked:
+            raw = self.bytes[ref.offset : ref.offset + ref.nbytes].view(dt).reshape(ref.shape)
+            # a copy of its own, whatever the device: the other side may write the window again at any time
+            out[ref.name] = raw.clone() if torch.device(device).type == "cpu" else raw.to(device)
+        return out
+
+    def _register(self, nbytes: int) -> None:
+        """Have CUDA pin the window's first ``nbytes`` (and some more), so copies to and from the GPU run by
+        DMA; where it cannot, copies still work, staged by the driver."""
+        if nbytes <= self._registered or not torch.cuda.is_available():
+            return
+        cudart = torch.cuda.cudart()
+        if self._registered:
+            cudart.cudaHostUnregister(self.bytes.data_ptr())
+            self._registered = 0
+        want = min(self.size, _aligned(nbytes) + REGISTER_STEP)
+        if int(cudart.cudaHostRegister(self.bytes.data_ptr(), want, 0)) == 0:
+            self._registered = want
+
+    def close(self) -> None:
+        if self._registered and torch.cuda.is_available():
+            torch.cuda.cudart().cudaHostUnregister(self.bytes.data_ptr())
+            self._registered = 0
+        del self.bytes
+        with contextlib.suppress(BufferError):  # a tensor still viewing it: the mapping goes with the process
+            self._map.close()
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
