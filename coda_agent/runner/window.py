@@ -20,6 +20,7 @@ import fcntl
 import math
 import mmap
 import os
+import threading
 from collections.abc import Mapping
 
 import torch
@@ -31,6 +32,8 @@ from .protocol import DTYPES, ProtocolError, TensorRef, dtype_name
 ALIGN = 512
 #: The environment variable that names the inherited window's descriptor in the runner.
 WINDOW_FD_ENV = "CODA_RUNNER_WINDOW_FD"
+#: ``cudaHostRegisterPortable``: pinned for every CUDA context of the process, whichever device is current.
+HOST_REGISTER_PORTABLE = 1
 #: How much more than it needs a window registers with CUDA at once (registering pins every page: done
 #: rarely).
 REGISTER_STEP = 1 << 30
@@ -38,6 +41,16 @@ REGISTER_STEP = 1 << 30
 
 def _aligned(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
+
+
+def _cuda_call(name: str, *args: int) -> int:
+    """A CUDA runtime call of torch's (``torch.cuda.cudart()``) in a thread of its own: an error it returns is
+    that thread's last error, so no later check of torch's in the caller's thread finds it pending."""
+    result: list[int] = []
+    worker = threading.Thread(target=lambda: result.append(int(getattr(torch.cuda.cudart(), name)(*args))))
+    worker.start()
+    worker.join()
+    return result[0] if result else -1
 
 
 def default_window_bytes(device: str) -> int:
@@ -71,6 +84,7 @@ class Window:
         self._map = mmap.mmap(fd, size)
         self.bytes = torch.frombuffer(self._map, dtype=torch.uint8)
         self._registered = 0  # the first bytes CUDA has registered (0: none)
+        self._unregistrable = False  # CUDA refused once: copies are staged by the driver from then on
 
     @classmethod
     def create(cls, size: int) -> Window:
@@ -140,19 +154,20 @@ class Window:
     def _register(self, nbytes: int) -> None:
         """Have CUDA pin the window's first ``nbytes`` (and some more), so copies to and from the GPU run by
         DMA; where it cannot, copies still work, staged by the driver."""
-        if nbytes <= self._registered or not torch.cuda.is_available():
+        if nbytes <= self._registered or self._unregistrable or not torch.cuda.is_available():
             return
-        cudart = torch.cuda.cudart()
         if self._registered:
-            cudart.cudaHostUnregister(self.bytes.data_ptr())
+            _cuda_call("cudaHostUnregister", self.bytes.data_ptr())
             self._registered = 0
         want = min(self.size, _aligned(nbytes) + REGISTER_STEP)
-        if int(cudart.cudaHostRegister(self.bytes.data_ptr(), want, 0)) == 0:
+        if _cuda_call("cudaHostRegister", self.bytes.data_ptr(), want, HOST_REGISTER_PORTABLE) == 0:
             self._registered = want
+        else:
+            self._unregistrable = True
 
     def close(self) -> None:
-        if self._registered and torch.cuda.is_available():
-            torch.cuda.cudart().cudaHostUnregister(self.bytes.data_ptr())
+        if self._registered:
+            _cuda_call("cudaHostUnregister", self.bytes.data_ptr())
             self._registered = 0
         del self.bytes
         with contextlib.suppress(BufferError):  # a tensor still viewing it: the mapping goes with the process
