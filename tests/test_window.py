@@ -14,9 +14,10 @@ import torch
 from coda_agent.runner import window as window_module
 from coda_agent.runner.protocol import ProtocolError, TensorRef
 from coda_agent.runner.window import ALIGN, Window, open_window
-from coda_agent.verifier import Plan, sandbox
-from coda_agent.verifier.sandbox import Sandbox
+from coda_agent.verifier import Plan
 from coda_agent.verifier.verdict import Outcome
+
+from .test_sandbox import _as, _past_the_static_check, needs_bwrap
 
 SENT = {
     "flags": torch.tensor([True, False, True]),
@@ -89,14 +90,6 @@ def test_no_window_where_the_system_has_no_memory_files(monkeypatch):
     assert window_module.default_window_bytes("cpu") == 0
 
 
-def _as(as_nobody: bool) -> Sandbox:
-    box = sandbox.detect()
-    if not box.isolated or as_nobody != box.as_nobody:
-        pytest.skip(
-            f"runners cannot run {'as nobody' if as_nobody else 'in bubblewrap'} here: {box.describe()}")
-    return Sandbox("bwrap", bwrap=box.bwrap, as_nobody=as_nobody)
-
-
 @pytest.mark.parametrize("as_nobody", [True, False], ids=["as-nobody", "as-this-user"])
 def test_a_verification_moves_its_tensors_through_the_window_in_either_mode(as_nobody, monkeypatch, scratch):
     """The descriptor reaches the runner through the rlimit shim and bubblewrap, as nobody too, and every
@@ -128,10 +121,6 @@ def test_a_verification_moves_its_tensors_through_the_window_in_either_mode(as_n
     assert crossed["write"] > 0 and crossed["read"] > 0 and not files
 
 
-needs_bwrap = pytest.mark.skipif(not sandbox.detect().isolated,
-                                 reason="bubblewrap cannot create namespaces here")
-
-
 @needs_bwrap
 @pytest.mark.parametrize(("payload", "problem"), [
     # a ref past the checker's byte limit for the task's outputs, however little the window holds
@@ -159,8 +148,6 @@ needs_bwrap = pytest.mark.skipif(not sandbox.detect().isolated,
 def test_what_a_runner_forges_in_the_window_is_refused_as_a_crash(payload, problem, monkeypatch):
     """Code past the static check rewrites the runner's side of the window: every forged ref is refused
     before a byte is read, and the runner cannot shrink the window under the checker's mapping."""
-    from .test_sandbox import _past_the_static_check
-
     monkeypatch.setattr("coda_agent.verifier.client.default_window_bytes", lambda device: 64 << 20)
     prelude = """
         import sys as _sys, os as _os

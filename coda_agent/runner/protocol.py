@@ -153,6 +153,23 @@ def write_tensors(path: Path, tensors: Mapping[str, torch.Tensor]) -> list[Tenso
     return refs
 
 
+def checked_dtype(ref: TensorRef, size: int, where: str, aligned: bool = False) -> torch.dtype:
+    """``ref``'s dtype, once the ref is known sound: a known dtype, a sane shape, its bytes those of its shape
+    and inside the ``size`` bytes of ``where`` (and, ``aligned``, at an offset its element size divides);
+    ProtocolError otherwise."""
+    dt = DTYPES.get(ref.dtype)
+    if dt is None:
+        raise ProtocolError(f"tensor {ref.name!r} has an unknown dtype {ref.dtype!r}")
+    if any(d < 0 for d in ref.shape) or len(ref.shape) > 8:
+        raise ProtocolError(f"tensor {ref.name!r} has an invalid shape {ref.shape}")
+    itemsize = torch.empty(0, dtype=dt).element_size()
+    if (ref.nbytes != math.prod(ref.shape) * itemsize or ref.offset + ref.nbytes > size
+            or (aligned and ref.offset % itemsize)):
+        raise ProtocolError(f"tensor {ref.name!r} does not fit {where} ({ref.nbytes} bytes at {ref.offset}, "
+                            f"{where.removeprefix('its ').removeprefix('the ')} {size})")
+    return dt
+
+
 def read_tensors(path: Path, refs: list[TensorRef], device: str = "cpu",
                  max_bytes: int = 1 << 40) -> dict[str, torch.Tensor]:
     """The tensors ``refs`` describe, validated against the file and ``max_bytes`` (the file's size and the
@@ -166,15 +183,7 @@ def read_tensors(path: Path, refs: list[TensorRef], device: str = "cpu",
             raise ProtocolError(f"{path.name} changed while it was read")
     out: dict[str, torch.Tensor] = {}
     for ref in refs:
-        dt = DTYPES.get(ref.dtype)
-        if dt is None:
-            raise ProtocolError(f"tensor {ref.name!r} has an unknown dtype {ref.dtype!r}")
-        if any(d < 0 for d in ref.shape) or len(ref.shape) > 8:
-            raise ProtocolError(f"tensor {ref.name!r} has an invalid shape {ref.shape}")
-        want = math.prod(ref.shape) * torch.empty(0, dtype=dt).element_size()
-        if ref.nbytes != want or ref.offset + ref.nbytes > size:
-            raise ProtocolError(f"tensor {ref.name!r} does not fit its file ({ref.nbytes} bytes at "
-                                f"{ref.offset}, file {size})")
+        dt = checked_dtype(ref, size, "its file")
         if not ref.nbytes:
             out[ref.name] = torch.empty(ref.shape, dtype=dt, device=device)
             continue

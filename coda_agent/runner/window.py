@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import math
 import mmap
 import os
 import threading
@@ -25,7 +24,7 @@ from collections.abc import Mapping
 
 import torch
 
-from .protocol import DTYPES, ProtocolError, TensorRef, dtype_name
+from .protocol import ProtocolError, TensorRef, checked_dtype, dtype_name
 
 #: Where each tensor starts (bytes): every dtype's element size divides it, as a GPU copy's best alignment
 #: does.
@@ -129,19 +128,7 @@ class Window:
         if sum(ref.nbytes for ref in refs) > max_bytes:
             raise ProtocolError(f"the tensors in the window add up to more than the {max_bytes} bytes "
                                 "expected")
-        checked = []
-        for ref in refs:
-            dt = DTYPES.get(ref.dtype)
-            if dt is None:
-                raise ProtocolError(f"tensor {ref.name!r} has an unknown dtype {ref.dtype!r}")
-            if any(d < 0 for d in ref.shape) or len(ref.shape) > 8:
-                raise ProtocolError(f"tensor {ref.name!r} has an invalid shape {ref.shape}")
-            itemsize = torch.empty(0, dtype=dt).element_size()
-            if (ref.nbytes != math.prod(ref.shape) * itemsize or ref.offset + ref.nbytes > self.size
-                    or ref.offset % itemsize):
-                raise ProtocolError(f"tensor {ref.name!r} does not fit the window ({ref.nbytes} bytes at "
-                                    f"{ref.offset}, window {self.size})")
-            checked.append((ref, dt))
+        checked = [(ref, checked_dtype(ref, self.size, "the window", aligned=True)) for ref in refs]
         if torch.device(device).type == "cuda" and refs:
             self._register(max(ref.offset + ref.nbytes for ref in refs))
         out: dict[str, torch.Tensor] = {}
