@@ -160,12 +160,12 @@ class RunnerClient:
     ) -> None:
         self.sandbox = sandbox or detect()
         self.device, self.deadline = device, deadline
-        # where tensors cross that fit it (None: tensor files only); the runner inherits its descriptor
-        self.window = open_window(window_bytes if window_bytes is not None else default_window_bytes(device))
         # 0700: no other user can plant files in it
         self.scratch = Path(tempfile.mkdtemp(prefix=scratch_prefix()))
         with os.fdopen(create_file(self.scratch / "candidate.py"), "w") as f:
             f.write(source)
+        # where tensors cross that fit it (None: tensor files only); the runner inherits its descriptor
+        self.window = open_window(window_bytes if window_bytes is not None else default_window_bytes(device))
         env = {"QUACK_CACHE_DIR": str(cache_dir)} if cache_dir else {}
         if self.window is not None:
             env[WINDOW_FD_ENV] = str(self.window.fd)
