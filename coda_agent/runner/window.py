@@ -129,13 +129,14 @@ class Window:
             raise ProtocolError(f"the tensors in the window add up to more than the {max_bytes} bytes "
                                 "expected")
         checked = [(ref, checked_dtype(ref, self.size, "the window", aligned=True)) for ref in refs]
-        if torch.device(device).type == "cuda" and refs:
+        on_cpu = torch.device(device).type == "cpu"
+        if not on_cpu and refs:
             self._register(max(ref.offset + ref.nbytes for ref in refs))
         out: dict[str, torch.Tensor] = {}
         for ref, dt in checked:
             raw = self.bytes[ref.offset : ref.offset + ref.nbytes].view(dt).reshape(ref.shape)
             # a copy of its own, whatever the device: the other side may write the window again at any time
-            out[ref.name] = raw.clone() if torch.device(device).type == "cpu" else raw.to(device)
+            out[ref.name] = raw.clone() if on_cpu else raw.to(device)
         return out
 
     def _register(self, nbytes: int) -> None:

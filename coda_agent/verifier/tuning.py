@@ -435,8 +435,9 @@ def comparison_estimate(written: Timing, seconds: Mapping[str, float]) -> float:
     calls = 2 * max(written.reps, 1)  # a traced and a timed batch a round
     per_call = (seconds.get("timed: traced", 0.0) + seconds.get("timed: candidate", 0.0)) / calls
     per_check = (seconds.get("timed: transfer", 0.0) + seconds.get("timed: checks", 0.0)) / SEARCH_CHECKS
-    size = min(BATCH, FINAL_REPS.reps_for(written.gpu_us))
-    reps = -(-FINAL_REPS.reps_for(written.gpu_us) // size) * size
+    planned = FINAL_REPS.reps_for(written.gpu_us)
+    size = min(BATCH, planned)
+    reps = -(-planned // size) * size  # whole batches
     return 2 * (per_call * (2 * reps + FINAL_REPS.warmup + 3) + FINAL_CHECKS * per_check)
 
 
