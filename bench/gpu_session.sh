@@ -61,6 +61,10 @@
 #   transfer  bench/probes/transfer_probe.py: 4.2 GB of outputs (the 256k head's logits) from a GPU tensor to a GPU
 #             tensor through the runner protocol's tensor file, through the file by 8 threads, and through a shared
 #             memfd both sides map and register with CUDA (issue 47); in transfer.json (about 60 s)
+#   window    the GPU tests of the checker's shared memory window and of the glue passes' kernels
+#             (tests/test_window.py, tests/test_torch_glue.py)
+#   hang      bench/probes/hang_probe.py: which three-warp-group kernels never finish, one per process
+#             (HANG_ARGS, default "--bisect --timeout 45": gemm_rmsnorm_bwd's epilogue features one at a time)
 # Each phase's log notes the time, the host's load and CPU steal at its start and end; <phase>-gpu.csv samples the
 # GPU's clocks, power and throttle reasons once a second while it runs (power-capped clocks move kernel times).
 # Everything lands in .gpuwork/ (git-ignored: it stays on the machine between calls while it is warm) and comes back
@@ -154,7 +158,9 @@ for spec in "$@"; do
     host) run_phase host "$secs" python3 bench/probes/host_probe.py ${HOST_ARGS:---per-cpu} --json "$work/host.jsonl" ;;
     rope) run_phase rope "$secs" python3 bench/probes/rope_backward_probe.py --json "$work/rope.json" ;;
     transfer) run_phase transfer "$secs" python3 bench/probes/transfer_probe.py --json "$work/transfer.json" ;;
-    *) echo "unknown phase $phase (bench, trust, guards, launch, ahead, ops, more, e2e, tune-run, accept, tune-human, cublas, probe, ncu-source, first-call, host, rope, transfer)"; exit 2 ;;
+    window) run_phase window "$secs" "${gpu_tests[@]}" tests/test_window.py tests/test_torch_glue.py ;;
+    hang) run_phase hang "$secs" python3 bench/probes/hang_probe.py ${HANG_ARGS:---bisect --timeout 45} ;;
+    *) echo "unknown phase $phase (bench, trust, guards, launch, ahead, ops, more, e2e, tune-run, accept, tune-human, cublas, probe, ncu-source, first-call, host, rope, transfer, window, hang)"; exit 2 ;;
   esac
 done
 # The logs get committed: this machine's paths become the repository root ".", python3, <site-packages> and $OUT.
