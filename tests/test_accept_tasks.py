@@ -2,8 +2,9 @@
 
 Each task validates (schema, reference, degenerate-task filter) and has no human kernel; each scripted model's
 last reply (the correct kernel) passes the CPU emulator at the tiny shape and its first reply (the scripted
-flaw, slow tier) does not, for the acceptance tasks and the suite tasks the phase also runs; the phase's record
-checks (bench/accept/accept.py) fail a CPU-only run, and its table of issue 47's bars reads a record's times."""
+flaw, slow tier) does not, for the acceptance tasks and the suite tasks the phase also runs; the phase's
+record checks (bench/accept/accept.py) fail a CPU-only run, and its table of issue 47's bars reads a record's
+times."""
 
 from __future__ import annotations
 
@@ -120,7 +121,8 @@ def test_accept_speed_reads_issue_47s_bars_from_a_record(tmp_path: Path):
     (run / "attempts").mkdir(parents=True)
     (run / "summary.json").write_text('{"best_attempt": 2}')
     (run / "attempts" / "0001.json").write_text('{"verdict": {"timings": {"wall_s": 48.7}}}')
-    tuning = {"stage": {"seconds": 51.9, "details": {"budget_s": 45.0, "configs_tried": 7, "configs_untried": 15}},
+    details = {"budget_s": 45.0, "configs_tried": 7, "configs_untried": 15}
+    tuning = {"stage": {"seconds": 51.9, "details": details},
               "verdict": {"timings": {"wall_s": 66.3}}}
     (run / "attempts" / "0002.json").write_text(json.dumps({"verdict": {"timings": {"wall_s": 29.0}},
                                                             "tuning": tuning}))
