@@ -30,12 +30,14 @@
 #             deliberately poor gemm config is tuned on the GPU, the record keeps the speed before and after
 #   accept    the agent end to end on the tasks of bench/accept (outside the suite, no human kernel: a Gemma-2 LM head
 #             with soft-capped cross-entropy at V 256000, a GELU backward with the saved pre-activation as C, a residual
-#             + LayerNorm-statistics forward), each with its scripted model (a flawed reply, then a correct kernel with
+#             + LayerNorm-statistics forward) and on two suite tasks (gemm_residual, gemm_rmsnorm: five bench shapes
+#             each, so give them a call of their own), each with its scripted model (a flawed reply, then a correct kernel with
 #             a poor gemm config) at its one bench shape, ACCEPT_TUNE_BUDGET (default 45) seconds of tuning per run,
 #             ACCEPT_TASKS to run fewer; then bench/accept/accept.py checks every run's record and exits non-zero
 #             unless each one's best.py is correct on the GPU, timed, tuned (a @schedule adopted), and every runner
 #             ran in bubblewrap as nobody (the cache files it wrote belong to uid 65534); run records in
-#             .gpuwork/accept/<task>/, the checks in accept.log and accept/accept.json. Run it (and commit its log
+#             .gpuwork/accept/<task>/, the checks and a table of issue 47's bars (verify, tune stage, configs) in
+#             accept.log and accept/accept.json. Run it (and commit its log
 #             and records) whenever the verifier, the sandbox, the primitives or the agent change
 #   tune-human  `bench --tune` on the human kernels of the narrow-N rows (issue 9), or TUNE_TASKS (tasks and
 #             --shape options): the diffs that would pin winners, TUNE_BUDGET seconds of search per kernel, the
