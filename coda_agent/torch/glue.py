@@ -116,8 +116,9 @@ def _(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, qkv: torch.Tensor,
     return torch.empty_like(qkv), qkv.new_empty(qkv.shape[0], dtype=torch.float32)
 
 
-#: Tokens a program of the Triton pass takes (each through every head).
-ROPE_BACKWARD_TOKENS = 32
+#: Tokens a program of the Triton pass takes (each through every head). At the 1B stack's batch on an H100
+#: (bench/results/h100-2026-12-05-e-rope.log) 16 tokens at 4 warps took 240.7 µs (2.51 TB/s), 32 tokens 257.5.
+ROPE_BACKWARD_TOKENS = 16
 
 
 @rope_backward.register_kernel("cuda")
@@ -148,12 +149,5 @@ def rope_backward_triton(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, q
     rope_backward_rows[(-(-seq // tokens), batch)](
         dq, dk, dv, qkv, inv_freq.float().contiguous(), dz, zdz, seq, n_q, n_kv,
         *dq.stride()[:3], *dk.stride()[:3], *dv.stride()[:3], qkv.stride(0), dz.stride(0),
-        HEAD_DIM=head_dim, TOKENS=tokens, num_warps=4)
-    return dz, zdz
-    from ._glue_kernels import rope_backward_rows
-
-    rope_backward_rows[(-(-seq // tokens), batch)](
-        dq, dk, dv, qkv, inv_freq.float().contiguous(), dz, zdz, seq, n_q, n_kv,
-        *dq.stride(), *dk.stride(), *dv.stride(), qkv.stride(0), dz.stride(0),
         HEAD_DIM=head_dim, TOKENS=tokens, num_warps=4)
     return dz, zdz
