@@ -10,10 +10,13 @@ hang names the step too.
 
     source .gpu2/env.sh && python3 bench/probes/hang_probe.py --timeout 60
     source .gpu2/env.sh && python3 bench/probes/hang_probe.py --bisect --timeout 45   # which epilogue feature
+    source .gpu2/env.sh && python3 bench/probes/hang_probe.py --leave-one-out --timeout 60   # which combination
 
 On the H200 (2026-12-05-c) the plain 192x128 cooperative GEMM finished with either scheduler and gemm_rmsnorm_bwd's
 did not; ``--bisect`` runs its epilogue's features one at a time (C, a tile operand, row and column vectors, an
-extra output, a reduction down the columns and one across the rows). ``CODA_HANG_PROBE_BACKEND=quack-compile`` with
+extra output, a reduction down the columns and one across the rows). On an H100 (2026-12-05-e) every one of them
+finished alone, so ``--leave-one-out`` runs the whole epilogue, at 4096^3 and at the task's small shape, and then
+less one part at a time. ``CODA_HANG_PROBE_BACKEND=quack-compile`` with
 ``QUACK_ARCH=90 CUTE_DSL_ARCH=sm_90a`` builds the same kernels on a CPU without launching them.
 """
 
@@ -43,6 +46,16 @@ VARIANTS = [
 FEATURES = ["c", "tile_operand", "row_col_vectors", "extra_output", "row_vec_reduce", "col_vec_reduce"]
 BISECT = [(f"epilogue with {name.replace('_', ' ')} 192x128 coop on QuACK's kernel, dynamic", f"epi:{name}",
            {"tile_m": 192, "tile_n": 128, "pingpong": False, "load_ahead": False}, True) for name in FEATURES]
+
+#: On an H100 (bench/results/h100-2026-12-05-e-hang.log) each of those features alone finished at 4096^3 in 9-12 s.
+#: ``--leave-one-out`` runs gemm_rmsnorm_bwd's whole epilogue at 4096^3 and at the task's small shape, then the
+#: whole epilogue less one of its parts at a time (C; the tile operand h; the vectors gamma, rstd, zdz; the
+#: extra output normed; the scaled dgamma reduce): a hang that needs two features, or the small shape, shows here.
+PARTS = ["c", "h", "vectors", "normed", "dgamma"]
+LEAVE_ONE_OUT = [(f"rms_bwd epilogue{' less ' + part if part else ''}{' at the small shape' if small else ''} "
+                  "192x128 coop on QuACK's kernel, dynamic", f"rms:{part}:{'small' if small else 'big'}",
+                  {"tile_m": 192, "tile_n": 128, "pingpong": False, "load_ahead": False}, True)
+                 for part, small in [("", False), ("", True), *((p, False) for p in PARTS)]]
 
 #: One variant, in a process of its own: build (the first call), then a second call, each timed.
 CHILD = """
@@ -98,6 +111,41 @@ elif task_name == "epi:col_vec_reduce":
     def with_col_reduce(acc):
         return {"D": acc, "rowsum": acc}
     step = lambda: gemm(with_col_reduce, a, b, config=tile)
+elif task_name.startswith("rms:"):
+    # gemm_rmsnorm_bwd's epilogue (coda_agent/suite/human/gemm_rmsnorm_bwd.py), less one part
+    _, drop, size = task_name.split(":")
+    if size == "small":
+        m, n, k = 256, 384, 128  # the task's tiny shape (dz: M x K, w: K x N as the task passes it)
+        a, t = a[:m, :k].contiguous(), t[:m, :n].contiguous()
+        b, vec, rows = b[:k, :n].contiguous(), vec[:n].contiguous(), vec[:m].contiguous()
+    else:
+        rows = vec
+    h = "acc" if drop == "h" else "h"
+    scale = ("" if drop == "vectors" else " * gamma", "" if drop == "vectors" else " * rstd",
+             "" if drop == "vectors" else " * zdz")
+    body = [f"xhat = {h}{scale[1]}",
+            f"d = (acc{scale[0]} + xhat{scale[2]} * neg_inv_n){scale[1]}" + ("" if drop == "c" else " + c")]
+    ret = ['"D": d'] + ([] if drop == "normed" else [f'"normed": xhat{scale[0]}']) + (
+        [] if drop == "dgamma" else ['"dgamma": (acc, xhat)'])
+    args = ["acc"] + ([] if drop == "c" else ["c"]) + ([] if drop == "h" else ["h"]) + (
+        [] if drop == "vectors" else ["gamma", "rstd", "zdz"]) + ["neg_inv_n"]
+    src = (f"def rms_bwd({', '.join(args)}):\\n" + "".join(f"    {line}\\n" for line in body)
+           + f"    return {{{', '.join(ret)}}}\\n")
+    scope = {}
+    exec(src, scope)
+    fn = epilogue(outputs=() if drop == "normed" else ("normed",),
+                  operands={} if drop == "vectors" else {"gamma": RowVecLoad(), "rstd": ColVecLoad(),
+                                                          "zdz": ColVecLoad()},
+                  reduces={} if drop == "dgamma" else {"dgamma": RowVecReduce(scaled=True)})(scope["rms_bwd"])
+    kw = {"neg_inv_n": -1.0 / b.shape[1]}
+    if drop != "c":
+        kw["C"] = t
+    if drop != "h":
+        kw["h"] = t
+    if drop != "vectors":
+        kw.update(gamma=vec, rstd=rows, zdz=rows)
+    print(json.dumps({"epilogue": src}), flush=True)
+    step = lambda: gemm(fn, a, b, config=tile, **kw)
 else:
     from coda_agent.tasks import find_task
     from coda_agent.tasks.loader import import_file
@@ -120,9 +168,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--timeout", type=float, default=60.0, help="seconds each variant may take")
     p.add_argument("--bisect", action="store_true", help="gemm_rmsnorm_bwd's epilogue features one at a time")
+    p.add_argument("--leave-one-out", action="store_true",
+                   help="gemm_rmsnorm_bwd's whole epilogue, then less one part at a time")
     args = p.parse_args()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
-    for label, task, fields, dynamic in BISECT if args.bisect else VARIANTS:
+    for label, task, fields, dynamic in BISECT if args.bisect else LEAVE_ONE_OUT if args.leave_one_out else VARIANTS:
         t0 = time.time()
         try:
             res = subprocess.run([sys.executable, "-c", CHILD, task, json.dumps(fields), "1" if dynamic else "0"],
