@@ -66,7 +66,8 @@
 #   window    the GPU tests of the checker's shared memory window and of the glue passes' kernels
 #             (tests/test_window.py, tests/test_torch_glue.py)
 #   hang      bench/probes/hang_probe.py: which three-warp-group kernels never finish, one per process
-#             (HANG_ARGS, default "--bisect --timeout 45": gemm_rmsnorm_bwd's epilogue features one at a time)
+#             (HANG_ARGS, default "--bisect --timeout 45": gemm_rmsnorm_bwd's epilogue features one at a time;
+#             "--leave-one-out --timeout 60": its whole epilogue less one part at a time)
 # Each phase's log notes the time, the host's load and CPU steal at its start and end; <phase>-gpu.csv samples the
 # GPU's clocks, power and throttle reasons once a second while it runs (power-capped clocks move kernel times).
 # Everything lands in .gpuwork/ (git-ignored: it stays on the machine between calls while it is warm) and comes back
