@@ -29,7 +29,7 @@ from coda_agent.providers import Completion, MockProvider
 from coda_agent.store.records import Budgets, RunSummary
 from coda_agent.store.rundir import RunReader
 from coda_agent.tasks import Task, TaskError, find_task
-from coda_agent.verifier import Plan, Tuned, verify
+from coda_agent.verifier import NO_CANDIDATE, Plan, Tuned, verify
 from coda_agent.verifier.verdict import Outcome, ShapeTiming, StageResult, Verdict
 
 from .conftest import EXAMPLE_SCRIPT as SCRIPT
@@ -110,14 +110,17 @@ def test_dollar_budget_uses_the_providers_cost(tmp_path):
     assert RunReader(agent.run_dir).attempts()[0].usage.cost_usd == pytest.approx(0.4)
 
 
+class Notes(RunEvents):
+    """Run events that keep the notes."""
+
+    def __init__(self):
+        self.notes = []
+
+    def note(self, message):
+        self.notes.append(message)
+
+
 def test_an_unpriced_model_under_a_dollar_budget_is_flagged(tmp_path):
-    class Notes(RunEvents):
-        def __init__(self):
-            self.notes = []
-
-        def note(self, message):
-            self.notes.append(message)
-
     events = Notes()
     unpriced = MockProvider(
         lambda m: Completion(text=REFUSED, model="m", input_tokens=5, output_tokens=5, price_known=False))
@@ -332,11 +335,18 @@ def timed(us: int) -> str:
     return CORRECT.replace("def forward(", f"TIME_US = {us}\n\n\ndef forward(", 1)
 
 
-def fake_timing_backend(*, cublas: float | None = 1000.0, human_fails: bool = False):
+def fake_timing_backend(*, cublas: float | None = 1000.0, human_fails: bool = False,
+                        jobs: list | None = None):
     """A verify function whose profile stage reports typed timings: a candidate runs at its ``TIME_US``,
-    cuBLAS alone at ``cublas`` and torch.compile at 1500 µs at every bench shape."""
+    cuBLAS alone at ``cublas`` and torch.compile at 1500 µs at every bench shape. The harness's job that
+    builds the baselines passes; ``jobs`` collects every job's (stages, compile modes, source)."""
 
     def verify_fn(task, source, plan):
+        if jobs is not None:
+            jobs.append((plan.stages, plan.compile_modes, source))
+        if plan.stages == ["bench_prepare"]:
+            return Verdict(task=task.name, task_version=task.version, backend="quack", outcome=Outcome.PASSED,
+                           stages=[StageResult(stage="bench_prepare", outcome=Outcome.PASSED)])
         assert plan.stages == GPU_PLAN.stages and plan.shape_set == "bench"
         human = task.human_file is not None and source == task.human_file.read_text()
         if human and human_fails:
@@ -376,9 +386,17 @@ def test_without_a_human_kernel_the_run_improves_over_rounds_until_it_reaches_th
     task = task_without_human_kernel(tmp_path / "mine")
     provider = MockProvider([timed(2000), timed(1250), timed(1020), timed(900)])
     cfg = AgentConfig(model="mock/test", budgets=Budgets(rounds=6), plan=GPU_PLAN)
-    agent = Agent.create(task, provider, cfg, tmp_path / "runs", verify_fn=fake_timing_backend())
+    jobs: list = []
+    events = Notes()
+    agent = Agent.create(task, provider, cfg, tmp_path / "runs", verify_fn=fake_timing_backend(jobs=jobs),
+                         events=events)
     summary = run(agent)
     reader = RunReader(agent.run_dir)
+    # the baselines were built once, by a job of the harness's own that loads no candidate, beside the first
+    # model call (the first attempt's job comes after it); every other job verified a candidate
+    assert jobs[0] == (["bench_prepare"], ["default"], NO_CANDIDATE)
+    assert [j for j in jobs[1:] if j[0] != GPU_PLAN.stages] == []
+    assert any(n.startswith("the baselines are built") for n in events.notes)
     assert (reader.header.target == {"correct": True, "speedup_vs_cublas": 0.97}
             and reader.header.human_timing == {})
     # not stopped at the first correct candidate (0.5x cuBLAS): on until 1000/1020 = 0.98x
@@ -405,11 +423,15 @@ def test_without_a_human_kernel_the_run_improves_over_rounds_until_it_reaches_th
 def test_a_human_kernel_that_cannot_be_timed_leaves_the_cublas_target(tmp_path):
     provider = MockProvider([timed(1020)])
     cfg = AgentConfig(model="mock/test", budgets=Budgets(rounds=2), plan=GPU_PLAN)
-    agent = Agent.create(TASK, provider, cfg, tmp_path, verify_fn=fake_timing_backend(human_fails=True))
+    jobs: list = []
+    agent = Agent.create(TASK, provider, cfg, tmp_path,
+                         verify_fn=fake_timing_backend(human_fails=True, jobs=jobs))
     assert agent.header.target == {"correct": True, "speedup_vs_human": 0.97}
     summary = run(agent)
     assert RunReader(agent.run_dir).header.target == {"correct": True, "speedup_vs_cublas": 0.97}
     assert summary.status == "target_reached" and summary.best_attempt == 1
+    # a task with a human kernel gets no job of the harness's own: timing the human kernel is that job
+    assert [stages for stages, _, _ in jobs] == [GPU_PLAN.stages, GPU_PLAN.stages]
 
 
 def test_a_target_the_timings_cannot_judge_runs_to_the_budget(tmp_path):

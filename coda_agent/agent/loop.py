@@ -31,7 +31,16 @@ from ..store.rundir import RunReader, RunRecordError, RunWriter, new_run_id, rol
 from ..tasks.loader import TaskError, find_recorded_task
 from ..tasks.model import Task
 from ..untrusted import storable
-from ..verifier import DEFAULT_TUNE_BUDGET_S, Plan, Tuned, pinned_source, tune_plan, verify
+from ..verifier import (
+    DEFAULT_TUNE_BUDGET_S,
+    NO_CANDIDATE,
+    Plan,
+    Tuned,
+    baselines_plan,
+    pinned_source,
+    tune_plan,
+    verify,
+)
 from ..verifier.builds import build_line
 from ..verifier.verdict import Verdict
 from .extract import MAX_REPLY_CHARS, Extraction, extract_code
@@ -382,11 +391,13 @@ class Agent:
         it."""
         self._session_start = time.monotonic()
         own = self.executor is None
+        preparing: asyncio.Future[None] | None = None
         self._executor = self.executor or LocalExecutor(cpu_workers=self.config.verify_workers,
                                                         verify_fn=self.verify_fn)
         try:
             self._summarise("running")  # a resumed run says so at once, not after its first attempt
             await self._time_human_kernel()
+            preparing = asyncio.ensure_future(self._prepare_baselines())
             while True:
                 stop = self._stop_reason()
                 if stop is not None:
@@ -409,6 +420,8 @@ class Agent:
                          storable(f"the run failed: {type(exc).__name__}" + (f": {first}" if first else "")))
             raise
         finally:
+            if preparing is not None:
+                await asyncio.gather(preparing, return_exceptions=True)
             if own:
                 self._executor.close()
             self.writer.close()
@@ -555,6 +568,25 @@ class Agent:
         self.header = self.header.model_copy(update={"human_timing": times})
         self.writer.write_header(self.header)
 
+    async def _prepare_baselines(self) -> None:
+        """On the GPU, for a task with no human kernel, build and run its baselines at every bench shape once
+        (torch.compile's graphs, cuBLAS's layouts), beside the first model call, as timing a human kernel
+        does where there is one. Each is a cost of the task, not of the first correct candidate's profile:
+        6.2-6.6 s of it at two acceptance tasks (H100, bench/results/h100-2026-12-05-e-notes.md). Where it
+        fails, the profile stage builds them itself."""
+        human = self.task.human_file
+        if not self.config.timed or (human is not None and human.exists()):
+            return
+        self.events.note("building the baselines at every bench shape beside the first model call (this task "
+                         "has no human kernel to time)")
+        t0 = time.monotonic()
+        verdict = await self._verify(NO_CANDIDATE, plan=baselines_plan(self.config.plan), label="baselines")
+        if verdict.passed:
+            self.events.note(f"the baselines are built ({time.monotonic() - t0:.1f} s)")
+        else:
+            self.events.note(f"the baselines could not be built ahead ({verdict.outcome.value}); each "
+                             "candidate's profile builds them")
+
     async def _round(self, round_no: int, slots: list[int]) -> None:
         self.events.round_started(round_no, len(slots))
         # Tasks start in slot order, so each provider call is made in (round, slot) order (replay relies on
@@ -577,10 +609,14 @@ class Agent:
         if pending:
             self.events.note(f"wall-time budget reached: {len(pending)} attempt(s) in flight were abandoned")
 
-    async def _verify(self, code: str, index: int | None = None) -> Verdict:
-        """One verification on the executor; ``index`` is the attempt's, told where it runs."""
+    async def _verify(self, code: str, index: int | None = None, plan: Plan | None = None,
+                      label: str = "human") -> Verdict:
+        """One verification on the executor (under ``plan``, the run's by default); ``index`` is the
+        attempt's, told where it runs, else ``label`` names the job. A plan of the harness's own has its GPU
+        to itself."""
         assert self._executor is not None
-        job = Job(self.task, code, self.config.plan, label=f"#{index}" if index is not None else "human")
+        job = Job(self.task, code, plan or self.config.plan, alone=plan is not None,
+                  label=f"#{index}" if index is not None else label)
         loop = asyncio.get_running_loop()
 
         def placed(worker: str) -> None:
@@ -671,7 +707,7 @@ class Agent:
                 left = f" ({untried} left untried: the budget ended first)" if untried else ""
                 self.events.note(f"tuning: {tried} configs tried{left}, none beat the configs as written")
             return Tuning(before=timing, search=tuned.search, stage=tuned.stage)
-        tuned_verdict = await self._verify(tuned.source)
+        tuned_verdict = await self._verify(tuned.source, label="tuned")
         after = self._timing(tuned_verdict) if tuned_verdict.passed else {}
         faster = bool(after) and (after.get("geomean_us") or math.inf) < (timing.get("geomean_us")
                                                                           or math.inf)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 
 from ..tasks.model import Task
 from ..untrusted import storable, storable_tree
-from .plan import COMPILE_STAGES, DEFAULT_TUNE_BUDGET_S, Plan
+from .plan import COMPILE_STAGES, DEFAULT_TUNE_BUDGET_S, PROFILE_COMPILE_MODES, Plan
 from .sandbox import detect as detect_sandbox
 from .verdict import Outcome, OutputCheck, ShapeTuning, StageResult, TunedGemm, Verdict
 
@@ -29,6 +29,7 @@ from .verdict import Outcome, OutputCheck, ShapeTuning, StageResult, TunedGemm, 
 __all__ = [
     "COMPILE_STAGES",
     "DEFAULT_TUNE_BUDGET_S",
+    "NO_CANDIDATE",
     "Outcome",
     "OutputCheck",
     "Plan",
@@ -36,6 +37,7 @@ __all__ = [
     "Tuned",
     "TuningFailed",
     "Verdict",
+    "baselines_plan",
     "cancel_all",
     "detect_sandbox",
     "pinned_source",
@@ -97,6 +99,18 @@ def verify(task: Task, source: str, plan: Plan | None = None) -> Verdict:
     finally:
         ctx.close_runners()
     return _finish(verdict, t0, plan)
+
+
+#: The module of a job that runs the harness's stages alone (:func:`baselines_plan`): it passes the static
+#: check, and no stage of such a plan loads it.
+NO_CANDIDATE = "def forward(**inputs):\n    return {}\n"
+
+
+def baselines_plan(plan: Plan) -> Plan:
+    """The plan of a job that builds and runs every baseline ``plan``'s profile stage meets, once at each of
+    its shapes (``bench_prepare`` in the profile stage's torch.compile modes), and nothing of a candidate: a
+    later profile in the same process finds them made."""
+    return plan.model_copy(update={"stages": ["bench_prepare"], "compile_modes": list(PROFILE_COMPILE_MODES)})
 
 
 def tune_plan(stage: str = "tune", shape_set: str = "bench", budget_s: float = DEFAULT_TUNE_BUDGET_S,

@@ -27,12 +27,12 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from ..measure.baselines import baseline_variants, compiled_reference
+from ..measure.baselines import baseline_variants
 from ..measure.timing import BATCH, HOST_BOUND_SHARE, Clock, RepPlan, Timing, summarize
 from ..primitives.configs import Schedule
 from ..tasks.model import ShapePoint
 from .client import CandidateRaised, RunnerClient, RunnerError
-from .plan import TIMING_REFS_BYTES, TIMING_SETS
+from .plan import PROFILE_COMPILE_MODES, TIMING_REFS_BYTES, TIMING_SETS
 from .stages import (
     Context,
     Reject,
@@ -72,10 +72,6 @@ def gpu_correctness(ctx: Context) -> StageResult:
     return run_correctness(ctx, "gpu_correctness", "quack", "cuda")
 
 
-#: The torch.compile baseline every timed candidate meets (the bench adds the slow-to-compile max-autotune).
-PROFILE_COMPILE_MODES = ("default",)
-
-
 @stage("profile")
 def profile(ctx: Context) -> StageResult:
     """The candidate's time at each shape, interleaved with eager PyTorch, torch.compile and cuBLAS alone.
@@ -97,16 +93,20 @@ def bench(ctx: Context) -> StageResult:
 
 @stage("bench_prepare")
 def bench_prepare(ctx: Context) -> StageResult:
-    """Compile the torch.compile baselines at every shape once, so the timed ``bench`` run finds them
-    cached."""
+    """Build and run every baseline at every shape once (Inductor's compiles of the plan's modes, the GEMMs'
+    layouts cuBLAS is given), so a later timing in this process finds them made: the timed ``bench`` run, or
+    the first candidate's ``profile`` in an agent run of a task with no human kernel to time first. Nothing of
+    the candidate is loaded."""
     t0 = time.perf_counter()
-    for mode in ctx.plan.compile_modes:
-        fn = compiled_reference(ctx.task, mode)
-        for point in ctx.plan.points(ctx.task):
-            inputs = ctx.task.make_inputs(point.dims, ctx.plan.seeds[0], device="cuda")
-            with torch.no_grad():
-                fn(**inputs, **ctx.task.constants)
-            torch.cuda.synchronize()
+    for point in ctx.plan.points(ctx.task):
+        inputs = ctx.task.make_inputs(point.dims, ctx.plan.seeds[0], device="cuda")
+        variants = baseline_variants(ctx.task, point.dims, inputs, compile_modes=ctx.plan.compile_modes)
+        with torch.no_grad():
+            for fn in variants.values():
+                fn()
+        torch.cuda.synchronize()
+        del inputs, variants
+        release("cuda")
     return StageResult(stage="bench_prepare", outcome=Outcome.PASSED, seconds=time.perf_counter() - t0,
                        reason="")
 

@@ -29,6 +29,8 @@ COMPILE_STAGES = ("compile",)
 #: overlap).
 GPU_STAGES = ("gpu_correctness", "bench_prepare", "profile", "bench", "tune")
 TIMED_STAGES = ("profile", "bench", "tune")
+#: The torch.compile baseline every timed candidate meets (the bench adds the slow-to-compile max-autotune).
+PROFILE_COMPILE_MODES = ("default",)
 #: The input seeds a plan checks unless told otherwise.
 DEFAULT_SEEDS = (0, 1, 2)
 #: Seconds the tune stage may spend searching configs for one candidate (discovery and the final re-time come
