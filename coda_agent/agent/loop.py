@@ -420,7 +420,8 @@ class Agent:
                          storable(f"the run failed: {type(exc).__name__}" + (f": {first}" if first else "")))
             raise
         finally:
-            if preparing is not None:
+            if preparing is not None:  # a run over before its first profile leaves them unbuilt
+                preparing.cancel()
                 await asyncio.gather(preparing, return_exceptions=True)
             if own:
                 self._executor.close()
