@@ -7,8 +7,9 @@
 # What the phases took on one H200 (2026-12-03; size the calls by them, a cold machine is the slower): the whole-suite
 # bench 462-730 s over one or two calls, guards 168-282 s (at f1f6218, with the load-ahead kernel's tests, 330 s
 # covered 30 of its 45 tests on a cold machine: give it a call of its own), more 253 s, tune-human about 45 s per
-# kernel at TUNE_BUDGET 50, tune-run 161 s at TUNE_BUDGET 120; accept 6-11 minutes, the soft-capped cross-entropy
-# alone up to 382 s: split it with ACCEPT_TASKS over two calls, that task in a call of its own. A device call lasts at most 600 s, and the machine
+# kernel at TUNE_BUDGET 50, tune-run 161 s at TUNE_BUDGET 120; accept 6-11 minutes for its three
+# own tasks, the soft-capped cross-entropy alone up to 382 s, and about 2 minutes for each suite task (H100,
+# 2026-12-05-e): split it with ACCEPT_TASKS over calls, that task in a call of its own. A device call lasts at most 600 s, and the machine
 # goes back after 30 s idle between calls.
 # The phases run in order, each cut off at CAP seconds or at the call's end (SECONDS from now, less a margin for the
 # copy back), whichever comes first:
