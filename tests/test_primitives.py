@@ -756,3 +756,41 @@ def test_rows_off_the_16_byte_grid_are_refused_on_the_cpu_as_the_gpu_would():
     weight = torch.randn(36, 64).bfloat16()
     with pytest.raises(P.EpilogueError, match="output 'D' is \\(100, 36\\) bfloat16, 72 bytes"):
         P.gemm(plain_d, a, weight.t())
+
+
+FIRST_CALL = """
+import sys, torch
+from coda_agent import primitives as P
+from coda_agent.primitives import _quack, backend
+print(sorted(m for m in _quack.FIRST_CALL_MODULES if m in sys.modules))
+if sys.argv[1] == "preload":
+    backend.preload("quack-compile")
+else:
+    @P.epilogue()
+    def add_c(acc, c):
+        return {"D": acc + c}
+    with backend.using("quack-compile"):
+        P.gemm(add_c, torch.zeros(256, 64).bfloat16(), torch.zeros(384, 64).bfloat16().t(),
+               C=torch.zeros(256, 384).bfloat16())
+print(sorted(m for m in _quack.FIRST_CALL_MODULES if m in sys.modules))
+"""
+
+
+@pytest.mark.slow
+def test_the_backends_preload_imports_what_its_first_call_would_and_nothing_imports_it_sooner(tmp_path):
+    """A runner imports the QuACK backend's first-call modules while the checker sends the inputs
+    (``runner/serve.py``): the list must be what a first call (a real sm_90a build) imports, and none of it
+    may be imported by the primitives themselves, or the preload would gain nothing."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from coda_agent.primitives import _quack
+
+    env = {**os.environ, "QUACK_ARCH": "90", "CUTE_DSL_ARCH": "sm_90a", "QUACK_CACHE_DIR": str(tmp_path)}
+    for how in ("first call", "preload"):
+        out = subprocess.run([sys.executable, "-c", FIRST_CALL, how], capture_output=True, text=True, env=env,
+                             timeout=300, check=True).stdout.splitlines()
+        before, after = (json.loads(line.replace("'", '"')) for line in out[-2:])
+        assert before == [] and after == sorted(_quack.FIRST_CALL_MODULES), how

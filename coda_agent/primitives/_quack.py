@@ -12,6 +12,7 @@ Imported lazily (only the harness selects it). Two flavours:
 from __future__ import annotations
 
 import functools
+import importlib
 from contextlib import nullcontext
 from typing import Any
 
@@ -24,6 +25,18 @@ from .configs import DYNAMIC_SCHEDULER, kernel_config
 from .quack_patches import compile_only, split_k_plans
 
 _QUACK_MODE = {"element": None, "acc_pair": "acc_pair", "packed": "packed_cd_b16x2"}
+
+
+#: The modules this backend imports at its first call, a split-K call's buffers aside (the load-ahead
+#: kernel's imports the CuTe DSL's).
+FIRST_CALL_MODULES = ("quack.epilogue.ops", "quack.gemm_config", "quack.gemm_runtime.host",
+                      f"{__package__}._ahead")
+
+
+def preload() -> None:
+    """Import :data:`FIRST_CALL_MODULES` now (:func:`.backend.preload`)."""
+    for name in FIRST_CALL_MODULES:
+        importlib.import_module(name)
 
 
 def _epimod(call: GemmCall, ahead: bool) -> Any:

@@ -73,6 +73,15 @@ def set_backend(name: str, wrap: Callable[[Runner], Runner] | None = None) -> Ba
     return _active[-1]
 
 
+def preload(name: str) -> None:
+    """Import what a first launch on backend ``name`` needs (QuACK, the CuTe DSL, the load-ahead kernel), so
+    that it can happen beside other work: a runner does it while the checker draws and sends the inputs."""
+    if name in ("quack", "quack-compile"):
+        from . import _quack
+
+        _quack.preload()
+
+
 @contextmanager
 def using(name: str, run: Runner | None = None,
           wrap: Callable[[Runner], Runner] | None = None) -> Iterator[Backend]:

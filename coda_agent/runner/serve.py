@@ -13,8 +13,10 @@ bounded tail of for crash reports.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -164,6 +166,9 @@ class Runner:
         self.batches = 0
         self.channel: Channel | None = None
         self._flush: torch.Tensor | None = None
+        #: The backend's first-call imports, under way beside the requests that send the inputs
+        #: (:meth:`load`); whatever runs forward() waits for them first.
+        self._preload: threading.Thread | None = None
 
     def _observed(
         self, run: Callable[[GemmCall], dict[str, torch.Tensor]]
@@ -182,6 +187,7 @@ class Runner:
             case ScheduleRequest():
                 return self.schedule(request)
             case DiscoverRequest():
+                self._preloaded()
                 return self.discover(request)
             case InputsRequest():
                 return self.inputs(request)
@@ -190,6 +196,7 @@ class Runner:
             case ResetRequest():
                 return self.reset()
             case RunRequest():
+                self._preloaded()
                 return self.run(request)
             case FetchRequest():
                 return self.fetch()
@@ -207,7 +214,17 @@ class Runner:
         freeze_globals(self.candidate.module)
         if self.device == "cuda":
             self._flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+        self._preload = threading.Thread(target=_quietly, args=(backend.preload, request.backend),
+                                         name="preload", daemon=True)
+        self._preload.start()
         return Done()
+
+    def _preloaded(self) -> None:
+        """Wait for :meth:`load`'s imports: forward() never runs beside them (two threads importing one
+        package can deadlock)."""
+        if self._preload is not None:
+            self._preload.join()
+            self._preload = None
 
     def schedule(self, request: ScheduleRequest) -> Reply:
         """The harness's schedule for the calls that follow (``[]``: none; configs as the candidate wrote
@@ -380,6 +397,12 @@ def _cuda_profiler() -> Any:
     from torch.profiler import ProfilerActivity, profile
 
     return profile(activities=[ProfilerActivity.CUDA])
+
+
+def _quietly(fn: Callable[[str], None], arg: str) -> None:
+    """``fn(arg)``, a failure left for the call that needs it to meet again, in the main thread."""
+    with contextlib.suppress(Exception):
+        fn(arg)
 
 
 def serve(channel: Channel, runner: Runner) -> None:
