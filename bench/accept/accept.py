@@ -1,4 +1,4 @@
-"""bench/gpu_session.sh's `accept` phase: the agent end to end on the H200 on tasks outside the suite.
+"""bench/gpu_session.sh's `accept` phase: the agent end to end on the H200, on tasks outside the suite and two in it.
 
 For each task in bench/accept/tasks (no human kernel), and each suite task with a scripted model there,
 ``coda-agent run`` with its scripted model (bench/accept/models/<task>.yaml: a flawed reply, then a correct
