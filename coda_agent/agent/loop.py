@@ -573,7 +573,7 @@ class Agent:
         """On the GPU, for a task with no human kernel, build and run its baselines at every bench shape once
         (torch.compile's graphs, cuBLAS's layouts), beside the first model call, as timing a human kernel
         does where there is one. Each is a cost of the task, not of the first correct candidate's profile:
-        6.2-6.6 s of it at two acceptance tasks (H100, bench/results/h100-2026-12-05-e-notes.md). Where it
+        6.2-6.4 s of it at two acceptance tasks (H100, bench/results/h100-2026-12-05-e-notes.md). Where it
         fails, the profile stage builds them itself."""
         human = self.task.human_file
         if not self.config.timed or (human is not None and human.exists()):
