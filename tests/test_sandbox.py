@@ -335,18 +335,22 @@ def test_an_unknown_or_malformed_request_gets_a_harness_error_reply(tmp_path):
     assert replies[5] == {"ok": True, "modified": {}}
 
 
+#: Tensors of every kind a transfer must carry: a bool, an odd-sized FP32, bf16, an empty one, a strided view.
+MIXED_TENSORS = {
+    "flags": torch.tensor([True, False, True]),
+    "x": torch.randn(3, 5, dtype=torch.float32),
+    "h": torch.randn(7, dtype=torch.bfloat16),
+    "empty": torch.empty(0, 4, dtype=torch.float16),
+    "strided": torch.arange(12, dtype=torch.int64).reshape(3, 4).t(),
+}
+
+
 def test_tensor_files_carry_every_dtype_and_shape_whatever_their_offsets(tmp_path):
     """Tensors back to back in one file: an odd-sized one leaves the next misaligned, which the reader must
     copy out, not view; each tensor read on the CPU owns its memory."""
     from coda_agent.runner.protocol import read_tensors, write_tensors
 
-    sent = {
-        "flags": torch.tensor([True, False, True]),
-        "x": torch.randn(3, 5, dtype=torch.float32),
-        "h": torch.randn(7, dtype=torch.bfloat16),
-        "empty": torch.empty(0, 4, dtype=torch.float16),
-        "strided": torch.arange(12, dtype=torch.int64).reshape(3, 4).t(),
-    }
+    sent = MIXED_TENSORS
     refs = write_tensors(tmp_path / "t.bin", sent)
     assert [r.offset % 4 for r in refs][:2] == [0, 3]  # "x" starts misaligned
     got = read_tensors(tmp_path / "t.bin", refs)

@@ -17,15 +17,9 @@ from coda_agent.runner.window import ALIGN, Window, open_window
 from coda_agent.verifier import Plan
 from coda_agent.verifier.verdict import Outcome
 
-from .test_sandbox import _as, _past_the_static_check, needs_bwrap
+from .test_sandbox import MIXED_TENSORS, _as, _past_the_static_check, needs_bwrap
 
-SENT = {
-    "flags": torch.tensor([True, False, True]),
-    "x": torch.randn(3, 5, dtype=torch.float32),
-    "h": torch.randn(7, dtype=torch.bfloat16),
-    "empty": torch.empty(0, 4, dtype=torch.float16),
-    "strided": torch.arange(12, dtype=torch.int64).reshape(3, 4).t(),
-}
+SENT = MIXED_TENSORS
 
 
 @pytest.fixture
