@@ -21,10 +21,11 @@ so the stage ends by its budget plus at most one proposal (and a comparison that
 whose final comparison no longer fits (the ones measured so far, on average) is not searched
 (``details["out_of_budget"]``). Finally forward() as written and under the tuned schedule are timed
 interleaved with the full repetition plan, :data:`FINAL_CHECKS` rounds of each checked. A config that fails
-(raises, launches something else, computes a wrong result, kills the runner) is recorded and skipped; a dead runner is started again, at most :data:`MAX_RESTARTS` times in a stage (the
-next death ends it, and the candidate keeps its configs; what that shape's search had measured, the config
-that killed it included, stays in ``details["cut_short"]``). A death outside a proposal (the shape's traced
-call, its final comparison) loses that shape only (``details["shapes_lost"]``).
+(raises, launches something else, computes a wrong result, kills the runner) is recorded and skipped; a dead
+runner is started again, at most :data:`MAX_RESTARTS` times in a stage (the next death ends it, and the
+candidate keeps its configs; what that shape's search had measured, the config that killed it included, stays
+in ``details["cut_short"]``). A death outside a proposal (the shape's traced call, its final comparison) loses
+that shape only (``details["shapes_lost"]``).
 
 A finished search is cached by (epilogue signature: name + hash of its source, M, N, K, device, package
 versions) in ``settings.cache_dir()/tuned_configs.json``, so an unchanged epilogue is not searched twice.
