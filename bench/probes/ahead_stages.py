@@ -13,9 +13,18 @@ bench/probes/ahead_stages.py:MainloopFirstSm90`` times it beside the load-ahead 
 """
 
 from coda_agent.primitives._ahead import LoadAheadSm90
+from coda_agent.primitives.quack_patches import MIN_AB_STAGES  # noqa: F401  (named in a docstring)
 
 
 class MainloopFirstSm90(LoadAheadSm90):
     """The load-ahead kernel with 2 C stages reserved before A/B's (QuACK's kernel: 4): 4 A/B stages at 128x256."""
 
     epi_c_stage_base = 2
+
+
+class DeepMainloopSm90(LoadAheadSm90):
+    """The load-ahead kernel kept to 3 A/B stages where the product keeps 2 (:data:`MIN_AB_STAGES`): at 192x128
+    cooperative, gemm_rmsnorm_bwd's epilogue (C, h, normed) leaves QuACK's split one A/B stage, and the product's
+    floor gives it 2 out of C's stages (2 A/B, 3 D, 2 C); this one takes D down to 2 for a third (3, 2, 2)."""
+
+    min_ab_stages = 3

@@ -43,6 +43,8 @@ from quack.gemm_sm90 import GemmSm90
 from quack.pipeline import PipelineAsync as QuackPipelineAsync
 from quack.pipeline import make_pipeline_state
 
+from .quack_patches import MIN_AB_STAGES, StageSplitError
+
 
 class LoadAheadSm90(GemmSm90):
     """Put before a minted QuACK SM90 class in the bases: its ``kernel``, scheduler pipeline and C stages,
@@ -77,17 +79,24 @@ class LoadAheadSm90(GemmSm90):
             elect_one_release=True,
         )
 
+    #: The fewest A/B stages this kernel's mainloop (QuACK's) finishes with (:data:`.MIN_AB_STAGES`); a probe's
+    #: subclass may ask for more.
+    min_ab_stages = MIN_AB_STAGES
+
     def _compute_stages(
         self, cta_tile_shape_mnk: Any, epi_tile: Any, a_dtype: Any, b_dtype: Any, d_dtype: Any, c_dtype: Any,
         epilogue_args: Any, smem_capacity: int, occupancy: int, warp_shape_mnk: Any = None, **kwargs: Any,
     ) -> tuple[int, int, int]:
         """The split this kernel runs (an instance's: it depends on pingpong): :meth:`c_deepened_stages`,
-        then, in pingpong, D's stages twice over, a set for each warp group (:meth:`epilogue`), out of C's
-        stages above 2, then out of each set's D stages above 2, then out of A/B's (which the suite's
-        pingpong tiles never reach)."""
+        then, in pingpong, D's stages twice over, a set for each warp group (:meth:`epilogue`); and at least
+        :attr:`min_ab_stages` A/B stages. What that needs comes out of C's stages above 2, then out of each
+        set's D stages above 2, then out of A/B's above the floor; a split that still does not fit is refused
+        (:class:`.StageSplitError`). Where QuACK's own split already left the floor and no pingpong sets are
+        due (every cooperative tile the suite runs), it is returned unchanged."""
         ab, d, c = self.c_deepened_stages(cta_tile_shape_mnk, epi_tile, a_dtype, b_dtype, d_dtype, c_dtype,
                                           epilogue_args, smem_capacity, occupancy, warp_shape_mnk, **kwargs)
-        if not self.pingpong or d == 0:
+        groups = 2 if self.pingpong and d > 0 else 1
+        if groups == 1 and ab >= self.min_ab_stages:
             return ab, d, c
         d_bytes, c_bytes, unstaged = self.epi_stage_bytes(cta_tile_shape_mnk, epi_tile, d_dtype, c_dtype,
                                                           epilogue_args, warp_shape_mnk)
@@ -97,16 +106,18 @@ class LoadAheadSm90(GemmSm90):
                     + kwargs.get("ab_extra_bytes_per_stage", 0))
         # QuACK's reserve: the barriers, and a 1 KiB alignment pad before and after the op smem
         budget = smem_capacity // occupancy - 1024 - 2048 - unstaged
+        ab = max(ab, self.min_ab_stages)
         per_group = d
-        while ab * ab_bytes + 2 * per_group * d_bytes + c * c_bytes > budget:
+        while ab * ab_bytes + groups * per_group * d_bytes + c * c_bytes > budget:
             if c > 2:
                 c -= 1
-            elif per_group > 2:
+            elif per_group > min(d, 2):
                 per_group -= 1
-            else:
+            elif ab > self.min_ab_stages:
                 ab -= 1
-        assert ab >= 2, "no room for two A/B stages beside a set of epilogue buffers per warp group"
-        return ab, 2 * per_group, c
+            else:
+                raise StageSplitError(cta_tile_shape_mnk, self.min_ab_stages)
+        return ab, groups * per_group, c
 
     @classmethod
     def epi_stage_bytes(cls, cta_tile_shape_mnk: Any, epi_tile: Any, d_dtype: Any, c_dtype: Any,

@@ -9,7 +9,9 @@ together, where a version bump is checked in one place (``tests/test_quack_patch
 * :func:`without_driver`: the one driver query planning makes (the SM count), answered for an H200;
 * :func:`compile_only`: both, around each compile-only plan;
 * :func:`split_k_plans`: a config's split_k carried into the plans built inside (``EpiMod.plan`` builds every
-  plan unsplit whatever its config says: its docstring leaves split-K to ``EpiMod.gemm``).
+  plan unsplit whatever its config says: its docstring leaves split-K to ``EpiMod.gemm``);
+* :func:`one_stage_mainloop_refused`: a build whose stage split leaves QuACK's mainloop one A/B stage is refused
+  (:class:`StageSplitError`) instead of built into a kernel that never finishes.
 
 Harness code only: not part of the candidate surface, and the static check refuses candidates that import it.
 """
@@ -17,8 +19,10 @@ Harness code only: not part of the candidate surface, and the static check refus
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 #: The H200's SM count: what planning a persistent kernel asks the driver for.
 H200_SM_COUNT = 132
@@ -101,3 +105,58 @@ def split_k_plans(split_k: int) -> Iterator[None]:
         yield
     finally:
         EpiMod.gemm = original
+
+
+#: The fewest A/B stages QuACK's SM90 mainloop finishes with. ``GemmSm90.mma`` keeps one k-tile's MMAs in flight
+#: and frees that k-tile's stage only once the next k-tile's stage is full, so with one stage the A/B producer
+#: and the MMA warps wait on each other for ever. QuACK's split gives the epilogue its stages first, and at
+#: 192x128 cooperative gemm_rmsnorm_bwd's epilogue (C, the tile operand h, the output normed) left one: that
+#: kernel never finished on an H100 or an H200, and removing any one of the three let it run in 12-14 s
+#: (bench/results/h100-2026-12-05-f-hang.log).
+MIN_AB_STAGES = 2
+
+
+class StageSplitError(ValueError):
+    """A tile whose epilogue leaves the mainloop fewer than :data:`MIN_AB_STAGES` A/B stages."""
+
+    def __init__(self, tile_mnk: Any, ab_stages: int) -> None:
+        m, n, k = (int(x) for x in tile_mnk)
+        super().__init__(
+            f"tile {m}x{n} (k {k}) leaves the GEMM's mainloop fewer than {ab_stages} A/B stages beside this "
+            "epilogue's shared-memory buffers (C, tile operands, outputs): the kernel would never finish. "
+            "Use a smaller tile, or an epilogue with fewer tile operands or outputs")
+
+
+#: How many :func:`one_stage_mainloop_refused` blocks are open, and QuACK's split they replaced.
+_refusals: list[Any] = [0, None]
+_refusals_lock = threading.Lock()
+
+
+def _checked_split(cls: Any, cta_tile_shape_mnk: Any, *args: Any, **kwargs: Any) -> Any:
+    """QuACK's split, refused below :data:`MIN_AB_STAGES` for a class that runs it as its own."""
+    stages = _refusals[1].__func__(cls, cta_tile_shape_mnk, *args, **kwargs)
+    if stages[0] < MIN_AB_STAGES and getattr(cls._compute_stages, "__func__", None) is _checked_split:
+        raise StageSplitError(cta_tile_shape_mnk, MIN_AB_STAGES)
+    return stages
+
+
+@contextmanager
+def one_stage_mainloop_refused() -> Iterator[None]:
+    """Builds inside raise :class:`StageSplitError` where QuACK's own stage split (``GemmSm90._compute_stages``,
+    as its kernel classes run it) leaves fewer than :data:`MIN_AB_STAGES` A/B stages. A kernel class with a
+    split of its own (the load-ahead kernel's, which keeps the floor itself) is left to it. Nests, across
+    threads: QuACK's split is back when the last block closes."""
+    from quack.gemm_sm90 import GemmSm90
+
+    with _refusals_lock:
+        if _refusals[0] == 0:
+            _refusals[1] = GemmSm90.__dict__["_compute_stages"]
+            GemmSm90._compute_stages = classmethod(_checked_split)
+        _refusals[0] += 1
+    try:
+        yield
+    finally:
+        with _refusals_lock:
+            _refusals[0] -= 1
+            if _refusals[0] == 0:
+                GemmSm90._compute_stages = _refusals[1]
