@@ -66,9 +66,6 @@
 #             memfd both sides map and register with CUDA (issue 47); in transfer.json (about 60 s)
 #   window    the GPU tests of the checker's shared memory window and of the glue passes' kernels
 #             (tests/test_window.py, tests/test_torch_glue.py)
-#   hang      bench/probes/hang_probe.py: which three-warp-group kernels never finish, one per process
-#             (HANG_ARGS, default "--leave-one-out --timeout 60": gemm_rmsnorm_bwd's whole epilogue, then less
-#             one part at a time; "--bisect --timeout 45": each feature alone, all of which finished on an H100)
 # Each phase's log notes the time, the host's load and CPU steal at its start and end; <phase>-gpu.csv samples the
 # GPU's clocks, power and throttle reasons once a second while it runs (power-capped clocks move kernel times).
 # Everything lands in .gpuwork/ (git-ignored: it stays on the machine between calls while it is warm) and comes back
@@ -163,8 +160,7 @@ for spec in "$@"; do
     rope) run_phase rope "$secs" python3 bench/probes/rope_backward_probe.py --json "$work/rope.json" ;;
     transfer) run_phase transfer "$secs" python3 bench/probes/transfer_probe.py --json "$work/transfer.json" ;;
     window) run_phase window "$secs" "${gpu_tests[@]}" tests/test_window.py tests/test_torch_glue.py ;;
-    hang) run_phase hang "$secs" python3 bench/probes/hang_probe.py ${HANG_ARGS:---leave-one-out --timeout 60} ;;
-    *) echo "unknown phase $phase (bench, trust, guards, launch, ahead, ops, more, e2e, tune-run, accept, tune-human, cublas, probe, ncu-source, first-call, host, rope, transfer, window, hang)"; exit 2 ;;
+    *) echo "unknown phase $phase (bench, trust, guards, launch, ahead, ops, more, e2e, tune-run, accept, tune-human, cublas, probe, ncu-source, first-call, host, rope, transfer, window)"; exit 2 ;;
   esac
 done
 # The logs get committed: this machine's paths become the repository root ".", python3, <site-packages> and $OUT.

@@ -323,6 +323,69 @@ def test_the_load_ahead_epilogue_has_a_barrier_and_a_fence_fewer_per_subtile(mon
     assert bars - ahead_bars >= 8 and fences - ahead_fences >= 7, (bars, ahead_bars, fences, ahead_fences)
 
 
+#: QuACK's split at 128x256 cooperative with C, where too little shared memory leaves one A/B stage: as
+#: QuACK's kernel runs it, inside and after a refusal block, and as the load-ahead kernel runs it.
+_FLOOR = """
+import json
+from cutlass import BFloat16
+from cutlass._mlir import ir
+from quack.gemm_sm90 import GemmSm90
+from coda_agent.primitives._ahead import LoadAheadSm90
+from coda_agent.primitives.quack_patches import StageSplitError, one_stage_mainloop_refused
+def split(capacity):
+    return ((128, 256, 64), (128, 32), BFloat16, BFloat16, BFloat16, BFloat16, None, capacity, 1)
+def refused(run):
+    try:
+        return run()
+    except StageSplitError as e:
+        return str(e)
+coop = object.__new__(LoadAheadSm90)
+coop.pingpong = False
+out = {}
+with ir.Context(), ir.Location.unknown():
+    out["quack"] = GemmSm90._compute_stages(*split(140000))
+    with one_stage_mainloop_refused():
+        with one_stage_mainloop_refused():
+            pass
+        out["refused"] = refused(lambda: GemmSm90._compute_stages(*split(140000)))
+        out["ahead"] = coop._compute_stages(*split(140000))
+        ample = split(232448)
+        out["ahead, ample"] = [coop._compute_stages(*ample), LoadAheadSm90.c_deepened_stages(*ample)]
+        out["ahead, too small"] = refused(lambda: coop._compute_stages(*split(120000)))
+    out["after"] = refused(lambda: GemmSm90._compute_stages(*split(140000)))
+print(json.dumps(out))
+"""
+
+
+def test_a_split_leaving_the_mainloop_one_ab_stage_is_refused_on_quacks_kernel_and_rebalanced_ahead():
+    """Issue 44's three-warp-group hang (bench/results/h100-2026-12-05-f-hang.log): QuACK's mainloop needs two
+    A/B stages. Where QuACK's split leaves one, its kernel's build is refused (nested blocks, QuACK's split
+    back after), and the load-ahead kernel takes the second stage out of C's (2 x 48 KiB of A/B, 2 x 8 KiB
+    each of C and D within the 136.9 KiB budget); with too little room for even that, it is refused too. Where
+    QuACK's split already has two, the load-ahead kernel's cooperative split is the C-deepened one,
+    unchanged."""
+    out = json.loads(_child(_FLOOR))
+    assert out["quack"][0] == 1 and out["after"] == out["quack"]
+    assert "fewer than 2 A/B stages" in out["refused"] and "tile 128x256" in out["refused"]
+    assert out["ahead"] == [2, 2, 2]
+    assert out["ahead, ample"][0] == out["ahead, ample"][1] and out["ahead, ample"][0][0] >= 2
+    assert "would never finish" in out["ahead, too small"]
+
+
+@pytest.mark.slow
+def test_gemm_rmsnorm_bwd_at_192x128_cooperative_is_refused_on_quacks_kernel_and_builds_ahead(monkeypatch,
+                                                                                             tmp_path):
+    """The kernel that never finished on either card: on the CPU, QuACK's kernel's build now says why (one A/B
+    stage beside C, h and normed), and the load-ahead kernel builds it (2 A/B, 3 D, 2 C stages; it ran on an
+    H100 with the outputs of the kernel as written, h100-2026-12-05-f-floor-probe.log)."""
+    monkeypatch.setenv("QUACK_CACHE_DIR", str(tmp_path))
+    tile = '"tile_m": 192, "tile_n": 128, "pingpong": false'
+    with pytest.raises(AssertionError, match="StageSplitError: tile 192x128"):
+        _child(_BUILD_AT, "gemm_rmsnorm_bwd", f'{{{tile}, "load_ahead": false}}')
+    _child(_BUILD_AT, "gemm_rmsnorm_bwd", f'{{{tile}, "load_ahead": true}}')
+    assert any(tmp_path.rglob("*.o"))
+
+
 #: The load-ahead kernel's stage split in pingpong beside its split before the buffers per warp group, for the
 #: tiles of TILES.
 _GROUP_STAGES = """

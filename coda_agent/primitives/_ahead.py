@@ -79,8 +79,8 @@ class LoadAheadSm90(GemmSm90):
             elect_one_release=True,
         )
 
-    #: The fewest A/B stages this kernel's mainloop (QuACK's) finishes with (:data:`.MIN_AB_STAGES`); a probe's
-    #: subclass may ask for more.
+    #: The fewest A/B stages this kernel's mainloop (QuACK's) finishes with (:data:`.MIN_AB_STAGES`); a
+    #: probe's subclass may ask for more.
     min_ab_stages = MIN_AB_STAGES
 
     def _compute_stages(

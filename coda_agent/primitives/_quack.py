@@ -97,8 +97,9 @@ def _gemm_config(config: Config | None) -> Any:
 
 
 def _plan(mod: Any, call: GemmCall, out: dict[str, torch.Tensor], config: Any, kw: dict[str, Any]) -> Any:
-    """``mod.plan`` with the config's split_k carried into it (:func:`.quack_patches.split_k_plans`), a split
-    that would leave QuACK's mainloop one A/B stage refused (:func:`.quack_patches.one_stage_mainloop_refused`)."""
+    """``mod.plan`` with the config's split_k carried into it (:func:`.quack_patches.split_k_plans`), and a
+    split that would leave QuACK's mainloop one A/B stage refused
+    (:func:`.quack_patches.one_stage_mainloop_refused`)."""
     with split_k_plans(config.split_k) if config.split_k > 1 else nullcontext(), one_stage_mainloop_refused():
         return mod.plan(call.A, call.B, call.C, out=out, config=config, **kw)
 

@@ -10,8 +10,8 @@ together, where a version bump is checked in one place (``tests/test_quack_patch
 * :func:`compile_only`: both, around each compile-only plan;
 * :func:`split_k_plans`: a config's split_k carried into the plans built inside (``EpiMod.plan`` builds every
   plan unsplit whatever its config says: its docstring leaves split-K to ``EpiMod.gemm``);
-* :func:`one_stage_mainloop_refused`: a build whose stage split leaves QuACK's mainloop one A/B stage is refused
-  (:class:`StageSplitError`) instead of built into a kernel that never finishes.
+* :func:`one_stage_mainloop_refused`: a build whose stage split leaves QuACK's mainloop one A/B stage is
+  refused (:class:`StageSplitError`) instead of built into a kernel that never finishes.
 
 Harness code only: not part of the candidate surface, and the static check refuses candidates that import it.
 """
@@ -107,11 +107,11 @@ def split_k_plans(split_k: int) -> Iterator[None]:
         EpiMod.gemm = original
 
 
-#: The fewest A/B stages QuACK's SM90 mainloop finishes with. ``GemmSm90.mma`` keeps one k-tile's MMAs in flight
-#: and frees that k-tile's stage only once the next k-tile's stage is full, so with one stage the A/B producer
-#: and the MMA warps wait on each other for ever. QuACK's split gives the epilogue its stages first, and at
-#: 192x128 cooperative gemm_rmsnorm_bwd's epilogue (C, the tile operand h, the output normed) left one: that
-#: kernel never finished on an H100 or an H200, and removing any one of the three let it run in 12-14 s
+#: The fewest A/B stages QuACK's SM90 mainloop finishes with. ``GemmSm90.mma`` keeps one k-tile's MMAs in
+#: flight and frees that k-tile's stage only once the next k-tile's stage is full, so with one stage the A/B
+#: producer and the MMA warps wait on each other for ever. QuACK's split gives the epilogue its stages first,
+#: and at 192x128 cooperative gemm_rmsnorm_bwd's epilogue (C, the tile operand h, the output normed) left one:
+#: that kernel never finished on an H100 or an H200, and removing any one of the three let it run in 12-14 s
 #: (bench/results/h100-2026-12-05-f-hang.log).
 MIN_AB_STAGES = 2
 
@@ -142,8 +142,9 @@ def _checked_split(cls: Any, cta_tile_shape_mnk: Any, *args: Any, **kwargs: Any)
 
 @contextmanager
 def one_stage_mainloop_refused() -> Iterator[None]:
-    """Builds inside raise :class:`StageSplitError` where QuACK's own stage split (``GemmSm90._compute_stages``,
-    as its kernel classes run it) leaves fewer than :data:`MIN_AB_STAGES` A/B stages. A kernel class with a
+    """Builds inside raise :class:`StageSplitError` where QuACK's own stage split
+    (``GemmSm90._compute_stages``, as its kernel classes run it) leaves fewer than :data:`MIN_AB_STAGES` A/B
+    stages. A kernel class with a
     split of its own (the load-ahead kernel's, which keeps the floor itself) is left to it. Nests, across
     threads: QuACK's split is back when the last block closes."""
     from quack.gemm_sm90 import GemmSm90
