@@ -66,6 +66,9 @@
 #             memfd both sides map and register with CUDA (issue 47); in transfer.json (about 60 s)
 #   window    the GPU tests of the checker's shared memory window and of the glue passes' kernels
 #             (tests/test_window.py, tests/test_torch_glue.py)
+#   epilogue-cost  bench/probes/epilogue_cost.py: gemm_rmsnorm_bwd's epilogue whole and less one part at a time,
+#             beside its empty twin and cuBLAS, at the 1B stack's dgrad rows (EPI_COST_ARGS replaces the shapes);
+#             in epilogue-cost.jsonl (about 90 s)
 # Each phase's log notes the time, the host's load and CPU steal at its start and end; <phase>-gpu.csv samples the
 # GPU's clocks, power and throttle reasons once a second while it runs (power-capped clocks move kernel times).
 # Everything lands in .gpuwork/ (git-ignored: it stays on the machine between calls while it is warm) and comes back
@@ -160,7 +163,9 @@ for spec in "$@"; do
     rope) run_phase rope "$secs" python3 bench/probes/rope_backward_probe.py --json "$work/rope.json" ;;
     transfer) run_phase transfer "$secs" python3 bench/probes/transfer_probe.py --json "$work/transfer.json" ;;
     window) run_phase window "$secs" "${gpu_tests[@]}" tests/test_window.py tests/test_torch_glue.py ;;
-    *) echo "unknown phase $phase (bench, trust, guards, launch, ahead, ops, more, e2e, tune-run, accept, tune-human, cublas, probe, ncu-source, first-call, host, rope, transfer, window)"; exit 2 ;;
+    epilogue-cost) run_phase epilogue-cost "$secs" python3 bench/probes/epilogue_cost.py \
+                     ${EPI_COST_ARGS:---shape 32768,2048,3072 --shape 32768,2048,16384} --json "$work/epilogue-cost.jsonl" ;;
+    *) echo "unknown phase $phase (bench, trust, guards, launch, ahead, ops, more, e2e, tune-run, accept, tune-human, cublas, probe, ncu-source, first-call, host, rope, transfer, window, epilogue-cost)"; exit 2 ;;
   esac
 done
 # The logs get committed: this machine's paths become the repository root ".", python3, <site-packages> and $OUT.
