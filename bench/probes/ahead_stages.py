@@ -12,6 +12,8 @@ leaves, the load-ahead kernel's deepening from D's spare stages after). ``schedu
 bench/probes/ahead_stages.py:MainloopFirstSm90`` times it beside the load-ahead kernel as it is.
 """
 
+from typing import Any
+
 from coda_agent.primitives._ahead import LoadAheadSm90
 from coda_agent.primitives.quack_patches import MIN_AB_STAGES  # noqa: F401  (named in a docstring)
 
@@ -28,3 +30,30 @@ class DeepMainloopSm90(LoadAheadSm90):
     floor gives it 2 out of C's stages (2 A/B, 3 D, 2 C); this one takes D down to 2 for a third (3, 2, 2)."""
 
     min_ab_stages = 3
+
+
+class DeepCSm90(LoadAheadSm90):
+    """The load-ahead kernel with its A/B stages above 3 turned into C stages, up to a whole tile's subtiles.
+
+    At gemm_rmsnorm_bwd's short-K dgrad row (M 32768 x N 2048 x K 3072) the kernel loses 16-19% to its empty twin in
+    the epilogue, at every tile tried (bench/notes/2026-12-05-epilogue-probes.md). In pingpong the product's split
+    pays for each warp group's own D buffers out of C's stages (128x192: 4 A/B, 2 + 2 D, 3 C, where QuACK's split
+    had 5 C), so the epilogue-load warp runs at most 3 subtiles of C and h ahead of the 12 a tile's epilogue walks;
+    each further subtile then waits for a round trip to HBM. This split gives it 8 (3 A/B, 2 + 2 D, 8 C at that tile),
+    at a cost of one A/B stage, which a 3072-deep mainloop may not miss."""
+
+    def _compute_stages(self, cta_tile_shape_mnk: Any, epi_tile: Any, a_dtype: Any, b_dtype: Any, d_dtype: Any,
+                        c_dtype: Any, epilogue_args: Any, smem_capacity: int, occupancy: int,
+                        warp_shape_mnk: Any = None, **kwargs: Any) -> tuple[int, int, int]:
+        ab, d, c = super()._compute_stages(cta_tile_shape_mnk, epi_tile, a_dtype, b_dtype, d_dtype, c_dtype,
+                                           epilogue_args, smem_capacity, occupancy, warp_shape_mnk, **kwargs)
+        if c == 0:
+            return ab, d, c
+        _, c_bytes, _ = self.epi_stage_bytes(cta_tile_shape_mnk, epi_tile, d_dtype, c_dtype, epilogue_args,
+                                             warp_shape_mnk)
+        ab_bytes = (cta_tile_shape_mnk[0] + cta_tile_shape_mnk[1]) * cta_tile_shape_mnk[2] * a_dtype.width // 8
+        subtiles = cta_tile_shape_mnk[0] * cta_tile_shape_mnk[1] // (epi_tile[0] * epi_tile[1])
+        while ab > 3 and c < subtiles:
+            ab -= 1
+            c = min(subtiles, c + ab_bytes // c_bytes)
+        return ab, d, c
