@@ -57,3 +57,45 @@ class DeepCSm90(LoadAheadSm90):
             ab -= 1
             c = min(subtiles, c + ab_bytes // c_bytes)
         return ab, d, c
+
+
+class DeepStoresSm90(LoadAheadSm90):
+    """The load-ahead kernel with 4 store buffers for each warp group, paid for out of C's stages above 2, then
+    A/B's above 2; what is left over goes back to C.
+
+    The load-ahead epilogue keeps ``store_buffers - 2`` TMA stores in flight when it waits for the next subtile's
+    buffers. gemm_rmsnorm_bwd's outputs (D and normed) leave each pingpong group 2 buffers at 128x192 (4 A/B, 2 + 2
+    D, 3 C), so every subtile waits until the last one's store has read its buffers, and a tile's 12 subtiles
+    store one at a time; its empty twin, with D alone, has more. This split keeps two stores in flight (3 A/B,
+    4 + 4 D, 4 C at that tile)."""
+
+    buffers_per_group = 4
+
+    def _compute_stages(self, cta_tile_shape_mnk: Any, epi_tile: Any, a_dtype: Any, b_dtype: Any, d_dtype: Any,
+                        c_dtype: Any, epilogue_args: Any, smem_capacity: int, occupancy: int,
+                        warp_shape_mnk: Any = None, **kwargs: Any) -> tuple[int, int, int]:
+        ab, d, c = super()._compute_stages(cta_tile_shape_mnk, epi_tile, a_dtype, b_dtype, d_dtype, c_dtype,
+                                           epilogue_args, smem_capacity, occupancy, warp_shape_mnk, **kwargs)
+        want = (2 if self.pingpong else 1) * self.buffers_per_group
+        if d == 0 or d >= want:
+            return ab, d, c
+        d_bytes, c_bytes, unstaged = self.epi_stage_bytes(cta_tile_shape_mnk, epi_tile, d_dtype, c_dtype,
+                                                          epilogue_args, warp_shape_mnk)
+        ab_bytes = (cta_tile_shape_mnk[0] + cta_tile_shape_mnk[1]) * cta_tile_shape_mnk[2] * a_dtype.width // 8
+        budget = smem_capacity // occupancy - 1024 - 2048 - unstaged  # as the product's split reserves
+
+        def used(ab: int, c: int) -> int:
+            return ab * ab_bytes + want * d_bytes + c * c_bytes
+
+        while used(ab, c) > budget:
+            if c > 2:
+                c -= 1
+            elif ab > 2:
+                ab -= 1
+            else:
+                return super()._compute_stages(cta_tile_shape_mnk, epi_tile, a_dtype, b_dtype, d_dtype, c_dtype,
+                                               epilogue_args, smem_capacity, occupancy, warp_shape_mnk, **kwargs)
+        subtiles = cta_tile_shape_mnk[0] * cta_tile_shape_mnk[1] // (epi_tile[0] * epi_tile[1])
+        while c and c < subtiles and used(ab, c + 1) <= budget:
+            c += 1
+        return ab, want, c
