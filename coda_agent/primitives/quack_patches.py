@@ -127,14 +127,15 @@ class StageSplitError(ValueError):
             "Use a smaller tile, or an epilogue with fewer tile operands or outputs")
 
 
-#: How many :func:`one_stage_mainloop_refused` blocks are open, and QuACK's split they replaced.
-_refusals: list[Any] = [0, None]
+#: How many :func:`one_stage_mainloop_refused` blocks are open, and the classmethod they replaced.
+_open_refusals = 0
+_quacks_split: Any = None
 _refusals_lock = threading.Lock()
 
 
 def _checked_split(cls: Any, cta_tile_shape_mnk: Any, *args: Any, **kwargs: Any) -> Any:
     """QuACK's split, refused below :data:`MIN_AB_STAGES` for a class that runs it as its own."""
-    stages = _refusals[1].__func__(cls, cta_tile_shape_mnk, *args, **kwargs)
+    stages = _quacks_split.__func__(cls, cta_tile_shape_mnk, *args, **kwargs)
     if stages[0] < MIN_AB_STAGES and getattr(cls._compute_stages, "__func__", None) is _checked_split:
         raise StageSplitError(cta_tile_shape_mnk, MIN_AB_STAGES)
     return stages
@@ -144,20 +145,20 @@ def _checked_split(cls: Any, cta_tile_shape_mnk: Any, *args: Any, **kwargs: Any)
 def one_stage_mainloop_refused() -> Iterator[None]:
     """Builds inside raise :class:`StageSplitError` where QuACK's own stage split
     (``GemmSm90._compute_stages``, as its kernel classes run it) leaves fewer than :data:`MIN_AB_STAGES` A/B
-    stages. A kernel class with a
-    split of its own (the load-ahead kernel's, which keeps the floor itself) is left to it. Nests, across
-    threads: QuACK's split is back when the last block closes."""
+    stages. A kernel class with a split of its own (the load-ahead kernel's, which keeps the floor itself) is
+    left to it. Nests, across threads: QuACK's split is back when the last block closes."""
     from quack.gemm_sm90 import GemmSm90
 
+    global _open_refusals, _quacks_split
     with _refusals_lock:
-        if _refusals[0] == 0:
-            _refusals[1] = GemmSm90.__dict__["_compute_stages"]
+        if _open_refusals == 0:
+            _quacks_split = GemmSm90.__dict__["_compute_stages"]
             GemmSm90._compute_stages = classmethod(_checked_split)
-        _refusals[0] += 1
+        _open_refusals += 1
     try:
         yield
     finally:
         with _refusals_lock:
-            _refusals[0] -= 1
-            if _refusals[0] == 0:
-                GemmSm90._compute_stages = _refusals[1]
+            _open_refusals -= 1
+            if _open_refusals == 0:
+                GemmSm90._compute_stages = _quacks_split
