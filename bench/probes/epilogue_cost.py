@@ -3,10 +3,11 @@
 At M 32768 x N 2048 x K 3072 (the Llama-3 1B stack's attention-block dgrad) QuACK's kernel runs it at 0.79-0.84x
 cuBLAS on an H100 and an H200, and the load-ahead kernel at the tiles tried at 0.53-0.81x, while its plain twin (the
 same GEMM with an empty epilogue) runs level with cuBLAS (``bench/notes/2026-12-05-epilogue-probes.md``, last
-sections): the epilogue costs about 2 µs a subtile that the mainloop no longer hides. This probe times the epilogue whole and then less one part at a time (C; the
-tile operand h; the vectors gamma, rstd, zdz; the extra output normed; the dgamma reduce), plus D = acc alone and
-the empty twin, all on the product's path (kernel and config as ``gemm()`` picks them: the load-ahead kernel where
-the epilogue reads C or h, QuACK's where it reads neither), beside cuBLAS, interleaved with the bench's protocol. The part whose removal recovers the most is the one to fix.
+sections): the epilogue costs about 2 µs a subtile that the mainloop no longer hides. This probe times the epilogue
+whole and then less one part at a time (C; the tile operand h; the vectors gamma, rstd, zdz; the extra output
+normed; the dgamma reduce), plus D = acc alone and the empty twin, all on the product's path (kernel and config as
+``gemm()`` picks them: the load-ahead kernel where the epilogue reads C or h, QuACK's where it reads neither),
+beside cuBLAS, interleaved with the bench's protocol. The part whose removal recovers the most is the one to fix.
 
     source .gpu2/env.sh && python3 bench/probes/epilogue_cost.py --json .gpuwork/epilogue-cost.jsonl
     QUACK_ARCH=90 CUTE_DSL_ARCH=sm_90a python3 bench/probes/epilogue_cost.py --compile-only   # CPU: build each
