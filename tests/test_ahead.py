@@ -168,6 +168,42 @@ def test_the_probes_mainloop_first_split_keeps_the_plain_gemms_ab_stages_at_128x
     assert ab == ab_plain == 4 and c >= 2 and d >= 2
 
 
+#: The next probe's two splits at gemm_rmsnorm_bwd's 128x192 pingpong tile, its epilogue's shared memory as
+#: the sm_90a build counts it (C and h: 4 KiB a subtile each; D and normed: the same; 1 KiB of vectors).
+_NEXT_SPLITS = """
+import json, sys
+from cutlass import BFloat16
+from cutlass._mlir import ir
+from coda_agent.primitives._ahead import LoadAheadSm90
+from coda_agent.tasks.loader import import_file
+probe = import_file(__import__("pathlib").Path(sys.argv[1]), "stages")
+class Bytes:
+    unstaged, d_stage, c_stage = 1024, 4096, 4096
+out = {}
+with ir.Context(), ir.Location.unknown():
+    for kernel in (LoadAheadSm90, probe.DeepCSm90, probe.DeepStoresSm90):
+        split = type("Split", (kernel,), {"epi_smem_bytes": classmethod(lambda cls, *a: Bytes())})
+        instance = object.__new__(split)
+        instance.pingpong = True
+        args = ((128, 192, 64), (64, 32), BFloat16, BFloat16, BFloat16, BFloat16, None, 232448, 1)
+        out[kernel.__name__] = instance._compute_stages(*args)
+print(json.dumps(out))
+"""
+
+
+def test_the_next_probes_splits_trade_one_ab_stage_for_c_depth_or_stores_in_flight():
+    """bench/notes/2026-12-05-epilogue-probes.md, last section: the product's split at gemm_rmsnorm_bwd's tile
+    (4 A/B, 2 + 2 D, 3 C) leaves each group two store buffers, so no store stays in flight; the probes give an
+    A/B stage to C (8 deep) or to stores (4 a group), in the same shared memory."""
+    out = json.loads(_child(_NEXT_SPLITS, str(REPO / "bench/probes/ahead_stages.py")))
+    assert out["LoadAheadSm90"] == [4, 4, 3]
+    assert out["DeepCSm90"] == [3, 4, 8]
+    assert out["DeepStoresSm90"] == [3, 8, 4]
+    ab_kib, subtile_kib = 40, 8  # (128 + 192) x 64 bf16; two 64x32 bf16 tensors
+    used = {name: ab * ab_kib + (d + c) * subtile_kib for name, (ab, d, c) in out.items()}
+    assert used["DeepCSm90"] == used["DeepStoresSm90"] == used["LoadAheadSm90"] == 216
+
+
 _THREE_GROUPS = """
 import json, sys
 from pathlib import Path
