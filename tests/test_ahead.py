@@ -359,6 +359,59 @@ def test_the_load_ahead_epilogue_has_a_barrier_and_a_fence_fewer_per_subtile(mon
     assert bars - ahead_bars >= 8 and fences - ahead_fences >= 7, (bars, ahead_bars, fences, ahead_fences)
 
 
+#: A task's human kernel with every gemm call at a config (``sys.argv[2]``) on a load-ahead class of
+#: bench/probes/ahead_stages.py (``sys.argv[3]``), built for sm_90a.
+_BUILD_ON = """
+import dataclasses, functools, json, sys
+from unittest import mock
+from coda_agent.primitives import _ahead, backend, configs
+from coda_agent.tasks import find_task
+from coda_agent.tasks.loader import import_file
+probes = import_file(__import__("pathlib").Path("bench/probes/ahead_stages.py"), "stages")
+task = find_task(sys.argv[1])
+human = import_file(task.human_file, "human")
+tile = configs.config_from_fields(json.loads(sys.argv[2]))
+kernel = getattr(probes, sys.argv[3], _ahead.LoadAheadSm90)
+def forced(run):
+    return lambda call: run(dataclasses.replace(call, config=tile, pinned=None))
+with mock.patch.object(_ahead, "AheadEpiMod", functools.partial(_ahead.AheadEpiMod, kernel=kernel)):
+    with backend.using("quack-compile", wrap=forced):
+        human.forward(**task.make_inputs(dict(task.shapes["small"][0].dims), seed=0, device="cpu"),
+                      **task.constants)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tile", ['"tile_m": 128, "tile_n": 128, "pingpong": true',
+                                  '"tile_m": 256, "tile_n": 128, "pingpong": false'])
+def test_with_vectors_ahead_the_epilogue_waits_for_no_vector_load_and_one_barrier_fewer(monkeypatch, tmp_path,
+                                                                                      tile):
+    """Issue 44, item 1, built for sm_90a: gemm_rmsnorm_bwd's vectors (gamma, rstd, zdz) on the load-ahead
+    kernel as it is are loaded by the epilogue (cp.async, a commit, a wait, a barrier at each tile); with
+    ``vectors_ahead`` the epilogue-load warp's cp.async arrive on the vector stage's barrier instead, and the
+    epilogue has one barrier fewer a tile."""
+    import re
+
+    def built(name: str, kernel: str) -> str:
+        dump = tmp_path / name
+        dump.mkdir()
+        monkeypatch.setenv("CUTE_DSL_KEEP", "sass")
+        monkeypatch.setenv("CUTE_DSL_DUMP_DIR", str(dump))
+        monkeypatch.setenv("QUACK_CACHE_DIR", str(dump / "cache"))
+        monkeypatch.chdir(REPO)
+        _child(_BUILD_ON, "gemm_rmsnorm_bwd", f'{{{tile}, "load_ahead": true}}', kernel)
+        (sass,) = dump.glob("*.sass")
+        return sass.read_text(errors="replace")
+
+    def counts(text: str) -> tuple[int, int, int]:
+        return (len(re.findall(r"LDGDEPBAR", text)), len(re.findall(r"LDGSTSBAR", text)),
+                len(re.findall(r"BAR\.SYNC", text)))
+
+    ahead, vectors = counts(built("ahead", "LoadAheadSm90")), counts(built("vectors", "VectorsAheadSm90"))
+    assert ahead[:2] == (1, 0) and vectors[:2] == (0, 1), (ahead, vectors)
+    assert vectors[2] == ahead[2] - 1, (ahead, vectors)
+
+
 #: QuACK's split at 128x256 cooperative with C, where too little shared memory leaves one A/B stage: as
 #: QuACK's kernel runs it, inside and after a refusal block, and as the load-ahead kernel runs it.
 _FLOOR = """
@@ -449,6 +502,55 @@ def test_in_pingpong_each_warp_group_gets_its_own_d_stages_out_of_c_and_never_ab
         stage = subtile[0] * subtile[1] * 2
         assert ab_g == ab and d_g % 2 == 0 and d_g >= 4 and c_g >= 2, (tile, (ab, d, c), (ab_g, d_g, c_g))
         assert (d_g + c_g) * stage <= (d + c) * stage + 2048, tile  # the same smem, give or take a pad
+
+
+#: The vectors' stages: gemm_rmsnorm_bwd's (gamma, rstd, zdz in FP32) at 128x192 in pingpong and
+#: cooperative, and the split at that tile with and without them, in the product's shared memory and in less.
+_VECTOR_SPLITS = """
+import json
+from types import SimpleNamespace
+from cutlass import BFloat16, Float32
+from cutlass._mlir import ir
+from quack.epilogue import ops as q
+from coda_agent.primitives._ahead import LoadAheadSm90
+class Bytes:
+    unstaged, d_stage, c_stage = 1024, 4096, 4096
+fp32 = SimpleNamespace(element_type=Float32)
+args = SimpleNamespace(gamma=fp32, rstd=fp32, zdz=fp32, h=None)
+ops = (q.RowVecLoad("gamma"), q.ColVecLoad("rstd"), q.ColVecLoad("zdz"), q.TileLoad("h"))
+out = {}
+with ir.Context(), ir.Location.unknown():
+    for ahead in (False, True):
+        split = type("Split", (LoadAheadSm90,), {"epi_smem_bytes": classmethod(lambda cls, *a: Bytes()),
+                                                  "_epi_ops": ops, "vectors_ahead": ahead})
+        for pingpong in (True, False):
+            for capacity in range(232448, 150000, -2048):
+                instance = object.__new__(split)
+                instance.pingpong = pingpong
+                stages = instance._compute_stages((128, 192, 64), (64, 32), BFloat16, BFloat16, BFloat16,
+                                                  BFloat16, args, capacity, 1)
+                out[f"{ahead} {pingpong} {capacity}"] = [*stages, instance.vector_stages,
+                                                         instance.vectors_ahead]
+    out["offsets"] = split.vector_offsets(args, (128, 192, 64))
+print(json.dumps(out))
+"""
+
+
+def test_the_vectors_loaded_ahead_lie_together_in_a_stage_and_cost_at_most_cs_spare_stages():
+    """Issue 44, item 1: with ``vectors_ahead`` the epilogue-load warp loads the row and column vectors into
+    stages of their own: two in pingpong (the other group's tile is next), one in a cooperative tile. A
+    stage's vectors lie together, 16-byte aligned. They take what the split leaves, then C's stages above
+    2, and never an A/B or a D stage: where that is not enough, the kernel loads them as QuACK's does."""
+    out = json.loads(_child(_VECTOR_SPLITS))
+    assert out.pop("offsets") == [{"gamma": 0, "rstd": 768, "zdz": 1280}, 1792]
+    assert out["True True 232448"] == [4, 4, 3, 2, True]  # 3.5 KiB fit in what the product's split leaves
+    assert out["True False 232448"] == [4, 2, 5, 1, True]  # QuACK's used it all: one C stage pays
+    assert out["True True 179200"] == [3, 4, 2, 2, False]  # C at 2 already: QuACK's loads
+    for key, ahead in out.items():
+        if key.startswith("True"):
+            (ab, d, c, stages, on), plain = ahead, out[key.replace("True", "False", 1)]
+            assert [ab, d] == plain[:2] and stages == plain[3], key
+            assert c in (plain[2], plain[2] - 1) and c >= min(plain[2], 2) if on else c == plain[2], key
 
 
 def test_a_schedule_the_tuner_pins_on_quacks_kernel_passes_the_static_check():

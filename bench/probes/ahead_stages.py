@@ -82,7 +82,9 @@ class DeepStoresSm90(LoadAheadSm90):
         d_bytes, c_bytes, unstaged = self.epi_stage_bytes(cta_tile_shape_mnk, epi_tile, d_dtype, c_dtype,
                                                           epilogue_args, warp_shape_mnk)
         ab_bytes = (cta_tile_shape_mnk[0] + cta_tile_shape_mnk[1]) * cta_tile_shape_mnk[2] * a_dtype.width // 8
-        budget = smem_capacity // occupancy - 1024 - 2048 - unstaged  # as the product's split reserves
+        vectors = (self.vector_stages * self.vector_offsets(epilogue_args, cta_tile_shape_mnk)[1]
+                   if self.vectors_ahead else 0)
+        budget = smem_capacity // occupancy - 1024 - 2048 - unstaged - vectors  # as the product's split reserves
 
         def used(ab: int, c: int) -> int:
             return ab * ab_bytes + want * d_bytes + c * c_bytes
@@ -99,3 +101,23 @@ class DeepStoresSm90(LoadAheadSm90):
         while c and c < subtiles and used(ab, c + 1) <= budget:
             c += 1
         return ab, want, c
+
+
+class VectorsAheadSm90(LoadAheadSm90):
+    """The load-ahead kernel with each tile's row and column vectors started before its mainloop
+    (:attr:`LoadAheadSm90.vectors_ahead`).
+
+    QuACK's epilogue loads them (gamma, rstd, zdz in gemm_rmsnorm_bwd) by cp.async when it begins, then waits for
+    them and a barrier: in the sm_90a SASS of gemm_rmsnorm_bwd at 128x192 pingpong, three LDGSTS, then
+    ``DEPBAR.LE SB0, 0x0`` and a ``BAR.SYNC``, between the tile's last HGMMA and its first subtile; a round trip to
+    L2 at every tile that the other warp group's mainloop does not hide once the epilogue is the longer of the two.
+    Here each warp group issues them at the top of its tile, into buffers of its own, and the epilogue's wait finds
+    them done."""
+
+    vectors_ahead = True
+
+
+class DeepStoresVectorsSm90(DeepStoresSm90):
+    """:class:`DeepStoresSm90` and :class:`VectorsAheadSm90` together."""
+
+    vectors_ahead = True
