@@ -412,6 +412,33 @@ def test_with_vectors_ahead_the_epilogue_waits_for_no_vector_load_and_one_barrie
     assert vectors[2] == ahead[2] - 1, (ahead, vectors)
 
 
+@pytest.mark.slow
+def test_the_wide_register_split_spills_under_a_third_as_much_at_the_rms_backward_tile(monkeypatch, tmp_path):
+    """The next probe (bench/probes/ahead_stages.py:WideRegistersSm90): gemm_rmsnorm_bwd's epilogue at the
+    product's 128x192 pingpong tile spills with QuACK's register split for 192 accumulator registers a thread
+    (40 per producer thread, 232 per math thread); with the split QuACK takes from 208 (24, 240) it spills
+    under a third as much, and the producer warps none."""
+    import re
+
+    def spills(kernel: str) -> int:
+        dump = tmp_path / kernel
+        dump.mkdir()
+        monkeypatch.setenv("CUTE_DSL_KEEP", "sass")
+        monkeypatch.setenv("CUTE_DSL_DUMP_DIR", str(dump))
+        monkeypatch.setenv("QUACK_CACHE_DIR", str(dump / "cache"))
+        monkeypatch.chdir(REPO)
+        _child(_BUILD_ON, "gemm_rmsnorm_bwd", '{"tile_m": 128, "tile_n": 192, "pingpong": true, '
+               '"load_ahead": true}', kernel)
+        (sass,) = dump.glob("*.sass")
+        text = sass.read_text(errors="replace")
+        producer = text[:text.index("USETMAXREG.TRY_ALLOC")]  # the producer warps' branch comes first
+        assert "STL" not in producer[producer.index("USETMAXREG.DEALLOC"):]
+        return len(re.findall(r"\bSTL\b", text))
+
+    ahead, wide = spills("LoadAheadSm90"), spills("WideRegistersSm90")
+    assert ahead > 100 and wide * 3 < ahead, (ahead, wide)
+
+
 #: QuACK's split at 128x256 cooperative with C, where too little shared memory leaves one A/B stage: as
 #: QuACK's kernel runs it, inside and after a refusal block, and as the load-ahead kernel runs it.
 _FLOOR = """

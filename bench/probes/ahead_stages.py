@@ -121,3 +121,19 @@ class DeepStoresVectorsSm90(DeepStoresSm90):
     """:class:`DeepStoresSm90` and :class:`VectorsAheadSm90` together."""
 
     vectors_ahead = True
+
+
+class WideRegistersSm90(LoadAheadSm90):
+    """The load-ahead kernel with QuACK's heavy-pressure register split (24 per producer thread, 240 per math
+    thread) at every two-group tile, where QuACK takes it only from 208 accumulator registers a thread."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.mma_warp_groups == 2 and not self.gather_A:
+            self.num_regs_load, self.num_regs_mma = 24, 240
+
+
+class WideVectorsSm90(WideRegistersSm90):
+    """:class:`WideRegistersSm90` and :class:`VectorsAheadSm90` together."""
+
+    vectors_ahead = True
