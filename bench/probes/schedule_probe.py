@@ -281,6 +281,9 @@ def main() -> None:
                    help="let packed-mode calls run on the load-ahead kernels at every tile (the product: only at "
                         "tile_n over 128, configs.ahead_mode), so --ahead and --ahead-kernel reach gemm_swiglu_bwd's "
                         "128x128 rows too")
+    p.add_argument("--ahead-untiled", action="store_true",
+                   help="let calls that read no tile (no C, no tile operand: the LM heads) run on the load-ahead "
+                        "kernels too, where the product keeps them on QuACK's (configs.loads_ahead)")
     p.add_argument("--split", action="append", default=[], type=int,
                    help="split-K variants: split_k S (repeatable), with the kernel's config and SPLIT_TILES")
     args = p.parse_args()
@@ -288,6 +291,9 @@ def main() -> None:
     configs, forced = tuple(args.ahead_config), tuple(args.config)
     if args.ahead_packed:
         configs_module.AHEAD_MODES = (*configs_module.AHEAD_MODES, "packed")
+    if args.ahead_untiled:
+        configs_module.loads_ahead = lambda call, config: (  # type: ignore[assignment]
+            config.load_ahead and config.split_k == 1 and configs_module.ahead_mode(call.epi.mode, config))
     backend.set_backend("quack", wrap=_forced)
     _quack._gemm_config = lambda config: _gemm_config(config, STATE["dynamic"])  # type: ignore[assignment]
     clock = Clock("cuda")
