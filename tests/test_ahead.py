@@ -306,29 +306,38 @@ def test_the_probes_three_warp_groups_build_the_n_major_192x192_tile_for_sm90(mo
 
 
 #: A task's human kernel with every gemm call at a config (``sys.argv[2]``, JSON fields, ``load_ahead`` among
-#: them), built for sm_90a.
+#: them), on the load-ahead kernel or a class of bench/probes/ahead_stages.py (``sys.argv[3]``), built for
+#: sm_90a.
 _BUILD_AT = """
-import dataclasses, json, sys
-from coda_agent.primitives import backend, configs
+import dataclasses, functools, json, sys
+from pathlib import Path
+from unittest import mock
+import coda_agent
+from coda_agent.primitives import _ahead, backend, configs
 from coda_agent.tasks import find_task
 from coda_agent.tasks.loader import import_file
+probes = import_file(Path(coda_agent.__file__).parents[1] / "bench/probes/ahead_stages.py", "stages")
 task = find_task(sys.argv[1])
 human = import_file(task.human_file, "human")
 tile = configs.config_from_fields(json.loads(sys.argv[2]))
+kernel = getattr(probes, sys.argv[3]) if len(sys.argv) > 3 else _ahead.LoadAheadSm90
 def forced(run):
     return lambda call: run(dataclasses.replace(call, config=tile, pinned=None))
-with backend.using("quack-compile", wrap=forced):
-    human.forward(**task.make_inputs(dict(task.shapes["small"][0].dims), seed=0, device="cpu"))
+with mock.patch.object(_ahead, "AheadEpiMod", functools.partial(_ahead.AheadEpiMod, kernel=kernel)):
+    with backend.using("quack-compile", wrap=forced):
+        human.forward(**task.make_inputs(dict(task.shapes["small"][0].dims), seed=0, device="cpu"),
+                      **task.constants)
 """
 
 
-def _sass(monkeypatch, dump, task: str, config: str) -> str:
-    """The sm_90a SASS of ``task``'s human kernel with every gemm call at ``config``."""
+def _sass(monkeypatch, dump, task: str, config: str, *kernel: str) -> str:
+    """The sm_90a SASS of ``task``'s human kernel with every gemm call at ``config`` (on ``kernel``, a class
+    of bench/probes/ahead_stages.py, where given)."""
     dump.mkdir()
     monkeypatch.setenv("CUTE_DSL_KEEP", "sass")
     monkeypatch.setenv("CUTE_DSL_DUMP_DIR", str(dump))
     monkeypatch.setenv("QUACK_CACHE_DIR", str(dump / "cache"))
-    _child(_BUILD_AT, task, config)
+    _child(_BUILD_AT, task, config, *kernel)
     (sass,) = dump.glob("*.sass")
     return sass.read_text(errors="replace")
 
@@ -359,28 +368,6 @@ def test_the_load_ahead_epilogue_has_a_barrier_and_a_fence_fewer_per_subtile(mon
     assert bars - ahead_bars >= 8 and fences - ahead_fences >= 7, (bars, ahead_bars, fences, ahead_fences)
 
 
-#: A task's human kernel with every gemm call at a config (``sys.argv[2]``) on a load-ahead class of
-#: bench/probes/ahead_stages.py (``sys.argv[3]``), built for sm_90a.
-_BUILD_ON = """
-import dataclasses, functools, json, sys
-from unittest import mock
-from coda_agent.primitives import _ahead, backend, configs
-from coda_agent.tasks import find_task
-from coda_agent.tasks.loader import import_file
-probes = import_file(__import__("pathlib").Path("bench/probes/ahead_stages.py"), "stages")
-task = find_task(sys.argv[1])
-human = import_file(task.human_file, "human")
-tile = configs.config_from_fields(json.loads(sys.argv[2]))
-kernel = getattr(probes, sys.argv[3], _ahead.LoadAheadSm90)
-def forced(run):
-    return lambda call: run(dataclasses.replace(call, config=tile, pinned=None))
-with mock.patch.object(_ahead, "AheadEpiMod", functools.partial(_ahead.AheadEpiMod, kernel=kernel)):
-    with backend.using("quack-compile", wrap=forced):
-        human.forward(**task.make_inputs(dict(task.shapes["small"][0].dims), seed=0, device="cpu"),
-                      **task.constants)
-"""
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("tile", ['"tile_m": 128, "tile_n": 128, "pingpong": true',
                                   '"tile_m": 256, "tile_n": 128, "pingpong": false'])
@@ -392,22 +379,13 @@ def test_with_vectors_ahead_the_epilogue_waits_for_no_vector_load_and_one_barrie
     epilogue has one barrier fewer a tile."""
     import re
 
-    def built(name: str, kernel: str) -> str:
-        dump = tmp_path / name
-        dump.mkdir()
-        monkeypatch.setenv("CUTE_DSL_KEEP", "sass")
-        monkeypatch.setenv("CUTE_DSL_DUMP_DIR", str(dump))
-        monkeypatch.setenv("QUACK_CACHE_DIR", str(dump / "cache"))
-        monkeypatch.chdir(REPO)
-        _child(_BUILD_ON, "gemm_rmsnorm_bwd", f'{{{tile}, "load_ahead": true}}', kernel)
-        (sass,) = dump.glob("*.sass")
-        return sass.read_text(errors="replace")
-
     def counts(text: str) -> tuple[int, int, int]:
         return (len(re.findall(r"LDGDEPBAR", text)), len(re.findall(r"LDGSTSBAR", text)),
                 len(re.findall(r"BAR\.SYNC", text)))
 
-    ahead, vectors = counts(built("ahead", "LoadAheadSm90")), counts(built("vectors", "VectorsAheadSm90"))
+    config = f'{{{tile}, "load_ahead": true}}'
+    ahead = counts(_sass(monkeypatch, tmp_path / "ahead", "gemm_rmsnorm_bwd", config))
+    vectors = counts(_sass(monkeypatch, tmp_path / "vectors", "gemm_rmsnorm_bwd", config, "VectorsAheadSm90"))
     assert ahead[:2] == (1, 0) and vectors[:2] == (0, 1), (ahead, vectors)
     assert vectors[2] == ahead[2] - 1, (ahead, vectors)
 
@@ -420,22 +398,14 @@ def test_the_wide_register_split_spills_under_a_third_as_much_at_the_rms_backwar
     under a third as much, and the producer warps none."""
     import re
 
-    def spills(kernel: str) -> int:
-        dump = tmp_path / kernel
-        dump.mkdir()
-        monkeypatch.setenv("CUTE_DSL_KEEP", "sass")
-        monkeypatch.setenv("CUTE_DSL_DUMP_DIR", str(dump))
-        monkeypatch.setenv("QUACK_CACHE_DIR", str(dump / "cache"))
-        monkeypatch.chdir(REPO)
-        _child(_BUILD_ON, "gemm_rmsnorm_bwd", '{"tile_m": 128, "tile_n": 192, "pingpong": true, '
-               '"load_ahead": true}', kernel)
-        (sass,) = dump.glob("*.sass")
-        text = sass.read_text(errors="replace")
+    def spills(*kernel: str) -> int:
+        text = _sass(monkeypatch, tmp_path / (kernel or ("ahead",))[0], "gemm_rmsnorm_bwd",
+                     '{"tile_m": 128, "tile_n": 192, "pingpong": true, "load_ahead": true}', *kernel)
         producer = text[:text.index("USETMAXREG.TRY_ALLOC")]  # the producer warps' branch comes first
         assert "STL" not in producer[producer.index("USETMAXREG.DEALLOC"):]
         return len(re.findall(r"\bSTL\b", text))
 
-    ahead, wide = spills("LoadAheadSm90"), spills("WideRegistersSm90")
+    ahead, wide = spills(), spills("WideRegistersSm90")
     assert ahead > 100 and wide * 3 < ahead, (ahead, wide)
 
 
