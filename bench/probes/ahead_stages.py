@@ -111,8 +111,8 @@ class VectorsAheadSm90(LoadAheadSm90):
     them and a barrier: in the sm_90a SASS of gemm_rmsnorm_bwd at 128x192 pingpong, three LDGSTS, then
     ``DEPBAR.LE SB0, 0x0`` and a ``BAR.SYNC``, between the tile's last HGMMA and its first subtile; a round trip to
     L2 at every tile that the other warp group's mainloop does not hide once the epilogue is the longer of the two.
-    Here each warp group issues them at the top of its tile, into buffers of its own, and the epilogue's wait finds
-    them done."""
+    Here the epilogue-load warp loads them a tile ahead into stages of their own, and the epilogue's wait on the
+    stage's barrier finds them there."""
 
     vectors_ahead = True
 

@@ -508,8 +508,7 @@ class LoadAheadSm90(GemmSm90):
         self, tiled_mma: cute.TiledMma, ab_pipeline: Any, epi_pipeline: Any, make_scheduler: Any,
         varlen_manager: Any, epilogue_params: Any, epi_smem_tensors: Any, vector_pipeline: Any,
         vector_buffers: dict[str, Any], tma_atom_d: Any, mD_mnl: Any, mA_mkl: cute.Tensor, sA: cute.Tensor,
-        sB: cute.Tensor, sD: Any, sC: Any,
-        warp_idx: Int32,
+        sB: cute.Tensor, sD: Any, sC: Any, warp_idx: Int32,
     ) -> None:
         """The math warp groups: QuACK's mainloop (``mma``) and epilogue (``epilogue``), the latter without
         loads of its own."""
@@ -609,7 +608,6 @@ class LoadAheadSm90(GemmSm90):
             prims.griddepcontrol(prims.GridDepAction.LAUNCH_DEPENDENTS)
         if is_tma_warp:
             epi_store_pipeline.producer_tail()
-
 
     @cute.jit
     def begin_with_vectors(
