@@ -61,6 +61,9 @@
 #   rope      bench/probes/rope_backward_probe.py: RoPE's backward pass (torch/glue.py) at the 1B stack's batch, the
 #             shipped Triton kernel at several token blocks and warp counts against its first version and Inductor's
 #             build, each checked against the eager op; in rope.json (about 40 s)
+#   sdpa      bench/probes/sdpa_layout_probe.py: causal GQA attention at the 1B stack's batch, forward and backward, with
+#             q, k, v as views of one QKV tensor (CODA's layer), each contiguous in two layouts, on each SDPA backend
+#             (issue 45: CODA's SDPA forward took 46.0 ms in the 16-layer step, compile's 42.1); in sdpa.json
 #   transfer  bench/probes/transfer_probe.py: 4.2 GB of outputs (the 256k head's logits) from a GPU tensor to a GPU
 #             tensor through the runner protocol's tensor file, through the file by 8 threads, and through a shared
 #             memfd both sides map and register with CUDA (issue 47); in transfer.json (about 60 s)
@@ -161,11 +164,12 @@ for spec in "$@"; do
                   --json "$work/first-call.json" ;;
     host) run_phase host "$secs" python3 bench/probes/host_probe.py ${HOST_ARGS:---per-cpu} --json "$work/host.jsonl" ;;
     rope) run_phase rope "$secs" python3 bench/probes/rope_backward_probe.py --json "$work/rope.json" ;;
+    sdpa) run_phase sdpa "$secs" python3 bench/probes/sdpa_layout_probe.py --json "$work/sdpa.json" ;;
     transfer) run_phase transfer "$secs" python3 bench/probes/transfer_probe.py --json "$work/transfer.json" ;;
     window) run_phase window "$secs" "${gpu_tests[@]}" tests/test_window.py tests/test_torch_glue.py ;;
     epilogue-cost) run_phase epilogue-cost "$secs" python3 bench/probes/epilogue_cost.py \
                      ${EPI_COST_ARGS:---shape 32768,2048,3072 --shape 32768,2048,16384} --json "$work/epilogue-cost.jsonl" ;;
-    *) echo "unknown phase $phase (bench, trust, guards, launch, ahead, ops, more, e2e, tune-run, accept, tune-human, cublas, probe, ncu-source, first-call, host, rope, transfer, window, epilogue-cost)"; exit 2 ;;
+    *) echo "unknown phase $phase (bench, trust, guards, launch, ahead, ops, more, e2e, tune-run, accept, tune-human, cublas, probe, ncu-source, first-call, host, rope, sdpa, transfer, window, epilogue-cost)"; exit 2 ;;
   esac
 done
 # The logs get committed: this machine's paths become the repository root ".", python3, <site-packages> and $OUT.
