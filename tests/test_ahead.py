@@ -391,11 +391,11 @@ def test_with_vectors_ahead_the_epilogue_waits_for_no_vector_load_and_one_barrie
 
 
 @pytest.mark.slow
-def test_the_wide_register_split_spills_under_a_third_as_much_at_the_rms_backward_tile(monkeypatch, tmp_path):
-    """The next probe (bench/probes/ahead_stages.py:WideRegistersSm90): gemm_rmsnorm_bwd's epilogue at the
-    product's 128x192 pingpong tile spills with QuACK's register split for 192 accumulator registers a thread
-    (40 per producer thread, 232 per math thread); with the split QuACK takes from 208 (24, 240) it spills
-    under a third as much, and the producer warps none."""
+def test_the_register_split_spills_under_a_third_of_quacks_at_the_rms_backward_tile(monkeypatch, tmp_path):
+    """gemm_rmsnorm_bwd's epilogue at the product's 128x192 pingpong tile spills with QuACK's register split for
+    192 accumulator registers a thread (40 per producer thread, 232 per math thread:
+    bench/probes/ahead_stages.py:QuackRegistersSm90); with the load-ahead kernel's (24, 240) it spills under a
+    third as much, and the producer warps none."""
     import re
 
     def spills(*kernel: str) -> int:
@@ -405,8 +405,8 @@ def test_the_wide_register_split_spills_under_a_third_as_much_at_the_rms_backwar
         assert "STL" not in producer[producer.index("USETMAXREG.DEALLOC"):]
         return len(re.findall(r"\bSTL\b", text))
 
-    ahead, wide = spills(), spills("WideRegistersSm90")
-    assert ahead > 100 and wide * 3 < ahead, (ahead, wide)
+    quacks, ahead = spills("QuackRegistersSm90"), spills()
+    assert quacks > 100 and ahead * 3 < quacks, (quacks, ahead)
 
 
 #: QuACK's split at 128x256 cooperative with C, where too little shared memory leaves one A/B stage: as

@@ -123,17 +123,8 @@ class DeepStoresVectorsSm90(DeepStoresSm90):
     vectors_ahead = True
 
 
-class WideRegistersSm90(LoadAheadSm90):
-    """The load-ahead kernel with QuACK's heavy-pressure register split (24 per producer thread, 240 per math
-    thread) at every two-group tile, where QuACK takes it only from 208 accumulator registers a thread."""
+class QuackRegistersSm90(LoadAheadSm90):
+    """The load-ahead kernel with QuACK's own register split (40 per producer thread, 232 per math thread below
+    208 accumulator registers a thread), where :class:`LoadAheadSm90` takes 24/240 at every two-group tile."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if self.mma_warp_groups == 2 and not self.gather_A:
-            self.num_regs_load, self.num_regs_mma = 24, 240
-
-
-class WideVectorsSm90(WideRegistersSm90):
-    """:class:`WideRegistersSm90` and :class:`VectorsAheadSm90` together."""
-
-    vectors_ahead = True
+    wide_registers = False

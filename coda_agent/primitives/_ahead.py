@@ -86,6 +86,18 @@ class LoadAheadSm90(GemmSm90):
     #: probe's subclass may ask for more.
     min_ab_stages = MIN_AB_STAGES
 
+    #: Whether every two-group tile gets QuACK's heavy-pressure register split (24 per producer thread, 240 per
+    #: math thread), which QuACK takes only from 208 accumulator registers a thread. At the 128x192 pingpong
+    #: tile (192) QuACK's 40/232 made gemm_rmsnorm_bwd's epilogue spill 173 registers (sm_90a SASS), 48 with
+    #: this split, and it ran 2.1% faster at the Llama-3 1B stack's K-3072 dgrad row, level at the others timed
+    #: (H100, bench/results/h100-2026-12-06-a-notes.md). The producer warps spill nothing at 24.
+    wide_registers = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.wide_registers and self.mma_warp_groups == 2 and not self.gather_A:
+            self.num_regs_load, self.num_regs_mma = 24, 240
+
     #: Whether the epilogue-load warp also loads each tile's row and column vectors (QuACK's ``VecLoad`` ops:
     #: gamma, rstd ...), a tile ahead, where QuACK's epilogue loads them when it begins and waits a round trip
     #: and a barrier for them (:meth:`load_vectors`). Off until the GPU has measured it
