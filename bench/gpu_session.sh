@@ -83,6 +83,19 @@ work=.gpuwork
 mkdir -p "$work"
 # The runner's sandbox: the image has no bubblewrap, scripts/gpu_bwrap.sh carries Debian's binary in .gpu2/.
 [ -x .gpu2/bwrap ] && export CODA_AGENT_BWRAP=$PWD/.gpu2/bwrap
+# Phases that run candidates through the checker make evidence only in bubblewrap: without it the checker runs them
+# as plain processes, and the escape guard fails for the setup's reason, not the product's (h100-2026-12-06-a: a
+# .gpu2 rebuilt by prepare.sh had lost the binary).
+for spec in "$@"; do
+  case ${spec%%:*} in
+    bench|trust|guards|more|tune-run|accept|tune-human|host)
+      if [ -z "${CODA_AGENT_BWRAP:-}" ] && ! command -v bwrap >/dev/null; then
+        echo "gpu_session: phase ${spec%%:*} runs candidates, and no bubblewrap is here: run scripts/gpu_bwrap.sh" \
+          "(after every prepare.sh) and carry .gpu2 again" >&2
+        exit 2
+      fi ;;
+  esac
+done
 export PYTHONUNBUFFERED=1 CODA_AGENT_RUNS_DIR=$PWD/$work/runs
 # As root the checker drops its runners to nobody, who must read the carried packages: .gpu2/env.sh's pip --target
 # leaves /tmp/py closed to other users (seen at 1e4df0d: every runner fell back to root), so open it, read-only.

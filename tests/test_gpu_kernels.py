@@ -14,7 +14,7 @@ import pytest
 
 from coda_agent.tasks import load_tasks
 from coda_agent.tasks.model import Task
-from coda_agent.verifier import Plan, verify
+from coda_agent.verifier import Plan, sandbox, verify
 from coda_agent.verifier import gpu as _gpu  # noqa: F401 - registers the GPU stages called directly below
 from coda_agent.verifier.stages import STAGES, Context
 from coda_agent.verifier.verdict import Outcome, StageResult, Verdict
@@ -123,6 +123,8 @@ def test_profile_times_the_kernel_with_eager_compile_and_cublas():
     assert shape.candidate.bound == "events" and shape.cublas.bound == "events", shape
 
 
+@pytest.mark.skipif(not sandbox.detect().isolated,
+                    reason="no bubblewrap here: the runner is a plain process (the CPU twin skips too)")
 def test_code_past_the_static_check_reaches_nothing_from_the_gpu_runner(escape_bait):
     """The GPU runner (device nodes bound in) is as contained as the CPU one: no secret, network or host
     file."""
