@@ -209,6 +209,7 @@ import json, sys
 from pathlib import Path
 from cutlass import BFloat16, Float32
 from quack.gemm_sm90 import GemmSm90
+from coda_agent.primitives._ahead import LoadAheadSm90
 from coda_agent.tasks.loader import import_file
 three = import_file(Path(sys.argv[1]), "three").ThreeWarpGroupsSm90
 keys = ("atom_layout_mnk", "mma_warp_groups", "threads_per_cta", "num_epi_warps", "ab_load_warp_id",
@@ -218,21 +219,39 @@ def made(cls, tile, pingpong):
     return {k: list(v) if isinstance(v, tuple) else v for k in keys for v in [getattr(gemm, k)]}
 tiles = [((192, 192), False), ((192, 160), False), ((192, 128), False), ((192, 256), False),
          ((128, 192), True)]
-print(json.dumps([[made(three, t, pp), made(GemmSm90, t, pp)] for t, pp in tiles]))
+print(json.dumps([[made(cls, t, pp) for cls in (three, GemmSm90, LoadAheadSm90)] for t, pp in tiles]))
 """
 
 
 def test_the_probes_three_warp_groups_lay_a_192_row_tile_as_quack_lays_192x128():
     """bench/probes/three_warp_groups.py (issues 44, 45): a cooperative 192x160 or 192x192 tile gets QuACK's
     own three-group layout of its 192x128 tile (warps, register budgets, epilogue threads) with N kept; every
-    other tile is QuACK's as it is."""
-    (t192, q192), (t160, _), (t128, q128), (t256, q256), (pp, qpp) = json.loads(
+    other tile is the load-ahead kernel's as it is."""
+    (t192, q192, _), (t160, _, _), (t128, q128, a128), (t256, _, a256), (pp, _, app) = json.loads(
         _child(_THREE_GROUPS, str(REPO / "bench/probes/three_warp_groups.py")))
     assert q192["atom_layout_mnk"] == [1, 2, 1]  # QuACK's: side by side along N
     for tile, n in ((t192, 192), (t160, 160)):
         assert {**tile, "cta_tile_shape_mnk": None} == {**q128, "cta_tile_shape_mnk": None}
         assert tile["cta_tile_shape_mnk"] == [192, n, 0]
-    assert (t128, t256, pp) == (q128, q256, qpp)
+    assert (t128, t256, pp) == (a128, a256, app)
+
+
+_REGISTERS = """
+import json
+from cutlass import BFloat16, Float32
+from coda_agent.primitives._ahead import LoadAheadSm90
+tiles = [((128, 192), True), ((128, 128), True), ((256, 128), False), ((256, 192), False),
+         ((256, 256), False)]
+print(json.dumps([[(g := LoadAheadSm90(Float32, BFloat16, t, (1, 1, 1), pingpong=pp)).num_regs_load,
+                   g.num_regs_mma] for t, pp in tiles]))
+"""
+
+
+def test_the_load_ahead_kernel_takes_the_wide_register_split_from_192_accumulators_a_thread():
+    """24/240 where a math thread holds 192 accumulators or more (128x192 pingpong, 256x192 cooperative; QuACK
+    takes it from 208: 256x256 cooperative); QuACK's 40/232 at 128 (128x128 pingpong, 256x128 cooperative),
+    where the wide split measured slower (bench/results/h100-2026-12-06-a-notes.md)."""
+    assert json.loads(_child(_REGISTERS)) == [[24, 240], [40, 232], [40, 232], [24, 240], [24, 240]]
 
 
 TASKS = load_tasks([TASK_DIR])
@@ -369,33 +388,11 @@ def test_the_load_ahead_epilogue_has_a_barrier_and_a_fence_fewer_per_subtile(mon
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("tile", ['"tile_m": 128, "tile_n": 128, "pingpong": true',
-                                  '"tile_m": 256, "tile_n": 128, "pingpong": false'])
-def test_with_vectors_ahead_the_epilogue_waits_for_no_vector_load_and_one_barrier_fewer(monkeypatch, tmp_path,
-                                                                                      tile):
-    """Issue 44, item 1, built for sm_90a: gemm_rmsnorm_bwd's vectors (gamma, rstd, zdz) on the load-ahead
-    kernel as it is are loaded by the epilogue (cp.async, a commit, a wait, a barrier at each tile); with
-    ``vectors_ahead`` the epilogue-load warp's cp.async arrive on the vector stage's barrier instead, and the
-    epilogue has one barrier fewer a tile."""
-    import re
-
-    def counts(text: str) -> tuple[int, int, int]:
-        return (len(re.findall(r"LDGDEPBAR", text)), len(re.findall(r"LDGSTSBAR", text)),
-                len(re.findall(r"BAR\.SYNC", text)))
-
-    config = f'{{{tile}, "load_ahead": true}}'
-    ahead = counts(_sass(monkeypatch, tmp_path / "ahead", "gemm_rmsnorm_bwd", config))
-    vectors = counts(_sass(monkeypatch, tmp_path / "vectors", "gemm_rmsnorm_bwd", config, "VectorsAheadSm90"))
-    assert ahead[:2] == (1, 0) and vectors[:2] == (0, 1), (ahead, vectors)
-    assert vectors[2] == ahead[2] - 1, (ahead, vectors)
-
-
-@pytest.mark.slow
 def test_the_register_split_spills_under_a_third_of_quacks_at_the_rms_backward_tile(monkeypatch, tmp_path):
-    """gemm_rmsnorm_bwd's epilogue at the product's 128x192 pingpong tile spills with QuACK's register split for
-    192 accumulator registers a thread (40 per producer thread, 232 per math thread:
-    bench/probes/ahead_stages.py:QuackRegistersSm90); with the load-ahead kernel's (24, 240) it spills under a
-    third as much, and the producer warps none."""
+    """gemm_rmsnorm_bwd's epilogue at the product's 128x192 pingpong tile spills with QuACK's register split
+    for 192 accumulator registers a thread (40 per producer thread, 232 per math thread:
+    bench/probes/ahead_stages.py:QuackRegistersSm90); with the load-ahead kernel's (24, 240) it spills under
+    a third as much, and the producer warps none."""
     import re
 
     def spills(*kernel: str) -> int:
@@ -499,55 +496,6 @@ def test_in_pingpong_each_warp_group_gets_its_own_d_stages_out_of_c_and_never_ab
         stage = subtile[0] * subtile[1] * 2
         assert ab_g == ab and d_g % 2 == 0 and d_g >= 4 and c_g >= 2, (tile, (ab, d, c), (ab_g, d_g, c_g))
         assert (d_g + c_g) * stage <= (d + c) * stage + 2048, tile  # the same smem, give or take a pad
-
-
-#: The vectors' stages: gemm_rmsnorm_bwd's (gamma, rstd, zdz in FP32) at 128x192 in pingpong and
-#: cooperative, and the split at that tile with and without them, in the product's shared memory and in less.
-_VECTOR_SPLITS = """
-import json
-from types import SimpleNamespace
-from cutlass import BFloat16, Float32
-from cutlass._mlir import ir
-from quack.epilogue import ops as q
-from coda_agent.primitives._ahead import LoadAheadSm90
-class Bytes:
-    unstaged, d_stage, c_stage = 1024, 4096, 4096
-fp32 = SimpleNamespace(element_type=Float32)
-args = SimpleNamespace(gamma=fp32, rstd=fp32, zdz=fp32, h=None)
-ops = (q.RowVecLoad("gamma"), q.ColVecLoad("rstd"), q.ColVecLoad("zdz"), q.TileLoad("h"))
-out = {}
-with ir.Context(), ir.Location.unknown():
-    for ahead in (False, True):
-        split = type("Split", (LoadAheadSm90,), {"epi_smem_bytes": classmethod(lambda cls, *a: Bytes()),
-                                                  "_epi_ops": ops, "vectors_ahead": ahead})
-        for pingpong in (True, False):
-            for capacity in range(232448, 150000, -2048):
-                instance = object.__new__(split)
-                instance.pingpong = pingpong
-                stages = instance._compute_stages((128, 192, 64), (64, 32), BFloat16, BFloat16, BFloat16,
-                                                  BFloat16, args, capacity, 1)
-                out[f"{ahead} {pingpong} {capacity}"] = [*stages, instance.vector_stages,
-                                                         instance.vectors_ahead]
-    out["offsets"] = split.vector_offsets(args, (128, 192, 64))
-print(json.dumps(out))
-"""
-
-
-def test_the_vectors_loaded_ahead_lie_together_in_a_stage_and_cost_at_most_cs_spare_stages():
-    """Issue 44, item 1: with ``vectors_ahead`` the epilogue-load warp loads the row and column vectors into
-    stages of their own: two in pingpong (the other group's tile is next), one in a cooperative tile. A
-    stage's vectors lie together, 16-byte aligned. They take what the split leaves, then C's stages above
-    2, and never an A/B or a D stage: where that is not enough, the kernel loads them as QuACK's does."""
-    out = json.loads(_child(_VECTOR_SPLITS))
-    assert out.pop("offsets") == [{"gamma": 0, "rstd": 768, "zdz": 1280}, 1792]
-    assert out["True True 232448"] == [4, 4, 3, 2, True]  # 3.5 KiB fit in what the product's split leaves
-    assert out["True False 232448"] == [4, 2, 5, 1, True]  # QuACK's used it all: one C stage pays
-    assert out["True True 179200"] == [3, 4, 2, 2, False]  # C at 2 already: QuACK's loads
-    for key, ahead in out.items():
-        if key.startswith("True"):
-            (ab, d, c, stages, on), plain = ahead, out[key.replace("True", "False", 1)]
-            assert [ab, d] == plain[:2] and stages == plain[3], key
-            assert c in (plain[2], plain[2] - 1) and c >= min(plain[2], 2) if on else c == plain[2], key
 
 
 def test_a_schedule_the_tuner_pins_on_quacks_kernel_passes_the_static_check():

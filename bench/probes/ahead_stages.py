@@ -82,9 +82,7 @@ class DeepStoresSm90(LoadAheadSm90):
         d_bytes, c_bytes, unstaged = self.epi_stage_bytes(cta_tile_shape_mnk, epi_tile, d_dtype, c_dtype,
                                                           epilogue_args, warp_shape_mnk)
         ab_bytes = (cta_tile_shape_mnk[0] + cta_tile_shape_mnk[1]) * cta_tile_shape_mnk[2] * a_dtype.width // 8
-        vectors = (self.vector_stages * self.vector_offsets(epilogue_args, cta_tile_shape_mnk)[1]
-                   if self.vectors_ahead else 0)
-        budget = smem_capacity // occupancy - 1024 - 2048 - unstaged - vectors  # as the product's split reserves
+        budget = smem_capacity // occupancy - 1024 - 2048 - unstaged  # as the product's split reserves
 
         def used(ab: int, c: int) -> int:
             return ab * ab_bytes + want * d_bytes + c * c_bytes
@@ -103,28 +101,8 @@ class DeepStoresSm90(LoadAheadSm90):
         return ab, want, c
 
 
-class VectorsAheadSm90(LoadAheadSm90):
-    """The load-ahead kernel with each tile's row and column vectors started before its mainloop
-    (:attr:`LoadAheadSm90.vectors_ahead`).
-
-    QuACK's epilogue loads them (gamma, rstd, zdz in gemm_rmsnorm_bwd) by cp.async when it begins, then waits for
-    them and a barrier: in the sm_90a SASS of gemm_rmsnorm_bwd at 128x192 pingpong, three LDGSTS, then
-    ``DEPBAR.LE SB0, 0x0`` and a ``BAR.SYNC``, between the tile's last HGMMA and its first subtile; a round trip to
-    L2 at every tile that the other warp group's mainloop does not hide once the epilogue is the longer of the two.
-    Here the epilogue-load warp loads them a tile ahead into stages of their own, and the epilogue's wait on the
-    stage's barrier finds them there."""
-
-    vectors_ahead = True
-
-
-class DeepStoresVectorsSm90(DeepStoresSm90):
-    """:class:`DeepStoresSm90` and :class:`VectorsAheadSm90` together."""
-
-    vectors_ahead = True
-
-
 class QuackRegistersSm90(LoadAheadSm90):
     """The load-ahead kernel with QuACK's own register split (40 per producer thread, 232 per math thread below
-    208 accumulator registers a thread), where :class:`LoadAheadSm90` takes 24/240 at every two-group tile."""
+    208 accumulator registers a thread), where :class:`LoadAheadSm90` takes 24/240 from 192."""
 
-    wide_registers = False
+    wide_registers_from = None

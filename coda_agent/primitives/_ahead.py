@@ -6,9 +6,7 @@ group when that tile's epilogue begins, so every tile's epilogue opens with one 
 TMA warp-specialized epilogues load C from the producer warp group while the mainloop runs. This kernel does
 the same on QuACK's parts: a second warp of the producer warp group (:attr:`LoadAheadSm90.epi_load_warp_id`)
 walks the tile scheduler's tiles beside the A/B warp and fills the epilogue's C stages, a tile ahead when
-stages are free, while the epilogue itself only waits on them. With :attr:`LoadAheadSm90.vectors_ahead`
-(off until the GPU has timed it) that warp also loads the row and column vectors, a tile ahead, into stages
-of their own, where QuACK's epilogue loads them when it begins.
+stages are free, while the epilogue itself only waits on them.
 
 The epilogue's loop is this kernel's own (:meth:`LoadAheadSm90.epilogue`), over QuACK's hooks: one barrier
 and one fence per subtile where QuACK's has two of each, and in pingpong a set of store buffers per warp
@@ -24,6 +22,7 @@ so a kernel of one path is never served for the other.
 
 import hashlib
 import inspect
+import math
 from functools import partial
 from typing import Any
 
@@ -38,12 +37,11 @@ from cutlass.utils import SmemPartition
 from quack import copy_utils, pipeline_checks
 from quack import sm90_utils as quack_sm90_utils
 from quack.epilogue.frontend import EpiMod
-from quack.epilogue.ops import DStore, EpiContext, VecLoad
+from quack.epilogue.ops import DStore
 from quack.gemm_base import NamedBarrierGemm
 from quack.gemm_runtime.identity import TORCH_OP_EPI_MODS
 from quack.gemm_sm90 import GemmSm90
 from quack.pipeline import PipelineAsync as QuackPipelineAsync
-from quack.pipeline import PipelineCpAsync as QuackPipelineCpAsync
 from quack.pipeline import make_pipeline_state
 
 from .quack_patches import MIN_AB_STAGES, StageSplitError
@@ -86,49 +84,22 @@ class LoadAheadSm90(GemmSm90):
     #: probe's subclass may ask for more.
     min_ab_stages = MIN_AB_STAGES
 
-    #: Whether every two-group tile gets QuACK's heavy-pressure register split (24 per producer thread, 240 per
-    #: math thread), which QuACK takes only from 208 accumulator registers a thread. At the 128x192 pingpong
-    #: tile (192) QuACK's 40/232 made gemm_rmsnorm_bwd's epilogue spill 173 registers (sm_90a SASS), 48 with
-    #: this split, and it ran 2.1% faster at the Llama-3 1B stack's K-3072 dgrad row, level at the others timed
-    #: (H100, bench/results/h100-2026-12-06-a-notes.md). The producer warps spill nothing at 24.
-    wide_registers = True
+    #: The accumulator registers a math thread holds from which this kernel takes QuACK's heavy-pressure
+    #: register split (24 per producer thread, 240 per math thread); QuACK takes it from 208, so the
+    #: product's 128x192 pingpong tile (192) got 40/232 and gemm_rmsnorm_bwd's epilogue spilled 173 registers
+    #: (sm_90a SASS), 48 at 24/240. At 24/240 it ran 2.1-2.3% faster at the Llama-3 1B stack's K-3072 dgrad
+    #: row and level at the other 128x192 rows timed; at 128x128 packed rows it lost 1-1.6% (H100,
+    #: bench/results/h100-2026-12-06-a-notes.md). The producer warps spill nothing at 24. A probe's subclass
+    #: may raise it (``None``: QuACK's split everywhere).
+    wide_registers_from: int | None = 192
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        if self.wide_registers and self.mma_warp_groups == 2 and not self.gather_A:
+        accumulators = math.prod(self.cta_tile_shape_mnk[:2]) // (
+            math.prod(self.atom_layout_mnk) * self.num_threads_per_warp_group)
+        wide = self.wide_registers_from is not None and accumulators >= self.wide_registers_from
+        if wide and self.mma_warp_groups == 2 and not self.gather_A:
             self.num_regs_load, self.num_regs_mma = 24, 240
-
-    #: Whether the epilogue-load warp also loads each tile's row and column vectors (QuACK's ``VecLoad`` ops:
-    #: gamma, rstd ...), a tile ahead, where QuACK's epilogue loads them when it begins and waits a round trip
-    #: and a barrier for them (:meth:`load_vectors`). Off until the GPU has measured it
-    #: (``bench/probes/ahead_stages.py:VectorsAheadSm90``).
-    vectors_ahead = False
-
-    @property
-    def vector_stages(self) -> int:
-        """Tiles' worth of vector buffers. In pingpong two, the epilogue's tile's and the other group's,
-        whose epilogue follows at once. A cooperative tile's epilogue frees its one stage a whole mainloop
-        before the next tile's needs it, and with one stage the epilogue addresses it with no register
-        more."""
-        return 2 if self.pingpong else 1
-
-    @classmethod
-    def vector_offsets(cls, epilogue_args: Any, cta_tile_shape_mnk: Any) -> tuple[dict[str, int], int]:
-        """Where each of the epilogue's vectors starts in a vector stage (bytes, 16-aligned), and the stage's
-        bytes. The vectors of a stage lie together, so one offset (the stage's, the same for every vector)
-        moves all of them."""
-        offsets, stage_bytes = {}, 0
-        for op in cls._epi_ops:
-            vector = getattr(epilogue_args, op.name, None)
-            if isinstance(op, VecLoad) and vector is not None:
-                offsets[op.name] = stage_bytes
-                stage_bytes += -(-cta_tile_shape_mnk[op.dim] * vector.element_type.width // 8 // 16) * 16
-        return offsets, stage_bytes
-
-    @property
-    def vectors_loaded_ahead(self) -> tuple[Any, ...]:
-        """The epilogue's vector ops that :meth:`load_vectors` loads (none unless :attr:`vectors_ahead`)."""
-        return tuple(op for op in self._epi_ops if isinstance(op, VecLoad)) if self.vectors_ahead else ()
 
     def _compute_stages(
         self, cta_tile_shape_mnk: Any, epi_tile: Any, a_dtype: Any, b_dtype: Any, d_dtype: Any, c_dtype: Any,
@@ -139,15 +110,11 @@ class LoadAheadSm90(GemmSm90):
         :attr:`min_ab_stages` A/B stages. What that needs comes out of C's stages above 2, then out of each
         set's D stages above 2, then out of A/B's above the floor; a split that still does not fit is refused
         (:class:`.StageSplitError`). Where QuACK's own split already left the floor and no pingpong sets are
-        due (every cooperative tile the suite runs), it is returned unchanged.
-
-        The vector stages of :attr:`vectors_ahead` then take what is left, and C's stages above 2, never a D
-        or an A/B stage: where that is not enough, this kernel loads the vectors as QuACK's does (the
-        instance's ``vectors_ahead`` goes off)."""
+        due (every cooperative tile the suite runs), it is returned unchanged."""
         ab, d, c = self.c_deepened_stages(cta_tile_shape_mnk, epi_tile, a_dtype, b_dtype, d_dtype, c_dtype,
                                           epilogue_args, smem_capacity, occupancy, warp_shape_mnk, **kwargs)
         groups = 2 if self.pingpong and d > 0 else 1
-        if groups == 1 and ab >= self.min_ab_stages and not self.vectors_ahead:
+        if groups == 1 and ab >= self.min_ab_stages:
             return ab, d, c
         d_bytes, c_bytes, unstaged = self.epi_stage_bytes(cta_tile_shape_mnk, epi_tile, d_dtype, c_dtype,
                                                           epilogue_args, warp_shape_mnk)
@@ -159,11 +126,7 @@ class LoadAheadSm90(GemmSm90):
         budget = smem_capacity // occupancy - 1024 - 2048 - unstaged
         ab = max(ab, self.min_ab_stages)
         per_group = d
-
-        def used() -> int:
-            return ab * ab_bytes + groups * per_group * d_bytes + c * c_bytes
-
-        while used() > budget:
+        while ab * ab_bytes + groups * per_group * d_bytes + c * c_bytes > budget:
             if c > 2:
                 c -= 1
             elif per_group > min(d, 2):
@@ -172,14 +135,6 @@ class LoadAheadSm90(GemmSm90):
                 ab -= 1
             else:
                 raise StageSplitError(cta_tile_shape_mnk, self.min_ab_stages)
-        if self.vectors_ahead:
-            c_before = c
-            vectors = self.vector_stages * self.vector_offsets(epilogue_args, cta_tile_shape_mnk)[1]
-            fewest_c = min(c, 2)
-            while used() + vectors > budget and c > fewest_c:
-                c -= 1
-            if used() + vectors > budget:
-                c, self.vectors_ahead = c_before, False
         return ab, groups * per_group, c
 
     @classmethod
@@ -262,7 +217,6 @@ class LoadAheadSm90(GemmSm90):
         has_D = const_expr(mD_mnl is not None)
         has_C = const_expr(mC_mnl is not None)
         has_epi_load = const_expr(self.epi_c_stage > 0)
-        has_vectors = const_expr(len(self.vectors_loaded_ahead) > 0)
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
 
         if warp_idx == self.ab_load_warp_id:
@@ -279,7 +233,6 @@ class LoadAheadSm90(GemmSm90):
         if const_expr(has_epi_load):
             epi_pipeline = self.make_epi_pipeline(tx_count=self.epi_load_bytes_per_stage)
         sched_pipeline = self.make_sched_pipeline(cluster_layout_mnk, varlen_k=False)
-        vector_pipeline = self.make_vector_pipeline() if const_expr(has_vectors) else None
         # The scheduler's records, outside SharedStorage as QuACK keeps them.
         sched_data = smem.allocate_tensor(
             Int32, cute.make_layout((4, self.sched_stage)), byte_alignment=16,
@@ -296,7 +249,6 @@ class LoadAheadSm90(GemmSm90):
         if const_expr(has_C):
             sC = storage.sC.get_tensor(epi_c_smem_layout.outer, swizzle=epi_c_smem_layout.inner)
         epi_smem_tensors = self.epi_get_smem_tensors(epilogue_params, storage)
-        vector_buffers = self.allocate_vector_stages(smem, epilogue_params) if const_expr(has_vectors) else {}
         varlen_manager = VarlenManager.create(
             varlen_params,
             len_m_static=Int32(cute.size(mA_mkl, mode=[0])),
@@ -309,7 +261,6 @@ class LoadAheadSm90(GemmSm90):
         first_tile_issued = pipeline.NamedBarrier(
             barrier_id=int(NamedBarrierGemm.EpilogueLoad), num_threads=2 * cute.arch.WARP_SIZE
         )
-        loads_ahead = const_expr(has_epi_load or has_vectors)
         pipeline_init_wait(cluster_shape_mn=self.cluster_shape_mnk[:-1])
         # The subtiles in the order the epilogue visits them (``GemmBase.epilogue``).
         epi_tile_shape = cute.zipped_divide(cute.make_layout(self.cta_tile_shape_mnk[:2]),
@@ -324,14 +275,13 @@ class LoadAheadSm90(GemmSm90):
             if warp_idx == self.ab_load_warp_id:
                 self._load_ab(
                     ab_pipeline, make_scheduler, varlen_manager, tma_atom_a, mA_mkl, sA, tma_atom_b, mB_nkl,
-                    sB, cluster_layout_mnk, first_tile_issued if const_expr(loads_ahead) else None,
+                    sB, cluster_layout_mnk, first_tile_issued if const_expr(has_epi_load) else None,
                 )
             if warp_idx == self.epi_load_warp_id:
-                if const_expr(loads_ahead):
+                if const_expr(has_epi_load):
                     self._load_epilogue_operands(
                         epi_pipeline, make_scheduler, varlen_manager, epilogue_params, epi_smem_tensors,
                         tma_atom_c, mC_mnl, sC, epi_tile_layout, epi_tile_num, first_tile_issued,
-                        vector_pipeline, vector_buffers,
                     )
                 else:
                     self._follow_schedule(make_scheduler)
@@ -340,8 +290,7 @@ class LoadAheadSm90(GemmSm90):
             cute.arch.setmaxregister_increase(self.num_regs_mma)
             self._mma_and_epilogue(
                 tiled_mma, ab_pipeline, epi_pipeline, make_scheduler, varlen_manager, epilogue_params,
-                epi_smem_tensors, vector_pipeline, vector_buffers, tma_atom_d, mD_mnl, mA_mkl, sA, sB, sD, sC,
-                warp_idx,
+                epi_smem_tensors, tma_atom_d, mD_mnl, mA_mkl, sA, sB, sD, sC, warp_idx,
             )
 
     @cute.jit
@@ -402,107 +351,42 @@ class LoadAheadSm90(GemmSm90):
     def _load_epilogue_operands(
         self, epi_pipeline: Any, make_scheduler: Any, varlen_manager: Any, epilogue_params: Any,
         epi_smem_tensors: Any, tma_atom_c: Any, mC_mnl: Any, sC: Any, epi_tile_layout: cute.Layout,
-        epi_tile_num: int, first_tile_issued: Any, vector_pipeline: Any, vector_buffers: dict[str, Any],
+        epi_tile_num: int, first_tile_issued: Any,
     ) -> None:
-        """The epilogue-load warp: every tile's vectors (:meth:`load_vectors`), then its C and TMA tile
-        operands, subtile by subtile, in the order the epilogue consumes them, as far ahead as the epilogue's
-        stages allow."""
-        has_epi_load = const_expr(self.epi_c_stage > 0)
+        """The epilogue-load warp: every tile's C and TMA tile operands, subtile by subtile, in the order the
+        epilogue consumes them, as far ahead as the epilogue's stages allow."""
         if const_expr(self.use_pdl):
             prims.griddepcontrol(prims.GridDepAction.WAIT)
         tile_scheduler = make_scheduler()
         work_tile = tile_scheduler.initial_work_tile_info()
         producer_state = make_pipeline_state(pipeline.PipelineUserType.Producer, self.epi_c_stage)
-        vector_state = make_pipeline_state(pipeline.PipelineUserType.Producer, self.vector_stages)
         waiting = Boolean(True)
         while work_tile.is_valid_tile:
             tile_coord_mnkl = work_tile.tile_idx
+            copy_C = None
+            if const_expr(mC_mnl is not None):
+                copy_C_fn, _, _ = self.epilog_gmem_copy_and_partition(
+                    tma_atom_c, varlen_manager.offset_batch_epi(mC_mnl, tile_coord_mnkl[3]),
+                    self.cta_tile_shape_mnk[:2], self.epi_tile, sC, tile_coord_mnkl,
+                )
+                copy_C = copy_utils.tma_producer_copy_fn(copy_C_fn, epi_pipeline)
+            tile_loads = self.epi_tile_load_g2s_copy_fns(
+                epilogue_params, epi_smem_tensors, tile_coord_mnkl, varlen_manager, epi_pipeline
+            )
+            copy_operands = copy_utils.chain_tma_producer_copy_fns((copy_C, *tile_loads))
             if waiting:
                 first_tile_issued.arrive_and_wait()
                 waiting = Boolean(False)
-            if const_expr(vector_pipeline is not None):
-                vector_pipeline.producer_acquire(vector_state)
-                self.load_vectors(epilogue_params, vector_buffers, vector_state.index, tile_coord_mnkl)
-                vector_pipeline.producer_commit(vector_state)
-                vector_state.advance()
-            if const_expr(has_epi_load):
-                copy_C = None
-                if const_expr(mC_mnl is not None):
-                    copy_C_fn, _, _ = self.epilog_gmem_copy_and_partition(
-                        tma_atom_c, varlen_manager.offset_batch_epi(mC_mnl, tile_coord_mnkl[3]),
-                        self.cta_tile_shape_mnk[:2], self.epi_tile, sC, tile_coord_mnkl,
-                    )
-                    copy_C = copy_utils.tma_producer_copy_fn(copy_C_fn, epi_pipeline)
-                tile_loads = self.epi_tile_load_g2s_copy_fns(
-                    epilogue_params, epi_smem_tensors, tile_coord_mnkl, varlen_manager, epi_pipeline
-                )
-                copy_operands = copy_utils.chain_tma_producer_copy_fns((copy_C, *tile_loads))
-                for epi_idx in cutlass.range(epi_tile_num, unroll=1):
-                    epi_pipeline.producer_acquire(producer_state)
-                    copy_operands(src_idx=epi_tile_layout.get_hier_coord(epi_idx),
-                                  producer_state=producer_state)
-                    epi_pipeline.producer_commit(producer_state)
-                    producer_state.advance()
+            for epi_idx in cutlass.range(epi_tile_num, unroll=1):
+                epi_pipeline.producer_acquire(producer_state)
+                copy_operands(src_idx=epi_tile_layout.get_hier_coord(epi_idx), producer_state=producer_state)
+                epi_pipeline.producer_commit(producer_state)
+                producer_state.advance()
             tile_scheduler.advance_to_next_work()
             work_tile = tile_scheduler.get_current_work()
         if const_expr(self.pingpong):
             work_tile = tile_scheduler.get_current_work()  # the extra record the A/B warp wrote
-        if const_expr(has_epi_load):
-            epi_pipeline.producer_tail(producer_state)
-        if const_expr(vector_pipeline is not None):
-            vector_pipeline.producer_tail(vector_state)
-
-    def make_vector_pipeline(self) -> Any:
-        """The vector stages' pipeline: filled by the epilogue-load warp's 32 lanes with cp.async (each lane's
-        arrival waits for its copies), emptied by the epilogue, one arrival per warp."""
-        return QuackPipelineCpAsync.create(
-            num_stages=self.vector_stages,
-            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, cute.arch.WARP_SIZE),
-            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_epi_warps),
-            defer_sync=True,
-            elect_one_release=True,
-        )
-
-    def allocate_vector_stages(self, smem: Any, params: Any) -> dict[str, cute.Tensor]:
-        """Each loaded-ahead vector's buffers, (length, stage): outside SharedStorage like the scheduler's
-        records (QuACK's own buffers stay in it, unused), laid out by :meth:`vector_offsets`."""
-        offsets, stage_bytes = self.vector_offsets(params, self.cta_tile_shape_mnk)
-        region = smem.allocate_tensor(cutlass.Uint8, cute.make_layout(self.vector_stages * stage_bytes),
-                                      byte_alignment=16)
-        buffers = {}
-        for op in self.vectors_loaded_ahead:
-            dtype = getattr(params, op.name).element_type
-            start = cute.recast_ptr(region.iterator + offsets[op.name], dtype=dtype)
-            shape = (self.cta_tile_shape_mnk[op.dim], self.vector_stages)
-            buffers[op.name] = cute.make_tensor(
-                start, cute.make_layout(shape, stride=(1, stage_bytes * 8 // dtype.width)))
-        return buffers
-
-    @cute.jit
-    def load_vectors(
-        self, params: Any, vector_buffers: dict[str, Any], stage: Any, tile_coord_mnkl: Any,
-    ) -> None:
-        """The tile's row and column vectors into vector stage ``stage``, by the calling warp's 32 lanes, as
-        QuACK's epilogue loads them into its one buffer when it begins: cp.async, zeros past a vector's
-        end."""
-        lane = cute.arch.lane_idx()
-        for op in self.vectors_loaded_ahead:
-            vector = getattr(params, op.name)
-            if const_expr(cute.rank(vector) == 2):  # batched (L, length); this kernel runs no varlen
-                vector = vector[tile_coord_mnkl[3], None]
-            dtype = vector.element_type
-            size = self.cta_tile_shape_mnk[op.dim]
-            start = tile_coord_mnkl[op.dim] * size
-            lanes = copy_utils.tiled_copy_1d(dtype, cute.arch.WARP_SIZE, max(32, dtype.width) // dtype.width,
-                                             is_async=True).get_slice(lane)
-            src = lanes.partition_S(cute.local_tile(vector, (size,), (tile_coord_mnkl[op.dim],)))
-            dst = lanes.partition_D(vector_buffers[op.name][None, stage])
-            index = lanes.partition_S(cute.make_identity_tensor(size))
-            for i in cutlass.range(cute.size(dst.shape[1]), unroll_full=True):
-                if index[0, i] < size:
-                    inside = cute.make_rmem_tensor(1, Boolean)
-                    inside[0] = index[0, i] < cute.size(vector, mode=[0]) - start
-                    cute.copy(lanes, src[None, i], dst[None, i], pred=inside)
+        epi_pipeline.producer_tail(producer_state)
 
     @cute.jit
     def _follow_schedule(self, make_scheduler: Any) -> None:
@@ -518,9 +402,8 @@ class LoadAheadSm90(GemmSm90):
     @cute.jit
     def _mma_and_epilogue(
         self, tiled_mma: cute.TiledMma, ab_pipeline: Any, epi_pipeline: Any, make_scheduler: Any,
-        varlen_manager: Any, epilogue_params: Any, epi_smem_tensors: Any, vector_pipeline: Any,
-        vector_buffers: dict[str, Any], tma_atom_d: Any, mD_mnl: Any, mA_mkl: cute.Tensor, sA: cute.Tensor,
-        sB: cute.Tensor, sD: Any, sC: Any, warp_idx: Int32,
+        varlen_manager: Any, epilogue_params: Any, epi_smem_tensors: Any, tma_atom_d: Any, mD_mnl: Any,
+        mA_mkl: cute.Tensor, sA: cute.Tensor, sB: cute.Tensor, sD: Any, sC: Any, warp_idx: Int32,
     ) -> None:
         """The math warp groups: QuACK's mainloop (``mma``) and epilogue (``epilogue``), the latter without
         loads of its own."""
@@ -584,16 +467,6 @@ class LoadAheadSm90(GemmSm90):
                     tiled_mma, self.c_layout, self.c_dtype, sC, tRS_rD.layout, tidx
                 )
             self.epi_visit_acc(epilogue_params, acc, tiled_mma, tile_coord_mnkl, tidx)
-            vectors, vector_stage = None, None
-            if const_expr(vector_pipeline is not None):
-                # The CTA's tiles take the vector stages in turn: the stage and its phase follow from the
-                # tile's number, which the scheduler keeps anyway (no pipeline state lives through the
-                # mainloop).
-                tiles_before = tile_scheduler.num_tiles_executed
-                vector_stage = tiles_before % self.vector_stages if const_expr(self.vector_stages > 1) else 0
-                vector_pipeline.consumer_wait_w_index_phase(vector_stage,
-                                                            tiles_before // self.vector_stages % 2)
-                vectors = (vector_buffers, vector_stage)
             epi_read_state, _ = self.epilogue(
                 epilogue_params, epi_smem_tensors, epi_pipeline, epi_store_pipeline, epi_read_state, None,
                 self.epi_tile, partial(self.epi_load_acc_subtile, tRS_rAcc),
@@ -602,10 +475,8 @@ class LoadAheadSm90(GemmSm90):
                 copy_C=None,  # the epilogue-load warp has issued them
                 tile_coord_mnkl=tile_coord_mnkl, varlen_manager=varlen_manager,
                 epilogue_barrier=self.epilogue_barrier, tile_scheduler=tile_scheduler, tidx=tidx,
-                is_tma_warp=is_tma_warp, vectors=vectors,
+                is_tma_warp=is_tma_warp,
             )
-            if const_expr(vector_pipeline is not None):
-                vector_pipeline.consumer_release_w_index(vector_stage)
             if const_expr(self.pingpong):
                 # Each group stores through buffers of its own (``_compute_stages``): no drain before the
                 # other group's epilogue.
@@ -621,31 +492,6 @@ class LoadAheadSm90(GemmSm90):
         if is_tma_warp:
             epi_store_pipeline.producer_tail()
 
-    @cute.jit
-    def begin_with_vectors(
-        self, vectors: tuple[dict[str, Any], Any], params: Any, epi_smem_tensors: Any, epi_tile: Any,
-        tiled_copy_t2r: Any, tiled_copy_r2s: Any, tile_coord_mnkl: Any, varlen_manager: Any,
-        epilogue_barrier: Any, tidx: Any, tRS_rD_layout: Any,
-    ) -> dict[str, Any]:
-        """QuACK's ``epi_begin`` where the epilogue-load warp has loaded the vectors into stage ``stage`` of
-        ``vectors`` (buffers, stage), which the caller has waited for: the other ops begin as there, and each
-        vector gets the state QuACK's ``begin`` returns (the subtile loop's view of its buffer, and a register
-        tile), over that stage. No wait and no barrier: the stage's full barrier was both."""
-        buffers, stage = vectors
-        ctx = EpiContext(self, epi_tile, tiled_copy_t2r, tiled_copy_r2s, tile_coord_mnkl, varlen_manager,
-                         epilogue_barrier, tidx, tRS_rD_layout)
-        states = {}
-        for op in self._epi_ops:
-            if const_expr(op.name in buffers):
-                broadcast = cute.make_layout((ctx.tile_M, ctx.tile_N),
-                                             stride=(0, 1) if op.dim == 1 else (1, 0))
-                view = ctx.partition_for_epilogue_fn(cute.make_tensor(buffers[op.name][None, stage].iterator,
-                                                                      broadcast))
-                subtile = cute.group_modes(view, 3, cute.rank(view))[None, None, None, 0]
-                states[op.name] = [view, cute.make_rmem_tensor(subtile.layout, self.acc_dtype)]
-            else:
-                states[op.name] = op.begin(self, getattr(params, op.name), epi_smem_tensors.get(op.name), ctx)
-        return states
 
     @property
     def store_buffers(self) -> int:
@@ -667,7 +513,6 @@ class LoadAheadSm90(GemmSm90):
         tRS_rD: cute.Tensor, tRS_rC: Any, tiled_copy_t2r: Any, tiled_copy_r2s: Any, tRS_sD: Any,
         tiled_copy_s2r: Any, tSR_rC: Any, tSR_sC: Any, copy_D: Any, copy_C: Any, tile_coord_mnkl: Any,
         varlen_manager: Any, epilogue_barrier: Any, tile_scheduler: Any, tidx: Any, is_tma_warp: Any,
-        vectors: tuple[dict[str, Any], Any] | None = None,
     ) -> tuple[Any, Any]:
         """``GemmBase.epilogue``'s contract and QuACK's hooks (visit, end-of-loop flush, store ops, end), in a
         loop of one barrier and one fence per subtile where QuACK's has two of each (one more fence where C
@@ -698,14 +543,8 @@ class LoadAheadSm90(GemmSm90):
         done_before = tile_scheduler.num_tiles_executed * count
         in_flight = max(self.store_buffers - 2, 0)  # stores left in flight once the next buffers must be free
         first = self.first_store_buffer()
-        if const_expr(vectors is not None):
-            epi_tensors = self.begin_with_vectors(vectors, params, epi_smem_tensors, epi_tile, tiled_copy_t2r,
-                                                  tiled_copy_r2s, tile_coord_mnkl, varlen_manager,
-                                                  epilogue_barrier, tidx, tRS_rD.layout)
-        else:
-            epi_tensors = self.epi_begin(params, epi_smem_tensors, epi_tile, tiled_copy_t2r, tiled_copy_r2s,
-                                         tile_coord_mnkl, varlen_manager, epilogue_barrier, tidx,
-                                         tRS_rD.layout)
+        epi_tensors = self.epi_begin(params, epi_smem_tensors, epi_tile, tiled_copy_t2r, tiled_copy_r2s,
+                                     tile_coord_mnkl, varlen_manager, epilogue_barrier, tidx, tRS_rD.layout)
         if const_expr(self.epi_needs_acc_prepass):
             for i in cutlass.range_constexpr(count):
                 load_acc_subtile(tRS_rD, order.get_hier_coord(i), no_release=True)
