@@ -16,6 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
+from coda_agent.bench.e2e import PRESETS
 from coda_agent.torch import glue, rope_table
 from coda_agent.torch._glue_kernels import rope_backward_rows
 
@@ -121,14 +122,13 @@ def time_us(fn, args, reps: int) -> list[float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--seq", type=int, default=8192)
-    ap.add_argument("--heads", type=int, nargs=2, default=[32, 8])
-    ap.add_argument("--head-dim", type=int, default=64)
+    ap.add_argument("--preset", default="1b", choices=PRESETS, help="the end-to-end bench's model and batch")
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--json", default="")
     a = ap.parse_args()
-    args = case(a.batch, a.seq, *a.heads, a.head_dim)
+    m = PRESETS[a.preset]
+    n_q, n_kv, head_dim = m.n_heads, m.n_kv_heads, m.dim // m.n_heads
+    args = case(m.batch, m.seq, n_q, n_kv, head_dim)
     nbytes = sum(t.numel() * t.element_size() for t in args[:4]) * 1 + args[3].numel() * 2 + args[3].shape[0] * 4
     want_dz, want_zdz = glue.rope_backward._init_fn(*args)  # the eager math
     variants = {"first version (1a01096)": first,
@@ -140,7 +140,7 @@ def main() -> None:
                 label += " (the default)"
             variants[label] = shipped(tokens, warps)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}; "
-          f"B {a.batch} S {a.seq} heads {a.heads} d {a.head_dim}; {nbytes / 1e6:.0f} MB moved a call")
+          f"B {m.batch} S {m.seq} heads {[n_q, n_kv]} d {head_dim}; {nbytes / 1e6:.0f} MB moved a call")
     rows = []
     for label, fn in variants.items():
         dz, zdz = fn(*args)

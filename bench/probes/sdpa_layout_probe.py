@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from coda_agent.bench.e2e import PRESETS
+
 Qkv = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
@@ -84,24 +86,22 @@ def row_for(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Tenso
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--seq", type=int, default=8192)
-    ap.add_argument("--heads", type=int, nargs=2, default=[32, 8])
-    ap.add_argument("--head-dim", type=int, default=64)
+    ap.add_argument("--preset", default="1b", choices=PRESETS, help="the end-to-end bench's model and batch")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--json", default="")
     ap.add_argument("--device", default="cuda")
     a = ap.parse_args()
-    n_q, n_kv = a.heads
+    m = PRESETS[a.preset]
+    n_q, n_kv, head_dim = m.n_heads, m.n_kv_heads, m.dim // m.n_heads
     backends = {"default": None, "flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
                 "efficient": SDPBackend.EFFICIENT_ATTENTION}
     name = torch.cuda.get_device_name() if a.device == "cuda" else a.device
     print(f"{name}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}; "
-          f"B {a.batch} S {a.seq} heads {a.heads} d {a.head_dim}, causal")
+          f"B {m.batch} S {m.seq} heads {[n_q, n_kv]} d {head_dim}, causal")
     # the o-proj's dgrad hands SDPA's backward a (B, heads, S, d) view of a (B, S, heads, d) tensor
-    dout = torch.randn(a.batch, a.seq, n_q, a.head_dim, device=a.device, dtype=torch.bfloat16).transpose(1, 2)
+    dout = torch.randn(m.batch, m.seq, n_q, head_dim, device=a.device, dtype=torch.bfloat16).transpose(1, 2)
     rows, reference = [], None
-    for layout, tensors in layouts(a.batch, a.seq, n_q, n_kv, a.head_dim, a.device).items():
+    for layout, tensors in layouts(m.batch, m.seq, n_q, n_kv, head_dim, a.device).items():
         q, k, v = (t.detach().requires_grad_() for t in tensors)
         for backend_name, backend in backends.items():
             row = row_for(q, k, v, dout, backend, reference, a.reps)
