@@ -125,12 +125,15 @@ class NarrowSubtilesSm90(LoadAheadSm90):
 
 class FiveStagesSm90(NarrowSubtilesSm90):
     """Five A/B stages at gemm_rmsnorm_bwd's 128x192 pingpong tile, as its empty twin has, where the product has
-    four: 64x16 subtiles, 2 + 2 D stages and 1 C stage (220 of the 223 KiB).
+    four: 64x16 subtiles, 2 + 2 D stages and 1 C stage.
 
     Taking an A/B stage from the product's split cost 14-19% at the short-K row (DeepC, DeepStores: H100,
     bench/results/h100-2026-12-06-a-notes.md), and ncu put the C-reading kernels' loss in the mainloop's waits
     for A/B data (2026-12-04-b); the plain twin runs level with cuBLAS on five. At 64x32 subtiles five A/B stages
-    leave 23 KiB, one KiB short of 2 + 2 D and 2 C stages of 8 KiB."""
+    leave 20.4 KiB of the 220.4 the product's split may use beside its 3.6 KiB of unstaged epilogue buffers, where
+    the fewest stages an epilogue can run on (1 + 1 D, 1 C) take 24; at 64x16 (4 KiB a stage) five A/B stages,
+    2 + 2 D and 1 C take 220 KiB (the sm_90a build of 2026-12-06: 228,992 bytes with the unstaged buffers, of
+    232,448, less QuACK's 3 KiB of barriers and padding)."""
 
     ab_stages = 5
     stores_per_group = 2
