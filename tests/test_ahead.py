@@ -204,24 +204,6 @@ def test_the_next_probes_splits_trade_one_ab_stage_for_c_depth_or_stores_in_flig
     assert used["DeepCSm90"] == used["DeepStoresSm90"] == used["LoadAheadSm90"] == 216
 
 
-
-#: The five-A/B-stage probes at the same tile, with 64x16 subtiles (each stage half the bytes above).
-_FIVE_SPLITS = _NEXT_SPLITS.replace("4096, 4096", "2048, 2048").replace("(64, 32)", "(64, 16)").replace(
-    "(LoadAheadSm90, probe.DeepCSm90, probe.DeepStoresSm90)",
-    "(probe.NarrowSubtilesSm90, probe.FiveStagesSm90, probe.FiveStagesDeepCSm90)")
-
-
-def test_the_five_stage_probes_give_the_mainloop_the_twins_fifth_ab_stage():
-    """bench/probes/ahead_stages.py:FiveStagesSm90 (issue 44): at 64x16 subtiles gemm_rmsnorm_bwd's 128x192
-    pingpong tile fits five A/B stages, its empty twin's count, beside 2 + 2 D and 1 C stage, or 1 + 1 D and
-    3 C; the control keeps the product's four and spends the halved stages on depth."""
-    out = json.loads(_child(_FIVE_SPLITS, str(REPO / "bench/probes/ahead_stages.py")))
-    assert out == {"NarrowSubtilesSm90": [4, 8, 7], "FiveStagesSm90": [5, 4, 1],
-                   "FiveStagesDeepCSm90": [5, 2, 3]}
-    ab_kib, subtile_kib = 40, 4
-    assert all(ab * ab_kib + (d + c) * subtile_kib <= 220 for ab, d, c in out.values())
-
-
 _THREE_GROUPS = """
 import json, sys
 from pathlib import Path

@@ -14,8 +14,6 @@ bench/probes/ahead_stages.py:MainloopFirstSm90`` times it beside the load-ahead 
 
 from typing import Any
 
-from quack.gemm_sm90 import GemmSm90
-
 from coda_agent.primitives._ahead import LoadAheadSm90
 from coda_agent.primitives.quack_patches import MIN_AB_STAGES  # noqa: F401  (named in a docstring)
 
@@ -108,55 +106,3 @@ class QuackRegistersSm90(LoadAheadSm90):
     208 accumulator registers a thread), where :class:`LoadAheadSm90` takes 24/240 from 192."""
 
     wide_registers_from = None
-
-
-class NarrowSubtilesSm90(LoadAheadSm90):
-    """The load-ahead kernel with subtiles half as wide (64x16 where QuACK takes 64x32): each C or D stage takes
-    half the shared memory, so the same bytes hold twice the stages, at twice the subtiles (and barriers) a
-    tile. The control for :class:`FiveStagesSm90`."""
-
-    @staticmethod
-    def _compute_tile_shape_or_override(cta_tile_shape_mnk: Any, atom_layout_mnk: Any, element_type: Any = None,
-                                        epi_tile_override: Any = None) -> tuple[int, int]:
-        tile_m, tile_n = GemmSm90._compute_tile_shape_or_override(cta_tile_shape_mnk, atom_layout_mnk,
-                                                                   element_type, epi_tile_override)
-        return tile_m, min(tile_n, 16)
-
-
-class FiveStagesSm90(NarrowSubtilesSm90):
-    """Five A/B stages at gemm_rmsnorm_bwd's 128x192 pingpong tile, as its empty twin has, where the product has
-    four: 64x16 subtiles, 2 + 2 D stages and 1 C stage.
-
-    Taking an A/B stage from the product's split cost 14-19% at the short-K row (DeepC, DeepStores: H100,
-    bench/results/h100-2026-12-06-a-notes.md), and ncu put the C-reading kernels' loss in the mainloop's waits
-    for A/B data (2026-12-04-b); the plain twin runs level with cuBLAS on five. At 64x32 subtiles five A/B stages
-    leave 20.4 KiB of the 220.4 the product's split may use beside its 3.6 KiB of unstaged epilogue buffers, where
-    the fewest stages an epilogue can run on (1 + 1 D, 1 C) take 24; at 64x16 (4 KiB a stage) five A/B stages,
-    2 + 2 D and 1 C take 220 KiB (the sm_90a build of 2026-12-06: 228,992 bytes with the unstaged buffers, of
-    232,448, less QuACK's 3 KiB of barriers and padding)."""
-
-    ab_stages = 5
-    stores_per_group = 2
-
-    def _compute_stages(self, cta_tile_shape_mnk: Any, epi_tile: Any, a_dtype: Any, b_dtype: Any, d_dtype: Any,
-                        c_dtype: Any, epilogue_args: Any, smem_capacity: int, occupancy: int,
-                        warp_shape_mnk: Any = None, **kwargs: Any) -> tuple[int, int, int]:
-        ab, d, c = super()._compute_stages(cta_tile_shape_mnk, epi_tile, a_dtype, b_dtype, d_dtype, c_dtype,
-                                           epilogue_args, smem_capacity, occupancy, warp_shape_mnk, **kwargs)
-        if c == 0 or d == 0 or ab >= self.ab_stages:
-            return ab, d, c
-        d_bytes, c_bytes, unstaged = self.epi_stage_bytes(cta_tile_shape_mnk, epi_tile, d_dtype, c_dtype,
-                                                          epilogue_args, warp_shape_mnk)
-        ab_bytes = (cta_tile_shape_mnk[0] + cta_tile_shape_mnk[1]) * cta_tile_shape_mnk[2] * a_dtype.width // 8
-        budget = smem_capacity // occupancy - 1024 - 2048 - unstaged  # as the product's split reserves
-        d = (2 if self.pingpong else 1) * self.stores_per_group
-        left = budget - self.ab_stages * ab_bytes - d * d_bytes
-        if left < c_bytes:
-            return ab, d, c
-        return self.ab_stages, d, left // c_bytes
-
-
-class FiveStagesDeepCSm90(FiveStagesSm90):
-    """:class:`FiveStagesSm90` with 1 + 1 D stages and 3 C stages: C three subtiles ahead, stores one at a time."""
-
-    stores_per_group = 1
