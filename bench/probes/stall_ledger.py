@@ -89,6 +89,10 @@ def main() -> None:
     p.add_argument("sass", type=Path, help="ncu's SASS page as CSV")
     p.add_argument("--details", type=Path, help="ncu's details page as CSV (durations)")
     p.add_argument("--top", type=int, default=12, help="instructions to show per kernel")
+    p.add_argument("--span", action="append", default=[], metavar="K:NAME=A-B[+C-D...]",
+                   help="the samples of GEMM kernel K (0 first) in SASS rows A to B inclusive (rows as the ledger "
+                        "numbers them), summed under NAME: say, the math warps' mainloop, epilogue and wait for "
+                        "their next tile (repeatable)")
     args = p.parse_args()
     times = iter(durations(args.details))
     for name, rows in kernels(args.sass):
@@ -97,6 +101,15 @@ def main() -> None:
         duration, cycles = next(times, ("?", "?"))
         print(f"== {name[len('kernel_cutlass_kernel_'):][:100]}\n  {duration} us, {cycles} cycles")
         print("\n".join(ledger(name, rows, args.top)))
+    gemms = [rows for name, rows in kernels(args.sass) if GEMM.match(name)]
+    for spec in args.span:
+        k, _, rest = spec.partition(":")
+        label, _, ranges = rest.partition("=")
+        rows = gemms[int(k)]
+        total = sum(number(r[SAMPLES]) for r in rows) or 1.0
+        picked = sum(number(rows[i][SAMPLES]) for part in ranges.split("+")
+                     for i in range(int(part.split("-")[0]), int(part.split("-")[1]) + 1))
+        print(f"span {k} {label}: {int(picked)} samples, {picked / total:.1%} of the kernel's")
 
 
 if __name__ == "__main__":
