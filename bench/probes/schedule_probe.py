@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import steady
 import torch
 
 from coda_agent.measure.baselines import cublas_gemms
@@ -284,6 +285,9 @@ def main() -> None:
     p.add_argument("--ahead-untiled", action="store_true",
                    help="let calls that read no tile (no C, no tile operand: the LM heads) run on the load-ahead "
                         "kernels too, where the product keeps them on QuACK's (configs.loads_ahead)")
+    p.add_argument("--steady", type=float, default=0.0, metavar="SECONDS",
+                   help="after each row's timings, run every variant alone for SECONDS with the SM clock and power "
+                        "sampled (bench/probes/steady.py): what it costs in cycles, beside what it costs in time")
     p.add_argument("--split", action="append", default=[], type=int,
                    help="split-K variants: split_k S (repeatable), with the kernel's config and SPLIT_TILES")
     args = p.parse_args()
@@ -297,6 +301,7 @@ def main() -> None:
     backend.set_backend("quack", wrap=_forced)
     _quack._gemm_config = lambda config: _gemm_config(config, STATE["dynamic"])  # type: ignore[assignment]
     clock = Clock("cuda")
+    sampler = steady.GpuSampler() if args.steady and not (args.precompile or args.ncu) else None
     jobs = rows(args.row)
     if args.precompile:
         i, n = map(int, args.precompile.split("/"))
@@ -337,10 +342,18 @@ def main() -> None:
             ratio = f"  {paired_ratio(base, timing):.3f}x cuBLAS" if base else ""
             print(f"  {timing.median_us:9.1f} us  p10 {timing.p10_us:9.1f}  p90 {timing.p90_us:9.1f}  {name}{ratio}",
                   flush=True)
+        held: dict[str, dict[str, float]] = {}
+        if sampler is not None:
+            held = steady.steady(variants, args.steady, torch.cuda.synchronize, sampler)
+            print("\n".join(steady.report(held, "plain twin, dynamic" if "plain twin, dynamic" in held else None)),
+                  flush=True)
         if args.json:
             with args.json.open("a") as f:
                 f.write(json.dumps({**meta, "shape": shape, "device": torch.cuda.get_device_name(0),
-                                    "timings": {k: v.model_dump() for k, v in timings.items()}}) + "\n")
+                                    "timings": {k: v.model_dump() for k, v in timings.items()},
+                                    **({"steady": held} if held else {})}) + "\n")
+    if sampler is not None:
+        sampler.close()
 
 
 if __name__ == "__main__":
