@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import os
 import textwrap
+import time
 
 import pytest
 import torch
@@ -84,6 +85,54 @@ def test_no_window_where_the_system_has_no_memory_files(monkeypatch):
     assert window_module.default_window_bytes("cpu") == 0
 
 
+def _made_bytes(w: Window) -> int:
+    """The bytes of the window's memory file that have pages."""
+    return os.fstat(w.fd).st_blocks * 512
+
+
+@pytest.mark.skipif(tuple(map(int, os.uname().release.split(".")[:2])) < (5, 14),
+                    reason="MADV_POPULATE_WRITE came with Linux 5.14")
+def test_a_windows_pages_are_made_ahead_and_what_it_holds_is_kept():
+    """The checker has the pages of the outputs to come made while the runner warms up (the 256k head's
+    first fetch wrote 25 GB into fresh pages): a thread makes them, and what the window held, or is written
+    meanwhile, stays as written."""
+    w = Window.create(16 << 20)
+    try:
+        refs = w.write(SENT)
+        assert refs is not None and _made_bytes(w) < 8 << 20
+        w.make_pages(12 << 20)
+        more = w.write(SENT)  # written while the pages are being made
+        deadline = time.monotonic() + 20
+        while _made_bytes(w) < 12 << 20 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _made_bytes(w) >= 12 << 20
+        got = w.read(more, "cpu", max_bytes=1 << 20)
+        assert all(torch.equal(got[name], t) for name, t in SENT.items())
+    finally:
+        w.close()
+
+
+def test_a_window_closes_while_its_pages_are_being_made(monkeypatch):
+    """A close stops the thread after the madvise call under way, and a kernel without the advice leaves
+    the window as it was (its pages made as first written)."""
+    monkeypatch.setattr(window_module, "MAKE_STEP", 1 << 20)
+    w = Window.create(64 << 20)
+    w.make_pages(64 << 20)
+    started = time.monotonic()
+    w.close()
+    assert time.monotonic() - started < 10
+    monkeypatch.setattr(window_module, "MADV_POPULATE_WRITE", -1)  # advice no kernel knows: madvise fails
+    w = Window.create(4 << 20)
+    try:
+        w.make_pages(4 << 20)
+        time.sleep(0.2)
+        assert _made_bytes(w) == 0
+        refs = w.write(SENT)
+        assert refs is not None and torch.equal(w.read(refs, "cpu", max_bytes=1 << 20)["x"], SENT["x"])
+    finally:
+        w.close()
+
+
 @pytest.mark.parametrize("as_nobody", [True, False], ids=["as-nobody", "as-this-user"])
 def test_a_verification_moves_its_tensors_through_the_window_in_either_mode(as_nobody, monkeypatch, scratch):
     """The descriptor reaches the runner through the rlimit shim and bubblewrap, as nobody too, and every
@@ -107,12 +156,19 @@ def test_a_verification_moves_its_tensors_through_the_window_in_either_mode(as_n
 
     monkeypatch.setattr(Window, "write", counted_write)
     monkeypatch.setattr(Window, "read", counted_read)
+    asked: list[int] = []
+    make_pages = Window.make_pages
+    monkeypatch.setattr(Window, "make_pages", lambda self, n: (asked.append(n), make_pages(self, n))[1])
     files = []
     monkeypatch.setattr("coda_agent.verifier.client.read_tensors", lambda *a, **k: files.append(a))
     task = find_task("gemm_residual")
     verdict = verifier.verify(task, task.human_file.read_text(), Plan(shape_names=["tiny"], seeds=[0]))
     assert verdict.outcome is Outcome.PASSED, verdict.reason
     assert crossed["write"] > 0 and crossed["read"] > 0 and not files
+    # the correctness check had the pages of its kept calls' outputs made ahead, whole calls' worth
+    tiny = next(point for points in task.shapes.values() for point in points if point.name == "tiny")
+    per_call = task.output_bytes(tiny.dims)
+    assert asked and all(n > 0 and n % per_call == 0 for n in asked)
 
 
 @needs_bwrap

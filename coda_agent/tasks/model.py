@@ -402,6 +402,10 @@ class Task(_Strict):
     def output_shapes(self, dims: dict[str, int]) -> dict[str, tuple[int, ...]]:
         return {o.name: o.concrete_shape(dims) for o in self.outputs}
 
+    def output_bytes(self, dims: dict[str, int]) -> int:
+        """What one call's outputs take at their declared dtypes."""
+        return sum(math.prod(o.concrete_shape(dims)) * DTYPE_BYTES[o.dtype] for o in self.outputs)
+
     def flops(self, dims: dict[str, int]) -> float:
         return float(expr.evaluate(self.sol.flops, dims))
 

@@ -295,6 +295,12 @@ class RunnerClient:
         ops = self._request(DiscoverRequest(inputs=inputs), Discovered).ops
         return ops[0] if ops else []
 
+    def prepare_window(self, nbytes: int) -> None:
+        """Start making the window's pages for ``nbytes`` of tensors to come (:meth:`.Window.make_pages`),
+        beside whatever this client does next; nothing where there is no window."""
+        if self.window is not None:
+            self.window.make_pages(nbytes)
+
     def put(self, set_id: str, tensors: dict[str, torch.Tensor]) -> None:
         refs = self.window.write(tensors) if self.window is not None else None
         if refs is not None:

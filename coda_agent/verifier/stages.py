@@ -332,6 +332,9 @@ def check_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: s
     checked, decoys = input_sets(task, ctx.plan.seeds)
     # The runner knows a set by its place alone: nothing tells the candidate which one is the stress set.
     ids = {s: f"{point.name}-{i}" for i, s in enumerate(checked + decoys)}
+    order = checked + decoys + [checked[0]]
+    # the window's pages for the outputs to come, made while the inputs cross and the runner warms up
+    client.prepare_window(len(order) * task.output_bytes(point.dims))
     with watch.part("inputs"):
         # one set held here at a time: each is drawn again, the same, for its reference
         for s, set_id in ids.items():
@@ -343,7 +346,6 @@ def check_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: s
             # builds the kernels; its launches are not judged
             warm = client.run([ids[(decoys or checked)[-1]]], keep=[])
         del warm
-        order = checked + decoys + [checked[0]]
         calls = [ids[s] for s in order]
         with watch.part("candidate"):
             batch = client.run(calls, keep=list(range(len(calls))))
