@@ -158,10 +158,13 @@ class Window:
         ``bench/results/h200-2026-12-06-a-notes.md``), where a made page costs the other side's mapping only a
         cheap fault. Made by ``MADV_POPULATE_WRITE`` through ctypes, which lets go of the GIL: the content is
         left as it is, so the window may be written at the same time. A kernel without it (before 5.14) makes
-        no page ahead, and the pages are made as first written, as before."""
+        no page ahead, and the pages are made as first written, as before. Tensors that would not fit the
+        window cross by file: for those, nothing is made."""
+        if nbytes > self.size:
+            return
         page = mmap.PAGESIZE
         with self._making:
-            self._make_to = max(self._make_to, min(-(-self.size // page), -(-nbytes // page)) * page)
+            self._make_to = max(self._make_to, -(-nbytes // page) * page)
             if self._maker is not None or self._made >= self._make_to:
                 return
             self._maker = threading.Thread(target=self._make, name="window pages", daemon=True)
