@@ -8,6 +8,8 @@
 #      bench/probes/stall_ledger.py's reading of them (ledger.txt).
 # NCU_ROWS names the rows (default: gemm_residual and gemm_residual_rmsnorm at llama3-1b-down), NCU_ONLY the
 # variants, one per line (default: the plain twin, QuACK's kernel and the load-ahead kernel, all dynamic).
+# NCU_CLOCKS=none profiles at the GPU's own clocks (ncu's default, base, locks the SM clock: 1.31 GHz on the H200,
+# where gemm_rmsnorm_bwd's epilogue cost a quarter of what it costs at full clocks).
 # Results in $OUT/ncu-source.tar.gz (or .gpuwork/ncu-source/).
 set -uo pipefail
 work=.gpuwork/ncu-source
@@ -26,6 +28,7 @@ echo "built in $(( $(date +%s) - t0 )) s: $(cat "$work"/build-*.log | grep -c '^
 ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
 if [ -z "$ncu" ]; then echo "no ncu on this machine"; exit 1; fi
 timeout "${NCU_S:-240}" "$ncu" --profile-from-start off --nvtx -f -o "$work/profile" --import-source no \
+  --clock-control "${NCU_CLOCKS:-base}" \
   --section SpeedOfLight --section WarpStateStats --section SourceCounters \
   "${probe[@]}" --ncu >"$work/ncu.log" 2>&1
 echo "profiled in $(( $(date +%s) - t0 )) s"; tail -3 "$work/ncu.log"
