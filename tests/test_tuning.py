@@ -35,7 +35,7 @@ from coda_agent.verifier.tuning import (
     gemm_sites,
     search_shape,
 )
-from coda_agent.verifier.verdict import Outcome, Verdict
+from coda_agent.verifier.verdict import Outcome, ShapeTuning, TunedGemm, Verdict
 
 TASK = find_task("gemm_residual_rmsnorm")
 HUMAN = TASK.human_file.read_text()
@@ -186,6 +186,29 @@ def test_the_search_stops_at_the_budget_and_caches_only_finished_searches():
     space = [len([c for c in site.space() if c != site.effective]) for site in SITES]
     # the record says what the budget left
     assert (first.untried, second.untried) == (space[0] - 2, space[1] - 1)
+
+
+def test_a_search_cut_short_goes_on_from_what_it_chose_with_the_configs_it_did_not_reach():
+    """The second pass (:func:`run_tune`): a shape's search that its share cut short is searched again from
+    the schedule it chose, measured afresh, proposing only the configs it had not reached; what it tried
+    stays in the record, and the finished search is cached."""
+    timer, cache = FakeTimer(rule), TuneCache(None, "H200")
+    _, cut, _ = search_shape(SITES, timer, deadline=4.0, cache=cache, signatures={}, clock=timer.clock)
+    assert all(c.untried for c in cut) and cache.entries == {}
+    cut[0].tried_us[config_label(WINNER)] = 900.0  # say the first pass had found A's winner before the cut
+    cut[0].tuned = WINNER
+    again = FakeTimer(rule)
+    chosen, calls, written = search_shape(SITES, again, deadline=1e9, cache=cache, signatures={},
+                                          earlier=cut)
+    assert written.median_us == 1000.0 and again.asked[:2] == [{}, {A: WINNER}]  # as written, then the choice
+    proposed = [t for t in again.asked[2:]]
+    space = [len([c for c in site.space() if c != site.effective]) for site in SITES]
+    first, second = calls
+    # nothing proposed twice: A's proposals are the ones the first search had not reached
+    assert sum(1 for t in proposed if set(t) == {A}) == space[0] - (len(cut[0].tried_us) - 1)
+    assert set(cut[0].tried_us) <= set(first.tried_us) and first.untried == second.untried == 0
+    assert chosen == {A: WINNER, B: Config(tile_n=256, tile_m=128, pingpong=False)}
+    assert len(cache.entries) == 2  # both searches finished now
 
 
 def test_a_config_that_fails_is_recorded_and_skipped():
@@ -486,7 +509,7 @@ def test_the_budget_is_the_stages_wall_time_final_comparisons_included(monkeypat
     # (the shape's deadline, when its search began); when each comparison ended (monotonic)
     searches, compares_ended = [], []
 
-    def search(sites, timer, deadline, cache, signatures, ready=None):
+    def search(sites, timer, deadline, cache, signatures, ready=None, earlier=()):
         searches.append((deadline, time.monotonic()))
         time.sleep(max(0.0, deadline - 1.5 - time.monotonic()))  # its share to the end, less its estimate
         return {sites[0].key: WINNER}, [], Timing(median_us=120.0)
@@ -515,6 +538,45 @@ def test_the_budget_is_the_stages_wall_time_final_comparisons_included(monkeypat
     assert (small[0].name in compared
             and len(compared) + len(unreached) == len(small) == len(searches) + len(unreached))
     assert all(s == pytest.approx(1.5, abs=0.3) for s in compared.values())
+
+
+def test_the_time_the_later_shapes_leave_goes_to_a_shape_whose_search_was_cut_short(monkeypatch):
+    """On the H200 (2026-12-06-a) gemm_rmsnorm's first shape timed 16 of its 23 configs while the builds were
+    under way, the four later shapes all 23 each from built kernels, and the stage ended at 27.9 s of 45 with
+    7 configs untried. The shapes cut short now go on, in a second pass, with the time the others left."""
+    searched = []  # (shape's M, the earlier calls it was given)
+
+    def search(sites, timer, deadline, cache, signatures, ready=None, earlier=()):
+        searched.append((timer.timer.point.dims["M"], list(earlier)))
+        cut = len(searched) == 1  # the first shape's share ends before its space does
+        call = TunedGemm(epilogue=sites[0].key[0], mnk=sites[0].mnk, mode=sites[0].mode,
+                         tried_us={"default": 120.0}, seconds={"128x192 pingpong 2x1": {"proposal": 0.05}},
+                         untried=3 if cut else 0)
+        return {sites[0].key: WINNER}, [call], Timing(median_us=120.0)
+
+    monkeypatch.setattr(tuning, "search_shape", search)
+    monkeypatch.setattr(tuning, "ScheduleTimer", Deterministic)
+    small = TASK.shape("small")
+    plan = Plan(stages=["tune_cpu"], shape_set="small", tune_budget_s=30.0, tune_cache=False)
+    ctx = Context(task=TASK, source=HUMAN, plan=plan, deadline=time.monotonic() + 120)
+    result = tuning.run_tune(ctx, "tune_cpu", "torch", "cpu")
+    assert result.outcome == Outcome.PASSED, result.reason
+    first = small[0]
+    assert len(searched) == len(small) + 1 and result.details["resumed"] == [first.name]
+    (m, earlier), *_, (m_again, earlier_again) = searched
+    assert m == m_again == first.dims["M"] and earlier == [] and earlier_again[0].untried == 3
+    assert result.details["configs_untried"] == 0  # the second search's record replaces the first's
+    assert result.seconds < 30.0
+
+
+def test_no_second_search_starts_where_its_comparison_and_proposals_no_longer_fit():
+    shape = ShapeTuning(dims={}, before=Timing(median_us=1.0), after=Timing(median_us=1.0), calls=[
+        TunedGemm(epilogue="e", mnk=(1, 1, 1), mode="element", untried=2,
+                  seconds={"a": {"proposal": 0.5}, "b": {"proposal": 1.5}})])
+    assert tuning.resume_cost(shape, {"s": 2.0, "t": 4.0}) == pytest.approx(3.0 + 4 * 1.0)
+    shape.calls[0].seconds = {}
+    assert tuning.resume_cost(shape, {"s": 2.0}) == pytest.approx(2.0 + 4 * 2.0)  # a comparison a proposal
+    assert tuning.resume_cost(shape, {}) == float("inf")  # nothing to go by: no second search
 
 
 def test_the_search_keeps_time_for_its_comparison_by_what_forward_as_written_cost():
@@ -569,7 +631,7 @@ def test_the_builds_run_beside_the_searches_which_wait_only_for_the_configs_they
         def close(self):
             events.append("close")
 
-    def search(sites, timer, deadline, cache, signatures, ready=None):
+    def search(sites, timer, deadline, cache, signatures, ready=None, earlier=()):
         assert ready is not None and ready(("x", None), deadline) is None
         searches.append((deadline, time.monotonic()))
         return {sites[0].key: WINNER}, [], Timing(median_us=120.0)

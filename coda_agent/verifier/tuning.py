@@ -20,7 +20,11 @@ checks), and at a shape its time is split over the gemm calls still to search; a
 so the stage ends by its budget plus at most one proposal (and a comparison that outran its estimate). A shape
 whose final comparison no longer fits (the ones measured so far, on average) is not searched
 (``details["out_of_budget"]``). Finally forward() as written and under the tuned schedule are timed
-interleaved with the full repetition plan, :data:`FINAL_CHECKS` rounds of each checked. A config that fails
+interleaved with the full repetition plan, :data:`FINAL_CHECKS` rounds of each checked. After the last shape,
+the shapes whose search its share cut short (the first, mostly, while the builds were under way) are searched
+again, in a second pass with what the later shapes left over: from the schedule each chose, proposing only the
+configs it had not reached, and compared again, while one's comparison and four of its proposals still fit
+(:func:`resume_cost`; ``details["resumed"]``). A config that fails
 (raises, launches something else, computes a wrong result, kills the runner) is recorded and skipped; a dead
 runner is started again, at most :data:`MAX_RESTARTS` times in a stage (the next death ends it, and the
 candidate keeps its configs; what that shape's search had measured, the config that killed it included, stays
@@ -40,6 +44,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -265,6 +270,7 @@ def search_shape(
     sites: Sequence[GemmSite], timer: ScheduleTimer, deadline: float, cache: TuneCache,
     signatures: Mapping[str, str], clock: Callable[[], float] = time.monotonic,
     ready: Callable[[Build, float], str | None] = lambda build, until: None,
+    earlier: Sequence[TunedGemm] = (),
 ) -> tuple[dict[ScheduleKey, Config], list[TunedGemm], Timing]:
     """Coordinate descent over the calls at one shape: (the harness schedule found, per call what happened,
     the time of forward() as written). ``deadline`` is when the shape's final comparison is to be done too:
@@ -272,18 +278,32 @@ def search_shape(
     left when its turn comes (a block's second GEMM is searched too when forward() is slow); a call whose
     search its share cut short is not cached. Before each proposal ``ready`` waits for its build
     (:meth:`.builds.Builds.wait`) until the call's share ends; a config whose build failed is recorded as
-    failed and never proposed."""
+    failed and never proposed. ``earlier`` is this shape's calls as a search its budget cut short left them
+    (:func:`run_tune`'s second pass): the search goes on from what they chose, measured again, and proposes
+    only the configs they did not reach."""
     written = timer.measure({})
     deadline -= comparison_estimate(written, timer.seconds)
-    best = written.gpu_us
+    before = {(e.epilogue, e.mnk): e for e in earlier}
     chosen: dict[ScheduleKey, Config] = {}
+    for site in sites:
+        found = before.get((site.key[0], site.mnk))
+        if found is not None and found.tuned is not None:
+            chosen[site.key] = found.tuned
+    best = timer.measure(chosen).gpu_us if chosen else written.gpu_us
     results = []
     for i, site in enumerate(sites):
         share = clock() + max(0.0, deadline - clock()) / (len(sites) - i)
-        result = TunedGemm(epilogue=site.key[0], mnk=site.mnk, mode=site.mode, written=site.written)
-        results.append(result)
+        found = before.get((site.key[0], site.mnk))
+        if found is not None:
+            result = found.model_copy(deep=True, update={"untried": 0})
+            results.append(result)
+            if not found.untried:  # its search had finished
+                continue
+        else:
+            result = TunedGemm(epilogue=site.key[0], mnk=site.mnk, mode=site.mode, written=site.written)
+            results.append(result)
+            result.tried_us[config_label(site.written)] = best
         effective = site.effective
-        result.tried_us[config_label(site.written)] = best
         signature = signatures.get(site.key[0], site.key[0])
         cached = cache.get(signature, site.mnk)
         if cached is not None:
@@ -292,7 +312,8 @@ def search_shape(
                 chosen[site.key] = result.tuned = cached
             continue
         complete = True
-        space = [c for c in site.space() if c != effective]
+        reached = {*result.tried_us, *result.failed} if found is not None else set()  # by label, as recorded
+        space = [c for c in site.space() if c != effective and config_label(c) not in reached]
         for n, config in enumerate(space):
             unbuilt = ready((site.key[0], config), share) if clock() < share else None
             if clock() >= share:
@@ -353,6 +374,8 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str,
     details["comparisons_s"] = compared
     unreached: list[str] = []  # shapes the budget ended before
     details["out_of_budget"] = unreached
+    resumed: list[str] = []  # shapes searched again with what the others left over
+    details["resumed"] = resumed
     builds = start_builders(ctx, deadline) if start_builders is not None else None
     if builds is not None:
         builds.start()  # their runners start beside the search's
@@ -362,11 +385,10 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str,
             if builds is not None:
                 stack.callback(builds.close)
             runner = SearchRunner(lambda: stack.enter_context(ctx.runner(backend_name, device)))
-            for i, point in enumerate(points):
-                if compared and deadline - time.monotonic() < statistics.mean(compared.values()):
-                    # not even its final comparison fits: the stage ends by its budget
-                    unreached.append(point.name)
-                    continue
+
+            def tune_at(point: ShapePoint, shapes_left: int, earlier: Sequence[TunedGemm] = ()) -> str | None:
+                """One shape's traced call, search and final comparison, in an even share of the time left;
+                None, or why the shape was lost (the runner died outside a proposal and was started again)."""
                 try:
                     with ctx.watch.part("traced call"):  # its input sets made and sent with it
                         timer = ShapeTimer(ctx, runner.client, point, device)
@@ -382,12 +404,13 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str,
                     if builds is not None:  # a kernel does not depend on sizes: earlier shapes' builds serve
                         builds.add(proposals(sites, signatures, cache))
                     now = time.monotonic()  # an even share of what is left, the shape's comparison included
-                    share = now + max(0.0, deadline - now) / (len(points) - i)
+                    share = now + max(0.0, deadline - now) / shapes_left
                     try:
                         with ctx.watch.part("search"):
                             chosen, calls, written = search_shape(
                                 sites, search, share, cache, signatures,
-                                ready=builds.wait if builds is not None else lambda build, until: None)
+                                ready=builds.wait if builds is not None else lambda build, until: None,
+                                earlier=earlier)
                     finally:
                         if builds is not None:
                             builds.skip()  # what this search did not reach: a later shape queues it again
@@ -402,17 +425,36 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str,
                     details["cut_short"] = {point.name: [c.model_dump(mode="json") for c in cut.calls]}
                     raise
                 except RunnerRestarted as exc:  # under forward() as written, which the search measures first
-                    lost[point.name] = exc.reason
-                    continue
-                except Reject as rej:
-                    return result(rej.outcome, rej.reason)
+                    return exc.reason
                 # outside a measurement (the shape's traced call, its final comparison)
                 except RunnerCrashed as exc:
                     if not runner.restart():
                         raise
-                    lost[point.name] = f"the runner died (restarted): {last_line(exc)}"
-                    continue
+                    return f"the runner died (restarted): {last_line(exc)}"
                 tuning[point.name] = ShapeTuning(dims=point.dims, before=before, after=after, calls=calls)
+                return None
+
+            try:
+                for i, point in enumerate(points):
+                    if compared and deadline - time.monotonic() < statistics.mean(compared.values()):
+                        # not even its final comparison fits: the stage ends by its budget
+                        unreached.append(point.name)
+                        continue
+                    why = tune_at(point, len(points) - i)
+                    if why is not None:
+                        lost[point.name] = why
+                # A second pass: the shapes whose search the budget cut short (the first, mostly, while the
+                # builds were still under way) go on with what the others left over, as long as a search and
+                # a comparison still fit.
+                again = [p for p in points
+                         if p.name in tuning and any(c.untried for c in tuning[p.name].calls)]
+                for i, point in enumerate(again):
+                    if deadline - time.monotonic() < resume_cost(tuning[point.name], compared):
+                        break
+                    resumed.append(point.name)
+                    tune_at(point, len(again) - i, earlier=tuning[point.name].calls)  # lost: the first stays
+            except Reject as rej:
+                return result(rej.outcome, rej.reason)
         details["runner_restarts"] = runner.restarts
     except RunnerError as exc:
         return result(*runner_failure(exc, ctx.plan, Outcome.RUNTIME_ERROR, "tuning failed:\n"))
@@ -422,6 +464,19 @@ def run_tune(ctx: Context, name: str, backend_name: str, device: str,
     summary += "".join(f"; {s}: not tuned, {why}" for s, why in lost.items())
     summary += "".join(f"; {s}: not tuned, the budget ended before it" for s in unreached)
     return result(Outcome.PASSED, f"tuned (GPU time: {summary})")
+
+
+def resume_cost(shape: ShapeTuning, compared: Mapping[str, float]) -> float:
+    """The least time a second search at ``shape`` is worth starting in: its comparison (the stage's so far,
+    on average), and four of its first search's proposals (forward() as written and the schedule it chose,
+    measured again, then two new configs), each at least a comparison's where it made none; never, where
+    nothing was measured to go by."""
+    proposals = [s["proposal"] for c in shape.calls for s in c.seconds.values() if "proposal" in s]
+    comparison = statistics.mean(compared.values()) if compared else None
+    proposal = statistics.median(proposals) if proposals else comparison
+    if proposal is None:
+        return math.inf
+    return (comparison or 0.0) + 4 * proposal
 
 
 def comparison_estimate(written: Timing, seconds: Mapping[str, float]) -> float:
