@@ -79,6 +79,23 @@ def test_the_stages_of_one_verification_share_a_runner_that_ends_with_it():
     assert ctx.kept == {} and alone.proc.returncode == 0
 
 
+def test_a_runner_kept_past_the_last_stage_is_stopped_inside_that_stage_s_time(monkeypatch):
+    """On the GPU the runner the stages share ends after the last stage (its exit frees the device memory it
+    held, seconds at an LM head): that time counts in the last stage, so the stages add up to the wall."""
+
+    def keeps_a_runner(ctx: stages.Context) -> stages.StageResult:
+        with ctx.runner("torch", "cpu", shared=True):
+            pass
+        return stages.StageResult(stage="kept", outcome=Outcome.PASSED, reason="")
+
+    monkeypatch.setitem(stages.STAGES, "kept", stages.timed_by_part(keeps_a_runner))
+    v = verify(K0, HUMAN, Plan(stages=["kept"]))
+    kept = v.stage("kept")
+    assert v.outcome is Outcome.PASSED and set(kept.seconds_by_part) == {"runner start", "runner stop"}
+    assert kept.seconds >= sum(kept.seconds_by_part.values()) - 0.01
+    assert abs(sum(s.seconds for s in v.stages) - v.timings["wall_s"]) < 0.1
+
+
 def test_wrong_sign_is_wrong_output_naming_the_output_and_location():
     v = verify(K0, variant("h = acc + c", "h = acc - c"))
     assert v.outcome is Outcome.WRONG_OUTPUT

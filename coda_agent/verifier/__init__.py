@@ -16,12 +16,16 @@ import re
 import sys
 import time
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from ..tasks.model import Task
 from ..untrusted import storable, storable_tree
 from .plan import COMPILE_STAGES, DEFAULT_TUNE_BUDGET_S, PROFILE_COMPILE_MODES, Plan
 from .sandbox import detect as detect_sandbox
 from .verdict import Outcome, OutputCheck, ShapeTuning, StageResult, TunedGemm, Verdict
+
+if TYPE_CHECKING:
+    from .stages import Context
 
 # The checker's stages, the runner client and the tuner import torch: they load on first use (verify,
 # cancel_all), so that reading verdicts (the store, the leaderboard, the CLI's listings) stays fast.
@@ -92,13 +96,26 @@ def verify(task: Task, source: str, plan: Plan | None = None) -> Verdict:
                 except Exception as exc:  # the harness failed, not the candidate
                     result = StageResult(stage=name, outcome=Outcome.INFRA_ERROR,
                                          reason=f"the checker failed: {type(exc).__name__}: {exc}")
-            result.seconds = result.seconds or time.perf_counter() - s0
+            result.seconds = time.perf_counter() - s0  # all of it: a GPU stage's release of memory too
             verdict.stages.append(result)
             if result.outcome is not Outcome.PASSED:
                 break
     finally:
-        ctx.close_runners()
+        _close_runners(ctx, verdict)
     return _finish(verdict, t0, plan)
+
+
+def _close_runners(ctx: Context, verdict: Verdict) -> None:
+    """End the runners the stages kept; the time it takes (a runner's exit frees its device memory) counts
+    in the last stage, so that the stages' seconds add up to the verification's wall time."""
+    s0 = time.perf_counter()
+    kept = bool(ctx.kept)
+    ctx.close_runners()
+    last = verdict.stages[-1]
+    if kept and last.stage != "static":
+        spent = time.perf_counter() - s0
+        last.seconds += spent
+        last.seconds_by_part["runner stop"] = round(last.seconds_by_part.get("runner stop", 0.0) + spent, 3)
 
 
 #: The module of a job that runs the harness's stages alone (:func:`baselines_plan`): it passes the static

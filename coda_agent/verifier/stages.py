@@ -191,7 +191,8 @@ def measured(name: str, fn: StageFn) -> StageFn:
     def run(ctx: Context) -> StageResult:
         cuda = torch.cuda.is_available()
         if cuda:
-            release("cuda")
+            with ctx.watch.part("release"):  # the earlier stage's cached blocks, handed back to the driver
+                release("cuda")
             torch.cuda.reset_peak_memory_stats()
         ctx.runner_peak = None
         result = fn(ctx)

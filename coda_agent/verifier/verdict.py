@@ -159,8 +159,9 @@ class StageResult(BaseModel):
     seconds_by_part: dict[str, float] = Field(default_factory=dict, description=(
         "where the stage's wall time went, part by part (seconds; what no part holds is the rest of "
         ":attr:`seconds`): 'runner start' and 'runner stop' in every stage with a runner of its own, "
-        "'runner reset' where it takes over an earlier stage's (the GPU's gpu_correctness, then profile); "
-        "correctness: "
+        "'runner reset' where it takes over an earlier stage's (the GPU's gpu_correctness, then profile), "
+        "'runner stop' in the last stage of those; 'release' in a GPU stage (the earlier stage's cached "
+        "device memory handed back); correctness: "
         "'inputs' (drawn and sent), 'warm-up', 'candidate' (its checked calls), 'transfer' (outputs fetched, "
         "inputs dropped), 'reference FP32', 'reference dtype', 'checks'; compile: 'build', 'discover' "
         "(forward() on meta tensors at the bench shapes), 'build bench configs'; profile / bench: its "
