@@ -93,11 +93,6 @@ class LoadAheadSm90(GemmSm90):
     #: may raise it (``None``: QuACK's split everywhere).
     wide_registers_from: int | None = 192
 
-    #: The L2 eviction priority of the A/B loads, as a TMA cache-policy word (CUTLASS's ``CacheHintSm90``:
-    #: evict-first 0x12F0000000000000, evict-last 0x14F0000000000000); None leaves the TMA's default. A
-    #: probe's subclass sets it (issue 44: the epilogue's C and D streams evict A's row blocks from L2).
-    ab_cache_hint: int | None = None
-
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         accumulators = math.prod(self.cta_tile_shape_mnk[:2]) // (
@@ -327,15 +322,13 @@ class LoadAheadSm90(GemmSm90):
                 cute.select(self.cta_tile_shape_mnk, [1, 2]), (tile_coord_mnkl[1], None),
             )
             cluster_mn = self.cluster_shape_mnk[:2]
-            hint = {} if const_expr(self.ab_cache_hint is None) else {
-                "cache_policy": cutlass.Int64(self.ab_cache_hint)}
             copy_A = copy_utils.tma_get_block_copy_fn(
                 tma_atom_a, src_tensor=gA, dst_tensor=sA,
-                tma_multicast={"cluster_shape": cluster_mn, "multicast_dim": "M"}, **hint,
+                tma_multicast={"cluster_shape": cluster_mn, "multicast_dim": "M"},
             )
             copy_B = copy_utils.tma_get_block_copy_fn(
                 tma_atom_b, src_tensor=gB, dst_tensor=sB,
-                tma_multicast={"cluster_shape": cluster_mn, "multicast_dim": "N"}, **hint,
+                tma_multicast={"cluster_shape": cluster_mn, "multicast_dim": "N"},
             )
             k_tile_cnt = cute.ceil_div(varlen_manager.len_k(batch_idx), self.cta_tile_shape_mnk[2])
             producer_state = self.load_tma(ab_pipeline, producer_state, [copy_A, copy_B], k_tile_cnt)
