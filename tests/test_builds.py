@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 from coda_agent.measure.timing import Timing
 from coda_agent.primitives import Config
-from coda_agent.primitives.configs import config_label
+from coda_agent.primitives.configs import SWIZZLE_GROUPS, config_label, swizzled
 from coda_agent.tasks import find_task
 from coda_agent.verifier.builds import Builds
 from coda_agent.verifier.caches import quack_cache_for
@@ -131,9 +131,13 @@ def test_the_search_times_each_config_once_its_own_build_is_done_not_once_every_
     built_at = {config: at for _, config, at in log}
     proposed = [(config, at) for table, at in zip(timer.asked[1:], timer.at[1:], strict=True)
                 for config in table.values()]
-    assert len(proposed) == len(site.space()) - 1 - 2 and len(call.failed) == 2  # KILLER and REFUSED
-    assert all(at >= built_at[config] for config, at in proposed)  # each after its own build
-    assert proposed[0][1] < max(built_at.values()) - 0.5  # the first long before the last build
+    tiles, groups = proposed[:-2], proposed[-2:]
+    assert len(tiles) == len(site.space()) - 1 - 2 and len(call.failed) == 2  # KILLER and REFUSED
+    assert all(at >= built_at[config] for config, at in tiles)  # each after its own build
+    assert tiles[0][1] < max(built_at.values()) - 0.5  # the first long before the last build
+    # then the fastest tile (here the one as written) at the other swizzle groups: a runtime value, no build
+    assert [config for config, _ in groups] == swizzled(site.effective) and not set(built_at) & set(swizzled(
+        site.effective))
 
 
 class GatedBuilder(FakeBuilder):
@@ -200,7 +204,7 @@ def test_the_search_never_proposes_a_config_whose_build_failed():
     assert call.failed == {config_label(KILLER): f"{Outcome.COMPILE_ERROR.value}: {why}"}
     # as written first
     assert (all(KILLER not in table.values() for table in timer.asked)
-            and len(timer.asked) == 1 + len(site.space()) - 2)
+            and len(timer.asked) == 1 + len(site.space()) - 2 + len(SWIZZLE_GROUPS) - 1)
 
 
 def test_the_builders_build_a_shapes_proposals_for_sm90_into_the_candidates_cache_and_the_runner_has_the_last_word(  # noqa: E501

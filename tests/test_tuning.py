@@ -5,6 +5,7 @@ marked gpu."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
@@ -12,7 +13,7 @@ import pytest
 
 from coda_agent.measure.timing import RepPlan, Timing
 from coda_agent.primitives import Config
-from coda_agent.primitives.configs import config_label, config_space
+from coda_agent.primitives.configs import SWIZZLE_GROUPS, config_label, config_space, swizzled
 from coda_agent.tasks import find_task
 from coda_agent.verifier import Plan, TuningFailed, tune_plan, tune_schedule, tuning, verify
 from coda_agent.verifier.client import RunnerCrashed
@@ -127,12 +128,14 @@ def test_the_search_keeps_the_fastest_config_per_call_one_call_at_a_time():
     first, second = calls
     space = config_space("element", False)
     assert first.written is None and first.tuned == WINNER and not first.cached
-    # as written: QuACK's default
-    assert set(first.tried_us) == {config_label(c) for c in space if c != Config()} | {"default"}
+    # as written (QuACK's default), every other tile, then the winner's other swizzle groups
+    swizzles = {config_label(c) for c in swizzled(WINNER)}
+    assert set(first.tried_us) == {config_label(c) for c in space if c != Config()} | {"default"} | swizzles
     assert second.tried_us[config_label(Config(tile_n=208))] == 900.0  # as written, after A's winner
-    assert len(second.tried_us) == len(space)  # B's written config is in the space: not tried twice
+    # B's written config is in the space: not tried twice
+    assert len(second.tried_us) == len(space) + len(SWIZZLE_GROUPS) - 1
     # B was searched with A's winner in place
-    assert all(t.get(A) == WINNER for t in timer.asked[len(space):])
+    assert all(t.get(A) == WINNER for t in timer.asked[len(space) + len(swizzles):])
     # the timing protocol's parts, beside the proposal's
     assert first.seconds[config_label(WINNER)]["warm-up"] == 0.75
     # every proposal's cost, not the config as written
@@ -184,8 +187,9 @@ def test_the_search_stops_at_the_budget_and_caches_only_finished_searches():
     assert [s["proposal"] for s in first.seconds.values()] == [1.0, 1.0]
     assert chosen == {} and cache.entries == {}  # A's winner lies past the budget; neither search finished
     space = [len([c for c in site.space() if c != site.effective]) for site in SITES]
-    # the record says what the budget left
-    assert (first.untried, second.untried) == (space[0] - 2, space[1] - 1)
+    # the record says what the budget left: the tiles not reached, and the swizzle groups after them
+    more = len(SWIZZLE_GROUPS) - 1
+    assert (first.untried, second.untried) == (space[0] - 2 + more, space[1] - 1 + more)
 
 
 def test_a_search_cut_short_goes_on_from_what_it_chose_with_the_configs_it_did_not_reach():
@@ -204,11 +208,30 @@ def test_a_search_cut_short_goes_on_from_what_it_chose_with_the_configs_it_did_n
     proposed = [t for t in again.asked[2:]]
     space = [len([c for c in site.space() if c != site.effective]) for site in SITES]
     first, second = calls
-    # nothing proposed twice: A's proposals are the ones the first search had not reached
-    assert sum(1 for t in proposed if set(t) == {A}) == space[0] - (len(cut[0].tried_us) - 1)
+    # nothing proposed twice: A's proposals are the ones the first search had not reached, and its winner's
+    # swizzle groups
+    assert (sum(1 for t in proposed if set(t) == {A})
+            == space[0] - (len(cut[0].tried_us) - 1) + len(SWIZZLE_GROUPS) - 1)
     assert set(cut[0].tried_us) <= set(first.tried_us) and first.untried == second.untried == 0
     assert chosen == {A: WINNER, B: Config(tile_n=256, tile_m=128, pingpong=False)}
     assert len(cache.entries) == 2  # both searches finished now
+
+
+def test_the_fastest_tile_is_tried_at_the_other_swizzle_groups_and_one_pins_as_a_config_literal():
+    """The tile scheduler's swizzle group is a runtime value of the kernel: once a call's tiles are searched,
+    its fastest is timed at the other groups; a faster group is chosen and pinned like any other config
+    field, and the static check accepts the pin."""
+    wide = Config(tile_m=256, tile_n=160, pingpong=False, cluster_m=1, cluster_n=2, max_swizzle_size=16)
+    timer = FakeTimer(lambda table: {WINNER: 900.0, wide: 870.0}.get(table.get(A), 1000.0))
+    chosen, (first,), _ = search_shape(SITES[:1], timer, deadline=1e9, cache=TuneCache(None, "H200"),
+                                       signatures={})
+    assert chosen == {A: wide} and first.tuned == wide
+    assert first.tried_us[config_label(wide)] == 870.0 and config_label(wide).endswith(" swizzle 16")
+    assert first.tried_us[config_label(dataclasses.replace(wide, max_swizzle_size=4))] == 1000.0
+    # the groups come after every tile, as the last proposals
+    assert [t[A].max_swizzle_size for t in timer.asked[-2:]] == [16, 4]
+    pinned = pin_schedule(HUMAN, {("residual_rms", 1, 2, 3): wide}, ["tuned"])
+    assert "max_swizzle_size=16" in pinned and check_source(pinned) == []
 
 
 def test_a_config_that_fails_is_recorded_and_skipped():
@@ -298,7 +321,8 @@ def test_the_cpu_tune_stage_searches_every_gemm_call_at_each_shape():
     result = verdict.stage("tune_cpu")
     (call,) = result.tuning["tiny"].calls
     assert (call.epilogue, *call.mnk) == small_key(TASK.shape("small")[0]) and call.mode == "element"
-    assert 1 <= len(call.tried_us) + len(call.failed) <= 1 + len(config_space("element", True))
+    space = config_space("element", True, call.mnk, reads_tiles=True)  # it reads C: both kernels at each tile
+    assert 1 <= len(call.tried_us) + len(call.failed) <= len(space) + len(SWIZZLE_GROUPS)
     assert result.tuning["tiny"].before.median_us > 0 and result.details["device"] == "cpu"
     # where the stage's time went: the runner, the shape's traced call, its search, comparison and close (no
     # builds on the emulator), each measured

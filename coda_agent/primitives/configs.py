@@ -53,6 +53,14 @@ STARVED_SPLITS = tuple(Config(tile_n=n, split_k=s) for n in (128, 192) for s in 
 #: The least K a split keeps (shorter ones are mostly pipeline fill).
 MIN_SPLIT_DEPTH = 1024
 
+#: The tile scheduler's swizzle groups (``max_swizzle_size``: tiles walked along the fast dimension before
+#: the next row or column of them; QuACK's default 8 first), tried at each call's fastest config once its
+#: tiles are searched. A runtime argument of the kernel: no build. On the H100
+#: (bench/results/h100-2026-12-06-b-notes.md) 16, which covers every column tile of a narrow N, took 3.0% off
+#: the load-ahead kernel at gemm_rmsnorm_bwd's K-3072 dgrad row and 1.3% at gemm_residual_rmsnorm
+#: llama3-1b-down; at gemm_swiglu_bwd's 64 column tiles 16 cost 14% and 4 gained 1-2%.
+SWIZZLE_GROUPS = (8, 16, 4)
+
 Schedule = Mapping[ScheduleKey, Config]
 
 
@@ -80,6 +88,12 @@ def config_space(mode: Mode, has_outputs: bool, mnk: tuple[int, int, int] | None
     if mnk is None:
         return sorted(space, key=lambda c: not _default_tile(c))
     return sorted(space, key=lambda c: (not _default_tile(c), wave_cost(mnk[0], mnk[1], c, sms)))
+
+
+def swizzled(config: Config) -> list[Config]:
+    """``config`` at each other swizzle group of :data:`SWIZZLE_GROUPS`."""
+    return [dataclasses.replace(config, max_swizzle_size=g) for g in SWIZZLE_GROUPS
+            if g != config.max_swizzle_size]
 
 
 def _default_tile(c: Config) -> bool:
@@ -235,14 +249,16 @@ def config_literal(c: Config) -> str:
 
 
 def config_label(c: Config | None) -> str:
-    """``128x208 pingpong 2x1`` (``... split-k 2`` when K is split, ``... no-ahead`` with ``load_ahead`` off);
-    ``default`` for None (QuACK's arch default)."""
+    """``128x208 pingpong 2x1`` (``... split-k 2`` when K is split, ``... no-ahead`` with ``load_ahead`` off,
+    ``... swizzle 16`` with a swizzle group other than QuACK's 8); ``default`` for None (QuACK's arch
+    default)."""
     if c is None:
         return "default"
     kind = "pingpong" if c.pingpong else "coop"
     split = f" split-k {c.split_k}" if c.split_k > 1 else ""
     ahead = "" if c.load_ahead else " no-ahead"
-    return f"{c.tile_m}x{c.tile_n} {kind} {c.cluster_m}x{c.cluster_n}{split}{ahead}"
+    swizzle = f" swizzle {c.max_swizzle_size}" if c.max_swizzle_size != SWIZZLE_GROUPS[0] else ""
+    return f"{c.tile_m}x{c.tile_n} {kind} {c.cluster_m}x{c.cluster_n}{split}{ahead}{swizzle}"
 
 
 def config_fields(c: Config) -> dict[str, int | bool]:

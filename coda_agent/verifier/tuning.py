@@ -3,10 +3,11 @@
 At each shape of the plan, one traced call tells the checker which gemm calls forward() makes (epilogue,
 M, N, K, mode, the config each ran with; the runner's op log). Then a coordinate descent, one gemm call
 at a time: every config of :func:`~coda_agent.primitives.configs.config_space` valid for the call's mode
-(default first, then by the wave model) is set as the harness's schedule in the runner and forward() is timed
-whole, candidate only, by the checker's honest protocol (:class:`~.gpu.ShapeTimer`, fewer reps, one round's
-outputs checked); the fastest by the GPU's time (the CUDA events: a config changes only the kernels, and a
-host-bound forward() would hide that behind its host time) stays for the next call.
+(default first, then by the wave model), then the fastest at the tile scheduler's other swizzle groups
+(:data:`~coda_agent.primitives.configs.SWIZZLE_GROUPS`), is set as the harness's schedule in the runner and
+forward() is timed whole, candidate only, by the checker's honest protocol (:class:`~.gpu.ShapeTimer`,
+fewer reps, one round's outputs checked); the fastest by the GPU's time (the CUDA events: a config changes
+only the kernels, and a host-bound forward() would hide that behind its host time) stays for the next call.
 On the GPU, the configs a shape's search will propose are built for sm_90a by CPU processes side by side
 (:mod:`.builds`) while the search times the ones built already, in the order it proposes them: a proposal
 loads its kernels instead of building them, and a config whose build fails or aborts is recorded as failed
@@ -47,6 +48,7 @@ import json
 import math
 import statistics
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -62,11 +64,13 @@ from ..primitives import Config
 from ..primitives._config import Major, Mode
 from ..primitives._schedule import ScheduleKey
 from ..primitives.configs import (
+    SWIZZLE_GROUPS,
     Schedule,
     config_fields,
     config_from_fields,
     config_label,
     config_space,
+    swizzled,
 )
 from ..provenance import package_versions
 from ..settings import cache_dir
@@ -311,13 +315,20 @@ def search_shape(
             if cached != effective:
                 chosen[site.key] = result.tuned = cached
             continue
-        complete = True
+        complete, refined = True, False
         reached = {*result.tried_us, *result.failed} if found is not None else set()  # by label, as recorded
-        space = [c for c in site.space() if c != effective and config_label(c) not in reached]
-        for n, config in enumerate(space):
+        queue = deque(c for c in site.space() if c != effective and config_label(c) not in reached)
+        while queue or not refined:
+            if not queue:  # the tiles searched, the fastest's swizzle groups (a runtime value: no build)
+                refined = True
+                queue.extend(c for c in swizzled(chosen.get(site.key, effective))
+                             if c != effective and config_label(c) not in reached)
+                continue
+            config = queue.popleft()
             unbuilt = ready((site.key[0], config), share) if clock() < share else None
             if clock() >= share:
-                complete, result.untried = False, len(space) - n
+                complete = False
+                result.untried = len(queue) + 1 + (0 if refined else len(SWIZZLE_GROUPS) - 1)
                 break
             label = config_label(config)
             if unbuilt is not None:
