@@ -4,10 +4,11 @@ At each shape of the plan, one traced call tells the checker which gemm calls fo
 M, N, K, mode, the config each ran with; the runner's op log). Then a coordinate descent, one gemm call
 at a time: every config of :func:`~coda_agent.primitives.configs.config_space` valid for the call's mode
 (default first, then by the wave model), then the fastest at the tile scheduler's other swizzle groups
-(:data:`~coda_agent.primitives.configs.SWIZZLE_GROUPS`), is set as the harness's schedule in the runner and
-forward() is timed whole, candidate only, by the checker's honest protocol (:class:`~.gpu.ShapeTimer`,
-fewer reps, one round's outputs checked); the fastest by the GPU's time (the CUDA events: a config changes
-only the kernels, and a host-bound forward() would hide that behind its host time) stays for the next call.
+(:data:`~coda_agent.primitives.configs.SWIZZLE_GROUPS`, kept only :data:`MIN_GAIN` faster), is set as the
+harness's schedule in the runner and forward() is timed whole, candidate only, by the checker's honest
+protocol (:class:`~.gpu.ShapeTimer`, fewer reps, one round's outputs checked); the fastest by the GPU's time
+(the CUDA events: a config changes only the kernels, and a host-bound forward() would hide that behind its
+host time) stays for the next call.
 On the GPU, the configs a shape's search will propose are built for sm_90a by CPU processes side by side
 (:mod:`.builds`) while the search times the ones built already, in the order it proposes them: a proposal
 loads its kernels instead of building them, and a config whose build fails or aborts is recorded as failed
@@ -348,7 +349,7 @@ def search_shape(
             parts = {"proposal": clock() - started, **timer.seconds}
             result.seconds[label] = {k: round(v, 2) for k, v in parts.items()}
             result.tried_us[label] = us
-            if us < best:
+            if us * (MIN_GAIN if refined else 1.0) < best:  # another swizzle group by a margin, not by noise
                 best, chosen[site.key], result.tuned = us, config, config
         if complete:
             cache.put(signature, site.mnk, chosen.get(site.key, effective), result)
