@@ -49,7 +49,8 @@
 #             bench/probes/args/swiglu_bwd_fold.txt, or kmajor_dgrad.txt: the RMSNorm-backward dgrad GEMMs of the
 #             Llama stack on their weight as stored against a K-major copy, at the kernel's tile and at 192x192;
 #             three_warp_groups.txt, swiglu_bwd_192x128.txt, c_rows_three_warp_groups.txt: three-warp-group tiles;
-#             clocks.txt: each variant also run alone with its SM clock and power sampled, bench/probes/steady.py);
+#             clocks.txt: each variant also run alone with its SM clock and power sampled, bench/probes/steady.py;
+#             swizzle.txt, cluster_one.txt: every gemm call at its own config with the fields of --override replaced);
 #             results in .gpuwork/probe/, or .gpuwork/probe-T/ with PROBE_TAG=T
 #   ncu-source  bench/probes/ncu_source.sh: ncu's per-instruction stall samples of a probe row's kernels (NCU_ROWS,
 #             NCU_ONLY), read with bench/probes/stall_ledger.py; results in .gpuwork/ncu-source/

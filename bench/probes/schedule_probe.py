@@ -48,7 +48,7 @@ SWEEP = [Config(tile_m=m, tile_n=n, pingpong=pp, cluster_m=cm, cluster_n=cn)
 #: The tiles every split variant also runs with (besides the kernel's own): the two that the wave model trades.
 SPLIT_TILES = [Config(tile_n=192), Config(tile_n=128)]
 STATE: dict[str, Any] = {"dynamic": False, "config": None, "split": None, "calls": None, "ahead": False,
-                         "swizzle": None}
+                         "override": None}
 #: Each epilogue's copy per load-ahead class of ``--ahead-kernel``: a copy has a backend cache of its own, so the
 #: class's kernels are built and cached apart from the load-ahead kernel's.
 EPI_COPIES: dict[tuple[int, type], Any] = {}
@@ -72,8 +72,8 @@ def _forced(run: Callable[..., Any]) -> Callable[..., Any]:
             STATE["calls"].append(call)
         if STATE["config"] is not None:  # over a @schedule's pin too, which would win over config=
             call = dataclasses.replace(call, config=STATE["config"], pinned=None)
-        if STATE["swizzle"] is not None:  # the tile scheduler's L2 swizzle group, over the config's
-            config = dataclasses.replace(chosen_config(call) or Config(), max_swizzle_size=STATE["swizzle"])
+        if STATE["override"] is not None:  # fields of --override over the call's own config
+            config = dataclasses.replace(chosen_config(call) or Config(), **STATE["override"])
             call = dataclasses.replace(call, config=config, pinned=None)
         if STATE["split"] is not None:
             config = chosen_config(call) or Config()
@@ -95,17 +95,18 @@ def _forced(run: Callable[..., Any]) -> Callable[..., Any]:
 
 def human_variant(forward: Callable[..., Any], kwargs: dict[str, Any], dynamic: bool,
                   config: Config | None = None, split: int | None = None,
-                  ahead: bool | type = False, swizzle: int | None = None) -> Callable[[], Any]:
+                  ahead: bool | type = False, override: dict[str, Any] | None = None) -> Callable[[], Any]:
     """``ahead``: every gemm call on the load-ahead kernel (``Config.load_ahead``; a class: that load-ahead class's
-    kernel, :data:`EPI_COPIES`), else on QuACK's. ``swizzle``: every gemm call with that ``max_swizzle_size``."""
+    kernel, :data:`EPI_COPIES`), else on QuACK's. ``override``: these Config fields over each gemm call's own."""
     def call() -> Any:
         STATE["dynamic"], STATE["config"], STATE["split"], STATE["ahead"] = dynamic, config, split, ahead
-        STATE["swizzle"] = swizzle
+        STATE["override"] = override
         return forward(**kwargs)
     return call
 
 
-def plain_twin(forward: Callable[..., Any], kwargs: dict[str, Any], swizzle: int | None = None) -> Callable[[], Any]:
+def plain_twin(forward: Callable[..., Any], kwargs: dict[str, Any],
+               override: dict[str, Any] | None = None) -> Callable[[], Any]:
     """The kernel's GEMMs with no epilogue: each gemm call of one forward() replayed on the same A and B (their
     layouts too) at the config it ran with, storing the bare accumulator. Beside the kernel it splits the row's gap
     to cuBLAS in two: QuACK's GEMM at this schedule (twin / cuBLAS) and what the epilogue and host ops add (kernel /
@@ -120,7 +121,7 @@ def plain_twin(forward: Callable[..., Any], kwargs: dict[str, Any], swizzle: int
 
     def run() -> Any:
         STATE["dynamic"], STATE["config"], STATE["split"], STATE["ahead"] = True, None, None, False
-        STATE["swizzle"] = None
+        STATE["override"] = None
         if not replays:  # the first call (the probe's build run) records the kernel's calls
             STATE["calls"] = []
             try:
@@ -128,7 +129,7 @@ def plain_twin(forward: Callable[..., Any], kwargs: dict[str, Any], swizzle: int
             finally:
                 calls, STATE["calls"] = STATE["calls"], None
             replays.extend((c.A, c.B, chosen_config(c) or Config()) for c in calls)
-        STATE["swizzle"] = swizzle
+        STATE["override"] = override
         return [gemm(bare, a, b, config=config)["D"] for a, b, config in replays]
     return run
 
@@ -136,7 +137,7 @@ def plain_twin(forward: Callable[..., Any], kwargs: dict[str, Any], swizzle: int
 def variants_for(task_name: str, dims: dict[str, int], sweep: bool, splits: tuple[int, ...] = (),
                  files: tuple[Path, ...] = (), ahead: bool = False,
                  kernels: tuple[type, ...] = (), ahead_configs: tuple[Config, ...] = (),
-                 configs: tuple[Config, ...] = (), swizzles: tuple[int, ...] = (),
+                 configs: tuple[Config, ...] = (), overrides: tuple[dict[str, Any], ...] = (),
                  ) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
     task = find_task(task_name)
     assert task.human_file is not None, f"{task_name} has no human kernel"
@@ -155,12 +156,13 @@ def variants_for(task_name: str, dims: dict[str, int], sweep: bool, splits: tupl
         if ahead:
             out[f"as written, dynamic, ahead @ {_label(c)}"] = human_variant(human.forward, kwargs, True, c,
                                                                              ahead=True)
-    for g in swizzles:  # the tile scheduler's swizzle group (QuACK's default 8 tiles along the fast dimension)
-        out[f"plain twin, dynamic, swizzle {g}"] = plain_twin(human.forward, kwargs, g)
-        out[f"as written, dynamic, swizzle {g}"] = human_variant(human.forward, kwargs, True, swizzle=g)
+    for fields in overrides:  # each gemm call at its own config with these fields replaced
+        name = " ".join(f"{k}={v}" for k, v in fields.items())
+        out[f"plain twin, dynamic, {name}"] = plain_twin(human.forward, kwargs, fields)
+        out[f"as written, dynamic, {name}"] = human_variant(human.forward, kwargs, True, override=fields)
         if ahead:
-            out[f"as written, dynamic, ahead, swizzle {g}"] = human_variant(human.forward, kwargs, True, ahead=True,
-                                                                            swizzle=g)
+            out[f"as written, dynamic, ahead, {name}"] = human_variant(human.forward, kwargs, True, ahead=True,
+                                                                       override=fields)
     for kernel in kernels:
         out[f"as written, dynamic, ahead {kernel.__name__}"] = human_variant(human.forward, kwargs, True, ahead=kernel)
         for c in ahead_configs:  # every gemm call at c, past gemm()'s checks (a tile only this class builds)
@@ -201,6 +203,13 @@ def variants_for(task_name: str, dims: dict[str, int], sweep: bool, splits: tupl
                 gemm_dact, dy, w, pre, activation="swiglu", colvec_reduce=True, tuned=False, dynamic_scheduler=True,
                 config=_gemm_config(c, True))
     return out, {"task": task_name, "dims": dims, "M,N,K": [m, n, k]}
+
+
+def _override(text: str) -> dict[str, Any]:
+    """--override's JSON: Config fields by name (checked against a Config here, before any GPU work)."""
+    fields = json.loads(text)
+    config_from_fields({**dataclasses.asdict(Config()), **fields})
+    return dict(fields)
 
 
 def _label(c: Config) -> str:
@@ -302,15 +311,16 @@ def main() -> None:
     p.add_argument("--steady", type=float, default=0.0, metavar="SECONDS",
                    help="after each row's timings, run every variant alone for SECONDS with the SM clock and power "
                         "sampled (bench/probes/steady.py): what it costs in cycles, beside what it costs in time")
-    p.add_argument("--swizzle", action="append", default=[], type=int, metavar="G",
-                   help="the plain twin, the kernel as written (and with --ahead the load-ahead kernel) with the tile "
-                        "scheduler's swizzle group at G tiles, every gemm call at its own config otherwise: "
-                        "'as written, dynamic, swizzle G' (repeatable; QuACK's default is 8)")
+    p.add_argument("--override", action="append", default=[], type=_override, metavar="JSON",
+                   help="the plain twin, the kernel as written (and with --ahead the load-ahead kernel) with these "
+                        "Config fields over each gemm call's own config, e.g. '{\"max_swizzle_size\": 16}' (the "
+                        "tile scheduler's swizzle group) or '{\"cluster_m\": 1, \"cluster_n\": 1}': 'as written, "
+                        "dynamic, ahead, cluster_m=1 cluster_n=1' (repeatable)")
     p.add_argument("--split", action="append", default=[], type=int,
                    help="split-K variants: split_k S (repeatable), with the kernel's config and SPLIT_TILES")
     args = p.parse_args()
     splits, files, kernels = tuple(args.split), tuple(args.variant), tuple(args.ahead_kernel)
-    swizzles = tuple(args.swizzle)
+    overrides = tuple(args.override)
     configs, forced = tuple(args.ahead_config), tuple(args.config)
     if args.ahead_packed:
         configs_module.AHEAD_MODES = (*configs_module.AHEAD_MODES, "packed")
@@ -328,7 +338,7 @@ def main() -> None:
         k = 0
         for t, (s, d) in first.items():
             for name, fn in variants_for(t, d, t in args.sweep, splits, files, args.ahead, kernels, configs, forced,
-                                         swizzles)[0].items():
+                                         overrides)[0].items():
                 if args.only and name not in args.only:
                     continue
                 if k % n == i:
@@ -339,7 +349,7 @@ def main() -> None:
         return
     for task_name, shape, dims in jobs:
         variants, meta = variants_for(task_name, dims, task_name in args.sweep, splits, files, args.ahead, kernels,
-                                     configs, forced, swizzles)
+                                     configs, forced, overrides)
         variants = runnable({k: v for k, v in variants.items() if not args.only or k in args.only})
         agreement(variants, "as written, dynamic")
         if args.ncu:
