@@ -260,6 +260,11 @@ def test_config_rules():
     with pytest.raises(P.EpilogueError, match="split_k > 1 needs D stored"):
         P.Config(split_k=2).check("acc_pair", True, store_d=False)
     assert config_label(P.Config(tile_n=128, split_k=2)) == "128x128 pingpong 2x1 split-k 2"
+    P.Config(max_swizzle_size=16).check("element", False)
+    for bad in (0, 65):
+        with pytest.raises(P.EpilogueError, match=r"max_swizzle_size .* must be 1 to 64"):
+            P.Config(max_swizzle_size=bad).check("element", False)
+    assert config_label(P.Config(max_swizzle_size=16)) == "128x192 pingpong 2x1 swizzle 16"
 
 
 def test_split_k_changes_the_schedule_not_the_result(ab):

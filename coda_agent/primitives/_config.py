@@ -12,6 +12,8 @@ Mode = Literal["element", "acc_pair", "packed"]
 Major = Literal["k", "n"]
 #: The most K splits a Config may ask for (each split's K range must stay long enough to pipeline).
 MAX_SPLIT_K = 16
+#: The largest swizzle group a Config may ask for (the tune stage tries 4, 8 and 16).
+MAX_SWIZZLE = 64
 
 #: The alignment QuACK compiles every tile tensor for (``quack.compile_utils.div_for_dtype``): TMA copies rows
 #: of 16 bytes at a time, so a row stride or start off that grid breaks the kernel on the GPU, not the CPU
@@ -92,6 +94,9 @@ class Config:
             problems.append("cooperative needs tile_n <= 256, or a multiple of 32 up to 512")
         if self.cluster_m * self.cluster_n not in (1, 2, 4):
             problems.append("cluster_m * cluster_n must be 1, 2 or 4")
+        if not 1 <= self.max_swizzle_size <= MAX_SWIZZLE:
+            problems.append(f"max_swizzle_size (tiles the scheduler walks along one dimension before the "
+                            f"next row or column) must be 1 to {MAX_SWIZZLE}, got {self.max_swizzle_size}")
         if mode == "acc_pair" and has_outputs and self.tile_n % 32:
             problems.append("acc_pair mode with extra outputs needs tile_n % 32 == 0")
         split = (f"cooperative {self.tile_m}x{self.tile_n} splits the tile along N between its two warp "
