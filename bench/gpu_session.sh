@@ -30,7 +30,8 @@
 #   tune-run  the agent with a scripted model on a task without a human kernel (bench/tune_demo): the candidate's
 #             deliberately poor gemm config is tuned on the GPU, the record keeps the speed before and after
 #   accept    the agent end to end on the tasks of bench/accept (outside the suite, no human kernel: a Gemma-2 LM head
-#             with soft-capped cross-entropy at V 256000, a GELU backward with the saved pre-activation as C, a residual
+#             with soft-capped cross-entropy at V 256000, which needs about 104 GiB and so an H200: an 80 GB H100 refuses
+#             it in one line, 2026-12-06-b; a GELU backward with the saved pre-activation as C, a residual
 #             + LayerNorm-statistics forward) and on two suite tasks (gemm_residual, gemm_rmsnorm: five bench shapes
 #             each, so give them a call of their own), each with its scripted model (a flawed reply, then a correct kernel with
 #             a poor gemm config) at its one bench shape, ACCEPT_TUNE_BUDGET (default 45) seconds of tuning per run,
