@@ -147,6 +147,30 @@ def test_baselines_include_eager_reference_and_cublas():
     assert set(v["eager"]()) == {"h", "normed", "rstd"}
 
 
+def test_the_timing_sets_references_stay_while_the_device_has_room_for_them(monkeypatch):
+    """Past TIMING_REFS_BYTES the timer keeps one set's references (an LM head's run to GiBs), unless the
+    device's free memory holds two more sets' at the time: then a checked round never runs one again."""
+    computed = []
+
+    def reference(task, inputs):
+        computed.append(inputs["x"])
+        return {"out": torch.zeros(1024)}, {"out": torch.zeros(1024)}  # 8 KiB a set
+
+    monkeypatch.setattr(gpu, "references", reference)
+    monkeypatch.setattr(gpu, "TIMING_REFS_BYTES", 16 << 10)  # three sets' 24 KiB pass it
+    for free, kept in ((64 << 10, 3), (8 << 10, 1)):
+        timer = gpu.ShapeTimer.__new__(gpu.ShapeTimer)
+        timer.ctx = Context(task=K0, source="", plan=Plan(), deadline=0.0)
+        timer.device, timer.refs = "cpu", {}
+        timer.ids = ["a", "b", "c"]
+        timer.inputs = {i: {"x": i} for i in timer.ids}
+        monkeypatch.setattr(gpu, "free_bytes", lambda device, free=free: free)
+        computed.clear()
+        for i in ["a", "b", "c", "a", "b", "c"]:
+            timer._references(i)
+        assert len(timer.refs) == kept and len(computed) == (3 if kept == 3 else 6)
+
+
 def test_timing_stage_times_the_candidate_with_its_baselines_on_the_emulator():
     ctx = Context(task=K0, source=K0.human_file.read_text(), plan=Plan(shape_names=["tiny"], seeds=[0]),
                   deadline=time.monotonic() + 120)

@@ -175,7 +175,8 @@ def memory_need(task: Task, point: ShapePoint, stages: Sequence[str], seeds: int
       outputs) + 2 x R (the candidate's own working memory: the torch emulator's FP32 accumulator and
       epilogue) + the L2 flush buffer;
     * timing (profile, bench, tune), checker: 3 x I (the timing sets) + their references (all three up to
-      :data:`TIMING_REFS_BYTES`, else one set's) + O (a checked call's outputs read back) + the largest of
+      :data:`TIMING_REFS_BYTES`, else one set's; more only out of memory free at the time, twice over: not
+      counted here) + O (a checked call's outputs read back) + the largest of
       what comes and goes in turn: the eager baseline's call (O + W), a reference's (I32 + W), the cuBLAS
       baseline's operands and products, the comparison's chunks; its runner: 2 x 3 x I + 2 x O (a kept call's
       outputs and the current one's) + 2 x R + the flush buffer.
