@@ -149,7 +149,8 @@ def test_baselines_include_eager_reference_and_cublas():
 
 def test_the_timing_sets_references_stay_while_the_device_has_room_for_them(monkeypatch):
     """Past TIMING_REFS_BYTES the timer keeps one set's references (an LM head's run to GiBs), unless the
-    device's free memory holds two more sets' at the time: then a checked round never runs one again."""
+    device's free memory holds two more sets' and the runner's peak at the time: then a checked round never
+    runs one again."""
     computed = []
 
     def reference(task, inputs):
@@ -158,10 +159,11 @@ def test_the_timing_sets_references_stay_while_the_device_has_room_for_them(monk
 
     monkeypatch.setattr(gpu, "references", reference)
     monkeypatch.setattr(gpu, "TIMING_REFS_BYTES", 16 << 10)  # three sets' 24 KiB pass it
-    for free, kept in ((64 << 10, 3), (8 << 10, 1)):
+    for free, kept in ((64 << 10, 3), (40 << 10, 1)):
         timer = gpu.ShapeTimer.__new__(gpu.ShapeTimer)
         timer.ctx = Context(task=K0, source="", plan=Plan(), deadline=0.0)
         timer.device, timer.refs = "cpu", {}
+        timer.client = type("Runner", (), {"peak_bytes": 32 << 10})()  # room is 2 x 8 KiB + the runner's 32
         timer.ids = ["a", "b", "c"]
         timer.inputs = {i: {"x": i} for i in timer.ids}
         monkeypatch.setattr(gpu, "free_bytes", lambda device, free=free: free)

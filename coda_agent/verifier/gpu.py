@@ -232,15 +232,16 @@ class ShapeTimer:
 
     def _references(self, set_id: str) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """The references of one input set: every set's kept while they take at most :data:`TIMING_REFS_BYTES`
-        in all, or while the device's free memory holds two more sets', else only the last one computed. An
-        LM head's FP32 logits run to GiBs a set: at the 256k head on the H200 (h200-2026-12-06-a) each checked
-        round whose set was not the last one computed ran the reference again, and the checks of timed calls
-        took 4.0 s of a 38.9 s verification."""
+        in all, or while the device's free memory holds two more sets' and a runner's peak, else only the
+        last one computed. An LM head's FP32 logits run to GiBs a set: at the 256k head on the H200
+        (h200-2026-12-06-a) each checked round whose set was not the last one computed ran the reference
+        again, and the checks of timed calls took 4.0 s of a 38.9 s verification."""
         if set_id not in self.refs:
             refs = references(self.ctx.task, self.inputs[set_id])
             size = sum(t.numel() * t.element_size() for r in refs for t in r.values()
                        if isinstance(t, torch.Tensor))
-            if size * len(self.ids) > TIMING_REFS_BYTES and free_bytes(self.device) < 2 * size:
+            room = 2 * size + (self.client.peak_bytes or 0)  # and for a runner started again (the tune stage)
+            if size * len(self.ids) > TIMING_REFS_BYTES and free_bytes(self.device) < room:
                 self.refs.clear()
                 release(self.device)
             self.refs[set_id] = refs
