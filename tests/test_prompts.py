@@ -49,6 +49,17 @@ def test_examples_never_include_the_targets_own_solution(task):
         assert e.reference_source in system
 
 
+def test_examples_show_no_pinned_schedule_the_harness_owns_it():
+    """A human kernel's ``@schedule`` pins (and the tune notes above them) are the harness's tune stage's
+    work: an example shows the kernel without them, and still passes the static check."""
+    examples = library_examples(find_task("gemm_rmsnorm_bwd"))
+    pinned = [e for e in examples if e.name == "gemm_residual_rmsnorm"]
+    assert pinned and "@schedule" in find_task("gemm_residual_rmsnorm").human_file.read_text()
+    for e in examples:
+        assert "@schedule" not in e.kernel_source and "coda-agent tune" not in e.kernel_source
+        assert static.check_source(e.kernel_source) == []
+
+
 def test_a_block_task_that_embeds_the_target_kernel_is_not_an_example():
     """gemm_rmsnorm_gemm's first GEMM *is* the gemm_residual_rmsnorm kernel: showing it would give the
     answer."""

@@ -25,6 +25,7 @@ from coda_agent.verifier.static.schedule_source import (
     pin_schedule,
     pinned_notes,
     pinned_schedule,
+    unpinned,
     without_schedule,
 )
 from coda_agent.verifier.tuning import (
@@ -280,6 +281,18 @@ def test_the_epilogue_signature_follows_the_whole_module_but_not_its_pinned_sche
 
 
 # --- the schedule in the source ---------------------------------------------------------------------------
+
+
+def test_unpinning_takes_the_pin_its_notes_and_the_imports_only_it_used_out_and_nothing_else():
+    bare = unpinned(HUMAN)  # the human kernel pins its bench shapes
+    assert "@schedule" in HUMAN and unpinned(bare) == bare  # nothing pinned: as given
+    out = unpinned(pin_schedule(bare, {("residual_rms", 1, 2, 3): Config(tile_n=128)}, ["tuned: 1.10x"]))
+    assert out == bare and "coda-agent tune" not in out and "schedule" not in out.split("def ")[0]
+    assert without_schedule(out) == without_schedule(HUMAN) and check_source(out) == []
+    # a Config the kernel itself uses stays imported
+    uses = bare.replace("gemm(residual_rms, x, w.t(),", "gemm(residual_rms, x, w.t(), config=Config(),", 1)
+    uses = pin_schedule(uses, {("residual_rms", 1, 2, 3): Config(tile_n=128)})
+    assert "config=Config()" in uses and check_source(unpinned(uses)) == []
 
 
 def test_pinning_adds_the_decorator_and_imports_and_a_retune_replaces_them():

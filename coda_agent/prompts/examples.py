@@ -17,6 +17,7 @@ from pathlib import Path
 from ..tasks.loader import BUILTIN_TASK_DIR, TaskError, load_task, task_files
 from ..tasks.model import Task
 from ..verifier import static
+from ..verifier.static.schedule_source import unpinned
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,7 @@ def library_examples(task: Task, places: Sequence[str | Path] = ()) -> list[Exam
             or not other.reference_file.exists()
         ):
             continue
-        kernel = human.read_text()
+        kernel = unpinned(human.read_text())
         if (
             human.resolve() == own_file
             or _normalised(kernel) == own_text

@@ -193,6 +193,33 @@ def pin_schedule(source: str, table: Schedule, notes: Sequence[str] = ()) -> str
     return pinned
 
 
+def unpinned(source: str) -> str:
+    """``source`` without forward's ``@schedule`` and the comment lines :func:`pin_schedule` wrote above it,
+    and without ``Config``/``schedule`` in a one-line primitives import where nothing else uses them; comments
+    and layout otherwise as written. What a worked example shows: the schedule is the harness's to set. The
+    source as given when it has no pin (or does not parse)."""
+    try:
+        tree = ast.parse(source)
+        dec = _schedule_decorator(_forward(tree))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return source
+    if dec is None:
+        return source
+    lines = source.splitlines(keepends=True)
+    start, end = dec.lineno - 1, dec.end_lineno or dec.lineno
+    while start > 0 and lines[start - 1].startswith(NOTE_MARK):
+        start -= 1
+    del lines[start:end]
+    rest = ast.parse("".join(lines))
+    used = {n.id for n in ast.walk(rest) if isinstance(n, ast.Name)}
+    for node in rest.body:
+        if (isinstance(node, ast.ImportFrom) and node.module == PRIMITIVES and not node.level
+                and node.lineno == node.end_lineno and all(a.asname is None for a in node.names)):
+            names = [a.name for a in node.names if a.name not in {"Config", "schedule"} - used]
+            lines[node.lineno - 1] = f"from {PRIMITIVES} import {', '.join(names)}\n" if names else ""
+    return "".join(lines)
+
+
 def _import_edit(tree: ast.Module, lines: list[str], names: list[str]) -> tuple[int, int, list[str]]:
     """The edit that imports ``names`` from the primitives: merged into the module's one-line
     ``from coda_agent.primitives import ...`` where it has one (names in isort's order, so the pinned module
