@@ -6,7 +6,7 @@ down the columns; the extra output normed = h * rstd * gamma is the consumer's i
 weight gradient. Launches: the GEMM and the dgamma finalisation.
 """
 
-from coda_agent.primitives import ColVecLoad, RowVecLoad, RowVecReduce, epilogue, gemm
+from coda_agent.primitives import ColVecLoad, Config, RowVecLoad, RowVecReduce, epilogue, gemm, schedule
 
 
 @epilogue(
@@ -19,6 +19,10 @@ def rms_bwd(acc, c, h, gamma, rstd, zdz, neg_inv_n):
     return {"D": (acc * gamma + xhat * (zdz * neg_inv_n)) * rstd + c, "normed": xhat * gamma, "dgamma": (acc, xhat)}
 
 
+# coda-agent tune: pinned from bench/probes/schedule_probe.py on an H100 (h100-2026-12-06-b-probe-swizzle.log):
+# coda-agent tune:   the Llama-3 1B stack's q/k/v dgrad (bench-e2e, M = 4 x 8192 tokens): 647.2 -> 627.9 us with
+# coda-agent tune:   its 11 column tiles in one swizzle group (each row block of dz read from HBM once, not twice)
+@schedule({('rms_bwd', 32768, 2048, 3072): Config(max_swizzle_size=16)})
 def forward(dz, w, h, gamma, rstd, zdz, dres):
     out = gemm(rms_bwd, dz, w, C=dres, h=h, gamma=gamma, rstd=rstd, zdz=zdz, neg_inv_n=-1.0 / h.shape[1])
     return {"dh": out["D"], "dgamma": out["dgamma"], "normed": out["normed"]}
