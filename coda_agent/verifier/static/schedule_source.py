@@ -165,9 +165,7 @@ def pin_schedule(source: str, table: Schedule, notes: Sequence[str] = ()) -> str
     block = [f"{NOTE_MARK} {n}\n" for n in notes] + ["@schedule({\n"]
     block += [f"    {key!r}: {config_literal(c)},\n" for key, c in sorted(merged.items())] + ["})\n"]
     if old is not None:
-        start, end = old.lineno - 1, old.end_lineno or old.lineno
-        while start > 0 and lines[start - 1].startswith(NOTE_MARK):
-            start -= 1
+        start, end = _pin_lines(lines, old)
     else:
         start = end = (fn.decorator_list[0].lineno if fn.decorator_list else fn.lineno) - 1
     edits = [(start, end, block)]
@@ -206,18 +204,26 @@ def unpinned(source: str) -> str:
     if dec is None:
         return source
     lines = source.splitlines(keepends=True)
+    start, end = _pin_lines(lines, dec)
+    del lines[start:end]
+    rest = ast.parse("".join(lines))
+    unused = {"Config", "schedule"} - {n.id for n in ast.walk(rest) if isinstance(n, ast.Name)}
+    for node in rest.body:
+        if (isinstance(node, ast.ImportFrom) and node.module == PRIMITIVES and not node.level
+                and node.lineno == node.end_lineno and all(a.asname is None for a in node.names)
+                and unused & {a.name for a in node.names}):
+            names = [a.name for a in node.names if a.name not in unused]
+            lines[node.lineno - 1] = f"from {PRIMITIVES} import {', '.join(names)}\n" if names else ""
+    return "".join(lines)
+
+
+def _pin_lines(lines: Sequence[str], dec: ast.Call) -> tuple[int, int]:
+    """The line range (0-based, end exclusive) of forward's ``@schedule`` decorator ``dec`` with the note
+    lines :func:`pin_schedule` wrote above it."""
     start, end = dec.lineno - 1, dec.end_lineno or dec.lineno
     while start > 0 and lines[start - 1].startswith(NOTE_MARK):
         start -= 1
-    del lines[start:end]
-    rest = ast.parse("".join(lines))
-    used = {n.id for n in ast.walk(rest) if isinstance(n, ast.Name)}
-    for node in rest.body:
-        if (isinstance(node, ast.ImportFrom) and node.module == PRIMITIVES and not node.level
-                and node.lineno == node.end_lineno and all(a.asname is None for a in node.names)):
-            names = [a.name for a in node.names if a.name not in {"Config", "schedule"} - used]
-            lines[node.lineno - 1] = f"from {PRIMITIVES} import {', '.join(names)}\n" if names else ""
-    return "".join(lines)
+    return start, end
 
 
 def _import_edit(tree: ast.Module, lines: list[str], names: list[str]) -> tuple[int, int, list[str]]:
