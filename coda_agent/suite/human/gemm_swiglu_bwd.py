@@ -22,10 +22,19 @@ def swiglu_bwd(acc, c):
 # 128x192 at the three K-4096 shapes, where its longer mainloop per tile outweighs its wider packed epilogue (1.8-3.7%
 # faster than at the 128x128 packed default, bench/results/h200-2026-12-02-i-fold-probe.log); at K 2048 the default
 # stays (128x192 ran 25-30% slower there).
+# coda-agent tune: configs pinned by the harness's tune stage on NVIDIA H100 80GB HBM3; forward() as written -> tuned (GPU time;
+# coda-agent tune: bench/results/h100-2026-12-06-c-tune-human-1.json):
+# coda-agent tune:   llama3-8b: 1361.6 us, kept as written (nothing was 1% faster)
+# coda-agent tune:   llama3-1b: 495.4 -> 489.9 us
+# coda-agent tune:   coda-h2048: 704.6 -> 666.9 us
+# coda-agent tune:   coda-h4096: 2108.0 us, kept as written (nothing was 1% faster)
+# coda-agent tune:   ragged: 995.5 us, kept as written (nothing was 1% faster)
 @schedule({
-    ("swiglu_bwd", 8000, 10000, 4000): Config(),
-    ("swiglu_bwd", 8192, 14336, 4096): Config(),
-    ("swiglu_bwd", 16384, 11008, 4096): Config(),
+    ('swiglu_bwd', 8000, 10000, 4000): Config(),
+    ('swiglu_bwd', 8192, 8192, 2048): Config(tile_n=128, cluster_m=1, cluster_n=2),
+    ('swiglu_bwd', 8192, 14336, 4096): Config(),
+    ('swiglu_bwd', 16384, 5632, 2048): Config(tile_n=128, cluster_m=1, cluster_n=2),
+    ('swiglu_bwd', 16384, 11008, 4096): Config(),
 })
 def forward(dy, w_down, preact):
     out = gemm(swiglu_bwd, dy, w_down, C=preact)
