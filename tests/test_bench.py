@@ -25,7 +25,7 @@ from coda_agent.tasks import find_task
 from coda_agent.tasks.loader import TaskError, load_task
 from coda_agent.verifier import Plan, Tuned, gpu
 from coda_agent.verifier.stages import Context, timed_by_part
-from coda_agent.verifier.verdict import Outcome, StageResult, Verdict
+from coda_agent.verifier.verdict import Outcome, ShapeTuning, StageResult, TunedGemm, Verdict
 
 from .conftest import cli
 
@@ -593,6 +593,26 @@ def test_bench_tune_is_the_verifiers_tune_stage_on_a_human_kernel_and_renders_a_
     diff = with_pin.diff()
     assert diff.startswith("--- a/coda_agent/suite/human/gemm_residual.py") and "+@schedule({" in diff
     assert tune.KernelTuning(task.name, result.source, Tuned(None, {})).diff() == ""
+
+
+def test_the_tune_table_names_only_what_the_diff_pins():
+    """On an H100 (2026-12-06-c) the search's fastest at gemm_swiglu coda-h4096 lost the final
+    comparison (3734.4 -> 3984.1 us, not pinned), and the table still named it the tuned config, beside a
+    0.937 gain."""
+    from coda_agent.primitives import Config
+
+    def shape(before: float, after: float) -> ShapeTuning:
+        return ShapeTuning(dims={}, before=Timing(median_us=before), after=Timing(median_us=after), calls=[
+            TunedGemm(epilogue="gated", mnk=(16384, 22016, 4096), mode="acc_pair",
+                      tuned=Config(tile_m=256, pingpong=False))])
+
+    searched = Tuned(None, {"lost": shape(3734.4, 3984.1), "noise": shape(1000.0, 995.0),
+                            "won": shape(1000.0, 950.0)},
+                     cut_short={"cut": shape(1.0, 1.0).calls})
+    won = {row[0]: row[4] for row in tune.search_rows(searched)}
+    assert won["lost"] == won["noise"] == "as written (256x192 coop 2x1 not kept)"
+    assert won["won"] == "256x192 coop 2x1"
+    assert won["cut (cut short)"] == "as written (256x192 coop 2x1 not compared)"
 
 
 def test_bench_tune_writes_its_provenance_and_the_shapes_a_dead_runner_lost(monkeypatch, tmp_path):

@@ -59,21 +59,30 @@ SEARCH_COLUMNS = ("shape", "gemm (M x N x K)", "as written", "searched", "tuned"
 
 def search_rows(tuned: Tuned) -> list[list[str]]:
     """One row per shape and gemm call (:data:`SEARCH_COLUMNS`; the times and the gain on the first call's
-    row), then the shape a dead runner cut short (its best so far, never compared: no times)."""
+    row), then the shape a dead runner cut short (its best so far, never compared: no times). The "tuned"
+    column names what the diff pins: a search winner that lost the final comparison is named as not kept."""
     rows = []
     for shape, result in tuned.search.items():
         times = [f"{result.before.gpu_us:,.1f}", f"{result.after.gpu_us:,.1f}", f"{result.gain:.3f}"]
-        rows += [_call_row(shape, call, times) if i == 0 else _call_row("", call, ["", "", ""])
-                 for i, call in enumerate(result.calls)]
+        for i, call in enumerate(result.calls):
+            won = _won(call, "not kept" if not result.kept() else "")
+            rows.append(_call_row(shape if i == 0 else "", call, won, times if i == 0 else ["", "", ""]))
     for shape, calls in tuned.cut_short.items():
-        rows += [_call_row(f"{shape} (cut short)" if i == 0 else "", call,
+        rows += [_call_row(f"{shape} (cut short)" if i == 0 else "", call, _won(call, "not compared"),
                            ["", "", ""]) for i, call in enumerate(calls)]
     return rows
 
 
-def _call_row(shape: str, call: TunedGemm, times: list[str]) -> list[str]:
+def _won(call: TunedGemm, unpinned: str) -> str:
+    """The search's winner, or ``as written (<winner> <unpinned>)`` where it is not pinned."""
+    if call.tuned is None:
+        return "as written"
+    return f"as written ({config_label(call.tuned)} {unpinned})" if unpinned else config_label(call.tuned)
+
+
+def _call_row(shape: str, call: TunedGemm, won: str, times: list[str]) -> list[str]:
     return [shape, f"{call.epilogue} {'x'.join(map(str, call.mnk))}", config_label(call.written),
-            searched(call), config_label(call.tuned) if call.tuned else "as written", *times]
+            searched(call), won, *times]
 
 
 def failures(tuned: Tuned) -> list[str]:

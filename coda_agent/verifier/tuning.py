@@ -81,7 +81,7 @@ from .client import RunnerClient, RunnerCrashed, RunnerError, last_line
 from .gpu import ShapeTimer
 from .stages import Context, Reject, Stopwatch, runner_failure, stage
 from .static.schedule_source import without_schedule
-from .verdict import Outcome, ShapeTuning, StageResult, TunedGemm
+from .verdict import MIN_GAIN, Outcome, ShapeTuning, StageResult, TunedGemm
 
 #: Repetitions per proposal: enough to rank configs; the final before/after comparison uses the full plan.
 SEARCH_REPS = RepPlan(warmup=2, target_s=0.05, min_reps=5, max_reps=20)
@@ -96,8 +96,6 @@ FINAL_REPS = RepPlan()
 #: still fails there; checking every round cost the 256k-vocabulary head 2 s of output transfer a round
 #: (accept, 2026-12-03).
 FINAL_CHECKS = 2
-#: A tuned schedule is pinned only where it beats the configs as written by at least this factor.
-MIN_GAIN = 1.01
 CACHE_FILE = "tuned_configs.json"
 MODES: tuple[Mode, ...] = ("element", "acc_pair", "packed")
 #: Runner deaths a stage outlives (each starts a fresh runner; one more ends the stage).
@@ -549,7 +547,7 @@ def tuned_table(result: StageResult, min_gain: float = MIN_GAIN) -> dict[Schedul
     """The configs to pin: every tuned call at the shapes where the tuned schedule won by ``min_gain``."""
     table: dict[ScheduleKey, Config] = {}
     for shape in result.tuning.values():
-        if shape.gain >= min_gain:
+        if shape.kept(min_gain):
             for call in shape.calls:
                 if call.tuned is not None:
                     table[(call.epilogue, *call.mnk)] = call.tuned

@@ -109,6 +109,10 @@ class TunedGemm(BaseModel):
                          description="configs of its space the stage's budget ended before they were timed")
 
 
+#: A tuned schedule is pinned only where it beats the configs as written by at least this factor.
+MIN_GAIN = 1.01
+
+
 class ShapeTuning(BaseModel):
     """The tune stage at one shape: forward() as written and under the tuned schedule, timed interleaved."""
 
@@ -121,6 +125,11 @@ class ShapeTuning(BaseModel):
     def gain(self) -> float:
         """As-written GPU time over tuned (> 1: the schedule is faster), by :attr:`Timing.gpu_us`."""
         return self.before.gpu_us / self.after.gpu_us if self.after.gpu_us > 0 else 1.0
+
+    def kept(self, min_gain: float = MIN_GAIN) -> bool:
+        """Whether the search's winners are pinned at this shape: they won the final comparison by
+        ``min_gain`` (a call's ``tuned`` is the search's fastest either way)."""
+        return self.gain >= min_gain
 
 
 class StageMemory(BaseModel):
