@@ -51,7 +51,9 @@
 #             Llama stack on their weight as stored against a K-major copy, at the kernel's tile and at 192x192;
 #             three_warp_groups.txt, swiglu_bwd_192x128.txt, c_rows_three_warp_groups.txt: three-warp-group tiles;
 #             clocks.txt: each variant also run alone with its SM clock and power sampled, bench/probes/steady.py;
-#             swizzle.txt, cluster_one.txt: every gemm call at its own config with the fields of --override replaced);
+#             swizzle.txt, cluster_one.txt: every gemm call at its own config with the fields of --override replaced;
+#             suite_twin.txt: all 65 suite rows on QuACK's kernel and the load-ahead one beside the twin and cuBLAS,
+#             the whole suite's QuACK-path twin, 90 s on an H100; dsl_version.txt: nine rows for a DSL version A/B);
 #             results in .gpuwork/probe/, or .gpuwork/probe-T/ with PROBE_TAG=T
 #   ncu-source  bench/probes/ncu_source.sh: ncu's per-instruction stall samples of a probe row's kernels (NCU_ROWS,
 #             NCU_ONLY), read with bench/probes/stall_ledger.py; results in .gpuwork/ncu-source/
