@@ -7,7 +7,9 @@
 #   3. the SASS page (one row per instruction: its stall samples by reason) and the details page as CSV, and
 #      bench/probes/stall_ledger.py's reading of them (ledger.txt).
 # NCU_ROWS names the rows (default: gemm_residual and gemm_residual_rmsnorm at llama3-1b-down), NCU_ONLY the
-# variants, one per line (default: the plain twin, QuACK's kernel and the load-ahead kernel, all dynamic).
+# variants, one per line (default: the plain twin, QuACK's kernel and the load-ahead kernel, all dynamic);
+# NCU_PROBE_ARGS adds schedule_probe options (e.g. --ahead-packed: a packed 128x128 row's "ahead" variant on the
+# load-ahead kernel, where the product runs QuACK's).
 # NCU_CLOCKS=none profiles at the GPU's own clocks (ncu's default, base, locks the SM clock: 1.31 GHz on the H200,
 # where gemm_rmsnorm_bwd's epilogue cost a quarter of what it costs at full clocks).
 # Results in $OUT/ncu-source.tar.gz (or .gpuwork/ncu-source/).
@@ -20,7 +22,8 @@ only=()
 while IFS= read -r v; do [ -n "$v" ] && only+=(--only "$v"); done <<<"${NCU_ONLY:-plain twin, dynamic
 as written, dynamic
 as written, dynamic, ahead}"
-probe=(python3 bench/probes/schedule_probe.py --ahead "${rows[@]}" "${only[@]}")
+# shellcheck disable=SC2206  # NCU_PROBE_ARGS is a list of words
+probe=(python3 bench/probes/schedule_probe.py --ahead ${NCU_PROBE_ARGS:-} "${rows[@]}" "${only[@]}")
 t0=$(date +%s)
 for i in $(seq 0 5); do timeout "${BUILD_S:-200}" "${probe[@]}" --precompile "$i/6" >"$work/build-$i.log" 2>&1 & done
 wait
