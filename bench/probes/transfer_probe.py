@@ -9,7 +9,9 @@ tune proposal. This probe times, in one process, the ways the bytes could go fro
 - the same file written and read in 64 MiB pieces by several threads (``pwrite`` / ``preadv``);
 - the window both sides map (``coda_agent/runner/window.py``, what a GPU runner now uses): a sealed memory file
   registered with CUDA, so each side copies by DMA and no file copy runs at all (two mappings of one memfd stand
-  for the two processes).
+  for the two processes);
+- a fresh window's pages made ahead (``Window.make_pages``) by one thread and by ``window.MAKERS``: the 256k
+  head's correctness check writes 25 GB into fresh pages, 9.6 s where they were not made (H200, 2026-12-06-a).
 
     source .gpu2/env.sh && python3 bench/probes/transfer_probe.py --gb 4.2
 """
@@ -28,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from coda_agent.runner import window as window_module
 from coda_agent.runner.protocol import read_tensors, write_tensors
 from coda_agent.runner.window import Window
 
@@ -98,6 +101,20 @@ def window(src: torch.Tensor) -> Callable[[], object]:
     return go
 
 
+def pages_made(nbytes: int, makers: int) -> float:
+    """Seconds for ``makers`` threads to make a fresh window's first ``nbytes`` of pages."""
+    window_module.MAKERS = makers
+    w = Window.create(nbytes)
+    try:
+        t0 = time.perf_counter()
+        w.make_pages(nbytes)
+        while os.fstat(w.fd).st_blocks * 512 < nbytes:
+            time.sleep(0.005)
+        return time.perf_counter() - t0
+    finally:
+        w.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gb", type=float, default=4.2)
@@ -135,6 +152,13 @@ def main() -> None:
         rows.append({"variant": label, "seconds": times, "gb_s": n * 2 / best / 1e9})
         print(f"{best:7.3f} s best of {a.reps} ({', '.join(f'{t:.3f}' for t in times)})  {n * 2 / best / 1e9:6.2f} GB/s"
               f"  {label}")
+    default = window_module.MAKERS
+    for makers in sorted({1, default}):
+        seconds = pages_made(n * 2, makers)
+        rows.append({"variant": f"pages made by {makers} threads", "seconds": [seconds],
+                     "gb_s": n * 2 / seconds / 1e9})
+        print(f"{seconds:7.3f} s  {n * 2 / seconds / 1e9:6.2f} GB/s  a fresh window's pages made by {makers} threads")
+    window_module.MAKERS = default
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
 

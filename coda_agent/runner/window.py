@@ -41,8 +41,12 @@ HOST_REGISTER_PORTABLE = 1
 REGISTER_STEP = 1 << 30
 #: madvise(2)'s MADV_POPULATE_WRITE (Linux 5.14): make a range's pages as a write would, writing nothing.
 MADV_POPULATE_WRITE = 23
-#: The pages :meth:`Window.make_pages` makes per madvise call (a close waits for at most one such call).
+#: The pages :meth:`Window.make_pages` makes per madvise call (a close waits for at most one such call each).
 MAKE_STEP = 256 << 20
+#: The threads that make a window's pages at once: the kernel zeroes each new page, one thread at about 2.6
+#: GB/s (the 256k head's 25 GB took 9.6 s, H200), so a single thread outlasts the runner's warm-up it hides
+#: behind; the GPU machines have 16 cores.
+MAKERS = min(8, os.cpu_count() or 1)
 
 
 def _aligned(n: int) -> int:
@@ -57,6 +61,14 @@ def _cuda_call(name: str, *args: int) -> int:
     worker.start()
     worker.join()
     return result[0] if result else -1
+
+
+def _populate(address: int, nbytes: int) -> bool:
+    """Make the pages of ``nbytes`` at ``address`` as a write would, writing nothing (``MADV_POPULATE_WRITE``
+    through ctypes, which lets go of the GIL); False where the kernel refuses."""
+    madvise = ctypes.CDLL(None, use_errno=True).madvise
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return bool(madvise(address, nbytes, MADV_POPULATE_WRITE) == 0)
 
 
 def default_window_bytes(device: str) -> int:
@@ -91,8 +103,8 @@ class Window:
         self.bytes = torch.frombuffer(self._map, dtype=torch.uint8)
         self._registered = 0  # the first bytes CUDA has registered (0: none)
         self._unregistrable = False  # CUDA refused once: copies are staged by the driver from then on
-        self._made = self._make_to = 0  # the first bytes whose pages are made, and how far to make them
-        self._maker: threading.Thread | None = None
+        self._claimed = self._make_to = 0  # the first bytes a maker has taken on, and how far to make them
+        self._makers: list[threading.Thread] = []
         self._making = threading.Lock()
         self._stop_making = threading.Event()
 
@@ -151,13 +163,14 @@ class Window:
         return out
 
     def make_pages(self, nbytes: int) -> None:
-        """Have a thread make the pages of the window's first ``nbytes`` now, while the caller goes on.
+        """Have up to :data:`MAKERS` threads make the pages of the window's first ``nbytes`` now, while the
+        caller goes on.
 
         A memory file's pages are made (allocated and zeroed) when first written: at the 256k head the first
         fetch of a correctness check wrote about 25 GB into fresh pages, 9.6 s of its 38.9 s verify (H200,
         ``bench/results/h200-2026-12-06-a-notes.md``), where a made page costs the other side's mapping only a
-        cheap fault. Made by ``MADV_POPULATE_WRITE`` through ctypes, which lets go of the GIL: the content is
-        left as it is, so the window may be written at the same time. A kernel without it (before 5.14) makes
+        cheap fault. Made by :func:`_populate`, a step at a time per thread: the content is left as it is, so
+        the window may be written at the same time. A kernel without it (before 5.14) makes
         no page ahead, and the pages are made as first written, as before. Tensors that would not fit the
         window cross by file: for those, nothing is made."""
         if nbytes > self.size:
@@ -165,27 +178,31 @@ class Window:
         page = mmap.PAGESIZE
         with self._making:
             self._make_to = max(self._make_to, -(-nbytes // page) * page)
-            if self._maker is not None or self._made >= self._make_to:
-                return
-            self._maker = threading.Thread(target=self._make, name="window pages", daemon=True)
-            self._maker.start()
+            wanted = min(MAKERS, -(-(self._make_to - self._claimed) // MAKE_STEP)) - len(self._makers)
+            for _ in range(max(wanted, 0)):
+                maker = threading.Thread(target=self._make, name="window pages", daemon=True)
+                self._makers.append(maker)
+                maker.start()
 
     def _make(self) -> None:
-        madvise = ctypes.CDLL(None, use_errno=True).madvise
-        madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        base = self.bytes.data_ptr()
-        while not self._stop_making.is_set():
-            with self._making:
-                step = min(MAKE_STEP, self._make_to - self._made)
-                if step <= 0:
-                    self._maker = None
+        """One maker: the next :data:`MAKE_STEP` not yet taken on, until the range is made, the window
+        closes, or the kernel refuses (then nothing more is made ahead)."""
+        me = threading.current_thread()
+        try:
+            while not self._stop_making.is_set():
+                with self._making:
+                    start = self._claimed
+                    step = min(MAKE_STEP, self._make_to - start)
+                    if step <= 0:
+                        return
+                    self._claimed += step
+                if not _populate(self.bytes.data_ptr() + start, step):
+                    with self._making:  # no such advice on this kernel, or no memory: pages come when written
+                        self._make_to = self._claimed
                     return
-            if madvise(base + self._made, step, MADV_POPULATE_WRITE) != 0:
-                break  # no such advice on this kernel, or no memory for the pages: they come when written
-            self._made += step
-        with self._making:
-            self._make_to = self._made  # nothing more is made ahead
-            self._maker = None
+        finally:
+            with self._making:
+                self._makers.remove(me)
 
     def _register(self, nbytes: int) -> None:
         """Have CUDA pin the window's first ``nbytes`` (and some more), so copies to and from the GPU run by
@@ -204,8 +221,8 @@ class Window:
     def close(self) -> None:
         self._stop_making.set()
         with self._making:
-            maker = self._maker
-        if maker is not None:
+            makers = list(self._makers)
+        for maker in makers:
             maker.join()
         if self._registered:
             _cuda_call("cudaHostUnregister", self.bytes.data_ptr())
