@@ -170,9 +170,9 @@ class Window:
         fetch of a correctness check wrote about 25 GB into fresh pages, 9.6 s of its 38.9 s verify (H200,
         ``bench/results/h200-2026-12-06-a-notes.md``), where a made page costs the other side's mapping only a
         cheap fault. Made by :func:`_populate`, a step at a time per thread: the content is left as it is, so
-        the window may be written at the same time. A kernel without it (before 5.14) makes
-        no page ahead, and the pages are made as first written, as before. Tensors that would not fit the
-        window cross by file: for those, nothing is made."""
+        the window may be written at the same time. A kernel without the advice (before 5.14) makes no page
+        ahead, and the pages are made as first written, as before. Tensors that would not fit the window cross
+        by file: for those, nothing is made."""
         if nbytes > self.size:
             return
         page = mmap.PAGESIZE
