@@ -59,6 +59,28 @@ class DeepCSm90(LoadAheadSm90):
         return ab, d, c
 
 
+class OneStageForCSm90(LoadAheadSm90):
+    """The load-ahead kernel with one A/B stage, and no more, turned into C stages (up to a whole tile's).
+
+    At gemm_swiglu_bwd's K-2048 rows the product runs QuACK's kernel at 128x128 packed (5 A/B, 2 D, 5 C), since the
+    load-ahead kernel's split there (5 A/B, 2 + 2 D, 2 C) lets its epilogue-load warp run only 2 of a tile's 8 C
+    subtiles ahead, and it ran 2-3% slower; DeepCSm90's 3 A/B stages (8 C) ran 0.53x cuBLAS
+    (bench/results/h100-2026-12-06-c-notes.md). This split is 4 A/B, 2 + 2 D, 6 C at that tile."""
+
+    def _compute_stages(self, cta_tile_shape_mnk: Any, epi_tile: Any, a_dtype: Any, b_dtype: Any, d_dtype: Any,
+                        c_dtype: Any, epilogue_args: Any, smem_capacity: int, occupancy: int,
+                        warp_shape_mnk: Any = None, **kwargs: Any) -> tuple[int, int, int]:
+        ab, d, c = super()._compute_stages(cta_tile_shape_mnk, epi_tile, a_dtype, b_dtype, d_dtype, c_dtype,
+                                           epilogue_args, smem_capacity, occupancy, warp_shape_mnk, **kwargs)
+        if c == 0 or ab <= 3:
+            return ab, d, c
+        _, c_bytes, _ = self.epi_stage_bytes(cta_tile_shape_mnk, epi_tile, d_dtype, c_dtype, epilogue_args,
+                                             warp_shape_mnk)
+        ab_bytes = (cta_tile_shape_mnk[0] + cta_tile_shape_mnk[1]) * cta_tile_shape_mnk[2] * a_dtype.width // 8
+        subtiles = cta_tile_shape_mnk[0] * cta_tile_shape_mnk[1] // (epi_tile[0] * epi_tile[1])
+        return ab - 1, d, min(subtiles, c + ab_bytes // c_bytes)
+
+
 class DeepStoresSm90(LoadAheadSm90):
     """The load-ahead kernel with 4 store buffers for each warp group, paid for out of C's stages above 2, then
     A/B's above 2; what is left over goes back to C.
