@@ -65,7 +65,7 @@ def search_rows(tuned: Tuned) -> list[list[str]]:
     for shape, result in tuned.search.items():
         times = [f"{result.before.gpu_us:,.1f}", f"{result.after.gpu_us:,.1f}", f"{result.gain:.3f}"]
         for i, call in enumerate(result.calls):
-            won = _won(call, "not kept" if not result.kept() else "")
+            won = _won(call, None if result.kept() else "not kept")
             rows.append(_call_row(shape if i == 0 else "", call, won, times if i == 0 else ["", "", ""]))
     for shape, calls in tuned.cut_short.items():
         rows += [_call_row(f"{shape} (cut short)" if i == 0 else "", call, _won(call, "not compared"),
@@ -73,11 +73,13 @@ def search_rows(tuned: Tuned) -> list[list[str]]:
     return rows
 
 
-def _won(call: TunedGemm, unpinned: str) -> str:
-    """The search's winner, or ``as written (<winner> <unpinned>)`` where it is not pinned."""
+def _won(call: TunedGemm, unpinned: str | None) -> str:
+    """The search's winner, or ``as written (<winner> <unpinned>)`` where it is not pinned (``unpinned``:
+    why)."""
     if call.tuned is None:
         return "as written"
-    return f"as written ({config_label(call.tuned)} {unpinned})" if unpinned else config_label(call.tuned)
+    won = config_label(call.tuned)
+    return won if unpinned is None else f"as written ({won} {unpinned})"
 
 
 def _call_row(shape: str, call: TunedGemm, won: str, times: list[str]) -> list[str]:

@@ -20,10 +20,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
+import functools
 import mmap
 import os
 import threading
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -63,12 +65,17 @@ def _cuda_call(name: str, *args: int) -> int:
     return result[0] if result else -1
 
 
+@functools.cache
+def _madvise() -> Any:
+    madvise = ctypes.CDLL(None, use_errno=True).madvise
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return madvise
+
+
 def _populate(address: int, nbytes: int) -> bool:
     """Make the pages of ``nbytes`` at ``address`` as a write would, writing nothing (``MADV_POPULATE_WRITE``
     through ctypes, which lets go of the GIL); False where the kernel refuses."""
-    madvise = ctypes.CDLL(None, use_errno=True).madvise
-    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    return bool(madvise(address, nbytes, MADV_POPULATE_WRITE) == 0)
+    return bool(_madvise()(address, nbytes, MADV_POPULATE_WRITE) == 0)
 
 
 def default_window_bytes(device: str) -> int:

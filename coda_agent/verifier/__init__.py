@@ -22,7 +22,7 @@ from ..tasks.model import Task
 from ..untrusted import storable, storable_tree
 from .plan import COMPILE_STAGES, DEFAULT_TUNE_BUDGET_S, PROFILE_COMPILE_MODES, Plan
 from .sandbox import detect as detect_sandbox
-from .verdict import Outcome, OutputCheck, ShapeTuning, StageResult, TunedGemm, Verdict
+from .verdict import MIN_GAIN, Outcome, OutputCheck, ShapeTuning, StageResult, TunedGemm, Verdict
 
 if TYPE_CHECKING:
     from .stages import Context
@@ -189,7 +189,7 @@ def pinned_source(source: str, tuned: Verdict, stage: str = "tune", min_gain: fl
     from . import tuning
     from .static.schedule_source import pin_schedule, pinned_notes
 
-    min_gain = tuning.MIN_GAIN if min_gain is None else min_gain
+    min_gain = MIN_GAIN if min_gain is None else min_gain
     result = tuned.stage(stage)
     if not tuned.passed or result is None:
         raise TuningFailed(tuned.reason or tuned.outcome.value, _searched(result))
