@@ -35,6 +35,10 @@ def swiglu_bwd(acc, c):
     ('swiglu_bwd', 8192, 14336, 4096): Config(),
     ('swiglu_bwd', 16384, 5632, 2048): Config(tile_n=128, cluster_m=1, cluster_n=2),
     ('swiglu_bwd', 16384, 11008, 4096): Config(),
+    # The Llama-3 1B stack's shape in bench-e2e (4 x 8192 tokens): 1x2 took 5.7-5.8% less time than the 2x1 default
+    # there (bench/results/h100-2026-12-06-d-notes.md). The packed default stays 2x1: the forward's packed
+    # kernels took 8-12% longer with 1x2 at K 2048.
+    ('swiglu_bwd', 32768, 8192, 2048): Config(tile_n=128, cluster_m=1, cluster_n=2),
 })
 def forward(dy, w_down, preact):
     out = gemm(swiglu_bwd, dy, w_down, C=preact)
