@@ -321,17 +321,9 @@ class LoadAheadSm90(GemmSm90):
                 varlen_manager.offset_batch_B(mB_nkl, batch_idx),
                 cute.select(self.cta_tile_shape_mnk, [1, 2]), (tile_coord_mnkl[1], None),
             )
-            cluster_mn = self.cluster_shape_mnk[:2]
-            copy_A = copy_utils.tma_get_block_copy_fn(
-                tma_atom_a, src_tensor=gA, dst_tensor=sA,
-                tma_multicast={"cluster_shape": cluster_mn, "multicast_dim": "M"},
-            )
-            copy_B = copy_utils.tma_get_block_copy_fn(
-                tma_atom_b, src_tensor=gB, dst_tensor=sB,
-                tma_multicast={"cluster_shape": cluster_mn, "multicast_dim": "N"},
-            )
             k_tile_cnt = cute.ceil_div(varlen_manager.len_k(batch_idx), self.cta_tile_shape_mnk[2])
-            producer_state = self.load_tma(ab_pipeline, producer_state, [copy_A, copy_B], k_tile_cnt)
+            loads = self._ab_loads(tma_atom_a, gA, sA, tma_atom_b, gB, sB, k_tile_cnt)
+            producer_state = self.load_tma(ab_pipeline, producer_state, loads, k_tile_cnt)
             if const_expr(first_tile_issued is not None):
                 if announce:
                     first_tile_issued.arrive()
@@ -346,6 +338,23 @@ class LoadAheadSm90(GemmSm90):
         ab_pipeline.producer_tail(producer_state)
         if is_scheduler_warp:
             tile_scheduler.producer_tail()
+
+    def _ab_loads(self, tma_atom_a: Any, gA: cute.Tensor, sA: cute.Tensor, tma_atom_b: Any, gB: cute.Tensor,
+                  sB: cute.Tensor, k_tile_cnt: Any) -> list[Any]:
+        """What the A/B warp issues for each k-block of a tile, ``fn(k_block, stage, tma_bar_ptr=...)`` after
+        the stage is acquired: its A and B loads, multicast across the cluster (a probe's subclass may add
+        to them, e.g. ``bench/probes/l2_prefetch.py``)."""
+        cluster_mn = self.cluster_shape_mnk[:2]
+        return [
+            copy_utils.tma_get_block_copy_fn(
+                tma_atom_a, src_tensor=gA, dst_tensor=sA,
+                tma_multicast={"cluster_shape": cluster_mn, "multicast_dim": "M"},
+            ),
+            copy_utils.tma_get_block_copy_fn(
+                tma_atom_b, src_tensor=gB, dst_tensor=sB,
+                tma_multicast={"cluster_shape": cluster_mn, "multicast_dim": "N"},
+            ),
+        ]
 
     @cute.jit
     def _load_epilogue_operands(
