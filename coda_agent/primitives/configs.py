@@ -141,7 +141,9 @@ DYNAMIC_SCHEDULER = True
 #: GEMM's, and at QuACK's 128x192 default the epilogue, not the mainloop, sets the time (ncu at
 #: gemm_swiglu_bwd coda-h2048: 51% SM and 30% DRAM throughput against 94% SM for the plain GEMM). 128x128
 #: pingpong measured 1.11-1.53x faster than 128x192 at all five gemm_swiglu_bwd bench shapes, and faster than
-#: every other tile of the sweep (bench/README.md, Kernel configs).
+#: every other tile of the sweep (bench/README.md, Kernel configs). Its 2x1 cluster too: 1x2 took 8-12% longer
+#: for the forward's packed kernels at K 2048, though the SwiGLU backward's pins take it there
+#: (bench/results/h100-2026-12-06-d-notes.md).
 PACKED_TILE = Config(tile_n=128)
 #: The tile an element-mode call that names no config runs where the wave model says the 128x192 default
 #: wastes part of a wave by :data:`NARROW_MIN_GAIN` or more (the narrow-N projections).
