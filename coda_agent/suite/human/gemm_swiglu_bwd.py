@@ -21,7 +21,9 @@ def swiglu_bwd(acc, c):
 
 # 128x192 at the three K-4096 shapes, where its longer mainloop per tile outweighs its wider packed epilogue (1.8-3.7%
 # faster than at the 128x128 packed default, bench/results/h200-2026-12-02-i-fold-probe.log); at K 2048 the default
-# stays (128x192 ran 25-30% slower there).
+# stays (128x192 ran 25-30% slower there). 32768 x 8192 x 2048 is the Llama-3 1B stack's shape in bench-e2e (4 x
+# 8192 tokens), outside the bench: 128x128 with a 1x2 cluster took 5.7-5.8% less time there than the packed default's
+# 2x1 (bench/results/h100-2026-12-06-d-notes.md), which stays 2x1 for the forward's packed kernels.
 # coda-agent tune: configs pinned by the harness's tune stage on NVIDIA H100 80GB HBM3; forward() as written -> tuned (GPU time;
 # coda-agent tune: bench/results/h100-2026-12-06-c-tune-human-1.json):
 # coda-agent tune:   llama3-8b: 1361.6 us, kept as written (nothing was 1% faster)
@@ -35,9 +37,6 @@ def swiglu_bwd(acc, c):
     ('swiglu_bwd', 8192, 14336, 4096): Config(),
     ('swiglu_bwd', 16384, 5632, 2048): Config(tile_n=128, cluster_m=1, cluster_n=2),
     ('swiglu_bwd', 16384, 11008, 4096): Config(),
-    # The Llama-3 1B stack's shape in bench-e2e (4 x 8192 tokens): 1x2 took 5.7-5.8% less time than the 2x1 default
-    # there (bench/results/h100-2026-12-06-d-notes.md). The packed default stays 2x1: the forward's packed
-    # kernels took 8-12% longer with 1x2 at K 2048.
     ('swiglu_bwd', 32768, 8192, 2048): Config(tile_n=128, cluster_m=1, cluster_n=2),
 })
 def forward(dy, w_down, preact):
