@@ -21,9 +21,7 @@ def swiglu_bwd(acc, c):
 
 # 128x192 at the three K-4096 shapes, where its longer mainloop per tile outweighs its wider packed epilogue (1.8-3.7%
 # faster than at the 128x128 packed default, bench/results/h200-2026-12-02-i-fold-probe.log); at K 2048 the default
-# stays (128x192 ran 25-30% slower there). 32768 x 8192 x 2048 is the Llama-3 1B stack's shape in bench-e2e (4 x
-# 8192 tokens), outside the bench: 128x128 with a 1x2 cluster took 5.7-5.8% less time there than the packed default's
-# 2x1 (bench/results/h100-2026-12-06-d-notes.md), which stays 2x1 for the forward's packed kernels.
+# stays (128x192 ran 25-30% slower there).
 # coda-agent tune: configs pinned by the harness's tune stage on NVIDIA H100 80GB HBM3; forward() as written -> tuned (GPU time;
 # coda-agent tune: bench/results/h100-2026-12-06-c-tune-human-1.json):
 # coda-agent tune:   llama3-8b: 1361.6 us, kept as written (nothing was 1% faster)
@@ -31,6 +29,7 @@ def swiglu_bwd(acc, c):
 # coda-agent tune:   coda-h2048: 704.6 -> 666.9 us
 # coda-agent tune:   coda-h4096: 2108.0 us, kept as written (nothing was 1% faster)
 # coda-agent tune:   ragged: 995.5 us, kept as written (nothing was 1% faster)
+# coda-agent tune:   e2e-1b (32768 x 8192 x 2048, bench-e2e's Llama-3 1B stack, not a bench shape; pinned from the schedule probe, bench/results/h100-2026-12-06-d-notes.md): 2019.2 -> 1904.3 us
 @schedule({
     ('swiglu_bwd', 8000, 10000, 4000): Config(),
     ('swiglu_bwd', 8192, 8192, 2048): Config(tile_n=128, cluster_m=1, cluster_n=2),
