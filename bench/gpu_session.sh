@@ -79,6 +79,8 @@
 #   epilogue-cost  bench/probes/epilogue_cost.py: gemm_rmsnorm_bwd's epilogue whole and less one part at a time,
 #             beside its empty twin and cuBLAS, at the 1B stack's dgrad rows (EPI_COST_ARGS replaces the shapes);
 #             in epilogue-cost.jsonl (about 90 s)
+#   stage-cap bench/probes/stage_cap.py: the SwiGLU backward's plain GEMM at 256x128 cooperative with its A/B stages
+#             capped, against cuBLAS (STAGE_CAP_ARGS replaces its rows, caps and tile); in stage-cap.jsonl (about 130 s)
 # Each phase's log notes the time, the host's load and CPU steal at its start and end; <phase>-gpu.csv samples the
 # GPU's clocks, power and throttle reasons once a second while it runs (power-capped clocks move kernel times).
 # Everything lands in .gpuwork/ (git-ignored: it stays on the machine between calls while it is warm) and comes back
@@ -189,7 +191,10 @@ for spec in "$@"; do
     window) run_phase window "$secs" "${gpu_tests[@]}" tests/test_window.py tests/test_torch_glue.py ;;
     epilogue-cost) run_phase epilogue-cost "$secs" python3 bench/probes/epilogue_cost.py \
                      ${EPI_COST_ARGS:---shape 32768,2048,3072 --shape 32768,2048,16384} --json "$work/epilogue-cost.jsonl" ;;
-    *) echo "unknown phase $phase (bench, trust, guards, launch, ahead, ops, more, e2e, tune-run, accept, tune-human, cublas, probe, ncu-source, first-call, host, rope, sdpa, transfer, window, epilogue-cost)"; exit 2 ;;
+    stage-cap) run_phase stage-cap "$secs" python3 bench/probes/stage_cap.py \
+                 ${STAGE_CAP_ARGS:---row gemm_swiglu_bwd:llama3-1b --row gemm_swiglu_bwd:coda-h2048 --caps 4,3,2} \
+                 --json "$work/stage-cap.jsonl" ;;
+    *) echo "unknown phase $phase (bench, trust, guards, launch, ahead, ops, more, e2e, tune-run, accept, tune-human, cublas, probe, ncu-source, first-call, host, rope, sdpa, transfer, window, epilogue-cost, stage-cap)"; exit 2 ;;
   esac
 done
 # The logs get committed: this machine's paths become the repository root ".", python3, <site-packages> and $OUT.
