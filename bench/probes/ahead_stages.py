@@ -14,6 +14,8 @@ bench/probes/ahead_stages.py:MainloopFirstSm90`` times it beside the load-ahead 
 
 from typing import Any
 
+from quack.gemm_sm90 import GemmSm90
+
 from coda_agent.primitives._ahead import LoadAheadSm90
 from coda_agent.primitives.quack_patches import MIN_AB_STAGES  # noqa: F401  (named in a docstring)
 
@@ -128,3 +130,19 @@ class QuackRegistersSm90(LoadAheadSm90):
     208 accumulator registers a thread), where :class:`LoadAheadSm90` takes 24/240 from 192."""
 
     wide_registers_from = None
+
+
+class NarrowSubtilesSm90(LoadAheadSm90):
+    """The load-ahead kernel with subtiles half as wide (64x16 where QuACK takes 64x32): half the registers a
+    subtile's C, fn and outputs hold at once, at twice the subtiles (and barriers) a tile.
+
+    For gemm_swiglu_bwd at its K-2048 rows: the 128x128 tile it runs there is L2-bound (its plain twin 0.89x
+    cuBLAS on an H100), and the wider 128x192 tile lost 25-30% to spills (the packed epilogue's 64x32 subtile beside
+    192 accumulator registers a thread). At 64x16 the sm_90a build of that tile has no spills (``sass_probe.py``)."""
+
+    @staticmethod
+    def _compute_tile_shape_or_override(cta_tile_shape_mnk: Any, atom_layout_mnk: Any, element_type: Any = None,
+                                        epi_tile_override: Any = None) -> tuple[int, int]:
+        tile_m, tile_n = GemmSm90._compute_tile_shape_or_override(cta_tile_shape_mnk, atom_layout_mnk,
+                                                                   element_type, epi_tile_override)
+        return tile_m, min(tile_n, 16)
