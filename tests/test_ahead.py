@@ -406,6 +406,24 @@ def test_the_register_split_spills_under_a_third_of_quacks_at_the_rms_backward_t
     assert quacks > 100 and ahead * 3 < quacks, (quacks, ahead)
 
 
+@pytest.mark.slow
+def test_the_probes_narrow_subtiles_build_the_swiglu_backward_at_128x192_unspilled(monkeypatch, tmp_path):
+    """bench/probes/ahead_stages.py:NarrowSubtilesSm90 (bench/results/h100-2026-12-06-e-notes.md, call 4):
+    the load-ahead kernel spills gemm_swiglu_bwd's packed epilogue at 128x192 pingpong with 64x32 subtiles,
+    not with 64x16 ones, which take twice the TMA stores a tile."""
+    import re
+
+    config = '{"tile_m": 128, "tile_n": 192, "pingpong": true, "load_ahead": true}'
+    wide = _sass(monkeypatch, tmp_path / "wide", "gemm_swiglu_bwd", config)
+    narrow = _sass(monkeypatch, tmp_path / "narrow", "gemm_swiglu_bwd", config, "NarrowSubtilesSm90")
+
+    def count(pattern: str, text: str) -> int:
+        return len(re.findall(pattern, text))
+
+    assert count(r"\bSTL\b", wide) > 0 and count(r"\bSTL\b", narrow) == count(r"\bLDL\b", narrow) == 0
+    assert count(r"UTMASTG", narrow) == 2 * count(r"UTMASTG", wide) > 0
+
+
 #: QuACK's split at 128x256 cooperative with C, where too little shared memory leaves one A/B stage: as
 #: QuACK's kernel runs it, inside and after a refusal block, and as the load-ahead kernel runs it.
 _FLOOR = """
