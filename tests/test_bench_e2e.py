@@ -168,6 +168,29 @@ def test_a_kernel_is_named_for_what_it_is(name: str, kind: str):
     assert e2e.kernel_kind(name) == kind
 
 
+def test_the_timeline_counts_the_gpus_idle_time_between_kernels():
+    """Overlapping kernels count once as busy; a gap ends with the next kernel to start."""
+    kernels = [(0.0, 10.0, "a_gemm"), (2.0, 12.0, "softmax_grad_in_place"), (15.0, 20.0, "nvjet_x"),
+               (40.0, 41.0, "GemmMod_rms_bwd"), (41.0, 45.0, "triton_poi_1")]
+    t = e2e.gpu_timeline(kernels, longest=2)
+    assert t is not None
+    assert (t.span_us, t.busy_us, t.idle_us) == (45.0, 12.0 + 5.0 + 5.0, 23.0)
+    assert [(g.us, g.before, g.after) for g in t.longest] == [(20.0, "nvjet_x", "GemmMod_rms_bwd"),
+                                                              (3.0, "softmax_grad_in_place", "nvjet_x")]
+    assert [(k.kind, k.count, k.total_us) for k in t.idle_by_next_kind] == [
+        ("task kernels (GEMM + epilogue)", 1, 20.0), ("other GEMMs (cuBLAS, aten)", 1, 3.0)]
+    assert e2e.gpu_timeline([]) is None
+
+
+def test_the_markdown_shows_the_timeline_where_there_is_one(run: E2ERun):
+    assert run.coda.timeline is None and "sat idle" not in e2e_markdown(run)  # the CPU step has no kernels
+    timeline = e2e.gpu_timeline([(0.0, 1000.0, "GemmMod_a"), (3000.0, 4000.0, "nvjet_b")])
+    coda = run.coda.model_copy(update={"timeline": timeline})
+    md = e2e_markdown(run.model_copy(update={"variants": [coda, *run.variants[1:]]}))
+    assert "The GPU sat idle 2.00 ms of the profiled step's 4.00 ms (50.0%), in 1 gap between" in md
+    assert "| other GEMMs (cuBLAS, aten) | 1 | 2,000 |" in md and "| 2,000 | `GemmMod_a` | `nvjet_b` |" in md
+
+
 def test_the_ratios_are_each_variants_time_over_codas(run: E2ERun):
     coda = run.coda
     assert set(run.speedups) == set(VARIANTS) - {"coda"}

@@ -26,7 +26,17 @@ from ..provenance import driver_version, git_commit, package_versions
 from ..torch import CodaLlamaLayer, CodaLlamaStack, CodaLMHead, Kernels, ReferenceLlamaStack
 from ..torch.check import check_gradients
 from ..torch.layer import IGNORE_INDEX
-from .results import E2EConfig, E2ERun, E2EVariant, GradientCheck, KernelFile, KernelKind, KernelTime
+from .results import (
+    E2EConfig,
+    E2ERun,
+    E2EVariant,
+    GpuTimeline,
+    GradientCheck,
+    KernelFile,
+    KernelGap,
+    KernelKind,
+    KernelTime,
+)
 
 #: CODA's torchtitan 1B (Llama 3.2 1B: 16 layers, vocab 128256) at batch 4 x 8192, Llama 3.1 8B's layers (32
 #: of them; time a few with --layers) at batch 2 x 8192, and a CPU-sized one for tests.
@@ -193,10 +203,53 @@ def by_kind(rows: list[tuple[str, int, float]]) -> list[KernelKind]:
     return sorted(sums.values(), key=lambda k: -k.total_us)
 
 
-def profile_kernels(step: Callable[[], object], device: str,
-                    top: int) -> tuple[str, float, list[KernelTime], list[KernelKind]]:
-    """What one step spends its time in: (what was counted, total µs, the ``top`` by total time, every one by
-    kind). On a GPU the CUDA kernels; on a CPU the ops' self time (there are no kernels)."""
+#: The gaps a timeline names, longest first.
+LONGEST_GAPS = 8
+
+
+def gpu_timeline(kernels: Iterable[tuple[float, float, str]],
+                 longest: int = LONGEST_GAPS) -> GpuTimeline | None:
+    """The timeline of one step's kernels, each (start µs, end µs, name): how long the GPU was busy between
+    the first start and the last end, and where it sat idle (each gap ended by the next kernel to start, after
+    the last one to end before it). None without kernels."""
+    ordered = sorted(kernels)
+    if not ordered:
+        return None
+    first, reach, last = ordered[0][0], ordered[0][1], ordered[0][2]
+    run_start, busy = first, 0.0
+    gaps: list[KernelGap] = []
+    for start, end, name in ordered[1:]:
+        if start > reach:
+            gaps.append(KernelGap(us=start - reach, before=last, after=name))
+            busy += reach - run_start
+            run_start = start
+        if end >= reach:
+            reach, last = end, name
+    busy += reach - run_start
+    by_kind: dict[str, KernelKind] = {}
+    for gap in gaps:
+        kind = kernel_kind(gap.after)
+        got = by_kind.get(kind, KernelKind(kind=kind, count=0, total_us=0.0))
+        by_kind[kind] = KernelKind(kind=kind, count=got.count + 1, total_us=got.total_us + gap.us)
+    return GpuTimeline(span_us=reach - first, busy_us=busy,
+                       idle_by_next_kind=sorted(by_kind.values(), key=lambda k: -k.total_us),
+                       longest=sorted(gaps, key=lambda g: -g.us)[:longest])
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What one step spends its time in (:func:`profile_kernels`)."""
+
+    measured: str  #: what was counted: CUDA kernels, or CPU ops without a GPU
+    total_us: float
+    top: list[KernelTime]
+    by_kind: list[KernelKind]
+    timeline: GpuTimeline | None  #: None on a CPU
+
+
+def profile_kernels(step: Callable[[], object], device: str, top: int) -> Profile:
+    """What one step spends its time in: the ``top`` kernels by total time, every one by kind and, on a GPU,
+    the step's timeline. On a GPU the CUDA kernels; on a CPU the ops' self time (there are no kernels)."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
@@ -204,17 +257,20 @@ def profile_kernels(step: Callable[[], object], device: str,
         step()
         if device == "cuda":
             torch.cuda.synchronize()
+    timeline = None
     if device == "cuda":
         kind = "CUDA kernels"
         rows = [(e.key, e.count, e.device_time_total) for e in prof.key_averages()
                 if e.device_type == torch.autograd.DeviceType.CUDA and e.device_time_total > 0]
+        timeline = gpu_timeline((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+                                if e.device_type == torch.autograd.DeviceType.CUDA)
     else:
         kind = "CPU ops (self time; no GPU)"
         rows = [(e.key, e.count,
                  e.self_cpu_time_total) for e in prof.key_averages() if e.self_cpu_time_total > 0]
     rows.sort(key=lambda r: -r[2])
     top_rows = [KernelTime(name=n, count=c, total_us=t) for n, c, t in rows[:top]]
-    return kind, sum(r[2] for r in rows), top_rows, by_kind(rows)
+    return Profile(kind, sum(r[2] for r in rows), top_rows, by_kind(rows), timeline)
 
 
 #: The tokens of the gradient check's batch (one sequence): enough for every kernel's tiles at the model's
@@ -326,7 +382,7 @@ def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | 
         spec = VARIANTS[name]
         progress(f"memory and profile: {name}")
         loss, peak, resident = peak_memory(steps[name], device)
-        kind, total_us, kernels, kinds = profile_kernels(steps[name], device, top)
+        profiled = profile_kernels(steps[name], device, top)
         checked = None
         if check_batch is not None and spec.coda and spec.compile_mode is None:
             progress(f"gradients against FP32 autograd: {name}")
@@ -338,8 +394,8 @@ def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | 
             compile_mode=compiled[name][1] if name in compiled else None,
             step=step_t, tokens_per_s=config.tokens / (step_t.median_us * 1e-6),
             non_attention_us=step_t.median_us - attention_us, loss=float(loss), peak_memory_bytes=peak,
-            resident_bytes=resident, kernels_measured=kind, kernel_total_us=total_us, top_kernels=kernels,
-            by_kind=kinds, gradients=checked,
+            resident_bytes=resident, kernels_measured=profiled.measured, kernel_total_us=profiled.total_us,
+            top_kernels=profiled.top, by_kind=profiled.by_kind, timeline=profiled.timeline, gradients=checked,
         ))
     notes = [f"{name} was left out: {why}" for name, why in dropped.items()]
     if backend != "inductor":

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from rich.table import Table
 
 from ..measure.timing import Timing
-from .results import NON_ATTENTION_GOAL, BenchRow, BenchRun, E2ERun, E2EVariant, Measured
+from .results import NON_ATTENTION_GOAL, BenchRow, BenchRun, E2ERun, E2EVariant, GpuTimeline, Measured
 
 #: Minimum kernel speed relative to cuBLAS alone, at every bench shape (the 1B and ragged ones too): the
 #: epilogue should be nearly free; a block's GEMMs are held to the sum of their cuBLAS times.
@@ -296,8 +296,28 @@ def e2e_gradients(run: E2ERun) -> list[str]:
     return lines
 
 
+def _short(name: str) -> str:
+    return name if len(name) <= KERNEL_NAME_CHARS else name[: KERNEL_NAME_CHARS - 1] + "…"
+
+
+def _timeline_rows(t: GpuTimeline) -> list[str]:
+    """The GPU's idle time inside the profiled step: by what ended each gap, and the longest gaps."""
+    gaps = sum(k.count for k in t.idle_by_next_kind)
+    share = 100 * t.idle_us / t.span_us if t.span_us else 0.0
+    lines = [f"The GPU sat idle {t.idle_us / 1e3:,.2f} ms of the profiled step's {t.span_us / 1e3:,.2f} ms "
+             f"({share:.1f}%), in {gaps:,} {'gap' if gaps == 1 else 'gaps'} between kernels. By the kind of "
+             "kernel that ended each gap:", "",
+             _md_row(["next kernel's kind", "gaps", "idle µs"]), _md_row(["---"] * 3)]
+    lines += [_md_row([k.kind, str(k.count), f"{k.total_us:,.0f}"]) for k in t.idle_by_next_kind]
+    lines += ["", "The longest gaps:", "", _md_row(["idle µs", "after", "before"]), _md_row(["---"] * 3)]
+    lines += [_md_row([f"{g.us:,.0f}", f"`{_short(g.before)}`", f"`{_short(g.after)}`"]) for g in t.longest]
+    return [*lines, ""]
+
+
 def _kernel_rows(v: E2EVariant) -> list[str]:
     lines = [f"### {v.name}: {v.kernels_measured} of one step ({v.kernel_total_us / 1e3:,.2f} ms in all)", ""]
+    if v.timeline is not None:
+        lines += _timeline_rows(v.timeline)
     if v.by_kind:
         lines += [_md_row(["kind", "count", "total µs", "% of all"]), _md_row(["---"] * 4)]
         lines += [_md_row([k.kind, str(k.count), f"{k.total_us:,.0f}",
@@ -307,9 +327,8 @@ def _kernel_rows(v: E2EVariant) -> list[str]:
     lines += [f"The top {len(v.top_kernels)}:", "", _md_row(["kernel", "count", "total µs", "% of all"]),
               _md_row(["---"] * 4)]
     for k in v.top_kernels:
-        name = k.name if len(k.name) <= KERNEL_NAME_CHARS else k.name[: KERNEL_NAME_CHARS - 1] + "…"
         share = 100 * k.total_us / v.kernel_total_us if v.kernel_total_us else 0.0
-        lines.append(_md_row([f"`{name}`", str(k.count), f"{k.total_us:,.0f}", f"{share:.1f}"]))
+        lines.append(_md_row([f"`{_short(k.name)}`", str(k.count), f"{k.total_us:,.0f}", f"{share:.1f}"]))
     return [*lines, ""]
 
 

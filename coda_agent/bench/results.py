@@ -192,6 +192,31 @@ class KernelKind(BaseModel):
     total_us: float
 
 
+class KernelGap(BaseModel):
+    """A stretch of a profiled step in which no kernel ran on the GPU."""
+
+    us: float
+    before: str = Field(description="the kernel that ended it began after")
+    after: str = Field(description="the kernel that ended it")
+
+
+class GpuTimeline(BaseModel):
+    """When the profiled step kept the GPU busy, from its first kernel's start to its last one's end: the rest
+    is time the GPU waited on the host (a launch that came late, a synchronisation), which no kernel table
+    shows."""
+
+    span_us: float
+    busy_us: float = Field(description="the union of the kernels' intervals")
+    idle_by_next_kind: list[KernelKind] = Field(default=[], description=(
+        "the idle time summed by the kind of kernel that ended each gap (bench.e2e.KERNEL_KINDS), largest "
+        "first; count: gaps"))
+    longest: list[KernelGap] = Field(default=[], description="the longest gaps, longest first")
+
+    @property
+    def idle_us(self) -> float:
+        return self.span_us - self.busy_us
+
+
 class GradientCheck(BaseModel):
     """A CODA variant's gradients at a small batch against FP32 autograd, by the suite's tolerance rule
     (``coda_agent.torch.check``)."""
@@ -229,6 +254,8 @@ class E2EVariant(BaseModel):
     top_kernels: list[KernelTime] = []
     by_kind: list[KernelKind] = Field(default=[], description="every profiled kernel (op), summed by what it "
                                                               "is (bench.e2e.KERNEL_KINDS), largest first")
+    timeline: GpuTimeline | None = Field(default=None, description="the profiled step's GPU busy and idle "
+                                                                   "time; None on a CPU")
     gradients: GradientCheck | None = Field(default=None, description="None: not checked (the plain models, "
                                                                       "and compiled CODA, which runs the "
                                                                       "same kernels)")
