@@ -133,3 +133,15 @@ def test_accept_speed_reads_issue_47s_bars_from_a_record(tmp_path: Path):
     table = accept.speed_table([{"task": "t", "speed": sp}])
     assert "| t | #1 48.7, #2 29.0 | 51.9 (45.0) | 7 (15) | 66.3 | tune, configs |" in table
     assert accept.speed(None) == {}
+
+
+@pytest.mark.parametrize(("seconds", "untried", "ok"), [
+    (45.0, 3, True), (41.0, 3, True), (49.4, 0, True),  # within 10% either way
+    (50.0, 0, False),  # over, even with the whole space timed
+    (30.0, 3, False),  # ended early with configs left untimed
+    (30.0, 0, True),  # ended early with nothing left to time
+    (30.0, None, False),  # a record that does not say
+])
+def test_the_tune_bar_allows_an_early_end_only_once_the_space_is_timed(seconds: float, untried: int | None,
+                                                                        ok: bool):
+    assert _accept_module().tune_within_budget(seconds, 45.0, untried) is ok
