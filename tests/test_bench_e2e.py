@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from coda_agent.bench import e2e
 from coda_agent.bench.e2e import PRESETS, VARIANTS, run_e2e, step_plan
+from coda_agent.bench.memory_peak import NO_FRAME, peak_live
 from coda_agent.bench.report import e2e_markdown
 from coda_agent.bench.results import E2E_SUFFIX, NON_ATTENTION_GOAL, E2ERun, KernelFile
 from coda_agent.bench.runner import write_run
@@ -189,6 +190,18 @@ def test_the_markdown_shows_the_timeline_where_there_is_one(run: E2ERun):
     md = e2e_markdown(run.model_copy(update={"variants": [coda, *run.variants[1:]]}))
     assert "The GPU sat idle 2.00 ms of the profiled step's 4.00 ms (50.0%), in 1 gap between" in md
     assert "| other GEMMs (cuBLAS, aten) | 1 | 2,000 |" in md and "| 2,000 | `GemmMod_a` | `nvjet_b` |" in md
+
+
+def test_the_markdown_shows_what_the_step_held_at_its_memory_peak(run: E2ERun):
+    assert run.coda.peak_breakdown is None and "memory peak" not in e2e_markdown(run)  # no GPU, no trace
+    layer = {"filename": "/x/coda_agent/torch/layer.py", "line": 120, "name": "forward"}
+    breakdown = peak_live([{"action": "alloc", "addr": 1, "size": 3 << 30, "frames": [layer]},
+                           {"action": "alloc", "addr": 2, "size": 1 << 29, "frames": []}])
+    coda = run.coda.model_copy(update={"peak_breakdown": breakdown})
+    md = e2e_markdown(run.model_copy(update={"variants": [coda, *run.variants[1:]]}))
+    assert "### coda: at its memory peak, 3.50 GiB allocated in the step" in md
+    assert "| `coda_agent/torch/layer.py:120 (forward)` | 3.000 | 1 |" in md
+    assert f"| `{NO_FRAME}` | 0.500 | 1 |" in md
 
 
 def test_the_ratios_are_each_variants_time_over_codas(run: E2ERun):

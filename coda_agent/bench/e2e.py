@@ -4,8 +4,9 @@ against the same model in plain PyTorch, eager and under torch.compile.
 Every variant runs the same weights and batch. Each variant's first step runs alone (its compiles), then the
 steps are timed interleaved (``measure.timing.time_interleaved``); the attention part, torch's SDPA in every
 variant, is timed alone at the stack's shapes, and ``non-attention time = step - layers x attention``: the
-part the task kernels replace. Then one step per variant for its peak memory and one under ``torch.profiler``
-for the kernels that made the difference.
+part the task kernels replace. Then one step per variant for its peak memory, one with the allocator's trace
+recorded for what is alive at that peak (``memory_peak``), and one under ``torch.profiler`` for the kernels
+that made the difference and the GPU's idle time between them.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ..provenance import driver_version, git_commit, package_versions
 from ..torch import CodaLlamaLayer, CodaLlamaStack, CodaLMHead, Kernels, ReferenceLlamaStack
 from ..torch.check import check_gradients
 from ..torch.layer import IGNORE_INDEX
+from .memory_peak import record_peak
 from .results import (
     E2EConfig,
     E2ERun,
@@ -382,6 +384,7 @@ def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | 
         spec = VARIANTS[name]
         progress(f"memory and profile: {name}")
         loss, peak, resident = peak_memory(steps[name], device)
+        breakdown = record_peak(steps[name]) if device == "cuda" else None
         profiled = profile_kernels(steps[name], device, top)
         checked = None
         if check_batch is not None and spec.coda and spec.compile_mode is None:
@@ -395,7 +398,8 @@ def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | 
             step=step_t, tokens_per_s=config.tokens / (step_t.median_us * 1e-6),
             non_attention_us=step_t.median_us - attention_us, loss=float(loss), peak_memory_bytes=peak,
             resident_bytes=resident, kernels_measured=profiled.measured, kernel_total_us=profiled.total_us,
-            top_kernels=profiled.top, by_kind=profiled.by_kind, timeline=profiled.timeline, gradients=checked,
+            top_kernels=profiled.top, by_kind=profiled.by_kind, timeline=profiled.timeline,
+            peak_breakdown=breakdown, gradients=checked,
         ))
     notes = [f"{name} was left out: {why}" for name, why in dropped.items()]
     if backend != "inductor":

@@ -13,7 +13,16 @@ from dataclasses import dataclass
 from rich.table import Table
 
 from ..measure.timing import Timing
-from .results import NON_ATTENTION_GOAL, BenchRow, BenchRun, E2ERun, E2EVariant, GpuTimeline, Measured
+from .results import (
+    NON_ATTENTION_GOAL,
+    BenchRow,
+    BenchRun,
+    E2ERun,
+    E2EVariant,
+    GpuTimeline,
+    Measured,
+    PeakBreakdown,
+)
 
 #: Minimum kernel speed relative to cuBLAS alone, at every bench shape (the 1B and ragged ones too): the
 #: epilogue should be nearly free; a block's GEMMs are held to the sum of their cuBLAS times.
@@ -314,6 +323,15 @@ def _timeline_rows(t: GpuTimeline) -> list[str]:
     return [*lines, ""]
 
 
+def _peak_rows(name: str, p: PeakBreakdown) -> list[str]:
+    """What one variant's step held at its memory peak, by where it was allocated."""
+    gib = 1 << 30
+    lines = [f"### {name}: at its memory peak, {p.step_bytes / gib:,.2f} GiB allocated in the step", "",
+             _md_row(["allocated at", "GiB", "blocks"]), _md_row(["---"] * 3)]
+    lines += [_md_row([f"`{s.where}`", f"{s.bytes / gib:,.3f}", str(s.blocks)]) for s in p.shares]
+    return [*lines, ""]
+
+
 def _kernel_rows(v: E2EVariant) -> list[str]:
     lines = [f"### {v.name}: {v.kernels_measured} of one step ({v.kernel_total_us / 1e3:,.2f} ms in all)", ""]
     if v.timeline is not None:
@@ -362,6 +380,12 @@ def e2e_markdown(run: E2ERun) -> str:
         "",
     ]
     best = run.best_compile
-    for v in [run.coda, *([best] if best is not None else [])]:
+    shown = [run.coda, *([best] if best is not None else [])]
+    for v in shown:
         lines += _kernel_rows(v)
+    peaks = [(v.name, v.peak_breakdown) for v in shown if v.peak_breakdown is not None]
+    if peaks:
+        lines += ["## What the step held at its memory peak", ""]
+        for name, breakdown in peaks:
+            lines += _peak_rows(name, breakdown)
     return "\n".join(lines)

@@ -217,6 +217,22 @@ class GpuTimeline(BaseModel):
         return self.span_us - self.busy_us
 
 
+class PeakShare(BaseModel):
+    """The blocks alive at a step's memory peak that one line of code allocated."""
+
+    where: str = Field(description="path:line (function), or why there is none (bench.memory_peak)")
+    bytes: int
+    blocks: int
+
+
+class PeakBreakdown(BaseModel):
+    """What the step's own allocations held at their peak, by where they were made (bench.memory_peak)."""
+
+    step_bytes: int = Field(description=("the most the step's allocations held at once (the weights, the "
+                                         "batch and what the step before left are not counted)"))
+    shares: list[PeakShare] = Field(default=[], description="largest first; the last may sum the rest")
+
+
 class GradientCheck(BaseModel):
     """A CODA variant's gradients at a small batch against FP32 autograd, by the suite's tolerance rule
     (``coda_agent.torch.check``)."""
@@ -256,6 +272,8 @@ class E2EVariant(BaseModel):
                                                               "is (bench.e2e.KERNEL_KINDS), largest first")
     timeline: GpuTimeline | None = Field(default=None, description="the profiled step's GPU busy and idle "
                                                                    "time; None on a CPU")
+    peak_breakdown: PeakBreakdown | None = Field(default=None, description=(
+        "what one step's allocations held at their peak; None on a CPU"))
     gradients: GradientCheck | None = Field(default=None, description="None: not checked (the plain models, "
                                                                       "and compiled CODA, which runs the "
                                                                       "same kernels)")
