@@ -204,6 +204,21 @@ def test_the_markdown_shows_what_the_step_held_at_its_memory_peak(run: E2ERun):
     assert f"| `{NO_FRAME}` | 0.500 | 1 |" in md
 
 
+def test_the_peak_step_starts_with_every_models_gradients_dropped():
+    """Resident memory is the weights and the batch, whichever variant left its gradients behind."""
+    models = [torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)]
+    for m in models:
+        m(torch.ones(1, 2)).sum().backward()
+    seen: list[bool] = []
+
+    def step() -> torch.Tensor:
+        seen.extend(p.grad is None for m in models for p in m.parameters())
+        return torch.zeros(())
+
+    loss, peak, resident = e2e.peak_memory(step, "cpu", models)
+    assert seen == [True] * 4 and (peak, resident) == (None, None) and float(loss) == 0.0
+
+
 def test_the_ratios_are_each_variants_time_over_codas(run: E2ERun):
     coda = run.coda
     assert set(run.speedups) == set(VARIANTS) - {"coda"}

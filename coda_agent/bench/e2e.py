@@ -163,8 +163,14 @@ def first_steps(steps: dict[str, Callable[[], torch.Tensor]], progress: Callable
     return dropped
 
 
-def peak_memory(step: Callable[[], torch.Tensor], device: str) -> tuple[torch.Tensor, int | None, int | None]:
-    """(loss, peak bytes, resident bytes) of one step; the byte counts only on a GPU."""
+def peak_memory(step: Callable[[], torch.Tensor], device: str,
+                models: Iterable[nn.Module] = ()) -> tuple[torch.Tensor, int | None, int | None]:
+    """(loss, peak bytes, resident bytes) of one step; the byte counts only on a GPU. Every one of ``models``
+    drops its gradients first, so that the resident bytes are the weights and the batch whichever variant
+    ran last (the gradient check leaves CODA's dropped, a compiled step the reference's kept: until
+    2026-12-06 the CODA step's peak counted the reference's gradients, 1.8 GiB at the 8B layers)."""
+    for model in models:
+        model.zero_grad(set_to_none=True)
     if device != "cuda":
         return step().detach(), None, None
     torch.cuda.synchronize()
@@ -383,7 +389,7 @@ def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | 
     for name in names:
         spec = VARIANTS[name]
         progress(f"memory and profile: {name}")
-        loss, peak, resident = peak_memory(steps[name], device)
+        loss, peak, resident = peak_memory(steps[name], device, (coda, reference))
         breakdown = record_peak(steps[name]) if device == "cuda" else None
         profiled = profile_kernels(steps[name], device, top)
         checked = None
