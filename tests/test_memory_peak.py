@@ -11,6 +11,7 @@ from coda_agent.bench.memory_peak import NO_FRAME, peak_live
 
 LAYER = {"filename": "/x/site-packages/coda_agent/torch/layer.py", "line": 120, "name": "forward"}
 QUACK = {"filename": "/x/site-packages/coda_agent/primitives/_quack.py", "line": 9, "name": "run"}
+OP = {"filename": "/x/site-packages/coda_agent/torch/ops.py", "line": 122, "name": "_run"}
 TORCH = {"filename": os.path.join(os.path.dirname(torch.__file__), "nn", "functional.py"), "line": 3,
          "name": "linear"}
 USER = {"filename": "/home/u/train.py", "line": 7, "name": "step"}
@@ -25,14 +26,14 @@ def free(addr: int, size: int) -> dict:
 
 
 def test_the_peak_is_the_most_the_steps_allocations_held_at_once():
-    events = [alloc(1, 100, QUACK, LAYER), alloc(2, 50, TORCH, USER), free(1, 100),
-              alloc(3, 120, QUACK, LAYER), alloc(4, 10),  # the peak: 50 + 120 + 10
+    events = [alloc(1, 100, QUACK, OP, LAYER), alloc(2, 50, TORCH, USER), free(1, 100),
+              alloc(3, 120, QUACK, OP, LAYER), alloc(4, 10),  # the peak: 50 + 120 + 10
               free(9, 1000),  # a block from before the recording: not counted
               free(3, 120), alloc(5, 60, TORCH)]
     p = peak_live(events)
     assert p.step_bytes == 180
     assert [(s.where, s.bytes, s.blocks) for s in p.shares] == [
-        ("coda_agent/torch/layer.py:120 (forward)", 120, 1),  # the model's line, not the buffer's maker
+        ("coda_agent/torch/layer.py:120 (forward)", 120, 1),  # the model's line: not the maker, not the op
         ("/home/u/train.py:7 (step)", 50, 1),  # outside torch
         (NO_FRAME, 10, 1)]
 

@@ -4,8 +4,9 @@ step (``torch.cuda.memory._record_memory_history``), replayed.
 A peak is a number; to lower it one needs the tensors behind it. The replay counts each block from its
 ``alloc`` to its ``free_requested`` (when ``torch.cuda.max_memory_allocated`` stops counting it), finds the
 moment the step's own allocations peak, and sums the blocks alive then by the line that made them: the
-innermost frame in the model's code (``coda_agent/torch``), else in coda_agent, else outside torch and the
-standard library. Blocks of autograd's C++ backward carry no Python frame and are counted as such.
+innermost frame in the model's code (``coda_agent/torch``, past the ops' wrapper), else in coda_agent, else
+outside torch and the standard library. Blocks of autograd's C++ backward carry no Python frame and are
+counted as such.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ NO_FRAME = "(no Python frame: autograd's C++ backward, or a compiled graph's own
 _TORCH = os.path.dirname(torch.__file__)
 _STDLIB = sysconfig.get_paths()["stdlib"]
 _PREFERRED = (f"{os.sep}coda_agent{os.sep}torch{os.sep}", f"{os.sep}coda_agent{os.sep}")
+#: The ops' own wrapper: every task kernel's outputs pass through it; the line that called the op names them.
+_WRAPPERS = (f"{os.sep}coda_agent{os.sep}torch{os.sep}ops.py",)
 
 
 def _where(frames: Sequence[Mapping[str, Any]]) -> str:
@@ -37,6 +40,7 @@ def _where(frames: Sequence[Mapping[str, Any]]) -> str:
         cut = name.rfind(f"{os.sep}coda_agent{os.sep}")
         return f"{name[cut + 1:] if cut >= 0 else name}:{f.get('line', '?')} ({f.get('name', '?')})"
 
+    frames = [f for f in frames if not str(f.get("filename", "")).endswith(_WRAPPERS)]
     for marker in _PREFERRED:
         found = next((f for f in frames if marker in str(f.get("filename", ""))), None)
         if found is not None:
