@@ -400,6 +400,7 @@ def test_one_1b_layer_on_the_gpu(tmp_path: Path):
         assert v.timeline is not None and 0 < v.timeline.busy_us <= v.timeline.span_us
         assert v.peak_breakdown is not None and v.peak_breakdown.step_bytes > 0
         assert v.peak_breakdown.step_bytes <= v.peak_memory_bytes  # type: ignore[operator]
+        assert v.energy is not None and v.energy.joules > 0 and v.energy.watts > 0 and v.energy.steps >= 2
     assert any("coda_agent/torch/" in s.where for s in run.coda.peak_breakdown.shares)  # type: ignore[union-attr]
     assert run.variant("eager").loss == pytest.approx(run.coda.loss, rel=1e-2)  # type: ignore[union-attr]
     assert run.coda.gradients is not None and run.coda.gradients.passed and run.coda.gradients.tokens == 2048

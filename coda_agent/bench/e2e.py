@@ -5,8 +5,9 @@ Every variant runs the same weights and batch. Each variant's first step runs al
 steps are timed interleaved (``measure.timing.time_interleaved``); the attention part, torch's SDPA in every
 variant, is timed alone at the stack's shapes, and ``non-attention time = step - layers x attention``: the
 part the task kernels replace. Then one step per variant for its peak memory, one with the allocator's trace
-recorded for what is alive at that peak (``memory_peak``), and one under ``torch.profiler`` for the kernels
-that made the difference and the GPU's idle time between them.
+recorded for what is alive at that peak (``memory_peak``), one under ``torch.profiler`` for the kernels
+that made the difference and the GPU's idle time between them, and a few back to back for the joules a step
+(``measure.energy``; under the power cap a step's energy paces it too).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..measure.energy import energy_counter, energy_per_step
 from ..measure.timing import Clock, RepPlan, Timing, time_interleaved
 from ..provenance import driver_version, git_commit, package_versions
 from ..torch import CodaLlamaLayer, CodaLlamaStack, CodaLMHead, Kernels, ReferenceLlamaStack
@@ -386,12 +388,14 @@ def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | 
 
     results = []
     check_batch = gradient_batch(config, device) if gradients else None
+    meter = energy_counter(torch.cuda.current_device()) if device == "cuda" else None
     for name in names:
         spec = VARIANTS[name]
         progress(f"memory and profile: {name}")
         loss, peak, resident = peak_memory(steps[name], device, (coda, reference))
         breakdown = record_peak(steps[name]) if device == "cuda" else None
         profiled = profile_kernels(steps[name], device, top)
+        energy = energy_per_step(steps[name], meter, torch.cuda.synchronize) if meter is not None else None
         checked = None
         if check_batch is not None and spec.coda and spec.compile_mode is None:
             progress(f"gradients against FP32 autograd: {name}")
@@ -405,7 +409,7 @@ def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | 
             non_attention_us=step_t.median_us - attention_us, loss=float(loss), peak_memory_bytes=peak,
             resident_bytes=resident, kernels_measured=profiled.measured, kernel_total_us=profiled.total_us,
             top_kernels=profiled.top, by_kind=profiled.by_kind, timeline=profiled.timeline,
-            peak_breakdown=breakdown, gradients=checked,
+            peak_breakdown=breakdown, energy=energy, gradients=checked,
         ))
     notes = [f"{name} was left out: {why}" for name, why in dropped.items()]
     if backend != "inductor":

@@ -288,6 +288,12 @@ def e2e_goal(run: E2ERun) -> str:
             f"{best.name} on the non-attention time, {_num(ratio['step'], '.3f')}x on the whole step")
 
 
+def e2e_energy(run: E2ERun) -> list[str]:
+    """A line per variant whose joules a step were measured."""
+    return [f"energy of {v.name}: {v.energy.joules:,.1f} J a step, {v.energy.watts:,.0f} W over "
+            f"{v.energy.steps} steps back to back" for v in run.variants if v.energy is not None]
+
+
 def e2e_gradients(run: E2ERun) -> list[str]:
     """A line per CODA variant whose gradients were checked: within the tolerance rule or not, and where."""
     lines = []
@@ -353,7 +359,7 @@ def _kernel_rows(v: E2EVariant) -> list[str]:
 def e2e_markdown(run: E2ERun) -> str:
     """The committed summary of an end-to-end run: provenance, the variants, the goal, the top kernels."""
     c = run.config
-    gradients = e2e_gradients(run)
+    gradients, energy = e2e_gradients(run), e2e_energy(run)
     lines = [
         f"# End-to-end bench: Llama-3 stack forward+backward on {run.device} ({run.created:%Y-%m-%d})",
         *_provenance(run),
@@ -375,7 +381,8 @@ def e2e_markdown(run: E2ERun) -> str:
         e2e_goal(run),
         "",
         *(f"- {line}" for line in gradients),
-        *([""] if gradients else []),
+        *(f"- {line}" for line in energy),
+        *([""] if gradients or energy else []),
         "## Kernels that made the difference",
         "",
     ]

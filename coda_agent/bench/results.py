@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, computed_field
 
+from ..measure.energy import StepEnergy
 from ..measure.timing import Timing, fastest_round_ratio, paired_ratio
 
 BENCH_SCHEMA_VERSION = 1
@@ -274,6 +275,8 @@ class E2EVariant(BaseModel):
                                                                    "time; None on a CPU")
     peak_breakdown: PeakBreakdown | None = Field(default=None, description=(
         "what one step's allocations held at their peak; None on a CPU"))
+    energy: StepEnergy | None = Field(default=None, description=(
+        "the GPU's joules a step, over a run of steps back to back; None on a CPU or without NVML's counter"))
     gradients: GradientCheck | None = Field(default=None, description="None: not checked (the plain models, "
                                                                       "and compiled CODA, which runs the "
                                                                       "same kernels)")
