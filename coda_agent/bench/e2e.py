@@ -169,8 +169,7 @@ def peak_memory(step: Callable[[], torch.Tensor], device: str,
                 models: Iterable[nn.Module] = ()) -> tuple[torch.Tensor, int | None, int | None]:
     """(loss, peak bytes, resident bytes) of one step; the byte counts only on a GPU. Every one of ``models``
     drops its gradients first, so that the resident bytes are the weights and the batch whichever variant
-    ran last (the gradient check leaves CODA's dropped, a compiled step the reference's kept: until
-    2026-12-06 the CODA step's peak counted the reference's gradients, 1.8 GiB at the 8B layers)."""
+    ran last (the gradient check drops CODA's, a compiled step keeps the reference's)."""
     for model in models:
         model.zero_grad(set_to_none=True)
     if device != "cuda":
