@@ -10,7 +10,9 @@
 # kernel at TUNE_BUDGET 50, tune-run 161 s at TUNE_BUDGET 120; accept 6-11 minutes for its three
 # own tasks, the soft-capped cross-entropy alone up to 382 s, and about 2 minutes for each suite task (H100,
 # 2026-12-05-e): split it with ACCEPT_TASKS over calls, that task in a call of its own. A device call lasts at most 600 s, and the machine
-# goes back after 30 s idle between calls.
+# goes back after 30 s idle between calls. e2e on an H100 (2026-12-06-f, fresh machine, with compile): --layers 2 about
+# 85 s, --layers 16 about 80 s, --preset 8b --layers 2 about 55 s since the peak's trace and the joules a step (c4cdc9c);
+# a phase's cap is SECONDS less the copy-back margin, so give each call 30 s more than that.
 # The phases run in order, each cut off at CAP seconds or at the call's end (SECONDS from now, less a margin for the
 # copy back), whichever comes first:
 #   bench     the whole-suite bench, or the tasks BENCH_TASKS names (resumes .gpuwork/bench.json, or BENCH_JSON:
