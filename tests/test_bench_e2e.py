@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import signal
 from pathlib import Path
 
 import pytest
@@ -324,6 +325,35 @@ def test_the_cli_without_a_gpu_says_so_in_one_line(monkeypatch, capsys):
     captured = capsys.readouterr()
     assert captured.err.count("\n") == 1 and "no CUDA GPU" in captured.err and not captured.out
     assert "`--preset tiny` runs it on the CPU emulator" in captured.err
+
+
+def test_a_run_cut_short_after_the_timing_keeps_what_it_measured(monkeypatch, capsys, tmp_path: Path):
+    """Ctrl-C, or a timeout's SIGTERM (the CLI makes it one), while a variant is profiled: every variant keeps
+    its timing, the variants measured before keep their measures, the files are written, the exit is 130, and
+    SIGTERM's handler is given back."""
+    handler = signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    profiled = e2e.profile_kernels
+
+    def interrupted_at_eager(step, device, top):
+        if len(seen) == 1:  # the second variant: eager
+            raise KeyboardInterrupt
+        seen.append(1)
+        return profiled(step, device, top)
+
+    seen: list[int] = []
+    monkeypatch.setattr(e2e, "profile_kernels", interrupted_at_eager)
+    out = tmp_path / "e2e.json"
+    assert invoke("bench-e2e", "--preset", "tiny", "--steps", "3", "--warmup", "1", "--variant", "eager",
+                  "--json", str(out)) == 130
+    run = E2ERun.model_validate_json(out.read_text())
+    coda, eager = run.variants
+    assert coda.top_kernels and coda.gradients is not None and coda.loss is not None
+    assert eager.step.reps == 3 and eager.loss is not None  # its peak step ran; its profile did not
+    assert not eager.top_kernels and eager.gradients is None
+    assert any(n.startswith("cut short while measuring eager") for n in run.notes)
+    assert "cut short" in capsys.readouterr().out and out.with_suffix(".md").exists()
+    assert signal.getsignal(signal.SIGTERM) == handler
 
 
 def test_the_tiny_preset_checks_a_kernel_files_gradients_on_the_cpu(monkeypatch, capsys, tmp_path: Path):

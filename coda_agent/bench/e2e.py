@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..measure.energy import energy_counter, energy_per_step
-from ..measure.timing import Clock, RepPlan, Timing, time_interleaved
+from ..measure.timing import Clock, RepPlan, time_interleaved
 from ..provenance import driver_version, git_commit, package_versions
 from ..torch import CodaLlamaLayer, CodaLlamaStack, CodaLMHead, Kernels, ReferenceLlamaStack
 from ..torch.check import check_gradients
@@ -53,6 +53,8 @@ PRESETS = {
                       batch=2, seq=32),
 }
 MAX_AUTOTUNE = "max-autotune-no-cudagraphs"
+#: How a run's note begins when Ctrl-C or a timeout's SIGTERM stopped it after the timing.
+CUT_SHORT = "cut short"
 
 
 @dataclass(frozen=True)
@@ -214,6 +216,11 @@ def by_kind(rows: list[tuple[str, int, float]]) -> list[KernelKind]:
 
 #: The gaps a timeline names, longest first.
 LONGEST_GAPS = 8
+
+
+def measured(variant: E2EVariant, **fields: object) -> E2EVariant:
+    """``variant`` with one more measure in it."""
+    return variant.model_copy(update=fields)
 
 
 def gpu_timeline(kernels: Iterable[tuple[float, float, str]],
@@ -385,32 +392,43 @@ def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | 
     timings = time_interleaved(timed, Clock(device), plan)
     attention_us = timings["attention"].median_us * config.layers
 
-    results = []
     check_batch = gradient_batch(config, device) if gradients else None
     meter = energy_counter(torch.cuda.current_device()) if device == "cuda" else None
+    results: dict[str, E2EVariant] = {}
     for name in names:
-        spec = VARIANTS[name]
-        progress(f"memory and profile: {name}")
-        loss, peak, resident = peak_memory(steps[name], device, (coda, reference))
-        breakdown = record_peak(steps[name]) if device == "cuda" else None
-        profiled = profile_kernels(steps[name], device, top)
-        energy = energy_per_step(steps[name], meter, torch.cuda.synchronize) if meter is not None else None
-        checked = None
-        if check_batch is not None and spec.coda and spec.compile_mode is None:
-            progress(f"gradients against FP32 autograd: {name}")
-            checked = gradient_check(coda, kernel_sets[spec.k_major_dgrad, spec.chosen_kernels], *check_batch)
-        step_t: Timing = timings[name]
-        results.append(E2EVariant(
+        spec, step_t = VARIANTS[name], timings[name]
+        results[name] = E2EVariant(
             name=name, model="CodaLlamaStack" if spec.coda else "ReferenceLlamaStack",
             compile_backend=compiled[name][0] if name in compiled else None,
             compile_mode=compiled[name][1] if name in compiled else None,
             step=step_t, tokens_per_s=config.tokens / (step_t.median_us * 1e-6),
-            non_attention_us=step_t.median_us - attention_us, loss=float(loss), peak_memory_bytes=peak,
-            resident_bytes=resident, kernels_measured=profiled.measured, kernel_total_us=profiled.total_us,
-            top_kernels=profiled.top, by_kind=profiled.by_kind, timeline=profiled.timeline,
-            peak_breakdown=breakdown, energy=energy, gradients=checked,
-        ))
-    notes = [f"{name} was left out: {why}" for name, why in dropped.items()]
+            non_attention_us=step_t.median_us - attention_us)
+    cut = None
+    try:  # each measure lands in its variant as it is taken: a run cut short keeps what it measured
+        for name in names:
+            spec = VARIANTS[name]
+            progress(f"memory and profile: {name}")
+            loss, peak, resident = peak_memory(steps[name], device, (coda, reference))
+            results[name] = measured(results[name], loss=float(loss), peak_memory_bytes=peak,
+                                     resident_bytes=resident)
+            if device == "cuda":
+                results[name] = measured(results[name], peak_breakdown=record_peak(steps[name]))
+            profiled = profile_kernels(steps[name], device, top)
+            results[name] = measured(results[name], kernels_measured=profiled.measured,
+                                     kernel_total_us=profiled.total_us, top_kernels=profiled.top,
+                                     by_kind=profiled.by_kind, timeline=profiled.timeline)
+            if meter is not None:
+                results[name] = measured(results[name],
+                                         energy=energy_per_step(steps[name], meter, torch.cuda.synchronize))
+            if check_batch is not None and spec.coda and spec.compile_mode is None:
+                progress(f"gradients against FP32 autograd: {name}")
+                results[name] = measured(results[name], gradients=gradient_check(
+                    coda, kernel_sets[spec.k_major_dgrad, spec.chosen_kernels], *check_batch))
+    except KeyboardInterrupt:  # Ctrl-C, or the SIGTERM of a timeout (the CLI makes it one)
+        cut = (f"{CUT_SHORT} while measuring {name} after the timing: what was measured is kept, the rest "
+               "absent")
+        progress(cut)
+    notes = [f"{name} was left out: {why}" for name, why in dropped.items()] + ([cut] if cut else [])
     if backend != "inductor":
         notes.append(f"no GPU: the torch.compile variants ran backend {backend} without a mode (Inductor's "
                      "CPU build takes tens of seconds and says nothing of a GPU); the times only show the "
@@ -423,7 +441,7 @@ def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | 
                           "layer's SDPA forward+backward timed alone, interleaved with the steps (causal, "
                           "GQA, Q/K/V as views of one QKV tensor as in the layers; their gradients left "
                           "where SDPA writes them)"),
-        notes=notes, config=config, attention=timings["attention"], variants=results,
+        notes=notes, config=config, attention=timings["attention"], variants=list(results.values()),
         kernel_files=[KernelFile(task=task, path=str(path),
                                  sha256=hashlib.sha256(Path(path).read_bytes()).hexdigest())
                       for task, path in sorted(kernel_files.items())],

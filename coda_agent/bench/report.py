@@ -254,7 +254,7 @@ def e2e_cells(run: E2ERun) -> list[list[str]]:
             f"{_num(v.step.p90_us and v.step.p90_us / 1e3, ',.2f')})",
             f"{v.tokens_per_s:,.0f}", f"{v.non_attention_us / 1e3:,.2f}",
             _num(ratio.get("step"), ".3f"), _num(ratio.get("non_attention"), ".3f"),
-            _gib(v.peak_memory_bytes), _gib(step_gib), f"{v.loss:.4f}",
+            _gib(v.peak_memory_bytes), _gib(step_gib), _num(v.loss, ".4f"),
         ])
     c = run.config
     rows.append([f"attention ({c.layers} x SDPA fwd+bwd)", "-", "-",

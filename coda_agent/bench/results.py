@@ -258,8 +258,9 @@ class E2EVariant(BaseModel):
     tokens_per_s: float
     non_attention_us: float = Field(description="the step's median less the layers' SDPA forward+backward "
                                                 "median")
-    loss: float = Field(description="the loss of one step at the bench's batch (the variants run the same "
-                                    "weights)")
+    loss: float | None = Field(default=None, description=(
+        "the loss of one step at the bench's batch (the variants run the same weights); None: a run cut "
+        "short before this variant's measures"))
     peak_memory_bytes: int | None = Field(default=None,
                                           description="torch.cuda.max_memory_allocated over one step, "
                                           "reset just before it; None on CPU")
