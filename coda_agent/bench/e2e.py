@@ -242,13 +242,8 @@ def gpu_timeline(kernels: Iterable[tuple[float, float, str]],
         if end >= reach:
             reach, last = end, name
     busy += reach - run_start
-    by_kind: dict[str, KernelKind] = {}
-    for gap in gaps:
-        kind = kernel_kind(gap.after)
-        got = by_kind.get(kind, KernelKind(kind=kind, count=0, total_us=0.0))
-        by_kind[kind] = KernelKind(kind=kind, count=got.count + 1, total_us=got.total_us + gap.us)
     return GpuTimeline(span_us=reach - first, busy_us=busy,
-                       idle_by_next_kind=sorted(by_kind.values(), key=lambda k: -k.total_us),
+                       idle_by_next_kind=by_kind([(g.after, 1, g.us) for g in gaps]),
                        longest=sorted(gaps, key=lambda g: -g.us)[:longest])
 
 
