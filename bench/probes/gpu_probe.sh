@@ -20,7 +20,12 @@ else
 fi
 probe=(python3 bench/probes/schedule_probe.py "${args[@]}")
 t0=$(date +%s)
-for i in $(seq 0 11); do timeout "${BUILD_S:-240}" "${probe[@]}" --precompile "$i/12" >"$work/build-$i.log" 2>&1 & done
+# BUILD_JOBS builders at once (default 12); each holds its row's inputs on the GPU, so rows of many GiB need fewer
+# (the LM head's 32768 x 128256 dgrad: 16 GiB a builder, 4 on an 80 GB H100)
+jobs=${BUILD_JOBS:-12}
+for i in $(seq 0 $((jobs - 1))); do
+  timeout "${BUILD_S:-240}" "${probe[@]}" --precompile "$i/$jobs" >"$work/build-$i.log" 2>&1 &
+done
 wait
 echo "built in $(( $(date +%s) - t0 )) s: $(cat "$work"/build-*.log | grep -c '^built') kernels, $(cat "$work"/build-*.log | grep -c 'left out') left out"
 timeout "${TIME_S:-200}" "${probe[@]}" --json "$work/probe.jsonl" >"$work/probe.log" 2>&1
