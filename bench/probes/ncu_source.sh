@@ -25,7 +25,10 @@ as written, dynamic, ahead}"
 # shellcheck disable=SC2206  # NCU_PROBE_ARGS is a list of words
 probe=(python3 bench/probes/schedule_probe.py --ahead ${NCU_PROBE_ARGS:-} "${rows[@]}" "${only[@]}")
 t0=$(date +%s)
-for i in $(seq 0 5); do timeout "${BUILD_S:-200}" "${probe[@]}" --precompile "$i/6" >"$work/build-$i.log" 2>&1 & done
+jobs=${BUILD_JOBS:-6}  # builders at once; each holds its row's inputs on the GPU (see gpu_probe.sh)
+for i in $(seq 0 $((jobs - 1))); do
+  timeout "${BUILD_S:-200}" "${probe[@]}" --precompile "$i/$jobs" >"$work/build-$i.log" 2>&1 &
+done
 wait
 echo "built in $(( $(date +%s) - t0 )) s: $(cat "$work"/build-*.log | grep -c '^built') kernels"
 ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
