@@ -21,7 +21,7 @@ fi
 probe=(python3 bench/probes/schedule_probe.py "${args[@]}")
 t0=$(date +%s)
 # BUILD_JOBS builders at once (default 12); each holds its row's inputs on the GPU, so rows of many GiB need fewer
-# (the LM head's 32768 x 128256 dgrad: 16 GiB a builder, 4 on an 80 GB H100)
+# (the LM head's 32768 x 128256 dgrad: a builder held up to 48 GiB on an 80 GB H100, so 1 there)
 jobs=${BUILD_JOBS:-12}
 for i in $(seq 0 $((jobs - 1))); do
   timeout "${BUILD_S:-240}" "${probe[@]}" --precompile "$i/$jobs" >"$work/build-$i.log" 2>&1 &
