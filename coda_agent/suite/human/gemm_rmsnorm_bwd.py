@@ -28,14 +28,11 @@ def rms_bwd(acc, c, h, gamma, rstd, zdz, neg_inv_n):
 # coda-agent tune:   ragged: 1786.3 us, kept as written (nothing was 1% faster)
 # coda-agent tune: and from bench/probes/schedule_probe.py on an H100 (h100-2026-12-06-b-probe-swizzle.log):
 # coda-agent tune:   the Llama-3 1B stack's q/k/v dgrad (bench-e2e, M = 4 x 8192 tokens): 647.2 -> 627.9 us with
-# coda-agent tune:   its 11 column tiles in one swizzle group (each row block of dz read from HBM once, not twice);
-# coda-agent tune:   the LM head's dgrad (32768 x 2048 x 128256, the same 11 column tiles): 26430.6 -> 25459.0 us
-# coda-agent tune:   (h100-2026-12-06-g-probe-lmdgrad.log, under the 700 W cap)
+# coda-agent tune:   its 11 column tiles in one swizzle group (each row block of dz read from HBM once, not twice)
 @schedule({
     ('rms_bwd', 8192, 2048, 16384): Config(tile_n=128, max_swizzle_size=16),
     ('rms_bwd', 16384, 2048, 11264): Config(max_swizzle_size=16),
     ('rms_bwd', 32768, 2048, 3072): Config(max_swizzle_size=16),
-    ('rms_bwd', 32768, 2048, 128256): Config(max_swizzle_size=16),
 })
 def forward(dz, w, h, gamma, rstd, zdz, dres):
     out = gemm(rms_bwd, dz, w, C=dres, h=h, gamma=gamma, rstd=rstd, zdz=zdz, neg_inv_n=-1.0 / h.shape[1])
