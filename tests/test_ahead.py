@@ -204,6 +204,59 @@ def test_the_next_probes_splits_trade_one_ab_stage_for_c_depth_or_stores_in_flig
     assert used["DeepCSm90"] == used["DeepStoresSm90"] == used["LoadAheadSm90"] == 216
 
 
+#: The long-K probe's split beside the product's, at gemm_rmsnorm_bwd's cooperative tiles, with the epilogue's
+#: shared memory as the sm_90a build counts it at each subtile (C and h, D and normed; the vectors and dgamma's
+#: partial sums unstaged).
+_LONG_K_SPLITS = """
+import json, sys
+from cutlass import BFloat16
+from cutlass._mlir import ir
+from coda_agent.primitives._ahead import LoadAheadSm90
+from coda_agent.tasks.loader import import_file
+probe = import_file(__import__("pathlib").Path(sys.argv[1]), "stages")
+def split(kernel, tile, subtile, unstaged, pingpong=False):
+    share = subtile[0] * subtile[1] * 2  # one more bf16 tensor a stage: h beside C, normed beside D
+    class Bytes:
+        pass
+    Bytes.unstaged, Bytes.d_stage, Bytes.c_stage = unstaged, share, share
+    cls = type("Split", (kernel,), {"epi_smem_bytes": classmethod(lambda cls, *a: Bytes())})
+    instance = object.__new__(cls)
+    instance.pingpong = pingpong
+    return instance._compute_stages(tile, subtile, BFloat16, BFloat16, BFloat16, BFloat16, None, 232448, 1)
+with ir.Context(), ir.Location.unknown():
+    print(json.dumps({
+        "product 256x128": split(LoadAheadSm90, (256, 128, 64), (128, 32), 5888),
+        "long K 256x128": split(probe.LongKSm90, (256, 128, 64), (128, 16), 5888),
+        "long K 128x256": split(probe.LongKSm90, (128, 256, 64), (128, 8), 8704),
+        "long K 128x256 at 128x16": split(probe.LongKSm90, (128, 256, 64), (128, 16), 8704),
+        "long K pingpong": split(probe.LongKSm90, (128, 192, 64), (64, 32), 1024, pingpong=True),
+    }))
+"""
+
+
+def test_the_long_k_probe_gives_a_cooperative_mainloop_four_stages_beside_the_epilogues_floor():
+    """bench/probes/ahead_stages.py's LongKSm90 (issue 45's LM-head dgrad, issue 44): where gemm_rmsnorm_bwd's
+    epilogue leaves a cooperative tile's mainloop 2 A/B stages, the probe keeps 4 and the epilogue at 2 D and
+    at least 1 C stage, on narrower subtiles; where the floor does not fit (128x256 at 128x16, by 512 bytes), the
+    product's split stands; pingpong tiles already have 4."""
+    out = json.loads(_child(_LONG_K_SPLITS, str(REPO / "bench/probes/ahead_stages.py")))
+    assert out["product 256x128"] == [2, 2, 5]
+    assert out["long K 256x128"] == [4, 2, 1]
+    assert out["long K 128x256"] == [4, 2, 3]
+    assert out["long K 128x256 at 128x16"][0] < 4
+    assert out["long K pingpong"] == [4, 4, 3]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tile", ['"tile_m": 256, "tile_n": 128', '"tile_m": 128, "tile_n": 256'])
+def test_the_long_k_probe_builds_gemm_rmsnorm_bwd_at_cooperative_tiles_for_sm90(monkeypatch, tmp_path, tile):
+    """The probe's kernels for the next device call (bench/probes/args/long_k_coop.txt): gemm_rmsnorm_bwd on
+    LongKSm90 at 256x128 and 128x256 cooperative, built for sm_90a."""
+    monkeypatch.setenv("QUACK_CACHE_DIR", str(tmp_path))
+    _child(_BUILD_AT, "gemm_rmsnorm_bwd", f'{{{tile}, "pingpong": false, "load_ahead": true}}', "LongKSm90")
+    assert any(tmp_path.rglob("*.o"))
+
+
 _THREE_GROUPS = """
 import json, sys
 from pathlib import Path

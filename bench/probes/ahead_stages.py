@@ -146,3 +146,53 @@ class NarrowSubtilesSm90(LoadAheadSm90):
         tile_m, tile_n = GemmSm90._compute_tile_shape_or_override(cta_tile_shape_mnk, atom_layout_mnk,
                                                                    element_type, epi_tile_override)
         return tile_m, min(tile_n, 16)
+
+
+class LongKSm90(LoadAheadSm90):
+    """The load-ahead kernel with the mainloop at 4 A/B stages and the epilogue's buffers at their floor (2 D
+    stages a set, C down to 1), wherever the product's split gives the mainloop fewer; what is left goes to C.
+
+    For a GEMM whose K dwarfs its tile: the LM head's dgrad, 32768 x 2048 x 128256, runs a tile's epilogue once
+    in 2004 k-blocks. There every cooperative tile of gemm_rmsnorm_bwd ran 0.56-0.71x cuBLAS on an H100, and ncu
+    put 78.5% of the 256x128 kernel's warp samples at the mainloop's stage barrier: its epilogue (C, h, D and
+    normed) leaves QuACK's split 2 A/B stages, where cuBLAS runs that GEMM as a 128x256 cooperative tile with 4
+    (bench/results/h100-2026-12-06-g-notes.md). At QuACK's 128x32 subtile of a cooperative tile that epilogue's
+    floor (2 D, 1 C: 48 KiB) does not fit beside 4 stages (192 KiB), so cooperative tiles take 128x16 subtiles
+    here (24 KiB), 128x8 at 256 columns. One C stage costs the epilogue a round trip to HBM a subtile, and two store buffers a wait for
+    the last store: a long mainloop hides both many times over."""
+
+    mainloop_stages = 4
+
+    @staticmethod
+    def _compute_tile_shape_or_override(cta_tile_shape_mnk: Any, atom_layout_mnk: Any, element_type: Any = None,
+                                        epi_tile_override: Any = None) -> tuple[int, int]:
+        tile_m, tile_n = GemmSm90._compute_tile_shape_or_override(cta_tile_shape_mnk, atom_layout_mnk,
+                                                                   element_type, epi_tile_override)
+        if atom_layout_mnk[0] == 1 or epi_tile_override is not None:  # pingpong: QuACK's subtile
+            return tile_m, tile_n
+        # 128x256: the 256 columns' vectors and reduction leave 512 bytes too few for 16
+        return tile_m, min(tile_n, 8 if cta_tile_shape_mnk[1] >= 256 else 16)
+
+    def _compute_stages(self, cta_tile_shape_mnk: Any, epi_tile: Any, a_dtype: Any, b_dtype: Any, d_dtype: Any,
+                        c_dtype: Any, epilogue_args: Any, smem_capacity: int, occupancy: int,
+                        warp_shape_mnk: Any = None, **kwargs: Any) -> tuple[int, int, int]:
+        ab, d, c = super()._compute_stages(cta_tile_shape_mnk, epi_tile, a_dtype, b_dtype, d_dtype, c_dtype,
+                                           epilogue_args, smem_capacity, occupancy, warp_shape_mnk, **kwargs)
+        if ab >= self.mainloop_stages:
+            return ab, d, c
+        d_bytes, c_bytes, unstaged = self.epi_stage_bytes(cta_tile_shape_mnk, epi_tile, d_dtype, c_dtype,
+                                                          epilogue_args, warp_shape_mnk)
+        ab_bytes = (cta_tile_shape_mnk[0] + cta_tile_shape_mnk[1]) * cta_tile_shape_mnk[2] * a_dtype.width // 8
+        budget = smem_capacity // occupancy - 1024 - 2048 - unstaged  # as the product's split reserves
+        d_floor = (2 if self.pingpong else 1) * 2 if d else 0
+        c_floor = 1 if c else 0
+
+        def used(c: int) -> int:
+            return self.mainloop_stages * ab_bytes + d_floor * d_bytes + c * c_bytes
+
+        if used(c_floor) > budget:
+            return ab, d, c
+        more = c_floor
+        while more < c and used(more + 1) <= budget:
+            more += 1
+        return self.mainloop_stages, d_floor, more
