@@ -204,9 +204,9 @@ def test_the_next_probes_splits_trade_one_ab_stage_for_c_depth_or_stores_in_flig
     assert used["DeepCSm90"] == used["DeepStoresSm90"] == used["LoadAheadSm90"] == 216
 
 
-#: The long-K probe's split beside the product's, at gemm_rmsnorm_bwd's cooperative tiles, with the epilogue's
-#: shared memory as the sm_90a build counts it at each subtile (C and h, D and normed; the vectors and dgamma's
-#: partial sums unstaged).
+#: The long-K probe's split beside the product's, at gemm_rmsnorm_bwd's cooperative tiles, with the
+#: epilogue's shared memory as the sm_90a build counts it at each subtile (C and h, D and normed; the vectors
+#: and dgamma's partial sums unstaged).
 _LONG_K_SPLITS = """
 import json, sys
 from cutlass import BFloat16
@@ -237,8 +237,8 @@ with ir.Context(), ir.Location.unknown():
 def test_the_long_k_probe_gives_a_cooperative_mainloop_four_stages_beside_the_epilogues_floor():
     """bench/probes/ahead_stages.py's LongKSm90 (issue 45's LM-head dgrad, issue 44): where gemm_rmsnorm_bwd's
     epilogue leaves a cooperative tile's mainloop 2 A/B stages, the probe keeps 4 and the epilogue at 2 D and
-    at least 1 C stage, on narrower subtiles; where the floor does not fit (128x256 at 128x16, by 512 bytes), the
-    product's split stands; pingpong tiles already have 4."""
+    at least 1 C stage, on narrower subtiles; where the floor does not fit (128x256 at 128x16, by 512 bytes),
+    the product's split stands; pingpong tiles already have 4."""
     out = json.loads(_child(_LONG_K_SPLITS, str(REPO / "bench/probes/ahead_stages.py")))
     assert out["product 256x128"] == [2, 2, 5]
     assert out["long K 256x128"] == [4, 2, 1]
