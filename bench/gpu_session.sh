@@ -88,8 +88,13 @@
 # Each phase's log notes the time, the host's load and CPU steal at its start and end; <phase>-gpu.csv samples the
 # GPU's clocks, power and throttle reasons once a second while it runs (power-capped clocks move kernel times).
 # Everything lands in .gpuwork/ (git-ignored: it stays on the machine between calls while it is warm) and comes back
-# as $OUT/gpuwork.tar.gz. Set CODA_AGENT_GIT_COMMIT: the tree travels without .git.
+# as $OUT/gpuwork.tar.gz. Set CODA_AGENT_GIT_COMMIT to the hash itself, written into the command here: the tree
+# travels without its .git, and a `git rev-parse` run there read another commit's (2026-12-06-g).
 set -uo pipefail
+if ! [[ "${CODA_AGENT_GIT_COMMIT:-}" =~ ^[0-9a-f]{7,40}(-dirty)?$ ]]; then
+  echo "gpu_session.sh: export CODA_AGENT_GIT_COMMIT=<the sent tree's commit> first (got '${CODA_AGENT_GIT_COMMIT:-}')" >&2
+  exit 2
+fi
 end=$(( $(date +%s) + ${1:?usage: gpu_session.sh SECONDS PHASE[:CAP] ...} - 25 ))
 shift
 work=.gpuwork

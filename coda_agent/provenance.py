@@ -35,8 +35,8 @@ def package_versions(names: tuple[str, ...] = RECORDED_PACKAGES) -> dict[str, st
 
 
 def git_state(repo: Path = REPO) -> tuple[str | None, bool]:
-    """(commit, dirty): dirty when any file git does not ignore differs from HEAD; (None, False) when
-    unknown."""
+    """(commit, dirty): dirty when any file git does not ignore differs from HEAD, or when git cannot say;
+    (None, False) when the commit is unknown."""
     named = os.environ.get(COMMIT_ENV)
     if named:
         return named.removesuffix("-dirty"), named.endswith("-dirty")
@@ -52,7 +52,9 @@ def git_state(repo: Path = REPO) -> tuple[str | None, bool]:
     if commit is None:
         return None, False
     status = git("status", "--porcelain")
-    return commit.strip(), bool(status and status.strip())
+    # A tree git cannot compare with HEAD is not known to be HEAD's: a copy beside a .git of another commit
+    # (the GPU machine's, 2026-12-06) must not print that commit as clean.
+    return commit.strip(), status is None or bool(status.strip())
 
 
 def git_commit(repo: Path = REPO) -> str | None:

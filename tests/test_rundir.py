@@ -171,3 +171,22 @@ def test_environment_facts_for_the_header():
     assert {"coda-agent", "torch"} <= set(versions)
     commit, dirty = git_state()
     assert commit is None or (len(commit) == 40 and isinstance(dirty, bool))
+
+
+def test_a_tree_git_cannot_compare_with_its_head_is_not_recorded_as_that_commit_clean(monkeypatch):
+    """The GPU machine's copy of the tree sat beside a .git of another commit (2026-12-06): where ``git status``
+    fails, the commit is kept but marked dirty; the environment's named commit wins over both."""
+    import subprocess
+
+    from coda_agent import provenance
+
+    def fake_run(args, **_):
+        ok = args[1] == "rev-parse"
+        return subprocess.CompletedProcess(args, 0 if ok else 128, stdout="a" * 40 + "\n" if ok else "")
+
+    monkeypatch.delenv(provenance.COMMIT_ENV, raising=False)
+    monkeypatch.setattr(provenance.subprocess, "run", fake_run)
+    assert provenance.git_state() == ("a" * 40, True)
+    assert provenance.git_commit() == "a" * 40 + "-dirty"
+    monkeypatch.setenv(provenance.COMMIT_ENV, "b" * 40)
+    assert provenance.git_commit() == "b" * 40
