@@ -174,8 +174,9 @@ def test_environment_facts_for_the_header():
 
 
 def test_a_tree_git_cannot_compare_with_its_head_is_not_recorded_as_that_commit_clean(monkeypatch):
-    """The GPU machine's copy of the tree sat beside a .git of another commit (2026-12-06): where ``git status``
-    fails, the commit is kept but marked dirty; the environment's named commit wins over both."""
+    """The GPU machine's copy of the tree sat beside a .git of another commit (2026-12-06): where
+    ``git status`` fails, the commit is kept but marked dirty; the environment's named commit wins over
+    both."""
     import subprocess
 
     from coda_agent import provenance
