@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
+from coda_agent import provenance
 from coda_agent.messages import ChatMessage
 from coda_agent.provenance import git_state, package_versions
 from coda_agent.store.records import Attempt, RunHeader, RunSummary, Usage
@@ -177,9 +179,6 @@ def test_a_tree_git_cannot_compare_with_its_head_is_not_recorded_as_that_commit_
     """The GPU machine's copy of the tree sat beside a .git of another commit (2026-12-06): where
     ``git status`` fails, the commit is kept but marked dirty; the environment's named commit wins over
     both."""
-    import subprocess
-
-    from coda_agent import provenance
 
     def fake_run(args, **_):
         ok = args[1] == "rev-parse"
