@@ -57,6 +57,8 @@ def test_example_task_derived_facts():
     # x, w, residual, gamma in bf16; h, normed in bf16; rstd in fp32
     assert (task.min_bytes(dims)
             == 2 * (8192 * 14336 + 4096 * 14336 + 8192 * 4096 + 4096) + 2 * 2 * 8192 * 4096 + 4 * 8192)
+    assert task.input_bytes(dims) == 2 * (8192 * 14336 + 4096 * 14336 + 8192 * 4096 + 4096)
+    assert task.output_bytes(dims) == 2 * 2 * 8192 * 4096 + 4 * 8192
     inputs = task.make_inputs({"M": 8, "N": 16, "K": 32}, seed=1)
     assert inputs["w"].shape == (16, 32) and str(inputs["w"].dtype) == "torch.bfloat16"
     assert float(inputs["gamma"].float().min()) >= 0.5 and float(inputs["gamma"].float().max()) <= 1.5

@@ -20,8 +20,8 @@ else
 fi
 probe=(python3 bench/probes/schedule_probe.py "${args[@]}")
 t0=$(date +%s)
-# BUILD_JOBS builders at once (default 12); each holds its row's inputs on the GPU, so rows of many GiB need fewer
-# (the LM head's 32768 x 128256 dgrad: a builder held up to 48 GiB on an 80 GB H100, so 1 there)
+# BUILD_JOBS builders at once (default 12); each holds its row's inputs on the GPU (a row over 2 GiB of inputs is
+# built at its task's small shape: schedule_probe.py's PRECOMPILE_ROW_BYTES)
 jobs=${BUILD_JOBS:-12}
 for i in $(seq 0 $((jobs - 1))); do
   timeout "${BUILD_S:-240}" "${probe[@]}" --precompile "$i/$jobs" >"$work/build-$i.log" 2>&1 &

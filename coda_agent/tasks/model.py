@@ -406,6 +406,10 @@ class Task(_Strict):
         """What one call's outputs take at their declared dtypes."""
         return sum(math.prod(o.concrete_shape(dims)) * DTYPE_BYTES[o.dtype] for o in self.outputs)
 
+    def input_bytes(self, dims: dict[str, int]) -> int:
+        """What one input set takes at the declared dtypes."""
+        return sum(math.prod(i.concrete_shape(dims)) * DTYPE_BYTES[i.dtype] for i in self.inputs)
+
     def flops(self, dims: dict[str, int]) -> float:
         return float(expr.evaluate(self.sol.flops, dims))
 
