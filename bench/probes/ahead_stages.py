@@ -158,8 +158,8 @@ class LongKSm90(LoadAheadSm90):
     normed) leaves QuACK's split 2 A/B stages, where cuBLAS runs that GEMM as a 128x256 cooperative tile with 4
     (bench/results/h100-2026-12-06-g-notes.md). At QuACK's 128x32 subtile of a cooperative tile that epilogue's
     floor (2 D, 1 C: 48 KiB) does not fit beside 4 stages (192 KiB), so cooperative tiles take 128x16 subtiles
-    here (24 KiB), 128x8 at 256 columns. One C stage costs the epilogue a round trip to HBM a subtile, and two store buffers a wait for
-    the last store: a long mainloop hides both many times over."""
+    here (24 KiB), 128x8 at 256 columns. One C stage costs the epilogue a round trip to HBM a subtile, and two
+    store buffers a wait for the last store: a long mainloop hides both many times over."""
 
     mainloop_stages = 4
 
@@ -184,7 +184,7 @@ class LongKSm90(LoadAheadSm90):
                                                           epilogue_args, warp_shape_mnk)
         ab_bytes = (cta_tile_shape_mnk[0] + cta_tile_shape_mnk[1]) * cta_tile_shape_mnk[2] * a_dtype.width // 8
         budget = smem_capacity // occupancy - 1024 - 2048 - unstaged  # as the product's split reserves
-        d_floor = (2 if self.pingpong else 1) * 2 if d else 0
+        d_floor = (4 if self.pingpong else 2) if d else 0  # 2 store buffers, a set per pingpong group
         c_floor = 1 if c else 0
 
         def used(c: int) -> int:
