@@ -325,6 +325,33 @@ def test_k_major_dgrad_weights_give_the_same_gradients(small, eager_run):
         assert torch.allclose(grads[name].float(), g.float(), rtol=1e-2, atol=1e-3), name
 
 
+def test_the_scaled_exp_head_passes_the_tolerance_rule(small, truth):
+    """``Kernels(scaled_exp_chunk=...)``: the LM head through the scaled-exp op and the element-wise norm
+    backward (their CPU math; QuACK's kernels are the GPU's to judge, bench-e2e's gradient check), ignored
+    tokens included, under the same rule as the chain's own head; and one graph under torch.compile."""
+    stack, h, targets = small
+    stack.use(Kernels(scaled_exp_chunk=128))
+    try:
+        loss, grads = coda_loss(stack, h, targets)
+        torch._dynamo.reset()
+        compiled_loss, compiled = coda_loss(stack, h, targets,
+                                            run=torch.compile(stack, backend="aot_eager", fullgraph=True))
+    finally:
+        stack.use(Kernels())
+    _, eager = reference_loss(stack, h, targets, torch.bfloat16)
+    assert abs(float(loss) - float(truth[0])) <= 1e-2 * abs(float(truth[0]))
+    assert_within_the_tolerance_rule(grads, truth[1], eager)
+    assert torch.equal(compiled_loss, loss)
+    for name, g in grads.items():
+        assert torch.equal(compiled[name], g), name
+
+
+@pytest.mark.parametrize("chunk", [0, 100])
+def test_a_scaled_exp_chunk_not_of_128_rows_is_refused(chunk):
+    with pytest.raises(ValueError, match="multiple of 128 rows"):
+        Kernels(scaled_exp_chunk=chunk)
+
+
 def test_a_kernel_for_a_task_outside_the_chain_is_refused():
     with pytest.raises(KeyError, match="not tasks of the Llama-3 chain"):
         Kernels({"gemm_rope": "best.py"})

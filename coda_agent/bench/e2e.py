@@ -60,13 +60,15 @@ CUT_SHORT = "cut short"
 @dataclass(frozen=True)
 class VariantSpec:
     """A variant: which model, torch.compile's mode around it (None: eager) and, for CODA's, whether its dgrad
-    GEMMs read K-major copies of the weights (``Kernels(k_major_dgrad=True)``) and whether the kernel files
-    given to the run replace the human kernels of their tasks."""
+    GEMMs read K-major copies of the weights (``Kernels(k_major_dgrad=True)``), whether the LM head runs
+    QuACK's scaled-exp cross-entropy and in chunks of how many rows (``Kernels(scaled_exp_chunk=...)``), and
+    whether the kernel files given to the run replace the human kernels of their tasks."""
 
     name: str
     coda: bool
     compile_mode: str | None
     k_major_dgrad: bool = False
+    scaled_exp_chunk: int | None = None
     chosen_kernels: bool = False
 
 
@@ -76,6 +78,9 @@ VARIANTS = {
         VariantSpec("coda", coda=True, compile_mode=None),
         VariantSpec("coda-compile", coda=True, compile_mode="default"),
         VariantSpec("coda-kmajor", coda=True, compile_mode=None, k_major_dgrad=True),
+        # QuACK's default chunk, and the whole batch of the 1B bench (32768 tokens) in one
+        VariantSpec("coda-scaled-exp", coda=True, compile_mode=None, scaled_exp_chunk=4096),
+        VariantSpec("coda-scaled-exp-32k", coda=True, compile_mode=None, scaled_exp_chunk=32768),
         VariantSpec("coda-kernels", coda=True, compile_mode=None, chosen_kernels=True),
         VariantSpec("eager", coda=False, compile_mode=None),
         VariantSpec("compile", coda=False, compile_mode="default"),
@@ -362,9 +367,10 @@ def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | 
 
     steps: dict[str, Callable[[], torch.Tensor]] = {}
     compiled: dict[str, tuple[str, str | None]] = {}  # name -> (backend, mode)
-    # by (K-major dgrad weights, the chosen files)
-    kernel_sets = {(False, False): Kernels(), (True, False): Kernels(k_major_dgrad=True),
-                   (False, True): chosen}
+    kernel_sets = {name: chosen if VARIANTS[name].chosen_kernels else
+                   Kernels(k_major_dgrad=VARIANTS[name].k_major_dgrad,
+                           scaled_exp_chunk=VARIANTS[name].scaled_exp_chunk)
+                   for name in names if VARIANTS[name].coda}
     for name in names:
         spec = VARIANTS[name]
         model: nn.Module = coda if spec.coda else reference
@@ -374,7 +380,7 @@ def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | 
             compiled[name] = (backend, spec.compile_mode if backend == "inductor" else None)
             run = torch.compile(model, backend=backend, mode=compiled[name][1], fullgraph=True)
         if spec.coda:  # the CODA variants share one stack's weights: each step sets its kernels first
-            run = on_kernels(coda, kernel_sets[spec.k_major_dgrad, spec.chosen_kernels], run)
+            run = on_kernels(coda, kernel_sets[name], run)
         steps[name] = training_step(model, run, h, targets)
     dropped = first_steps(steps, progress)
     if "coda" in dropped:
@@ -418,7 +424,7 @@ def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | 
             if check_batch is not None and spec.coda and spec.compile_mode is None:
                 progress(f"gradients against FP32 autograd: {name}")
                 results[name] = measured(results[name], gradients=gradient_check(
-                    coda, kernel_sets[spec.k_major_dgrad, spec.chosen_kernels], *check_batch))
+                    coda, kernel_sets[name], *check_batch))
     except KeyboardInterrupt:  # Ctrl-C, or the SIGTERM of a timeout (the CLI makes it one)
         cut = (f"{CUT_SHORT} while measuring {name} after the timing: what was measured is kept, the rest "
                "absent")

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import glue
+from . import glue, scaled_exp
 from .ops import Kernels
 
 IGNORE_INDEX = -100
@@ -187,6 +187,30 @@ class _LMHeadLoss(torch.autograd.Function):
         return norm["dh"], None, None, norm["dgamma"].to(gamma.dtype), dw, None, None, None, None
 
 
+class _ScaledExpHeadLoss(torch.autograd.Function):
+    """final norm (element-wise) + LM head + mean cross-entropy through QuACK's scaled-exp pipeline
+    (:mod:`.scaled_exp`), whose forward already makes the head's gradients; backward: those scaled by
+    ``dloss``, then the final norm's backward (element-wise)."""
+
+    @staticmethod
+    def forward(ctx: Any, h: torch.Tensor, rstd: torch.Tensor, gamma: torch.Tensor, w: torch.Tensor,
+                targets: torch.Tensor, ignore_index: int, chunk: int) -> torch.Tensor:
+        # the norm's output rounded once, from h (``normed`` is already rounded)
+        x = (h.float() * rstd[:, None] * gamma.float()).to(h.dtype)
+        counted = (targets != ignore_index).sum().clamp(min=1).float()
+        loss, dx, dw = scaled_exp.scaled_exp_cross_entropy(x, w, targets, counted.reciprocal(), ignore_index,
+                                                           chunk)
+        ctx.save_for_backward(h, rstd, gamma, dx, dw)
+        ctx.weight_dtype = w.dtype
+        return loss.sum() / counted
+
+    @staticmethod
+    def backward(ctx: Any, dloss: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        h, rstd, gamma, dx, dw = ctx.saved_tensors
+        dh, dgamma = scaled_exp.rmsnorm_backward(h, gamma, rstd, dx * dloss.to(dx.dtype))
+        return dh, None, dgamma.to(gamma.dtype), (dw * dloss).to(ctx.weight_dtype), None, None, None
+
+
 def _weight(*shape: int, std: float, device: torch.device | str | None, dtype: torch.dtype) -> nn.Parameter:
     return nn.Parameter(torch.randn(*shape, device=device, dtype=torch.float32).mul_(std).to(dtype))
 
@@ -255,7 +279,9 @@ class CodaLMHead(nn.Module):
     The forward's logits (M x V, bf16) stay until the backward, which turns them into dlogits in place: the
     backward runs no logits GEMM. ``keep_logits=False`` keeps nothing that size and recomputes them in the
     backward instead (2·M·V·K more FLOPs, the trade Liger-style fused cross-entropy makes, for a vocabulary
-    whose logits would not fit).
+    whose logits would not fit). On kernels with ``scaled_exp_chunk`` set, the head runs QuACK's scaled-exp
+    cross-entropy instead (:mod:`.scaled_exp`): every GEMM in the forward, in chunks of that many rows, no
+    logits kept.
     """
 
     def __init__(self, dim: int, vocab: int, *, ignore_index: int = IGNORE_INDEX, keep_logits: bool = True,
@@ -269,10 +295,15 @@ class CodaLMHead(nn.Module):
 
     def forward(self, stream: Stream, targets: torch.Tensor) -> torch.Tensor:
         dim = stream.h.shape[-1]
-        loss: torch.Tensor = _LMHeadLoss.apply(stream.h.reshape(-1, dim), stream.normed.reshape(-1, dim),
-                                               stream.rstd.reshape(-1), self.norm, self.weight,
-                                               targets.reshape(-1), self.ignore_index, self.keep_logits,
-                                               self.kernels)
+        loss: torch.Tensor
+        if self.kernels.scaled_exp_chunk:
+            loss = _ScaledExpHeadLoss.apply(stream.h.reshape(-1, dim), stream.rstd.reshape(-1), self.norm,
+                                            self.weight, targets.reshape(-1), self.ignore_index,
+                                            self.kernels.scaled_exp_chunk)
+            return loss
+        loss = _LMHeadLoss.apply(stream.h.reshape(-1, dim), stream.normed.reshape(-1, dim),
+                                 stream.rstd.reshape(-1), self.norm, self.weight, targets.reshape(-1),
+                                 self.ignore_index, self.keep_logits, self.kernels)
         return loss
 
 

@@ -156,17 +156,23 @@ class Kernels:
     the weight, made in the backward, once per step, instead of the weight as stored (N-major). The copy is
     one memory pass over the weight; it pays where the kernel's tiles for a K-major B beat those for an
     N-major one.
+
+    ``scaled_exp_chunk=rows`` runs the LM head through QuACK's scaled-exp cross-entropy in chunks of that many
+    rows (:mod:`.scaled_exp`) in place of the two cross-entropy tasks and the head's ``gemm_rmsnorm_bwd``.
     """
 
     def __init__(self, sources: Mapping[str, str | Path] | None = None, *,
-                 k_major_dgrad: bool = False) -> None:
+                 k_major_dgrad: bool = False, scaled_exp_chunk: int | None = None) -> None:
+        if scaled_exp_chunk is not None and (scaled_exp_chunk <= 0 or scaled_exp_chunk % 128):
+            raise ValueError(f"scaled_exp_chunk must be a positive multiple of 128 rows, not "
+                             f"{scaled_exp_chunk}")
         sources = dict(sources or {})
         unknown = set(sources) - set(CHAIN_TASKS)
         if unknown:
             raise KeyError(f"not tasks of the Llama-3 chain: {sorted(unknown)} (the chain runs "
                            f"{', '.join(CHAIN_TASKS)})")
         self.ops = {name: task_op(name, sources.get(name)) for name in CHAIN_TASKS}
-        self.k_major_dgrad = k_major_dgrad
+        self.k_major_dgrad, self.scaled_exp_chunk = k_major_dgrad, scaled_exp_chunk
 
     def __getitem__(self, task: str) -> TaskOp:
         return self.ops[task]

@@ -1,0 +1,87 @@
+"""The LM head's cross-entropy through QuACK's scaled-exp pipeline (issue 45, item 1): its forward runs every
+GEMM of the head, and the logits are never stored.
+
+``quack.linear_cross_entropy``'s scaled-exp form takes the head in chunks of rows. Per chunk, the logits
+GEMM's epilogue writes ``E = 2^(z log2 e - k)`` with a power-of-two offset ``k`` per row and column tile (plus
+the tile's sum of exponentials and the target's logit); a Triton pass turns those into the loss, the target's
+correction and per-row scales; then ``dx`` and ``dW`` are two GEMMs whose A operand is ``E`` rescaled on its
+way into the tensor cores. The backward only multiplies by ``dloss``. Against the chain's own head (logits
+kept, one softmax-gradient pass, two GEMMs on the stored dlogits) it saves the pass over M x V values and, in
+chunks, the M x V buffer; it costs a separate RMSNorm forward and backward (memory-bound, M x D), since
+QuACK's GEMMs take the normalized rows and give their gradient.
+
+``scaled_exp_cross_entropy`` is a custom op (``torch.ops.coda``), so a caller's torch.compile keeps it whole.
+On a CPU (the emulator's world, tests) it is the same math in FP32 torch, unchunked.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+@torch.library.custom_op("coda::scaled_exp_cross_entropy", mutates_args=())
+def scaled_exp_cross_entropy(x: torch.Tensor, w: torch.Tensor, targets: torch.Tensor,
+                             grad_scale: torch.Tensor, ignore_index: int,
+                             chunk: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-row losses (M, FP32), ``dx`` (M, D, x's dtype) and ``dW`` (V, D, FP32) of the cross-entropy of
+    ``x @ w.T`` against ``targets``, the gradients scaled by ``grad_scale`` (an FP32 scalar tensor, e.g. one
+    over the counted rows); a row whose target is ``ignore_index`` has zero loss and zero gradients.
+    ``chunk`` is the rows per chunk on a GPU (a multiple of 128)."""
+    z = x.float() @ w.float().t()
+    counted = targets != ignore_index
+    safe = torch.where(counted, targets, 0)
+    lse = torch.logsumexp(z, dim=-1)
+    loss = torch.where(counted, lse - z.gather(1, safe[:, None]).squeeze(1), 0.0)
+    onehot = torch.nn.functional.one_hot(safe, z.shape[1]).float()
+    dz = (torch.softmax(z, dim=-1) - onehot) * torch.where(counted, grad_scale.float(), 0.0)[:, None]
+    return loss, (dz @ w.float()).to(x.dtype), dz.t() @ x.float()
+
+
+@scaled_exp_cross_entropy.register_fake
+def _(x: torch.Tensor, w: torch.Tensor, targets: torch.Tensor, grad_scale: torch.Tensor, ignore_index: int,
+      chunk: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return (x.new_empty(x.shape[0], dtype=torch.float32), torch.empty_like(x),
+            w.new_empty(w.shape, dtype=torch.float32))
+
+
+@scaled_exp_cross_entropy.register_kernel("cuda")
+def _(x: torch.Tensor, w: torch.Tensor, targets: torch.Tensor, grad_scale: torch.Tensor, ignore_index: int,
+      chunk: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    from quack.linear_cross_entropy import scaled_exp_lce_supported, scaled_exp_linear_cross_entropy_fwd
+
+    if not scaled_exp_lce_supported(x, w, chunk, "mean"):
+        raise ValueError(f"QuACK's scaled-exp cross-entropy does not take this head (it needs an SM90 GPU, "
+                         f"bf16, a vocabulary of a multiple of 128 and chunks of a multiple of 128 rows): x "
+                         f"{tuple(x.shape)} {x.dtype}, w {tuple(w.shape)} {w.dtype}, chunk {chunk}")
+    rows = x.shape[0]
+    loss, dx, dw = scaled_exp_linear_cross_entropy_fwd(x, w, targets, chunk, ignore_index,
+                                                       grad_scale=grad_scale.float().reshape(()))
+    assert dx is not None and dw is not None  # both asked for
+    return loss[:rows], dx[:rows], dw  # past `rows`: the last chunk's padding
+
+
+@torch.library.custom_op("coda::rmsnorm_backward", mutates_args=())
+def rmsnorm_backward(h: torch.Tensor, gamma: torch.Tensor, rstd: torch.Tensor,
+                     dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gradients of ``y = h * rstd * gamma`` (rows of ``h``, ``rstd`` FP32 per row) at ``dy``: ``dh`` in
+    ``h``'s dtype and ``dgamma`` in FP32."""
+    x_hat = h.float() * rstd[:, None]
+    g = dy.float() * gamma.float()
+    dh = (g - x_hat * (g * x_hat).mean(-1, keepdim=True)) * rstd[:, None]
+    return dh.to(h.dtype), (dy.float() * x_hat).sum(0)
+
+
+@rmsnorm_backward.register_fake
+def _(h: torch.Tensor, gamma: torch.Tensor, rstd: torch.Tensor,
+      dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty_like(h), gamma.new_empty(gamma.shape, dtype=torch.float32)
+
+
+@rmsnorm_backward.register_kernel("cuda")
+def _(h: torch.Tensor, gamma: torch.Tensor, rstd: torch.Tensor,
+      dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    from quack.rmsnorm import rmsnorm_bwd
+
+    dh, dgamma, _, _ = rmsnorm_bwd(h, gamma, dy.contiguous(), rstd)
+    assert dgamma is not None  # a weight was given
+    return dh, dgamma.float()
