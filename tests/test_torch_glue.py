@@ -132,6 +132,23 @@ assert (dz.double() - eager_dz.double()).abs().max() <= 2**-7 * want_dz.abs().ma
 print("ok")
 """
 
+NORM_TRITON_ON_THE_CPU = """
+import torch
+from coda_agent.torch import glue
+g = torch.Generator().manual_seed(0)
+h = (torch.randn(5, 40, generator=g) * 4).to(torch.bfloat16)  # a row shorter than its block
+rstd = torch.rsqrt(h.float().pow(2).mean(-1) + 1e-5)
+gamma = (torch.rand(40, generator=g) + 0.5).to(torch.bfloat16)
+want = (h.double() * rstd.double()[:, None] * gamma.double())
+out = glue.rms_normalize_triton(h, rstd, gamma)
+assert out.dtype == torch.bfloat16 and out.shape == h.shape and out.is_contiguous(), "the output's form"
+# within a bf16 step of the largest value (the interpreter's rounding to bf16 need not be the GPU's)
+assert (out.double() - want).abs().max() <= 2**-7 * want.abs().max(), "values"
+eager = glue.rms_normalize(h, rstd, gamma)
+assert (out.double() - eager.double()).abs().max() <= 2**-7 * want.abs().max(), "against the eager op"
+print("ok")
+"""
+
 
 def under_tritons_interpreter(code: str) -> subprocess.CompletedProcess[str]:
     """``code`` in a process of its own with ``TRITON_INTERPRET=1`` (the variable is read when a kernel is
@@ -156,12 +173,32 @@ def test_the_triton_ropes_backward_reads_sdpas_layouts_under_tritons_interpreter
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
 
 
+def test_the_triton_norm_pass_runs_under_tritons_interpreter():
+    """The scaled-exp head's norm forward, under Triton's interpreter, against the math written out and the
+    eager op: a row shorter than its block."""
+    done = under_tritons_interpreter(NORM_TRITON_ON_THE_CPU)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
+
+
+def test_the_norm_backward_matches_autograd():
+    """The element-wise norm backward's CPU math (its GPU kernel is QuACK's) against autograd through the
+    norm's forward."""
+    g = torch.Generator().manual_seed(0)
+    h = (torch.randn(6, 32, generator=g, dtype=torch.float64) * 3).requires_grad_()
+    gamma = (torch.rand(32, generator=g, dtype=torch.float64) + 0.5).requires_grad_()
+    dy = torch.randn(6, 32, generator=g, dtype=torch.float64)
+    rstd = torch.rsqrt(h.pow(2).mean(-1) + 1e-5)
+    (h * rstd[:, None] * gamma).backward(dy)
+    dh, dgamma = glue.rmsnorm_backward(h.detach(), gamma.detach(), rstd.detach(), dy)
+    assert torch.allclose(dh, h.grad) and torch.allclose(dgamma.double(), gamma.grad)
+
 #: Each Triton kernel's pointer arguments not in bf16, its constexprs and warps, and its integer arguments
 #: that a launch at the chain's sizes gives as multiples of 16 (Triton specializes on that, as on 16-byte
 #: aligned pointers: it is what lets an access be a vector).
 SM90_BUILDS = {
     "softmax_grad_in_place": ({"lse_ptr": "*fp32", "dloss_ptr": "*fp32", "zdz_ptr": "*fp32",
                                "targets_ptr": "*i64"}, {"BLOCK": glue.SOFTMAX_GRAD_BLOCK}, 8, {"row_stride"}),
+    "rms_normalize_rows": ({"rstd_ptr": "*fp32"}, {"BLOCK": 2048}, 4, {"dim", "row_stride"}),
     "rope_backward_rows": ({"freq_ptr": "*fp32", "zdz_ptr": "*fp32"},
                            {"HEAD_DIM": 64, "TOKENS": glue.ROPE_BACKWARD_TOKENS}, 4,
                            {"q_b", "q_h", "q_s", "k_b", "k_h", "k_s", "v_b", "v_h", "v_s", "qkv_row",

@@ -68,3 +68,14 @@ def rope_backward_rows(dq_ptr, dk_ptr, dv_ptr, qkv_ptr, freq_ptr, dz_ptr, zdz_pt
         acc += rope_backward_head(dv_ptr, v_b, v_h, v_s, h, (n_q + n_kv + h) * HEAD_DIM, qkv_ptr, dz_ptr,
                                   freq_ptr, b, s, inside, tokens, qkv_row, dz_row, False, HEAD_DIM, TOKENS)
     tl.store(zdz_ptr + tokens, acc, mask=inside)
+
+
+@triton.jit
+def rms_normalize_rows(h_ptr, rstd_ptr, gamma_ptr, out_ptr, dim, row_stride, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    inside = cols < dim
+    h = tl.load(h_ptr + row.to(tl.int64) * row_stride + cols, mask=inside, other=0.0).to(tl.float32)
+    gamma = tl.load(gamma_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+    out = h * tl.load(rstd_ptr + row) * gamma
+    tl.store(out_ptr + row.to(tl.int64) * dim + cols, out.to(out_ptr.dtype.element_ty), mask=inside)

@@ -1,4 +1,4 @@
-"""The chain's two memory-bound passes that are not GEMM epilogues, each one kernel on a GPU.
+"""The chain's memory-bound passes that are not GEMM epilogues, each one kernel on a GPU.
 
 - **The softmax gradient** turns the LM head's stored logits into dlogits in place and reduces each row's
   ``zdz``. An epilogue cannot do it (a row's LSE is final only after its last tile), and rerunning the logits
@@ -15,8 +15,13 @@
   pairs split in registers: a first version that addressed each pair's lanes apart moved 2 bytes an access and
   took 2.39 ms a layer (``bench/results/h200-2026-12-05-c-e2e.md``).
 
-Both are custom ops (``torch.ops.coda``), so a caller's torch.compile keeps each whole. On a CPU (the
-emulator's world, tests) both run as plain torch; the Triton kernels (:mod:`._glue_kernels`) also run there
+- **The final RMSNorm, forward and backward, beside QuACK's scaled-exp head** (:mod:`.scaled_exp`), whose
+  GEMMs take the normalized rows and give their gradient, so the norm cannot ride in their epilogues: the
+  forward is a Triton pass from the stream's ``h`` and ``rstd`` (one read and write of M x D), the backward
+  QuACK's ``rmsnorm_bwd``.
+
+All are custom ops (``torch.ops.coda``), so a caller's torch.compile keeps each whole. On a CPU (the
+emulator's world, tests) each runs as plain torch; the Triton kernels (:mod:`._glue_kernels`) also run there
 under Triton's interpreter, as the tests run them.
 """
 
@@ -151,3 +156,62 @@ def rope_backward_triton(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, q
         *dq.stride()[:3], *dk.stride()[:3], *dv.stride()[:3], qkv.stride(0), dz.stride(0),
         HEAD_DIM=head_dim, TOKENS=tokens, num_warps=4)
     return dz, zdz
+
+
+@torch.library.custom_op("coda::rms_normalize", mutates_args=())
+def rms_normalize(h: torch.Tensor, rstd: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
+    """``h * rstd * gamma`` (rows of ``h``, ``rstd`` FP32 per row) in ``h``'s dtype, rounded once."""
+    return (h.float() * rstd[:, None] * gamma.float()).to(h.dtype)
+
+
+@rms_normalize.register_fake
+def _(h: torch.Tensor, rstd: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(h, memory_format=torch.contiguous_format)
+
+
+@rms_normalize.register_kernel("cuda")
+def _(h: torch.Tensor, rstd: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
+    return rms_normalize_triton(h, rstd, gamma)
+
+
+def rms_normalize_triton(h: torch.Tensor, rstd: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
+    """The norm's output as one Triton launch, a program per row (a GPU, or the CPU under
+    ``TRITON_INTERPRET=1``)."""
+    rows, dim = h.shape
+    if h.stride(1) != 1:
+        raise ValueError("the norm's Triton pass needs each row of h contiguous")
+    out = torch.empty((rows, dim), dtype=h.dtype, device=h.device)
+    if out.numel() == 0:  # no program to launch
+        return out
+    from ._glue_kernels import rms_normalize_rows
+
+    rms_normalize_rows[(rows,)](h, rstd.float().contiguous(), gamma.contiguous(), out, dim, h.stride(0),
+                                BLOCK=1 << (dim - 1).bit_length(), num_warps=4)  # a row in one block
+    return out
+
+
+@torch.library.custom_op("coda::rmsnorm_backward", mutates_args=())
+def rmsnorm_backward(h: torch.Tensor, gamma: torch.Tensor, rstd: torch.Tensor,
+                     dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gradients of ``y = h * rstd * gamma`` (rows of ``h``, ``rstd`` FP32 per row) at ``dy``: ``dh`` in
+    ``h``'s dtype and ``dgamma`` in FP32."""
+    x_hat = h.float() * rstd[:, None]
+    g = dy.float() * gamma.float()
+    dh = (g - x_hat * (g * x_hat).mean(-1, keepdim=True)) * rstd[:, None]
+    return dh.to(h.dtype), (dy.float() * x_hat).sum(0)
+
+
+@rmsnorm_backward.register_fake
+def _(h: torch.Tensor, gamma: torch.Tensor, rstd: torch.Tensor,
+      dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty_like(h), gamma.new_empty(gamma.shape, dtype=torch.float32)
+
+
+@rmsnorm_backward.register_kernel("cuda")
+def _(h: torch.Tensor, gamma: torch.Tensor, rstd: torch.Tensor,
+      dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    from quack.rmsnorm import rmsnorm_bwd
+
+    dh, dgamma, _, _ = rmsnorm_bwd(h.contiguous(), gamma, dy.contiguous(), rstd.float().contiguous())
+    assert dgamma is not None  # a weight was given
+    return dh, dgamma.float()

@@ -195,8 +195,7 @@ class _ScaledExpHeadLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, h: torch.Tensor, rstd: torch.Tensor, gamma: torch.Tensor, w: torch.Tensor,
                 targets: torch.Tensor, ignore_index: int, chunk: int) -> torch.Tensor:
-        # the norm's output rounded once, from h (``normed`` is already rounded)
-        x = (h.float() * rstd[:, None] * gamma.float()).to(h.dtype)
+        x = glue.rms_normalize(h, rstd, gamma)  # rounded once, from h (``normed`` is already rounded)
         counted = (targets != ignore_index).sum().clamp(min=1).float()
         loss, dx, dw = scaled_exp.scaled_exp_cross_entropy(x, w, targets, counted.reciprocal(), ignore_index,
                                                            chunk)
@@ -207,7 +206,7 @@ class _ScaledExpHeadLoss(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, dloss: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         h, rstd, gamma, dx, dw = ctx.saved_tensors
-        dh, dgamma = scaled_exp.rmsnorm_backward(h, gamma, rstd, dx * dloss.to(dx.dtype))
+        dh, dgamma = glue.rmsnorm_backward(h, gamma, rstd, dx * dloss.to(dx.dtype))
         return dh, None, dgamma.to(gamma.dtype), (dw * dloss).to(ctx.weight_dtype), None, None, None
 
 

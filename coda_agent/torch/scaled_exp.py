@@ -7,8 +7,8 @@ the tile's sum of exponentials and the target's logit); a Triton pass turns thos
 correction and per-row scales; then ``dx`` and ``dW`` are two GEMMs whose A operand is ``E`` rescaled on its
 way into the tensor cores. The backward only multiplies by ``dloss``. Against the chain's own head (logits
 kept, one softmax-gradient pass, two GEMMs on the stored dlogits) it saves the pass over M x V values and, in
-chunks, the M x V buffer; it costs a separate RMSNorm forward and backward (memory-bound, M x D), since
-QuACK's GEMMs take the normalized rows and give their gradient.
+chunks, the M x V buffer; it costs a separate RMSNorm forward and backward (:mod:`.glue`, memory-bound, M x
+D), since QuACK's GEMMs take the normalized rows and give their gradient.
 
 ``scaled_exp_cross_entropy`` is a custom op (``torch.ops.coda``), so a caller's torch.compile keeps it whole.
 On a CPU (the emulator's world, tests) it is the same math in FP32 torch, unchunked.
@@ -58,30 +58,3 @@ def _(x: torch.Tensor, w: torch.Tensor, targets: torch.Tensor, grad_scale: torch
                                                        grad_scale=grad_scale.float().reshape(()))
     assert dx is not None and dw is not None  # both asked for
     return loss[:rows], dx[:rows], dw  # past `rows`: the last chunk's padding
-
-
-@torch.library.custom_op("coda::rmsnorm_backward", mutates_args=())
-def rmsnorm_backward(h: torch.Tensor, gamma: torch.Tensor, rstd: torch.Tensor,
-                     dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The gradients of ``y = h * rstd * gamma`` (rows of ``h``, ``rstd`` FP32 per row) at ``dy``: ``dh`` in
-    ``h``'s dtype and ``dgamma`` in FP32."""
-    x_hat = h.float() * rstd[:, None]
-    g = dy.float() * gamma.float()
-    dh = (g - x_hat * (g * x_hat).mean(-1, keepdim=True)) * rstd[:, None]
-    return dh.to(h.dtype), (dy.float() * x_hat).sum(0)
-
-
-@rmsnorm_backward.register_fake
-def _(h: torch.Tensor, gamma: torch.Tensor, rstd: torch.Tensor,
-      dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.empty_like(h), gamma.new_empty(gamma.shape, dtype=torch.float32)
-
-
-@rmsnorm_backward.register_kernel("cuda")
-def _(h: torch.Tensor, gamma: torch.Tensor, rstd: torch.Tensor,
-      dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    from quack.rmsnorm import rmsnorm_bwd
-
-    dh, dgamma, _, _ = rmsnorm_bwd(h, gamma, dy.contiguous(), rstd)
-    assert dgamma is not None  # a weight was given
-    return dh, dgamma.float()
