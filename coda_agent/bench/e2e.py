@@ -78,9 +78,9 @@ VARIANTS = {
         VariantSpec("coda", coda=True, compile_mode=None),
         VariantSpec("coda-compile", coda=True, compile_mode="default"),
         VariantSpec("coda-kmajor", coda=True, compile_mode=None, k_major_dgrad=True),
-        # QuACK's default chunk, and the whole batch of the 1B bench (32768 tokens) in one
+        # QuACK's default chunk, and the most rows of a 128k vocabulary its glue can index (2^31 values)
         VariantSpec("coda-scaled-exp", coda=True, compile_mode=None, scaled_exp_chunk=4096),
-        VariantSpec("coda-scaled-exp-32k", coda=True, compile_mode=None, scaled_exp_chunk=32768),
+        VariantSpec("coda-scaled-exp-16k", coda=True, compile_mode=None, scaled_exp_chunk=16384),
         VariantSpec("coda-kernels", coda=True, compile_mode=None, chosen_kernels=True),
         VariantSpec("eager", coda=False, compile_mode=None),
         VariantSpec("compile", coda=False, compile_mode="default"),

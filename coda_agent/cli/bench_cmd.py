@@ -313,8 +313,8 @@ def bench_e2e_cmd(
         None, "--variant",
         help="variants to time beside coda (repeatable; default: eager, compile, compile-max-autotune; "
         "also coda-compile; coda-kmajor: CODA with K-major weight copies for its dgrad GEMMs; "
-        "coda-scaled-exp and coda-scaled-exp-32k: CODA with the LM head through QuACK's scaled-exp "
-        "cross-entropy, in chunks of 4096 or 32768 rows)",
+        "coda-scaled-exp and coda-scaled-exp-16k: CODA with the LM head through QuACK's scaled-exp "
+        "cross-entropy, in chunks of 4096 or 16384 rows)",
         metavar="<name>"),
     kernel: list[str] = typer.Option(
         None, "--kernel",
