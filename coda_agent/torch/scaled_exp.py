@@ -54,9 +54,9 @@ def _(x: torch.Tensor, w: torch.Tensor, targets: torch.Tensor, grad_scale: torch
                          f"bf16, a vocabulary of a multiple of 128 and chunks of a multiple of 128 rows): x "
                          f"{tuple(x.shape)} {x.dtype}, w {tuple(w.shape)} {w.dtype}, chunk {chunk}")
     if chunk * w.shape[0] >= 2**31:  # QuACK's Triton glue indexes a chunk's M x V values in int32
+        most = (2**31 - 1) // w.shape[0]
         raise ValueError(f"a chunk of {chunk} rows of a {w.shape[0]}-column vocabulary passes 2^31 values, "
-                         f"which QuACK's scaled-exp glue cannot index: take at most {(2**31 - 1) // w.shape[0]} "
-                         "rows a chunk")
+                         f"which QuACK's scaled-exp glue cannot index: take at most {most} rows a chunk")
     rows = x.shape[0]
     loss, dx, dw = scaled_exp_linear_cross_entropy_fwd(x, w, targets, chunk, ignore_index,
                                                        grad_scale=grad_scale.float().reshape(()))
