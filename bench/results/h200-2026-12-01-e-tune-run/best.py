@@ -1,0 +1,18 @@
+from coda_agent.primitives import Config, epilogue, gemm, schedule
+
+
+@epilogue()
+def add_residual(acc, c):
+    return {"D": acc + c}
+
+
+# coda-agent tune: configs pinned by the harness's tune stage on NVIDIA H200; forward() as written -> tuned:
+# coda-agent tune:   llama3-8b-o: 896.1 -> 358.1 us
+# coda-agent tune:   llama3-1b-down: 940.8 -> 349.4 us
+@schedule({
+    ('add_residual', 8192, 2048, 8192): Config(tile_n=256, cluster_m=1, cluster_n=2, pingpong=False),
+    ('add_residual', 8192, 4096, 4096): Config(tile_n=208, cluster_m=1, cluster_n=2),
+})
+def forward(x, w, residual):
+    config = Config(tile_m=64, tile_n=64, cluster_m=1, cluster_n=1)
+    return {"out": gemm(add_residual, x, w.t(), C=residual, config=config)["D"]}
