@@ -27,8 +27,9 @@
 #   ops       the torch ops' GPU tests: a two-layer Llama-3 1B stack's gradients at a real size, the glue passes' kernels
 #   more      the other GPU tests: the tuner, the agent, one end-to-end layer
 #   e2e       coda-agent bench-e2e --preset 1b --layers 2: CODA's ops, with and without K-major dgrad weights, against
-#             both torch.compile modes (E2E_ARGS replaces the arguments, e.g. "--preset 1b --layers 16 --steps 5
-#             --warmup 2 --variant compile"; E2E_TAG names the JSON, .gpuwork/e2e<tag>.json)
+#             torch.compile (max-autotune faults building the 1B head at this batch, 2026-12-06-h; E2E_ARGS replaces the
+#             arguments, e.g. "--preset 1b --layers 16 --steps 5 --warmup 2 --variant compile"; E2E_TAG names the
+#             JSON, .gpuwork/e2e<tag>.json). A max-autotune build ignores the call's end: give it a call of its own
 #   tune-run  the agent with a scripted model on a task without a human kernel (bench/tune_demo): the candidate's
 #             deliberately poor gemm config is tuned on the GPU, the record keeps the speed before and after
 #   accept    the agent end to end on the tasks of bench/accept (outside the suite, no human kernel: a Gemma-2 LM head
@@ -180,7 +181,7 @@ for spec in "$@"; do
     ops) run_phase ops "$secs" "${gpu_tests[@]}" tests/test_torch_ops.py tests/test_torch_glue.py ;;
     more) run_phase more "$secs" "${gpu_tests[@]}" tests/test_tuning.py tests/test_agent.py tests/test_bench_e2e.py ;;
     e2e) run_phase e2e "$secs" python3 -m coda_agent bench-e2e ${E2E_ARGS:---preset 1b --layers 2 --steps 10 --warmup 2 \
-           --variant coda-kmajor --variant compile --variant compile-max-autotune} --json "$work/e2e${E2E_TAG:-}.json" ;;
+           --variant coda-kmajor --variant compile} --json "$work/e2e${E2E_TAG:-}.json" ;;
     tune-run) run_phase tune-run "$secs" python3 -m coda_agent run bench/tune_demo/my_residual/my_residual.yaml \
                 --model mock/bench/tune_demo/untuned_residual.yaml --rounds 1 --tune-budget "${TUNE_BUDGET:-120}" ;;
     accept) run_phase accept "$secs" python3 bench/accept/accept.py --out "$work/accept" \

@@ -14,7 +14,7 @@ import torch
 from typer.testing import CliRunner
 
 from coda_agent.bench import e2e
-from coda_agent.bench.e2e import PRESETS, VARIANTS, run_e2e, step_plan
+from coda_agent.bench.e2e import DEFAULT_VARIANTS, PRESETS, VARIANTS, run_e2e, step_plan
 from coda_agent.bench.memory_peak import NO_FRAME, peak_live
 from coda_agent.bench.report import e2e_markdown
 from coda_agent.bench.results import E2E_SUFFIX, NON_ATTENTION_GOAL, E2ERun, KernelFile
@@ -114,6 +114,15 @@ def test_kernel_files_add_their_variant_and_the_variant_needs_them(chosen: Path)
     with pytest.raises(ValueError, match="the coda-kernels variant runs the kernel files it is given, and "
                                          "none"):
         run_e2e(PRESETS["tiny"], device="cpu", command="", variants=["coda-kernels"])
+
+
+def test_max_autotune_is_refused_in_one_line_where_its_build_faults():
+    """Inductor's max-autotune faulted building the 1B head's 4.2e9 logits on the GPU and took the process
+    with it: the run refuses it up front there, before anything is built, and leaves it out by default."""
+    assert "compile-max-autotune" not in DEFAULT_VARIANTS
+    with pytest.raises(ValueError, match=r"compile-max-autotune cannot build this stack: .* at 4,202,692,608 "
+                                         r"logits \(32,768 tokens x 128,256\)"):
+        run_e2e(PRESETS["1b"], device="cuda", command="", variants=["compile-max-autotune"])
 
 
 def test_each_eager_coda_variants_gradients_are_checked_against_fp32_autograd(run: E2ERun):

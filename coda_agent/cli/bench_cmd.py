@@ -311,10 +311,10 @@ def bench_e2e_cmd(
     seq: int = typer.Option(None, "--seq", min=1, help="tokens per sequence (default: the preset's)"),
     variant: list[str] = typer.Option(
         None, "--variant",
-        help="variants to time beside coda (repeatable; default: eager, compile, compile-max-autotune; "
-        "also coda-compile; coda-kmajor: CODA with K-major weight copies for its dgrad GEMMs; "
-        "coda-scaled-exp and coda-scaled-exp-16k: CODA with the LM head through QuACK's scaled-exp "
-        "cross-entropy, in chunks of 4096 or 16384 rows)",
+        help="variants to time beside coda (repeatable; default: eager, compile; also compile-max-autotune "
+        "(Inductor's max-autotune-no-cudagraphs, for logits under 2^31 values); coda-compile; coda-kmajor: "
+        "CODA with K-major weight copies for its dgrad GEMMs; coda-scaled-exp and coda-scaled-exp-16k: CODA "
+        "with the LM head through QuACK's scaled-exp cross-entropy, in chunks of 4096 or 16384 rows)",
         metavar="<name>"),
     kernel: list[str] = typer.Option(
         None, "--kernel",
