@@ -159,7 +159,11 @@ class LongKSm90(LoadAheadSm90):
     (bench/results/h100-2026-12-06-g-notes.md). At QuACK's 128x32 subtile of a cooperative tile that epilogue's
     floor (2 D, 1 C: 48 KiB) does not fit beside 4 stages (192 KiB), so cooperative tiles take 128x16 subtiles
     here (24 KiB), 128x8 at 256 columns. One C stage costs the epilogue a round trip to HBM a subtile, and two
-    store buffers a wait for the last store: a long mainloop hides both many times over."""
+    store buffers a wait for the last store: a long mainloop hides both many times over.
+
+    Measured on an H100 (bench/results/h100-2026-12-06-h-notes.md): at 256x128 it agrees with the kernel as
+    written and runs level with it at the 700 W cap; at 128x256 its dh and dgamma are wrong (the 128x8 subtile
+    is the suspect). Neither beat cuBLAS, so the product's split stays as it is."""
 
     mainloop_stages = 4
 
