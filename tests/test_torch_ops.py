@@ -346,6 +346,11 @@ def test_the_scaled_exp_head_passes_the_tolerance_rule(small, truth):
         assert torch.equal(compiled[name], g), name
 
 
+def test_a_cross_entropy_kernel_file_beside_the_scaled_exp_head_is_refused():
+    with pytest.raises(ValueError, match="the scaled-exp LM head runs no gemm_rmsnorm_cross_entropy: their"):
+        Kernels({"gemm_rmsnorm_cross_entropy": "best.py"}, scaled_exp_chunk=4096)
+
+
 @pytest.mark.parametrize("chunk", [0, 100])
 def test_a_scaled_exp_chunk_not_of_128_rows_is_refused(chunk):
     with pytest.raises(ValueError, match="multiple of 128 rows"):

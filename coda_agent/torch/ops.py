@@ -34,6 +34,10 @@ CHAIN_TASKS = (
     "gemm_swiglu_bwd",
 )
 
+#: The tasks whose work QuACK's scaled-exp LM head does instead (``Kernels(scaled_exp_chunk=...)``); the
+#: head's ``gemm_rmsnorm_bwd`` call goes too, but the layers still run that task.
+SCALED_EXP_REPLACES = ("gemm_rmsnorm_cross_entropy", "gemm_rmsnorm_cross_entropy_bwd")
+
 #: The ops registered in this process, by (task, sha256 prefix of the kernel source): a source is registered
 #: once.
 _registered: dict[tuple[str, str], TaskOp] = {}
@@ -171,6 +175,10 @@ class Kernels:
         if unknown:
             raise KeyError(f"not tasks of the Llama-3 chain: {sorted(unknown)} (the chain runs "
                            f"{', '.join(CHAIN_TASKS)})")
+        unused = sorted(set(sources) & set(SCALED_EXP_REPLACES)) if scaled_exp_chunk else []
+        if unused:
+            raise ValueError(f"the scaled-exp LM head runs no {' or '.join(unused)}: their kernel files "
+                             "would not run")
         self.ops = {name: task_op(name, sources.get(name)) for name in CHAIN_TASKS}
         self.k_major_dgrad, self.scaled_exp_chunk = k_major_dgrad, scaled_exp_chunk
 
