@@ -23,6 +23,7 @@ from coda_agent.torch import (
     CodaLMHead,
     Kernels,
     ReferenceLlamaStack,
+    scaled_exp,
     task_op,
 )
 from coda_agent.torch.check import check_gradients, gradient_errors, loss_and_gradients
@@ -349,6 +350,24 @@ def test_the_scaled_exp_head_passes_the_tolerance_rule(small, truth):
 def test_a_cross_entropy_kernel_file_beside_the_scaled_exp_head_is_refused():
     with pytest.raises(ValueError, match="the scaled-exp LM head runs no gemm_rmsnorm_cross_entropy: their"):
         Kernels({"gemm_rmsnorm_cross_entropy": "best.py"}, scaled_exp_chunk=4096)
+
+
+@pytest.mark.parametrize(("rows", "dim", "chunk", "want"), [
+    (32768, 2048, 4096, (4096, 0)),  # the 1B head: nothing to change
+    (2048, 2048, 4096, (4096, 128)),  # one chunk of D rows: 128 ignored rows after it
+    (16384, 4096, 4096, (4224, 0)),  # the 8B head's chunks of D rows: 128 rows larger
+    (4096 + 2048, 2048, 4096, (4096, 128)),  # a last chunk of D rows
+    (2048, 2048, 32768, (32768, 128)),  # a short batch under a large chunk runs as one small chunk
+])
+def test_the_scaled_exp_chunks_avoid_what_quack_refuses(rows, dim, chunk, want):
+    assert scaled_exp.chunking(rows, dim, 128256, chunk) == want
+
+
+def test_a_scaled_exp_chunk_of_2_to_the_31_logits_is_refused():
+    with pytest.raises(ValueError, match=r"a chunk of 32768 rows of a 128256-column vocabulary passes 2\^31 "
+                                         r"logits, .* at most 16743 rows"):
+        scaled_exp.chunking(32768, 2048, 128256, 32768)
+    assert scaled_exp.chunking(16384, 2048, 128256, 16384) == (16384, 0)
 
 
 @pytest.mark.parametrize("chunk", [0, 100])

@@ -54,19 +54,29 @@ def _(x: torch.Tensor, w: torch.Tensor, targets: torch.Tensor, grad_scale: torch
                          f"bf16, a vocabulary of a multiple of 128 and chunks of a multiple of 128 rows): x "
                          f"{tuple(x.shape)} {x.dtype}, w {tuple(w.shape)} {w.dtype}, chunk {chunk}")
     rows, dim = x.shape
-    # QuACK's dx epilogue takes its per-row scale as a row or a column vector by shape, and cannot tell them
-    # apart where a chunk has D rows (it refuses): no chunk of D rows, by a larger chunk and, for the last
-    # one, 128 more rows whose target is ignored (no loss, no gradient)
-    chunk += 128 if chunk == dim else 0
-    last = rows - (-(-rows // chunk) - 1) * chunk
-    if -(-last // 128) * 128 == dim:
-        x = torch.cat([x, x.new_zeros(128, dim)])
-        targets = torch.cat([targets, targets.new_full((128,), ignore_index)])
-    if chunk * w.shape[0] >= 2**31:  # QuACK's Triton glue indexes a chunk's M x V values in int32
-        most = (2**31 - 1) // w.shape[0]
-        raise ValueError(f"a chunk of {chunk} rows of a {w.shape[0]}-column vocabulary passes 2^31 values, "
-                         f"which QuACK's scaled-exp glue cannot index: take at most {most} rows a chunk")
+    chunk, pad = chunking(rows, dim, w.shape[0], chunk)
+    if pad:
+        x = torch.cat([x, x.new_zeros(pad, dim)])
+        targets = torch.cat([targets, targets.new_full((pad,), ignore_index)])
     loss, dx, dw = scaled_exp_linear_cross_entropy_fwd(x, w, targets, chunk, ignore_index,
                                                        grad_scale=grad_scale.float().reshape(()))
     assert dx is not None and dw is not None  # both asked for
     return loss[:rows], dx[:rows], dw  # past `rows`: padding
+
+
+def chunking(rows: int, dim: int, vocab: int, chunk: int) -> tuple[int, int]:
+    """The chunk QuACK's pipeline gets for ``chunk`` asked for, and the ignored rows to add after the last.
+
+    Its dx epilogue takes the per-row scale as a row or a column vector by shape and refuses a chunk of
+    ``dim`` rows (it cannot tell them apart): such a chunk grows by 128 rows, and a last chunk that would have
+    ``dim`` rows gets 128 more whose target is ignored (no loss, no gradient). Its Triton glue indexes a
+    chunk's values in int32: a chunk of 2^31 logits or more is refused."""
+    chunk += 128 if chunk == dim else 0
+    last = rows - (-(-rows // chunk) - 1) * chunk
+    pad = 128 if -(-last // 128) * 128 == dim else 0
+    used = min(chunk, -(-(rows + pad) // 128) * 128)  # the rows of the largest chunk QuACK runs
+    if used * vocab >= 2**31:
+        raise ValueError(f"a chunk of {used} rows of a {vocab}-column vocabulary passes 2^31 logits, which "
+                         f"QuACK's scaled-exp glue cannot index: take at most {(2**31 - 1) // vocab} rows a "
+                         "chunk")
+    return chunk, pad
