@@ -355,7 +355,8 @@ def test_a_cross_entropy_kernel_file_beside_the_scaled_exp_head_is_refused():
 @pytest.mark.parametrize(("rows", "dim", "chunk", "want"), [
     (32768, 2048, 4096, (4096, 0)),  # the 1B head: nothing to change
     (2048, 2048, 4096, (4096, 128)),  # one chunk of D rows: 128 ignored rows after it
-    (16384, 4096, 4096, (4224, 0)),  # the 8B head's chunks of D rows: 128 rows larger
+    (16384, 4096, 4096, (8192, 0)),  # the 8B head's chunks of D rows: twice as large
+    (16384, 16384, 16384, (16256, 0)),  # twice as large would pass 2^31 logits: a tile row fewer
     (4096 + 2048, 2048, 4096, (4096, 128)),  # a last chunk of D rows
     (2048, 2048, 32768, (32768, 128)),  # a short batch under a large chunk runs as one small chunk
 ])

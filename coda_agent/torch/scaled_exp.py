@@ -68,10 +68,14 @@ def chunking(rows: int, dim: int, vocab: int, chunk: int) -> tuple[int, int]:
     """The chunk QuACK's pipeline gets for ``chunk`` asked for, and the ignored rows to add after the last.
 
     Its dx epilogue takes the per-row scale as a row or a column vector by shape and refuses a chunk of
-    ``dim`` rows (it cannot tell them apart): such a chunk grows by 128 rows, and a last chunk that would have
-    ``dim`` rows gets 128 more whose target is ignored (no loss, no gradient). Its Triton glue indexes a
-    chunk's values in int32: a chunk of 2^31 logits or more is refused."""
-    chunk += 128 if chunk == dim else 0
+    ``dim`` rows (it cannot tell them apart). Such a chunk doubles where the doubled one stays under the
+    glue's limit, else loses 128 rows. Growing it by a tile row, as 4096 rows at the 8B head's D 4096 first
+    did, gave its dx GEMM 33 rows of 128x256 tiles in 2x1 clusters, 544 tile slots, just past 4 waves of 132
+    SMs: that GEMM ran 28.3 ms where the 1B head's, as many FLOPs at 32 rows, took 22.8 (h100-2026-12-06-h). A
+    last chunk that would have ``dim`` rows gets 128 more whose target is ignored (no loss, no gradient). Its
+    Triton glue indexes a chunk's values in int32: a chunk of 2^31 logits or more is refused."""
+    if chunk == dim:
+        chunk = 2 * chunk if 2 * chunk * vocab < 2**31 else chunk - 128
     last = rows - (-(-rows // chunk) - 1) * chunk
     pad = 128 if -(-last // 128) * 128 == dim else 0
     used = min(chunk, -(-(rows + pad) // 128) * 128)  # the rows of the largest chunk QuACK runs
