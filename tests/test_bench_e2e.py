@@ -116,6 +116,28 @@ def test_kernel_files_add_their_variant_and_the_variant_needs_them(chosen: Path)
         run_e2e(PRESETS["tiny"], device="cpu", command="", variants=["coda-kernels"])
 
 
+def test_a_gradient_check_that_raises_costs_its_variant_a_note_not_the_run(monkeypatch):
+    """QuACK refused one variant's gradient check on the GPU (a shape it could not take) after the timing: the
+    run keeps every timing and the other variants' checks, and says why that one has none."""
+    from coda_agent.bench import e2e
+
+    real = e2e.gradient_check
+
+    def check(stack, kernels, h, targets):
+        if kernels.scaled_exp_chunk:
+            raise ValueError("operand 'v': m == n makes row/col inference ambiguous\nmore")
+        return real(stack, kernels, h, targets)
+
+    monkeypatch.setattr(e2e, "gradient_check", check)
+    run = run_e2e(PRESETS["tiny"], device="cpu", command="", variants=["coda-scaled-exp"],
+                  plan=step_plan(1, 1))
+    assert [v.name for v in run.variants] == ["coda", "coda-scaled-exp"]
+    assert run.coda.gradients is not None and run.variant("coda-scaled-exp").gradients is None
+    assert all(v.step.median_us > 0 for v in run.variants)
+    assert ("coda-scaled-exp's gradients could not be checked: operand 'v': m == n makes row/col inference "
+            "ambiguous") in run.notes
+
+
 def test_max_autotune_is_refused_in_one_line_where_its_build_faults():
     """Inductor's max-autotune faulted building the 1B head's 4.2e9 logits on the GPU and took the process
     with it: the run refuses it up front there, before anything is built, and leaves it out by default."""
