@@ -80,6 +80,62 @@ def test_the_emulators_outputs_are_dense_as_the_kernels_are(ab):
     assert out["probe"].is_contiguous() and out["probe"].stride() == (out["probe"].shape[1], 1)
 
 
+@P.epilogue(reduces={"s": P.ColVecReduce()})
+def _exp_sum(acc, v):
+    return {"s": P.exp(acc)}
+
+
+@P.epilogue(reduces={"s": P.ColVecReduce(combine="max_abs")})
+def _shifted_max_abs(acc, v):
+    return {"s": acc * v + 1.0}
+
+
+@P.epilogue(reduces={"s": P.ColVecReduce(scaled=True)})
+def _scaled_by_a_shift(acc, v):
+    return {"s": (acc + v, acc + v)}
+
+
+@P.epilogue(reduces={"s": P.ColVecReduce()}, mode="acc_pair")
+def _one_lane_shifted(acc, v):
+    gate, up = P.unpack(acc)
+    return {"s": (gate * v, up + 1.0)}
+
+
+@P.epilogue(reduces={"s": P.RowVecReduce()})
+def _column_sum_of_a_row_vector(acc, v):
+    return {"s": acc + v}
+
+
+@pytest.mark.parametrize(("epi", "where"), [
+    (_exp_sum, "N"), (_shifted_max_abs, "N"), (_scaled_by_a_shift, "N"), (_one_lane_shifted, "N"),
+    (_column_sum_of_a_row_vector, "M"),
+], ids=lambda e: getattr(e, "name", e))
+def test_a_reduce_that_folds_a_value_at_the_padding_is_refused(ab, epi, where):
+    """On the GPU a partial last tile evaluates the fn at its padding (acc, c and tiles 0) and an add or
+    max_abs reduce folds that in: the emulator, which has no tiles, refuses such a sink in one line at any
+    shape, tile multiple or not."""
+    a, w, _ = ab
+    v = torch.rand(M if where == "N" else N) + 0.5  # the vector along the kept axis, never 0
+    with pytest.raises(P.EpilogueError, match=f"reduce 's' folds .*, not 0,.* do not divide {where}"):
+        P.gemm(epi, a, w.t(), v=v)
+
+
+def test_a_reduce_that_folds_zero_at_the_padding_runs(ab):
+    """0 at the padding: a square, a max (masked on the GPU), a kept vector times acc, an absolute value."""
+    a, w, acc = ab
+    col = torch.rand(M) + 0.5
+
+    @P.epilogue(reduces={"sq": P.ColVecReduce(scaled=True), "m": P.ColVecReduce(combine="max"),
+                         "abs": P.ColVecReduce(combine="max_abs"), "d": P.RowVecReduce()})
+    def fine(acc, col):
+        return {"sq": (acc, acc * col), "m": P.exp(acc), "abs": acc * col, "d": P.maximum(acc, -acc)}
+
+    out = P.gemm(fine, a, w.t(), col=col)
+    torch.testing.assert_close(out["sq"], (acc * acc * col[:, None]).sum(1))
+    torch.testing.assert_close(out["m"], acc.exp().amax(1))
+    torch.testing.assert_close(out["d"], acc.abs().sum(0))
+
+
 def test_swiglu_and_dswiglu_match_autograd():
     g = torch.randn(50, dtype=torch.float64, requires_grad=True)
     u = torch.randn(50, dtype=torch.float64, requires_grad=True)
@@ -110,11 +166,11 @@ def test_operand_kinds_and_reductions(ab):
         },
     )
     def epi(acc, c, row, col, s):
-        y = (acc + c) * row * col + s
+        y = (acc + c) * row * col * s
         return {"D": y, "y": -y, "rsum": y, "rsq": (y, y), "rmax": y, "cabs": y, "csum": y, "lse": y}
 
     out = P.gemm(epi, a, w.t(), C=c, row=row, col=col, s=0.25, out_dtype=torch.float32)
-    y = (acc + c.float()) * row[None] * col[:, None] + 0.25
+    y = (acc + c.float()) * row[None] * col[:, None] * 0.25
     torch.testing.assert_close(out["D"], y)
     torch.testing.assert_close(out["y"], -y)
     torch.testing.assert_close(out["rsum"], y.sum(1))

@@ -123,6 +123,17 @@ def test_a_logsumexp_without_the_max_subtraction_passes_the_seeds_and_fails_the_
     assert human.outcome is Outcome.PASSED and "and the stress set" in human.reason
 
 
+def test_a_raw_exp_summed_across_the_row_is_refused_on_the_cpu_for_the_gpus_padding():
+    """The same logsumexp as a raw exp: at a partial last tile the GPU folds exp(0) = 1 for every padding
+    column, so it is wrong at every vocabulary its tiles do not divide; the CPU stage says so in one line
+    (the emulator has no tiles, and at tiny's 384 columns it would pass)."""
+    src = (CANDIDATES / "ce_unshifted_logsumexp.py").read_text()
+    src = src.replace('"sumexp": exp(acc) - 1.0', '"sumexp": exp(acc)').replace('+ w.shape[0]', '')
+    v = verify(find_task("gemm_cross_entropy"), src)
+    assert v.outcome is Outcome.RUNTIME_ERROR, v.reason
+    assert "reduce 'sumexp' folds 1, not 0, where acc, c and the tile operands are 0" in v.reason, v.reason
+
+
 def test_missing_output_is_named():
     v = verify(K0, variant('"normed": out["D"], ', ""))
     assert v.outcome is Outcome.WRONG_OUTPUT

@@ -3,6 +3,10 @@
 acc = A @ B in FP32; the fn is evaluated once over whole FP32 tensors (an element-wise fn gives the same
 values it gives per element on the GPU); reductions are finalised over the full row/column; outputs are
 rounded to their dtype. It runs anywhere torch runs, so a candidate's algebra is checked on a CPU.
+
+It has no tiles, so it also holds a call to the one rule the GPU's tiles add (:func:`check_padding`): an
+``add`` or ``max_abs`` reduce must fold 0 at a partial last tile's padding, or the emulator would accept what
+the GPU gets wrong at every shape its tiles do not divide.
 """
 
 from __future__ import annotations
@@ -43,8 +47,9 @@ def _full(v: Any, shape: tuple[int, int], what: str) -> torch.Tensor:
         ) from exc
 
 
-def _reduce(name: str, sink: Sink, value: Any, call: GemmCall, shape: tuple[int, int]) -> torch.Tensor:
-    dim = 0 if isinstance(sink, RowVecReduce) else 1
+def _per_element(name: str, sink: Sink, value: Any, call: GemmCall, shape: tuple[int, int]) -> torch.Tensor:
+    """What a sink folds at each element of a (rows, columns) ``shape``: in acc_pair mode both lanes,
+    interleaved; for a scaled sink, value times scale."""
     if call.epi.mode == "acc_pair":
         if not (isinstance(value, tuple) and len(value) == 2):
             raise EpilogueError(
@@ -58,6 +63,12 @@ def _reduce(name: str, sink: Sink, value: Any, call: GemmCall, shape: tuple[int,
         stacked = _full(value[0], shape, f"reduce {name!r}") * _full(value[1], shape, f"reduce {name!r}")
     else:
         stacked = _full(value, shape, f"reduce {name!r}")
+    return stacked
+
+
+def _reduce(name: str, sink: Sink, value: Any, call: GemmCall, shape: tuple[int, int]) -> torch.Tensor:
+    dim = 0 if isinstance(sink, RowVecReduce) else 1
+    stacked = _per_element(name, sink, value, call, shape)
     if isinstance(sink, OnlineLSEReduce):
         return torch.logsumexp(stacked, dim=1)
     if isinstance(sink, ColVecSelect):
@@ -79,22 +90,8 @@ def run(call: GemmCall) -> dict[str, torch.Tensor]:
     acc = call.A.float() @ call.B.float()
     m, n = acc.shape
     paired = epi.mode == "acc_pair"
-    args: dict[str, Any] = {}
-    for name, op in call.operands.items():
-        if op.kind == "scalar":
-            v: Any = torch.tensor(op.value, dtype=torch.float32)
-        elif op.kind == "col":
-            v = op.value.float().reshape(m, 1)
-        else:  # row (1, N) or tile (M, N): paired lanes in acc_pair mode
-            v = op.value.float()
-            v = _lanes(v) if paired else v
-        args[name] = v
-    if call.C is not None:
-        c = call.C.float()
-        args["c"] = _lanes(c) if epi.mode in ("acc_pair", "packed") else c
-    result = epi.fn(_lanes(acc) if paired else acc, **args)
-    if not isinstance(result, dict):
-        raise EpilogueError(f"epilogue fn {epi.name} must return a dict, got {type(result).__name__}")
+    tensors = {name: op.value.float() for name, op in call.operands.items() if op.kind != "scalar"}
+    result = _evaluate(call, acc, None if call.C is None else call.C.float(), tensors)
     declared = {"D", *epi.outputs, *epi.sinks}
     missing = [k for k in (*epi.outputs, *epi.sinks) if k not in result]
     unknown = [k for k in result if k not in declared]
@@ -127,4 +124,70 @@ def run(call: GemmCall) -> dict[str, torch.Tensor]:
     sink_shape = (m, width)
     for name, sink in epi.sinks.items():
         out[name] = _reduce(name, sink, result[name], call, sink_shape)
+    check_padding(call)
     return out
+
+
+def _evaluate(call: GemmCall, acc: torch.Tensor, c: torch.Tensor | None,
+              tensors: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """The fn on FP32 ``acc`` (rows, columns), ``c`` and the tensor operands (column vectors (rows, 1), row
+    vectors (1, columns), tiles like acc), scalars from the call; paired lanes where the mode pairs them."""
+    epi = call.epi
+    paired = epi.mode == "acc_pair"
+    args: dict[str, Any] = {}
+    for name, op in call.operands.items():
+        if op.kind == "scalar":
+            args[name] = torch.tensor(op.value, dtype=torch.float32)
+        elif op.kind == "col":
+            args[name] = tensors[name].reshape(-1, 1)
+        else:  # row (1, N) or tile (M, N): paired lanes in acc_pair mode
+            args[name] = _lanes(tensors[name]) if paired else tensors[name]
+    if c is not None:
+        args["c"] = _lanes(c) if epi.mode in ("acc_pair", "packed") else c
+    result = epi.fn(_lanes(acc) if paired else acc, **args)
+    if not isinstance(result, dict):
+        raise EpilogueError(f"epilogue fn {epi.name} must return a dict, got {type(result).__name__}")
+    return result
+
+
+def check_padding(call: GemmCall) -> None:
+    """Refuse an ``add`` or ``max_abs`` reduce that folds anything but 0 at a partial last tile's padding.
+
+    There the GPU evaluates the fn with acc, c and the tile operands read as 0 (columns past N for a
+    :class:`ColVecReduce`, rows past M for a :class:`RowVecReduce`), and folds the value into the row's or
+    column's result: ``exp(acc)`` or ``acc + 1.0`` come out wrong wherever the tiles do not divide the shape.
+    The vector along the padding is 0 there too; the one along the kept axis is checked both as it is and as
+    0, and a scalar keeps its value."""
+    epi, dev = call.epi, call.A.device
+    width = 2 if epi.mode == "acc_pair" else 1  # one padding element: a pair of columns in acc_pair mode
+    for kind, sink_type, across in (("col", ColVecReduce, "N"), ("row", RowVecReduce, "M")):
+        sinks = {name: s for name, s in epi.sinks.items() if type(s) is sink_type and s.combine != "max"}
+        if not sinks:
+            continue
+        kept = call.m if kind == "col" else call.n
+        shape = (kept, width) if kind == "col" else (1, call.n)
+        c_width = 2 * shape[1] if epi.mode == "packed" else shape[1]
+        for vectors_kept in (True, False):
+            tensors = {}
+            for name, op in call.operands.items():
+                if op.kind == kind:  # the vector along the kept axis
+                    v = op.value.float().reshape(shape if kind == "row" else (kept, 1))
+                    tensors[name] = v if vectors_kept else torch.zeros_like(v)
+                elif op.kind == "tile":
+                    tensors[name] = torch.zeros(shape, device=dev)
+                elif op.kind != "scalar":  # the vector along the padding: past the edge
+                    tensors[name] = torch.zeros(1, shape[1] if op.kind == "row" else 1, device=dev)
+            c = None if call.C is None else torch.zeros(shape[0], c_width, device=dev)
+            result = _evaluate(call, torch.zeros(shape, device=dev), c, tensors)
+            sink_shape = (shape[0], shape[1] // 2) if epi.mode == "acc_pair" else shape
+            for name, sink in sinks.items():
+                folded = _per_element(name, sink, result[name], call, sink_shape)
+                bad = (folded != 0).nonzero()
+                if len(bad):
+                    value = folded[tuple(bad[0].tolist())].item()
+                    raise EpilogueError(
+                        f"reduce {name!r} folds {value:g}, not 0, where acc, c and the tile operands are 0: "
+                        f"on the GPU a partial last tile ({across} not a multiple of the tile) evaluates the "
+                        f"fn at its padding and folds that in, so the result is wrong wherever the tiles do "
+                        f"not divide {across}; make the reduced value 0 there (a constant term belongs on "
+                        "the host)")
