@@ -27,15 +27,19 @@ from coda_agent.torch import (
     task_op,
 )
 from coda_agent.torch.check import check_gradients, gradient_errors, loss_and_gradients
+from coda_agent.torch.ops import SCALED_EXP_CHUNK
 
 IGNORE = -100
+#: The chain's own LM head (its cross-entropy tasks' kernels), which most tests here judge; the scaled-exp
+#: head that ``Kernels()`` runs by default has tests of its own.
+OWN_HEAD = None
 
 
 def make_stack(dim: int, ffn: int, heads: int, kv_heads: int, vocab: int, layers: int, device: str = "cpu",
                kernels: Kernels | None = None, seed: int = 0) -> CodaLlamaStack:
     """A stack with norm weights away from 1 (so a gamma in the wrong place shows)."""
     torch.manual_seed(seed)
-    kernels = kernels or Kernels()
+    kernels = kernels or Kernels(scaled_exp_chunk=OWN_HEAD)
     stack = CodaLlamaStack([CodaLlamaLayer(dim, ffn, heads, kv_heads, kernels=kernels, device=device)
                             for _ in range(layers)],
                            CodaLMHead(dim, vocab, kernels=kernels, device=device))
@@ -286,7 +290,7 @@ def test_a_chosen_kernel_file_replaces_the_human_one(small, eager_run, tmp_path:
     try:
         _, grads = coda_loss(stack, h, targets)
     finally:
-        stack.use(Kernels())
+        stack.use(Kernels(scaled_exp_chunk=OWN_HEAD))
     assert all(torch.equal(grads[name], g) for name, g in eager_run[1].items())
 
 
@@ -304,7 +308,7 @@ def test_the_gradient_check_passes_the_human_kernels_and_names_what_a_wrong_one_
     try:
         failed = {e.name for e in check_gradients(stack, h, targets) if not e.passed}
     finally:
-        stack.use(Kernels())
+        stack.use(Kernels(scaled_exp_chunk=OWN_HEAD))
     assert "layers.1.w_gate_up" in failed and "head.weight" not in failed
 
 
@@ -319,7 +323,7 @@ def test_k_major_dgrad_weights_give_the_same_gradients(small, eager_run):
     try:
         loss, grads = coda_loss(stack, h, targets)
     finally:
-        stack.use(Kernels())
+        stack.use(Kernels(scaled_exp_chunk=OWN_HEAD))
     assert torch.equal(loss, eager_run[0])
     for name, g in eager_run[1].items():
         # BLAS may block it otherwise
@@ -338,13 +342,26 @@ def test_the_scaled_exp_head_passes_the_tolerance_rule(small, truth):
         compiled_loss, compiled = coda_loss(stack, h, targets,
                                             run=torch.compile(stack, backend="aot_eager", fullgraph=True))
     finally:
-        stack.use(Kernels())
+        stack.use(Kernels(scaled_exp_chunk=OWN_HEAD))
     _, eager = reference_loss(stack, h, targets, torch.bfloat16)
     assert abs(float(loss) - float(truth[0])) <= 1e-2 * abs(float(truth[0]))
     assert_within_the_tolerance_rule(grads, truth[1], eager)
     assert torch.equal(compiled_loss, loss)
     for name, g in grads.items():
         assert torch.equal(compiled[name], g), name
+
+
+def test_the_default_head_is_the_scaled_exp_one_where_quack_takes_it():
+    """``Kernels()`` runs the scaled-exp head in 4096-row chunks (measured level or faster, and leaner, at
+    the 1B and 8B shapes); the own head where a cross-entropy kernel file is given, or where QuACK's pipeline
+    would refuse the head (not bf16, a vocabulary not of 128 columns); a chunk asked for is always given."""
+    assert Kernels().scaled_exp_rows(128256, torch.bfloat16) == SCALED_EXP_CHUNK == 4096
+    assert Kernels().scaled_exp_rows(128000 + 100, torch.bfloat16) is None
+    assert Kernels().scaled_exp_rows(128256, torch.float16) is None
+    assert Kernels(scaled_exp_chunk=OWN_HEAD).scaled_exp_rows(128256, torch.bfloat16) is None
+    assert Kernels(scaled_exp_chunk=8192).scaled_exp_rows(160, torch.float32) == 8192
+    human = find_task("gemm_rmsnorm_cross_entropy").human_file
+    assert Kernels({"gemm_rmsnorm_cross_entropy": human}).scaled_exp_rows(128256, torch.bfloat16) is None
 
 
 def test_a_cross_entropy_kernel_file_beside_the_scaled_exp_head_is_refused():
@@ -417,9 +434,14 @@ def test_the_backend_follows_the_tensors_device():
 
 
 @pytest.mark.gpu
-def test_a_real_size_stack_on_the_gpu_passes_the_tolerance_rule():
-    """Llama-3 1B's layer (dim 2048, ffn 8192, 32/8 heads), 2 layers, 2048 tokens, QuACK's kernels."""
-    stack = make_stack(dim=2048, ffn=8192, heads=32, kv_heads=8, vocab=128256, layers=2, device="cuda")
+@pytest.mark.parametrize("head", ["own", "scaled-exp"])
+def test_a_real_size_stack_on_the_gpu_passes_the_tolerance_rule(head):
+    """Llama-3 1B's layer (dim 2048, ffn 8192, 32/8 heads), 2 layers, 2048 tokens, QuACK's kernels; the
+    chain's own LM head and the default, QuACK's scaled-exp one (a chunk of D rows: 128 ignored rows
+    added)."""
+    kernels = Kernels(scaled_exp_chunk=OWN_HEAD) if head == "own" else Kernels()
+    stack = make_stack(dim=2048, ffn=8192, heads=32, kv_heads=8, vocab=128256, layers=2, device="cuda",
+                       kernels=kernels)
     h, targets = draw_batch(stack, batch=1, seq=2048)
     _, got = coda_loss(stack, h, targets)
     loss, truth = reference_loss(stack, h, targets, torch.float32)

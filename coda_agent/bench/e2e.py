@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -60,15 +61,15 @@ CUT_SHORT = "cut short"
 @dataclass(frozen=True)
 class VariantSpec:
     """A variant: which model, torch.compile's mode around it (None: eager) and, for CODA's, whether its dgrad
-    GEMMs read K-major copies of the weights (``Kernels(k_major_dgrad=True)``), whether the LM head runs
-    QuACK's scaled-exp cross-entropy and in chunks of how many rows (``Kernels(scaled_exp_chunk=...)``), and
-    whether the kernel files given to the run replace the human kernels of their tasks."""
+    GEMMs read K-major copies of the weights (``Kernels(k_major_dgrad=True)``), its LM head (``Kernels``'s
+    ``scaled_exp_chunk``: the scaled-exp head by default, None for the chain's own), and whether the kernel
+    files given to the run replace the human kernels of their tasks."""
 
     name: str
     coda: bool
     compile_mode: str | None
     k_major_dgrad: bool = False
-    scaled_exp_chunk: int | None = None
+    scaled_exp_chunk: int | Literal["default"] | None = "default"
     chosen_kernels: bool = False
 
 
@@ -78,8 +79,9 @@ VARIANTS = {
         VariantSpec("coda", coda=True, compile_mode=None),
         VariantSpec("coda-compile", coda=True, compile_mode="default"),
         VariantSpec("coda-kmajor", coda=True, compile_mode=None, k_major_dgrad=True),
-        # QuACK's default chunk, and the most rows of a 128k vocabulary its glue can index (2^31 values)
-        VariantSpec("coda-scaled-exp", coda=True, compile_mode=None, scaled_exp_chunk=4096),
+        # the chain's own head (logits kept, one softmax-gradient pass, the cross-entropy tasks' kernels), and
+        # the scaled-exp head at the most rows of a 128k vocabulary its glue can index (2^31 values)
+        VariantSpec("coda-own-head", coda=True, compile_mode=None, scaled_exp_chunk=None),
         VariantSpec("coda-scaled-exp-16k", coda=True, compile_mode=None, scaled_exp_chunk=16384),
         VariantSpec("coda-kernels", coda=True, compile_mode=None, chosen_kernels=True),
         VariantSpec("eager", coda=False, compile_mode=None),

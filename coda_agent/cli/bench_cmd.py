@@ -313,8 +313,9 @@ def bench_e2e_cmd(
         None, "--variant",
         help="variants to time beside coda (repeatable; default: eager, compile; also compile-max-autotune "
         "(Inductor's max-autotune-no-cudagraphs, for logits under 2^31 values); coda-compile; coda-kmajor: "
-        "CODA with K-major weight copies for its dgrad GEMMs; coda-scaled-exp and coda-scaled-exp-16k: CODA "
-        "with the LM head through QuACK's scaled-exp cross-entropy, in chunks of 4096 or 16384 rows)",
+        "CODA with K-major weight copies for its dgrad GEMMs; coda-own-head: CODA with the chain's own LM "
+        "head (logits kept, the cross-entropy tasks' kernels) in place of QuACK's scaled-exp one in 4096-row "
+        "chunks; coda-scaled-exp-16k: that one in 16384-row chunks)",
         metavar="<name>"),
     kernel: list[str] = typer.Option(
         None, "--kernel",

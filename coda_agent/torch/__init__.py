@@ -2,7 +2,8 @@
 
     from coda_agent.torch import CodaLlamaLayer, CodaLMHead, CodaLlamaStack, Kernels
 
-    kernels = Kernels()     # the human kernels; Kernels({"gemm_rmsnorm_bwd": "best.py"}) swaps one
+    kernels = Kernels()     # the human kernels (and QuACK's scaled-exp LM head);
+                            # Kernels({"gemm_rmsnorm_bwd": "best.py"}) swaps one
     stack = CodaLlamaStack([CodaLlamaLayer(2048, 8192, 32, 8, kernels=kernels) for _ in range(16)],
                            CodaLMHead(2048, 128256, kernels=kernels))
     loss = stack(embedding(tokens), targets)  # targets may hold -100 (ignored)

@@ -280,9 +280,9 @@ class CodaLMHead(nn.Module):
     The forward's logits (M x V, bf16) stay until the backward, which turns them into dlogits in place: the
     backward runs no logits GEMM. ``keep_logits=False`` keeps nothing that size and recomputes them in the
     backward instead (2·M·V·K more FLOPs, the trade Liger-style fused cross-entropy makes, for a vocabulary
-    whose logits would not fit). On kernels with ``scaled_exp_chunk`` set, the head runs QuACK's scaled-exp
-    cross-entropy instead (:mod:`.scaled_exp`): every GEMM in the forward, in chunks of that many rows, no
-    logits kept.
+    whose logits would not fit). Where its kernels say so (:meth:`Kernels.scaled_exp_rows`, by default), the
+    head runs QuACK's scaled-exp cross-entropy instead (:mod:`.scaled_exp`): every GEMM in the forward, in
+    chunks of rows, no logits kept.
     """
 
     def __init__(self, dim: int, vocab: int, *, ignore_index: int = IGNORE_INDEX, keep_logits: bool = True,
@@ -297,10 +297,10 @@ class CodaLMHead(nn.Module):
     def forward(self, stream: Stream, targets: torch.Tensor) -> torch.Tensor:
         dim = stream.h.shape[-1]
         loss: torch.Tensor
-        if self.kernels.scaled_exp_chunk:
+        chunk = self.kernels.scaled_exp_rows(self.weight.shape[0], self.weight.dtype)
+        if chunk:
             loss = _ScaledExpHeadLoss.apply(stream.h.reshape(-1, dim), stream.rstd.reshape(-1), self.norm,
-                                            self.weight, targets.reshape(-1), self.ignore_index,
-                                            self.kernels.scaled_exp_chunk)
+                                            self.weight, targets.reshape(-1), self.ignore_index, chunk)
             return loss
         loss = _LMHeadLoss.apply(stream.h.reshape(-1, dim), stream.normed.reshape(-1, dim),
                                  stream.rstd.reshape(-1), self.norm, self.weight, targets.reshape(-1),

@@ -14,7 +14,7 @@ import hashlib
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -37,6 +37,11 @@ CHAIN_TASKS = (
 #: The tasks whose work QuACK's scaled-exp LM head does instead (``Kernels(scaled_exp_chunk=...)``); the
 #: head's ``gemm_rmsnorm_bwd`` call goes too, but the layers still run that task.
 SCALED_EXP_REPLACES = ("gemm_rmsnorm_cross_entropy", "gemm_rmsnorm_cross_entropy_bwd")
+#: The LM head a :class:`Kernels` runs unless told otherwise: the scaled-exp one in chunks of this many rows.
+#: On an H100 at 088647b it ran the Llama-3 1B step (2 and 16 layers) and the 8B layers in 0.4-1.2% less
+#: non-attention time than the chain's own head, its peak at 1B 7.56 GiB against 13.74
+#: (bench/results/h100-2026-12-06-i-notes.md).
+SCALED_EXP_CHUNK = 4096
 
 #: The ops registered in this process, by (task, sha256 prefix of the kernel source): a source is registered
 #: once.
@@ -161,16 +166,23 @@ class Kernels:
     one memory pass over the weight; it pays where the kernel's tiles for a K-major B beat those for an
     N-major one.
 
-    ``scaled_exp_chunk=rows`` runs the LM head through QuACK's scaled-exp cross-entropy in chunks of that many
-    rows (:mod:`.scaled_exp`) in place of the two cross-entropy tasks and the head's ``gemm_rmsnorm_bwd``.
+    The LM head runs QuACK's scaled-exp cross-entropy (:mod:`.scaled_exp`) in chunks of ``scaled_exp_chunk``
+    rows, in place of the two cross-entropy tasks and the head's ``gemm_rmsnorm_bwd``; ``None`` runs the
+    chain's own head on those tasks' kernels. By default (``"default"``) the scaled-exp head takes
+    :data:`SCALED_EXP_CHUNK` rows, except where a kernel file replaces a cross-entropy task (the own head runs
+    it) or QuACK's pipeline does not take the head (not bf16, a vocabulary not a multiple of 128: the own
+    head, where a chunk asked for would be refused).
     """
 
-    def __init__(self, sources: Mapping[str, str | Path] | None = None, *,
-                 k_major_dgrad: bool = False, scaled_exp_chunk: int | None = None) -> None:
+    def __init__(self, sources: Mapping[str, str | Path] | None = None, *, k_major_dgrad: bool = False,
+                 scaled_exp_chunk: int | Literal["default"] | None = "default") -> None:
+        sources = dict(sources or {})
+        self._head_chosen = scaled_exp_chunk != "default"
+        if scaled_exp_chunk == "default":
+            scaled_exp_chunk = None if set(sources) & set(SCALED_EXP_REPLACES) else SCALED_EXP_CHUNK
         if scaled_exp_chunk is not None and (scaled_exp_chunk <= 0 or scaled_exp_chunk % 128):
             raise ValueError(f"scaled_exp_chunk must be a positive multiple of 128 rows, not "
                              f"{scaled_exp_chunk}")
-        sources = dict(sources or {})
         unknown = set(sources) - set(CHAIN_TASKS)
         if unknown:
             raise KeyError(f"not tasks of the Llama-3 chain: {sorted(unknown)} (the chain runs "
@@ -184,6 +196,14 @@ class Kernels:
 
     def __getitem__(self, task: str) -> TaskOp:
         return self.ops[task]
+
+    def scaled_exp_rows(self, vocab: int, dtype: torch.dtype) -> int | None:
+        """The rows per chunk of the scaled-exp LM head for a head of ``vocab`` columns in ``dtype``, or None
+        for the chain's own head: a chunk asked for is always given (QuACK refuses what it cannot take), the
+        default only where QuACK's pipeline takes the head."""
+        if self.scaled_exp_chunk is None or self._head_chosen:
+            return self.scaled_exp_chunk
+        return self.scaled_exp_chunk if vocab % 128 == 0 and dtype == torch.bfloat16 else None
 
     def dgrad_weight(self, w: torch.Tensor) -> torch.Tensor:
         """``w`` as the B operand of a dgrad GEMM ``dz @ w``: the same values and shape, K-major if chosen."""
