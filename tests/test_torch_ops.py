@@ -358,6 +358,7 @@ def test_the_default_head_is_the_scaled_exp_one_where_quack_takes_it():
     assert Kernels().scaled_exp_rows(128256, torch.bfloat16) == SCALED_EXP_CHUNK == 4096
     assert Kernels().scaled_exp_rows(128000 + 100, torch.bfloat16) is None
     assert Kernels().scaled_exp_rows(128256, torch.float16) is None
+    assert Kernels().scaled_exp_rows(2**31 // 4096, torch.bfloat16) is None  # a chunk of 2^31 logits
     assert Kernels(scaled_exp_chunk=OWN_HEAD).scaled_exp_rows(128256, torch.bfloat16) is None
     assert Kernels(scaled_exp_chunk=8192).scaled_exp_rows(160, torch.float32) == 8192
     human = find_task("gemm_rmsnorm_cross_entropy").human_file

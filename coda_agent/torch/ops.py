@@ -170,8 +170,8 @@ class Kernels:
     rows, in place of the two cross-entropy tasks and the head's ``gemm_rmsnorm_bwd``; ``None`` runs the
     chain's own head on those tasks' kernels. By default (``"default"``) the scaled-exp head takes
     :data:`SCALED_EXP_CHUNK` rows, except where a kernel file replaces a cross-entropy task (the own head runs
-    it) or QuACK's pipeline does not take the head (not bf16, a vocabulary not a multiple of 128: the own
-    head, where a chunk asked for would be refused).
+    it) or QuACK's pipeline does not take the head (not bf16, a vocabulary not a multiple of 128, or one whose
+    chunk would pass 2^31 logits: the own head, where a chunk asked for would be refused).
     """
 
     def __init__(self, sources: Mapping[str, str | Path] | None = None, *, k_major_dgrad: bool = False,
@@ -203,7 +203,8 @@ class Kernels:
         default only where QuACK's pipeline takes the head."""
         if self.scaled_exp_chunk is None or self._head_chosen:
             return self.scaled_exp_chunk
-        return self.scaled_exp_chunk if vocab % 128 == 0 and dtype == torch.bfloat16 else None
+        takes = vocab % 128 == 0 and dtype == torch.bfloat16 and self.scaled_exp_chunk * vocab < 2**31
+        return self.scaled_exp_chunk if takes else None
 
     def dgrad_weight(self, w: torch.Tensor) -> torch.Tensor:
         """``w`` as the B operand of a dgrad GEMM ``dz @ w``: the same values and shape, K-major if chosen."""
