@@ -22,6 +22,7 @@ from ..primitives import backend
 from ..tasks import Task, find_task, torch_dtype
 from ..tasks import expr as shape_expr
 from ..tasks.loader import import_file
+from . import scaled_exp
 
 #: The tasks a Llama-3 layer stack with an LM head runs (docs/llama3-chain.md), forward then backward.
 CHAIN_TASKS = (
@@ -203,7 +204,8 @@ class Kernels:
         default only where QuACK's pipeline takes the head."""
         if self.scaled_exp_chunk is None or self._head_chosen:
             return self.scaled_exp_chunk
-        takes = vocab % 128 == 0 and dtype == torch.bfloat16 and self.scaled_exp_chunk * vocab < 2**31
+        takes = (vocab % 128 == 0 and dtype == torch.bfloat16
+                 and self.scaled_exp_chunk * vocab < scaled_exp.CHUNK_LOGITS_LIMIT)
         return self.scaled_exp_chunk if takes else None
 
     def dgrad_weight(self, w: torch.Tensor) -> torch.Tensor:

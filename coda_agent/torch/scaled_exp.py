@@ -18,6 +18,10 @@ from __future__ import annotations
 
 import torch
 
+#: The logits a chunk must stay under: QuACK's Triton glue indexes a chunk's values in int32 (a chunk of 32768
+#: rows at V 128256 faulted on the H100, bench/results/h100-2026-12-06-h-notes.md).
+CHUNK_LOGITS_LIMIT = 2**31
+
 
 @torch.library.custom_op("coda::scaled_exp_cross_entropy", mutates_args=())
 def scaled_exp_cross_entropy(x: torch.Tensor, w: torch.Tensor, targets: torch.Tensor,
@@ -75,12 +79,12 @@ def chunking(rows: int, dim: int, vocab: int, chunk: int) -> tuple[int, int]:
     last chunk that would have ``dim`` rows gets 128 more whose target is ignored (no loss, no gradient). Its
     Triton glue indexes a chunk's values in int32: a chunk of 2^31 logits or more is refused."""
     if chunk == dim:
-        chunk = 2 * chunk if 2 * chunk * vocab < 2**31 else chunk - 128
+        chunk = 2 * chunk if 2 * chunk * vocab < CHUNK_LOGITS_LIMIT else chunk - 128
     last = rows - (-(-rows // chunk) - 1) * chunk
     pad = 128 if -(-last // 128) * 128 == dim else 0
     used = min(chunk, -(-(rows + pad) // 128) * 128)  # the rows of the largest chunk QuACK runs
-    if used * vocab >= 2**31:
+    if used * vocab >= CHUNK_LOGITS_LIMIT:
+        most = (CHUNK_LOGITS_LIMIT - 1) // vocab
         raise ValueError(f"a chunk of {used} rows of a {vocab}-column vocabulary passes 2^31 logits, which "
-                         f"QuACK's scaled-exp glue cannot index: take at most {(2**31 - 1) // vocab} rows a "
-                         "chunk")
+                         f"QuACK's scaled-exp glue cannot index: take at most {most} rows a chunk")
     return chunk, pad
