@@ -17,7 +17,7 @@ from coda_agent.bench import e2e
 from coda_agent.bench.e2e import DEFAULT_VARIANTS, PRESETS, VARIANTS, run_e2e, step_plan
 from coda_agent.bench.memory_peak import NO_FRAME, peak_live
 from coda_agent.bench.report import e2e_markdown
-from coda_agent.bench.results import E2E_SUFFIX, NON_ATTENTION_GOAL, E2ERun, KernelFile
+from coda_agent.bench.results import E2E_SUFFIX, FLOOR_MOONSHOT, NON_ATTENTION_GOAL, E2ERun, KernelFile
 from coda_agent.bench.runner import write_run
 from coda_agent.cli import app
 from coda_agent.store.index import Index
@@ -269,6 +269,42 @@ def test_the_ratios_are_each_variants_time_over_codas(run: E2ERun):
     assert best is not None and best.name in ("compile", "compile-max-autotune")
     best_ratio = run.speedups[best.name]["non_attention"]
     assert run.non_attention_goal_met == (None if best_ratio is None else best_ratio >= NON_ATTENTION_GOAL)
+
+
+def test_the_gemm_floor_runs_every_product_of_the_step_each_its_count_of_times(monkeypatch):
+    """Per layer the four projections' forward, input and weight gradients, and the head's three: the floor
+    runs exactly those products, in autograd's layouts."""
+    config = PRESETS["tiny"]
+    products = e2e.gemm_products(config)
+    assert len(products) == 4 * 3 + 3 and sum(p.count for p in products) == 12 * config.layers + 3
+    head = {p.name: (p.m, p.n, p.k, p.count) for p in products if p.name.startswith("head")}
+    t, v, d = config.tokens, config.vocab, config.dim
+    assert head == {"head forward": (t, v, d, 1), "head input gradient": (t, d, v, 1),
+                    "head weight gradient": (v, d, t, 1)}
+    ran: list[tuple[int, int, int]] = []
+    mm = torch.mm
+
+    def counted(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+        ran.append((a.shape[0], b.shape[1], a.shape[1]))
+        assert out.shape == (a.shape[0], b.shape[1])
+        return mm(a, b, out=out)
+
+    step = e2e.gemm_floor_step(config, "cpu")
+    monkeypatch.setattr(e2e.torch, "mm", counted)
+    step()
+    expected = sorted(mnk for p in products for mnk in [(p.m, p.n, p.k)] * p.count)
+    assert sorted(ran) == expected
+
+
+def test_the_floor_is_timed_with_the_steps_and_each_variant_stands_against_it(run: E2ERun):
+    floor = run.gemm_floor
+    assert floor is not None and floor.median_us > 0 and floor.reps >= STEPS
+    assert run.gemm_products == e2e.gemm_products(run.config)
+    for v in run.variants:
+        assert run.over_floor(v) == pytest.approx(v.non_attention_us / floor.median_us)
+    line = next(line for line in e2e_markdown(run).splitlines() if line.startswith("GEMM floor ("))
+    assert f"{floor.median_us / 1e3:,.2f} ms" in line and f"coda {run.over_floor(run.coda):.3f}x" in line
+    assert line.endswith(": met" if run.over_floor(run.coda) <= FLOOR_MOONSHOT else ": missed")
 
 
 def test_the_json_round_trips_with_the_ratios_in_it(run: E2ERun, tmp_path: Path):

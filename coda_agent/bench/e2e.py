@@ -4,7 +4,8 @@ against the same model in plain PyTorch, eager and under torch.compile.
 Every variant runs the same weights and batch. Each variant's first step runs alone (its compiles), then the
 steps are timed interleaved (``measure.timing.time_interleaved``); the attention part, torch's SDPA in every
 variant, is timed alone at the stack's shapes, and ``non-attention time = step - layers x attention``: the
-part the task kernels replace. Then one step per variant for its peak memory, one with the allocator's trace
+part the task kernels replace. The step's GEMM products alone on cuBLAS (``gemm_floor_step``) are timed with
+them: the floor that non-attention time stands against. Then one step per variant for its peak memory, one with the allocator's trace
 recorded for what is alive at that peak (``memory_peak``), one under ``torch.profiler`` for the kernels
 that made the difference and the GPU's idle time between them, and a few back to back for the joules a step
 (``measure.energy``; under the power cap a step's energy paces it too).
@@ -35,6 +36,7 @@ from .results import (
     E2EConfig,
     E2ERun,
     E2EVariant,
+    GemmProduct,
     GpuTimeline,
     GradientCheck,
     KernelFile,
@@ -94,6 +96,8 @@ DEFAULT_VARIANTS = ("coda", "eager", "compile")
 #: the LM head's Triton GEMM hit an illegal memory access at 32768 x 128256 (4.2e9 values; torch 2.11, H100,
 #: bench/results/h100-2026-12-06-h-e2e.log), which ends the process. Below 2^31 it was not seen to.
 MAX_AUTOTUNE_LOGITS = 2**31
+#: The GEMM floor's name among the timed steps (:func:`gemm_floor_step`).
+FLOOR = "GEMM floor"
 #: The variant that runs the kernel files a run is given (``kernel_files``) in place of the human kernels.
 CHOSEN = "coda-kernels"
 
@@ -159,6 +163,54 @@ def attention_step(config: E2EConfig, device: str) -> Callable[[], None]:
     def step() -> None:
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=nq != nkv)
         torch.autograd.grad(out, (q, k, v), grad)
+
+    return step
+
+
+def _weights(config: E2EConfig) -> list[tuple[str, int, int, int]]:
+    """The step's GEMM weights, ``nn.Linear``-shaped: (name, out features, in features, how many a step)."""
+    c = config
+    qkv = (c.n_heads + 2 * c.n_kv_heads) * (c.dim // c.n_heads)
+    layers = [("qkv", qkv, c.dim), ("o", c.dim, c.dim), ("gate/up", 2 * c.ffn_dim, c.dim),
+              ("down", c.dim, c.ffn_dim)]
+    return [(name, out, inp, c.layers) for name, out, inp in layers] + [("head", c.vocab, c.dim, 1)]
+
+
+def gemm_products(config: E2EConfig) -> list[GemmProduct]:
+    """Every GEMM product of one training step, as the plain-PyTorch model runs them: per layer the QKV, o,
+    gate/up and down projections' forward (``x @ W.T``), input gradient (``dy @ W``) and weight gradient
+    (``dy.T @ x``), and the LM head's three. Attention's own products (SDPA's) are not among them."""
+    t = config.tokens
+    products = []
+    for name, out, inp, count in _weights(config):
+        products += [GemmProduct(name=f"{name} forward", m=t, n=out, k=inp, count=count),
+                     GemmProduct(name=f"{name} input gradient", m=t, n=inp, k=out, count=count),
+                     GemmProduct(name=f"{name} weight gradient", m=out, n=inp, k=t, count=count)]
+    return products
+
+
+def gemm_floor_step(config: E2EConfig, device: str) -> Callable[[], None]:
+    """The step's GEMM products alone (:func:`gemm_products`), back to back on cuBLAS in the layouts autograd
+    gives them (weights ``nn.Linear``-shaped, activations row-major), each its ``count`` times. One (tokens x
+    out) buffer is each forward's output and its input gradient's operand; the values are random at the
+    model's scale (the tensor cores' power draw follows them)."""
+    g = torch.Generator(device=device).manual_seed(3)
+
+    def random(*shape: int, scale: float = 1.0) -> torch.Tensor:
+        return torch.randn(*shape, generator=g, device=device, dtype=torch.bfloat16).mul_(scale)
+
+    buffers = []
+    for _, out, inp, count in _weights(config):
+        w, x = random(out, inp, scale=inp**-0.5), random(config.tokens, inp)
+        y = x.new_empty(config.tokens, out)
+        buffers.append((count, w, x, y, torch.empty_like(x), torch.empty_like(w)))
+
+    def step() -> None:
+        for count, w, x, y, dx, dw in buffers:
+            for _ in range(count):
+                torch.mm(x, w.t(), out=y)
+                torch.mm(y, w, out=dx)
+                torch.mm(y.t(), x, out=dw)
 
     return step
 
@@ -400,9 +452,9 @@ def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | 
                          "--batch or --seq")
     names = [n for n in names if n not in dropped]
     attention = attention_step(config, device)
-    progress(f"timing {', '.join(names)} and the attention alone, interleaved")
-    timed: dict[str, Callable[[], object]] = {**{n: steps[n] for n in names}, "attention": attention}
-    timings = time_interleaved(timed, Clock(device), plan)
+    progress(f"timing {', '.join(names)}, the attention alone and the GEMM floor, interleaved")
+    timings = time_interleaved({**{n: steps[n] for n in names}, "attention": attention,
+                                FLOOR: gemm_floor_step(config, device)}, Clock(device), plan)
     attention_us = timings["attention"].median_us * config.layers
 
     check_batch = gradient_batch(config, device) if gradients else None
@@ -460,6 +512,7 @@ def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | 
                           "GQA, Q/K/V as views of one QKV tensor as in the layers; their gradients left "
                           "where SDPA writes them)"),
         notes=notes, config=config, attention=timings["attention"], variants=list(results.values()),
+        gemm_floor=timings[FLOOR], gemm_products=gemm_products(config),
         kernel_files=[KernelFile(task=task, path=str(path),
                                  sha256=hashlib.sha256(Path(path).read_bytes()).hexdigest())
                       for task, path in sorted(kernel_files.items())],

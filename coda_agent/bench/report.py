@@ -14,6 +14,7 @@ from rich.table import Table
 
 from ..measure.timing import Timing
 from .results import (
+    FLOOR_MOONSHOT,
     NON_ATTENTION_GOAL,
     BenchRow,
     BenchRun,
@@ -292,6 +293,27 @@ def e2e_goal(run: E2ERun) -> str:
             + (f"; the other CODA variants on the non-attention time: {', '.join(others)}" if others else ""))
 
 
+def e2e_floor(run: E2ERun) -> str | None:
+    """Where the non-attention times stand against the step's GEMM floor, in one line; None where no floor
+    was timed."""
+    floor = run.gemm_floor
+    if floor is None or floor.median_us <= 0:
+        return None
+    flops = sum(p.flops for p in run.gemm_products)
+    against = []
+    for v in run.variants:
+        ratio = run.over_floor(v)
+        extra = (v.non_attention_us - floor.median_us) / 1e3
+        against.append(f"{v.name} {_num(ratio, '.3f')}x ({extra:+,.2f} ms)")
+    coda = run.over_floor(run.coda)
+    moonshot = "met" if coda is not None and coda <= FLOOR_MOONSHOT else "missed"
+    products = sum(p.count for p in run.gemm_products)
+    return (f"GEMM floor (the step's {products} GEMM products, {flops / 1e12:,.1f} TFLOP, alone on cuBLAS "
+            f"back to back): {floor.median_us / 1e3:,.2f} ms ({flops / floor.median_us / 1e6:,.0f} TFLOP/s); "
+            f"non-attention time over it: {', '.join(against)}; moonshot (CODA within {FLOOR_MOONSHOT}x of "
+            f"it): {moonshot}")
+
+
 def e2e_energy(run: E2ERun) -> list[str]:
     """A line per variant whose joules a step were measured."""
     return [f"energy of {v.name}: {v.energy.joules:,.1f} J a step, {v.energy.watts:,.0f} W over "
@@ -384,6 +406,7 @@ def e2e_markdown(run: E2ERun) -> str:
         "",
         e2e_goal(run),
         "",
+        *([floor, ""] if (floor := e2e_floor(run)) else []),
         *(f"- {line}" for line in gradients),
         *(f"- {line}" for line in energy),
         *([""] if gradients or energy else []),

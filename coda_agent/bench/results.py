@@ -148,6 +148,9 @@ def is_tune_report(path: Path) -> bool:
 #: The end-to-end goal (issue 13): CODA's ops at least this much faster than the better torch.compile on the
 #: non-attention time of a step.
 NON_ATTENTION_GOAL = 1.15
+#: The moonshot beside it (issue 45): the non-attention time within this factor of the step's GEMM floor
+#: (``E2ERun.gemm_floor``).
+FLOOR_MOONSHOT = 1.15
 
 
 class E2EConfig(BaseModel):
@@ -247,6 +250,20 @@ class GradientCheck(BaseModel):
     failed: list[str] = Field(default=[], description="every gradient past its allowance")
 
 
+class GemmProduct(BaseModel):
+    """One GEMM product of the stack's training step, as the plain-PyTorch model runs it (``bench.e2e``)."""
+
+    name: str = Field(description="whose product: the layer's projection or the head, and which pass")
+    m: int
+    n: int
+    k: int
+    count: int = Field(description="how many of it a step runs (one per layer for the layers')")
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k * self.count
+
+
 class E2EVariant(BaseModel):
     """One way of running the stack's training step (forward + backward)."""
 
@@ -295,6 +312,10 @@ class E2ERun(Measured):
     variants: list[E2EVariant]
     kernel_files: list[KernelFile] = Field(default=[], description="what the coda-kernels variant ran in "
                                                                   "place of the human kernels")
+    gemm_floor: Timing | None = Field(default=None, description=(
+        "the step's GEMM products alone (gemm_products) on cuBLAS, back to back, timed with the steps: what "
+        "the non-attention time would be if the epilogues, the glue and every other pass cost nothing"))
+    gemm_products: list[GemmProduct] = []
 
     def variant(self, name: str) -> E2EVariant | None:
         return next((v for v in self.variants if v.name == name), None)
@@ -327,6 +348,11 @@ class E2ERun(Measured):
                 )
                 out[v.name] = {"step": paired_ratio(v.step, coda.step), "non_attention": non_attention}
         return out
+
+    def over_floor(self, variant: E2EVariant) -> float | None:
+        """``variant``'s non-attention time over the GEMM floor; None where the floor was not timed."""
+        floor = self.gemm_floor
+        return None if floor is None or floor.median_us <= 0 else variant.non_attention_us / floor.median_us
 
     @computed_field  # type: ignore[prop-decorator]
     @property
