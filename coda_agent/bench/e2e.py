@@ -4,11 +4,11 @@ against the same model in plain PyTorch, eager and under torch.compile.
 Every variant runs the same weights and batch. Each variant's first step runs alone (its compiles), then the
 steps are timed interleaved (``measure.timing.time_interleaved``); the attention part, torch's SDPA in every
 variant, is timed alone at the stack's shapes, and ``non-attention time = step - layers x attention``: the
-part the task kernels replace. The step's GEMM products alone on cuBLAS (``gemm_floor_step``) are timed with
-them: the floor that non-attention time stands against. Then one step per variant for its peak memory, one with the allocator's trace
-recorded for what is alive at that peak (``memory_peak``), one under ``torch.profiler`` for the kernels
-that made the difference and the GPU's idle time between them, and a few back to back for the joules a step
-(``measure.energy``; under the power cap a step's energy paces it too).
+part the task kernels replace. The step's GEMM products alone on cuBLAS (``gemm_floor_step``) are timed
+with them: the floor that non-attention time stands against. Then one step per variant for its peak memory,
+one with the allocator's trace recorded for what is alive at that peak (``memory_peak``), one under
+``torch.profiler`` for the kernels that made the difference and the GPU's idle time between them, and a few
+back to back for the joules a step (``measure.energy``; under the power cap a step's energy paces it too).
 """
 
 from __future__ import annotations
