@@ -326,9 +326,9 @@ def returned_bytes_limit(task: Task, point: ShapePoint, calls: int) -> int:
 
 
 def check_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: str,
-                checks: list[OutputCheck]) -> dict[str, object]:
+                checks: list[OutputCheck]) -> tuple[dict[str, object], list[dict[str, Any]]]:
     """The correctness protocol at one shape (module docstring), adding to ``checks``; raises :class:`Reject`
-    on a fault."""
+    on a fault. Returns what it found there and the op log of its first checked call."""
     task, watch = ctx.task, ctx.watch
     checked, decoys = input_sets(task, ctx.plan.seeds)
     # The runner knows a set by its place alone: nothing tells the candidate which one is the stress set.
@@ -400,7 +400,7 @@ def check_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: s
         launches = call_problems(ctx, batch, point)
         info["launches"] = launches[0] if launches else {}
         agreement(task, outs[0], outs[-1], checks, point, checked[0].seed, info)
-    return info
+    return info, (batch.ops or [[]])[0]
 
 
 def unstable(task: Task, point: ShapePoint, reason: str) -> str:
@@ -449,8 +449,12 @@ def runner_failure(exc: RunnerError, plan: Plan, raised: Outcome, prefix: str) -
     return Outcome.CRASH, str(exc)
 
 
-def run_correctness(ctx: Context, name: str, backend_name: str, device: str) -> StageResult:
-    """Every selected shape through :func:`check_shape` (the first fault ends the stage)."""
+def run_correctness(ctx: Context, name: str, backend_name: str, device: str,
+                    bench_on_meta: bool = False) -> StageResult:
+    """Every selected shape through :func:`check_shape` (the first fault ends the stage); with
+    ``bench_on_meta``, then forward() at each bench shape on meta tensors (:func:`bench_configs`): the
+    shapes a GPU would run must take the same work from shapes alone, whether or not a compile stage
+    follows."""
     t0 = time.perf_counter()
     shapes: dict[str, dict[str, object]] = {}
     checks: list[OutputCheck] = []
@@ -463,26 +467,37 @@ def run_correctness(ctx: Context, name: str, backend_name: str, device: str) -> 
 
     try:
         with ctx.runner(backend_name, device, shared=device == "cuda") as client:
+            first: tuple[str, list[dict[str, Any]]] | None = None
             for point in ctx.plan.points(ctx.task):
                 try:
-                    info = check_shape(ctx, client, point, device, checks)
+                    info, ops = check_shape(ctx, client, point, device, checks)
                 except Reject as rej:
                     shapes[point.name] = {"outcome": rej.outcome.value, "reason": rej.reason,
                                           "dims": point.dims}
                     return result(rej.outcome, rej.reason)
                 shapes[point.name] = {"outcome": Outcome.PASSED.value, "reason": "", **info}
+                first = first or (point.name, ops)
+            bench = ctx.task.shapes.get("bench", []) if bench_on_meta and first else []
+            if bench and first:
+                try:
+                    with ctx.watch.part("discover"):
+                        bench_configs(ctx.task, client, first[1], first[0])
+                except Reject as rej:
+                    return result(rej.outcome, rej.reason)
     except RunnerError as exc:
         return result(*runner_failure(exc, ctx.plan, Outcome.RUNTIME_ERROR, ""))
     n = len(ctx.plan.points(ctx.task))
     stress = " and the stress set" if ctx.task.stress_inits() else ""
+    meta = f"; the same work at the {len(bench)} bench shapes on meta tensors" if bench else ""
     return result(Outcome.PASSED, f"all outputs within tolerance on {n} {ctx.plan.shape_set} shapes x "
-                                  f"{len(ctx.plan.seeds)} seeds{stress}, launch budget kept")
+                                  f"{len(ctx.plan.seeds)} seeds{stress}, launch budget kept{meta}")
 
 
 @stage("correctness")
 def cpu_correctness(ctx: Context) -> StageResult:
-    """The emulator (torch backend) against the FP32 reference, with the launch estimate and GEMM rules."""
-    return run_correctness(ctx, "correctness", "torch", "cpu")
+    """The emulator (torch backend) against the FP32 reference, with the launch estimate and GEMM rules, and
+    forward() at the bench shapes on meta tensors (the shapes a GPU checks, which the emulator cannot run)."""
+    return run_correctness(ctx, "correctness", "torch", "cpu", bench_on_meta=ctx.plan.shape_set != "bench")
 
 
 @stage("compile")

@@ -172,8 +172,9 @@ class StageResult(BaseModel):
         "'runner stop' in the last stage of those; 'release' in a GPU stage (the earlier stage's cached "
         "device memory handed back); correctness: "
         "'inputs' (drawn and sent), 'warm-up', 'candidate' (its checked calls), 'transfer' (outputs fetched, "
-        "inputs dropped), 'reference FP32', 'reference dtype', 'checks'; compile: 'build', 'discover' "
-        "(forward() on meta tensors at the bench shapes), 'build bench configs'; profile / bench: its "
+        "inputs dropped), 'reference FP32', 'reference dtype', 'checks', and on the CPU 'discover' "
+        "(forward() on meta tensors at the bench shapes); compile: 'build', 'discover', 'build bench "
+        "configs'; profile / bench: its "
         "shapes' :attr:`ShapeTiming.seconds` summed (a phase's parts in place of the phase: 'warm-up: "
         "<variant>', 'timed: <part>'); tune: 'traced call', 'builds', 'search', 'comparison', 'close'"))
 
