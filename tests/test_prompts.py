@@ -175,6 +175,20 @@ def test_the_task_prompt_shows_the_notes_the_author_wrote_on_its_shapes(tmp_path
     assert "  - ragged: not a multiple of any tile size\n" in suite
 
 
+def test_a_bar_in_a_tasks_own_text_stays_inside_its_table_cell(tmp_path):
+    """A user's `max over N of |y|` split the Outputs row in two (found from the manual seat)."""
+    task = novel_task_in(tmp_path / "mine")
+    task.path.write_text(task.path.read_text().replace(
+        "{name: peak, shape: [M], dtype: float32}",
+        '{name: peak, shape: [M], dtype: float32, description: "max over N of |y|"}'))
+    task = find_task(str(task.path))
+    text = task_prompt(task, checks="checks", target="t", sol=speed_of_light(task, "bench", NOMINAL_H200),
+                       sol_label="l")
+    row = next(line for line in text.splitlines() if line.startswith("| `peak` |"))
+    assert row == "| `peak` | (M,) | float32 | max over N of \\|y\\| |"
+    assert row.replace("\\|", "").count("|") == 5  # four cells, as the header has
+
+
 def test_task_needs_read_the_tensors_against_the_first_gemm():
     assert task_needs(TASK) == {"family:forward", "in:M,N", "in:N", "out:M", "out:M,N", "out:several-tiles"}
     assert "gemms:several" in task_needs(find_task("gemm_rmsnorm_gemm"))

@@ -12,12 +12,20 @@ import jinja2
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 
 
+def cell(value: object) -> str:
+    """Text as one markdown table cell: a task's or a verdict's own ``|`` (``|x @ w|``) would split the row,
+    a line break would end it."""
+    return " ".join(str(value).split("\n")).replace("|", "\\|")
+
+
 @lru_cache(maxsize=1)
 def _env() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATE_DIR), undefined=jinja2.StrictUndefined,
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False, autoescape=False,
     )
+    env.filters["cell"] = cell
+    return env
 
 
 def render(name: str, **data: Any) -> str:
