@@ -250,6 +250,22 @@ def test_packed_mode_reads_interleaved_c_and_writes_double_width(ab):
     torch.testing.assert_close(out["act"], act.bfloat16())
 
 
+def test_a_pair_where_one_value_belongs_is_explained_for_its_mode(ab):
+    """A model that reduced pack(dgate, dup) in packed mode was told about acc_pair mode (the manual seat)."""
+    a, w, _ = ab
+    preact = torch.randn(M, 2 * N).bfloat16()
+
+    @P.epilogue(reduces={"dbias": P.RowVecReduce()}, mode="packed")
+    def epi(acc, c):
+        x, y = P.unpack(c)
+        dx, dy, _ = P.dswiglu(x, y, acc)
+        return {"D": P.pack(dx, dy), "dbias": P.pack(dx, dy)}
+
+    with pytest.raises(P.EpilogueError, match=r"reduce 'dbias' is a Pair here.*in packed mode only D is "
+                                              r"written as pack\(\).*a reduce of its own"):
+        P.gemm(epi, a, w.t(), C=preact)
+
+
 @pytest.mark.parametrize(
     ("declare", "call", "message"),
     [

@@ -358,6 +358,18 @@ def test_feedback_error_table_says_which_output_where_and_by_how_much():
     assert "far off" in text and "algebra" in text
 
 
+def test_a_near_miss_is_not_blamed_on_precision_alone():
+    """A GELU derivative missing a constant missed by 1.28x; the hint sent the model after rounding (the manual
+    seat)."""
+    checks = [OutputCheck(output="dpreact", shape_point="tiny", seed=0, ok=False, max_abs_err=0.126,
+                          allowed=0.0988, worst_index=[195, 624], worst_value=0.5, expected_value=0.4,
+                          reason="dpreact wrong")]
+    text = feedback_prompt([make_attempt(1, 1, CODE, verdict(Outcome.WRONG_OUTPUT, "dpreact", checks))],
+                           population=[], goal_is_speed=False)
+    note = next(line for line in text.splitlines() if line.startswith("- `dpreact` is close"))
+    assert "lost precision" in note and "a small slip in the formula" in note
+
+
 def test_a_stress_set_failure_says_what_the_set_is_not_that_the_formula_differs():
     reason = ("on the stress inputs at shape tiny (x at large magnitudes or at the edges of their range, "
               "where the FP32 reference is finite), output 'loss': max error 3e+38 exceeds the allowed 2. "

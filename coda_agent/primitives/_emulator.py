@@ -31,10 +31,19 @@ def _interleave(p: Pair, m: int, width: int) -> torch.Tensor:
     return torch.stack((a, b), dim=-1).reshape(m, width)
 
 
-def _full(v: Any, shape: tuple[int, int], what: str) -> torch.Tensor:
+#: What a Pair where one value belongs means, by the epilogue's mode.
+_PAIR_ADVICE = {
+    "acc_pair": "in acc_pair mode extra outputs are half width: return one lane's value",
+    "packed": "in packed mode only D is written as pack(); an extra output or a reduce takes one value per "
+              "accumulator element: give each lane an output or a reduce of its own",
+    "element": "pack() writes D in packed or acc_pair mode only",
+}
+
+
+def _full(v: Any, shape: tuple[int, int], what: str, mode: str) -> torch.Tensor:
     if isinstance(v, Pair):
-        raise EpilogueError(f"{what} is a Pair here; it needs one value per element (in acc_pair mode extra "
-                            "outputs are half width: return one lane's value)")
+        raise EpilogueError(f"{what} is a Pair here; it needs one value per element "
+                            f"({_PAIR_ADVICE.get(mode, _PAIR_ADVICE['element'])})")
     if isinstance(v, (tuple, list)):
         raise EpilogueError(f"{what} must be a single value, got a {type(v).__name__}")
     t = torch.as_tensor(v, dtype=torch.float32)
@@ -55,14 +64,15 @@ def _per_element(name: str, sink: Sink, value: Any, call: GemmCall, shape: tuple
             raise EpilogueError(
                 f"reduce {name!r}: in acc_pair mode return one value per lane, (lane0, lane1)"
             )
-        lanes = Pair(*(_full(v, shape, f"reduce {name!r}") for v in value))
+        lanes = Pair(*(_full(v, shape, f"reduce {name!r}", call.epi.mode) for v in value))
         stacked = _interleave(lanes, shape[0], 2 * shape[1])  # sinks span both lanes: the full N
     elif getattr(sink, "scaled", False):
         if not (isinstance(value, tuple) and len(value) == 2):
             raise EpilogueError(f"reduce {name!r} is scaled: return a (value, scale) tuple")
-        stacked = _full(value[0], shape, f"reduce {name!r}") * _full(value[1], shape, f"reduce {name!r}")
+        stacked = (_full(value[0], shape, f"reduce {name!r}", call.epi.mode)
+                   * _full(value[1], shape, f"reduce {name!r}", call.epi.mode))
     else:
-        stacked = _full(value, shape, f"reduce {name!r}")
+        stacked = _full(value, shape, f"reduce {name!r}", call.epi.mode)
     return stacked
 
 
@@ -115,12 +125,12 @@ def run(call: GemmCall) -> dict[str, torch.Tensor]:
         else:
             out["D"] = _interleave(d, m, n).to(call.out_dtype)
     else:
-        out["D"] = (acc if d is None else _full(d, (m, n), "'D'")).to(call.out_dtype)
+        out["D"] = (acc if d is None else _full(d, (m, n), "'D'", epi.mode)).to(call.out_dtype)
     if not call.store_d:
         del out["D"]
     width = n // 2 if paired else n
     for name in epi.outputs:
-        out[name] = _full(result[name], (m, width), f"output {name!r}").to(call.out_dtype)
+        out[name] = _full(result[name], (m, width), f"output {name!r}", epi.mode).to(call.out_dtype)
     sink_shape = (m, width)
     for name, sink in epi.sinks.items():
         out[name] = _reduce(name, sink, result[name], call, sink_shape)

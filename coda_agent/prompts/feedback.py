@@ -202,9 +202,10 @@ def _check_rows(verdict: Verdict) -> tuple[list[dict[str, Any]], list[str]]:
             notes.append(f"`{c.output}`: {c.reason}")
         elif r <= 10:
             notes.append(
-                f"`{c.output}` is close ({_times(r)} the tolerance): look for lost precision, e.g. an "
-                "intermediate rounded to the task dtype, or a statistic taken from a rounded value instead "
-                "of the FP32 accumulator."
+                f"`{c.output}` is close ({_times(r)} the tolerance): either lost precision (an intermediate "
+                "rounded to the task dtype, a statistic taken from a rounded value instead of the FP32 "
+                "accumulator) or a small slip in the formula (a constant or a term of a derivative): "
+                "work the reference's formula out by hand at the worst index and compare."
             )
         else:
             notes.append(f"`{c.output}` is far off ({_times(r)} the tolerance): its formula differs from the "
