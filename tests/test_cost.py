@@ -92,6 +92,23 @@ def test_the_largest_avoidable_cost_is_named():
     assert hosty.launches == 41 and "40 launch(es) besides the GEMM kernels" in hosty.dominant()
 
 
+def test_a_host_ops_traffic_is_the_bytes_its_tensors_hold():
+    """A bf16 column sum into FP32 reads its input once: 2 bytes an element, not the largest tensor at 4 bytes
+    read and written (which the manual seat saw quadruple it)."""
+    from coda_agent.runner.serve import OpLog
+
+    x = torch.empty(8192, 4096, dtype=torch.bfloat16, device="meta")
+    log = OpLog()
+    with log, log.call():
+        x.sum(0, dtype=torch.float32)
+    (op,) = log.calls[0]
+    assert op["op"].startswith("aten::sum") and op["bytes"] == 8192 * 4096 * 2 + 4096 * 4
+    est = cost.estimate([op], PEAKS, shape="s")
+    assert est.host_bytes == op["bytes"]
+    legacy = cost.estimate([{"op": op["op"], "numel": op["numel"]}], PEAKS, shape="s")
+    assert legacy.host_bytes == 2 * 4 * 8192 * 4096  # a record without bytes keeps the old rule
+
+
 def test_the_compile_stage_records_the_estimate_at_each_bench_shape():
     task = find_task("gemm_swiglu")
     seen = {p.name: op_log(task.name, dict(p.dims)) for p in task.shape("bench")}

@@ -359,8 +359,8 @@ def test_feedback_error_table_says_which_output_where_and_by_how_much():
 
 
 def test_a_near_miss_is_not_blamed_on_precision_alone():
-    """A GELU derivative missing a constant missed by 1.28x; the hint sent the model after rounding (the manual
-    seat)."""
+    """A GELU derivative missing a constant missed by 1.28x; the hint sent the model after rounding (the
+    manual seat)."""
     checks = [OutputCheck(output="dpreact", shape_point="tiny", seed=0, ok=False, max_abs_err=0.126,
                           allowed=0.0988, worst_index=[195, 624], worst_value=0.5, expected_value=0.4,
                           reason="dpreact wrong")]

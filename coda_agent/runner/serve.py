@@ -95,7 +95,8 @@ class OpLog(TorchDispatchMode):
         if self._recording and not func.is_view:
             values = (*args, *(kwargs.values() if kwargs else ()),
                       *(out if isinstance(out, (tuple, list)) else (out,)))
-            self.calls[-1].append({"op": func.name(), "numel": _largest_numel(values)})
+            self.calls[-1].append({"op": func.name(), "numel": _largest_numel(values),
+                                   "bytes": _tensor_bytes(values)})
         return out
 
     def wrap_backend(
@@ -115,6 +116,18 @@ class OpLog(TorchDispatchMode):
                 return run(call)
 
         return observed
+
+
+def _tensor_bytes(values: tuple[Any, ...]) -> int:
+    """The bytes of the distinct tensors among an aten op's arguments and results: what its kernel reads and
+    writes at the least (a reduction of bf16 into FP32 reads 2 bytes an element, whatever it accumulates
+    in)."""
+    seen: dict[int, int] = {}
+    for v in values:
+        for t in v if isinstance(v, (list, tuple)) else (v,):
+            if isinstance(t, torch.Tensor):
+                seen[id(t)] = t.numel() * t.element_size()
+    return sum(seen.values())
 
 
 def _largest_numel(values: tuple[Any, ...]) -> int:

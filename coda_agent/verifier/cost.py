@@ -141,7 +141,8 @@ def estimate(ops: Sequence[Mapping[str, Any]], peaks: Peaks, *, shape: str = "",
             tiles += -(-m // tm) * -(-n // tn)
         elif str(op.get("op")).split(".", 1)[0] not in NO_KERNEL_OPS:
             host.append(str(op.get("op")))
-            host_bytes += 2 * 4 * int(op.get("numel", 0))
+            # an op log from before the runner counted bytes: its largest tensor read and written in FP32
+            host_bytes += int(op["bytes"]) if "bytes" in op else 2 * 4 * int(op.get("numel", 0))
             launches += 1
     launch_us = (launches - gemms - len(host)) * LAUNCH_US
     host_us = len(host) * LAUNCH_US + host_bytes / bw * 1e6
