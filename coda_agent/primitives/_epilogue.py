@@ -61,7 +61,8 @@ def epilogue(
 
     Shapes by mode, for a GEMM of (M, K) by (K, N): element: D and each extra output (M, N); acc_pair: D (M,
     N), each extra output (M, N/2); packed: C and D (M, 2N) interleaved, each extra output (M, N), row vectors
-    of length N.
+    and RowVecReduce results of length N (a reduce folds one value per accumulator element: a column statistic
+    of the (M, 2N) gradient takes one reduce per lane, interleaved after the call).
 
     Names: parameters, outputs and reduces must all differ; ``acc``, ``D`` and (as an operand) ``c`` are
     taken, and an operand cannot be named like a parameter of :func:`gemm` (``A``, ``B``, ``C``, ``epi``,
