@@ -370,6 +370,15 @@ def test_a_near_miss_is_not_blamed_on_precision_alone():
     assert "lost precision" in note and "a small slip in the formula" in note
 
 
+def test_an_overflowed_ratio_reads_in_exponent_notation_not_39_digits():
+    checks = [OutputCheck(output="loss", shape_point="tiny", seed=0, ok=False, max_abs_err=3.4e38,
+                          allowed=1.34, worst_index=[3], reason="loss wrong")]
+    text = feedback_prompt([make_attempt(1, 1, CODE, verdict(Outcome.WRONG_OUTPUT, "loss", checks))],
+                           population=[], goal_is_speed=False)
+    assert "| 2.5e+38 |" in text and "(x2.5e+38 the tolerance)" in text
+    assert "253731343283582" not in text
+
+
 def test_a_stress_set_failure_says_what_the_set_is_not_that_the_formula_differs():
     reason = ("on the stress inputs at shape tiny (x at large magnitudes or at the edges of their range, "
               "where the FP32 reference is finite), output 'loss': max error 3e+38 exceeds the allowed 2. "

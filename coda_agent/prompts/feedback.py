@@ -76,9 +76,13 @@ def _num(v: float | None) -> str:
     return "-" if v is None else f"{v:.3g}"
 
 
+def _ratio(r: float) -> str:
+    """An error ratio: ``0.337``, ``12.5``, ``1020``; from a million on ``2.5e+38`` (not 39 digits)."""
+    return f"{r:.1e}" if r >= 1e6 else f"{r:.0f}" if r >= 100 else f"{r:.3g}"
+
+
 def _times(r: float) -> str:
-    """An error ratio: ``x0.337``, ``x12.5``, ``x1020`` (never exponent notation)."""
-    return f"x{r:.0f}" if r >= 100 else f"x{r:.3g}"
+    return f"x{_ratio(r)}"
 
 
 def _us(v: float | None) -> str:
@@ -191,7 +195,7 @@ def _check_rows(verdict: Verdict) -> tuple[list[dict[str, Any]], list[str]]:
         r = c.error_ratio
         rows.append({
             "output": c.output, "ok": c.ok, "err": _num(c.max_abs_err), "allowed": _num(c.allowed),
-            "ratio": "-" if r is None else f"{r:.3g}" if r < 100 else f"{r:.0f}",
+            "ratio": "-" if r is None else _ratio(r),
             "where": str(c.worst_index) if c.worst_index is not None else "-", "got": _num(c.worst_value),
             "expected": _num(c.expected_value), "at": c.input_set,
             "fails_at": ", ".join(fails) if fails else "-",
