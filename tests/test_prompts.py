@@ -370,6 +370,17 @@ def test_a_near_miss_is_not_blamed_on_precision_alone():
     assert "lost precision" in note and "a small slip in the formula" in note
 
 
+def test_a_check_failed_by_the_norm_rule_says_so_and_not_that_it_is_close():
+    reason = ("output 'loss': the L1 norm of the error, 0.4867, exceeds the allowed 0.2421 (a dropped term "
+              "or an approximation)")
+    checks = [OutputCheck(output="loss", shape_point="tiny", seed=0, ok=False, max_abs_err=0.0047,
+                          allowed=0.0127, worst_index=[3], reason=reason)]
+    text = feedback_prompt([make_attempt(1, 1, CODE, verdict(Outcome.WRONG_OUTPUT, reason, checks))],
+                           population=[], goal_is_speed=False)
+    assert f"- `loss` is within the max-abs bound but fails another rule: {reason}" in text
+    assert "is close" not in text
+
+
 def test_an_overflowed_ratio_reads_in_exponent_notation_not_39_digits():
     checks = [OutputCheck(output="loss", shape_point="tiny", seed=0, ok=False, max_abs_err=3.4e38,
                           allowed=1.34, worst_index=[3], reason="loss wrong")]

@@ -204,6 +204,8 @@ def _check_rows(verdict: Verdict) -> tuple[list[dict[str, Any]], list[str]]:
             continue
         if r is None or c.stress:  # the stress set's reason says what it is and what fixes it
             notes.append(f"`{c.output}`: {c.reason}")
+        elif r <= 1:  # within the max-abs bound: another rule (the error's norm, non-finite values) failed it
+            notes.append(f"`{c.output}` is within the max-abs bound but fails another rule: {c.reason}")
         elif r <= 10:
             notes.append(
                 f"`{c.output}` is close ({_times(r)} the tolerance): either lost precision (an intermediate "
