@@ -95,8 +95,8 @@ class OpLog(TorchDispatchMode):
         if self._recording and not func.is_view:
             values = (*args, *(kwargs.values() if kwargs else ()),
                       *(out if isinstance(out, (tuple, list)) else (out,)))
-            self.calls[-1].append({"op": func.name(), "numel": _largest_numel(values),
-                                   "bytes": _tensor_bytes(values)})
+            numel, nbytes = _sizes(values)
+            self.calls[-1].append({"op": func.name(), "numel": numel, "bytes": nbytes})
         return out
 
     def wrap_backend(
@@ -118,28 +118,19 @@ class OpLog(TorchDispatchMode):
         return observed
 
 
-def _tensor_bytes(values: tuple[Any, ...]) -> int:
-    """The bytes of the distinct tensors among an aten op's arguments and results: what its kernel reads and
-    writes at the least (a reduction of bf16 into FP32 reads 2 bytes an element, whatever it accumulates
-    in)."""
-    seen: dict[int, int] = {}
+def _sizes(values: tuple[Any, ...]) -> tuple[int, int]:
+    """Over an aten op's arguments and results (a schema nests tensors one list deep at most: ``Tensor[]``,
+    ``Tensor?[]``): the most elements of any one tensor, and the bytes of the distinct tensors, what its
+    kernel reads and writes at the least (a reduction of bf16 into FP32 reads 2 bytes an element, whatever it
+    accumulates in)."""
+    largest, seen = 0, {}
     for v in values:
         for t in v if isinstance(v, (list, tuple)) else (v,):
             if isinstance(t, torch.Tensor):
-                seen[id(t)] = t.numel() * t.element_size()
-    return sum(seen.values())
-
-
-def _largest_numel(values: tuple[Any, ...]) -> int:
-    """The most elements of any tensor among an aten op's arguments and results (a schema nests tensors one
-    list deep at most: ``Tensor[]``, ``Tensor?[]``)."""
-    largest = 0
-    for v in values:
-        if isinstance(v, torch.Tensor):
-            largest = max(largest, v.numel())
-        elif isinstance(v, (list, tuple)):
-            largest = max([largest, *(t.numel() for t in v if isinstance(t, torch.Tensor))])
-    return largest
+                numel = t.numel()
+                largest = max(largest, numel)
+                seen[id(t)] = numel * t.element_size()
+    return largest, sum(seen.values())
 
 
 def frozen(value: Any) -> Any:
