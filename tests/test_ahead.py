@@ -574,7 +574,7 @@ def test_a_schedule_the_tuner_pins_on_quacks_kernel_passes_the_static_check():
     still pass the static check (it refused every flag but pingpong)."""
     import ast
 
-    from coda_agent.verifier.static.schedule_source import ScheduleFormError, literal_schedule
+    from coda_agent.verifier.static.schedule_form import ScheduleFormError, literal_schedule
 
     call = ast.parse('schedule({("add_c", 1, 2, 3): Config(tile_n=128, load_ahead=False)})').body[0].value
     assert literal_schedule(call) == {("add_c", 1, 2, 3): P.Config(tile_n=128, load_ahead=False)}

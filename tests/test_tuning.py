@@ -20,8 +20,8 @@ from coda_agent.verifier.client import RunnerCrashed
 from coda_agent.verifier.gpu import BATCH, ShapeTimer
 from coda_agent.verifier.stages import Context, Reject
 from coda_agent.verifier.static import check_source
+from coda_agent.verifier.static.schedule_form import ScheduleFormError
 from coda_agent.verifier.static.schedule_source import (
-    ScheduleFormError,
     pin_schedule,
     pinned_notes,
     pinned_schedule,

@@ -12,12 +12,13 @@ places new tensors; no formatting of values outside a ``raise``), so forward() o
 does on a GPU. An epilogue fn's body may call only the primitives' value functions and ``math``: the same fn
 runs on the emulator's tensors and as the GPU's symbolic values, and must not tell them apart. The one
 decorator besides ``@epilogue(...)`` is the harness's pinned schedule on ``forward``, in exactly the form
-:func:`~.schedule_source.literal_schedule` reads. The contract text of the prompt is generated from these
+:func:`~.schedule_form.literal_schedule` reads. The contract text of the prompt is generated from these
 tables.
 
 The modules: :mod:`.contract` (the tables), :mod:`.parse` (untrusted text to a bounded tree), :mod:`.scopes`,
 :mod:`.check` (the facts and state the rules share), one module per rule family, :mod:`.rules` (the registry
-of rules by node kind, and the walk) and :mod:`.schedule_source` (the ``@schedule`` in source form).
+of rules by node kind, and the walk) and :mod:`.schedule_form` (the ``@schedule`` form the check accepts);
+:mod:`.schedule_source` sits above the check (pinning and unpinning a schedule in a module).
 
 This is the first line, not the only one: the runner is sandboxed and the checker judges what it returns.
 """

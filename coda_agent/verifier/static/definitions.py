@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 
 from .check import Check, is_constant, names_a_type
-from .schedule_source import ScheduleFormError, literal_schedule
+from .schedule_form import ScheduleFormError, literal_schedule
 
 
 def _target(dec: ast.expr) -> ast.expr:

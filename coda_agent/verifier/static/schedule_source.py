@@ -1,13 +1,13 @@
-"""The ``@schedule({...})`` on forward in its source form: the one literal form the static check accepts, read
-without running anything, written (pinned) by the tuner and taken out when two candidates are compared.
+"""The ``@schedule({...})`` on forward in a module's source: read, written (pinned) by the tuner, its notes
+kept over a re-tune, and taken out when two candidates are compared. A pinned module passes the static check
+before it is returned. The form itself is :mod:`.schedule_form`'s.
 
-The check, the tune stage and the prompt's feedback all read it here (this module imports no torch).
+The tune stage and the prompt's feedback read it here (this module imports no torch).
 """
 
 from __future__ import annotations
 
 import ast
-import dataclasses
 from collections.abc import Collection, Sequence
 
 from ...primitives import Config
@@ -15,63 +15,12 @@ from ...primitives._schedule import ScheduleKey
 from ...primitives.configs import Schedule, config_label, config_literal
 from .contract import PRIMITIVES
 from .parse import parse_module
+from .rules import check_source
+from .schedule_form import ScheduleFormError, literal_schedule
 from .scopes import scope_bindings
 
 #: The first line of the comment :func:`pin_schedule` writes above the decorator (and replaces on a re-tune).
 NOTE_MARK = "# coda-agent tune:"
-
-
-class ScheduleFormError(ValueError):
-    """A ``@schedule(...)`` that is not a literal table of ``(name, M, N, K): Config(field=constant,
-    ...)``."""
-
-
-def literal_schedule(call: ast.Call,
-                     config_names: Collection[str] = ("Config",)) -> dict[tuple[str, int, int, int], Config]:
-    """The table of a ``schedule({...})`` call, read from its literal source without running anything.
-
-    The one form accepted (and the one the harness writes): a single dict literal whose keys are
-    ``("epilogue_name", M, N, K)`` tuples of constants and whose values are ``Config(...)`` calls
-    (``config_names``: how the module names Config) with constant keyword fields. Raises
-    :class:`ScheduleFormError` otherwise.
-    """
-    if len(call.args) != 1 or call.keywords or not isinstance(call.args[0], ast.Dict):
-        raise ScheduleFormError("schedule() takes exactly one argument, a dict literal {(epilogue_name, M, "
-                                "N, K): Config(...)}")
-    fields = {f.name: bool if f.type in (bool, "bool") else int for f in dataclasses.fields(Config)}
-    flags = ", ".join(sorted(name for name, kind in fields.items() if kind is bool))
-    table: dict[tuple[str, int, int, int], Config] = {}
-    for k, v in zip(call.args[0].keys, call.args[0].values, strict=True):
-        try:
-            key = ast.literal_eval(k) if k is not None else None
-        except (ValueError, TypeError, SyntaxError, RecursionError):
-            key = None
-        ok_key = (
-            isinstance(key, tuple) and len(key) == 4 and isinstance(key[0], str)
-            and all(type(d) is int and d > 0 for d in key[1:])
-        )
-        if not ok_key:
-            raise ScheduleFormError("schedule keys must be literal (epilogue_name, M, N, K) tuples with "
-                                    "positive integer dims")
-        assert isinstance(key, tuple)
-        if not (isinstance(v, ast.Call) and ast.unparse(v.func) in config_names and not v.args):
-            raise ScheduleFormError(f"schedule entry {key!r} must be Config(field=value, ...) with keyword "
-                                    "fields")
-        values: dict[str, object] = {}
-        for kw in v.keywords:
-            if (
-                kw.arg not in fields
-                or not isinstance(kw.value, ast.Constant)
-                or type(kw.value.value) is not fields[kw.arg]
-            ):
-                raise ScheduleFormError(f"schedule entry {key!r}: Config fields are "
-                                        f"{', '.join(sorted(fields))}, each a constant integer ({flags}: "
-                                        "True/False)")
-            values[kw.arg] = kw.value.value
-        if key in table:
-            raise ScheduleFormError(f"schedule key {key!r} appears twice")
-        table[key] = Config(**values)  # type: ignore[arg-type]
-    return table
 
 
 def without_schedule(source: str) -> str:
@@ -183,8 +132,6 @@ def pin_schedule(source: str, table: Schedule, notes: Sequence[str] = ()) -> str
     for first, last, new in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
         lines[first:last] = new
     pinned = "".join(lines)
-    from .rules import check_source  # the check reads the schedule's form from here, so it is imported on use
-
     problems = check_source(pinned)
     if problems:
         raise ScheduleFormError(f"the pinned module fails the static check: {problems[0]}")
