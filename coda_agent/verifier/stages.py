@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -467,7 +468,7 @@ def run_correctness(ctx: Context, name: str, backend_name: str, device: str,
 
     try:
         with ctx.runner(backend_name, device, shared=device == "cuda") as client:
-            first: tuple[str, list[dict[str, Any]]] | None = None
+            first: tuple[ShapePoint, list[dict[str, Any]]] | None = None
             for point in ctx.plan.points(ctx.task):
                 try:
                     info, ops = check_shape(ctx, client, point, device, checks)
@@ -476,7 +477,7 @@ def run_correctness(ctx: Context, name: str, backend_name: str, device: str,
                                           "dims": point.dims}
                     return result(rej.outcome, rej.reason)
                 shapes[point.name] = {"outcome": Outcome.PASSED.value, "reason": "", **info}
-                first = first or (point.name, ops)
+                first = first or (point, ops)
             bench = ctx.task.shapes.get("bench", []) if bench_on_meta and first else []
             if bench and first:
                 try:
@@ -529,7 +530,7 @@ def compile_sm90(ctx: Context) -> StageResult:
             try:
                 seen: dict[str, list[dict[str, Any]]] = {}
                 with ctx.watch.part("discover"):
-                    wanted = bench_configs(ctx.task, client, ops, point.name, seen=seen)
+                    wanted = bench_configs(ctx.task, client, ops, point, seen=seen)
             except CandidateRaised as exc:
                 return result(Outcome.COMPILE_ERROR, str(exc))
             except Reject as rej:
@@ -573,33 +574,39 @@ def cost_details(task: Task, seen: Mapping[str, list[dict[str, Any]]]) -> dict[s
     return {"cost": [e.to_json() for e in estimates], "cost_summary": cost.summary(estimates)}
 
 
-def bench_configs(task: Task, client: RunnerClient, built: list[dict[str, Any]], built_at: str,
+def bench_configs(task: Task, client: RunnerClient, built: list[dict[str, Any]], built_at: ShapePoint,
                   seen: dict[str, list[dict[str, Any]]] | None = None) -> dict[tuple[str, Config], str]:
     """The (epilogue, config) pairs forward() would run at the bench shapes that the compile at the small
     shape ``built_at`` did not build, each with the first bench shape that asks for it, learnt from forward()
     on meta tensors (the op log reports each call's effective config: a pinned schedule, the call's own, or
     the default). The same log is held to the launch rules of each bench shape, and must show the same kinds
-    of work as the small shape's (:meth:`LaunchEstimate.kinds`; :class:`Reject`). A forward() that cannot run
-    there from shapes alone (it reads tensor values on the host) is refused: the CPU would otherwise judge no
-    bench shape at all."""
+    of work as forward() at ``built_at`` on meta tensors too (:meth:`LaunchEstimate.kinds`; :class:`Reject`):
+    torch spells some ops differently on the CPU (``t[:, i:] = 1.0`` is one ``fill_`` there, a
+    ``scalar_tensor`` and a ``copy_`` on meta tensors and on a GPU). A forward() that cannot run there from
+    shapes alone (it reads tensor values on the host) is refused: the CPU would otherwise judge no bench
+    shape at all."""
 
     def pair(op: dict[str, Any]) -> tuple[str, Config]:
         return str(op["epilogue"]), config_from_fields(op["config"]) if op.get("config") else Config()
 
-    have = {pair(o) for o in built if "gemm" in o}
-    small = LaunchEstimate.kinds(built)
-    wanted: dict[tuple[str, Config], str] = {}
-    for point in task.shapes.get("bench", []):
+    def on_meta(point: ShapePoint, where: str) -> list[dict[str, Any]]:
         shapes = {spec.name: (spec.concrete_shape(point.dims),
                               torch_dtype(spec.dtype)) for spec in task.inputs}
         try:
-            ops = client.discover(shapes)
+            return client.discover(shapes)
         except CandidateRaised as exc:
             why = "" if exc.contract else ("; host code must work from shapes alone: no .item(), float(t), "
                                            "bool(t) or `if` on a tensor's values (each one also stalls the "
                                            "GPU)")
-            raise CandidateRaised(f"forward() raised at bench shape {point.name}, run on meta tensors before "
+            raise CandidateRaised(f"forward() raised at {where} {point.name}, run on meta tensors before "
                                   f"any kernel was built there{why}:\n{exc}", contract=True) from None
+
+    have = {pair(o) for o in built if "gemm" in o}
+    bench = task.shapes.get("bench", [])
+    small = LaunchEstimate.kinds(on_meta(built_at, "shape")) if bench else Counter()
+    wanted: dict[tuple[str, Config], str] = {}
+    for point in bench:
+        ops = on_meta(point, "bench shape")
         if seen is not None:
             seen[point.name] = ops
         problem = LaunchEstimate.from_ops(ops).problem(task, point.dims,
@@ -609,8 +616,8 @@ def bench_configs(task: Task, client: RunnerClient, built: list[dict[str, Any]],
         if (kinds := LaunchEstimate.kinds(ops)) != small:
             raise Reject(Outcome.CHEAT_DETECTED, (
                 f"at bench shape {point.name} (on meta tensors), forward() does other work than at shape "
-                f"{built_at} ({_diff(small, kinds)}): every shape must run the same gemm epilogues and host "
-                "ops, only the configs may differ (the CPU checks values at the small shapes only)"
+                f"{built_at.name} ({_diff(small, kinds)}): every shape must run the same gemm epilogues and "
+                "host ops, only the configs may differ (the CPU checks values at the small shapes only)"
             ))
         for op in ops:
             if "gemm" in op and pair(op) not in have:
