@@ -105,6 +105,23 @@ def test_the_run_command_prints_the_record_and_the_verdict(tmp_path, capsys):
     assert "stopped: 1 round done" in out
 
 
+def test_an_attempt_line_keeps_the_longest_outcome_apart_from_its_reason():
+    """over_launch_budget once ran into its reason ("over_launch_budgetat shape tiny")."""
+    from coda_agent.cli.run_cmd import attempt_line
+    from coda_agent.messages import ChatMessage
+    from coda_agent.store.records import Attempt
+    from coda_agent.verifier.verdict import Outcome, Verdict
+
+    from .records_factory import T0
+
+    for outcome in Outcome:
+        verdict = Verdict(task="t", task_version=1, backend="torch", outcome=outcome, reason="at shape tiny")
+        attempt = Attempt(index=1, round=1, slot=0, started=T0, finished=T0,
+                          messages=[ChatMessage(role="user", content="task")], code="x = 1", verdict=verdict)
+        line = attempt_line(attempt).plain
+        assert f"r1.0  {outcome.value}  " in line, line
+
+
 def test_resume_after_a_kill_redoes_only_the_unfinished_attempt(recorded, tmp_path, capsys):
     """A kill -9 during attempt 3 leaves attempts 1-2 and a 'running' summary; resume finishes the job."""
     run_dir = tmp_path / recorded[0].name

@@ -33,6 +33,7 @@ from ..tasks.model import Task
 from ..untrusted import shown
 from ..verifier import DEFAULT_TUNE_BUDGET_S
 from ..verifier.sandbox import UNSANDBOXED_OPT_IN, SandboxUnavailable, require_isolation
+from ..verifier.verdict import Outcome
 from .core import UserError, console, err_console, outcome_style, refuse_without_runners, untrusted
 from .inputs import check_fits_device, check_task_runs, default_timeout, seed_list, timeout_value
 
@@ -71,12 +72,16 @@ def _best_text(summary: RunSummary) -> str:
     return f"#{summary.best_attempt} correct" + (f", {speed}" if speed else "")
 
 
+#: The outcome's column: the longest outcome and two spaces, so a reason never runs into it.
+_OUTCOME_WIDTH = max(len(o.value) for o in Outcome) + 2
+
+
 def attempt_line(attempt: Attempt, worker: str | None = None) -> Text:
     """``#3  r3.0  passed  correct  · llm 1.2 s · verify 9.8 s on gpu1 · 8.7k tok`` (``worker``: where it was
     verified)."""
     outcome = attempt.outcome
     line = Text(f"#{attempt.index:<3} r{attempt.round}.{attempt.slot}  ")
-    line.append(f"{outcome:<16}", style=outcome_style(outcome))
+    line.append(f"{outcome:<{_OUTCOME_WIDTH}}", style=outcome_style(outcome))
     line.append((shown(attempt_headline(attempt)).splitlines() or [""])[0][:160])
     bits = [f"{k} {v:.1f} s"
             + (f" on {worker}" if k == "verify" and worker else "") for k, v in attempt.durations.items()]
