@@ -437,6 +437,18 @@ def test_feedback_shows_history_no_code_replies_and_the_best_so_far():
     assert "make it faster" in text
 
 
+def test_a_long_reason_is_cut_at_a_word_and_marked_in_the_history():
+    """An over-budget reason lists every host op and ends with what to do: cut, it once ended "or merge "."""
+    ops = ", ".join(f"aten::op_{i}" for i in range(40))
+    long = verdict(Outcome.OVER_LAUNCH_BUDGET, f"at shape tiny, forward() would launch about 42 kernels "
+                   f"(host ops: {ops}); move host-side glue into the epilogue or merge steps")
+    first = make_attempt(1, 1, CODE, long)
+    text = feedback_prompt([first, make_attempt(2, 2, CODE, long)], population=[], goal_is_speed=False)
+    (row,) = [ln for ln in text.splitlines() if ln.startswith("| 1 | 1 | over_launch_budget |")]
+    cell = row.split(" | ", 3)[3].removesuffix(" |")
+    assert cell.endswith(" …") and len(cell) <= 300 and cell[:-2] in long.reason
+
+
 def test_feedback_timing_table_against_human_baselines_and_sol():
     """The profile stage's details (verifier/gpu.py: per shape, candidate and baselines as bench Timings)."""
     details = {"shapes": {"llama3-8b-down": {

@@ -9,6 +9,7 @@ A pure function of the recorded attempts, so a resumed run rebuilds exactly what
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -170,7 +171,7 @@ def attempt_headline(attempt: Attempt) -> str:
         return verdict.outcome.value
     if verdict.outcome is Outcome.STATIC_REJECTED and len(lines) > 1:
         return "; ".join(lines[1:3]) + (f" (+{len(lines) - 3} more)" if len(lines) > 3 else "")
-    return lines[-1][:300]
+    return textwrap.shorten(lines[-1], 300, placeholder=" …")  # at a word, and marked as cut
 
 
 def _violations(attempt: Attempt) -> list[dict[str, Any]]:
