@@ -230,7 +230,7 @@ def test_system_prompt_has_the_contract_the_static_check_and_the_generated_api()
                    # fused host ops
                    "wave cost = ceil(tiles / 132) x tile_m x tile_n", "256, 208 or 128 respectively",
                    "Imports (each optional)", "the max of |value|, never negative",
-                   "with acc, c and every tensor operand read as 0 (a scalar keeps its value)",
+                   "the `RowVecLoad` vectors read as 0, while a `ColVecLoad`",
                    "one value may feed several", "bf16, fp16 or fp32", "each cost one read of their bytes",
                    "Value functions take numbers too", "rounded once (to nearest even)",
                    "indexing gemm()'s result dict are free", "0, not NaN, where exp(-x) overflows",

@@ -170,7 +170,9 @@ def check_padding(call: GemmCall) -> None:
     0, and a scalar keeps its value."""
     epi, dev = call.epi, call.A.device
     width = 2 if epi.mode == "acc_pair" else 1  # one padding element: a pair of columns in acc_pair mode
-    for kind, sink_type, across in (("col", ColVecReduce, "N"), ("row", RowVecReduce, "M")):
+    axes = (("col", ColVecReduce, "N", "RowVecLoad", "ColVecLoad"),
+            ("row", RowVecReduce, "M", "ColVecLoad", "RowVecLoad"))
+    for kind, sink_type, across, padded, kept_vec in axes:
         sinks = {name: s for name, s in epi.sinks.items() if type(s) is sink_type and s.combine != "max"}
         if not sinks:
             continue
@@ -196,7 +198,9 @@ def check_padding(call: GemmCall) -> None:
                 if len(bad):
                     value = folded[tuple(bad[0].tolist())].item()
                     raise EpilogueError(
-                        f"reduce {name!r} folds {value:g}, not 0, where acc, c and the tile operands are 0: "
+                        f"reduce {name!r} folds {value:g}, not 0, where acc, c and the tile operands are 0 "
+                        f"({padded} operands too; a {kept_vec} keeps its value, and the check tries both it "
+                        "and 0): "
                         f"on the GPU a partial last tile ({across} not a multiple of the tile) evaluates the "
                         f"fn at its padding and folds that in, so the result is wrong wherever the tiles do "
                         f"not divide {across}; make the reduced value 0 there (a constant term belongs on "

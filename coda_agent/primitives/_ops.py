@@ -36,10 +36,11 @@ class ColVecReduce:
     too). Tiles' partials merge in FP32. In ``acc_pair`` mode only unscaled.
 
     Padding: in a partial last tile (N % tile_n > 0) the GPU evaluates the fn at the padding columns too,
-    with acc, c and every tensor operand read as 0 (a scalar keeps its value), and
-    ``add``/``max_abs`` fold that value in (``max`` masks it). So the reduced value must be 0 where acc and
-    operands are 0 (``y * y``: fine; ``acc + 1.0``, ``exp(acc)``: wrong on the GPU at ragged shapes, and
-    refused by the emulator at every shape). Add constants on the host. Rows past M are not in the result.
+    with acc, c, the tile operands and the :class:`RowVecLoad` vectors read as 0, while a :class:`ColVecLoad`
+    vector keeps its row's value and a scalar its value, and ``add``/``max_abs`` fold that value in (``max``
+    masks it). So the reduced value must be 0 there whatever the row's vector holds (``y * y``: fine;
+    ``acc + 1.0``, ``exp(acc)``, ``exp(c - lse_row)``: wrong on the GPU at ragged shapes, and refused by the
+    emulator at every shape). Add constants on the host. Rows past M are not in the result.
     Launches: 1 finalisation kernel per such sink, whatever its combine.
     """
 
