@@ -404,6 +404,27 @@ def test_the_op_log_records_host_ops_with_their_largest_tensor_and_nothing_the_b
     assert ops[1]["gemm"] == [64, 48, 32] and ops[1]["epilogue"] == "scale"
 
 
+def test_a_strided_vector_operand_counts_the_copy_the_gpu_backend_makes_of_it():
+    """The QuACK backend copies a vector or tile operand that is not contiguous before the launch: one
+    kernel the GPU's trace counts, so the CPU's estimate counts it too."""
+    from coda_agent.primitives import ColVecLoad, backend, epilogue, gemm
+    from coda_agent.runner.serve import OpLog
+    from coda_agent.verifier.trace import LaunchEstimate
+
+    @epilogue(operands={"s": ColVecLoad()})
+    def scale(acc, s):
+        return {"D": acc * s}
+
+    log = OpLog()
+    x, w, table = torch.randn(64, 32).bfloat16(), torch.randn(48, 32).bfloat16(), torch.rand(64, 3)
+    with torch.no_grad(), backend.using("torch", wrap=log.wrap_backend), log:
+        for s in (table[:, 0].contiguous(), table[:, 0]):  # a column of a wider tensor is strided
+            with log.call():
+                gemm(scale, x, w.t(), s=s)
+    copied, strided = (LaunchEstimate.from_ops([o for o in ops if "gemm" in o]) for ops in log.calls)
+    assert (copied.launches, strided.launches) == (1, 2)
+
+
 def test_gemm_shapes_its_vector_operands_without_a_trip_through_the_op_log():
     """The (1, len) views gemm() makes of vector operands are not recorded by the op log, so they skip its
     Python dispatch (a trip per op, a large part of the runner's host time at short kernels); the candidate's

@@ -114,6 +114,12 @@ class GemmCall:
         stored.update({name: (m, width) for name in self.epi.outputs})
         return stored
 
+    @property
+    def operand_copies(self) -> int:
+        """The vector and tile operands the GPU backend copies to contiguous memory before the launch (one
+        kernel each): the launch estimate counts them."""
+        return sum(o.kind != "scalar" and not o.value.is_contiguous() for o in self.operands.values())
+
     def hbm_bytes(self) -> dict[str, int]:
         """The bytes this call moves through HBM at the least (each tensor once), by what moves them: the
         GEMM's operands ``A``/``B``, and the epilogue's: ``C``, ``tiles`` (full-tile operands), ``vectors``

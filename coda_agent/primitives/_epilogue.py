@@ -36,8 +36,11 @@ def epilogue(
     be ``acc`` (the rest in any order); a parameter named ``c`` receives the GEMM's C operand (``gemm(...,
     C=...)``); every other parameter is an operand passed to :func:`gemm` by keyword, whose kind follows from
     its shape: a number or 1-element tensor is a scalar, shape (M, N) a tile, (N,) or (1, N) a row vector,
-    (M,) or (1, M) a column vector; vectors bf16 or fp32. Pin vectors with ``operands={"x": ColVecLoad()}`` /
-    ``RowVecLoad()`` (required when M == N).
+    (M,) or (1, M) a column vector; vectors bf16 or fp32. A scalar is a number in the kernel: a 1-element
+    tensor is read to the host on every call (``.item()``: a copy, and a wait for the GPU), so pass numbers;
+    a value only a GPU tensor holds costs less as a vector (``t.expand(M).contiguous()``, one fill kernel).
+    A vector or tile operand that is not contiguous is copied first (one kernel each). Pin vectors with
+    ``operands={"x": ColVecLoad()}`` / ``RowVecLoad()`` (required when M == N).
 
     Args:
         outputs: extra full-tile outputs (each in D's dtype; half width in ``acc_pair`` mode); each adds its

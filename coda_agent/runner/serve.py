@@ -111,6 +111,7 @@ class OpLog(TorchDispatchMode):
                     "epilogue": call.epi.name, "outputs": len(call.epi.outputs), "store_d": call.store_d,
                     "b_major": call.b_major, "reads_tiles": call.reads_tiles,
                     "config": None if config is None else config_fields(config), "bytes": call.hbm_bytes(),
+                    "operand_copies": call.operand_copies,
                 })
             with torch._C._DisableTorchDispatch():  # the backend's own ops skip the log, and its Python cost
                 return run(call)

@@ -196,6 +196,7 @@ class LaunchEstimate:
                 m, n, k = (int(v) for v in op["gemm"])
                 gemms.append((m, n, k))
                 gemm_launches += 1 + sum(FINALISE_LAUNCHES.get(str(s), 0) for s in op.get("sinks", []))
+                gemm_launches += int(op.get("operand_copies", 0))  # the backend's contiguous copies
             # overloads: aten::empty.memory_format
             elif str(op.get("op")).split(".", 1)[0] not in NO_KERNEL_OPS:
                 host.append(str(op.get("op")))
@@ -248,9 +249,9 @@ class LaunchEstimate:
         if budget and self.launches > task.launch_budget:
             return Outcome.OVER_LAUNCH_BUDGET, (
                 f"at shape {shape}, forward() would launch about {self.launches} kernels on the GPU, over "
-                f"the task's budget of {task.launch_budget} (GEMM kernels and their reduce finalisation: "
-                f"{self.gemm_launches}; host ops: {', '.join(self.host_ops) or 'none'}); move host-side glue "
-                "into the epilogue or merge steps"
+                f"the task's budget of {task.launch_budget} (GEMM kernels, their reduce finalisation and "
+                f"operand copies: {self.gemm_launches}; host ops: {', '.join(self.host_ops) or 'none'}); "
+                "move host-side glue into the epilogue or merge steps"
             )
         return None
 
