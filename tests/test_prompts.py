@@ -230,7 +230,7 @@ def test_system_prompt_has_the_contract_the_static_check_and_the_generated_api()
                    # fused host ops
                    "wave cost = ceil(tiles / 132) x tile_m x tile_n", "256, 208 or 128 respectively",
                    "Imports (each optional)", "the max of |value|, never negative",
-                   "the `RowVecLoad` vectors read as 0, while a `ColVecLoad`",
+                   "tiles and `RowVecLoad` vectors read as 0 (a `ColVecLoad` and a scalar keep",
                    "one value may feed several", "bf16, fp16 or fp32", "each cost one read of their bytes",
                    "Value functions take numbers too", "rounded once (to nearest even)",
                    "indexing gemm()'s result dict are free", "0, not NaN, where exp(-x) overflows",
@@ -241,7 +241,7 @@ def test_system_prompt_has_the_contract_the_static_check_and_the_generated_api()
                    "x from column 2j", "ungated one is element mode", "vectors bf16 or fp32",
                    "a module constant `C` is not gemm's `C`", "one may go unused",
                    "Python arithmetic on numbers (task constants are", "the emulator fuses nothing",
-                   "An expression the fn repeats is computed once",
+                   "An expression the fn repeats, written the same way, is",
                    # and after the sixth (round 7's held-out seats): a reduce's lanes in acc_pair mode, the
                    # names taken
                    "each folded as a column of its own", "no other name is"):

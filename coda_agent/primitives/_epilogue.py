@@ -36,10 +36,8 @@ def epilogue(
     be ``acc`` (the rest in any order); a parameter named ``c`` receives the GEMM's C operand (``gemm(...,
     C=...)``); every other parameter is an operand passed to :func:`gemm` by keyword, whose kind follows from
     its shape: a number or 1-element tensor is a scalar, shape (M, N) a tile, (N,) or (1, N) a row vector,
-    (M,) or (1, M) a column vector; vectors bf16 or fp32. A scalar is a number in the kernel: a 1-element
-    tensor is read to the host on every call (``.item()``: a copy, and a wait for the GPU), so pass numbers;
-    a value only a GPU tensor holds costs less as a vector (``t.expand(M).contiguous()``, one fill kernel).
-    A vector or tile operand that is not contiguous is copied first (one kernel each). Pin vectors with
+    (M,) or (1, M) a column vector; vectors bf16 or fp32. A 1-element tensor is read to the host each call
+    (a wait): pass numbers, or a GPU value as a vector (``t.expand(M).contiguous()``). Pin vectors with
     ``operands={"x": ColVecLoad()}`` / ``RowVecLoad()`` (required when M == N).
 
     Args:
@@ -260,7 +258,7 @@ def gemm(
     reduce sink, each sink its own (none are shared): ColVecReduce, RowVecReduce, ColVecSelect 1,
     OnlineLSEReduce 9; two ColVecReduce sinks make a gemm() 3. Every torch op in forward() that computes or
     fills is 1 more (views, ``torch.empty``, indexing gemm()'s result dict are free; a host helper says its
-    count). The CPU and GPU stages both count.
+    count), and so is a strided vector or tile operand (its copy). The CPU and GPU stages both count.
     """
     if not isinstance(epi, Epilogue):
         raise EpilogueError("gemm() takes an @epilogue-decorated function as its first argument")

@@ -36,12 +36,11 @@ class ColVecReduce:
     too). Tiles' partials merge in FP32. In ``acc_pair`` mode only unscaled.
 
     Padding: in a partial last tile (N % tile_n > 0) the GPU evaluates the fn at the padding columns too,
-    with acc, c, the tile operands and the :class:`RowVecLoad` vectors read as 0, while a :class:`ColVecLoad`
-    vector keeps its row's value and a scalar its value, and ``add``/``max_abs`` fold that value in (``max``
-    masks it). So the reduced value must be 0 there whatever the row's vector holds (``y * y``: fine;
-    ``acc + 1.0``, ``exp(acc)``, ``exp(c - lse_row)``: wrong on the GPU at ragged shapes, and refused by the
-    emulator at every shape). Add constants on the host. Rows past M are not in the result.
-    Launches: 1 finalisation kernel per such sink, whatever its combine.
+    with acc, c, tiles and :class:`RowVecLoad` vectors read as 0 (a :class:`ColVecLoad` and a scalar keep
+    their values), and ``add``/``max_abs`` fold that value in (``max`` masks it). So the reduced value must
+    be 0 there (``y * y``: fine; ``exp(acc)``, ``exp(c - lse_row)``: wrong at ragged shapes on the GPU,
+    refused by the emulator at every shape). Add constants on the host. Rows past M are not in the result.
+    Launches: 1 finalisation kernel, whatever the combine.
     """
 
     combine: Combine = "add"
