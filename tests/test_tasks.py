@@ -314,6 +314,13 @@ def test_cli_reports_malformed_task_in_one_clean_message(tmp_path):
             "    return {'h': h[:, :5], 'normed': h * gamma, 'rstd': h.float().sum(-1)}\n",
             "output 'h' has shape",
         ),
+        (  # right at the small shapes only: a reference that reads its own quantities off the shapes
+            "import torch\ndef reference(x, w, residual, gamma, *, eps):\n    h = x @ w.t() + residual\n"
+            "    rows = h.shape[0] if h.shape[0] < 4096 else 4096\n"
+            "    return {'h': h, 'normed': h * gamma, 'rstd': h.float().sum(-1)[:rows]}\n",
+            "shape bench/llama3-8b-down: output 'rstd' has shape (4096,), the task declares (8192,) (the "
+            "reference, run on meta tensors)",
+        ),
         (
             "import torch\ndef reference(x, w, residual, gamma, *, eps):\n"
             "    h = torch.ones_like(residual).cumsum(-1)\n"

@@ -58,12 +58,33 @@ def verdict_table(verdict: Verdict) -> Table:
     return table
 
 
-def print_verdict(verdict: Verdict) -> None:
+def launches_line(verdict: Verdict, budget: int) -> str | None:
+    """What one call launched against the task's budget, at the first shape a correctness stage passed: the
+    GPU's kernel trace, or the CPU's estimate with its host ops (what a task author sets a budget from)."""
+    for s in verdict.stages:
+        if s.stage not in CORRECTNESS_STAGES:
+            continue
+        shapes = s.details.get("shapes")
+        for name, info in (shapes.items() if isinstance(shapes, dict) else ()):
+            seen = info.get("launches") if isinstance(info, dict) else None
+            if not isinstance(seen, dict) or not seen:
+                continue
+            if "launches" in seen:
+                return f"{seen['launches']} kernels at shape {name} (the GPU's trace), budget {budget}"
+            ops = ", ".join(str(o) for o in seen.get("host_ops", [])) or "none"
+            return (f"about {seen.get('launches_estimate')} kernels at shape {name} (the CPU's estimate; "
+                    f"host ops: {ops}), budget {budget}")
+    return None
+
+
+def print_verdict(verdict: Verdict, budget: int | None = None) -> None:
     for s in verdict.stages:
         mark = (f"[{outcome_style(s.outcome.value)}]"
                 f"{'pass' if s.outcome is Outcome.PASSED else s.outcome.value}[/]")
         memory = f"  {s.memory.describe()}" if s.memory is not None and s.memory.describe() else ""
         console.print(f"  {s.stage:<16} {mark}  {s.seconds:6.1f} s{memory}", highlight=False)
+    if budget is not None and (line := launches_line(verdict, budget)):
+        console.print(f"  launches: {untrusted(line)}", highlight=False)
     if any(s.checks for s in verdict.stages):
         print_table(verdict_table(verdict))
     headline, scope = verdict.outcome.value.upper(), ""
@@ -132,7 +153,7 @@ def verify_cmd(
     if not box.isolated:
         err_console.print(f"[bold yellow]warning:[/] {box.describe()}", highlight=False)
     verdict = verify(t, source, plan)
-    print_verdict(verdict)
+    print_verdict(verdict, t.launch_budget)
     if json_out:
         write_text_atomic(json_out, verdict.model_dump_json(indent=2))
     if not verdict.passed:

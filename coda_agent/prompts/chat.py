@@ -115,17 +115,18 @@ def describe_checks(task: Task, plan: Plan) -> str:
     steps = ["the static check (nothing runs if it refuses the module)"]
     shapes = ", ".join(p.name for p in task.shape(shape_set))
     seed_text = f"seed{'s' if len(seeds) != 1 else ''} {', '.join(str(s) for s in seeds)}"
-    if task.stress_inits():
-        seed_text += (" and a stress input set (inputs at large magnitudes: exp, log, division and rsqrt "
-                      "must stay in range)")
+    if stressed := task.stress_inits():
+        names = ", ".join(f"`{name}`" for name in stressed)
+        how = "at large magnitudes" if task.stress is None else "as the task's stress set draws them"
+        seed_text += (f" and a stress input set ({names} redrawn {how}: exp, log, division and rsqrt must "
+                      "stay in range)")
     for name in plan.stages:
         if name == "correctness":
             steps.append(f"the CPU emulator against the FP32 reference at the `{shape_set}` shapes "
                          f"({shapes}), {seed_text}")
         elif name == "compile":
             steps.append("an sm_90a build of every kernel `forward()` launches (QuACK / CuTe DSL, no GPU "
-                         "needed), with the launch count and a cost estimate (bytes, launches, host ops) at "
-                         "the bench shapes")
+                         "needed), with a cost estimate (bytes, launches, host ops) at the bench shapes")
         elif name == "gpu_correctness":
             steps.append(f"real kernels on the GPU against the FP32 reference at the `{shape_set}` shapes, "
                          f"{seed_text}, with the launch count checked against the budget")

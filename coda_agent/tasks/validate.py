@@ -169,7 +169,7 @@ def validate_task(task: Task) -> list[str]:
     for first, *others in found.values():
         problems.append(first + (f" (also at {', '.join(w.removeprefix('shape ') for w in others)})" if others
                                  else ""))
-    return problems + _inert_constants(task, runs) + [
+    return problems + _unchecked_shapes(task) + _inert_constants(task, runs) + [
         f"{term.describe(task.reference_file)} moves no output past twice the tolerance at the small shapes' "
         "test data when it is left out, so a kernel could leave it out; draw the inputs that feed it where "
         "it counts (e.g. with a non-zero mean, init: {mean: ...})" for term in invisible_terms(task, judged)]
@@ -278,6 +278,36 @@ def _widened(task: Task, spec: InputSpec, dims: dict[str, int], drawn: torch.Ten
     center = (expr.evaluate(init.mean, env) if init.dist == "normal"
               else (expr.evaluate(init.low, env) + expr.evaluate(init.high, env)) / 2)
     return (drawn.float() - center) * WIDER + center
+
+
+def _unchecked_shapes(task: Task) -> list[str]:
+    """The reference run on meta tensors at every shape the small ones are not (the bench shapes): its
+    outputs must have the declared shapes and dtypes there too. A reference that reads shapes into its own
+    quantities (heads from N, say) can pass at the small shapes and return another shape at a bench one,
+    which only a GPU would find. A reference that cannot run on meta tensors (it reads values) is not
+    checked here."""
+    problems = []
+    for set_name, points in task.shapes.items():
+        if set_name == "small":
+            continue
+        for point in points:
+            where = f"shape {set_name}/{point.name}"
+            inputs = {spec.name: torch.empty(spec.concrete_shape(point.dims), dtype=torch_dtype(spec.dtype),
+                                             device="meta") for spec in task.inputs}
+            try:
+                out = _run(task, inputs, fp32=False)
+            except Exception as exc:  # the reference's own code: anything it raises
+                if "meta" in str(exc).lower():
+                    continue  # it reads values: a GPU run is the check
+                problems.append(f"{where}: the reference raised {type(exc).__name__} on meta tensors of the "
+                                f"declared shapes: {exc}")
+                continue
+            for spec in task.outputs:
+                want, got = spec.concrete_shape(point.dims), out.get(spec.name)
+                if isinstance(got, torch.Tensor) and tuple(got.shape) != want:
+                    problems.append(f"{where}: output {spec.name!r} has shape {tuple(got.shape)}, the task "
+                                    f"declares {want} (the reference, run on meta tensors)")
+    return problems
 
 
 def _misaligned_shapes(task: Task) -> list[str]:
