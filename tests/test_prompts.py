@@ -449,6 +449,19 @@ def test_a_long_reason_is_cut_at_a_word_and_marked_in_the_history():
     assert cell.endswith(" …") and len(cell) <= 300 and cell[:-2] in long.reason
 
 
+def test_an_attempt_over_its_budget_is_said_once_and_its_right_values_say_what_stopped_them():
+    """The one-line reason came twice (headline and text block), and a table of right values with "fails at:
+    -" read as passing everywhere, where the check had stopped at the first shape."""
+    reason = ("at shape tiny, forward() would launch about 4 kernels on the GPU, over the task's budget of "
+              "2; move host-side glue into the epilogue or merge steps")
+    right = OutputCheck(output="out", shape_point="tiny", seed=0, ok=True, max_abs_err=0.01, allowed=0.04)
+    text = feedback_prompt([make_attempt(1, 1, CODE, verdict(Outcome.OVER_LAUNCH_BUDGET, reason, [right]))],
+                           population=[], goal_is_speed=False)
+    assert text.count("would launch about 4 kernels") == 1 and "```text" not in text
+    assert ("Every output was within tolerance where checked (tiny), but the attempt failed there on "
+            "over_launch_budget: no later shape or stage ran.") in text
+
+
 def test_feedback_timing_table_against_human_baselines_and_sol():
     """The profile stage's details (verifier/gpu.py: per shape, candidate and baselines as bench Timings)."""
     details = {"shapes": {"llama3-8b-down": {

@@ -223,6 +223,10 @@ def _check_rows(verdict: Verdict) -> tuple[list[dict[str, Any]], list[str]]:
                 f"`{c.output}` fails at {', '.join(fails)} but passes at {', '.join(passing)}: compare those "
                 "shapes (a dimension that is not a tile multiple, or an M == N ambiguity)."
             )
+    if verdict.outcome is not Outcome.WRONG_OUTPUT and all(row["ok"] for row in rows):
+        checked = sorted({c.shape_point for s in verdict.stages for c in s.checks})
+        notes.append(f"Every output was within tolerance where checked ({', '.join(checked)}), but the "
+                     f"attempt failed there on {verdict.outcome.value}: no later shape or stage ran.")
     return rows, notes
 
 
@@ -265,6 +269,8 @@ def _attempt_view(attempt: Attempt, *, is_lead: bool) -> dict[str, Any]:
     if verdict is not None and not verdict.passed and verdict.outcome not in (Outcome.STATIC_REJECTED,
                                                                               Outcome.WRONG_OUTPUT):
         view["error_text"] = trim_error(verdict.reason)
+        if "\n" not in view["error_text"]:  # one line: said once, whole, as the headline
+            view["headline"], view["error_text"] = view["error_text"], ""
     if verdict is not None and any(s.checks for s in verdict.stages) and not verdict.passed:
         view["checks"], view["check_notes"] = _check_rows(verdict)
     if attempt.timing:
