@@ -73,7 +73,24 @@ def test_launches_count_each_sinks_finalisation_and_each_host_op():
     ops = op_log(task.name, dims)
     est = cost.estimate(ops, PEAKS)
     assert est.launches == LaunchEstimate.from_ops(ops).launches
-    assert est.launch_us == pytest.approx((est.launches - est.gemms - len(est.host_ops)) * cost.LAUNCH_US)
+    assert est.launch_us == pytest.approx((est.launches - est.gemms - est.host_launches) * cost.LAUNCH_US)
+
+
+def test_a_host_op_that_launches_several_kernels_counts_them_all():
+    """torch.logsumexp is one op in the log and nine kernels on a GPU (a manual-seat model's kernel passed the
+    CPU's budget with one and would have been over it on the GPU); the estimate and the rule agree."""
+    from coda_agent.verifier.trace import LaunchEstimate
+
+    ops = [{"gemm": [64, 128, 32], "sinks": ["ColVecReduce"]},
+           {"op": "aten::logsumexp", "numel": 64 * 128, "bytes": 64 * 128 * 2},
+           {"op": "aten::sub.Tensor", "numel": 64, "bytes": 3 * 64 * 4},
+           {"op": "aten::empty.memory_format", "numel": 64}]
+    rule = LaunchEstimate.from_ops(ops)
+    assert (rule.launches, rule.gemm_launches, rule.host_launches) == (12, 2, 10)
+    assert rule.host_ops == ["aten::logsumexp", "aten::sub.Tensor"]
+    est = cost.estimate(ops, PEAKS)
+    assert (est.launches, est.host_launches) == (12, 10)
+    assert est.launch_us == pytest.approx(1 * cost.LAUNCH_US)  # the finalisation
 
 
 def test_the_largest_avoidable_cost_is_named():

@@ -257,8 +257,9 @@ def gemm(
     Launches, as the task's budget counts them per forward() call: a gemm() call is 1, plus 1 finalisation per
     reduce sink, each sink its own (none are shared): ColVecReduce, RowVecReduce, ColVecSelect 1,
     OnlineLSEReduce 9; two ColVecReduce sinks make a gemm() 3. Every torch op in forward() that computes or
-    fills is 1 more (views, ``torch.empty``, indexing gemm()'s result dict are free; a host helper says its
-    count), and so is a strided vector or tile operand (its copy). The CPU and GPU stages both count.
+    fills is 1 more (``torch.logsumexp`` 9; views, ``torch.empty``, indexing gemm()'s result dict are free; a
+    host helper says its count), and so is a strided vector or tile operand (its copy). The CPU and GPU
+    stages both count.
     """
     if not isinstance(epi, Epilogue):
         raise EpilogueError("gemm() takes an @epilogue-decorated function as its first argument")

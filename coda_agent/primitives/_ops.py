@@ -71,7 +71,7 @@ class OnlineLSEReduce:
 
     Keeps a running (max, sum) per tile (one `exp` per element, its GPU precision); the partials are merged
     with logsumexp in FP32. Padding columns are masked. Launches: 9 finalisation kernels (torch.logsumexp over
-    the per-tile partials): mind a tight budget.
+    the per-tile partials).
     """
 
 

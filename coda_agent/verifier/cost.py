@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..measure.peaks import Peaks
-from .trace import FINALISE_LAUNCHES, NO_KERNEL_OPS  # the launch rule's own counts
+from .trace import op_launches  # the launch rule's own counts
 
 #: What one extra kernel launch costs on the stream (a small kernel back to back with the GEMM), in µs.
 LAUNCH_US = 3.0
@@ -58,6 +58,7 @@ class CostEstimate:
     launch_us: float
     host_us: float
     tiles: int
+    host_launches: int = 0
     sol_us: float | None = None
     min_bytes: float | None = None
     notes: list[str] = field(default_factory=list)
@@ -98,11 +99,11 @@ class CostEstimate:
                                                   f"{self.bytes_by_kind.get(biggest, 0) / 1e6:.0f} MB)"))
         extra = self.launches - self.gemms
         if extra > 0:
-            parts.append((self.launch_us + len(self.host_ops) * LAUNCH_US,
+            parts.append((self.launch_us + self.host_launches * LAUNCH_US,
                           f"{extra} launch(es) besides the GEMM kernels (reduce finalisation, host ops: "
                                           f"{', '.join(self.host_ops[:4]) or 'none'})"))
         if self.host_bytes:
-            parts.append((self.host_us - len(self.host_ops) * LAUNCH_US,
+            parts.append((self.host_us - self.host_launches * LAUNCH_US,
                           f"host ops' traffic ({self.host_bytes / 1e6:.1f} MB)"))
         parts = [p for p in parts if p[0] > 0.005 * self.total_us]
         if not parts:
@@ -117,7 +118,7 @@ def estimate(ops: Sequence[Mapping[str, Any]], peaks: Peaks, *, shape: str = "",
     bw, rate = peaks.hbm_tbps * 1e12, peaks.tflops_bf16 * 1e12
     by_kind: dict[str, int] = {}
     flops = compute = memory = gemm_us = 0.0
-    launches = gemms = tiles = host_bytes = 0
+    launches = gemms = tiles = host_bytes = host_launches = 0
     host: list[str] = []
     for op in ops:
         if "gemm" in op:
@@ -133,23 +134,24 @@ def estimate(ops: Sequence[Mapping[str, Any]], peaks: Peaks, *, shape: str = "",
             flops, compute, memory, gemm_us = flops + f, compute + c_us, memory + m_us, gemm_us + max(c_us,
                                                                                                       m_us)
             gemms += 1
-            launches += 1 + sum(FINALISE_LAUNCHES.get(str(s), 0) for s in op.get("sinks", []))
+            launches += op_launches(op)
             got = op.get("config")
             cfg: Mapping[str, Any] = got if isinstance(got, dict) else {}
             tm, tn = (v if isinstance(v, int) and v > 0 else d for v, d in ((cfg.get("tile_m"), 128),
                                                                             (cfg.get("tile_n"), 192)))
             tiles += -(-m // tm) * -(-n // tn)
-        elif str(op.get("op")).split(".", 1)[0] not in NO_KERNEL_OPS:
+        elif count := op_launches(op):
             host.append(str(op.get("op")))
             # an op log from before the runner counted bytes: its largest tensor read and written in FP32
             host_bytes += int(op["bytes"]) if "bytes" in op else 2 * 4 * int(op.get("numel", 0))
-            launches += 1
-    launch_us = (launches - gemms - len(host)) * LAUNCH_US
-    host_us = len(host) * LAUNCH_US + host_bytes / bw * 1e6
+            launches += count
+            host_launches += count
+    launch_us = (launches - gemms - host_launches) * LAUNCH_US
+    host_us = host_launches * LAUNCH_US + host_bytes / bw * 1e6
     return CostEstimate(
         shape=shape, gemms=gemms, flops=flops, bytes_by_kind=by_kind, launches=launches, host_ops=host,
         host_bytes=host_bytes, compute_us=compute, memory_us=memory, gemm_us=gemm_us, launch_us=launch_us,
-        host_us=host_us, tiles=tiles, sol_us=sol_us, min_bytes=min_bytes,
+        host_us=host_us, tiles=tiles, host_launches=host_launches, sol_us=sol_us, min_bytes=min_bytes,
     )
 
 

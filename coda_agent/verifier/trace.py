@@ -37,6 +37,10 @@ MARKER_KERNEL = re.compile(r"spin_kernel")
 #: a partial-buffer sum or amax is one kernel; torch.logsumexp over the partials is nine; a select sink's
 #: NaN-filled buffer is one fill).
 FINALISE_LAUNCHES = {"ColVecReduce": 1, "RowVecReduce": 1, "OnlineLSEReduce": 9, "ColVecSelect": 1}
+#: Host ops that launch more than one kernel on a GPU, by the op log's name (without the overload), and how
+#: many (measured on the H200; torch.logsumexp: an amax, a mask of infinite maxima in three, a subtraction, an
+#: exp, a sum, a log and an add). Every other host op that computes or fills is one.
+HOST_OP_LAUNCHES = {"aten::logsumexp": 9}
 #: Host ops that launch no kernel (allocation without a fill).
 NO_KERNEL_OPS = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
                  "aten::lift_fresh"}
@@ -175,6 +179,16 @@ def _short(name: str, limit: int = 70) -> str:
 # --- the CPU's view: an op log ----------------------------------------------------------------------
 
 
+def op_launches(op: Mapping[str, Any]) -> int:
+    """The kernels one record of the runner's op log launches on a GPU: a gemm call, its reduces'
+    finalisation and the backend's copies of strided operands; a host op, by :data:`HOST_OP_LAUNCHES`."""
+    if "gemm" in op:
+        return (1 + sum(FINALISE_LAUNCHES.get(str(s), 0) for s in op.get("sinks", []))
+                + int(op.get("operand_copies", 0)))
+    name = str(op.get("op")).split(".", 1)[0]  # overloads: aten::empty.memory_format
+    return 0 if name in NO_KERNEL_OPS else HOST_OP_LAUNCHES.get(name, 1)
+
+
 @dataclass
 class LaunchEstimate:
     """What one call would launch on the GPU, from the runner's op log of the emulator run."""
@@ -183,25 +197,26 @@ class LaunchEstimate:
     gemm_launches: int
     host_ops: list[str]
     largest_host_tensor: int
+    host_launches: int = 0
 
     @property
     def launches(self) -> int:
-        return self.gemm_launches + len(self.host_ops)
+        return self.gemm_launches + self.host_launches
 
     @classmethod
     def from_ops(cls, ops: list[dict[str, Any]]) -> LaunchEstimate:
-        gemms, gemm_launches, host, largest = [], 0, [], 0
+        gemms, gemm_launches, host, largest, host_launches = [], 0, [], 0, 0
         for op in ops:
+            launches = op_launches(op)
             if "gemm" in op:
                 m, n, k = (int(v) for v in op["gemm"])
                 gemms.append((m, n, k))
-                gemm_launches += 1 + sum(FINALISE_LAUNCHES.get(str(s), 0) for s in op.get("sinks", []))
-                gemm_launches += int(op.get("operand_copies", 0))  # the backend's contiguous copies
-            # overloads: aten::empty.memory_format
-            elif str(op.get("op")).split(".", 1)[0] not in NO_KERNEL_OPS:
+                gemm_launches += launches
+            elif launches:
                 host.append(str(op.get("op")))
+                host_launches += launches
                 largest = max(largest, int(op.get("numel", 0)))
-        return cls(gemms, gemm_launches, host, largest)
+        return cls(gemms, gemm_launches, host, largest, host_launches)
 
     def signature(self) -> Counter[str]:
         return Counter([*self.host_ops, *(f"gemm{g}" for g in self.gemms)])
@@ -250,10 +265,15 @@ class LaunchEstimate:
             return Outcome.OVER_LAUNCH_BUDGET, (
                 f"at shape {shape}, forward() would launch about {self.launches} kernels on the GPU, over "
                 f"the task's budget of {task.launch_budget} (GEMM kernels, their reduce finalisation and "
-                f"operand copies: {self.gemm_launches}; host ops: {', '.join(self.host_ops) or 'none'}); "
+                f"operand copies: {self.gemm_launches}; host ops: {self._host_text()}); "
                 "move host-side glue into the epilogue or merge steps"
             )
         return None
+
+    def _host_text(self) -> str:
+        """The host ops, each that launches several kernels with its count."""
+        return ", ".join(f"{op} ({HOST_OP_LAUNCHES[op.split('.', 1)[0]]} kernels)"
+                         if op.split(".", 1)[0] in HOST_OP_LAUNCHES else op for op in self.host_ops) or "none"
 
     def describe(self) -> dict[str, object]:
         return {"launches_estimate": self.launches, "gemm_calls": [list(g) for g in self.gemms],
