@@ -79,6 +79,8 @@
 #   transfer  bench/probes/transfer_probe.py: 4.2 GB of outputs (the 256k head's logits) from a GPU tensor to a GPU
 #             tensor through the runner protocol's tensor file, through the file by 8 threads, and through a shared
 #             memfd both sides map and register with CUDA (issue 47); in transfer.json (about 60 s)
+#   host-ops  bench/probes/host_op_launches.py: the CUDA kernels each host op a candidate may run launches, as the
+#             runner's op log names it (the launch estimate's HOST_OP_LAUNCHES); in host-op-launches.json
 #   window    the GPU tests of the checker's shared memory window and of the glue passes' kernels
 #             (tests/test_window.py, tests/test_torch_glue.py)
 #   epilogue-cost  bench/probes/epilogue_cost.py: gemm_rmsnorm_bwd's epilogue whole and less one part at a time,
@@ -198,13 +200,14 @@ for spec in "$@"; do
     rope) run_phase rope "$secs" python3 bench/probes/rope_backward_probe.py --json "$work/rope.json" ;;
     sdpa) run_phase sdpa "$secs" python3 bench/probes/sdpa_layout_probe.py --json "$work/sdpa.json" ;;
     transfer) run_phase transfer "$secs" python3 bench/probes/transfer_probe.py --json "$work/transfer.json" ;;
+    host-ops) run_phase host-ops "$secs" python3 bench/probes/host_op_launches.py --json "$work/host-op-launches.json" ;;
     window) run_phase window "$secs" "${gpu_tests[@]}" tests/test_window.py tests/test_torch_glue.py ;;
     epilogue-cost) run_phase epilogue-cost "$secs" python3 bench/probes/epilogue_cost.py \
                      ${EPI_COST_ARGS:---shape 32768,2048,3072 --shape 32768,2048,16384} --json "$work/epilogue-cost.jsonl" ;;
     stage-cap) run_phase stage-cap "$secs" python3 bench/probes/stage_cap.py \
                  ${STAGE_CAP_ARGS:---row gemm_swiglu_bwd:llama3-1b --row gemm_swiglu_bwd:coda-h2048 --caps 4,3,2} \
                  --json "$work/stage-cap.jsonl" ;;
-    *) echo "unknown phase $phase (bench, trust, guards, launch, ahead, ops, more, e2e, tune-run, accept, tune-human, cublas, probe, ncu-source, first-call, host, rope, sdpa, transfer, window, epilogue-cost, stage-cap)"; exit 2 ;;
+    *) echo "unknown phase $phase (bench, trust, guards, launch, ahead, ops, more, e2e, tune-run, accept, tune-human, cublas, probe, ncu-source, first-call, host, rope, sdpa, transfer, host-ops, window, epilogue-cost, stage-cap)"; exit 2 ;;
   esac
 done
 # The logs get committed: this machine's paths become the repository root ".", python3, <site-packages> and $OUT.
