@@ -443,6 +443,23 @@ def test_validate_refuses_a_shape_whose_rows_tma_cannot_move(tmp_path, dims, exp
     assert result.exit_code == 1 and "the task's shape is misaligned" in result.output
 
 
+def test_a_narrow_output_host_work_can_make_is_not_held_to_the_tma_grid(tmp_path):
+    """Only a tensor of a task GEMM's width must cross into its kernel as tiles; an (M, 6) FP32 statistic
+    (rstd per head, a manual-seat task's) may come from host ops, so validate does not say no kernel can run
+    it."""
+    reference = (EXAMPLE.with_suffix(".py").read_text()
+                 + "\n\ndef with_heads(x, w, residual, gamma, *, eps):\n"
+                 "    out = reference(x, w, residual, gamma, eps=eps)\n"
+                 "    return {**out, 'heads': (x @ w.t() + residual).float()[:, :6]}\n")
+
+    def edit(d):
+        d["outputs"].append({"name": "heads", "shape": ["M", 6], "dtype": "float32"})
+        d["reference"] = "ref.py:with_heads"
+
+    path = write_task(tmp_path, edit, reference=reference)
+    assert validate_path(path).ok, validate_path(path).problems
+
+
 def test_missing_reference_function_is_reported(tmp_path):
     path = write_task(tmp_path, lambda d: d.update(reference="ref.py:nope"))
     report = validate_path(path)

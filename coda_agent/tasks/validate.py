@@ -312,17 +312,21 @@ def _unchecked_shapes(task: Task) -> list[str]:
 
 def _misaligned_shapes(task: Task) -> list[str]:
     """One line per tensor width that a shape (of any set) binds off TMA's row grid (the primitives'
-    :func:`~coda_agent.primitives._config.tma_row_multiple`): every tensor with two dims longer than 1 crosses
-    into a kernel as tiles that TMA moves row by row, so no kernel can run the task at that shape."""
+    :func:`~coda_agent.primitives._config.tma_row_multiple`): a tensor with two dims longer than 1 and a
+    task GEMM's width (its K, N or a packed 2N) crosses into that GEMM's kernel as tiles that TMA moves row by
+    row, so no kernel can run the task at that shape. A tensor of another width (rstd per head, (M, H)) may
+    be host work's, and is left alone."""
     # (width, bytes per element) -> field, tensors, shapes
     found: dict[tuple[str, int], tuple[Loc, list[str], list[str]]] = {}
     for set_name, points in task.shapes.items():
         for point in points:
+            gemm_widths = {w for _, n, k in task.gemm_shapes(point.dims) for w in (n, 2 * n, k)}
             for kind, tensors in (("inputs", task.inputs), ("outputs", task.outputs)):
                 for i, spec in enumerate(tensors):
                     shape = spec.concrete_shape(point.dims)
                     if (
                         sum(d > 1 for d in shape) < 2
+                        or shape[-1] not in gemm_widths
                         or shape[-1] % tma_row_multiple(DTYPE_BYTES[spec.dtype]) == 0
                     ):
                         continue
