@@ -58,6 +58,10 @@ def verdict_table(verdict: Verdict) -> Table:
     return table
 
 
+def _kernels(n: object) -> str:
+    return f"{n} kernel{'' if n == 1 else 's'}"
+
+
 def launches_line(verdict: Verdict, budget: int) -> str | None:
     """What one call launched against the task's budget, at the first shape a correctness stage passed: the
     GPU's kernel trace, or the CPU's estimate with its host ops (what a task author sets a budget from)."""
@@ -70,10 +74,13 @@ def launches_line(verdict: Verdict, budget: int) -> str | None:
             if not isinstance(seen, dict) or not seen:
                 continue
             if "launches" in seen:
-                return f"{seen['launches']} kernels at shape {name} (the GPU's trace), budget {budget}"
+                return f"{_kernels(seen['launches'])} at shape {name} (the GPU's trace), budget {budget}"
             ops = ", ".join(str(o) for o in seen.get("host_ops", [])) or "none"
-            return (f"about {seen.get('launches_estimate')} kernels at shape {name} (the CPU's estimate; "
-                    f"host ops: {ops}), budget {budget}")
+            bench = s.details.get("bench_launches")
+            at_bench = (f"; {', '.join(f'{n} at {shape}' for shape, n in bench.items())} on meta tensors"
+                        if isinstance(bench, dict) and bench else "")
+            return (f"{_kernels(seen.get('launches_estimate'))} at shape {name} (the CPU's estimate; host "
+                    f"ops: {ops}){at_bench}, budget {budget}")
     return None
 
 

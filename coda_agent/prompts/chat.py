@@ -14,7 +14,7 @@ from typing import Any
 from ..measure.peaks import SolPoint
 from ..messages import ChatMessage
 from ..store.records import Attempt
-from ..tasks.model import Task
+from ..tasks.model import Task, delicate_operators
 from ..verifier import static
 from ..verifier.plan import Plan
 from .api_reference import api_reference
@@ -109,6 +109,15 @@ def task_prompt(
     )
 
 
+def _delicate(task: Task) -> list[str]:
+    """The numerically delicate operators the task's reference calls, as the stress set's line names them."""
+    try:
+        found = delicate_operators(task.reference_file.read_text())
+    except (OSError, SyntaxError, ValueError, TypeError):  # no reference file to read
+        return []
+    return ["division" if op == "/" else op for op in found]
+
+
 def describe_checks(task: Task, plan: Plan) -> str:
     """One paragraph on what this run's verifier does, in order."""
     shape_set, seeds = plan.shape_set, plan.seeds
@@ -118,8 +127,8 @@ def describe_checks(task: Task, plan: Plan) -> str:
     if stressed := task.stress_inits():
         names = ", ".join(f"`{name}`" for name in stressed)
         how = "at large magnitudes" if task.stress is None else "as the task's stress set draws them"
-        seed_text += (f" and a stress input set ({names} redrawn {how}: exp, log, division and rsqrt must "
-                      "stay in range)")
+        ops = _delicate(task) or ["exp", "log", "division", "rsqrt"]
+        seed_text += f" and a stress input set ({names} redrawn {how}: {', '.join(ops)} must stay in range)"
     for name in plan.stages:
         if name == "correctness":
             steps.append(f"the CPU emulator against the FP32 reference at the `{shape_set}` shapes "

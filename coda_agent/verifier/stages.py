@@ -480,11 +480,14 @@ def run_correctness(ctx: Context, name: str, backend_name: str, device: str,
                 first = first or (point, ops)
             bench = ctx.task.shapes.get("bench", []) if bench_on_meta and first else []
             if bench and first:
+                seen: dict[str, list[dict[str, Any]]] = {}
                 try:
                     with ctx.watch.part("discover"):
-                        bench_configs(ctx.task, client, first[1], first[0])
+                        bench_configs(ctx.task, client, first[1], first[0], seen=seen)
                 except Reject as rej:
                     return result(rej.outcome, rej.reason)
+                details["bench_launches"] = {name: LaunchEstimate.from_ops(ops).launches
+                                             for name, ops in seen.items()}
     except RunnerError as exc:
         return result(*runner_failure(exc, ctx.plan, Outcome.RUNTIME_ERROR, ""))
     n = len(ctx.plan.points(ctx.task))
