@@ -349,7 +349,7 @@ def _misaligned_shapes(task: Task) -> list[str]:
             f"{where[0]}{also}: the rows of {', '.join(names)} are {value * size} bytes, and a kernel moves "
             f"them with TMA, which needs rows of a multiple of {TMA_ALIGN_BYTES} bytes ({multiple} "
             f"{spec.dtype} elements): the task's shape is misaligned and no kernel can run it; make {width} "
-            f"a multiple of {multiple} there (as {-(-value // multiple) * multiple})"
+            f"a multiple of {multiple} there (as {max(multiple, round(value / multiple) * multiple)})"
         )
     return problems
 
