@@ -287,6 +287,20 @@ def test_contract_violations_have_clear_messages(ab, declare, call, message):
         P.gemm(epi, a, w.t(), **call)
 
 
+def test_a_weight_passed_as_stored_is_told_to_pass_its_transposed_view():
+    """A model passed nn.Linear's (N, K) weight as B; the error says what to write."""
+    x, w = torch.randn(32, 16).bfloat16(), torch.randn(48, 16).bfloat16()
+
+    @P.epilogue()
+    def plain(acc):
+        return {"D": acc}
+
+    with pytest.raises(P.EpilogueError, match=r"B is \(N, K\) as nn.Linear stores a weight: .* w.t\(\)"):
+        P.gemm(plain, x, w)
+    with pytest.raises(P.EpilogueError, match=r"with K = A.shape\[1\]$"):
+        P.gemm(plain, x, torch.randn(48, 24).bfloat16())
+
+
 def test_square_problems_need_pinned_vectors():
     a = torch.randn(32, 16).bfloat16()
     b = torch.randn(16, 32).bfloat16()

@@ -292,8 +292,10 @@ def _check(epi: Epilogue, A: Any, B: Any, C: Any, operands: dict[str, Any], out_
     if A.dtype != B.dtype:
         raise EpilogueError(f"A and B must have the same dtype, got {A.dtype} and {B.dtype}")
     if A.shape[1] != B.shape[0]:
+        stored = "; B is (N, K) as nn.Linear stores a weight: pass its transposed view, w.t() (free)" if (
+            B.shape[1] == A.shape[1]) else ""
         raise EpilogueError(f"A is {tuple(A.shape)} and B is {tuple(B.shape)}: B must be (K, N) with K = "
-                            "A.shape[1]")
+                            f"A.shape[1]{stored}")
     m, n = A.shape[0], B.shape[1]
     wants_c = "c" in epi.params
     if wants_c != (C is not None):
