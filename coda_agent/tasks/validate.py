@@ -169,7 +169,7 @@ def validate_task(task: Task) -> list[str]:
     for first, *others in found.values():
         problems.append(first + (f" (also at {', '.join(w.removeprefix('shape ') for w in others)})" if others
                                  else ""))
-    return problems + _unchecked_shapes(task) + _inert_constants(task, runs) + [
+    return problems + _outputs_at_bench_shapes(task) + _inert_constants(task, runs) + [
         f"{term.describe(task.reference_file)} moves no output past twice the tolerance at the small shapes' "
         "test data when it is left out, so a kernel could leave it out; draw the inputs that feed it where "
         "it counts (e.g. with a non-zero mean, init: {mean: ...})" for term in invisible_terms(task, judged)]
@@ -280,9 +280,9 @@ def _widened(task: Task, spec: InputSpec, dims: dict[str, int], drawn: torch.Ten
     return (drawn.float() - center) * WIDER + center
 
 
-def _unchecked_shapes(task: Task) -> list[str]:
+def _outputs_at_bench_shapes(task: Task) -> list[str]:
     """The reference run on meta tensors at every shape the small ones are not (the bench shapes): its
-    outputs must have the declared shapes and dtypes there too. A reference that reads shapes into its own
+    outputs must have the declared shapes there too. A reference that reads shapes into its own
     quantities (heads from N, say) can pass at the small shapes and return another shape at a bench one,
     which only a GPU would find. A reference that cannot run on meta tensors (it reads values) is not
     checked here."""
