@@ -170,9 +170,23 @@ def test_the_kinds_of_work_ignore_shapes_configs_and_allocations_but_not_epilogu
 
 def test_a_gemm_that_bypasses_primitives_is_a_cheat_on_the_cpu():
     outcome, reason = _estimate({"op": "aten::mul.Tensor", "numel": 10}).problem(K0, TINY.dims, "tiny")
-    assert outcome is Outcome.CHEAT_DETECTED and "did not all run through primitives.gemm" in reason
+    assert outcome is Outcome.CHEAT_DETECTED and "ran as no primitives.gemm call" in reason
     small = {**GEMM, "gemm": [TINY.dims["M"], TINY.dims["N"], 1]}  # a trivial gemm, the real one elsewhere
     assert _estimate(small).problem(K0, TINY.dims, "tiny")[0] is Outcome.CHEAT_DETECTED
+
+
+def test_the_task_gemms_rule_takes_a_transposed_or_k_split_call_and_names_a_folded_gemm():
+    """One rule for the emulator's op log and the sm_90a build (a transposed call passed the one and was
+    refused by the other); a refusal names the listed GEMM no call did (a LoRA's rank-16 up-projection folded
+    into an epilogue, found from the manual seat)."""
+    main, down, up = (256, 384, 128), (256, 16, 128), (256, 384, 16)
+    assert trace.gemm_shortfall([main, down], [main, (16, 256, 128)]) == []
+    assert trace.gemm_shortfall([main], [(256, 384, 64), (256, 384, 64)]) == []
+    assert trace.gemm_shortfall([main, down, up], [(16, 256, 128), main]) == [up]
+    assert trace.gemm_shortfall([main], [(256, 384, 1)]) == [main]
+    reason = trace.gemm_shortfall_reason("tiny", [up], [(16, 256, 128), main])
+    assert "GEMM (M, N, K) (256, 384, 16) ran as no primitives.gemm call" in reason
+    assert "a gemm() call of its own" in reason and "(256, 384, 128)" in reason
 
 
 def test_a_host_matmul_is_a_cheat_on_the_cpu_as_its_cublas_kernel_is_on_the_gpu():

@@ -120,6 +120,21 @@ def test_a_reduce_that_folds_a_value_at_the_padding_is_refused(ab, epi, where):
         P.gemm(epi, a, w.t(), v=v)
 
 
+def test_the_padding_refusal_names_the_largest_value_folded(ab):
+    """exp(acc - m) with a per-row m folds exp(-m) at the padding: the refusal gives the largest such value,
+    not the first row's (a router's first row folded 2.7e-42, which read as float noise: the manual seat)."""
+    a, w, _ = ab
+
+    @P.epilogue(operands={"m": P.ColVecLoad()}, reduces={"s": P.ColVecReduce()})
+    def shifted_exp(acc, m):
+        return {"s": P.exp(acc - m)}
+
+    m = torch.full((M,), 100.0)
+    m[-1] = 1.0
+    with pytest.raises(P.EpilogueError, match=r"reduce 's' folds up to 0\.367879, not 0"):
+        P.gemm(shifted_exp, a, w.t(), m=m)
+
+
 def test_a_reduce_that_folds_zero_at_the_padding_runs(ab):
     """0 at the padding: a square, a max (masked on the GPU), a kept vector times acc, an absolute value."""
     a, w, acc = ab

@@ -253,8 +253,9 @@ def test_system_prompt_has_the_contract_the_static_check_and_the_generated_api()
 #: about 34,379 in the suite (gemm_rmsnorm_bwd); after, 26,341 and at most 29,366 (gemm_rmsnorm_gemm); with
 #: the model seat's remaining answers (static math on numbers, the reference's two runs, the defaults per
 #: mode) at most 29,774; with the third to sixth seats' answers (bench/model_seat/RESULTS.md) at most 31,511
-#: (gemm_rmsnorm_gemm).
-FIRST_PROMPT_MAX_CHARS = 32_000
+#: (gemm_rmsnorm_gemm); with the task's GEMMs named as work each its own gemm() call (a model folded one into an
+#: epilogue, unaware of the rule) 32,045.
+FIRST_PROMPT_MAX_CHARS = 32_100
 
 
 @pytest.mark.parametrize("task", TASKS, ids=[t.name for t in TASKS])

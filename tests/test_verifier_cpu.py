@@ -123,6 +123,19 @@ def test_a_logsumexp_without_the_max_subtraction_passes_the_seeds_and_fails_the_
     assert human.outcome is Outcome.PASSED and "and the stress set" in human.reason
 
 
+def test_a_forward_that_raises_on_the_stress_inputs_alone_is_told_so():
+    """The stress set runs first (the warm-up call): a model read "raised at shape tiny" as its ordinary
+    inputs (found from the manual seat)."""
+    v = verify(K0, variant("    out = gemm(residual_rms", "    assert x.abs().amax() < 20, 'large x'\n"
+                                                        "    out = gemm(residual_rms"))
+    assert v.outcome is Outcome.RUNTIME_ERROR
+    assert "raised at shape tiny {'M': 256, 'N': 384, 'K': 128} on the stress inputs alone (residual, x" \
+        in v.reason, v.reason
+    plain = verify(K0, variant("    out = gemm(residual_rms", "    assert x.abs().amax() < 0, 'any x'\n"
+                                                            "    out = gemm(residual_rms"))
+    assert "raised at shape tiny {'M': 256, 'N': 384, 'K': 128}:\n" in plain.reason, plain.reason
+
+
 def test_a_raw_exp_summed_across_the_row_is_refused_on_the_cpu_for_the_gpus_padding():
     """The same logsumexp as a raw exp: at a partial last tile the GPU folds exp(0) = 1 for every padding
     column, so it is wrong at every vocabulary its tiles do not divide; the CPU stage says so in one line
@@ -131,7 +144,8 @@ def test_a_raw_exp_summed_across_the_row_is_refused_on_the_cpu_for_the_gpus_padd
     src = src.replace('"sumexp": exp(acc) - 1.0', '"sumexp": exp(acc)').replace('+ w.shape[0]', '')
     v = verify(find_task("gemm_cross_entropy"), src)
     assert v.outcome is Outcome.RUNTIME_ERROR, v.reason
-    assert "reduce 'sumexp' folds 1, not 0, where acc, c and the tile operands are 0" in v.reason, v.reason
+    assert "reduce 'sumexp' folds up to 1, not 0, where acc, c and the tile operands are 0" in v.reason, \
+        v.reason
     assert "(RowVecLoad operands too; a ColVecLoad keeps its value" in v.reason  # a model misread that
 
 

@@ -194,13 +194,13 @@ def check_padding(call: GemmCall) -> None:
             sink_shape = (shape[0], shape[1] // 2) if epi.mode == "acc_pair" else shape
             for name, sink in sinks.items():
                 folded = _per_element(name, sink, result[name], call, sink_shape)
-                bad = (folded != 0).nonzero()
-                if len(bad):
-                    value = folded[tuple(bad[0].tolist())].item()
+                if bool((folded != 0).any()):
+                    # the largest, not the first: a row's 1e-42 would read as noise
+                    value = folded.flatten()[folded.abs().flatten().argmax()].item()
                     raise EpilogueError(
-                        f"reduce {name!r} folds {value:g}, not 0, where acc, c and the tile operands are 0 "
-                        f"({padded} operands too; a {kept_vec} keeps its value, and the check tries both it "
-                        "and 0): "
+                        f"reduce {name!r} folds up to {value:g}, not 0, where acc, c and the tile operands "
+                        f"are 0 ({padded} operands too; a {kept_vec} keeps its value, and the check tries "
+                        "both it and 0): "
                         f"on the GPU a partial last tile ({across} not a multiple of the tile) evaluates the "
                         f"fn at its padding and folds that in, so the result is wrong wherever the tiles do "
                         f"not divide {across}; make the reduced value 0 there (a constant term belongs on "

@@ -49,15 +49,17 @@ def system_prompt(examples: Sequence[Example]) -> str:
     )
 
 
-def _init_text(spec: Any) -> str:
+def _init_text(ini: Any) -> str:
     """How the test data draws an input, planted special values included (a kernel must handle them)."""
-    ini = spec.init
+    def num(v: Any) -> str:  # a number as 0, 64, 0.5; an expression over the shape symbols as written
+        return f"{v:g}" if isinstance(v, int | float) else str(v)
+
     if ini.dist == "normal":
-        text = f"normal(mean {ini.mean}, std {ini.std})"
+        text = f"normal(mean {num(ini.mean)}, std {num(ini.std)})"
     elif ini.dist == "uniform":
-        text = f"uniform[{ini.low}, {ini.high})"
+        text = f"uniform[{num(ini.low)}, {num(ini.high)})"
     else:
-        text = f"randint[{ini.low}, {ini.high})"
+        text = f"randint[{num(ini.low)}, {num(ini.high)})"
     if ini.replace is not None:
         text += f", {ini.replace.fraction * 100:g}% of it set to {ini.replace.value}"
     return text
@@ -85,7 +87,7 @@ def task_prompt(
         signature=", ".join([*(i.name for i in task.inputs), *task.constants]),
         returns=", ".join(f'"{o.name}": ...' for o in task.outputs),
         inputs=[
-            {"name": i.name, "shape": _shape_text(i.shape), "dtype": i.dtype, "init": _init_text(i),
+            {"name": i.name, "shape": _shape_text(i.shape), "dtype": i.dtype, "init": _init_text(i.init),
              "description": i.description}
             for i in task.inputs
         ],
@@ -125,17 +127,19 @@ def describe_checks(task: Task, plan: Plan) -> str:
     shapes = ", ".join(p.name for p in task.shape(shape_set))
     seed_text = f"seed{'s' if len(seeds) != 1 else ''} {', '.join(str(s) for s in seeds)}"
     if stressed := task.stress_inits():
-        names = ", ".join(f"`{name}`" for name in stressed)
-        how = "at large magnitudes" if task.stress is None else "as the task's stress set draws them"
+        draws: dict[str, list[str]] = {}
+        for name, ini in stressed.items():
+            draws.setdefault(_init_text(ini), []).append(f"`{name}`")
+        how = "; ".join(f"{', '.join(names)} as {text}" for text, names in draws.items())
         ops = _delicate(task) or ["exp", "log", "division", "rsqrt"]
-        seed_text += f" and a stress input set ({names} redrawn {how}: {', '.join(ops)} must stay in range)"
+        seed_text += f" and a stress input set ({how}: {', '.join(ops)} must stay in range)"
     for name in plan.stages:
         if name == "correctness":
             steps.append(f"the CPU emulator against the FP32 reference at the `{shape_set}` shapes "
                          f"({shapes}), {seed_text}")
         elif name == "compile":
-            steps.append("an sm_90a build of every kernel `forward()` launches (QuACK / CuTe DSL, no GPU "
-                         "needed), with a cost estimate (bytes, launches, host ops) at the bench shapes")
+            steps.append("an sm_90a build of every kernel `forward()` launches (QuACK, no GPU needed), with "
+                         "a cost estimate (bytes, launches, host ops) at the bench shapes")
         elif name == "gpu_correctness":
             steps.append(f"real kernels on the GPU against the FP32 reference at the `{shape_set}` shapes, "
                          f"{seed_text}, with the launch count checked against the budget")
@@ -144,7 +148,9 @@ def describe_checks(task: Task, plan: Plan) -> str:
                          "baselines")
         else:
             steps.append(f"the `{name}` stage")
-    return "Each candidate goes through " + "; then ".join(steps) + ". The first failing step ends the check."
+    gemms = ", ".join("(" + ", ".join(str(d).replace(" ", "") for d in g) + ")" for g in task.gemms)
+    return ("Each candidate goes through " + "; then ".join(steps) + ". The first failing step ends the "
+            f"check. Each GEMM the task lists, (M, N, K) {gemms}, must be a `gemm()` call of its own.")
 
 
 def approach_note(slot: int, slots: int) -> str:

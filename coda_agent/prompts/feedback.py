@@ -53,8 +53,9 @@ NEXT_STEP: dict[AttemptOutcome, str] = {
     AttemptOutcome.WRONG_OUTPUT: "Compare your algebra with the reference line by line, output by output; "
                                  "the table "
     "says which outputs are wrong, where, and by how much.",
-    AttemptOutcome.CHEAT_DETECTED: "Follow the contract: inputs are read-only, no state across calls, no "
-                                   "side streams.",
+    AttemptOutcome.CHEAT_DETECTED: "Keep the contract rule the reason names: each GEMM the task lists a "
+                                   "gemm() call of its own, inputs read-only, no state across calls, no side "
+                                   "streams.",
     AttemptOutcome.OVER_LAUNCH_BUDGET: "Launch fewer kernels: fuse the host-side torch ops into the epilogue "
                                        "or a "
     "reduce sink.",

@@ -45,7 +45,7 @@ from .client import (
 )
 from .compare import check_outputs, max_abs_difference
 from .plan import GPU_STAGES, InputSet, Plan, input_sets
-from .trace import LaunchEstimate, LaunchTrace, calls_from_trace
+from .trace import LaunchEstimate, LaunchTrace, calls_from_trace, gemm_shortfall, gemm_shortfall_reason
 from .verdict import Outcome, OutputCheck, StageMemory, StageResult
 
 
@@ -343,17 +343,23 @@ def check_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: s
             client.put(set_id, s.draw(task, point.dims, device))
         release(device)
     info: dict[str, object] = {"dims": point.dims}
+    running = [(decoys or checked)[-1]]
     try:
         with watch.part("warm-up"):
             # builds the kernels; its launches are not judged
-            warm = client.run([ids[(decoys or checked)[-1]]], keep=[])
+            warm = client.run([ids[running[0]]], keep=[])
         del warm
+        running = order
         calls = [ids[s] for s in order]
         with watch.part("candidate"):
             batch = client.run(calls, keep=list(range(len(calls))))
     except CandidateRaised as exc:
+        raised_on = running[exc.call] if exc.call is not None and exc.call < len(running) else None
+        stressed = ", ".join(sorted(task.stress_inits()))
+        where = (f" on the stress inputs alone ({stressed} at large magnitudes; the ordinary ones ran)"
+                 if raised_on is not None and raised_on.stress and runs(client, ids[checked[0]]) else "")
         raise Reject(Outcome.RUNTIME_ERROR,
-                     f"forward() raised at shape {point.name} {point.dims}:\n{exc}") from None
+                     f"forward() raised at shape {point.name} {point.dims}{where}:\n{exc}") from None
     with watch.part("transfer"):
         outs = client.fetch(returned_bytes_limit(task, point, len(calls)))
         modified = client.drop(list(ids.values()))
@@ -402,6 +408,15 @@ def check_shape(ctx: Context, client: RunnerClient, point: ShapePoint, device: s
         info["launches"] = launches[0] if launches else {}
         agreement(task, outs[0], outs[-1], checks, point, checked[0].seed, info)
     return info, (batch.ops or [[]])[0]
+
+
+def runs(client: RunnerClient, set_id: str) -> bool:
+    """Whether forward() returns on one input set (after it raised on another: was it those inputs?)."""
+    try:
+        client.run([set_id], keep=[])
+    except RunnerError:  # it raised there too, or the runner is gone: say nothing of the inputs
+        return False
+    return True
 
 
 def unstable(task: Task, point: ShapePoint, reason: str) -> str:
@@ -525,10 +540,9 @@ def compile_sm90(ctx: Context) -> StageResult:
             if not est.gemms:
                 return result(Outcome.CHEAT_DETECTED, f"at shape {point.name}, forward() built no GEMM "
                                                       "kernel: every GEMM must be a primitives.gemm call")
-            missing = [g for g in ctx.task.gemm_shapes(point.dims) if g not in est.gemms]
+            missing = gemm_shortfall(ctx.task.gemm_shapes(point.dims), est.gemms)
             if missing:
-                return result(Outcome.CHEAT_DETECTED, f"at shape {point.name}, no kernel was built for the "
-                                                      f"task's GEMM {missing[0]} (built: {est.gemms})")
+                return result(Outcome.CHEAT_DETECTED, gemm_shortfall_reason(point.name, missing, est.gemms))
             details: dict[str, object] = est.describe()
             try:
                 seen: dict[str, list[dict[str, Any]]] = {}

@@ -136,7 +136,8 @@ class LaunchTrace:
                 f"at shape {shape}, {len(self.of_kind('quack'))} GEMM kernel(s) ran through primitives.gemm "
                 f"for the task's {len(task.gemms)} GEMM(s) (kernels: "
                 f"{', '.join(_short(k.name) for k in self.kernels[:4]) or 'none'}); every call must compute "
-                "each GEMM with primitives.gemm, not another way and not from a cache"
+                "each GEMM the task lists with a primitives.gemm call of its own, not another way and not "
+                "from a cache"
             )
         if self.launches > task.launch_budget:
             names = ", ".join(_short(k.name, 50) for k in self.kernels)
@@ -174,6 +175,35 @@ def calls_from_trace(trace: Mapping[str, Any], calls: int) -> list[LaunchTrace]:
 
 def _short(name: str, limit: int = 70) -> str:
     return name if len(name) <= limit else name[: limit - 3] + "..."
+
+
+def gemm_shortfall(want: list[tuple[int, int, int]],
+                   seen: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """The task's GEMMs (``want``, (M, N, K) each) that the gemm calls ``seen`` leave undone; empty when they
+    do them all: as many calls as the task lists, with at least their FLOPs (so a call of the transposed
+    product, (N, M, K), or a GEMM split along K counts). What it returns names the listed GEMMs no call
+    matches in either orientation. One rule for the emulator's op log and the sm_90a build."""
+    if len(seen) >= len(want) and sum(math.prod(g) for g in seen) >= sum(math.prod(g) for g in want):
+        return []
+    left = Counter((min(m, n), max(m, n), k) for m, n, k in seen)
+    missing = []
+    for m, n, k in want:
+        key = (min(m, n), max(m, n), k)
+        if left[key]:
+            left[key] -= 1
+        else:
+            missing.append((m, n, k))
+    return missing
+
+
+def gemm_shortfall_reason(shape: str, missing: list[tuple[int, int, int]],
+                          seen: list[tuple[int, int, int]]) -> str:
+    """Why :func:`gemm_shortfall` refused a call: the listed GEMMs it left undone, and the rule."""
+    which = ", ".join(map(str, missing))
+    return (f"at shape {shape}, the task's GEMM{'s' if len(missing) > 1 else ''} (M, N, K) {which} ran as no "
+            f"primitives.gemm call (gemm calls seen: {seen or 'none'}): each GEMM the task lists must be a "
+            "gemm() call of its own (or its transpose, (N, M, K), or split along K), not folded into another "
+            "call's epilogue or computed another way")
 
 
 # --- the CPU's view: an op log ----------------------------------------------------------------------
@@ -247,13 +277,9 @@ class LaunchEstimate:
                 "a cuBLAS/cuDNN kernel for it): every GEMM must run through primitives.gemm, fused with its "
                 "epilogue"
             )
-        want = task.gemm_shapes(dims)
-        flops, want_flops = sum(m * n * k for m, n, k in self.gemms), sum(m * n * k for m, n, k in want)
-        if len(self.gemms) < len(want) or flops < want_flops:
-            return Outcome.CHEAT_DETECTED, (
-                f"at shape {shape}, the task's GEMMs {want} did not all run through primitives.gemm "
-                f"(gemm calls seen: {self.gemms or 'none'}); every GEMM must be a primitives.gemm call"
-            )
+        missing = gemm_shortfall(task.gemm_shapes(dims), self.gemms)
+        if missing:
+            return Outcome.CHEAT_DETECTED, gemm_shortfall_reason(shape, missing, self.gemms)
         biggest = max(task_numel(task, dims), default=0)
         if self.largest_host_tensor > biggest:
             return Outcome.CHEAT_DETECTED, (
