@@ -253,8 +253,8 @@ def test_system_prompt_has_the_contract_the_static_check_and_the_generated_api()
 #: about 34,379 in the suite (gemm_rmsnorm_bwd); after, 26,341 and at most 29,366 (gemm_rmsnorm_gemm); with
 #: the model seat's remaining answers (static math on numbers, the reference's two runs, the defaults per
 #: mode) at most 29,774; with the third to sixth seats' answers (bench/model_seat/RESULTS.md) at most 31,511
-#: (gemm_rmsnorm_gemm); with the task's GEMMs named as work each its own gemm() call (a model folded one into an
-#: epilogue, unaware of the rule) 32,045.
+#: (gemm_rmsnorm_gemm); with the task's GEMMs named as work each its own gemm() call (a model folded one into
+#: an epilogue, unaware of the rule) 32,045.
 FIRST_PROMPT_MAX_CHARS = 32_100
 
 
@@ -343,6 +343,24 @@ def test_feedback_quotes_static_violations_with_the_offending_line():
             not in feedback_prompt([make_attempt(1, 1, CODE, ok)], population=[], goal_is_speed=False))
 
 
+def test_the_allowlist_comes_with_a_refusal_of_a_host_name_only():
+    """A refusal of a name the API lacks (an `erf` imported from the primitives) gets no 4 KB host allowlist,
+    which named torch.erf and so invited a host pass (found from the manual seat); a torch name off the list
+    does."""
+    from coda_agent.verifier import verify
+
+    def fed(code: str) -> str:
+        v = verify(TASK, code)
+        assert v.outcome is Outcome.STATIC_REJECTED
+        return feedback_prompt([make_attempt(1, 1, code, v)], population=[], goal_is_speed=False)
+
+    imported = CODE.replace("import numpy\n", "").replace("epilogue, gemm", "epilogue, erf, gemm")
+    assert "'erf' is not part of coda_agent.primitives" in fed(imported)
+    assert "torch.take_along_dim" not in fed(imported)
+    host = CODE.replace("import numpy\n", "import torch\n").replace("return {}", "return {'y': torch.fft(x)}")
+    assert "torch.fft is not allowed" in fed(host) and "torch.take_along_dim" in fed(host)
+
+
 def test_feedback_error_table_says_which_output_where_and_by_how_much():
     checks = [
         OutputCheck(output="h", shape_point="tiny", seed=0, ok=True, max_abs_err=0.01, allowed=0.05,
@@ -405,7 +423,7 @@ def test_a_stress_set_failure_says_what_the_set_is_not_that_the_formula_differs(
                            population=[], goal_is_speed=False)
     assert "| tiny/stress |" in text and f"`loss`: {reason}" in text and "far off" not in text
     ce = find_task("gemm_cross_entropy")
-    assert ("and a stress input set (`x` redrawn at large magnitudes: logsumexp must stay in range)"
+    assert ("and a stress input set (`x` as normal(mean 0, std 64): logsumexp must stay in range)"
             in describe_checks(ce, Plan()))  # the operators the reference calls
     assert "stress" not in describe_checks(find_task("gemm_residual"), Plan())
 

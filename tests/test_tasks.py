@@ -220,6 +220,10 @@ def test_delicate_operators_are_read_from_the_reference_source():
               "    return {'y': torch.logsumexp(x, -1) / n + x.rsqrt().sum()}\n")
     assert delicate_operators(source) == ["/", "logsumexp", "rsqrt"]
     assert delicate_operators("def reference(x, w):  # exp, log\n    return {'y': x @ w + 1}\n") == []
+    # an exact GELU: no value function computes erf, so a kernel builds it (found from the manual seat)
+    exact = ("import torch\ndef reference(x, g):\n"
+             "    return {'y': torch.ops.aten.gelu_backward(g, x) + x.erf()}\n")
+    assert delicate_operators(exact) == ["erf", "gelu_backward"]
 
 
 def test_a_delicate_reference_gets_a_stress_set_of_its_activations_at_large_magnitudes():

@@ -280,6 +280,14 @@ def _attempt_view(attempt: Attempt, *, is_lead: bool) -> dict[str, Any]:
     return view
 
 
+def _names_the_allowlist(attempt: Attempt) -> bool:
+    """A static refusal of a host name the allowlist lacks (a record from before the flag: any refusal)."""
+    verdict = attempt.verdict
+    if verdict is None or verdict.outcome is not Outcome.STATIC_REJECTED:
+        return False
+    return any(bool(st.details.get("allowlist", True)) for st in verdict.stages if st.stage == "static")
+
+
 def host_allowlist() -> str:
     """The static check's allowlist for host code in full, from its own tables (shown after a refusal)."""
     return render(
@@ -414,8 +422,6 @@ def feedback_prompt(
             for a in history
         ],
         next_steps=_next_steps(lead, latest, best, goal_is_speed, goals or {}),
-        allowlist=host_allowlist()
-                          if any(a.verdict is not None and a.verdict.outcome is Outcome.STATIC_REJECTED
-                                          for a in latest) else "",
+        allowlist=host_allowlist() if any(_names_the_allowlist(a) for a in latest) else "",
     ))
 

@@ -41,11 +41,13 @@ def torch_dtype(name: str) -> torch.dtype:
 
 
 #: Operators whose textbook forms break at large magnitudes or near the edges of their domain: exp overflows
-#: FP32 past 88, a quotient or a root blows up near 0, tanh and sigmoid written through exp turn into inf/inf.
+#: FP32 past 88, a quotient or a root blows up near 0, tanh and sigmoid written through exp turn into inf/inf,
+#: and erf (an exact GELU's) has no value function: a kernel builds it from exp and a quotient.
 #: A reference that calls one (or divides) gets a stress input set by default (:meth:`Task.stress_inits`).
 DELICATE_OPERATORS = frozenset({
     "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "logsumexp", "softmax", "log_softmax",
     "cross_entropy", "sigmoid", "silu", "tanh", "rsqrt", "sqrt", "reciprocal", "div", "true_divide",
+    "erf", "erfc", "gelu", "gelu_backward",
 })
 #: The std the default stress set draws the activations at: logits of about 3 x 64 over a row, well past exp's
 #: FP32 overflow at 88, while the inputs and a stable FP32 reference stay far from any range limit.

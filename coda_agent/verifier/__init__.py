@@ -79,7 +79,8 @@ def verify(task: Task, source: str, plan: Plan | None = None) -> Verdict:
     violations = check_source(source)
     if violations:
         reason = "the static check rejected the candidate:\n" + "\n".join(str(v) for v in violations[:12])
-        verdict.stages.append(StageResult(stage="static", outcome=Outcome.STATIC_REJECTED, reason=reason))
+        verdict.stages.append(StageResult(stage="static", outcome=Outcome.STATIC_REJECTED, reason=reason,
+                                          details={"allowlist": any(v.allowlist for v in violations)}))
         return _finish(verdict, t0)
     verdict.stages.append(StageResult(stage="static", outcome=Outcome.PASSED, reason=""))
     ctx = Context(task=task, source=source, plan=plan, deadline=time.monotonic() + plan.timeout)

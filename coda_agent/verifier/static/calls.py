@@ -21,14 +21,15 @@ def allowed_builtin_call(node: ast.Call, check: Check) -> None:
         and func.id not in BUILTINS
         and not check.message_str(func)
     ):
-        check.flag(node, f"{func.id}() is not allowed in a candidate")
+        check.flag(node, f"{func.id}() is not allowed in a candidate", allowlist=True)
 
 
 def allowed_method(node: ast.Call, check: Check) -> None:
     func = node.func
     if isinstance(func, ast.Attribute) and not check.module_attr(func) and func.attr not in METHODS:
         check.flag(node,
-                   f".{func.attr}() is not allowed (host glue may call: see the contract's method list)")
+                   f".{func.attr}() is not allowed (host glue may call: see the contract's method list)",
+                   allowlist=True)
 
 
 def module_state_unchanged_by_methods(node: ast.Call, check: Check) -> None:

@@ -13,8 +13,11 @@ from .scopes import builtin_loads, primitive_aliases
 
 @dataclass(frozen=True)
 class Violation:
+    """``allowlist``: a host name the allowlist lacks (the feedback then lists the allowlist in full)."""
+
     line: int
     message: str
+    allowlist: bool = False
 
     def __str__(self) -> str:
         return f"line {self.line}: {self.message}"
@@ -68,8 +71,8 @@ class Check:
                                                            "schedule")}
         return check
 
-    def flag(self, node: ast.AST, message: str) -> None:
-        self.violations.append(Violation(getattr(node, "lineno", 0), message))
+    def flag(self, node: ast.AST, message: str, allowlist: bool = False) -> None:
+        self.violations.append(Violation(getattr(node, "lineno", 0), message, allowlist))
 
     @property
     def in_function(self) -> bool:
