@@ -174,3 +174,22 @@ def test_a_captured_call_replays_right(config):
             torch.cuda.synchronize()
             for name in eager:
                 _close(captured[name], eager[name])
+
+
+@P.epilogue(outputs=("y",))
+def erf_of_acc(acc):
+    return {"y": P.erf(acc)}
+
+
+def test_erf_on_the_gpu_is_within_bf16s_rounding_by_far():
+    """erf's GPU form (cute.math.erf, fastmath: a polynomial with ex2.approx and rcp.approx) against FP64,
+    over [-6, 6] and the tails: what the API reference can state of its precision (printed for the record)."""
+    x = torch.cat([torch.linspace(-6, 6, 256 * 192 - 4, dtype=torch.float64),
+                   torch.tensor([-30.0, -1e-20, 1e-20, 30.0], dtype=torch.float64)]).reshape(256, 192)
+    a = torch.eye(256, device="cuda").bfloat16()  # acc = b exactly, in FP32
+    b = x.to(device="cuda", dtype=torch.float32)
+    got = P.gemm(erf_of_acc, a, b.bfloat16(), out_dtype=torch.float32)["y"].double()
+    want = torch.erf(b.bfloat16().double())
+    err = (got - want).abs().max().item()
+    print(f"erf on {torch.cuda.get_device_name()}: max abs error {err:.3g}")
+    assert err <= 1e-5, err

@@ -52,6 +52,7 @@ POSITIVE_DOMAIN = (P.log, P.sqrt, P.rsqrt)
         (P.exp, torch.exp), (P.log, torch.log), (P.sqrt, torch.sqrt), (P.rsqrt, torch.rsqrt),
         (P.tanh, torch.tanh), (P.sigmoid, torch.sigmoid), (P.silu, F.silu), (P.relu, torch.relu),
         (P.sin, torch.sin), (P.cos, torch.cos), (P.gelu_tanh, lambda x: F.gelu(x, approximate="tanh")),
+        (P.erf, torch.erf),
     ],
     ids=lambda v: getattr(v, "__name__", ""),
 )

@@ -254,8 +254,8 @@ def test_system_prompt_has_the_contract_the_static_check_and_the_generated_api()
 #: the model seat's remaining answers (static math on numbers, the reference's two runs, the defaults per
 #: mode) at most 29,774; with the third to sixth seats' answers (bench/model_seat/RESULTS.md) at most 31,511
 #: (gemm_rmsnorm_gemm); with the task's GEMMs named as work each its own gemm() call (a model folded one into
-#: an epilogue, unaware of the rule) 32,045.
-FIRST_PROMPT_MAX_CHARS = 32_100
+#: an epilogue, unaware of the rule) 32,045, and with `erf` (an exact GELU, built by hand before) 32,277.
+FIRST_PROMPT_MAX_CHARS = 32_300
 
 
 @pytest.mark.parametrize("task", TASKS, ids=[t.name for t in TASKS])
@@ -344,9 +344,9 @@ def test_feedback_quotes_static_violations_with_the_offending_line():
 
 
 def test_the_allowlist_comes_with_a_refusal_of_a_host_name_only():
-    """A refusal of a name the API lacks (an `erf` imported from the primitives) gets no 4 KB host allowlist,
-    which named torch.erf and so invited a host pass (found from the manual seat); a torch name off the list
-    does."""
+    """A refusal of a name the API lacks (`erf`, before it was one, imported from the primitives) gets no
+    4 KB host allowlist, which named torch.erf and so invited a host pass (found from the manual seat); a
+    torch name off the list does."""
     from coda_agent.verifier import verify
 
     def fed(code: str) -> str:
@@ -354,8 +354,8 @@ def test_the_allowlist_comes_with_a_refusal_of_a_host_name_only():
         assert v.outcome is Outcome.STATIC_REJECTED
         return feedback_prompt([make_attempt(1, 1, code, v)], population=[], goal_is_speed=False)
 
-    imported = CODE.replace("import numpy\n", "").replace("epilogue, gemm", "epilogue, erf, gemm")
-    assert "'erf' is not part of coda_agent.primitives" in fed(imported)
+    imported = CODE.replace("import numpy\n", "").replace("epilogue, gemm", "epilogue, erfinv, gemm")
+    assert "'erfinv' is not part of coda_agent.primitives" in fed(imported)
     assert "torch.take_along_dim" not in fed(imported)
     host = CODE.replace("import numpy\n", "import torch\n").replace("return {}", "return {'y': torch.fft(x)}")
     assert "torch.fft is not allowed" in fed(host) and "torch.take_along_dim" in fed(host)

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from ._values import (
         cos,
         dswiglu,
+        erf,
         exp,
         gelu_tanh,
         log,
@@ -75,6 +76,7 @@ __all__ = [
     "cos",
     "dswiglu",
     "epilogue",
+    "erf",
     "exp",
     "gelu_tanh",
     "gemm",

@@ -213,6 +213,20 @@ def cos(x: Value) -> Value:
     return cute.math.cos(_reduced_radians(x), fastmath=True)
 
 
+def erf(x: Value) -> Value:
+    """Error function (exact GELU: ``0.5 * x * (1 + erf(x * 0.7071067811865476))``).
+
+    GPU: ``cute.math.erf`` (fastmath, as QuACK's exact GELU): a polynomial with an ``ex2.approx`` and an
+    ``rcp.approx``, two special-function ops.
+    """
+    _scalar_only("erf", x)
+    if _emulated(x):
+        return torch.erf(_t(x))
+    import cutlass.cute as cute
+
+    return cute.math.erf(x, fastmath=True)
+
+
 def maximum(x: Value, y: Value) -> Value:
     """Element-wise max of two values (the only data-dependent select an fn needs for clamping). Exact.
 
@@ -343,6 +357,7 @@ __all__ = [
     "Pair",
     "cos",
     "dswiglu",
+    "erf",
     "exp",
     "gelu_tanh",
     "log",
