@@ -419,6 +419,9 @@ def test_validate_refuses_a_term_the_test_data_keeps_too_small_to_see(tmp_path):
     (problem,) = validate_path(_label_smoothed(tmp_path, 0.0)).problems
     assert problem.startswith("ref.py:10: the right term of the '-' in `smooth = lse - lf.mean(-1)`"), problem
     assert "a kernel could leave it out" in problem and "non-zero mean" in problem
+    # which of a line's sums it is, by the sizes (a LoRA's line of two '+' named neither: the manual seat)
+    assert re.search(r"`smooth = lse - lf.mean\(-1\)` \(at most [0-9.e-]+ in magnitude, beside [0-9.e+]+\)",
+                     problem), problem
     # weights with a mean: the logits' mean is a real term
     assert validate_path(_label_smoothed(tmp_path, 0.02)).ok
 

@@ -34,17 +34,22 @@ _SUMS = {torch.ops.aten.add.Tensor: "+", torch.ops.aten.sub.Tensor: "-"}
 @dataclass(frozen=True)
 class Term:
     """One operand of one sum the reference computes: the sum's place in the run (its index among the sums),
-    which operand (0: left, 1: right), and the reference's line that made it."""
+    which operand (0: left, 1: right), the reference's line that made it, and the largest magnitude of the
+    term and of the other operand at the first small shape (which of a line's sums it is, where it has
+    several)."""
 
     index: int
     operand: int
     sign: str
     line: int
     text: str
+    size: float = 0.0
+    other: float = 0.0
 
     def describe(self, reference: Path) -> str:
         side = "left" if self.operand == 0 else "right"
-        return f"{reference.name}:{self.line}: the {side} term of the '{self.sign}' in `{self.text}`"
+        return (f"{reference.name}:{self.line}: the {side} term of the '{self.sign}' in `{self.text}` (at "
+                f"most {self.size:.2g} in magnitude, beside {self.other:.2g})")
 
 
 class _Sums(TorchDispatchMode):
@@ -63,7 +68,9 @@ class _Sums(TorchDispatchMode):
             index, self._count = self._count, self._count + 1
             if self.drop is None:
                 line, text = self._where()
-                self.terms += [Term(index, j, _SUMS[func], line, text) for j in (0, 1)]
+                sizes = [float(a.abs().max()) for a in args[:2]]
+                self.terms += [Term(index, j, _SUMS[func], line, text, sizes[j], sizes[1 - j])
+                               for j in (0, 1)]
             elif self.drop[0] == index:
                 args = list(args)
                 args[self.drop[1]] = torch.zeros_like(args[self.drop[1]])

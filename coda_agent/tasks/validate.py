@@ -172,7 +172,8 @@ def validate_task(task: Task) -> list[str]:
     return problems + _outputs_at_bench_shapes(task) + _inert_constants(task, runs) + [
         f"{term.describe(task.reference_file)} moves no output past twice the tolerance at the small shapes' "
         "test data when it is left out, so a kernel could leave it out; draw the inputs that feed it where "
-        "it counts (e.g. with a non-zero mean, init: {mean: ...})" for term in invisible_terms(task, judged)]
+        "it counts (a larger std, init: {std: ...}, or a non-zero mean, init: {mean: ...})"
+        for term in invisible_terms(task, judged)]
 
 
 def _baseline(task: Task, lowp: Tensors, ref: Tensors) -> Tensors:
