@@ -286,6 +286,9 @@ def test_cli_reports_malformed_task_in_one_clean_message(tmp_path):
     assert result.exit_code == 1
     assert "FAIL" in result.output and "family" in result.output
     assert "Traceback" not in result.output
+    # each mistake a problem line under FAIL, as validate's own checks print theirs (the loader's head is
+    # the FAIL line)
+    assert "invalid task file" not in result.output and re.search(r"\n      line \d+: family", result.output)
 
 
 @pytest.mark.parametrize(

@@ -360,7 +360,10 @@ def validate_path(path: Path) -> TaskReport:
     try:
         report.task = load_task(path)
     except TaskError as exc:
-        report.problems.append(str(exc))
+        # one problem a mistake, as validate_task gives them (the loader's head is the FAIL line)
+        head, _, mistakes = str(exc).partition("\n")
+        report.problems.extend([m.strip() for m in mistakes.splitlines()]
+                               if head.endswith(": invalid task file") and mistakes else [str(exc)])
         return report
     report.problems.extend(validate_task(report.task))
     return report
