@@ -38,19 +38,19 @@ class Config:
 
     ``Config()`` is QuACK's SM90 default: 128x192 tile, 2x1 cluster, pingpong. A gemm call that names no
     config runs, with wave cost = ceil(tiles / 132) x tile_m x tile_n (partial tiles counted, clusters not): -
-    acc_pair mode: the default; packed mode: 128x128 (2x1, pingpong); - element mode: the default if it makes
-    fewer than 132 tiles; else cooperative 128x256 if K >= 8192, the
+    acc_pair mode: the default; packed mode: 128x128 (2x1, pingpong); - element mode: 128 x N rounded up to 16
+    if N < 192; the default if under 132 tiles; else cooperative 128x256 if K >= 8192, the
       epilogue is light (no (M, N) tile operand besides C, no RowVecReduce) and its wave cost is no higher
       than the default's; else 128x128 (2x1, pingpong) if the default's wave cost is at least 1.05x its own;
       else the default.
 
     Whether to pass one: a GPU run times each correct candidate's valid configs and pins the fastest with
     :func:`schedule` (over ``config=``); a CPU-only run times none. So pass none unless you know a better one
-    for the bench shapes. SM90's rules, checked where the config is used (the message names the one that
-    fails): pingpong tile_m 64, 128 or 192 with tile_n at most 256, 208 or 128 respectively; cooperative
-    (``pingpong=False``) tile_m up to 320; tile_n a multiple of 16 (of 32 in acc_pair mode with an extra
-    output). split_k > 1 splits K over that many CTAs per output tile (serial: the same result run to run; the
-    epilogue runs once): it fills a GPU whose grid of tiles is too small, and needs D.
+    for the bench shapes. SM90's rules, checked where the config is used: pingpong tile_m 64, 128 or 192 with
+    tile_n at most 256, 208 or 128 respectively; cooperative (``pingpong=False``) tile_m up to 320; tile_n a
+    multiple of 16 (of 32 in acc_pair mode with an extra output). split_k > 1 splits K over that many CTAs
+    per output tile (serial: the same result run to run; the epilogue runs once): it fills a GPU whose grid of
+    tiles is too small, and needs D.
     load_ahead: where the epilogue reads C or an (M, N) tile operand (element/acc_pair mode, or packed at
     pingpong tile_n > 128; split_k 1), a producer warp loads them during the mainloop (the harness's SM90
     kernel); False, or any other call, runs QuACK's kernel, which loads them when its epilogue starts. Outputs
