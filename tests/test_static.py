@@ -163,6 +163,15 @@ def test_violations_are_reported_with_line_and_reason(body, message):
     assert all(v.line >= 0 for v in violations)
 
 
+def test_a_dtype_off_the_list_is_named_as_a_dtype_not_as_a_device():
+    """.to(torch.float8_e4m3fn) read as naming a device, and the run log showed only that (a manual-seat
+    task with an FP8 output)."""
+    violations = check_source(OK_HEADER + "def forward(x):\n    return {'y': x.to(torch.float8_e4m3fn)}\n")
+    assert [v.message for v in violations] == [
+        "torch.float8_e4m3fn is not a dtype a candidate may use (those: bfloat16, bool, double, float, "
+        "float16, float32, float64, half, int, int16, int32, int64, int8, long, uint8)"]
+
+
 def test_line_numbers_point_at_the_offending_line():
     source = OK_HEADER + "\n\ndef forward(x, w):\n    y = x\n    return {'y': y @ w}\n"
     (v,) = check_source(source)

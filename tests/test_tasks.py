@@ -73,8 +73,10 @@ def test_example_task_derived_facts():
     ("edit", "message"),
     [
         (lambda d: d.pop("family"), "family: Field required"),
-        (lambda d: d.update(family="sideways"), "family: Input should be 'forward', 'backward' or 'block'"),
+        (lambda d: d.update(family="sideways"), "family: must be 'forward', 'backward' or 'block'"),
         (lambda d: d["inputs"][1].update(dtype="bf16"), "inputs[1](w).dtype"),
+        (lambda d: d["outputs"][0].update(dtype="float8_e4m3fn"),
+         "outputs[0](h).dtype: must be 'bfloat16', 'float16', 'float32', 'int32' or 'int64'"),
         (lambda d: d.update(launch_budget=0), "launch_budget: Input should be greater than or equal to 1"),
         (lambda d: d.update(reference="ref:reference"), "reference: must look like 'file.py:function'"),
         (lambda d: d["shapes"].pop("bench"), "needs a non-empty 'bench' shape set"),
@@ -87,7 +89,7 @@ def test_example_task_derived_facts():
         (lambda d: d["tolerance"].update(outputs={"nope": {"floor": 1}}) if "tolerance" in d
          else d.update(tolerance={"outputs": {"nope": {"floor": 1}}}), "'nope', which is not an output"),
         (lambda d: d.update(tolerance={"baseline": "exact"}),
-         "tolerance.baseline: Input should be 'eager' or 'single_rounding'"),
+         "tolerance.baseline: must be 'eager' or 'single_rounding'"),
         (lambda d: d["inputs"][0].update(init={"replace": {"value": 0, "fraction": 1.5}}),
          "inputs[0](x).init.replace.fraction"),
         (lambda d: d["inputs"][0].update(init={"replace": {"value": "pad", "fraction": 0.5}}),
@@ -624,7 +626,7 @@ def test_a_task_file_that_does_not_load_is_an_error_for_tasks_as_for_run(tmp_pat
     broken = write_task(tmp_path, lambda d: d.update(family="sideways"), name="broken")
     code, out, err = cli(capsys, "tasks", str(tmp_path))
     assert code == 2 and "good" in out, out + err
-    assert err.startswith(f"error: {broken}: invalid task file: line ") and "family: Input should be" in err
+    assert err.startswith(f"error: {broken}: invalid task file: line ") and "family: must be" in err
     assert err.count("\n") == 1
     code, out, err = cli(capsys, "tasks", str(tmp_path), "--format", "json")
     assert code == 2 and [r["name"] for r in json.loads(out)] == ["good"]

@@ -57,8 +57,8 @@ NEXT_STEP: dict[AttemptOutcome, str] = {
                                    "gemm() call of its own, inputs read-only, no state across calls, no side "
                                    "streams.",
     AttemptOutcome.OVER_LAUNCH_BUDGET: "Launch fewer kernels: fuse the host-side torch ops into the epilogue "
-                                       "or a "
-    "reduce sink.",
+                                       "or a reduce sink, or merge them (an op's out= into a tensor of "
+                                       "another dtype folds the cast, e.g. torch.div(h, s, out=y)).",
     AttemptOutcome.TIMEOUT: "It ran too long: remove loops over rows or tiles in Python; one gemm() does the "
                             "whole "
     "matrix.",

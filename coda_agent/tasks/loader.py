@@ -85,6 +85,8 @@ def format_validation_error(path: Path, err: ValidationError, data: Any, text: s
             found += [((*loc, *where), msg) for where, msg in raised.problems]
             continue
         msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "literal_error":  # pydantic's "Input should be", read as the task's inputs in outputs
+            msg = msg.replace("Input should be", "must be", 1)
         if e["type"] == "extra_forbidden":
             msg = "unknown field (typo?)"
         found.append((loc, msg))

@@ -50,8 +50,15 @@ def _names_a_device(node: ast.Call, check: Check) -> bool:
         node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id) in PLACING
     if isinstance(node.func, ast.Attribute) and node.func.attr == "to":
         given += node.args[:1]
-    return any(not (check.place_or_type(v) or (isinstance(v, ast.Name) and v.id in check.attribute_names))
+    return any(not (check.place_or_type(v) or (isinstance(v, ast.Name) and v.id in check.attribute_names)
+                    or _torch_attribute(v, check))
                for v in given) or (placing and any(kw.arg is None for kw in node.keywords))
+
+
+def _torch_attribute(node: ast.AST, check: Check) -> bool:
+    """``torch.<name>``: a dtype, never a device; one off the allowlist is the names rule's to refuse."""
+    return (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and node.value.id in check.torch)
 
 
 def no_named_device(node: ast.Call, check: Check) -> None:

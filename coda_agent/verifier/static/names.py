@@ -5,10 +5,14 @@ place."""
 from __future__ import annotations
 
 import ast
+import re
 
 from ... import primitives
 from .check import Check
-from .contract import ANNOTATION_BUILTINS, BUILTINS, DATA_ATTRS, TORCH_FUNCTIONS, TORCH_VALUES
+from .contract import ANNOTATION_BUILTINS, BUILTINS, DATA_ATTRS, TORCH_DTYPES, TORCH_FUNCTIONS, TORCH_VALUES
+
+#: torch's dtype names (torch.float8_e4m3fn, torch.complex64): a refused one is told the dtypes there are.
+_DTYPE_NAME = re.compile(r"^(b?float|u?int|complex|bits|qu?int)\d")
 
 
 def primitive_decorators_in_place(node: ast.Name | ast.Attribute, check: Check) -> None:
@@ -63,7 +67,11 @@ def module_attribute_allowed(node: ast.Attribute, check: Check) -> None:
         return
     assert isinstance(node.value, ast.Name)
     mod = node.value.id
-    if mod in check.torch and node.attr not in TORCH_FUNCTIONS | TORCH_VALUES:
+    listed = node.attr in TORCH_FUNCTIONS | TORCH_VALUES
+    if mod in check.torch and not listed and _DTYPE_NAME.match(node.attr):
+        check.flag(node, f"torch.{node.attr} is not a dtype a candidate may use (those: "
+                         f"{', '.join(sorted(TORCH_DTYPES))})")
+    elif mod in check.torch and not listed:
         check.flag(node, f"torch.{node.attr} is not allowed in a candidate (the GEMM and all kernels go "
                          "through primitives; host glue: see the contract's torch list)", allowlist=True)
     elif mod in check.torch and node.attr in TORCH_FUNCTIONS and id(node) not in check.call_funcs:
