@@ -120,6 +120,16 @@ def test_an_attempt_line_keeps_the_longest_outcome_apart_from_its_reason():
                           messages=[ChatMessage(role="user", content="task")], code="x = 1", verdict=verdict)
         line = attempt_line(attempt).plain
         assert f"r1.0  {outcome.value}  " in line, line
+    # a long reason is cut at a word and marked (one ended "operand copies: 6; ho")
+    reason = ("at shape tiny, forward() would launch about 6 kernels "
+              + "operand copies: 6; host ops: none " * 6)
+    verdict = Verdict(task="t", task_version=1, backend="torch", outcome=Outcome.OVER_LAUNCH_BUDGET,
+                      reason=reason)
+    attempt = Attempt(index=1, round=1, slot=0, started=T0, finished=T0,
+                      messages=[ChatMessage(role="user", content="task")], code="x = 1", verdict=verdict)
+    shown = attempt_line(attempt).plain.split("  · ")[0]
+    assert shown.endswith(" …") and len(shown) < 200, shown
+    assert shown[:-2].split()[-1] in reason.split(), shown  # a whole word before the mark
 
 
 def test_resume_after_a_kill_redoes_only_the_unfinished_attempt(recorded, tmp_path, capsys):

@@ -207,7 +207,13 @@ def test_the_cpu_holds_the_launch_budget():
     ops = [GEMM] + [{"op": "aten::add.Tensor", "numel": 8}] * K0.launch_budget
     outcome, reason = _estimate(*ops).problem(K0, TINY.dims, "tiny")
     assert outcome is Outcome.OVER_LAUNCH_BUDGET and "would launch about" in reason
+    assert "move host-side glue into the epilogue" in reason
     assert _estimate(*ops).problem(K0, TINY.dims, "tiny", budget=False) is None
+    # no host op to move: the advice is about the gemm calls and sinks (a LayerNorm backward's four sinks)
+    sinks = {**GEMM, "sinks": ["ColVecReduce"] * K0.launch_budget}
+    outcome, reason = _estimate(sinks).problem(K0, TINY.dims, "tiny")
+    assert outcome is Outcome.OVER_LAUNCH_BUDGET and "host ops: none" in reason, reason
+    assert "use fewer gemm calls or reduce sinks (each sink's finalisation is a launch)" in reason
 
 
 def test_calls_that_launch_different_work_are_a_cheat():

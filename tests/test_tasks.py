@@ -340,7 +340,10 @@ def test_cli_reports_malformed_task_in_one_clean_message(tmp_path):
             "import torch\ndef reference(x, w, residual, gamma, *, eps):\n"
             "    h = (x @ w.t()) * 0 + residual\n"
             "    return {'h': h, 'normed': h * gamma, 'rstd': h.float().pow(2).mean(-1).add(eps).rsqrt()}\n",
-            "no output changes when input 'x' alone does",
+            # the field named, and the fix (a manual-seat author read a refusal of LayerNorm's unused beta
+            # as naming neither)
+            "inputs[0](x): no output changes when input 'x' alone does; a candidate could ignore it: drop "
+            "the input, or make the reference use it",
         ),
     ],
 )

@@ -10,6 +10,7 @@ import io
 import os
 import signal
 import sys
+import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -82,7 +83,9 @@ def attempt_line(attempt: Attempt, worker: str | None = None) -> Text:
     outcome = attempt.outcome
     line = Text(f"#{attempt.index:<3} r{attempt.round}.{attempt.slot}  ")
     line.append(f"{outcome:<{_OUTCOME_WIDTH}}", style=outcome_style(outcome))
-    line.append((shown(attempt_headline(attempt)).splitlines() or [""])[0][:160])
+    # cut at a word, marked (an over-budget reason ended "operand copies: 6; ho")
+    line.append(textwrap.shorten((shown(attempt_headline(attempt)).splitlines() or [""])[0], 160,
+                                 placeholder=" …"))
     bits = [f"{k} {v:.1f} s"
             + (f" on {worker}" if k == "verify" and worker else "") for k, v in attempt.durations.items()]
     tokens = attempt.usage.input_tokens + attempt.usage.output_tokens

@@ -56,9 +56,10 @@ NEXT_STEP: dict[AttemptOutcome, str] = {
     AttemptOutcome.CHEAT_DETECTED: "Keep the contract rule the reason names: each GEMM the task lists a "
                                    "gemm() call of its own, inputs read-only, no state across calls, no side "
                                    "streams.",
-    AttemptOutcome.OVER_LAUNCH_BUDGET: "Launch fewer kernels: fuse the host-side torch ops into the epilogue "
-                                       "or a reduce sink, or merge them (an op's out= into a tensor of "
-                                       "another dtype folds the cast, e.g. torch.div(h, s, out=y)).",
+    AttemptOutcome.OVER_LAUNCH_BUDGET: "Launch fewer kernels: fuse host-side torch ops into the epilogue or "
+                                       "a reduce sink, or merge them (an op's out= into a tensor of another "
+                                       "dtype folds the cast: torch.div(h, s, out=y)); use fewer gemm calls "
+                                       "or sinks (each sink's finalisation is a launch).",
     AttemptOutcome.TIMEOUT: "It ran too long: remove loops over rows or tiles in Python; one gemm() does the "
                             "whole "
     "matrix.",

@@ -162,8 +162,10 @@ def validate_task(task: Task) -> list[str]:
                 add(where, f"fixed {spec.name}",
                     f"output {spec.name!r} does not change when the inputs change")
         for name in _ignored_inputs(task, point.dims, ref):
+            index = next(i for i, s in enumerate(task.inputs) if s.name == name)
             add(where, f"ignored {name}",
-                f"no output changes when input {name!r} alone does; a candidate could ignore it")
+                f"{_field(task, ('inputs', index))}: no output changes when input {name!r} alone does; a "
+                "candidate could ignore it: drop the input, or make the reference use it")
         if problem := _stress_problem(task, point.dims):
             add(where, "stress", problem)
     for first, *others in found.values():

@@ -292,7 +292,8 @@ class LaunchEstimate:
                 f"at shape {shape}, forward() would launch about {self.launches} kernels on the GPU, over "
                 f"the task's budget of {task.launch_budget} (GEMM kernels, their reduce finalisation and "
                 f"operand copies: {self.gemm_launches}; host ops: {self._host_text()}); "
-                "move host-side glue into the epilogue or merge steps"
+                + ("move host-side glue into the epilogue or merge steps" if self.host_launches else
+                   "use fewer gemm calls or reduce sinks (each sink's finalisation is a launch)")
             )
         return None
 
