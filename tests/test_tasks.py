@@ -78,6 +78,9 @@ def test_example_task_derived_facts():
         (lambda d: d["outputs"][0].update(dtype="float8_e4m3fn"),
          "outputs[0](h).dtype: must be 'bfloat16', 'float16', 'float32', 'int32' or 'int64'"),
         (lambda d: d.update(launch_budget=0), "launch_budget: Input should be greater than or equal to 1"),
+        # a budget below the GEMMs listed, each a gemm() call (from a manual-seat author's task)
+        (lambda d: d.update(launch_budget=1, gemms=[["M", "N", "K"], ["M", "N", "K"]]),
+         "launch_budget: 1 is below the 2 GEMMs the task lists, each a gemm() call of its own"),
         (lambda d: d.update(reference="ref:reference"), "reference: must look like 'file.py:function'"),
         (lambda d: d["shapes"].pop("bench"), "needs a non-empty 'bench' shape set"),
         (lambda d: d["shapes"]["small"][0]["dims"].pop("K"),

@@ -292,6 +292,10 @@ class Task(_Strict):
             if name not in inputs:
                 problems.append((("stress", name),
                                  f"names {name!r}, which is not an input (inputs: {', '.join(inputs)})"))
+        if self.launch_budget < len(self.gemms):  # each listed GEMM is a gemm() call: a launch at least
+            problems.append((("launch_budget",), f"{self.launch_budget} is below the {len(self.gemms)} GEMMs "
+                             "the task lists, each a gemm() call of its own (a launch at least): no kernel "
+                             "fits it"))
         outputs = [o.name for o in self.outputs]
         for name in self.tolerance.outputs:
             if name not in outputs:

@@ -28,7 +28,7 @@ def allowed_method(node: ast.Call, check: Check) -> None:
     func = node.func
     if isinstance(func, ast.Attribute) and not check.module_attr(func) and func.attr not in METHODS:
         check.flag(node,
-                   f".{func.attr}() is not allowed (host glue may call: see the contract's method list)",
+                   f".{func.attr}() is not allowed (the methods host glue may call: the allowlist)",
                    allowlist=True)
 
 

@@ -73,7 +73,7 @@ def module_attribute_allowed(node: ast.Attribute, check: Check) -> None:
                          f"{', '.join(sorted(TORCH_DTYPES))})")
     elif mod in check.torch and not listed:
         check.flag(node, f"torch.{node.attr} is not allowed in a candidate (the GEMM and all kernels go "
-                         "through primitives; host glue: see the contract's torch list)", allowlist=True)
+                         "through primitives; host glue's torch functions: the allowlist)", allowlist=True)
     elif mod in check.torch and node.attr in TORCH_FUNCTIONS and id(node) not in check.call_funcs:
         check.flag(node, f"torch.{node.attr} may only be called, not passed around")
     elif mod in check.prims and node.attr not in primitives.__all__:
