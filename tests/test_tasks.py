@@ -278,6 +278,17 @@ def test_validate_refuses_a_stress_set_the_reference_overflows_on(tmp_path):
     assert validate_path(source).ok
 
 
+def test_validate_refuses_a_listed_gemm_the_reference_never_makes(tmp_path):
+    """Each listed GEMM must be a gemm() call in a kernel, so an entry the reference does not compute makes
+    every correct kernel a cheat (a manual-seat author's K of 2H for an (H, H) weight); either orientation of
+    a product counts."""
+    report = validate_path(write_task(tmp_path, lambda d: d.update(gemms=[["M", "N", "2*K"]])))
+    (problem,) = report.problems
+    assert re.match(r"line \d+: gemms\[0\]: \(256, 384, 256\) at shape small/tiny is no product the "
+                    r"reference makes \(its products \(M, N, K\): \(256, 384, 128\)\)", problem), problem
+    assert validate_path(write_task(tmp_path, lambda d: d.update(gemms=[["N", "M", "K"]]))).ok
+
+
 def test_yaml_syntax_error_names_line(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("name: x\ninputs: [\n  - a: b\n")

@@ -15,10 +15,11 @@ import functools
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
-from ..tasks.loader import reference_function, upcast
+from ..tasks.loader import reference_function
 from ..tasks.model import Task, torch_dtype
+from ..tasks.products import reference_products
 
 if TYPE_CHECKING:  # torch is imported where a baseline runs: naming the baselines stays fast
     import torch
@@ -103,30 +104,9 @@ def gemm_layouts(task: Task) -> tuple[Layout, ...]:
 
 
 def _traced_layouts(task: Task) -> tuple[Layout, ...]:
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    point = task.shape("small")[0]
-    wanted = task.gemm_shapes(point.dims)
-    found: dict[tuple[int, int, int], Layout] = {}
-    products = {torch.ops.aten.mm.default: (0, 1), torch.ops.aten.addmm.default: (1, 2)}
-
-    class Products(TorchDispatchMode):
-        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            if func in products:
-                a, b = (args[i] for i in products[func])
-                (m, k), n = a.shape, b.shape[1]
-                a_stored_km = a.stride(0) == 1 and m > 1
-                b_stored_nk = b.stride(0) == 1 and k > 1
-                layout = f"x{'.T' if a_stored_km else ''} @ w{'.T' if b_stored_nk else ''}"
-                found.setdefault((m, n, k), layout)  # type: ignore[arg-type]
-            return func(*args, **(kwargs or {}))
-
-    inputs = task.make_inputs(point.dims, seed=0)
-    inputs = upcast(inputs)
-    with torch.no_grad(), Products():
-        reference_function(task)(**inputs, **task.constants)
-    return tuple(found.get(mnk, DEFAULT_LAYOUT) for mnk in wanted)
+    found, _ = reference_products(task)
+    wanted = task.gemm_shapes(task.shape("small")[0].dims)
+    return tuple(cast(Layout, found.get(mnk, DEFAULT_LAYOUT)) for mnk in wanted)
 
 
 def cublas_gemms(task: Task, dims: dict[str, int], device: str = "cuda") -> Callable[[], object] | None:

@@ -21,6 +21,7 @@ from ..primitives._config import TMA_ALIGN_BYTES, tma_row_multiple
 from . import expr
 from .loader import TaskError, field_line, load_task, reference_function, upcast
 from .model import DTYPE_BYTES, InputSpec, Loc, Task, TensorSpec, torch_dtype
+from .products import reference_products
 from .terms import invisible_terms
 
 #: How validate moves each constant (a factor; a zero moves by the factor less one): each move must change an
@@ -171,11 +172,29 @@ def validate_task(task: Task) -> list[str]:
     for first, *others in found.values():
         problems.append(first + (f" (also at {', '.join(w.removeprefix('shape ') for w in others)})" if others
                                  else ""))
-    return problems + _outputs_at_bench_shapes(task) + _inert_constants(task, runs) + [
+    return problems + _unmade_gemms(task) + _outputs_at_bench_shapes(task) + _inert_constants(task, runs) + [
         f"{term.describe(task.reference_file)} moves no output past twice the tolerance at the small shapes' "
         "test data when it is left out, so a kernel could leave it out; draw the inputs that feed it where "
         "it counts (a larger std, init: {std: ...}, or a non-zero mean, init: {mean: ...})"
         for term in invisible_terms(task, judged)]
+
+
+def _unmade_gemms(task: Task) -> list[str]:
+    """A listed GEMM no product of the reference matches, either way round: every correct kernel would be
+    refused for not running it as a gemm() call (the verifier holds candidates to the list). Not judged where
+    the reference multiplies in batches (bmm), whose products have no (M, N, K) of their own."""
+    if not task.gemms:
+        return []
+    made, batched = reference_products(task)
+    if batched:
+        return []
+    point = task.shape("small")[0]
+    products = ", ".join(map(str, made)) or "none"
+    return [f"{_at(task, ('gemms', g))}gemms[{g}]: ({m}, {n}, {k}) at shape small/{point.name} is no "
+            f"product the reference makes (its products (M, N, K): {products}); each listed GEMM must be a "
+            "gemm() call in every kernel, so no kernel could pass: list the reference's products"
+            for g, (m, n, k) in enumerate(task.gemm_shapes(point.dims))
+            if (m, n, k) not in made and (n, m, k) not in made]
 
 
 def _baseline(task: Task, lowp: Tensors, ref: Tensors) -> Tensors:
