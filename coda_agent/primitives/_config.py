@@ -38,7 +38,7 @@ class Config:
 
     ``Config()`` is QuACK's SM90 default: 128x192 tile, 2x1 cluster, pingpong. A gemm call that names no
     config runs, with wave cost = ceil(tiles / 132) x tile_m x tile_n (partial tiles counted, clusters not): -
-    acc_pair mode: the default; packed mode: 128x128 (2x1, pingpong); - element mode: 128 x N rounded up to 16
+    acc_pair mode: the default; packed mode: 128x128 (2x1, pingpong); - element mode: 64 x N rounded up to 16
     if N < 192; the default if under 132 tiles; else cooperative 128x256 if K >= 8192, the
       epilogue is light (no (M, N) tile operand besides C, no RowVecReduce) and its wave cost is no higher
       than the default's; else 128x128 (2x1, pingpong) if the default's wave cost is at least 1.05x its own;

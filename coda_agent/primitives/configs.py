@@ -183,9 +183,8 @@ def wave_cost(m: int, n: int, config: Config, sms: int = H200_SM_COUNT) -> float
 
 def default_config(call: GemmCall, sms: int | None = None) -> Config | None:
     """What a gemm call that names no config runs with: QuACK's SM90 default (None: 128x192 pingpong 2x1),
-    :data:`PACKED_TILE` in packed mode, or in element mode a tile no wider than N rounded up to 16 where N is
-    narrower than the default's (by the wave model, one wave of tiles a third as wide at N 64: unmeasured on a
-    GPU), and where the default fills at least one wave
+    :data:`PACKED_TILE` in packed mode, or in element mode :func:`narrow_n_tile` where N is narrower than the
+    default's tile, and where the default fills at least one wave
     :data:`LONG_K_TILE` for a light epilogue at a long K, else :data:`NARROW_TILE` where the wave model gains
     :data:`NARROW_MIN_GAIN` (at M 8192, N 2048: 11 column tiles of 192 make 5.3 waves on 132 SMs, 16 of 128
     make 7.8). ``sms``: the device's count (default: the visible GPU's, else the H200's: the CPU compile
@@ -213,11 +212,20 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+def narrow_n_tile(n: int) -> Config:
+    """The tile of an element-mode call narrower than the default's 192 columns: 64 rows, N rounded up to 16
+    columns. Measured on an H100 (bench/results/h100-2026-12-07-a-notes.md, an OnlineLSEReduce epilogue): at
+    M 16384, K 4096, N 64 49.9 us against 65.2 at 128x192 (cuBLAS 49.7), N 128 52.1 against 56.1; at M 8192,
+    N 160, K 2048 14.1 against 21.4 (128xN: 51.0, 53.6, 19.0): half-height tiles give twice the CTAs where one
+    row of 128-row tiles leaves SMs idle."""
+    return Config(tile_m=64, tile_n=-(-n // 16) * 16)
+
+
 @functools.cache
 def _element_default(m: int, n: int, long_light: bool, sms: int) -> Config | None:
     """``long_light``: K reaches :data:`LONG_K_MIN` and the epilogue is light."""
     if n < Config().tile_n:  # a narrow output (a router's 64 experts): no MMA on columns past N
-        return Config(tile_n=-(-n // 16) * 16)
+        return narrow_n_tile(n)
     if tile_count(m, n, Config()) < sms:  # less than one wave: not what the rules were measured on
         return None
     if long_light and wave_cost(m, n, LONG_K_TILE, sms) <= wave_cost(m, n, Config(), sms):
