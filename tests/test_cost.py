@@ -91,6 +91,10 @@ def test_a_host_op_that_launches_several_kernels_counts_them_all():
     est = cost.estimate(ops, PEAKS)
     assert (est.launches, est.host_launches) == (12, 10)
     assert est.launch_us == pytest.approx(1 * cost.LAUNCH_US)  # the finalisation
+    # the counts the host-ops probe measured on an H100: a top-k is two kernels, a sort three, a pad two
+    measured = [{"op": "aten::topk", "numel": 64}, {"op": "aten::sort", "numel": 64},
+                {"op": "aten::constant_pad_nd", "numel": 64}]
+    assert LaunchEstimate.from_ops(measured).host_launches == 7
 
 
 def test_the_largest_avoidable_cost_is_named():

@@ -38,9 +38,11 @@ MARKER_KERNEL = re.compile(r"spin_kernel")
 #: NaN-filled buffer is one fill).
 FINALISE_LAUNCHES = {"ColVecReduce": 1, "RowVecReduce": 1, "OnlineLSEReduce": 9, "ColVecSelect": 1}
 #: Host ops that launch more than one kernel on a GPU, by the op log's name (without the overload), and how
-#: many (measured on the H200; torch.logsumexp: an amax, a mask of infinite maxima in three, a subtraction, an
-#: exp, a sum, a log and an add). Every other host op that computes or fills is one.
-HOST_OP_LAUNCHES = {"aten::logsumexp": 9}
+#: many (torch.logsumexp on the H200: an amax, a mask of infinite maxima in three, a subtraction, an exp, a
+#: sum, a log and an add; the rest by bench/probes/host_op_launches.py on an H100, torch 2.11,
+#: bench/results/h100-2026-12-07-a-host-ops.log, which found every other common op one kernel, a contiguous
+#: clone none). Every other host op that computes or fills is one.
+HOST_OP_LAUNCHES = {"aten::logsumexp": 9, "aten::topk": 2, "aten::sort": 3, "aten::constant_pad_nd": 2}
 #: Host ops that launch no kernel (allocation without a fill).
 NO_KERNEL_OPS = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
                  "aten::lift_fresh"}
