@@ -291,6 +291,8 @@ def test_task_prompt_states_everything_the_verifier_judges():
     assert "| `rstd` | (M,) | float32 |" in text
     assert "tiny(M=256,N=384,K=128)" in text and "llama3-8b-down" in text
     assert "At most 4 kernel launches" in text and "a cap, not a target" in text
+    # the GEMMs a kernel must run, each a gemm() call (a model folded one into an epilogue, unaware)
+    assert "Each GEMM the task lists, (M, N, K) (M, N, K), must be a `gemm()` call of its own." in text
     # how the reference is used: FP32-upcast inputs the truth, task-dtype inputs only the yardstick
     assert "upcast to FP32: that result, ref_fp32, is the truth" in text
     assert TASK.tolerance.baseline == "single_rounding" or "only the tolerance's yardstick" in text

@@ -148,9 +148,11 @@ def describe_checks(task: Task, plan: Plan) -> str:
                          "baselines")
         else:
             steps.append(f"the `{name}` stage")
-    gemms = ", ".join("(" + ", ".join(str(d).replace(" ", "") for d in g) + ")" for g in task.gemms)
-    return ("Each candidate goes through " + "; then ".join(steps) + ". The first failing step ends the "
-            f"check. Each GEMM the task lists, (M, N, K) {gemms}, must be a `gemm()` call of its own.")
+    text = "Each candidate goes through " + "; then ".join(steps) + ". The first failing step ends the check."
+    if task.gemms:
+        gemms = ", ".join("(" + ", ".join(str(d).replace(" ", "") for d in g) + ")" for g in task.gemms)
+        text += f" Each GEMM the task lists, (M, N, K) {gemms}, must be a `gemm()` call of its own."
+    return text
 
 
 def approach_note(slot: int, slots: int) -> str:
