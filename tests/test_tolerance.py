@@ -64,6 +64,8 @@ def test_a_task_can_choose_single_rounding():
     (check,) = check_outputs(task, {"out": torch.ones(4, 8).bfloat16()}, {"out": torch.ones(4, 8)},
                              {"out": torch.ones(4, 8).bfloat16()}, DIMS, "tiny", 0)
     assert check.baseline == "single_rounding"
+    # every element exact: no worst element to name (a table read "worst at [0]", from the manual seat)
+    assert check.max_abs_err == 0 and check.worst_index is None and check.worst_value is None
 
 
 def test_a_missing_output_names_what_came_back_instead():

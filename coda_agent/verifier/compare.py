@@ -247,7 +247,9 @@ def check_outputs(
         checks.append(
             OutputCheck(
                 **base, ok=ok, max_abs_err=err, allowed=allowed, lowp_err=lowp_err, baseline=rule,
-                worst_index=where, worst_value=got_at, expected_value=want_at,
+                # no worst element where every element is exact (a table read "worst at [0]")
+                worst_index=where if err else None, worst_value=got_at if err else None,
+                expected_value=want_at if err else None,
                 reason="" if ok else (
                     f"output {spec.name!r}: max error {err:.3g} at {where} (got {got_at:.6g}, "
                     f"expected {want_at:.6g}) exceeds the allowed {allowed:.3g} "
