@@ -66,6 +66,10 @@ CASES = [
     (swiglu_bwd, P.Config(tile_n=128, load_ahead=True)),
     (residual_sumsq, P.Config(cluster_m=1, cluster_n=2, load_ahead=True)),
     (residual_sumsq, P.Config(tile_m=256, tile_n=128, pingpong=False, load_ahead=True)),
+    # the narrow-N default's 64-row tile (configs.narrow_n_tile), on QuACK's kernel and on the load-ahead one
+    (residual_sumsq, P.Config(tile_m=64, tile_n=64, load_ahead=False)),
+    (lse_target, P.Config(tile_m=64, tile_n=64)),
+    (residual_sumsq, P.Config(tile_m=64, tile_n=64, load_ahead=True)),
 ]
 
 
