@@ -73,8 +73,10 @@ def test_the_load_ahead_kernel_runs_where_the_epilogue_reads_a_tile_and_nowhere_
     assert loads_ahead(packed, P.Config(tile_n=192))
     assert not loads_ahead(packed, P.Config(tile_m=256, tile_n=192, pingpong=False))  # never run there
     # The backend's choice follows the rule, whatever the config asked.
-    assert kernel_config(_call(add_c, C=c)).load_ahead
-    assert not kernel_config(_call(plain)).load_ahead
+    assert kernel_config(_call(add_c, config=on, C=c)).load_ahead
+    assert not kernel_config(_call(plain, config=on)).load_ahead
+    # a call narrower than the default tile (N 128 here) defaults to 64 x N on QuACK's kernel
+    assert not kernel_config(_call(add_c, C=c)).load_ahead
 
 
 def test_the_tuner_tries_each_tile_on_both_kernels_only_where_the_load_ahead_kernel_would_run():

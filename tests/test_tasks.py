@@ -356,8 +356,8 @@ def test_cli_reports_malformed_task_in_one_clean_message(tmp_path):
             "    return {'h': h, 'normed': h * gamma, 'rstd': h.float().pow(2).mean(-1).add(eps).rsqrt()}\n",
             # the field named, and the fix (a manual-seat author read a refusal of LayerNorm's unused beta
             # as naming neither)
-            "inputs[0](x): no output changes when input 'x' alone does; a candidate could ignore it: drop "
-            "the input, or make the reference use it",
+            "inputs[0](x): no output changes when it alone does; a candidate could ignore it: drop it, or "
+            "use it in the reference",
         ),
     ],
 )

@@ -165,8 +165,8 @@ def validate_task(task: Task) -> list[str]:
         for name in _ignored_inputs(task, point.dims, ref):
             index = next(i for i, s in enumerate(task.inputs) if s.name == name)
             add(where, f"ignored {name}",
-                f"{_field(task, ('inputs', index))}: no output changes when input {name!r} alone does; a "
-                "candidate could ignore it: drop the input, or make the reference use it")
+                f"{_field(task, ('inputs', index))}: no output changes when it alone does; a candidate could "
+                "ignore it: drop it, or use it in the reference")
         if problem := _stress_problem(task, point.dims):
             add(where, "stress", problem)
     for first, *others in found.values():
