@@ -77,7 +77,8 @@ def whole_tensor_check(task: Task, name: str, got: torch.Tensor, ref32: torch.Te
                 return {**base, "ok": False, "max_abs_err": err, "allowed": allowed, "lowp_err": lowp_err,
                         "worst_index": where, "spread": (p, e, a)}
     return {**base, "ok": ok, "max_abs_err": err, "allowed": allowed, "lowp_err": lowp_err,
-            "worst_index": where if err else None, "worst_value": float(cand.reshape(-1)[flat]) if err else None,
+            "worst_index": where if err else None,
+            "worst_value": float(cand.reshape(-1)[flat]) if err else None,
             "expected_value": float(ref.reshape(-1)[flat]) if err else None,
             "reason_head": "" if ok else f"output {name!r}: max error {err:.3g} at {where}"}
 
