@@ -21,7 +21,7 @@ from coda_agent.tasks.expr import ExprError, evaluate
 from coda_agent.tasks.model import STRESS_STD, Init, delicate_operators
 from coda_agent.tasks.validate import validate_path
 
-from .conftest import TASK_DIR, cli
+from .conftest import REPO, TASK_DIR, cli
 
 EXAMPLE = TASK_DIR / "gemm_residual_rmsnorm.yaml"
 
@@ -472,6 +472,50 @@ def test_validate_refuses_a_shape_whose_rows_tma_cannot_move(tmp_path, dims, exp
     assert result.exit_code == 1 and "the task's shape is misaligned" in result.output
 
 
+WGRAD = """
+name: wgrad
+version: 1
+family: backward
+description: "new_main_grad = main_grad + dy^T @ x in FP32"
+inputs:
+  - {name: x, shape: [T, K], dtype: bfloat16}
+  - {name: dy, shape: [T, N], dtype: bfloat16}
+  - {name: main_grad, shape: [N, K], dtype: float32, init: {dist: normal, std: "sqrt(T)"}}
+outputs:
+  - {name: new_main_grad, shape: [N, K], dtype: float32}
+shapes:
+  small:
+    - {name: tiny, dims: {T: 256, N: 384, K: 128}}
+    - {name: ragged, dims: {T: 203, N: %d, K: 72}}
+  bench:
+    - {name: b, dims: {T: 8192, N: 4096, K: 4096}}
+reference: ref.py:reference
+tolerance: {baseline: single_rounding}
+launch_budget: 2
+sol: {flops: "2*N*K*T"}
+gemms: [[N, K, T]]
+"""
+
+
+@pytest.mark.parametrize("n", [262, 264])
+def test_validate_holds_m_to_the_tma_grid_where_the_reference_stores_a_m_major(tmp_path, n):
+    """A weight gradient's A is dy.t(), stored (K, M): its rows are the GEMM's M long, so an M off the grid
+    is a shape no kernel can run (gemm() refused it at verify while validate said ok: a manual-seat author's
+    wgrad task). An M the reference never stores as a row stays free (the suite's ragged M)."""
+    (tmp_path / "ref.py").write_text("def reference(x, dy, main_grad):\n"
+                                     "    return {'new_main_grad': main_grad + dy.t() @ x}\n")
+    path = tmp_path / "wgrad.yaml"
+    path.write_text(WGRAD % n)
+    problems = validate_path(path).problems
+    if n == 264:
+        assert problems == []
+    else:
+        (problem,) = problems
+        assert ("inputs[1](dy).shape[1]: N is 262 at shape small/ragged: the rows of dy are 524 bytes"
+                in problem)
+        assert problem.endswith("make N a multiple of 8 there (as 264)")
+
+
 def test_a_narrow_output_host_work_can_make_is_not_held_to_the_tma_grid(tmp_path):
     """Only a tensor of a task GEMM's width must cross into its kernel as tiles; an (M, 6) FP32 statistic
     (rstd per head, a manual-seat task's) may come from host ops, so validate does not say no kernel can run
@@ -487,6 +531,19 @@ def test_a_narrow_output_host_work_can_make_is_not_held_to_the_tma_grid(tmp_path
 
     path = write_task(tmp_path, edit, reference=reference)
     assert validate_path(path).ok, validate_path(path).problems
+
+
+def test_validate_notes_an_eps_no_tolerance_sees_and_refuses_nothing_for_it():
+    """A kernel that drops a LayerNorm's eps passes verify (rows of ordinary size): validate's constant check
+    moved eps bit for bit and said nothing, which two manual-seat authors read as eps being checked. Now a
+    note says so; the task stays valid."""
+    path = REPO / "bench" / "accept" / "tasks" / "gemm_residual_layernorm.yaml"
+    report = validate_path(path)
+    assert report.ok and len(report.notes) == 1
+    assert "constants.eps: a kernel that leaves it out (0) stays within the tolerance" in report.notes[0]
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 0 and "note: line" in result.output and "1/1 task files valid" in result.output
+    assert validate_path(TASK_DIR / "gemm_residual.yaml").notes == []  # no constant
 
 
 def test_missing_reference_function_is_reported(tmp_path):

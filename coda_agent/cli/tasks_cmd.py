@@ -134,6 +134,8 @@ def validate(paths: list[Path] = typer.Argument(None, help=SEARCH_HELP, metavar=
         report = validate_path(f)
         if report.ok:
             out.print(f"[green]ok[/]    {untrusted(str(f))}")
+            for note in report.notes:
+                out.print(f"      note: {untrusted(note)}", highlight=False)
         else:
             failed += 1
             out.print(f"[red]FAIL[/]  {untrusted(str(f))}")

@@ -47,3 +47,18 @@ def reference_products(task: Task) -> tuple[Products, bool]:
     with torch.no_grad(), Recorder():
         reference_function(task)(**inputs, **task.constants)
     return found, batched
+
+
+def row_width_symbols(task: Task, made: Products) -> list[frozenset[str]]:
+    """For each listed GEMM, the symbols among M, N and K whose length is a row TMA moves in the reference's
+    layout: K (A, or B stored (N, K)) and N (D, or B stored (K, N)) always, and M where the reference stores A
+    as (K, M) (a weight gradient's ``dy.t() @ x``) or makes the product the other way round (its D's rows are
+    M long). Judged at the first small shape; a GEMM the reference does not make keeps N and K."""
+    point = task.shape("small")[0]
+    symbols = []
+    for m, n, k in task.gemm_shapes(point.dims):
+        layout = made.get((m, n, k))
+        m_row = (layout is not None and layout.startswith("x.T")) or (layout is None and (n, m, k) in made)
+        symbols.append(frozenset({"m", "n", "k"} if m_row else {"n", "k"}))
+    return symbols
+

@@ -102,7 +102,8 @@ def invisible_terms(task: Task, runs: Sequence[tuple[Tensors, Tensors, Tensors]]
         if (term.line, term.operand) in seen and term.line:
             continue  # one verdict per source term (a loop's sums are the same term)
         seen.add((term.line, term.operand))
-        if all(_within(task, ref, base, _dropped(ref_fn, task, inputs, term)) for inputs, ref, base in runs):
+        if all(within_tolerance(task, ref, base, _dropped(ref_fn, task, inputs, term))
+               for inputs, ref, base in runs):
             hidden.append(term)
     return hidden
 
@@ -118,7 +119,7 @@ def _dropped(ref_fn: Callable[..., Any], task: Task, inputs: Tensors, term: Term
     return out if isinstance(out, dict) else None
 
 
-def _within(task: Task, ref: Tensors, base: Tensors, got: Tensors | None) -> bool:
+def within_tolerance(task: Task, ref: Tensors, base: Tensors, got: Tensors | None) -> bool:
     """Every output of ``got`` within :data:`SEEN` times the task's tolerance of ``ref`` (``base``: the
     baseline's outputs)."""
     if got is None:

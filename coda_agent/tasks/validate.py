@@ -21,8 +21,8 @@ from ..primitives._config import TMA_ALIGN_BYTES, tma_row_multiple
 from . import expr
 from .loader import TaskError, field_line, load_task, reference_function, upcast
 from .model import DTYPE_BYTES, InputSpec, Loc, Task, TensorSpec, torch_dtype
-from .products import reference_products
-from .terms import invisible_terms
+from .products import Products, reference_products, row_width_symbols
+from .terms import invisible_terms, within_tolerance
 
 #: How validate moves each constant (a factor; a zero moves by the factor less one): each move must change an
 #: output at some small shape's test data, or the data never reaches what the constant does (a clamp above
@@ -43,6 +43,8 @@ class TaskReport:
     path: Path
     task: Task | None = None
     problems: list[str] = field(default_factory=list)
+    #: What the task lets a kernel get away with that is no mistake of its own: said, not refused.
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -110,7 +112,14 @@ def validate_task(task: Task) -> list[str]:
     """Problems with a loaded task (schema already checked): the reference on every small shape. One line per
     mistake: a problem met at several shapes is said once, with the shapes; a misnamed output stops the checks
     that would only repeat it."""
-    problems = _misaligned_shapes(task)
+    return _findings(task)[0]
+
+
+def _findings(task: Task) -> tuple[list[str], list[str]]:
+    """:func:`validate_task`'s problems, and notes: what the task lets a kernel get away with that is no
+    mistake of its own (an ``eps`` whose absence no tolerance sees)."""
+    made, batched = _reference_products(task)
+    problems = _misaligned_shapes(task, row_width_symbols(task, made) if task.gemms and not batched else None)
     # what is wrong, with what -> its message, then the other shapes it holds at
     found: dict[str, list[str]] = {}
 
@@ -131,14 +140,14 @@ def validate_task(task: Task) -> list[str]:
             ref = _run(task, inputs, fp32=True)
             other = _run(task, task.make_inputs(point.dims, 1), fp32=True)
         except TaskError as exc:
-            return [*problems, str(exc)]
+            return [*problems, str(exc)], []
         except Exception as exc:
-            return [*problems, f"{where}: the reference raised {type(exc).__name__}: {exc}"]
+            return [*problems, f"{where}: the reference raised {type(exc).__name__}: {exc}"], []
         runs.append((point.dims, inputs, ref))
         judged.append((inputs, ref, _baseline(task, lowp, ref)))
         misnamed = _names_match(task, set(lowp))
         if misnamed:
-            return problems + misnamed
+            return problems + misnamed, []
         for spec in task.outputs:
             want = spec.concrete_shape(point.dims)
             got = lowp[spec.name]
@@ -172,21 +181,32 @@ def validate_task(task: Task) -> list[str]:
     for first, *others in found.values():
         problems.append(first + (f" (also at {', '.join(w.removeprefix('shape ') for w in others)})" if others
                                  else ""))
-    return problems + _unmade_gemms(task) + _outputs_at_bench_shapes(task) + _inert_constants(task, runs) + [
+    problems += _unmade_gemms(task, made, batched) + _outputs_at_bench_shapes(task)
+    problems += _inert_constants(task, runs)
+    problems += [
         f"{term.describe(task.reference_file)} moves no output past twice the tolerance at the small shapes' "
         "test data when it is left out, so a kernel could leave it out; draw the inputs that feed it where "
         "it counts (a larger std, init: {std: ...}, or a non-zero mean, init: {mean: ...})"
         for term in invisible_terms(task, judged)]
+    return problems, [] if problems else _droppable_constants(task, judged)
 
 
-def _unmade_gemms(task: Task) -> list[str]:
+def _reference_products(task: Task) -> tuple[Products, bool]:
+    """The reference's products (:func:`.products.reference_products`); where the reference raises, none, as
+    if batched: the runs at the small shapes report the raise."""
+    if not task.gemms:
+        return {}, False
+    try:
+        return reference_products(task)
+    except Exception:
+        return {}, True
+
+
+def _unmade_gemms(task: Task, made: Products, batched: bool) -> list[str]:
     """A listed GEMM no product of the reference matches, either way round: every correct kernel would be
     refused for not running it as a gemm() call (the verifier holds candidates to the list). Not judged where
     the reference multiplies in batches (bmm), whose products have no (M, N, K) of their own."""
-    if not task.gemms:
-        return []
-    made, batched = reference_products(task)
-    if batched:
+    if not task.gemms or batched:
         return []
     point = task.shape("small")[0]
     products = ", ".join(map(str, made)) or "none"
@@ -277,6 +297,29 @@ def _inert_constants(task: Task, runs: Runs) -> list[str]:
     return problems
 
 
+def _droppable_constants(task: Task, judged: Sequence[tuple[Tensors, Tensors, Tensors]]) -> list[str]:
+    """A note per constant that the test data reaches (:func:`_inert_constants` passes it) but whose absence
+    (0) moves no output past twice the tolerance (:func:`.terms.within_tolerance`): a kernel that drops it
+    passes. Not a mistake: an ``eps`` that guards a division or a root is so at any data a task would draw."""
+    notes = []
+    for name, value in task.constants.items():
+        if value == 0 or isinstance(value, bool):
+            continue
+        dropped = []
+        for inputs, _, _ in judged:
+            try:
+                dropped.append(_run(task, inputs, fp32=True, constants={name: 0 * value}))
+            except Exception:
+                break
+        pairs = zip(judged, dropped, strict=False)
+        if len(dropped) == len(judged) and all(within_tolerance(task, r, b, out) for (_, r, b), out in pairs):
+            notes.append(f"{_at(task, ('constants', name))}constants.{name}: a kernel that leaves it out "
+                         "(0) stays within the tolerance at the small shapes, so verify cannot hold kernels "
+                         "to it (as usual for an eps that guards a division or a root); to do so, give the "
+                         "test data values where it acts")
+    return notes
+
+
 def _reaching(task: Task, runs: Runs, constants: dict[str, float | int]) -> str:
     """The fix for a constant the test data never reaches: the inputs that, drawn :data:`WIDER` times as wide,
     would reach it (their inits to widen), else test data where it acts."""
@@ -332,17 +375,19 @@ def _outputs_at_bench_shapes(task: Task) -> list[str]:
     return problems
 
 
-def _misaligned_shapes(task: Task) -> list[str]:
+def _misaligned_shapes(task: Task, row_symbols: list[frozenset[str]] | None) -> list[str]:
     """One line per tensor width that a shape (of any set) binds off TMA's row grid (the primitives'
     :func:`~coda_agent.primitives._config.tma_row_multiple`): a tensor with two dims longer than 1 and a
-    task GEMM's width (its K, N or a packed 2N) crosses into that GEMM's kernel as tiles that TMA moves row by
-    row, so no kernel can run the task at that shape. A tensor of another width (rstd per head, (M, H)) may
-    be host work's, and is left alone."""
+    task GEMM's width (its K, N or a packed 2N; its M too where ``row_symbols`` says the reference stores A
+    M-major) crosses into that GEMM's kernel as tiles that TMA moves row by row, so no kernel can run the task
+    at that shape. A tensor of another width (rstd per head, (M, H)) may be host work's, and is left alone."""
     # (width, bytes per element) -> field, tensors, shapes
     found: dict[tuple[str, int], tuple[Loc, list[str], list[str]]] = {}
     for set_name, points in task.shapes.items():
         for point in points:
-            gemm_widths = {w for _, n, k in task.gemm_shapes(point.dims) for w in (n, 2 * n, k)}
+            gemm_widths = set()
+            for g, (m, n, k) in enumerate(task.gemm_shapes(point.dims)):
+                gemm_widths |= {n, 2 * n, k, *([m] if row_symbols and "m" in row_symbols[g] else [])}
             for kind, tensors in (("inputs", task.inputs), ("outputs", task.outputs)):
                 for i, spec in enumerate(tensors):
                     shape = spec.concrete_shape(point.dims)
@@ -386,5 +431,7 @@ def validate_path(path: Path) -> TaskReport:
         report.problems.extend([m.strip() for m in mistakes.splitlines()]
                                if head.endswith(": invalid task file") and mistakes else [str(exc)])
         return report
-    report.problems.extend(validate_task(report.task))
+    problems, notes = _findings(report.task)
+    report.problems.extend(problems)
+    report.notes.extend(notes)
     return report
