@@ -481,8 +481,22 @@ def test_an_attempt_over_its_budget_is_said_once_and_its_right_values_say_what_s
     text = feedback_prompt([make_attempt(1, 1, CODE, verdict(Outcome.OVER_LAUNCH_BUDGET, reason, [right]))],
                            population=[], goal_is_speed=False)
     assert text.count("would launch about 4 kernels") == 1 and "```text" not in text
-    assert ("Every output was within tolerance where checked (tiny), but the attempt failed there on "
-            "over_launch_budget: no later shape or stage ran.") in text
+    # "failed there" named the checked shape where the failure was at another (a manual seat's ragged raise)
+    assert ("Every output was within tolerance where checked (tiny), but the attempt then failed on "
+            "over_launch_budget (its reason above says where): no later shape or stage ran.") in text
+
+
+def test_a_rounded_fp32_output_is_told_its_formula_is_right():
+    """x261 the tolerance read "its formula differs from the reference" where the output was the expected one
+    rounded to bf16 (a manual seat's weight gradient)."""
+    check = OutputCheck(output="grad", shape_point="tiny", seed=0, ok=False, max_abs_err=0.249,
+                        allowed=0.000955, worst_index=[86, 115], worst_value=-68.0, expected_value=-68.2488,
+                        rounded_to="bfloat16")
+    text = feedback_prompt([make_attempt(1, 1, CODE, verdict(Outcome.WRONG_OUTPUT, "wrong", [check]))],
+                           population=[], goal_is_speed=False)
+    assert ("`grad`'s worst element, -68, is the expected -68.2 rounded to bfloat16: the formula is right"
+            in text)
+    assert "formula differs" not in text and "keep it in FP32 to the end" in text
 
 
 def test_feedback_timing_table_against_human_baselines_and_sol():

@@ -7,7 +7,7 @@ import torch
 
 from coda_agent.tasks import find_task
 from coda_agent.verifier import Plan, verify
-from coda_agent.verifier.compare import check_outputs
+from coda_agent.verifier.compare import check_outputs, rounded_to
 
 from .conftest import cli
 
@@ -56,6 +56,31 @@ def test_single_rounding_leaves_an_fp32_output_only_the_floor():
     tight = rstd_check(1e-4, "single_rounding")
     assert not tight.ok and tight.lowp_err == 0 and tight.allowed == 1e-5  # floor x max(1, |ref|)
     assert rstd_check(5e-6, "single_rounding").ok
+
+
+def test_an_fp32_output_rounded_to_16_bits_on_its_way_says_so():
+    """A weight gradient's FP32 output rounded to bf16 first was x261 the tolerance, read as a wrong formula
+    (a manual seat's): the check names the rounding, which no ratio does."""
+    assert rounded_to(-68.0, -68.2488) == "bfloat16"  # bf16 steps are 0.5 in [64, 128)
+    assert rounded_to(-68.5, -68.2) is None  # a bf16 value, but more than half a step away
+    assert rounded_to(1.0 + 2.0**-10, 1.0006) == "float16"  # no bf16 value, an fp16 one
+    assert rounded_to(2.5, 2.5) is None and rounded_to(1.2345678, 1.2345) is None
+    m = 4
+    truth = {"h": torch.ones(m, 8), "normed": torch.ones(m, 8), "rstd": torch.full((m,), 0.3)}
+    cand = {"h": truth["h"].bfloat16(), "normed": truth["normed"].bfloat16(),
+            "rstd": truth["rstd"].bfloat16().float()}
+    checks = check_outputs(K0, cand, truth, truth, {"M": m, "N": 8, "K": 16}, "tiny", 0, "single_rounding")
+    rstd = next(c for c in checks if c.output == "rstd")
+    assert not rstd.ok and rstd.rounded_to == "bfloat16"
+    assert "got is expected rounded to bfloat16" in rstd.reason
+    assert all(c.rounded_to is None for c in checks if c.output != "rstd")  # 16-bit outputs are never flagged
+
+
+def test_a_wrong_dtype_names_what_sets_it():
+    (check,) = check_outputs(K1, {"out": torch.ones(4, 8)}, {"out": torch.ones(4, 8)},
+                             {"out": torch.ones(4, 8).bfloat16()}, DIMS, "tiny", 0)
+    assert not check.ok and "has dtype torch.float32, expected torch.bfloat16" in check.reason
+    assert "gemm()'s out_dtype sets the dtype" in check.reason
 
 
 def test_a_task_can_choose_single_rounding():

@@ -247,8 +247,8 @@ def gemm(
         **operands: the fn's other parameters, plus the index tensors of ColVecSelect reduces.
 
     Every tile the kernel moves (A, B, C, tile operands, D, the extra outputs) needs rows on a 16-byte grid
-    (TMA): K, N and the output widths a multiple of 8 for 16-bit tensors, of 4 for fp32 (M is free); gemm()
-    says which one is off.
+    (TMA): K, N and the output widths a multiple of 8 for 16-bit tensors, of 4 for fp32 (M too for an
+    M-major A, as ``dy.t()``); gemm() says which one is off.
 
     Returns:
         ``{"D": ..., <outputs>..., <reduces>...}``; reduces come back finalised over the whole row/column:

@@ -55,7 +55,7 @@ class RowVecReduce:
     """Reduce the fn's per-element value over M (down a column); one value per column, shape (N,).
 
     Same ``combine`` / ``scaled`` and padding rules as :class:`ColVecReduce` (padding rows: M not a multiple
-    of ``tile_m``). dgamma of an RMSNorm is one. Launches: 1 finalisation kernel.
+    of ``tile_m``). dgamma of an RMSNorm is one. Launches: 1.
     """
 
     combine: Combine = "add"
@@ -70,8 +70,8 @@ class OnlineLSEReduce:
     """Numerically stable log-sum-exp of the fn's value over N: one f32 value per row, shape (M,).
 
     Keeps a running (max, sum) per tile (one `exp` per element, its GPU precision); the partials are merged
-    with logsumexp in FP32. Padding columns are masked. Launches: 9 finalisation kernels (torch.logsumexp over
-    the per-tile partials).
+    with logsumexp in FP32. Padding columns are masked. Launches: 9 (torch.logsumexp over the tiles'
+    partials).
     """
 
 

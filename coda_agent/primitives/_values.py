@@ -31,9 +31,9 @@ functions below run on the special-function unit (a quarter of the FMA rate) in 
 flushed), errors stated; the emulator's FP32 is more exact, so leave a margin where an output sums many
 approximated terms; the emulator fuses nothing (its GEMM: torch's FP32 matmul). Numbers (constants, scalar
 operands) enter the kernel rounded once to FP32. An expression the fn repeats, written the same way, is
-computed once (sm_90a PTX: `tanh(x * (K0 + K1 * (x * x)))` with `gelu_tanh`'s K0, K1 beside `gelu_tanh(x)`
-adds no tanh). On the H200 (bench, 2026-12), element-mode kernels without C ran at 0.98-1.04x cuBLAS (K
-2048-8192); reading C or packed pairs cost more (0.83-0.96x)."""
+computed once (`tanh(x * (K0 + K1 * (x * x)))`, `gelu_tanh`'s K0, K1, beside `gelu_tanh(x)` adds no
+tanh). On the H200 (2026-12), element-mode kernels without C ran at 0.98-1.04x cuBLAS; reading C or packed
+pairs cost more (0.83-0.96x)."""
 
 
 class Pair:

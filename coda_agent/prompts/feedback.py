@@ -205,7 +205,14 @@ def _check_rows(verdict: Verdict) -> tuple[list[dict[str, Any]], list[str]]:
         })
         if c.ok:
             continue
-        if r is None or c.stress:  # the stress set's reason says what it is and what fixes it
+        if c.rounded_to and not c.stress:  # a ratio would read as a wrong formula (x261: a manual seat's)
+            notes.append(
+                f"`{c.output}`'s worst element, {_num(c.worst_value)}, is the expected "
+                f"{_num(c.expected_value)} rounded to {c.rounded_to}: the formula is right, but the value "
+                f"was rounded to {c.rounded_to} on its way (gemm()'s out_dtype sets D's dtype; a cast or a "
+                "16-bit intermediate rounds too): keep it in FP32 to the end."
+            )
+        elif r is None or c.stress:  # the stress set's reason says what it is and what fixes it
             notes.append(f"`{c.output}`: {c.reason}")
         elif r <= 1:  # within the max-abs bound: another rule (the error's norm, non-finite values) failed it
             notes.append(f"`{c.output}` is within the max-abs bound but fails another rule: {c.reason}")
@@ -228,7 +235,8 @@ def _check_rows(verdict: Verdict) -> tuple[list[dict[str, Any]], list[str]]:
     if verdict.outcome is not Outcome.WRONG_OUTPUT and all(row["ok"] for row in rows):
         checked = sorted({c.shape_point for s in verdict.stages for c in s.checks})
         notes.append(f"Every output was within tolerance where checked ({', '.join(checked)}), but the "
-                     f"attempt failed there on {verdict.outcome.value}: no later shape or stage ran.")
+                     f"attempt then failed on {verdict.outcome.value} (its reason above says where): no "
+                     "later shape or stage ran.")
     return rows, notes
 
 

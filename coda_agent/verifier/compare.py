@@ -204,7 +204,9 @@ def check_outputs(
             continue
         if got.dtype != want_dtype:
             checks.append(OutputCheck(**base, ok=False, reason=f"output {spec.name!r} has dtype {got.dtype}, "
-                                                               f"expected {want_dtype}"))
+                                                               f"expected {want_dtype} (gemm()'s out_dtype "
+                                                               "sets the dtype D and the extra outputs are "
+                                                               "stored in; a cast on the host is a launch)"))
             continue
         # FP64 on the candidate's device, a chunk at a time (:func:`error_stats`): bench-size outputs are
         # compared on the GPU in milliseconds, with temporaries of a few chunks whatever the output's size.
@@ -244,16 +246,19 @@ def check_outputs(
             continue
         got_at = float(cand[tuple(where)]) if cand.numel() else None
         want_at = float(ref32[tuple(where)]) if cand.numel() else None
+        rounded = (rounded_to(got_at, want_at) if not ok and got_at is not None and want_at is not None
+                   and want_dtype.itemsize > 2 else None)
         checks.append(
             OutputCheck(
                 **base, ok=ok, max_abs_err=err, allowed=allowed, lowp_err=lowp_err, baseline=rule,
                 # no worst element where every element is exact (a table read "worst at [0]")
                 worst_index=where if err else None, worst_value=got_at if err else None,
-                expected_value=want_at if err else None,
+                expected_value=want_at if err else None, rounded_to=rounded,
                 reason="" if ok else (
                     f"output {spec.name!r}: max error {err:.3g} at {where} (got {got_at:.6g}, "
                     f"expected {want_at:.6g}) exceeds the allowed {allowed:.3g} "
                     f"({factor:g} x {BASELINE_TEXT[rule]} {lowp_err:.3g} + floor)"
+                    + (f"; got is expected rounded to {rounded}" if rounded else "")
                 ),
             )
         )
@@ -265,3 +270,25 @@ def check_outputs(
                                f"{', '.join(sorted(extra))}")
         )
     return checks
+
+
+#: Significand bits (the implicit one not counted) of the 16-bit dtypes an FP32 value may have been
+#: rounded to.
+SIGNIFICAND_BITS = {"bfloat16": 7, "float16": 10}
+
+
+def rounded_to(got: float, expected: float) -> str | None:
+    """The 16-bit dtype ``got`` is ``expected`` rounded to (it is a value of that dtype, at most half a step
+    of it from ``expected``), or None: an FP32 output whose worst error is that rounding was rounded on its
+    way (its formula is right), which no ratio to the tolerance says."""
+    if not (math.isfinite(got) and math.isfinite(expected)) or got == expected or expected == 0.0:
+        return None
+    for name, bits in SIGNIFICAND_BITS.items():
+        dtype = getattr(torch, name)
+        if float(torch.tensor(got).to(dtype)) != got:
+            continue
+        step = 2.0 ** (math.floor(math.log2(abs(expected))) - bits)
+        if abs(got - expected) <= step / 2:
+            return name
+    return None
+

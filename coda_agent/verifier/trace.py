@@ -230,6 +230,8 @@ class LaunchEstimate:
     host_ops: list[str]
     largest_host_tensor: int
     host_launches: int = 0
+    #: The host op that made the largest tensor.
+    largest_host_op: str = ""
 
     @property
     def launches(self) -> int:
@@ -237,7 +239,7 @@ class LaunchEstimate:
 
     @classmethod
     def from_ops(cls, ops: list[dict[str, Any]]) -> LaunchEstimate:
-        gemms, gemm_launches, host, largest, host_launches = [], 0, [], 0, 0
+        gemms, gemm_launches, host, largest, host_launches, largest_op = [], 0, [], 0, 0, ""
         for op in ops:
             launches = op_launches(op)
             if "gemm" in op:
@@ -247,8 +249,9 @@ class LaunchEstimate:
             elif launches:
                 host.append(str(op.get("op")))
                 host_launches += launches
-                largest = max(largest, int(op.get("numel", 0)))
-        return cls(gemms, gemm_launches, host, largest, host_launches)
+                if int(op.get("numel", 0)) > largest:
+                    largest, largest_op = int(op.get("numel", 0)), str(op.get("op"))
+        return cls(gemms, gemm_launches, host, largest, host_launches, largest_op)
 
     def signature(self) -> Counter[str]:
         return Counter([*self.host_ops, *(f"gemm{g}" for g in self.gemms)])
@@ -285,9 +288,11 @@ class LaunchEstimate:
         biggest = max(task_numel(task, dims), default=0)
         if self.largest_host_tensor > biggest:
             return Outcome.CHEAT_DETECTED, (
-                f"at shape {shape}, host code outside primitives.gemm touched a tensor of "
-                f"{self.largest_host_tensor} elements, more than any input or output has ({biggest}): "
-                "GEMM-sized work must run inside primitives.gemm"
+                f"at shape {shape}, host code outside primitives.gemm ({self.largest_host_op}) touched a "
+                f"tensor of {self.largest_host_tensor} elements, more than any input or output has "
+                f"({biggest}): a host tensor may be no larger than the largest input or output, or it reads "
+                "as GEMM work done outside gemm(); run such a step per output (on pieces no larger than "
+                "one), or in an epilogue"
             )
         if budget and self.launches > task.launch_budget:
             return Outcome.OVER_LAUNCH_BUDGET, (

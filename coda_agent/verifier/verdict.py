@@ -50,6 +50,9 @@ class OutputCheck(BaseModel):
     worst_index: list[int] | None = None
     worst_value: float | None = None
     expected_value: float | None = None
+    rounded_to: str | None = Field(default=None, description="the 16-bit dtype the worst element of an FP32 "
+                                                             "output is the expected value rounded to (an "
+                                                             "intermediate rounded on its way), if any")
     reason: str = ""
 
     @property
