@@ -499,6 +499,15 @@ def test_a_rounded_fp32_output_is_told_its_formula_is_right():
     assert "formula differs" not in text and "keep it in FP32 to the end" in text
 
 
+def test_an_output_off_by_a_constant_factor_is_told_so():
+    check = OutputCheck(output="emb", shape_point="tiny", seed=0, ok=False, max_abs_err=3.97, allowed=0.00303,
+                        worst_index=[3, 5], worst_value=4.1, expected_value=0.295, factor=13.86)
+    text = feedback_prompt([make_attempt(1, 1, CODE, verdict(Outcome.WRONG_OUTPUT, "wrong", [check]))],
+                           population=[], goal_is_speed=False)
+    assert "`emb` is 13.86 times the expected values throughout: a constant factor" in text
+    assert "formula differs" not in text
+
+
 def test_feedback_timing_table_against_human_baselines_and_sol():
     """The profile stage's details (verifier/gpu.py: per shape, candidate and baselines as bench Timings)."""
     details = {"shapes": {"llama3-8b-down": {

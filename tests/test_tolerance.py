@@ -76,6 +76,19 @@ def test_an_fp32_output_rounded_to_16_bits_on_its_way_says_so():
     assert all(c.rounded_to is None for c in checks if c.output != "rstd")  # 16-bit outputs are never flagged
 
 
+def test_an_output_off_by_a_constant_factor_says_so():
+    """A mean for a sum came back x1313 the tolerance and "its formula differs" (a manual seat's L2 norm, off
+    by sqrt(192) throughout): the check names the factor; noise or a 1% slip names none."""
+    truth = torch.randn(4, 8) + 2.0
+    (check,) = check_outputs(K1, {"out": (truth * 13.9).bfloat16()}, {"out": truth},
+                             {"out": truth.bfloat16()}, DIMS, "tiny", 0)
+    assert not check.ok and check.factor is not None and abs(check.factor - 13.9) < 0.1
+    assert "x expected throughout" in check.reason
+    (noisy,) = check_outputs(K1, {"out": (truth + torch.randn(4, 8)).bfloat16()}, {"out": truth},
+                             {"out": truth.bfloat16()}, DIMS, "tiny", 0)
+    assert not noisy.ok and noisy.factor is None
+
+
 def test_a_wrong_dtype_names_what_sets_it():
     (check,) = check_outputs(K1, {"out": torch.ones(4, 8)}, {"out": torch.ones(4, 8)},
                              {"out": torch.ones(4, 8).bfloat16()}, DIMS, "tiny", 0)

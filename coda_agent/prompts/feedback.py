@@ -212,6 +212,9 @@ def _check_rows(verdict: Verdict) -> tuple[list[dict[str, Any]], list[str]]:
                 f"was rounded to {c.rounded_to} on its way (gemm()'s out_dtype sets D's dtype; a cast or a "
                 "16-bit intermediate rounds too): keep it in FP32 to the end."
             )
+        elif c.factor and not c.stress:
+            notes.append(f"`{c.output}` is {c.factor:.4g} times the expected values throughout: a constant "
+                         "factor (a scale dropped or applied twice, a mean for a sum, a count).")
         elif r is None or c.stress:  # the stress set's reason says what it is and what fixes it
             notes.append(f"`{c.output}`: {c.reason}")
         elif r <= 1:  # within the max-abs bound: another rule (the error's norm, non-finite values) failed it

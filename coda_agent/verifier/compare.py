@@ -58,7 +58,8 @@ def _f64(t: torch.Tensor, device: torch.device) -> torch.Tensor:
 class ErrorStats:
     """What the tolerance rule reads of one output, gathered chunk by chunk: the candidate's non-finite
     elements (count, first flat index), max|cand - ref| and its first flat index, max|baseline - ref|,
-    max|ref|, and the L1 and L2 norms of the error, of the baseline's error and of max(1, |ref|)."""
+    max|ref|, the L1 and L2 norms of the error, of the baseline's error and of max(1, |ref|), and the sums
+    cand·ref, cand·cand and ref·ref (a least-squares factor between them, :meth:`factor`)."""
 
     nonfinite: int
     first_nonfinite: int
@@ -69,6 +70,17 @@ class ErrorStats:
     err_norms: tuple[float, float]
     lowp_norms: tuple[float, float]
     scale_norms: tuple[float, float]
+    products: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    def factor(self) -> float | None:
+        """s where cand is s x ref throughout (within 1% of its norm) and s is not 1: a dropped or extra
+        scale, a mean for a sum, which a ratio to the tolerance reads as any wrong formula."""
+        cr, cc, rr = self.products
+        if not (math.isfinite(cr) and math.isfinite(cc) and rr > 0 and cc > 0):
+            return None
+        s = cr / rr
+        residual = max(cc / rr - s * s, 0.0)  # |cand - s ref|^2 / |ref|^2
+        return s if math.sqrt(residual) <= 0.01 * abs(s) and abs(s - 1.0) > 0.02 else None
 
 
 def error_stats(cand: torch.Tensor, ref32: torch.Tensor, lowp: Callable[[int, int], torch.Tensor],
@@ -83,12 +95,13 @@ def error_stats(cand: torch.Tensor, ref32: torch.Tensor, lowp: Callable[[int, in
     device = cand.device
     bad: list[torch.Tensor] = []
     peaks: list[torch.Tensor] = []  # per chunk: max err, its index in the chunk, max lowp err, max |ref|
-    sums: list[torch.Tensor] = []  # per chunk: L1 and squared L2 of err, lowp err, scale
+    sums: list[torch.Tensor] = []  # per chunk: L1, squared L2 of err, lowp err, scale; the products
     spans = chunk_spans(tuple(cand.shape), elements)
     for start, end in spans:
         c = _f64(_piece(cand, start, end), device)
         bad.append((~torch.isfinite(c)).sum())
         r = _f64(_piece(ref32, start, end), device)
+        products = [torch.dot(c, r), torch.dot(c, c), torch.dot(r, r)]
         d = c.sub_(r).abs_()
         at = d.argmax()
         peak = [d.max(), at.to(torch.float64)]
@@ -101,7 +114,7 @@ def error_stats(cand: torch.Tensor, ref32: torch.Tensor, lowp: Callable[[int, in
         s = r.abs_()
         peak.append(s.max())
         s = s.clamp_min_(1.0)
-        part += [s.sum(), torch.dot(s, s)]
+        part += [s.sum(), torch.dot(s, s), *products]
         del r, s
         peaks.append(torch.stack(peak))
         sums.append(torch.stack(part))
@@ -122,7 +135,7 @@ def error_stats(cand: torch.Tensor, ref32: torch.Tensor, lowp: Callable[[int, in
         max_err=float(table[chunk, 0]), max_err_at=spans[chunk][0] + int(table[chunk, 1]),
         lowp_err=maxima[2], ref_max=maxima[3],
         err_norms=(total[0], math.sqrt(total[1])), lowp_norms=(total[2], math.sqrt(total[3])),
-        scale_norms=(total[4], math.sqrt(total[5])),
+        scale_norms=(total[4], math.sqrt(total[5])), products=(total[6], total[7], total[8]),
     )
 
 
@@ -248,17 +261,19 @@ def check_outputs(
         want_at = float(ref32[tuple(where)]) if cand.numel() else None
         rounded = (rounded_to(got_at, want_at) if not ok and got_at is not None and want_at is not None
                    and want_dtype.itemsize > 2 else None)
+        times = None if ok or rounded else stats.factor()
         checks.append(
             OutputCheck(
                 **base, ok=ok, max_abs_err=err, allowed=allowed, lowp_err=lowp_err, baseline=rule,
                 # no worst element where every element is exact (a table read "worst at [0]")
                 worst_index=where if err else None, worst_value=got_at if err else None,
-                expected_value=want_at if err else None, rounded_to=rounded,
+                expected_value=want_at if err else None, rounded_to=rounded, factor=times,
                 reason="" if ok else (
                     f"output {spec.name!r}: max error {err:.3g} at {where} (got {got_at:.6g}, "
                     f"expected {want_at:.6g}) exceeds the allowed {allowed:.3g} "
                     f"({factor:g} x {BASELINE_TEXT[rule]} {lowp_err:.3g} + floor)"
                     + (f"; got is expected rounded to {rounded}" if rounded else "")
+                    + (f"; got is {times:.4g} x expected throughout" if times else "")
                 ),
             )
         )

@@ -53,6 +53,8 @@ class OutputCheck(BaseModel):
     rounded_to: str | None = Field(default=None, description="the 16-bit dtype the worst element of an FP32 "
                                                              "output is the expected value rounded to (an "
                                                              "intermediate rounded on its way), if any")
+    factor: float | None = Field(default=None, description="s where the output is s x the expected one "
+                                                           "throughout (a constant factor off), if so")
     reason: str = ""
 
     @property
