@@ -220,6 +220,20 @@ def test_replace_sets_a_fraction_of_an_input_to_a_constant(tmp_path):
     assert torch.equal(x, task.make_inputs({"M": 64, "N": 16, "K": 32}, seed=3)["x"])
 
 
+def test_replace_with_rows_plants_whole_rows(tmp_path):
+    """The zero rows a norm's eps guards (x / max(|x|, eps)): element-wise replacement never makes one (a
+    manual-seat author's L2-normalised embedding could not pass validate's constant check)."""
+
+    def edit(d):
+        d["inputs"][0] = {**d["inputs"][0],
+                          "init": {"dist": "normal", "replace": {"value": 0.0, "fraction": 0.25, "rows": True}}}
+
+    task = load_task(write_task(tmp_path, edit))
+    x = task.make_inputs({"M": 64, "N": 16, "K": 32}, seed=3)["x"]
+    zero = (x == 0).all(dim=1)
+    assert 4 <= int(zero.sum()) <= 28 and bool((x[~zero] != 0).any(dim=1).all())
+
+
 def test_delicate_operators_are_read_from_the_reference_source():
     source = ("import torch\ndef reference(x, n):\n"
               "    return {'y': torch.logsumexp(x, -1) / n + x.rsqrt().sum()}\n")

@@ -87,10 +87,12 @@ class _Strict(BaseModel):
 class Replace(_Strict):
     """A random ``fraction`` of an input's elements set to ``value`` after drawing, so the test data holds the
     special values a task defines: cross-entropy's ``ignore_index`` among the targets, zero RoPE
-    frequencies."""
+    frequencies. ``rows``: whole rows (slices along the first dim) instead, the test data a norm's ``eps``
+    acts at (a zero row under ``x / max(|x|, eps)``)."""
 
     value: Expr
     fraction: float = Field(gt=0.0, lt=1.0)
+    rows: bool = False
 
 
 class Init(_Strict):
@@ -475,7 +477,9 @@ class Task(_Strict):
                 t = (torch.rand(shape, generator=gen, device=device,
                                 dtype=torch.float32) * (hi - lo) + lo).to(dt)
             if ini.replace is not None:
-                chosen = torch.rand(shape, generator=gen, device=device) < ini.replace.fraction
+                drawn = (shape[:1] + (1,) * (len(shape) - 1)) if ini.replace.rows and shape else shape
+                chosen = torch.rand(drawn, generator=gen, device=device) < ini.replace.fraction
+                chosen = chosen.expand(shape)
                 t = t.masked_fill(chosen, expr.evaluate(ini.replace.value, env))
             out[spec.name] = t
         return out

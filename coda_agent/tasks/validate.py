@@ -334,7 +334,8 @@ def _reaching(task: Task, runs: Runs, constants: dict[str, float | int]) -> str:
                 break
     if wider:
         return f"widen the init of {' or '.join(wider)} ({WIDER:g}x as wide, it acts)"
-    return "give the test data values where it acts (a wider init, an init.replace)"
+    return ("give the test data values where it acts (a wider init, an init.replace; `rows: true` replaces "
+            "whole rows, the zero rows a norm's eps guards)")
 
 
 def _widened(task: Task, spec: InputSpec, dims: dict[str, int], drawn: torch.Tensor) -> torch.Tensor:
