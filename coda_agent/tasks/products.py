@@ -61,4 +61,3 @@ def row_width_symbols(task: Task, made: Products) -> list[frozenset[str]]:
         m_row = (layout is not None and layout.startswith("x.T")) or (layout is None and (n, m, k) in made)
         symbols.append(frozenset({"m", "n", "k"} if m_row else {"n", "k"}))
     return symbols
-
