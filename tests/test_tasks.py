@@ -234,6 +234,19 @@ def test_replace_with_rows_plants_whole_rows(tmp_path):
     assert 4 <= int(zero.sum()) <= 28 and bool((x[~zero] != 0).any(dim=1).all())
 
 
+def test_a_softmax_init_draws_probability_rows(tmp_path):
+    """A distillation task's teacher distribution: rows that sum to 1 (normal/uniform cannot draw them, a
+    manual-seat author's KL task had to carry the row sums through its formula)."""
+
+    def edit(d):
+        d["inputs"][0] = {**d["inputs"][0], "init": {"dist": "softmax", "std": 3.0}}
+
+    task = load_task(write_task(tmp_path, edit))
+    x = task.make_inputs({"M": 64, "N": 16, "K": 32}, seed=3)["x"].float()
+    assert bool((x >= 0).all()) and torch.allclose(x.sum(-1), torch.ones(64), atol=0.02)
+    assert float(x.max(-1).values.mean()) > 0.3  # std 3 logits: peaked rows
+
+
 def test_delicate_operators_are_read_from_the_reference_source():
     source = ("import torch\ndef reference(x, n):\n"
               "    return {'y': torch.logsumexp(x, -1) / n + x.rsqrt().sum()}\n")
@@ -558,6 +571,19 @@ def test_validate_notes_an_eps_no_tolerance_sees_and_refuses_nothing_for_it():
     result = CliRunner().invoke(app, ["validate", str(path)])
     assert result.exit_code == 0 and "note: line" in result.output and "1/1 task files valid" in result.output
     assert validate_path(TASK_DIR / "gemm_residual.yaml").notes == []  # no constant
+
+
+def test_a_reference_nan_on_the_ordinary_inputs_gets_no_stress_advice(tmp_path):
+    """A stress: block cannot fix a reference that is NaN everywhere (a manual-seat author's p * p.log() at
+    p = 0): only the NaN line is said."""
+    reference = (EXAMPLE.with_suffix(".py").read_text()
+                 + "\n\ndef nan(x, w, residual, gamma, *, eps):\n"
+                 "    out = reference(x, w, residual, gamma, eps=eps)\n"
+                 "    return {**out, 'rstd': out['rstd'] * (x.float().sum(-1) * 0.0).log()}\n")
+    path = write_task(tmp_path, lambda d: d.update(reference="ref.py:nan"), reference=reference)
+    problems = validate_path(path).problems
+    assert any("output 'rstd' of the FP32 reference has NaN/Inf" in p for p in problems), problems
+    assert not any("stress" in p for p in problems), problems
 
 
 def test_missing_reference_function_is_reported(tmp_path):

@@ -56,6 +56,8 @@ def _init_text(ini: Any) -> str:
 
     if ini.dist == "normal":
         text = f"normal(mean {num(ini.mean)}, std {num(ini.std)})"
+    elif ini.dist == "softmax":
+        text = f"softmax over the last dim of normal(mean {num(ini.mean)}, std {num(ini.std)}) logits"
     elif ini.dist == "uniform":
         text = f"uniform[{num(ini.low)}, {num(ini.high)})"
     else:

@@ -96,14 +96,16 @@ class Replace(_Strict):
 
 
 class Init(_Strict):
-    """How an input is drawn: ``normal`` (mean, std), ``uniform`` [low, high) or ``randint`` [low, high),
-    optionally with a fraction of the elements replaced by one value (:class:`Replace`).
+    """How an input is drawn: ``normal`` (mean, std), ``uniform`` [low, high), ``randint`` [low, high) or
+    ``softmax`` (logits drawn normal(mean, std), each row along the last dim softmaxed in FP32: probability
+    rows that sum to 1, a teacher's distribution; the larger the std, the more peaked), optionally with a
+    fraction of the elements replaced by one value (:class:`Replace`).
 
     Parameters may be expressions over the shape symbols and the task's constants, e.g. ``std: 1/sqrt(K)``,
     ``high: N`` or ``value: ignore_index``.
     """
 
-    dist: Literal["normal", "uniform", "randint"] = "normal"
+    dist: Literal["normal", "uniform", "randint", "softmax"] = "normal"
     mean: Expr = 0.0
     std: Expr = 1.0
     low: Expr = 0.0
@@ -340,7 +342,7 @@ class Task(_Strict):
                                           spec.init) for i, spec in enumerate(self.inputs)]
         inits += [(("stress", name), ini) for name, ini in (self.stress or {}).items()]
         for loc, ini in inits:
-            for param in ["mean", "std"] if ini.dist == "normal" else ["low", "high"]:
+            for param in ["mean", "std"] if ini.dist in ("normal", "softmax") else ["low", "high"]:
                 value((*loc, param), getattr(ini, param), env=init_env)
             if ini.replace is not None:
                 value((*loc, "replace", "value"), ini.replace.value, env=init_env)
@@ -469,9 +471,10 @@ class Task(_Strict):
             if ini.dist == "randint":
                 ilo, ihi = int(expr.evaluate(ini.low, env)), int(expr.evaluate(ini.high, env))
                 t = torch.randint(ilo, ihi, shape, generator=gen, device=device, dtype=dt)
-            elif ini.dist == "normal":
+            elif ini.dist in ("normal", "softmax"):
                 t = torch.randn(shape, generator=gen, device=device, dtype=torch.float32)
-                t = (t * expr.evaluate(ini.std, env) + expr.evaluate(ini.mean, env)).to(dt)
+                t = t * expr.evaluate(ini.std, env) + expr.evaluate(ini.mean, env)
+                t = (t.softmax(dim=-1) if ini.dist == "softmax" else t).to(dt)
             else:
                 lo, hi = expr.evaluate(ini.low, env), expr.evaluate(ini.high, env)
                 t = (torch.rand(shape, generator=gen, device=device,
