@@ -225,8 +225,8 @@ def test_replace_with_rows_plants_whole_rows(tmp_path):
     manual-seat author's L2-normalised embedding could not pass validate's constant check)."""
 
     def edit(d):
-        d["inputs"][0] = {**d["inputs"][0],
-                          "init": {"dist": "normal", "replace": {"value": 0.0, "fraction": 0.25, "rows": True}}}
+        rows = {"value": 0.0, "fraction": 0.25, "rows": True}
+        d["inputs"][0] = {**d["inputs"][0], "init": {"dist": "normal", "replace": rows}}
 
     task = load_task(write_task(tmp_path, edit))
     x = task.make_inputs({"M": 64, "N": 16, "K": 32}, seed=3)["x"]
