@@ -202,7 +202,8 @@ def test_gemm_sized_host_work_is_a_cheat():
                                                                                               "tiny")
     assert outcome is Outcome.CHEAT_DETECTED and "(aten::mul.Tensor) touched a tensor" in reason
     # the rule and what to do (a QK-norm's tail over q and k together was refused with neither: manual seat)
-    assert "may be no larger than the largest input or output" in reason and "per output" in reason
+    assert "may have no more elements than the largest input or output" in reason
+    assert "values in an epilogue" in reason
 
 
 def test_the_cpu_holds_the_launch_budget():
@@ -216,6 +217,10 @@ def test_the_cpu_holds_the_launch_budget():
     outcome, reason = _estimate(sinks).problem(K0, TINY.dims, "tiny")
     assert outcome is Outcome.OVER_LAUNCH_BUDGET and "host ops: none" in reason, reason
     assert "use fewer gemm calls or reduce sinks (each sink's finalisation is a launch)" in reason
+    # an aten name nobody writes is said with what makes it (a 1-element operand's read: a manual seat's)
+    read = [GEMM] + [{"op": "aten::_local_scalar_dense", "numel": 1}] * K0.launch_budget
+    outcome, reason = _estimate(*read).problem(K0, TINY.dims, "tiny")
+    assert "aten::_local_scalar_dense (a 1-element tensor read to the host: a 1-element operand" in reason
 
 
 def test_calls_that_launch_different_work_are_a_cheat():

@@ -315,6 +315,9 @@ def test_a_weight_passed_as_stored_is_told_to_pass_its_transposed_view():
         P.gemm(plain, x, w)
     with pytest.raises(P.EpilogueError, match=r"with K = A.shape\[1\]$"):
         P.gemm(plain, x, torch.randn(48, 24).bfloat16())
+    # a dgrad's (K, N) weight passed as w.t(): told to drop the .t(), not to add one (a manual seat's)
+    with pytest.raises(P.EpilogueError, match=r"B is a transposed view .*: pass that tensor as it is stored"):
+        P.gemm(plain, x, torch.randn(16, 48).bfloat16().t())
 
 
 def test_square_problems_need_pinned_vectors():

@@ -508,6 +508,16 @@ def test_an_output_off_by_a_constant_factor_is_told_so():
     assert "formula differs" not in text
 
 
+def test_a_value_where_zero_is_expected_points_at_the_mask():
+    """A dropped ignore mask read "close: lost precision or a small slip" at x5.8 (a manual seat's)."""
+    check = OutputCheck(output="dx", shape_point="tiny", seed=0, ok=False, max_abs_err=0.0854, allowed=0.0147,
+                        worst_index=[7, 3], worst_value=0.0854, expected_value=0.0)
+    text = feedback_prompt([make_attempt(1, 1, CODE, verdict(Outcome.WRONG_OUTPUT, "wrong", [check]))],
+                           population=[], goal_is_speed=False)
+    assert "where the expected value is exactly 0 (a masked or ignored element" in text
+    assert "lost precision" not in text
+
+
 def test_feedback_timing_table_against_human_baselines_and_sol():
     """The profile stage's details (verifier/gpu.py: per shape, candidate and baselines as bench Timings)."""
     details = {"shapes": {"llama3-8b-down": {

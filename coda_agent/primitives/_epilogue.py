@@ -37,8 +37,8 @@ def epilogue(
     C=...)``); every other parameter is an operand passed to :func:`gemm` by keyword, whose kind follows from
     its shape: a number or 1-element tensor is a scalar, shape (M, N) a tile, (N,) or (1, N) a row vector,
     (M,) or (1, M) a column vector; vectors bf16 or fp32. A 1-element tensor is read to the host each call
-    (a wait): pass numbers, or a GPU value as a vector (``t.expand(M).contiguous()``). Pin vectors with
-    ``operands={"x": ColVecLoad()}`` / ``RowVecLoad()`` (required when M == N).
+    (a wait and a launch): pass numbers, or a GPU value as a vector (``t.expand(M).contiguous()``). Pin
+    vectors with ``operands={"x": ColVecLoad()}`` / ``RowVecLoad()`` (required when M == N).
 
     Args:
         outputs: extra full-tile outputs (each in D's dtype; half width in ``acc_pair`` mode); each adds its
@@ -292,8 +292,11 @@ def _check(epi: Epilogue, A: Any, B: Any, C: Any, operands: dict[str, Any], out_
     if A.dtype != B.dtype:
         raise EpilogueError(f"A and B must have the same dtype, got {A.dtype} and {B.dtype}")
     if A.shape[1] != B.shape[0]:
-        stored = "; B is (N, K) as nn.Linear stores a weight: pass its transposed view, w.t() (free)" if (
-            B.shape[1] == A.shape[1]) else ""
+        stored = ""
+        if B.shape[1] == A.shape[1]:  # B's transpose would fit: which way round was it passed?
+            stored = ("; B is a transposed view (a .t() of a (K, N) tensor): pass that tensor as it is stored"
+                      if B.stride(0) == 1 and B.shape[0] > 1 else
+                      "; B is (N, K) as nn.Linear stores a weight: pass its transposed view, w.t() (free)")
         raise EpilogueError(f"A is {tuple(A.shape)} and B is {tuple(B.shape)}: B must be (K, N) with K = "
                             f"A.shape[1]{stored}")
     m, n = A.shape[0], B.shape[1]

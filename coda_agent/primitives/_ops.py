@@ -40,7 +40,7 @@ class ColVecReduce:
     their values), and ``add``/``max_abs`` fold that value in (``max`` masks it). So the reduced value must
     be 0 there (``y * y``: fine; ``exp(acc)``, ``exp(c - lse_row)``: wrong at ragged shapes on the GPU,
     refused by the emulator at every shape). Add constants on the host. Rows past M are not in the result.
-    Launches: 1 finalisation kernel, whatever the combine.
+    Launches: 1, whatever the combine.
     """
 
     combine: Combine = "add"

@@ -212,6 +212,10 @@ def _check_rows(verdict: Verdict) -> tuple[list[dict[str, Any]], list[str]]:
                 f"was rounded to {c.rounded_to} on its way (gemm()'s out_dtype sets D's dtype; a cast or a "
                 "16-bit intermediate rounds too): keep it in FP32 to the end."
             )
+        elif c.expected_value == 0.0 and c.worst_value and r is not None and r > 1 and not c.stress:
+            notes.append(f"`{c.output}` is {_num(c.worst_value)} at its worst element, where the expected "
+                         f"value is exactly 0 (a masked or ignored element, a padding row?): check what "
+                         "zeroes it in the reference.")
         elif c.factor and not c.stress:
             notes.append(f"`{c.output}` is {c.factor:.4g} times the expected values throughout: a constant "
                          "factor (a scale dropped or applied twice, a mean for a sum, a count).")

@@ -43,6 +43,10 @@ FINALISE_LAUNCHES = {"ColVecReduce": 1, "RowVecReduce": 1, "OnlineLSEReduce": 9,
 #: bench/results/h100-2026-12-07-a-host-ops.log, which found every other common op one kernel, a contiguous
 #: clone none). Every other host op that computes or fills is one.
 HOST_OP_LAUNCHES = {"aten::logsumexp": 9, "aten::topk": 2, "aten::sort": 3, "aten::constant_pad_nd": 2}
+#: What makes a host op whose aten name a kernel's author would not recognise (said beside it in the budget's
+#: refusal).
+HOST_OP_CAUSES = {"aten::_local_scalar_dense": "a 1-element tensor read to the host: a 1-element operand or "
+                                               "float(t)"}
 #: Host ops that launch no kernel (allocation without a fill).
 NO_KERNEL_OPS = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
                  "aten::lift_fresh"}
@@ -290,9 +294,9 @@ class LaunchEstimate:
             return Outcome.CHEAT_DETECTED, (
                 f"at shape {shape}, host code outside primitives.gemm ({self.largest_host_op}) touched a "
                 f"tensor of {self.largest_host_tensor} elements, more than any input or output has "
-                f"({biggest}): a host tensor may be no larger than the largest input or output, or it reads "
-                "as GEMM work done outside gemm(); run such a step per output (on pieces no larger than "
-                "one), or in an epilogue"
+                f"({biggest}): a host tensor may have no more elements than the largest input or output, or "
+                "it reads as GEMM work done outside gemm(); make such a tensor's values in an epilogue (a "
+                "host step that joins several outputs, as q and k, may run on each alone)"
             )
         if budget and self.launches > task.launch_budget:
             return Outcome.OVER_LAUNCH_BUDGET, (
@@ -305,9 +309,15 @@ class LaunchEstimate:
         return None
 
     def _host_text(self) -> str:
-        """The host ops, each that launches several kernels with its count."""
-        return ", ".join(f"{op} ({HOST_OP_LAUNCHES[op.split('.', 1)[0]]} kernels)"
-                         if op.split(".", 1)[0] in HOST_OP_LAUNCHES else op for op in self.host_ops) or "none"
+        """The host ops, each that launches several kernels with its count, and each whose aten name says
+        little with what makes it."""
+        def text(op: str) -> str:
+            name = op.split(".", 1)[0]
+            if name in HOST_OP_LAUNCHES:
+                return f"{op} ({HOST_OP_LAUNCHES[name]} kernels)"
+            return f"{op} ({HOST_OP_CAUSES[name]})" if name in HOST_OP_CAUSES else op
+
+        return ", ".join(map(text, self.host_ops)) or "none"
 
     def describe(self) -> dict[str, object]:
         return {"launches_estimate": self.launches, "gemm_calls": [list(g) for g in self.gemms],
