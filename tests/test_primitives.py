@@ -320,6 +320,19 @@ def test_a_weight_passed_as_stored_is_told_to_pass_its_transposed_view():
         P.gemm(plain, x, torch.randn(16, 48).bfloat16().t())
 
 
+def test_a_missing_index_operand_is_named_with_its_sink():
+    """"missing operands target" led a model to add an fn parameter: the index belongs to a ColVecSelect."""
+    x, w = torch.randn(32, 16).bfloat16(), torch.randn(48, 16).bfloat16()
+
+    @P.epilogue(reduces={"pos": P.ColVecSelect()})
+    def pick(acc):
+        return {"pos": acc}
+
+    with pytest.raises(P.EpilogueError,
+                       match=r"missing operands target \(the index= of ColVecSelect sink 'pos'\)"):
+        P.gemm(pick, x, w.t())
+
+
 def test_square_problems_need_pinned_vectors():
     a = torch.randn(32, 16).bfloat16()
     b = torch.randn(16, 32).bfloat16()

@@ -256,6 +256,8 @@ def test_delicate_operators_are_read_from_the_reference_source():
     exact = ("import torch\ndef reference(x, g):\n"
              "    return {'y': torch.ops.aten.gelu_backward(g, x) + x.erf()}\n")
     assert delicate_operators(exact) == ["erf", "gelu_backward"]
+    # softplus is log(1 + exp(x)): a naive kernel overflows (a manual seat's Mamba dt projection passed)
+    assert delicate_operators("def reference(x):\n    return {'y': F.softplus(x)}\n") == ["softplus"]
 
 
 def test_a_delicate_reference_gets_a_stress_set_of_its_activations_at_large_magnitudes():
@@ -434,6 +436,26 @@ def test_validate_refuses_a_mask_value_no_input_holds(tmp_path):
     assert ("constants.ignore_index: no output changes when it moves from -100 to -150 (x1.5) or to -50 "
             "(x0.5)") in problem
     assert "give the test data values where it acts" in problem and _points_at(path, problem, "ignore_index")
+
+
+def test_validate_says_a_constant_the_reference_never_uses_is_to_be_dropped(tmp_path):
+    """'The test data never reaches it' sent an author widening inits for a constant the reference never read
+    (a manual seat's)."""
+    reference = EXAMPLE.with_suffix(".py").read_text().replace("gamma, *, eps)", "gamma, *, eps, unused)")
+    path = write_task(tmp_path, lambda d: d["constants"].update(unused=3.0), reference=reference)
+    (problem,) = validate_path(path).problems
+    assert problem.endswith("constants.unused: the reference never uses it; drop it"), problem
+
+
+def test_validate_notes_a_delicate_reference_with_no_stress_set(tmp_path):
+    """Every floating input with an init of its own: no stress set is drawn, and an lse without its row max
+    passed (a manual seat's InfoNCE task); a note says so, the task stays valid."""
+    path = write_task(tmp_path, lambda d: d["inputs"][0].update(init={"dist": "normal", "std": 0.5}),
+                      base=TASK_DIR / "gemm_cross_entropy.yaml")
+    report = validate_path(path)
+    assert report.ok and any(n.startswith("stress: the reference calls") and "no stress set is drawn" in n
+                             for n in report.notes), report.notes
+    assert not any(n.startswith("stress:") for n in validate_path(TASK_DIR / "gemm_cross_entropy.yaml").notes)
 
 
 LABEL_SMOOTHED = """import torch

@@ -313,6 +313,10 @@ def _check(epi: Epilogue, A: Any, B: Any, C: Any, operands: dict[str, Any], out_
         raise EpilogueError(f"acc_pair mode needs an even N, got {n}")
     expected = set(epi.operand_params) | set(epi.index_operands)
     missing, extra = expected - set(operands), set(operands) - expected
+    # an index operand is named by its sink, not by the fn: say whose it is (a model added an fn parameter)
+    sinks_of = {s.index: name for name, s in epi.sinks.items() if isinstance(s, ColVecSelect)}
+    missing = {f"{m} (the index= of ColVecSelect sink {sinks_of[m]!r})" if m in sinks_of else m
+               for m in missing}
     if missing or extra:
         raise EpilogueError(
             f"gemm({epi.name}) operands: missing {', '.join(sorted(missing))}, unexpected "

@@ -47,7 +47,7 @@ def torch_dtype(name: str) -> torch.dtype:
 DELICATE_OPERATORS = frozenset({
     "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "logsumexp", "softmax", "log_softmax",
     "cross_entropy", "sigmoid", "silu", "tanh", "rsqrt", "sqrt", "reciprocal", "div", "true_divide",
-    "erf", "erfc", "gelu", "gelu_backward",
+    "erf", "erfc", "gelu", "gelu_backward", "softplus", "logsigmoid", "mish", "elu", "selu", "celu",
 })
 #: The std the default stress set draws the activations at: logits of about 3 x 64 over a row, well past exp's
 #: FP32 overflow at 88, while the inputs and a stable FP32 reference stay far from any range limit.

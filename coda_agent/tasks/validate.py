@@ -9,6 +9,7 @@ refused where no kernel could run it: a shape whose tensors' rows TMA cannot mov
 
 from __future__ import annotations
 
+import ast
 import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ import yaml
 from ..primitives._config import TMA_ALIGN_BYTES, tma_row_multiple
 from . import expr
 from .loader import TaskError, field_line, load_task, reference_function, upcast
-from .model import DTYPE_BYTES, InputSpec, Loc, Task, TensorSpec, torch_dtype
+from .model import DTYPE_BYTES, InputSpec, Loc, Task, TensorSpec, delicate_operators, torch_dtype
 from .products import Products, reference_products, row_width_symbols
 from .terms import invisible_terms, within_tolerance
 
@@ -190,7 +191,7 @@ def _findings(task: Task) -> tuple[list[str], list[str]]:
         "test data when it is left out, so a kernel could leave it out; draw the inputs that feed it where "
         "it counts (a larger std, init: {std: ...}, or a non-zero mean, init: {mean: ...})"
         for term in invisible_terms(task, judged)]
-    return problems, [] if problems else _droppable_constants(task, judged)
+    return problems, [] if problems else _droppable_constants(task, judged) + _unstressed(task)
 
 
 def _reference_products(task: Task) -> tuple[Products, bool]:
@@ -286,17 +287,33 @@ def _inert_constants(task: Task, runs: Runs) -> list[str]:
     """One line per constant that a move of :data:`CONSTANT_MOVES` changes no output with at any small shape:
     the test data never reaches what it does, so a kernel could leave it out and pass."""
     problems = []
+    read = _names_read(task)
     for name, value in task.constants.items():
         inert = [(factor, _moved(value, factor)) for factor in CONSTANT_MOVES
                  if not any(_changes(task, inputs, ref,
                                      {name: _moved(value, factor)}) for _, inputs, ref in runs)]
         if not inert:
             continue
+        where = f"{_at(task, ('constants', name))}constants.{name}"
+        if read is not None and name not in read:
+            problems.append(f"{where}: the reference never uses it; drop it")
+            continue
         moves = " or ".join(f"to {moved:g} (x{factor:g})" for factor, moved in inert)
-        problems.append(f"{_at(task, ('constants', name))}constants.{name}: no output changes when it moves "
-                        f"from {value:g} {moves} at the small shapes: the test data never reaches it, so a "
-                        f"kernel could leave it out; {_reaching(task, runs, {name: inert[0][1]})}")
+        problems.append(f"{where}: no output changes when it moves from {value:g} {moves} at the small "
+                        "shapes: the test data never reaches it (or, reached, it changes nothing in FP32), "
+                        f"so a kernel could leave it out; {_reaching(task, runs, {name: inert[0][1]})}")
     return problems
+
+
+def _names_read(task: Task) -> set[str] | None:
+    """The names the reference function's body reads (its parameters' uses, not their declaration); None
+    where the function is not found in its file's source."""
+    function = task.reference.partition(":")[2]
+    for node in ast.walk(ast.parse(task.reference_file.read_text())):
+        if isinstance(node, ast.FunctionDef) and node.name == function:
+            return {n.id for stmt in node.body for n in ast.walk(stmt)
+                    if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return None
 
 
 def _droppable_constants(task: Task, judged: Sequence[tuple[Tensors, Tensors, Tensors]]) -> list[str]:
@@ -320,6 +337,18 @@ def _droppable_constants(task: Task, judged: Sequence[tuple[Tensors, Tensors, Te
                          "to it (as usual for an eps that guards a division or a root); to do so, give the "
                          "test data values where it acts")
     return notes
+
+
+def _unstressed(task: Task) -> list[str]:
+    """A note where the reference calls a delicate operator but the task draws no stress set: every floating
+    input has an init of its own (:meth:`Task.stress_inits` stresses only default-drawn ones), so a kernel
+    that overflows at large magnitudes passes."""
+    ops = delicate_operators(task.reference_file.read_text())
+    if task.stress is not None or not ops or task.stress_inits():
+        return []
+    return [f"stress: the reference calls {', '.join(ops)}, but every floating input has an init of its own, "
+            "so no stress set is drawn and a kernel unstable at large magnitudes passes; a stress: block "
+            "checks it (stress: {x: {std: 64}} draws x there)"]
 
 
 def _reaching(task: Task, runs: Runs, constants: dict[str, float | int]) -> str:

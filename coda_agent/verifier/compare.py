@@ -238,7 +238,7 @@ def check_outputs(
                 OutputCheck(
                     **base, ok=False, worst_index=first,
                     reason=f"output {spec.name!r} has {stats.nonfinite} NaN/Inf values (first at {first}); "
-                    "an unwritten element or an overflow",
+                    "an unwritten element, an overflow or 0 x inf (a mask multiplying -inf)",
                 )
             )
             continue

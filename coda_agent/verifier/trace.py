@@ -296,7 +296,7 @@ class LaunchEstimate:
                 f"tensor of {self.largest_host_tensor} elements, more than any input or output has "
                 f"({biggest}): a host tensor may have no more elements than the largest input or output, or "
                 "it reads as GEMM work done outside gemm(); make such a tensor's values in an epilogue (a "
-                "host step that joins several outputs, as q and k, may run on each alone)"
+                "host step over several outputs at once may run on each alone)"
             )
         if budget and self.launches > task.launch_budget:
             return Outcome.OVER_LAUNCH_BUDGET, (
