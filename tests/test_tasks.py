@@ -497,6 +497,23 @@ def test_validate_refuses_a_term_the_test_data_keeps_too_small_to_see(tmp_path):
     assert validate_path(_label_smoothed(tmp_path, 0.02)).ok
 
 
+def test_each_sum_of_a_line_is_judged_and_the_invisible_one_quoted(tmp_path):
+    """Two '-' on one line: only the first was judged (one verdict per line and operand), and a refusal named
+    "the right term of the '-'" without saying which (a manual seat's soft-capped CE backward)."""
+    reference = LABEL_SMOOTHED.replace(
+        "    smooth = lse - lf.mean(-1)\n    loss = (1 - smoothing) * (lse - picked) + smoothing * smooth\n",
+        "    loss = (1 - smoothing) * (lse - picked) + smoothing * (lse - lf.mean(-1))\n")
+
+    def edit(d):
+        d["constants"]["smoothing"] = 0.1
+        d["inputs"][1]["init"] = {"dist": "normal", "mean": 0.0, "std": "1/sqrt(K)"}
+
+    path = write_task(tmp_path, edit, reference, base=TASK_DIR / "gemm_cross_entropy.yaml")
+    (problem,) = validate_path(path).problems
+    assert problem.startswith("ref.py:10: the right term of the '-' in `lse - lf.mean(-1)` in `loss = "), \
+        problem
+
+
 @pytest.mark.parametrize(
     ("dims", "expected", "symbol", "fix"),
     [

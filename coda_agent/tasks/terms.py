@@ -10,10 +10,12 @@ constants' check's (:mod:`.validate`).
 
 from __future__ import annotations
 
-import traceback
+import linecache
+import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import torch
@@ -45,11 +47,14 @@ class Term:
     text: str
     size: float = 0.0
     other: float = 0.0
+    #: The sum itself where the line holds more (Python's instruction positions), else "".
+    expression: str = ""
 
     def describe(self, reference: Path) -> str:
         side = "left" if self.operand == 0 else "right"
-        return (f"{reference.name}:{self.line}: the {side} term of the '{self.sign}' in `{self.text}` (at "
-                f"most {self.size:.2g} in magnitude, beside {self.other:.2g})")
+        where = f"`{self.expression}` in `{self.text}`" if self.expression else f"`{self.text}`"
+        return (f"{reference.name}:{self.line}: the {side} term of the '{self.sign}' in {where} (at most "
+                f"{self.size:.2g} in magnitude, beside {self.other:.2g})")
 
 
 class _Sums(TorchDispatchMode):
@@ -67,22 +72,29 @@ class _Sums(TorchDispatchMode):
         if func in _SUMS and len(args) >= 2 and all(_is_term(a) for a in args[:2]):
             index, self._count = self._count, self._count + 1
             if self.drop is None:
-                line, text = self._where()
+                line, text, expression = self._where()
                 sizes = [float(a.abs().max()) for a in args[:2]]
-                self.terms += [Term(index, j, _SUMS[func], line, text, sizes[j], sizes[1 - j])
+                self.terms += [Term(index, j, _SUMS[func], line, text, sizes[j], sizes[1 - j], expression)
                                for j in (0, 1)]
             elif self.drop[0] == index:
                 args = list(args)
                 args[self.drop[1]] = torch.zeros_like(args[self.drop[1]])
         return func(*args, **kwargs)
 
-    def _where(self) -> tuple[int, str]:
+    def _where(self) -> tuple[int, str, str]:
         """The innermost line of the reference file on the stack (the reference's own line, or its call into
-        torch)."""
-        for frame in reversed(traceback.extract_stack()):
-            if frame.filename == self.reference:
-                return frame.lineno or 0, (frame.line or "").strip()
-        return 0, ""
+        torch), and the expression on it that made the sum where it is only part of the line."""
+        frame: FrameType | None = sys._getframe()
+        while frame is not None and frame.f_code.co_filename != self.reference:
+            frame = frame.f_back
+        if frame is None:
+            return 0, "", ""
+        # the instruction the frame is at: its line and columns (the sum's own expression, or the call in it)
+        line, end_line, start, end = list(frame.f_code.co_positions())[frame.f_lasti // 2]
+        source = linecache.getline(self.reference, line or frame.f_lineno)
+        text = source.strip()
+        expression = source[start:end].strip() if None not in (start, end) and end_line == line else ""
+        return line or frame.f_lineno, text, "" if expression == text else expression
 
 
 def _is_term(x: object) -> bool:
@@ -96,15 +108,20 @@ def invisible_terms(task: Task, runs: Sequence[tuple[Tensors, Tensors, Tensors]]
     first_inputs = runs[0][0]
     with torch.no_grad(), _Sums(task.reference_file) as probe:
         ref_fn(**upcast(first_inputs), **task.constants)
-    seen: set[tuple[int, int]] = set()
+    seen: set[tuple[int, str, int]] = set()
+    sums_on: dict[int, set[str]] = {}  # line -> its sums' expressions
+    for term in probe.terms:
+        sums_on.setdefault(term.line, set()).add(term.expression)
     hidden = []
     for term in probe.terms:
-        if (term.line, term.operand) in seen and term.line:
+        key = (term.line, term.expression, term.operand)
+        if key in seen and term.line:
             continue  # one verdict per source term (a loop's sums are the same term)
-        seen.add((term.line, term.operand))
+        seen.add(key)
         if all(within_tolerance(task, ref, base, _dropped(ref_fn, task, inputs, term))
                for inputs, ref, base in runs):
-            hidden.append(term)
+            # the sum's own expression only where the line holds several (which of them it is)
+            hidden.append(term if len(sums_on[term.line]) > 1 else replace(term, expression=""))
     return hidden
 
 
