@@ -57,8 +57,8 @@ def whole_tensor_check(task: Task, name: str, got: torch.Tensor, ref32: torch.Te
     if bool(bad.any()):
         first = _unravel(int(bad.reshape(-1).nonzero()[0]), want_shape)
         return OutputCheck(**base, ok=False, worst_index=first, reason=(
-            f"output {name!r} has {int(bad.sum())} NaN/Inf values (first at {first}); an unwritten element "
-            "or an overflow")).model_dump()
+            f"output {name!r} has {int(bad.sum())} NaN/Inf values (first at {first}); an unwritten element, "
+            "an overflow or 0 x inf (a mask multiplying -inf)")).model_dump()
     diff = (cand - ref).abs().reshape(-1)
     flat = int(diff.argmax())
     err = float(diff[flat])
