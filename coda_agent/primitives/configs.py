@@ -217,9 +217,9 @@ def narrow_n_tile(n: int) -> Config:
     columns. Measured on an H100 (bench/results/h100-2026-12-07-a-notes.md, an OnlineLSEReduce epilogue): at
     M 16384, K 4096, N 64 49.9 us against 65.2 at 128x192 (cuBLAS 49.7), N 128 52.1 against 56.1; at M 8192,
     N 160, K 2048 14.1 against 21.4 (128xN: 51.0, 53.6, 19.0): half-height tiles give twice the CTAs where one
-    row of 128-row tiles leaves SMs idle. On QuACK's kernel: the load-ahead kernel runs a 64-row tile correctly
-    (tests/test_gpu_primitives.py, H100, bench/results/h100-2026-12-07-b-guards.log) but has not been timed
-    there."""
+    row of 128-row tiles leaves SMs idle. On QuACK's kernel: the load-ahead kernel runs a 64-row tile
+    correctly (tests/test_gpu_primitives.py, H100, bench/results/h100-2026-12-07-b-guards.log) but has not
+    been timed there."""
     return Config(tile_m=64, tile_n=-(-n // 16) * 16, load_ahead=False)
 
 
