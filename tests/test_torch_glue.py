@@ -149,6 +149,31 @@ assert (out.double() - eager.double()).abs().max() <= 2**-7 * want.abs().max(), 
 print("ok")
 """
 
+NEW_GLUE_TRITON_ON_THE_CPU = """
+import sys, torch
+sys.path.insert(0, {tests!r})
+from test_torch_glue import norm_case
+from coda_agent.torch import glue
+h, gamma, rstd, dy, scale = norm_case()
+# the norm backward: several programs, the last one partial
+dh, dgamma = glue.rmsnorm_backward_triton(h, gamma, rstd, dy, scale, rows_per_program=8)
+want_dh, want_dgamma = glue.rmsnorm_backward(h.double(), gamma.double(), rstd.double(), dy.double(), scale)
+assert dh.dtype == torch.bfloat16 and dh.shape == h.shape and dgamma.dtype == torch.float32, "their form"
+assert (dh.double() - want_dh).abs().max() <= 2**-7 * want_dh.abs().max(), "dh"
+assert torch.allclose(dgamma.double(), want_dgamma, rtol=1e-5, atol=1e-4), "dgamma"
+# the scaled cast: a last partial block
+x = torch.randn(1000) * 3
+out = glue.scaled_cast_triton(x, scale, torch.bfloat16, block=256)
+want = x.double() * 0.625  # within a bf16 step (the interpreter's rounding to bf16 need not be the GPU's)
+assert out.dtype == torch.bfloat16 and ((out.double() - want).abs() <= 2**-7 * want.abs()).all(), "cast"
+# the first norm's pass
+normed, r = glue.rms_begin_triton(h.view(1, 37, 40), gamma, 1e-5)
+assert normed.shape == (1, 37, 40) and r.shape == (1, 37) and r.dtype == torch.float32, "its form"
+assert (normed.view(37, 40).double() - (h * gamma).double()).abs().max() <= 2**-7 * 16, "h * gamma"
+assert torch.allclose(r.view(37), rstd, rtol=1e-5), "rstd"
+print("ok")
+"""
+
 
 def under_tritons_interpreter(code: str) -> subprocess.CompletedProcess[str]:
     """``code`` in a process of its own with ``TRITON_INTERPRET=1`` (the variable is read when a kernel is
@@ -180,25 +205,67 @@ def test_the_triton_norm_pass_runs_under_tritons_interpreter():
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
 
 
+def test_the_triton_norm_backward_scaled_cast_and_first_norm_run_under_tritons_interpreter():
+    """The three passes around the scaled-exp head and the first layer, under Triton's interpreter, against
+    the math: the norm backward's programs and partial dgamma rows, the scaled cast's last partial block."""
+    done = under_tritons_interpreter(NEW_GLUE_TRITON_ON_THE_CPU)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
+
+
 def test_the_norm_backward_matches_autograd():
-    """The element-wise norm backward's CPU math (its GPU kernel is QuACK's) against autograd through the
-    norm's forward."""
+    """The element-wise norm backward's CPU math against autograd through the norm's forward, at the scaled
+    gradient it is given (the loss's gradient rides in as a scale on dy)."""
     g = torch.Generator().manual_seed(0)
     h = (torch.randn(6, 32, generator=g, dtype=torch.float64) * 3).requires_grad_()
     gamma = (torch.rand(32, generator=g, dtype=torch.float64) + 0.5).requires_grad_()
     dy = torch.randn(6, 32, generator=g, dtype=torch.float64)
     rstd = torch.rsqrt(h.pow(2).mean(-1) + 1e-5)
-    (h * rstd[:, None] * gamma).backward(dy)
-    dh, dgamma = glue.rmsnorm_backward(h.detach(), gamma.detach(), rstd.detach(), dy)
+    (h * rstd[:, None] * gamma).backward(dy * 0.75)
+    dh, dgamma = glue.rmsnorm_backward(h.detach(), gamma.detach(), rstd.detach(), dy, torch.tensor(0.75))
     assert torch.allclose(dh, h.grad) and torch.allclose(dgamma.double(), gamma.grad)
 
-#: Each Triton kernel's pointer arguments not in bf16, its constexprs and warps, and its integer arguments
-#: that a launch at the chain's sizes gives as multiples of 16 (Triton specializes on that, as on 16-byte
-#: aligned pointers: it is what lets an access be a vector).
+
+def norm_case(rows: int = 37, dim: int = 40, seed: int = 0):
+    """A norm's saved input (bf16), weight, FP32 statistic, an incoming gradient and a loss gradient: rows
+    that leave a last partial program, a row shorter than its block."""
+    g = torch.Generator().manual_seed(seed)
+    h = (torch.randn(rows, dim, generator=g) * 4).to(torch.bfloat16)
+    gamma = (torch.rand(dim, generator=g) + 0.5).to(torch.bfloat16)
+    rstd = torch.rsqrt(h.float().pow(2).mean(-1) + 1e-5)
+    dy = torch.randn(rows, dim, generator=g).to(torch.bfloat16)
+    return h, gamma, rstd, dy, torch.tensor(0.625)
+
+
+def test_the_new_glue_ops_pass_opcheck():
+    """The first norm's pass, the scaled norm backward and the scaled cast are custom ops a caller's
+    torch.compile keeps whole: their fake kernels agree with the real ones."""
+    h, gamma, rstd, dy, scale = norm_case()
+    torch.library.opcheck(torch.ops.coda.rmsnorm_backward.default, (h, gamma, rstd, dy, scale))
+    torch.library.opcheck(torch.ops.coda.scaled_cast.default, (dy.float(), scale, torch.bfloat16))
+    torch.library.opcheck(torch.ops.coda.rms_begin.default, (h.view(1, 37, 40), gamma, 1e-5))
+
+
+def test_the_first_norms_pass_gives_the_deferred_product_and_the_statistic():
+    h, gamma, _, _, _ = norm_case()
+    normed, rstd = glue.rms_begin(h.view(1, 37, 40), gamma, 1e-5)
+    assert normed.shape == (1, 37, 40) and normed.dtype == torch.bfloat16 and rstd.shape == (1, 37)
+    assert torch.equal(normed.view(37, 40), h * gamma)  # rounded once, as the product of two bf16 tensors
+    want = 1 / (h.double().pow(2).mean(-1) + 1e-5).sqrt()
+    assert torch.allclose(rstd.view(37).double(), want, rtol=1e-6)
+
+#: Each Triton kernel's arguments not bf16 pointers or i32 (their types), its constexprs and warps, and its
+#: integer arguments that a launch at the chain's sizes gives as multiples of 16 (Triton specializes on that,
+#: as on 16-byte aligned pointers: it is what lets an access be a vector).
 SM90_BUILDS = {
     "softmax_grad_in_place": ({"lse_ptr": "*fp32", "dloss_ptr": "*fp32", "zdz_ptr": "*fp32",
                                "targets_ptr": "*i64"}, {"BLOCK": glue.SOFTMAX_GRAD_BLOCK}, 8, {"row_stride"}),
     "rms_normalize_rows": ({"rstd_ptr": "*fp32"}, {"BLOCK": 2048}, 4, {"dim", "row_stride"}),
+    "rms_begin_rows": ({"rstd_ptr": "*fp32", "eps": "fp32"}, {"BLOCK": 2048}, 4, {"dim", "row_stride"}),
+    "scale_cast_blocks": ({"x_ptr": "*fp32", "scale_ptr": "*fp32"}, {"BLOCK": glue.SCALED_CAST_BLOCK}, 4,
+                          {"n"}),
+    "rmsnorm_backward_rows": ({"rstd_ptr": "*fp32", "scale_ptr": "*fp32", "dgamma_part_ptr": "*fp32"},
+                              {"ROWS": glue.RMSNORM_BACKWARD_ROWS, "BLOCK": 2048}, 4,
+                              {"dim", "h_row", "dy_row"}),
     "rope_backward_rows": ({"freq_ptr": "*fp32", "zdz_ptr": "*fp32"},
                            {"HEAD_DIM": 64, "TOKENS": glue.ROPE_BACKWARD_TOKENS}, 4,
                            {"q_b", "q_h", "q_s", "k_b", "k_h", "k_s", "v_b", "v_h", "v_s", "qkv_row",
@@ -217,8 +284,8 @@ def sm90_ptx(name: str) -> str:
 
     kernel = getattr(_glue_kernels, name)
     pointers, constexprs, warps, aligned = SM90_BUILDS[name]
-    signature = {p: "constexpr" if p in constexprs else pointers.get(p, "*bf16") if p.endswith("_ptr")
-                 else "i32" for p in kernel.arg_names}
+    signature = {p: "constexpr" if p in constexprs
+                 else pointers.get(p, "*bf16" if p.endswith("_ptr") else "i32") for p in kernel.arg_names}
     attrs = {(i,): [["tt.divisibility", 16]] for i, p in enumerate(kernel.arg_names)
              if p in aligned or (p.endswith("_ptr") and p not in constexprs)}
     built = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs),
@@ -242,6 +309,16 @@ def test_ropes_backward_moves_its_bytes_in_16_byte_vectors():
     narrow = re.findall(r"\b(?:ld|st)\.global(?:\.\w+)*\.b16\b", ptx)
     assert not narrow, f"{len(narrow)} 2-byte global accesses"
     assert len(re.findall(r"\bld\.global(?:\.\w+)*\.v4\.b32\b", ptx)) >= 2
+    assert re.search(r"\bst\.global(?:\.\w+)*\.v4\.b32\b", ptx)
+
+
+@pytest.mark.parametrize("name", ["scale_cast_blocks", "rms_begin_rows", "rmsnorm_backward_rows"])
+def test_the_passes_around_the_head_and_the_first_norm_move_16_byte_vectors(name):
+    """These passes replace eager kernels that were slow for their bytes (the scaled cast took eager torch's
+    unvectorized path): every global access of theirs is a 16-byte vector, none a 2-byte one."""
+    ptx = sm90_ptx(name)
+    assert not re.findall(r"\b(?:ld|st)\.global(?:\.\w+)*\.b16\b", ptx)
+    assert re.search(r"\bld\.global(?:\.\w+)*\.v4\.b32\b", ptx)
     assert re.search(r"\bst\.global(?:\.\w+)*\.v4\.b32\b", ptx)
 
 
@@ -284,3 +361,24 @@ def test_on_the_gpu_ropes_backward_is_one_kernel_that_reads_sdpas_gradients_wher
     dz, zdz = glue.rope_backward(*args)
     assert (dz.cpu().double() - want_dz.double()).abs().max() <= 2**-7 * want_dz.double().abs().max()
     assert torch.allclose(zdz.cpu(), want_zdz, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_the_passes_around_the_head_and_the_first_norm_equal_the_cpus():
+    """Each pass one Triton kernel (the norm backward with the sum of its dgamma partials), equal to the CPU's
+    math within a bf16 step."""
+    cpu = norm_case(rows=1000, dim=2048)
+    h, gamma, rstd, dy, scale = (t.cuda() for t in cpu)
+    kernels = gpu_kernels(glue.rmsnorm_backward, h, gamma, rstd, dy, scale)
+    assert kernels[0] == "rmsnorm_backward_rows" and len(kernels) == 2, kernels  # and the partials' sum
+    want_dh, want_dgamma = glue.rmsnorm_backward(*cpu)
+    dh, dgamma = glue.rmsnorm_backward(h, gamma, rstd, dy, scale)
+    assert (dh.cpu().double() - want_dh.double()).abs().max() <= 2**-7 * want_dh.double().abs().max()
+    assert torch.allclose(dgamma.cpu(), want_dgamma, rtol=1e-4, atol=1e-3)
+    x = torch.randn(3000, 700, device="cuda")
+    assert gpu_kernels(lambda *a: glue.scaled_cast(*a, torch.bfloat16), x, scale) == ["scale_cast_blocks"]
+    assert torch.equal(glue.scaled_cast(x, scale, torch.bfloat16), (x * 0.625).to(torch.bfloat16))
+    assert gpu_kernels(lambda *a: glue.rms_begin(*a, 1e-5), h.view(2, 500, 2048), gamma) == ["rms_begin_rows"]
+    normed, r = glue.rms_begin(h.view(2, 500, 2048), gamma, 1e-5)
+    assert torch.equal(normed.view(1000, 2048), h * gamma)
+    assert torch.allclose(r.view(1000), rstd, rtol=1e-5)

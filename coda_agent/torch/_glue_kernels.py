@@ -79,3 +79,46 @@ def rms_normalize_rows(h_ptr, rstd_ptr, gamma_ptr, out_ptr, dim, row_stride, BLO
     gamma = tl.load(gamma_ptr + cols, mask=inside, other=0.0).to(tl.float32)
     out = h * tl.load(rstd_ptr + row) * gamma
     tl.store(out_ptr + row.to(tl.int64) * dim + cols, out.to(out_ptr.dtype.element_ty), mask=inside)
+
+
+@triton.jit
+def rms_begin_rows(h_ptr, gamma_ptr, normed_ptr, rstd_ptr, dim, row_stride, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    inside = cols < dim
+    h = tl.load(h_ptr + row.to(tl.int64) * row_stride + cols, mask=inside, other=0.0).to(tl.float32)
+    gamma = tl.load(gamma_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+    tl.store(rstd_ptr + row, 1.0 / tl.sqrt(tl.sum(h * h, axis=0) / dim + eps))
+    tl.store(normed_ptr + row.to(tl.int64) * dim + cols, (h * gamma).to(normed_ptr.dtype.element_ty),
+             mask=inside)
+
+
+@triton.jit
+def scale_cast_blocks(x_ptr, scale_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    at = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    inside = at < n
+    x = tl.load(x_ptr + at, mask=inside, other=0.0).to(tl.float32)
+    tl.store(out_ptr + at, (x * tl.load(scale_ptr).to(tl.float32)).to(out_ptr.dtype.element_ty), mask=inside)
+
+
+@triton.jit
+def rmsnorm_backward_rows(h_ptr, gamma_ptr, rstd_ptr, dy_ptr, scale_ptr, dh_ptr, dgamma_part_ptr, rows, dim,
+                          h_row, dy_row, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    """``ROWS`` rows a program; its share of dgamma goes to a row of ``dgamma_part`` (summed after)."""
+    part = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    inside = cols < dim
+    gamma = tl.load(gamma_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+    scale = tl.load(scale_ptr).to(tl.float32)
+    dgamma = tl.zeros([BLOCK], dtype=tl.float32)
+    for i in range(ROWS):
+        row = part * ROWS + i
+        live = inside & (row + cols * 0 < rows)  # a vector: the interpreter takes no scalar in a mask
+        r = tl.load(rstd_ptr + tl.minimum(row, rows - 1))  # past the last row: masked off below
+        x_hat = tl.load(h_ptr + row.to(tl.int64) * h_row + cols, mask=live, other=0.0).to(tl.float32) * r
+        dy = tl.load(dy_ptr + row.to(tl.int64) * dy_row + cols, mask=live, other=0.0).to(tl.float32) * scale
+        g = dy * gamma
+        dh = (g - x_hat * (tl.sum(g * x_hat, axis=0) / dim)) * r
+        tl.store(dh_ptr + row.to(tl.int64) * dim + cols, dh.to(dh_ptr.dtype.element_ty), mask=live)
+        dgamma += dy * x_hat
+    tl.store(dgamma_part_ptr + part.to(tl.int64) * dim + cols, dgamma, mask=inside)

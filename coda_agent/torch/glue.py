@@ -18,7 +18,11 @@
 - **The final RMSNorm, forward and backward, beside QuACK's scaled-exp head** (:mod:`.scaled_exp`), whose
   GEMMs take the normalized rows and give their gradient, so the norm cannot ride in their epilogues: the
   forward is a Triton pass from the stream's ``h`` and ``rstd`` (one read and write of M x D), the backward
-  QuACK's ``rmsnorm_bwd``.
+  one Triton pass that takes the loss gradient as a scale on ``dy`` (eager torch multiplied by it first, a
+  pass of its own over M x D), and the head weight's FP32 gradient is scaled and rounded in one more.
+- **The first norm's statistics**: the stream entering the first layer has no producer GEMM, so its
+  ``rstd`` and ``h * gamma`` come from one Triton pass over ``h`` (eager torch took five kernels: a cast, a
+  square, a mean, a reciprocal root and the product).
 
 All are custom ops (``torch.ops.coda``), so a caller's torch.compile keeps each whole. On a CPU (the
 emulator's world, tests) each runs as plain torch; the Triton kernels (:mod:`._glue_kernels`) also run there
@@ -191,27 +195,126 @@ def rms_normalize_triton(h: torch.Tensor, rstd: torch.Tensor, gamma: torch.Tenso
 
 
 @torch.library.custom_op("coda::rmsnorm_backward", mutates_args=())
-def rmsnorm_backward(h: torch.Tensor, gamma: torch.Tensor, rstd: torch.Tensor,
-                     dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The gradients of ``y = h * rstd * gamma`` (rows of ``h``, ``rstd`` FP32 per row) at ``dy``: ``dh`` in
-    ``h``'s dtype and ``dgamma`` in FP32."""
+def rmsnorm_backward(h: torch.Tensor, gamma: torch.Tensor, rstd: torch.Tensor, dy: torch.Tensor,
+                     dy_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gradients of ``y = h * rstd * gamma`` (rows of ``h``, ``rstd`` FP32 per row) at ``dy * dy_scale``
+    (``dy_scale`` a 1-element tensor, say the loss's gradient): ``dh`` in ``h``'s dtype and ``dgamma`` in
+    FP32."""
     x_hat = h.float() * rstd[:, None]
-    g = dy.float() * gamma.float()
+    dy = dy.float() * dy_scale.float()
+    g = dy * gamma.float()
     dh = (g - x_hat * (g * x_hat).mean(-1, keepdim=True)) * rstd[:, None]
-    return dh.to(h.dtype), (dy.float() * x_hat).sum(0)
+    return dh.to(h.dtype), (dy * x_hat).sum(0)
 
 
 @rmsnorm_backward.register_fake
-def _(h: torch.Tensor, gamma: torch.Tensor, rstd: torch.Tensor,
-      dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.empty_like(h), gamma.new_empty(gamma.shape, dtype=torch.float32)
+def _(h: torch.Tensor, gamma: torch.Tensor, rstd: torch.Tensor, dy: torch.Tensor,
+      dy_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty_like(h, memory_format=torch.contiguous_format), gamma.new_empty(gamma.shape,
+                                                                                       dtype=torch.float32)
 
 
 @rmsnorm_backward.register_kernel("cuda")
-def _(h: torch.Tensor, gamma: torch.Tensor, rstd: torch.Tensor,
-      dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    from quack.rmsnorm import rmsnorm_bwd
+def _(h: torch.Tensor, gamma: torch.Tensor, rstd: torch.Tensor, dy: torch.Tensor,
+      dy_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return rmsnorm_backward_triton(h, gamma, rstd, dy, dy_scale)
 
-    dh, dgamma, _, _ = rmsnorm_bwd(h.contiguous(), gamma, dy.contiguous(), rstd.float().contiguous())
-    assert dgamma is not None  # a weight was given
-    return dh, dgamma.float()
+
+#: Rows a program of the norm backward's Triton pass takes; each program leaves one row of dgamma partials.
+RMSNORM_BACKWARD_ROWS = 16
+
+
+def rmsnorm_backward_triton(h: torch.Tensor, gamma: torch.Tensor, rstd: torch.Tensor, dy: torch.Tensor,
+                            dy_scale: torch.Tensor, rows_per_program: int = RMSNORM_BACKWARD_ROWS
+                            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The norm backward as one Triton launch and the sum of its dgamma partials (a GPU, or the CPU under
+    ``TRITON_INTERPRET=1``)."""
+    rows, dim = h.shape
+    if h.stride(1) != 1 or dy.stride(1) != 1:
+        raise ValueError("the norm backward's Triton pass needs each row of h and dy contiguous")
+    dh = torch.empty((rows, dim), dtype=h.dtype, device=h.device)
+    programs = -(-rows // rows_per_program)
+    if programs == 0:  # no program to launch
+        return dh, torch.zeros(dim, dtype=torch.float32, device=h.device)
+    from ._glue_kernels import rmsnorm_backward_rows
+
+    parts = torch.empty((programs, dim), dtype=torch.float32, device=h.device)
+    block = 1 << (dim - 1).bit_length()  # a row in one block
+    warps = 4 if block <= 2048 else 8
+    rmsnorm_backward_rows[(programs,)](h, gamma.contiguous(), rstd.float().contiguous(), dy,
+                                       dy_scale.reshape(1), dh, parts, rows, dim, h.stride(0), dy.stride(0),
+                                       ROWS=rows_per_program, BLOCK=block, num_warps=warps)
+    return dh, parts.sum(0)
+
+
+@torch.library.custom_op("coda::scaled_cast", mutates_args=())
+def scaled_cast(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x * scale`` (``scale`` a 1-element tensor) rounded once to ``dtype``: the LM head weight's FP32
+    gradient times the loss's gradient, as the parameter's dtype."""
+    return torch.mul(x, scale.reshape(()), out=torch.empty_like(x, dtype=dtype))
+
+
+@scaled_cast.register_fake
+def _(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return torch.empty_like(x, dtype=dtype)
+
+
+#: Elements a program of the scaled cast takes.
+SCALED_CAST_BLOCK = 4096
+
+
+@scaled_cast.register_kernel("cuda")
+def _(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return scaled_cast_triton(x, scale, dtype)
+
+
+def scaled_cast_triton(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype,
+                       block: int = SCALED_CAST_BLOCK) -> torch.Tensor:
+    """The scaled cast as one Triton launch over ``x``'s elements in 16-byte vectors (eager torch's multiply
+    by a 1-element GPU tensor into another dtype took the unvectorized path: 1.3 ms for 1 GiB on an H100,
+    ``bench/results/h100-2026-12-07-a-e2e.md``)."""
+    x = x.contiguous()
+    out = torch.empty_like(x, dtype=dtype)
+    if x.numel() == 0:  # no program to launch
+        return out
+    from ._glue_kernels import scale_cast_blocks
+
+    scale_cast_blocks[(-(-x.numel() // block),)](x, scale.reshape(1), out, x.numel(), BLOCK=block,
+                                                 num_warps=4)
+    return out
+
+
+@torch.library.custom_op("coda::rms_begin", mutates_args=())
+def rms_begin(h: torch.Tensor, gamma: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first norm's ``h * gamma`` in ``h``'s dtype (its row scale deferred, as the layers' epilogues leave
+    the stream) and ``rstd = 1 / sqrt(mean(h^2) + eps)`` per row of ``h`` (its last axis), FP32."""
+    return h * gamma, torch.rsqrt(h.float().pow(2).mean(-1) + eps)
+
+
+@rms_begin.register_fake
+def _(h: torch.Tensor, gamma: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty_like(h, memory_format=torch.contiguous_format), h.new_empty(h.shape[:-1],
+                                                                                   dtype=torch.float32)
+
+
+@rms_begin.register_kernel("cuda")
+def _(h: torch.Tensor, gamma: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return rms_begin_triton(h, gamma, eps)
+
+
+def rms_begin_triton(h: torch.Tensor, gamma: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first norm's statistics as one Triton launch, a program per row (a GPU, or the CPU under
+    ``TRITON_INTERPRET=1``)."""
+    dim = h.shape[-1]
+    flat = h.reshape(-1, dim)
+    if flat.stride(1) != 1:
+        raise ValueError("the first norm's Triton pass needs each row of h contiguous")
+    normed = torch.empty(h.shape, dtype=h.dtype, device=h.device)
+    rstd = torch.empty(h.shape[:-1], dtype=torch.float32, device=h.device)
+    if normed.numel() == 0:  # no program to launch
+        return normed, rstd
+    from ._glue_kernels import rms_begin_rows
+
+    rms_begin_rows[(flat.shape[0],)](flat, gamma.contiguous(), normed, rstd, dim, flat.stride(0), eps,
+                                     BLOCK=1 << (dim - 1).bit_length(), num_warps=4)  # a row in one block
+    return normed, rstd

@@ -40,11 +40,10 @@ class Stream(NamedTuple):
 
 
 def begin(h: torch.Tensor, norm_weight: torch.Tensor, eps: float) -> Stream:
-    """The stream entering the first layer: its norm has no producer GEMM (the embedding), so element-wise
-    glue."""
+    """The stream entering the first layer: its norm has no producer GEMM (the embedding), so a glue pass."""
     with torch.no_grad():
-        rstd = torch.rsqrt(h.float().pow(2).mean(-1) + eps)
-        return Stream(h, h * norm_weight, rstd)
+        normed, rstd = glue.rms_begin(h, norm_weight, eps)
+        return Stream(h, normed, rstd)
 
 
 def rope_table(head_dim: int, n_heads: int, n_kv_heads: int, theta: float) -> torch.Tensor:
@@ -206,9 +205,8 @@ class _ScaledExpHeadLoss(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, dloss: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         h, rstd, gamma, dx, dw = ctx.saved_tensors
-        dh, dgamma = glue.rmsnorm_backward(h, gamma, rstd, dx * dloss.to(dx.dtype))
-        # scaled and rounded in one pass over the FP32 gradient, not a multiply and then a cast (1 GiB at 1B)
-        dw_rounded = torch.mul(dw, dloss, out=torch.empty_like(dw, dtype=ctx.weight_dtype))
+        dh, dgamma = glue.rmsnorm_backward(h, gamma, rstd, dx, dloss)
+        dw_rounded = glue.scaled_cast(dw, dloss, ctx.weight_dtype)
         return dh, None, dgamma.to(gamma.dtype), dw_rounded, None, None, None
 
 
