@@ -191,14 +191,19 @@ def test_every_profiled_op_is_summed_by_kind(run: E2ERun):
     ("void cudnn::fusion::compute_dot_do_o_specialized<true, 64>(void const*)", "attention (SDPA)"),
     ("kernel_cutlass_kernel_coda_agentprimitives_aheadGemmMod_rms_bwd", "task kernels (GEMM + epilogue)"),
     ("kernel_cutlass_kernel_quackepiloguefrontendGemmMod_norm_gated_da98", "task kernels (GEMM + epilogue)"),
+    ("void cudnn::fusion::convert_dq_to_16bits<true>(void const*, void*, unsigned int)", "attention (SDPA)"),
     ("softmax_grad_in_place", "the chain's glue passes"),
+    ("scale_cast_blocks", "the chain's glue passes"),
+    ("rmsnorm_backward_rows", "the chain's glue passes"),
+    ("_lce_glue_row", "the chain's glue passes"),
+    ("coda::rms_begin", "the chain's glue passes"),
     ("nvjet_sm90_tst_128x256_64x4_2x1_v_bz_coopA_NTN", "other GEMMs (cuBLAS, aten)"),
     ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "other GEMMs (cuBLAS, aten)"),
     ("triton_poi_fused_mul_silu_silu_backward_stack_view_2", "Inductor's Triton kernels"),
     ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", e2e.OTHER),
 ])
 def test_a_kernel_is_named_for_what_it_is(name: str, kind: str):
-    """Names from the H200's kernel tables (bench/results/h200-2026-12-05-a-e2e-16.md)."""
+    """Names from the kernel tables (bench/results/h200-2026-12-05-a-e2e-16.md, h100-2026-12-07-c-e2e-16.md)."""
     assert e2e.kernel_kind(name) == kind
 
 

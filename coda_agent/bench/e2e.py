@@ -248,13 +248,15 @@ def peak_memory(step: Callable[[], torch.Tensor], device: str,
 
 
 #: What a profiled kernel (on a CPU, op) is, by its name: the first kind whose pattern it matches, else
-#: :data:`OTHER`. Attention first (cuDNN's and flash's names hold "gemm"-like words), then the task kernels
-#: (QuACK's CuTe DSL GEMMs with their epilogues, or their ops), the chain's two glue passes, any other GEMM
-#: (cuBLAS's, aten's), and Inductor's Triton kernels.
+#: :data:`OTHER`. Attention first (cuDNN's and flash's names hold "gemm"-like words; cuDNN's backward ends in
+#: ``convert_dq_to_16bits``), then the task kernels (QuACK's CuTe DSL GEMMs with their epilogues, or their
+#: ops), the chain's glue passes (:mod:`coda_agent.torch.glue`'s Triton kernels, and QuACK's scaled-exp
+#: head's), any other GEMM (cuBLAS's, aten's), and Inductor's Triton kernels.
 KERNEL_KINDS = (
-    ("attention (SDPA)", re.compile(r"sdpa|flash|fmha|attention|compute_dot_do_o", re.IGNORECASE)),
+    ("attention (SDPA)", re.compile(r"sdpa|flash|fmha|attention|compute_dot_do_o|convert_dq", re.IGNORECASE)),
     ("task kernels (GEMM + epilogue)", re.compile(r"GemmMod|^coda::gemm_")),
-    ("the chain's glue passes", re.compile(r"softmax_grad|rope_backward")),
+    ("the chain's glue passes", re.compile(
+        r"softmax_grad|rope_backward|rms_begin|rms_normalize|rmsnorm_backward|scale_cast|_lce_glue|^coda::")),
     ("other GEMMs (cuBLAS, aten)", re.compile(r"nvjet|xmma|gemm|cublas|^aten::(mm|addmm|bmm|matmul)$",
                                         re.IGNORECASE)),
     ("Inductor's Triton kernels", re.compile(r"^triton_")),
