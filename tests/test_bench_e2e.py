@@ -203,7 +203,8 @@ def test_every_profiled_op_is_summed_by_kind(run: E2ERun):
     ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", e2e.OTHER),
 ])
 def test_a_kernel_is_named_for_what_it_is(name: str, kind: str):
-    """Names from the kernel tables (bench/results/h200-2026-12-05-a-e2e-16.md, h100-2026-12-07-c-e2e-16.md)."""
+    """Names from the kernel tables (bench/results/h200-2026-12-05-a-e2e-16.md, h100-2026-12-07-c-e2e-16.md).
+    """
     assert e2e.kernel_kind(name) == kind
 
 
