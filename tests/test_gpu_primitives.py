@@ -192,8 +192,40 @@ def test_erf_on_the_gpu_is_within_bf16s_rounding_by_far():
                    torch.tensor([-30.0, -1e-20, 1e-20, 30.0], dtype=torch.float64)]).reshape(256, 192)
     a = torch.eye(256, device="cuda").bfloat16()  # acc = b exactly, in FP32
     b = x.to(device="cuda", dtype=torch.float32)
-    got = P.gemm(erf_of_acc, a, b.bfloat16(), out_dtype=torch.float32)["y"].double()
+    with backend.using("quack"):  # the default backend is the emulator, whose erf is torch's
+        got = P.gemm(erf_of_acc, a, b.bfloat16(), out_dtype=torch.float32)["y"].double()
     want = torch.erf(b.bfloat16().double())
     err = (got - want).abs().max().item()
     print(f"erf on {torch.cuda.get_device_name()}: max abs error {err:.3g}")
     assert err <= 1e-6, err  # 5.9e-8 on an H100 (bench/results/h100-2026-12-07-a-erf.log)
+
+
+@P.epilogue(operands={"weight": P.RowVecLoad()}, stats={"rstd": P.HeadRstd(128, eps=1e-6, out="rstd_heads")})
+def qk_norm128(acc, rstd, weight):
+    return {"D": acc * rstd * weight}
+
+
+@pytest.mark.parametrize("epi", [qk_norm128, "qk_norm64"], ids=["head-128", "head-64"])
+def test_qk_norm_on_the_gpu_matches_the_emulator(epi):
+    """HeadRstd (QuACK's per-head statistic, fed by the accumulator prepass): 128-column heads at the tile the
+    default picks for them (128x128), 64-column heads with V unnormalised at the default 128x192; a ragged M,
+    several waves, the statistic returned; the tile counter back at zero."""
+    from .test_head_rstd import qk_norm
+
+    epi = qk_norm if epi == "qk_norm64" else epi
+    g = torch.Generator(device="cuda").manual_seed(0)
+    m, n, k = 3000, 1536 if epi is qk_norm128 else 512, 640
+    a = torch.randn(m, k, device="cuda", generator=g).bfloat16()
+    b = (torch.randn(k, n, device="cuda", generator=g) / k**0.5).bfloat16()
+    kw = {"weight": torch.rand(n, device="cuda", generator=g) + 0.5}
+    if epi is qk_norm:
+        kw["normed"] = (torch.arange(n, device="cuda") < 384).float()
+    with backend.using("quack"):
+        got = P.gemm(epi, a, b, **kw)
+    torch.cuda.synchronize()
+    assert _quack._tile_counter(torch.device("cuda")).item() == 0
+    want = P.gemm(epi, a, b, **kw)  # the emulator
+    assert got.keys() == want.keys() == {"D", "rstd_heads"}
+    _close(got["D"], want["D"])
+    assert torch.allclose(got["rstd_heads"], want["rstd_heads"], rtol=1e-4)
+

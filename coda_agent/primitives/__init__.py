@@ -39,7 +39,15 @@ if TYPE_CHECKING:
     from ._call import Epilogue
     from ._config import Config, EpilogueError
     from ._epilogue import epilogue, gemm
-    from ._ops import ColVecLoad, ColVecReduce, ColVecSelect, OnlineLSEReduce, RowVecLoad, RowVecReduce
+    from ._ops import (
+        ColVecLoad,
+        ColVecReduce,
+        ColVecSelect,
+        HeadRstd,
+        OnlineLSEReduce,
+        RowVecLoad,
+        RowVecReduce,
+    )
     from ._schedule import schedule
     from ._values import (
         cos,
@@ -70,6 +78,7 @@ __all__ = [
     "Config",
     "Epilogue",
     "EpilogueError",
+    "HeadRstd",
     "OnlineLSEReduce",
     "RowVecLoad",
     "RowVecReduce",
@@ -102,8 +111,8 @@ __all__ = [
 #: run record that names a :class:`Config` must load without it (listing tasks and results stays fast).
 _HOME = {"Config": "_config", "EpilogueError": "_config", "Epilogue": "_call", "epilogue": "_epilogue",
          "gemm": "_epilogue", "schedule": "_schedule", "rstd_correction": "host", "rstd_from_sqsum": "host",
-         **dict.fromkeys(("ColVecLoad", "ColVecReduce", "ColVecSelect", "OnlineLSEReduce", "RowVecLoad",
-                          "RowVecReduce"), "_ops")}
+         **dict.fromkeys(("ColVecLoad", "ColVecReduce", "ColVecSelect", "HeadRstd", "OnlineLSEReduce",
+                          "RowVecLoad", "RowVecReduce"), "_ops")}
 
 
 def __getattr__(name: str) -> Any:

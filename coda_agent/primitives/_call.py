@@ -6,14 +6,15 @@ A leaf under the front end (``_epilogue``: ``epilogue()`` and ``gemm()``), the b
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
 
-from ._config import Config, Major, Mode
-from ._ops import ColVecSelect, Pin, RowVecReduce, Sink
+from ._config import Config, EpilogueError, Major, Mode
+from ._ops import ColVecSelect, HeadRstd, Pin, RowVecReduce, Sink
 
 OperandKind = Literal["scalar", "row", "col", "tile"]
 
@@ -28,6 +29,8 @@ class Epilogue:
     sinks: Mapping[str, Sink]
     mode: Mode
     params: tuple[str, ...]  # the fn's parameters after ``acc``
+    #: statistics the kernel computes from acc, by the fn parameter that reads them
+    stats: Mapping[str, HeadRstd] = field(default_factory=dict)
     backend_cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     #: What :func:`gemm` accepted, by call signature (``_epilogue._signature``): a repeat call skips the
     #: checks.
@@ -39,8 +42,25 @@ class Epilogue:
 
     @property
     def operand_params(self) -> tuple[str, ...]:
-        """Parameters fed from ``gemm(**operands)`` (everything but ``c``)."""
-        return tuple(p for p in self.params if p != "c")
+        """Parameters fed from ``gemm(**operands)`` (everything but ``c`` and the statistics)."""
+        return tuple(p for p in self.params if p != "c" and p not in self.stats)
+
+    @property
+    def stat_outputs(self) -> dict[str, str]:
+        """The statistics returned as results (``HeadRstd(out=...)``): result name -> fn parameter."""
+        return {stat.out: name for name, stat in self.stats.items() if stat.out}
+
+    @property
+    def tile_n_multiple(self) -> int:
+        """What every tile's N must be a multiple of: each head of a :class:`HeadRstd` lies within one tile
+        (1: no such rule)."""
+        return math.lcm(1, *(stat.head_dim for stat in self.stats.values()))
+
+    def check_tile(self, config: Config) -> None:
+        """The tile rule of the epilogue's statistics, as :meth:`Config.check` words a rule."""
+        if config.tile_n % self.tile_n_multiple:
+            raise EpilogueError(f"invalid Config: tile_n={config.tile_n} must be a multiple of "
+                                f"{self.tile_n_multiple} (HeadRstd's head_dim: a head lies within one tile)")
 
     @property
     def index_operands(self) -> tuple[str, ...]:
@@ -102,8 +122,10 @@ class GemmCall:
         return self.C is not None or any(op.kind == "tile" for op in self.operands.values())
 
     def check_config(self, config: Config) -> None:
-        """``config`` against this call's mode, outputs, D and B's layout (:meth:`Config.check`)."""
+        """``config`` against this call's mode, outputs, D and B's layout (:meth:`Config.check`), and its
+        statistics' heads (:meth:`Epilogue.check_tile`)."""
         config.check(self.epi.mode, bool(self.epi.outputs), self.store_d, self.b_major)
+        self.epi.check_tile(config)
 
     def stored_shapes(self) -> dict[str, tuple[int, int]]:
         """The shapes of what the kernel stores (all in ``out_dtype``): D (unless ``store_d`` is off) and the
@@ -139,7 +161,9 @@ class GemmCall:
             + sum(size(t) for t in self.indices.values()),
             "D": stored.pop("D", 0), "outputs": sum(stored.values()),
             "reduces": sum(4 * (self.n if isinstance(s, RowVecReduce)
-                                else self.m) for s in self.epi.sinks.values()),
+                                else self.m) for s in self.epi.sinks.values())
+            + sum(4 * self.m * (self.n // self.epi.stats[p].head_dim)
+                  for p in self.epi.stat_outputs.values()),
         }
 
     def stored_buffers(self, factory: Callable[..., torch.Tensor] = torch.empty) -> dict[str, torch.Tensor]:
@@ -155,6 +179,8 @@ class GemmCall:
             name: torch.zeros(n if isinstance(sink, RowVecReduce) else m, dtype=torch.float32, device=dev)
             for name, sink in self.epi.sinks.items()
         }
+        reduced.update({out: torch.zeros(m, n // self.epi.stats[p].head_dim, dtype=torch.float32, device=dev)
+                        for out, p in self.epi.stat_outputs.items()})
         return stored, reduced
 
 

@@ -17,7 +17,7 @@ import torch
 
 from ._call import GemmCall
 from ._config import EpilogueError
-from ._ops import ColVecReduce, ColVecSelect, OnlineLSEReduce, RowVecReduce, Sink
+from ._ops import ColVecReduce, ColVecSelect, HeadRstd, OnlineLSEReduce, RowVecReduce, Sink
 from ._values import Pair
 
 
@@ -134,8 +134,23 @@ def run(call: GemmCall) -> dict[str, torch.Tensor]:
     sink_shape = (m, width)
     for name, sink in epi.sinks.items():
         out[name] = _reduce(name, sink, result[name], call, sink_shape)
+    for name, param in epi.stat_outputs.items():
+        stat = epi.stats[param]
+        out[name] = head_rstd(acc, stat)[:, ::stat.head_dim].contiguous()
     check_padding(call)
     return out
+
+
+def head_rstd(acc: torch.Tensor, stat: HeadRstd) -> torch.Tensor:
+    """A :class:`HeadRstd` at every element of ``acc``: ``rsqrt(mean(acc**2) + eps)`` over each row's group of
+    ``head_dim`` columns. A block narrower than a head is the padding check's, where acc is 0 (a whole head of
+    padding on the GPU: gemm() holds N, and the tile, to whole heads)."""
+    rows, cols = acc.shape
+    if cols % stat.head_dim:
+        return torch.rsqrt(torch.full_like(acc, stat.eps))
+    heads = acc.reshape(rows, cols // stat.head_dim, stat.head_dim)
+    rstd = torch.rsqrt(heads.square().mean(-1, keepdim=True) + stat.eps)
+    return rstd.expand_as(heads).reshape(rows, cols)
 
 
 def _evaluate(call: GemmCall, acc: torch.Tensor, c: torch.Tensor | None,
@@ -154,6 +169,8 @@ def _evaluate(call: GemmCall, acc: torch.Tensor, c: torch.Tensor | None,
             args[name] = _lanes(tensors[name]) if paired else tensors[name]
     if c is not None:
         args["c"] = _lanes(c) if epi.mode in ("acc_pair", "packed") else c
+    for name, stat in epi.stats.items():  # element mode only
+        args[name] = head_rstd(acc, stat)
     result = epi.fn(_lanes(acc) if paired else acc, **args)
     if not isinstance(result, dict):
         raise EpilogueError(f"epilogue fn {epi.name} must return a dict, got {type(result).__name__}")

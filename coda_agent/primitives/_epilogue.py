@@ -17,7 +17,17 @@ import torch
 from . import backend
 from ._call import Checked, Epilogue, GemmCall, Operand, OperandKind, b_major
 from ._config import TMA_ALIGN_BYTES, Config, EpilogueError, Mode, tma_row_multiple
-from ._ops import ColVecLoad, ColVecReduce, ColVecSelect, OnlineLSEReduce, Pin, RowVecLoad, RowVecReduce, Sink
+from ._ops import (
+    ColVecLoad,
+    ColVecReduce,
+    ColVecSelect,
+    HeadRstd,
+    OnlineLSEReduce,
+    Pin,
+    RowVecLoad,
+    RowVecReduce,
+    Sink,
+)
 from ._schedule import pinned_config
 
 RESERVED = frozenset({"acc", "D"})
@@ -29,6 +39,7 @@ def epilogue(
     operands: Mapping[str, Pin] | None = None,
     reduces: Mapping[str, Sink] | None = None,
     mode: Mode = "element",
+    stats: Mapping[str, HeadRstd] | None = None,
 ) -> Callable[[Callable[..., dict[str, Any]]], Epilogue]:
     """Declare a GEMM epilogue: ``fn(acc, **operands) -> {"D": ..., <outputs>, <reduces>}``.
 
@@ -46,6 +57,7 @@ def epilogue(
         operands: pins for vector operands.
         reduces: reduction sinks by name (:class:`ColVecReduce`, :class:`RowVecReduce`,
             :class:`OnlineLSEReduce`, :class:`ColVecSelect`); the fn returns each one's per-element value.
+        stats: statistics of acc the kernel computes (:class:`HeadRstd`), by the fn parameter reading them.
         mode: ``"element"`` (default; one value per accumulator element), ``"acc_pair"`` (adjacent columns
             (2j, 2j+1) arrive as one Pair: ``g, u = unpack(acc)``, g from column 2j; extra outputs are half
             width; reduces unscaled Col/RowVecReduce only; vectors, tiles and ``c`` arrive paired too, except
@@ -74,6 +86,7 @@ def epilogue(
     pins = dict(operands or {})
     sinks = dict(reduces or {})
     outs = tuple(outputs)
+    stat_ops = dict(stats or {})
 
     def decorate(fn: Callable[..., dict[str, Any]]) -> Epilogue:
         try:
@@ -117,10 +130,32 @@ def epilogue(
                                     "not the fn; drop it from the parameters")
         if mode == "packed" and "c" not in params:
             raise EpilogueError("packed mode needs a 'c' parameter (the interleaved 16-bit preactivation)")
-        return Epilogue(fn=fn, outputs=outs, pins=pins, sinks=sinks, mode=mode, params=params)
+        _check_stats(fn.__name__, stat_ops, params, pins, mode, {*outs, *sinks})
+        return Epilogue(fn=fn, outputs=outs, pins=pins, sinks=sinks, mode=mode, params=params, stats=stat_ops)
 
     return decorate
 
+
+
+def _check_stats(fn: str, stats: dict[str, HeadRstd], params: tuple[str, ...], pins: Mapping[str, Pin],
+                 mode: Mode, results: set[str]) -> None:
+    """The ``stats=`` declarations: each a :class:`HeadRstd` for a parameter of the fn that nothing else
+    feeds, in element mode, its ``out`` a result name of its own."""
+    outs = [s.out for s in stats.values() if isinstance(s, HeadRstd) and s.out]
+    for name, stat in stats.items():
+        if not isinstance(stat, HeadRstd):
+            raise EpilogueError(f"stats[{name!r}] must be a HeadRstd, got {stat!r}")
+        if name not in params or name == "c":
+            raise EpilogueError(f"stats names {name!r}, which is not an operand parameter of {fn}")
+        if name in pins:
+            raise EpilogueError(f"{name!r} is both a stat and a pinned operand: the kernel computes a stat, "
+                                "gemm() passes an operand")
+        if mode != "element":
+            raise EpilogueError(f"stats[{name!r}]: a HeadRstd runs in element mode only")
+        if stat.out is not None and (not isinstance(stat.out, str) or stat.out in RESERVED | set(params)
+                                     | results or outs.count(stat.out) > 1):
+            raise EpilogueError(f"stats[{name!r}]: out={stat.out!r} must be a name of its own (not a "
+                                "parameter, output, reduce, 'acc' or 'D')")
 
 
 #: What D and the extra outputs can be stored as.
@@ -311,6 +346,10 @@ def _check(epi: Epilogue, A: Any, B: Any, C: Any, operands: dict[str, Any], out_
             raise EpilogueError("packed mode needs a 16-bit C")
     if epi.mode in ("acc_pair",) and n % 2:
         raise EpilogueError(f"acc_pair mode needs an even N, got {n}")
+    for name, stat in epi.stats.items():
+        if n % stat.head_dim:
+            raise EpilogueError(f"stats[{name!r}]: N={n} is not a multiple of HeadRstd's head_dim "
+                                f"{stat.head_dim} (each row's heads are whole groups of columns)")
     expected = set(epi.operand_params) | set(epi.index_operands)
     missing, extra = expected - set(operands), set(operands) - expected
     # an index operand is named by its sink, not by the fn: say whose it is (a model added an fn parameter)
@@ -348,10 +387,12 @@ def _check(epi: Epilogue, A: Any, B: Any, C: Any, operands: dict[str, Any], out_
     if pinned is not None:  # the config that runs (configs.chosen_config): the call's own is never built
         try:
             pinned.check(epi.mode, bool(epi.outputs), store_d, b_major(B))
+            epi.check_tile(pinned)
         except EpilogueError as exc:
             raise EpilogueError(f"schedule entry {key}: {exc}") from None
     elif config is not None:
         config.check(epi.mode, bool(epi.outputs), store_d, b_major(B))
+        epi.check_tile(config)
     resolved = {name: operand(kind, operands[name]) for name, kind in kinds}
     _check_tma_alignment(GemmCall(epi, A, B, C, resolved, indices, dtype, config, store_d, pinned=pinned))
     return Checked(kinds, dtype, pinned)

@@ -88,6 +88,31 @@ class ColVecSelect:
     index: str = "target"
 
 
+@dataclass(frozen=True)
+class HeadRstd:
+    """A per-(row, head) statistic of acc that the kernel computes and the fn reads as a value:
+    ``rsqrt(mean(acc**2) + eps)`` over each row's group of ``head_dim`` columns, of acc before the fn's math
+    (QK-norm: ``acc * rstd * w``, w a RowVecLoad). ``stats={"rstd": HeadRstd(128)}`` feeds the fn parameter
+    ``rstd`` (not passed to gemm()). Element mode; head_dim a multiple of 16 up to 256 dividing N.
+    ``out="name"`` also returns it, (M, N // head_dim) FP32. Launches: 0.
+    """
+
+    head_dim: int
+    eps: float = 1e-6
+    out: str | None = None
+
+    def __post_init__(self) -> None:
+        if type(self.head_dim) is not int or not 16 <= self.head_dim <= MAX_HEAD_DIM or self.head_dim % 16:
+            raise ValueError(f"HeadRstd's head_dim must be a multiple of 16 from 16 to {MAX_HEAD_DIM} (a "
+                             f"head lies within one tile), got {self.head_dim!r}")
+        if not isinstance(self.eps, (int, float)) or isinstance(self.eps, bool) or not self.eps >= 0:
+            raise ValueError(f"HeadRstd's eps must be a number >= 0, got {self.eps!r}")
+
+
+#: The widest head a :class:`HeadRstd` takes: a head lies within one tile, and SM90's tiles are at most 256
+#: columns wide (cooperative 128x256).
+MAX_HEAD_DIM = 256
+
 Pin = ColVecLoad | RowVecLoad
 Sink = ColVecReduce | RowVecReduce | OnlineLSEReduce | ColVecSelect
 

@@ -71,10 +71,27 @@ def _epimod(call: GemmCall, ahead: bool) -> Any:
             idx_op = q.ColVecLoad(sink.index)
             extra.append(idx_op)
             outs[name] = q.ColVecSelect(name, idx_op=idx_op)
+    if epi.stats:
+        from quack.epilogue.head_rmsnorm import HeadRstd
+
+        stats = {name: HeadRstd(name, eps=stat.eps) for name, stat in epi.stats.items()}
+        pins.update(stats)  # value ports the fn reads, fed by the prepass
+        extra += [stats[param].out(out) for out, param in epi.stat_outputs.items()]
     mod = EpiMod(epi.fn, outputs=epi.outputs, ops=pins or None, outs=outs or None, mode=_QUACK_MODE[epi.mode],
-                 extra_ops=tuple(extra))
+                 extra_ops=tuple(extra), prepass=_squares(tuple(epi.stats)) if epi.stats else None,
+                 prepass_outs=tuple(epi.stats))
     epi.backend_cache[cache_key] = mod
     return mod
+
+
+def _squares(names: tuple[str, ...]) -> Any:
+    """The accumulator prepass of :class:`~._ops.HeadRstd` statistics: each folds acc squared per (row,
+    head), which QuACK's HeadRstd turns into ``rsqrt(mean + eps)``."""
+
+    def squares(acc: Any) -> dict[str, Any]:
+        return {name: acc * acc for name in names}
+
+    return squares
 
 
 @functools.cache
@@ -105,18 +122,22 @@ def _plan(mod: Any, call: GemmCall, out: dict[str, torch.Tensor], config: Any, k
 
 
 def _operands(call: GemmCall) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """Operands as QuACK takes them, plus NaN-filled buffers for the select sinks."""
+    """Operands as QuACK takes them (a statistic's head width among them), plus the buffers of results QuACK
+    does not finalise: NaN-filled ones for the select sinks, and the statistics returned."""
     kw: dict[str, Any] = {}
     for name, op in call.operands.items():
         kw[name] = op.value if op.kind == "scalar" else op.value.contiguous()
     kw.update(call.indices)
-    selects = {
+    kw.update({name: stat.head_dim for name, stat in call.epi.stats.items()})  # a constexpr of the kernel
+    written = {
         name: torch.full((call.m,), float("nan"), dtype=torch.float32, device=call.A.device)
         for name, sink in call.epi.sinks.items()
         if isinstance(sink, ColVecSelect)
     }
-    kw.update(selects)
-    return kw, selects
+    written.update({out: torch.empty(call.m, call.n // call.epi.stats[param].head_dim, dtype=torch.float32,
+                                     device=call.A.device) for out, param in call.epi.stat_outputs.items()})
+    kw.update(written)
+    return kw, written
 
 
 def _plan_key(call: GemmCall, config: Any, kw: dict[str, Any]) -> tuple[Any, ...]:
@@ -173,7 +194,7 @@ def run(call: GemmCall) -> dict[str, torch.Tensor]:
     call metadata, as QuACK's eager call replays its own, but with the reused :func:`_tile_counter`."""
     config = kernel_config(call)
     mod = _epimod(call, config.load_ahead)
-    kw, selects = _operands(call)
+    kw, written = _operands(call)
     config = _gemm_config(config)
     out = call.stored_buffers()
     plans = call.epi.backend_cache.setdefault("quack_plans", {})
@@ -191,7 +212,7 @@ def run(call: GemmCall) -> dict[str, torch.Tensor]:
     scratch = {name: torch.empty_like(buf) for name, buf in plan.scratch.items() if name not in kw}
     _launch(plan, call, out, scratch, _tile_counter(call.A.device) if dynamic else None, kw)
     reduced = {name: mod._finalize_sink(name, buf, None, plan.gemm_plan) for name, buf in scratch.items()}
-    return {**out, **reduced, **selects}
+    return {**out, **reduced, **written}
 
 
 def _launch(plan: Any, call: GemmCall, out: dict[str, torch.Tensor], scratch: dict[str, torch.Tensor],
@@ -243,8 +264,8 @@ def run_compile_only(call: GemmCall) -> dict[str, torch.Tensor]:
     with compile_only():
         config = kernel_config(call)
         mod = _epimod(call, config.load_ahead)
-        kw, selects = _operands(call)
+        kw, written = _operands(call)
         out, reduced = call.zero_results()
         _plan(mod, call, out, _gemm_config(config), kw)
-    return {**out, **reduced, **selects}
+    return {**out, **reduced, **written}
 

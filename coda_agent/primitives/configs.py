@@ -128,7 +128,7 @@ def loads_ahead(call: GemmCall, config: Config) -> bool:
     faster than QuACK's kernel at gemm_residual's bench rows, the same at gemm_residual_rmsnorm's, bit for bit
     the same outputs."""
     return (config.load_ahead and config.split_k == 1 and ahead_mode(call.epi.mode, config)
-            and call.reads_tiles)
+            and call.reads_tiles and not call.epi.stats)  # its epilogue has no accumulator prepass
 
 
 #: QuACK's dynamic persistent tile scheduler (an atomic tile counter instead of a fixed tile order): on.
@@ -197,7 +197,18 @@ def default_config(call: GemmCall, sms: int | None = None) -> Config | None:
     if sms is None:
         sms = _sm_count(call.A.device) if call.A.is_cuda else H200_SM_COUNT
     long_light = int(call.A.shape[1]) >= LONG_K_MIN and light_epilogue(call)
-    return _element_default(call.m, call.n, long_light, sms)
+    return whole_heads(_element_default(call.m, call.n, long_light, sms), call.epi.tile_n_multiple)
+
+
+def whole_heads(config: Config | None, multiple: int) -> Config | None:
+    """``config``, or where its tile would split a :class:`HeadRstd`'s head (its N not a ``multiple``), a
+    tile of whole heads: 128 rows by as many heads as fit in 208 columns (pingpong, 2x1), or one head of more
+    than 208 columns on a cooperative 128-row tile."""
+    if (config or Config()).tile_n % multiple == 0:
+        return config
+    if multiple <= 208:
+        return Config(tile_n=208 // multiple * multiple)
+    return Config(tile_n=multiple, pingpong=False)
 
 
 def light_epilogue(call: GemmCall) -> bool:

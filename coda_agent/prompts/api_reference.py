@@ -11,7 +11,7 @@ from ..primitives import _values
 
 _GROUPS = (
     ("Declaring and running a fused GEMM", ("epilogue", "gemm", "Config", "schedule")),
-    ("Operand pins", ("ColVecLoad", "RowVecLoad")),
+    ("Operand pins and statistics", ("ColVecLoad", "RowVecLoad", "HeadRstd")),
     ("Reductions (sinks)", ("ColVecReduce", "RowVecReduce", "OnlineLSEReduce", "ColVecSelect")),
     ("Value math inside an epilogue fn", None),
     ("Host helpers (between GEMMs, on small tensors)", ("rstd_from_sqsum", "rstd_correction")),

@@ -113,6 +113,8 @@ class GemmSite:
     store_d: bool = True
     b_major: Major = "k"
     reads_tiles: bool = False
+    #: what every tile's N must be a multiple of (a HeadRstd's head lies within one tile)
+    tile_n_multiple: int = 1
 
     @property
     def mnk(self) -> tuple[int, int, int]:
@@ -120,8 +122,9 @@ class GemmSite:
 
     def space(self) -> list[Config]:
         """The configs to search for this call (:func:`~coda_agent.primitives.configs.config_space`)."""
-        return config_space(self.mode, self.has_outputs, self.mnk, self.store_d, b_major=self.b_major,
-                            reads_tiles=self.reads_tiles)
+        return [c for c in config_space(self.mode, self.has_outputs, self.mnk, self.store_d,
+                                        b_major=self.b_major, reads_tiles=self.reads_tiles)
+                if c.tile_n % self.tile_n_multiple == 0]
 
     @property
     def effective(self) -> Config:
@@ -144,9 +147,11 @@ def gemm_sites(ops: Sequence[Mapping[str, Any]]) -> list[GemmSite]:
         except ValueError:
             written = None
         key = (name, dims[0], dims[1], dims[2])
+        multiple = op.get("tile_n_multiple")
         sites.setdefault(key, GemmSite(key, cast(Mode, mode), bool(op.get("outputs")), written,
                                        op.get("store_d") is not False, "n" if op.get("b_major") == "n"
-                                       else "k", op.get("reads_tiles") is True))
+                                       else "k", op.get("reads_tiles") is True,
+                                       multiple if type(multiple) is int and 1 <= multiple <= 256 else 1))
     return list(sites.values())
 
 
