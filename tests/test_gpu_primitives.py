@@ -229,3 +229,17 @@ def test_qk_norm_on_the_gpu_matches_the_emulator(epi):
     _close(got["D"], want["D"])
     assert torch.allclose(got["rstd_heads"], want["rstd_heads"], rtol=1e-4)
 
+
+def test_qk_norm_then_rope_on_the_gpu_matches_the_emulator():
+    """HeadRstd in acc_pair mode (the statistic paired as acc, then RoPE's rotation of each pair), as QuACK's
+    own qk_rope_epi composes it; a ragged M."""
+    from .test_head_rstd import qk_norm_rope, rope_case
+
+    x, w, weight, inv_freq, position = (t.cuda() for t in rope_case(m=3000))
+    kw = {"weight": weight, "inv_freq": inv_freq, "position": position}
+    with backend.using("quack"):
+        got = P.gemm(qk_norm_rope, x, w.t(), **kw)
+    want = P.gemm(qk_norm_rope, x, w.t(), **kw)  # the emulator
+    _close(got["D"], want["D"])
+    assert torch.allclose(got["rstd_heads"], want["rstd_heads"], rtol=1e-4)
+

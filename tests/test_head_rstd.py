@@ -85,8 +85,8 @@ def test_the_declarations_rules():
         P.epilogue(stats={"rstd": P.HeadRstd(64)})(lambda acc: {"D": acc})
     with pytest.raises(P.EpilogueError, match="both a stat and a pinned operand"):
         P.epilogue(operands={"r": P.RowVecLoad()}, stats={"r": P.HeadRstd(64)})(lambda acc, r: {"D": acc * r})
-    with pytest.raises(P.EpilogueError, match="element mode only"):
-        P.epilogue(mode="acc_pair", stats={"r": P.HeadRstd(64)})(lambda acc, r: {})
+    with pytest.raises(P.EpilogueError, match="element and acc_pair modes"):
+        P.epilogue(mode="packed", stats={"r": P.HeadRstd(64)})(lambda acc, c, r: {"D": P.pack(acc, acc)})
     with pytest.raises(P.EpilogueError, match="a name of its own"):
         P.epilogue(outputs=("y",), stats={"r": P.HeadRstd(64, out="y")})(lambda acc, r: {"y": acc})
     with pytest.raises(P.EpilogueError, match="must be a HeadRstd"):
@@ -172,6 +172,59 @@ def test_the_tune_stage_searches_tiles_of_whole_heads_only():
     unconstrained = gemm_sites([{**op, "tile_n_multiple": 1}])[0].space()
     assert {c.tile_n for c in space} < {c.tile_n for c in unconstrained}
     assert gemm_sites([{**op, "tile_n_multiple": "x"}])[0].tile_n_multiple == 1  # the runner's word, checked
+
+
+@P.epilogue(operands={"weight": P.RowVecLoad(), "inv_freq": P.RowVecLoad(), "position": P.ColVecLoad()},
+            mode="acc_pair", stats={"rstd": P.HeadRstd(HEAD, out="rstd_heads")})
+def qk_norm_rope(acc, rstd, weight, inv_freq, position):
+    x1, x2 = P.unpack(acc * rstd * weight)
+    freq, _ = P.unpack(inv_freq)
+    c, s = P.cos(position * freq), P.sin(position * freq)
+    return {"D": P.pack(x1 * c - x2 * s, x1 * s + x2 * c)}
+
+
+def rope_case(m: int = 200):
+    x, w, weight, _ = qkv_case(m=m)
+    g = torch.Generator().manual_seed(1)
+    # a pair's lanes share one frequency
+    inv_freq = (torch.rand(w.shape[0] // 2, generator=g) * 0.1).repeat_interleave(2)
+    return x, w, weight, inv_freq, torch.arange(m).float()
+
+
+def test_qk_norm_then_rope_in_acc_pair_mode_matches_the_math():
+    """The statistic arrives paired, as acc: per-head RMSNorm then the rotation of each (2j, 2j+1) pair, one
+    kernel (QuACK's own qk_rope_epi composition)."""
+    x, w, weight, inv_freq, position = rope_case()
+    out = P.gemm(qk_norm_rope, x, w.t(), weight=weight, inv_freq=inv_freq, position=position)
+    z = x.double() @ w.double().t()
+    heads = z.view(200, -1, HEAD)
+    rstd = torch.rsqrt(heads.square().mean(-1) + 1e-6)
+    y = (heads * rstd[..., None]).flatten(1) * weight.double()
+    angle = position.double()[:, None] * inv_freq.double()[None, 0::2]
+    y1, y2 = y[:, 0::2], y[:, 1::2]
+    c, s = angle.cos(), angle.sin()
+    want = torch.stack([y1 * c - y2 * s, y1 * s + y2 * c], -1).flatten(1)
+    assert (out["D"].double() - want).abs().max() <= 2**-7 * want.abs().max()
+    assert torch.allclose(out["rstd_heads"].double(), rstd, rtol=1e-5)
+
+
+def test_qk_norm_then_rope_builds_for_sm90_on_the_cpu(monkeypatch):
+    """acc_pair mode with the statistic: the default's tile holds whole heads there too, and the sm_90a build
+    takes the prepass with the paired fn."""
+    monkeypatch.setenv("QUACK_ARCH", "90")
+    x, w, weight, inv_freq, position = rope_case(m=256)
+    seen = {}
+
+    def record(call):
+        seen["config"] = configs.kernel_config(call)
+        return call.zero_results()[0]
+
+    with backend.using("record", run=record):
+        P.gemm(qk_norm_rope, x, w.t(), weight=weight, inv_freq=inv_freq, position=position)
+    assert seen["config"].tile_n % HEAD == 0
+    with backend.using("quack-compile"):
+        out = P.gemm(qk_norm_rope, x, w.t(), weight=weight, inv_freq=inv_freq, position=position)
+    assert out["D"].shape == (256, 512) and out["rstd_heads"].shape == (256, 8)
 
 
 def test_a_reduce_of_the_bare_statistic_is_refused_at_the_padding():

@@ -169,8 +169,8 @@ def _evaluate(call: GemmCall, acc: torch.Tensor, c: torch.Tensor | None,
             args[name] = _lanes(tensors[name]) if paired else tensors[name]
     if c is not None:
         args["c"] = _lanes(c) if epi.mode in ("acc_pair", "packed") else c
-    for name, stat in epi.stats.items():  # element mode only
-        args[name] = head_rstd(acc, stat)
+    for name, stat in epi.stats.items():  # of the whole accumulator; paired like it in acc_pair mode
+        args[name] = _lanes(head_rstd(acc, stat)) if paired else head_rstd(acc, stat)
     result = epi.fn(_lanes(acc) if paired else acc, **args)
     if not isinstance(result, dict):
         raise EpilogueError(f"epilogue fn {epi.name} must return a dict, got {type(result).__name__}")

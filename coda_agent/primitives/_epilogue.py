@@ -140,7 +140,7 @@ def epilogue(
 def _check_stats(fn: str, stats: dict[str, HeadRstd], params: tuple[str, ...], pins: Mapping[str, Pin],
                  mode: Mode, results: set[str]) -> None:
     """The ``stats=`` declarations: each a :class:`HeadRstd` for a parameter of the fn that nothing else
-    feeds, in element mode, its ``out`` a result name of its own."""
+    feeds, not in packed mode (QuACK's prepass takes no packed C), its ``out`` a result name of its own."""
     outs = [s.out for s in stats.values() if isinstance(s, HeadRstd) and s.out]
     for name, stat in stats.items():
         if not isinstance(stat, HeadRstd):
@@ -150,8 +150,8 @@ def _check_stats(fn: str, stats: dict[str, HeadRstd], params: tuple[str, ...], p
         if name in pins:
             raise EpilogueError(f"{name!r} is both a stat and a pinned operand: the kernel computes a stat, "
                                 "gemm() passes an operand")
-        if mode != "element":
-            raise EpilogueError(f"stats[{name!r}]: a HeadRstd runs in element mode only")
+        if mode == "packed":
+            raise EpilogueError(f"stats[{name!r}]: a HeadRstd runs in element and acc_pair modes")
         if stat.out is not None and (not isinstance(stat.out, str) or stat.out in RESERVED | set(params)
                                      | results or outs.count(stat.out) > 1):
             raise EpilogueError(f"stats[{name!r}]: out={stat.out!r} must be a name of its own (not a "

@@ -90,11 +90,11 @@ class ColVecSelect:
 
 @dataclass(frozen=True)
 class HeadRstd:
-    """A per-(row, head) statistic of acc that the kernel computes and the fn reads as a value:
+    """A per-(row, head) statistic of acc the kernel computes, a value of the fn:
     ``rsqrt(mean(acc**2) + eps)`` over each row's group of ``head_dim`` columns, of acc before the fn's math
     (QK-norm: ``acc * rstd * w``, w a RowVecLoad). ``stats={"rstd": HeadRstd(128)}`` feeds the fn parameter
-    ``rstd`` (not passed to gemm()). Element mode; head_dim a multiple of 16 up to 256 dividing N.
-    ``out="name"`` also returns it, (M, N // head_dim) FP32. Launches: 0.
+    ``rstd`` (not a gemm() operand). Element or acc_pair mode (paired there, as acc); head_dim a multiple of
+    16 up to 256 dividing N. ``out="name"`` also returns it, (M, N // head_dim) FP32. Launches: 0.
     """
 
     head_dim: int

@@ -193,7 +193,7 @@ def default_config(call: GemmCall, sms: int | None = None) -> Config | None:
     if call.epi.mode == "packed":
         return PACKED_TILE
     if call.epi.mode != "element":
-        return None
+        return whole_heads(None, call.epi.tile_n_multiple)
     if sms is None:
         sms = _sm_count(call.A.device) if call.A.is_cuda else H200_SM_COUNT
     long_light = int(call.A.shape[1]) >= LONG_K_MIN and light_epilogue(call)
