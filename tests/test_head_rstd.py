@@ -55,6 +55,29 @@ def test_qk_norm_in_one_gemm_matches_the_math():
     assert torch.allclose(out["rstd_heads"].double(), rstd, rtol=1e-5)
 
 
+def test_a_call_gives_its_own_head_width_and_eps():
+    """A task's shapes may differ in head_dim (small CPU shapes, a model's at the bench) and its eps is an
+    argument (contract rule 4): gemm() takes ``rstd=HeadRstd(head_dim, eps=eps)`` for the declared stat, the
+    declaration's out= kept; a declaration without head_dim needs one at every call."""
+
+    @P.epilogue(stats={"rstd": P.HeadRstd(out="r")})
+    def per_call(acc, rstd):
+        return {"D": acc * rstd}
+
+    x, w, _, _ = qkv_case()
+    z = x.double() @ w.double().t()
+    for width, eps in ((64, 1e-6), (128, 0.5)):
+        given = P.HeadRstd(width, eps=eps, out="ignored")
+        out = P.gemm(per_call, x, w.t(), rstd=given, out_dtype=torch.float32)
+        heads = z.view(200, -1, width)
+        rstd = torch.rsqrt(heads.square().mean(-1) + eps)
+        assert set(out) == {"D", "r"} and out["r"].shape == (200, 512 // width)
+        assert torch.allclose(out["r"].double(), rstd, rtol=1e-5)
+        assert torch.allclose(out["D"].double(), (heads * rstd[..., None]).flatten(1), rtol=1e-5, atol=1e-5)
+    with pytest.raises(P.EpilogueError, match=r"declares no head_dim: pass rstd=HeadRstd\(head_dim"):
+        P.gemm(per_call, x, w.t())
+
+
 def test_the_statistic_is_of_the_accumulator_before_the_fn():
     """A fn that scales acc first still gets the statistic of acc as the GEMM made it."""
 
@@ -94,11 +117,13 @@ def test_the_declarations_rules():
 
 
 def test_the_calls_rules():
-    """N in whole heads; a stat is not passed to gemm(); a config or a pin whose tile splits a head."""
+    """N in whole heads; a stat is given to gemm() as a HeadRstd or not at all; a config or a pin whose tile
+    splits a head."""
     x, w, weight, normed = qkv_case()
     with pytest.raises(P.EpilogueError, match="not a multiple of HeadRstd's head_dim 64"):
         P.gemm(qk_norm, x, w[:-16].t(), weight=weight[:-16], normed=normed[:-16])
-    with pytest.raises(P.EpilogueError, match="unexpected operands rstd"):
+    stat_given_wrong = r"'rstd' is a stat .* rstd=HeadRstd\(head_dim, eps=...\) for this call, not a Tensor"
+    with pytest.raises(P.EpilogueError, match=stat_given_wrong):
         P.gemm(qk_norm, x, w.t(), weight=weight, normed=normed, rstd=torch.ones(200))
     with pytest.raises(P.EpilogueError, match="tile_n=208 must be a multiple of 64"):
         P.gemm(qk_norm, x, w.t(), weight=weight, normed=normed, config=P.Config(tile_n=208))

@@ -31,7 +31,7 @@ class Epilogue:
     params: tuple[str, ...]  # the fn's parameters after ``acc``
     #: statistics the kernel computes from acc, by the fn parameter that reads them
     stats: Mapping[str, HeadRstd] = field(default_factory=dict)
-    backend_cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    backend_cache: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
     #: What :func:`gemm` accepted, by call signature (``_epilogue._signature``): a repeat call skips the
     #: checks.
     checked_calls: dict[Hashable, Checked] = field(default_factory=dict, repr=False, compare=False)
@@ -49,18 +49,6 @@ class Epilogue:
     def stat_outputs(self) -> dict[str, str]:
         """The statistics returned as results (``HeadRstd(out=...)``): result name -> fn parameter."""
         return {stat.out: name for name, stat in self.stats.items() if stat.out}
-
-    @property
-    def tile_n_multiple(self) -> int:
-        """What every tile's N must be a multiple of: each head of a :class:`HeadRstd` lies within one tile
-        (1: no such rule)."""
-        return math.lcm(1, *(stat.head_dim for stat in self.stats.values()))
-
-    def check_tile(self, config: Config) -> None:
-        """The tile rule of the epilogue's statistics, as :meth:`Config.check` words a rule."""
-        if config.tile_n % self.tile_n_multiple:
-            raise EpilogueError(f"invalid Config: tile_n={config.tile_n} must be a multiple of "
-                                f"{self.tile_n_multiple} (HeadRstd's head_dim: a head lies within one tile)")
 
     @property
     def index_operands(self) -> tuple[str, ...]:
@@ -97,6 +85,31 @@ class GemmCall:
     #: every scalar's type, the configs asked for): under one config, calls of equal signatures run one kernel
     #: through one plan. None: a call made outside gemm(); backends then derive their keys from the tensors.
     signature: Hashable | None = None
+    #: The statistics this call computes (:class:`HeadRstd`, by fn parameter, each with its head_dim): the
+    #: declaration's, or what gemm() was given for them. None: the declaration's.
+    call_stats: Mapping[str, HeadRstd] | None = None
+
+    @property
+    def stats(self) -> Mapping[str, HeadRstd]:
+        return self.epi.stats if self.call_stats is None else self.call_stats
+
+    @property
+    def tile_n_multiple(self) -> int:
+        """What every tile's N must be a multiple of: each head of a :class:`HeadRstd` lies within one tile
+        (1: no such rule)."""
+        return math.lcm(1, *(stat.head_dim or 1 for stat in self.stats.values()))
+
+    def check_tile(self, config: Config) -> None:
+        """The tile rule of the call's statistics, as :meth:`Config.check` words a rule."""
+        if config.tile_n % self.tile_n_multiple:
+            raise EpilogueError(f"invalid Config: tile_n={config.tile_n} must be a multiple of "
+                                f"{self.tile_n_multiple} (HeadRstd's head_dim: a head lies within one tile)")
+
+    def stat_width(self, param: str) -> int:
+        """The head width of statistic ``param`` in this call."""
+        width = self.stats[param].head_dim
+        assert width is not None  # gemm() refuses a call without one
+        return width
 
     @property
     def m(self) -> int:
@@ -125,7 +138,7 @@ class GemmCall:
         """``config`` against this call's mode, outputs, D and B's layout (:meth:`Config.check`), and its
         statistics' heads (:meth:`Epilogue.check_tile`)."""
         config.check(self.epi.mode, bool(self.epi.outputs), self.store_d, self.b_major)
-        self.epi.check_tile(config)
+        self.check_tile(config)
 
     def stored_shapes(self) -> dict[str, tuple[int, int]]:
         """The shapes of what the kernel stores (all in ``out_dtype``): D (unless ``store_d`` is off) and the
@@ -162,8 +175,7 @@ class GemmCall:
             "D": stored.pop("D", 0), "outputs": sum(stored.values()),
             "reduces": sum(4 * (self.n if isinstance(s, RowVecReduce)
                                 else self.m) for s in self.epi.sinks.values())
-            + sum(4 * self.m * (self.n // self.epi.stats[p].head_dim)
-                  for p in self.epi.stat_outputs.values()),
+            + sum(4 * self.m * (self.n // self.stat_width(p)) for p in self.epi.stat_outputs.values()),
         }
 
     def stored_buffers(self, factory: Callable[..., torch.Tensor] = torch.empty) -> dict[str, torch.Tensor]:
@@ -179,7 +191,7 @@ class GemmCall:
             name: torch.zeros(n if isinstance(sink, RowVecReduce) else m, dtype=torch.float32, device=dev)
             for name, sink in self.epi.sinks.items()
         }
-        reduced.update({out: torch.zeros(m, n // self.epi.stats[p].head_dim, dtype=torch.float32, device=dev)
+        reduced.update({out: torch.zeros(m, n // self.stat_width(p), dtype=torch.float32, device=dev)
                         for out, p in self.epi.stat_outputs.items()})
         return stored, reduced
 

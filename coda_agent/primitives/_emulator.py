@@ -135,8 +135,7 @@ def run(call: GemmCall) -> dict[str, torch.Tensor]:
     for name, sink in epi.sinks.items():
         out[name] = _reduce(name, sink, result[name], call, sink_shape)
     for name, param in epi.stat_outputs.items():
-        stat = epi.stats[param]
-        out[name] = head_rstd(acc, stat)[:, ::stat.head_dim].contiguous()
+        out[name] = head_rstd(acc, call.stats[param])[:, ::call.stat_width(param)].contiguous()
     check_padding(call)
     return out
 
@@ -146,9 +145,11 @@ def head_rstd(acc: torch.Tensor, stat: HeadRstd) -> torch.Tensor:
     ``head_dim`` columns. A block narrower than a head is the padding check's, where acc is 0 (a whole head of
     padding on the GPU: gemm() holds N, and the tile, to whole heads)."""
     rows, cols = acc.shape
-    if cols % stat.head_dim:
+    width = stat.head_dim
+    assert width is not None  # gemm() refuses a call without one
+    if cols % width:
         return torch.rsqrt(torch.full_like(acc, stat.eps))
-    heads = acc.reshape(rows, cols // stat.head_dim, stat.head_dim)
+    heads = acc.reshape(rows, cols // width, width)
     rstd = torch.rsqrt(heads.square().mean(-1, keepdim=True) + stat.eps)
     return rstd.expand_as(heads).reshape(rows, cols)
 
@@ -169,7 +170,7 @@ def _evaluate(call: GemmCall, acc: torch.Tensor, c: torch.Tensor | None,
             args[name] = _lanes(tensors[name]) if paired else tensors[name]
     if c is not None:
         args["c"] = _lanes(c) if epi.mode in ("acc_pair", "packed") else c
-    for name, stat in epi.stats.items():  # of the whole accumulator; paired like it in acc_pair mode
+    for name, stat in call.stats.items():  # of the whole accumulator; paired like it in acc_pair mode
         args[name] = _lanes(head_rstd(acc, stat)) if paired else head_rstd(acc, stat)
     result = epi.fn(_lanes(acc) if paired else acc, **args)
     if not isinstance(result, dict):

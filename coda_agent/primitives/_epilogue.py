@@ -8,6 +8,7 @@ exactly the same request and a mistake is reported identically on the CPU and on
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import torch
 
 from . import backend
-from ._call import Checked, Epilogue, GemmCall, Operand, OperandKind, b_major
+from ._call import Checked, Epilogue, GemmCall, Operand, OperandKind
 from ._config import TMA_ALIGN_BYTES, Config, EpilogueError, Mode, tma_row_multiple
 from ._ops import (
     ColVecLoad,
@@ -158,6 +159,22 @@ def _check_stats(fn: str, stats: dict[str, HeadRstd], params: tuple[str, ...], p
                                 "parameter, output, reduce, 'acc' or 'D')")
 
 
+def _call_stats(epi: Epilogue, operands: dict[str, Any]) -> dict[str, HeadRstd]:
+    """The statistics of one call, taken out of ``operands``: each declared one, or the :class:`HeadRstd`
+    gemm() was given under its name (a head width per shape, the task's eps), with the declaration's
+    ``out``."""
+    stats = dict(epi.stats)
+    for name in epi.stats:
+        if name in operands:
+            given = operands.pop(name)
+            if not isinstance(given, HeadRstd):
+                raise EpilogueError(f"{name!r} is a stat (stats=), which the kernel computes: pass nothing, "
+                                    f"or {name}=HeadRstd(head_dim, eps=...) for this call, not a "
+                                    f"{type(given).__name__}")
+            stats[name] = dataclasses.replace(given, out=epi.stats[name].out)
+    return stats
+
+
 #: What D and the extra outputs can be stored as.
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -226,7 +243,7 @@ def _tensor_signature(t: torch.Tensor) -> tuple[Any, ...]:
 
 
 def _signature(epi: Epilogue, A: Any, B: Any, C: Any, operands: dict[str, Any], out_dtype: Any, config: Any,
-               store_d: Any) -> Hashable | None:
+               store_d: Any, stats: Mapping[str, HeadRstd]) -> Hashable | None:
     """Everything gemm()'s checks read, as a key (values never: a scalar by its type, a tensor by its
     metadata), the running schedule's pin for the call included; None where an argument is of no kind the
     checks accept (they then run, and say what is wrong)."""
@@ -251,7 +268,7 @@ def _signature(epi: Epilogue, A: Any, B: Any, C: Any, operands: dict[str, Any], 
             return None
     pinned = pinned_config((epi.name, A.shape[0], B.shape[1], A.shape[1]))
     return (*(_tensor_signature(t) for t in tensors), C is None, tuple(values), out_dtype, config, store_d,
-            pinned)
+            pinned, tuple(stats.items()))
 
 
 def gemm(
@@ -298,10 +315,11 @@ def gemm(
     """
     if not isinstance(epi, Epilogue):
         raise EpilogueError("gemm() takes an @epilogue-decorated function as its first argument")
-    signature = _signature(epi, A, B, C, operands, out_dtype, config, store_d)
+    stats = _call_stats(epi, operands)
+    signature = _signature(epi, A, B, C, operands, out_dtype, config, store_d, stats)
     checked = epi.checked_calls.get(signature) if signature is not None else None
     if checked is None:
-        checked = _check(epi, A, B, C, operands, out_dtype, config, store_d)
+        checked = _check(epi, A, B, C, operands, out_dtype, config, store_d, stats)
         if signature is not None:
             if len(epi.checked_calls) >= MAX_CHECKED_CALLS:
                 epi.checked_calls.clear()
@@ -309,12 +327,12 @@ def gemm(
     resolved = {name: operand(kind, operands[name]) for name, kind in checked.kinds}
     indices = {idx: operands[idx] for idx in epi.index_operands}
     call = GemmCall(epi, A, B, C, resolved, indices, checked.out_dtype, config, store_d,
-                    pinned=checked.pinned, signature=signature)
+                    pinned=checked.pinned, signature=signature, call_stats=stats)
     return backend.active().run(call)
 
 
 def _check(epi: Epilogue, A: Any, B: Any, C: Any, operands: dict[str, Any], out_dtype: Any, config: Any,
-           store_d: bool) -> Checked:
+           store_d: bool, stats: Mapping[str, HeadRstd]) -> Checked:
     """gemm()'s checks of a call, each with the rule it broke; what they concluded, for every later call of
     the same signature."""
     for label, t in (("A", A), ("B", B)):
@@ -346,7 +364,10 @@ def _check(epi: Epilogue, A: Any, B: Any, C: Any, operands: dict[str, Any], out_
             raise EpilogueError("packed mode needs a 16-bit C")
     if epi.mode in ("acc_pair",) and n % 2:
         raise EpilogueError(f"acc_pair mode needs an even N, got {n}")
-    for name, stat in epi.stats.items():
+    for name, stat in stats.items():
+        if stat.head_dim is None:
+            raise EpilogueError(f"stats[{name!r}] declares no head_dim: pass {name}=HeadRstd(head_dim, "
+                                "eps=...) to gemm(), or declare HeadRstd(head_dim)")
         if n % stat.head_dim:
             raise EpilogueError(f"stats[{name!r}]: N={n} is not a multiple of HeadRstd's head_dim "
                                 f"{stat.head_dim} (each row's heads are whole groups of columns)")
@@ -384,17 +405,16 @@ def _check(epi: Epilogue, A: Any, B: Any, C: Any, operands: dict[str, Any], out_
         raise EpilogueError("config must be a primitives.Config")
     key = (epi.name, m, n, int(A.shape[1]))
     pinned = pinned_config(key)
+    resolved = {name: operand(kind, operands[name]) for name, kind in kinds}
+    call = GemmCall(epi, A, B, C, resolved, indices, dtype, config, store_d, pinned=pinned, call_stats=stats)
     if pinned is not None:  # the config that runs (configs.chosen_config): the call's own is never built
         try:
-            pinned.check(epi.mode, bool(epi.outputs), store_d, b_major(B))
-            epi.check_tile(pinned)
+            call.check_config(pinned)
         except EpilogueError as exc:
             raise EpilogueError(f"schedule entry {key}: {exc}") from None
     elif config is not None:
-        config.check(epi.mode, bool(epi.outputs), store_d, b_major(B))
-        epi.check_tile(config)
-    resolved = {name: operand(kind, operands[name]) for name, kind in kinds}
-    _check_tma_alignment(GemmCall(epi, A, B, C, resolved, indices, dtype, config, store_d, pinned=pinned))
+        call.check_config(config)
+    _check_tma_alignment(call)
     return Checked(kinds, dtype, pinned)
 
 

@@ -93,16 +93,20 @@ class HeadRstd:
     """A per-(row, head) statistic of acc the kernel computes, a value of the fn:
     ``rsqrt(mean(acc**2) + eps)`` over each row's group of ``head_dim`` columns, of acc before the fn's math
     (QK-norm: ``acc * rstd * w``, w a RowVecLoad). ``stats={"rstd": HeadRstd(128)}`` feeds the fn parameter
-    ``rstd`` (not a gemm() operand). Element or acc_pair mode (paired there, as acc); head_dim a multiple of
-    16 up to 256 dividing N. ``out="name"`` also returns it, (M, N // head_dim) FP32. Launches: 0.
+    ``rstd``; ``gemm(..., rstd=HeadRstd(hd, eps=eps))`` sets head_dim and eps per call (the task's eps, a
+    head_dim per shape). Element or acc_pair mode (paired there, as acc); head_dim a multiple of 16 up to 256
+    dividing N, every tile whole heads (a config's tile_n too). ``out="name"`` also returns it, (M, N //
+    head_dim) FP32. Launches: 0.
     """
 
-    head_dim: int
+    head_dim: int | None = None
     eps: float = 1e-6
     out: str | None = None
 
     def __post_init__(self) -> None:
-        if type(self.head_dim) is not int or not 16 <= self.head_dim <= MAX_HEAD_DIM or self.head_dim % 16:
+        if self.head_dim is None:  # given at the call
+            pass
+        elif type(self.head_dim) is not int or not 16 <= self.head_dim <= MAX_HEAD_DIM or self.head_dim % 16:
             raise ValueError(f"HeadRstd's head_dim must be a multiple of 16 from 16 to {MAX_HEAD_DIM} (a "
                              f"head lies within one tile), got {self.head_dim!r}")
         if not isinstance(self.eps, (int, float)) or isinstance(self.eps, bool) or not self.eps >= 0:

@@ -43,7 +43,8 @@ def _epimod(call: GemmCall, ahead: bool) -> Any:
     """Build (once per Epilogue and kernel) the QuACK EpiMod with the same pins, sinks and mode; ``ahead``:
     one that mints the load-ahead kernel (:mod:`._ahead`)."""
     epi = call.epi
-    cache_key = "quack-ahead" if ahead else "quack"
+    # a statistic's eps is the kernel's constant: one EpiMod per eps the calls give
+    cache_key = ("quack-ahead" if ahead else "quack", tuple((name, s.eps) for name, s in call.stats.items()))
     mod = epi.backend_cache.get(cache_key)
     if mod is not None:
         return mod
@@ -71,10 +72,10 @@ def _epimod(call: GemmCall, ahead: bool) -> Any:
             idx_op = q.ColVecLoad(sink.index)
             extra.append(idx_op)
             outs[name] = q.ColVecSelect(name, idx_op=idx_op)
-    if epi.stats:
+    if call.stats:
         from quack.epilogue.head_rmsnorm import HeadRstd
 
-        stats = {name: HeadRstd(name, eps=stat.eps) for name, stat in epi.stats.items()}
+        stats = {name: HeadRstd(name, eps=stat.eps) for name, stat in call.stats.items()}
         pins.update(stats)  # value ports the fn reads, fed by the prepass
         extra += [stats[param].out(out) for out, param in epi.stat_outputs.items()]
     mod = EpiMod(epi.fn, outputs=epi.outputs, ops=pins or None, outs=outs or None, mode=_QUACK_MODE[epi.mode],
@@ -128,13 +129,13 @@ def _operands(call: GemmCall) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     for name, op in call.operands.items():
         kw[name] = op.value if op.kind == "scalar" else op.value.contiguous()
     kw.update(call.indices)
-    kw.update({name: stat.head_dim for name, stat in call.epi.stats.items()})  # a constexpr of the kernel
+    kw.update({name: call.stat_width(name) for name in call.stats})  # a constexpr of the kernel
     written = {
         name: torch.full((call.m,), float("nan"), dtype=torch.float32, device=call.A.device)
         for name, sink in call.epi.sinks.items()
         if isinstance(sink, ColVecSelect)
     }
-    written.update({out: torch.empty(call.m, call.n // call.epi.stats[param].head_dim, dtype=torch.float32,
+    written.update({out: torch.empty(call.m, call.n // call.stat_width(param), dtype=torch.float32,
                                      device=call.A.device) for out, param in call.epi.stat_outputs.items()})
     kw.update(written)
     return kw, written

@@ -128,7 +128,7 @@ def loads_ahead(call: GemmCall, config: Config) -> bool:
     faster than QuACK's kernel at gemm_residual's bench rows, the same at gemm_residual_rmsnorm's, bit for bit
     the same outputs."""
     return (config.load_ahead and config.split_k == 1 and ahead_mode(call.epi.mode, config)
-            and call.reads_tiles and not call.epi.stats)  # its epilogue has no accumulator prepass
+            and call.reads_tiles and not call.stats)  # its epilogue has no accumulator prepass
 
 
 #: QuACK's dynamic persistent tile scheduler (an atomic tile counter instead of a fixed tile order): on.
@@ -193,11 +193,11 @@ def default_config(call: GemmCall, sms: int | None = None) -> Config | None:
     if call.epi.mode == "packed":
         return PACKED_TILE
     if call.epi.mode != "element":
-        return whole_heads(None, call.epi.tile_n_multiple)
+        return whole_heads(None, call.tile_n_multiple)
     if sms is None:
         sms = _sm_count(call.A.device) if call.A.is_cuda else H200_SM_COUNT
     long_light = int(call.A.shape[1]) >= LONG_K_MIN and light_epilogue(call)
-    return whole_heads(_element_default(call.m, call.n, long_light, sms), call.epi.tile_n_multiple)
+    return whole_heads(_element_default(call.m, call.n, long_light, sms), call.tile_n_multiple)
 
 
 def whole_heads(config: Config | None, multiple: int) -> Config | None:

@@ -110,7 +110,7 @@ class OpLog(TorchDispatchMode):
                     "sinks": sorted(type(s).__name__ for s in call.epi.sinks.values()), "mode": call.epi.mode,
                     "epilogue": call.epi.name, "outputs": len(call.epi.outputs), "store_d": call.store_d,
                     "b_major": call.b_major, "reads_tiles": call.reads_tiles,
-                    "tile_n_multiple": call.epi.tile_n_multiple,
+                    "tile_n_multiple": call.tile_n_multiple,
                     "config": None if config is None else config_fields(config), "bytes": call.hbm_bytes(),
                     "operand_copies": call.operand_copies,
                 })
