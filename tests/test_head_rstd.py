@@ -233,10 +233,12 @@ def test_qk_norm_then_rope_in_acc_pair_mode_matches_the_math():
     assert torch.allclose(out["rstd_heads"].double(), rstd, rtol=1e-5)
 
 
-def test_qk_norm_then_rope_builds_for_sm90_on_the_cpu(monkeypatch):
+def test_qk_norm_then_rope_builds_for_sm90_on_the_cpu(tmp_path, monkeypatch):
     """acc_pair mode with the statistic: the default's tile holds whole heads there too, and the sm_90a build
     takes the prepass with the paired fn."""
-    monkeypatch.setenv("QUACK_ARCH", "90")
+    import quack.cache
+
+    monkeypatch.setattr(quack.cache, "CACHE_DIR", str(tmp_path))  # built here, not found in a cache
     x, w, weight, inv_freq, position = rope_case(m=256)
     seen = {}
 
@@ -265,10 +267,12 @@ def test_a_reduce_of_the_bare_statistic_is_refused_at_the_padding():
         P.gemm(bare, x, w.t())
 
 
-def test_qk_norm_builds_for_sm90_on_the_cpu(monkeypatch):
+def test_qk_norm_builds_for_sm90_on_the_cpu(tmp_path, monkeypatch):
     """What the emulator accepts, the sm_90a build must: QuACK's per-head statistic with its accumulator
     prepass and the statistic's output, at the tile the default picks."""
-    monkeypatch.setenv("QUACK_ARCH", "90")
+    import quack.cache
+
+    monkeypatch.setattr(quack.cache, "CACHE_DIR", str(tmp_path))  # built here, not found in a cache
     x, w, weight, normed = qkv_case(m=256, k=128)
     with backend.using("quack-compile"):
         out = P.gemm(qk_norm, x, w.t(), weight=weight, normed=normed)

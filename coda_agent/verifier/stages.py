@@ -634,7 +634,9 @@ def bench_configs(task: Task, client: RunnerClient, built: list[dict[str, Any]],
             raise Reject(Outcome.CHEAT_DETECTED, (
                 f"at bench shape {point.name} (on meta tensors), forward() does other work than at shape "
                 f"{built_at.name} ({_diff(small, kinds)}): every shape must run the same gemm epilogues and "
-                "host ops, only the configs may differ (the CPU checks values at the small shapes only)"
+                "host ops, only the configs may differ (the CPU checks values at the small shapes only); "
+                "what differs by shape goes into the one epilogue as an operand (a number, a vector), or a "
+                "HeadRstd given to gemm() per call"
             ))
         for op in ops:
             if "gemm" in op and pair(op) not in have:
