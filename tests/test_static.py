@@ -258,6 +258,16 @@ def test_what_the_new_rules_leave_alone():
     assert check_source(source) == []
 
 
+def test_a_function_torch_allows_is_a_method_too_where_both_exist():
+    """A manual-seat author found ``torch.repeat_interleave(t, 2)`` accepted and ``t.repeat_interleave(2)``
+    refused: the same op, one launch either way."""
+    source = (OK_HEADER + "@epilogue()\ndef e(acc, c):\n    return {'D': acc + c}\n"
+              "def forward(x, w, residual):\n"
+              "    r = residual.repeat_interleave(1, dim=0)\n"
+              "    return {'out': gemm(e, x, w.t(), C=torch.repeat_interleave(r, 1, dim=0))['D']}\n")
+    assert check_source(source) == []
+
+
 def test_math_on_numbers_is_a_constant_anywhere():
     """math.f(...) of numbers, math.pi/e and + - * / is a float constant at the top level and in an epilogue
     fn; a docstring, numbers on the left of a value, operators and keyword arguments in host glue pass too."""

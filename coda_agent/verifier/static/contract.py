@@ -37,7 +37,8 @@ TORCH_DTYPES = TORCH_VALUES - {"Tensor"}
 METHODS = frozenset({
     "t", "view", "view_as", "reshape", "reshape_as", "transpose", "permute", "contiguous", "expand",
     "expand_as", "flatten", "unflatten", "squeeze", "unsqueeze", "chunk", "split", "narrow", "unbind",
-    "repeat", "size", "dim", "numel", "stride", "float", "half", "bfloat16", "double", "int", "long", "bool",
+    "repeat", "repeat_interleave", "size", "dim", "numel", "stride", "float", "half", "bfloat16", "double",
+    "int", "long", "bool",
     "to", "type_as", "clone", "detach", "new_zeros", "new_ones", "new_full", "new_empty", "masked_fill",
     "fill_", "zero_", "copy_", "add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "neg", "neg_",
     "abs", "exp", "exp_", "log", "log1p", "sqrt", "rsqrt", "rsqrt_", "pow", "square", "reciprocal", "sigmoid",
