@@ -136,7 +136,7 @@ class GemmCall:
 
     def check_config(self, config: Config) -> None:
         """``config`` against this call's mode, outputs, D and B's layout (:meth:`Config.check`), and its
-        statistics' heads (:meth:`Epilogue.check_tile`)."""
+        statistics' heads (:meth:`check_tile`)."""
         config.check(self.epi.mode, bool(self.epi.outputs), self.store_d, self.b_major)
         self.check_tile(config)
 
