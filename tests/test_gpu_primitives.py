@@ -243,3 +243,24 @@ def test_qk_norm_then_rope_on_the_gpu_matches_the_emulator():
     _close(got["D"], want["D"])
     assert torch.allclose(got["rstd_heads"], want["rstd_heads"], rtol=1e-4)
 
+
+@P.epilogue(stats={"rstd": P.HeadRstd(out="r")})
+def head_norm_per_call(acc, rstd):
+    return {"D": acc * rstd}
+
+
+def test_a_statistic_given_per_call_on_the_gpu_matches_the_emulator():
+    """HeadRstd's head width and eps given to gemm(): one kernel per eps (QuACK's constant), each width its
+    own plan; both against the emulator."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(1000, 256, device="cuda", generator=g).bfloat16()
+    b = (torch.randn(256, 768, device="cuda", generator=g) / 16).bfloat16()
+    for width, eps in ((64, 1e-6), (128, 0.5), (128, 1e-6)):
+        stat = P.HeadRstd(width, eps=eps)
+        with backend.using("quack"):
+            got = P.gemm(head_norm_per_call, a, b, rstd=stat, out_dtype=torch.float32)
+        want = P.gemm(head_norm_per_call, a, b, rstd=stat, out_dtype=torch.float32)
+        _close(got["D"], want["D"])
+        assert got["r"].shape == (1000, 768 // width)
+        assert torch.allclose(got["r"], want["r"], rtol=1e-4)
+

@@ -277,3 +277,23 @@ def test_qk_norm_builds_for_sm90_on_the_cpu(tmp_path, monkeypatch):
     with backend.using("quack-compile"):
         out = P.gemm(qk_norm, x, w.t(), weight=weight, normed=normed)
     assert out["D"].shape == (256, 512) and out["rstd_heads"].shape == (256, 8)
+
+
+def test_statistics_given_per_call_build_for_sm90_on_the_cpu(tmp_path, monkeypatch):
+    """Two head widths and two eps given to gemm() for one declared statistic: one kernel per (width, eps),
+    each built for sm_90a."""
+    import quack.cache
+
+    monkeypatch.setattr(quack.cache, "CACHE_DIR", str(tmp_path))
+
+    @P.epilogue(stats={"rstd": P.HeadRstd(out="r")})
+    def head_norm(acc, rstd):
+        return {"D": acc * rstd}
+
+    x, w, _, _ = qkv_case(m=256, k=128)
+    with backend.using("quack-compile"):
+        for width, eps in ((64, 1e-6), (128, 0.25)):
+            out = P.gemm(head_norm, x, w.t(), rstd=P.HeadRstd(width, eps=eps))
+            assert out["r"].shape == (256, 512 // width)
+    assert len([k for k in head_norm.backend_cache if isinstance(k, tuple)]) == 2  # an EpiMod per eps
+
