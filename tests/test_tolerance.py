@@ -89,6 +89,31 @@ def test_an_output_off_by_a_constant_factor_says_so():
     assert not noisy.ok and noisy.factor is None
 
 
+def test_a_wrong_block_of_columns_or_rows_is_named():
+    """A manual seat normalised V's columns too and read only the worst element ("at [41, 597]"): the check
+    names the columns (or rows: a partial last tile's) where every element past the allowed error lies, in a
+    few runs; errors everywhere, or scattered, name none."""
+    dims = {"M": 200, "N": 512, "K": 16}
+    truth = torch.randn(200, 512) + 2.0
+    wrong_v = truth.clone()
+    wrong_v[:, 320:] *= 1.5
+    (check,) = check_outputs(K1, {"out": wrong_v.bfloat16()}, {"out": truth}, {"out": truth.bfloat16()}, dims,
+                             "tiny", 0)
+    assert not check.ok and check.reason.endswith("; every element off by more than that is in columns "
+                                                  "320-511 of 512")
+    tail = truth.clone()
+    tail[192:, :64] += 1.0
+    tail[192:, 128:192] += 1.0
+    (check,) = check_outputs(K1, {"out": tail.bfloat16()}, {"out": truth}, {"out": truth.bfloat16()}, dims,
+                             "tiny", 0)
+    assert check.reason.endswith("is in rows 192-199 of 200 and columns 0-63, 128-191 of 512")
+    scattered = truth.clone()
+    scattered[::7, ::5] += 1.0
+    (check,) = check_outputs(K1, {"out": scattered.bfloat16()}, {"out": truth}, {"out": truth.bfloat16()},
+                             dims, "tiny", 0)
+    assert not check.ok and "every element off by more" not in check.reason
+
+
 def test_a_wrong_dtype_names_what_sets_it():
     (check,) = check_outputs(K1, {"out": torch.ones(4, 8)}, {"out": torch.ones(4, 8)},
                              {"out": torch.ones(4, 8).bfloat16()}, DIMS, "tiny", 0)

@@ -59,7 +59,8 @@ class ErrorStats:
     """What the tolerance rule reads of one output, gathered chunk by chunk: the candidate's non-finite
     elements (count, first flat index), max|cand - ref| and its first flat index, max|baseline - ref|,
     max|ref|, the L1 and L2 norms of the error, of the baseline's error and of max(1, |ref|), and the sums
-    cand·ref, cand·cand and ref·ref (a least-squares factor between them, :meth:`factor`)."""
+    cand·ref, cand·cand and ref·ref (a least-squares factor between them, :meth:`factor`); of a 2-D output,
+    max|cand - ref| of each row and of each column (where the failing elements lie)."""
 
     nonfinite: int
     first_nonfinite: int
@@ -71,6 +72,8 @@ class ErrorStats:
     lowp_norms: tuple[float, float]
     scale_norms: tuple[float, float]
     products: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    row_max: tuple[float, ...] = ()
+    col_max: tuple[float, ...] = ()
 
     def factor(self) -> float | None:
         """s where cand is s x ref throughout (within 1% of its norm) and s is not 1: a dropped or extra
@@ -97,12 +100,22 @@ def error_stats(cand: torch.Tensor, ref32: torch.Tensor, lowp: Callable[[int, in
     peaks: list[torch.Tensor] = []  # per chunk: max err, its index in the chunk, max lowp err, max |ref|
     sums: list[torch.Tensor] = []  # per chunk: L1, squared L2 of err, lowp err, scale; the products
     spans = chunk_spans(tuple(cand.shape), elements)
+    # a 2-D output's chunks are whole rows (its rows are far below a chunk): each row's and column's max error
+    whole_rows = cand.dim() == 2 and cand.shape[1] and all(b % cand.shape[1] == 0 or b == cand.numel()
+                                                           for _, b in spans)
+    width = int(cand.shape[1]) if whole_rows else 0
+    rows: list[torch.Tensor] = []
+    cols: torch.Tensor | None = None
     for start, end in spans:
         c = _f64(_piece(cand, start, end), device)
         bad.append((~torch.isfinite(c)).sum())
         r = _f64(_piece(ref32, start, end), device)
         products = [torch.dot(c, r), torch.dot(c, c), torch.dot(r, r)]
         d = c.sub_(r).abs_()
+        if width:
+            grid = d.view(-1, width)
+            rows.append(grid.amax(1))
+            cols = grid.amax(0) if cols is None else torch.maximum(cols, grid.amax(0))
         at = d.argmax()
         peak = [d.max(), at.to(torch.float64)]
         part = [d.sum(), torch.dot(d, d)]
@@ -136,6 +149,8 @@ def error_stats(cand: torch.Tensor, ref32: torch.Tensor, lowp: Callable[[int, in
         lowp_err=maxima[2], ref_max=maxima[3],
         err_norms=(total[0], math.sqrt(total[1])), lowp_norms=(total[2], math.sqrt(total[3])),
         scale_norms=(total[4], math.sqrt(total[5])), products=(total[6], total[7], total[8]),
+        row_max=tuple(torch.cat(rows).tolist()) if width else (),
+        col_max=tuple(cols.tolist()) if cols is not None else (),
     )
 
 
@@ -160,6 +175,35 @@ def _spread_error(stats: ErrorStats, factor: float, floor: float) -> str | None:
         if err > allowed:
             return f"the L{p} norm of the error, {err:.4g}, exceeds the allowed {allowed:.4g}"
     return None
+
+
+def _ranges(indices: list[int]) -> list[tuple[int, int]]:
+    """Sorted indices as runs of consecutive ones, (first, last)."""
+    runs: list[tuple[int, int]] = []
+    for i in indices:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    return runs
+
+
+#: The most runs of rows or of columns a reason names (more read as scattered, and are not named).
+MAX_RUNS = 3
+
+
+def failing_block(stats: ErrorStats, allowed: float) -> str:
+    """Where a 2-D output's errors past ``allowed`` lie, where that is part of its rows or of its columns in
+    at most :data:`MAX_RUNS` runs ("; they lie in rows 192-199 of 200"): a wrong block of columns (one head,
+    the V part) or a partial last tile's rows, which the worst element alone does not say."""
+    parts = []
+    for axis, maxima in (("rows", stats.row_max), ("columns", stats.col_max)):
+        off = [i for i, v in enumerate(maxima) if v > allowed]
+        runs = _ranges(off)
+        if off and len(off) < len(maxima) and len(runs) <= MAX_RUNS:
+            named = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
+            parts.append(f"{axis} {named} of {len(maxima)}")
+    return f"; every element off by more than that is in {' and '.join(parts)}" if parts else ""
 
 
 def _unravel(flat: int, shape: tuple[int, ...]) -> list[int]:
@@ -274,6 +318,7 @@ def check_outputs(
                     f"({factor:g} x {BASELINE_TEXT[rule]} {lowp_err:.3g} + floor)"
                     + (f"; got is expected rounded to {rounded}" if rounded else "")
                     + (f"; got is {times:.4g} x expected throughout" if times else "")
+                    + ("" if rounded or times else failing_block(stats, allowed))
                 ),
             )
         )
