@@ -72,8 +72,9 @@ class ErrorStats:
     lowp_norms: tuple[float, float]
     scale_norms: tuple[float, float]
     products: tuple[float, float, float] = (0.0, 0.0, 0.0)
-    row_max: tuple[float, ...] = ()
-    col_max: tuple[float, ...] = ()
+    #: on the device, read only where a check fails (:func:`failing_block`)
+    row_max: torch.Tensor | None = None
+    col_max: torch.Tensor | None = None
 
     def factor(self) -> float | None:
         """s where cand is s x ref throughout (within 1% of its norm) and s is not 1: a dropped or extra
@@ -149,8 +150,7 @@ def error_stats(cand: torch.Tensor, ref32: torch.Tensor, lowp: Callable[[int, in
         lowp_err=maxima[2], ref_max=maxima[3],
         err_norms=(total[0], math.sqrt(total[1])), lowp_norms=(total[2], math.sqrt(total[3])),
         scale_norms=(total[4], math.sqrt(total[5])), products=(total[6], total[7], total[8]),
-        row_max=tuple(torch.cat(rows).tolist()) if width else (),
-        col_max=tuple(cols.tolist()) if cols is not None else (),
+        row_max=torch.cat(rows) if width else None, col_max=cols,
     )
 
 
@@ -198,7 +198,9 @@ def failing_block(stats: ErrorStats, allowed: float) -> str:
     the V part) or a partial last tile's rows, which the worst element alone does not say."""
     parts = []
     for axis, maxima in (("rows", stats.row_max), ("columns", stats.col_max)):
-        off = [i for i, v in enumerate(maxima) if v > allowed]
+        if maxima is None:
+            continue
+        off = (maxima > allowed).nonzero().flatten().tolist()
         runs = _ranges(off)
         if off and len(off) < len(maxima) and len(runs) <= MAX_RUNS:
             named = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
