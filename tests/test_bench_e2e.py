@@ -17,7 +17,16 @@ from coda_agent.bench import e2e
 from coda_agent.bench.e2e import DEFAULT_VARIANTS, PRESETS, VARIANTS, run_e2e, step_plan
 from coda_agent.bench.memory_peak import NO_FRAME, peak_live
 from coda_agent.bench.report import e2e_markdown
-from coda_agent.bench.results import E2E_SUFFIX, FLOOR_MOONSHOT, NON_ATTENTION_GOAL, E2ERun, KernelFile
+from coda_agent.bench.results import (
+    ATTENTION_KIND,
+    CUDA_KERNELS,
+    E2E_SUFFIX,
+    FLOOR_MOONSHOT,
+    NON_ATTENTION_GOAL,
+    E2ERun,
+    KernelFile,
+    KernelKind,
+)
 from coda_agent.bench.runner import write_run
 from coda_agent.cli import app
 from coda_agent.store.index import Index
@@ -311,6 +320,21 @@ def test_the_floor_is_timed_with_the_steps_and_each_variant_stands_against_it(ru
     line = next(line for line in e2e_markdown(run).splitlines() if line.startswith("GEMM floor ("))
     assert f"{floor.median_us / 1e3:,.2f} ms" in line and f"coda {run.over_floor(run.coda):.3f}x" in line
     assert line.endswith(": met" if run.over_floor(run.coda) <= FLOOR_MOONSHOT else ": missed")
+
+
+def test_sdpas_kernels_in_each_profiled_step_stand_beside_the_attention_timed_alone(run: E2ERun):
+    """On a GPU the summary says how long SDPA's kernels took inside each step (at the power cap's clock)
+    against the attention timed alone; a CPU profile counts ops, so it says nothing."""
+    assert not any(line.startswith("- SDPA's kernels") for line in e2e_markdown(run).splitlines())
+    on_gpu = run.model_copy(update={"variants": [
+        v.model_copy(update={"kernels_measured": CUDA_KERNELS, "by_kind": [
+            KernelKind(kind=ATTENTION_KIND, count=4, total_us=1000.0 * (i + 2)),
+            KernelKind(kind="task kernels (GEMM + epilogue)", count=9, total_us=9000.0)]})
+        for i, v in enumerate(run.variants)]})
+    (line,) = [line for line in e2e_markdown(on_gpu).splitlines() if line.startswith("- SDPA's kernels")]
+    alone = run.attention.median_us * run.config.layers / 1e3
+    assert f"{run.variants[0].name} 2.00 ms, {run.variants[1].name} 3.00 ms" in line
+    assert f"against {alone:,.2f} ms timed alone" in line
 
 
 def test_the_json_round_trips_with_the_ratios_in_it(run: E2ERun, tmp_path: Path):

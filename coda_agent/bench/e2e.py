@@ -33,6 +33,8 @@ from ..torch.check import check_gradients
 from ..torch.layer import IGNORE_INDEX
 from .memory_peak import record_peak
 from .results import (
+    ATTENTION_KIND,
+    CUDA_KERNELS,
     E2EConfig,
     E2ERun,
     E2EVariant,
@@ -253,7 +255,7 @@ def peak_memory(step: Callable[[], torch.Tensor], device: str,
 #: ops), the chain's glue passes (:mod:`coda_agent.torch.glue`'s Triton kernels, and QuACK's scaled-exp
 #: head's), any other GEMM (cuBLAS's, aten's), and Inductor's Triton kernels.
 KERNEL_KINDS = (
-    ("attention (SDPA)", re.compile(r"sdpa|flash|fmha|attention|compute_dot_do_o|convert_dq", re.IGNORECASE)),
+    (ATTENTION_KIND, re.compile(r"sdpa|flash|fmha|attention|compute_dot_do_o|convert_dq", re.IGNORECASE)),
     ("task kernels (GEMM + epilogue)", re.compile(r"GemmMod|^coda::gemm_")),
     ("the chain's glue passes", re.compile(
         r"softmax_grad|rope_backward|rms_begin|rms_normalize|rmsnorm_backward|scale_cast|_lce_glue|^coda::")),
@@ -335,7 +337,7 @@ def profile_kernels(step: Callable[[], object], device: str, top: int) -> Profil
             torch.cuda.synchronize()
     timeline = None
     if device == "cuda":
-        kind = "CUDA kernels"
+        kind = CUDA_KERNELS
         rows = [(e.key, e.count, e.device_time_total) for e in prof.key_averages()
                 if e.device_type == torch.autograd.DeviceType.CUDA and e.device_time_total > 0]
         timeline = gpu_timeline((e.time_range.start, e.time_range.end, e.name) for e in prof.events()

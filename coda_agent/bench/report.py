@@ -14,6 +14,8 @@ from rich.table import Table
 
 from ..measure.timing import Timing
 from .results import (
+    ATTENTION_KIND,
+    CUDA_KERNELS,
     FLOOR_MOONSHOT,
     NON_ATTENTION_GOAL,
     BenchRow,
@@ -314,6 +316,19 @@ def e2e_floor(run: E2ERun) -> str | None:
             f"it): {moonshot}")
 
 
+def e2e_attention_in_step(run: E2ERun) -> str | None:
+    """SDPA's kernels inside each variant's profiled step against the attention timed alone, in one line; None
+    without a GPU profile. A step runs the same kernels at the clock the power cap leaves them, so inside it
+    they take longer, and longer still after kernels that draw their joules densely (bench/README.md)."""
+    inside = [f"{v.name} {k.total_us / 1e3:,.2f} ms" for v in run.variants
+              if v.kernels_measured == CUDA_KERNELS for k in v.by_kind if k.kind == ATTENTION_KIND]
+    if not inside:
+        return None
+    alone = run.attention.median_us * run.config.layers
+    return (f"SDPA's kernels in one profiled step: {', '.join(inside)}, against {alone / 1e3:,.2f} ms timed "
+            "alone between the steps: the same kernels, at the clock the power cap leaves them inside a step")
+
+
 def e2e_energy(run: E2ERun) -> list[str]:
     """A line per variant whose joules a step were measured."""
     return [f"energy of {v.name}: {v.energy.joules:,.1f} J a step, {v.energy.watts:,.0f} W over "
@@ -385,7 +400,7 @@ def _kernel_rows(v: E2EVariant) -> list[str]:
 def e2e_markdown(run: E2ERun) -> str:
     """The committed summary of an end-to-end run: provenance, the variants, the goal, the top kernels."""
     c = run.config
-    gradients, energy = e2e_gradients(run), e2e_energy(run)
+    measures = [*e2e_gradients(run), *e2e_energy(run), *filter(None, [e2e_attention_in_step(run)])]
     lines = [
         f"# End-to-end bench: Llama-3 stack forward+backward on {run.device} ({run.created:%Y-%m-%d})",
         *_provenance(run),
@@ -407,9 +422,8 @@ def e2e_markdown(run: E2ERun) -> str:
         e2e_goal(run),
         "",
         *([floor, ""] if (floor := e2e_floor(run)) else []),
-        *(f"- {line}" for line in gradients),
-        *(f"- {line}" for line in energy),
-        *([""] if gradients or energy else []),
+        *(f"- {line}" for line in measures),
+        *([""] if measures else []),
         "## Kernels that made the difference",
         "",
     ]

@@ -151,6 +151,10 @@ NON_ATTENTION_GOAL = 1.15
 #: The moonshot beside it (issue 45): the non-attention time within this factor of the step's GEMM floor
 #: (``E2ERun.gemm_floor``).
 FLOOR_MOONSHOT = 1.15
+#: What a GPU profile of a step counts (``E2EVariant.kernels_measured``), and the kind its attention kernels
+#: are summed under (``E2EVariant.by_kind``).
+CUDA_KERNELS = "CUDA kernels"
+ATTENTION_KIND = "attention (SDPA)"
 
 
 class E2EConfig(BaseModel):
