@@ -18,7 +18,11 @@ profiler's timestamps, so each time also reads as cycles. If replayed calls run 
 the step's take as many cycles at a lower clock, the step's excess is the clock's (the power cap), not
 SDPA's inputs.
 
-    source .gpu2/env.sh && python3 bench/probes/sdpa_in_step_probe.py --layers 4 --json $OUT/sdpa-in-step.json
+Measured on an H100 at 16 layers (results/h100-2026-12-07-e-notes.md): each layer's own call replayed alone ran
+as the random one (8.82 ms a call, boost clock); inside the steps the same cycles took 170.7 ms a step in CODA's
+(about 1690 MHz forward, 1580 backward) and 163.6 in compile's (1790, 1650): the clock, not the inputs.
+
+    source .gpu2/env.sh && cd bench/probes && python3 sdpa_in_step_probe.py --layers 16 --json $OUT/sdpa.json
 """
 
 from __future__ import annotations
