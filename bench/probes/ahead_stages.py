@@ -211,7 +211,12 @@ class WideSubtilesSm90(LoadAheadSm90):
     For the rows that read C: on the H200 (h200-2026-12-06-a) ncu put the load-ahead epilogue's samples in its own
     issue, not in waits on C (BAR, NOP, SHF, the bf16 packing among the leading opcodes, one warp a scheduler
     with nothing to hide their latencies), and at the 700 W cap the epilogue kernels took 4-20% more cycles than
-    their plain twins at the same clock (h100-2026-12-06-g)."""
+    their plain twins at the same clock (h100-2026-12-06-g).
+
+    Its sm_90a builds on the CPU (2026-12-07): gemm_residual at 128x192 pingpong 6 TMA stores and 15 barriers
+    against 12 and 21, at 128x256 cooperative 7 barriers against 11, neither spilling; gemm_residual_rmsnorm and
+    gemm_rmsnorm_bwd at 128x192 pingpong spill more (118 and 315 local stores against 30 and 48). Untimed:
+    args/wide_and_coop_at_cap.txt is its first device call."""
 
     @staticmethod
     def _compute_tile_shape_or_override(cta_tile_shape_mnk: Any, atom_layout_mnk: Any, element_type: Any = None,
