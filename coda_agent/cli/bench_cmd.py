@@ -350,7 +350,7 @@ def bench_e2e_cmd(
     on_gpu = torch.cuda.is_available()
     if not on_gpu and preset != "tiny":
         raise UserError(NO_GPU_E2E)
-    from ..bench.report import e2e_floor, e2e_goal, e2e_gradients, e2e_table
+    from ..bench.report import e2e_attention_in_step, e2e_floor, e2e_goal, e2e_gradients, e2e_table
     from ..bench.runner import command_line, write_run
 
     device = torch.cuda.get_device_name(0) if on_gpu else "cpu"
@@ -373,7 +373,8 @@ def bench_e2e_cmd(
         signal.signal(signal.SIGTERM, before)
     wide_console().print(e2e_table(run))
     console.print(e2e_goal(run), highlight=False, markup=False)
-    for line in [*filter(None, [e2e_floor(run)]), *e2e_gradients(run)]:
+    for line in [*filter(None, [e2e_floor(run)]), *e2e_gradients(run),
+                 *filter(None, [e2e_attention_in_step(run)])]:
         console.print(line, highlight=False, markup=False)
     if save:
         for p in write_run(run, json_path, md_path):
