@@ -224,6 +224,30 @@ def test_no_element_wise_pass_over_the_stream_runs_per_layer(layers: int):
     assert passes.ops == ["aten::zeros_like"]
 
 
+class _AtenOps(TorchDispatchMode):
+    """Every op dispatched under it, by name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = list[str]()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(func.name())
+        return func(*args, **(kwargs or {}))
+
+
+def test_token_positions_are_made_once_for_every_layer_and_step():
+    """RoPE's positions are the same for every layer and step of one batch shape: a step after the first makes
+    none (an arange and a repeat a layer, two glue kernels each, until 2026-12-07)."""
+    stack = make_stack(**{**SMALL, "layers": 2})
+    h, targets = draw_batch(stack, batch=2, seq=24)
+    stack(h, targets).backward()
+    with _AtenOps() as seen:
+        stack(h, targets).backward()
+    assert not [op for op in seen.ops if op in ("aten::arange", "aten::repeat")]
+    assert "coda::gemm_rmsnorm_rope" in " ".join(seen.ops)
+
+
 def test_a_head_that_keeps_no_logits_recomputes_them_within_the_tolerance_rule(small, eager_run, truth):
     """``keep_logits=False``: the backward reruns the LM-head GEMM (``gemm_rmsnorm_cross_entropy_bwd``)."""
     stack, h, targets = small

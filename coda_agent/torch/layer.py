@@ -17,6 +17,7 @@ sum of them would be one).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -44,6 +45,13 @@ def begin(h: torch.Tensor, norm_weight: torch.Tensor, eps: float) -> Stream:
     with torch.no_grad():
         normed, rstd = glue.rms_begin(h, norm_weight, eps)
         return Stream(h, normed, rstd)
+
+
+@functools.lru_cache(maxsize=8)
+def token_positions(batch: int, seq: int, device: torch.device) -> torch.Tensor:
+    """Each token's position in its sequence, (batch * seq,) int64: made once per batch shape and device and
+    shared by every layer and step (two glue kernels a layer a step otherwise). Read-only."""
+    return torch.arange(seq, device=device).repeat(batch)
 
 
 def rope_table(head_dim: int, n_heads: int, n_kv_heads: int, theta: float) -> torch.Tensor:
@@ -252,7 +260,7 @@ class CodaLlamaLayer(nn.Module):
             stream.normed.reshape(tokens, dim),
             stream.rstd.reshape(tokens),
         )
-        positions = torch.arange(seq, device=h.device).repeat(batch)
+        positions = token_positions(batch, seq, h.device)
         q, k, v, residual = _AttentionIn.apply(h, normed, rstd, self.attention_norm, self.wqkv, positions,
                                                self.inv_freq, (batch, self.n_heads, self.n_kv_heads),
                                                self.kernels)
