@@ -479,24 +479,6 @@ def test_the_probes_narrow_subtiles_build_the_swiglu_backward_at_128x192_unspill
     assert count(r"UTMASTG", narrow) == 2 * count(r"UTMASTG", wide) > 0
 
 
-@pytest.mark.slow
-def test_the_probes_wide_subtiles_halve_the_residual_epilogues_stores_unspilled(monkeypatch, tmp_path):
-    """bench/probes/ahead_stages.py:WideSubtilesSm90 (issue 44): 64-column subtiles take half the TMA stores a
-    tile of gemm_residual at 128x192 pingpong, and fewer barriers, without a spill."""
-    import re
-
-    config = '{"tile_m": 128, "tile_n": 192, "pingpong": true, "load_ahead": true}'
-    narrow = _sass(monkeypatch, tmp_path / "narrow", "gemm_residual", config)
-    wide = _sass(monkeypatch, tmp_path / "wide", "gemm_residual", config, "WideSubtilesSm90")
-
-    def count(pattern: str, text: str) -> int:
-        return len(re.findall(pattern, text))
-
-    assert count(r"\bSTL\b", wide) == count(r"\bLDL\b", wide) == 0
-    assert 2 * count(r"\bUTMASTG\b", wide) == count(r"\bUTMASTG\b", narrow) > 0
-    assert count(r"\bBAR\b", wide) < count(r"\bBAR\b", narrow)
-
-
 #: QuACK's split at 128x256 cooperative with C, where too little shared memory leaves one A/B stage: as
 #: QuACK's kernel runs it, inside and after a refusal block, and as the load-ahead kernel runs it.
 _FLOOR = """

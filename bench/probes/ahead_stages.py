@@ -201,28 +201,3 @@ class LongKSm90(LoadAheadSm90):
             more += 1
         return self.mainloop_stages, d_floor, more
 
-
-class WideSubtilesSm90(LoadAheadSm90):
-    """The load-ahead kernel with subtiles twice as wide (64x64 in pingpong, 128x64 cooperative, where QuACK takes
-    32 columns), wherever the tile's columns are a multiple of 64: half the subtiles a tile, so half the
-    per-subtile barriers, fences and TMA store issues, at twice the C and D bytes a stage (the split pays them
-    from C's stages).
-
-    For the rows that read C: on the H200 (h200-2026-12-06-a) ncu put the load-ahead epilogue's samples in its own
-    issue, not in waits on C (BAR, NOP, SHF, the bf16 packing among the leading opcodes, one warp a scheduler
-    with nothing to hide their latencies), and at the 700 W cap the epilogue kernels took 4-20% more cycles than
-    their plain twins at the same clock (h100-2026-12-06-g).
-
-    Its sm_90a builds on the CPU (2026-12-07): gemm_residual at 128x192 pingpong 6 TMA stores and 15 barriers
-    against 12 and 21, at 128x256 cooperative 7 barriers against 11, neither spilling; gemm_residual_rmsnorm and
-    gemm_rmsnorm_bwd at 128x192 pingpong spill more (118 and 315 local stores against 30 and 48). Untimed:
-    args/wide_and_coop_at_cap.txt is its first device call."""
-
-    @staticmethod
-    def _compute_tile_shape_or_override(cta_tile_shape_mnk: Any, atom_layout_mnk: Any, element_type: Any = None,
-                                        epi_tile_override: Any = None) -> tuple[int, int]:
-        tile_m, tile_n = GemmSm90._compute_tile_shape_or_override(cta_tile_shape_mnk, atom_layout_mnk,
-                                                                   element_type, epi_tile_override)
-        if epi_tile_override is not None or cta_tile_shape_mnk[1] % 64:
-            return tile_m, tile_n
-        return tile_m, 64
