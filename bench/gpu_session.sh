@@ -88,6 +88,8 @@
 #             in epilogue-cost.jsonl (about 90 s)
 #   stage-cap bench/probes/stage_cap.py: the SwiGLU backward's plain GEMM at 256x128 cooperative with its A/B stages
 #             capped, against cuBLAS (STAGE_CAP_ARGS replaces its rows, caps and tile); in stage-cap.jsonl (about 130 s)
+#   step-start  bench/probes/step_start_probe.py: the host's path from a training step's start to its first GEMM
+#             launch, timed and under cProfile (the 1B stack's 2 layers; STEP_START_ARGS replaces that); in step-start.json
 # Each phase's log notes the time, the host's load and CPU steal at its start and end; <phase>-gpu.csv samples the
 # GPU's clocks, power and throttle reasons once a second while it runs (power-capped clocks move kernel times).
 # Everything lands in .gpuwork/ (git-ignored: it stays on the machine between calls while it is warm) and comes back
@@ -207,7 +209,9 @@ for spec in "$@"; do
     stage-cap) run_phase stage-cap "$secs" python3 bench/probes/stage_cap.py \
                  ${STAGE_CAP_ARGS:---row gemm_swiglu_bwd:llama3-1b --row gemm_swiglu_bwd:coda-h2048 --caps 4,3,2} \
                  --json "$work/stage-cap.jsonl" ;;
-    *) echo "unknown phase $phase (bench, trust, guards, launch, ahead, ops, more, e2e, tune-run, accept, tune-human, cublas, probe, ncu-source, first-call, host, rope, sdpa, transfer, host-ops, window, epilogue-cost, stage-cap)"; exit 2 ;;
+    step-start) run_phase step-start "$secs" python3 bench/probes/step_start_probe.py ${STEP_START_ARGS:-} \
+                 --json "$work/step-start.json" ;;
+    *) echo "unknown phase $phase (bench, trust, guards, launch, ahead, ops, more, e2e, tune-run, accept, tune-human, cublas, probe, ncu-source, first-call, host, rope, sdpa, transfer, host-ops, window, epilogue-cost, stage-cap, step-start)"; exit 2 ;;
   esac
 done
 # The logs get committed: this machine's paths become the repository root ".", python3, <site-packages> and $OUT.
