@@ -641,6 +641,15 @@ def test_expressions_are_safe_arithmetic():
         evaluate("__import__('os')", {})
 
 
+def test_an_expression_parsed_once_is_evaluated_afresh_with_each_binding():
+    """A task op evaluates its outputs' shapes at every call, from one parse of each expression."""
+    assert [evaluate("2*N + M", {"M": m, "N": 3}) for m in (1, 5)] == [7, 11]
+    with pytest.raises(ExprError, match="cannot parse"):
+        evaluate("N*", {"N": 1})
+    with pytest.raises(ExprError, match="cannot parse"):
+        evaluate("N*", {"N": 1})
+
+
 def test_tasks_command_lists_the_suite():
     result = CliRunner().invoke(app, ["tasks"])
     assert result.exit_code == 0, result.output

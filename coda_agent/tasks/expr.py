@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import operator
 from collections.abc import Callable, Mapping
@@ -34,14 +35,20 @@ def names(expr: str) -> set[str]:
     return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - called
 
 
+@functools.lru_cache(maxsize=1024)
+def _parsed(expr: str) -> ast.Expression:
+    """``expr`` parsed once: a task op evaluates its outputs' shapes at every call (about 10 µs a parse)."""
+    try:
+        return ast.parse(expr, mode="eval")
+    except SyntaxError as exc:
+        raise ExprError(f"cannot parse {expr!r}: {exc.msg}") from exc
+
+
 def evaluate(expr: str | int | float, env: Mapping[str, float]) -> float:
     """Evaluate ``expr`` with the symbols in ``env``; numbers pass through."""
     if isinstance(expr, (int, float)):
         return expr
-    try:
-        tree = ast.parse(str(expr), mode="eval")
-    except SyntaxError as exc:
-        raise ExprError(f"cannot parse {expr!r}: {exc.msg}") from exc
+    tree = _parsed(str(expr))
 
     def ev(node: ast.AST) -> float:
         if isinstance(node, ast.Expression):
