@@ -25,16 +25,6 @@ class ExprError(ValueError):
     """An expression uses something other than numbers, shape symbols, arithmetic and a few functions."""
 
 
-def names(expr: str) -> set[str]:
-    """The symbols an expression reads (function names excluded)."""
-    try:
-        tree = ast.parse(expr, mode="eval")
-    except SyntaxError as exc:
-        raise ExprError(f"cannot parse {expr!r}: {exc.msg}") from exc
-    called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - called
-
-
 @functools.lru_cache(maxsize=1024)
 def _parsed(expr: str) -> ast.Expression:
     """``expr`` parsed once: a task op evaluates its outputs' shapes at every call (about 10 µs a parse)."""
@@ -42,6 +32,13 @@ def _parsed(expr: str) -> ast.Expression:
         return ast.parse(expr, mode="eval")
     except SyntaxError as exc:
         raise ExprError(f"cannot parse {expr!r}: {exc.msg}") from exc
+
+
+def names(expr: str) -> set[str]:
+    """The symbols an expression reads (function names excluded)."""
+    tree = _parsed(expr)
+    called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - called
 
 
 def evaluate(expr: str | int | float, env: Mapping[str, float]) -> float:
