@@ -2,7 +2,9 @@
 
 In the profiled 2-layer step of the Llama-3 1B stack on an H100 at 6839700 (results/h100-2026-12-07-f-e2e.md)
 the GPU waited 791 µs between the first norm's pass (``rms_begin_rows``) and the first task kernel; compile's
-longest wait was 73 µs. Every later launch finds the GPU busy, so only this wait is the host's.
+longest wait was 73 µs. Every later launch finds the GPU busy. bench-e2e's timed steps run back to back
+behind a 1 ms lead-in and never wait so, but a trainer that reads its loss every step (``loss.item()``)
+starts each step from an idle GPU and pays this path every step.
 
 Each step here runs as bench-e2e runs it (gradients cleared, the loss forward, backward); the backend's run
 function is wrapped so that the step's first GEMM call notes when it starts and when its launch returns. Then
