@@ -191,23 +191,36 @@ def test_the_compiled_graphs_call_the_chains_kernels(small):
     assert seen["backward"] == ["gemm_rmsnorm_bwd", *layer_bw, *layer_bw]
 
 
-class _StreamPasses(TorchDispatchMode):
+class _Ops(TorchDispatchMode):
+    """Records the name of every op dispatched under it that :meth:`kept` keeps (all of them here)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = list[str]()
+
+    def kept(self, func, outs) -> bool:
+        return True
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if self.kept(func, out if isinstance(out, (tuple, list)) else (out,)):
+            self.ops.append(func.name())
+        return out
+
+
+class _StreamPasses(_Ops):
     """Records the aten ops that write a tensor of at least ``size`` elements, views, GEMMs (``mm``: weight
     gradients, the o-projection's dgrad) and attention aside: the element-wise passes over the residual stream
     that run between the chain's kernels."""
 
     def __init__(self, size: int) -> None:
         super().__init__()
-        self.size, self.ops = size, list[str]()
+        self.size = size
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        outs = out if isinstance(out, (tuple, list)) else (out,)
-        if (func.namespace == "aten" and not func.is_view and func is not torch.ops.aten.mm.default
+    def kept(self, func, outs) -> bool:
+        return (func.namespace == "aten" and not func.is_view and func is not torch.ops.aten.mm.default
                 and "scaled_dot_product" not in func.name()
-                and any(isinstance(o, torch.Tensor) and o.numel() >= self.size for o in outs)):
-            self.ops.append(func.name())
-        return out
+                and any(isinstance(o, torch.Tensor) and o.numel() >= self.size for o in outs))
 
 
 @pytest.mark.parametrize("layers", [1, 3])
@@ -224,25 +237,13 @@ def test_no_element_wise_pass_over_the_stream_runs_per_layer(layers: int):
     assert passes.ops == ["aten::zeros_like"]
 
 
-class _AtenOps(TorchDispatchMode):
-    """Every op dispatched under it, by name."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops = list[str]()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops.append(func.name())
-        return func(*args, **(kwargs or {}))
-
-
 def test_token_positions_are_made_once_for_every_layer_and_step():
     """RoPE's positions are the same for every layer and step of one batch shape: a step after the first makes
     none (an arange and a repeat a layer, two glue kernels each, until 2026-12-07)."""
     stack = make_stack(**{**SMALL, "layers": 2})
     h, targets = draw_batch(stack, batch=2, seq=24)
     stack(h, targets).backward()
-    with _AtenOps() as seen:
+    with _Ops() as seen:
         stack(h, targets).backward()
     assert not [op for op in seen.ops if op in ("aten::arange", "aten::repeat")]
     assert "coda::gemm_rmsnorm_rope" in " ".join(seen.ops)
