@@ -221,15 +221,16 @@ def _label(c: Config) -> str:
     return f"{c.tile_m}x{c.tile_n} {'pp' if c.pingpong else 'coop'} {c.cluster_m}x{c.cluster_n}"
 
 
-def agreement(variants: dict[str, Callable[[], Any]], reference: str) -> None:
+def agreement(variants: dict[str, Callable[[], Any]], reference: str, files: tuple[str, ...] = ()) -> None:
     """Each split variant's outputs against the reference variant's: the largest difference over the largest
     reference value, per output (split-K sums the same products in another order: about bf16's rounding). The
-    load-ahead kernels at the kernel's own configs must match QuACK's bit for bit: it says whether each does."""
+    load-ahead kernels at the kernel's own configs must match QuACK's bit for bit: it says whether each does, and
+    whether each --variant file's forward() does (``files``: their names here; some compute other things)."""
     if reference not in variants:
         return
     want = variants[reference]()
     for name, fn in variants.items():
-        if name.startswith("as written, dynamic, ahead"):
+        if name.startswith("as written, dynamic, ahead") or name in files:
             got = fn()
             same = {k: bool(torch.equal(got[k], v)) for k, v in want.items() if isinstance(v, torch.Tensor)}
             print(f"  bitwise equal, {name.removeprefix('as written, dynamic, ')} vs as written: {same}", flush=True)
@@ -359,7 +360,7 @@ def main() -> None:
         variants, meta = variants_for(task_name, dims, task_name in args.sweep, splits, files, args.ahead, kernels,
                                      configs, forced, overrides)
         variants = runnable({k: v for k, v in variants.items() if not args.only or k in args.only})
-        agreement(variants, "as written, dynamic")
+        agreement(variants, "as written, dynamic", tuple(f"{p.stem}, dynamic" for p in files))
         if args.ncu:
             for fn in variants.values():
                 fn()
