@@ -6,7 +6,8 @@ or 32 bytes, where a k-block of A or B moves rows of 128. Is a C row's cost over
 row requests? Fitted over the 65 suite rows on an H100 (``bench/probes/tma_rows.py``), neither model separates from
 the other (rms residual 1.6% by bytes, 2.0% by requests). A column-major C moves the same bytes in 128-byte rows:
 half the requests at 32-column subtiles, a quarter at 16. If the loss is the requests, this variant recovers about
-half of gemm_residual's and more at the 128x208 tiles; if it is the bytes, nothing.
+half of gemm_residual's and more at the 128x208 tiles; if it is the bytes, nothing. Measured on an H100 at a6b3de1
+(bench/results/h100-2026-12-07-g-notes.md): nothing at 128x32 subtiles, 8-23% of the gap at 16-column ones.
 The outputs must equal the kernel's as written bit for bit (the probe prints whether they do)."""
 
 from coda_agent.tasks import find_task
