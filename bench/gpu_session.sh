@@ -58,6 +58,7 @@
 #             suite_twin.txt: all 65 suite rows on QuACK's kernel and the load-ahead one beside the twin and cuBLAS,
 #             the whole suite's QuACK-path twin, 90 s on an H100; dsl_version.txt: nine rows for a DSL version A/B;
 #             c_bar.txt: the C rows beside cuBLAS's own C-reading GEMM and the epilogue's bytes moved alone;
+#             c_m_major.txt: the C rows with C column-major, the same bytes in 128-byte TMA rows (h100-2026-12-07-g);
 #             lm_head_dgrad.txt: the LM heads' dgrad GEMMs at the sweep, swizzled and K-major;
 #             long_k_coop.txt: that dgrad's cooperative twins and ahead_stages.py:LongKSm90 (4 A/B stages at long K);
 #             cluster_four.txt, packed_one_by_two.txt, l2_prefetch.txt: a 2x2 cluster, 1x2 for packed, L2 prefetch);
