@@ -11,7 +11,9 @@ For a row's largest gemm call at its config, per output tile:
 - the plain twin stores one such stream (D).
 Each model's extra share over the twin is a x (loaded requests / A/B requests) + b x (stored requests beyond the
 twin's / A/B requests), with a and b fitted by least squares to the measured kernel / twin - 1 over every row;
-the printout gives both fits' coefficients and residuals and each row's figures.
+the printout gives both fits' coefficients and residuals and each row's figures. On the H100 records of 6839700 the
+two fits do not separate; a column-major C (``variants/c_m_major.py``, the same bytes in 128-byte rows) then refuted
+the requests as the main cost (bench/results/h100-2026-12-07-g-notes.md).
 
     .venv/bin/python bench/probes/tma_rows.py bench/results/h100-2026-12-07-f-probe-suite.jsonl \
         bench/results/h100-2026-12-07-f-probe-suite-2.jsonl
@@ -99,8 +101,9 @@ def measured(paths: Iterable[str]) -> dict[tuple[str, str], list[float]]:
     """(task, shape) -> the faster of QuACK's and the load-ahead kernel over the plain twin, one per record."""
     out: dict[tuple[str, str], list[float]] = {}
     for path in paths:
-        for line in open(path):
-            d = json.loads(line)
+        with open(path) as f:
+            records = [json.loads(line) for line in f]
+        for d in records:
             t = d["timings"]
             kernels = [v["median_us"] for k, v in t.items() if k.startswith("as written")]
             if REFERENCE in t and kernels:
