@@ -40,9 +40,7 @@ REFERENCE = "plain twin, dynamic"
 def epi_tile(c: Config) -> tuple[int, int]:
     """QuACK 0.6.5's SM90 epilogue subtile for a config (``gemm_sm90.py``: its atom layout, then
     ``_compute_tile_shape_or_override``)."""
-    if c.pingpong:
-        atom_m = 1
-    elif c.tile_m == 320:
+    if c.pingpong or c.tile_m == 320:  # pingpong: one warp group a tile; 320 splits along N
         atom_m = 1
     elif c.tile_m == 192:
         atom_m = 3 if c.tile_n <= 128 else 1
