@@ -27,7 +27,8 @@
 #   ops       the torch ops' GPU tests: a two-layer Llama-3 1B stack's gradients at a real size, the glue passes' kernels
 #   more      the other GPU tests: the tuner, the agent, one end-to-end layer
 #   e2e       coda-agent bench-e2e --preset 1b --layers 2: CODA's ops, with and without K-major dgrad weights, against
-#             torch.compile (max-autotune faults building the 1B head at this batch, 2026-12-06-h; E2E_ARGS replaces the
+#             torch.compile (max-autotune faults building the 1B head at this batch, 2026-12-06-h; its build with the
+#             GEMMs on cuBLAS is --variant compile-max-autotune-cublas; E2E_ARGS replaces the
 #             arguments, e.g. "--preset 1b --layers 16 --steps 5 --warmup 2 --variant compile"; E2E_TAG names the
 #             JSON, .gpuwork/e2e<tag>.json). A max-autotune build ignores the call's end: give it a call of its own
 #   tune-run  the agent with a scripted model on a task without a human kernel (bench/tune_demo): the candidate's

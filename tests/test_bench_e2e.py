@@ -77,14 +77,16 @@ def test_the_variants_run_the_same_model(run: E2ERun):
     loss is its eager one."""
     losses = {v.name: v.loss for v in run.variants}
     assert losses["eager"] == pytest.approx(losses["coda"], rel=1e-2)
-    assert losses["compile"] == losses["compile-max-autotune"] == losses["eager"]
+    assert (losses["compile"] == losses["compile-max-autotune"] == losses["compile-max-autotune-cublas"]
+            == losses["eager"])
     assert losses["coda-compile"] == losses["coda-kernels"] == losses["coda"]
 
 
 def test_the_compile_variants_say_how_they_ran_without_a_gpu(run: E2ERun):
     compiled = {v.name: (v.compile_backend, v.compile_mode) for v in run.variants if v.compile_backend}
     assert (compiled
-            == {name: ("aot_eager", None) for name in ("coda-compile", "compile", "compile-max-autotune")})
+            == {name: ("aot_eager", None) for name in ("coda-compile", "compile", "compile-max-autotune",
+                                                       "compile-max-autotune-cublas")})
     assert run.variant("eager").compile_backend is None  # type: ignore[union-attr]
     assert any("aot_eager" in n for n in run.notes)
 
@@ -154,6 +156,27 @@ def test_max_autotune_is_refused_in_one_line_where_its_build_faults():
     with pytest.raises(ValueError, match=r"compile-max-autotune cannot build this stack: .* at 4,202,692,608 "
                                          r"logits \(32,768 tokens x 128,256\)"):
         run_e2e(PRESETS["1b"], device="cuda", command="", variants=["compile-max-autotune"])
+
+
+def test_max_autotune_with_cublas_gemms_is_the_mode_with_only_its_gemm_backends_changed(monkeypatch):
+    """torch.compile takes a mode or options, not both: the variant that keeps max-autotune's GEMMs on cuBLAS
+    (its Triton templates fault at the 1B head) passes the mode's own options, the GEMM backends narrowed, and
+    its results name both."""
+    seen: list[dict] = []
+    monkeypatch.setattr(e2e.torch, "compile", lambda model, **kw: seen.append(kw) or model)
+    model = torch.nn.Linear(2, 2)
+    run, how = e2e.compiled_model(model, VARIANTS["compile-max-autotune-cublas"], "inductor")
+    assert run is model and how == ("inductor", "max-autotune-no-cudagraphs, GEMM backends ATEN")
+    assert seen == [{"backend": "inductor", "fullgraph": True,
+                     "options": {"max_autotune": True, "coordinate_descent_tuning": True,
+                                 "max_autotune_gemm_backends": "ATEN"}}]
+    seen.clear()
+    assert e2e.compiled_model(model, VARIANTS["compile-max-autotune"], "inductor")[1] == (
+        "inductor", "max-autotune-no-cudagraphs")
+    assert e2e.compiled_model(model, VARIANTS["compile-max-autotune-cublas"], "aot_eager")[1] == (
+        "aot_eager", None)
+    assert seen == [{"backend": "inductor", "mode": "max-autotune-no-cudagraphs", "fullgraph": True},
+                    {"backend": "aot_eager", "fullgraph": True}]
 
 
 def test_each_eager_coda_variants_gradients_are_checked_against_fp32_autograd(run: E2ERun):
@@ -281,7 +304,8 @@ def test_the_ratios_are_each_variants_time_over_codas(run: E2ERun):
         else:
             assert ratio["non_attention"] is None
     best = run.best_compile
-    assert best is not None and best.name in ("compile", "compile-max-autotune")
+    assert best is not None and best.name in ("compile", "compile-max-autotune",
+                                              "compile-max-autotune-cublas")
     best_ratio = run.speedups[best.name]["non_attention"]
     assert run.non_attention_goal_met == (None if best_ratio is None else best_ratio >= NON_ATTENTION_GOAL)
 

@@ -64,14 +64,16 @@ CUT_SHORT = "cut short"
 
 @dataclass(frozen=True)
 class VariantSpec:
-    """A variant: which model, torch.compile's mode around it (None: eager) and, for CODA's, whether its dgrad
-    GEMMs read K-major copies of the weights (``Kernels(k_major_dgrad=True)``), its LM head (``Kernels``'s
-    ``scaled_exp_chunk``: the scaled-exp head by default, None for the chain's own), and whether the kernel
-    files given to the run replace the human kernels of their tasks."""
+    """A variant: which model, torch.compile's mode around it (None: eager) and the GEMM backends Inductor may
+    autotune over in that mode (None: the mode's own), and, for CODA's, whether its dgrad GEMMs read K-major
+    copies of the weights (``Kernels(k_major_dgrad=True)``), its LM head (``Kernels``'s ``scaled_exp_chunk``:
+    the scaled-exp head by default, None for the chain's own), and whether the kernel files given to the run
+    replace the human kernels of their tasks."""
 
     name: str
     coda: bool
     compile_mode: str | None
+    gemm_backends: str | None = None
     k_major_dgrad: bool = False
     scaled_exp_chunk: int | Literal["default"] | None = "default"
     chosen_kernels: bool = False
@@ -91,6 +93,11 @@ VARIANTS = {
         VariantSpec("eager", coda=False, compile_mode=None),
         VariantSpec("compile", coda=False, compile_mode="default"),
         VariantSpec("compile-max-autotune", coda=False, compile_mode=MAX_AUTOTUNE),
+        # max-autotune's tuning of every pointwise and reduction kernel, its GEMMs left to cuBLAS: its Triton
+        # GEMM templates fault at the 1B head (MAX_AUTOTUNE_LOGITS) and lost to cuBLAS at every other GEMM of
+        # the stack they were timed at (H100, bench/results/h100-2026-12-06-h-e2e.log: 0.76-0.79x at best)
+        VariantSpec("compile-max-autotune-cublas", coda=False, compile_mode=MAX_AUTOTUNE,
+                    gemm_backends="ATEN"),
     )
 }
 DEFAULT_VARIANTS = ("coda", "eager", "compile")
@@ -102,6 +109,22 @@ MAX_AUTOTUNE_LOGITS = 2**31
 FLOOR = "GEMM floor"
 #: The variant that runs the kernel files a run is given (``kernel_files``) in place of the human kernels.
 CHOSEN = "coda-kernels"
+
+
+def compiled_model(model: nn.Module, spec: VariantSpec,
+                   backend: str) -> tuple[Callable[..., torch.Tensor], tuple[str, str | None]]:
+    """``model`` under torch.compile as ``spec`` says, and (backend, the mode as the results name it). The
+    mode and its GEMM backends are Inductor's; torch.compile takes a mode or options, not both, so a variant
+    that narrows the backends passes the mode's own options with that one changed."""
+    if backend != "inductor" or spec.compile_mode is None:
+        return torch.compile(model, backend=backend, fullgraph=True), (backend, None)
+    if spec.gemm_backends is None:
+        return torch.compile(model, backend=backend, mode=spec.compile_mode, fullgraph=True), (
+            backend, spec.compile_mode)
+    options = {**torch._inductor.list_mode_options(spec.compile_mode),
+               "max_autotune_gemm_backends": spec.gemm_backends}
+    return torch.compile(model, backend=backend, options=options, fullgraph=True), (
+        backend, f"{spec.compile_mode}, GEMM backends {spec.gemm_backends}")
 
 
 def compile_backend(device: str) -> str:
@@ -421,8 +444,8 @@ def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | 
     if device == "cuda" and "compile-max-autotune" in names and logits >= MAX_AUTOTUNE_LOGITS:
         raise ValueError(f"compile-max-autotune cannot build this stack: Inductor's autotuning of the LM "
                          f"head's GEMM faults at {logits:,} logits ({config.tokens:,} tokens x "
-                         f"{config.vocab:,}) and ends the run; keep the logits under 2^31 (--batch or --seq) "
-                         "or leave it out")
+                         f"{config.vocab:,}) and ends the run; keep the logits under 2^31 (--batch or "
+                         "--seq), or time compile-max-autotune-cublas (the same mode, its GEMMs on cuBLAS)")
     if CHOSEN in names and not kernel_files:
         raise ValueError(f"the {CHOSEN} variant runs the kernel files it is given, and none was given")
     chosen = Kernels(kernel_files)  # imports them: a file that is not a chain task's kernel fails here
@@ -444,9 +467,7 @@ def run_e2e(config: E2EConfig, *, device: str, command: str, device_name: str | 
         model: nn.Module = coda if spec.coda else reference
         run: Callable[..., torch.Tensor] = model
         if spec.compile_mode is not None:
-            # the mode is Inductor's
-            compiled[name] = (backend, spec.compile_mode if backend == "inductor" else None)
-            run = torch.compile(model, backend=backend, mode=compiled[name][1], fullgraph=True)
+            run, compiled[name] = compiled_model(model, spec, backend)
         if spec.coda:  # the CODA variants share one stack's weights: each step sets its kernels first
             run = on_kernels(coda, kernel_sets[name], run)
         steps[name] = training_step(model, run, h, targets)

@@ -312,7 +312,8 @@ def bench_e2e_cmd(
     variant: list[str] = typer.Option(
         None, "--variant",
         help="variants to time beside coda (repeatable; default: eager, compile; also compile-max-autotune "
-        "(Inductor's max-autotune-no-cudagraphs, for logits under 2^31 values); coda-compile; coda-kmajor: "
+        "(Inductor's max-autotune-no-cudagraphs, for logits under 2^31 values); compile-max-autotune-cublas "
+        "(that mode with its GEMMs on cuBLAS, at any size); coda-compile; coda-kmajor: "
         "CODA with K-major weight copies for its dgrad GEMMs; coda-own-head: CODA with the chain's own LM "
         "head (logits kept, the cross-entropy tasks' kernels) in place of QuACK's scaled-exp one in 4096-row "
         "chunks; coda-scaled-exp-16k: that one in 16384-row chunks)",
