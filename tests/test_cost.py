@@ -15,7 +15,7 @@ from coda_agent.primitives import backend
 from coda_agent.prompts.feedback import feedback_prompt
 from coda_agent.runner.serve import OpLog
 from coda_agent.store.records import Attempt
-from coda_agent.tasks import find_task
+from coda_agent.tasks import find_task, load_tasks
 from coda_agent.tasks.loader import import_file
 from coda_agent.tasks.model import torch_dtype
 from coda_agent.verifier import cost
@@ -111,6 +111,34 @@ def test_the_largest_avoidable_cost_is_named():
     hosty = cost.estimate([gemm_op, *({"op": "aten::add.Tensor", "numel": 64} for _ in range(40))], PEAKS,
                           shape="s", min_bytes=sum(bytes_.values()))
     assert hosty.launches == 41 and "40 launch(es) besides the GEMM kernels" in hosty.dominant()
+
+
+def test_a_product_computed_twice_is_the_largest_avoidable_cost():
+    """A manual-seat kernel ran its one listed GEMM twice (a pass for the row statistic, then the same GEMM
+    to apply it): it passes, and the estimate named 3 launches (9 µs) as the largest avoidable cost where the
+    second GEMM costs about half of it."""
+    m, n, k = 8192, 2304, 9216
+    bytes_ = {"A": m * k * 2, "B": k * n * 2, "D": m * n * 2}
+    twice = [{"gemm": [m, n, k], "sinks": ["ColVecReduce"], "bytes": bytes_},
+             {"op": "aten::rsqrt", "numel": m, "bytes": 2 * m * 4},
+             {"gemm": [m, n, k], "sinks": [], "bytes": bytes_}]
+    est = cost.estimate(twice, PEAKS, shape="s", task_flops=2.0 * m * n * k)
+    assert est.dominant().startswith("GEMM work above the task's listed GEMMs (2.00x their FLOPs in 2 gemm "
+                                     "calls: a product computed more than once")
+    assert f"about {est.gemm_us / 2:.0f} µs of the" in est.dominant()
+    once = cost.estimate(twice[:1], PEAKS, shape="s", task_flops=2.0 * m * n * k)
+    assert "GEMM work" not in once.dominant()
+
+
+@pytest.mark.parametrize("task", load_tasks(), ids=lambda t: t.name)
+def test_no_human_kernel_does_gemm_work_beyond_its_tasks_listed_gemms(task):
+    """The surplus the estimate names is measured against the task's ``gemms``: every human kernel's gemm
+    calls add up to them at every bench shape (the block's two GEMMs, the heads' chunks)."""
+    for p in task.shape("bench"):
+        details = cost_details(task, {p.name: op_log(task.name, dict(p.dims))})
+        (c,) = details["cost"]
+        listed = sum(2.0 * m * n * k for m, n, k in task.gemm_shapes(p.dims))
+        assert c["task_flops"] == listed and c["flops"] <= cost.FLOPS_SLACK * listed, p.name
 
 
 def test_a_host_ops_traffic_is_the_bytes_its_tensors_hold():

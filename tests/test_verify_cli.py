@@ -85,3 +85,31 @@ def test_compile_only_says_it_compiles_not_that_it_passed(capsys, monkeypatch):
     assert (out.splitlines()[-1]
             == "COMPILES gemm_residual_rmsnorm v1 (sm_90a build only; correctness not checked)")
     assert "PASSED" not in out
+    assert "cost estimate" not in out  # no estimate recorded, none printed
+
+
+def test_compile_only_prints_the_cost_estimate_and_what_to_cut_first(capsys, monkeypatch):
+    """The sm_90a build prices the calls at the bench shapes; verify prints that table and its largest
+    avoidable cost (a manual-seat author found it only in --json: a kernel that ran its GEMM twice passed
+    without a word), not the calibration's paragraph."""
+    from coda_agent.cli import verify_cmd
+    from coda_agent.verifier.verdict import StageResult, Verdict
+
+    summary = ("| shape | estimate µs |\n|---|---|\n| llama3-1b-down | 712.5 |\n\n"
+               "Largest avoidable cost (at llama3-1b-down): GEMM work above the listed GEMMs (2.00x).\n"
+               "How far to trust it: a floor.")
+
+    def built(task, source, plan):
+        return Verdict(task=task.name, task_version=task.version, backend="quack-compile", outcome="passed",
+                       stages=[StageResult(stage="static", outcome="passed", seconds=0.0),
+                               StageResult(stage="compile", outcome="passed", seconds=9.0,
+                                           details={"cost_summary": summary})])
+
+    monkeypatch.setattr(verify_cmd, "verify", built)
+    code, out, err = cli(capsys, "verify", "gemm_residual", "--compile-only")
+    assert code == 0, out + err
+    assert "  | llama3-1b-down | 712.5 |" in out.splitlines()
+    assert ("  Largest avoidable cost (at llama3-1b-down): GEMM work above the listed GEMMs (2.00x)."
+            in out.splitlines())
+    assert "How far to trust it" not in out
+    assert out.splitlines()[-1].startswith("COMPILES gemm_residual v1")

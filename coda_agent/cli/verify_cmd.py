@@ -84,6 +84,17 @@ def launches_line(verdict: Verdict, budget: int) -> str | None:
     return None
 
 
+def cost_lines(verdict: Verdict) -> list[str]:
+    """The sm_90a build's cost estimate at the bench shapes (its table and what a faster candidate would
+    cut first), as the agent's feedback shows it; none where the build did not run or could not price the
+    calls."""
+    for s in verdict.stages:
+        summary = s.details.get("cost_summary") if s.stage == "compile" else None
+        if isinstance(summary, str) and summary:
+            return [ln for ln in summary.splitlines() if ln and not ln.startswith("How far to trust it")]
+    return []
+
+
 def print_verdict(verdict: Verdict, budget: int | None = None) -> None:
     for s in verdict.stages:
         mark = (f"[{outcome_style(s.outcome.value)}]"
@@ -94,6 +105,11 @@ def print_verdict(verdict: Verdict, budget: int | None = None) -> None:
         console.print(f"  launches: {untrusted(line)}", highlight=False)
     if any(s.checks for s in verdict.stages):
         print_table(verdict_table(verdict))
+    if lines := cost_lines(verdict):
+        console.print("  cost estimate at the bench shapes (CPU, nominal H200; a floor from bytes, FLOPs and "
+                      "launches):", highlight=False)
+        for line in lines:
+            console.print(f"  {untrusted(line)}", highlight=False)
     headline, scope = verdict.outcome.value.upper(), ""
     if verdict.passed and not any(s.stage in CORRECTNESS_STAGES for s in verdict.stages):  # --compile-only
         headline, scope = "COMPILES", " (sm_90a build only; correctness not checked)"

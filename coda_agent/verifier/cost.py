@@ -26,6 +26,8 @@ from .trace import op_launches  # the launch rule's own counts
 
 #: What one extra kernel launch costs on the stream (a small kernel back to back with the GEMM), in µs.
 LAUNCH_US = 3.0
+#: GEMM FLOPs this much above the task's listed GEMMs count as surplus work (not a rounding of the sizes).
+FLOPS_SLACK = 1.01
 #: The epilogue's byte classes (beyond the GEMM's A and B), as the feedback names them.
 EPILOGUE_BYTES = {
     "C": "the C operand read", "tiles": "full-tile operands read",
@@ -61,6 +63,7 @@ class CostEstimate:
     host_launches: int = 0
     sol_us: float | None = None
     min_bytes: float | None = None
+    task_flops: float | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -88,6 +91,14 @@ class CostEstimate:
     def dominant(self) -> str:
         """What a faster candidate would cut first: the largest avoidable part of the estimate, in words."""
         parts: list[tuple[float, str]] = []
+        # GEMM work above the task's listed GEMMs: a product computed twice (a statistic's pass, then the
+        # same GEMM again to apply it) costs its whole mainloop again
+        if self.task_flops and self.flops > FLOPS_SLACK * self.task_flops:
+            surplus = self.flops - self.task_flops
+            parts.append((self.gemm_us * surplus / self.flops,
+                          f"GEMM work above the task's listed GEMMs ({self.flops / self.task_flops:.2f}x "
+                          f"their FLOPs in {self.gemms} gemm calls: a product computed more than once; each "
+                          "listed GEMM once, its epilogue doing the rest)"))
         # traffic above the task's minimum, where the GEMMs are memory-bound at all
         total_bytes = sum(self.bytes_by_kind.values())
         if self.memory_us > self.compute_us and self.min_bytes is not None and total_bytes > self.min_bytes:
@@ -113,8 +124,9 @@ class CostEstimate:
 
 
 def estimate(ops: Sequence[Mapping[str, Any]], peaks: Peaks, *, shape: str = "", sol_us: float | None = None,
-             min_bytes: float | None = None) -> CostEstimate:
-    """The cost of one call from its op log (the runner's records of gemm calls and host ops)."""
+             min_bytes: float | None = None, task_flops: float | None = None) -> CostEstimate:
+    """The cost of one call from its op log (the runner's records of gemm calls and host ops);
+    ``task_flops``: 2·M·N·K summed over the task's listed GEMMs, against which surplus GEMM work shows."""
     bw, rate = peaks.hbm_tbps * 1e12, peaks.tflops_bf16 * 1e12
     by_kind: dict[str, int] = {}
     flops = compute = memory = gemm_us = 0.0
@@ -152,6 +164,7 @@ def estimate(ops: Sequence[Mapping[str, Any]], peaks: Peaks, *, shape: str = "",
         shape=shape, gemms=gemms, flops=flops, bytes_by_kind=by_kind, launches=launches, host_ops=host,
         host_bytes=host_bytes, compute_us=compute, memory_us=memory, gemm_us=gemm_us, launch_us=launch_us,
         host_us=host_us, tiles=tiles, host_launches=host_launches, sol_us=sol_us, min_bytes=min_bytes,
+        task_flops=task_flops,
     )
 
 

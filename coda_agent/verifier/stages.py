@@ -582,8 +582,9 @@ def cost_details(task: Task, seen: Mapping[str, list[dict[str, Any]]]) -> dict[s
         if p.name in seen:
             sol = speed_of_light_us(task.flops(p.dims), task.min_bytes(p.dims), NOMINAL_H200)
             try:
-                estimates.append(cost.estimate(seen[p.name], NOMINAL_H200, shape=p.name, sol_us=sol,
-                                               min_bytes=task.min_bytes(p.dims)))
+                estimates.append(cost.estimate(
+                    seen[p.name], NOMINAL_H200, shape=p.name, sol_us=sol, min_bytes=task.min_bytes(p.dims),
+                    task_flops=sum(2.0 * m * n * k for m, n, k in task.gemm_shapes(p.dims)) or None))
             except (TypeError, ValueError, AttributeError, OverflowError):
                 continue
     if not estimates:
