@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+import torch
 
 from coda_agent.agent.timing import timing_from_verdict
 from coda_agent.measure.peaks import NOMINAL_H200, SolPoint, speed_of_light
@@ -379,6 +380,26 @@ def test_feedback_error_table_says_which_output_where_and_by_how_much():
     assert "| `h` | yes |" in text
     assert "`rstd` fails at ragged but passes at tiny" in text
     assert "far off" in text and "algebra" in text
+
+
+def test_an_output_of_the_wrong_dtype_is_told_to_fix_its_form_not_its_algebra():
+    """A manual-seat author's addcmul returned FP32: the headline stopped inside the reason's parenthesis
+    (cut at its first ';'), and the next step said to compare the algebra line by line."""
+    from coda_agent.prompts.feedback import attempt_headline, first_clause
+    from coda_agent.verifier.compare import check_outputs
+
+    task = find_task("gemm_residual")
+    dims = dict(task.shape("small")[0].dims)
+    m, n = dims["M"], dims["N"]
+    (check,) = check_outputs(task, {"out": torch.ones(m, n)}, {"out": torch.ones(m, n)},
+                             {"out": torch.ones(m, n).bfloat16()}, dims, "tiny", 0)
+    attempt = make_attempt(1, 1, CODE, verdict(Outcome.WRONG_OUTPUT, check.reason, [check]))
+    headline = attempt_headline(attempt)
+    assert headline == check.reason and "out_dtype" in headline  # its ';'s are all inside the parenthesis
+    text = feedback_prompt([attempt], population=[], goal_is_speed=False)
+    assert "The outputs' form is wrong, not (yet) their values" in text
+    assert "Compare your algebra" not in text
+    assert first_clause("a (b; c); d") == "a (b; c)" and first_clause("no clause") == "no clause"
 
 
 def test_a_near_miss_is_not_blamed_on_precision_alone():

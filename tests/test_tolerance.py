@@ -115,10 +115,14 @@ def test_a_wrong_block_of_columns_or_rows_is_named():
 
 
 def test_a_wrong_dtype_names_what_sets_it():
+    """Both ways an output gets its dtype: gemm()'s out_dtype, or a host op's type promotion (a manual-seat
+    author's addcmul of bf16 tensors with an FP32 rstd returned FP32 and was pointed at out_dtype only)."""
     (check,) = check_outputs(K1, {"out": torch.ones(4, 8)}, {"out": torch.ones(4, 8)},
                              {"out": torch.ones(4, 8).bfloat16()}, DIMS, "tiny", 0)
     assert not check.ok and "has dtype torch.float32, expected torch.bfloat16" in check.reason
-    assert "gemm()'s out_dtype sets the dtype" in check.reason
+    assert "gemm() stores D and its extra outputs in its out_dtype" in check.reason
+    assert "a host op's result follows torch's type promotion" in check.reason
+    assert "pass that op out= a torch.bfloat16 tensor" in check.reason
 
 
 def test_a_task_can_choose_single_rounding():

@@ -118,6 +118,23 @@ def _failing_outputs(verdict: Verdict) -> list[OutputCheck]:
     return [c for c in verdict.worst_checks() if not c.ok]
 
 
+def first_clause(text: str) -> str:
+    """``text`` up to its first ';' outside parentheses: a reason's own clause, never cut inside the
+    parenthesis that says what to do (a dtype refusal's headline ended at "stored in", unclosed)."""
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if ch == ";" and depth <= 0:
+            return text[:i]
+    return text
+
+
+def _form_only(verdict: Verdict) -> bool:
+    """Whether every failing output failed on its form (missing, type, shape, dtype), none on its values."""
+    failing = _failing_outputs(verdict)
+    return bool(failing) and all(c.max_abs_err is None and c.worst_index is None for c in failing)
+
+
 def attempt_headline(attempt: Attempt) -> str:
     """One line saying what happened to an attempt (history tables, progress display)."""
     outcome = attempt.outcome
@@ -162,7 +179,7 @@ def attempt_headline(attempt: Attempt) -> str:
         for c in failing[:3]:
             r = c.error_ratio
             if r is None:
-                bits.append(c.reason.split(";")[0] if c.reason else f"{c.output}: wrong")
+                bits.append(first_clause(c.reason) if c.reason else f"{c.output}: wrong")
             else:
                 bits.append(f"{c.output} err {_num(c.max_abs_err)} > {_num(c.allowed)} ({_times(r)}) at "
                             f"{c.worst_index} {c.input_set}")
@@ -382,6 +399,9 @@ def _next_steps(
             steps.append("Some candidates of the last round failed: do not trade correctness for speed.")
         return steps
     steps = [NEXT_STEP[lead.outcome]]
+    if lead.outcome is AttemptOutcome.WRONG_OUTPUT and lead.verdict is not None and _form_only(lead.verdict):
+        steps = ["The outputs' form is wrong, not (yet) their values: return every output the task declares, "
+                 "by its name, as a plain tensor of its shape and dtype, as the reason above says."]
     if lead.finish_reason in ("length", "max_tokens"):
         steps.append("Your reply was cut off: reason briefly, then give the complete module.")
     steps.append("Correctness comes first; speed only counts once every output passes.")

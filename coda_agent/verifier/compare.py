@@ -262,10 +262,11 @@ def check_outputs(
                                                                f"{tuple(got.shape)}, expected {want_shape}"))
             continue
         if got.dtype != want_dtype:
-            checks.append(OutputCheck(**base, ok=False, reason=f"output {spec.name!r} has dtype {got.dtype}, "
-                                                               f"expected {want_dtype} (gemm()'s out_dtype "
-                                                               "sets the dtype D and the extra outputs are "
-                                                               "stored in; a cast on the host is a launch)"))
+            checks.append(OutputCheck(**base, ok=False, reason=(
+                f"output {spec.name!r} has dtype {got.dtype}, expected {want_dtype} (gemm() stores D and its "
+                "extra outputs in its out_dtype; a host op's result follows torch's type promotion, a "
+                f"{want_dtype} tensor with an FP32 one giving FP32, so pass that op out= a {want_dtype} "
+                "tensor; a separate cast is one more launch)")))
             continue
         # FP64 on the candidate's device, a chunk at a time (:func:`error_stats`): bench-size outputs are
         # compared on the GPU in milliseconds, with temporaries of a few chunks whatever the output's size.
