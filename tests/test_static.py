@@ -266,6 +266,13 @@ def test_a_function_torch_allows_is_a_method_too_where_both_exist():
               "    r = residual.repeat_interleave(1, dim=0)\n"
               "    return {'out': gemm(e, x, w.t(), C=torch.repeat_interleave(r, 1, dim=0))['D']}\n")
     assert check_source(source) == []
+    # the rule, for every such function (another author's d.addcmul_(...) was refused beside an allowed
+    # d.sub_(...), and torch.addcmul passed)
+    import torch
+
+    from coda_agent.verifier.static.contract import METHODS, TORCH_FUNCTIONS
+
+    assert sorted(n for n in TORCH_FUNCTIONS if hasattr(torch.Tensor, n) and n not in METHODS) == []
 
 
 def test_math_on_numbers_is_a_constant_anywhere():

@@ -113,3 +113,20 @@ def test_compile_only_prints_the_cost_estimate_and_what_to_cut_first(capsys, mon
             in out.splitlines())
     assert "How far to trust it" not in out
     assert out.splitlines()[-1].startswith("COMPILES gemm_residual v1")
+
+
+def test_a_refused_host_name_prints_the_allowlist_the_refusal_names(capsys, tmp_path):
+    """The static refusal of a host name ends "...: the allowlist"; verify printed no allowlist (only the
+    agent's feedback had it, from a manual-seat pass). A refusal for anything else prints none."""
+    body = ("import torch\nfrom coda_agent.primitives import epilogue, gemm\n\n\n@epilogue()\n"
+            "def e(acc, c):\n    return {'D': acc + c}\n\n\ndef forward(x, w, residual):\n"
+            "    return {'out': HOST(gemm(e, x, w.t(), C=residual)['D'])}\n")
+    host = tmp_path / "host.py"
+    host.write_text(body.replace("HOST", "torch.fft"))
+    code, out, _ = cli(capsys, "verify", "gemm_residual", str(host))
+    assert code == 1 and "torch.fft is not allowed" in out
+    assert "The static check's allowlist in full" in out and "`torch.take_along_dim`" in out
+    syntax = tmp_path / "syntax.py"
+    syntax.write_text(body.replace("def forward(x, w, residual):", "def forward(x, w, residual)"))
+    code, out, _ = cli(capsys, "verify", "gemm_residual", str(syntax))
+    assert code == 1 and "syntax error" in out and "allowlist in full" not in out

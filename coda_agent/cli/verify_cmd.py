@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from ..atomic import write_text_atomic
+from ..prompts.feedback import host_allowlist
 from ..tasks.loader import find_task
 from ..tasks.model import Baseline
 from ..untrusted import shown
@@ -118,6 +119,14 @@ def print_verdict(verdict: Verdict, budget: int | None = None) -> None:
                   highlight=False)
     if verdict.reason and not verdict.passed:
         console.print(shown(verdict.reason), highlight=False, markup=False)  # the candidate's words, inert
+    if refused_a_host_name(verdict):  # the refusal says "the allowlist": here it is, as the feedback has it
+        console.print(host_allowlist(), highlight=False, markup=False)
+
+
+def refused_a_host_name(verdict: Verdict) -> bool:
+    """The static check refused a host name off its allowlist (not, say, a syntax error)."""
+    return verdict.outcome is Outcome.STATIC_REJECTED and any(
+        s.stage == "static" and s.details.get("allowlist") is True for s in verdict.stages)
 
 
 @app.command("verify")

@@ -46,6 +46,14 @@ METHODS = frozenset({
     "min", "argmax", "logsumexp", "cumsum", "gather", "index_select", "isfinite", "isnan", "nan_to_num",
     "where", "lerp", "roll", "flip", "is_contiguous", "eq", "ne", "lt", "le", "gt", "ge",
     "get", "items", "keys", "values", "append", "extend", "update", "pop", "copy", "index", "count",
+    # the method form of every torch function above that torch.Tensor has as a method
+    "addcdiv", "addcmul", "argmin", "broadcast_to", "ceil", "clip", "divide", "erf", "exp2", "expm1", "floor",
+    "isinf", "log2", "log_softmax", "maximum", "minimum", "multiply", "negative", "round", "sign", "softmax",
+    "subtract", "take_along_dim", "tril", "triu", "true_divide", "trunc",
+    # and the in-place forms of the element-wise ones (an input written in place is refused when it runs)
+    "abs_", "addcdiv_", "addcmul_", "ceil_", "clip_", "erf_", "exp2_", "expm1_", "floor_", "lerp_", "log1p_",
+    "log2_", "log_", "nan_to_num_", "pow_", "reciprocal_", "round_", "sigmoid_", "sign_", "sqrt_", "square_",
+    "tanh_", "trunc_",
 })
 #: Attributes that may be read without calling them (``device`` only as a new tensor's ``device=``).
 DATA_ATTRS = frozenset({"shape", "dtype", "device", "T", "mT", "ndim"})
