@@ -294,7 +294,7 @@ def test_task_prompt_states_everything_the_verifier_judges():
     assert "tiny(M=256,N=384,K=128)" in text and "llama3-8b-down" in text
     assert "At most 4 kernel launches" in text and "a cap, not a target" in text
     # the GEMMs a kernel must run, each a gemm() call (a model folded one into an epilogue, unaware)
-    assert "Each GEMM the task lists, (M, N, K) (M, N, K), must be a `gemm()` call of its own." in text
+    assert "The GEMM (M, N, K) must be a `gemm()` call of its own." in text
     # how the reference is used: FP32-upcast inputs the truth, task-dtype inputs only the yardstick
     assert "upcast to FP32: that result, ref_fp32, is the truth" in text
     assert TASK.tolerance.baseline == "single_rounding" or "only the tolerance's yardstick" in text
@@ -653,3 +653,9 @@ def test_the_task_prompt_names_the_special_values_planted_in_the_test_data():
     spec = next(i for i in ce.inputs if i.init.replace is not None)
     assert (f"of it set to {spec.init.replace.value}" in text
             and f"{spec.init.replace.fraction * 100:g}%" in text)
+    # whole rows planted (a norm's eps at zero rows) read as rows, not as scattered elements (a manual seat)
+    rows = ce.model_copy(update={"inputs": [
+        i.model_copy(update={"init": i.init.model_copy(update={"replace": i.init.replace.model_copy(
+            update={"rows": True})})}) if i is spec else i for i in ce.inputs]})
+    assert (f"{spec.init.replace.fraction * 100:g}% of its rows (whole rows) set to {spec.init.replace.value}"
+            in task_prompt(rows, checks="", target="", sol=[], sol_label=""))

@@ -63,7 +63,8 @@ def _init_text(ini: Any) -> str:
     else:
         text = f"randint[{num(ini.low)}, {num(ini.high)})"
     if ini.replace is not None:
-        text += f", {ini.replace.fraction * 100:g}% of it set to {ini.replace.value}"
+        part = "of its rows (whole rows)" if ini.replace.rows else "of it"
+        text += f", {ini.replace.fraction * 100:g}% {part} set to {ini.replace.value}"
     return text
 
 
@@ -153,7 +154,8 @@ def describe_checks(task: Task, plan: Plan) -> str:
     text = "Each candidate goes through " + "; then ".join(steps) + ". The first failing step ends the check."
     if task.gemms:
         gemms = ", ".join("(" + ", ".join(str(d).replace(" ", "") for d in g) + ")" for g in task.gemms)
-        text += f" Each GEMM the task lists, (M, N, K) {gemms}, must be a `gemm()` call of its own."
+        text += (" The GEMM (M, N, K) must be a `gemm()` call of its own." if gemms == "(M, N, K)" else
+                 f" Each GEMM listed as (M, N, K), {gemms}, must be a `gemm()` call of its own.")
     return text
 
 
