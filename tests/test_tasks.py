@@ -458,6 +458,27 @@ def test_validate_notes_a_delicate_reference_with_no_stress_set(tmp_path):
     assert not any(n.startswith("stress:") for n in validate_path(TASK_DIR / "gemm_cross_entropy.yaml").notes)
 
 
+def test_validate_notes_a_stress_set_that_reaches_no_delicate_operator(tmp_path):
+    """A post-norm task (a manual seat's): x has an init of its own, so the default stress set redraws only
+    the residual, which is added after the rsqrt; the prompt said "rsqrt must stay in range" of a set that
+    never reaches it. A note says so; where the stressed input does feed the rsqrt, none."""
+    post_norm = ("import torch\n\n\ndef reference(x, w, residual, gamma, *, eps):\n    y = x @ w.t()\n"
+                 "    rstd = torch.rsqrt(y.float().pow(2).mean(-1) + eps)\n    h = y + residual\n"
+                 "    return {'h': h, 'normed': h * gamma, 'rstd': rstd}\n")
+    own = {"dist": "normal", "std": 0.5}  # an init of x's own (the default one is the standard normal)
+    path = write_task(tmp_path, lambda d: d["inputs"][0].update(init=own), reference=post_norm)
+    report = validate_path(path)
+    assert report.ok and [n for n in report.notes if n.startswith("stress:")] == [
+        "stress: the default stress set redraws residual at large magnitudes, but the operands of the "
+        "reference's rsqrt are no larger there than on the ordinary test data (those inputs do not reach "
+        "them), so a kernel unstable at large magnitudes passes; a stress: block names the inputs that do "
+        "reach them (stress: {x: {std: 64}} draws x there)"], report.notes
+    reached = write_task(tmp_path, lambda d: d["inputs"][0].update(init=own), name="reached")
+    assert not any(n.startswith("stress:") for n in validate_path(reached).notes)
+    # a division by a number is no delicate quotient: gemm_rmsnorm_bwd's zdz / n, its stress set elsewhere
+    assert not any(n.startswith("stress:") for n in validate_path(TASK_DIR / "gemm_rmsnorm_bwd.yaml").notes)
+
+
 LABEL_SMOOTHED = """import torch
 
 
