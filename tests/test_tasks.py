@@ -510,7 +510,11 @@ def test_validate_refuses_a_term_the_test_data_keeps_too_small_to_see(tmp_path):
     draw otherwise. Moving the smoothing constant cannot show it: it also scales the target's term."""
     (problem,) = validate_path(_label_smoothed(tmp_path, 0.0)).problems
     assert problem.startswith("ref.py:10: the right term of the '-' in `smooth = lse - lf.mean(-1)`"), problem
-    assert "a kernel could leave it out" in problem and "non-zero mean" in problem
+    # which input to draw otherwise, and how: a mean over the vocabulary is the same at any spread of the
+    # weights (a manual seat widened them first, as the line said), only their mean shows it
+    assert "a kernel could leave it out" in problem and problem.endswith(
+        "draw the inputs that feed it where it counts: inputs[1](w) drawn with a mean of one std (init: "
+        "{mean: ...}) shows it"), problem
     # which of a line's sums it is, by the sizes (a LoRA's line of two '+' named neither: the manual seat)
     assert re.search(r"`smooth = lse - lf.mean\(-1\)` \(at most [0-9.e-]+ in magnitude, beside [0-9.e+]+\)",
                      problem), problem

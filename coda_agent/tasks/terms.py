@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import linecache
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
@@ -118,19 +118,19 @@ def invisible_terms(task: Task, runs: Sequence[tuple[Tensors, Tensors, Tensors]]
         if key in seen and term.line:
             continue  # one verdict per source term (a loop's sums are the same term)
         seen.add(key)
-        if all(within_tolerance(task, ref, base, _dropped(ref_fn, task, inputs, term))
+        if all(within_tolerance(task, ref, base, dropped_term(task, inputs, term))
                for inputs, ref, base in runs):
             # the sum's own expression only where the line holds several (which of them it is)
             hidden.append(term if len(sums_on[term.line]) > 1 else replace(term, expression=""))
     return hidden
 
 
-def _dropped(ref_fn: Callable[..., Any], task: Task, inputs: Tensors, term: Term) -> Tensors | None:
+def dropped_term(task: Task, inputs: Tensors, term: Term) -> Tensors | None:
     """The FP32 reference with ``term`` computed as zeros; None when it does not run so (a shape that no
     longer broadcasts, an error): then the term is not invisible."""
     try:
         with torch.no_grad(), _Sums(task.reference_file, drop=(term.index, term.operand)):
-            out = ref_fn(**upcast(inputs), **task.constants)
+            out = reference_function(task)(**upcast(inputs), **task.constants)
     except Exception:  # any error the changed value leads to counts as the term being seen
         return None
     return out if isinstance(out, dict) else None

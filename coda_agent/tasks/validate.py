@@ -25,7 +25,7 @@ from . import expr
 from .loader import TaskError, field_line, load_task, reference_function, upcast
 from .model import DTYPE_BYTES, InputSpec, Loc, Task, TensorSpec, delicate_operators, torch_dtype
 from .products import Products, reference_products, row_width_symbols
-from .terms import invisible_terms, within_tolerance
+from .terms import Term, dropped_term, invisible_terms, within_tolerance
 
 #: How validate moves each constant (a factor; a zero moves by the factor less one): each move must change an
 #: output at some small shape's test data, or the data never reaches what the constant does (a clamp above
@@ -190,8 +190,7 @@ def _findings(task: Task) -> tuple[list[str], list[str]]:
     problems += _inert_constants(task, runs)
     problems += [
         f"{term.describe(task.reference_file)} moves no output past twice the tolerance at the small shapes' "
-        "test data when it is left out, so a kernel could leave it out; draw the inputs that feed it where "
-        "it counts (a larger std, init: {std: ...}, or a non-zero mean, init: {mean: ...})"
+        f"test data when it is left out, so a kernel could leave it out; {_showing(task, term, judged[0][0])}"
         for term in invisible_terms(task, judged)]
     return problems, [] if problems else (_droppable_constants(task, judged) + _unstressed(task)
                                           + _unreached_stress(task))
@@ -433,6 +432,40 @@ def _reaching(task: Task, runs: Runs, constants: dict[str, float | int]) -> str:
         return f"widen the init of {' or '.join(wider)} ({WIDER:g}x as wide, it acts)"
     return ("give the test data values where it acts (a wider init, an init.replace; `rows: true` replaces "
             "whole rows, the zero rows a norm's eps guards)")
+
+
+def _showing(task: Task, term: Term, inputs: Tensors) -> str:
+    """The fix for a term the test data keeps too small to see: the inputs whose draw, with a mean of one
+    std or :data:`WIDER` times as wide, makes its absence seen at the first small shape (a ratio such as a
+    mean over a row's values is the same at any spread: only a mean shows it), else the general advice."""
+    found = []
+    dims = task.shape("small")[0].dims
+    for i, spec in enumerate(task.inputs):
+        if spec.init.dist in ("randint", "softmax") or not torch_dtype(spec.dtype).is_floating_point:
+            continue
+        label = _label(task, ("inputs", i))
+        drawn = inputs[spec.name]
+        drawn_as = {"a mean of one std (init: {mean: ...})": _shifted(task, spec, dims, drawn),
+                    f"{WIDER:g}x its spread (init: {{std: ...}})": _widened(task, spec, dims, drawn)}
+        for how, moved in drawn_as.items():
+            redrawn = {**inputs, spec.name: moved.to(drawn.dtype)}
+            ref = _run(task, redrawn, fp32=True)
+            base = _baseline(task, _run(task, redrawn, fp32=False), ref)
+            if not within_tolerance(task, ref, base, dropped_term(task, redrawn, term)):
+                found.append(f"{label} drawn with {how}")
+                break
+    if found:
+        return f"draw the inputs that feed it where it counts: {' or '.join(found)} shows it"
+    return ("draw the inputs that feed it where it counts (a larger std, init: {std: ...}, or a non-zero "
+            "mean, init: {mean: ...}); no such redraw of a single input showed it here")
+
+
+def _shifted(task: Task, spec: InputSpec, dims: dict[str, int], drawn: torch.Tensor) -> torch.Tensor:
+    """An input as its init would draw it moved by one std (half its range for a uniform one), in FP32."""
+    init, env = spec.init, task.init_env(dims)
+    step = (expr.evaluate(init.std, env) if init.dist == "normal"
+            else (expr.evaluate(init.high, env) - expr.evaluate(init.low, env)) / 2)
+    return drawn.float() + step
 
 
 def _widened(task: Task, spec: InputSpec, dims: dict[str, int], drawn: torch.Tensor) -> torch.Tensor:
