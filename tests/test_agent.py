@@ -152,6 +152,24 @@ def test_a_reply_without_code_is_a_recorded_attempt_and_fed_back(tmp_path):
     assert summary.outcomes == {"no_code": 1, "static_rejected": 1}
 
 
+def test_the_first_prompt_without_a_run_is_the_one_a_run_sends(tmp_path, capsys):
+    """``coda-agent prompt`` (a manual-seat author had to start a run and leave it waiting to read it) prints
+    exactly the first chat a run records."""
+    from coda_agent.agent.loop import first_messages
+
+    from .conftest import cli
+
+    agent = Agent.create(TASK, MockProvider([REFUSED]), config(rounds=1), tmp_path)
+    run(agent)
+    (first,) = RunReader(agent.run_dir).attempts()
+    assert [m.role for m in first.messages] == ["system", "user"]
+    assert first_messages(TASK, agent.config) == first.messages
+    code, out, err = cli(capsys, "prompt", TASK.name, "--no-compile")
+    assert code == 0, err
+    assert out.startswith("===== system =====\n\n") and "\n\n===== user =====\n\n" in out
+    assert first.messages[1].content.rstrip() in out and "There is no GPU in this run" in out
+
+
 def test_the_event_loop_runs_on_while_a_reply_is_being_read(tmp_path, monkeypatch):
     """Reading a reply is off the event loop, so other runs and Ctrl-C never wait on it: a stand-in extractor
     holds until a coroutine on the loop answers, which it could not do were the reading blocking the loop

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -254,6 +254,37 @@ def speed_reference(task: Task) -> str:
     """What a timed run's speed target is measured against: the human kernel when the task has one, else
     cuBLAS alone."""
     return "human" if task.human_file is not None and task.human_file.exists() else "cublas"
+
+
+def target_text(config: AgentConfig, goals: Mapping[str, float]) -> str:
+    """What a run asks of a candidate, in the task message's words (``goals``: the header target's speed
+    ratios)."""
+    if not config.timed:
+        built = " and builds for sm_90a" if "compile" in config.plan.stages else ""
+        return (
+            f"a correct candidate: every output within tolerance on the emulator{built}. There is no GPU "
+            "in this run, so speed is not measured here; still write the kernel you would want timed "
+            "(everything fused, within the launch budget)"
+        )
+    goal = " or ".join(_goal_text(k, v) for k, v in goals.items()) or "as fast as you can make it"
+    return f"correct, and {goal} (geometric mean over the bench shapes)"
+
+
+def task_message(task: Task, config: AgentConfig, peaks: Peaks, goals: Mapping[str, float],
+                 human_us: Mapping[str, float] | None = None) -> str:
+    """The task's first user message under ``config``: its checks, target and speed of light at ``peaks``
+    (``human_us``: the human kernel's times where a timed run measured them)."""
+    return task_prompt(task, checks=describe_checks(task, config.plan), target=target_text(config, goals),
+                       sol=speed_of_light(task, "bench", peaks), sol_label=peaks.label(), human_us=human_us)
+
+
+def first_messages(task: Task, config: AgentConfig) -> list[ChatMessage]:
+    """The chat a model gets first on ``task`` under ``config``, as a run sends it (less the human kernel's
+    GPU times, which a timed run measures as it starts), without a run: ``coda-agent prompt``."""
+    examples = select_examples(task, places=config.example_places, names=config.examples)
+    goals = {k: float(v) for k, v in config.target_for(task).items() if k != "correct"}
+    return build_messages(system_prompt(examples), task_message(task, config, session_peaks(config), goals),
+                          [], population=[], goal_is_speed=config.timed, goals=goals)
 
 
 def _goal_text(key: str, goal: float) -> str:
@@ -517,26 +548,9 @@ class Agent:
 
     # --- prompts --------------------------------------------------------------------------------
 
-    def target_text(self) -> str:
-        if not self.config.timed:
-            built = " and builds for sm_90a" if "compile" in self.config.plan.stages else ""
-            return (
-                f"a correct candidate: every output within tolerance on the emulator{built}. There is no GPU "
-                "in this run, so speed is not measured here; still write the kernel you would want timed "
-                "(everything fused, within the launch budget)"
-            )
-        goal = (
-            " or ".join(_goal_text(k, v) for k, v in self.speed_goals().items())
-            or "as fast as you can make it"
-        )
-        return f"correct, and {goal} (geometric mean over the bench shapes)"
-
     def task_message(self) -> str:
-        return task_prompt(
-            self.task, checks=describe_checks(self.task, self.config.plan),
-            target=self.target_text(), sol=self.sol, sol_label=self.peaks.label(),
-            human_us=self.header.human_timing or None,
-        )
+        return task_message(self.task, self.config, self.peaks, self.speed_goals(),
+                            self.header.human_timing or None)
 
     def messages_for(self, round_no: int, slot: int = 0) -> list[ChatMessage]:
         """The chat candidate ``slot`` of ``round_no`` receives: built only from earlier rounds' attempts."""

@@ -158,3 +158,32 @@ def api_doc(out: Path = typer.Option(None, "--out", "-o", help="write to a file 
         console.print(f"wrote {out}")
     else:
         print(text)
+
+
+@app.command("prompt")
+def prompt_cmd(
+    task: str = typer.Argument(..., help="task name or YAML path"),
+    no_compile: bool = typer.Option(False, "--no-compile",
+                                    help="as `run --no-compile` (CPU: no sm_90a stage)"),
+    examples: str = typer.Option(None, help="as `run --examples`: tasks whose human kernels are shown"),
+    examples_from: list[Path] = typer.Option(None, "--examples-from", metavar="PATH",
+                                             help="as `run --examples-from` (repeatable)"),
+    out: Path = typer.Option(None, "--out", "-o", help="write to a file instead of stdout"),
+) -> None:
+    """Print the first prompt `run` sends a model on TASK on this machine (system message, then the task);
+    no model is called and nothing is recorded. A timed run adds the human kernel's GPU times it measures."""
+    from ..agent.loop import first_messages
+    from .inputs import check_task_runs, example_places
+    from .run_cmd import RunOptions
+
+    t = find_task(task)
+    check_task_runs(t)
+    options = RunOptions(no_compile=no_compile, examples=examples,
+                         examples_from=example_places(examples_from or []))
+    text = "\n\n".join(f"===== {m.role} =====\n\n{m.content.rstrip()}"
+                       for m in first_messages(t, options.config(t, "prompt"))) + "\n"
+    if out:
+        write_text_atomic(out, text)
+        console.print(f"wrote {out}")
+    else:
+        print(text, end="")
