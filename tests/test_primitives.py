@@ -198,6 +198,22 @@ def test_operand_kinds_and_reductions(ab):
     assert out["rsum"].shape == (M,) and out["csum"].shape == (N,)
 
 
+def test_a_vector_passed_as_a_column_is_told_to_go_1d(ab):
+    """rstd[:, None] (M, 1), the shape broadcasting wants on the host, is no operand shape: the refusal says
+    how to pass it (a manual seat's)."""
+    a, w, _ = ab
+
+    @P.epilogue()
+    def epi(acc, r):
+        return {"D": acc * r}
+
+    with pytest.raises(P.EpilogueError, match=r"operand 'r' has shape \(\d+, 1\): expected a scalar, .*; a "
+                                               r"vector is passed 1-D \(or as \(1, length\)\), not as a "
+                                               r"column: r\.view\(-1\)$"):
+        P.gemm(epi, a, w.t(), r=torch.ones(M, 1))
+    torch.testing.assert_close(P.gemm(epi, a, w.t(), r=torch.ones(M))["D"], P.gemm(epi, a, w.t(), r=1.0)["D"])
+
+
 def test_col_vec_select_gathers_and_marks_out_of_range_rows_nan(ab):
     a, w, acc = ab
     target = torch.randint(0, N, (M,))

@@ -215,9 +215,11 @@ def operand_kind(epi: Epilogue, name: str, v: Any, m: int, n: int) -> OperandKin
             raise EpilogueError(f"operand {name!r} is a {kind} vector and must have length {want}, got "
                                 f"{length}")
         return kind
+    one_d = (f"; a vector is passed 1-D (or as (1, length)), not as a column: {name}.view(-1)"
+             if v.dim() == 2 and shape[1] == 1 and shape[0] in (m, n) else "")
     raise EpilogueError(
         f"operand {name!r} has shape {shape}: expected a scalar, a tile ({m}, {n}), a row vector ({n},) "
-        f"or a column vector ({m},)"
+        f"or a column vector ({m},){one_d}"
     )
 
 
