@@ -332,3 +332,23 @@ def test_the_prompts_read_the_pinned_schedule_without_the_tune_stage():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+def test_a_copy_of_a_task_constant_is_refused_where_no_kernel_writes_that_number_otherwise():
+    """Contract rule 4 (use the arguments, not copies of the values): a manual seat's 1e-6 for eps passed.
+    Integers and simple binary fractions are anyone's (tile sizes, 0.5, a cap of 30.0), so not held."""
+    from coda_agent.tasks import find_task
+    from coda_agent.verifier import verify
+    from coda_agent.verifier.static.copies import copied_constants
+
+    task = find_task("gemm_residual_rmsnorm")
+    human = task.human_file.read_text()
+    assert copied_constants(human, task.constants) == []
+    copied = human.replace("w.shape[0], eps)", "w.shape[0], 1e-6)")
+    assert copied != human
+    (violation,) = copied_constants(copied, task.constants)
+    assert violation.message.startswith("1e-06 is the value of the task's constant eps: use the argument eps")
+    v = verify(task, copied)
+    assert v.outcome.value == "static_rejected" and "constant eps" in v.reason
+    assert copied_constants("x = 0.5 * 30.0 + 128\n", {"half": 0.5, "cap": 30.0, "tile": 128}) == []
+    assert [c.line for c in copied_constants("a = 1\nb = 0.1\n", {"smoothing": 0.1})] == [2]

@@ -65,6 +65,7 @@ def verify(task: Task, source: str, plan: Plan | None = None) -> Verdict:
     from .scratch import remove_stale_once
     from .stages import STAGES, Context
     from .static import check_source
+    from .static.copies import copied_constants
 
     plan = Plan() if plan is None else plan
     remove_stale_once()  # scratch folders a killed process left behind (kill -9): once per process
@@ -76,7 +77,7 @@ def verify(task: Task, source: str, plan: Plan | None = None) -> Verdict:
     if box.refused:
         verdict.stages.append(StageResult(stage="static", outcome=Outcome.INFRA_ERROR, reason=box.refused))
         return _finish(verdict, t0)
-    violations = check_source(source)
+    violations = check_source(source) or copied_constants(source, task.constants)
     if violations:
         reason = "the static check rejected the candidate:\n" + "\n".join(str(v) for v in violations[:12])
         verdict.stages.append(StageResult(stage="static", outcome=Outcome.STATIC_REJECTED, reason=reason,
