@@ -244,7 +244,7 @@ def test_what_the_new_rules_leave_alone():
               "def scaled(v, s: float):\n    return exp(v) * s\n"
               "@epilogue()\ndef e(acc, c):\n    return {'D': scaled(acc, math.sqrt(2.0)) + c * float(3)}\n"
               "def forward(x: torch.Tensor, w, residual) -> dict[str, torch.Tensor]:\n"
-              "    assert x.is_contiguous(), 'x is ' + str(x.stride())\n"
+              "    assert x.is_contiguous(), 'x is ' + str(x.shape)\n"
               "    scale = 2.0 ** -0.5\n"
               "    if x.shape[1] != w.shape[1]:\n"
               "        raise ValueError(f'K differs: {x.shape} {w.shape}')\n"

@@ -175,6 +175,20 @@ def test_partial_write_is_caught_where_it_happens():
     assert not h.ok and h.worst_index[0] >= 100  # the unwritten half of the rows
 
 
+def test_an_input_counts_as_modified_bit_for_bit():
+    """torch.equal calls -0.0 equal to 0.0, so sign bits written over an input's zeros (state across calls,
+    a red-team pass) went unseen; a NaN never equals itself, so an input holding one read as modified."""
+    from coda_agent.runner.serve import same_bits
+
+    zeros = torch.zeros(4, 3)
+    signed = zeros.clone()
+    signed[1, 2] = -0.0
+    assert torch.equal(zeros, signed) and not same_bits(zeros, signed)
+    nan = torch.tensor([float("nan"), 1.0])
+    assert same_bits(nan, nan.clone()) and same_bits(zeros.t(), zeros.clone().t())
+    assert not same_bits(zeros, zeros.double()) and not same_bits(zeros, zeros.reshape(3, 4))
+
+
 def test_input_mutation_is_a_cheat():
     src = variant("    out = gemm(", "    residual.zero_()\n    out = gemm(")
     v = verify(K0, src)

@@ -268,9 +268,11 @@ class Runner:
         return Done()
 
     def modified(self, set_id: str) -> list[str]:
-        """Inputs of a set that no longer hold what the checker sent (inputs are read-only)."""
+        """Inputs of a set that no longer hold what the checker sent (inputs are read-only), bit for bit: a
+        -0.0 written over a 0.0 equals it (a red-team pass: state kept in the sign bits of an input's zeros),
+        and a NaN never equals itself."""
         now, then = self.sets[set_id], self.snapshots[set_id]
-        return [k for k in now if not torch.equal(now[k], then[k])]
+        return [k for k in now if not same_bits(now[k], then[k])]
 
     def drop(self, request: DropRequest) -> Reply:
         modified = {}
@@ -391,6 +393,13 @@ class Runner:
         refs = write_tensors(path, tensors)
         self.kept.clear()
         return Fetched(file=path.name, tensors=refs, calls=described)
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors hold the same shape, dtype and bytes."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
 
 
 def _cuda_profiler() -> Any:
