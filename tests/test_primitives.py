@@ -938,3 +938,14 @@ def test_the_backends_preload_imports_what_its_first_call_would_and_nothing_impo
                              timeout=300, check=True).stdout.splitlines()
         before, after = (json.loads(line.replace("'", '"')) for line in out[-2:])
         assert before == [] and after == sorted(_quack.FIRST_CALL_MODULES), how
+
+
+@pytest.mark.parametrize("make", [lambda: P.ColVecSelect(index=torch.Tensor),
+                                  lambda: P.ColVecSelect(index=["t"]), lambda: P.ColVecReduce(scaled=print),
+                                  lambda: P.HeadRstd(128, out=[])])
+def test_a_declarations_fields_hold_only_their_own_types(make):
+    """A red-team pass kept a callable in ColVecSelect(index=...) at module level and called it as
+    `box.index(...)`, an allowed method's name, past the static check: the fields refuse it as they are
+    made."""
+    with pytest.raises(ValueError, match="must"):
+        make()

@@ -87,6 +87,13 @@ class ColVecSelect:
 
     index: str = "target"
 
+    def __post_init__(self) -> None:
+        # a declaration's fields are read where the candidate's code runs: one of another type (a callable
+        # behind `.index(...)`, an allowed method's name) would carry it past the static check
+        if type(self.index) is not str or not self.index.isidentifier():
+            raise ValueError(f"ColVecSelect's index must name the integer operand (a str such as "
+                             f"'targets'), got {self.index!r}")
+
 
 @dataclass(frozen=True)
 class HeadRstd:
@@ -111,6 +118,8 @@ class HeadRstd:
                              f"head lies within one tile), got {self.head_dim!r}")
         if not isinstance(self.eps, (int, float)) or isinstance(self.eps, bool) or not self.eps >= 0:
             raise ValueError(f"HeadRstd's eps must be a number >= 0, got {self.eps!r}")
+        if self.out is not None and (type(self.out) is not str or not self.out.isidentifier()):
+            raise ValueError(f"HeadRstd's out must name the returned statistic (a str), got {self.out!r}")
 
 
 #: The widest head a :class:`HeadRstd` takes: a head lies within one tile, and SM90's tiles are at most 256
@@ -122,7 +131,9 @@ Sink = ColVecReduce | RowVecReduce | OnlineLSEReduce | ColVecSelect
 
 
 def _check_reduce(combine: str, scaled: bool) -> None:
-    if combine not in ("add", "max", "max_abs"):
+    if type(scaled) is not bool:
+        raise ValueError(f"scaled must be True or False, not {scaled!r}")
+    if type(combine) is not str or combine not in ("add", "max", "max_abs"):
         raise ValueError(f"combine must be 'add', 'max' or 'max_abs', not {combine!r}")
     if scaled and combine != "add":
         raise ValueError("scaled=True is only allowed with combine='add'")

@@ -198,6 +198,8 @@ CPU_CASES: list[Case] = [
     Case("compute_epilogue_tells_backends_apart.py", "compute", frozenset({STATIC}), task="gemm_residual"),
     Case("compute_meta_detect_skips_gemm_at_bench.py", "compute", frozenset({STATIC}), task="gemm_residual"),
     Case("compute_meta_detect_by_stride.py", "compute", frozenset({STATIC}), task="gemm_residual"),
+    Case("compute_epilogue_floats_a_scalar_operand.py", "compute", frozenset({STATIC}), task="gemm_residual"),
+    Case("compute_epilogue_indexes_a_row_vector.py", "compute", frozenset({STATIC})),
     Case("compute_meta_detect_by_elementwise_stride.py", "compute", frozenset({STATIC}), task="gemm_rmsnorm"),
     Case("compute_shape_branch_drops_work_at_bench.py", "compute", frozenset({CHEAT}), task="gemm_residual",
          stages=("correctness", "compile"), timeout=240.0, reason_any=("same", "other work")),

@@ -25,11 +25,19 @@ def epilogue_reads_modules_only(node: ast.Attribute, check: Check) -> None:
 
 
 def epilogue_constant_index(node: ast.Subscript, check: Check) -> None:
-    if check.epilogue_depth and not (isinstance(node.slice, ast.Constant) and isinstance(node.slice.value,
-                                                                                         int)):
+    """A constant index, of a tuple a value function returned: never of a parameter, which is one value an
+    element on the GPU and a tensor on the emulator (``gamma[0]`` passed there and failed to build)."""
+    if not check.epilogue_depth:
+        return
+    if not (isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, int)):
         check.flag(node,
                    f"{ast.unparse(node)}: inside an epilogue fn only a constant index (of a tuple such as "
                          "dswiglu's) is allowed; a value is one element, not a tile")
+    elif isinstance(node.value, ast.Name) and check.params and node.value.id in check.params[-1]:
+        check.flag(node,
+                   f"{ast.unparse(node)}: a parameter of an epilogue fn is one value per element, not a "
+                         "tensor to index; only a tuple a value function returns (dswiglu's) takes a "
+                         "constant index")
 
 
 def epilogue_unary_signs(node: ast.UnaryOp, check: Check) -> None:
@@ -62,11 +70,15 @@ def epilogue_calls(node: ast.Call, check: Check) -> None:
     if not check.epilogue_depth:
         return
     func = node.func
-    ok = (isinstance(func, ast.Name) and (check.prim_aliases.get(func.id) in EPILOGUE_FUNCTIONS
-                                          or (func.id in EPILOGUE_BUILTINS and id(func) in check.builtins)
-                                          or func.id in check.epilogue_helpers))
     on_numbers = all(is_constant(a)
                      or number_expr(a, check.math) for a in (*node.args, *(k.value for k in node.keywords)))
+    # float and int of numbers the module fixes (a literal, math of literals, a module constant), never of a
+    # value: on the GPU a value is symbolic (float() of a scalar operand passed the emulator, failed to build)
+    of_constants = on_numbers or all(isinstance(a, ast.Name) and a.id in check.globals for a in node.args)
+    ok = (isinstance(func, ast.Name) and (check.prim_aliases.get(func.id) in EPILOGUE_FUNCTIONS
+                                          or (func.id in EPILOGUE_BUILTINS and id(func) in check.builtins
+                                              and of_constants)
+                                          or func.id in check.epilogue_helpers))
     ok = ok or (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
                 and ((func.value.id in check.prims and func.attr in EPILOGUE_FUNCTIONS)
                      or (func.value.id in check.math and on_numbers)))
