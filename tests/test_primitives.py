@@ -949,3 +949,18 @@ def test_a_declarations_fields_hold_only_their_own_types(make):
     made."""
     with pytest.raises(ValueError, match="must"):
         make()
+
+
+def test_results_come_in_the_declared_order_whatever_the_backend(ab):
+    """QuACK's backend returned the selects after the other sinks, the emulator in declaration order, so
+    `list(r)` told the GPU apart (a red-team pass): every backend's results pass through one order."""
+    from coda_agent.primitives._epilogue import in_declared_order
+
+    @P.epilogue(outputs=("y",), reduces={"t": P.ColVecSelect(index="target"), "s": P.ColVecReduce()})
+    def epi(acc):
+        return {"D": acc, "y": acc, "t": acc, "s": acc}
+
+    gpu_order = {"D": 0, "y": 1, "s": 2, "t": 3}
+    assert list(in_declared_order(epi, gpu_order)) == ["D", "y", "t", "s"]
+    a, w, _ = ab
+    assert list(P.gemm(epi, a, w.t(), target=torch.zeros(M, dtype=torch.int64))) == ["D", "y", "t", "s"]

@@ -330,7 +330,16 @@ def gemm(
     indices = {idx: operands[idx] for idx in epi.index_operands}
     call = GemmCall(epi, A, B, C, resolved, indices, checked.out_dtype, config, store_d,
                     pinned=checked.pinned, signature=signature, call_stats=stats)
-    return backend.active().run(call)
+    return in_declared_order(epi, backend.active().run(call))
+
+
+def in_declared_order(epi: Epilogue, results: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The results in one order on every backend: D, the extra outputs, the sinks, the statistics returned,
+    as declared. QuACK's backend makes them in another (the selects last), so ``list(r)`` told the GPU from
+    the CPU's backends (a red-team pass)."""
+    order = ("D", *epi.outputs, *epi.sinks, *epi.stat_outputs)
+    return {**{k: results[k] for k in order if k in results},
+            **{k: v for k, v in results.items() if k not in order}}
 
 
 def _check(epi: Epilogue, A: Any, B: Any, C: Any, operands: dict[str, Any], out_dtype: Any, config: Any,
