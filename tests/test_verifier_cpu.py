@@ -481,3 +481,16 @@ def test_gemm_shapes_its_vector_operands_without_a_trip_through_the_op_log():
     with backend.using("fake", run=lambda call: results), seen:
         gemm(scaled, x, w.t(), s=s, g=g)
     assert seen.ops == ["aten::t"]  # forward()'s own w.t(); none of gemm()'s
+
+
+def test_a_gemm_reading_memory_no_op_wrote_is_refused_in_one_line():
+    """torch.empty_like(residual) as C launches nothing, so a candidate that fed it to the GEMM at the bench
+    sizes only ran the same kinds of work everywhere (a red-team pass); memory written first (out=, an
+    in-place op, through a view) is fine."""
+    garbage = variant("C=residual", "C=torch.empty_like(residual)")
+    v = verify(K0, "import torch\n" + garbage)
+    assert v.outcome is Outcome.RUNTIME_ERROR and "gemm() reads C from memory no op wrote" in v.reason
+    for written in ("torch.empty_like(residual).copy_(residual)",  # (one launch more: over this budget)
+                    "torch.add(residual, 0.0, out=torch.empty_like(residual))"):
+        v = verify(K0, "import torch\n" + variant("C=residual", f"C={written}"))
+        assert v.outcome in (Outcome.PASSED, Outcome.OVER_LAUNCH_BUDGET) and "no op wrote" not in v.reason

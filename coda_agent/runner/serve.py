@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import traceback
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -67,7 +68,11 @@ from .window import WINDOW_FD_ENV, Window
 
 class OpLog(TorchDispatchMode):
     """Every aten op forward() runs outside ``primitives.gemm``, and every gemm call: its shape and sinks (the
-    launch estimate), and its epilogue, mode and the config it ran with (what the tune stage can tune)."""
+    launch estimate), and its epilogue, mode and the config it ran with (what the tune stage can tune).
+
+    It also refuses a gemm call that reads memory no op wrote (``torch.empty_like(residual)`` as C): that
+    launches nothing, so the same kinds of work ran at every shape while a candidate fed the GEMM garbage at
+    the bench sizes only, which the meta runs there could not see otherwise (a red-team pass)."""
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -79,6 +84,8 @@ class OpLog(TorchDispatchMode):
         super().__init__()
         self.calls: list[list[dict[str, Any]]] = []
         self._recording = False
+        # by id, as long as the tensor lives (a tensor's == is element-wise, so no set of tensors)
+        self._unwritten: weakref.WeakValueDictionary[int, torch.Tensor] = weakref.WeakValueDictionary()
 
     @contextmanager
     def call(self) -> Iterator[None]:
@@ -92,6 +99,8 @@ class OpLog(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
+        if self._recording:
+            self._track_writes(func, args, kwargs or {}, out)
         if self._recording and not func.is_view:
             values = (*args, *(kwargs.values() if kwargs else ()),
                       *(out if isinstance(out, (tuple, list)) else (out,)))
@@ -99,10 +108,37 @@ class OpLog(TorchDispatchMode):
             self.calls[-1].append({"op": func.name(), "numel": numel, "bytes": nbytes})
         return out
 
+    def _track_writes(self, func: Any, args: Any, kwargs: dict[str, Any], out: Any) -> None:
+        """Tensors made without values join the unwritten ones; a tensor an op writes (in place, or its
+        ``out=``), or whose base it writes through a view, leaves them."""
+        if func.overloadpacket.__name__ in UNINITIALISED:
+            self._unwritten[id(out)] = out
+            return
+        if not self._unwritten:
+            return
+        written = [args[0]] if func.overloadpacket.__name__.endswith("_") and args else []
+        target = kwargs.get("out")
+        written += list(target) if isinstance(target, (tuple, list)) else [target]
+        for t in written:
+            for u in (t, t._base) if isinstance(t, torch.Tensor) else ():
+                if u is not None and self._unwritten.get(id(u)) is u:
+                    del self._unwritten[id(u)]
+
+    def _unwritten_reads(self, call: GemmCall) -> list[str]:
+        """The operands of ``call`` that are (views of) memory no op wrote."""
+        named = {"A": call.A, "B": call.B, "C": call.C, **{k: o.value for k, o in call.operands.items()},
+                 **call.indices}
+        return [k for k, t in named.items() if isinstance(t, torch.Tensor)
+                and any(u is not None and self._unwritten.get(id(u)) is u for u in (t, t._base))]
+
     def wrap_backend(
         self, run: Callable[[GemmCall], dict[str, torch.Tensor]]
     ) -> Callable[[GemmCall], dict[str, torch.Tensor]]:
         def observed(call: GemmCall) -> dict[str, torch.Tensor]:
+            if unwritten := self._unwritten_reads(call):
+                raise EpilogueError(f"gemm() reads {', '.join(unwritten)} from memory no op wrote "
+                                    "(torch.empty or empty_like, never filled): pass tensors that hold "
+                                    "values")
             if self._recording:
                 config = chosen_config(call)  # the config the GPU runs it with
                 self.calls[-1].append({
@@ -118,6 +154,10 @@ class OpLog(TorchDispatchMode):
                 return run(call)
 
         return observed
+
+
+#: The aten ops that make a tensor without writing its values.
+UNINITIALISED = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided"})
 
 
 def _sizes(values: tuple[Any, ...]) -> tuple[int, int]:

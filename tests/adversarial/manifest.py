@@ -206,6 +206,8 @@ CPU_CASES: list[Case] = [
     Case("compute_shape_branch_zeroes_an_operand_at_bench.py", "compute", frozenset({CHEAT}),
          task="gemm_residual", stages=("correctness", "compile"), timeout=240.0,
          reason_any=("same", "other work")),
+    Case("compute_bench_shape_reads_unwritten_memory.py", "compute", frozenset({RUNTIME, COMPILE}),
+         task="gemm_residual", stages=("correctness", "compile"), timeout=240.0),
     Case("compute_device_through_dict_keyword.py", "compute", frozenset({STATIC}), task="gemm_residual"),
     *_cases("compute", frozenset({STATIC}), "compute_epilogue_object_by_hand",
             "compute_epilogue_decorated_at_runtime", "compute_epilogue_mod_differs_on_gpu",
