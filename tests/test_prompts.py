@@ -295,6 +295,12 @@ def test_task_prompt_states_everything_the_verifier_judges():
     assert "At most 4 kernel launches" in text and "a cap, not a target" in text
     # the GEMMs a kernel must run, each a gemm() call (a model folded one into an epilogue, unaware)
     assert "The GEMM (M, N, K) must be a `gemm()` call of its own." in text
+    # one GEMM of other symbols reads as one, and the order of its dims is said (a manual seat read
+    # "Each GEMM listed as (M, N, K), (M, E, K)" as two)
+    assert ("The task's GEMM, (M, V, K) as (M, N, K), must be a `gemm()` call of its own." in
+            describe_checks(find_task("gemm_cross_entropy"), Plan()))
+    assert ("The task's GEMMs, (M, H, H), (M, 2*F, H) as (M, N, K), must each be a `gemm()` call of its own."
+            in describe_checks(find_task("gemm_rmsnorm_gemm"), Plan()))
     # how the reference is used: FP32-upcast inputs the truth, task-dtype inputs only the yardstick
     assert "upcast to FP32: that result, ref_fp32, is the truth" in text
     assert TASK.tolerance.baseline == "single_rounding" or "only the tolerance's yardstick" in text

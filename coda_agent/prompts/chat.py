@@ -154,8 +154,12 @@ def describe_checks(task: Task, plan: Plan) -> str:
     text = "Each candidate goes through " + "; then ".join(steps) + ". The first failing step ends the check."
     if task.gemms:
         gemms = ", ".join("(" + ", ".join(str(d).replace(" ", "") for d in g) + ")" for g in task.gemms)
-        text += (" The GEMM (M, N, K) must be a `gemm()` call of its own." if gemms == "(M, N, K)" else
-                 f" Each GEMM listed as (M, N, K), {gemms}, must be a `gemm()` call of its own.")
+        if gemms == "(M, N, K)":
+            text += " The GEMM (M, N, K) must be a `gemm()` call of its own."
+        elif len(task.gemms) == 1:
+            text += f" The task's GEMM, {gemms} as (M, N, K), must be a `gemm()` call of its own."
+        else:
+            text += f" The task's GEMMs, {gemms} as (M, N, K), must each be a `gemm()` call of its own."
     return text
 
 
