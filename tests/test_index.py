@@ -203,6 +203,10 @@ def test_tune_reports_and_end_to_end_runs_beside_the_bench_are_skipped_not_unrea
     runs, bench, *_ = store
     (bench / "h200-tune.json").write_text(json.dumps({"date": "2026-12-03", "budget_s": 50, "tasks": {}}))
     (bench / "h200-2026-12-03-e2e.json").write_text(json.dumps({"schema_version": 1}))
+    # the acceptance phase's checks (a list) and a probe's record (no rows): 21 such files read as
+    # unreadable on every leaderboard of a checkout (a manual seat)
+    (bench / "h200-2026-12-06-a-accept.json").write_text(json.dumps([{"task": "t", "ok": True}]))
+    (bench / "h100-2026-12-07-a-host-ops.json").write_text(json.dumps({"ops": {}}))
     with Index.open(runs, bench) as ix:
         ix.rebuild()
         assert ix.problems() == [] and ix.conn.execute("SELECT count(*) FROM bench_runs").fetchone()[0] == 1

@@ -131,18 +131,15 @@ E2E_SCHEMA_VERSION = 1
 #: End-to-end results files end in ``-e2e.json`` beside the suite bench's, which the store indexes (it skips
 #: these).
 E2E_SUFFIX = "-e2e"
-#: The keys of a ``bench --tune`` search record (``cli/bench_cmd.py``), which sits beside the bench's results.
-TUNE_REPORT_KEYS = frozenset({"budget_s", "tasks"})
-
-
-def is_tune_report(path: Path) -> bool:
-    """A ``bench --tune`` search record, not a :class:`BenchRun`: the store skips it (it has no rows to
-    rank)."""
+def holds_no_rows(path: Path) -> bool:
+    """A JSON file beside the bench's results that is another record, not a :class:`BenchRun` (which always
+    has ``rows``): a ``bench --tune`` search, a probe's or the acceptance phase's output. The store skips it;
+    one that does not parse, or has rows that do not, is a results file it cannot read."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return False
-    return isinstance(data, dict) and data.keys() >= TUNE_REPORT_KEYS and "rows" not in data
+    return not isinstance(data, dict) or "rows" not in data
 
 
 #: The end-to-end goal (issue 13): CODA's ops at least this much faster than the better torch.compile on the

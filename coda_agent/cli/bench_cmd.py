@@ -221,7 +221,7 @@ def _tune(selected: list[Task], shapes: str, shape: list[str] | None, budget_s: 
     from ..verifier.builds import build_line
 
     tuned: dict[str, dict[str, object]] = {}
-    # what every recorded figure names beside itself (keys: results.TUNE_REPORT_KEYS)
+    # what every recorded figure names beside itself (no "rows": the store skips it, results.holds_no_rows)
     report: dict[str, object] = {
         "date": date.today().isoformat(), "budget_s": budget_s, "device": device, "driver": driver_version(),
         "commit": git_commit(), "packages": package_versions(), "command": command_line(), "tasks": tuned,

@@ -24,7 +24,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TypeVar
 
-from ..bench.results import E2E_SUFFIX, BenchRun, is_tune_report
+from ..bench.results import E2E_SUFFIX, BenchRun, holds_no_rows
 from ..verifier.verdict import GPU_OOM_MARK
 from .records import UnreadableRecord, read_json_record
 from .rundir import Problem, RunFiles, iter_run_dirs, read_run, record_files, writer_alive
@@ -443,8 +443,9 @@ class Index:
         try:
             bench = read_json_record(path, BenchRun)
         except UnreadableRecord as exc:
-            # a tune search beside the results has no rows to rank: not a problem
-            if not is_tune_report(path):
+            # a tune search, a probe's or the acceptance phase's record beside the results has no rows to
+            # rank: not a problem
+            if not holds_no_rows(path):
                 self._note(key, [Problem.of(exc)])
             return
         name = str(path)
