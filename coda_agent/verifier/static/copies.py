@@ -33,8 +33,10 @@ def copied_constants(source: str, constants: Mapping[str, object]) -> list[Viola
         return []
     found = []
     for node in ast.walk(tree):
-        value = node.value if isinstance(node, ast.Constant) else None
-        if isinstance(value, float) and not isinstance(value, bool):
+        if not isinstance(node, ast.Constant):
+            continue
+        value = node.value
+        if isinstance(value, float):
             for name, v in held.items():
                 if math.isclose(value, v, rel_tol=1e-9, abs_tol=0.0):
                     found.append(Violation(node.lineno, (
