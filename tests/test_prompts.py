@@ -408,6 +408,17 @@ def test_an_output_of_the_wrong_dtype_is_told_to_fix_its_form_not_its_algebra():
     assert first_clause("a (b; c); d") == "a (b; c)" and first_clause("no clause") == "no clause"
 
 
+def test_a_round_of_several_asks_for_no_other_config_where_nothing_times_one():
+    """A CPU run's second candidate was asked for "a different GEMM Config from the best candidate's" at round
+    1: no best yet, and no GPU to tell configs apart (a manual seat)."""
+    from coda_agent.prompts.chat import APPROACHES, approach_note
+
+    cpu = [approach_note(slot, 4, timed=False) for slot in range(4)]
+    assert not any("`Config`" in note for note in cpu) and len(set(cpu)) == 4
+    gpu = approach_note(1, 4, timed=True)
+    assert "`Config`" in gpu and "with none yet" in gpu and APPROACHES[1] in gpu
+
+
 def test_a_near_miss_is_not_blamed_on_precision_alone():
     """A GELU derivative missing a constant missed by 1.28x; the hint sent the model after rounding (the
     manual seat)."""

@@ -28,8 +28,8 @@ from .templating import render
 APPROACHES = (
     "refine the best candidate so far (or, with none yet, the most direct fusion of the reference): the "
     "smallest change that makes it faster",
-    "a different GEMM `Config` (tile_m, tile_n, cluster, pingpong or cooperative) from the best candidate's, "
-    "suited to the bench shapes",
+    "a different GEMM `Config` (tile_m, tile_n, cluster, pingpong or cooperative) from the best candidate's "
+    "(or, with none yet, the most direct fusion with one), suited to the bench shapes",
     "a different split of the work: what the epilogue computes, what goes into reduce sinks, and what (if "
     "anything) is left to a second gemm or to host ops",
     "a different algebra: reorder or re-associate the computation so fewer bytes move and fewer launches are "
@@ -163,13 +163,16 @@ def describe_checks(task: Task, plan: Plan) -> str:
     return text
 
 
-def approach_note(slot: int, slots: int) -> str:
-    """What candidate ``slot`` of a round of ``slots`` should try; empty for a round of one."""
+def approach_note(slot: int, slots: int, timed: bool = True) -> str:
+    """What candidate ``slot`` of a round of ``slots`` should try; empty for a round of one. A run without
+    GPU timing asks for no other Config: nothing there could tell one from another (a manual seat's
+    second candidate was asked for one at round 1 of a CPU run)."""
     if slots <= 1:
         return ""
+    approaches = APPROACHES if timed else tuple(a for a in APPROACHES if "`Config`" not in a)
     return (
         f"You are candidate {slot + 1} of {slots} written from this same message; the others take other "
-        f"approaches. Yours: {APPROACHES[slot % len(APPROACHES)]}."
+        f"approaches. Yours: {approaches[slot % len(approaches)]}."
     )
 
 
@@ -191,7 +194,7 @@ def build_messages(
     so far (with the code of the attempts it did not "say" in this chat) as the next user turn.
     """
     messages = [ChatMessage(role="system", content=system)]
-    note = approach_note(slot, slots)
+    note = approach_note(slot, slots, timed=goal_is_speed)
     lead = lead_attempt(attempts)
     if lead is None:
         return [*messages, ChatMessage(role="user", content="\n\n".join(p for p in (task_message.rstrip(),
