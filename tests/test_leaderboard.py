@@ -495,3 +495,17 @@ def test_two_tasks_under_one_name_never_share_a_row_and_old_records_join_the_one
     code, out, _ = run_cli(monkeypatch, capsys, "leaderboard", "--runs-dir", str(runs), "--bench-dir",
                            str(tmp_path / "bench"))
     assert code == 0 and "content bbbb" in out and "content aaaa, built-in" in out
+
+
+def test_a_raised_errors_headline_leads_with_the_error():
+    """`show` cut a runtime error's reason to its first line and the module's line under it, never reaching
+    the error the call raised (a manual seat); an introduction followed by one line reads as before."""
+    raised = ("forward() raised at shape tiny {'M': 256, 'E': 64, 'K': 128}:\n"
+              "line 13: lg = gemm(logits, x, w.t(), config=Config(tile_m=256))\n"
+              "EpilogueError: invalid Config: pingpong needs tile_m to be one of 64, 128, 192, got 256")
+    assert lbt.headline(raised, 200) == ("EpilogueError: invalid Config: pingpong needs tile_m to be one of "
+                                         "64, 128, 192, got 256 (forward() raised at shape tiny {'M': 256, "
+                                         "'E': 64, 'K': 128})")
+    static = "the static check rejected the candidate:\nline 2: import of 'numpy' is not allowed"
+    assert lbt.headline(static) == ("the static check rejected the candidate: line 2: import of 'numpy' is "
+                                    "not allowed")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -177,13 +178,22 @@ def fmt_seconds(v: float | None) -> str:
 
 
 def headline(text: str, width: int = 110) -> str:
-    """The first line of a reason (with the next one when the first only introduces it), clipped."""
+    """The first line of a reason (with the next one when the first only introduces it), clipped; where the
+    reason ends in the error a call raised (a traceback's last line), that error first (a manual seat's
+    `show` read "forward() raised at shape tiny {...}: line 13: lg = gemm(…" and never the error)."""
     # a candidate's words: controls made inert
     lines = [x.strip() for x in shown(text).splitlines() if x.strip()]
     if not lines:
         return ""
-    line = f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
+    if lines[0].endswith(":") and len(lines) > 2 and _RAISED.match(lines[-1]):
+        line = f"{lines[-1]} ({lines[0].rstrip(':')})"
+    else:
+        line = f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
     return line if len(line) <= width else line[: width - 1] + "…"
+
+
+#: A traceback's last line: the error's type, then its message.
+_RAISED = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b")
 
 
 
