@@ -8,7 +8,6 @@ import typer
 from rich.table import Table
 
 from ..atomic import write_text_atomic
-from ..prompts.feedback import host_allowlist
 from ..tasks.loader import find_task
 from ..tasks.model import Baseline
 from ..untrusted import shown
@@ -120,6 +119,8 @@ def print_verdict(verdict: Verdict, budget: int | None = None) -> None:
     if verdict.reason and not verdict.passed:
         console.print(shown(verdict.reason), highlight=False, markup=False)  # the candidate's words, inert
     if refused_a_host_name(verdict):  # the refusal says "the allowlist": here it is, as the feedback has it
+        from ..prompts.feedback import host_allowlist
+
         console.print(host_allowlist(), highlight=False, markup=False)
 
 
