@@ -667,3 +667,75 @@ def test_a_timed_run_tunes_on_its_executor_as_a_timed_job_and_a_failed_search_le
     assert tuned.tune_budget_s == 12.0 and tuned.tune_cache and tuned.timed
     assert attempt.passed and attempt.tuning is None and attempt.shipped_code == attempt.code
     assert any(n.startswith("tuning failed: TuningFailed: no CUDA GPU") for n in notes)
+
+
+# --- the CPU's target: correct, and near the speed of light by the cost estimate -----------------------
+
+
+def estimated(fraction: float) -> str:
+    """The correct reply, marked with the fraction of the speed of light the fake CPU estimate gives it."""
+    return CORRECT.replace("def forward(", f"SOL_FRACTION = {fraction}\n\n\ndef forward(", 1)
+
+
+def fake_cpu_verify(task, source, plan):
+    """The CPU stages with the sm_90a build: every candidate passes, its cost estimate at each bench shape
+    its ``SOL_FRACTION`` of the speed of light (100 µs)."""
+    assert list(plan.stages) == ["correctness", "compile"]
+    found = re.search(r"^SOL_FRACTION = ([0-9.]+)$", source, re.MULTILINE)
+    fraction = float(found.group(1)) if found else 1.0
+    cost = [{"shape": p.name, "sol_us": 100.0, "total_us": 100.0 / fraction} for p in task.shape("bench")]
+    summary = f"Largest avoidable cost (at s): host ops' traffic, about {100 / fraction - 100:.0f} µs."
+    return Verdict(task=task.name, task_version=task.version, backend="quack-compile", outcome=Outcome.PASSED,
+                   stages=[StageResult(stage="static", outcome=Outcome.PASSED),
+                           StageResult(stage="correctness", outcome=Outcome.PASSED),
+                           StageResult(stage="compile", outcome=Outcome.PASSED,
+                                       details={"cost": cost, "cost_summary": summary})])
+
+
+def test_a_cpu_run_goes_on_until_a_correct_candidate_is_near_the_speed_of_light_by_the_estimate(tmp_path):
+    """A manual seat's unfused kernel (a host multiply, 77% of SoL by the estimate) ended a CPU run as its
+    first correct candidate, so the estimate the prompt promised never reached the model: the run goes on
+    with it until a candidate reaches the target, which is then the best (ranked by the estimate)."""
+    cfg = AgentConfig(model="mock/test", plan=Plan(stages=["correctness", "compile"]),
+                      budgets=Budgets(rounds=5))
+    provider = MockProvider([estimated(0.5), estimated(0.77), estimated(0.96), estimated(0.99)])
+    agent = Agent.create(TASK, provider, cfg, tmp_path, verify_fn=fake_cpu_verify)
+    summary = run(agent)
+    reader = RunReader(agent.run_dir)
+    assert reader.header.target == {"correct": True, "estimate_sol_fraction": 0.9}
+    assert summary.status == "target_reached" and summary.best_attempt == 3
+    assert [a.index for a in reader.attempts()] == [1, 2, 3]
+    first, third = reader.attempts()[0], reader.attempts()[2]
+    feedback = third.messages[-1].content  # after #2, at 77%
+    assert ("A correct candidate exists, at 77% of the speed of light by the CPU's cost estimate; the target "
+            "is 90%" in feedback and "speed is judged by the CPU's cost estimate" in feedback)
+    assert "host ops' traffic, about 30 µs" in feedback
+    assert "at least 90% of the speed of light" in first.messages[1].content
+    # 0 (--target-estimate 0): the first correct candidate ends it, as before
+    quick = AgentConfig(model="mock/test", plan=Plan(stages=["correctness", "compile"]), target_estimate=None)
+    agent = Agent.create(TASK, MockProvider([estimated(0.5)]), quick, tmp_path / "q",
+                         verify_fn=fake_cpu_verify)
+    assert run(agent).best_attempt == 1 and RunReader(agent.run_dir).header.target == {"correct": True}
+
+
+def test_among_untimed_correct_candidates_the_nearer_the_speed_of_light_by_the_estimate_is_best():
+    from datetime import datetime, timezone
+
+    from coda_agent.store.ranking import best_attempt, estimate_sol_fraction
+    from coda_agent.store.records import Attempt
+
+    now = datetime(2026, 12, 7, tzinfo=timezone.utc)
+
+    def attempt(index: int, fraction: float | None) -> Attempt:
+        v = fake_cpu_verify(TASK, estimated(fraction) if fraction else CORRECT,
+                            Plan(stages=["correctness", "compile"]))
+        if fraction is None:
+            v.stages[-1].details = {}
+        return Attempt(index=index, round=index, slot=0, started=now, finished=now,
+                       messages=[ChatMessage(role="user", content="t")], raw_response="x", code="x",
+                       verdict=v)
+
+    unfused, fused, unpriced = attempt(1, 0.77), attempt(2, 0.98), attempt(3, None)
+    assert estimate_sol_fraction(fused) == pytest.approx(0.98) and estimate_sol_fraction(unpriced) is None
+    assert best_attempt([unfused, fused, unpriced]) is fused
+    assert best_attempt([unpriced, unfused]) is unfused

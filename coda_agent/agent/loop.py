@@ -25,7 +25,7 @@ from ..prompts.chat import build_messages, describe_checks, system_prompt, task_
 from ..prompts.examples import select_examples
 from ..provenance import git_state, host_name, package_versions
 from ..providers.base import Completion, Provider, ProviderError
-from ..store.ranking import best_attempt, population
+from ..store.ranking import ESTIMATE_GOAL, best_attempt, estimate_sol_fraction, population
 from ..store.records import Attempt, Budgets, RunHeader, RunSummary, Tuning, Usage
 from ..store.rundir import RunReader, RunRecordError, RunWriter, new_run_id, rolled_up
 from ..tasks.loader import TaskError, find_recorded_task
@@ -49,6 +49,11 @@ from .timing import human_times, timing_from_verdict
 CPU_STAGES = ("correctness", "compile")
 #: Parity with the human kernel (or, without one, cuBLAS alone) within timing noise.
 DEFAULT_TARGET_SPEEDUP = 0.97
+#: A run without GPU timing whose candidates build for sm_90a: correct, and the CPU's cost estimate at least
+#: this fraction of the speed of light (geometric mean over the bench shapes). Every human kernel's estimate
+#: is within 0.966 of it at every bench shape; a kernel running its GEMM twice is at 0.5, one leaving an
+#: element-wise pass on the host at about 0.77 (manual seats).
+DEFAULT_TARGET_ESTIMATE = 0.9
 #: How many of the best distinct correct candidates the model sees (with their timings and code).
 DEFAULT_POPULATION = 3
 GPU_STAGES = ("gpu_correctness", "profile")
@@ -92,6 +97,9 @@ class AgentConfig:
     plan: Plan = field(default_factory=lambda: Plan(stages=list(CPU_STAGES)))
     target_speedup: float | None = DEFAULT_TARGET_SPEEDUP
     target_sol: float | None = None
+    #: Without GPU timing: the CPU cost estimate's fraction of the speed of light a correct candidate must
+    #: reach to end the run (None: any correct candidate ends it).
+    target_estimate: float | None = DEFAULT_TARGET_ESTIMATE
     examples: tuple[str, ...] | None = None
     #: Task files and folders whose human kernels join the suite's as worked examples (``run
     #: --examples-from``).
@@ -126,9 +134,12 @@ class AgentConfig:
 
     def target_for(self, task: Task) -> dict[str, Any]:
         """Correct, and when timed: ``target_speedup`` of the human kernel's speed (cuBLAS alone's when the
-        task has none: the epilogue-is-free floor) or ``target_sol`` of SoL, whichever is reached first."""
+        task has none: the epilogue-is-free floor) or ``target_sol`` of SoL, whichever is reached first;
+        untimed with the sm_90a build, ``target_estimate`` of SoL by the CPU's cost estimate."""
         target: dict[str, Any] = {"correct": True}
         if not self.timed:
+            if self.target_estimate is not None and "compile" in self.plan.stages:
+                target[ESTIMATE_GOAL] = self.target_estimate
             return target
         if self.target_speedup is not None:
             target[f"speedup_vs_{speed_reference(task)}"] = self.target_speedup
@@ -144,7 +155,8 @@ class AgentConfig:
             "examples": list(self.examples or []), "example_places": list(self.example_places),
             "base_url": self.base_url, "verify_workers": self.verify_workers,
             "target_speedup": self.target_speedup, "target_sol": self.target_sol,
-            "population_size": self.population_size, "tune_budget_s": self.tune_budget_s,
+            "target_estimate": self.target_estimate, "population_size": self.population_size,
+            "tune_budget_s": self.tune_budget_s,
         }
 
     @classmethod
@@ -157,7 +169,8 @@ class AgentConfig:
             model=header.model, budgets=header.budgets, temperature=p.get("temperature", 0.7),
             max_reply_tokens=p.get("max_reply_tokens", 8192), plan=plan,
             target_speedup=p.get("target_speedup", DEFAULT_TARGET_SPEEDUP),
-            target_sol=p.get("target_sol"), examples=tuple(p.get("examples") or ()),
+            target_sol=p.get("target_sol"), target_estimate=p.get("target_estimate"),
+            examples=tuple(p.get("examples") or ()),
             example_places=tuple(p["example_places"]) if "example_places" in p
             else _old_example_places(header),
             base_url=p.get("base_url"), verify_workers=p.get("verify_workers", 2),
@@ -261,9 +274,12 @@ def target_text(config: AgentConfig, goals: Mapping[str, float]) -> str:
     ratios)."""
     if not config.timed:
         built = " and builds for sm_90a" if "compile" in config.plan.stages else ""
+        estimate = (f", and the CPU's cost estimate at least {100 * goals[ESTIMATE_GOAL]:.0f}% of the speed "
+                    "of light (geometric mean over the bench shapes: its bytes, FLOPs and launches)"
+                    if ESTIMATE_GOAL in goals else "")
         return (
-            f"a correct candidate: every output within tolerance on the emulator{built}. There is no GPU "
-            "in this run, so speed is not measured here; still write the kernel you would want timed "
+            f"a correct candidate: every output within tolerance on the emulator{built}{estimate}. There is "
+            "no GPU in this run, so speed is not measured here; still write the kernel you would want timed "
             "(everything fused, within the launch budget)"
         )
     goal = " or ".join(_goal_text(k, v) for k, v in goals.items()) or "as fast as you can make it"
@@ -288,6 +304,8 @@ def first_messages(task: Task, config: AgentConfig) -> list[ChatMessage]:
 
 
 def _goal_text(key: str, goal: float) -> str:
+    if key == ESTIMATE_GOAL:
+        return f"at least {100 * goal:.0f}% of the speed of light by the CPU's cost estimate"
     if key == "sol_fraction":
         return f"at least {100 * goal:.0f}% of the speed of light"
     of = {
@@ -536,9 +554,11 @@ class Agent:
         (no cuBLAS baseline, no human timing) is not reached, so the run goes on to its budget."""
         if not best.passed:
             return False
-        if not self.config.timed:
-            return True
         goals = self.speed_goals()
+        if not self.config.timed:
+            goal = goals.get(ESTIMATE_GOAL)
+            reached = estimate_sol_fraction(best)
+            return goal is None or (reached is not None and reached >= goal)
         if not goals:
             return bool(best.timing)
         return any(key in best.timing and best.timing[key] >= goal for key, goal in goals.items())

@@ -271,6 +271,7 @@ class RunOptions(BaseModel):
     max_reply_tokens: int | None = None
     target_speedup: float | None = None
     target_sol: float | None = None
+    target_estimate: float | None = None
     no_compile: bool = False
     seeds: int | None = None
     timeout: float | None = None
@@ -304,6 +305,8 @@ class RunOptions(BaseModel):
             seeds=seed_list(self.seeds) if self.seeds is not None else None,
             **{k: v for k, v in settings.items() if v is not None},
         )
+        if self.target_estimate is not None:  # 0: any correct candidate ends the run
+            config = dataclasses.replace(config, target_estimate=self.target_estimate or None)
         limit = timeout_value(self.timeout, default_timeout(task, config.plan))
         return dataclasses.replace(config, plan=config.plan.model_copy(update={"timeout": limit}))
 

@@ -49,6 +49,10 @@ def run_cmd(
     ),
     target_sol: float = typer.Option(None, min=0, max=1,
                                      help="GPU: ... or this fraction of the speed of light"),
+    target_estimate: float = typer.Option(
+        None, min=0, max=1,
+        help="CPU with the sm_90a build: stop once correct and the cost estimate at least this fraction of "
+             "the speed of light (default 0.9; 0: at the first correct candidate)"),
     no_compile: bool = typer.Option(False, "--no-compile",
                                     help="CPU: skip the sm_90a compile stage (~10 s per candidate)"),
     seeds: int = typer.Option(None, help="seeds per shape in the correctness check (default 3)"),
@@ -114,6 +118,7 @@ def run_cmd(
         base_url=base_url, rounds=rounds, candidates=candidates, max_tokens_total=max_tokens_total,
         max_dollars=max_dollars, max_wall=max_wall, temperature=temperature,
         max_reply_tokens=max_reply_tokens, target_speedup=target_speedup, target_sol=target_sol,
+        target_estimate=target_estimate,
         no_compile=no_compile, seeds=seeds, timeout=timeout, examples=examples,
         examples_from=example_places(examples_from or []), no_tune=no_tune, tune_budget=tune_budget,
     )

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..measure.baselines import BASELINES
 from ..store.outcomes import AttemptOutcome
-from ..store.ranking import attempt_time_us, shape_ratio
+from ..store.ranking import ESTIMATE_GOAL, attempt_time_us, estimate_sol_fraction, shape_ratio
 from ..store.records import Attempt
 from ..untrusted import shown
 from ..verifier import static
@@ -171,7 +171,10 @@ def attempt_headline(attempt: Attempt) -> str:
                 else ""
             )
             built = " and builds for sm_90a" if "compile" in ran else ""
-            return " ".join(p for p in ("correct", where) if p) + built
+            fraction = estimate_sol_fraction(attempt)
+            estimate = (f", {100 * fraction:.0f}% of the speed of light by the CPU's cost estimate"
+                        if fraction is not None else "")
+            return " ".join(p for p in ("correct", where) if p) + built + estimate
         return ", ".join(parts)
     failing = _failing_outputs(verdict)
     if verdict.outcome is Outcome.WRONG_OUTPUT and failing:
@@ -376,8 +379,15 @@ def _next_steps(
 ) -> list[str]:
     if best is not None:
         if not goal_is_speed:
-            steps = ["A correct candidate exists; improve on it only if you see a clear gain, and keep it "
-                     "correct."]
+            goal, reached = goals.get(ESTIMATE_GOAL), estimate_sol_fraction(best)
+            if goal is not None and (reached is None or reached < goal):
+                at = f"at {100 * reached:.0f}%" if reached is not None else "not priced"
+                steps = [f"A correct candidate exists, {at} of the speed of light by the CPU's cost "
+                         f"estimate; the target is {100 * goal:.0f}%: keep it correct and cut what the "
+                         "estimate names."]
+            else:
+                steps = ["A correct candidate exists; improve on it only if you see a clear gain, and keep "
+                         "it correct."]
             if text := cost_summary(best):
                 dominant = next((ln for ln in text.splitlines() if ln.startswith("Largest avoidable cost")),
                                 "")

@@ -2,8 +2,9 @@
 
 Correct beats incorrect; among correct candidates a timed one beats an untimed one, and the lower
 geometric mean of its per-shape median times wins (within one run every candidate is timed at the same
-shapes, so this orders them exactly as the geomean of any per-shape speedup would); ties go to the earlier
-attempt. The population the model is shown is the best *distinct* correct candidates by the same rule.
+shapes, so this orders them exactly as the geomean of any per-shape speedup would); among untimed ones, the
+nearer the speed of light by the CPU's cost estimate (the sm_90a build's); ties go to the earlier attempt.
+The population the model is shown is the best *distinct* correct candidates by the same rule.
 """
 
 from __future__ import annotations
@@ -46,10 +47,32 @@ def attempt_time_us(attempt: Attempt) -> float | None:
     return geomean(p.median_us for p in timing_points(attempt.timing).values())
 
 
-def speed_key(attempt: Attempt) -> tuple[bool, bool, float, int]:
-    """Sort key, best first: passed, timed, faster, earlier."""
+#: A run target's key for a fraction of the speed of light by the CPU's cost estimate (a run without GPU
+#: timing: :func:`estimate_sol_fraction` of its best candidate).
+ESTIMATE_GOAL = "estimate_sol_fraction"
+
+
+def estimate_sol_fraction(attempt: Attempt) -> float | None:
+    """The speed of light over the CPU's cost estimate, geometric mean over the bench shapes (the sm_90a
+    build's ``cost`` details, ``verifier.cost``); None where the build priced none."""
+    for stage in attempt.verdict.stages if attempt.verdict is not None else []:
+        costs = stage.details.get("cost") if stage.stage == "compile" else None
+        if isinstance(costs, list):
+            return geomean(float(c["sol_us"]) / float(c["total_us"]) for c in costs if isinstance(c, dict)
+                           and _positive(c.get("sol_us")) and _positive(c.get("total_us")))
+    return None
+
+
+def _positive(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and math.isfinite(v)
+
+
+def speed_key(attempt: Attempt) -> tuple[bool, bool, float, float, int]:
+    """Sort key, best first: passed, timed, faster; untimed, nearer the speed of light by the CPU's estimate;
+    earlier."""
     us = attempt_time_us(attempt) if attempt.passed else None
-    return (not attempt.passed, us is None, us if us is not None else 0.0, attempt.index)
+    estimate = -(estimate_sol_fraction(attempt) or 0.0) if attempt.passed and us is None else 0.0
+    return (not attempt.passed, us is None, us if us is not None else 0.0, estimate, attempt.index)
 
 
 def best_attempt(attempts: Iterable[Attempt]) -> Attempt | None:
