@@ -350,3 +350,22 @@ def test_status_replays_old_versions_and_untimed_rows_are_shown_honestly(tmp_pat
     assert "<dd>anthropic/claude <span class=\"muted\">(a replay of run" in page
     status, html = get(Site(runs, tmp_path / "no-bench"), "/")
     assert f"no bench results found in {tmp_path / 'no-bench'}" in html and "not the wheel" in html
+
+
+def test_a_task_kept_outside_the_search_path_is_found_where_its_runs_recorded_it(tmp_path):
+    """A manual seat's task page said its task file was missing though its runs' headers named it."""
+    import yaml
+
+    from coda_agent.tasks import find_task
+    from coda_agent.viewer.site import _task_spec
+
+    suite = find_task("gemm_residual")
+    data = yaml.safe_load(suite.path.read_text())
+    data.update(name="my_gate", reference=f"{suite.reference_file.name}:reference", human=None)
+    (tmp_path / suite.reference_file.name).write_text(suite.reference_file.read_text())
+    mine = tmp_path / "my_gate.yaml"
+    mine.write_text(yaml.safe_dump(data))
+    assert _task_spec("my_gate") is None
+    spec = _task_spec("my_gate", [None, str(tmp_path / "gone.yaml"), str(mine)])
+    assert spec is not None and spec.name == "my_gate"
+    assert _task_spec("other_name", [str(mine)]) is None  # a recorded file now holding another task: not it

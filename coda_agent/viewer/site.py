@@ -14,7 +14,7 @@ import hashlib
 import json
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
@@ -34,7 +34,7 @@ from ..store.index import Index, RunRow, replayed_model
 from ..store.records import Attempt, run_status
 from ..store.rundir import RunFiles, iter_run_dirs, read_run
 from ..store.timings import TimingPoint, timing_points
-from ..tasks.loader import TaskError, find_task
+from ..tasks.loader import TaskError, find_task, load_task
 from ..tasks.model import Task
 from ..untrusted import shown
 from . import plots
@@ -86,12 +86,21 @@ def _json_page(data: Any, status: int = 200) -> Page:
 RECENT_RUNS = 25
 
 
-def _task_spec(name: str) -> Task | None:
-    """The task's definition, when its file is on this machine's task search path."""
+def _task_spec(name: str, recorded: Iterable[str | None] = ()) -> Task | None:
+    """The task's definition: its file on this machine's task search path, else where one of its runs
+    recorded it (a task a user keeps in a folder of their own read as missing: a manual seat)."""
     try:
         return find_task(name)
     except TaskError:
-        return None
+        pass
+    for path in dict.fromkeys(p for p in recorded if p):
+        try:
+            task = load_task(path) if Path(path).is_file() else None
+        except TaskError:
+            continue
+        if task is not None and task.name == name:
+            return task
+    return None
 
 
 def _read(path: Path) -> str | None:
@@ -233,7 +242,7 @@ class Site:
                 return self.not_found(f"no runs or bench results for task {key!r}", as_json)
             board = lb.build(ix, task=name)
             runs = list(reversed(ix.runs(name)))
-        spec = _task_spec(name)
+        spec = _task_spec(name, (r.task_path for r in reversed(runs)))
         if as_json:
             data = json.loads(lbt.to_json(board))
             definition = {"definition": spec.describe() if spec else None}
