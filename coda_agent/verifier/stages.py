@@ -424,9 +424,10 @@ def unstable(task: Task, point: ShapePoint, reason: str) -> str:
     stressed = ", ".join(sorted(task.stress_inits()))
     return (f"on the stress inputs at shape {point.name} ({stressed} at large magnitudes or at the edges of "
             f"their range, where the FP32 reference is finite), {reason}. The kernel passes the ordinary "
-            "inputs but is numerically unstable at large magnitudes: keep every intermediate in range, e.g. "
-            "subtract the row maximum before exp (as a stable logsumexp or softmax does) and never take exp, "
-            "a quotient or rsqrt of an unbounded value")
+            "inputs but is numerically unstable at large magnitudes: keep every intermediate in range: over "
+            "a row, subtract its maximum before exp (as a stable logsumexp or softmax does); element-wise, "
+            "use the value functions that saturate (sigmoid, silu, tanh) rather than exp(x)/(1+exp(x)); and "
+            "never take exp, a quotient, rsqrt or log of a value that can overflow or reach 0")
 
 
 def agreement(task: Task, first: CallOutput, again: CallOutput, found: list[OutputCheck], point: ShapePoint,
