@@ -304,8 +304,6 @@ def first_messages(task: Task, config: AgentConfig) -> list[ChatMessage]:
 
 
 def _goal_text(key: str, goal: float) -> str:
-    if key == ESTIMATE_GOAL:
-        return f"at least {100 * goal:.0f}% of the speed of light by the CPU's cost estimate"
     if key == "sol_fraction":
         return f"at least {100 * goal:.0f}% of the speed of light"
     of = {
@@ -551,7 +549,8 @@ class Agent:
 
     def target_met(self, best: Attempt) -> bool:
         """Correct, and (when timed) any speed goal of the target reached; a goal whose ratio the timing lacks
-        (no cuBLAS baseline, no human timing) is not reached, so the run goes on to its budget."""
+        (no cuBLAS baseline, no human timing) is not reached, so the run goes on to its budget. Untimed, the
+        estimate's goal where the target has one (a candidate the build could not price does not reach it)."""
         if not best.passed:
             return False
         goals = self.speed_goals()
