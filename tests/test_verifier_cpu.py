@@ -149,6 +149,8 @@ def test_a_raw_exp_summed_across_the_row_is_refused_on_the_cpu_for_the_gpus_padd
     assert "reduce 'sumexp' folds up to 1, not 0, where acc, c and the tile operands are 0" in v.reason, \
         v.reason
     assert "(RowVecLoad operands too; a ColVecLoad keeps its value" in v.reason  # a model misread that
+    # a sum of exp is the LSE sink's (a manual seat took "a constant term on the host" literally: exp - 1)
+    assert "a sum of exp over the row is OnlineLSEReduce's" in v.reason
 
 
 def test_missing_output_is_named():

@@ -222,4 +222,5 @@ def check_padding(call: GemmCall) -> None:
                         f"on the GPU a partial last tile ({across} not a multiple of the tile) evaluates the "
                         f"fn at its padding and folds that in, so the result is wrong wherever the tiles do "
                         f"not divide {across}; make the reduced value 0 there (a constant term belongs on "
-                        "the host; combine=\"max\" masks the padding, add and max_abs do not)")
+                        "the host; combine=\"max\" masks the padding, add and max_abs do not; a sum of "
+                        "exp over the row is OnlineLSEReduce's, which masks it and keeps the exp in range)")
