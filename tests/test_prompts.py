@@ -660,6 +660,14 @@ def test_the_lead_is_the_best_correct_reply_by_the_ranking_rule_then_the_closest
     failed = make_attempt(7, 3, CODE, verdict(Outcome.PASSED), raw="```python\nx\n```",
                           provider_error="server: 500")
     assert lead_attempt([near, failed]) is near
+    # outputs right but over the launch budget come before a NaN (no error figure): a manual seat's round
+    # went on from the NaN
+    nan = make_attempt(8, 4, CODE, verdict(Outcome.WRONG_OUTPUT, "lse NaN", [OutputCheck(
+        output="lse", shape_point="tiny", seed=0, ok=False, worst_index=[3], reason="NaN")]), slot=0)
+    over = make_attempt(9, 4, CODE, verdict(Outcome.OVER_LAUNCH_BUDGET, "5 launches"), slot=1)
+    close = make_attempt(10, 4, CODE, verdict(Outcome.WRONG_OUTPUT, "h wrong", [OutputCheck(
+        output="h", shape_point="tiny", seed=0, ok=False, max_abs_err=3.0, allowed=1.0)]), slot=2)
+    assert lead_attempt([nan, over]) is over and lead_attempt([nan, over, close]) is close
 
 
 def test_the_task_prompt_names_the_special_values_planted_in_the_test_data():

@@ -42,11 +42,15 @@ def worst_error_ratio(attempt: Attempt) -> float:
 
 def lead_key(attempt: Attempt) -> tuple[Any, ...]:
     """Sort key, best first: a correct attempt by ``store.ranking``, a failed one by outcome, error ratio and
-    slot."""
-    closeness = OUTCOME_CLOSENESS[attempt.outcome]
+    slot. A wrong output with no error figure (NaN, a wrong shape) comes after one over the launch budget,
+    whose outputs were right (a manual seat's round went on from the NaN)."""
+    closeness: float = OUTCOME_CLOSENESS[attempt.outcome]
     if attempt.passed:
         return (closeness, *speed_key(attempt))
-    return (closeness, worst_error_ratio(attempt), attempt.slot)
+    ratio = worst_error_ratio(attempt)
+    if attempt.outcome is AttemptOutcome.WRONG_OUTPUT and ratio == float("inf"):
+        closeness = OUTCOME_CLOSENESS[AttemptOutcome.OVER_LAUNCH_BUDGET] + 0.5
+    return (closeness, ratio, attempt.slot)
 
 
 def replied(attempts: Iterable[Attempt]) -> list[Attempt]:
