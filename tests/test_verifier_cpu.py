@@ -252,7 +252,7 @@ def test_the_compile_stage_builds_the_configs_forward_uses_at_the_bench_shapes()
     assert v.passed, v.reason
     assert (v.stage("compile").details["bench_configs"]
             == ["add_residual: 128x256 coop 2x1", "add_residual: 192x192 coop 2x1"])
-    assert "and 2 more config(s) it uses at the bench shapes" in v.reason
+    assert "and 2 more configs it uses at the bench shapes" in v.reason
 
 
 def test_a_config_the_gpu_would_refuse_at_a_bench_shape_is_refused_by_the_emulators_stage():

@@ -508,7 +508,7 @@ def run_correctness(ctx: Context, name: str, backend_name: str, device: str,
         return result(*runner_failure(exc, ctx.plan, Outcome.RUNTIME_ERROR, ""))
     n = len(ctx.plan.points(ctx.task))
     stress = " and the stress set" if ctx.task.stress_inits() else ""
-    meta = f"; the same work at the {len(bench)} bench shapes on meta tensors" if bench else ""
+    meta = (f"; the same work at the {_count(len(bench), 'bench shape')} on meta tensors" if bench else "")
     return result(Outcome.PASSED, f"all outputs within tolerance on {n} {ctx.plan.shape_set} shapes x "
                                   f"{len(ctx.plan.seeds)} seeds{stress}, launch budget kept{meta}")
 
@@ -568,9 +568,15 @@ def compile_sm90(ctx: Context) -> StageResult:
     except RunnerError as exc:
         return result(*runner_failure(exc, ctx.plan, Outcome.COMPILE_ERROR,
                                       f"building the sm_90a kernels failed at shape {point.name}:\n"))
-    more = f", and {len(wanted)} more config(s) it uses at the bench shapes" if wanted else ""
+    more = f", and {_count(len(wanted), 'more config')} it uses at the bench shapes" if wanted else ""
     return result(Outcome.PASSED,
-                  f"built {len(est.gemms)} GEMM kernel(s) for sm_90a at shape {point.name}{more}", details)
+                  f"built {_count(len(est.gemms), 'GEMM kernel')} for sm_90a at shape {point.name}{more}",
+                  details)
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 GEMM kernel``, ``2 GEMM kernels``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def cost_details(task: Task, seen: Mapping[str, list[dict[str, Any]]]) -> dict[str, object]:
