@@ -46,7 +46,9 @@ from ..verifier.verdict import Verdict
 from .extract import MAX_REPLY_CHARS, Extraction, extract_code
 from .timing import human_times, timing_from_verdict
 
-CPU_STAGES = ("correctness", "compile")
+#: The stages a run verifies each candidate with, on a CPU (the emulator, then the sm_90a build) and on a GPU
+#: (the verifier's own tables of stages by kind are ``verifier.plan``'s).
+RUN_CPU_STAGES = ("correctness", "compile")
 #: Parity with the human kernel (or, without one, cuBLAS alone) within timing noise.
 DEFAULT_TARGET_SPEEDUP = 0.97
 #: A run without GPU timing whose candidates build for sm_90a: correct, and the CPU's cost estimate at least
@@ -56,7 +58,7 @@ DEFAULT_TARGET_SPEEDUP = 0.97
 DEFAULT_TARGET_ESTIMATE = 0.9
 #: How many of the best distinct correct candidates the model sees (with their timings and code).
 DEFAULT_POPULATION = 3
-GPU_STAGES = ("gpu_correctness", "profile")
+RUN_GPU_STAGES = ("gpu_correctness", "profile")  # see RUN_CPU_STAGES
 #: The plan's settings a run header records in ``params`` (its stages in ``verifier_stages``): key -> field.
 RECORDED_PLAN = {"shape_set": "shape_set", "seeds": "seeds", "backend_label": "backend",
                  "verify_timeout": "timeout"}
@@ -94,7 +96,7 @@ class AgentConfig:
     temperature: float = 0.7
     max_reply_tokens: int = 8192
     #: What every candidate's verification checks (the human kernel's timing too).
-    plan: Plan = field(default_factory=lambda: Plan(stages=list(CPU_STAGES)))
+    plan: Plan = field(default_factory=lambda: Plan(stages=list(RUN_CPU_STAGES)))
     target_speedup: float | None = DEFAULT_TARGET_SPEEDUP
     target_sol: float | None = None
     #: Without GPU timing: the CPU cost estimate's fraction of the speed of light a correct candidate must
@@ -122,10 +124,10 @@ class AgentConfig:
         plan: dict[str, Any] = {} if seeds is None else {"seeds": seeds}
         if gpu_verifier_available():
             # Timings never overlap on a device: the executor gives a timed verification its GPU alone.
-            plan |= {"stages": GPU_STAGES, "shape_set": "bench", "backend": "quack"}
+            plan |= {"stages": RUN_GPU_STAGES, "shape_set": "bench", "backend": "quack"}
             kwargs = {"tune_budget_s": tune_budget_s, **kwargs}
         else:
-            plan["stages"] = CPU_STAGES if compile else ("correctness",)
+            plan["stages"] = RUN_CPU_STAGES if compile else ("correctness",)
         return cls(model=model, plan=Plan.model_validate(plan), **kwargs)
 
     @property
@@ -163,7 +165,7 @@ class AgentConfig:
     def from_header(cls, header: RunHeader, **overrides: Any) -> AgentConfig:
         """The configuration a recorded run used (budgets may be overridden to extend it)."""
         p = header.params
-        plan = Plan.model_validate({"stages": header.verifier_stages or CPU_STAGES,
+        plan = Plan.model_validate({"stages": header.verifier_stages or RUN_CPU_STAGES,
                                     **{name: p[key] for key, name in RECORDED_PLAN.items() if key in p}})
         cfg = cls(
             model=header.model, budgets=header.budgets, temperature=p.get("temperature", 0.7),
