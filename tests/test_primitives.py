@@ -964,3 +964,11 @@ def test_results_come_in_the_declared_order_whatever_the_backend(ab):
     assert list(in_declared_order(epi, gpu_order)) == ["D", "y", "t", "s"]
     a, w, _ = ab
     assert list(P.gemm(epi, a, w.t(), target=torch.zeros(M, dtype=torch.int64))) == ["D", "y", "t", "s"]
+
+
+@pytest.mark.parametrize("kw", [{"tile_m": [128]}, {"tile_n": 192.0}, {"pingpong": 1}, {"split_k": True}])
+def test_a_configs_fields_hold_only_their_own_types(kw):
+    """A list kept in a module-level Config would be state its frozen globals do not freeze (a red-team
+    pass); a float or a bool for an int is refused as well, as it is made."""
+    with pytest.raises(P.EpilogueError, match=f"invalid Config: {next(iter(kw))} must be"):
+        P.Config(**kw)

@@ -3,7 +3,7 @@ load fast."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal
 
 Mode = Literal["element", "acc_pair", "packed"]
@@ -65,6 +65,15 @@ class Config:
     max_swizzle_size: int = 8
     split_k: int = 1
     load_ahead: bool = True
+
+    def __post_init__(self) -> None:
+        # each field its own type, as it is made: a list kept in a module-level Config would be state the
+        # module's frozen globals do not freeze (a red-team pass)
+        for f in fields(self):
+            value, flag = getattr(self, f.name), f.type in ("bool", bool)
+            if type(value) is not (bool if flag else int):
+                want = "True or False" if flag else "an int"
+                raise EpilogueError(f"invalid Config: {f.name} must be {want}, got {value!r}")
 
     def check(self, mode: Mode, has_outputs: bool, store_d: bool = True, b_major: Major = "k") -> None:
         """Reject configs QuACK would reject on SM90, or could not build, with the rule that failed."""
