@@ -180,3 +180,23 @@ def test_a_16_bit_output_is_held_to_its_error_norms_not_only_to_its_largest_erro
     assert not check.ok and "L1 norm of the error" in check.reason and check.max_abs_err <= check.allowed
     (honest,) = check_outputs(K1, {"out": truth.bfloat16()}, {"out": truth}, {"out": eager}, DIMS, "tiny", 0)
     assert honest.ok
+
+
+def test_a_kernel_that_is_not_0_where_both_references_are_fails_past_a_few_boundary_crossings():
+    """A leaky ReLU squared (slope 0.03) stays within the max and norm rules, set by the large positive
+    values; where the reference's ReLU gives exactly 0 it is not. A kernel whose pre-activation crosses 0
+    at a few elements only (another summation order) passes."""
+    gen = torch.Generator().manual_seed(0)
+    pre = torch.randn(16, 64, generator=gen) * 4
+    truth = pre.clamp_min(0) ** 2
+    dims = {"M": 16, "N": 64, "K": 16}
+    eager = truth.bfloat16()
+    leaky = torch.where(pre > 0, pre, 0.03 * pre).pow(2).bfloat16()
+    (check,) = check_outputs(K1, {"out": leaky}, {"out": truth}, {"out": eager}, dims, "tiny", 0)
+    assert not check.ok and "exactly 0 at" in check.reason and "leaky slope" in check.reason
+    assert check.max_abs_err <= check.allowed  # the max rule alone would pass it
+    crossed = truth.clone()
+    zeros = (truth == 0).nonzero()
+    crossed[tuple(zeros[:5].t())] = 1e-3  # five elements just past the boundary
+    (honest,) = check_outputs(K1, {"out": crossed.bfloat16()}, {"out": truth}, {"out": eager}, dims, "tiny", 0)
+    assert honest.ok

@@ -60,7 +60,8 @@ class ErrorStats:
     elements (count, first flat index), max|cand - ref| and its first flat index, max|baseline - ref|,
     max|ref|, the L1 and L2 norms of the error, of the baseline's error and of max(1, |ref|), and the sums
     cand·ref, cand·cand and ref·ref (a least-squares factor between them, :meth:`factor`); of a 2-D output,
-    max|cand - ref| of each row and of each column (where the failing elements lie)."""
+    max|cand - ref| of each row and of each column (where the failing elements lie); the elements where both
+    references are exactly 0, and how many of those the candidate is not (first flat index)."""
 
     nonfinite: int
     first_nonfinite: int
@@ -72,6 +73,9 @@ class ErrorStats:
     lowp_norms: tuple[float, float]
     scale_norms: tuple[float, float]
     products: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    zeros: int = 0
+    zeros_missed: int = 0
+    first_zero_missed: int = 0
     #: on the device, read only where a check fails (:func:`failing_block`)
     row_max: torch.Tensor | None = None
     col_max: torch.Tensor | None = None
@@ -88,9 +92,10 @@ class ErrorStats:
 
 
 def error_stats(cand: torch.Tensor, ref32: torch.Tensor, lowp: Callable[[int, int], torch.Tensor],
-                elements: int | None = None) -> ErrorStats:
+                elements: int | None = None, zero_floor: float = 0.0) -> ErrorStats:
     """One pass over ``cand`` and ``ref32`` (same shape), ``elements`` at a time, in FP64 on ``cand``'s
-    device; ``lowp(start, end)`` gives the baseline's flat elements [start, end). No step holds more than
+    device; ``lowp(start, end)`` gives the baseline's flat elements [start, end); a candidate's element
+    counts as not 0 past ``zero_floor``. No step holds more than
     :data:`~.plan.CHUNK_BUFFERS` FP64 chunks, and nothing is read back to the host until the end (one
     transfer).
 
@@ -99,7 +104,7 @@ def error_stats(cand: torch.Tensor, ref32: torch.Tensor, lowp: Callable[[int, in
     device = cand.device
     bad: list[torch.Tensor] = []
     peaks: list[torch.Tensor] = []  # per chunk: max err, its index in the chunk, max lowp err, max |ref|
-    sums: list[torch.Tensor] = []  # per chunk: L1, squared L2 of err, lowp err, scale; the products
+    sums: list[torch.Tensor] = []  # per chunk: L1, squared L2 of err, lowp err, scale; the products; zeros
     spans = chunk_spans(tuple(cand.shape), elements)
     # a 2-D output's chunks are whole rows (its rows are far below a chunk): each row's and column's max error
     whole_rows = cand.dim() == 2 and cand.shape[1] and all(b % cand.shape[1] == 0 or b == cand.numel()
@@ -112,6 +117,7 @@ def error_stats(cand: torch.Tensor, ref32: torch.Tensor, lowp: Callable[[int, in
         bad.append((~torch.isfinite(c)).sum())
         r = _f64(_piece(ref32, start, end), device)
         products = [torch.dot(c, r), torch.dot(c, c), torch.dot(r, r)]
+        zero = r == 0
         d = c.sub_(r).abs_()
         if width:
             grid = d.view(-1, width)
@@ -120,15 +126,19 @@ def error_stats(cand: torch.Tensor, ref32: torch.Tensor, lowp: Callable[[int, in
         at = d.argmax()
         peak = [d.max(), at.to(torch.float64)]
         part = [d.sum(), torch.dot(d, d)]
+        missed = zero & (d > zero_floor)  # where ref is 0, d is |cand|
         del c, d
         ld = _f64(lowp(start, end), device).sub_(r).abs_()
         peak.append(ld.max())
         part += [ld.sum(), torch.dot(ld, ld)]
-        del ld
+        zero &= ld == 0
+        missed &= zero
+        zeros = [zero.sum().to(torch.float64), missed.sum().to(torch.float64)]
+        del ld, zero, missed
         s = r.abs_()
         peak.append(s.max())
         s = s.clamp_min_(1.0)
-        part += [s.sum(), torch.dot(s, s), *products]
+        part += [s.sum(), torch.dot(s, s), *products, *zeros]
         del r, s
         peaks.append(torch.stack(peak))
         sums.append(torch.stack(part))
@@ -138,11 +148,20 @@ def error_stats(cand: torch.Tensor, ref32: torch.Tensor, lowp: Callable[[int, in
     table = torch.stack(peaks)
     chunk = int(table[:, 0].argmax())  # the first chunk at the largest error holds its first index
     maxima = table.amax(dim=0).tolist()  # NaN propagates, as in a whole tensor's max
-    total = torch.stack(sums).sum(dim=0).tolist()
+    per_chunk = torch.stack(sums)
+    total = per_chunk.sum(dim=0).tolist()
     first_bad = 0
     for (start, end), n in zip(spans, counts, strict=True):
         if n:
             first_bad = start + int((~torch.isfinite(_piece(cand, start, end))).nonzero()[0])
+            break
+    first_missed = 0
+    for (start, end), n in zip(spans, per_chunk[:, 10].tolist() if total[10] else [], strict=False):
+        if n:
+            r = _f64(_piece(ref32, start, end), device)
+            missed = ((r == 0) & (_f64(lowp(start, end), device) == 0)
+                      & (_f64(_piece(cand, start, end), device).abs_() > zero_floor))
+            first_missed = start + int(missed.nonzero()[0])
             break
     return ErrorStats(
         nonfinite=int(sum(counts)), first_nonfinite=first_bad,
@@ -150,6 +169,7 @@ def error_stats(cand: torch.Tensor, ref32: torch.Tensor, lowp: Callable[[int, in
         lowp_err=maxima[2], ref_max=maxima[3],
         err_norms=(total[0], math.sqrt(total[1])), lowp_norms=(total[2], math.sqrt(total[3])),
         scale_norms=(total[4], math.sqrt(total[5])), products=(total[6], total[7], total[8]),
+        zeros=int(total[9]), zeros_missed=int(total[10]), first_zero_missed=first_missed,
         row_max=torch.cat(rows) if width else None, col_max=cols,
     )
 
@@ -175,6 +195,26 @@ def _spread_error(stats: ErrorStats, factor: float, floor: float) -> str | None:
         if err > allowed:
             return f"the L{p} norm of the error, {err:.4g}, exceeds the allowed {allowed:.4g}"
     return None
+
+
+#: Elements both references hold exactly 0 are structure (a ReLU, a clamp, a mask), not rounding: a kernel
+#: computing the same function misses them only where its value crosses the boundary, a tiny share of them
+#: (a leaky ReLU squared with slope 0.03 stayed within the max and norm rules, 0 at none of half its output).
+ZEROS_MISSED = 0.1
+#: Fewer such zeros than this are left to the other rules (values that happen to be 0 are not structure).
+MIN_ZEROS = 64
+
+
+def _zeros_error(stats: ErrorStats, floor: float, shape: tuple[int, ...], cand: torch.Tensor) -> str | None:
+    """What is wrong where both references are exactly 0, or None: the candidate is not 0 there (past the
+    floor) at more than :data:`ZEROS_MISSED` of them."""
+    if stats.zeros < MIN_ZEROS or stats.zeros_missed <= ZEROS_MISSED * stats.zeros:
+        return None
+    at = _unravel(stats.first_zero_missed, shape)
+    return (f"both references are exactly 0 at {stats.zeros} elements and it is not (|value| > the floor "
+            f"{floor:g}) at {stats.zeros_missed} of them, first at {at} (got {float(cand[tuple(at)]):.6g}): "
+            "where the reference's function is 0 (a ReLU, a clamp, a mask) this one is not (a leaky slope, a "
+            "dropped mask)")
 
 
 def _ranges(indices: list[int]) -> list[tuple[int, int]]:
@@ -285,7 +325,8 @@ def check_outputs(
                  dtype: torch.dtype = want_dtype) -> torch.Tensor:
             return _piece(ref32, start, end).to(dtype) if src is None else _piece(src, start, end)
 
-        stats = error_stats(cand, ref32, lowp)
+        factor, floor = task.tolerance.for_output(spec.name)
+        stats = error_stats(cand, ref32, lowp, zero_floor=floor)
         if stats.nonfinite:
             first = _unravel(stats.first_nonfinite, want_shape)
             checks.append(
@@ -297,11 +338,18 @@ def check_outputs(
             )
             continue
         err, flat, lowp_err = stats.max_err, stats.max_err_at, stats.lowp_err
-        factor, floor = task.tolerance.for_output(spec.name)
         allowed = task.tolerance.allowed(spec.name, lowp_err, stats.ref_max if cand.numel() else 0.0)
         where = _unravel(flat, want_shape)
         ok = err <= allowed
         spread = _spread_error(stats, factor, floor) if ok and want_dtype.is_floating_point else None
+        zeros = _zeros_error(stats, floor, want_shape, cand) if ok and want_dtype.is_floating_point else None
+        if zeros is not None:
+            checks.append(OutputCheck(
+                **base, ok=False, max_abs_err=err, allowed=allowed, lowp_err=lowp_err, baseline=rule,
+                worst_index=_unravel(stats.first_zero_missed, want_shape),
+                reason=f"output {spec.name!r}: {zeros}",
+            ))
+            continue
         if spread is not None:
             checks.append(OutputCheck(
                 **base, ok=False, max_abs_err=err, allowed=allowed, lowp_err=lowp_err, baseline=rule,
