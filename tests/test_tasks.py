@@ -100,6 +100,13 @@ def test_example_task_derived_facts():
         (lambda d: d["inputs"][0].update(init={"replace": {"value": "pad", "fraction": 0.5}}),
          "'pad' uses unknown symbol 'pad'"),
         (lambda d: d["constants"].update(K=3), "constants.K: constant K has the name of a shape symbol"),
+        (lambda d: d["constants"].update(big=10**400), "constants.big: constant big is beyond 2**53"),
+        (lambda d: d["shapes"]["bench"][0]["dims"].update(M=10**30), "dimensions must be below 2**31"),
+        (lambda d: d.update(tolerance={"factor": -1.0}), "tolerance factor must be a finite number >= 0"),
+        (lambda d: d.update(tolerance={"outputs": {"h": {"floor": float("nan")}}}),
+         "tolerance floor must be a finite number >= 0"),
+        (lambda d: d["sol"].update(bytes="9**9**9"), "9 ** 387420489 is too large"),
+        (lambda d: d["sol"].update(flops="+".join(["M"] * 100_000)), "longer than the 1000 allowed"),
     ],
 )
 def test_schema_errors_name_the_file_field_and_problem(tmp_path, edit, message):
@@ -388,6 +395,18 @@ def test_cli_reports_malformed_task_in_one_clean_message(tmp_path):
             "inputs[0](x): no output changes when it alone does; a candidate could ignore it: drop it, or "
             "use it in the reference",
         ),
+        (  # the FP32 run would see the task-dtype run's sum (a Megatron main_grad accumulated in place)
+            "import torch\ndef reference(x, w, residual, gamma, *, eps):\n    residual.add_(x @ w.t())\n"
+            "    h = residual.clone()\n"
+            "    return {'h': h, 'normed': h * gamma, 'rstd': h.float().pow(2).mean(-1).add(eps).rsqrt()}\n",
+            "inputs[2](residual): the reference changes it in place",
+        ),
+        (
+            "import torch\ndef reference(x, w, residual, gamma, *, eps):\n"
+            "    h = torch.nn.functional.dropout(x @ w.t(), 0.1, training=True) + residual\n"
+            "    return {'h': h, 'normed': h * gamma, 'rstd': h.float().pow(2).mean(-1).add(eps).rsqrt()}\n",
+            "differs between two runs of the reference on the same inputs",
+        ),
     ],
 )
 def test_validate_rejects_broken_and_degenerate_references(tmp_path, reference, problem):
@@ -631,7 +650,8 @@ def test_validate_notes_an_eps_no_tolerance_sees_and_refuses_nothing_for_it():
     path = REPO / "bench" / "accept" / "tasks" / "gemm_residual_layernorm.yaml"
     report = validate_path(path)
     assert report.ok and len(report.notes) == 1
-    assert "constants.eps: a kernel that leaves it out (0) stays within the tolerance" in report.notes[0]
+    assert ("constants.eps: a kernel that leaves it out (0) or uses 100 x it (0.001) stays within the "
+            "tolerance" in report.notes[0])
     result = CliRunner().invoke(app, ["validate", str(path)])
     assert result.exit_code == 0 and "note: line" in result.output and "1/1 task files valid" in result.output
     assert validate_path(TASK_DIR / "gemm_residual.yaml").notes == []  # no constant
@@ -648,6 +668,54 @@ def test_a_reference_nan_on_the_ordinary_inputs_gets_no_stress_advice(tmp_path):
     problems = validate_path(path).problems
     assert any("output 'rstd' of the FP32 reference has NaN/Inf" in p for p in problems), problems
     assert not any("stress" in p for p in problems), problems
+
+
+def test_validate_refuses_a_task_dtype_reference_that_overflows_where_fp32_does_not(tmp_path):
+    """In float16 a logsumexp without the max overflows at 11: the allowance, twice its error, was infinite
+    and any output passed."""
+    def fp16(d: dict) -> None:
+        for t in d["inputs"] + d["outputs"]:
+            if t["dtype"] == "bfloat16":
+                t["dtype"] = "float16"
+        d["stress"] = {}
+
+    reference = ("import torch\ndef reference(x, w, residual, gamma, *, eps):\n    h = x @ w.t() + residual\n"
+                 "    lse = (h * 8).exp().sum(-1, keepdim=True).log()\n"
+                 "    return {'h': h, 'normed': h * gamma + lse,\n"
+                 "            'rstd': h.float().pow(2).mean(-1).add(eps).rsqrt()}\n")
+    report = validate_path(write_task(tmp_path, fp16, reference=reference))
+    assert any("output 'normed' of the task-dtype reference, the baseline the tolerance scales with, has "
+               "NaN/Inf on the ordinary inputs" in p for p in report.problems), report.problems
+
+
+def test_validate_notes_an_eps_only_a_tiny_row_holds_a_kernel_to(tmp_path):
+    """A row of zeros shows eps's absence (NaN) but not an eps 100 times too large: a norm of a row by its own
+    statistic is 0 there whatever eps is (a manual seat's QK-norm task passed a kernel with eps 1e-4 for
+    1e-6). Rows of a tiny spread show both."""
+    def planted(value: float):
+        def edit(d: dict) -> None:
+            d["inputs"][2]["init"] = {"replace": {"value": value, "fraction": 0.1, "rows": True}}
+        return edit
+
+    reference = ("import torch\ndef reference(x, w, residual, gamma, *, eps):\n"
+                 "    h = x @ w.t()\n    r = residual.float()\n"
+                 "    normed = (r * torch.rsqrt(r.pow(2).mean(-1, keepdim=True) + eps)).to(h.dtype) * gamma\n"
+                 "    return {'h': h, 'normed': normed, 'rstd': h.float().pow(2).mean(-1)}\n")
+    zeros = validate_path(write_task(tmp_path, planted(0.0), reference=reference, name="zeros"))
+    assert zeros.ok and any("uses 100 x it" in n and "leaves it out" not in n for n in zeros.notes), zeros.notes
+    tiny = validate_path(write_task(tmp_path, planted(1e-3), reference=reference, name="tiny"))
+    assert tiny.ok and not any("constants.eps" in n for n in tiny.notes), tiny.notes
+
+
+def test_validate_refuses_an_input_drawn_too_flat_to_see(tmp_path):
+    """A norm weight of ones (nn.RMSNorm's init), or one within 0.5% of them: a kernel that never reads it
+    passed verify."""
+    for low, high in ((1.0, 1.0), (0.995, 1.005)):
+        path = write_task(tmp_path, lambda d, lo=low, hi=high: d["inputs"][3].update(
+            init={"dist": "uniform", "low": lo, "high": hi}))
+        report = validate_path(path)
+        assert any("inputs[3](gamma): replaced by its mean" in p and "wider spread" in p
+                   for p in report.problems), report.problems
 
 
 def test_missing_reference_function_is_reported(tmp_path):

@@ -198,5 +198,54 @@ def test_a_kernel_that_is_not_0_where_both_references_are_fails_past_a_few_bound
     crossed = truth.clone()
     zeros = (truth == 0).nonzero()
     crossed[tuple(zeros[:5].t())] = 1e-3  # five elements just past the boundary
-    (honest,) = check_outputs(K1, {"out": crossed.bfloat16()}, {"out": truth}, {"out": eager}, dims, "tiny", 0)
+    (honest,) = check_outputs(K1, {"out": crossed.bfloat16()}, {"out": truth}, {"out": eager}, dims, "tiny",
+                              0)
     assert honest.ok
+
+
+ARGMAX_TASK = """\
+name: argmax_head
+version: 1
+family: forward
+description: greedy decoding's head, the logits and their argmax.
+inputs:
+  - {name: x, shape: [M, K], dtype: bfloat16}
+  - {name: w, shape: [V, K], dtype: bfloat16}
+outputs:
+  - {name: logits, shape: [M, V], dtype: bfloat16}
+  - {name: tok, shape: [M], dtype: int64}
+shapes:
+  small: [{name: tiny, dims: {M: 8, V: 64, K: 16}}]
+  bench: [{name: b, dims: {M: 8, V: 64, K: 16}}]
+reference: ref.py:reference
+launch_budget: 3
+sol: {flops: "2*M*V*K"}
+gemms: [[M, V, K]]
+"""
+
+
+def test_an_integer_output_differs_from_the_reference_only_about_as_often_as_the_baseline(tmp_path):
+    """Its largest error alone let an argmax 100 places off through, where the baseline's near ties were
+    232 places apart: the count of wrong elements is held to the baseline's."""
+    from coda_agent.tasks import load_task
+
+    (tmp_path / "ref.py").write_text("def reference(x, w):\n    l = x @ w.t()\n    return {'logits': l, "
+                                     "'tok': l.argmax(-1)}\n")
+    (tmp_path / "t.yaml").write_text(ARGMAX_TASK)
+    task = load_task(tmp_path / "t.yaml")
+    logits = torch.randn(8, 64, generator=torch.Generator().manual_seed(0))
+    truth = {"logits": logits, "tok": logits.argmax(-1)}
+    eager_tok = truth["tok"].clone()
+    eager_tok[0] += 50  # one near tie the task dtype decides otherwise
+    eager = {"logits": logits.bfloat16(), "tok": eager_tok}
+
+    def tok_check(tok: torch.Tensor):
+        cand = {"logits": logits.bfloat16(), "tok": tok}
+        return next(c for c in check_outputs(task, cand, truth, eager, {"M": 8, "V": 64, "K": 16}, "tiny", 0)
+                    if c.output == "tok")
+
+    shifted = tok_check(truth["tok"] + 10)
+    assert not shifted.ok and "differs from the FP32 reference at 8 of 8 elements" in shifted.reason
+    one_tie = truth["tok"].clone()
+    one_tie[3] -= 7
+    assert tok_check(one_tie).ok and tok_check(eager_tok).ok

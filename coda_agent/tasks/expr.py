@@ -8,6 +8,20 @@ import math
 import operator
 from collections.abc import Callable, Mapping
 
+#: The longest expression a task may write (a shape's FLOPs are a line, not a program; deeper ones overflow
+#: the parser's recursion).
+MAX_LENGTH = 1000
+#: The largest power an expression may take, in bits of its result (``9**9**9`` would compute for hours).
+MAX_POWER_BITS = 256
+
+
+def _power(base: float, exponent: float) -> float:
+    """``base ** exponent`` where its result is of a size a shape can mean."""
+    if abs(base) > 1 and abs(exponent) * math.log2(abs(base)) > MAX_POWER_BITS:
+        raise ExprError(f"{base!r} ** {exponent!r} is too large (over 2**{MAX_POWER_BITS})")
+    return operator.pow(base, exponent)
+
+
 _BINOPS = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
@@ -15,7 +29,7 @@ _BINOPS = {
     ast.Div: operator.truediv,
     ast.FloorDiv: operator.floordiv,
     ast.Mod: operator.mod,
-    ast.Pow: operator.pow,
+    ast.Pow: _power,
 }
 _FUNCS: dict[str, Callable[..., float]] = {"sqrt": math.sqrt, "ceil": math.ceil, "floor": math.floor,
                                            "cdiv": lambda a, b: -(-a // b), "log": math.log}
@@ -28,6 +42,9 @@ class ExprError(ValueError):
 @functools.lru_cache(maxsize=1024)
 def _parsed(expr: str) -> ast.Expression:
     """``expr`` parsed once: a task op evaluates its outputs' shapes at every call (about 10 µs a parse)."""
+    if len(expr) > MAX_LENGTH:
+        raise ExprError(f"an expression of {len(expr)} characters is longer than the {MAX_LENGTH} allowed "
+                        f"({expr[:40]}...)")
     try:
         return ast.parse(expr, mode="eval")
     except SyntaxError as exc:

@@ -14,7 +14,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from . import expr
 
@@ -143,12 +151,33 @@ class ShapePoint(_Strict):
         bad = [k for k, x in v.items() if x <= 0]
         if bad:
             raise ValueError(f"dimensions must be positive: {', '.join(bad)}")
+        huge = [k for k, x in v.items() if x >= MAX_DIM]
+        if huge:
+            raise ValueError(f"dimensions must be below 2**31 (a kernel indexes in 32 bits): "
+                             f"{', '.join(huge)}")
         return v
+
+
+#: Shape dimensions stay below this: the kernels index in 32 bits, and torch sizes fit 64.
+MAX_DIM = 2**31
+#: Integer constants stay within FP64's exact integers (init expressions read them as floats).
+MAX_EXACT_INT = 2**53
+
+
+def _finite_nonnegative(name: str, v: float | None) -> float | None:
+    if v is not None and not (math.isfinite(v) and v >= 0):
+        raise ValueError(f"tolerance {name} must be a finite number >= 0, got {v}")
+    return v
 
 
 class OutputTolerance(_Strict):
     factor: float | None = None
     floor: float | None = None
+
+    @field_validator("factor", "floor")
+    @classmethod
+    def _sane(cls, v: float | None, info: ValidationInfo) -> float | None:
+        return _finite_nonnegative(str(info.field_name), v)
 
 
 #: What a candidate's error is measured against (see :class:`Tolerance`).
@@ -169,6 +198,12 @@ class Tolerance(_Strict):
     floor: float = 1e-5
     baseline: Baseline = "eager"
     outputs: dict[str, OutputTolerance] = {}
+
+    @field_validator("factor", "floor")
+    @classmethod
+    def _sane(cls, v: float, info: ValidationInfo) -> float:
+        _finite_nonnegative(str(info.field_name), v)
+        return v
 
     def for_output(self, name: str) -> tuple[float, float]:
         o = self.outputs.get(name, OutputTolerance())
@@ -260,6 +295,10 @@ class Task(_Strict):
                 problems.append((("constants", c), f"constant {c} has the name of an input or output"))
             if c in bound:
                 problems.append((("constants", c), f"constant {c} has the name of a shape symbol"))
+            value = self.constants[c]
+            if isinstance(value, int) and abs(value) > MAX_EXACT_INT:
+                problems.append((("constants", c), f"constant {c} is beyond 2**53 (an init reads it as a "
+                                                   "float, which would not hold it)"))
         uses: dict[str, Loc] = {}  # each shape symbol, and where it is first used
 
         def use(loc: Loc, e: Expr) -> None:

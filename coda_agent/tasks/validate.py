@@ -31,6 +31,8 @@ from .terms import Term, dropped_term, invisible_terms, within_tolerance
 #: output at some small shape's test data, or the data never reaches what the constant does (a clamp above
 #: every value, a mask value no input holds) and a kernel without it passes verify.
 CONSTANT_MOVES = (1.5, 0.5)
+#: How far validate moves a float constant up (an eps 100 times too large) for one the test data cannot tell.
+EPS_MOVE = 100.0
 #: How much wider than its init an input is drawn to find the ones whose spread would reach an inert constant.
 WIDER = 4.0
 
@@ -139,8 +141,12 @@ def _findings(task: Task) -> tuple[list[str], list[str]]:
         where = f"shape small/{point.name}"
         try:
             inputs = task.make_inputs(point.dims, 0)
+            drawn = {name: t.clone() for name, t in inputs.items()}
             lowp = _run(task, inputs, fp32=False)
+            if changed := _changed_inputs(task, drawn, inputs):
+                return [*problems, f"{where}: {changed}"], []
             ref = _run(task, inputs, fp32=True)
+            again = _run(task, inputs, fp32=True)
             other = _run(task, task.make_inputs(point.dims, 1), fp32=True)
         except TaskError as exc:
             return [*problems, str(exc)], []
@@ -151,6 +157,12 @@ def _findings(task: Task) -> tuple[list[str], list[str]]:
         misnamed = _names_match(task, set(lowp))
         if misnamed:
             return problems + misnamed, []
+        random = [o.name for o in task.outputs if not _same(again[o.name], ref[o.name])]
+        if random:
+            # its tolerance would measure two draws apart: every other check would read that noise
+            return [*problems, f"{where}: output {random[0]!r} differs between two runs of the reference on "
+                               "the same inputs (it draws random numbers: a dropout?), so no kernel could "
+                               "match it: make the randomness an input (a mask the task draws)"], []
         for spec in task.outputs:
             want = spec.concrete_shape(point.dims)
             got = lowp[spec.name]
@@ -164,6 +176,13 @@ def _findings(task: Task) -> tuple[list[str], list[str]]:
             if not bool(torch.isfinite(r).all()):
                 add(where, f"finite {spec.name}", f"output {spec.name!r} of the FP32 reference has NaN/Inf")
                 continue
+            if (task.tolerance.baseline == "eager" and got.is_floating_point()
+                    and not bool(torch.isfinite(got).all())):
+                add(where, f"finite lowp {spec.name}",
+                    f"output {spec.name!r} of the task-dtype reference, the baseline the tolerance scales "
+                    "with, has NaN/Inf on the ordinary inputs, so the allowance would be infinite and any "
+                    "output pass: compute it stably (a max subtracted before exp) or choose tolerance: "
+                    "{baseline: single_rounding}")
             scale = float(r.abs().max())
             if scale < 1e-6:
                 add(where, f"zero {spec.name}",
@@ -174,11 +193,19 @@ def _findings(task: Task) -> tuple[list[str], list[str]]:
             if torch.equal(r, o):
                 add(where, f"fixed {spec.name}",
                     f"output {spec.name!r} does not change when the inputs change")
-        for name in _ignored_inputs(task, point.dims, ref):
+        ignored = _ignored_inputs(task, point.dims, ref)
+        for name in ignored:
             index = next(i for i, s in enumerate(task.inputs) if s.name == name)
             add(where, f"ignored {name}",
                 f"{_field(task, ('inputs', index))}: no output changes when it alone does; a candidate could "
                 "ignore it: drop it, or use it in the reference")
+        for name in _constant_enough(task, judged[-1], skip=set(ignored)):
+            index = next(i for i, s in enumerate(task.inputs) if s.name == name)
+            add(where, f"flat {name}",
+                f"{_field(task, ('inputs', index))}: replaced by its mean (one value everywhere) it moves no "
+                "output past twice the tolerance, so a candidate could ignore it: draw it with a wider "
+                "spread "
+                "(init: {dist: uniform, low: 0.5, high: 1.5} for a norm's weight)")
         ordinary_finite = all(bool(torch.isfinite(ref[s.name]).all()) for s in task.outputs if s.name in ref)
         # a reference already NaN on the ordinary inputs is that line's to fix, not the stress set's
         if ordinary_finite and (problem := _stress_problem(task, point.dims)):
@@ -265,6 +292,46 @@ def _ignored_inputs(task: Task, dims: dict[str, int], ref: dict[str, torch.Tenso
     return ignored
 
 
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal elements, NaN matching NaN (an FP32 reference's NaN is another check's to report)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return bool(torch.isclose(a, b, rtol=0, atol=0, equal_nan=True).all()) if a.is_floating_point() \
+        else torch.equal(a, b)
+
+
+def _changed_inputs(task: Task, drawn: Tensors, inputs: Tensors) -> str | None:
+    """Which input the reference changed in place, as a problem, or None: a kernel must leave its inputs as
+    they were, and the FP32 run would see the task-dtype run's changes (an FP32 input is not copied), so the
+    tolerance's baseline would measure another computation."""
+    for index, spec in enumerate(task.inputs):
+        if spec.name in inputs and not torch.equal(inputs[spec.name], drawn[spec.name]):
+            return (f"{_field(task, ('inputs', index))}: the reference changes it in place (an add_, an "
+                    "out=, "
+                    "a slice assigned); a kernel must leave its inputs as they were, and the FP32 and "
+                    "task-dtype runs would see other inputs: return the result as an output instead")
+    return None
+
+
+def _constant_enough(task: Task, run: tuple[Tensors, Tensors, Tensors], skip: set[str]) -> list[str]:
+    """The floating inputs that, each replaced by its mean while the others stay, move no output past twice
+    the tolerance (:func:`.terms.within_tolerance`): drawn constant or nearly (a norm weight of ones), they
+    let a kernel ignore them."""
+    inputs, ref, base = run
+    found = []
+    for name, t in inputs.items():
+        if name in skip or not t.is_floating_point() or t.numel() < 2:
+            continue
+        flat = torch.full_like(t, float(t.double().mean()))
+        try:
+            out = _run(task, {**inputs, name: flat}, fp32=True)
+        except Exception:
+            continue  # a reference that cannot run so sees the input
+        if within_tolerance(task, ref, base, out):
+            found.append(name)
+    return found
+
+
 def _moved(value: float | int, factor: float) -> float | int:
     """``value`` moved by ``factor`` (a zero by ``factor - 1``; an int stays an int and moves by one at
     least)."""
@@ -320,25 +387,39 @@ def _names_read(task: Task) -> set[str] | None:
 
 def _droppable_constants(task: Task, judged: Sequence[tuple[Tensors, Tensors, Tensors]]) -> list[str]:
     """A note per constant that the test data reaches (:func:`_inert_constants` passes it) but whose absence
-    (0) moves no output past twice the tolerance (:func:`.terms.within_tolerance`): a kernel that drops it
-    passes. Not a mistake: an ``eps`` that guards a division or a root is so at any data a task would draw."""
+    (0), or a value 100 times its own (a float's), moves no output past twice the tolerance
+    (:func:`.terms.within_tolerance`): a kernel that drops it, or has it wrong, passes. Not a mistake: an
+    ``eps`` that guards a division or a root is so at any data a task would draw."""
     notes = []
     for name, value in task.constants.items():
         if value == 0 or isinstance(value, bool):
             continue
-        dropped = []
-        for inputs, _, _ in judged:
-            try:
-                dropped.append(_run(task, inputs, fp32=True, constants={name: 0 * value}))
-            except Exception:
-                break
-        pairs = zip(judged, dropped, strict=False)
-        if len(dropped) == len(judged) and all(within_tolerance(task, r, b, out) for (_, r, b), out in pairs):
-            notes.append(f"{_at(task, ('constants', name))}constants.{name}: a kernel that leaves it out "
-                         "(0) stays within the tolerance at the small shapes, so verify cannot hold kernels "
-                         "to it (as usual for an eps that guards a division or a root); to do so, give the "
-                         "test data values where it acts")
+        moves = [(0 * value, "leaves it out (0)")]
+        if isinstance(value, float):
+            moves.append((value * EPS_MOVE, f"uses {EPS_MOVE:g} x it ({value * EPS_MOVE:g})"))
+        unseen = [what for moved, what in moves if _unseen(task, judged, {name: moved})]
+        if unseen:
+            notes.append(f"{_at(task, ('constants', name))}constants.{name}: a kernel that "
+                         f"{' or '.join(unseen)} stays within the tolerance at the small shapes, so verify "
+                         "cannot hold kernels to it (as usual for an eps that guards a division or a root); "
+                         "to "
+                         "do so, give the test data values where it acts (rows of a tiny spread: init: "
+                         "{replace: {value: 0.001, fraction: 0.05, rows: true}}; a row of zeros shows only "
+                         "an "
+                         "eps that guards a division by another input's norm)")
     return notes
+
+
+def _unseen(task: Task, judged: Sequence[tuple[Tensors, Tensors, Tensors]],
+            constants: dict[str, float | int]) -> bool:
+    """Whether the reference under ``constants`` stays within twice the tolerance at every small shape."""
+    moved = []
+    for inputs, _, _ in judged:
+        try:
+            moved.append(_run(task, inputs, fp32=True, constants=constants))
+        except Exception:
+            return False
+    return all(within_tolerance(task, r, b, out) for (_, r, b), out in zip(judged, moved, strict=True))
 
 
 def _unstressed(task: Task) -> list[str]:

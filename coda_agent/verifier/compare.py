@@ -76,6 +76,8 @@ class ErrorStats:
     zeros: int = 0
     zeros_missed: int = 0
     first_zero_missed: int = 0
+    #: elements not equal to the reference's, the candidate's and the baseline's (an integer output's rule)
+    mismatches: tuple[int, int] = (0, 0)
     #: on the device, read only where a check fails (:func:`failing_block`)
     row_max: torch.Tensor | None = None
     col_max: torch.Tensor | None = None
@@ -127,13 +129,15 @@ def error_stats(cand: torch.Tensor, ref32: torch.Tensor, lowp: Callable[[int, in
         peak = [d.max(), at.to(torch.float64)]
         part = [d.sum(), torch.dot(d, d)]
         missed = zero & (d > zero_floor)  # where ref is 0, d is |cand|
+        counted = [(d != 0).sum()]
         del c, d
         ld = _f64(lowp(start, end), device).sub_(r).abs_()
         peak.append(ld.max())
         part += [ld.sum(), torch.dot(ld, ld)]
         zero &= ld == 0
         missed &= zero
-        zeros = [zero.sum().to(torch.float64), missed.sum().to(torch.float64)]
+        counted.append((ld != 0).sum())
+        zeros = [t.to(torch.float64) for t in (zero.sum(), missed.sum(), *counted)]
         del ld, zero, missed
         s = r.abs_()
         peak.append(s.max())
@@ -170,6 +174,7 @@ def error_stats(cand: torch.Tensor, ref32: torch.Tensor, lowp: Callable[[int, in
         err_norms=(total[0], math.sqrt(total[1])), lowp_norms=(total[2], math.sqrt(total[3])),
         scale_norms=(total[4], math.sqrt(total[5])), products=(total[6], total[7], total[8]),
         zeros=int(total[9]), zeros_missed=int(total[10]), first_zero_missed=first_missed,
+        mismatches=(int(total[11]), int(total[12])),
         row_max=torch.cat(rows) if width else None, col_max=cols,
     )
 
@@ -215,6 +220,19 @@ def _zeros_error(stats: ErrorStats, floor: float, shape: tuple[int, ...], cand: 
             f"{floor:g}) at {stats.zeros_missed} of them, first at {at} (got {float(cand[tuple(at)]):.6g}): "
             "where the reference's function is 0 (a ReLU, a clamp, a mask) this one is not (a leaky slope, a "
             "dropped mask)")
+
+
+def _mismatch_error(stats: ErrorStats, factor: float, floor: float, numel: int) -> str | None:
+    """What is wrong with an integer output (an argmax, a mask) beyond its largest error, or None: it may
+    differ from the FP32 reference only about as often as the baseline does (where rounding decides it, a
+    near tie), ``factor`` times as often plus the floor's share; its largest error alone let an argmax 100
+    places off through, and a mask of ones where 5% should be 0."""
+    wrong, baseline = stats.mismatches
+    allowed = factor * baseline + floor * numel
+    if wrong <= allowed:
+        return None
+    return (f"it differs from the FP32 reference at {wrong} of {numel} elements, where the "
+            f"baseline differs at {baseline} (rounding deciding a near tie); {factor:g} x that is allowed")
 
 
 def _ranges(indices: list[int]) -> list[tuple[int, int]]:
@@ -342,7 +360,8 @@ def check_outputs(
         where = _unravel(flat, want_shape)
         ok = err <= allowed
         spread = _spread_error(stats, factor, floor) if ok and want_dtype.is_floating_point else None
-        zeros = _zeros_error(stats, floor, want_shape, cand) if ok and want_dtype.is_floating_point else None
+        zeros = (_zeros_error(stats, floor, want_shape, cand) if want_dtype.is_floating_point
+                 else _mismatch_error(stats, factor, floor, cand.numel())) if ok else None
         if zeros is not None:
             checks.append(OutputCheck(
                 **base, ok=False, max_abs_err=err, allowed=allowed, lowp_err=lowp_err, baseline=rule,
