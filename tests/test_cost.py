@@ -198,3 +198,16 @@ def test_every_gemm_record_carries_its_bytes():
                     for op in gemm_ops))
     assert any(op["bytes"]["C"] > 0 or op["bytes"]["tiles"] > 0 for op in gemm_ops)  # the residual is read
     assert NOMINAL_H200.hbm_tbps > 0
+
+
+def test_a_reshape_that_copies_is_one_launch_its_unmarked_view_none():
+    """``expand(...).reshape(-1)`` copies (a clone) and hands the copy to ``aten::_unsafe_view``, whose
+    schema says nothing of aliasing: the log counted it a kernel, refusing a QK-norm kernel of four launches
+    as five (a manual seat)."""
+    from coda_agent.runner.serve import OpLog
+
+    g = torch.empty(128, dtype=torch.bfloat16, device="meta")
+    log = OpLog()
+    with log, log.call():
+        g.expand(4, 128).reshape(-1)
+    assert [op["op"].split(".")[0] for op in log.calls[0]] == ["aten::clone"]

@@ -101,7 +101,7 @@ class OpLog(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         if self._recording:
             self._track_writes(func, args, kwargs or {}, out)
-        if self._recording and not func.is_view:
+        if self._recording and not func.is_view and func.name() not in UNMARKED_VIEWS:
             values = (*args, *(kwargs.values() if kwargs else ()),
                       *(out if isinstance(out, (tuple, list)) else (out,)))
             numel, nbytes = _sizes(values)
@@ -158,6 +158,9 @@ class OpLog(TorchDispatchMode):
 
 
 #: The aten ops that make a tensor without writing its values.
+#: Ops that return a view of their input but whose schema does not say so (``reshape`` of a tensor it cannot
+#: view copies first, logged as that copy, then hands the copy to ``_unsafe_view``): no kernel, like a view.
+UNMARKED_VIEWS = frozenset({"aten::_unsafe_view", "aten::_reshape_alias"})
 UNINITIALISED = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided"})
 
 

@@ -325,8 +325,11 @@ class Task(_Strict):
             unbound = [f"{set_name}/{p.name}" for set_name, points in self.shapes.items() for p in points
                        if symbol not in p.dims]
             if len(unbound) == sum(len(points) for points in self.shapes.values()):
-                problems.append((loc,
-                                 f"uses {symbol}, which no shape binds: no shape's dims have it (a typo?)"))
+                problems.append((loc, (
+                    f"uses {symbol}, a constant: shapes, gemms and sol read shape symbols only; bind {symbol} "
+                    f"in each shape's dims instead ({symbol}: {self.constants[symbol]})"
+                    if symbol in self.constants else
+                    f"uses {symbol}, which no shape binds: no shape's dims have it (a typo?)")))
             elif unbound:
                 which = f"shape {unbound[0]} does" if len(unbound) == 1 else f"shapes {', '.join(unbound)} do"
                 problems.append((loc, f"uses {symbol}, which {which} not bind"))
