@@ -705,7 +705,8 @@ def test_validate_notes_an_eps_only_a_tiny_row_holds_a_kernel_to(tmp_path):
                  "    normed = (r * torch.rsqrt(r.pow(2).mean(-1, keepdim=True) + eps)).to(h.dtype) * gamma\n"
                  "    return {'h': h, 'normed': normed, 'rstd': h.float().pow(2).mean(-1)}\n")
     zeros = validate_path(write_task(tmp_path, planted(0.0), reference=reference, name="zeros"))
-    assert zeros.ok and any("uses 100 x it" in n and "leaves it out" not in n for n in zeros.notes), zeros.notes
+    assert zeros.ok and any("uses 100 x it" in n and "leaves it out" not in n
+                            for n in zeros.notes), zeros.notes
     tiny = validate_path(write_task(tmp_path, planted(1e-3), reference=reference, name="tiny"))
     assert tiny.ok and not any("constants.eps" in n for n in tiny.notes), tiny.notes
 
