@@ -704,6 +704,11 @@ def test_a_cpu_run_goes_on_until_a_correct_candidate_is_near_the_speed_of_light_
     reader = RunReader(agent.run_dir)
     assert reader.header.target == {"correct": True, "estimate_sol_fraction": 0.9}
     assert summary.status == "target_reached" and summary.best_attempt == 3
+    # the fraction the run reached is kept and said where a timed run says its speed (a manual seat found
+    # it only in the live log)
+    assert summary.estimate_sol_fraction == pytest.approx(0.96) and summary.sol_fraction is None
+    from coda_agent.cli.run_cmd import speed_text
+    assert speed_text(summary) == "96% SoL by the CPU's cost estimate"
     assert [a.index for a in reader.attempts()] == [1, 2, 3]
     first, third = reader.attempts()[0], reader.attempts()[2]
     feedback = third.messages[-1].content  # after #2, at 77%

@@ -63,6 +63,8 @@ def speed_text(summary: RunSummary) -> str:
         parts.append(f"{100 * summary.sol_fraction:.0f}% SoL")
     if summary.best_time_us is not None and not parts:
         parts.append(f"{summary.best_time_us:.1f} µs")
+    if summary.estimate_sol_fraction is not None and not parts:
+        parts.append(f"{100 * summary.estimate_sol_fraction:.0f}% SoL by the CPU's cost estimate")
     return ", ".join(parts)
 
 

@@ -328,7 +328,10 @@ def show(
         print_table(table, ("at", "$", "llm", "verify", "tokens in/out", "round.slot"), out)
     else:
         out.print("no finished attempts yet")
-    best = f"best #{s.best_attempt}" + (f" ({lbt.fmt_us(s.best_time_us)} µs)" if s.best_time_us else "")
+    best = f"best #{s.best_attempt}" + (
+        f" ({lbt.fmt_us(s.best_time_us)} µs)" if s.best_time_us
+        else f" ({100 * s.estimate_sol_fraction:.0f}% SoL by the CPU's cost estimate)"
+        if s.estimate_sol_fraction is not None else "")
     out.print(
         f"{s.attempts} attempts in {s.rounds} rounds, {s.passes} passed"
         + (f", {best}" if s.best_attempt else "")

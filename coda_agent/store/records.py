@@ -191,6 +191,9 @@ class RunSummary(BaseModel):
                                                                       "cuBLAS-alone time / its time")
     sol_fraction: float | None = Field(default=None,
                                        description="best attempt: geometric mean of SoL time / its time")
+    estimate_sol_fraction: float | None = Field(
+        default=None, description="best attempt, where untimed: geometric mean of SoL time / the CPU's cost "
+                                  "estimate of its time (the sm_90a build's)")
     outcomes: dict[str, int] = Field(default_factory=dict,
                                      description="attempt count per outcome (Attempt.outcome)")
     input_tokens: int = 0

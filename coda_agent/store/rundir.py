@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from ..atomic import write_text_atomic
-from .ranking import attempt_time_us, best_attempt
+from .ranking import attempt_time_us, best_attempt, estimate_sol_fraction
 from .records import (
     RESUMABLE,
     SCHEMA_VERSION,
@@ -435,6 +435,8 @@ def rolled_up(summary: RunSummary, attempts: Sequence[Attempt]) -> RunSummary:
         "speedup_vs_human": timing.get("speedup_vs_human"),
         "speedup_vs_cublas": timing.get("speedup_vs_cublas"),
         "sol_fraction": timing.get("sol_fraction"),
+        "estimate_sol_fraction": (estimate_sol_fraction(best) if best and attempt_time_us(best) is None
+                                  else None),
         "outcomes": dict(Counter(a.outcome.value for a in attempts)),
         "input_tokens": sum(a.usage.input_tokens for a in attempts),
         "output_tokens": sum(a.usage.output_tokens for a in attempts),
