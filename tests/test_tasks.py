@@ -102,8 +102,8 @@ def test_example_task_derived_facts():
         (lambda d: d["constants"].update(K=3), "constants.K: constant K has the name of a shape symbol"),
         (lambda d: d["constants"].update(big=10**400), "constants.big: constant big is beyond 2**53"),
         (lambda d: (d["constants"].update(H=4), d["inputs"][0].update(shape=["M", "H*32"])),
-         "inputs[0](x).shape[1]: uses H, a constant: shapes, gemms and sol read shape symbols only; bind H in "
-         "each shape's dims instead (H: 4)"),
+         "inputs[0](x).shape[1]: uses H, a constant: shapes, gemms and sol read shape symbols only; bind H "
+         "in each shape's dims instead (H: 4)"),
         (lambda d: d["shapes"]["bench"][0]["dims"].update(M=10**30), "dimensions must be below 2**31"),
         (lambda d: d.update(tolerance={"factor": -1.0}), "tolerance factor must be a finite number >= 0"),
         (lambda d: d.update(tolerance={"outputs": {"h": {"floor": float("nan")}}}),
