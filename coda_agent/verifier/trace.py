@@ -187,7 +187,7 @@ def gemm_shortfall(want: list[tuple[int, int, int]],
                    seen: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
     """The task's GEMMs (``want``, (M, N, K) each) that the gemm calls ``seen`` leave undone; empty when they
     do them all: as many calls as the task lists, with at least their FLOPs (so a call of the transposed
-    product, (N, M, K), or a GEMM split along K counts). What it returns names the listed GEMMs no call
+    product, (N, M, K), or a GEMM split into parts along any dimension counts). What it returns names the listed GEMMs no call
     matches in either orientation. One rule for the emulator's op log and the sm_90a build."""
     if len(seen) >= len(want) and sum(math.prod(g) for g in seen) >= sum(math.prod(g) for g in want):
         return []
@@ -208,7 +208,8 @@ def gemm_shortfall_reason(shape: str, missing: list[tuple[int, int, int]],
     which = ", ".join(map(str, missing))
     return (f"at shape {shape}, the task's GEMM{'s' if len(missing) > 1 else ''} (M, N, K) {which} ran as no "
             f"primitives.gemm call (gemm calls seen: {seen or 'none'}): each GEMM the task lists must be a "
-            "gemm() call of its own (or its transpose, (N, M, K), or split along K), not folded into another "
+            "gemm() call of its own (or its transpose, (N, M, K), or parts of it split along any dimension), "
+            "not folded into another "
             "call's epilogue or computed another way")
 
 
