@@ -187,8 +187,9 @@ def gemm_shortfall(want: list[tuple[int, int, int]],
                    seen: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
     """The task's GEMMs (``want``, (M, N, K) each) that the gemm calls ``seen`` leave undone; empty when they
     do them all: as many calls as the task lists, with at least their FLOPs (so a call of the transposed
-    product, (N, M, K), or a GEMM split into parts along any dimension counts). What it returns names the listed GEMMs no call
-    matches in either orientation. One rule for the emulator's op log and the sm_90a build."""
+    product, (N, M, K), or a GEMM split into parts along any dimension counts). What it returns names the
+    listed GEMMs no call matches in either orientation. One rule for the emulator's op log and the sm_90a
+    build."""
     if len(seen) >= len(want) and sum(math.prod(g) for g in seen) >= sum(math.prod(g) for g in want):
         return []
     left = Counter((min(m, n), max(m, n), k) for m, n, k in seen)
