@@ -972,3 +972,19 @@ def test_a_configs_fields_hold_only_their_own_types(kw):
     pass); a float or a bool for an int is refused as well, as it is made."""
     with pytest.raises(P.EpilogueError, match=f"invalid Config: {next(iter(kw))} must be"):
         P.Config(**kw)
+
+
+def test_the_emulator_flushes_subnormals_where_the_gpus_ftz_instructions_do():
+    """exp(-88) is subnormal: torch keeps it, ex2.approx.ftz gives 0, and a candidate scaled the difference up
+    to a whole unit of its output (a red-team pass); log reads a subnormal as 0, sigmoid's rcp.approx.ftz
+    flushes its result, and silu and the SwiGLUs go through it."""
+    from coda_agent.primitives import dswiglu, exp, log, sigmoid, silu, swiglu
+
+    x = torch.tensor([-88.0, -80.0, 0.0, -103.0])
+    assert exp(x)[0] == 0 and exp(x)[1] > 0 and exp(x)[2] == 1
+    assert log(torch.tensor([1e-39, 1e-30]))[0] == float("-inf") and log(torch.tensor([1e-30]))[0] > -70
+    g = torch.tensor([-88.0, -5.0])
+    assert sigmoid(g)[0] == 0 and sigmoid(g)[1] > 0
+    assert silu(g)[0] == 0 and swiglu(g, torch.ones(2))[0] == 0
+    dgate, dup, out = dswiglu(g, torch.ones(2), torch.ones(2))
+    assert dgate[0] == 0 and dup[0] == 0 and out[0] == 0 and dgate[1] != 0

@@ -92,6 +92,22 @@ def _t(x: Value) -> torch.Tensor:
     return x if isinstance(x, torch.Tensor) else torch.tensor(float(x), dtype=torch.float32)
 
 
+#: FP32's smallest normal number: the GPU's ``.ftz`` instructions read and write anything smaller as 0.
+FLT_MIN = torch.finfo(torch.float32).tiny
+
+
+def _flushed(t: torch.Tensor, where: torch.Tensor | None = None) -> torch.Tensor:
+    """``t`` with 0 where ``where`` (default ``t``) is subnormal, as an ``.ftz`` instruction has it: the
+    emulator's torch keeps subnormals, so a term scaled up from exp(-88) was 1 on the CPU and 0 on the GPU."""
+    w = t if where is None else where
+    return t.masked_fill(w.abs() < FLT_MIN, 0.0)
+
+
+def _sigmoid(t: torch.Tensor) -> torch.Tensor:
+    """sigmoid as the GPU's ``rcp.approx.ftz`` leaves it: a subnormal result is 0."""
+    return _flushed(torch.sigmoid(t))
+
+
 def pack(a: Value, b: Value) -> Value:
     """Join two lanes into a paired value: return ``{"D": pack(x, y)}`` to write both lanes of a pair."""
     if _emulated(a):
@@ -124,7 +140,7 @@ def exp(x: Value) -> Value:
     """
     _scalar_only("exp", x)
     if _emulated(x):
-        return torch.exp(_t(x))
+        return _flushed(torch.exp(_t(x)))
     from quack.epilogue import pexp
 
     return pexp(x)
@@ -138,7 +154,7 @@ def log(x: Value) -> Value:
     """
     _scalar_only("log", x)
     if _emulated(x):
-        return torch.log(_t(x))
+        return torch.log(_flushed(_t(x)))
     import cutlass.cute as cute
 
     return cute.math.log(x, fastmath=True)
@@ -272,7 +288,7 @@ def sigmoid(x: Value) -> Value:
     """
     _scalar_only("sigmoid", x)
     if _emulated(x):
-        return torch.sigmoid(_t(x))
+        return _sigmoid(_t(x))
     from quack import activation
 
     return activation.sigmoid(x)
@@ -285,7 +301,8 @@ def silu(x: Value) -> Value:
     """
     _scalar_only("silu", x)
     if _emulated(x):
-        return torch.nn.functional.silu(_t(x))
+        t = _t(x)
+        return _flushed(torch.nn.functional.silu(t), torch.sigmoid(t))
     from quack import activation
 
     return activation.silu(x)
@@ -327,7 +344,8 @@ def swiglu(gate: Value, up: Value) -> Value:
     _scalar_only("swiglu", gate)
     _scalar_only("swiglu", up)
     if _emulated(gate):
-        return torch.nn.functional.silu(_t(gate)) * up
+        g = _t(gate)
+        return _flushed(torch.nn.functional.silu(g), torch.sigmoid(g)) * up
     from quack import activation
 
     return activation.swiglu(gate, up)
@@ -345,7 +363,7 @@ def dswiglu(gate: Value, up: Value, dout: Value) -> tuple[Value, Value, Value]:
         _scalar_only("dswiglu", v)
     if _emulated(gate):
         g = _t(gate)
-        s = torch.sigmoid(g)
+        s = _sigmoid(g)
         silu_g = g * s
         return dout * up * s * (1 + g * (1 - s)), dout * silu_g, silu_g * up
     from quack import activation

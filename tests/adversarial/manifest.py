@@ -209,6 +209,7 @@ CPU_CASES: list[Case] = [
     Case("compute_bench_shape_reads_unwritten_memory.py", "compute", frozenset({RUNTIME, COMPILE}),
          task="gemm_residual", stages=("correctness", "compile"), timeout=240.0),
     Case("compute_device_through_dict_keyword.py", "compute", frozenset({STATIC}), task="gemm_residual"),
+    Case("compute_epilogue_subnormal_flushed_on_gpu.py", "compute", frozenset({WRONG}), task="gemm_residual"),
     *_cases("compute", frozenset({STATIC}), "compute_epilogue_object_by_hand",
             "compute_epilogue_decorated_at_runtime", "compute_epilogue_mod_differs_on_gpu",
             "compute_meta_detect_via_annotation_str", task="gemm_residual"),
