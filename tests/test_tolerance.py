@@ -249,3 +249,13 @@ def test_an_integer_output_differs_from_the_reference_only_about_as_often_as_the
     one_tie = truth["tok"].clone()
     one_tie[3] -= 7
     assert tok_check(one_tie).ok and tok_check(eager_tok).ok
+
+
+def test_an_infinite_allowance_judges_nothing():
+    """A task-dtype reference that overflows only at a large shape (validate runs the small ones) made the
+    allowance infinite, and any output passed (a red-team pass)."""
+    truth = torch.ones(4, 8)
+    eager = torch.full((4, 8), float("inf")).bfloat16()
+    (check,) = check_outputs(K1, {"out": torch.zeros(4, 8).bfloat16()}, {"out": truth}, {"out": eager}, DIMS,
+                             "tiny", 0)
+    assert not check.ok and "the tolerance is not finite" in check.reason
