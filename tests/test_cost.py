@@ -211,3 +211,14 @@ def test_a_reshape_that_copies_is_one_launch_its_unmarked_view_none():
     with log, log.call():
         g.expand(4, 128).reshape(-1)
     assert [op["op"].split(".")[0] for op in log.calls[0]] == ["aten::clone"]
+
+
+def test_a_pinned_tile_of_64x64_or_less_gets_a_note_the_estimate_does_not_price_it():
+    """A 64x16 tile read 100% of the speed of light by the estimate (a manual seat): the estimate leaves the
+    config out, and says so where the config is one the H200 measured far slower."""
+    gemm = {"gemm": [8192, 8192, 2048], "bytes": {"A": 1, "B": 1, "D": 1}}
+    small = cost.estimate([{**gemm, "config": {"tile_m": 64, "tile_n": 16}}], PEAKS, shape="s")
+    assert small.notes and "pins a 64x16 tile, which this estimate does not price" in small.notes[0]
+    assert "Note: a gemm call pins a 64x16 tile" in cost.summary([small])
+    for config in ({"tile_m": 128, "tile_n": 64}, {}, None):
+        assert cost.estimate([{**gemm, "config": config}], PEAKS, shape="s").notes == []

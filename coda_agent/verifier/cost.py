@@ -26,6 +26,9 @@ from .trace import op_launches  # the launch rule's own counts
 
 #: What one extra kernel launch costs on the stream (a small kernel back to back with the GEMM), in µs.
 LAUNCH_US = 3.0
+#: A pinned tile this small or smaller (M x N elements) gets a note: the estimate leaves the config out, and
+#: on the H200 a gemm_residual pinned to 64x64 ran 2.5x its tuned config's time (docs/run.md, "Tuning").
+SMALL_TILE = 64 * 64
 #: GEMM FLOPs this much above the task's listed GEMMs count as surplus work (not a rounding of the sizes).
 FLOPS_SLACK = 1.01
 #: The epilogue's byte classes (beyond the GEMM's A and B), as the feedback names them.
@@ -132,6 +135,7 @@ def estimate(ops: Sequence[Mapping[str, Any]], peaks: Peaks, *, shape: str = "",
     flops = compute = memory = gemm_us = 0.0
     launches = gemms = tiles = host_bytes = host_launches = 0
     host: list[str] = []
+    notes: list[str] = []
     for op in ops:
         if "gemm" in op:
             m, n, k = (int(v) for v in op["gemm"])
@@ -152,6 +156,11 @@ def estimate(ops: Sequence[Mapping[str, Any]], peaks: Peaks, *, shape: str = "",
             tm, tn = (v if isinstance(v, int) and v > 0 else d for v, d in ((cfg.get("tile_m"), 128),
                                                                             (cfg.get("tile_n"), 192)))
             tiles += -(-m // tm) * -(-n // tn)
+            if "tile_m" in cfg and "tile_n" in cfg and tm * tn <= SMALL_TILE and not notes:
+                notes.append(f"a gemm call pins a {tm}x{tn} tile, which this estimate does not price (it "
+                             "leaves the config out); on the H200 a gemm_residual pinned to 64x64 ran 2.5x "
+                             "its tuned config's time. A GPU run's tune stage picks the config: leave Config "
+                             "out unless a shape needs one")
         elif count := op_launches(op):
             host.append(str(op.get("op")))
             # an op log from before the runner counted bytes: its largest tensor read and written in FP32
@@ -164,7 +173,7 @@ def estimate(ops: Sequence[Mapping[str, Any]], peaks: Peaks, *, shape: str = "",
         shape=shape, gemms=gemms, flops=flops, bytes_by_kind=by_kind, launches=launches, host_ops=host,
         host_bytes=host_bytes, compute_us=compute, memory_us=memory, gemm_us=gemm_us, launch_us=launch_us,
         host_us=host_us, tiles=tiles, host_launches=host_launches, sol_us=sol_us, min_bytes=min_bytes,
-        task_flops=task_flops,
+        task_flops=task_flops, notes=notes,
     )
 
 
@@ -182,5 +191,6 @@ def summary(estimates: Sequence[CostEstimate]) -> str:
     worst = max(estimates, key=lambda e: e.total_us / e.sol_us if e.sol_us else 0.0)
     lines.append("")
     lines.append(f"Largest avoidable cost (at {worst.shape}): {worst.dominant()}.")
+    lines += [f"Note: {n}." for n in dict.fromkeys(n for e in estimates for n in e.notes)]
     lines.append(f"How far to trust it: {HOW_WELL}.")
     return "\n".join(lines)
