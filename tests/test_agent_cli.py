@@ -181,6 +181,27 @@ def test_replay_reproduces_a_recorded_runs_verdicts(recorded, tmp_path, capsys):
     assert RunReader(replayed).summary().cost_usd == 0
 
 
+def test_replay_onto_another_version_of_its_task_says_so(recorded, tmp_path, capsys):
+    """Replies written for one task replayed against an edited copy were re-verified without a word (a manual
+    seat): a note names both."""
+    import yaml
+
+    from coda_agent.tasks import find_task
+
+    original = find_task("gemm_residual_rmsnorm")
+    data = yaml.safe_load(original.path.read_text())
+    data.update(version=data["version"] + 1, reference=f"{original.reference_file}:reference", human=None)
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(yaml.safe_dump(data))
+    _, out, err = cli(capsys, "run", str(edited), "--model", f"replay/{recorded[0]}", "--rounds", "1",
+                         "--no-compile", "--runs-dir", str(tmp_path / "runs"))
+    assert "note: the replies were written for task gemm_residual_rmsnorm v" in err, out + err
+    assert f"v{data['version']} here is another" in err
+    _, out, err = cli(capsys, "run", "--model", f"replay/{recorded[0]}", "--rounds", "1", "--no-compile",
+                      "--runs-dir", str(tmp_path / "same"))
+    assert "note: the replies" not in err
+
+
 def test_replay_takes_a_run_id_or_a_unique_prefix(recorded, tmp_path, capsys):
     runs = tmp_path / "runs"
     shutil.copytree(recorded[0], runs / recorded[0].name)

@@ -170,6 +170,10 @@ def run_cmd(
         if not one_task:
             raise UserError("which task? pass a task name or YAML path (see `coda-agent tasks`)")
         t = find_task(one_task)
+        if replayed is not None and replayed.task_hash and replayed.task_hash != t.content_hash:
+            typer.echo(f"note: the replies were written for task {replayed.task} v{replayed.task_version} "
+                       f"({replayed.task_hash}); {t.name} v{t.version} here is another ({t.content_hash}), "
+                       "so they may not fit it", err=True)
         check_task_runs(t)
         workers = open_workers(executor, address)
         with _closed_on_error(workers):

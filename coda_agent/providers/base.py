@@ -79,6 +79,8 @@ class RecordedRun:
     task_path: str
     rounds: int
     candidates_per_round: int
+    task_version: int | None = None
+    task_hash: str | None = None  # Task.content_hash of what its replies were written for
 
 
 class Provider(ABC):

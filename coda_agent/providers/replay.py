@@ -42,7 +42,8 @@ class ReplayProvider(Provider):
         self.model = header.model
         self.replays = RecordedRun(
             spec=self.name, task=header.task, task_path=header.task_path, rounds=header.budgets.rounds,
-            candidates_per_round=header.budgets.candidates_per_round,
+            candidates_per_round=header.budgets.candidates_per_round, task_version=header.task_version,
+            task_hash=header.task_hash,
         )
         self._served = 0
 
