@@ -160,6 +160,7 @@ def describe_checks(task: Task, plan: Plan) -> str:
             text += f" The task's GEMM, {gemms} as (M, N, K), must be a `gemm()` call of its own."
         else:
             text += f" The task's GEMMs, {gemms} as (M, N, K), must each be a `gemm()` call of its own."
+        text = text[:-1] + " (a transpose or a split counts)."
     return text
 
 
