@@ -165,6 +165,9 @@ def test_verify_command_takes_the_baseline_and_prints_it(capsys):
     assert code == 0 and "tolerance baseline: single-rounding" in " ".join(out.split())
     code, _, err = cli(capsys, "verify", "gemm_rmsnorm", "--tolerance-baseline", "tight")
     assert code == 2 and "use eager or single-rounding" in err
+    # the task file's spelling too (a manual seat typed it and was refused)
+    code, out, _ = cli(capsys, "verify", "gemm_rmsnorm", "--tolerance-baseline", "single_rounding")
+    assert code == 0 and "tolerance baseline: single-rounding" in " ".join(out.split())
 
 
 def test_a_16_bit_output_is_held_to_its_error_norms_not_only_to_its_largest_error():

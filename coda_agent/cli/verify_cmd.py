@@ -170,7 +170,9 @@ def verify_cmd(
         chosen = {"stages": ("gpu_correctness",), "backend": "quack", "shape_set": "bench"}
     else:
         raise UserError(f"unknown backend {backend!r}: use torch or quack (or --compile-only)")
-    baseline = BASELINES.get(tolerance_baseline) if tolerance_baseline is not None else None
+    # the task file's spelling (single_rounding) too
+    baseline = (BASELINES.get(tolerance_baseline.replace("_", "-")) if tolerance_baseline is not None
+                else None)
     if tolerance_baseline is not None and baseline is None:
         raise UserError(f"unknown --tolerance-baseline {tolerance_baseline!r}: use {' or '.join(BASELINES)}")
     given = {"shape_set": shapes} if shapes else {}
