@@ -988,3 +988,24 @@ def test_the_emulator_flushes_subnormals_where_the_gpus_ftz_instructions_do():
     assert silu(g)[0] == 0 and swiglu(g, torch.ones(2))[0] == 0
     dgate, dup, out = dswiglu(g, torch.ones(2), torch.ones(2))
     assert dgate[0] == 0 and dup[0] == 0 and out[0] == 0 and dgate[1] != 0
+
+
+def test_the_emulator_computes_value_functions_as_the_gpu_does_at_their_edges():
+    """Four ways an epilogue told the backends apart with allowed functions alone (a red-team pass): relu of
+    -0.0 and of NaN, max with a NaN, silu(-inf), dswiglu's cancellation at a huge gate, sin of a huge angle.
+    The emulator now gives the GPU's values."""
+    from coda_agent.primitives import dswiglu, maximum, minimum, relu, silu, sin
+
+    zero = relu(torch.tensor([-0.0, float("nan"), -1.0, 2.0]))
+    assert zero.tolist() == [0.0, 0.0, 0.0, 2.0] and not torch.signbit(zero[0])
+    assert maximum(torch.tensor([float("nan")]), -1.0).item() == -1.0
+    assert minimum(torch.tensor([float("nan")]), 2.0).item() == 2.0
+    assert torch.isnan(silu(torch.tensor([float("-inf")]))).all()
+    assert dswiglu(torch.tensor([1e30]), 1.0, 1.0)[0].item() == 0.0
+    assert sin(torch.tensor([2.0**100])).item() == 0.0
+    x = torch.linspace(-40, 40, 101)
+    assert torch.allclose(sin(x), torch.sin(x), atol=1e-5)
+    assert torch.allclose(silu(x), torch.nn.functional.silu(x), rtol=1e-6, atol=1e-6)
+    dgate, _, _ = dswiglu(x, torch.ones(101), torch.ones(101))
+    s = torch.sigmoid(x)
+    assert torch.allclose(dgate, s * (1 + x * (1 - s)), rtol=1e-5, atol=1e-6)

@@ -29,7 +29,8 @@ functions take numbers too (`maximum(acc, 0.0)`). On the GPU `+ - *` are FP32 (a
 FMA); `/` is IEEE division (`div.rn.f32`, ~10 instructions: multiply by a reciprocal constant instead). The
 functions below run on the special-function unit (a quarter of the FMA rate) in `.approx` forms (subnormals
 flushed), errors stated; the emulator's FP32 is more exact, so leave a margin where an output sums many
-approximated terms; the emulator fuses nothing (its GEMM: torch's FP32 matmul). Numbers (constants, scalar
+approximated terms; the emulator fuses only where QuACK's dswiglu and sin/cos do (its GEMM: torch's FP32
+matmul). Numbers (constants, scalar
 operands) enter the kernel rounded once to FP32. An expression the fn repeats, written the same way, is
 computed once (`tanh(x * (K0 + K1 * (x * x)))`, `gelu_tanh`'s K0, K1, beside `gelu_tanh(x)` adds no
 tanh). On the H200 (2026-12), element-mode kernels without C ran at 0.98-1.04x cuBLAS; reading C or packed
@@ -103,9 +104,18 @@ def _flushed(t: torch.Tensor, where: torch.Tensor | None = None) -> torch.Tensor
     return t.masked_fill(w.abs() < FLT_MIN, 0.0)
 
 
+def _fma(a: Value, b: Value, c: Value) -> torch.Tensor:
+    """a * b + c rounded once to FP32, as the FFMA ptxas fuses it into (the product exact in FP64)."""
+    return (_t(a).double() * _t(b).double() + _t(c).double()).float()
+
+
+_LOG2_E = 1.4426950408889634
+
+
 def _sigmoid(t: torch.Tensor) -> torch.Tensor:
-    """sigmoid as the GPU's ``rcp.approx.ftz`` leaves it: a subnormal result is 0."""
-    return _flushed(torch.sigmoid(t))
+    """QuACK's sigmoid, step by step: ``rcp.approx.ftz(ex2.approx.ftz(x * -log2(e)) + 1)``, so an
+    overflowing exp gives 0 and a subnormal one 1, as on the GPU."""
+    return _flushed(torch.reciprocal(_flushed(torch.exp2(t * -_LOG2_E)) + 1.0))
 
 
 def pack(a: Value, b: Value) -> Value:
@@ -205,6 +215,13 @@ def _reduced_radians(x: Value) -> Value:
     return (t - q) * _TWO_PI
 
 
+def _turns_reduced(t: torch.Tensor) -> torch.Tensor:
+    """:func:`_reduced_radians` on the emulator, rounding as the sm_90a build does (ptxas fuses x / 2pi into
+    both FFMAs): sin(2**100) is sin(0) there, where torch's exact reduction gives -0.87."""
+    q = (_fma(t, _INV_TWO_PI, _ROUND_BIAS) - _ROUND_BIAS).float()
+    return _fma(t, _INV_TWO_PI, -q) * _TWO_PI
+
+
 def sin(x: Value) -> Value:
     """Sine (radians).
 
@@ -213,7 +230,7 @@ def sin(x: Value) -> Value:
     """
     _scalar_only("sin", x)
     if _emulated(x):
-        return torch.sin(_t(x))
+        return torch.sin(_turns_reduced(_t(x)))
     import cutlass.cute as cute
 
     return cute.math.sin(_reduced_radians(x), fastmath=True)
@@ -223,7 +240,7 @@ def cos(x: Value) -> Value:
     """Cosine (radians); on the GPU computed like :func:`sin` (``cos.approx.f32``, the same error)."""
     _scalar_only("cos", x)
     if _emulated(x):
-        return torch.cos(_t(x))
+        return torch.cos(_turns_reduced(_t(x)))
     import cutlass.cute as cute
 
     return cute.math.cos(_reduced_radians(x), fastmath=True)
@@ -246,11 +263,11 @@ def erf(x: Value) -> Value:
 def maximum(x: Value, y: Value) -> Value:
     """Element-wise max of two values (the only data-dependent select an fn needs for clamping). Exact.
 
-    NaN: the GPU's max may return the non-NaN operand where torch returns NaN.
+    NaN: the GPU's ``max.f32`` returns the non-NaN operand, and so does the emulator (torch.fmax).
     """
     _scalar_only("maximum", x)
     if _emulated(x):
-        return torch.maximum(_t(x), _t(y))
+        return torch.fmax(_t(x), _t(y))
     import cutlass.cute as cute
 
     return cute.math.max(x, y)
@@ -260,7 +277,7 @@ def minimum(x: Value, y: Value) -> Value:
     """Element-wise min of two values. Exact (NaN: as :func:`maximum`)."""
     _scalar_only("minimum", x)
     if _emulated(x):
-        return torch.minimum(_t(x), _t(y))
+        return torch.fmin(_t(x), _t(y))
     import cutlass.cute as cute
 
     return cute.math.min(x, y)
@@ -302,7 +319,7 @@ def silu(x: Value) -> Value:
     _scalar_only("silu", x)
     if _emulated(x):
         t = _t(x)
-        return _flushed(torch.nn.functional.silu(t), torch.sigmoid(t))
+        return t * _sigmoid(t)  # as QuACK's: silu(-inf) is -inf * 0, NaN
     from quack import activation
 
     return activation.silu(x)
@@ -311,12 +328,13 @@ def silu(x: Value) -> Value:
 def relu(x: Value) -> Value:
     """max(x, 0), the same as ``maximum(x, 0.0)``.
 
-    GPU: ``max.f32``, exact; but relu(NaN) is 0 on the GPU (the max returns its non-NaN operand) where the
-    emulator and torch give NaN.
+    GPU: ``max.f32``, exact; relu(NaN) is 0 (the max returns its non-NaN operand) and relu(-0.0) is +0.0
+    (the compiler folds it so), on the emulator too.
     """
     _scalar_only("relu", x)
     if _emulated(x):
-        return torch.relu(_t(x))
+        t = _t(x)
+        return torch.where(t > 0, t, 0.0)
     from quack import activation
 
     return activation.relu(x)
@@ -345,7 +363,7 @@ def swiglu(gate: Value, up: Value) -> Value:
     _scalar_only("swiglu", up)
     if _emulated(gate):
         g = _t(gate)
-        return _flushed(torch.nn.functional.silu(g), torch.sigmoid(g)) * up
+        return g * _sigmoid(g) * up
     from quack import activation
 
     return activation.swiglu(gate, up)
@@ -362,10 +380,14 @@ def dswiglu(gate: Value, up: Value, dout: Value) -> tuple[Value, Value, Value]:
     for v in (gate, up, dout):
         _scalar_only("dswiglu", v)
     if _emulated(gate):
+        # QuACK's order and fused multiply-adds: (s - silu * s) * dout + silu * dout, which is 0 where the
+        # textbook form is 1 at a gate of 1e30 (a red-team pass told the backends apart by it)
         g = _t(gate)
         s = _sigmoid(g)
         silu_g = g * s
-        return dout * up * s * (1 + g * (1 - s)), dout * silu_g, silu_g * up
+        silu_dout = silu_g * dout
+        dgate = _fma(_fma(-silu_g, s, s), dout, silu_dout) * up
+        return dgate, silu_dout, silu_g * up
     from quack import activation
 
     return activation.dswiglu(gate, up, dout)
