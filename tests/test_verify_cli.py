@@ -103,12 +103,15 @@ def test_compile_only_prints_the_cost_estimate_and_what_to_cut_first(capsys, mon
         return Verdict(task=task.name, task_version=task.version, backend="quack-compile", outcome="passed",
                        stages=[StageResult(stage="static", outcome="passed", seconds=0.0),
                                StageResult(stage="compile", outcome="passed", seconds=9.0,
-                                           details={"cost_summary": summary})])
+                                           details={"cost_summary": summary,
+                                                    "cost": [{"sol_us": 356.25, "total_us": 712.5}]})])
 
     monkeypatch.setattr(verify_cmd, "verify", built)
     code, out, err = cli(capsys, "verify", "gemm_residual", "--compile-only")
     assert code == 0, out + err
     assert "  | llama3-1b-down | 712.5 |" in out.splitlines()
+    # the fraction a CPU run's target reads (a manual seat found it only in the run's live log)
+    assert "  By this estimate: 50% of the speed of light (geometric mean over the bench shapes" in out
     assert ("  Largest avoidable cost (at llama3-1b-down): GEMM work above the listed GEMMs (2.00x)."
             in out.splitlines())
     assert "How far to trust it" not in out

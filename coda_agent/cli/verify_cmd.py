@@ -88,10 +88,15 @@ def cost_lines(verdict: Verdict) -> list[str]:
     """The sm_90a build's cost estimate at the bench shapes (its table and what a faster candidate would
     cut first), as the agent's feedback shows it; none where the build did not run or could not price the
     calls."""
+    from ..store.ranking import verdict_estimate_fraction
+
+    fraction = verdict_estimate_fraction(verdict)
     for s in verdict.stages:
         summary = s.details.get("cost_summary") if s.stage == "compile" else None
         if isinstance(summary, str) and summary:
-            return [ln for ln in summary.splitlines() if ln and not ln.startswith("How far to trust it")]
+            return [ln for ln in summary.splitlines() if ln and not ln.startswith("How far to trust it")] + (
+                [f"By this estimate: {100 * fraction:.0f}% of the speed of light (geometric mean over the "
+                 "bench shapes; a CPU run's target is 90%, --target-estimate)"] if fraction else [])
     return []
 
 

@@ -14,6 +14,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ..verifier.verdict import Verdict
 from .records import Attempt
 from .timings import timing_points
 
@@ -55,7 +56,12 @@ ESTIMATE_GOAL = "estimate_sol_fraction"
 def estimate_sol_fraction(attempt: Attempt) -> float | None:
     """The speed of light over the CPU's cost estimate, geometric mean over the bench shapes (the sm_90a
     build's ``cost`` details, ``verifier.cost``); None where the build priced none."""
-    for stage in attempt.verdict.stages if attempt.verdict is not None else []:
+    return verdict_estimate_fraction(attempt.verdict)
+
+
+def verdict_estimate_fraction(verdict: Verdict | None) -> float | None:
+    """:func:`estimate_sol_fraction` of one verdict."""
+    for stage in verdict.stages if verdict is not None else []:
         costs = stage.details.get("cost") if stage.stage == "compile" else None
         if isinstance(costs, list):
             return geomean(float(c["sol_us"]) / float(c["total_us"]) for c in costs if isinstance(c, dict)
