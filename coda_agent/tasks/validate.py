@@ -537,6 +537,13 @@ def _showing(task: Task, term: Term, inputs: Tensors) -> str:
                 break
     if found:
         return f"draw the inputs that feed it where it counts: {' or '.join(found)} shows it"
+    if task.tolerance.baseline == "eager":
+        ref = _run(task, inputs, fp32=True)
+        once = {o.name: ref[o.name].to(torch_dtype(o.dtype)) for o in task.outputs if o.name in ref}
+        if not within_tolerance(task, ref, once, dropped_term(task, inputs, term)):
+            # the task-dtype run's own rounding (a bf16 intermediate) sets an allowance wider than the term
+            return ("the eager baseline's task-dtype intermediates make the tolerance wider than it: under "
+                    "tolerance: {baseline: single_rounding} (the FP32 reference rounded once) it shows")
     return ("draw the inputs that feed it where it counts (a larger std, init: {std: ...}, or a non-zero "
             "mean, init: {mean: ...}); no such redraw of a single input showed it here")
 
