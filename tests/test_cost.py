@@ -194,7 +194,8 @@ def test_every_gemm_record_carries_its_bytes():
     dims = dict(task.shape("bench")[0].dims)
     gemm_ops = [op for op in op_log(task.name, dims) if "gemm" in op]
     assert (gemm_ops
-            and all(set(op["bytes"]) == {"A", "B", "C", "tiles", "vectors", "D", "outputs", "reduces"}
+            and all(set(op["bytes"]) == {"A", "B", "C", "tiles", "vectors", "D", "outputs", "reduces",
+                                         "copies"}
                     for op in gemm_ops))
     assert any(op["bytes"]["C"] > 0 or op["bytes"]["tiles"] > 0 for op in gemm_ops)  # the residual is read
     assert NOMINAL_H200.hbm_tbps > 0
@@ -222,3 +223,31 @@ def test_a_pinned_tile_of_64x64_or_less_gets_a_note_the_estimate_does_not_price_
     assert "Note: a gemm call pins a 64x16 tile" in cost.summary([small])
     for config in ({"tile_m": 128, "tile_n": 64}, {}, None):
         assert cost.estimate([{**gemm, "config": config}], PEAKS, shape="s").notes == []
+
+
+BROADCAST_TILE = """
+from coda_agent.primitives import epilogue, gemm
+
+
+@epilogue()
+def add(acc, t):
+    return {"D": acc + t}
+
+
+def forward(x, w, residual):
+    return {"out": gemm(add, x, w.t(), t=residual[:1].expand(residual.shape[0], -1))["D"]}
+"""
+
+
+def test_the_backends_copy_of_a_strided_tile_operand_is_priced_by_its_bytes(tmp_path):
+    """A broadcast (M, N) tile operand is copied to contiguous memory before the launch: one launch, which
+    the estimate charged, and M x N elements written, which it did not (a manual seat's copy of 67 MB cost
+    3 µs)."""
+    dims = {"M": 8192, "N": 4096, "K": 4096}
+    (op,) = [o for o in op_log("gemm_residual", dims, BROADCAST_TILE, tmp_path) if "gemm" in o]
+    size = 8192 * 4096 * 2
+    assert op["bytes"]["copies"] == 2 * size and op["bytes"]["tiles"] == size
+    est = cost.estimate([op], PEAKS, shape="s")
+    assert est.bytes_by_kind["copies"] == 2 * size and est.epilogue_bytes >= 3 * size
+    plain = [o for o in op_log("gemm_residual", dims) if "gemm" in o]
+    assert all(o["bytes"]["copies"] == 0 for o in plain)

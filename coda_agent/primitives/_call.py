@@ -158,12 +158,16 @@ class GemmCall:
     def hbm_bytes(self) -> dict[str, int]:
         """The bytes this call moves through HBM at the least (each tensor once), by what moves them: the
         GEMM's operands ``A``/``B``, and the epilogue's: ``C``, ``tiles`` (full-tile operands), ``vectors``
-        (row/column operands, select indices), ``D``, ``outputs`` (extra outputs) and ``reduces`` (each sink's
-        (M,) or (N,) f32 result). The runner's op log records it; ``verifier.cost`` turns it into the cost
-        estimate."""
+        (row/column operands, select indices), ``D``, ``outputs`` (extra outputs), ``reduces`` (each sink's
+        (M,) or (N,) f32 result) and ``copies`` (the contiguous copy the backend makes of a strided vector or
+        tile operand, :meth:`operand_copies`: written, and its source read). The runner's op log records it;
+        ``verifier.cost`` turns it into the cost estimate."""
 
         def size(t: torch.Tensor) -> int:
             return int(t.numel()) * t.element_size()
+
+        def copied(t: torch.Tensor) -> int:  # an expanded source is read once, however often it repeats
+            return size(t) + min(size(t), t.untyped_storage().nbytes())
 
         out = torch.finfo(self.out_dtype).bits // 8  # no tensor made: the runner's op log would record it
         stored = {name: shape[0] * shape[1] * out for name, shape in self.stored_shapes().items()}
@@ -176,6 +180,8 @@ class GemmCall:
             "reduces": sum(4 * (self.n if isinstance(s, RowVecReduce)
                                 else self.m) for s in self.epi.sinks.values())
             + sum(4 * self.m * (self.n // self.stat_width(p)) for p in self.epi.stat_outputs.values()),
+            "copies": sum(copied(o.value) for o in self.operands.values()
+                          if o.kind != "scalar" and not o.value.is_contiguous()),
         }
 
     def stored_buffers(self, factory: Callable[..., torch.Tensor] = torch.empty) -> dict[str, torch.Tensor]:

@@ -35,7 +35,7 @@ FLOPS_SLACK = 1.01
 EPILOGUE_BYTES = {
     "C": "the C operand read", "tiles": "full-tile operands read",
     "vectors": "row/column vector operands read", "D": "D stored", "outputs": "extra outputs stored",
-    "reduces": "reduce results",
+    "reduces": "reduce results", "copies": "the backend's contiguous copies of strided operands",
 }
 #: The calibration's verdict, shown with the estimate (bench/calibration/h200-2026-12-03-cost-calibration.md).
 HOW_WELL = (
