@@ -689,3 +689,18 @@ def test_the_task_prompt_names_the_special_values_planted_in_the_test_data():
             update={"rows": True})})}) if i is spec else i for i in ce.inputs]})
     assert (f"{spec.init.replace.fraction * 100:g}% of its rows (whole rows) set to {spec.init.replace.value}"
             in task_prompt(rows, checks="", target="", sol=[], sol_label=""))
+
+
+def test_the_population_shows_no_module_twice_and_no_empty_heading():
+    """An untimed run whose only correct candidate is the reply above got the population's heading over
+    nothing; a reply resubmitting #1's module byte for byte got #1's code again below it (a manual seat)."""
+    ok = verdict(Outcome.PASSED)
+    first = make_attempt(1, 1, CODE, ok)
+    text = feedback_prompt([first], population=[first], goal_is_speed=False)
+    assert "The best correct candidates so far" not in text
+    again = make_attempt(2, 2, CODE, ok)
+    text = feedback_prompt([first, again], population=[first], goal_is_speed=False)
+    assert "The best correct candidates so far" not in text and "def forward" not in text
+    other = make_attempt(2, 2, CODE.replace("return {}", "return {'out': x}"), ok)
+    text = feedback_prompt([first, other], population=[first, other], goal_is_speed=False)
+    assert "### Attempt #1" in text and "### Attempt #2" not in text

@@ -15,7 +15,13 @@ from typing import Any
 
 from ..measure.baselines import BASELINES
 from ..store.outcomes import AttemptOutcome
-from ..store.ranking import ESTIMATE_GOAL, attempt_time_us, estimate_sol_fraction, shape_ratio
+from ..store.ranking import (
+    ESTIMATE_GOAL,
+    attempt_time_us,
+    code_fingerprint,
+    estimate_sol_fraction,
+    shape_ratio,
+)
 from ..store.records import Attempt
 from ..untrusted import shown
 from ..verifier import static
@@ -418,7 +424,10 @@ def _next_steps(
     return steps
 
 
-def _population_view(population: Sequence[Attempt], shown: set[int]) -> list[dict[str, Any]]:
+def _population_view(population: Sequence[Attempt], latest: Sequence[Attempt]) -> list[dict[str, Any]]:
+    """The population's rows; a module the latest round's replies already show (itself, or resubmitted byte
+    for byte) is not shown again, and where that leaves an untimed population nothing to show, no rows."""
+    above = {code_fingerprint(a.code) for a in latest if a.code is not None}
     rows = []
     for a in population:
         t = a.timing
@@ -426,9 +435,10 @@ def _population_view(population: Sequence[Attempt], shown: set[int]) -> list[dic
             "index": a.index, "round": a.round, "us": _us(attempt_time_us(a)),
             "headline": attempt_headline(a),
             "vs": {k: _ratio_text(k, t[k]) if k in t else "-" for k in GOAL_NAMES},
-            "code": None if a.index in shown and a.shipped_code == a.code else a.shipped_code,
+            "code": (None if a.shipped_code == a.code and code_fingerprint(a.code or "") in above
+                     else a.shipped_code),
         })
-    return rows
+    return rows if any(r["code"] for r in rows) or any(a.timing for a in population) else []
 
 
 def feedback_prompt(
@@ -459,7 +469,7 @@ def feedback_prompt(
     return shown(render(  # candidates' messages and code reach the model as text, never as control sequences
         "feedback.j2",
         overview=overview,
-        population=_population_view(population, {a.index for a in latest}),
+        population=_population_view(population, latest),
         timed=any(a.timing for a in population),
         latest=[_attempt_view(a, is_lead=a.index == lead.index) for a in latest],
         history=[
