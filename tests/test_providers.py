@@ -706,7 +706,8 @@ def test_replay_finds_a_run_by_id_says_what_it_replays_and_skips_what_a_resume_c
     provider = get_provider("replay/r1", runs_dir=runs)  # a unique suffix, as `show` takes it
     assert provider.name == f"replay/{runs / '20260101-000000_t_r1'}"
     assert provider.replays == RecordedRun(
-        spec=provider.name, task="t", task_path="tasks/t.yaml", rounds=5, candidates_per_round=1
+        spec=provider.name, task="t", task_path="tasks/t.yaml", rounds=5, candidates_per_round=1,
+        task_version=1, task_hash=None,  # the header's, for a note where the task replayed onto differs
     )
     provider.skip_replies(2)
     assert complete(provider).text == "reply 3"

@@ -358,9 +358,9 @@ def check_outputs(
         err, flat, lowp_err = stats.max_err, stats.max_err_at, stats.lowp_err
         allowed = task.tolerance.allowed(spec.name, lowp_err, stats.ref_max if cand.numel() else 0.0)
         where = _unravel(flat, want_shape)
-        if not math.isfinite(allowed):
+        if math.isinf(allowed):
             # a baseline that overflows only at this shape (validate runs the small ones): an infinite
-            # allowance would pass any output
+            # allowance would pass any output (a NaN one passes nothing already)
             checks.append(OutputCheck(
                 **base, ok=False, max_abs_err=err, allowed=allowed, lowp_err=lowp_err, baseline=rule,
                 reason=f"output {spec.name!r}: the task's {BASELINE_TEXT[rule]} is {lowp_err:g} here, so "
