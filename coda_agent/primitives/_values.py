@@ -97,11 +97,10 @@ def _t(x: Value) -> torch.Tensor:
 FLT_MIN = torch.finfo(torch.float32).tiny
 
 
-def _flushed(t: torch.Tensor, where: torch.Tensor | None = None) -> torch.Tensor:
-    """``t`` with 0 where ``where`` (default ``t``) is subnormal, as an ``.ftz`` instruction has it: the
-    emulator's torch keeps subnormals, so a term scaled up from exp(-88) was 1 on the CPU and 0 on the GPU."""
-    w = t if where is None else where
-    return t.masked_fill(w.abs() < FLT_MIN, 0.0)
+def _flushed(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with 0 where it is subnormal, as an ``.ftz`` instruction has it: the emulator's torch keeps
+    subnormals, so a term scaled up from exp(-88) was 1 on the CPU and 0 on the GPU."""
+    return t.masked_fill(t.abs() < FLT_MIN, 0.0)
 
 
 def _fma(a: Value, b: Value, c: Value) -> torch.Tensor:
@@ -218,7 +217,7 @@ def _reduced_radians(x: Value) -> Value:
 def _turns_reduced(t: torch.Tensor) -> torch.Tensor:
     """:func:`_reduced_radians` on the emulator, rounding as the sm_90a build does (ptxas fuses x / 2pi into
     both FFMAs): sin(2**100) is sin(0) there, where torch's exact reduction gives -0.87."""
-    q = (_fma(t, _INV_TWO_PI, _ROUND_BIAS) - _ROUND_BIAS).float()
+    q = _fma(t, _INV_TWO_PI, _ROUND_BIAS) - _ROUND_BIAS
     return _fma(t, _INV_TWO_PI, -q) * _TWO_PI
 
 

@@ -327,8 +327,7 @@ class Task(_Strict):
             if len(unbound) == sum(len(points) for points in self.shapes.values()):
                 problems.append((loc, (
                     f"uses {symbol}, a constant: shapes, gemms and sol read shape symbols only; bind "
-                    f"{symbol} "
-                    f"in each shape's dims instead ({symbol}: {self.constants[symbol]})"
+                    f"{symbol} in each shape's dims instead ({symbol}: {self.constants[symbol]})"
                     if symbol in self.constants else
                     f"uses {symbol}, which no shape binds: no shape's dims have it (a typo?)")))
             elif unbound:

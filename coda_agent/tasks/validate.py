@@ -204,8 +204,7 @@ def _findings(task: Task) -> tuple[list[str], list[str]]:
             add(where, f"flat {name}",
                 f"{_field(task, ('inputs', index))}: replaced by its mean (one value everywhere) it moves no "
                 "output past twice the tolerance, so a candidate could ignore it: draw it with a wider "
-                "spread "
-                "(init: {dist: uniform, low: 0.5, high: 1.5} for a norm's weight)")
+                "spread (init: {dist: uniform, low: 0.5, high: 1.5} for a norm's weight)")
         ordinary_finite = all(bool(torch.isfinite(ref[s.name]).all()) for s in task.outputs if s.name in ref)
         # a reference already NaN on the ordinary inputs is that line's to fix, not the stress set's
         if ordinary_finite and (problem := _stress_problem(task, point.dims)):
@@ -307,8 +306,7 @@ def _changed_inputs(task: Task, drawn: Tensors, inputs: Tensors) -> str | None:
     for index, spec in enumerate(task.inputs):
         if spec.name in inputs and not torch.equal(inputs[spec.name], drawn[spec.name]):
             return (f"{_field(task, ('inputs', index))}: the reference changes it in place (an add_, an "
-                    "out=, "
-                    "a slice assigned); a kernel must leave its inputs as they were, and the FP32 and "
+                    "out=, a slice assigned); a kernel must leave its inputs as they were, and the FP32 and "
                     "task-dtype runs would see other inputs: return the result as an output instead")
     return None
 
@@ -402,11 +400,9 @@ def _droppable_constants(task: Task, judged: Sequence[tuple[Tensors, Tensors, Te
             notes.append(f"{_at(task, ('constants', name))}constants.{name}: a kernel that "
                          f"{' or '.join(unseen)} stays within the tolerance at the small shapes, so verify "
                          "cannot hold kernels to it (as usual for an eps that guards a division or a root); "
-                         "to "
-                         "do so, give the test data values where it acts (rows of a tiny spread: init: "
+                         "to do so, give the test data values where it acts (rows of a tiny spread: init: "
                          "{replace: {value: 0.001, fraction: 0.05, rows: true}}; a row of zeros shows only "
-                         "an "
-                         "eps that guards a division by another input's norm)")
+                         "an eps that guards a division by another input's norm)")
     return notes
 
 
